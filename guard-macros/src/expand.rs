@@ -1,0 +1,226 @@
+//! Code generation.
+
+use proc_macro2::TokenStream;
+use quote::{format_ident, quote};
+use syn::DeriveInput;
+
+use crate::ast::Input;
+use crate::ctxt::Ctxt;
+use crate::sql::{DIALECTS, Dialect};
+use crate::valid::{self, Model};
+
+pub fn derive(node: &DeriveInput) -> TokenStream {
+    let mut cx = Ctxt::default();
+    let model = Input::from_syn(&mut cx, node)
+        .as_ref()
+        .and_then(|input| valid::check(&mut cx, input).map(|model| expand(input, &model)));
+    match (cx.finish(), model) {
+        (Ok(()), Some(tokens)) => tokens,
+        (Err(errors), _) => errors.into_compile_error(),
+        // Validation produced no model without reporting why; say so
+        // rather than expanding to nothing.
+        (Ok(()), None) => {
+            syn::Error::new_spanned(&node.ident, "StateMachine: invalid input").into_compile_error()
+        }
+    }
+}
+
+fn expand(input: &Input, model: &Model) -> TokenStream {
+    let krate = match &input.attrs.krate {
+        Some(path) => quote!(#path),
+        None => quote!(::stateguard),
+    };
+    let private = quote!(#krate::__private);
+    let sqlx = quote!(#private::sqlx);
+    let ident = model.ident;
+    let vis = &input.original.vis;
+    let name = ident.to_string();
+    let (table, column, key) = (&model.table, &model.column, &model.key);
+    let idents: Vec<_> = model.states.iter().map(|s| s.ident).collect();
+    let dbs: Vec<_> = model.states.iter().map(|s| s.db.as_str()).collect();
+    let variant_names: Vec<_> = idents.iter().map(|i| i.to_string()).collect();
+    let initials: Vec<_> = (0..idents.len()).map(|i| i == model.initial).collect();
+    let initial = idents[model.initial];
+
+    let select = sql_per_dialect(&private, |d| d.select(table, column, key));
+
+    let transition_defs = model.transitions.iter().map(|t| {
+        let name = t.name.to_string();
+        let sources = t.sources.iter().map(|&i| idents[i]);
+        let target = idents[t.target];
+        let source_strs: Vec<&str> = t.sources.iter().map(|&i| dbs[i]).collect();
+        let update = sql_per_dialect(&private, |d| {
+            d.update(table, column, key, dbs[t.target], &source_strs, &t.set)
+        });
+        let set = t
+            .set
+            .iter()
+            .map(|(col, expr)| quote!(#private::SetColumn::__new(#col, #expr)));
+        quote! {
+            #private::TransitionDef::__new(
+                #name,
+                &[#(#ident::#sources),*],
+                #ident::#target,
+                &[#(#set),*],
+                #update,
+            )
+        }
+    });
+
+    let constructors = model.transitions.iter().enumerate().map(|(i, t)| {
+        let fn_name = t.name;
+        let doc = constructor_doc(model, i);
+        quote! {
+            #[doc = #doc]
+            #[inline]
+            #[must_use]
+            #vis const fn #fn_name() -> #krate::Transition<Self> {
+                <Self as #krate::StateMachine>::MACHINE.transitions()[#i].transition()
+            }
+        }
+    });
+
+    let n_states = idents.len();
+    let n_transitions = model.transitions.len();
+    let states_const = format_ident!("__{}_STATES", ident.to_string().to_uppercase());
+    let transitions_const = format_ident!("__{}_TRANSITIONS", ident.to_string().to_uppercase());
+    let machine_const = format_ident!("__{}_MACHINE", ident.to_string().to_uppercase());
+
+    quote! {
+        #[automatically_derived]
+        impl #krate::StateMachine for #ident {
+            const MACHINE: &'static #private::Machine<Self> = {
+                // Named constants, so that `&CONST` is promoted to 'static.
+                const #states_const: [#private::StateDef<#ident>; #n_states] = [
+                    #(#private::StateDef::__new(#ident::#idents, #variant_names, #dbs, #initials)),*
+                ];
+                const #transitions_const: [#private::TransitionDef<#ident>; #n_transitions] = [
+                    #(#transition_defs),*
+                ];
+                const #machine_const: #private::Machine<#ident> = #private::Machine::__new(
+                    #name,
+                    #table,
+                    #column,
+                    #key,
+                    #ident::#initial,
+                    &#states_const,
+                    &#transitions_const,
+                    #select,
+                );
+                &#machine_const
+            };
+
+            #[inline]
+            fn as_str(self) -> &'static str {
+                match self {
+                    #(#ident::#idents => #dbs,)*
+                }
+            }
+
+            #[inline]
+            fn from_db_str(value: &str) -> ::core::option::Option<Self> {
+                match value {
+                    #(#dbs => ::core::option::Option::Some(#ident::#idents),)*
+                    _ => ::core::option::Option::None,
+                }
+            }
+        }
+
+        #[automatically_derived]
+        impl #ident {
+            #(#constructors)*
+        }
+
+        #[automatically_derived]
+        impl ::core::fmt::Display for #ident {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                f.write_str(#krate::StateMachine::as_str(*self))
+            }
+        }
+
+        #[automatically_derived]
+        impl ::core::str::FromStr for #ident {
+            type Err = #krate::UnknownState;
+
+            fn from_str(value: &str) -> ::core::result::Result<Self, Self::Err> {
+                <Self as #krate::StateMachine>::parse_db_str(value)
+            }
+        }
+
+        #[automatically_derived]
+        impl<__DB: #sqlx::Database> #sqlx::Type<__DB> for #ident
+        where
+            str: #sqlx::Type<__DB>,
+        {
+            fn type_info() -> <__DB as #sqlx::Database>::TypeInfo {
+                <str as #sqlx::Type<__DB>>::type_info()
+            }
+
+            fn compatible(ty: &<__DB as #sqlx::Database>::TypeInfo) -> bool {
+                <str as #sqlx::Type<__DB>>::compatible(ty)
+            }
+        }
+
+        #[automatically_derived]
+        impl<'__q, __DB: #sqlx::Database> #sqlx::Encode<'__q, __DB> for #ident
+        where
+            &'__q str: #sqlx::Encode<'__q, __DB>,
+        {
+            fn encode_by_ref(
+                &self,
+                buf: &mut <__DB as #sqlx::Database>::ArgumentBuffer,
+            ) -> ::core::result::Result<#sqlx::encode::IsNull, #sqlx::error::BoxDynError> {
+                <&'__q str as #sqlx::Encode<'__q, __DB>>::encode(
+                    #krate::StateMachine::as_str(*self),
+                    buf,
+                )
+            }
+        }
+
+        #[automatically_derived]
+        impl<'__r, __DB: #sqlx::Database> #sqlx::Decode<'__r, __DB> for #ident
+        where
+            &'__r str: #sqlx::Decode<'__r, __DB>,
+        {
+            fn decode(
+                value: <__DB as #sqlx::Database>::ValueRef<'__r>,
+            ) -> ::core::result::Result<Self, #sqlx::error::BoxDynError> {
+                let __text = <&'__r str as #sqlx::Decode<'__r, __DB>>::decode(value)?;
+                <Self as #krate::StateMachine>::from_db_str(__text)
+                    .ok_or_else(|| #private::unknown_state::<Self>(__text))
+            }
+        }
+    }
+}
+
+fn sql_per_dialect(private: &TokenStream, build: impl Fn(Dialect) -> String) -> TokenStream {
+    let [pg, lite, my] = DIALECTS.map(build);
+    quote!(#private::Sql::__new(#pg, #lite, #my))
+}
+
+/// The rustdoc of a transition constructor: sources, target, columns.
+fn constructor_doc(model: &Model, i: usize) -> String {
+    let t = &model.transitions[i];
+    let state = |i: usize| {
+        let s = &model.states[i];
+        format!("[`{}`](Self::{}) (`'{}'`)", s.ident, s.ident, s.db)
+    };
+    let sources: Vec<String> = t.sources.iter().map(|&s| state(s)).collect();
+    let mut doc = format!(
+        " Transition `{}`: from {} to {}.\n\n Sets `{}` to `'{}'` on the row whose `{}` is the \
+         key, only if it is in a source state.",
+        t.name,
+        sources.join(" or "),
+        state(t.target),
+        model.column,
+        model.states[t.target].db,
+        model.key,
+    );
+    if !t.set.is_empty() {
+        doc.push_str(" Also sets:\n");
+        for (col, expr) in &t.set {
+            doc.push_str(&format!("\n - `{col} = {expr}`"));
+        }
+    }
+    doc
+}

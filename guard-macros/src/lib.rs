@@ -1,0 +1,27 @@
+//! The derive half of [stateguard](https://docs.rs/stateguard). Depend on
+//! `stateguard`, which re-exports it.
+
+#![forbid(unsafe_code)]
+
+extern crate proc_macro;
+
+mod ast;
+mod attr;
+mod case;
+mod ctxt;
+mod expand;
+mod sql;
+mod valid;
+
+use proc_macro::TokenStream;
+use syn::{DeriveInput, parse_macro_input};
+
+/// Derives `stateguard::StateMachine`, the transition constructors, `Display`,
+/// `FromStr` and the sqlx `Type`/`Encode`/`Decode` impls for a text column.
+///
+/// See the `stateguard` crate documentation for the attributes.
+#[proc_macro_derive(StateMachine, attributes(state_machine, state, transition))]
+pub fn derive_state_machine(input: TokenStream) -> TokenStream {
+    let input = parse_macro_input!(input as DeriveInput);
+    expand::derive(&input).into()
+}

@@ -1,0 +1,50 @@
+//! What differs between databases: which SQL text runs, how rows-affected is
+//! read, and which errors are worth retrying.
+
+use crate::machine::Sql;
+
+#[cfg(feature = "mysql")]
+mod mysql;
+#[cfg(feature = "postgres")]
+mod postgres;
+#[cfg(feature = "sqlite")]
+mod sqlite;
+
+mod sealed {
+    pub trait Sealed {}
+}
+pub(crate) use sealed::Sealed;
+
+/// A database that stateguard can run transitions on: `sqlx::Postgres`,
+/// `sqlx::Sqlite` or `sqlx::MySql`, each behind its cargo feature.
+pub trait Backend: sqlx::Database + Sealed {
+    /// A short name for messages and logs.
+    const NAME: &'static str;
+
+    /// `Self::Arguments`, named again so that its `IntoArguments` bound is
+    /// known to generic code.
+    #[doc(hidden)]
+    type Args: sqlx::Arguments<Database = Self> + sqlx::IntoArguments<Self> + Send;
+
+    #[doc(hidden)]
+    fn sql(sql: &Sql) -> &'static str;
+
+    #[doc(hidden)]
+    fn rows_affected(result: &Self::QueryResult) -> u64;
+
+    #[doc(hidden)]
+    fn status_text(row: &Self::Row) -> Result<String, sqlx::Error>;
+
+    /// Whether `error` is a serialization failure, deadlock or busy database
+    /// that a fresh attempt may get past.
+    fn is_retryable(error: &sqlx::Error) -> bool;
+}
+
+/// The database's own error code, for the backends that report one as text.
+#[allow(dead_code)] // unused when no backend feature is enabled
+pub(crate) fn db_code(error: &sqlx::Error) -> Option<std::borrow::Cow<'_, str>> {
+    match error {
+        sqlx::Error::Database(db) => db.code(),
+        _ => None,
+    }
+}

@@ -1,0 +1,32 @@
+use sqlx::Sqlite;
+use sqlx::sqlite::SqliteQueryResult;
+
+use super::{Backend, Sealed, db_code};
+use crate::machine::Sql;
+
+impl Sealed for Sqlite {}
+
+impl Backend for Sqlite {
+    const NAME: &'static str = "SQLite";
+
+    type Args = sqlx::sqlite::SqliteArguments;
+
+    fn sql(sql: &Sql) -> &'static str {
+        sql.sqlite()
+    }
+
+    fn rows_affected(result: &SqliteQueryResult) -> u64 {
+        result.rows_affected()
+    }
+
+    fn status_text(row: &sqlx::sqlite::SqliteRow) -> Result<String, sqlx::Error> {
+        sqlx::Row::try_get(row, 0)
+    }
+
+    fn is_retryable(error: &sqlx::Error) -> bool {
+        // The extended result code: 5 SQLITE_BUSY (the busy timeout ran out),
+        // 517 SQLITE_BUSY_SNAPSHOT (a deferred transaction read an old
+        // snapshot, then tried to write), 6 SQLITE_LOCKED (shared cache).
+        matches!(db_code(error).as_deref(), Some("5" | "517" | "6" | "262"))
+    }
+}

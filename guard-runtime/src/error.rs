@@ -1,0 +1,121 @@
+use crate::StateMachine;
+
+/// Everything that can go wrong while applying a transition.
+///
+/// Losing a race is not an error: it is an [`Outcome`](crate::Outcome).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The database refused a statement for a reason the library does not
+    /// retry (connection lost, missing table, constraint violation, …).
+    #[error("transition `{transition}` on table `{table}` failed: {source}")]
+    Database {
+        /// The table of the machine.
+        table: &'static str,
+        /// The transition that was being applied.
+        transition: &'static str,
+        /// The database's error.
+        #[source]
+        source: sqlx::Error,
+    },
+
+    /// The status column holds a string that is not a state of the machine.
+    #[error(transparent)]
+    UnknownState(#[from] UnknownState),
+
+    /// A serialization failure or deadlock happened inside the caller's
+    /// transaction. The database has aborted (or will abort) that
+    /// transaction, so the library cannot retry the statement alone: roll
+    /// back and run the whole transaction again.
+    #[error(
+        "transition `{transition}` on table `{table}` hit a serialization failure or deadlock \
+         inside the caller's transaction: roll back and retry the whole transaction ({source})"
+    )]
+    RetryTransaction {
+        /// The table of the machine.
+        table: &'static str,
+        /// The transition that was being applied.
+        transition: &'static str,
+        /// The database's error.
+        #[source]
+        source: sqlx::Error,
+    },
+
+    /// Autocommit attempts kept failing with serialization failures or
+    /// deadlocks, or kept finding the row in a source state without being
+    /// able to change it, until the retry budget ran out.
+    #[error(
+        "transition `{transition}` on table `{table}` did not settle after {attempts} attempts \
+         (serialization failures, deadlocks or a row that kept changing)"
+    )]
+    Contention {
+        /// The table of the machine.
+        table: &'static str,
+        /// The transition that was being applied.
+        transition: &'static str,
+        /// Attempts made.
+        attempts: u32,
+        /// The last retryable error, if the last attempt failed with one.
+        #[source]
+        last: Option<sqlx::Error>,
+    },
+
+    /// The key matched more than one row, so the key column is not unique.
+    /// Outside a transaction those rows have been changed.
+    #[error(
+        "transition `{transition}` on table `{table}` changed {rows} rows: the key column \
+         `{key}` must identify one row"
+    )]
+    AmbiguousKey {
+        /// The table of the machine.
+        table: &'static str,
+        /// The key column.
+        key: &'static str,
+        /// The transition that was being applied.
+        transition: &'static str,
+        /// How many rows the key matched.
+        rows: u64,
+    },
+}
+
+impl Error {
+    /// True when the caller must roll back and retry its whole transaction.
+    pub fn is_retry_transaction(&self) -> bool {
+        matches!(self, Error::RetryTransaction { .. })
+    }
+}
+
+/// A status string that is not a state of the machine.
+///
+/// Returned by `FromStr` on a derived enum, and inside [`Error::UnknownState`]
+/// when a row holds such a string.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{value:?} is not a state of {machine} (column `{column}` of table `{table}`)")]
+pub struct UnknownState {
+    machine: &'static str,
+    table: &'static str,
+    column: &'static str,
+    value: String,
+}
+
+impl UnknownState {
+    pub(crate) fn new<S: StateMachine>(value: &str) -> Self {
+        let machine = S::MACHINE;
+        UnknownState {
+            machine: machine.name(),
+            table: machine.table(),
+            column: machine.column(),
+            value: value.to_owned(),
+        }
+    }
+
+    /// The string that was not recognised.
+    pub fn value(&self) -> &str {
+        &self.value
+    }
+
+    /// The enum that did not recognise it.
+    pub fn machine(&self) -> &'static str {
+        self.machine
+    }
+}

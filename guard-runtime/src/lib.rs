@@ -1,0 +1,33 @@
+//! The runtime half of [stateguard](https://docs.rs/stateguard): everything
+//! that touches a database. Depend on `stateguard`, which re-exports this
+//! crate together with the derive.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod dialect;
+mod error;
+mod executor;
+mod machine;
+mod outcome;
+mod transition;
+
+pub use crate::dialect::Backend;
+pub use crate::error::{Error, UnknownState};
+pub use crate::executor::Executor;
+pub use crate::machine::{Machine, SetColumn, Sql, StateDef, StateMachine, TransitionDef};
+pub use crate::outcome::{Outcome, Won};
+pub use crate::transition::Transition;
+
+/// Items the derive's generated code names. Not part of the public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use sqlx;
+
+    pub use crate::machine::{Machine, SetColumn, Sql, StateDef, TransitionDef};
+
+    /// Decoding a status string inside `sqlx::Decode`.
+    pub fn unknown_state<S: crate::StateMachine>(value: &str) -> sqlx::error::BoxDynError {
+        Box::new(crate::UnknownState::new::<S>(value))
+    }
+}

@@ -1,0 +1,291 @@
+//! The `StateMachine` trait and the metadata the derive emits for it.
+//!
+//! Everything here is `'static` data built at compile time: the runtime, the
+//! docs renderers and the DDL generators read it generically.
+
+use core::fmt::Debug;
+
+use crate::transition::Transition;
+
+/// An enum whose variants are the states of a row, with the transitions
+/// between them.
+///
+/// Implemented by `#[derive(StateMachine)]`; see the crate documentation for
+/// the attributes. Implementing it by hand is not supported: the SQL text in
+/// the metadata is generated and validated by the derive.
+pub trait StateMachine: Copy + Eq + Debug + Send + Sync + 'static {
+    /// The table, columns, states and transitions of this machine.
+    const MACHINE: &'static Machine<Self>;
+
+    /// The string stored in the status column for this state.
+    fn as_str(self) -> &'static str;
+
+    /// The state stored as `value` in the status column, if there is one.
+    fn from_db_str(value: &str) -> Option<Self>;
+
+    /// Parses a status string, or says which string was not a state.
+    fn parse_db_str(value: &str) -> Result<Self, crate::UnknownState> {
+        Self::from_db_str(value).ok_or_else(|| crate::UnknownState::new::<Self>(value))
+    }
+}
+
+/// SQL text for each dialect, fixed at compile time.
+#[derive(Debug, Clone, Copy)]
+pub struct Sql {
+    pub(crate) postgres: &'static str,
+    pub(crate) sqlite: &'static str,
+    pub(crate) mysql: &'static str,
+}
+
+impl Sql {
+    #[doc(hidden)]
+    pub const fn __new(postgres: &'static str, sqlite: &'static str, mysql: &'static str) -> Self {
+        Sql {
+            postgres,
+            sqlite,
+            mysql,
+        }
+    }
+
+    /// The statement as PostgreSQL runs it (`"quoted"` names, `$1`).
+    pub const fn postgres(&self) -> &'static str {
+        self.postgres
+    }
+
+    /// The statement as SQLite runs it (`"quoted"` names, `?1`).
+    pub const fn sqlite(&self) -> &'static str {
+        self.sqlite
+    }
+
+    /// The statement as MySQL and MariaDB run it (`` `quoted` `` names, `?`).
+    pub const fn mysql(&self) -> &'static str {
+        self.mysql
+    }
+}
+
+/// The whole machine: where it lives and what it allows.
+#[derive(Debug)]
+pub struct Machine<S: 'static> {
+    name: &'static str,
+    table: &'static str,
+    column: &'static str,
+    key: &'static str,
+    initial: S,
+    states: &'static [StateDef<S>],
+    transitions: &'static [TransitionDef<S>],
+    select: Sql,
+}
+
+impl<S: StateMachine> Machine<S> {
+    #[doc(hidden)]
+    #[allow(clippy::too_many_arguments)]
+    pub const fn __new(
+        name: &'static str,
+        table: &'static str,
+        column: &'static str,
+        key: &'static str,
+        initial: S,
+        states: &'static [StateDef<S>],
+        transitions: &'static [TransitionDef<S>],
+        select: Sql,
+    ) -> Self {
+        Machine {
+            name,
+            table,
+            column,
+            key,
+            initial,
+            states,
+            transitions,
+            select,
+        }
+    }
+
+    /// The Rust name of the enum, e.g. `PayoutStatus`.
+    pub const fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The table the rows live in, as written in `#[state_machine(table = …)]`.
+    pub const fn table(&self) -> &'static str {
+        self.table
+    }
+
+    /// The status column.
+    pub const fn column(&self) -> &'static str {
+        self.column
+    }
+
+    /// The key column that `apply` matches on.
+    pub const fn key(&self) -> &'static str {
+        self.key
+    }
+
+    /// Every state, in declaration order.
+    pub const fn states(&self) -> &'static [StateDef<S>] {
+        self.states
+    }
+
+    /// Every transition, in order of first declaration.
+    pub const fn transitions(&self) -> &'static [TransitionDef<S>] {
+        self.transitions
+    }
+
+    /// `SELECT <column> FROM <table> WHERE <key> = <param>`: the fresh read
+    /// of the losing path.
+    pub const fn select_sql(&self) -> &Sql {
+        &self.select
+    }
+
+    /// The state marked `#[state(initial)]`.
+    pub const fn initial(&self) -> S {
+        self.initial
+    }
+
+    /// The metadata of `state`.
+    pub fn state(&self, state: S) -> Option<&'static StateDef<S>> {
+        self.states.iter().find(|s| s.value == state)
+    }
+
+    /// A state is terminal when no transition starts from it.
+    pub fn is_terminal(&self, state: S) -> bool {
+        !self.transitions.iter().any(|t| t.sources.contains(&state))
+    }
+
+    /// The transitions that may start from `state`.
+    pub fn transitions_from(&self, state: S) -> impl Iterator<Item = &'static TransitionDef<S>> {
+        self.transitions
+            .iter()
+            .filter(move |t| t.sources.contains(&state))
+    }
+
+    /// The transition called `name`.
+    pub fn transition(&self, name: &str) -> Option<&'static TransitionDef<S>> {
+        self.transitions.iter().find(|t| t.name == name)
+    }
+}
+
+/// One state: its variant and the string stored for it.
+#[derive(Debug)]
+pub struct StateDef<S: 'static> {
+    value: S,
+    variant: &'static str,
+    db: &'static str,
+    initial: bool,
+}
+
+impl<S: Copy> StateDef<S> {
+    #[doc(hidden)]
+    pub const fn __new(value: S, variant: &'static str, db: &'static str, initial: bool) -> Self {
+        StateDef {
+            value,
+            variant,
+            db,
+            initial,
+        }
+    }
+
+    /// The enum value.
+    pub const fn value(&self) -> S {
+        self.value
+    }
+
+    /// The variant's Rust name, e.g. `Pending`.
+    pub const fn variant(&self) -> &'static str {
+        self.variant
+    }
+
+    /// The string stored in the status column, e.g. `pending`.
+    pub const fn db_str(&self) -> &'static str {
+        self.db
+    }
+
+    /// Whether this is the `#[state(initial)]` state.
+    pub const fn is_initial(&self) -> bool {
+        self.initial
+    }
+}
+
+/// A column that a transition writes besides the status:
+/// `set(sent_at = "CURRENT_TIMESTAMP")`.
+#[derive(Debug, Clone, Copy)]
+pub struct SetColumn {
+    column: &'static str,
+    expr: &'static str,
+}
+
+impl SetColumn {
+    #[doc(hidden)]
+    pub const fn __new(column: &'static str, expr: &'static str) -> Self {
+        SetColumn { column, expr }
+    }
+
+    /// The column written.
+    pub const fn column(&self) -> &'static str {
+        self.column
+    }
+
+    /// The SQL expression written into it, as given in the attribute.
+    pub const fn expr(&self) -> &'static str {
+        self.expr
+    }
+}
+
+/// One named transition: its source states, its target and its SQL.
+#[derive(Debug)]
+pub struct TransitionDef<S: 'static> {
+    name: &'static str,
+    sources: &'static [S],
+    target: S,
+    set: &'static [SetColumn],
+    update: Sql,
+}
+
+impl<S: StateMachine> TransitionDef<S> {
+    #[doc(hidden)]
+    pub const fn __new(
+        name: &'static str,
+        sources: &'static [S],
+        target: S,
+        set: &'static [SetColumn],
+        update: Sql,
+    ) -> Self {
+        TransitionDef {
+            name,
+            sources,
+            target,
+            set,
+            update,
+        }
+    }
+
+    /// The transition's name, e.g. `start`.
+    pub const fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The states it may start from.
+    pub const fn sources(&self) -> &'static [S] {
+        self.sources
+    }
+
+    /// The state it moves the row to.
+    pub const fn target(&self) -> S {
+        self.target
+    }
+
+    /// Columns written besides the status, in declaration order.
+    pub const fn set_columns(&self) -> &'static [SetColumn] {
+        self.set
+    }
+
+    /// The compare-and-set `UPDATE` for each dialect.
+    pub const fn update_sql(&self) -> &Sql {
+        &self.update
+    }
+
+    /// This transition as a value that can be applied.
+    pub const fn transition(&'static self) -> Transition<S> {
+        Transition::from_def(self)
+    }
+}

@@ -1,0 +1,270 @@
+//! `Transition<S>`: one named move, and `apply`, the compare-and-set that
+//! runs it.
+
+use core::fmt;
+use core::time::Duration;
+
+use crate::StateMachine;
+use crate::dialect::Backend;
+use crate::error::Error;
+use crate::executor::Executor;
+use crate::machine::TransitionDef;
+use crate::outcome::{Outcome, Won};
+
+/// Attempts made in autocommit before giving up with
+/// [`Error::Contention`]. Each attempt after a serialization failure or
+/// deadlock waits a jittered, growing delay first.
+const MAX_ATTEMPTS: u32 = 10;
+const BACKOFF_BASE: Duration = Duration::from_millis(2);
+const BACKOFF_CAP: Duration = Duration::from_millis(100);
+
+/// One named transition of a machine, e.g. `PayoutStatus::start()`.
+///
+/// A small `Copy` value pointing at compile-time metadata and SQL text.
+pub struct Transition<S: 'static> {
+    def: &'static TransitionDef<S>,
+}
+
+impl<S: StateMachine> Transition<S> {
+    pub(crate) const fn from_def(def: &'static TransitionDef<S>) -> Self {
+        Transition { def }
+    }
+
+    /// The transition's name, e.g. `start`.
+    pub const fn name(self) -> &'static str {
+        self.def.name()
+    }
+
+    /// The state a win moves the row to.
+    pub const fn target(self) -> S {
+        self.def.target()
+    }
+
+    /// The states it may start from.
+    pub const fn sources(self) -> &'static [S] {
+        self.def.sources()
+    }
+
+    /// The full metadata, including the SQL text for each dialect.
+    pub const fn def(self) -> &'static TransitionDef<S> {
+        self.def
+    }
+
+    /// Runs the compare-and-set on the row whose key is `key`.
+    ///
+    /// One `UPDATE … WHERE key = ? AND status IN (sources)` on the winning
+    /// path. If it changed no row, a fresh `SELECT` of the status tells why:
+    /// the row is already in the target ([`Outcome::AlreadyInState`]),
+    /// somewhere this transition cannot start from ([`Outcome::Conflict`]),
+    /// or absent ([`Outcome::NotFound`]).
+    ///
+    /// `executor` is a `&Pool`, a `&mut` connection or a `&mut Transaction`.
+    /// On a pool or a connection outside a transaction, serialization
+    /// failures and deadlocks are retried with jittered backoff. Inside a
+    /// transaction they end in [`Error::RetryTransaction`].
+    pub async fn apply<E, K>(self, mut executor: E, key: K) -> Result<Outcome<S>, Error>
+    where
+        E: Executor,
+        K: for<'q> sqlx::Encode<'q, E::Database> + sqlx::Type<E::Database> + Send + Sync,
+    {
+        let def = self.def;
+        let machine = S::MACHINE;
+        let update = <E::Database as Backend>::sql(def.update_sql());
+        let select = <E::Database as Backend>::sql(machine.select_sql());
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let result = match key_arguments::<E::Database, K>(&key) {
+                Ok(args) => {
+                    sqlx::query_with(update, args)
+                        .execute(executor.reborrow())
+                        .await
+                }
+                Err(error) => Err(error),
+            };
+            match result {
+                Ok(done) => match <E::Database as Backend>::rows_affected(&done) {
+                    0 => {}
+                    1 => return Ok(Outcome::Applied(Won::new(self))),
+                    rows => {
+                        return Err(Error::AmbiguousKey {
+                            table: machine.table(),
+                            key: machine.key(),
+                            transition: def.name(),
+                            rows,
+                        });
+                    }
+                },
+                Err(error) => {
+                    self.before_retry(&executor, error, attempts).await?;
+                    continue;
+                }
+            }
+
+            // Zero rows: read the state with a statement of its own, so that
+            // it sees what the racing winner committed.
+            let row = match key_arguments::<E::Database, K>(&key) {
+                Ok(args) => {
+                    sqlx::query_with(select, args)
+                        .fetch_optional(executor.reborrow())
+                        .await
+                }
+                Err(error) => Err(error),
+            };
+            let row = match row {
+                Ok(row) => row,
+                Err(error) => {
+                    self.before_retry(&executor, error, attempts).await?;
+                    continue;
+                }
+            };
+            let Some(row) = row else {
+                return Ok(Outcome::NotFound);
+            };
+            let text = <E::Database as Backend>::status_text(&row).map_err(|e| self.db_error(e))?;
+            let current = S::parse_db_str(&text)?;
+            if current == def.target() {
+                return Ok(Outcome::AlreadyInState(current));
+            }
+            if !def.sources().contains(&current) {
+                return Ok(Outcome::Conflict { current });
+            }
+            // The row is in a source state, yet the UPDATE matched nothing:
+            // it moved away and back between the two statements. Try again.
+            if attempts >= MAX_ATTEMPTS {
+                return Err(self.contention(attempts, None));
+            }
+            tracing::debug!(
+                table = machine.table(),
+                transition = def.name(),
+                attempts,
+                "row back in a source state after a lost compare-and-set; retrying"
+            );
+        }
+    }
+
+    /// Decides what a failed statement means: `Ok` after sleeping when a
+    /// fresh autocommit attempt may succeed, the error to return otherwise.
+    async fn before_retry<E: Executor>(
+        self,
+        executor: &E,
+        error: sqlx::Error,
+        attempts: u32,
+    ) -> Result<(), Error> {
+        if !<E::Database as Backend>::is_retryable(&error) {
+            return Err(self.db_error(error));
+        }
+        if executor.in_transaction() {
+            return Err(Error::RetryTransaction {
+                table: S::MACHINE.table(),
+                transition: self.name(),
+                source: error,
+            });
+        }
+        if attempts >= MAX_ATTEMPTS {
+            return Err(self.contention(attempts, Some(error)));
+        }
+        tracing::debug!(
+            table = S::MACHINE.table(),
+            transition = self.name(),
+            attempts,
+            %error,
+            "retryable database error; backing off"
+        );
+        tokio::time::sleep(backoff(attempts)).await;
+        Ok(())
+    }
+
+    fn db_error(self, source: sqlx::Error) -> Error {
+        Error::Database {
+            table: S::MACHINE.table(),
+            transition: self.name(),
+            source,
+        }
+    }
+
+    fn contention(self, attempts: u32, last: Option<sqlx::Error>) -> Error {
+        Error::Contention {
+            table: S::MACHINE.table(),
+            transition: self.name(),
+            attempts,
+            last,
+        }
+    }
+}
+
+/// The one bound parameter of both statements: the row key.
+fn key_arguments<DB: Backend, K>(key: &K) -> Result<DB::Args, sqlx::Error>
+where
+    K: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    let mut args = DB::Args::default();
+    sqlx::Arguments::add(&mut args, key).map_err(sqlx::Error::Encode)?;
+    Ok(args)
+}
+
+/// Full jitter: a uniform delay between zero and an exponentially growing
+/// cap, so that racing retries spread out instead of colliding again.
+fn backoff(attempt: u32) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let ceiling = BACKOFF_BASE
+        .saturating_mul(1 << attempt.min(16))
+        .min(BACKOFF_CAP);
+    // Each RandomState is freshly keyed, which is all the randomness jitter
+    // needs.
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    let nanos = u64::try_from(ceiling.as_nanos()).unwrap_or(u64::MAX);
+    Duration::from_nanos(random % nanos.max(1))
+}
+
+impl<S: StateMachine> Clone for Transition<S> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<S: StateMachine> Copy for Transition<S> {}
+
+impl<S: StateMachine> PartialEq for Transition<S> {
+    fn eq(&self, other: &Self) -> bool {
+        core::ptr::eq(self.def, other.def) || self.def.name() == other.def.name()
+    }
+}
+
+impl<S: StateMachine> Eq for Transition<S> {}
+
+impl<S: StateMachine> fmt::Debug for Transition<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Transition")
+            .field("name", &self.name())
+            .field("sources", &self.sources())
+            .field("target", &self.target())
+            .finish()
+    }
+}
+
+impl<S: StateMachine> fmt::Display for Transition<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_stays_under_its_cap() {
+        for attempt in 1..40 {
+            assert!(backoff(attempt) <= BACKOFF_CAP);
+        }
+    }
+
+    #[test]
+    fn backoff_is_jittered() {
+        let delays: std::collections::HashSet<_> = (0..32).map(|_| backoff(6)).collect();
+        assert!(delays.len() > 1, "32 draws gave one delay: {delays:?}");
+    }
+}
