@@ -1,8 +1,14 @@
 //! What `Transition::apply` accepts: a pool, a connection or a transaction.
 
+#[allow(unused_imports)] // unused when no backend feature is enabled
 use sqlx::{Connection, Pool, Transaction};
 
+use core::pin::Pin;
+
 use crate::dialect::Backend;
+
+/// The future type sqlx's own executors return.
+pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 mod sealed {
     pub trait Sealed {}
@@ -21,63 +27,85 @@ pub trait Executor: Send + sealed::Sealed {
     type Database: Backend;
 
     #[doc(hidden)]
-    type Inner<'e>: sqlx::Executor<'e, Database = Self::Database>
-    where
-        Self: 'e;
+    fn execute(
+        &mut self,
+        sql: &'static str,
+        args: <Self::Database as Backend>::Args,
+    ) -> BoxFuture<'_, Result<<Self::Database as sqlx::Database>::QueryResult, sqlx::Error>>;
 
     #[doc(hidden)]
-    fn reborrow(&mut self) -> Self::Inner<'_>;
+    fn fetch_optional(
+        &mut self,
+        sql: &'static str,
+        args: <Self::Database as Backend>::Args,
+    ) -> BoxFuture<'_, Result<Option<<Self::Database as sqlx::Database>::Row>, sqlx::Error>>;
 
     /// Whether the statements run inside a transaction the caller owns.
     fn in_transaction(&self) -> bool;
 }
 
-impl<DB: Backend> sealed::Sealed for &Pool<DB> {}
-
-impl<'p, DB: Backend> Executor for &'p Pool<DB>
-where
-    for<'e> &'e Pool<DB>: sqlx::Executor<'e, Database = DB>,
-{
-    type Database = DB;
-
-    type Inner<'e>
-        = &'e Pool<DB>
-    where
-        Self: 'e;
-
-    fn reborrow(&mut self) -> &Pool<DB> {
-        self
-    }
-
-    fn in_transaction(&self) -> bool {
-        false
-    }
-}
-
-impl<DB: Backend> sealed::Sealed for &mut Transaction<'_, DB> {}
-
-impl<DB: Backend> Executor for &mut Transaction<'_, DB>
-where
-    for<'e> &'e mut DB::Connection: sqlx::Executor<'e, Database = DB>,
-{
-    type Database = DB;
-
-    type Inner<'e>
-        = &'e mut DB::Connection
-    where
-        Self: 'e;
-
-    fn reborrow(&mut self) -> &mut DB::Connection {
-        self
-    }
-
-    fn in_transaction(&self) -> bool {
-        true
-    }
-}
-
-macro_rules! connection_executor {
+// One impl per backend rather than one generic impl: a generic impl needs a
+// higher-ranked `for<'e> &'e mut DB::Connection: sqlx::Executor<'e>` bound,
+// and such bounds make the `apply` future fail the `Send` check that
+// `tokio::spawn` performs ("implementation is not general enough").
+macro_rules! executors {
     ($feature:literal, $db:ty, $conn:ty) => {
+        #[cfg(feature = $feature)]
+        impl sealed::Sealed for &Pool<$db> {}
+
+        #[cfg(feature = $feature)]
+        impl Executor for &Pool<$db> {
+            type Database = $db;
+
+            fn execute(
+                &mut self,
+                sql: &'static str,
+                args: <$db as Backend>::Args,
+            ) -> BoxFuture<'_, Result<<$db as sqlx::Database>::QueryResult, sqlx::Error>> {
+                sqlx::Executor::execute(&**self, sqlx::query_with(sql, args))
+            }
+
+            fn fetch_optional(
+                &mut self,
+                sql: &'static str,
+                args: <$db as Backend>::Args,
+            ) -> BoxFuture<'_, Result<Option<<$db as sqlx::Database>::Row>, sqlx::Error>> {
+                sqlx::Executor::fetch_optional(&**self, sqlx::query_with(sql, args))
+            }
+
+            fn in_transaction(&self) -> bool {
+                false
+            }
+        }
+
+        #[cfg(feature = $feature)]
+        impl sealed::Sealed for &mut Transaction<'_, $db> {}
+
+        #[cfg(feature = $feature)]
+        impl Executor for &mut Transaction<'_, $db> {
+            type Database = $db;
+
+            fn execute(
+                &mut self,
+                sql: &'static str,
+                args: <$db as Backend>::Args,
+            ) -> BoxFuture<'_, Result<<$db as sqlx::Database>::QueryResult, sqlx::Error>> {
+                sqlx::Executor::execute(&mut ***self, sqlx::query_with(sql, args))
+            }
+
+            fn fetch_optional(
+                &mut self,
+                sql: &'static str,
+                args: <$db as Backend>::Args,
+            ) -> BoxFuture<'_, Result<Option<<$db as sqlx::Database>::Row>, sqlx::Error>> {
+                sqlx::Executor::fetch_optional(&mut ***self, sqlx::query_with(sql, args))
+            }
+
+            fn in_transaction(&self) -> bool {
+                true
+            }
+        }
+
         #[cfg(feature = $feature)]
         impl sealed::Sealed for &mut $conn {}
 
@@ -85,13 +113,20 @@ macro_rules! connection_executor {
         impl Executor for &mut $conn {
             type Database = $db;
 
-            type Inner<'e>
-                = &'e mut $conn
-            where
-                Self: 'e;
+            fn execute(
+                &mut self,
+                sql: &'static str,
+                args: <$db as Backend>::Args,
+            ) -> BoxFuture<'_, Result<<$db as sqlx::Database>::QueryResult, sqlx::Error>> {
+                sqlx::Executor::execute(&mut **self, sqlx::query_with(sql, args))
+            }
 
-            fn reborrow(&mut self) -> &mut $conn {
-                self
+            fn fetch_optional(
+                &mut self,
+                sql: &'static str,
+                args: <$db as Backend>::Args,
+            ) -> BoxFuture<'_, Result<Option<<$db as sqlx::Database>::Row>, sqlx::Error>> {
+                sqlx::Executor::fetch_optional(&mut **self, sqlx::query_with(sql, args))
             }
 
             fn in_transaction(&self) -> bool {
@@ -101,6 +136,6 @@ macro_rules! connection_executor {
     };
 }
 
-connection_executor!("postgres", sqlx::Postgres, sqlx::PgConnection);
-connection_executor!("sqlite", sqlx::Sqlite, sqlx::SqliteConnection);
-connection_executor!("mysql", sqlx::MySql, sqlx::MySqlConnection);
+executors!("postgres", sqlx::Postgres, sqlx::PgConnection);
+executors!("sqlite", sqlx::Sqlite, sqlx::SqliteConnection);
+executors!("mysql", sqlx::MySql, sqlx::MySqlConnection);

@@ -75,11 +75,7 @@ impl<S: StateMachine> Transition<S> {
         loop {
             attempts += 1;
             let result = match key_arguments::<E::Database, K>(&key) {
-                Ok(args) => {
-                    sqlx::query_with(update, args)
-                        .execute(executor.reborrow())
-                        .await
-                }
+                Ok(args) => executor.execute(update, args).await,
                 Err(error) => Err(error),
             };
             match result {
@@ -104,11 +100,7 @@ impl<S: StateMachine> Transition<S> {
             // Zero rows: read the state with a statement of its own, so that
             // it sees what the racing winner committed.
             let row = match key_arguments::<E::Database, K>(&key) {
-                Ok(args) => {
-                    sqlx::query_with(select, args)
-                        .fetch_optional(executor.reborrow())
-                        .await
-                }
+                Ok(args) => executor.fetch_optional(select, args).await,
                 Err(error) => Err(error),
             };
             let row = match row {

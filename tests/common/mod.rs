@@ -1,0 +1,326 @@
+//! Real databases for the integration tests: SQLite in a temporary file,
+//! PostgreSQL in a schema of its own per test.
+//!
+//! Server-backed tests read `STATEGUARD_POSTGRES_URL`. Without it they print
+//! why they were skipped and pass, unless `STATEGUARD_REQUIRE_SERVERS=1`
+//! (set by CI) turns a missing server into a failure.
+
+#![allow(dead_code)] // each test file uses its own part of the harness
+
+use std::io::Write;
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
+use sqlx::{Connection, PgPool, SqlitePool};
+use stateguard::StateMachine;
+
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(table = "payouts", column = "status", key = "id")]
+pub enum PayoutStatus {
+    #[state(initial)]
+    #[transition(start -> Sending, set(attempts = "attempts + 1"))]
+    #[transition(cancel -> Cancelled)]
+    Pending,
+    #[transition(confirm -> Sent, set(sent_at = "CURRENT_TIMESTAMP"))]
+    #[transition(fail -> Failed)]
+    #[transition(cancel -> Cancelled)]
+    Sending,
+    Sent,
+    Failed,
+    Cancelled,
+}
+
+/// Prints past libtest's output capture, so a skip is visible in a normal
+/// `cargo test` run.
+pub fn say(message: &str) {
+    let _ = writeln!(std::io::stderr(), "{message}");
+}
+
+fn require_servers() -> bool {
+    std::env::var("STATEGUARD_REQUIRE_SERVERS").is_ok_and(|v| v == "1")
+}
+
+/// The server URL in `var`, or `None` after saying why the test is skipped.
+fn server_url(var: &str, test: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            assert!(
+                !require_servers(),
+                "{var} is unset but STATEGUARD_REQUIRE_SERVERS=1: `{test}` needs that server"
+            );
+            say(&format!("skipped `{test}`: {var} is unset"));
+            None
+        }
+    }
+}
+
+/// PostgreSQL isolation levels, set as each connection's default so that
+/// autocommit statements and `begin()` both run under it.
+#[derive(Debug, Clone, Copy)]
+pub enum Isolation {
+    ReadCommitted,
+    RepeatableRead,
+    Serializable,
+}
+
+impl Isolation {
+    fn sql(self) -> &'static str {
+        match self {
+            Isolation::ReadCommitted => "read committed",
+            Isolation::RepeatableRead => "repeatable read",
+            Isolation::Serializable => "serializable",
+        }
+    }
+}
+
+/// `open!(Sqlite, "name")`, `open!(Postgres, "name")` or
+/// `open!(Postgres, "name", Isolation::Serializable)`: the test's own
+/// database, or `None` when its server is not configured.
+#[macro_export]
+macro_rules! open {
+    (Sqlite, $test:literal) => {
+        $crate::common::Sqlite::open($test).await
+    };
+    (Postgres, $test:literal) => {
+        $crate::open!(Postgres, $test, $crate::common::Isolation::ReadCommitted)
+    };
+    (Postgres, $test:literal, $isolation:expr) => {
+        $crate::common::Postgres::open_with(
+            $test,
+            [
+                concat!("DROP SCHEMA IF EXISTS sg_", $test, " CASCADE"),
+                concat!("CREATE SCHEMA sg_", $test),
+            ],
+            $isolation,
+        )
+        .await
+    };
+}
+
+pub struct Sqlite {
+    pub pool: SqlitePool,
+    _dir: tempfile::TempDir,
+}
+
+impl Sqlite {
+    /// A fresh file database in WAL mode with a pool of 8 connections.
+    pub async fn open(_test: &str) -> Option<Self> {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let options = SqliteConnectOptions::new()
+            .filename(dir.path().join("test.db"))
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .busy_timeout(Duration::from_secs(30));
+        let pool = SqlitePoolOptions::new()
+            .max_connections(8)
+            .connect_with(options)
+            .await
+            .expect("open SQLite");
+        sqlx::query(
+            "CREATE TABLE payouts (
+                id INTEGER PRIMARY KEY,
+                status TEXT NOT NULL,
+                attempts INTEGER NOT NULL DEFAULT 0,
+                sent_at TEXT
+            )",
+        )
+        .execute(&pool)
+        .await
+        .expect("create table");
+        Some(Sqlite { pool, _dir: dir })
+    }
+
+    /// Rows `1..=n`, all `pending`.
+    pub async fn seed(&self, n: i64) {
+        sqlx::query(
+            "WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < ?1)
+             INSERT INTO payouts (id, status) SELECT i, 'pending' FROM s",
+        )
+        .bind(n)
+        .execute(&self.pool)
+        .await
+        .expect("seed");
+    }
+
+    pub async fn status(&self, id: i64) -> Option<String> {
+        sqlx::query_scalar("SELECT status FROM payouts WHERE id = ?1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .expect("read status")
+    }
+
+    pub async fn insert(&self, id: i64, status: &str) {
+        sqlx::query("INSERT INTO payouts (id, status) VALUES (?1, ?2)")
+            .bind(id)
+            .bind(status)
+            .execute(&self.pool)
+            .await
+            .expect("insert");
+    }
+
+    /// The status decoded through the derived `sqlx::Decode`.
+    pub async fn status_as_enum(&self, id: i64) -> Result<PayoutStatus, sqlx::Error> {
+        sqlx::query_scalar("SELECT status FROM payouts WHERE id = ?1")
+            .bind(id)
+            .fetch_one(&self.pool)
+            .await
+    }
+
+    pub async fn set_status_raw(&self, id: i64, status: &str) {
+        sqlx::query("UPDATE payouts SET status = ?1 WHERE id = ?2")
+            .bind(status)
+            .bind(id)
+            .execute(&self.pool)
+            .await
+            .expect("raw update");
+    }
+
+    /// `(attempts, sent_at IS NOT NULL)` of a row.
+    pub async fn columns(&self, id: i64) -> (i64, bool) {
+        sqlx::query_as("SELECT attempts, sent_at IS NOT NULL FROM payouts WHERE id = ?1")
+            .bind(id)
+            .fetch_one(&self.pool)
+            .await
+            .expect("read columns")
+    }
+
+    pub async fn count_in(&self, status: &str) -> i64 {
+        sqlx::query_scalar("SELECT COUNT(*) FROM payouts WHERE status = ?1")
+            .bind(status)
+            .fetch_one(&self.pool)
+            .await
+            .expect("count")
+    }
+
+    pub async fn total_attempts(&self) -> i64 {
+        sqlx::query_scalar("SELECT SUM(attempts) FROM payouts")
+            .fetch_one(&self.pool)
+            .await
+            .expect("sum attempts")
+    }
+}
+
+pub struct Postgres {
+    pub pool: PgPool,
+}
+
+impl Postgres {
+    /// A schema of the test's own, dropped and made anew, with every
+    /// connection's default isolation set to `isolation`. Called through
+    /// [`open!`], which writes the schema statements as literals.
+    pub async fn open_with(
+        test: &str,
+        schema_sql: [&'static str; 2],
+        isolation: Isolation,
+    ) -> Option<Self> {
+        let url = server_url("STATEGUARD_POSTGRES_URL", test)?;
+        let schema = format!("sg_{test}");
+        let mut admin = sqlx::PgConnection::connect(&url)
+            .await
+            .unwrap_or_else(|e| panic!("connect to PostgreSQL at {url}: {e}"));
+        for statement in schema_sql {
+            sqlx::query(statement)
+                .execute(&mut admin)
+                .await
+                .expect("make schema");
+        }
+        admin.close().await.ok();
+        let options = PgConnectOptions::from_str(&url)
+            .expect("PostgreSQL URL")
+            .options([
+                ("search_path", schema.as_str()),
+                ("default_transaction_isolation", isolation.sql()),
+            ]);
+        let pool = PgPoolOptions::new()
+            .max_connections(16)
+            .acquire_timeout(Duration::from_secs(60))
+            .connect_with(options)
+            .await
+            .expect("PostgreSQL pool");
+        sqlx::query(
+            "CREATE TABLE payouts (
+                id BIGINT PRIMARY KEY,
+                status TEXT NOT NULL,
+                attempts INT NOT NULL DEFAULT 0,
+                sent_at TIMESTAMPTZ
+            )",
+        )
+        .execute(&pool)
+        .await
+        .expect("create table");
+        Some(Postgres { pool })
+    }
+
+    pub async fn seed(&self, n: i64) {
+        sqlx::query(
+            "INSERT INTO payouts (id, status) SELECT g, 'pending' FROM generate_series(1, $1) g",
+        )
+        .bind(n)
+        .execute(&self.pool)
+        .await
+        .expect("seed");
+    }
+
+    pub async fn status(&self, id: i64) -> Option<String> {
+        sqlx::query_scalar("SELECT status FROM payouts WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .expect("read status")
+    }
+
+    pub async fn insert(&self, id: i64, status: &str) {
+        sqlx::query("INSERT INTO payouts (id, status) VALUES ($1, $2)")
+            .bind(id)
+            .bind(status)
+            .execute(&self.pool)
+            .await
+            .expect("insert");
+    }
+
+    /// The status decoded through the derived `sqlx::Decode`.
+    pub async fn status_as_enum(&self, id: i64) -> Result<PayoutStatus, sqlx::Error> {
+        sqlx::query_scalar("SELECT status FROM payouts WHERE id = $1")
+            .bind(id)
+            .fetch_one(&self.pool)
+            .await
+    }
+
+    pub async fn set_status_raw(&self, id: i64, status: &str) {
+        sqlx::query("UPDATE payouts SET status = $1 WHERE id = $2")
+            .bind(status)
+            .bind(id)
+            .execute(&self.pool)
+            .await
+            .expect("raw update");
+    }
+
+    pub async fn columns(&self, id: i64) -> (i64, bool) {
+        let (attempts, sent): (i32, bool) =
+            sqlx::query_as("SELECT attempts, sent_at IS NOT NULL FROM payouts WHERE id = $1")
+                .bind(id)
+                .fetch_one(&self.pool)
+                .await
+                .expect("read columns");
+        (i64::from(attempts), sent)
+    }
+
+    pub async fn count_in(&self, status: &str) -> i64 {
+        sqlx::query_scalar("SELECT COUNT(*) FROM payouts WHERE status = $1")
+            .bind(status)
+            .fetch_one(&self.pool)
+            .await
+            .expect("count")
+    }
+
+    pub async fn total_attempts(&self) -> i64 {
+        sqlx::query_scalar("SELECT SUM(attempts)::BIGINT FROM payouts")
+            .fetch_one(&self.pool)
+            .await
+            .expect("sum attempts")
+    }
+}

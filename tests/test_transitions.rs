@@ -1,0 +1,378 @@
+//! Behaviour of `Transition::apply` on every backend, from one test body per
+//! behaviour: multi-source transitions, Conflict, NotFound, `set` columns,
+//! pools, connections and transactions, unknown status strings.
+
+mod common;
+
+use common::PayoutStatus;
+use stateguard::{Error, Outcome};
+
+macro_rules! behaviour_tests {
+    ($backend:ident) => {
+        use super::*;
+
+        #[tokio::test]
+        async fn start_wins_once_then_replays_are_already_in_state() {
+            let Some(db) = open!($backend, "start_once") else {
+                return;
+            };
+            db.seed(1).await;
+            let won = match PayoutStatus::start().apply(&db.pool, 1_i64).await.unwrap() {
+                Outcome::Applied(won) => won,
+                other => panic!("first attempt must win, got {other:?}"),
+            };
+            assert_eq!(won.state(), PayoutStatus::Sending);
+            assert_eq!(won.transition(), PayoutStatus::start());
+            for _ in 0..3 {
+                let replay = PayoutStatus::start().apply(&db.pool, 1_i64).await.unwrap();
+                assert_eq!(replay, Outcome::AlreadyInState(PayoutStatus::Sending));
+            }
+            assert_eq!(db.status(1).await.as_deref(), Some("sending"));
+            // `set(attempts = "attempts + 1")` ran once, with the win only.
+            assert_eq!(db.columns(1).await, (1, false));
+        }
+
+        #[tokio::test]
+        async fn cancel_starts_from_either_source_state() {
+            let Some(db) = open!($backend, "multi_source") else {
+                return;
+            };
+            db.seed(2).await;
+            // Row 1 cancelled from Pending, row 2 from Sending.
+            let from_pending = PayoutStatus::cancel().apply(&db.pool, 1_i64).await.unwrap();
+            assert!(from_pending.is_applied(), "{from_pending:?}");
+            assert!(
+                PayoutStatus::start()
+                    .apply(&db.pool, 2_i64)
+                    .await
+                    .unwrap()
+                    .is_applied()
+            );
+            let from_sending = PayoutStatus::cancel().apply(&db.pool, 2_i64).await.unwrap();
+            assert!(from_sending.is_applied(), "{from_sending:?}");
+            assert_eq!(db.status(1).await.as_deref(), Some("cancelled"));
+            assert_eq!(db.status(2).await.as_deref(), Some("cancelled"));
+            assert_eq!(
+                PayoutStatus::cancel().sources(),
+                &[PayoutStatus::Pending, PayoutStatus::Sending]
+            );
+        }
+
+        #[tokio::test]
+        async fn cancel_after_sent_is_a_conflict() {
+            let Some(db) = open!($backend, "conflict") else {
+                return;
+            };
+            db.seed(1).await;
+            assert!(
+                PayoutStatus::start()
+                    .apply(&db.pool, 1_i64)
+                    .await
+                    .unwrap()
+                    .is_applied()
+            );
+            assert!(
+                PayoutStatus::confirm()
+                    .apply(&db.pool, 1_i64)
+                    .await
+                    .unwrap()
+                    .is_applied()
+            );
+            let late = PayoutStatus::cancel().apply(&db.pool, 1_i64).await.unwrap();
+            assert_eq!(
+                late,
+                Outcome::Conflict {
+                    current: PayoutStatus::Sent
+                }
+            );
+            assert_eq!(db.status(1).await.as_deref(), Some("sent"));
+            // A transition that skips a step is a conflict too.
+            let early = PayoutStatus::confirm()
+                .apply(&db.pool, 1_i64)
+                .await
+                .unwrap();
+            assert_eq!(early, Outcome::AlreadyInState(PayoutStatus::Sent));
+            db.insert(2, "pending").await;
+            let skip = PayoutStatus::confirm()
+                .apply(&db.pool, 2_i64)
+                .await
+                .unwrap();
+            assert_eq!(
+                skip,
+                Outcome::Conflict {
+                    current: PayoutStatus::Pending
+                }
+            );
+            assert_eq!(db.status(2).await.as_deref(), Some("pending"));
+        }
+
+        #[tokio::test]
+        async fn missing_row_is_not_found() {
+            let Some(db) = open!($backend, "not_found") else {
+                return;
+            };
+            db.seed(1).await;
+            let outcome = PayoutStatus::start()
+                .apply(&db.pool, 404_i64)
+                .await
+                .unwrap();
+            assert_eq!(outcome, Outcome::NotFound);
+            assert_eq!(db.status(404).await, None);
+        }
+
+        #[tokio::test]
+        async fn set_columns_are_written_by_the_winning_statement() {
+            let Some(db) = open!($backend, "set_columns") else {
+                return;
+            };
+            db.seed(1).await;
+            assert_eq!(db.columns(1).await, (0, false));
+            assert!(
+                PayoutStatus::start()
+                    .apply(&db.pool, 1_i64)
+                    .await
+                    .unwrap()
+                    .is_applied()
+            );
+            assert_eq!(db.columns(1).await, (1, false));
+            assert!(
+                PayoutStatus::confirm()
+                    .apply(&db.pool, 1_i64)
+                    .await
+                    .unwrap()
+                    .is_applied()
+            );
+            assert_eq!(db.columns(1).await, (1, true));
+            // A lost attempt writes nothing.
+            let replay = PayoutStatus::confirm()
+                .apply(&db.pool, 1_i64)
+                .await
+                .unwrap();
+            assert!(!replay.is_applied());
+            assert_eq!(db.columns(1).await, (1, true));
+        }
+
+        #[tokio::test]
+        async fn apply_on_a_connection() {
+            let Some(db) = open!($backend, "on_connection") else {
+                return;
+            };
+            db.seed(1).await;
+            let mut conn = db.pool.acquire().await.unwrap();
+            assert!(
+                PayoutStatus::start()
+                    .apply(&mut *conn, 1_i64)
+                    .await
+                    .unwrap()
+                    .is_applied()
+            );
+            let replay = PayoutStatus::start()
+                .apply(&mut *conn, 1_i64)
+                .await
+                .unwrap();
+            assert_eq!(replay, Outcome::AlreadyInState(PayoutStatus::Sending));
+            drop(conn);
+            assert_eq!(db.status(1).await.as_deref(), Some("sending"));
+        }
+
+        #[tokio::test]
+        async fn apply_in_a_transaction_that_rolls_back_changes_nothing() {
+            let Some(db) = open!($backend, "tx_rollback") else {
+                return;
+            };
+            db.seed(1).await;
+            let mut tx = db.pool.begin().await.unwrap();
+            assert!(
+                PayoutStatus::start()
+                    .apply(&mut tx, 1_i64)
+                    .await
+                    .unwrap()
+                    .is_applied()
+            );
+            // Inside the transaction the move is visible...
+            let again = PayoutStatus::start().apply(&mut tx, 1_i64).await.unwrap();
+            assert_eq!(again, Outcome::AlreadyInState(PayoutStatus::Sending));
+            tx.rollback().await.unwrap();
+            // ...and after the rollback it never happened.
+            assert_eq!(db.status(1).await.as_deref(), Some("pending"));
+            assert_eq!(db.columns(1).await, (0, false));
+        }
+
+        #[tokio::test]
+        async fn apply_in_a_transaction_that_commits() {
+            let Some(db) = open!($backend, "tx_commit") else {
+                return;
+            };
+            db.seed(1).await;
+            let mut tx = db.pool.begin().await.unwrap();
+            assert!(
+                PayoutStatus::start()
+                    .apply(&mut tx, 1_i64)
+                    .await
+                    .unwrap()
+                    .is_applied()
+            );
+            assert!(
+                PayoutStatus::confirm()
+                    .apply(&mut tx, 1_i64)
+                    .await
+                    .unwrap()
+                    .is_applied()
+            );
+            tx.commit().await.unwrap();
+            assert_eq!(db.status(1).await.as_deref(), Some("sent"));
+            assert_eq!(db.columns(1).await, (1, true));
+        }
+
+        #[tokio::test]
+        async fn unknown_status_string_is_an_error_that_names_it() {
+            let Some(db) = open!($backend, "unknown_state") else {
+                return;
+            };
+            db.seed(1).await;
+            db.set_status_raw(1, "exploded").await;
+            let error = PayoutStatus::start()
+                .apply(&db.pool, 1_i64)
+                .await
+                .unwrap_err();
+            let Error::UnknownState(unknown) = &error else {
+                panic!("expected UnknownState, got {error:?}");
+            };
+            assert_eq!(unknown.value(), "exploded");
+            assert_eq!(unknown.machine(), "PayoutStatus");
+            let message = error.to_string();
+            assert!(message.contains("\"exploded\""), "{message}");
+            assert!(message.contains("payouts"), "{message}");
+            // The row is untouched.
+            assert_eq!(db.status(1).await.as_deref(), Some("exploded"));
+            // Decoding the column as the enum fails the same way, without a panic.
+            let decoded = db.status_as_enum(1).await;
+            let message = decoded.unwrap_err().to_string();
+            assert!(message.contains("exploded"), "{message}");
+        }
+    };
+}
+
+mod sqlite {
+    behaviour_tests!(Sqlite);
+}
+
+mod postgres {
+    behaviour_tests!(Postgres);
+}
+
+/// A deferred SQLite transaction that read an old snapshot cannot write: the
+/// statement fails with SQLITE_BUSY_SNAPSHOT and only a new transaction can
+/// succeed, so the library must not retry the statement in place.
+#[tokio::test]
+async fn sqlite_stale_transaction_must_be_retried_whole() {
+    let Some(db) = open!(Sqlite, "stale_tx") else {
+        return;
+    };
+    db.seed(1).await;
+    let mut tx = db.pool.begin().await.unwrap();
+    let seen: String = sqlx::query_scalar("SELECT status FROM payouts WHERE id = 1")
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    assert_eq!(seen, "pending");
+    assert!(
+        PayoutStatus::start()
+            .apply(&db.pool, 1_i64)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    let error = PayoutStatus::cancel()
+        .apply(&mut tx, 1_i64)
+        .await
+        .unwrap_err();
+    assert!(error.is_retry_transaction(), "{error:?}");
+    assert!(
+        error.to_string().contains("retry the whole transaction"),
+        "{error}"
+    );
+    tx.rollback().await.unwrap();
+    // Retried as a whole, the transaction sees the real state.
+    let mut tx = db.pool.begin().await.unwrap();
+    let outcome = PayoutStatus::cancel().apply(&mut tx, 1_i64).await.unwrap();
+    assert!(outcome.is_applied(), "{outcome:?}");
+    tx.commit().await.unwrap();
+    assert_eq!(db.status(1).await.as_deref(), Some("cancelled"));
+}
+
+/// Under REPEATABLE READ, updating a row that changed after the
+/// transaction's snapshot raises 40001 inside the caller's transaction.
+#[tokio::test]
+async fn postgres_serialization_failure_in_a_transaction_must_be_retried_whole() {
+    let Some(db) = open!(Postgres, "stale_tx", common::Isolation::RepeatableRead) else {
+        return;
+    };
+    db.seed(1).await;
+    let mut tx = db.pool.begin().await.unwrap();
+    let seen: String = sqlx::query_scalar("SELECT status FROM payouts WHERE id = 1")
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    assert_eq!(seen, "pending");
+    assert!(
+        PayoutStatus::start()
+            .apply(&db.pool, 1_i64)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    let error = PayoutStatus::cancel()
+        .apply(&mut tx, 1_i64)
+        .await
+        .unwrap_err();
+    let Error::RetryTransaction { source, .. } = &error else {
+        panic!("expected RetryTransaction, got {error:?}");
+    };
+    let code = source.as_database_error().and_then(|e| e.code());
+    assert_eq!(code.as_deref(), Some("40001"));
+    tx.rollback().await.unwrap();
+    assert_eq!(db.status(1).await.as_deref(), Some("sending"));
+    // The same statement in autocommit is retried by the library and settles.
+    let outcome = PayoutStatus::cancel().apply(&db.pool, 1_i64).await.unwrap();
+    assert!(outcome.is_applied(), "{outcome:?}");
+}
+
+/// A key that matches several rows is reported, not taken for a win.
+#[tokio::test]
+async fn a_key_matching_several_rows_is_an_error() {
+    use stateguard::StateMachine;
+
+    #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+    #[state_machine(table = "payouts", column = "status", key = "attempts")]
+    enum ByAttempts {
+        #[state(initial)]
+        #[transition(start -> Sending)]
+        Pending,
+        Sending,
+    }
+
+    let Some(db) = open!(Sqlite, "ambiguous") else {
+        return;
+    };
+    db.seed(3).await;
+    let error = ByAttempts::start()
+        .apply(&db.pool, 0_i64)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            Error::AmbiguousKey {
+                rows: 3,
+                key: "attempts",
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(
+        error.to_string().contains("must identify one row"),
+        "{error}"
+    );
+}
