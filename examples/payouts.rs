@@ -1,0 +1,243 @@
+//! A payout run: many workers race to send the same payouts, a fake bank
+//! counts the calls it receives, and replayed bank confirmations arrive
+//! afterwards. Exactly one worker wins each payout, so the bank is called
+//! once per payout however many workers and replays there are.
+//!
+//! ```text
+//! cargo run --example payouts                      # embedded SQLite, no setup
+//! DATABASE_URL=postgres://postgres@127.0.0.1:5432/test cargo run --example payouts
+//! ```
+//!
+//! On PostgreSQL it works in a schema of its own, `stateguard_example`,
+//! which it drops and creates anew on each run.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::{PgPool, Pool};
+use stateguard::{Backend, Outcome, StateMachine};
+
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(table = "payouts", column = "status", key = "id")]
+pub enum PayoutStatus {
+    #[state(initial)]
+    #[transition(start -> Sending)]
+    #[transition(cancel -> Cancelled)]
+    Pending,
+    #[transition(confirm -> Sent, set(sent_at = "CURRENT_TIMESTAMP"))]
+    #[transition(fail -> Failed)]
+    #[transition(cancel -> Cancelled)]
+    Sending,
+    Sent,
+    Failed,
+    Cancelled,
+}
+
+const PAYOUTS: i64 = 100;
+const WORKERS: usize = 8;
+/// Every tenth payout is cancelled by its owner before the run starts.
+const CANCEL_EVERY: i64 = 10;
+
+/// Stands in for the bank's API: it only counts what it is asked to do.
+#[derive(Default)]
+struct Bank {
+    transfers: AtomicUsize,
+}
+
+impl Bank {
+    async fn transfer(&self, _payout: i64) {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        self.transfers.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[derive(Default)]
+struct Report {
+    sent: AtomicUsize,
+    lost_races: AtomicUsize,
+    found_sent: AtomicUsize,
+    found_cancelled: AtomicUsize,
+    replays_already_sent: AtomicUsize,
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let url = std::env::var("DATABASE_URL").ok();
+    match url.as_deref() {
+        Some(url) if url.starts_with("postgres") => {
+            // The example keeps to a schema of its own, made anew each run.
+            let admin = PgPool::connect(url).await?;
+            sqlx::query("DROP SCHEMA IF EXISTS stateguard_example CASCADE")
+                .execute(&admin)
+                .await?;
+            sqlx::query("CREATE SCHEMA stateguard_example")
+                .execute(&admin)
+                .await?;
+            admin.close().await;
+            let options = sqlx::postgres::PgConnectOptions::from_str(url)?
+                .options([("search_path", "stateguard_example")]);
+            let pool = sqlx::postgres::PgPoolOptions::new()
+                .max_connections(WORKERS as u32)
+                .connect_with(options)
+                .await?;
+            for statement in [
+                "CREATE TABLE payouts (
+                    id BIGINT PRIMARY KEY,
+                    amount_cents BIGINT NOT NULL,
+                    status TEXT NOT NULL DEFAULT 'pending',
+                    sent_at TIMESTAMPTZ
+                )",
+                "INSERT INTO payouts (id, amount_cents)
+                 SELECT g, 1000 * g FROM generate_series(1, 100) g",
+            ] {
+                sqlx::query(statement).execute(&pool).await?;
+            }
+            run(pool, "PostgreSQL").await
+        }
+        Some(other) => Err(format!(
+            "DATABASE_URL must start with postgres:// (or be unset for SQLite), got {other:?}"
+        )
+        .into()),
+        None => {
+            let dir = std::env::temp_dir().join(format!("stateguard-payouts-{}", std::process::id()));
+            std::fs::create_dir_all(&dir)?;
+            let options = sqlx::sqlite::SqliteConnectOptions::new()
+                .filename(dir.join("payouts.db"))
+                .create_if_missing(true)
+                .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal);
+            let pool = sqlx::sqlite::SqlitePoolOptions::new()
+                .max_connections(WORKERS as u32)
+                .connect_with(options)
+                .await?;
+            for statement in [
+                "CREATE TABLE payouts (
+                    id INTEGER PRIMARY KEY,
+                    amount_cents INTEGER NOT NULL,
+                    status TEXT NOT NULL DEFAULT 'pending',
+                    sent_at TEXT
+                )",
+                "WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE i < 100)
+                 INSERT INTO payouts (id, amount_cents) SELECT i, 1000 * i FROM g",
+            ] {
+                sqlx::query(statement).execute(&pool).await?;
+            }
+            let result = run::<sqlx::Sqlite>(pool, "SQLite (embedded)").await;
+            std::fs::remove_dir_all(&dir).ok();
+            result
+        }
+    }
+}
+
+async fn run<DB: Backend>(pool: Pool<DB>, label: &str) -> Result<(), Box<dyn std::error::Error>>
+where
+    for<'p> &'p Pool<DB>: stateguard::Executor<Database = DB>,
+    i64: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    let bank = Arc::new(Bank::default());
+    let report = Arc::new(Report::default());
+
+    // Some owners cancel before the run.
+    let mut cancelled = 0;
+    for id in (CANCEL_EVERY..=PAYOUTS).step_by(CANCEL_EVERY as usize) {
+        if PayoutStatus::cancel().apply(&pool, id).await?.is_applied() {
+            cancelled += 1;
+        }
+    }
+
+    // Every worker tries every payout, each in its own order.
+    let mut workers = Vec::new();
+    for worker in 0..WORKERS {
+        let (pool, bank, report) = (pool.clone(), bank.clone(), report.clone());
+        workers.push(tokio::spawn(async move {
+            let offset = worker as i64 * PAYOUTS / WORKERS as i64;
+            for i in 0..PAYOUTS {
+                // Start at a different place, and walk backwards every other worker.
+                let step = if worker % 2 == 0 { i } else { PAYOUTS - i };
+                let id = (step + offset) % PAYOUTS + 1;
+                send_payout(&pool, &bank, &report, id).await?;
+            }
+            Ok::<_, stateguard::Error>(())
+        }));
+    }
+    for worker in workers {
+        worker.await??;
+    }
+
+    // The bank's confirmation webhook is delivered again for every payout.
+    for id in 1..=PAYOUTS {
+        if let Outcome::AlreadyInState(PayoutStatus::Sent) =
+            PayoutStatus::confirm().apply(&pool, id).await?
+        {
+            report.replays_already_sent.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    let transfers = bank.transfers.load(Ordering::SeqCst);
+    let sent = report.sent.load(Ordering::SeqCst);
+    println!("stateguard payouts on {label}");
+    println!("  payouts created:                    {PAYOUTS}");
+    println!("  cancelled before the run:           {cancelled}");
+    println!("  workers racing over every payout:   {WORKERS}");
+    println!("  payouts sent:                       {sent}");
+    println!("  bank transfers:                     {transfers}");
+    println!(
+        "  attempts that lost the race:        {} (AlreadyInState)",
+        report.lost_races.load(Ordering::SeqCst)
+    );
+    println!(
+        "  attempts that found it sent:        {} (Conflict)",
+        report.found_sent.load(Ordering::SeqCst)
+    );
+    println!(
+        "  attempts that found it cancelled:   {} (Conflict)",
+        report.found_cancelled.load(Ordering::SeqCst)
+    );
+    println!(
+        "  replayed confirmations:             {} (AlreadyInState)",
+        report.replays_already_sent.load(Ordering::SeqCst)
+    );
+    if transfers != sent || sent as i64 != PAYOUTS - cancelled {
+        return Err(format!("{transfers} bank transfers for {sent} payouts sent").into());
+    }
+    println!("  every payout sent exactly once: ok");
+    Ok(())
+}
+
+/// One worker's attempt at one payout.
+async fn send_payout<DB: Backend>(
+    pool: &Pool<DB>,
+    bank: &Bank,
+    report: &Report,
+    id: i64,
+) -> Result<(), stateguard::Error>
+where
+    for<'p> &'p Pool<DB>: stateguard::Executor<Database = DB>,
+    i64: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    match PayoutStatus::start().apply(pool, id).await? {
+        Outcome::Applied(_won) => {
+            // Only the winner gets here: call the bank, then record it.
+            bank.transfer(id).await;
+            if PayoutStatus::confirm().apply(pool, id).await?.is_applied() {
+                report.sent.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        Outcome::AlreadyInState(_) => {
+            report.lost_races.fetch_add(1, Ordering::SeqCst);
+        }
+        Outcome::Conflict {
+            current: PayoutStatus::Cancelled,
+        } => {
+            report.found_cancelled.fetch_add(1, Ordering::SeqCst);
+        }
+        // Already past `sending`: another worker finished it.
+        Outcome::Conflict { .. } => {
+            report.found_sent.fetch_add(1, Ordering::SeqCst);
+        }
+        Outcome::NotFound => unreachable!("payout {id} was created above"),
+    }
+    Ok(())
+}
+
