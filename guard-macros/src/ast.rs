@@ -24,6 +24,9 @@ pub struct MachineAttrs {
     pub key: Option<LitStr>,
     pub rename_all: Option<(LitStr, RenameRule)>,
     pub krate: Option<Path>,
+    /// An attribute failed to parse: what it held is unknown, so a "missing
+    /// `table`" would likely be a false report.
+    pub incomplete: bool,
 }
 
 pub struct Variant<'a> {
@@ -34,6 +37,11 @@ pub struct Variant<'a> {
     /// `#[state(rename = "…")]`
     pub rename: Option<LitStr>,
     pub transitions: Vec<TransitionAttr>,
+    /// A `#[state]` attribute failed to parse (it may have held `initial`).
+    pub state_incomplete: bool,
+    /// A `#[transition]` attribute failed to parse (it may have held an
+    /// edge that makes a state reachable).
+    pub transitions_incomplete: bool,
 }
 
 /// `#[transition(name -> Target, set(column = "expr", …))]`

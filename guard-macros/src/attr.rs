@@ -54,7 +54,12 @@ pub fn machine_attrs(cx: &mut Ctxt, attrs: &[Attribute]) -> MachineAttrs {
             // #[state_machine(crate = "my_stateguard")]
             } else if meta.path.is_ident("crate") {
                 let lit: LitStr = meta.value()?.parse()?;
-                let path = lit.parse_with(syn::Path::parse_mod_style)?;
+                let path = lit.parse_with(syn::Path::parse_mod_style).map_err(|_| {
+                    syn::Error::new_spanned(
+                        &lit,
+                        "`crate` must be a path such as \"my_stateguard\" or \"::deps::stateguard\"",
+                    )
+                })?;
                 match &out.krate {
                     Some(first) => {
                         cx.duplicate(&lit, "duplicate `crate`", first, "first `crate` here")
@@ -70,6 +75,7 @@ pub fn machine_attrs(cx: &mut Ctxt, attrs: &[Attribute]) -> MachineAttrs {
             Ok(())
         });
         if let Err(error) = result {
+            out.incomplete = true;
             cx.push(error);
         }
     }
@@ -95,6 +101,8 @@ pub fn variant<'a>(cx: &mut Ctxt, variant: &'a syn::Variant) -> Variant<'a> {
         initial: None,
         rename: None,
         transitions: Vec::new(),
+        state_incomplete: false,
+        transitions_incomplete: false,
     };
     for attr in &variant.attrs {
         if attr.path().is_ident("state") {
@@ -102,6 +110,9 @@ pub fn variant<'a>(cx: &mut Ctxt, variant: &'a syn::Variant) -> Variant<'a> {
                 // #[state(initial)]
                 if let Some(ident) = meta.path.get_ident().filter(|i| *i == "initial") {
                     let ident = ident.clone();
+                    if !meta.input.is_empty() && !meta.input.peek(Token![,]) {
+                        return Err(meta.error("`initial` takes no value: write #[state(initial)]"));
+                    }
                     match &out.initial {
                         Some(first) => cx.duplicate(
                             &ident,
@@ -121,12 +132,16 @@ pub fn variant<'a>(cx: &mut Ctxt, variant: &'a syn::Variant) -> Variant<'a> {
                 Ok(())
             });
             if let Err(error) = result {
+                out.state_incomplete = true;
                 cx.push(error);
             }
         } else if attr.path().is_ident("transition") {
             match attr.parse_args::<TransitionAttr>() {
                 Ok(transition) => out.transitions.push(transition),
-                Err(error) => cx.push(error),
+                Err(error) => {
+                    out.transitions_incomplete = true;
+                    cx.push(error);
+                }
             }
         }
     }

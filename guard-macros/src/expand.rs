@@ -3,6 +3,7 @@
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 use syn::DeriveInput;
+use syn::ext::IdentExt;
 
 use crate::ast::Input;
 use crate::ctxt::Ctxt;
@@ -45,7 +46,7 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
     let select = sql_per_dialect(&private, |d| d.select(table, column, key));
 
     let transition_defs = model.transitions.iter().map(|t| {
-        let name = t.name.to_string();
+        let name = t.name.unraw().to_string();
         let sources = t.sources.iter().map(|&i| idents[i]);
         let target = idents[t.target];
         let source_strs: Vec<&str> = t.sources.iter().map(|&i| dbs[i]).collect();

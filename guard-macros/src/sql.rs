@@ -27,7 +27,8 @@ pub fn check_ident(name: &str) -> Result<(), String> {
     }
     if let Some(c) = chars.find(|c| !(c.is_ascii_alphanumeric() || *c == '_')) {
         return Err(format!(
-            "contains {c:?}; only ASCII letters, digits and `_` are allowed"
+            "contains {}; only ASCII letters, digits and `_` are allowed",
+            describe(c)
         ));
     }
     if name.len() > MAX_IDENT {
@@ -45,10 +46,12 @@ pub fn check_table(name: &str) -> Result<(), String> {
     if parts.len() > 2 {
         return Err("has more than one `.`; write `table` or `schema.table`".to_owned());
     }
-    for part in parts {
-        check_ident(part).map_err(|why| format!("`{part}` {why}"))?;
+    if let [schema, table] = parts[..] {
+        check_ident(schema).map_err(|why| format!("has a schema part `{schema}` that {why}"))?;
+        check_ident(table).map_err(|why| format!("has a table part `{table}` that {why}"))?;
+        return Ok(());
     }
-    Ok(())
+    check_ident(name)
 }
 
 /// Why `value` cannot be stored as a state string, if it cannot.
@@ -65,13 +68,27 @@ pub fn check_state_str(value: &str) -> Result<(), String> {
         .find(|c| *c == '\'' || *c == '\\' || c.is_control())
     {
         return Err(format!(
-            "contains {c:?}; quotes, backslashes and control characters are not allowed"
+            "contains {}; quotes, backslashes and control characters are not allowed",
+            describe(c)
         ));
     }
     if value.len() > 255 {
         return Err(format!("is {} bytes long; the limit is 255", value.len()));
     }
     Ok(())
+}
+
+/// A character as a message names it.
+fn describe(c: char) -> String {
+    match c {
+        ' ' => "a space".to_owned(),
+        '\'' => "a single quote (')".to_owned(),
+        '"' => "a double quote (\")".to_owned(),
+        '\\' => "a backslash (\\)".to_owned(),
+        '`' => "a backtick (`)".to_owned(),
+        c if c.is_control() => format!("the control character {}", c.escape_unicode()),
+        c => format!("`{c}`"),
+    }
 }
 
 impl Dialect {

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use proc_macro2::Span;
+use syn::ext::IdentExt;
 use syn::{Ident, LitStr};
 
 use crate::ast::{Input, SetItem, TransitionAttr};
@@ -58,7 +59,8 @@ pub fn check<'a>(cx: &mut Ctxt, input: &'a Input<'a>) -> Option<Model<'a>> {
     let states = check_states(cx, input);
     let initial = check_initial(cx, input);
     let transitions = check_transitions(cx, input, names.as_ref().map(|n| n.1.as_str()));
-    if let (Some(initial), Some(transitions)) = (initial, &transitions) {
+    let all_parsed = !input.variants.iter().any(|v| v.transitions_incomplete);
+    if let (Some(initial), Some(transitions), true) = (initial, &transitions, all_parsed) {
         check_reachable(cx, input, initial, transitions);
     }
 
@@ -86,6 +88,10 @@ fn check_names(cx: &mut Ctxt, input: &Input) -> Option<(String, String, String)>
     }
     let mut get = |lit: &Option<LitStr>, what: &str, check: fn(&str) -> Result<(), String>| {
         let Some(lit) = lit else {
+            if attrs.incomplete {
+                // The attribute that failed to parse may have held it.
+                return None;
+            }
             cx.push(syn::Error::new(
                 attrs.span.unwrap_or_else(Span::call_site),
                 format!("missing `{what} = \"…\"` in #[state_machine(...)]"),
@@ -108,7 +114,9 @@ fn check_names(cx: &mut Ctxt, input: &Input) -> Option<(String, String, String)>
     let column = get(&attrs.column, "column", sql::check_ident);
     let key = get(&attrs.key, "key", sql::check_ident);
     let (table, column, key) = (table?, column?, key?);
-    if column == key {
+    // SQLite and MySQL compare column names without regard to case, even
+    // when quoted.
+    if column.eq_ignore_ascii_case(&key) {
         cx.error(
             &attrs.key,
             "the key column cannot also be the status column",
@@ -130,7 +138,9 @@ fn check_states<'a>(cx: &mut Ctxt, input: &'a Input) -> Option<Vec<State<'a>>> {
         .as_ref()
         .map_or(RenameRule::SnakeCase, |(_, rule)| *rule);
     let mut ok = true;
-    let mut seen: BTreeMap<String, &Ident> = BTreeMap::new();
+    // Each string, with the variant that first took it and the tokens that
+    // gave it (its rename, else its name).
+    let mut seen: BTreeMap<String, (&Ident, proc_macro2::TokenStream)> = BTreeMap::new();
     let mut states = Vec::new();
     for variant in &input.variants {
         let db = variant.db_name(rule);
@@ -141,23 +151,21 @@ fn check_states<'a>(cx: &mut Ctxt, input: &'a Input) -> Option<Vec<State<'a>>> {
                 None => cx.error(variant.ident, format!("state string {db:?} {why}")),
             }
         }
-        if let Some(first) = seen.get(&db) {
+        let ident = variant.ident;
+        let at = match &variant.rename {
+            Some(lit) => quote::quote!(#lit),
+            None => quote::quote!(#ident),
+        };
+        if let Some((first, first_at)) = seen.get(&db) {
             ok = false;
-            let at: &dyn quote::ToTokens = match &variant.rename {
-                Some(lit) => lit,
-                None => variant.ident,
-            };
             cx.duplicate(
                 at,
-                format!(
-                    "state `{}` is stored as {db:?}, like state `{first}`",
-                    variant.ident
-                ),
-                first,
+                format!("state `{ident}` is stored as {db:?}, like state `{first}`"),
+                first_at,
                 format!("`{first}` is stored as {db:?} here"),
             );
         } else {
-            seen.insert(db.clone(), variant.ident);
+            seen.insert(db.clone(), (ident, at));
         }
         states.push(State {
             ident: variant.ident,
@@ -184,7 +192,8 @@ fn check_initial(cx: &mut Ctxt, input: &Input) -> Option<usize> {
             None => initial = Some((i, token)),
         }
     }
-    if initial.is_none() && !input.variants.is_empty() {
+    let any_incomplete = input.variants.iter().any(|v| v.state_incomplete);
+    if initial.is_none() && !input.variants.is_empty() && !any_incomplete {
         cx.error(
             input.ident,
             "no initial state: mark the state new rows start in with #[state(initial)]",
@@ -302,14 +311,14 @@ fn check_set(
     let mut ok = true;
     let mut out: Vec<(String, String)> = Vec::new();
     for (i, item) in items.iter().enumerate() {
-        let column = item.column.to_string();
+        let column = item.column.unraw().to_string();
         if let Err(why) = sql::check_ident(&column) {
             ok = false;
             cx.error(
                 &item.column,
                 format!("column `{column}` is not a valid SQL identifier: it {why}"),
             );
-        } else if Some(column.as_str()) == status_column {
+        } else if status_column.is_some_and(|status| status.eq_ignore_ascii_case(&column)) {
             ok = false;
             cx.error(
                 &item.column,
@@ -323,7 +332,10 @@ fn check_set(
         {
             ok = false;
             cx.error(&item.column, "a transition cannot change the key column");
-        } else if let Some(first) = items[..i].iter().find(|f| f.column == item.column) {
+        } else if let Some(first) = items[..i]
+            .iter()
+            .find(|f| f.column.unraw().to_string().eq_ignore_ascii_case(&column))
+        {
             ok = false;
             cx.duplicate(
                 &item.column,

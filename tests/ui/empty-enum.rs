@@ -1,0 +1,7 @@
+use stateguard::StateMachine;
+
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(table = "payouts", column = "status", key = "id")]
+pub enum PayoutStatus {}
+
+fn main() {}

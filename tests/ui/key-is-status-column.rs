@@ -1,0 +1,12 @@
+use stateguard::StateMachine;
+
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(table = "payouts", column = "status", key = "status")]
+pub enum PayoutStatus {
+    #[state(initial)]
+    #[transition(start -> Sent)]
+    Pending,
+    Sent,
+}
+
+fn main() {}

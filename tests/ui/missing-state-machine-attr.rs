@@ -1,0 +1,11 @@
+use stateguard::StateMachine;
+
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PayoutStatus {
+    #[state(initial)]
+    #[transition(start -> Sent)]
+    Pending,
+    Sent,
+}
+
+fn main() {}

@@ -1,0 +1,12 @@
+use stateguard::StateMachine;
+
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(table = "payouts", column = "status", key = "id")]
+pub enum PayoutStatus {
+    #[state(initial)]
+    #[transition(start -> Sent, set(r#type = "1"))]
+    Pending,
+    Sent,
+}
+
+fn main() {}
