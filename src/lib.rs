@@ -1,6 +1,96 @@
-#![doc = include_str!("../README.md")]
+//! Database-guarded state transitions for [sqlx], derived from an annotated
+//! enum.
+//!
+//! Every transition is one compare-and-set statement,
+//! `UPDATE … SET status = 'to' WHERE key = $1 AND status IN ('from', …)`,
+//! so of any number of concurrent or replayed attempts exactly one changes the
+//! row. That attempt gets [`Outcome::Applied`] with a [`Won`] token and is the
+//! only one that may run the side effect; the others get
+//! [`Outcome::AlreadyInState`], [`Outcome::Conflict`] or
+//! [`Outcome::NotFound`].
+//!
+//! ```
+//! use stateguard::{Outcome, StateMachine};
+//!
+//! #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+//! #[state_machine(table = "payouts", column = "status", key = "id")]
+//! pub enum PayoutStatus {
+//!     #[state(initial)]
+//!     #[transition(start -> Sending)]
+//!     #[transition(cancel -> Cancelled)]
+//!     Pending,
+//!     #[transition(confirm -> Sent, set(sent_at = "CURRENT_TIMESTAMP"))]
+//!     #[transition(fail -> Failed)]
+//!     #[transition(cancel -> Cancelled)]
+//!     Sending,
+//!     Sent,
+//!     Failed,
+//!     Cancelled,
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let pool = sqlx::SqlitePool::connect("sqlite::memory:").await?;
+//! sqlx::query("CREATE TABLE payouts (id INTEGER PRIMARY KEY, status TEXT NOT NULL, sent_at TEXT)")
+//!     .execute(&pool)
+//!     .await?;
+//! sqlx::query("INSERT INTO payouts (id, status) VALUES (7, 'pending')")
+//!     .execute(&pool)
+//!     .await?;
+//!
+//! let mut bank_calls = 0;
+//! for _delivery in 0..3 {
+//!     // The same job delivered three times: one attempt wins.
+//!     match PayoutStatus::start().apply(&pool, 7_i64).await? {
+//!         Outcome::Applied(won) => {
+//!             assert_eq!(won.state(), PayoutStatus::Sending);
+//!             bank_calls += 1;
+//!         }
+//!         Outcome::AlreadyInState(state) => assert_eq!(state, PayoutStatus::Sending),
+//!         Outcome::Conflict { current } => panic!("moved on to {current}"),
+//!         Outcome::NotFound => panic!("no payout 7"),
+//!     }
+//! }
+//! assert_eq!(bank_calls, 1);
+//!
+//! assert!(PayoutStatus::confirm().apply(&pool, 7_i64).await?.is_applied());
+//! // Too late to cancel: the row is somewhere `cancel` cannot start from.
+//! assert_eq!(
+//!     PayoutStatus::cancel().apply(&pool, 7_i64).await?,
+//!     Outcome::Conflict { current: PayoutStatus::Sent },
+//! );
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Attributes
+//!
+//! - `#[state_machine(table = "…", column = "…", key = "…")]` on the enum: the
+//!   table (`table` or `schema.table`), the status column and the key column.
+//!   Optional: `rename_all = "…"` (serde's rule names; default `snake_case`)
+//!   and `crate = "…"` for a renamed dependency.
+//! - `#[state(initial)]` on exactly one variant; `#[state(rename = "…")]` to
+//!   choose a state's database string.
+//! - `#[transition(name -> Target)]` on each source variant, optionally with
+//!   `set(column = "SQL expression", …)`: other columns the same `UPDATE`
+//!   writes. One name on several variants is one transition with several
+//!   sources; it must name the same target and the same `set` list everywhere.
+//!
+//! Mistakes are compile errors pointing at the offending token, all reported
+//! at once.
+//!
+//! # Backends
+//!
+//! Enable `postgres` or `sqlite` (or both). [`Transition::apply`] takes a
+//! `&Pool`, a `&mut` connection or a `&mut Transaction` of that backend; see
+//! it for the retry rules inside and outside a transaction.
+//!
+//! [sqlx]: https://docs.rs/sqlx
+
 #![forbid(unsafe_code)]
 
+/// Derives [`StateMachine`](trait@StateMachine): see the [crate
+/// documentation](crate) for the attributes.
 pub use guard_macros::StateMachine;
 pub use guard_runtime::{
     Backend, Error, Executor, Machine, Outcome, SetColumn, Sql, StateDef, StateMachine, Transition,

@@ -2,6 +2,8 @@
 
 use self::RenameRule::*;
 
+// The names follow serde's `rename_all` rules.
+#[allow(clippy::enum_variant_names)]
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum RenameRule {
     LowerCase,
