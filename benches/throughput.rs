@@ -1,1 +1,579 @@
-fn main() {}
+//! Throughput of the winning path of `Transition::apply` against a
+//! hand-written sqlx compare-and-set `UPDATE` of exactly the same shape.
+//!
+//! Both run in one process, against the same table, with the same SQL text
+//! (asserted below against the text the derive generated), the same bound key
+//! type (`i64`) and the same pool. Every measured call is a win: rows are
+//! seeded in `a` and each row is moved `a -> b` exactly once, the guard on
+//! one range of keys and the hand-written query on another. Guard and
+//! hand-written rounds alternate (ABAB…) so that drift (caches warming, WAL
+//! growing, autovacuum, a noisy neighbour) touches both alike; the reported
+//! figure is the median round.
+//!
+//! Backends:
+//! - SQLite: a temporary file in WAL mode (`synchronous = NORMAL`).
+//! - PostgreSQL: `STATEGUARD_POSTGRES_URL`, e.g.
+//!   `postgres://postgres@127.0.0.1:5432/test`; the bench creates a schema of
+//!   its own and drops it at the end. Without the variable it says so and
+//!   skips PostgreSQL.
+//!
+//! `STATEGUARD_BENCH_ROWS` sets the number of measured transitions per
+//! variant (guard, hand-written) per backend for the sequential measurement;
+//! the concurrent variant uses half as many.
+//!
+//! Run with `cargo bench --bench throughput`.
+
+use std::future::Future;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Connection, PgConnection, Pool, Postgres, Sqlite};
+use stateguard::{Outcome, StateMachine};
+
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(table = "bench_rows", column = "status", key = "id")]
+enum BenchState {
+    #[state(initial)]
+    #[transition(advance -> B)]
+    A,
+    B,
+}
+
+/// The hand-written statements: character for character what the derive
+/// generates for `advance` (checked at start-up), so both sides hit the
+/// same prepared statement and the same plan.
+const HAND_PG: &str =
+    r#"UPDATE "bench_rows" SET "status" = 'b' WHERE "id" = $1 AND "status" IN ('a')"#;
+const HAND_SQLITE: &str =
+    r#"UPDATE "bench_rows" SET "status" = 'b' WHERE "id" = ?1 AND "status" IN ('a')"#;
+
+/// Default measured transitions per variant per backend (sequential).
+const DEFAULT_ROWS: i64 = 24_000;
+/// Rounds per variant; guard and hand-written alternate.
+const ROUNDS: i64 = 20;
+/// Unmeasured calls per variant before the first round, to prepare the
+/// statement and warm the caches.
+const WARMUP: i64 = 300;
+/// Tasks (and pool connections) in the concurrent variant.
+const CONCURRENCY: usize = 4;
+
+/// One backend: the two calls under test, plus a check of the table.
+trait Backend: 'static {
+    type Db: sqlx::Database;
+    /// `BenchState::advance().apply(pool, id)`, which must win.
+    fn guard(pool: &Pool<Self::Db>, id: i64) -> impl Future<Output = ()> + Send + '_;
+
+    /// The hand-written CAS, which must change exactly one row.
+    fn hand(pool: &Pool<Self::Db>, id: i64) -> impl Future<Output = ()> + Send + '_;
+
+    /// Rows now in state `b`.
+    fn count_b(pool: &Pool<Self::Db>) -> impl Future<Output = i64> + Send + '_;
+}
+
+struct Lite;
+struct Pg;
+
+impl Backend for Lite {
+    type Db = Sqlite;
+    fn guard(pool: &Pool<Sqlite>, id: i64) -> impl Future<Output = ()> + Send + '_ {
+        async move {
+            match BenchState::advance().apply(pool, id).await {
+                Ok(Outcome::Applied(_)) => {}
+                other => panic!("guard on id {id} did not win: {other:?}"),
+            }
+        }
+    }
+
+    fn hand(pool: &Pool<Sqlite>, id: i64) -> impl Future<Output = ()> + Send + '_ {
+        async move {
+            let done = sqlx::query(HAND_SQLITE)
+                .bind(id)
+                .execute(pool)
+                .await
+                .unwrap_or_else(|e| panic!("hand-written on id {id}: {e}"));
+            assert_eq!(
+                done.rows_affected(),
+                1,
+                "hand-written on id {id} did not win"
+            );
+        }
+    }
+
+    fn count_b(pool: &Pool<Sqlite>) -> impl Future<Output = i64> + Send + '_ {
+        async move {
+            sqlx::query_scalar("SELECT COUNT(*) FROM bench_rows WHERE status = 'b'")
+                .fetch_one(pool)
+                .await
+                .expect("count rows in b")
+        }
+    }
+}
+
+impl Backend for Pg {
+    type Db = Postgres;
+    fn guard(pool: &Pool<Postgres>, id: i64) -> impl Future<Output = ()> + Send + '_ {
+        async move {
+            match BenchState::advance().apply(pool, id).await {
+                Ok(Outcome::Applied(_)) => {}
+                other => panic!("guard on id {id} did not win: {other:?}"),
+            }
+        }
+    }
+
+    fn hand(pool: &Pool<Postgres>, id: i64) -> impl Future<Output = ()> + Send + '_ {
+        async move {
+            let done = sqlx::query(HAND_PG)
+                .bind(id)
+                .execute(pool)
+                .await
+                .unwrap_or_else(|e| panic!("hand-written on id {id}: {e}"));
+            assert_eq!(
+                done.rows_affected(),
+                1,
+                "hand-written on id {id} did not win"
+            );
+        }
+    }
+
+    fn count_b(pool: &Pool<Postgres>) -> impl Future<Output = i64> + Send + '_ {
+        async move {
+            sqlx::query_scalar("SELECT COUNT(*) FROM bench_rows WHERE status = 'b'")
+                .fetch_one(pool)
+                .await
+                .expect("count rows in b")
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Guard,
+    Hand,
+}
+
+/// Hands out consecutive, never reused key ranges of the seeded rows.
+struct Keys {
+    next: i64,
+    end: i64,
+}
+
+impl Keys {
+    fn take(&mut self, n: i64) -> std::ops::Range<i64> {
+        let start = self.next;
+        self.next += n;
+        assert!(self.next <= self.end + 1, "ran out of seeded rows");
+        start..self.next
+    }
+}
+
+/// Rows to seed for `sequential` sequential measurements of `rows`
+/// transitions per variant and one concurrent measurement of `rows / 2`.
+fn rows_needed(rows: i64, sequential: i64) -> i64 {
+    let one = |rows| 2 * (WARMUP + rows_per_round(rows) * ROUNDS);
+    sequential * one(rows) + one(rows / 2)
+}
+
+fn rows_per_round(rows: i64) -> i64 {
+    (rows / ROUNDS).max(1)
+}
+
+/// One timed round: `keys` moved one after another on the pool.
+async fn sequential_round<B: Backend>(
+    pool: &Pool<B::Db>,
+    side: Side,
+    keys: std::ops::Range<i64>,
+) -> f64 {
+    let n = keys.end - keys.start;
+    let started = Instant::now();
+    match side {
+        Side::Guard => {
+            for id in keys {
+                B::guard(pool, id).await;
+            }
+        }
+        Side::Hand => {
+            for id in keys {
+                B::hand(pool, id).await;
+            }
+        }
+    }
+    n as f64 / started.elapsed().as_secs_f64()
+}
+
+/// One timed round: `keys` split into `CONCURRENCY` slices, each moved
+/// sequentially by its own task, all tasks sharing the pool.
+async fn concurrent_round<B: Backend>(
+    pool: &Pool<B::Db>,
+    side: Side,
+    keys: std::ops::Range<i64>,
+) -> f64 {
+    let n = keys.end - keys.start;
+    let chunk = (n + CONCURRENCY as i64 - 1) / CONCURRENCY as i64;
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut start = keys.start;
+    while start < keys.end {
+        let end = (start + chunk).min(keys.end);
+        let pool = pool.clone();
+        tasks.spawn(async move {
+            for id in start..end {
+                match side {
+                    Side::Guard => B::guard(&pool, id).await,
+                    Side::Hand => B::hand(&pool, id).await,
+                }
+            }
+        });
+        start = end;
+    }
+    while let Some(joined) = tasks.join_next().await {
+        if let Err(e) = joined {
+            std::panic::resume_unwind(e.into_panic());
+        }
+    }
+    n as f64 / started.elapsed().as_secs_f64()
+}
+
+struct Stats {
+    median: f64,
+    min: f64,
+    max: f64,
+}
+
+fn stats(mut rates: Vec<f64>) -> Stats {
+    rates.sort_by(f64::total_cmp);
+    let n = rates.len();
+    let median = if n % 2 == 1 {
+        rates[n / 2]
+    } else {
+        (rates[n / 2 - 1] + rates[n / 2]) / 2.0
+    };
+    Stats {
+        median,
+        min: rates[0],
+        max: rates[n - 1],
+    }
+}
+
+fn report(label: &str, guard: Vec<f64>, hand: Vec<f64>) {
+    // Each guard round and the hand-written round right after it ran under
+    // nearly the same conditions; the median of their ratios is robust to
+    // drift across the run.
+    let paired = stats(guard.iter().zip(&hand).map(|(g, h)| g / h).collect());
+    let g = stats(guard);
+    let h = stats(hand);
+    println!("  {label}");
+    println!(
+        "    guard         {:>9.0} transitions/s  (median of rounds; range {:.0}..{:.0})",
+        g.median, g.min, g.max
+    );
+    println!(
+        "    hand-written  {:>9.0} transitions/s  (median of rounds; range {:.0}..{:.0})",
+        h.median, h.min, h.max
+    );
+    println!(
+        "    ratio guard/hand-written {:.3}  (median of paired rounds {:.3}, range {:.3}..{:.3}); \
+         per call: guard {:.1} us, hand-written {:.1} us",
+        g.median / h.median,
+        paired.median,
+        paired.min,
+        paired.max,
+        1e6 / g.median,
+        1e6 / h.median
+    );
+}
+
+/// Warm-up, then `ROUNDS` guard and `ROUNDS` hand-written rounds, ABAB.
+async fn measure<F, Fut>(keys: &mut Keys, per_round: i64, mut round: F) -> (Vec<f64>, Vec<f64>)
+where
+    F: FnMut(Side, std::ops::Range<i64>) -> Fut,
+    Fut: Future<Output = f64>,
+{
+    round(Side::Guard, keys.take(WARMUP)).await;
+    round(Side::Hand, keys.take(WARMUP)).await;
+    let mut guard = Vec::new();
+    let mut hand = Vec::new();
+    for _ in 0..ROUNDS {
+        guard.push(round(Side::Guard, keys.take(per_round)).await);
+        hand.push(round(Side::Hand, keys.take(per_round)).await);
+    }
+    (guard, hand)
+}
+
+/// The sequential measurements (one per labelled single-connection pool),
+/// then the concurrent one, all on the one seeded table.
+async fn run<B: Backend>(
+    sequential: &[(&str, &Pool<B::Db>)],
+    concurrent: &Pool<B::Db>,
+    rows: i64,
+    seeded: i64,
+) {
+    let mut keys = Keys {
+        next: 1,
+        end: seeded,
+    };
+
+    let per_round = rows_per_round(rows);
+    println!(
+        "  {ROUNDS} guard + {ROUNDS} hand-written rounds of {per_round} transitions, alternating \
+         (ABAB); {WARMUP} warm-up calls each"
+    );
+    for &(label, pool) in sequential {
+        let (guard, hand) = measure(&mut keys, per_round, |side, ids| {
+            sequential_round::<B>(pool, side, ids)
+        })
+        .await;
+        report(
+            &format!("sequential, {label} (1-connection pool, one call awaited after another)"),
+            guard,
+            hand,
+        );
+    }
+
+    let per_round = rows_per_round(rows / 2);
+    let (guard, hand) = measure(&mut keys, per_round, |side, ids| {
+        concurrent_round::<B>(concurrent, side, ids)
+    })
+    .await;
+    report(
+        &format!(
+            "concurrent ({CONCURRENCY} tasks on a {CONCURRENCY}-connection pool, disjoint keys, \
+             rounds of {per_round})"
+        ),
+        guard,
+        hand,
+    );
+
+    let moved = B::count_b(concurrent).await;
+    assert_eq!(moved, keys.next - 1, "rows in b after the run");
+    println!("  checked: {moved} rows moved a -> b, each exactly once");
+}
+
+fn bench_rows() -> i64 {
+    match std::env::var("STATEGUARD_BENCH_ROWS") {
+        Ok(v) => match v.trim().parse::<i64>() {
+            Ok(n) if n > 0 => n,
+            _ => panic!("STATEGUARD_BENCH_ROWS must be a positive integer, got {v:?}"),
+        },
+        Err(_) => DEFAULT_ROWS,
+    }
+}
+
+async fn sqlite(rows: i64) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("bench.db");
+    let options = SqliteConnectOptions::new()
+        .filename(&path)
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Normal)
+        .busy_timeout(Duration::from_secs(30));
+    println!(
+        "SQLite {} (temp file {}, WAL, synchronous=NORMAL)",
+        sqlx::query_scalar::<_, String>("SELECT sqlite_version()")
+            .fetch_one(
+                &SqlitePoolOptions::new()
+                    .max_connections(1)
+                    .connect_with(options.clone())
+                    .await
+                    .expect("open SQLite")
+            )
+            .await
+            .expect("sqlite_version()"),
+        path.display()
+    );
+
+    let sequential = SqlitePoolOptions::new()
+        .max_connections(1)
+        .test_before_acquire(false)
+        .connect_with(options.clone())
+        .await
+        .expect("open SQLite");
+    let journal: String = sqlx::query_scalar("PRAGMA journal_mode")
+        .fetch_one(&sequential)
+        .await
+        .expect("journal_mode");
+    assert_eq!(journal, "wal", "SQLite is not in WAL mode");
+
+    sqlx::query("CREATE TABLE bench_rows (id INTEGER PRIMARY KEY, status TEXT NOT NULL)")
+        .execute(&sequential)
+        .await
+        .expect("create bench_rows");
+    let seeded = rows_needed(rows, 1);
+    sqlx::query(
+        "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n WHERE x < ?1) \
+         INSERT INTO bench_rows (id, status) SELECT x, 'a' FROM n",
+    )
+    .bind(seeded)
+    .execute(&sequential)
+    .await
+    .expect("seed bench_rows");
+
+    let concurrent = SqlitePoolOptions::new()
+        .max_connections(CONCURRENCY as u32)
+        .min_connections(CONCURRENCY as u32)
+        .test_before_acquire(false)
+        .connect_with(options)
+        .await
+        .expect("open SQLite");
+
+    run::<Lite>(&[("WAL", &sequential)], &concurrent, rows, seeded).await;
+    concurrent.close().await;
+    sequential.close().await;
+}
+
+/// A schema name unique to this run; bound as a value, never formatted into
+/// SQL.
+fn schema_name() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!("stateguard_bench_{}_{nanos}", std::process::id())
+}
+
+async fn postgres(rows: i64) {
+    let url = match std::env::var("STATEGUARD_POSTGRES_URL") {
+        Ok(url) if !url.trim().is_empty() => url,
+        _ => {
+            println!(
+                "PostgreSQL: skipped, because STATEGUARD_POSTGRES_URL is not set \
+                 (e.g. STATEGUARD_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/test)"
+            );
+            return;
+        }
+    };
+    let base = PgConnectOptions::from_str(&url).expect("parse STATEGUARD_POSTGRES_URL");
+    let mut admin = PgConnection::connect_with(&base)
+        .await
+        .expect("connect to STATEGUARD_POSTGRES_URL");
+    let version: String = sqlx::query_scalar("SHOW server_version")
+        .fetch_one(&mut admin)
+        .await
+        .expect("server_version");
+    let schema = schema_name();
+
+    // The schema name travels as a bound value through a session setting;
+    // the DDL that uses it is a fixed literal quoting it with %I.
+    sqlx::query("SELECT set_config('stateguard.bench_schema', $1, false)")
+        .bind(&schema)
+        .execute(&mut admin)
+        .await
+        .expect("remember schema name");
+    sqlx::query(
+        "DO $$ BEGIN EXECUTE format('CREATE SCHEMA %I', \
+         current_setting('stateguard.bench_schema')); END $$",
+    )
+    .execute(&mut admin)
+    .await
+    .expect("create bench schema");
+    println!("PostgreSQL {version} (schema {schema})");
+
+    let result = tokio::spawn(postgres_in_schema(base, schema.clone(), rows)).await;
+
+    let dropped = sqlx::query(
+        "DO $$ BEGIN EXECUTE format('DROP SCHEMA %I CASCADE', \
+         current_setting('stateguard.bench_schema')); END $$",
+    )
+    .execute(&mut admin)
+    .await;
+    match dropped {
+        Ok(_) => println!("  dropped schema {schema}"),
+        Err(e) => eprintln!("  could not drop schema {schema}: {e}"),
+    }
+    let _ = admin.close().await;
+    if let Err(e) = result {
+        std::panic::resume_unwind(e.into_panic());
+    }
+}
+
+async fn postgres_in_schema(base: PgConnectOptions, schema: String, rows: i64) {
+    // Every pooled connection resolves the unqualified "bench_rows" of the
+    // generated SQL in the bench schema.
+    let options = base.options([("search_path", schema.as_str())]);
+    let sequential = PgPoolOptions::new()
+        .max_connections(1)
+        .test_before_acquire(false)
+        .connect_with(options.clone())
+        .await
+        .expect("connect PostgreSQL pool");
+    let search_path: String = sqlx::query_scalar("SHOW search_path")
+        .fetch_one(&sequential)
+        .await
+        .expect("search_path");
+    assert_eq!(search_path, schema, "search_path of pooled connections");
+
+    sqlx::query("CREATE TABLE bench_rows (id BIGINT PRIMARY KEY, status TEXT NOT NULL)")
+        .execute(&sequential)
+        .await
+        .expect("create bench_rows");
+    let seeded = rows_needed(rows, 2);
+    sqlx::query(
+        "INSERT INTO bench_rows (id, status) SELECT g, 'a' FROM generate_series(1::bigint, $1) g",
+    )
+    .bind(seeded)
+    .execute(&sequential)
+    .await
+    .expect("seed bench_rows");
+    sqlx::query("VACUUM ANALYZE bench_rows")
+        .execute(&sequential)
+        .await
+        .expect("vacuum bench_rows");
+
+    // The same, with commits that do not wait for the WAL flush: takes the
+    // disk out of the per-call time, so client-side overhead shows.
+    let no_flush = PgPoolOptions::new()
+        .max_connections(1)
+        .test_before_acquire(false)
+        .connect_with(options.clone().options([("synchronous_commit", "off")]))
+        .await
+        .expect("connect PostgreSQL pool");
+    let concurrent = PgPoolOptions::new()
+        .max_connections(CONCURRENCY as u32)
+        .min_connections(CONCURRENCY as u32)
+        .test_before_acquire(false)
+        .connect_with(options)
+        .await
+        .expect("connect PostgreSQL pool");
+    let synchronous_commit: String = sqlx::query_scalar("SHOW synchronous_commit")
+        .fetch_one(&sequential)
+        .await
+        .expect("synchronous_commit");
+
+    let with_flush = format!("synchronous_commit={synchronous_commit} (server setting)");
+    run::<Pg>(
+        &[
+            (with_flush.as_str(), &sequential),
+            ("synchronous_commit=off (session)", &no_flush),
+        ],
+        &concurrent,
+        rows,
+        seeded,
+    )
+    .await;
+    concurrent.close().await;
+    no_flush.close().await;
+    sequential.close().await;
+}
+
+#[tokio::main]
+async fn main() {
+    // The hand-written text is the generated text: same statement, same
+    // plan, same statement-cache entry.
+    let generated = BenchState::advance().def().update_sql();
+    assert_eq!(HAND_PG, generated.postgres(), "PostgreSQL SQL differs");
+    assert_eq!(HAND_SQLITE, generated.sqlite(), "SQLite SQL differs");
+
+    let rows = bench_rows();
+    println!(
+        "stateguard throughput: Transition::apply (winning path) vs hand-written sqlx CAS\n\
+         SQL: {HAND_PG}\n\
+         key: i64; pools with test_before_acquire=false; \
+         {rows} measured transitions per variant per backend (STATEGUARD_BENCH_ROWS)\n"
+    );
+    let started = Instant::now();
+    sqlite(rows).await;
+    println!();
+    postgres(rows).await;
+    println!("\ntotal {:.1} s", started.elapsed().as_secs_f64());
+}

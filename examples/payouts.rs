@@ -11,9 +11,9 @@
 //! On PostgreSQL it works in a schema of its own, `stateguard_example`,
 //! which it drops and creates anew on each run.
 
+use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::str::FromStr;
 use std::time::Duration;
 
 use sqlx::{PgPool, Pool};
@@ -101,7 +101,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         )
         .into()),
         None => {
-            let dir = std::env::temp_dir().join(format!("stateguard-payouts-{}", std::process::id()));
+            let dir =
+                std::env::temp_dir().join(format!("stateguard-payouts-{}", std::process::id()));
             std::fs::create_dir_all(&dir)?;
             let options = sqlx::sqlite::SqliteConnectOptions::new()
                 .filename(dir.join("payouts.db"))
@@ -240,4 +241,3 @@ where
     }
     Ok(())
 }
-
