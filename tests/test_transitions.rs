@@ -376,3 +376,22 @@ async fn a_key_matching_several_rows_is_an_error() {
         "{error}"
     );
 }
+
+/// `apply` futures are `Send` on every executor, so they can be spawned.
+#[allow(dead_code)]
+fn apply_futures_are_send(
+    pg: &sqlx::PgPool,
+    pg_conn: &mut sqlx::PgConnection,
+    pg_tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    lite: &sqlx::SqlitePool,
+    lite_conn: &mut sqlx::SqliteConnection,
+    lite_tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+) {
+    fn is_send<T: Send>(_: T) {}
+    is_send(PayoutStatus::start().apply(pg, 1_i64));
+    is_send(PayoutStatus::start().apply(pg_conn, 1_i64));
+    is_send(PayoutStatus::start().apply(pg_tx, "uuid-or-text-keys-too"));
+    is_send(PayoutStatus::start().apply(lite, 1_i64));
+    is_send(PayoutStatus::start().apply(lite_conn, 1_i64));
+    is_send(PayoutStatus::start().apply(lite_tx, String::from("key")));
+}
