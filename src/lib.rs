@@ -93,8 +93,9 @@
 /// documentation](crate) for the attributes.
 pub use guard_macros::StateMachine;
 pub use guard_runtime::{
-    Backend, Error, Executor, Machine, Outcome, SetColumn, Sql, StateDef, StateMachine, Transition,
-    TransitionDef, UnknownState, Won,
+    Backend, Committed, Effect, Error, Executor, Finished, InFlightDef, Machine, Outcome,
+    Recovered, SetColumn, Sql, Staged, StateDef, StateMachine, Transition, TransitionDef,
+    Uncommitted, UnknownState, Verdict, Won, claim_expired, commit, recover,
 };
 
 #[doc(hidden)]

@@ -8,7 +8,7 @@ use stateguard::StateMachine;
 
 /// A documented machine in a crate that denies missing docs.
 #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
-#[state_machine(table = "jobs", column = "state", key = "job_id")]
+#[state_machine(table = "jobs", column = "state", key = "job_id", version = "version")]
 pub enum JobState {
     /// Waiting for a worker.
     #[state(initial)]

@@ -22,6 +22,8 @@ pub struct MachineAttrs {
     pub table: Option<LitStr>,
     pub column: Option<LitStr>,
     pub key: Option<LitStr>,
+    /// `version = "…"`: the occurrence counter every transition increments.
+    pub version: Option<LitStr>,
     pub rename_all: Option<(LitStr, RenameRule)>,
     pub krate: Option<Path>,
     /// An attribute failed to parse: what it held is unknown, so a "missing
@@ -36,12 +38,24 @@ pub struct Variant<'a> {
     pub initial: Option<Ident>,
     /// `#[state(rename = "…")]`
     pub rename: Option<LitStr>,
+    /// `#[state(in_flight(…))]`
+    pub in_flight: Option<InFlightAttr>,
     pub transitions: Vec<TransitionAttr>,
     /// A `#[state]` attribute failed to parse (it may have held `initial`).
     pub state_incomplete: bool,
     /// A `#[transition]` attribute failed to parse (it may have held an
     /// edge that makes a state reachable).
     pub transitions_incomplete: bool,
+}
+
+/// `in_flight(lease = "30s", since = "sending_since", done = confirm, failed = fail)`
+pub struct InFlightAttr {
+    /// The `in_flight` token.
+    pub token: Ident,
+    pub lease: Option<LitStr>,
+    pub since: Option<LitStr>,
+    pub done: Option<Ident>,
+    pub failed: Option<Ident>,
 }
 
 /// `#[transition(name -> Target, set(column = "expr", …))]`

@@ -5,7 +5,7 @@ use syn::parse::{Parse, ParseStream};
 use syn::punctuated::Punctuated;
 use syn::{Attribute, Ident, LitStr, Token, parenthesized};
 
-use crate::ast::{MachineAttrs, SetItem, TransitionAttr, Variant};
+use crate::ast::{InFlightAttr, MachineAttrs, SetItem, TransitionAttr, Variant};
 use crate::case::RenameRule;
 use crate::ctxt::Ctxt;
 
@@ -28,6 +28,9 @@ pub fn machine_attrs(cx: &mut Ctxt, attrs: &[Attribute]) -> MachineAttrs {
             // #[state_machine(key = "id")]
             } else if meta.path.is_ident("key") {
                 set_once(cx, &mut out.key, meta.value()?.parse()?, "key");
+            // #[state_machine(version = "version")]
+            } else if meta.path.is_ident("version") {
+                set_once(cx, &mut out.version, meta.value()?.parse()?, "version");
             // #[state_machine(rename_all = "snake_case")]
             } else if meta.path.is_ident("rename_all") {
                 let lit: LitStr = meta.value()?.parse()?;
@@ -69,7 +72,7 @@ pub fn machine_attrs(cx: &mut Ctxt, attrs: &[Attribute]) -> MachineAttrs {
             } else {
                 return Err(meta.error(
                     "unknown state_machine attribute; expected `table`, `column`, `key`, \
-                     `rename_all` or `crate`",
+                     `version`, `rename_all` or `crate`",
                 ));
             }
             Ok(())
@@ -100,6 +103,7 @@ pub fn variant<'a>(cx: &mut Ctxt, variant: &'a syn::Variant) -> Variant<'a> {
         ident: &variant.ident,
         initial: None,
         rename: None,
+        in_flight: None,
         transitions: Vec::new(),
         state_incomplete: false,
         transitions_incomplete: false,
@@ -125,9 +129,23 @@ pub fn variant<'a>(cx: &mut Ctxt, variant: &'a syn::Variant) -> Variant<'a> {
                 // #[state(rename = "sending")]
                 } else if meta.path.is_ident("rename") {
                     set_once(cx, &mut out.rename, meta.value()?.parse()?, "rename");
+                // #[state(in_flight(lease = "30s", since = "sending_since", done = confirm))]
+                } else if let Some(token) = meta.path.get_ident().filter(|i| *i == "in_flight") {
+                    let parsed = in_flight(cx, token.clone(), &meta)?;
+                    match &out.in_flight {
+                        Some(first) => cx.duplicate(
+                            &parsed.token,
+                            "duplicate `in_flight`",
+                            &first.token,
+                            "first `in_flight` here",
+                        ),
+                        None => out.in_flight = Some(parsed),
+                    }
                 } else {
-                    return Err(meta
-                        .error("unknown state attribute; expected `initial` or `rename = \"…\"`"));
+                    return Err(meta.error(
+                        "unknown state attribute; expected `initial`, `rename = \"…\"` or \
+                         `in_flight(…)`",
+                    ));
                 }
                 Ok(())
             });
@@ -146,6 +164,54 @@ pub fn variant<'a>(cx: &mut Ctxt, variant: &'a syn::Variant) -> Variant<'a> {
         }
     }
     out
+}
+
+fn in_flight(
+    cx: &mut Ctxt,
+    token: Ident,
+    meta: &syn::meta::ParseNestedMeta,
+) -> syn::Result<InFlightAttr> {
+    let mut out = InFlightAttr {
+        token,
+        lease: None,
+        since: None,
+        done: None,
+        failed: None,
+    };
+    meta.parse_nested_meta(|inner| {
+        // lease = "30s"
+        if inner.path.is_ident("lease") {
+            set_once(cx, &mut out.lease, inner.value()?.parse()?, "lease");
+        // since = "sending_since"
+        } else if inner.path.is_ident("since") {
+            set_once(cx, &mut out.since, inner.value()?.parse()?, "since");
+        // done = confirm
+        } else if inner.path.is_ident("done") {
+            set_once_ident(cx, &mut out.done, inner.value()?.parse()?, "done");
+        // failed = fail
+        } else if inner.path.is_ident("failed") {
+            set_once_ident(cx, &mut out.failed, inner.value()?.parse()?, "failed");
+        } else {
+            return Err(inner.error(
+                "unknown in_flight option; expected `lease = \"…\"`, `since = \"…\"`, \
+                 `done = transition` or `failed = transition`",
+            ));
+        }
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+fn set_once_ident(cx: &mut Ctxt, slot: &mut Option<Ident>, value: Ident, name: &str) {
+    match slot {
+        Some(first) => cx.duplicate(
+            &value,
+            format!("duplicate `{name}`"),
+            &*first,
+            format!("first `{name}` here"),
+        ),
+        None => *slot = Some(value),
+    }
 }
 
 mod kw {

@@ -17,7 +17,11 @@ pub fn derive(node: &DeriveInput) -> TokenStream {
         .and_then(|input| valid::check(&mut cx, input).map(|model| expand(input, &model)));
     match (cx.finish(), model) {
         (Ok(()), Some(tokens)) => tokens,
-        (Err(errors), _) => errors.into_compile_error(),
+        (Err(errors), _) => {
+            let mut tokens = errors.into_compile_error();
+            tokens.extend(fallback(node));
+            tokens
+        }
         // Validation produced no model without reporting why; say so
         // rather than expanding to nothing.
         (Ok(()), None) => {
@@ -41,6 +45,27 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
     let dbs: Vec<_> = model.states.iter().map(|s| s.db.as_str()).collect();
     let variant_names: Vec<_> = idents.iter().map(|i| i.to_string()).collect();
     let initials: Vec<_> = (0..idents.len()).map(|i| i == model.initial).collect();
+    let in_flights = model.states.iter().map(|state| {
+        let Some(f) = &state.in_flight else {
+            return quote!(::core::option::Option::None);
+        };
+        let (lease_ms, since, done) = (f.lease_ms, &f.since, f.done);
+        let failed = match f.failed {
+            Some(i) => quote!(::core::option::Option::Some(#i)),
+            None => quote!(::core::option::Option::None),
+        };
+        let expired = sql_per_dialect(&private, |d| d.expired(model, state, f));
+        let claim = sql_per_dialect(&private, |d| d.claim(model, state, f));
+        quote! {
+            ::core::option::Option::Some(&#private::InFlightDef::__new(
+                #lease_ms, #since, #done, #failed, #expired, #claim,
+            ))
+        }
+    });
+    let version = match &model.version {
+        Some(v) => quote!(::core::option::Option::Some(#v)),
+        None => quote!(::core::option::Option::None),
+    };
     let initial = idents[model.initial];
 
     let select = sql_per_dialect(&private, |d| d.select(table, column, key));
@@ -49,10 +74,7 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
         let name = t.name.unraw().to_string();
         let sources = t.sources.iter().map(|&i| idents[i]);
         let target = idents[t.target];
-        let source_strs: Vec<&str> = t.sources.iter().map(|&i| dbs[i]).collect();
-        let update = sql_per_dialect(&private, |d| {
-            d.update(table, column, key, dbs[t.target], &source_strs, &t.set)
-        });
+        let update = sql_per_dialect(&private, |d| d.update(model, t));
         let set = t
             .set
             .iter()
@@ -93,7 +115,9 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
             const MACHINE: &'static #private::Machine<Self> = {
                 // Named constants, so that `&CONST` is promoted to 'static.
                 const #states_const: [#private::StateDef<#ident>; #n_states] = [
-                    #(#private::StateDef::__new(#ident::#idents, #variant_names, #dbs, #initials)),*
+                    #(#private::StateDef::__new(
+                        #ident::#idents, #variant_names, #dbs, #initials, #in_flights,
+                    )),*
                 ];
                 const #transitions_const: [#private::TransitionDef<#ident>; #n_transitions] = [
                     #(#transition_defs),*
@@ -103,6 +127,7 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
                     #table,
                     #column,
                     #key,
+                    #version,
                     #ident::#initial,
                     &#states_const,
                     &#transitions_const,
@@ -190,6 +215,55 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
                 <Self as #krate::StateMachine>::from_db_str(__text)
                     .ok_or_else(|| #private::unknown_state::<Self>(__text))
             }
+        }
+    }
+}
+
+/// After an error, stub impls of what the derive would have generated, so
+/// that the user sees the real error and not one follow-up per use of the
+/// enum. Nothing here runs: the crate does not compile.
+fn fallback(node: &DeriveInput) -> TokenStream {
+    let syn::Data::Enum(data) = &node.data else {
+        return TokenStream::new();
+    };
+    if !node.generics.params.is_empty() {
+        return TokenStream::new();
+    }
+    let mut cx = Ctxt::default();
+    let krate = match crate::attr::machine_attrs(&mut cx, &node.attrs).krate {
+        Some(path) => quote!(#path),
+        None => quote!(::stateguard),
+    };
+    let (ident, vis) = (&node.ident, &node.vis);
+    let mut names: Vec<syn::Ident> = Vec::new();
+    for variant in &data.variants {
+        for transition in crate::attr::variant(&mut cx, variant).transitions {
+            if !names.contains(&transition.name) {
+                names.push(transition.name);
+            }
+        }
+    }
+    quote! {
+        #[automatically_derived]
+        impl #krate::StateMachine for #ident {
+            const MACHINE: &'static #krate::__private::Machine<Self> = ::core::unimplemented!();
+
+            fn as_str(self) -> &'static str {
+                ::core::unimplemented!()
+            }
+
+            fn from_db_str(_: &str) -> ::core::option::Option<Self> {
+                ::core::unimplemented!()
+            }
+        }
+
+        #[automatically_derived]
+        impl #ident {
+            #(
+                #vis const fn #names() -> #krate::Transition<Self> {
+                    ::core::unimplemented!()
+                }
+            )*
         }
     }
 }

@@ -1,6 +1,8 @@
 //! SQL text, built at expansion time from validated names. The output is a
 //! string literal per dialect: nothing is formatted into SQL at run time.
 
+use crate::valid::{InFlight, Model, State, Transition};
+
 #[derive(Clone, Copy)]
 pub enum Dialect {
     Postgres,
@@ -103,36 +105,134 @@ impl Dialect {
             .join(".")
     }
 
-    fn param(self) -> &'static str {
+    fn param(self, n: usize) -> String {
         match self {
-            Dialect::Postgres => "$1",
-            Dialect::Sqlite => "?1",
-            Dialect::MySql => "?",
+            Dialect::Postgres => format!("${n}"),
+            Dialect::Sqlite => format!("?{n}"),
+            Dialect::MySql => "?".to_owned(),
         }
     }
 
-    /// `UPDATE t SET c = 'target'[, col = expr…] WHERE k = $1 AND c IN ('source', …)`
-    pub fn update(
-        self,
-        table: &str,
-        column: &str,
-        key: &str,
-        target: &str,
-        sources: &[&str],
-        set: &[(String, String)],
-    ) -> String {
-        let column = self.quote(column);
-        let mut assignments = format!("{column} = '{target}'");
-        for (col, expr) in set {
-            assignments.push_str(&format!(", {} = {expr}", self.quote(col)));
+    /// The current time as a value of a `since` column.
+    fn now(self) -> &'static str {
+        match self {
+            Dialect::Postgres => "CURRENT_TIMESTAMP",
+            // Text with milliseconds, which sorts as it compares.
+            Dialect::Sqlite => "strftime('%Y-%m-%d %H:%M:%f', 'now')",
+            Dialect::MySql => "CURRENT_TIMESTAMP(3)",
         }
-        let sources: Vec<String> = sources.iter().map(|s| format!("'{s}'")).collect();
+    }
+
+    /// The time `lease_ms` ago, in the same form as [`Self::now`].
+    fn lease_expiry(self, lease_ms: u64) -> String {
+        match self {
+            Dialect::Postgres => {
+                format!("CURRENT_TIMESTAMP - INTERVAL '{lease_ms} milliseconds'")
+            }
+            Dialect::Sqlite => format!(
+                "strftime('%Y-%m-%d %H:%M:%f', 'now', '-{}.{:03} seconds')",
+                lease_ms / 1000,
+                lease_ms % 1000
+            ),
+            Dialect::MySql => {
+                format!(
+                    "CURRENT_TIMESTAMP(3) - INTERVAL {} MICROSECOND",
+                    lease_ms * 1000
+                )
+            }
+        }
+    }
+
+    /// The version column read as a 64-bit integer.
+    fn version_read(self, version: Option<&str>) -> String {
+        let column = match version {
+            Some(version) => self.quote(version),
+            None => "0".to_owned(),
+        };
+        match self {
+            Dialect::Postgres => format!("CAST({column} AS BIGINT)"),
+            Dialect::Sqlite => format!("CAST({column} AS INTEGER)"),
+            Dialect::MySql => format!("CAST({column} AS SIGNED)"),
+        }
+    }
+
+    /// `UPDATE t SET c = 'target'[, col = expr…][, since = now][, version = version + 1]
+    /// WHERE k = $1 AND c IN ('source', …)[ RETURNING version]`
+    ///
+    /// With a version column, PostgreSQL and SQLite return the new version;
+    /// MySQL has no `RETURNING`, so the new version goes through
+    /// `LAST_INSERT_ID(expr)`, which the same connection reads back.
+    pub fn update(&self, model: &Model, transition: &Transition) -> String {
+        let d = *self;
+        let column = d.quote(&model.column);
+        let target = &model.states[transition.target];
+        let mut assignments = format!("{column} = '{}'", target.db);
+        for (col, expr) in &transition.set {
+            assignments.push_str(&format!(", {} = {expr}", d.quote(col)));
+        }
+        if let Some(in_flight) = &target.in_flight {
+            assignments.push_str(&format!(", {} = {}", d.quote(&in_flight.since), d.now()));
+        }
+        let mut returning = String::new();
+        if let Some(version) = &model.version {
+            let v = d.quote(version);
+            match d {
+                Dialect::MySql => assignments.push_str(&format!(", {v} = LAST_INSERT_ID({v} + 1)")),
+                _ => {
+                    assignments.push_str(&format!(", {v} = {v} + 1"));
+                    returning = format!(" RETURNING {}", d.version_read(Some(version)));
+                }
+            }
+        }
+        let sources: Vec<String> = transition
+            .sources
+            .iter()
+            .map(|&s| format!("'{}'", model.states[s].db))
+            .collect();
         format!(
-            "UPDATE {} SET {assignments} WHERE {} = {} AND {column} IN ({})",
-            self.quote(table),
-            self.quote(key),
-            self.param(),
+            "UPDATE {} SET {assignments} WHERE {} = {} AND {column} IN ({}){returning}",
+            d.quote(&model.table),
+            d.quote(&model.key),
+            d.param(1),
             sources.join(", "),
+        )
+    }
+
+    /// Rows of an in-flight state whose lease has run out, oldest first:
+    /// `SELECT key, version FROM t WHERE c = 'state' AND since < now - lease`.
+    pub fn expired(&self, model: &Model, state: &State, in_flight: &InFlight) -> String {
+        let d = *self;
+        let since = d.quote(&in_flight.since);
+        format!(
+            "SELECT {}, {} FROM {} WHERE {} = '{}' AND {since} < {} ORDER BY {since} LIMIT {}",
+            d.quote(&model.key),
+            d.version_read(model.version.as_deref()),
+            d.quote(&model.table),
+            d.quote(&model.column),
+            state.db,
+            d.lease_expiry(in_flight.lease_ms),
+            d.param(1),
+        )
+    }
+
+    /// Takes over one expired row for recovery by renewing its lease, only
+    /// if it is still in the same occurrence of the in-flight state.
+    pub fn claim(&self, model: &Model, state: &State, in_flight: &InFlight) -> String {
+        let d = *self;
+        let since = d.quote(&in_flight.since);
+        let same_occurrence = match &model.version {
+            Some(version) => format!(" AND {} = {}", d.quote(version), d.param(2)),
+            None => String::new(),
+        };
+        format!(
+            "UPDATE {} SET {since} = {} WHERE {} = {} AND {} = '{}' AND {since} < {}{same_occurrence}",
+            d.quote(&model.table),
+            d.now(),
+            d.quote(&model.key),
+            d.param(1),
+            d.quote(&model.column),
+            state.db,
+            d.lease_expiry(in_flight.lease_ms),
         )
     }
 
@@ -149,7 +249,7 @@ impl Dialect {
             "SELECT {read} FROM {} WHERE {} = {}",
             self.quote(table),
             self.quote(key),
-            self.param()
+            self.param(1)
         )
     }
 }

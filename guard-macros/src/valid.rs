@@ -18,6 +18,7 @@ pub struct Model<'a> {
     pub table: String,
     pub column: String,
     pub key: String,
+    pub version: Option<String>,
     pub states: Vec<State<'a>>,
     pub initial: usize,
     pub transitions: Vec<Transition<'a>>,
@@ -26,6 +27,17 @@ pub struct Model<'a> {
 pub struct State<'a> {
     pub ident: &'a Ident,
     pub db: String,
+    pub in_flight: Option<InFlight>,
+}
+
+/// A state whose entry starts an external effect: its lease, the column
+/// stamped on entry, and the transitions that end it.
+pub struct InFlight {
+    pub lease_ms: u64,
+    pub since: String,
+    /// Indices into `Model::transitions`.
+    pub done: usize,
+    pub failed: Option<usize>,
 }
 
 pub struct Transition<'a> {
@@ -56,12 +68,36 @@ pub fn check<'a>(cx: &mut Ctxt, input: &'a Input<'a>) -> Option<Model<'a>> {
     }
 
     let names = check_names(cx, input);
-    let states = check_states(cx, input);
+    let mut states = check_states(cx, input);
     let initial = check_initial(cx, input);
-    let transitions = check_transitions(cx, input, names.as_ref().map(|n| n.1.as_str()));
+    // Columns stateguard writes itself, with what to say when `set` names one.
+    let mut reserved: Vec<(&str, &str)> = Vec::new();
+    if let Some((_, column, key)) = &names {
+        reserved.push((column, "the transition already sets the status column"));
+        reserved.push((key, "a transition cannot change the key column"));
+    }
+    let version = check_version(cx, input, &reserved);
+    if let Some(version) = &version {
+        reserved.push((
+            version,
+            "every transition increments the version column itself",
+        ));
+    }
+    let since_columns: Vec<String> = input
+        .variants
+        .iter()
+        .filter_map(|v| v.in_flight.as_ref()?.since.as_ref().map(LitStr::value))
+        .collect();
+    let transitions = check_transitions(cx, input, &reserved, &since_columns);
     let all_parsed = !input.variants.iter().any(|v| v.transitions_incomplete);
     if let (Some(initial), Some(transitions), true) = (initial, &transitions, all_parsed) {
         check_reachable(cx, input, initial, transitions);
+        if input.attrs.version.is_none() {
+            check_acyclic(cx, input, transitions);
+        }
+    }
+    if let (Some(states), Some(transitions)) = (&mut states, &transitions) {
+        check_in_flight(cx, input, &reserved, states, transitions);
     }
 
     let (table, column, key) = names?;
@@ -70,6 +106,7 @@ pub fn check<'a>(cx: &mut Ctxt, input: &'a Input<'a>) -> Option<Model<'a>> {
         table,
         column,
         key,
+        version,
         states: states?,
         initial: initial?,
         transitions: transitions?,
@@ -170,6 +207,7 @@ fn check_states<'a>(cx: &mut Ctxt, input: &'a Input) -> Option<Vec<State<'a>>> {
         states.push(State {
             ident: variant.ident,
             db,
+            in_flight: None,
         });
     }
     ok.then_some(states)
@@ -207,7 +245,8 @@ fn check_initial(cx: &mut Ctxt, input: &Input) -> Option<usize> {
 fn check_transitions<'a>(
     cx: &mut Ctxt,
     input: &'a Input,
-    status_column: Option<&str>,
+    reserved: &[(&str, &str)],
+    since_columns: &[String],
 ) -> Option<Vec<Transition<'a>>> {
     let index_of = |ident: &Ident| input.variants.iter().position(|v| v.ident == ident);
     let mut ok = true;
@@ -239,7 +278,7 @@ fn check_transitions<'a>(
                 );
                 continue;
             }
-            let set = match check_set(cx, &attr.set, status_column, input) {
+            let set = match check_set(cx, &attr.set, reserved, since_columns) {
                 Some(set) => set,
                 None => {
                     ok = false;
@@ -305,36 +344,34 @@ fn check_transitions<'a>(
 fn check_set(
     cx: &mut Ctxt,
     items: &[SetItem],
-    status_column: Option<&str>,
-    input: &Input,
+    reserved: &[(&str, &str)],
+    since_columns: &[String],
 ) -> Option<Vec<(String, String)>> {
     let mut ok = true;
     let mut out: Vec<(String, String)> = Vec::new();
     for (i, item) in items.iter().enumerate() {
         let column = item.column.unraw().to_string();
+        // SQLite and MySQL compare column names without regard to case.
+        let same = |other: &str| other.eq_ignore_ascii_case(&column);
         if let Err(why) = sql::check_ident(&column) {
             ok = false;
             cx.error(
                 &item.column,
                 format!("column `{column}` is not a valid SQL identifier: it {why}"),
             );
-        } else if status_column.is_some_and(|status| status.eq_ignore_ascii_case(&column)) {
+        } else if let Some((_, why)) = reserved.iter().find(|(r, _)| same(r)) {
+            ok = false;
+            cx.error(&item.column, format!("{why}; `set` is for other columns"));
+        } else if since_columns.iter().any(|c| same(c)) {
             ok = false;
             cx.error(
                 &item.column,
-                "the transition already sets the status column; `set` is for other columns",
+                "transitions into an in-flight state stamp its `since` column themselves; \
+                 `set` is for other columns",
             );
-        } else if input
-            .attrs
-            .key
-            .as_ref()
-            .is_some_and(|k| k.value() == column)
-        {
-            ok = false;
-            cx.error(&item.column, "a transition cannot change the key column");
         } else if let Some(first) = items[..i]
             .iter()
-            .find(|f| f.column.unraw().to_string().eq_ignore_ascii_case(&column))
+            .find(|f| same(&f.column.unraw().to_string()))
         {
             ok = false;
             cx.duplicate(
@@ -352,6 +389,219 @@ fn check_set(
         out.push((column, expr));
     }
     ok.then_some(out)
+}
+
+/// `version = "…"`: a valid identifier, not the status or key column.
+fn check_version(cx: &mut Ctxt, input: &Input, reserved: &[(&str, &str)]) -> Option<String> {
+    let lit = input.attrs.version.as_ref()?;
+    let value = lit.value();
+    if let Err(why) = sql::check_ident(&value) {
+        cx.error(
+            lit,
+            format!("version {value:?} is not a valid SQL identifier: it {why}"),
+        );
+        return None;
+    }
+    if reserved.iter().any(|(r, _)| r.eq_ignore_ascii_case(&value)) {
+        cx.error(
+            lit,
+            "the version column must be a column of its own, not the status or key column",
+        );
+        return None;
+    }
+    Some(value)
+}
+
+/// Without a version column the occurrence of a transition on a row is
+/// implied by the transition itself, which only holds when no row can pass
+/// through the same transition twice.
+fn check_acyclic(cx: &mut Ctxt, input: &Input, transitions: &[Transition]) {
+    let n = input.variants.len();
+    let reaches = |from: usize, to: usize| {
+        let mut seen = vec![false; n];
+        let mut stack = vec![from];
+        while let Some(state) = stack.pop() {
+            if state == to {
+                return true;
+            }
+            if std::mem::replace(&mut seen[state], true) {
+                continue;
+            }
+            for t in transitions.iter().filter(|t| t.sources.contains(&state)) {
+                stack.push(t.target);
+            }
+        }
+        false
+    };
+    for (source, variant) in input.variants.iter().enumerate() {
+        for attr in &variant.transitions {
+            let Some(t) = transitions.iter().find(|t| *t.name == attr.name) else {
+                continue;
+            };
+            if reaches(t.target, source) {
+                cx.error(
+                    &attr.target,
+                    format!(
+                        "after `{}` a row can come back to `{}`, so it can pass through `{}` \
+                         more than once; add `version = \"…\"` to #[state_machine(...)] (an \
+                         integer column that every transition increments) so that each pass \
+                         gets its own effect key",
+                        attr.name, variant.ident, attr.name
+                    ),
+                );
+                return;
+            }
+        }
+    }
+}
+
+/// `#[state(in_flight(lease = "…", since = "…", done = t, failed = t))]`
+fn check_in_flight(
+    cx: &mut Ctxt,
+    input: &Input,
+    reserved: &[(&str, &str)],
+    states: &mut [State],
+    transitions: &[Transition],
+) {
+    let mut since_seen: Vec<&LitStr> = Vec::new();
+    for (i, variant) in input.variants.iter().enumerate() {
+        let Some(attr) = &variant.in_flight else {
+            continue;
+        };
+        let lease = match &attr.lease {
+            None => {
+                cx.error(
+                    &attr.token,
+                    "missing `lease = \"…\"`, e.g. `lease = \"30s\"`",
+                );
+                None
+            }
+            Some(lit) => match parse_lease(&lit.value()) {
+                Ok(ms) => Some(ms),
+                Err(why) => {
+                    cx.error(lit, why);
+                    None
+                }
+            },
+        };
+        let since = match &attr.since {
+            None => {
+                cx.error(
+                    &attr.token,
+                    "missing `since = \"…\"`: the timestamp column that each transition into \
+                     this state sets to the current time",
+                );
+                None
+            }
+            Some(lit) => {
+                let value = lit.value();
+                if let Err(why) = sql::check_ident(&value) {
+                    cx.error(
+                        lit,
+                        format!("since {value:?} is not a valid SQL identifier: it {why}"),
+                    );
+                    None
+                } else if reserved.iter().any(|(r, _)| r.eq_ignore_ascii_case(&value)) {
+                    cx.error(
+                        lit,
+                        "the `since` column must be a column of its own, not the status, key or \
+                         version column",
+                    );
+                    None
+                } else if let Some(first) = since_seen
+                    .iter()
+                    .find(|f| f.value().eq_ignore_ascii_case(&value))
+                {
+                    cx.duplicate(
+                        lit,
+                        "each in-flight state needs its own `since` column",
+                        first,
+                        "also used here",
+                    );
+                    None
+                } else {
+                    since_seen.push(lit);
+                    Some(value)
+                }
+            }
+        };
+        let mut follow_up = |ident: &Option<Ident>, what: &str, required: bool| {
+            let Some(ident) = ident else {
+                if required {
+                    cx.error(
+                        &attr.token,
+                        format!(
+                            "missing `{what} = transition`: the transition that ends this state \
+                             when the effect succeeds"
+                        ),
+                    );
+                }
+                return None;
+            };
+            let found = transitions
+                .iter()
+                .position(|t| *t.name == *ident && t.sources.contains(&i));
+            if found.is_none() {
+                cx.error(
+                    ident,
+                    format!(
+                        "`{ident}` is not a transition from `{}`; `{what}` names one of this \
+                         state's own transitions",
+                        variant.ident
+                    ),
+                );
+            }
+            found
+        };
+        let done = follow_up(&attr.done, "done", true);
+        let failed = follow_up(&attr.failed, "failed", false);
+        if done.is_some() && done == failed {
+            if let Some(ident) = &attr.failed {
+                cx.error(ident, "`done` and `failed` must be different transitions");
+            }
+            continue;
+        }
+        if let (Some(lease_ms), Some(since), Some(done)) = (lease, since, done) {
+            if attr.failed.is_some() && failed.is_none() {
+                continue;
+            }
+            states[i].in_flight = Some(InFlight {
+                lease_ms,
+                since,
+                done,
+                failed,
+            });
+        }
+    }
+}
+
+/// `"250ms"`, `"30s"`, `"5m"`, `"1h"` in milliseconds.
+fn parse_lease(text: &str) -> Result<u64, String> {
+    let trimmed = text.trim();
+    let split = trimmed
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(trimmed.len());
+    let (number, unit) = trimmed.split_at(split);
+    let scale = match unit.trim() {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        _ => {
+            return Err(format!(
+                "lease {text:?} is not a duration; write a whole number with `ms`, `s`, `m` or \
+                 `h`, e.g. \"30s\""
+            ));
+        }
+    };
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("lease {text:?} does not start with a whole number"))?;
+    match number.checked_mul(scale) {
+        Some(0) => Err("a lease of zero would let recovery take over every in-flight row at once; use at least 1ms".to_owned()),
+        Some(ms) if ms <= 7 * 24 * 3_600_000 => Ok(ms),
+        _ => Err(format!("lease {text:?} is longer than a week")),
+    }
 }
 
 /// Every state can be reached from the initial one.

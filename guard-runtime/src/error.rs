@@ -76,6 +76,62 @@ pub enum Error {
         /// How many rows the key matched.
         rows: u64,
     },
+
+    /// The caller's transaction failed to commit, so the wins in it cannot
+    /// run their effects. If the connection was lost during `COMMIT`, the
+    /// transaction may have committed all the same; an in-flight state's
+    /// lease and [`recover`](crate::recover) cover that case.
+    #[error("the transaction did not commit, so its wins may not run their effects: {source}")]
+    Commit {
+        /// The database's error.
+        #[source]
+        source: sqlx::Error,
+    },
+
+    /// An in-flight operation was asked of a state that is not declared
+    /// `#[state(in_flight(…))]`.
+    #[error("state `{state}` of {machine} is not declared #[state(in_flight(...))]")]
+    NotInFlight {
+        /// The machine.
+        machine: &'static str,
+        /// The state's database string.
+        state: &'static str,
+    },
+
+    /// An effect reported [`Verdict::Failed`](crate::Verdict::Failed) for an
+    /// in-flight state that declares no `failed` transition. The row stays
+    /// in flight.
+    #[error(
+        "the effect for state `{state}` of {machine} failed, but the state declares no \
+         `failed = transition` in #[state(in_flight(...))]; the row stays in flight"
+    )]
+    NoFailedTransition {
+        /// The machine.
+        machine: &'static str,
+        /// The state's database string.
+        state: &'static str,
+    },
+
+    /// The row was deleted while its effect ran.
+    #[error("the row vanished from table `{table}` before `{transition}` could finish it")]
+    RowVanished {
+        /// The table of the machine.
+        table: &'static str,
+        /// The follow-up transition.
+        transition: &'static str,
+    },
+
+    /// Listing or taking over expired in-flight rows failed.
+    #[error("recovering in-flight `{state}` rows of table `{table}` failed: {source}")]
+    Recovery {
+        /// The table of the machine.
+        table: &'static str,
+        /// The in-flight state's database string.
+        state: &'static str,
+        /// The database's error.
+        #[source]
+        source: sqlx::Error,
+    },
 }
 
 impl Error {

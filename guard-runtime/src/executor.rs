@@ -6,6 +6,14 @@ use sqlx::{Connection, Pool, Transaction};
 use core::pin::Pin;
 
 use crate::dialect::Backend;
+use crate::outcome::{Committed, Uncommitted};
+
+/// The result of `execute_then_fetch`: the first statement's result and
+/// the second's row.
+pub(crate) type ExecutedThenFetched<DB> = (
+    <DB as sqlx::Database>::QueryResult,
+    Option<<DB as sqlx::Database>::Row>,
+);
 
 /// The future type sqlx's own executors return.
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -20,11 +28,17 @@ mod sealed {
 ///
 /// On a pool, or on a connection that is not inside a transaction, each
 /// statement commits on its own, so the library retries serialization
-/// failures and deadlocks itself. Inside a transaction it cannot, and returns
-/// [`Error::RetryTransaction`](crate::Error::RetryTransaction) instead.
+/// failures and deadlocks itself, and a win is [`Committed`]. Inside a
+/// transaction it cannot retry, and returns
+/// [`Error::RetryTransaction`](crate::Error::RetryTransaction) instead; a
+/// win there is [`Uncommitted`] until [`Won::commit`](crate::Won::commit).
 pub trait Executor: Send + sealed::Sealed {
     /// The database the statements run on.
     type Database: Backend;
+
+    /// [`Committed`] for a pool or connection, [`Uncommitted`] for a
+    /// transaction: whether a win can run its effect at once.
+    type Commit;
 
     #[doc(hidden)]
     fn execute(
@@ -40,8 +54,77 @@ pub trait Executor: Send + sealed::Sealed {
         args: <Self::Database as Backend>::Args,
     ) -> BoxFuture<'_, Result<Option<<Self::Database as sqlx::Database>::Row>, sqlx::Error>>;
 
+    #[doc(hidden)]
+    fn fetch_all(
+        &mut self,
+        sql: &'static str,
+        args: <Self::Database as Backend>::Args,
+    ) -> BoxFuture<'_, Result<Vec<<Self::Database as sqlx::Database>::Row>, sqlx::Error>>;
+
+    /// Runs `sql`, then `then` on the same connection (MySQL reads
+    /// `LAST_INSERT_ID()` this way).
+    #[doc(hidden)]
+    fn execute_then_fetch(
+        &mut self,
+        sql: &'static str,
+        args: <Self::Database as Backend>::Args,
+        then: &'static str,
+    ) -> BoxFuture<'_, Result<ExecutedThenFetched<Self::Database>, sqlx::Error>>;
+
     /// Whether the statements run inside a transaction the caller owns.
     fn in_transaction(&self) -> bool;
+}
+
+/// The statement methods, given how to reach a connection from `self`.
+macro_rules! statements {
+    ($db:ty, |$this:ident| $conn:expr) => {
+        fn execute(
+            &mut self,
+            sql: &'static str,
+            args: <$db as Backend>::Args,
+        ) -> BoxFuture<'_, Result<<$db as sqlx::Database>::QueryResult, sqlx::Error>> {
+            let $this = self;
+            sqlx::Executor::execute($conn, sqlx::query_with(sql, args))
+        }
+
+        fn fetch_optional(
+            &mut self,
+            sql: &'static str,
+            args: <$db as Backend>::Args,
+        ) -> BoxFuture<'_, Result<Option<<$db as sqlx::Database>::Row>, sqlx::Error>> {
+            let $this = self;
+            sqlx::Executor::fetch_optional($conn, sqlx::query_with(sql, args))
+        }
+
+        fn fetch_all(
+            &mut self,
+            sql: &'static str,
+            args: <$db as Backend>::Args,
+        ) -> BoxFuture<'_, Result<Vec<<$db as sqlx::Database>::Row>, sqlx::Error>> {
+            let $this = self;
+            sqlx::Executor::fetch_all($conn, sqlx::query_with(sql, args))
+        }
+    };
+}
+
+/// `execute_then_fetch` on a connection reached from `self`.
+macro_rules! execute_then_fetch {
+    ($db:ty, |$this:ident| $conn:expr) => {
+        fn execute_then_fetch(
+            &mut self,
+            sql: &'static str,
+            args: <$db as Backend>::Args,
+            then: &'static str,
+        ) -> BoxFuture<'_, Result<ExecutedThenFetched<$db>, sqlx::Error>> {
+            Box::pin(async move {
+                let $this = self;
+                let done =
+                    sqlx::Executor::execute(&mut *$conn, sqlx::query_with(sql, args)).await?;
+                let row = sqlx::Executor::fetch_optional(&mut *$conn, then).await?;
+                Ok((done, row))
+            })
+        }
+    };
 }
 
 // One impl per backend rather than one generic impl: a generic impl needs a
@@ -56,21 +139,24 @@ macro_rules! executors {
         #[cfg(feature = $feature)]
         impl Executor for &Pool<$db> {
             type Database = $db;
+            type Commit = Committed;
 
-            fn execute(
+            statements!($db, |this| &**this);
+
+            fn execute_then_fetch(
                 &mut self,
                 sql: &'static str,
                 args: <$db as Backend>::Args,
-            ) -> BoxFuture<'_, Result<<$db as sqlx::Database>::QueryResult, sqlx::Error>> {
-                sqlx::Executor::execute(&**self, sqlx::query_with(sql, args))
-            }
-
-            fn fetch_optional(
-                &mut self,
-                sql: &'static str,
-                args: <$db as Backend>::Args,
-            ) -> BoxFuture<'_, Result<Option<<$db as sqlx::Database>::Row>, sqlx::Error>> {
-                sqlx::Executor::fetch_optional(&**self, sqlx::query_with(sql, args))
+                then: &'static str,
+            ) -> BoxFuture<'_, Result<ExecutedThenFetched<$db>, sqlx::Error>> {
+                Box::pin(async move {
+                    // Both statements on one connection of the pool.
+                    let mut conn = self.acquire().await?;
+                    let done =
+                        sqlx::Executor::execute(&mut *conn, sqlx::query_with(sql, args)).await?;
+                    let row = sqlx::Executor::fetch_optional(&mut *conn, then).await?;
+                    Ok((done, row))
+                })
             }
 
             fn in_transaction(&self) -> bool {
@@ -84,22 +170,10 @@ macro_rules! executors {
         #[cfg(feature = $feature)]
         impl Executor for &mut Transaction<'_, $db> {
             type Database = $db;
+            type Commit = Uncommitted;
 
-            fn execute(
-                &mut self,
-                sql: &'static str,
-                args: <$db as Backend>::Args,
-            ) -> BoxFuture<'_, Result<<$db as sqlx::Database>::QueryResult, sqlx::Error>> {
-                sqlx::Executor::execute(&mut ***self, sqlx::query_with(sql, args))
-            }
-
-            fn fetch_optional(
-                &mut self,
-                sql: &'static str,
-                args: <$db as Backend>::Args,
-            ) -> BoxFuture<'_, Result<Option<<$db as sqlx::Database>::Row>, sqlx::Error>> {
-                sqlx::Executor::fetch_optional(&mut ***self, sqlx::query_with(sql, args))
-            }
+            statements!($db, |this| &mut ***this);
+            execute_then_fetch!($db, |this| &mut ***this);
 
             fn in_transaction(&self) -> bool {
                 true
@@ -112,22 +186,10 @@ macro_rules! executors {
         #[cfg(feature = $feature)]
         impl Executor for &mut $conn {
             type Database = $db;
+            type Commit = Committed;
 
-            fn execute(
-                &mut self,
-                sql: &'static str,
-                args: <$db as Backend>::Args,
-            ) -> BoxFuture<'_, Result<<$db as sqlx::Database>::QueryResult, sqlx::Error>> {
-                sqlx::Executor::execute(&mut **self, sqlx::query_with(sql, args))
-            }
-
-            fn fetch_optional(
-                &mut self,
-                sql: &'static str,
-                args: <$db as Backend>::Args,
-            ) -> BoxFuture<'_, Result<Option<<$db as sqlx::Database>::Row>, sqlx::Error>> {
-                sqlx::Executor::fetch_optional(&mut **self, sqlx::query_with(sql, args))
-            }
+            statements!($db, |this| &mut **this);
+            execute_then_fetch!($db, |this| &mut **this);
 
             fn in_transaction(&self) -> bool {
                 Connection::is_in_transaction(&**self)

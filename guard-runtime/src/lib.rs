@@ -6,6 +6,7 @@
 #![warn(missing_docs)]
 
 mod dialect;
+mod effect;
 mod error;
 mod executor;
 mod machine;
@@ -13,10 +14,15 @@ mod outcome;
 mod transition;
 
 pub use crate::dialect::Backend;
+pub use crate::effect::{
+    Effect, Finished, Recovered, Staged, Verdict, claim_expired, commit, recover,
+};
 pub use crate::error::{Error, UnknownState};
 pub use crate::executor::Executor;
-pub use crate::machine::{Machine, SetColumn, Sql, StateDef, StateMachine, TransitionDef};
-pub use crate::outcome::{Outcome, Won};
+pub use crate::machine::{
+    InFlightDef, Machine, SetColumn, Sql, StateDef, StateMachine, TransitionDef,
+};
+pub use crate::outcome::{Committed, Outcome, Uncommitted, Won};
 pub use crate::transition::Transition;
 
 /// Items the derive's generated code names. Not part of the public API.
@@ -24,7 +30,7 @@ pub use crate::transition::Transition;
 pub mod __private {
     pub use sqlx;
 
-    pub use crate::machine::{Machine, SetColumn, Sql, StateDef, TransitionDef};
+    pub use crate::machine::{InFlightDef, Machine, SetColumn, Sql, StateDef, TransitionDef};
 
     /// Decoding a status string inside `sqlx::Decode`.
     pub fn unknown_state<S: crate::StateMachine>(value: &str) -> sqlx::error::BoxDynError {

@@ -70,6 +70,7 @@ pub struct Machine<S: 'static> {
     table: &'static str,
     column: &'static str,
     key: &'static str,
+    version: Option<&'static str>,
     initial: S,
     states: &'static [StateDef<S>],
     transitions: &'static [TransitionDef<S>],
@@ -84,6 +85,7 @@ impl<S: StateMachine> Machine<S> {
         table: &'static str,
         column: &'static str,
         key: &'static str,
+        version: Option<&'static str>,
         initial: S,
         states: &'static [StateDef<S>],
         transitions: &'static [TransitionDef<S>],
@@ -94,6 +96,7 @@ impl<S: StateMachine> Machine<S> {
             table,
             column,
             key,
+            version,
             initial,
             states,
             transitions,
@@ -119,6 +122,12 @@ impl<S: StateMachine> Machine<S> {
     /// The key column that `apply` matches on.
     pub const fn key(&self) -> &'static str {
         self.key
+    }
+
+    /// The occurrence counter column, `version = "…"`, that every
+    /// transition increments in the same statement.
+    pub const fn version(&self) -> Option<&'static str> {
+        self.version
     }
 
     /// Every state, in declaration order.
@@ -172,17 +181,30 @@ pub struct StateDef<S: 'static> {
     variant: &'static str,
     db: &'static str,
     initial: bool,
+    in_flight: Option<&'static InFlightDef>,
 }
 
 impl<S: Copy> StateDef<S> {
     #[doc(hidden)]
-    pub const fn __new(value: S, variant: &'static str, db: &'static str, initial: bool) -> Self {
+    pub const fn __new(
+        value: S,
+        variant: &'static str,
+        db: &'static str,
+        initial: bool,
+        in_flight: Option<&'static InFlightDef>,
+    ) -> Self {
         StateDef {
             value,
             variant,
             db,
             initial,
+            in_flight,
         }
+    }
+
+    /// The lease and follow-ups of an `#[state(in_flight(…))]` state.
+    pub const fn in_flight(&self) -> Option<&'static InFlightDef> {
+        self.in_flight
     }
 
     /// The enum value.
@@ -203,6 +225,72 @@ impl<S: Copy> StateDef<S> {
     /// Whether this is the `#[state(initial)]` state.
     pub const fn is_initial(&self) -> bool {
         self.initial
+    }
+}
+
+/// An in-flight state: entering it starts an external effect, and a row
+/// left in it past its lease is taken over by recovery.
+#[derive(Debug)]
+pub struct InFlightDef {
+    lease_ms: u64,
+    since: &'static str,
+    done: usize,
+    failed: Option<usize>,
+    expired: Sql,
+    claim: Sql,
+}
+
+impl InFlightDef {
+    #[doc(hidden)]
+    pub const fn __new(
+        lease_ms: u64,
+        since: &'static str,
+        done: usize,
+        failed: Option<usize>,
+        expired: Sql,
+        claim: Sql,
+    ) -> Self {
+        InFlightDef {
+            lease_ms,
+            since,
+            done,
+            failed,
+            expired,
+            claim,
+        }
+    }
+
+    /// How long a row may stay in this state before recovery takes it over.
+    pub const fn lease(&self) -> core::time::Duration {
+        core::time::Duration::from_millis(self.lease_ms)
+    }
+
+    /// The timestamp column each transition into this state sets.
+    pub const fn since_column(&self) -> &'static str {
+        self.since
+    }
+
+    /// The transition that ends this state when the effect succeeded.
+    pub fn done<S: StateMachine>(&self) -> Transition<S> {
+        S::MACHINE.transitions()[self.done].transition()
+    }
+
+    /// The transition that ends this state when the effect failed for good.
+    pub fn failed<S: StateMachine>(&self) -> Option<Transition<S>> {
+        self.failed
+            .map(|i| S::MACHINE.transitions()[i].transition())
+    }
+
+    /// `SELECT key, version … WHERE status = 'state' AND since < now - lease
+    /// ORDER BY since LIMIT $1`
+    pub const fn expired_sql(&self) -> &Sql {
+        &self.expired
+    }
+
+    /// `UPDATE … SET since = now WHERE key = $1 AND status = 'state' AND
+    /// since < now - lease [AND version = $2]`
+    pub const fn claim_sql(&self) -> &Sql {
+        &self.claim
     }
 }
 

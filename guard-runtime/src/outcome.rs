@@ -1,14 +1,21 @@
-use crate::{StateMachine, Transition};
+//! `Outcome` of an attempt, and `Won`, the token only the winner holds.
+
+use core::fmt;
+use core::marker::PhantomData;
+
+use crate::StateMachine;
 
 /// What one attempt at a transition found.
 ///
 /// Exactly one of any number of concurrent or replayed attempts gets
-/// [`Outcome::Applied`]; only that one may run the side effect.
+/// [`Outcome::Applied`]; only that one may run the side effect. `K` is the
+/// row key's type; `C` says whether the win is committed yet ([`Committed`]
+/// on a pool or connection, [`Uncommitted`] inside a transaction).
 #[must_use = "only `Outcome::Applied` may run the side effect; match on the outcome"]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome<S: StateMachine> {
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome<S: StateMachine, K, C = Committed> {
     /// This attempt changed the row. It holds the [`Won`] token.
-    Applied(Won<S>),
+    Applied(Won<S, K, C>),
     /// The row already is in the target state: a replay, or another attempt
     /// won. Nothing to do.
     AlreadyInState(S),
@@ -21,9 +28,9 @@ pub enum Outcome<S: StateMachine> {
     NotFound,
 }
 
-impl<S: StateMachine> Outcome<S> {
+impl<S: StateMachine, K, C> Outcome<S, K, C> {
     /// The winning token, if this attempt changed the row.
-    pub fn won(self) -> Option<Won<S>> {
+    pub fn won(self) -> Option<Won<S, K, C>> {
         match self {
             Outcome::Applied(won) => Some(won),
             _ => None,
@@ -37,36 +44,95 @@ impl<S: StateMachine> Outcome<S> {
 
     /// The state the row is in after the attempt, if the row exists.
     pub fn state(&self) -> Option<S> {
-        match *self {
+        match self {
             Outcome::Applied(won) => Some(won.state()),
-            Outcome::AlreadyInState(state) | Outcome::Conflict { current: state } => Some(state),
+            Outcome::AlreadyInState(state) | Outcome::Conflict { current: state } => Some(*state),
             Outcome::NotFound => None,
         }
     }
 }
 
+/// Marks a [`Won`] whose statement has committed: its effect may run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Committed {}
+
+/// Marks a [`Won`] obtained inside a transaction that has not committed
+/// yet. It cannot run an effect; [`Won::commit`] commits the transaction
+/// and turns it into a committed `Won`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Uncommitted {}
+
 /// Proof that this attempt, and no other, moved the row.
 ///
-/// Only [`Transition::apply`] creates one, and only for the attempt whose
-/// compare-and-set changed the row.
+/// Only this crate creates one: for the attempt whose compare-and-set
+/// changed the row, or for a recovery that took over an in-flight row whose
+/// lease ran out. It is neither `Clone` nor `Copy`, so the effect it guards
+/// runs once per win.
 #[must_use = "the winning attempt is the one that must run the side effect"]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Won<S: StateMachine> {
-    transition: Transition<S>,
+#[derive(PartialEq, Eq)]
+pub struct Won<S: StateMachine, K, C = Committed> {
+    state: S,
+    key: K,
+    occurrence: i64,
+    commit: PhantomData<fn() -> C>,
 }
 
-impl<S: StateMachine> Won<S> {
-    pub(crate) fn new(transition: Transition<S>) -> Self {
-        Won { transition }
+impl<S: StateMachine, K, C> Won<S, K, C> {
+    pub(crate) fn new(state: S, key: K, occurrence: i64) -> Self {
+        Won {
+            state,
+            key,
+            occurrence,
+            commit: PhantomData,
+        }
+    }
+
+    pub(crate) fn into_parts(self) -> (S, K, i64) {
+        (self.state, self.key, self.occurrence)
     }
 
     /// The state the row is in now: the transition's target.
     pub fn state(&self) -> S {
-        self.transition.target()
+        self.state
     }
 
-    /// The transition that won.
-    pub fn transition(&self) -> Transition<S> {
-        self.transition
+    /// The key of the row.
+    pub fn key(&self) -> &K {
+        &self.key
+    }
+
+    /// Which pass of the row through this state this is: the value of the
+    /// machine's `version` column after the transition, or 0 when the
+    /// machine has no version column (then no row passes through a
+    /// transition twice).
+    pub fn occurrence(&self) -> i64 {
+        self.occurrence
+    }
+}
+
+impl<S: StateMachine, K: fmt::Display, C> Won<S, K, C> {
+    /// The idempotency key for this win's external effect: pass it as the
+    /// `Idempotency-Key` of the API the effect calls.
+    ///
+    /// Derived from the table, the row key, the state the row entered and
+    /// the occurrence, so it is the same for every retry and every recovery
+    /// of this win, and different for the next pass of the row through the
+    /// same state. At most 255 characters.
+    pub fn effect_key(&self) -> String {
+        crate::effect::effect_key::<S>(&self.key.to_string(), self.state, self.occurrence)
+    }
+}
+
+impl<S: StateMachine, K: fmt::Debug, C> fmt::Debug for Won<S, K, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Won")
+            .field("state", &self.state)
+            .field("key", &self.key)
+            .field("occurrence", &self.occurrence)
+            .field(
+                "committed",
+                &(core::any::type_name::<C>() == core::any::type_name::<Committed>()),
+            )
+            .finish()
     }
 }

@@ -60,39 +60,46 @@ impl<S: StateMachine> Transition<S> {
     ///
     /// `executor` is a `&Pool`, a `&mut` connection or a `&mut Transaction`.
     /// On a pool or a connection outside a transaction, serialization
-    /// failures and deadlocks are retried with jittered backoff. Inside a
-    /// transaction they end in [`Error::RetryTransaction`].
-    pub async fn apply<E, K>(self, mut executor: E, key: K) -> Result<Outcome<S>, Error>
+    /// failures and deadlocks are retried with jittered backoff, and a win
+    /// is [`Committed`](crate::Committed). Inside a transaction they end in
+    /// [`Error::RetryTransaction`], and a win is
+    /// [`Uncommitted`](crate::Uncommitted) until the transaction commits
+    /// through [`Won::commit`].
+    pub async fn apply<E, K>(
+        self,
+        mut executor: E,
+        key: K,
+    ) -> Result<Outcome<S, K, E::Commit>, Error>
+    where
+        E: Executor,
+        K: for<'q> sqlx::Encode<'q, E::Database> + sqlx::Type<E::Database> + Send + Sync,
+    {
+        self.apply_on(&mut executor, key).await
+    }
+
+    pub(crate) async fn apply_on<E, K>(
+        self,
+        executor: &mut E,
+        key: K,
+    ) -> Result<Outcome<S, K, E::Commit>, Error>
     where
         E: Executor,
         K: for<'q> sqlx::Encode<'q, E::Database> + sqlx::Type<E::Database> + Send + Sync,
     {
         let def = self.def;
         let machine = S::MACHINE;
-        let update = <E::Database as Backend>::sql(def.update_sql());
         let select = <E::Database as Backend>::sql(machine.select_sql());
         let mut attempts = 0;
         loop {
             attempts += 1;
-            let result = match key_arguments::<E::Database, K>(&key) {
-                Ok(args) => executor.execute(update, args).await,
-                Err(error) => Err(error),
-            };
-            match result {
-                Ok(done) => match <E::Database as Backend>::rows_affected(&done) {
-                    0 => {}
-                    1 => return Ok(Outcome::Applied(Won::new(self))),
-                    rows => {
-                        return Err(Error::AmbiguousKey {
-                            table: machine.table(),
-                            key: machine.key(),
-                            transition: def.name(),
-                            rows,
-                        });
-                    }
-                },
-                Err(error) => {
-                    self.before_retry(&executor, error, attempts).await?;
+            match self.compare_and_set(executor, &key).await {
+                Ok(Some(occurrence)) => {
+                    return Ok(Outcome::Applied(Won::new(def.target(), key, occurrence)));
+                }
+                Ok(None) => {}
+                Err(Attempt::Failed(error)) => return Err(error),
+                Err(Attempt::Retryable(error)) => {
+                    self.before_retry(executor, error, attempts).await?;
                     continue;
                 }
             }
@@ -106,14 +113,14 @@ impl<S: StateMachine> Transition<S> {
             let row = match row {
                 Ok(row) => row,
                 Err(error) => {
-                    self.before_retry(&executor, error, attempts).await?;
+                    self.before_retry(executor, error, attempts).await?;
                     continue;
                 }
             };
             let Some(row) = row else {
                 return Ok(Outcome::NotFound);
             };
-            let text = <E::Database as Backend>::status_text(&row).map_err(|e| self.db_error(e))?;
+            let text = <E::Database as Backend>::text(&row, 0).map_err(|e| self.db_error(e))?;
             let current = S::parse_db_str(&text)?;
             if current == def.target() {
                 return Ok(Outcome::AlreadyInState(current));
@@ -135,11 +142,62 @@ impl<S: StateMachine> Transition<S> {
         }
     }
 
+    /// The winning-path statement: `Some(occurrence)` when it changed the
+    /// row, `None` when it matched nothing.
+    async fn compare_and_set<E, K>(self, executor: &mut E, key: &K) -> Result<Option<i64>, Attempt>
+    where
+        E: Executor,
+        K: for<'q> sqlx::Encode<'q, E::Database> + sqlx::Type<E::Database> + Send + Sync,
+    {
+        let update = <E::Database as Backend>::sql(self.def.update_sql());
+        let args =
+            key_arguments::<E::Database, K>(key).map_err(|e| Attempt::Failed(self.db_error(e)))?;
+        let retryable = |error: sqlx::Error| match <E::Database as Backend>::is_retryable(&error) {
+            true => Attempt::Retryable(error),
+            false => Attempt::Failed(self.db_error(error)),
+        };
+        let (rows, occurrence) = if S::MACHINE.version().is_none() {
+            let done = executor.execute(update, args).await.map_err(retryable)?;
+            (<E::Database as Backend>::rows_affected(&done), 0)
+        } else if <E::Database as Backend>::RETURNING {
+            // `RETURNING` the new version: one row per row changed.
+            let rows = executor.fetch_all(update, args).await.map_err(retryable)?;
+            let occurrence = match rows.first() {
+                Some(row) => <E::Database as Backend>::int(row, 0)
+                    .map_err(|e| Attempt::Failed(self.db_error(e)))?,
+                None => 0,
+            };
+            (rows.len() as u64, occurrence)
+        } else {
+            // The UPDATE stored the new version with LAST_INSERT_ID(expr).
+            let (done, row) = executor
+                .execute_then_fetch(update, args, "SELECT CAST(LAST_INSERT_ID() AS SIGNED)")
+                .await
+                .map_err(retryable)?;
+            let occurrence = match &row {
+                Some(row) => <E::Database as Backend>::int(row, 0)
+                    .map_err(|e| Attempt::Failed(self.db_error(e)))?,
+                None => 0,
+            };
+            (<E::Database as Backend>::rows_affected(&done), occurrence)
+        };
+        match rows {
+            0 => Ok(None),
+            1 => Ok(Some(occurrence)),
+            rows => Err(Attempt::Failed(Error::AmbiguousKey {
+                table: S::MACHINE.table(),
+                key: S::MACHINE.key(),
+                transition: self.def.name(),
+                rows,
+            })),
+        }
+    }
+
     /// Decides what a failed statement means: `Ok` after sleeping when a
     /// fresh autocommit attempt may succeed, the error to return otherwise.
     async fn before_retry<E: Executor>(
         self,
-        executor: &E,
+        executor: &mut E,
         error: sqlx::Error,
         attempts: u32,
     ) -> Result<(), Error> {
@@ -167,7 +225,7 @@ impl<S: StateMachine> Transition<S> {
         Ok(())
     }
 
-    fn db_error(self, source: sqlx::Error) -> Error {
+    pub(crate) fn db_error(self, source: sqlx::Error) -> Error {
         Error::Database {
             table: S::MACHINE.table(),
             transition: self.name(),
@@ -185,8 +243,15 @@ impl<S: StateMachine> Transition<S> {
     }
 }
 
+/// How one statement of an attempt failed.
+enum Attempt {
+    /// A serialization failure, deadlock or busy database.
+    Retryable(sqlx::Error),
+    Failed(Error),
+}
+
 /// The one bound parameter of both statements: the row key.
-fn key_arguments<DB: Backend, K>(key: &K) -> Result<DB::Args, sqlx::Error>
+pub(crate) fn key_arguments<DB: Backend, K>(key: &K) -> Result<DB::Args, sqlx::Error>
 where
     K: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
 {

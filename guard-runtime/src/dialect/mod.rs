@@ -32,8 +32,24 @@ pub trait Backend: sqlx::Database + Sealed {
     #[doc(hidden)]
     fn rows_affected(result: &Self::QueryResult) -> u64;
 
+    /// Whether `UPDATE … RETURNING` exists; without it the new version is
+    /// read back with `LAST_INSERT_ID()` on the same connection.
     #[doc(hidden)]
-    fn status_text(row: &Self::Row) -> Result<String, sqlx::Error>;
+    const RETURNING: bool;
+
+    #[doc(hidden)]
+    fn text(row: &Self::Row, index: usize) -> Result<String, sqlx::Error>;
+
+    #[doc(hidden)]
+    fn int(row: &Self::Row, index: usize) -> Result<i64, sqlx::Error>;
+
+    #[doc(hidden)]
+    fn bind_int(args: &mut Self::Args, value: i64) -> Result<(), sqlx::Error>;
+
+    #[doc(hidden)]
+    fn column<T>(row: &Self::Row, index: usize) -> Result<T, sqlx::Error>
+    where
+        T: for<'r> sqlx::Decode<'r, Self> + sqlx::Type<Self>;
 
     /// Whether `error` is a serialization failure, deadlock or busy database
     /// that a fresh attempt may get past.

@@ -11,6 +11,8 @@ impl Backend for MySql {
 
     type Args = sqlx::mysql::MySqlArguments;
 
+    const RETURNING: bool = false;
+
     fn sql(sql: &Sql) -> &'static str {
         sql.mysql()
     }
@@ -21,8 +23,23 @@ impl Backend for MySql {
         result.rows_affected()
     }
 
-    fn status_text(row: &sqlx::mysql::MySqlRow) -> Result<String, sqlx::Error> {
-        sqlx::Row::try_get(row, 0)
+    fn text(row: &sqlx::mysql::MySqlRow, index: usize) -> Result<String, sqlx::Error> {
+        sqlx::Row::try_get(row, index)
+    }
+
+    fn int(row: &sqlx::mysql::MySqlRow, index: usize) -> Result<i64, sqlx::Error> {
+        sqlx::Row::try_get(row, index)
+    }
+
+    fn bind_int(args: &mut Self::Args, value: i64) -> Result<(), sqlx::Error> {
+        sqlx::Arguments::add(args, value).map_err(sqlx::Error::Encode)
+    }
+
+    fn column<T>(row: &sqlx::mysql::MySqlRow, index: usize) -> Result<T, sqlx::Error>
+    where
+        T: for<'r> sqlx::Decode<'r, Self> + sqlx::Type<Self>,
+    {
+        sqlx::Row::try_get(row, index)
     }
 
     fn is_retryable(error: &sqlx::Error) -> bool {

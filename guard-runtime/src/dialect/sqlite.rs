@@ -11,6 +11,8 @@ impl Backend for Sqlite {
 
     type Args = sqlx::sqlite::SqliteArguments;
 
+    const RETURNING: bool = true;
+
     fn sql(sql: &Sql) -> &'static str {
         sql.sqlite()
     }
@@ -19,8 +21,23 @@ impl Backend for Sqlite {
         result.rows_affected()
     }
 
-    fn status_text(row: &sqlx::sqlite::SqliteRow) -> Result<String, sqlx::Error> {
-        sqlx::Row::try_get(row, 0)
+    fn text(row: &sqlx::sqlite::SqliteRow, index: usize) -> Result<String, sqlx::Error> {
+        sqlx::Row::try_get(row, index)
+    }
+
+    fn int(row: &sqlx::sqlite::SqliteRow, index: usize) -> Result<i64, sqlx::Error> {
+        sqlx::Row::try_get(row, index)
+    }
+
+    fn bind_int(args: &mut Self::Args, value: i64) -> Result<(), sqlx::Error> {
+        sqlx::Arguments::add(args, value).map_err(sqlx::Error::Encode)
+    }
+
+    fn column<T>(row: &sqlx::sqlite::SqliteRow, index: usize) -> Result<T, sqlx::Error>
+    where
+        T: for<'r> sqlx::Decode<'r, Self> + sqlx::Type<Self>,
+    {
+        sqlx::Row::try_get(row, index)
     }
 
     fn is_retryable(error: &sqlx::Error) -> bool {

@@ -1,0 +1,444 @@
+//! Side effects that only the winner runs: `Won::run`, commit-before-effect
+//! for wins inside a transaction, in-flight states and their recovery.
+
+use core::fmt;
+use core::future::Future;
+
+use sqlx::Transaction;
+
+use crate::StateMachine;
+use crate::dialect::Backend;
+use crate::error::Error;
+use crate::executor::Executor;
+use crate::machine::InFlightDef;
+use crate::outcome::{Committed, Outcome, Uncommitted, Won};
+use crate::transition::key_arguments;
+
+/// The effect key of one win: `table:key:state:occurrence`, or a prefix of
+/// it and a stable hash of the whole when that would exceed 255 characters.
+pub(crate) fn effect_key<S: StateMachine>(key: &str, state: S, occurrence: i64) -> String {
+    const LIMIT: usize = 255;
+    let full = format!(
+        "{}:{key}:{}:{occurrence}",
+        S::MACHINE.table(),
+        state.as_str()
+    );
+    if full.len() <= LIMIT {
+        return full;
+    }
+    // 1 + 16 characters of hash after the prefix.
+    let mut cut = LIMIT - 17;
+    while !full.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}~{:016x}", &full[..cut], fnv1a64(full.as_bytes()))
+}
+
+/// FNV-1a: stable across processes, platforms and releases, which a key
+/// stored by a remote API must be.
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for &byte in bytes {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash
+}
+
+/// What an effect is told: which row, which state, and the key to make the
+/// external call idempotent with.
+#[derive(Debug, Clone)]
+pub struct Effect<S: StateMachine, K> {
+    state: S,
+    key: K,
+    occurrence: i64,
+    effect_key: String,
+}
+
+impl<S: StateMachine, K> Effect<S, K> {
+    /// The key of the row.
+    pub fn key(&self) -> &K {
+        &self.key
+    }
+
+    /// The state the win moved the row into.
+    pub fn state(&self) -> S {
+        self.state
+    }
+
+    /// See [`Won::occurrence`].
+    pub fn occurrence(&self) -> i64 {
+        self.occurrence
+    }
+
+    /// The idempotency key to send with the external call (an HTTP
+    /// `Idempotency-Key` header, a message id). See [`Won::effect_key`].
+    pub fn effect_key(&self) -> &str {
+        &self.effect_key
+    }
+}
+
+/// How an effect on an in-flight row ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// It happened: run the state's `done` transition.
+    Done,
+    /// It will never happen (the far side refused for good): run the
+    /// state's `failed` transition.
+    Failed,
+    /// It may not have happened and may be tried again (a timeout, a 503):
+    /// leave the row in flight; recovery retries it with the same effect key
+    /// once the lease runs out.
+    RetryLater,
+}
+
+/// Where [`Won::finish`] left the row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finished<S> {
+    /// The effect succeeded and the row is in the `done` transition's
+    /// target (moved there by this call, or already there).
+    Done(S),
+    /// The effect failed for good and the row is in the `failed`
+    /// transition's target.
+    Failed(S),
+    /// The effect asked to be retried; the row stays in flight.
+    RetryLater,
+    /// The row left the in-flight state some other way while the effect
+    /// ran (for example it was cancelled): the follow-up found it in
+    /// `current`. The effect did run; reconcile it.
+    Superseded {
+        /// The state the follow-up found.
+        current: S,
+    },
+}
+
+impl<S: StateMachine, K> Won<S, K, Committed> {
+    /// Runs the side effect this win guards, once.
+    ///
+    /// Only a committed `Won` has this method, so an effect can neither run
+    /// for an attempt that lost nor before the transaction that won commits.
+    pub async fn run<F, Fut>(self, effect: F) -> Fut::Output
+    where
+        K: fmt::Display,
+        F: FnOnce(Effect<S, K>) -> Fut,
+        Fut: Future,
+    {
+        effect(self.into_effect()).await
+    }
+
+    /// For a win into an in-flight state: runs the effect, then the state's
+    /// `done` transition, or its `failed` transition, as the effect's
+    /// [`Verdict`] says.
+    ///
+    /// A crash anywhere in between leaves the row in flight; once its lease
+    /// runs out, [`recover`] runs the effect again with the same effect key
+    /// and finishes it.
+    pub async fn finish<E, F, Fut>(self, mut executor: E, effect: F) -> Result<Finished<S>, Error>
+    where
+        E: Executor<Commit = Committed>,
+        K: fmt::Display
+            + Clone
+            + for<'q> sqlx::Encode<'q, E::Database>
+            + sqlx::Type<E::Database>
+            + Send
+            + Sync,
+        F: FnOnce(Effect<S, K>) -> Fut,
+        Fut: Future<Output = Verdict>,
+    {
+        let in_flight = in_flight_def(self.state())?;
+        let key = self.key().clone();
+        let state = self.state();
+        let verdict = self.run(effect).await;
+        follow_up(&mut executor, in_flight, state, key, verdict).await
+    }
+
+    fn into_effect(self) -> Effect<S, K>
+    where
+        K: fmt::Display,
+    {
+        let effect_key = self.effect_key();
+        let (state, key, occurrence) = self.into_parts();
+        Effect {
+            state,
+            key,
+            occurrence,
+            effect_key,
+        }
+    }
+}
+
+impl<S: StateMachine, K> Won<S, K, Uncommitted> {
+    /// Commits the transaction this win happened in, and only then hands
+    /// out the committed `Won` that can run the effect. If the transaction
+    /// rolls back or is dropped instead, the effect can never run.
+    ///
+    /// For several wins in one transaction, use [`commit`].
+    pub async fn commit<DB: Backend>(
+        self,
+        tx: Transaction<'_, DB>,
+    ) -> Result<Won<S, K, Committed>, Error> {
+        commit(tx, self).await
+    }
+}
+
+/// Wins from inside a transaction: one [`Won<S, K, Uncommitted>`], a tuple
+/// of up to four, a `Vec` or an `Option` of them.
+pub trait Staged: sealed::Sealed {
+    /// The same wins, committed.
+    type Committed;
+
+    #[doc(hidden)]
+    fn into_committed(self) -> Self::Committed;
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+impl<S: StateMachine, K> sealed::Sealed for Won<S, K, Uncommitted> {}
+
+impl<S: StateMachine, K> Staged for Won<S, K, Uncommitted> {
+    type Committed = Won<S, K, Committed>;
+
+    fn into_committed(self) -> Self::Committed {
+        let (state, key, occurrence) = self.into_parts();
+        Won::new(state, key, occurrence)
+    }
+}
+
+impl<T: Staged> sealed::Sealed for Vec<T> {}
+
+impl<T: Staged> Staged for Vec<T> {
+    type Committed = Vec<T::Committed>;
+
+    fn into_committed(self) -> Self::Committed {
+        self.into_iter().map(Staged::into_committed).collect()
+    }
+}
+
+impl<T: Staged> sealed::Sealed for Option<T> {}
+
+impl<T: Staged> Staged for Option<T> {
+    type Committed = Option<T::Committed>;
+
+    fn into_committed(self) -> Self::Committed {
+        self.map(Staged::into_committed)
+    }
+}
+
+macro_rules! staged_tuple {
+    ($($t:ident),+) => {
+        impl<$($t: Staged),+> sealed::Sealed for ($($t,)+) {}
+
+        impl<$($t: Staged),+> Staged for ($($t,)+) {
+            type Committed = ($($t::Committed,)+);
+
+            #[allow(non_snake_case)]
+            fn into_committed(self) -> Self::Committed {
+                let ($($t,)+) = self;
+                ($($t.into_committed(),)+)
+            }
+        }
+    };
+}
+
+staged_tuple!(A, B);
+staged_tuple!(A, B, C);
+staged_tuple!(A, B, C, D);
+
+/// Commits `tx`, then hands out the committed wins that happened in it:
+/// `let (a, b) = stateguard::commit(tx, (a, b)).await?;`. If the commit
+/// fails, the wins are gone and their effects cannot run.
+pub async fn commit<DB: Backend, T: Staged>(
+    tx: Transaction<'_, DB>,
+    staged: T,
+) -> Result<T::Committed, Error> {
+    tx.commit()
+        .await
+        .map_err(|source| Error::Commit { source })?;
+    Ok(staged.into_committed())
+}
+
+/// The in-flight metadata of `state`, or the error that it has none.
+fn in_flight_def<S: StateMachine>(state: S) -> Result<&'static InFlightDef, Error> {
+    S::MACHINE
+        .state(state)
+        .and_then(|s| s.in_flight())
+        .ok_or(Error::NotInFlight {
+            machine: S::MACHINE.name(),
+            state: state.as_str(),
+        })
+}
+
+async fn follow_up<S, K, E>(
+    executor: &mut E,
+    in_flight: &'static InFlightDef,
+    state: S,
+    key: K,
+    verdict: Verdict,
+) -> Result<Finished<S>, Error>
+where
+    S: StateMachine,
+    E: Executor<Commit = Committed>,
+    K: for<'q> sqlx::Encode<'q, E::Database> + sqlx::Type<E::Database> + Send + Sync,
+{
+    let transition = match verdict {
+        Verdict::RetryLater => return Ok(Finished::RetryLater),
+        Verdict::Done => in_flight.done::<S>(),
+        Verdict::Failed => in_flight.failed::<S>().ok_or(Error::NoFailedTransition {
+            machine: S::MACHINE.name(),
+            state: state.as_str(),
+        })?,
+    };
+    let settled = |target| match verdict {
+        Verdict::Failed => Finished::Failed(target),
+        _ => Finished::Done(target),
+    };
+    Ok(match transition.apply_on(executor, key).await? {
+        Outcome::Applied(won) => settled(won.state()),
+        Outcome::AlreadyInState(target) => settled(target),
+        Outcome::Conflict { current } => Finished::Superseded { current },
+        Outcome::NotFound => {
+            return Err(Error::RowVanished {
+                table: S::MACHINE.table(),
+                transition: transition.name(),
+            });
+        }
+    })
+}
+
+/// Takes over rows left in the in-flight `state` past their lease, at most
+/// `limit` of them, oldest first.
+///
+/// Each returned `Won` is the same occurrence the original winner held, so
+/// its [`effect_key`](Won::effect_key) is the same: run the effect again
+/// with it (the far side dedups) and finish the row. Taking over renews the
+/// lease, so concurrent recoveries do not take the same row.
+pub async fn claim_expired<S, K, E>(
+    mut executor: E,
+    state: S,
+    limit: u32,
+) -> Result<Vec<Won<S, K, Committed>>, Error>
+where
+    S: StateMachine,
+    E: Executor<Commit = Committed>,
+    K: for<'r> sqlx::Decode<'r, E::Database>
+        + for<'q> sqlx::Encode<'q, E::Database>
+        + sqlx::Type<E::Database>
+        + Send
+        + Sync,
+{
+    claim_on(&mut executor, state, limit).await
+}
+
+async fn claim_on<S, K, E>(
+    executor: &mut E,
+    state: S,
+    limit: u32,
+) -> Result<Vec<Won<S, K, Committed>>, Error>
+where
+    S: StateMachine,
+    E: Executor<Commit = Committed>,
+    K: for<'r> sqlx::Decode<'r, E::Database>
+        + for<'q> sqlx::Encode<'q, E::Database>
+        + sqlx::Type<E::Database>
+        + Send
+        + Sync,
+{
+    let in_flight = in_flight_def(state)?;
+    let db_error = |source| Error::Recovery {
+        table: S::MACHINE.table(),
+        state: state.as_str(),
+        source,
+    };
+    let expired = <E::Database as Backend>::sql(in_flight.expired_sql());
+    let claim = <E::Database as Backend>::sql(in_flight.claim_sql());
+    let mut args = <E::Database as Backend>::Args::default();
+    <E::Database as Backend>::bind_int(&mut args, i64::from(limit)).map_err(db_error)?;
+    let rows = executor.fetch_all(expired, args).await.map_err(db_error)?;
+    let mut claimed = Vec::with_capacity(rows.len());
+    for row in rows {
+        let key: K = <E::Database as Backend>::column(&row, 0).map_err(db_error)?;
+        let occurrence = <E::Database as Backend>::int(&row, 1).map_err(db_error)?;
+        let mut args = key_arguments::<E::Database, K>(&key).map_err(db_error)?;
+        if S::MACHINE.version().is_some() {
+            <E::Database as Backend>::bind_int(&mut args, occurrence).map_err(db_error)?;
+        }
+        let done = executor.execute(claim, args).await.map_err(db_error)?;
+        // Zero rows: another recovery took it, or its owner finished it.
+        if <E::Database as Backend>::rows_affected(&done) == 1 {
+            claimed.push(Won::new(state, key, occurrence));
+        }
+    }
+    Ok(claimed)
+}
+
+/// What one [`recover`] pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Recovered {
+    /// Rows taken over.
+    pub claimed: usize,
+    /// Rows whose effect succeeded and that moved on through `done`.
+    pub done: usize,
+    /// Rows whose effect failed for good and moved on through `failed`.
+    pub failed: usize,
+    /// Rows whose effect asked to be retried later.
+    pub retry_later: usize,
+    /// Rows that had left the in-flight state some other way meanwhile.
+    pub superseded: usize,
+}
+
+/// Re-drives rows stuck in the in-flight `state`: takes over at most
+/// `limit` rows whose lease ran out ([`claim_expired`]), runs `effect` for
+/// each with the original effect key, and finishes each as its [`Verdict`]
+/// says ([`Won::finish`]).
+pub async fn recover<S, K, E, F, Fut>(
+    mut executor: E,
+    state: S,
+    limit: u32,
+    effect: F,
+) -> Result<Recovered, Error>
+where
+    S: StateMachine,
+    E: Executor<Commit = Committed>,
+    K: fmt::Display
+        + Clone
+        + for<'r> sqlx::Decode<'r, E::Database>
+        + for<'q> sqlx::Encode<'q, E::Database>
+        + sqlx::Type<E::Database>
+        + Send
+        + Sync,
+    F: Fn(Effect<S, K>) -> Fut,
+    Fut: Future<Output = Verdict>,
+{
+    let in_flight = in_flight_def(state)?;
+    let claimed: Vec<Won<S, K, Committed>> = claim_on(&mut executor, state, limit).await?;
+    let mut report = Recovered {
+        claimed: claimed.len(),
+        ..Recovered::default()
+    };
+    for won in claimed {
+        let key = won.key().clone();
+        let verdict = won.run(&effect).await;
+        match follow_up(&mut executor, in_flight, state, key, verdict).await? {
+            Finished::Done(_) => report.done += 1,
+            Finished::Failed(_) => report.failed += 1,
+            Finished::RetryLater => report.retry_later += 1,
+            Finished::Superseded { .. } => report.superseded += 1,
+        }
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fnv1a64;
+
+    #[test]
+    fn fnv1a64_matches_the_reference_vectors() {
+        assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a64(b"foobar"), 0x8594_4171_f739_67e8);
+    }
+}
