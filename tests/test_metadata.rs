@@ -149,3 +149,75 @@ fn unknown_strings_are_errors_that_carry_them() {
         assert!(message.contains("billing.payouts"), "{message}");
     }
 }
+
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(
+    table = "transfers",
+    column = "status",
+    key = "id",
+    version = "version"
+)]
+enum TransferStatus {
+    #[state(initial)]
+    #[transition(start -> Sending)]
+    Pending,
+    #[state(in_flight(lease = "1500ms", since = "sending_since", done = confirm, failed = fail))]
+    #[transition(confirm -> Sent)]
+    #[transition(fail -> Failed)]
+    Sending,
+    Sent,
+    #[transition(retry -> Sending)]
+    Failed,
+}
+
+#[test]
+fn version_and_in_flight_sql() {
+    let start = TransferStatus::start().def().update_sql();
+    assert_eq!(
+        start.postgres(),
+        r#"UPDATE "transfers" SET "status" = 'sending', "sending_since" = CURRENT_TIMESTAMP, "version" = "version" + 1 WHERE "id" = $1 AND "status" IN ('pending') RETURNING CAST("version" AS BIGINT)"#
+    );
+    assert_eq!(
+        start.sqlite(),
+        r#"UPDATE "transfers" SET "status" = 'sending', "sending_since" = strftime('%Y-%m-%d %H:%M:%f', 'now'), "version" = "version" + 1 WHERE "id" = ?1 AND "status" IN ('pending') RETURNING CAST("version" AS INTEGER)"#
+    );
+    assert_eq!(
+        start.mysql(),
+        "UPDATE `transfers` SET `status` = 'sending', `sending_since` = CURRENT_TIMESTAMP(3), `version` = LAST_INSERT_ID(`version` + 1) WHERE `id` = ? AND `status` IN ('pending')"
+    );
+    // Leaving the in-flight state does not stamp it.
+    assert_eq!(
+        TransferStatus::confirm().def().update_sql().postgres(),
+        r#"UPDATE "transfers" SET "status" = 'sent', "version" = "version" + 1 WHERE "id" = $1 AND "status" IN ('sending') RETURNING CAST("version" AS BIGINT)"#
+    );
+
+    let sending = TransferStatus::MACHINE
+        .state(TransferStatus::Sending)
+        .and_then(|s| s.in_flight())
+        .expect("Sending is in flight");
+    assert_eq!(sending.lease(), std::time::Duration::from_millis(1500));
+    assert_eq!(sending.since_column(), "sending_since");
+    assert_eq!(sending.done::<TransferStatus>(), TransferStatus::confirm());
+    assert_eq!(
+        sending.failed::<TransferStatus>(),
+        Some(TransferStatus::fail())
+    );
+    assert_eq!(
+        sending.expired_sql().postgres(),
+        r#"SELECT "id", CAST("version" AS BIGINT) FROM "transfers" WHERE "status" = 'sending' AND "sending_since" < CURRENT_TIMESTAMP - INTERVAL '1500 milliseconds' ORDER BY "sending_since" LIMIT $1"#
+    );
+    assert_eq!(
+        sending.claim_sql().sqlite(),
+        r#"UPDATE "transfers" SET "sending_since" = strftime('%Y-%m-%d %H:%M:%f', 'now') WHERE "id" = ?1 AND "status" = 'sending' AND "sending_since" < strftime('%Y-%m-%d %H:%M:%f', 'now', '-1.500 seconds') AND "version" = ?2"#
+    );
+    assert_eq!(
+        sending.claim_sql().mysql(),
+        "UPDATE `transfers` SET `sending_since` = CURRENT_TIMESTAMP(3) WHERE `id` = ? AND `status` = 'sending' AND `sending_since` < CURRENT_TIMESTAMP(3) - INTERVAL 1500000 MICROSECOND AND `version` = ?"
+    );
+    assert!(
+        TransferStatus::MACHINE
+            .state(TransferStatus::Sent)
+            .and_then(|s| s.in_flight())
+            .is_none()
+    );
+}

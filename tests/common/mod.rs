@@ -32,6 +32,31 @@ pub enum PayoutStatus {
     Cancelled,
 }
 
+/// A transfer with an in-flight state, a version column and a cycle
+/// (`retry` leads back into `Sending`).
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(
+    table = "transfers",
+    column = "status",
+    key = "id",
+    version = "version"
+)]
+pub enum TransferStatus {
+    #[state(initial)]
+    #[transition(start -> Sending)]
+    #[transition(cancel -> Cancelled)]
+    Pending,
+    #[state(in_flight(lease = "150ms", since = "sending_since", done = confirm, failed = fail))]
+    #[transition(confirm -> Sent, set(sent_at = "CURRENT_TIMESTAMP"))]
+    #[transition(fail -> Failed)]
+    #[transition(cancel -> Cancelled)]
+    Sending,
+    Sent,
+    #[transition(retry -> Sending)]
+    Failed,
+    Cancelled,
+}
+
 /// Prints past libtest's output capture, so a skip is visible in a normal
 /// `cargo test` run.
 pub fn say(message: &str) {
@@ -202,6 +227,39 @@ impl Sqlite {
             .await
             .expect("sum attempts")
     }
+
+    /// The `transfers` table of [`TransferStatus`], rows `1..=n` pending.
+    pub async fn transfers(&self, n: i64) {
+        sqlx::query(
+            "CREATE TABLE transfers (
+                id INTEGER PRIMARY KEY,
+                status TEXT NOT NULL DEFAULT 'pending',
+                version INTEGER NOT NULL DEFAULT 0,
+                sending_since TEXT,
+                sent_at TEXT
+            )",
+        )
+        .execute(&self.pool)
+        .await
+        .expect("create transfers");
+        sqlx::query(
+            "WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < ?1)
+             INSERT INTO transfers (id) SELECT i FROM s",
+        )
+        .bind(n)
+        .execute(&self.pool)
+        .await
+        .expect("seed transfers");
+    }
+
+    /// `(status, version)` of a transfer.
+    pub async fn transfer(&self, id: i64) -> (String, i64) {
+        sqlx::query_as("SELECT status, version FROM transfers WHERE id = ?1")
+            .bind(id)
+            .fetch_one(&self.pool)
+            .await
+            .expect("read transfer")
+    }
 }
 
 pub struct Postgres {
@@ -322,5 +380,37 @@ impl Postgres {
             .fetch_one(&self.pool)
             .await
             .expect("sum attempts")
+    }
+
+    /// The `transfers` table of [`TransferStatus`], rows `1..=n` pending.
+    pub async fn transfers(&self, n: i64) {
+        sqlx::query(
+            "CREATE TABLE transfers (
+                id BIGINT PRIMARY KEY,
+                status TEXT NOT NULL DEFAULT 'pending',
+                version INT NOT NULL DEFAULT 0,
+                sending_since TIMESTAMPTZ,
+                sent_at TIMESTAMPTZ
+            )",
+        )
+        .execute(&self.pool)
+        .await
+        .expect("create transfers");
+        sqlx::query("INSERT INTO transfers (id) SELECT g FROM generate_series(1, $1) g")
+            .bind(n)
+            .execute(&self.pool)
+            .await
+            .expect("seed transfers");
+    }
+
+    /// `(status, version)` of a transfer.
+    pub async fn transfer(&self, id: i64) -> (String, i64) {
+        let (status, version): (String, i32) =
+            sqlx::query_as("SELECT status, version FROM transfers WHERE id = $1")
+                .bind(id)
+                .fetch_one(&self.pool)
+                .await
+                .expect("read transfer");
+        (status, i64::from(version))
     }
 }

@@ -1,0 +1,475 @@
+//! Side effects that only the winner runs: effect keys, effects after
+//! commit, in-flight states and their recovery.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::TransferStatus;
+use stateguard::{
+    Committed, Effect, Error, Finished, Outcome, StateMachine, Uncommitted, Verdict, Won,
+};
+
+/// The same table as `TransferStatus`, with a lease no test outlives.
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(
+    table = "transfers",
+    column = "status",
+    key = "id",
+    version = "version"
+)]
+enum LongLease {
+    #[state(initial)]
+    #[transition(start -> Sending)]
+    Pending,
+    #[state(in_flight(lease = "1h", since = "sending_since", done = confirm))]
+    #[transition(confirm -> Sent)]
+    Sending,
+    Sent,
+}
+
+/// Lets the 150 ms lease of `TransferStatus::Sending` run out.
+async fn outlive_the_lease() {
+    tokio::time::sleep(Duration::from_millis(400)).await;
+}
+
+macro_rules! effect_tests {
+    ($backend:ident) => {
+        use super::*;
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn only_the_winner_runs_the_effect_with_its_key() {
+            let Some(db) = open!($backend, "effect_once") else {
+                return;
+            };
+            db.transfers(1).await;
+            let calls = Arc::new(Mutex::new(Vec::new()));
+            let mut tasks = Vec::new();
+            for _ in 0..16 {
+                let (pool, calls) = (db.pool.clone(), calls.clone());
+                tasks.push(tokio::spawn(async move {
+                    match TransferStatus::start().apply(&pool, 1_i64).await.unwrap() {
+                        Outcome::Applied(won) => {
+                            won.run(|effect| async move {
+                                calls.lock().unwrap().push(effect.effect_key().to_owned());
+                            })
+                            .await
+                        }
+                        Outcome::AlreadyInState(TransferStatus::Sending) => {}
+                        other => panic!("{other:?}"),
+                    }
+                }));
+            }
+            for task in tasks {
+                task.await.unwrap();
+            }
+            // version 0 -> 1 on the win.
+            assert_eq!(*calls.lock().unwrap(), ["transfers:1:sending:1"]);
+            assert_eq!(db.transfer(1).await, ("sending".to_owned(), 1));
+        }
+
+        #[tokio::test]
+        async fn each_pass_through_a_state_gets_its_own_effect_key() {
+            let Some(db) = open!($backend, "effect_passes") else {
+                return;
+            };
+            db.transfers(1).await;
+            let first = TransferStatus::start()
+                .apply(&db.pool, 1_i64)
+                .await
+                .unwrap();
+            let first = first.won().expect("first pass wins");
+            assert_eq!(first.occurrence(), 1);
+            assert!(
+                TransferStatus::fail()
+                    .apply(&db.pool, 1_i64)
+                    .await
+                    .unwrap()
+                    .is_applied()
+            );
+            let second = TransferStatus::retry()
+                .apply(&db.pool, 1_i64)
+                .await
+                .unwrap();
+            let second = second.won().expect("second pass wins");
+            // start (1), fail (2), retry (3): the version column counts them.
+            assert_eq!(second.occurrence(), 3);
+            assert_eq!(db.transfer(1).await, ("sending".to_owned(), 3));
+            assert_eq!(first.effect_key(), "transfers:1:sending:1");
+            assert_eq!(second.effect_key(), "transfers:1:sending:3");
+        }
+
+        #[tokio::test]
+        async fn a_win_in_a_rolled_back_transaction_never_runs_its_effect() {
+            let Some(db) = open!($backend, "effect_rollback") else {
+                return;
+            };
+            db.transfers(1).await;
+            let effects = AtomicUsize::new(0);
+            let mut tx = db.pool.begin().await.unwrap();
+            let staged: Won<TransferStatus, i64, Uncommitted> =
+                match TransferStatus::start().apply(&mut tx, 1_i64).await.unwrap() {
+                    Outcome::Applied(won) => won,
+                    other => panic!("{other:?}"),
+                };
+            // `staged.run(...)` does not compile: only `commit` leads to an
+            // effect. Rolling back drops the only way there.
+            tx.rollback().await.unwrap();
+            drop(staged);
+            assert_eq!(effects.load(Ordering::SeqCst), 0);
+            assert_eq!(db.transfer(1).await, ("pending".to_owned(), 0));
+            // The next attempt wins for real, and runs the effect once.
+            let won = TransferStatus::start()
+                .apply(&db.pool, 1_i64)
+                .await
+                .unwrap();
+            won.won()
+                .expect("wins after the rollback")
+                .run(|_| async { effects.fetch_add(1, Ordering::SeqCst) })
+                .await;
+            assert_eq!(effects.load(Ordering::SeqCst), 1);
+        }
+
+        #[tokio::test]
+        async fn a_win_in_a_committed_transaction_runs_once_after_the_commit() {
+            let Some(db) = open!($backend, "effect_commit") else {
+                return;
+            };
+            db.transfers(2).await;
+            let mut tx = db.pool.begin().await.unwrap();
+            let one = TransferStatus::start()
+                .apply(&mut tx, 1_i64)
+                .await
+                .unwrap()
+                .won();
+            let two = TransferStatus::start()
+                .apply(&mut tx, 2_i64)
+                .await
+                .unwrap()
+                .won();
+            let (one, two): (Option<Won<_, _, Committed>>, Option<Won<_, _, Committed>>) =
+                stateguard::commit(tx, (one, two)).await.unwrap();
+            let seen = Arc::new(Mutex::new(Vec::new()));
+            for won in [one.expect("row 1 won"), two.expect("row 2 won")] {
+                let (pool, seen) = (db.pool.clone(), seen.clone());
+                won.run(|effect| async move {
+                    // Another connection already sees the move: the effect
+                    // runs after the commit.
+                    let status: String =
+                        sqlx::query_scalar("SELECT status FROM transfers WHERE id = 1")
+                            .fetch_one(&pool)
+                            .await
+                            .unwrap();
+                    seen.lock().unwrap().push((*effect.key(), status));
+                })
+                .await;
+            }
+            assert_eq!(
+                *seen.lock().unwrap(),
+                [(1, "sending".to_owned()), (2, "sending".to_owned())]
+            );
+        }
+
+        #[tokio::test]
+        async fn one_staged_win_commits_with_its_transaction() {
+            let Some(db) = open!($backend, "effect_commit_one") else {
+                return;
+            };
+            db.transfers(1).await;
+            let mut tx = db.pool.begin().await.unwrap();
+            let staged = TransferStatus::start().apply(&mut tx, 1_i64).await.unwrap();
+            let won = staged.won().expect("wins").commit(tx).await.unwrap();
+            assert_eq!(won.effect_key(), "transfers:1:sending:1");
+            assert_eq!(db.transfer(1).await, ("sending".to_owned(), 1));
+        }
+
+        #[tokio::test]
+        async fn finish_runs_the_effect_then_done_or_failed() {
+            let Some(db) = open!($backend, "effect_finish") else {
+                return;
+            };
+            db.transfers(3).await;
+            let mut keys = Vec::new();
+            for (id, verdict) in [
+                (1_i64, Verdict::Done),
+                (2, Verdict::Failed),
+                (3, Verdict::RetryLater),
+            ] {
+                let won = TransferStatus::start()
+                    .apply(&db.pool, id)
+                    .await
+                    .unwrap()
+                    .won()
+                    .unwrap();
+                let finished = won
+                    .finish(&db.pool, |effect| {
+                        keys.push(effect.effect_key().to_owned());
+                        async move { verdict }
+                    })
+                    .await
+                    .unwrap();
+                let expected = match verdict {
+                    Verdict::Done => Finished::Done(TransferStatus::Sent),
+                    Verdict::Failed => Finished::Failed(TransferStatus::Failed),
+                    Verdict::RetryLater => Finished::RetryLater,
+                };
+                assert_eq!(finished, expected);
+            }
+            assert_eq!(
+                keys,
+                [
+                    "transfers:1:sending:1",
+                    "transfers:2:sending:1",
+                    "transfers:3:sending:1"
+                ]
+            );
+            assert_eq!(db.transfer(1).await, ("sent".to_owned(), 2));
+            assert_eq!(db.transfer(2).await, ("failed".to_owned(), 2));
+            assert_eq!(db.transfer(3).await, ("sending".to_owned(), 1));
+        }
+
+        #[tokio::test]
+        async fn finish_reports_a_row_that_left_the_in_flight_state_meanwhile() {
+            let Some(db) = open!($backend, "effect_superseded") else {
+                return;
+            };
+            db.transfers(1).await;
+            let won = TransferStatus::start()
+                .apply(&db.pool, 1_i64)
+                .await
+                .unwrap()
+                .won()
+                .unwrap();
+            let pool = db.pool.clone();
+            let finished = won
+                .finish(&db.pool, |_| async move {
+                    // Cancelled while the bank call was in flight.
+                    let cancel = TransferStatus::cancel().apply(&pool, 1_i64).await.unwrap();
+                    assert!(cancel.is_applied());
+                    Verdict::Done
+                })
+                .await
+                .unwrap();
+            assert_eq!(
+                finished,
+                Finished::Superseded {
+                    current: TransferStatus::Cancelled
+                }
+            );
+        }
+
+        #[tokio::test]
+        async fn recovery_redrives_an_expired_row_with_the_original_key() {
+            let Some(db) = open!($backend, "effect_recover") else {
+                return;
+            };
+            db.transfers(2).await;
+            // Row 1: the process died after the commit, before the effect.
+            let won = TransferStatus::start()
+                .apply(&db.pool, 1_i64)
+                .await
+                .unwrap()
+                .won()
+                .unwrap();
+            let original = won.effect_key();
+            drop(won);
+            // Row 2: a lease that has not run out is left alone.
+            assert!(
+                LongLease::start()
+                    .apply(&db.pool, 2_i64)
+                    .await
+                    .unwrap()
+                    .is_applied()
+            );
+            let early: Vec<Won<LongLease, i64>> =
+                stateguard::claim_expired(&db.pool, LongLease::Sending, 10)
+                    .await
+                    .unwrap();
+            assert!(early.is_empty(), "{early:?}");
+            // (Row 2 shares the table: finish it so that the short lease
+            // below does not see it.)
+            assert!(LongLease::confirm().apply(&db.pool, 2_i64).await.unwrap().is_applied());
+
+            outlive_the_lease().await;
+            let keys = Mutex::new(Vec::new());
+            let report = stateguard::recover(
+                &db.pool,
+                TransferStatus::Sending,
+                10,
+                |effect: Effect<_, i64>| {
+                    keys.lock().unwrap().push(effect.effect_key().to_owned());
+                    async { Verdict::Done }
+                },
+            )
+            .await
+            .unwrap();
+            assert_eq!((report.claimed, report.done), (1, 1), "{report:?}");
+            assert_eq!(*keys.lock().unwrap(), [original]);
+            assert_eq!(db.transfer(1).await, ("sent".to_owned(), 2));
+            // Nothing is left to recover.
+            let again = stateguard::recover(
+                &db.pool,
+                TransferStatus::Sending,
+                10,
+                |_: Effect<_, i64>| async { Verdict::Done },
+            )
+            .await
+            .unwrap();
+            assert_eq!(again.claimed, 0);
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn racing_recoveries_take_each_row_once() {
+            const ROWS: i64 = 40;
+            let Some(db) = open!($backend, "effect_recover_race") else {
+                return;
+            };
+            db.transfers(ROWS).await;
+            for id in 1..=ROWS {
+                drop(TransferStatus::start().apply(&db.pool, id).await.unwrap());
+            }
+            outlive_the_lease().await;
+            let effects = Arc::new(AtomicUsize::new(0));
+            let mut tasks = Vec::new();
+            for _ in 0..8 {
+                let (pool, effects) = (db.pool.clone(), effects.clone());
+                tasks.push(tokio::spawn(async move {
+                    stateguard::recover(
+                        &pool,
+                        TransferStatus::Sending,
+                        ROWS as u32,
+                        |_: Effect<_, i64>| {
+                            effects.fetch_add(1, Ordering::SeqCst);
+                            async { Verdict::Done }
+                        },
+                    )
+                    .await
+                    .unwrap()
+                }));
+            }
+            let mut claimed = 0;
+            for task in tasks {
+                claimed += task.await.unwrap().claimed;
+            }
+            assert_eq!(claimed, ROWS as usize);
+            assert_eq!(effects.load(Ordering::SeqCst), ROWS as usize);
+            for id in 1..=ROWS {
+                assert_eq!(db.transfer(id).await, ("sent".to_owned(), 2), "row {id}");
+            }
+        }
+
+        #[tokio::test]
+        async fn in_flight_operations_need_an_in_flight_state() {
+            let Some(db) = open!($backend, "effect_not_in_flight") else {
+                return;
+            };
+            db.transfers(1).await;
+            let error =
+                stateguard::claim_expired::<_, i64, _>(&db.pool, TransferStatus::Pending, 10)
+                    .await
+                    .unwrap_err();
+            assert!(
+                matches!(
+                    error,
+                    Error::NotInFlight {
+                        state: "pending",
+                        ..
+                    }
+                ),
+                "{error:?}"
+            );
+            assert!(error.to_string().contains("in_flight"), "{error}");
+            // Finishing a win into a state that is not in flight is refused
+            // before the effect runs.
+            assert!(
+                TransferStatus::start()
+                    .apply(&db.pool, 1_i64)
+                    .await
+                    .unwrap()
+                    .is_applied()
+            );
+            let won = TransferStatus::fail()
+                .apply(&db.pool, 1_i64)
+                .await
+                .unwrap()
+                .won()
+                .unwrap();
+            let ran = AtomicUsize::new(0);
+            let error = won
+                .finish(&db.pool, |_| async {
+                    ran.fetch_add(1, Ordering::SeqCst);
+                    Verdict::Done
+                })
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(
+                    error,
+                    Error::NotInFlight {
+                        state: "failed",
+                        ..
+                    }
+                ),
+                "{error:?}"
+            );
+            assert_eq!(ran.load(Ordering::SeqCst), 0);
+        }
+    };
+}
+
+mod sqlite {
+    effect_tests!(Sqlite);
+}
+
+mod postgres {
+    effect_tests!(Postgres);
+}
+
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(table = "accounts", column = "status", key = "name")]
+enum AccountStatus {
+    #[state(initial)]
+    #[transition(open -> Open)]
+    New,
+    Open,
+}
+
+/// Effect keys fit an `Idempotency-Key` header however long the row key.
+#[tokio::test]
+async fn effect_keys_stay_within_255_characters() {
+    let Some(db) = open!(Sqlite, "effect_key_length") else {
+        return;
+    };
+    sqlx::query("CREATE TABLE accounts (name TEXT PRIMARY KEY, status TEXT NOT NULL)")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let short = "alice".to_owned();
+    let long_a = format!("{}a", "x".repeat(600));
+    let long_b = format!("{}b", "x".repeat(600));
+    let mut keys = Vec::new();
+    for name in [&short, &long_a, &long_b] {
+        sqlx::query("INSERT INTO accounts (name, status) VALUES (?1, 'new')")
+            .bind(name)
+            .execute(&db.pool)
+            .await
+            .unwrap();
+        let won = AccountStatus::open()
+            .apply(&db.pool, name.clone())
+            .await
+            .unwrap();
+        keys.push(won.won().expect("wins").effect_key());
+    }
+    assert_eq!(keys[0], "accounts:alice:open:0");
+    for key in &keys {
+        assert!(key.len() <= 255, "{} characters", key.len());
+    }
+    assert_ne!(
+        keys[1], keys[2],
+        "long keys that differ only at the end must not collide"
+    );
+    assert!(keys[1].starts_with("accounts:xxxx"), "{}", keys[1]);
+}
