@@ -79,6 +79,17 @@
 //! Mistakes are compile errors pointing at the offending token, all reported
 //! at once.
 //!
+//! # Side effects
+//!
+//! Only a [`Won`] can run an effect ([`Won::run`]), and only a committed
+//! one: a win inside a transaction is `Won<S, K, Uncommitted>` until
+//! [`Won::commit`] (or [`commit`]) commits that transaction.
+//! [`Won::effect_key`] is the idempotency key to send to the far side. For
+//! effects that must survive a crash, run them from an in-flight state
+//! (`#[state(in_flight(lease = "30s", since = "…", done = …, failed = …))]`)
+//! with [`Won::finish`], and re-drive rows stuck past their lease with
+//! [`recover`].
+//!
 //! # Backends
 //!
 //! Enable `postgres` or `sqlite` (or both). [`Transition::apply`] takes a

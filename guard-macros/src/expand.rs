@@ -291,10 +291,24 @@ fn constructor_doc(model: &Model, i: usize) -> String {
         model.states[t.target].db,
         model.key,
     );
-    if !t.set.is_empty() {
+    let mut also: Vec<String> = t
+        .set
+        .iter()
+        .map(|(col, expr)| format!("`{col} = {expr}`"))
+        .collect();
+    if let Some(in_flight) = &model.states[t.target].in_flight {
+        also.push(format!(
+            "`{}` to the current time (the target is in flight, lease {} ms)",
+            in_flight.since, in_flight.lease_ms
+        ));
+    }
+    if let Some(version) = &model.version {
+        also.push(format!("`{version} = {version} + 1`"));
+    }
+    if !also.is_empty() {
         doc.push_str(" Also sets:\n");
-        for (col, expr) in &t.set {
-            doc.push_str(&format!("\n - `{col} = {expr}`"));
+        for line in also {
+            doc.push_str(&format!("\n - {line}"));
         }
     }
     doc
