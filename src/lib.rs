@@ -106,7 +106,7 @@ pub use guard_macros::StateMachine;
 pub use guard_runtime::{
     Backend, Committed, Effect, Error, Executor, Finished, InFlightDef, Machine, Outcome,
     Recovered, SetColumn, Sql, Staged, StateDef, StateMachine, Transition, TransitionDef,
-    Uncommitted, UnknownState, Verdict, Won, claim_expired, commit, recover,
+    Uncommitted, UnknownState, Verdict, Won, claim_expired, commit, ddl, docs, recover,
 };
 
 #[doc(hidden)]

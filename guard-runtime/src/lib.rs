@@ -5,7 +5,9 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod ddl;
 mod dialect;
+pub mod docs;
 mod effect;
 mod error;
 mod executor;

@@ -17,23 +17,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use sqlx::{PgPool, Pool};
-use stateguard::{Backend, Outcome, StateMachine};
+use stateguard::{Backend, Outcome};
 
-#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
-#[state_machine(table = "payouts", column = "status", key = "id")]
-pub enum PayoutStatus {
-    #[state(initial)]
-    #[transition(start -> Sending)]
-    #[transition(cancel -> Cancelled)]
-    Pending,
-    #[transition(confirm -> Sent, set(sent_at = "CURRENT_TIMESTAMP"))]
-    #[transition(fail -> Failed)]
-    #[transition(cancel -> Cancelled)]
-    Sending,
-    Sent,
-    Failed,
-    Cancelled,
-}
+mod status;
+
+use status::PayoutStatus;
 
 const PAYOUTS: i64 = 100;
 const WORKERS: usize = 8;

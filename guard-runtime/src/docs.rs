@@ -1,0 +1,2 @@
+//! Transition docs generated from a machine: Mermaid, Graphviz DOT and
+//! Markdown.
