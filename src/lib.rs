@@ -92,7 +92,8 @@
 //!
 //! # Backends
 //!
-//! Enable `postgres` or `sqlite` (or both). [`Transition::apply`] takes a
+//! Enable `postgres`, `sqlite` or `mysql` (MySQL 8 and MariaDB), or
+//! several. [`Transition::apply`] takes a
 //! `&Pool`, a `&mut` connection or a `&mut Transaction` of that backend; see
 //! it for the retry rules inside and outside a transaction.
 //!

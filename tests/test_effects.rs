@@ -428,6 +428,10 @@ mod postgres {
     effect_tests!(Postgres);
 }
 
+mod mysql {
+    effect_tests!(Mysql);
+}
+
 #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
 #[state_machine(table = "accounts", column = "status", key = "name")]
 enum AccountStatus {

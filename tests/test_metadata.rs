@@ -120,7 +120,7 @@ fn sql_text_per_dialect() {
     );
     assert_eq!(
         select.mysql(),
-        "SELECT CAST(`status` AS CHAR) FROM `billing`.`payouts` WHERE `id` = ?"
+        "SELECT CAST(`status` AS CHAR) FROM `billing`.`payouts` WHERE `id` = ? LOCK IN SHARE MODE"
     );
 }
 

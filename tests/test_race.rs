@@ -120,3 +120,29 @@ async fn postgres_race_serializable() {
     };
     race!(db);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mariadb_race_read_committed() {
+    let Some(db) = open!(Mysql, "race_rc", Isolation::ReadCommitted) else {
+        return;
+    };
+    race!(db);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mariadb_race_repeatable_read() {
+    let Some(db) = open!(Mysql, "race_rr", Isolation::RepeatableRead) else {
+        return;
+    };
+    race!(db);
+}
+
+/// Under MariaDB's snapshot isolation the losers of a race may fail with
+/// error 1020; in autocommit the library retries them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mariadb_race_snapshot_isolation() {
+    let Some(db) = open!(Mysql, "race_si", Isolation::SnapshotIsolation) else {
+        return;
+    };
+    race!(db);
+}

@@ -262,6 +262,10 @@ mod postgres {
     behaviour_tests!(Postgres);
 }
 
+mod mysql {
+    behaviour_tests!(Mysql);
+}
+
 /// A deferred SQLite transaction that read an old snapshot cannot write: the
 /// statement fails with SQLITE_BUSY_SNAPSHOT and only a new transaction can
 /// succeed, so the library must not retry the statement in place.

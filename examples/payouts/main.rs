@@ -6,10 +6,12 @@
 //! ```text
 //! cargo run --example payouts                      # embedded SQLite, no setup
 //! DATABASE_URL=postgres://postgres@127.0.0.1:5432/test cargo run --example payouts
+//! DATABASE_URL=mysql://root@127.0.0.1:3306/test cargo run --example payouts   # MariaDB or MySQL
 //! ```
 //!
-//! On PostgreSQL it works in a schema of its own, `stateguard_example`,
-//! which it drops and creates anew on each run.
+//! On PostgreSQL it works in a schema of its own, on MySQL and MariaDB in a
+//! database of its own, both called `stateguard_example`, which it drops and
+//! creates anew on each run.
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -84,8 +86,41 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             run(pool, "PostgreSQL").await
         }
+        Some(url) if url.starts_with("mysql") || url.starts_with("mariadb") => {
+            // The example keeps to a database of its own, made anew each run.
+            let url = url.replacen("mariadb://", "mysql://", 1);
+            let admin = sqlx::MySqlPool::connect(&url).await?;
+            sqlx::query("DROP DATABASE IF EXISTS stateguard_example")
+                .execute(&admin)
+                .await?;
+            sqlx::query("CREATE DATABASE stateguard_example")
+                .execute(&admin)
+                .await?;
+            admin.close().await;
+            let options =
+                sqlx::mysql::MySqlConnectOptions::from_str(&url)?.database("stateguard_example");
+            let pool = sqlx::mysql::MySqlPoolOptions::new()
+                .max_connections(WORKERS as u32)
+                .connect_with(options)
+                .await?;
+            for statement in [
+                "CREATE TABLE payouts (
+                    id BIGINT PRIMARY KEY,
+                    amount_cents BIGINT NOT NULL,
+                    status VARCHAR(32) NOT NULL DEFAULT 'pending',
+                    sent_at DATETIME(3) NULL
+                )",
+                "INSERT INTO payouts (id, amount_cents)
+                 WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE i < 100)
+                 SELECT i, 1000 * i FROM g",
+            ] {
+                sqlx::query(statement).execute(&pool).await?;
+            }
+            run(pool, "MySQL/MariaDB").await
+        }
         Some(other) => Err(format!(
-            "DATABASE_URL must start with postgres:// (or be unset for SQLite), got {other:?}"
+            "DATABASE_URL must start with postgres:// or mysql:// (or be unset for SQLite), \
+             got {other:?}"
         )
         .into()),
         None => {

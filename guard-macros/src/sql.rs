@@ -237,7 +237,8 @@ impl Dialect {
     }
 
     /// `SELECT c FROM t WHERE k = $1`, with the status read as text even
-    /// from a PostgreSQL enum or a MySQL ENUM column.
+    /// from a PostgreSQL enum or a MySQL ENUM column (and as a locking read
+    /// on MySQL).
     pub fn select(self, table: &str, column: &str, key: &str) -> String {
         let column = self.quote(column);
         let read = match self {
@@ -245,8 +246,16 @@ impl Dialect {
             Dialect::Sqlite => column,
             Dialect::MySql => format!("CAST({column} AS CHAR)"),
         };
+        // InnoDB's plain SELECT inside a REPEATABLE READ transaction reads
+        // the transaction's snapshot, while its UPDATE reads the latest
+        // committed row: a lost compare-and-set would then see the stale
+        // source state. A locking read sees what the UPDATE saw.
+        let lock = match self {
+            Dialect::MySql => " LOCK IN SHARE MODE",
+            Dialect::Postgres | Dialect::Sqlite => "",
+        };
         format!(
-            "SELECT {read} FROM {} WHERE {} = {}",
+            "SELECT {read} FROM {} WHERE {} = {}{lock}",
             self.quote(table),
             self.quote(key),
             self.param(1)

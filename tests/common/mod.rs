@@ -11,9 +11,10 @@ use std::io::Write;
 use std::str::FromStr;
 use std::time::Duration;
 
+use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
-use sqlx::{Connection, PgPool, SqlitePool};
+use sqlx::{Connection, MySqlPool, PgPool, SqlitePool};
 use stateguard::StateMachine;
 
 #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,14 +90,32 @@ pub enum Isolation {
     ReadCommitted,
     RepeatableRead,
     Serializable,
+    /// MariaDB's REPEATABLE READ with `innodb_snapshot_isolation`: a write
+    /// to a row changed since the snapshot fails with error 1020.
+    SnapshotIsolation,
 }
 
 impl Isolation {
+    /// `SET SESSION …` for MySQL and MariaDB.
+    fn mysql(self) -> &'static str {
+        match self {
+            Isolation::ReadCommitted => "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+            Isolation::RepeatableRead => "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+            Isolation::Serializable => "SET SESSION TRANSACTION ISOLATION LEVEL SERIALIZABLE",
+            Isolation::SnapshotIsolation => {
+                // MariaDB only, as is the setting.
+                "SET SESSION tx_isolation = 'REPEATABLE-READ', \
+                 SESSION innodb_snapshot_isolation = ON"
+            }
+        }
+    }
+
     fn sql(self) -> &'static str {
         match self {
             Isolation::ReadCommitted => "read committed",
             Isolation::RepeatableRead => "repeatable read",
             Isolation::Serializable => "serializable",
+            Isolation::SnapshotIsolation => "repeatable read",
         }
     }
 }
@@ -111,6 +130,20 @@ macro_rules! open {
     };
     (Postgres, $test:literal) => {
         $crate::open!(Postgres, $test, $crate::common::Isolation::ReadCommitted)
+    };
+    (Mysql, $test:literal) => {
+        $crate::open!(Mysql, $test, $crate::common::Isolation::RepeatableRead)
+    };
+    (Mysql, $test:literal, $isolation:expr) => {
+        $crate::common::Mysql::open_with(
+            $test,
+            [
+                concat!("DROP DATABASE IF EXISTS sg_", $test),
+                concat!("CREATE DATABASE sg_", $test),
+            ],
+            $isolation,
+        )
+        .await
     };
     (Postgres, $test:literal, $isolation:expr) => {
         $crate::common::Postgres::open_with(
@@ -412,5 +445,165 @@ impl Postgres {
                 .await
                 .expect("read transfer");
         (status, i64::from(version))
+    }
+}
+
+pub struct Mysql {
+    pub pool: MySqlPool,
+}
+
+impl Mysql {
+    /// A database of the test's own, dropped and made anew, with every
+    /// connection's session isolation set to `isolation`.
+    pub async fn open_with(
+        test: &str,
+        database_sql: [&'static str; 2],
+        isolation: Isolation,
+    ) -> Option<Self> {
+        let url = server_url("STATEGUARD_MYSQL_URL", test)?;
+        let mut admin = sqlx::MySqlConnection::connect(&url)
+            .await
+            .unwrap_or_else(|e| panic!("connect to MySQL/MariaDB at {url}: {e}"));
+        for statement in database_sql {
+            sqlx::query(statement)
+                .execute(&mut admin)
+                .await
+                .expect("make database");
+        }
+        admin.close().await.ok();
+        let options = MySqlConnectOptions::from_str(&url)
+            .expect("MySQL URL")
+            .database(&format!("sg_{test}"));
+        let set_isolation = isolation.mysql();
+        let pool = MySqlPoolOptions::new()
+            .max_connections(16)
+            .acquire_timeout(Duration::from_secs(60))
+            .after_connect(move |conn, _| {
+                Box::pin(async move {
+                    sqlx::query(set_isolation).execute(conn).await?;
+                    Ok(())
+                })
+            })
+            .connect_with(options)
+            .await
+            .expect("MySQL pool");
+        sqlx::query(
+            "CREATE TABLE payouts (
+                id BIGINT PRIMARY KEY,
+                status VARCHAR(32) NOT NULL,
+                attempts INT NOT NULL DEFAULT 0,
+                sent_at DATETIME(3) NULL
+            )",
+        )
+        .execute(&pool)
+        .await
+        .expect("create table");
+        Some(Mysql { pool })
+    }
+
+    pub async fn seed(&self, n: i64) {
+        sqlx::query(
+            "INSERT INTO payouts (id, status)
+             WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < ?)
+             SELECT i, 'pending' FROM s",
+        )
+        .bind(n)
+        .execute(&self.pool)
+        .await
+        .expect("seed");
+    }
+
+    pub async fn insert(&self, id: i64, status: &str) {
+        sqlx::query("INSERT INTO payouts (id, status) VALUES (?, ?)")
+            .bind(id)
+            .bind(status)
+            .execute(&self.pool)
+            .await
+            .expect("insert");
+    }
+
+    pub async fn status_as_enum(&self, id: i64) -> Result<PayoutStatus, sqlx::Error> {
+        sqlx::query_scalar("SELECT status FROM payouts WHERE id = ?")
+            .bind(id)
+            .fetch_one(&self.pool)
+            .await
+    }
+
+    pub async fn status(&self, id: i64) -> Option<String> {
+        sqlx::query_scalar("SELECT status FROM payouts WHERE id = ?")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .expect("read status")
+    }
+
+    pub async fn set_status_raw(&self, id: i64, status: &str) {
+        sqlx::query("UPDATE payouts SET status = ? WHERE id = ?")
+            .bind(status)
+            .bind(id)
+            .execute(&self.pool)
+            .await
+            .expect("raw update");
+    }
+
+    pub async fn columns(&self, id: i64) -> (i64, bool) {
+        let (attempts, sent): (i64, i64) = sqlx::query_as(
+            "SELECT CAST(attempts AS SIGNED), CAST(sent_at IS NOT NULL AS SIGNED)
+             FROM payouts WHERE id = ?",
+        )
+        .bind(id)
+        .fetch_one(&self.pool)
+        .await
+        .expect("read columns");
+        (attempts, sent != 0)
+    }
+
+    pub async fn count_in(&self, status: &str) -> i64 {
+        sqlx::query_scalar("SELECT COUNT(*) FROM payouts WHERE status = ?")
+            .bind(status)
+            .fetch_one(&self.pool)
+            .await
+            .expect("count")
+    }
+
+    pub async fn total_attempts(&self) -> i64 {
+        sqlx::query_scalar("SELECT CAST(SUM(attempts) AS SIGNED) FROM payouts")
+            .fetch_one(&self.pool)
+            .await
+            .expect("sum attempts")
+    }
+
+    /// The `transfers` table of [`TransferStatus`], rows `1..=n` pending.
+    pub async fn transfers(&self, n: i64) {
+        sqlx::query(
+            "CREATE TABLE transfers (
+                id BIGINT PRIMARY KEY,
+                status VARCHAR(32) NOT NULL DEFAULT 'pending',
+                version INT NOT NULL DEFAULT 0,
+                sending_since DATETIME(3) NULL,
+                sent_at DATETIME(3) NULL
+            )",
+        )
+        .execute(&self.pool)
+        .await
+        .expect("create transfers");
+        sqlx::query(
+            "INSERT INTO transfers (id)
+             WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < ?)
+             SELECT i FROM s",
+        )
+        .bind(n)
+        .execute(&self.pool)
+        .await
+        .expect("seed transfers");
+    }
+
+    /// `(status, version)` of a transfer.
+    pub async fn transfer(&self, id: i64) -> (String, i64) {
+        sqlx::query_as("SELECT status, CAST(version AS SIGNED) FROM transfers WHERE id = ?")
+            .bind(id)
+            .fetch_one(&self.pool)
+            .await
+            .expect("read transfer")
     }
 }

@@ -1,0 +1,212 @@
+//! What only MySQL and MariaDB need proven: found rows, ENUM columns,
+//! InnoDB's snapshot reads and MariaDB's snapshot isolation. The behaviour
+//! shared with the other backends runs in `test_transitions.rs`,
+//! `test_race.rs` and `test_effects.rs`.
+
+mod common;
+
+use common::{Isolation, PayoutStatus};
+use stateguard::{Error, Outcome, StateMachine};
+
+/// sqlx sets CLIENT_FOUND_ROWS, so rows-affected counts the rows an UPDATE
+/// matched, even those it left as they were. `apply` relies on this: a
+/// winning UPDATE is one that matched its row.
+#[tokio::test]
+async fn rows_affected_counts_matched_rows() {
+    let Some(db) = open!(Mysql, "found_rows") else {
+        return;
+    };
+    db.seed(1).await;
+    let unchanged = sqlx::query("UPDATE payouts SET status = status WHERE id = 1")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(unchanged.rows_affected(), 1);
+    let none = sqlx::query("UPDATE payouts SET status = status WHERE id = 2")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(none.rows_affected(), 0);
+}
+
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(table = "orders", column = "state", key = "id")]
+enum OrderState {
+    #[state(initial)]
+    #[transition(pay -> Paid)]
+    Open,
+    #[transition(ship -> Shipped)]
+    Paid,
+    Shipped,
+}
+
+/// A MySQL `ENUM(...)` status column works as well as a VARCHAR one.
+#[tokio::test]
+async fn enum_columns_decode_and_transition() {
+    let Some(db) = open!(Mysql, "enum_column") else {
+        return;
+    };
+    sqlx::query(
+        "CREATE TABLE orders (
+            id BIGINT PRIMARY KEY,
+            state ENUM('open', 'paid', 'shipped') NOT NULL DEFAULT 'open'
+        )",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    sqlx::query("INSERT INTO orders (id) VALUES (1), (2)")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    assert!(
+        OrderState::pay()
+            .apply(&db.pool, 1_i64)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    assert_eq!(
+        OrderState::pay().apply(&db.pool, 1_i64).await.unwrap(),
+        Outcome::AlreadyInState(OrderState::Paid)
+    );
+    assert_eq!(
+        OrderState::ship().apply(&db.pool, 2_i64).await.unwrap(),
+        Outcome::Conflict {
+            current: OrderState::Open
+        }
+    );
+    let states: Vec<OrderState> = sqlx::query_scalar("SELECT state FROM orders ORDER BY id")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(states, [OrderState::Paid, OrderState::Open]);
+    // Binding the enum writes its string into the ENUM column.
+    sqlx::query("UPDATE orders SET state = ? WHERE id = 2")
+        .bind(OrderState::Shipped)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let shipped: OrderState = sqlx::query_scalar("SELECT state FROM orders WHERE id = 2")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(shipped, OrderState::Shipped);
+}
+
+/// Inside a REPEATABLE READ transaction InnoDB's UPDATE sees the latest
+/// committed row while a plain SELECT sees the transaction's snapshot. A
+/// lost race must still be reported as `AlreadyInState`, not mistaken for a
+/// row still in its source state.
+#[tokio::test]
+async fn a_lost_race_inside_a_repeatable_read_transaction_sees_the_winner() {
+    let Some(db) = open!(Mysql, "rr_snapshot", Isolation::RepeatableRead) else {
+        return;
+    };
+    db.seed(1).await;
+    let mut tx = db.pool.begin().await.unwrap();
+    let seen: String = sqlx::query_scalar("SELECT status FROM payouts WHERE id = 1")
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    assert_eq!(seen, "pending");
+    assert!(
+        PayoutStatus::start()
+            .apply(&db.pool, 1_i64)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    let replay = PayoutStatus::start().apply(&mut tx, 1_i64).await.unwrap();
+    assert_eq!(replay, Outcome::AlreadyInState(PayoutStatus::Sending));
+    tx.rollback().await.unwrap();
+}
+
+/// With MariaDB's snapshot isolation, writing a row changed since the
+/// snapshot fails with error 1020; inside the caller's transaction that
+/// means: retry the whole transaction.
+#[tokio::test]
+async fn mariadb_snapshot_isolation_conflict_must_be_retried_whole() {
+    let Some(db) = open!(Mysql, "snapshot_tx", Isolation::SnapshotIsolation) else {
+        return;
+    };
+    db.seed(1).await;
+    let mut tx = db.pool.begin().await.unwrap();
+    let seen: String = sqlx::query_scalar("SELECT status FROM payouts WHERE id = 1")
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    assert_eq!(seen, "pending");
+    assert!(
+        PayoutStatus::start()
+            .apply(&db.pool, 1_i64)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    let error = PayoutStatus::cancel()
+        .apply(&mut tx, 1_i64)
+        .await
+        .unwrap_err();
+    let Error::RetryTransaction { source, .. } = &error else {
+        panic!("expected RetryTransaction, got {error:?}");
+    };
+    let number = source
+        .as_database_error()
+        .and_then(|e| e.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>())
+        .map(|e| e.number());
+    assert_eq!(number, Some(1020));
+    tx.rollback().await.unwrap();
+    // In autocommit the library retries and the cancel goes through.
+    assert!(
+        PayoutStatus::cancel()
+            .apply(&db.pool, 1_i64)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    assert_eq!(db.status(1).await.as_deref(), Some("cancelled"));
+}
+
+/// Two transactions that lock the same two rows in opposite order deadlock;
+/// the one InnoDB picks as the victim gets error 1213, reported as
+/// `RetryTransaction`.
+#[tokio::test]
+async fn a_deadlock_inside_a_transaction_must_be_retried_whole() {
+    let Some(db) = open!(Mysql, "deadlock") else {
+        return;
+    };
+    db.seed(2).await;
+    let mut a = db.pool.begin().await.unwrap();
+    let mut b = db.pool.begin().await.unwrap();
+    assert!(
+        PayoutStatus::start()
+            .apply(&mut a, 1_i64)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    assert!(
+        PayoutStatus::start()
+            .apply(&mut b, 2_i64)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    let (ra, rb) = tokio::join!(
+        PayoutStatus::cancel().apply(&mut a, 2_i64),
+        PayoutStatus::cancel().apply(&mut b, 1_i64),
+    );
+    let errors: Vec<Error> = [ra.err(), rb.err()].into_iter().flatten().collect();
+    assert_eq!(errors.len(), 1, "exactly one victim: {errors:?}");
+    let Error::RetryTransaction { source, .. } = &errors[0] else {
+        panic!("expected RetryTransaction, got {:?}", errors[0]);
+    };
+    let number = source
+        .as_database_error()
+        .and_then(|e| e.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>())
+        .map(|e| e.number());
+    assert_eq!(number, Some(1213));
+    a.rollback().await.ok();
+    b.rollback().await.ok();
+}
