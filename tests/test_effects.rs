@@ -291,7 +291,13 @@ macro_rules! effect_tests {
             assert!(early.is_empty(), "{early:?}");
             // (Row 2 shares the table: finish it so that the short lease
             // below does not see it.)
-            assert!(LongLease::confirm().apply(&db.pool, 2_i64).await.unwrap().is_applied());
+            assert!(
+                LongLease::confirm()
+                    .apply(&db.pool, 2_i64)
+                    .await
+                    .unwrap()
+                    .is_applied()
+            );
 
             outlive_the_lease().await;
             let keys = Mutex::new(Vec::new());

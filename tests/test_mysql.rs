@@ -127,7 +127,7 @@ async fn a_lost_race_inside_a_repeatable_read_transaction_sees_the_winner() {
 /// means: retry the whole transaction.
 #[tokio::test]
 async fn mariadb_snapshot_isolation_conflict_must_be_retried_whole() {
-    let Some(db) = open!(Mysql, "snapshot_tx", Isolation::SnapshotIsolation) else {
+    let Some(db) = open!(Mysql, "snapshot_tx", Isolation::Snapshot) else {
         return;
     };
     db.seed(1).await;

@@ -141,7 +141,7 @@ async fn mariadb_race_repeatable_read() {
 /// error 1020; in autocommit the library retries them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mariadb_race_snapshot_isolation() {
-    let Some(db) = open!(Mysql, "race_si", Isolation::SnapshotIsolation) else {
+    let Some(db) = open!(Mysql, "race_si", Isolation::Snapshot) else {
         return;
     };
     race!(db);

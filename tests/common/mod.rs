@@ -92,7 +92,7 @@ pub enum Isolation {
     Serializable,
     /// MariaDB's REPEATABLE READ with `innodb_snapshot_isolation`: a write
     /// to a row changed since the snapshot fails with error 1020.
-    SnapshotIsolation,
+    Snapshot,
 }
 
 impl Isolation {
@@ -102,7 +102,7 @@ impl Isolation {
             Isolation::ReadCommitted => "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
             Isolation::RepeatableRead => "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ",
             Isolation::Serializable => "SET SESSION TRANSACTION ISOLATION LEVEL SERIALIZABLE",
-            Isolation::SnapshotIsolation => {
+            Isolation::Snapshot => {
                 // MariaDB only, as is the setting.
                 "SET SESSION tx_isolation = 'REPEATABLE-READ', \
                  SESSION innodb_snapshot_isolation = ON"
@@ -115,7 +115,7 @@ impl Isolation {
             Isolation::ReadCommitted => "read committed",
             Isolation::RepeatableRead => "repeatable read",
             Isolation::Serializable => "serializable",
-            Isolation::SnapshotIsolation => "repeatable read",
+            Isolation::Snapshot => "repeatable read",
         }
     }
 }

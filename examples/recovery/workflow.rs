@@ -1,0 +1,402 @@
+//! The reference crash-safe payout workflow: a payout moves
+//! `pending → sending` in a statement of its own, the bank is called with
+//! an idempotency key derived from that win, and `sending → sent` records
+//! the answer. A worker that dies anywhere in between leaves the payout in
+//! `sending`; once its lease runs out, any worker takes it over and calls
+//! the bank again with the same key, so the money moves once.
+//!
+//! Shared by `examples/recovery/main.rs` and `tests/test_crash.rs`, and
+//! written once for every backend: only the few statements that differ
+//! between SQLite and PostgreSQL live in [`Store`], as literals per backend.
+
+use std::error::Error;
+use std::time::Duration;
+
+use sqlx::{PgPool, Pool, Postgres, Sqlite, SqlitePool};
+use stateguard::{Effect, Finished, Outcome, StateMachine, Verdict};
+
+/// Errors of the workflow: the library's, sqlx's, or a task that died.
+pub type BoxError = Box<dyn Error + Send + Sync>;
+
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(table = "payouts", column = "status", key = "id", version = "version")]
+pub enum PayoutStatus {
+    #[state(initial)]
+    #[transition(start -> Sending)]
+    Pending,
+    // Entering `sending` stamps `sending_since`; a row still here 100 ms
+    // later belongs to a worker presumed dead, and recovery takes it over.
+    #[state(in_flight(lease = "100ms", since = "sending_since", done = confirm, failed = fail))]
+    #[transition(confirm -> Sent, set(sent_at = "CURRENT_TIMESTAMP"))]
+    #[transition(fail -> Failed)]
+    Sending,
+    Sent,
+    Failed,
+}
+
+/// Rows taken over per recovery pass.
+const RECOVER_BATCH: u32 = 16;
+
+/// How long a row may stay in `sending` before recovery takes it over.
+fn lease() -> Duration {
+    PayoutStatus::MACHINE
+        .state(PayoutStatus::Sending)
+        .and_then(|state| state.in_flight())
+        .map_or(Duration::from_millis(100), |in_flight| in_flight.lease())
+}
+
+/// Counts over the whole database, read at the end of a run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tally {
+    pub payouts: i64,
+    pub pending: i64,
+    pub sending: i64,
+    pub sent: i64,
+    pub failed: i64,
+    /// Every request the bank received, repeats included.
+    pub raw_calls: i64,
+    /// Money movements: one per distinct idempotency key.
+    pub transfers: i64,
+    /// Payouts whose money moved other than exactly once.
+    pub not_exactly_once: i64,
+}
+
+/// The statements that differ between backends, each a literal.
+///
+/// The methods return `Send` futures so that workers can be spawned.
+pub trait Store: stateguard::Backend {
+    /// The payouts table and the bank's two tables.
+    fn create_tables(pool: &Pool<Self>) -> impl Future<Output = sqlx::Result<()>> + Send;
+
+    /// Pending payouts `first..=last`.
+    fn seed(
+        pool: &Pool<Self>,
+        first: i64,
+        last: i64,
+    ) -> impl Future<Output = sqlx::Result<()>> + Send;
+
+    /// The oldest pending payout, if any.
+    fn next_pending(pool: &Pool<Self>) -> impl Future<Output = sqlx::Result<Option<i64>>> + Send;
+
+    /// Payouts not yet `sent` or `failed`.
+    fn unfinished(pool: &Pool<Self>) -> impl Future<Output = sqlx::Result<i64>> + Send;
+
+    /// The bank's side of one call, in one bank-side transaction: log the
+    /// raw call, and move the money unless this key already did.
+    fn bank_transfer(
+        pool: &Pool<Self>,
+        effect_key: &str,
+        payout: i64,
+    ) -> impl Future<Output = sqlx::Result<()>> + Send;
+
+    fn tally(pool: &Pool<Self>) -> impl Future<Output = sqlx::Result<Tally>> + Send;
+}
+
+impl Store for Sqlite {
+    async fn create_tables(pool: &SqlitePool) -> sqlx::Result<()> {
+        for statement in [
+            "CREATE TABLE payouts (
+                id INTEGER PRIMARY KEY,
+                status TEXT NOT NULL DEFAULT 'pending',
+                version INTEGER NOT NULL DEFAULT 0,
+                sending_since TEXT,
+                sent_at TEXT
+            )",
+            "CREATE INDEX payouts_by_status ON payouts (status, id)",
+            "CREATE TABLE bank_calls (
+                call_id INTEGER PRIMARY KEY,
+                effect_key TEXT NOT NULL,
+                payout_id INTEGER NOT NULL
+            )",
+            "CREATE TABLE bank_transfers (
+                effect_key TEXT PRIMARY KEY,
+                payout_id INTEGER NOT NULL
+            )",
+        ] {
+            sqlx::query(statement).execute(pool).await?;
+        }
+        Ok(())
+    }
+
+    async fn seed(pool: &SqlitePool, first: i64, last: i64) -> sqlx::Result<()> {
+        sqlx::query(
+            "WITH RECURSIVE g(i) AS (SELECT ?1 UNION ALL SELECT i + 1 FROM g WHERE i < ?2)
+             INSERT INTO payouts (id) SELECT i FROM g",
+        )
+        .bind(first)
+        .bind(last)
+        .execute(pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn next_pending(pool: &SqlitePool) -> sqlx::Result<Option<i64>> {
+        sqlx::query_scalar("SELECT id FROM payouts WHERE status = 'pending' ORDER BY id LIMIT 1")
+            .fetch_optional(pool)
+            .await
+    }
+
+    async fn unfinished(pool: &SqlitePool) -> sqlx::Result<i64> {
+        sqlx::query_scalar("SELECT COUNT(*) FROM payouts WHERE status NOT IN ('sent', 'failed')")
+            .fetch_one(pool)
+            .await
+    }
+
+    async fn bank_transfer(pool: &SqlitePool, effect_key: &str, payout: i64) -> sqlx::Result<()> {
+        // Writes only, but IMMEDIATE all the same: SQLite takes the write
+        // lock up front instead of failing a deferred upgrade.
+        let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+        sqlx::query("INSERT INTO bank_calls (effect_key, payout_id) VALUES (?1, ?2)")
+            .bind(effect_key)
+            .bind(payout)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(
+            "INSERT INTO bank_transfers (effect_key, payout_id) VALUES (?1, ?2)
+             ON CONFLICT (effect_key) DO NOTHING",
+        )
+        .bind(effect_key)
+        .bind(payout)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await
+    }
+
+    async fn tally(pool: &SqlitePool) -> sqlx::Result<Tally> {
+        let (payouts, pending, sending, sent, failed): (i64, i64, i64, i64, i64) = sqlx::query_as(
+            "SELECT COUNT(*),
+                    COALESCE(SUM(status = 'pending'), 0),
+                    COALESCE(SUM(status = 'sending'), 0),
+                    COALESCE(SUM(status = 'sent'), 0),
+                    COALESCE(SUM(status = 'failed'), 0)
+             FROM payouts",
+        )
+        .fetch_one(pool)
+        .await?;
+        let (raw_calls, transfers, not_exactly_once): (i64, i64, i64) = sqlx::query_as(
+            "SELECT (SELECT COUNT(*) FROM bank_calls),
+                    (SELECT COUNT(*) FROM bank_transfers),
+                    (SELECT COUNT(*) FROM payouts p
+                     WHERE (SELECT COUNT(*) FROM bank_transfers t WHERE t.payout_id = p.id) <> 1)",
+        )
+        .fetch_one(pool)
+        .await?;
+        Ok(Tally {
+            payouts,
+            pending,
+            sending,
+            sent,
+            failed,
+            raw_calls,
+            transfers,
+            not_exactly_once,
+        })
+    }
+}
+
+impl Store for Postgres {
+    async fn create_tables(pool: &PgPool) -> sqlx::Result<()> {
+        for statement in [
+            "CREATE TABLE payouts (
+                id BIGINT PRIMARY KEY,
+                status TEXT NOT NULL DEFAULT 'pending',
+                version INT NOT NULL DEFAULT 0,
+                sending_since TIMESTAMPTZ,
+                sent_at TIMESTAMPTZ
+            )",
+            "CREATE INDEX payouts_by_status ON payouts (status, id)",
+            "CREATE TABLE bank_calls (
+                call_id BIGSERIAL PRIMARY KEY,
+                effect_key TEXT NOT NULL,
+                payout_id BIGINT NOT NULL
+            )",
+            "CREATE TABLE bank_transfers (
+                effect_key TEXT PRIMARY KEY,
+                payout_id BIGINT NOT NULL
+            )",
+        ] {
+            sqlx::query(statement).execute(pool).await?;
+        }
+        Ok(())
+    }
+
+    async fn seed(pool: &PgPool, first: i64, last: i64) -> sqlx::Result<()> {
+        sqlx::query("INSERT INTO payouts (id) SELECT g FROM generate_series($1::BIGINT, $2) g")
+            .bind(first)
+            .bind(last)
+            .execute(pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn next_pending(pool: &PgPool) -> sqlx::Result<Option<i64>> {
+        sqlx::query_scalar("SELECT id FROM payouts WHERE status = 'pending' ORDER BY id LIMIT 1")
+            .fetch_optional(pool)
+            .await
+    }
+
+    async fn unfinished(pool: &PgPool) -> sqlx::Result<i64> {
+        sqlx::query_scalar("SELECT COUNT(*) FROM payouts WHERE status NOT IN ('sent', 'failed')")
+            .fetch_one(pool)
+            .await
+    }
+
+    async fn bank_transfer(pool: &PgPool, effect_key: &str, payout: i64) -> sqlx::Result<()> {
+        let mut tx = pool.begin().await?;
+        sqlx::query("INSERT INTO bank_calls (effect_key, payout_id) VALUES ($1, $2)")
+            .bind(effect_key)
+            .bind(payout)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(
+            "INSERT INTO bank_transfers (effect_key, payout_id) VALUES ($1, $2)
+             ON CONFLICT (effect_key) DO NOTHING",
+        )
+        .bind(effect_key)
+        .bind(payout)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await
+    }
+
+    async fn tally(pool: &PgPool) -> sqlx::Result<Tally> {
+        let (payouts, pending, sending, sent, failed): (i64, i64, i64, i64, i64) = sqlx::query_as(
+            "SELECT COUNT(*),
+                    COUNT(*) FILTER (WHERE status = 'pending'),
+                    COUNT(*) FILTER (WHERE status = 'sending'),
+                    COUNT(*) FILTER (WHERE status = 'sent'),
+                    COUNT(*) FILTER (WHERE status = 'failed')
+             FROM payouts",
+        )
+        .fetch_one(pool)
+        .await?;
+        let (raw_calls, transfers, not_exactly_once): (i64, i64, i64) = sqlx::query_as(
+            "SELECT (SELECT COUNT(*) FROM bank_calls),
+                    (SELECT COUNT(*) FROM bank_transfers),
+                    (SELECT COUNT(*) FROM payouts p
+                     WHERE (SELECT COUNT(*) FROM bank_transfers t WHERE t.payout_id = p.id) <> 1)",
+        )
+        .fetch_one(pool)
+        .await?;
+        Ok(Tally {
+            payouts,
+            pending,
+            sending,
+            sent,
+            failed,
+            raw_calls,
+            transfers,
+            not_exactly_once,
+        })
+    }
+}
+
+/// A fake bank that behaves like Stripe: every request is logged, the
+/// money moves once per idempotency key, and a repeated key is answered
+/// with success without moving it again. Its ledger lives in the same
+/// database for the sake of the example, written in transactions of its
+/// own, never in the caller's.
+pub struct Bank<DB: Store> {
+    pool: Pool<DB>,
+    /// Time a request and its answer each spend on the wire: a crash can
+    /// land after the bank moved the money but before the answer arrived.
+    latency: Duration,
+}
+
+impl<DB: Store> Bank<DB> {
+    pub fn new(pool: Pool<DB>, latency: Duration) -> Self {
+        Bank { pool, latency }
+    }
+
+    /// Asks the bank to pay `effect`'s payout, with its effect key as the
+    /// idempotency key.
+    pub async fn pay(&self, effect: Effect<PayoutStatus, i64>) -> Verdict {
+        tokio::time::sleep(self.latency).await;
+        let answer = DB::bank_transfer(&self.pool, effect.effect_key(), *effect.key()).await;
+        tokio::time::sleep(self.latency).await;
+        match answer {
+            Ok(()) => Verdict::Done,
+            // No answer, or an error: the money may or may not have moved.
+            // Leave the row in flight; recovery asks again with the same key.
+            Err(error) => {
+                eprintln!(
+                    "bank call {} failed, retrying later: {error}",
+                    effect.effect_key()
+                );
+                Verdict::RetryLater
+            }
+        }
+    }
+}
+
+/// What one worker did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Worked {
+    /// Payouts this worker moved to `sending` itself.
+    pub started: usize,
+    /// Rows left in flight by others (or by a dead process) that this
+    /// worker took over.
+    pub recovered: usize,
+    /// Payouts this worker saw through to `sent`.
+    pub sent: usize,
+    pub failed: usize,
+    /// Bank calls that ended without an answer and were left to recovery.
+    pub retry_later: usize,
+}
+
+/// The worker loop: recover what others left in flight, send the next
+/// pending payout, and repeat until every payout is `sent` or `failed`.
+///
+/// Any number of workers may run it at once, in any number of processes,
+/// and any of them may be killed at any moment.
+pub async fn run_worker<DB: Store>(pool: &Pool<DB>, bank: &Bank<DB>) -> Result<Worked, BoxError>
+where
+    for<'p> &'p Pool<DB>: stateguard::Executor<Database = DB, Commit = stateguard::Committed>,
+    i64: for<'q> sqlx::Encode<'q, DB> + for<'r> sqlx::Decode<'r, DB> + sqlx::Type<DB>,
+{
+    let mut worked = Worked::default();
+    loop {
+        // Rows whose worker died: the same occurrence, hence the same
+        // effect key, so the bank does not move their money again if it
+        // already did.
+        let recovered = stateguard::recover::<PayoutStatus, i64, _, _, _>(
+            pool,
+            PayoutStatus::Sending,
+            RECOVER_BATCH,
+            |effect| bank.pay(effect),
+        )
+        .await?;
+        worked.recovered += recovered.claimed;
+        worked.sent += recovered.done;
+        worked.failed += recovered.failed;
+        worked.retry_later += recovered.retry_later;
+
+        if let Some(id) = DB::next_pending(pool).await? {
+            // Commit `sending` before the bank hears of it: from here on a
+            // crash leaves a row that recovery finds.
+            let Outcome::Applied(won) = PayoutStatus::start().apply(pool, id).await? else {
+                // Another worker took it first.
+                continue;
+            };
+            worked.started += 1;
+            match won.finish(pool, |effect| bank.pay(effect)).await? {
+                Finished::Done(_) => worked.sent += 1,
+                Finished::Failed(_) => worked.failed += 1,
+                Finished::RetryLater => worked.retry_later += 1,
+                // The row left `sending` some other way while the bank
+                // answered (a recovery that took it over after our lease
+                // ran out failed it); its outcome is that worker's to count.
+                Finished::Superseded { .. } => {}
+            }
+            continue;
+        }
+
+        if DB::unfinished(pool).await? == 0 {
+            return Ok(worked);
+        }
+        // Nothing pending, but rows are in flight: their workers may be
+        // alive and about to finish, or dead, in which case their leases
+        // run out soon.
+        tokio::time::sleep(lease() / 4).await;
+    }
+}
