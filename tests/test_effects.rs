@@ -483,3 +483,34 @@ async fn effect_keys_stay_within_255_characters() {
     );
     assert!(keys[1].starts_with("accounts:xxxx"), "{}", keys[1]);
 }
+
+/// A row put into an in-flight state without a transition has no `since`
+/// stamp; recovery must still find it rather than leave it in flight for
+/// ever.
+#[tokio::test]
+async fn recovery_finds_in_flight_rows_without_a_stamp() {
+    let Some(db) = open!(Sqlite, "effect_null_since") else {
+        return;
+    };
+    db.transfers(1).await;
+    sqlx::query("UPDATE transfers SET status = 'sending', version = 5 WHERE id = 1")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let keys = Mutex::new(Vec::new());
+    let report = stateguard::recover(
+        &db.pool,
+        TransferStatus::Sending,
+        10,
+        |effect: Effect<_, i64>| {
+            keys.lock().unwrap().push(effect.effect_key().to_owned());
+            async { Verdict::Done }
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!((report.claimed, report.done), (1, 1), "{report:?}");
+    assert!(report.errors.is_empty(), "{report:?}");
+    assert_eq!(*keys.lock().unwrap(), ["transfers:1:sending:5"]);
+    assert_eq!(db.transfer(1).await, ("sent".to_owned(), 6));
+}

@@ -204,15 +204,15 @@ fn version_and_in_flight_sql() {
     );
     assert_eq!(
         sending.expired_sql().postgres(),
-        r#"SELECT "id", CAST("version" AS BIGINT) FROM "transfers" WHERE "status" = 'sending' AND "sending_since" < CURRENT_TIMESTAMP - INTERVAL '1500 milliseconds' ORDER BY "sending_since" LIMIT $1"#
+        r#"SELECT "id", CAST("version" AS BIGINT) FROM "transfers" WHERE "status" = 'sending' AND ("sending_since" IS NULL OR "sending_since" < CURRENT_TIMESTAMP - INTERVAL '1500 milliseconds') ORDER BY "sending_since" LIMIT $1"#
     );
     assert_eq!(
         sending.claim_sql().sqlite(),
-        r#"UPDATE "transfers" SET "sending_since" = strftime('%Y-%m-%d %H:%M:%f', 'now') WHERE "id" = ?1 AND "status" = 'sending' AND "sending_since" < strftime('%Y-%m-%d %H:%M:%f', 'now', '-1.500 seconds') AND "version" = ?2"#
+        r#"UPDATE "transfers" SET "sending_since" = strftime('%Y-%m-%d %H:%M:%f', 'now') WHERE "id" = ?1 AND "status" = 'sending' AND ("sending_since" IS NULL OR "sending_since" < strftime('%Y-%m-%d %H:%M:%f', 'now', '-1.500 seconds')) AND "version" = ?2"#
     );
     assert_eq!(
         sending.claim_sql().mysql(),
-        "UPDATE `transfers` SET `sending_since` = CURRENT_TIMESTAMP(3) WHERE `id` = ? AND `status` = 'sending' AND `sending_since` < CURRENT_TIMESTAMP(3) - INTERVAL 1500000 MICROSECOND AND `version` = ?"
+        "UPDATE `transfers` SET `sending_since` = CURRENT_TIMESTAMP(3) WHERE `id` = ? AND `status` = 'sending' AND (`sending_since` IS NULL OR `sending_since` < CURRENT_TIMESTAMP(3) - INTERVAL 1500000 MICROSECOND) AND `version` = ?"
     );
     assert!(
         TransferStatus::MACHINE

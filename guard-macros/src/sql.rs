@@ -200,11 +200,14 @@ impl Dialect {
 
     /// Rows of an in-flight state whose lease has run out, oldest first:
     /// `SELECT key, version FROM t WHERE c = 'state' AND since < now - lease`.
+    /// A NULL `since` (a row put there without a transition) counts as
+    /// expired, so that no such row is left in flight forever.
     pub fn expired(&self, model: &Model, state: &State, in_flight: &InFlight) -> String {
         let d = *self;
         let since = d.quote(&in_flight.since);
         format!(
-            "SELECT {}, {} FROM {} WHERE {} = '{}' AND {since} < {} ORDER BY {since} LIMIT {}",
+            "SELECT {}, {} FROM {} WHERE {} = '{}' AND ({since} IS NULL OR {since} < {}) \
+             ORDER BY {since} LIMIT {}",
             d.quote(&model.key),
             d.version_read(model.version.as_deref()),
             d.quote(&model.table),
@@ -225,7 +228,8 @@ impl Dialect {
             None => String::new(),
         };
         format!(
-            "UPDATE {} SET {since} = {} WHERE {} = {} AND {} = '{}' AND {since} < {}{same_occurrence}",
+            "UPDATE {} SET {since} = {} WHERE {} = {} AND {} = '{}' \
+             AND ({since} IS NULL OR {since} < {}){same_occurrence}",
             d.quote(&model.table),
             d.now(),
             d.quote(&model.key),

@@ -313,7 +313,9 @@ where
 /// Each returned `Won` is the same occurrence the original winner held, so
 /// its [`effect_key`](Won::effect_key) is the same: run the effect again
 /// with it (the far side dedups) and finish the row. Taking over renews the
-/// lease, so concurrent recoveries do not take the same row.
+/// lease, so concurrent recoveries do not take the same row; all of the
+/// batch's leases start now, so finish the batch within one lease or take
+/// smaller batches ([`recover`] claims each row just before its effect).
 pub async fn claim_expired<S, K, E>(
     mut executor: E,
     state: S,
@@ -346,39 +348,94 @@ where
         + Sync,
 {
     let in_flight = in_flight_def(state)?;
-    let db_error = |source| Error::Recovery {
-        table: S::MACHINE.table(),
-        state: state.as_str(),
-        source,
-    };
-    let expired = <E::Database as Backend>::sql(in_flight.expired_sql());
-    let claim = <E::Database as Backend>::sql(in_flight.claim_sql());
-    let mut args = <E::Database as Backend>::Args::default();
-    <E::Database as Backend>::bind_int(&mut args, i64::from(limit)).map_err(db_error)?;
-    let rows = executor.fetch_all(expired, args).await.map_err(db_error)?;
-    let mut claimed = Vec::with_capacity(rows.len());
-    for row in rows {
-        let key: K = <E::Database as Backend>::column(&row, 0).map_err(db_error)?;
-        let occurrence = <E::Database as Backend>::int(&row, 1).map_err(db_error)?;
-        let mut args = key_arguments::<E::Database, K>(&key).map_err(db_error)?;
-        if S::MACHINE.version().is_some() {
-            <E::Database as Backend>::bind_int(&mut args, occurrence).map_err(db_error)?;
-        }
-        let done = executor.execute(claim, args).await.map_err(db_error)?;
-        // Zero rows: another recovery took it, or its owner finished it.
-        if <E::Database as Backend>::rows_affected(&done) == 1 {
+    let mut claimed = Vec::new();
+    for (key, occurrence) in list_expired::<S, K, E>(executor, in_flight, state, limit).await? {
+        if claim_one(executor, in_flight, state, &key, occurrence).await? {
             claimed.push(Won::new(state, key, occurrence));
         }
     }
     Ok(claimed)
 }
 
+/// Keys and occurrences of rows in `state` past their lease, oldest first.
+async fn list_expired<S, K, E>(
+    executor: &mut E,
+    in_flight: &'static InFlightDef,
+    state: S,
+    limit: u32,
+) -> Result<Vec<(K, i64)>, Error>
+where
+    S: StateMachine,
+    E: Executor<Commit = Committed>,
+    K: for<'r> sqlx::Decode<'r, E::Database> + sqlx::Type<E::Database>,
+{
+    let db_error = |source| recovery_error(state, source);
+    let expired = <E::Database as Backend>::sql(in_flight.expired_sql());
+    let mut args = <E::Database as Backend>::Args::default();
+    <E::Database as Backend>::bind_int(&mut args, i64::from(limit)).map_err(db_error)?;
+    let rows = executor.fetch_all(expired, args).await.map_err(db_error)?;
+    rows.iter()
+        .map(|row| {
+            let key: K = <E::Database as Backend>::column(row, 0).map_err(db_error)?;
+            let occurrence = <E::Database as Backend>::int(row, 1).map_err(db_error)?;
+            Ok((key, occurrence))
+        })
+        .collect()
+}
+
+/// Renews the lease of one expired row if it is still in the same
+/// occurrence of `state`. `false` when another recovery took it, its owner
+/// finished it, or the database asked to back off (a serialization failure
+/// or busy database): a later pass sees it again.
+async fn claim_one<S, K, E>(
+    executor: &mut E,
+    in_flight: &'static InFlightDef,
+    state: S,
+    key: &K,
+    occurrence: i64,
+) -> Result<bool, Error>
+where
+    S: StateMachine,
+    E: Executor<Commit = Committed>,
+    K: for<'q> sqlx::Encode<'q, E::Database> + sqlx::Type<E::Database> + Send + Sync,
+{
+    let db_error = |source| recovery_error(state, source);
+    let claim = <E::Database as Backend>::sql(in_flight.claim_sql());
+    let mut args = key_arguments::<E::Database, K>(key).map_err(db_error)?;
+    if S::MACHINE.version().is_some() {
+        <E::Database as Backend>::bind_int(&mut args, occurrence).map_err(db_error)?;
+    }
+    match executor.execute(claim, args).await {
+        Ok(done) => Ok(<E::Database as Backend>::rows_affected(&done) == 1),
+        Err(error) if <E::Database as Backend>::is_retryable(&error) => {
+            tracing::debug!(
+                table = S::MACHINE.table(),
+                state = state.as_str(),
+                %error,
+                "claim of an expired in-flight row hit a retryable error; leaving it to a later pass"
+            );
+            Ok(false)
+        }
+        Err(error) => Err(db_error(error)),
+    }
+}
+
+fn recovery_error<S: StateMachine>(state: S, source: sqlx::Error) -> Error {
+    Error::Recovery {
+        table: S::MACHINE.table(),
+        state: state.as_str(),
+        source,
+    }
+}
+
 /// What one [`recover`] pass did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Default)]
 #[non_exhaustive]
 pub struct Recovered {
     /// Rows taken over.
     pub claimed: usize,
+    /// Expired rows another recovery (or their owner) got to first.
+    pub lost: usize,
     /// Rows whose effect succeeded and that moved on through `done`.
     pub done: usize,
     /// Rows whose effect failed for good and moved on through `failed`.
@@ -387,12 +444,20 @@ pub struct Recovered {
     pub retry_later: usize,
     /// Rows that had left the in-flight state some other way meanwhile.
     pub superseded: usize,
+    /// Rows whose claim or follow-up failed. They stay in flight, and the
+    /// pass went on with the other rows.
+    pub errors: Vec<Error>,
 }
 
-/// Re-drives rows stuck in the in-flight `state`: takes over at most
-/// `limit` rows whose lease ran out ([`claim_expired`]), runs `effect` for
-/// each with the original effect key, and finishes each as its [`Verdict`]
-/// says ([`Won::finish`]).
+/// Re-drives rows stuck in the in-flight `state`: lists at most `limit`
+/// rows whose lease ran out, and for each in turn takes it over (renewing
+/// its lease just before its effect runs), runs `effect` with the original
+/// effect key, and finishes it as the [`Verdict`] says ([`Won::finish`]).
+///
+/// Listing the rows failing ends the pass with an error; a failure on one
+/// row is recorded in [`Recovered::errors`] and the pass goes on. Rows
+/// whose `since` column is NULL (inserted straight into the state, or
+/// there before the column was) count as expired.
 pub async fn recover<S, K, E, F, Fut>(
     mut executor: E,
     state: S,
@@ -413,19 +478,28 @@ where
     Fut: Future<Output = Verdict>,
 {
     let in_flight = in_flight_def(state)?;
-    let claimed: Vec<Won<S, K, Committed>> = claim_on(&mut executor, state, limit).await?;
-    let mut report = Recovered {
-        claimed: claimed.len(),
-        ..Recovered::default()
-    };
-    for won in claimed {
-        let key = won.key().clone();
+    let expired = list_expired::<S, K, E>(&mut executor, in_flight, state, limit).await?;
+    let mut report = Recovered::default();
+    for (key, occurrence) in expired {
+        match claim_one(&mut executor, in_flight, state, &key, occurrence).await {
+            Ok(true) => report.claimed += 1,
+            Ok(false) => {
+                report.lost += 1;
+                continue;
+            }
+            Err(error) => {
+                report.errors.push(error);
+                continue;
+            }
+        }
+        let won: Won<S, K, Committed> = Won::new(state, key.clone(), occurrence);
         let verdict = won.run(&effect).await;
-        match follow_up(&mut executor, in_flight, state, key, verdict).await? {
-            Finished::Done(_) => report.done += 1,
-            Finished::Failed(_) => report.failed += 1,
-            Finished::RetryLater => report.retry_later += 1,
-            Finished::Superseded { .. } => report.superseded += 1,
+        match follow_up(&mut executor, in_flight, state, key, verdict).await {
+            Ok(Finished::Done(_)) => report.done += 1,
+            Ok(Finished::Failed(_)) => report.failed += 1,
+            Ok(Finished::RetryLater) => report.retry_later += 1,
+            Ok(Finished::Superseded { .. }) => report.superseded += 1,
+            Err(error) => report.errors.push(error),
         }
     }
     Ok(report)
