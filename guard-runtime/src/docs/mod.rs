@@ -1,0 +1,207 @@
+//! Transition docs generated from a machine: Mermaid, Graphviz DOT and
+//! Markdown.
+//!
+//! Each renderer reads only [`StateMachine::MACHINE`], so the diagram can
+//! never disagree with the enum. The output is deterministic: states in
+//! declaration order, transitions in order of first declaration, and each
+//! transition with several sources drawn as one edge per source.
+//!
+//! For the derive's example machine,
+//!
+//! ```text
+//! #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+//! #[state_machine(table = "payouts", column = "status", key = "id")]
+//! pub enum PayoutStatus {
+//!     #[state(initial)]
+//!     #[transition(start -> Sending)]
+//!     #[transition(cancel -> Cancelled)]
+//!     Pending,
+//!     #[transition(confirm -> Sent, set(sent_at = "CURRENT_TIMESTAMP"))]
+//!     #[transition(fail -> Failed)]
+//!     #[transition(cancel -> Cancelled)]
+//!     Sending,
+//!     Sent,
+//!     Failed,
+//!     Cancelled,
+//! }
+//! ```
+//!
+//! `stateguard::docs::mermaid::<PayoutStatus>()` returns
+//!
+//! ```text
+//! stateDiagram-v2
+//!     Pending : pending
+//!     Sending : sending
+//!     Sent : sent
+//!     Failed : failed
+//!     Cancelled : cancelled
+//!     [*] --> Pending
+//!     Pending --> Sending : start
+//!     Pending --> Cancelled : cancel
+//!     Sending --> Cancelled : cancel
+//!     Sending --> Sent : confirm
+//!     Sending --> Failed : fail
+//!     Sent --> [*]
+//!     Failed --> [*]
+//!     Cancelled --> [*]
+//! ```
+//!
+//! # Keeping generated files fresh
+//!
+//! Commit the rendered docs and let a test compare them with the enum:
+//!
+//! ```text
+//! #[test]
+//! fn docs_are_fresh() {
+//!     stateguard::docs::assert_fresh::<PayoutStatus>("docs/payouts.md");
+//!     stateguard::docs::assert_fresh_diagram::<PayoutStatus>("README.md");
+//! }
+//! ```
+//!
+//! When the enum changes the test fails with a line diff; running it again
+//! with `STATEGUARD_BLESS=1` rewrites the files, and the change is reviewed in
+//! version control like any other.
+
+use crate::machine::{StateDef, StateMachine};
+
+/// The line that opens the generated diagram in a README:
+/// see [`assert_fresh_diagram`].
+pub const DIAGRAM_START: &str = "<!-- stateguard:diagram:start -->";
+
+/// The line that closes the generated diagram in a README:
+/// see [`assert_fresh_diagram`].
+pub const DIAGRAM_END: &str = "<!-- stateguard:diagram:end -->";
+
+/// The environment variable that makes the `assert_fresh*` functions write
+/// the expected content instead of failing, when set to `1`.
+pub const BLESS_VAR: &str = "STATEGUARD_BLESS";
+
+mod diff;
+mod dot;
+mod fresh;
+mod markdown;
+mod mermaid;
+
+pub use self::dot::dot;
+pub use self::fresh::{
+    assert_fresh, assert_fresh_diagram, assert_fresh_file, assert_fresh_section,
+};
+pub use self::markdown::markdown;
+pub use self::mermaid::{mermaid, mermaid_block};
+
+// ---------------------------------------------------------------------------
+// Shared helpers
+
+fn index_of<S: StateMachine>(states: &[StateDef<S>], state: S) -> usize {
+    states
+        .iter()
+        .position(|s| s.value() == state)
+        .unwrap_or_else(|| unreachable!("{state:?} is not among the machine's states"))
+}
+
+fn variant<S: StateMachine>(state: S) -> &'static str {
+    let states = S::MACHINE.states();
+    states[index_of(states, state)].variant()
+}
+
+/// A lease in the attribute's own syntax: `150ms`, `30s`, `5m`, `1h`.
+fn lease(lease: core::time::Duration) -> String {
+    let ms = lease.as_millis();
+    for (unit, scale) in [("h", 3_600_000), ("m", 60_000), ("s", 1_000)] {
+        if ms.is_multiple_of(scale) {
+            return format!("{}{unit}", ms / scale);
+        }
+    }
+    format!("{ms}ms")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::diff::diff;
+    use super::dot::dot_str;
+    use super::fresh::section;
+    use super::markdown::code;
+    use super::mermaid::mermaid_text;
+    use super::*;
+
+    #[test]
+    fn code_spans_survive_tables() {
+        assert_eq!(code("pending"), "`pending`");
+        assert_eq!(code("a || b"), "`a \\|\\| b`");
+        assert_eq!(code("`ops`"), "`` `ops` ``");
+        assert_eq!(code("x``y"), "```x``y```");
+        assert_eq!(code("a\nb"), "`a b`");
+    }
+
+    #[test]
+    fn mermaid_text_escapes_statement_breakers() {
+        assert_eq!(mermaid_text("pending"), "pending");
+        assert_eq!(mermaid_text("a;b:c"), "a#59;b#58;c");
+        assert_eq!(mermaid_text("#1"), "#35;1");
+        assert_eq!(mermaid_text("\"x\""), "#34;x#34;");
+        assert_eq!(mermaid_text("Direction tb"), "Direction#32;tb");
+        assert_eq!(mermaid_text("a b"), "a b");
+    }
+
+    #[test]
+    fn dot_strings_are_quoted_and_escaped() {
+        assert_eq!(dot_str("a\"b\\c\nd"), "\"a\\\"b\\\\c\\nd\"");
+    }
+
+    #[test]
+    fn leases_use_the_attribute_syntax() {
+        use core::time::Duration;
+        assert_eq!(lease(Duration::from_millis(150)), "150ms");
+        assert_eq!(lease(Duration::from_millis(1500)), "1500ms");
+        assert_eq!(lease(Duration::from_secs(30)), "30s");
+        assert_eq!(lease(Duration::from_secs(300)), "5m");
+        assert_eq!(lease(Duration::from_secs(7200)), "2h");
+    }
+
+    #[test]
+    fn diff_shows_changed_lines_with_context() {
+        let old = "a\nb\nc\nd\ne\nf\ng\nh\n";
+        let new = "a\nb\nc\nD\ne\nf\ng\nh\ni\n";
+        let out = diff(old, new, "x");
+        assert_eq!(
+            out,
+            "--- x (on disk)\n+++ generated\n\
+             @@ -1,8 +1,9 @@\n a\n b\n c\n-d\n+D\n e\n f\n g\n h\n+i\n"
+        );
+        let far = diff(
+            "1\n2\n3\n4\n5\n6\n7\n8\n9\n10\n11\n12\n",
+            "1\n2\nX\n4\n5\n6\n7\n8\n9\n10\n11\nY\n",
+            "x",
+        );
+        assert!(far.contains("@@ -1,6 +1,6 @@\n"), "{far}");
+        assert!(far.contains("@@ -9,4 +9,4 @@\n"), "{far}");
+    }
+
+    #[test]
+    fn diff_marks_a_missing_final_newline() {
+        let out = diff("a\nb", "a\nb\n", "x");
+        assert!(
+            out.contains("-b\n\\ No newline at end of file\n+b\n"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn sections_need_one_pair_of_markers_in_order() {
+        let text = "x\n<!-- s -->\nold\n<!-- e -->\ny\n";
+        let range = section(text, "<!-- s -->", "<!-- e -->").unwrap();
+        assert_eq!(&text[range], "old\n");
+        let empty = "<!-- s -->\n<!-- e -->\n";
+        assert_eq!(section(empty, "<!-- s -->", "<!-- e -->"), Ok(11..11));
+        assert!(section("<!-- e -->\n<!-- s -->\n", "<!-- s -->", "<!-- e -->").is_err());
+        assert!(section("<!-- s -->\n", "<!-- s -->", "<!-- e -->").is_err());
+        assert!(
+            section(
+                "<!-- s -->\n<!-- s -->\n<!-- e -->\n",
+                "<!-- s -->",
+                "<!-- e -->"
+            )
+            .is_err()
+        );
+    }
+}
