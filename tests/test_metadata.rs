@@ -221,3 +221,24 @@ fn version_and_in_flight_sql() {
             .is_none()
     );
 }
+
+mod renamed {
+    use stateguard as guard;
+
+    /// `crate = "…"` points the generated code at a renamed dependency.
+    #[derive(guard::StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+    #[state_machine(table = "t", column = "s", key = "k", crate = "guard")]
+    pub enum Renamed {
+        #[state(initial)]
+        #[transition(go -> B)]
+        A,
+        B,
+    }
+}
+
+#[test]
+fn a_renamed_dependency_works_through_crate() {
+    use renamed::Renamed;
+    assert_eq!(Renamed::go().target(), Renamed::B);
+    assert_eq!(<Renamed as StateMachine>::MACHINE.table(), "t");
+}
