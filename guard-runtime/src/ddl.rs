@@ -287,12 +287,13 @@ impl Ddl {
     /// CONSTRAINT "payouts_status_states" CHECK ("status" IN ('pending', 'sending', 'sent', 'failed', 'cancelled'))
     /// ```
     ///
-    /// A table created with it needs no state constraint from the
-    /// migration; on PostgreSQL and MySQL the migration's `ADD CONSTRAINT`
-    /// would then fail, as the name is taken, so use the clause for a new
-    /// table and the migration for an existing one. (MariaDB does not
-    /// accept a named constraint inside a column definition, so the clause
-    /// is a table constraint everywhere.)
+    /// The migration works on a new table as well, run after its
+    /// `CREATE TABLE`; the clause is for keeping the rule in the table
+    /// definition. On SQLite it does what the migration's two state
+    /// triggers do. On PostgreSQL and MySQL a table created with it must
+    /// not also run the migration's `ADD CONSTRAINT`, whose name would be
+    /// taken. (MariaDB does not accept a named constraint inside a column
+    /// definition, so the clause is a table constraint everywhere.)
     pub fn check_clause(&self) -> &str {
         &self.check_clause
     }
