@@ -100,9 +100,10 @@ enum Awkward {
     Start,
     #[state(
         rename = "on hold: \"manual\" | `ops`; #1 <b>&amp;</b>",
-        in_flight(lease = "90m", since = "state_since", done = finish)
+        in_flight(lease = "90m", since = "state_since", done = finish, failed = shelve)
     )]
     #[transition(finish -> End)]
+    #[transition(shelve -> Class)]
     State,
     #[state(rename = "direction TB")]
     #[transition(finish -> End)]

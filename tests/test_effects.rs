@@ -25,10 +25,12 @@ enum LongLease {
     #[state(initial)]
     #[transition(start -> Sending)]
     Pending,
-    #[state(in_flight(lease = "1h", since = "sending_since", done = confirm))]
+    #[state(in_flight(lease = "1h", since = "sending_since", done = confirm, failed = fail))]
     #[transition(confirm -> Sent)]
+    #[transition(fail -> Failed)]
     Sending,
     Sent,
+    Failed,
 }
 
 /// Lets the 150 ms lease of `TransferStatus::Sending` run out.

@@ -93,6 +93,10 @@ impl<'a> Input<'a> {
             }
         };
         let attrs = crate::attr::machine_attrs(cx, &node.attrs);
+        crate::attr::misplaced(cx, &node.attrs, &["state", "transition"], "a variant");
+        for variant in &data.variants {
+            crate::attr::misplaced(cx, &variant.attrs, &["state_machine"], "the enum");
+        }
         let variants = data
             .variants
             .iter()
@@ -112,7 +116,7 @@ impl Variant<'_> {
     pub fn db_name(&self, rule: RenameRule) -> String {
         match &self.rename {
             Some(rename) => rename.value(),
-            None => rule.apply(&self.ident.to_string()),
+            None => rule.apply(&syn::ext::IdentExt::unraw(self.ident).to_string()),
         }
     }
 }

@@ -85,6 +85,19 @@ pub fn machine_attrs(cx: &mut Ctxt, attrs: &[Attribute]) -> MachineAttrs {
     out
 }
 
+/// `#[state]`/`#[transition]` on the enum, or `#[state_machine]` on a
+/// variant: an error at the attribute, not silence.
+pub fn misplaced(cx: &mut Ctxt, attrs: &[Attribute], names: &[&str], belongs_on: &str) {
+    for attr in attrs {
+        if let Some(name) = names.iter().find(|name| attr.path().is_ident(name)) {
+            cx.error(
+                attr,
+                format!("#[{name}(...)] belongs on {belongs_on}, not here"),
+            );
+        }
+    }
+}
+
 fn set_once(cx: &mut Ctxt, slot: &mut Option<LitStr>, value: LitStr, name: &str) {
     match slot {
         Some(first) => cx.duplicate(

@@ -39,11 +39,11 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
     let sqlx = quote!(#private::sqlx);
     let ident = model.ident;
     let vis = &input.original.vis;
-    let name = ident.to_string();
+    let name = ident.unraw().to_string();
     let (table, column, key) = (&model.table, &model.column, &model.key);
     let idents: Vec<_> = model.states.iter().map(|s| s.ident).collect();
     let dbs: Vec<_> = model.states.iter().map(|s| s.db.as_str()).collect();
-    let variant_names: Vec<_> = idents.iter().map(|i| i.to_string()).collect();
+    let variant_names: Vec<_> = idents.iter().map(|i| i.unraw().to_string()).collect();
     let initials: Vec<_> = (0..idents.len()).map(|i| i == model.initial).collect();
     let in_flights = model.states.iter().map(|state| {
         let Some(f) = &state.in_flight else {
@@ -69,12 +69,26 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
     let initial = idents[model.initial];
 
     let select = sql_per_dialect(&private, |d| d.select(table, column, key));
+    let select_versioned = match model.version {
+        Some(_) => {
+            let sql = sql_per_dialect(&private, |d| d.select_versioned(model));
+            quote!(::core::option::Option::Some(#sql))
+        }
+        None => quote!(::core::option::Option::None),
+    };
 
     let transition_defs = model.transitions.iter().map(|t| {
         let name = t.name.unraw().to_string();
         let sources = t.sources.iter().map(|&i| idents[i]);
         let target = idents[t.target];
-        let update = sql_per_dialect(&private, |d| d.update(model, t));
+        let update = sql_per_dialect(&private, |d| d.update(model, t, false));
+        let update_at = match model.version {
+            Some(_) => {
+                let sql = sql_per_dialect(&private, |d| d.update(model, t, true));
+                quote!(::core::option::Option::Some(#sql))
+            }
+            None => quote!(::core::option::Option::None),
+        };
         let set = t
             .set
             .iter()
@@ -86,6 +100,7 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
                 #ident::#target,
                 &[#(#set),*],
                 #update,
+                #update_at,
             )
         }
     });
@@ -105,9 +120,10 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
 
     let n_states = idents.len();
     let n_transitions = model.transitions.len();
-    let states_const = format_ident!("__{}_STATES", ident.to_string().to_uppercase());
-    let transitions_const = format_ident!("__{}_TRANSITIONS", ident.to_string().to_uppercase());
-    let machine_const = format_ident!("__{}_MACHINE", ident.to_string().to_uppercase());
+    // Scoped inside the `MACHINE` block, so fixed names cannot clash.
+    let states_const = format_ident!("__STATES");
+    let transitions_const = format_ident!("__TRANSITIONS");
+    let machine_const = format_ident!("__MACHINE");
 
     quote! {
         #[automatically_derived]
@@ -132,6 +148,7 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
                     &#states_const,
                     &#transitions_const,
                     #select,
+                    #select_versioned,
                 );
                 &#machine_const
             };

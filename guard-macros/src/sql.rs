@@ -80,6 +80,73 @@ pub fn check_state_str(value: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Why a `set(column = "…")` expression cannot go into the statement, if it
+/// cannot.
+///
+/// The expression is SQL written in the source, so it is static; what is
+/// refused is what could change the statement around it: a comment that
+/// swallows the `WHERE` clause, a second statement, a placeholder that
+/// would shift the bound key, an unterminated quote or parenthesis, a
+/// backslash (an escape character inside MySQL strings).
+pub fn check_expr(expr: &str) -> Result<(), String> {
+    let mut depth = 0_i32;
+    let mut chars = expr.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' | '"' | '`' => {
+                // A quoted string or identifier; a doubled quote escapes.
+                loop {
+                    match chars.next() {
+                        None => return Err(format!("opens {} it does not close", describe(c))),
+                        Some(q) if q == c => {
+                            if chars.peek() == Some(&c) {
+                                chars.next();
+                            } else {
+                                break;
+                            }
+                        }
+                        Some('\\') => return Err("contains a backslash (\\)".to_owned()),
+                        Some(_) => {}
+                    }
+                }
+            }
+            '(' => depth += 1,
+            ')' => {
+                depth -= 1;
+                if depth < 0 {
+                    return Err("closes a parenthesis it did not open".to_owned());
+                }
+            }
+            ';' => return Err("contains `;`: one expression, not a statement".to_owned()),
+            '?' => {
+                return Err("contains `?`, a placeholder: values cannot be bound here".to_owned());
+            }
+            '$' if chars.peek().is_some_and(char::is_ascii_digit) => {
+                return Err("contains a `$n` placeholder: values cannot be bound here".to_owned());
+            }
+            '-' if chars.peek() == Some(&'-') => {
+                return Err(
+                    "contains a `--` comment, which would swallow the rest of the statement"
+                        .to_owned(),
+                );
+            }
+            '/' if chars.peek() == Some(&'*') => {
+                return Err("contains a `/*` comment".to_owned());
+            }
+            '#' => return Err("contains `#`, a comment in MySQL".to_owned()),
+            '\\' => return Err("contains a backslash (\\)".to_owned()),
+            c if c.is_control() && !matches!(c, '\n' | '\r' | '\t') => {
+                return Err(format!("contains {}", describe(c)));
+            }
+            _ => {}
+        }
+    }
+    if depth > 0 {
+        return Err("opens a parenthesis it does not close".to_owned());
+    }
+    Ok(())
+}
+
 /// A character as a message names it.
 fn describe(c: char) -> String {
     match c {
@@ -119,7 +186,9 @@ impl Dialect {
             Dialect::Postgres => "CURRENT_TIMESTAMP",
             // Text with milliseconds, which sorts as it compares.
             Dialect::Sqlite => "strftime('%Y-%m-%d %H:%M:%f', 'now')",
-            Dialect::MySql => "CURRENT_TIMESTAMP(3)",
+            // UTC, so that sessions in different time zones agree on when a
+            // lease runs out in a DATETIME column.
+            Dialect::MySql => "UTC_TIMESTAMP(3)",
         }
     }
 
@@ -136,17 +205,33 @@ impl Dialect {
             ),
             Dialect::MySql => {
                 format!(
-                    "CURRENT_TIMESTAMP(3) - INTERVAL {} MICROSECOND",
+                    "UTC_TIMESTAMP(3) - INTERVAL {} MICROSECOND",
                     lease_ms * 1000
                 )
             }
         }
     }
 
+    /// The status column as compared with state strings. MySQL's default
+    /// collations ignore case and trailing spaces; comparing bytes keeps
+    /// `'Pending'` from passing for `'pending'`.
+    fn status_cmp(self, column: &str) -> String {
+        match self {
+            Dialect::MySql => format!("CAST({column} AS BINARY)"),
+            Dialect::Postgres | Dialect::Sqlite => column.to_owned(),
+        }
+    }
+
+    /// The version column, with NULL (a column added without a default)
+    /// read as 0, so that it still counts.
+    fn version_value(self, version: &str) -> String {
+        format!("COALESCE({}, 0)", self.quote(version))
+    }
+
     /// The version column read as a 64-bit integer.
     fn version_read(self, version: Option<&str>) -> String {
         let column = match version {
-            Some(version) => self.quote(version),
+            Some(version) => self.version_value(version),
             None => "0".to_owned(),
         };
         match self {
@@ -156,32 +241,49 @@ impl Dialect {
         }
     }
 
-    /// `UPDATE t SET c = 'target'[, col = expr…][, since = now][, version = version + 1]
-    /// WHERE k = $1 AND c IN ('source', …)[ RETURNING version]`
+    /// `UPDATE t SET c = 'target'[, col = (expr)…][, since = now][, version = version + 1]
+    /// WHERE k = $1 AND c IN ('source', …)[ AND version = $2][ RETURNING version]`
     ///
-    /// With a version column, PostgreSQL and SQLite return the new version;
-    /// MySQL has no `RETURNING`, so the new version goes through
-    /// `LAST_INSERT_ID(expr)`, which the same connection reads back.
-    pub fn update(&self, model: &Model, transition: &Transition) -> String {
+    /// `at_occurrence` adds the version check that ties a follow-up to the
+    /// occurrence that started it. With a version column, PostgreSQL and
+    /// SQLite return the new version; MySQL has no `RETURNING`, so the new
+    /// version goes through `LAST_INSERT_ID(expr)`, which the same
+    /// connection reads back.
+    pub fn update(&self, model: &Model, transition: &Transition, at_occurrence: bool) -> String {
         let d = *self;
         let column = d.quote(&model.column);
         let target = &model.states[transition.target];
-        let mut assignments = format!("{column} = '{}'", target.db);
-        for (col, expr) in &transition.set {
-            assignments.push_str(&format!(", {} = {expr}", d.quote(col)));
+        let sets: Vec<String> = transition
+            .set
+            .iter()
+            .map(|(col, expr)| format!("{} = ({expr})", d.quote(col)))
+            .collect();
+        let status = format!("{column} = '{}'", target.db);
+        // MySQL evaluates assignments left to right, each seeing the ones
+        // before it: the `set` expressions go first, so that they read the
+        // row as it was, as they do on PostgreSQL and SQLite.
+        let mut assignments = match d {
+            Dialect::MySql => sets.into_iter().chain([status]).collect::<Vec<_>>(),
+            Dialect::Postgres | Dialect::Sqlite => [status].into_iter().chain(sets).collect(),
         }
+        .join(", ");
         if let Some(in_flight) = &target.in_flight {
             assignments.push_str(&format!(", {} = {}", d.quote(&in_flight.since), d.now()));
         }
         let mut returning = String::new();
+        let mut same_occurrence = String::new();
         if let Some(version) = &model.version {
             let v = d.quote(version);
+            let next = format!("{} + 1", d.version_value(version));
             match d {
-                Dialect::MySql => assignments.push_str(&format!(", {v} = LAST_INSERT_ID({v} + 1)")),
-                _ => {
-                    assignments.push_str(&format!(", {v} = {v} + 1"));
+                Dialect::MySql => assignments.push_str(&format!(", {v} = LAST_INSERT_ID({next})")),
+                Dialect::Postgres | Dialect::Sqlite => {
+                    assignments.push_str(&format!(", {v} = {next}"));
                     returning = format!(" RETURNING {}", d.version_read(Some(version)));
                 }
+            }
+            if at_occurrence {
+                same_occurrence = format!(" AND {} = {}", d.version_value(version), d.param(2));
             }
         }
         let sources: Vec<String> = transition
@@ -190,10 +292,11 @@ impl Dialect {
             .map(|&s| format!("'{}'", model.states[s].db))
             .collect();
         format!(
-            "UPDATE {} SET {assignments} WHERE {} = {} AND {column} IN ({}){returning}",
+            "UPDATE {} SET {assignments} WHERE {} = {} AND {} IN ({}){same_occurrence}{returning}",
             d.quote(&model.table),
             d.quote(&model.key),
             d.param(1),
+            d.status_cmp(&column),
             sources.join(", "),
         )
     }
@@ -201,17 +304,18 @@ impl Dialect {
     /// Rows of an in-flight state whose lease has run out, oldest first:
     /// `SELECT key, version FROM t WHERE c = 'state' AND since < now - lease`.
     /// A NULL `since` (a row put there without a transition) counts as
-    /// expired, so that no such row is left in flight forever.
+    /// expired, so that no such row is left in flight forever, and comes
+    /// first.
     pub fn expired(&self, model: &Model, state: &State, in_flight: &InFlight) -> String {
         let d = *self;
         let since = d.quote(&in_flight.since);
         format!(
             "SELECT {}, {} FROM {} WHERE {} = '{}' AND ({since} IS NULL OR {since} < {}) \
-             ORDER BY {since} LIMIT {}",
+             ORDER BY {since} IS NOT NULL, {since} LIMIT {}",
             d.quote(&model.key),
             d.version_read(model.version.as_deref()),
             d.quote(&model.table),
-            d.quote(&model.column),
+            d.status_cmp(&d.quote(&model.column)),
             state.db,
             d.lease_expiry(in_flight.lease_ms),
             d.param(1),
@@ -224,7 +328,7 @@ impl Dialect {
         let d = *self;
         let since = d.quote(&in_flight.since);
         let same_occurrence = match &model.version {
-            Some(version) => format!(" AND {} = {}", d.quote(version), d.param(2)),
+            Some(version) => format!(" AND {} = {}", d.version_value(version), d.param(2)),
             None => String::new(),
         };
         format!(
@@ -234,35 +338,59 @@ impl Dialect {
             d.now(),
             d.quote(&model.key),
             d.param(1),
-            d.quote(&model.column),
+            d.status_cmp(&d.quote(&model.column)),
             state.db,
             d.lease_expiry(in_flight.lease_ms),
         )
     }
 
-    /// `SELECT c FROM t WHERE k = $1`, with the status read as text even
-    /// from a PostgreSQL enum or a MySQL ENUM column (and as a locking read
-    /// on MySQL).
-    pub fn select(self, table: &str, column: &str, key: &str) -> String {
+    /// `SELECT c, version FROM t WHERE k = $1`: the losing path of a
+    /// follow-up tied to an occurrence.
+    pub fn select_versioned(&self, model: &Model) -> String {
+        let d = *self;
+        format!(
+            "SELECT {}, {} FROM {} WHERE {} = {}{}",
+            d.status_read(&model.column),
+            d.version_read(model.version.as_deref()),
+            d.quote(&model.table),
+            d.quote(&model.key),
+            d.param(1),
+            d.read_lock(),
+        )
+    }
+
+    /// The status read as text even from a PostgreSQL enum or a MySQL
+    /// ENUM column.
+    fn status_read(self, column: &str) -> String {
         let column = self.quote(column);
-        let read = match self {
+        match self {
             Dialect::Postgres => format!("{column}::text"),
             Dialect::Sqlite => column,
             Dialect::MySql => format!("CAST({column} AS CHAR)"),
-        };
-        // InnoDB's plain SELECT inside a REPEATABLE READ transaction reads
-        // the transaction's snapshot, while its UPDATE reads the latest
-        // committed row: a lost compare-and-set would then see the stale
-        // source state. A locking read sees what the UPDATE saw.
-        let lock = match self {
+        }
+    }
+
+    /// InnoDB's plain SELECT inside a REPEATABLE READ transaction reads the
+    /// transaction's snapshot, while its UPDATE reads the latest committed
+    /// row: a lost compare-and-set would then see the stale source state. A
+    /// locking read sees what the UPDATE saw.
+    fn read_lock(self) -> &'static str {
+        match self {
             Dialect::MySql => " LOCK IN SHARE MODE",
             Dialect::Postgres | Dialect::Sqlite => "",
-        };
+        }
+    }
+
+    /// `SELECT c FROM t WHERE k = $1`, with the status read as text and,
+    /// on MySQL, as a locking read.
+    pub fn select(self, table: &str, column: &str, key: &str) -> String {
         format!(
-            "SELECT {read} FROM {} WHERE {} = {}{lock}",
+            "SELECT {} FROM {} WHERE {} = {}{}",
+            self.status_read(column),
             self.quote(table),
             self.quote(key),
-            self.param(1)
+            self.param(1),
+            self.read_lock(),
         )
     }
 }

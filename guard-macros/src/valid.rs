@@ -177,6 +177,8 @@ fn check_states<'a>(cx: &mut Ctxt, input: &'a Input) -> Option<Vec<State<'a>>> {
     let mut ok = true;
     // Each string, with the variant that first took it and the tokens that
     // gave it (its rename, else its name).
+    // Keyed by the string as MySQL's default collations compare it: without
+    // regard to case or trailing spaces.
     let mut seen: BTreeMap<String, (&Ident, proc_macro2::TokenStream)> = BTreeMap::new();
     let mut states = Vec::new();
     for variant in &input.variants {
@@ -193,16 +195,21 @@ fn check_states<'a>(cx: &mut Ctxt, input: &'a Input) -> Option<Vec<State<'a>>> {
             Some(lit) => quote::quote!(#lit),
             None => quote::quote!(#ident),
         };
-        if let Some((first, first_at)) = seen.get(&db) {
+        let folded = db.trim_end_matches(' ').to_ascii_lowercase();
+        if let Some((first, first_at)) = seen.get(&folded) {
             ok = false;
             cx.duplicate(
                 at,
-                format!("state `{ident}` is stored as {db:?}, like state `{first}`"),
+                format!(
+                    "state `{ident}` is stored as {db:?}, which is state `{first}`'s string or \
+                     differs from it only in case or trailing spaces (equal under MySQL's \
+                     default collations)"
+                ),
                 first_at,
-                format!("`{first}` is stored as {db:?} here"),
+                format!("`{first}`'s string is given here"),
             );
         } else {
-            seen.insert(db.clone(), (ident, at));
+            seen.insert(folded, (ident, at));
         }
         states.push(State {
             ident: variant.ident,
@@ -385,6 +392,9 @@ fn check_set(
         if expr.trim().is_empty() {
             ok = false;
             cx.error(&item.expr, "empty SQL expression");
+        } else if let Err(why) = sql::check_expr(&expr) {
+            ok = false;
+            cx.error(&item.expr, format!("SQL expression {expr:?} {why}"));
         }
         out.push((column, expr));
     }
@@ -525,36 +535,45 @@ fn check_in_flight(
                 }
             }
         };
-        let mut follow_up = |ident: &Option<Ident>, what: &str, required: bool| {
-            let Some(ident) = ident else {
-                if required {
-                    cx.error(
+        let mut follow_up =
+            |ident: &Option<Ident>, what: &str, required: bool| {
+                let Some(ident) = ident else {
+                    if required {
+                        cx.error(
                         &attr.token,
                         format!(
                             "missing `{what} = transition`: the transition that ends this state \
-                             when the effect succeeds"
+                             when the effect {}",
+                            if what == "done" { "succeeds" } else { "fails for good" }
+                        ),
+                    );
+                    }
+                    return None;
+                };
+                let found = transitions
+                    .iter()
+                    .position(|t| *t.name == *ident && t.sources.contains(&i));
+                if found.is_none() {
+                    cx.error(
+                        ident,
+                        format!(
+                            "`{ident}` is not a transition from `{}`; `{what}` names one of this \
+                         state's own transitions",
+                            variant.ident
                         ),
                     );
                 }
-                return None;
+                found
             };
-            let found = transitions
-                .iter()
-                .position(|t| *t.name == *ident && t.sources.contains(&i));
-            if found.is_none() {
-                cx.error(
-                    ident,
-                    format!(
-                        "`{ident}` is not a transition from `{}`; `{what}` names one of this \
-                         state's own transitions",
-                        variant.ident
-                    ),
-                );
-            }
-            found
-        };
         let done = follow_up(&attr.done, "done", true);
-        let failed = follow_up(&attr.failed, "failed", false);
+        let failed = follow_up(&attr.failed, "failed", true);
+        if variant.initial.is_some() {
+            cx.error(
+                &attr.token,
+                "the initial state cannot be in flight: rows are inserted into it without a \
+                 transition, so they would carry no `since` stamp and no win",
+            );
+        }
         if done.is_some() && done == failed {
             if let Some(ident) = &attr.failed {
                 cx.error(ident, "`done` and `failed` must be different transitions");

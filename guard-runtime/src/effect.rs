@@ -9,10 +9,10 @@ use sqlx::Transaction;
 use crate::StateMachine;
 use crate::dialect::Backend;
 use crate::error::Error;
-use crate::executor::Executor;
+use crate::executor::{Executor, refuse_open_transaction};
 use crate::machine::InFlightDef;
-use crate::outcome::{Committed, Outcome, Uncommitted, Won};
-use crate::transition::key_arguments;
+use crate::outcome::{Committed, Uncommitted, Won};
+use crate::transition::{Settled, key_arguments};
 
 /// The effect key of one win: `table:key:state:occurrence`, or a prefix of
 /// it and a stable hash of the whole when that would exceed 255 characters.
@@ -146,10 +146,10 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
         Fut: Future<Output = Verdict>,
     {
         let in_flight = in_flight_def(self.state())?;
-        let key = self.key().clone();
-        let state = self.state();
+        refuse_open_transaction(&executor)?;
+        let (key, state, occurrence) = (self.key().clone(), self.state(), self.occurrence());
         let verdict = self.run(effect).await;
-        follow_up(&mut executor, in_flight, state, key, verdict).await
+        follow_up(&mut executor, in_flight, state, key, occurrence, verdict).await
     }
 
     fn into_effect(self) -> Effect<S, K>
@@ -186,58 +186,71 @@ impl<S: StateMachine, K> Won<S, K, Uncommitted> {
 pub trait Staged: sealed::Sealed {
     /// The same wins, committed.
     type Committed;
-
-    #[doc(hidden)]
-    fn into_committed(self) -> Self::Committed;
 }
 
 mod sealed {
     pub trait Sealed {}
+
+    /// The conversion lives here, out of reach: only [`commit`](super::commit)
+    /// may turn uncommitted wins into committed ones.
+    pub trait Convert: super::Staged + Sized {
+        fn into_committed(self) -> Self::Committed;
+    }
 }
 
 impl<S: StateMachine, K> sealed::Sealed for Won<S, K, Uncommitted> {}
 
-impl<S: StateMachine, K> Staged for Won<S, K, Uncommitted> {
-    type Committed = Won<S, K, Committed>;
-
+impl<S: StateMachine, K> sealed::Convert for Won<S, K, Uncommitted> {
     fn into_committed(self) -> Self::Committed {
         let (state, key, occurrence) = self.into_parts();
         Won::new(state, key, occurrence)
     }
 }
 
+impl<S: StateMachine, K> Staged for Won<S, K, Uncommitted> {
+    type Committed = Won<S, K, Committed>;
+}
+
 impl<T: Staged> sealed::Sealed for Vec<T> {}
+
+impl<T: sealed::Convert> sealed::Convert for Vec<T> {
+    fn into_committed(self) -> Self::Committed {
+        self.into_iter()
+            .map(sealed::Convert::into_committed)
+            .collect()
+    }
+}
 
 impl<T: Staged> Staged for Vec<T> {
     type Committed = Vec<T::Committed>;
-
-    fn into_committed(self) -> Self::Committed {
-        self.into_iter().map(Staged::into_committed).collect()
-    }
 }
 
 impl<T: Staged> sealed::Sealed for Option<T> {}
 
+impl<T: sealed::Convert> sealed::Convert for Option<T> {
+    fn into_committed(self) -> Self::Committed {
+        self.map(sealed::Convert::into_committed)
+    }
+}
+
 impl<T: Staged> Staged for Option<T> {
     type Committed = Option<T::Committed>;
-
-    fn into_committed(self) -> Self::Committed {
-        self.map(Staged::into_committed)
-    }
 }
 
 macro_rules! staged_tuple {
     ($($t:ident),+) => {
         impl<$($t: Staged),+> sealed::Sealed for ($($t,)+) {}
 
-        impl<$($t: Staged),+> Staged for ($($t,)+) {
-            type Committed = ($($t::Committed,)+);
-
+        impl<$($t: sealed::Convert),+> sealed::Convert for ($($t,)+) {
             #[allow(non_snake_case)]
             fn into_committed(self) -> Self::Committed {
                 let ($($t,)+) = self;
-                ($($t.into_committed(),)+)
+                ($(sealed::Convert::into_committed($t),)+)
             }
+        }
+
+        impl<$($t: Staged),+> Staged for ($($t,)+) {
+            type Committed = ($($t::Committed,)+);
         }
     };
 }
@@ -249,14 +262,22 @@ staged_tuple!(A, B, C, D);
 /// Commits `tx`, then hands out the committed wins that happened in it:
 /// `let (a, b) = stateguard::commit(tx, (a, b)).await?;`. If the commit
 /// fails, the wins are gone and their effects cannot run.
-pub async fn commit<DB: Backend, T: Staged>(
-    tx: Transaction<'_, DB>,
+///
+/// `tx` must be an outermost transaction: committing a nested one (a
+/// savepoint) commits nothing yet, so it is refused with
+/// [`Error::NestedTransaction`] and rolled back.
+pub async fn commit<DB: Backend, T: Staged + sealed::Convert>(
+    mut tx: Transaction<'_, DB>,
     staged: T,
 ) -> Result<T::Committed, Error> {
+    let depth = <DB::TransactionManager as sqlx_core::transaction::TransactionManager>::get_transaction_depth(&mut tx);
+    if depth != 1 {
+        return Err(Error::NestedTransaction { depth });
+    }
     tx.commit()
         .await
         .map_err(|source| Error::Commit { source })?;
-    Ok(staged.into_committed())
+    Ok(sealed::Convert::into_committed(staged))
 }
 
 /// The in-flight metadata of `state`, or the error that it has none.
@@ -275,6 +296,7 @@ async fn follow_up<S, K, E>(
     in_flight: &'static InFlightDef,
     state: S,
     key: K,
+    occurrence: i64,
     verdict: Verdict,
 ) -> Result<Finished<S>, Error>
 where
@@ -294,17 +316,20 @@ where
         Verdict::Failed => Finished::Failed(target),
         _ => Finished::Done(target),
     };
-    Ok(match transition.apply_on(executor, key).await? {
-        Outcome::Applied(won) => settled(won.state()),
-        Outcome::AlreadyInState(target) => settled(target),
-        Outcome::Conflict { current } => Finished::Superseded { current },
-        Outcome::NotFound => {
-            return Err(Error::RowVanished {
-                table: S::MACHINE.table(),
-                transition: transition.name(),
-            });
-        }
-    })
+    // Tied to the occurrence: a late follow-up must not finish a later
+    // pass of the row through the same state.
+    Ok(
+        match transition.settle_at(executor, key, occurrence).await? {
+            Settled::Applied(target) | Settled::Already(target) => settled(target),
+            Settled::Superseded(current) => Finished::Superseded { current },
+            Settled::Vanished => {
+                return Err(Error::RowVanished {
+                    table: S::MACHINE.table(),
+                    transition: transition.name(),
+                });
+            }
+        },
+    )
 }
 
 /// Takes over rows left in the in-flight `state` past their lease, at most
@@ -348,6 +373,7 @@ where
         + Sync,
 {
     let in_flight = in_flight_def(state)?;
+    refuse_open_transaction(executor)?;
     let mut claimed = Vec::new();
     for (key, occurrence) in list_expired::<S, K, E>(executor, in_flight, state, limit).await? {
         if claim_one(executor, in_flight, state, &key, occurrence).await? {
@@ -478,6 +504,7 @@ where
     Fut: Future<Output = Verdict>,
 {
     let in_flight = in_flight_def(state)?;
+    refuse_open_transaction(&executor)?;
     let expired = list_expired::<S, K, E>(&mut executor, in_flight, state, limit).await?;
     let mut report = Recovered::default();
     for (key, occurrence) in expired {
@@ -494,7 +521,7 @@ where
         }
         let won: Won<S, K, Committed> = Won::new(state, key.clone(), occurrence);
         let verdict = won.run(&effect).await;
-        match follow_up(&mut executor, in_flight, state, key, verdict).await {
+        match follow_up(&mut executor, in_flight, state, key, occurrence, verdict).await {
             Ok(Finished::Done(_)) => report.done += 1,
             Ok(Finished::Failed(_)) => report.failed += 1,
             Ok(Finished::RetryLater) => report.retry_later += 1,

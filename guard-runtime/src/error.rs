@@ -88,6 +88,35 @@ pub enum Error {
         source: sqlx::Error,
     },
 
+    /// A connection that is inside a transaction was passed where the
+    /// transaction itself belongs (`&mut *tx` instead of `&mut tx`): its
+    /// wins would look committed before the commit.
+    #[error(
+        "this connection is inside a transaction: pass the transaction (`&mut tx`), not the \
+         connection under it (`&mut *tx`), so that wins wait for the commit"
+    )]
+    ConnectionInTransaction,
+
+    /// [`commit`](crate::commit) was given a nested transaction (a
+    /// savepoint), whose commit does not commit the wins yet.
+    #[error(
+        "commit() needs the outermost transaction, but this one is nested {depth} deep: \
+         committing a savepoint would run effects before the real commit"
+    )]
+    NestedTransaction {
+        /// How deep the transaction is (1 is outermost).
+        depth: usize,
+    },
+
+    /// The status column of the row is NULL.
+    #[error("column `{column}` of table `{table}` is NULL: the row has no state")]
+    NullStatus {
+        /// The table of the machine.
+        table: &'static str,
+        /// The status column.
+        column: &'static str,
+    },
+
     /// An in-flight operation was asked of a state that is not declared
     /// `#[state(in_flight(…))]`.
     #[error("state `{state}` of {machine} is not declared #[state(in_flight(...))]")]

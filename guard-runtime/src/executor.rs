@@ -26,6 +26,14 @@ mod sealed {
 /// (a `PgConnection`, `SqliteConnection` or `MySqlConnection`, including
 /// `&mut *pool_connection`), or `&mut Transaction<'_, DB>`.
 ///
+/// Inside a transaction, pass the transaction itself (`&mut tx`), not the
+/// connection under it (`&mut *tx`): only then can the win wait for the
+/// commit. `apply` refuses a connection that sqlx knows is inside a
+/// transaction ([`Error::ConnectionInTransaction`](crate::Error::ConnectionInTransaction)).
+/// A transaction opened with a raw `BEGIN` statement is invisible to sqlx
+/// and so to stateguard: open transactions with `begin()` or
+/// `begin_with("BEGIN IMMEDIATE")`.
+///
 /// On a pool, or on a connection that is not inside a transaction, each
 /// statement commits on its own, so the library retries serialization
 /// failures and deadlocks itself, and a win is [`Committed`]. Inside a
@@ -73,6 +81,11 @@ pub trait Executor: Send + sealed::Sealed {
 
     /// Whether the statements run inside a transaction the caller owns.
     fn in_transaction(&self) -> bool;
+
+    /// Whether this executor is itself the caller's transaction, whose
+    /// wins are [`Uncommitted`].
+    #[doc(hidden)]
+    const IS_TRANSACTION: bool;
 }
 
 /// The statement methods, given how to reach a connection from `self`.
@@ -140,6 +153,7 @@ macro_rules! executors {
         impl Executor for &Pool<$db> {
             type Database = $db;
             type Commit = Committed;
+            const IS_TRANSACTION: bool = false;
 
             statements!($db, |this| &**this);
 
@@ -171,6 +185,7 @@ macro_rules! executors {
         impl Executor for &mut Transaction<'_, $db> {
             type Database = $db;
             type Commit = Uncommitted;
+            const IS_TRANSACTION: bool = true;
 
             statements!($db, |this| &mut ***this);
             execute_then_fetch!($db, |this| &mut ***this);
@@ -187,6 +202,7 @@ macro_rules! executors {
         impl Executor for &mut $conn {
             type Database = $db;
             type Commit = Committed;
+            const IS_TRANSACTION: bool = false;
 
             statements!($db, |this| &mut **this);
             execute_then_fetch!($db, |this| &mut **this);
@@ -201,3 +217,12 @@ macro_rules! executors {
 executors!("postgres", sqlx::Postgres, sqlx::PgConnection);
 executors!("sqlite", sqlx::Sqlite, sqlx::SqliteConnection);
 executors!("mysql", sqlx::MySql, sqlx::MySqlConnection);
+
+/// The error for a connection that is inside a transaction it does not
+/// represent (`&mut *tx`): its wins would look committed before the commit.
+pub(crate) fn refuse_open_transaction<E: Executor>(executor: &E) -> Result<(), crate::Error> {
+    if !E::IS_TRANSACTION && executor.in_transaction() {
+        return Err(crate::Error::ConnectionInTransaction);
+    }
+    Ok(())
+}

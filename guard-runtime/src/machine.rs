@@ -75,6 +75,7 @@ pub struct Machine<S: 'static> {
     states: &'static [StateDef<S>],
     transitions: &'static [TransitionDef<S>],
     select: Sql,
+    select_versioned: Option<Sql>,
 }
 
 impl<S: StateMachine> Machine<S> {
@@ -90,6 +91,7 @@ impl<S: StateMachine> Machine<S> {
         states: &'static [StateDef<S>],
         transitions: &'static [TransitionDef<S>],
         select: Sql,
+        select_versioned: Option<Sql>,
     ) -> Self {
         Machine {
             name,
@@ -101,6 +103,7 @@ impl<S: StateMachine> Machine<S> {
             states,
             transitions,
             select,
+            select_versioned,
         }
     }
 
@@ -141,9 +144,15 @@ impl<S: StateMachine> Machine<S> {
     }
 
     /// `SELECT <column> FROM <table> WHERE <key> = <param>`: the fresh read
-    /// of the losing path.
+    /// of the losing path (a locking read on MySQL).
     pub const fn select_sql(&self) -> &Sql {
         &self.select
+    }
+
+    /// The status and the version: the losing path of a follow-up tied to
+    /// an occurrence. Only for a machine with a version column.
+    pub const fn select_versioned_sql(&self) -> Option<&Sql> {
+        self.select_versioned.as_ref()
     }
 
     /// The state marked `#[state(initial)]`.
@@ -327,6 +336,7 @@ pub struct TransitionDef<S: 'static> {
     target: S,
     set: &'static [SetColumn],
     update: Sql,
+    update_at: Option<Sql>,
 }
 
 impl<S: StateMachine> TransitionDef<S> {
@@ -337,6 +347,7 @@ impl<S: StateMachine> TransitionDef<S> {
         target: S,
         set: &'static [SetColumn],
         update: Sql,
+        update_at: Option<Sql>,
     ) -> Self {
         TransitionDef {
             name,
@@ -344,6 +355,7 @@ impl<S: StateMachine> TransitionDef<S> {
             target,
             set,
             update,
+            update_at,
         }
     }
 
@@ -370,6 +382,22 @@ impl<S: StateMachine> TransitionDef<S> {
     /// The compare-and-set `UPDATE` for each dialect.
     pub const fn update_sql(&self) -> &Sql {
         &self.update
+    }
+
+    /// The same `UPDATE`, also requiring the row's version to be `$2`: how
+    /// the follow-up of an in-flight state finishes only the occurrence
+    /// that started it. Only for a machine with a version column.
+    pub const fn update_at_sql(&self) -> Option<&Sql> {
+        self.update_at.as_ref()
+    }
+
+    /// The `since` column this transition stamps: its target's, when the
+    /// target is in flight.
+    pub fn stamps(&self) -> Option<&'static str> {
+        S::MACHINE
+            .state(self.target)
+            .and_then(StateDef::in_flight)
+            .map(InFlightDef::since_column)
     }
 
     /// This transition as a value that can be applied.

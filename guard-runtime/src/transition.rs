@@ -7,7 +7,7 @@ use core::time::Duration;
 use crate::StateMachine;
 use crate::dialect::Backend;
 use crate::error::Error;
-use crate::executor::Executor;
+use crate::executor::{Executor, refuse_open_transaction};
 use crate::machine::TransitionDef;
 use crate::outcome::{Outcome, Won};
 
@@ -86,13 +86,15 @@ impl<S: StateMachine> Transition<S> {
         E: Executor,
         K: for<'q> sqlx::Encode<'q, E::Database> + sqlx::Type<E::Database> + Send + Sync,
     {
+        refuse_open_transaction(executor)?;
         let def = self.def;
         let machine = S::MACHINE;
         let select = <E::Database as Backend>::sql(machine.select_sql());
         let mut attempts = 0;
         loop {
             attempts += 1;
-            match self.compare_and_set(executor, &key).await {
+            let update = <E::Database as Backend>::sql(def.update_sql());
+            match self.compare_and_set(executor, update, &key, None).await {
                 Ok(Some(occurrence)) => {
                     return Ok(Outcome::Applied(Won::new(def.target(), key, occurrence)));
                 }
@@ -120,8 +122,7 @@ impl<S: StateMachine> Transition<S> {
             let Some(row) = row else {
                 return Ok(Outcome::NotFound);
             };
-            let text = <E::Database as Backend>::text(&row, 0).map_err(|e| self.db_error(e))?;
-            let current = S::parse_db_str(&text)?;
+            let current = self.read_status::<E::Database>(&row)?;
             if current == def.target() {
                 return Ok(Outcome::AlreadyInState(current));
             }
@@ -133,6 +134,7 @@ impl<S: StateMachine> Transition<S> {
             if attempts >= MAX_ATTEMPTS {
                 return Err(self.contention(attempts, None));
             }
+            tokio::time::sleep(backoff(attempts)).await;
             tracing::debug!(
                 table = machine.table(),
                 transition = def.name(),
@@ -142,16 +144,109 @@ impl<S: StateMachine> Transition<S> {
         }
     }
 
-    /// The winning-path statement: `Some(occurrence)` when it changed the
-    /// row, `None` when it matched nothing.
-    async fn compare_and_set<E, K>(self, executor: &mut E, key: &K) -> Result<Option<i64>, Attempt>
+    /// Applies this transition only to occurrence `occurrence` of the row
+    /// (its version column must still hold it): how an in-flight state's
+    /// follow-up finishes the pass that started it, and not a later one.
+    /// Without a version column it is a plain [`Transition::apply`].
+    pub(crate) async fn settle_at<E, K>(
+        self,
+        executor: &mut E,
+        key: K,
+        occurrence: i64,
+    ) -> Result<Settled<S>, Error>
     where
         E: Executor,
         K: for<'q> sqlx::Encode<'q, E::Database> + sqlx::Type<E::Database> + Send + Sync,
     {
-        let update = <E::Database as Backend>::sql(self.def.update_sql());
-        let args =
+        let machine = S::MACHINE;
+        let (Some(update_at), Some(select_versioned)) =
+            (self.def.update_at_sql(), machine.select_versioned_sql())
+        else {
+            return Ok(match self.apply_on(executor, key).await? {
+                Outcome::Applied(won) => Settled::Applied(won.state()),
+                Outcome::AlreadyInState(state) => Settled::Already(state),
+                Outcome::Conflict { current } => Settled::Superseded(current),
+                Outcome::NotFound => Settled::Vanished,
+            });
+        };
+        let update = <E::Database as Backend>::sql(update_at);
+        let select = <E::Database as Backend>::sql(select_versioned);
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            match self
+                .compare_and_set(executor, update, &key, Some(occurrence))
+                .await
+            {
+                Ok(Some(_)) => return Ok(Settled::Applied(self.target())),
+                Ok(None) => {}
+                Err(Attempt::Failed(error)) => return Err(error),
+                Err(Attempt::Retryable(error)) => {
+                    self.before_retry(executor, error, attempts).await?;
+                    continue;
+                }
+            }
+            let row = match key_arguments::<E::Database, K>(&key) {
+                Ok(args) => executor.fetch_optional(select, args).await,
+                Err(error) => Err(error),
+            };
+            let row = match row {
+                Ok(row) => row,
+                Err(error) => {
+                    self.before_retry(executor, error, attempts).await?;
+                    continue;
+                }
+            };
+            let Some(row) = row else {
+                return Ok(Settled::Vanished);
+            };
+            let current = self.read_status::<E::Database>(&row)?;
+            let version = <E::Database as Backend>::int(&row, 1).map_err(|e| self.db_error(e))?;
+            // This very transition already finished this occurrence (a
+            // recovery got there first): the version moved on by one.
+            if current == self.target() && version == occurrence + 1 {
+                return Ok(Settled::Already(current));
+            }
+            if version != occurrence || !self.sources().contains(&current) {
+                return Ok(Settled::Superseded(current));
+            }
+            if attempts >= MAX_ATTEMPTS {
+                return Err(self.contention(attempts, None));
+            }
+            tokio::time::sleep(backoff(attempts)).await;
+        }
+    }
+
+    /// The status in column 0 of `row`, parsed; NULL is an error of its own.
+    fn read_status<DB: Backend>(self, row: &DB::Row) -> Result<S, Error> {
+        match DB::text_opt(row, 0).map_err(|e| self.db_error(e))? {
+            Some(text) => Ok(S::parse_db_str(&text)?),
+            None => Err(Error::NullStatus {
+                table: S::MACHINE.table(),
+                column: S::MACHINE.column(),
+            }),
+        }
+    }
+
+    /// The winning-path statement: `Some(occurrence)` when it changed the
+    /// row, `None` when it matched nothing.
+    async fn compare_and_set<E, K>(
+        self,
+        executor: &mut E,
+        update: &'static str,
+        key: &K,
+        occurrence: Option<i64>,
+    ) -> Result<Option<i64>, Attempt>
+    where
+        E: Executor,
+        K: for<'q> sqlx::Encode<'q, E::Database> + sqlx::Type<E::Database> + Send + Sync,
+    {
+        let mut args =
             key_arguments::<E::Database, K>(key).map_err(|e| Attempt::Failed(self.db_error(e)))?;
+        if let Some(occurrence) = occurrence {
+            <E::Database as Backend>::bind_int(&mut args, occurrence)
+                .map_err(|e| Attempt::Failed(self.db_error(e)))?;
+        }
         let retryable = |error: sqlx::Error| match <E::Database as Backend>::is_retryable(&error) {
             true => Attempt::Retryable(error),
             false => Attempt::Failed(self.db_error(error)),
@@ -241,6 +336,18 @@ impl<S: StateMachine> Transition<S> {
             last,
         }
     }
+}
+
+/// Where a follow-up tied to an occurrence left the row.
+pub(crate) enum Settled<S> {
+    /// This call moved it to the target.
+    Applied(S),
+    /// The same transition had already finished this occurrence.
+    Already(S),
+    /// The row left the occurrence some other way: it is in this state.
+    Superseded(S),
+    /// The row is gone.
+    Vanished,
 }
 
 /// How one statement of an attempt failed.

@@ -38,7 +38,7 @@ pub trait Backend: sqlx::Database + Sealed {
     const RETURNING: bool;
 
     #[doc(hidden)]
-    fn text(row: &Self::Row, index: usize) -> Result<String, sqlx::Error>;
+    fn text_opt(row: &Self::Row, index: usize) -> Result<Option<String>, sqlx::Error>;
 
     #[doc(hidden)]
     fn int(row: &Self::Row, index: usize) -> Result<i64, sqlx::Error>;

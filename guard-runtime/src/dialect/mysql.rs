@@ -23,7 +23,7 @@ impl Backend for MySql {
         result.rows_affected()
     }
 
-    fn text(row: &sqlx::mysql::MySqlRow, index: usize) -> Result<String, sqlx::Error> {
+    fn text_opt(row: &sqlx::mysql::MySqlRow, index: usize) -> Result<Option<String>, sqlx::Error> {
         sqlx::Row::try_get(row, index)
     }
 

@@ -21,7 +21,7 @@ impl Backend for Postgres {
         result.rows_affected()
     }
 
-    fn text(row: &sqlx::postgres::PgRow, index: usize) -> Result<String, sqlx::Error> {
+    fn text_opt(row: &sqlx::postgres::PgRow, index: usize) -> Result<Option<String>, sqlx::Error> {
         sqlx::Row::try_get(row, index)
     }
 

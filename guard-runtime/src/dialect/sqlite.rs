@@ -21,7 +21,10 @@ impl Backend for Sqlite {
         result.rows_affected()
     }
 
-    fn text(row: &sqlx::sqlite::SqliteRow, index: usize) -> Result<String, sqlx::Error> {
+    fn text_opt(
+        row: &sqlx::sqlite::SqliteRow,
+        index: usize,
+    ) -> Result<Option<String>, sqlx::Error> {
         sqlx::Row::try_get(row, index)
     }
 
