@@ -267,10 +267,10 @@ staged_tuple!(A, B, C, D);
 /// savepoint) commits nothing yet, so it is refused with
 /// [`Error::NestedTransaction`] and rolled back.
 pub async fn commit<DB: Backend, T: Staged + sealed::Convert>(
-    mut tx: Transaction<'_, DB>,
+    tx: Transaction<'_, DB>,
     staged: T,
 ) -> Result<T::Committed, Error> {
-    let depth = <DB::TransactionManager as sqlx_core::transaction::TransactionManager>::get_transaction_depth(&mut tx);
+    let depth = <DB::TransactionManager as sqlx_core::transaction::TransactionManager>::get_transaction_depth(&tx);
     if depth != 1 {
         return Err(Error::NestedTransaction { depth });
     }
