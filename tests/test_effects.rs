@@ -370,6 +370,127 @@ macro_rules! effect_tests {
         }
 
         #[tokio::test]
+        async fn a_connection_inside_a_transaction_is_refused() {
+            let Some(db) = open!($backend, "effect_conn_in_tx") else {
+                return;
+            };
+            db.transfers(1).await;
+            let mut tx = db.pool.begin().await.unwrap();
+            // `&mut *tx` is the connection under the transaction: a win on
+            // it would look committed before the commit.
+            let error = TransferStatus::start()
+                .apply(&mut *tx, 1_i64)
+                .await
+                .unwrap_err();
+            assert!(matches!(error, Error::ConnectionInTransaction), "{error:?}");
+            assert!(error.to_string().contains("&mut tx"), "{error}");
+            tx.rollback().await.unwrap();
+            assert_eq!(db.transfer(1).await, ("pending".to_owned(), 0));
+        }
+
+        #[tokio::test]
+        async fn committing_a_savepoint_is_refused() {
+            let Some(db) = open!($backend, "effect_savepoint") else {
+                return;
+            };
+            db.transfers(1).await;
+            let mut tx = db.pool.begin().await.unwrap();
+            let mut savepoint = sqlx::Connection::begin(&mut *tx).await.unwrap();
+            let staged = TransferStatus::start()
+                .apply(&mut savepoint, 1_i64)
+                .await
+                .unwrap();
+            let error = staged.won().unwrap().commit(savepoint).await.unwrap_err();
+            assert!(
+                matches!(error, Error::NestedTransaction { depth: 2 }),
+                "{error:?}"
+            );
+            tx.rollback().await.unwrap();
+            assert_eq!(db.transfer(1).await, ("pending".to_owned(), 0));
+        }
+
+        #[tokio::test]
+        async fn a_late_follow_up_does_not_finish_a_later_pass() {
+            let Some(db) = open!($backend, "effect_late_follow_up") else {
+                return;
+            };
+            db.transfers(1).await;
+            // Worker 1 wins the first pass, and its bank call hangs.
+            let first = TransferStatus::start()
+                .apply(&db.pool, 1_i64)
+                .await
+                .unwrap()
+                .won()
+                .unwrap();
+            // Meanwhile the pass is failed and retried: a second pass.
+            assert!(
+                TransferStatus::fail()
+                    .apply(&db.pool, 1_i64)
+                    .await
+                    .unwrap()
+                    .is_applied()
+            );
+            let second = TransferStatus::retry()
+                .apply(&db.pool, 1_i64)
+                .await
+                .unwrap()
+                .won()
+                .unwrap();
+            assert_eq!((first.occurrence(), second.occurrence()), (1, 3));
+            // Worker 1's call finally fails: that must not fail pass two.
+            let late = first
+                .finish(&db.pool, |_| async { Verdict::Failed })
+                .await
+                .unwrap();
+            assert_eq!(
+                late,
+                Finished::Superseded {
+                    current: TransferStatus::Sending
+                }
+            );
+            assert_eq!(db.transfer(1).await, ("sending".to_owned(), 3));
+            // Pass two finishes normally.
+            let done = second
+                .finish(&db.pool, |_| async { Verdict::Done })
+                .await
+                .unwrap();
+            assert_eq!(done, Finished::Done(TransferStatus::Sent));
+            assert_eq!(db.transfer(1).await, ("sent".to_owned(), 4));
+        }
+
+        #[tokio::test]
+        async fn a_follow_up_that_recovery_already_did_counts_as_done() {
+            let Some(db) = open!($backend, "effect_follow_up_done") else {
+                return;
+            };
+            db.transfers(1).await;
+            let slow = TransferStatus::start()
+                .apply(&db.pool, 1_i64)
+                .await
+                .unwrap()
+                .won()
+                .unwrap();
+            outlive_the_lease().await;
+            let report = stateguard::recover(
+                &db.pool,
+                TransferStatus::Sending,
+                10,
+                |_: Effect<_, i64>| async { Verdict::Done },
+            )
+            .await
+            .unwrap();
+            assert_eq!(report.done, 1, "{report:?}");
+            // The slow worker's call succeeds too (same key: the bank
+            // deduplicated it); its follow-up finds its own pass finished.
+            let finished = slow
+                .finish(&db.pool, |_| async { Verdict::Done })
+                .await
+                .unwrap();
+            assert_eq!(finished, Finished::Done(TransferStatus::Sent));
+            assert_eq!(db.transfer(1).await, ("sent".to_owned(), 2));
+        }
+
+        #[tokio::test]
         async fn in_flight_operations_need_an_in_flight_state() {
             let Some(db) = open!($backend, "effect_not_in_flight") else {
                 return;
@@ -515,4 +636,89 @@ async fn recovery_finds_in_flight_rows_without_a_stamp() {
     assert!(report.errors.is_empty(), "{report:?}");
     assert_eq!(*keys.lock().unwrap(), ["transfers:1:sending:5"]);
     assert_eq!(db.transfer(1).await, ("sent".to_owned(), 6));
+}
+
+/// A version column added without a default holds NULL: it counts as 0,
+/// the win still gets its occurrence, and recovery still finds the row.
+#[tokio::test]
+async fn a_null_version_counts_as_zero() {
+    let Some(db) = open!(Sqlite, "effect_null_version") else {
+        return;
+    };
+    sqlx::query(
+        "CREATE TABLE transfers (
+            id INTEGER PRIMARY KEY, status TEXT NOT NULL, version INTEGER,
+            sending_since TEXT, sent_at TEXT
+        )",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    sqlx::query("INSERT INTO transfers (id, status) VALUES (1, 'pending'), (2, 'sending')")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let won = TransferStatus::start()
+        .apply(&db.pool, 1_i64)
+        .await
+        .unwrap()
+        .won()
+        .unwrap();
+    assert_eq!(won.effect_key(), "transfers:1:sending:1");
+    // Row 2 is in flight with neither a version nor a stamp.
+    let keys = Mutex::new(Vec::new());
+    let report = stateguard::recover(
+        &db.pool,
+        TransferStatus::Sending,
+        1,
+        |effect: Effect<_, i64>| {
+            keys.lock().unwrap().push(effect.effect_key().to_owned());
+            async { Verdict::Done }
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!((report.claimed, report.done), (1, 1), "{report:?}");
+    assert_eq!(*keys.lock().unwrap(), ["transfers:2:sending:0"]);
+    assert_eq!(db.transfer(2).await, ("sent".to_owned(), 1));
+}
+
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(table = "tickets", column = "status", key = "id")]
+enum TicketStatus {
+    #[state(initial)]
+    #[transition(close -> Closed)]
+    Open,
+    Closed,
+}
+
+/// A row whose status is NULL has no state: a clear error, not a guess.
+#[tokio::test]
+async fn a_null_status_is_an_error_of_its_own() {
+    let Some(db) = open!(Sqlite, "null_status") else {
+        return;
+    };
+    sqlx::query("CREATE TABLE tickets (id INTEGER PRIMARY KEY, status TEXT)")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO tickets (id, status) VALUES (1, NULL)")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let error = TicketStatus::close()
+        .apply(&db.pool, 1_i64)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            Error::NullStatus {
+                table: "tickets",
+                column: "status"
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("is NULL"), "{error}");
 }

@@ -210,3 +210,50 @@ async fn a_deadlock_inside_a_transaction_must_be_retried_whole() {
     a.rollback().await.ok();
     b.rollback().await.ok();
 }
+
+/// MySQL's default collations would let `'Pending'` pass for `'pending'`;
+/// the compare-and-set compares bytes, so such a row is an unknown state.
+#[tokio::test]
+async fn state_strings_compare_exactly() {
+    let Some(db) = open!(Mysql, "exact_states") else {
+        return;
+    };
+    db.insert(1, "Pending").await;
+    let error = PayoutStatus::start()
+        .apply(&db.pool, 1_i64)
+        .await
+        .unwrap_err();
+    let Error::UnknownState(unknown) = &error else {
+        panic!("expected UnknownState, got {error:?}");
+    };
+    assert_eq!(unknown.value(), "Pending");
+    assert_eq!(db.status(1).await.as_deref(), Some("Pending"));
+}
+
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(table = "payouts", column = "status", key = "id")]
+enum Remembering {
+    #[state(initial)]
+    #[transition(cancel -> Cancelled, set(attempts = "CHAR_LENGTH(status)"))]
+    Pending,
+    Cancelled,
+}
+
+/// MySQL evaluates assignments left to right; `set` expressions still see
+/// the row as it was, as on PostgreSQL and SQLite.
+#[tokio::test]
+async fn set_expressions_read_the_row_before_the_transition() {
+    let Some(db) = open!(Mysql, "set_order") else {
+        return;
+    };
+    db.seed(1).await;
+    assert!(
+        Remembering::cancel()
+            .apply(&db.pool, 1_i64)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    // CHAR_LENGTH('pending') = 7, not CHAR_LENGTH('cancelled') = 9.
+    assert_eq!(db.columns(1).await, (7, false));
+}
