@@ -67,7 +67,9 @@
 //!
 //! - `#[state_machine(table = "…", column = "…", key = "…")]` on the enum: the
 //!   table (`table` or `schema.table`), the status column and the key column.
-//!   Optional: `rename_all = "…"` (serde's rule names; default `snake_case`)
+//!   Optional: `version = "…"` (an integer column every transition
+//!   increments, the occurrence in effect keys; required when the machine has
+//!   a cycle), `rename_all = "…"` (serde's rule names; default `snake_case`)
 //!   and `crate = "…"` for a renamed dependency.
 //! - `#[state(initial)]` on exactly one variant; `#[state(rename = "…")]` to
 //!   choose a state's database string.
