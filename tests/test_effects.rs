@@ -69,7 +69,7 @@ macro_rules! effect_tests {
                 task.await.unwrap();
             }
             // version 0 -> 1 on the win.
-            assert_eq!(*calls.lock().unwrap(), ["transfers:1:sending:1"]);
+            assert_eq!(*calls.lock().unwrap(), ["transfers.status:1:sending:1"]);
             assert_eq!(db.transfer(1).await, ("sending".to_owned(), 1));
         }
 
@@ -100,8 +100,8 @@ macro_rules! effect_tests {
             // start (1), fail (2), retry (3): the version column counts them.
             assert_eq!(second.occurrence(), 3);
             assert_eq!(db.transfer(1).await, ("sending".to_owned(), 3));
-            assert_eq!(first.effect_key(), "transfers:1:sending:1");
-            assert_eq!(second.effect_key(), "transfers:1:sending:3");
+            assert_eq!(first.effect_key(), "transfers.status:1:sending:1");
+            assert_eq!(second.effect_key(), "transfers.status:1:sending:3");
         }
 
         #[tokio::test]
@@ -184,7 +184,7 @@ macro_rules! effect_tests {
             let mut tx = db.pool.begin().await.unwrap();
             let staged = TransferStatus::start().apply(&mut tx, 1_i64).await.unwrap();
             let won = staged.won().expect("wins").commit(tx).await.unwrap();
-            assert_eq!(won.effect_key(), "transfers:1:sending:1");
+            assert_eq!(won.effect_key(), "transfers.status:1:sending:1");
             assert_eq!(db.transfer(1).await, ("sending".to_owned(), 1));
         }
 
@@ -223,9 +223,9 @@ macro_rules! effect_tests {
             assert_eq!(
                 keys,
                 [
-                    "transfers:1:sending:1",
-                    "transfers:2:sending:1",
-                    "transfers:3:sending:1"
+                    "transfers.status:1:sending:1",
+                    "transfers.status:2:sending:1",
+                    "transfers.status:3:sending:1"
                 ]
             );
             assert_eq!(db.transfer(1).await, ("sent".to_owned(), 2));
@@ -596,7 +596,7 @@ async fn effect_keys_stay_within_255_characters() {
             .unwrap();
         keys.push(won.won().expect("wins").effect_key());
     }
-    assert_eq!(keys[0], "accounts:alice:open:0");
+    assert_eq!(keys[0], "accounts.status:alice:open:0");
     for key in &keys {
         assert!(key.len() <= 255, "{} characters", key.len());
     }
@@ -604,7 +604,7 @@ async fn effect_keys_stay_within_255_characters() {
         keys[1], keys[2],
         "long keys that differ only at the end must not collide"
     );
-    assert!(keys[1].starts_with("accounts:xxxx"), "{}", keys[1]);
+    assert!(keys[1].starts_with("accounts.status:xxxx"), "{}", keys[1]);
 }
 
 /// A row put into an in-flight state without a transition has no `since`
@@ -634,7 +634,7 @@ async fn recovery_finds_in_flight_rows_without_a_stamp() {
     .unwrap();
     assert_eq!((report.claimed, report.done), (1, 1), "{report:?}");
     assert!(report.errors.is_empty(), "{report:?}");
-    assert_eq!(*keys.lock().unwrap(), ["transfers:1:sending:5"]);
+    assert_eq!(*keys.lock().unwrap(), ["transfers.status:1:sending:5"]);
     assert_eq!(db.transfer(1).await, ("sent".to_owned(), 6));
 }
 
@@ -664,7 +664,7 @@ async fn a_null_version_counts_as_zero() {
         .unwrap()
         .won()
         .unwrap();
-    assert_eq!(won.effect_key(), "transfers:1:sending:1");
+    assert_eq!(won.effect_key(), "transfers.status:1:sending:1");
     // Row 2 is in flight with neither a version nor a stamp.
     let keys = Mutex::new(Vec::new());
     let report = stateguard::recover(
@@ -679,7 +679,7 @@ async fn a_null_version_counts_as_zero() {
     .await
     .unwrap();
     assert_eq!((report.claimed, report.done), (1, 1), "{report:?}");
-    assert_eq!(*keys.lock().unwrap(), ["transfers:2:sending:0"]);
+    assert_eq!(*keys.lock().unwrap(), ["transfers.status:2:sending:0"]);
     assert_eq!(db.transfer(2).await, ("sent".to_owned(), 1));
 }
 

@@ -23,7 +23,7 @@ macro_rules! behaviour_tests {
             };
             assert_eq!(won.state(), PayoutStatus::Sending);
             assert_eq!(*won.key(), 1);
-            assert_eq!(won.effect_key(), "payouts:1:sending:0");
+            assert_eq!(won.effect_key(), "payouts.status:1:sending:0");
             for _ in 0..3 {
                 let replay = PayoutStatus::start().apply(&db.pool, 1_i64).await.unwrap();
                 assert_eq!(replay, Outcome::AlreadyInState(PayoutStatus::Sending));

@@ -14,13 +14,15 @@ use crate::machine::InFlightDef;
 use crate::outcome::{Committed, Uncommitted, Won};
 use crate::transition::{Settled, key_arguments};
 
-/// The effect key of one win: `table:key:state:occurrence`, or a prefix of
-/// it and a stable hash of the whole when that would exceed 255 characters.
+/// The effect key of one win: `table.column:key:state:occurrence` (the
+/// column keeps two machines on one table apart), or a prefix of it and a
+/// stable hash of the whole when that would exceed 255 characters.
 pub(crate) fn effect_key<S: StateMachine>(key: &str, state: S, occurrence: i64) -> String {
     const LIMIT: usize = 255;
     let full = format!(
-        "{}:{key}:{}:{occurrence}",
+        "{}.{}:{key}:{}:{occurrence}",
         S::MACHINE.table(),
+        S::MACHINE.column(),
         state.as_str()
     );
     if full.len() <= LIMIT {

@@ -168,6 +168,23 @@ impl Error {
     pub fn is_retry_transaction(&self) -> bool {
         matches!(self, Error::RetryTransaction { .. })
     }
+
+    /// True when the change may have been applied although an error came
+    /// back: the connection broke while a statement or a `COMMIT` was in
+    /// flight, so the database may have committed it without the answer
+    /// arriving. Apply the transition again (a committed change then reads
+    /// as `AlreadyInState`) and treat an effect as possibly owed: an effect
+    /// that must not be lost belongs in an in-flight state, whose recovery
+    /// covers exactly this case.
+    pub fn is_outcome_unknown(&self) -> bool {
+        match self {
+            Error::Database { source, .. } | Error::Commit { source } => matches!(
+                source,
+                sqlx::Error::Io(_) | sqlx::Error::Protocol(_) | sqlx::Error::WorkerCrashed
+            ),
+            _ => false,
+        }
+    }
 }
 
 /// A status string that is not a state of the machine.
@@ -202,5 +219,27 @@ impl UnknownState {
     /// The enum that did not recognise it.
     pub fn machine(&self) -> &'static str {
         self.machine
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Error;
+
+    #[test]
+    fn a_broken_connection_leaves_the_outcome_unknown() {
+        let broken = Error::Database {
+            table: "payouts",
+            transition: "start",
+            source: sqlx::Error::Io(std::io::Error::from(std::io::ErrorKind::ConnectionReset)),
+        };
+        assert!(broken.is_outcome_unknown());
+        let refused = Error::Database {
+            table: "payouts",
+            transition: "start",
+            source: sqlx::Error::PoolTimedOut,
+        };
+        assert!(!refused.is_outcome_unknown());
+        assert!(!Error::ConnectionInTransaction.is_outcome_unknown());
     }
 }

@@ -114,8 +114,8 @@ impl<S: StateMachine, K: fmt::Display, C> Won<S, K, C> {
     /// The idempotency key for this win's external effect: pass it as the
     /// `Idempotency-Key` of the API the effect calls.
     ///
-    /// Derived from the table, the row key, the state the row entered and
-    /// the occurrence, so it is the same for every retry and every recovery
+    /// Derived from the table and status column, the row key, the state the
+    /// row entered and the occurrence (`payouts.status:42:sending:3`), so it is the same for every retry and every recovery
     /// of this win, and different for the next pass of the row through the
     /// same state. At most 255 characters.
     pub fn effect_key(&self) -> String {

@@ -44,9 +44,13 @@ impl Backend for Sqlite {
     }
 
     fn is_retryable(error: &sqlx::Error) -> bool {
-        // The extended result code: 5 SQLITE_BUSY (the busy timeout ran out),
-        // 517 SQLITE_BUSY_SNAPSHOT (a deferred transaction read an old
-        // snapshot, then tried to write), 6 SQLITE_LOCKED (shared cache).
-        matches!(db_code(error).as_deref(), Some("5" | "517" | "6" | "262"))
+        // The extended result code: 5 SQLITE_BUSY (the busy timeout ran
+        // out), 261 SQLITE_BUSY_RECOVERY, 517 SQLITE_BUSY_SNAPSHOT (a
+        // deferred transaction read an old snapshot, then tried to write),
+        // 6 SQLITE_LOCKED and 262 SQLITE_LOCKED_SHAREDCACHE (shared cache).
+        matches!(
+            db_code(error).as_deref(),
+            Some("5" | "261" | "517" | "6" | "262")
+        )
     }
 }
