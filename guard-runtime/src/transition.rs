@@ -94,30 +94,16 @@ impl<S: StateMachine> Transition<S> {
         loop {
             attempts += 1;
             let update = <E::Database as Backend>::sql(def.update_sql());
-            match self.compare_and_set(executor, update, &key, None).await {
-                Ok(Some(occurrence)) => {
-                    return Ok(Outcome::Applied(Won::new(def.target(), key, occurrence)));
-                }
-                Ok(None) => {}
-                Err(Attempt::Failed(error)) => return Err(error),
-                Err(Attempt::Retryable(error)) => {
-                    self.before_retry(executor, error, attempts).await?;
-                    continue;
-                }
+            let Some(changed) = self.attempt(executor, update, &key, None, attempts).await? else {
+                continue;
+            };
+            if let Some(occurrence) = changed {
+                return Ok(Outcome::Applied(Won::new(def.target(), key, occurrence)));
             }
-
             // Zero rows: read the state with a statement of its own, so that
             // it sees what the racing winner committed.
-            let row = match key_arguments::<E::Database, K>(&key) {
-                Ok(args) => executor.fetch_optional(select, args).await,
-                Err(error) => Err(error),
-            };
-            let row = match row {
-                Ok(row) => row,
-                Err(error) => {
-                    self.before_retry(executor, error, attempts).await?;
-                    continue;
-                }
+            let Some(row) = self.fresh_read(executor, select, &key, attempts).await? else {
+                continue;
             };
             let Some(row) = row else {
                 return Ok(Outcome::NotFound);
@@ -174,28 +160,15 @@ impl<S: StateMachine> Transition<S> {
         let mut attempts = 0;
         loop {
             attempts += 1;
-            match self
-                .compare_and_set(executor, update, &key, Some(occurrence))
-                .await
-            {
-                Ok(Some(_)) => return Ok(Settled::Applied(self.target())),
-                Ok(None) => {}
-                Err(Attempt::Failed(error)) => return Err(error),
-                Err(Attempt::Retryable(error)) => {
-                    self.before_retry(executor, error, attempts).await?;
-                    continue;
-                }
-            }
-            let row = match key_arguments::<E::Database, K>(&key) {
-                Ok(args) => executor.fetch_optional(select, args).await,
-                Err(error) => Err(error),
+            let cas = self.attempt(executor, update, &key, Some(occurrence), attempts);
+            let Some(changed) = cas.await? else {
+                continue;
             };
-            let row = match row {
-                Ok(row) => row,
-                Err(error) => {
-                    self.before_retry(executor, error, attempts).await?;
-                    continue;
-                }
+            if changed.is_some() {
+                return Ok(Settled::Applied(self.target()));
+            }
+            let Some(row) = self.fresh_read(executor, select, &key, attempts).await? else {
+                continue;
             };
             let Some(row) = row else {
                 return Ok(Settled::Vanished);
@@ -225,6 +198,60 @@ impl<S: StateMachine> Transition<S> {
                 table: S::MACHINE.table(),
                 column: S::MACHINE.column(),
             }),
+        }
+    }
+
+    /// One compare-and-set: `Some(Some(occurrence))` when it changed the
+    /// row, `Some(None)` when it matched nothing, `None` after a retryable
+    /// error once the backoff has been slept (try again).
+    async fn attempt<E, K>(
+        self,
+        executor: &mut E,
+        update: &'static str,
+        key: &K,
+        occurrence: Option<i64>,
+        attempts: u32,
+    ) -> Result<Option<Option<i64>>, Error>
+    where
+        E: Executor,
+        K: for<'q> sqlx::Encode<'q, E::Database> + sqlx::Type<E::Database> + Send + Sync,
+    {
+        match self
+            .compare_and_set(executor, update, key, occurrence)
+            .await
+        {
+            Ok(changed) => Ok(Some(changed)),
+            Err(Attempt::Failed(error)) => Err(error),
+            Err(Attempt::Retryable(error)) => {
+                self.before_retry(executor, error, attempts).await?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// The losing path's fresh read of the row: `Some(row)`, or `None`
+    /// after a retryable error once the backoff has been slept.
+    async fn fresh_read<E, K>(
+        self,
+        executor: &mut E,
+        select: &'static str,
+        key: &K,
+        attempts: u32,
+    ) -> Result<Option<Option<<E::Database as sqlx::Database>::Row>>, Error>
+    where
+        E: Executor,
+        K: for<'q> sqlx::Encode<'q, E::Database> + sqlx::Type<E::Database> + Send + Sync,
+    {
+        let row = match key_arguments::<E::Database, K>(key) {
+            Ok(args) => executor.fetch_optional(select, args).await,
+            Err(error) => Err(error),
+        };
+        match row {
+            Ok(row) => Ok(Some(row)),
+            Err(error) => {
+                self.before_retry(executor, error, attempts).await?;
+                Ok(None)
+            }
         }
     }
 
