@@ -33,18 +33,11 @@ pub(crate) fn effect_key<S: StateMachine>(key: &str, state: S, occurrence: i64) 
     while !full.is_char_boundary(cut) {
         cut -= 1;
     }
-    format!("{}~{:016x}", &full[..cut], fnv1a64(full.as_bytes()))
-}
-
-/// FNV-1a: stable across processes, platforms and releases, which a key
-/// stored by a remote API must be.
-fn fnv1a64(bytes: &[u8]) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for &byte in bytes {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    hash
+    format!(
+        "{}~{:016x}",
+        &full[..cut],
+        crate::fnv::fnv1a64(full.as_bytes())
+    )
 }
 
 /// What an effect is told: which row, which state, and the key to make the
@@ -532,16 +525,4 @@ where
         }
     }
     Ok(report)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::fnv1a64;
-
-    #[test]
-    fn fnv1a64_matches_the_reference_vectors() {
-        assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
-        assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
-        assert_eq!(fnv1a64(b"foobar"), 0x8594_4171_f739_67e8);
-    }
 }

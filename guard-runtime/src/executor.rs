@@ -120,7 +120,8 @@ macro_rules! statements {
     };
 }
 
-/// `execute_then_fetch` on a connection reached from `self`.
+/// `execute_then_fetch`, with both statements on the one connection that
+/// `$conn` reaches (or, for a pool, acquires) from `self`.
 macro_rules! execute_then_fetch {
     ($db:ty, |$this:ident| $conn:expr) => {
         fn execute_then_fetch(
@@ -131,9 +132,11 @@ macro_rules! execute_then_fetch {
         ) -> BoxFuture<'_, Result<ExecutedThenFetched<$db>, sqlx::Error>> {
             Box::pin(async move {
                 let $this = self;
-                let done =
-                    sqlx::Executor::execute(&mut *$conn, sqlx::query_with(sql, args)).await?;
-                let row = sqlx::Executor::fetch_optional(&mut *$conn, then).await?;
+                // `mut` for a pool's connection guard; a `&mut` needs none.
+                #[allow(unused_mut)]
+                let mut conn = $conn;
+                let done = sqlx::Executor::execute(&mut *conn, sqlx::query_with(sql, args)).await?;
+                let row = sqlx::Executor::fetch_optional(&mut *conn, then).await?;
                 Ok((done, row))
             })
         }
@@ -156,22 +159,7 @@ macro_rules! executors {
             const IS_TRANSACTION: bool = false;
 
             statements!($db, |this| &**this);
-
-            fn execute_then_fetch(
-                &mut self,
-                sql: &'static str,
-                args: <$db as Backend>::Args,
-                then: &'static str,
-            ) -> BoxFuture<'_, Result<ExecutedThenFetched<$db>, sqlx::Error>> {
-                Box::pin(async move {
-                    // Both statements on one connection of the pool.
-                    let mut conn = self.acquire().await?;
-                    let done =
-                        sqlx::Executor::execute(&mut *conn, sqlx::query_with(sql, args)).await?;
-                    let row = sqlx::Executor::fetch_optional(&mut *conn, then).await?;
-                    Ok((done, row))
-                })
-            }
+            execute_then_fetch!($db, |this| this.acquire().await?);
 
             fn in_transaction(&self) -> bool {
                 false

@@ -17,6 +17,7 @@ pub mod docs;
 mod effect;
 mod error;
 mod executor;
+mod fnv;
 mod machine;
 mod outcome;
 mod transition;

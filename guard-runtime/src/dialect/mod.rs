@@ -56,6 +56,33 @@ pub trait Backend: sqlx::Database + Sealed {
     fn is_retryable(error: &sqlx::Error) -> bool;
 }
 
+/// The accessors that read rows and extend arguments the same way on every
+/// backend; only the row type differs.
+macro_rules! row_access {
+    ($row:ty) => {
+        fn text_opt(row: &$row, index: usize) -> Result<Option<String>, sqlx::Error> {
+            sqlx::Row::try_get(row, index)
+        }
+
+        fn int(row: &$row, index: usize) -> Result<i64, sqlx::Error> {
+            sqlx::Row::try_get(row, index)
+        }
+
+        fn bind_int(args: &mut Self::Args, value: i64) -> Result<(), sqlx::Error> {
+            sqlx::Arguments::add(args, value).map_err(sqlx::Error::Encode)
+        }
+
+        fn column<T>(row: &$row, index: usize) -> Result<T, sqlx::Error>
+        where
+            T: for<'r> sqlx::Decode<'r, Self> + sqlx::Type<Self>,
+        {
+            sqlx::Row::try_get(row, index)
+        }
+    };
+}
+#[allow(unused_imports)] // unused when no backend feature is enabled
+use row_access;
+
 /// The database's own error code, for the backends that report one as text.
 #[allow(dead_code)] // unused when no backend feature is enabled
 pub(crate) fn db_code(error: &sqlx::Error) -> Option<std::borrow::Cow<'_, str>> {

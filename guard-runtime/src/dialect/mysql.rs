@@ -23,24 +23,7 @@ impl Backend for MySql {
         result.rows_affected()
     }
 
-    fn text_opt(row: &sqlx::mysql::MySqlRow, index: usize) -> Result<Option<String>, sqlx::Error> {
-        sqlx::Row::try_get(row, index)
-    }
-
-    fn int(row: &sqlx::mysql::MySqlRow, index: usize) -> Result<i64, sqlx::Error> {
-        sqlx::Row::try_get(row, index)
-    }
-
-    fn bind_int(args: &mut Self::Args, value: i64) -> Result<(), sqlx::Error> {
-        sqlx::Arguments::add(args, value).map_err(sqlx::Error::Encode)
-    }
-
-    fn column<T>(row: &sqlx::mysql::MySqlRow, index: usize) -> Result<T, sqlx::Error>
-    where
-        T: for<'r> sqlx::Decode<'r, Self> + sqlx::Type<Self>,
-    {
-        sqlx::Row::try_get(row, index)
-    }
+    super::row_access!(sqlx::mysql::MySqlRow);
 
     fn is_retryable(error: &sqlx::Error) -> bool {
         let sqlx::Error::Database(db) = error else {

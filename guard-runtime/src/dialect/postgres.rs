@@ -21,24 +21,7 @@ impl Backend for Postgres {
         result.rows_affected()
     }
 
-    fn text_opt(row: &sqlx::postgres::PgRow, index: usize) -> Result<Option<String>, sqlx::Error> {
-        sqlx::Row::try_get(row, index)
-    }
-
-    fn int(row: &sqlx::postgres::PgRow, index: usize) -> Result<i64, sqlx::Error> {
-        sqlx::Row::try_get(row, index)
-    }
-
-    fn bind_int(args: &mut Self::Args, value: i64) -> Result<(), sqlx::Error> {
-        sqlx::Arguments::add(args, value).map_err(sqlx::Error::Encode)
-    }
-
-    fn column<T>(row: &sqlx::postgres::PgRow, index: usize) -> Result<T, sqlx::Error>
-    where
-        T: for<'r> sqlx::Decode<'r, Self> + sqlx::Type<Self>,
-    {
-        sqlx::Row::try_get(row, index)
-    }
+    super::row_access!(sqlx::postgres::PgRow);
 
     fn is_retryable(error: &sqlx::Error) -> bool {
         // 40001 serialization_failure, 40P01 deadlock_detected
