@@ -8,6 +8,14 @@ mod common;
 use common::{Isolation, PayoutStatus};
 use stateguard::{Error, Outcome, StateMachine};
 
+/// The MySQL/MariaDB error number of a database error.
+fn mysql_error_number(error: &sqlx::Error) -> Option<u16> {
+    error
+        .as_database_error()
+        .and_then(|e| e.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>())
+        .map(|e| e.number())
+}
+
 /// sqlx sets CLIENT_FOUND_ROWS, so rows-affected counts the rows an UPDATE
 /// matched, even those it left as they were. `apply` relies on this: a
 /// winning UPDATE is one that matched its row.
@@ -103,20 +111,7 @@ async fn a_lost_race_inside_a_repeatable_read_transaction_sees_the_winner() {
     let Some(db) = open!(Mysql, "rr_snapshot", Isolation::RepeatableRead) else {
         return;
     };
-    db.seed(1).await;
-    let mut tx = db.pool.begin().await.unwrap();
-    let seen: String = sqlx::query_scalar("SELECT status FROM payouts WHERE id = 1")
-        .fetch_one(&mut *tx)
-        .await
-        .unwrap();
-    assert_eq!(seen, "pending");
-    assert!(
-        PayoutStatus::start()
-            .apply(&db.pool, 1_i64)
-            .await
-            .unwrap()
-            .is_applied()
-    );
+    let mut tx = stale_transaction!(db);
     let replay = PayoutStatus::start().apply(&mut tx, 1_i64).await.unwrap();
     assert_eq!(replay, Outcome::AlreadyInState(PayoutStatus::Sending));
     tx.rollback().await.unwrap();
@@ -130,20 +125,7 @@ async fn mariadb_snapshot_isolation_conflict_must_be_retried_whole() {
     let Some(db) = open!(Mysql, "snapshot_tx", Isolation::Snapshot) else {
         return;
     };
-    db.seed(1).await;
-    let mut tx = db.pool.begin().await.unwrap();
-    let seen: String = sqlx::query_scalar("SELECT status FROM payouts WHERE id = 1")
-        .fetch_one(&mut *tx)
-        .await
-        .unwrap();
-    assert_eq!(seen, "pending");
-    assert!(
-        PayoutStatus::start()
-            .apply(&db.pool, 1_i64)
-            .await
-            .unwrap()
-            .is_applied()
-    );
+    let mut tx = stale_transaction!(db);
     let error = PayoutStatus::cancel()
         .apply(&mut tx, 1_i64)
         .await
@@ -151,10 +133,7 @@ async fn mariadb_snapshot_isolation_conflict_must_be_retried_whole() {
     let Error::RetryTransaction { source, .. } = &error else {
         panic!("expected RetryTransaction, got {error:?}");
     };
-    let number = source
-        .as_database_error()
-        .and_then(|e| e.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>())
-        .map(|e| e.number());
+    let number = mysql_error_number(source);
     assert_eq!(number, Some(1020));
     tx.rollback().await.unwrap();
     // In autocommit the library retries and the cancel goes through.
@@ -202,10 +181,7 @@ async fn a_deadlock_inside_a_transaction_must_be_retried_whole() {
     let Error::RetryTransaction { source, .. } = &errors[0] else {
         panic!("expected RetryTransaction, got {:?}", errors[0]);
     };
-    let number = source
-        .as_database_error()
-        .and_then(|e| e.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>())
-        .map(|e| e.number());
+    let number = mysql_error_number(source);
     assert_eq!(number, Some(1213));
     a.rollback().await.ok();
     b.rollback().await.ok();

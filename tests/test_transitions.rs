@@ -274,20 +274,7 @@ async fn sqlite_stale_transaction_must_be_retried_whole() {
     let Some(db) = open!(Sqlite, "stale_tx") else {
         return;
     };
-    db.seed(1).await;
-    let mut tx = db.pool.begin().await.unwrap();
-    let seen: String = sqlx::query_scalar("SELECT status FROM payouts WHERE id = 1")
-        .fetch_one(&mut *tx)
-        .await
-        .unwrap();
-    assert_eq!(seen, "pending");
-    assert!(
-        PayoutStatus::start()
-            .apply(&db.pool, 1_i64)
-            .await
-            .unwrap()
-            .is_applied()
-    );
+    let mut tx = stale_transaction!(db);
     let error = PayoutStatus::cancel()
         .apply(&mut tx, 1_i64)
         .await
@@ -313,20 +300,7 @@ async fn postgres_serialization_failure_in_a_transaction_must_be_retried_whole()
     let Some(db) = open!(Postgres, "stale_tx", common::Isolation::RepeatableRead) else {
         return;
     };
-    db.seed(1).await;
-    let mut tx = db.pool.begin().await.unwrap();
-    let seen: String = sqlx::query_scalar("SELECT status FROM payouts WHERE id = 1")
-        .fetch_one(&mut *tx)
-        .await
-        .unwrap();
-    assert_eq!(seen, "pending");
-    assert!(
-        PayoutStatus::start()
-            .apply(&db.pool, 1_i64)
-            .await
-            .unwrap()
-            .is_applied()
-    );
+    let mut tx = stale_transaction!(db);
     let error = PayoutStatus::cancel()
         .apply(&mut tx, 1_i64)
         .await

@@ -158,6 +158,27 @@ macro_rules! open {
     };
 }
 
+/// Seeds row 1, opens a transaction that reads it (`pending`), then moves the
+/// row on from outside: the transaction is left holding a stale snapshot.
+#[macro_export]
+macro_rules! stale_transaction {
+    ($db:expr) => {{
+        $db.seed(1).await;
+        let mut tx = $db.pool.begin().await.unwrap();
+        let seen: String = sqlx::query_scalar("SELECT status FROM payouts WHERE id = 1")
+            .fetch_one(&mut *tx)
+            .await
+            .unwrap();
+        assert_eq!(seen, "pending");
+        let moved = $crate::common::PayoutStatus::start()
+            .apply(&$db.pool, 1_i64)
+            .await
+            .unwrap();
+        assert!(moved.is_applied());
+        tx
+    }};
+}
+
 pub struct Sqlite {
     pub pool: SqlitePool,
     _dir: tempfile::TempDir,
