@@ -85,81 +85,53 @@ trait Backend: 'static {
 struct Lite;
 struct Pg;
 
-// Spelled as the trait spells them, so each impl states that its futures are Send.
-#[allow(clippy::manual_async_fn)]
-impl Backend for Lite {
-    type Db = Sqlite;
-    fn guard(pool: &Pool<Sqlite>, id: i64) -> impl Future<Output = ()> + Send + '_ {
-        async move {
-            match BenchState::advance().apply(pool, id).await {
-                Ok(Outcome::Applied(_)) => {}
-                other => panic!("guard on id {id} did not win: {other:?}"),
+/// The two backends differ only in their types and the hand-written SQL.
+macro_rules! bench_backend {
+    ($name:ident, $db:ty, $hand:expr) => {
+        // Spelled as the trait spells them, so each impl states that its
+        // futures are Send.
+        #[allow(clippy::manual_async_fn)]
+        impl Backend for $name {
+            type Db = $db;
+
+            fn guard(pool: &Pool<$db>, id: i64) -> impl Future<Output = ()> + Send + '_ {
+                async move {
+                    match BenchState::advance().apply(pool, id).await {
+                        Ok(Outcome::Applied(_)) => {}
+                        other => panic!("guard on id {id} did not win: {other:?}"),
+                    }
+                }
+            }
+
+            fn hand(pool: &Pool<$db>, id: i64) -> impl Future<Output = ()> + Send + '_ {
+                async move {
+                    let done = sqlx::query($hand)
+                        .bind(id)
+                        .execute(pool)
+                        .await
+                        .unwrap_or_else(|e| panic!("hand-written on id {id}: {e}"));
+                    assert_eq!(
+                        done.rows_affected(),
+                        1,
+                        "hand-written on id {id} did not win"
+                    );
+                }
+            }
+
+            fn count_b(pool: &Pool<$db>) -> impl Future<Output = i64> + Send + '_ {
+                async move {
+                    sqlx::query_scalar("SELECT COUNT(*) FROM bench_rows WHERE status = 'b'")
+                        .fetch_one(pool)
+                        .await
+                        .expect("count rows in b")
+                }
             }
         }
-    }
-
-    fn hand(pool: &Pool<Sqlite>, id: i64) -> impl Future<Output = ()> + Send + '_ {
-        async move {
-            let done = sqlx::query(HAND_SQLITE)
-                .bind(id)
-                .execute(pool)
-                .await
-                .unwrap_or_else(|e| panic!("hand-written on id {id}: {e}"));
-            assert_eq!(
-                done.rows_affected(),
-                1,
-                "hand-written on id {id} did not win"
-            );
-        }
-    }
-
-    fn count_b(pool: &Pool<Sqlite>) -> impl Future<Output = i64> + Send + '_ {
-        async move {
-            sqlx::query_scalar("SELECT COUNT(*) FROM bench_rows WHERE status = 'b'")
-                .fetch_one(pool)
-                .await
-                .expect("count rows in b")
-        }
-    }
+    };
 }
 
-// Spelled as the trait spells them, so each impl states that its futures are Send.
-#[allow(clippy::manual_async_fn)]
-impl Backend for Pg {
-    type Db = Postgres;
-    fn guard(pool: &Pool<Postgres>, id: i64) -> impl Future<Output = ()> + Send + '_ {
-        async move {
-            match BenchState::advance().apply(pool, id).await {
-                Ok(Outcome::Applied(_)) => {}
-                other => panic!("guard on id {id} did not win: {other:?}"),
-            }
-        }
-    }
-
-    fn hand(pool: &Pool<Postgres>, id: i64) -> impl Future<Output = ()> + Send + '_ {
-        async move {
-            let done = sqlx::query(HAND_PG)
-                .bind(id)
-                .execute(pool)
-                .await
-                .unwrap_or_else(|e| panic!("hand-written on id {id}: {e}"));
-            assert_eq!(
-                done.rows_affected(),
-                1,
-                "hand-written on id {id} did not win"
-            );
-        }
-    }
-
-    fn count_b(pool: &Pool<Postgres>) -> impl Future<Output = i64> + Send + '_ {
-        async move {
-            sqlx::query_scalar("SELECT COUNT(*) FROM bench_rows WHERE status = 'b'")
-                .fetch_one(pool)
-                .await
-                .expect("count rows in b")
-        }
-    }
-}
+bench_backend!(Lite, Sqlite, HAND_SQLITE);
+bench_backend!(Pg, Postgres, HAND_PG);
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Side {

@@ -92,6 +92,42 @@ pub trait Store: stateguard::Backend {
     fn tally(pool: &Pool<Self>) -> impl Future<Output = sqlx::Result<Tally>> + Send;
 }
 
+/// Counts states, raw bank calls and transfers, and the payouts whose money
+/// moved other than once. The SQL is the same on every backend; only the
+/// pool's type differs.
+macro_rules! tally {
+    ($pool:expr) => {{
+        let (payouts, pending, sending, sent, failed): (i64, i64, i64, i64, i64) = sqlx::query_as(
+            "SELECT COUNT(*),
+                        COUNT(CASE WHEN status = 'pending' THEN 1 END),
+                        COUNT(CASE WHEN status = 'sending' THEN 1 END),
+                        COUNT(CASE WHEN status = 'sent' THEN 1 END),
+                        COUNT(CASE WHEN status = 'failed' THEN 1 END)
+                 FROM payouts",
+        )
+        .fetch_one($pool)
+        .await?;
+        let (raw_calls, transfers, not_exactly_once): (i64, i64, i64) = sqlx::query_as(
+            "SELECT (SELECT COUNT(*) FROM bank_calls),
+                    (SELECT COUNT(*) FROM bank_transfers),
+                    (SELECT COUNT(*) FROM payouts p
+                     WHERE (SELECT COUNT(*) FROM bank_transfers t WHERE t.payout_id = p.id) <> 1)",
+        )
+        .fetch_one($pool)
+        .await?;
+        Ok(Tally {
+            payouts,
+            pending,
+            sending,
+            sent,
+            failed,
+            raw_calls,
+            transfers,
+            not_exactly_once,
+        })
+    }};
+}
+
 impl Store for Sqlite {
     async fn create_tables(pool: &SqlitePool) -> sqlx::Result<()> {
         for statement in [
@@ -163,34 +199,7 @@ impl Store for Sqlite {
     }
 
     async fn tally(pool: &SqlitePool) -> sqlx::Result<Tally> {
-        let (payouts, pending, sending, sent, failed): (i64, i64, i64, i64, i64) = sqlx::query_as(
-            "SELECT COUNT(*),
-                    COALESCE(SUM(status = 'pending'), 0),
-                    COALESCE(SUM(status = 'sending'), 0),
-                    COALESCE(SUM(status = 'sent'), 0),
-                    COALESCE(SUM(status = 'failed'), 0)
-             FROM payouts",
-        )
-        .fetch_one(pool)
-        .await?;
-        let (raw_calls, transfers, not_exactly_once): (i64, i64, i64) = sqlx::query_as(
-            "SELECT (SELECT COUNT(*) FROM bank_calls),
-                    (SELECT COUNT(*) FROM bank_transfers),
-                    (SELECT COUNT(*) FROM payouts p
-                     WHERE (SELECT COUNT(*) FROM bank_transfers t WHERE t.payout_id = p.id) <> 1)",
-        )
-        .fetch_one(pool)
-        .await?;
-        Ok(Tally {
-            payouts,
-            pending,
-            sending,
-            sent,
-            failed,
-            raw_calls,
-            transfers,
-            not_exactly_once,
-        })
+        tally!(pool)
     }
 }
 
@@ -260,34 +269,7 @@ impl Store for Postgres {
     }
 
     async fn tally(pool: &PgPool) -> sqlx::Result<Tally> {
-        let (payouts, pending, sending, sent, failed): (i64, i64, i64, i64, i64) = sqlx::query_as(
-            "SELECT COUNT(*),
-                    COUNT(*) FILTER (WHERE status = 'pending'),
-                    COUNT(*) FILTER (WHERE status = 'sending'),
-                    COUNT(*) FILTER (WHERE status = 'sent'),
-                    COUNT(*) FILTER (WHERE status = 'failed')
-             FROM payouts",
-        )
-        .fetch_one(pool)
-        .await?;
-        let (raw_calls, transfers, not_exactly_once): (i64, i64, i64) = sqlx::query_as(
-            "SELECT (SELECT COUNT(*) FROM bank_calls),
-                    (SELECT COUNT(*) FROM bank_transfers),
-                    (SELECT COUNT(*) FROM payouts p
-                     WHERE (SELECT COUNT(*) FROM bank_transfers t WHERE t.payout_id = p.id) <> 1)",
-        )
-        .fetch_one(pool)
-        .await?;
-        Ok(Tally {
-            payouts,
-            pending,
-            sending,
-            sent,
-            failed,
-            raw_calls,
-            transfers,
-            not_exactly_once,
-        })
+        tally!(pool)
     }
 }
 
