@@ -84,8 +84,10 @@
 //! # Side effects
 //!
 //! Only a [`Won`] can run an effect ([`Won::run`]), and only a committed
-//! one: a win inside a transaction is `Won<S, K, Uncommitted>` until
-//! [`Won::commit`] (or [`commit`]) commits that transaction.
+//! one: a win inside a [`Tx`] is `Won<S, K, Uncommitted>` until
+//! [`Tx::commit`] commits that very transaction and hands it back
+//! committed. A win from a rolled-back transaction or savepoint, or from
+//! another transaction, never becomes committed.
 //! [`Won::effect_key`] is the idempotency key to send to the far side. For
 //! effects that must survive a crash, run them from an in-flight state
 //! (`#[state(in_flight(lease = "30s", since = "…", done = …, failed = …))]`)
@@ -108,8 +110,8 @@
 pub use guard_macros::StateMachine;
 pub use guard_runtime::{
     Backend, Committed, Effect, Error, Executor, Finished, InFlightDef, Machine, Outcome,
-    Recovered, SetColumn, Sql, Staged, StateDef, StateMachine, Transition, TransitionDef,
-    Uncommitted, UnknownState, Verdict, Won, claim_expired, commit, ddl, docs, recover,
+    Recovered, Savepoint, SetColumn, Sql, Staged, StateDef, StateMachine, Transition,
+    TransitionDef, Tx, Uncommitted, UnknownState, Verdict, Won, claim_expired, ddl, docs, recover,
 };
 
 #[doc(hidden)]

@@ -111,7 +111,7 @@ macro_rules! effect_tests {
             };
             db.transfers(1).await;
             let effects = AtomicUsize::new(0);
-            let mut tx = db.pool.begin().await.unwrap();
+            let mut tx = stateguard::Tx::begin(&db.pool).await.unwrap();
             let staged: Won<TransferStatus, i64, Uncommitted> =
                 match TransferStatus::start().apply(&mut tx, 1_i64).await.unwrap() {
                     Outcome::Applied(won) => won,
@@ -141,7 +141,7 @@ macro_rules! effect_tests {
                 return;
             };
             db.transfers(2).await;
-            let mut tx = db.pool.begin().await.unwrap();
+            let mut tx = stateguard::Tx::begin(&db.pool).await.unwrap();
             let one = TransferStatus::start()
                 .apply(&mut tx, 1_i64)
                 .await
@@ -153,7 +153,7 @@ macro_rules! effect_tests {
                 .unwrap()
                 .won();
             let (one, two): (Option<Won<_, _, Committed>>, Option<Won<_, _, Committed>>) =
-                stateguard::commit(tx, (one, two)).await.unwrap();
+                tx.commit((one, two)).await.unwrap();
             let seen = Arc::new(Mutex::new(Vec::new()));
             for won in [one.expect("row 1 won"), two.expect("row 2 won")] {
                 let (pool, seen) = (db.pool.clone(), seen.clone());
@@ -181,7 +181,7 @@ macro_rules! effect_tests {
                 return;
             };
             db.transfers(1).await;
-            let mut tx = db.pool.begin().await.unwrap();
+            let mut tx = stateguard::Tx::begin(&db.pool).await.unwrap();
             let staged = TransferStatus::start().apply(&mut tx, 1_i64).await.unwrap();
             let won = staged.won().expect("wins").commit(tx).await.unwrap();
             assert_eq!(won.effect_key(), "transfers.status:1:sending:1");
@@ -375,7 +375,7 @@ macro_rules! effect_tests {
                 return;
             };
             db.transfers(1).await;
-            let mut tx = db.pool.begin().await.unwrap();
+            let mut tx = stateguard::Tx::begin(&db.pool).await.unwrap();
             // `&mut *tx` is the connection under the transaction: a win on
             // it would look committed before the commit.
             let error = TransferStatus::start()
@@ -389,18 +389,16 @@ macro_rules! effect_tests {
         }
 
         #[tokio::test]
-        async fn committing_a_savepoint_is_refused() {
+        async fn a_savepoint_cannot_pass_for_a_transaction() {
             let Some(db) = open!($backend, "effect_savepoint") else {
                 return;
             };
             db.transfers(1).await;
             let mut tx = db.pool.begin().await.unwrap();
-            let mut savepoint = sqlx::Connection::begin(&mut *tx).await.unwrap();
-            let staged = TransferStatus::start()
-                .apply(&mut savepoint, 1_i64)
-                .await
-                .unwrap();
-            let error = staged.won().unwrap().commit(savepoint).await.unwrap_err();
+            let savepoint = sqlx::Connection::begin(&mut *tx).await.unwrap();
+            // Committing a savepoint commits nothing yet: it cannot be
+            // taken for a transaction whose commit hands out wins.
+            let error = stateguard::Tx::new(savepoint).unwrap_err();
             assert!(
                 matches!(error, Error::NestedTransaction { depth: 2 }),
                 "{error:?}"

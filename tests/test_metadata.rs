@@ -95,33 +95,42 @@ fn sql_text_per_dialect() {
     let cancel = PayoutStatus::cancel().def().update_sql();
     assert_eq!(
         cancel.postgres(),
-        r#"UPDATE "billing"."payouts" SET "status" = 'cancelled' WHERE "id" = $1 AND "status" IN ('pending', 'sending')"#
+        r#"UPDATE "billing"."payouts" SET "status" = 'cancelled' WHERE "id" = $1 AND CAST("id" AS TEXT) COLLATE "C" = CAST($1 AS TEXT) AND "status" IN ('pending', 'sending')"#
     );
     assert_eq!(
         cancel.sqlite(),
-        r#"UPDATE "billing"."payouts" SET "status" = 'cancelled' WHERE "id" = ?1 AND "status" IN ('pending', 'sending')"#
+        r#"UPDATE "billing"."payouts" SET "status" = 'cancelled' WHERE "id" = ?1 AND CAST("id" AS BLOB) = CAST(?1 AS BLOB) AND "status" IN ('pending', 'sending')"#
     );
     assert_eq!(
         cancel.mysql(),
-        "UPDATE `billing`.`payouts` SET `status` = 'cancelled' WHERE `id` = ? AND CAST(`status` AS BINARY) IN ('pending', 'sending')"
+        "UPDATE `billing`.`payouts` SET `status` = 'cancelled' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND CAST(`status` AS BINARY) IN ('pending', 'sending')"
     );
     assert_eq!(
         PayoutStatus::confirm().def().update_sql().postgres(),
-        r#"UPDATE "billing"."payouts" SET "status" = 'sent', "sent_at" = (CURRENT_TIMESTAMP), "type" = ('wire') WHERE "id" = $1 AND "status" IN ('sending')"#
+        r#"UPDATE "billing"."payouts" SET "status" = 'sent', "sent_at" = (CURRENT_TIMESTAMP), "type" = ('wire') WHERE "id" = $1 AND CAST("id" AS TEXT) COLLATE "C" = CAST($1 AS TEXT) AND "status" IN ('sending')"#
     );
     let select = PayoutStatus::MACHINE.select_sql();
     assert_eq!(
         select.postgres(),
-        r#"SELECT "status"::text FROM "billing"."payouts" WHERE "id" = $1"#
+        r#"SELECT "status"::text FROM "billing"."payouts" WHERE "id" = $1 AND CAST("id" AS TEXT) COLLATE "C" = CAST($1 AS TEXT)"#
     );
     assert_eq!(
         select.sqlite(),
-        r#"SELECT "status" FROM "billing"."payouts" WHERE "id" = ?1"#
+        r#"SELECT "status" FROM "billing"."payouts" WHERE "id" = ?1 AND CAST("id" AS BLOB) = CAST(?1 AS BLOB)"#
     );
     assert_eq!(
         select.mysql(),
-        "SELECT CAST(`status` AS CHAR) FROM `billing`.`payouts` WHERE `id` = ? LOCK IN SHARE MODE"
+        "SELECT CAST(`status` AS CHAR) FROM `billing`.`payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) LOCK IN SHARE MODE"
     );
+    // Inside a caller's transaction the PostgreSQL read locks the row, so
+    // that it sees the latest row or fails with 40001, not a snapshot.
+    let select = PayoutStatus::MACHINE.select_in_transaction_sql();
+    assert_eq!(
+        select.postgres(),
+        r#"SELECT "status"::text FROM "billing"."payouts" WHERE "id" = $1 AND CAST("id" AS TEXT) COLLATE "C" = CAST($1 AS TEXT) FOR SHARE"#
+    );
+    assert_eq!(select.sqlite(), PayoutStatus::MACHINE.select_sql().sqlite());
+    assert_eq!(select.mysql(), PayoutStatus::MACHINE.select_sql().mysql());
 }
 
 #[test]
@@ -175,20 +184,20 @@ fn version_and_in_flight_sql() {
     let start = TransferStatus::start().def().update_sql();
     assert_eq!(
         start.postgres(),
-        r#"UPDATE "transfers" SET "status" = 'sending', "sending_since" = CURRENT_TIMESTAMP, "version" = COALESCE("version", 0) + 1 WHERE "id" = $1 AND "status" IN ('pending') RETURNING CAST(COALESCE("version", 0) AS BIGINT)"#
+        r#"UPDATE "transfers" SET "status" = 'sending', "sending_since" = statement_timestamp(), "version" = COALESCE("version", 0) + 1 WHERE "id" = $1 AND CAST("id" AS TEXT) COLLATE "C" = CAST($1 AS TEXT) AND "status" IN ('pending') RETURNING CAST(COALESCE("version", 0) AS BIGINT)"#
     );
     assert_eq!(
         start.sqlite(),
-        r#"UPDATE "transfers" SET "status" = 'sending', "sending_since" = strftime('%Y-%m-%d %H:%M:%f', 'now'), "version" = COALESCE("version", 0) + 1 WHERE "id" = ?1 AND "status" IN ('pending') RETURNING CAST(COALESCE("version", 0) AS INTEGER)"#
+        r#"UPDATE "transfers" SET "status" = 'sending', "sending_since" = strftime('%Y-%m-%d %H:%M:%f', 'now'), "version" = COALESCE("version", 0) + 1 WHERE "id" = ?1 AND CAST("id" AS BLOB) = CAST(?1 AS BLOB) AND "status" IN ('pending') RETURNING CAST(COALESCE("version", 0) AS INTEGER)"#
     );
     assert_eq!(
         start.mysql(),
-        "UPDATE `transfers` SET `status` = 'sending', `sending_since` = UTC_TIMESTAMP(3), `version` = LAST_INSERT_ID(COALESCE(`version`, 0) + 1) WHERE `id` = ? AND CAST(`status` AS BINARY) IN ('pending')"
+        "UPDATE `transfers` SET `status` = 'sending', `sending_since` = UTC_TIMESTAMP(3), `version` = LAST_INSERT_ID(COALESCE(`version`, 0) + 1) WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND CAST(`status` AS BINARY) IN ('pending')"
     );
     // Leaving the in-flight state does not stamp it.
     assert_eq!(
         TransferStatus::confirm().def().update_sql().postgres(),
-        r#"UPDATE "transfers" SET "status" = 'sent', "version" = COALESCE("version", 0) + 1 WHERE "id" = $1 AND "status" IN ('sending') RETURNING CAST(COALESCE("version", 0) AS BIGINT)"#
+        r#"UPDATE "transfers" SET "status" = 'sent', "version" = COALESCE("version", 0) + 1 WHERE "id" = $1 AND CAST("id" AS TEXT) COLLATE "C" = CAST($1 AS TEXT) AND "status" IN ('sending') RETURNING CAST(COALESCE("version", 0) AS BIGINT)"#
     );
 
     // The follow-up of an in-flight state is tied to its occurrence.
@@ -198,7 +207,7 @@ fn version_and_in_flight_sql() {
             .update_at_sql()
             .map(|sql| sql.postgres()),
         Some(
-            r#"UPDATE "transfers" SET "status" = 'sent', "version" = COALESCE("version", 0) + 1 WHERE "id" = $1 AND "status" IN ('sending') AND COALESCE("version", 0) = $2 RETURNING CAST(COALESCE("version", 0) AS BIGINT)"#
+            r#"UPDATE "transfers" SET "status" = 'sent', "version" = COALESCE("version", 0) + 1 WHERE "id" = $1 AND CAST("id" AS TEXT) COLLATE "C" = CAST($1 AS TEXT) AND "status" IN ('sending') AND COALESCE("version", 0) = $2 RETURNING CAST(COALESCE("version", 0) AS BIGINT)"#
         )
     );
     assert_eq!(
@@ -206,7 +215,7 @@ fn version_and_in_flight_sql() {
             .select_versioned_sql()
             .map(|sql| sql.mysql()),
         Some(
-            "SELECT CAST(`status` AS CHAR), CAST(COALESCE(`version`, 0) AS SIGNED) FROM `transfers` WHERE `id` = ? LOCK IN SHARE MODE"
+            "SELECT CAST(`status` AS CHAR), CAST(COALESCE(`version`, 0) AS SIGNED) FROM `transfers` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) LOCK IN SHARE MODE"
         )
     );
     assert_eq!(
@@ -227,15 +236,15 @@ fn version_and_in_flight_sql() {
     );
     assert_eq!(
         sending.expired_sql().postgres(),
-        r#"SELECT "id", CAST(COALESCE("version", 0) AS BIGINT) FROM "transfers" WHERE "status" = 'sending' AND ("sending_since" IS NULL OR "sending_since" < CURRENT_TIMESTAMP - INTERVAL '1500 milliseconds') ORDER BY "sending_since" IS NOT NULL, "sending_since" LIMIT $1"#
+        r#"SELECT "id", CAST(COALESCE("version", 0) AS BIGINT) FROM "transfers" WHERE "status" = 'sending' AND ("sending_since" IS NULL OR "sending_since" < statement_timestamp() - INTERVAL '1500 milliseconds') ORDER BY "sending_since" IS NOT NULL, "sending_since" LIMIT $1"#
     );
     assert_eq!(
         sending.claim_sql().sqlite(),
-        r#"UPDATE "transfers" SET "sending_since" = strftime('%Y-%m-%d %H:%M:%f', 'now') WHERE "id" = ?1 AND "status" = 'sending' AND ("sending_since" IS NULL OR "sending_since" < strftime('%Y-%m-%d %H:%M:%f', 'now', '-1.500 seconds')) AND COALESCE("version", 0) = ?2"#
+        r#"UPDATE "transfers" SET "sending_since" = strftime('%Y-%m-%d %H:%M:%f', 'now') WHERE "id" = ?1 AND CAST("id" AS BLOB) = CAST(?1 AS BLOB) AND "status" = 'sending' AND ("sending_since" IS NULL OR "sending_since" < strftime('%Y-%m-%d %H:%M:%f', 'now', '-1.500 seconds')) AND COALESCE("version", 0) = ?2"#
     );
     assert_eq!(
         sending.claim_sql().mysql(),
-        "UPDATE `transfers` SET `sending_since` = UTC_TIMESTAMP(3) WHERE `id` = ? AND CAST(`status` AS BINARY) = 'sending' AND (`sending_since` IS NULL OR `sending_since` < UTC_TIMESTAMP(3) - INTERVAL 1500000 MICROSECOND) AND COALESCE(`version`, 0) = ?"
+        "UPDATE `transfers` SET `sending_since` = UTC_TIMESTAMP(3) WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND CAST(`status` AS BINARY) = 'sending' AND (`sending_since` IS NULL OR `sending_since` < UTC_TIMESTAMP(3) - INTERVAL 1500000 MICROSECOND) AND COALESCE(`version`, 0) = ?"
     );
     assert!(
         TransferStatus::MACHINE

@@ -156,8 +156,8 @@ async fn a_deadlock_inside_a_transaction_must_be_retried_whole() {
         return;
     };
     db.seed(2).await;
-    let mut a = db.pool.begin().await.unwrap();
-    let mut b = db.pool.begin().await.unwrap();
+    let mut a = stateguard::Tx::begin(&db.pool).await.unwrap();
+    let mut b = stateguard::Tx::begin(&db.pool).await.unwrap();
     assert!(
         PayoutStatus::start()
             .apply(&mut a, 1_i64)

@@ -182,7 +182,7 @@ macro_rules! behaviour_tests {
                 return;
             };
             db.seed(1).await;
-            let mut tx = db.pool.begin().await.unwrap();
+            let mut tx = stateguard::Tx::begin(&db.pool).await.unwrap();
             assert!(
                 PayoutStatus::start()
                     .apply(&mut tx, 1_i64)
@@ -205,7 +205,7 @@ macro_rules! behaviour_tests {
                 return;
             };
             db.seed(1).await;
-            let mut tx = db.pool.begin().await.unwrap();
+            let mut tx = stateguard::Tx::begin(&db.pool).await.unwrap();
             assert!(
                 PayoutStatus::start()
                     .apply(&mut tx, 1_i64)
@@ -220,7 +220,7 @@ macro_rules! behaviour_tests {
                     .unwrap()
                     .is_applied()
             );
-            tx.commit().await.unwrap();
+            tx.commit(()).await.unwrap();
             assert_eq!(db.status(1).await.as_deref(), Some("sent"));
             assert_eq!(db.columns(1).await, (1, true));
         }
@@ -286,10 +286,10 @@ async fn sqlite_stale_transaction_must_be_retried_whole() {
     );
     tx.rollback().await.unwrap();
     // Retried as a whole, the transaction sees the real state.
-    let mut tx = db.pool.begin().await.unwrap();
+    let mut tx = stateguard::Tx::begin(&db.pool).await.unwrap();
     let outcome = PayoutStatus::cancel().apply(&mut tx, 1_i64).await.unwrap();
     assert!(outcome.is_applied(), "{outcome:?}");
-    tx.commit().await.unwrap();
+    tx.commit(()).await.unwrap();
     assert_eq!(db.status(1).await.as_deref(), Some("cancelled"));
 }
 
@@ -361,15 +361,17 @@ async fn a_key_matching_several_rows_is_an_error() {
 fn apply_futures_are_send(
     pg: &sqlx::PgPool,
     pg_conn: &mut sqlx::PgConnection,
-    pg_tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    pg_tx: &mut stateguard::Tx<'_, sqlx::Postgres>,
+    pg_savepoint: &mut stateguard::Savepoint<'_, sqlx::Postgres>,
     lite: &sqlx::SqlitePool,
     lite_conn: &mut sqlx::SqliteConnection,
-    lite_tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    lite_tx: &mut stateguard::Tx<'_, sqlx::Sqlite>,
 ) {
     fn is_send<T: Send>(_: T) {}
     is_send(PayoutStatus::start().apply(pg, 1_i64));
     is_send(PayoutStatus::start().apply(pg_conn, 1_i64));
     is_send(PayoutStatus::start().apply(pg_tx, "uuid-or-text-keys-too"));
+    is_send(PayoutStatus::start().apply(pg_savepoint, 1_i64));
     is_send(PayoutStatus::start().apply(lite, 1_i64));
     is_send(PayoutStatus::start().apply(lite_conn, 1_i64));
     is_send(PayoutStatus::start().apply(lite_tx, String::from("key")));

@@ -68,7 +68,8 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
     };
     let initial = idents[model.initial];
 
-    let select = sql_per_dialect(&private, |d| d.select(table, column, key));
+    let select = sql_per_dialect(&private, |d| d.select(model, false));
+    let select_in_transaction = sql_per_dialect(&private, |d| d.select(model, true));
     let select_versioned = match model.version {
         Some(_) => {
             let sql = sql_per_dialect(&private, |d| d.select_versioned(model));
@@ -148,6 +149,7 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
                     &#states_const,
                     &#transitions_const,
                     #select,
+                    #select_in_transaction,
                     #select_versioned,
                 );
                 &#machine_const

@@ -180,10 +180,12 @@ impl Dialect {
         }
     }
 
-    /// The current time as a value of a `since` column.
+    /// The current time as a value of a `since` column: the statement's
+    /// time, not the transaction's, so that a lease starts when the row
+    /// enters the state, however long the transaction ran before.
     fn now(self) -> &'static str {
         match self {
-            Dialect::Postgres => "CURRENT_TIMESTAMP",
+            Dialect::Postgres => "statement_timestamp()",
             // Text with milliseconds, which sorts as it compares.
             Dialect::Sqlite => "strftime('%Y-%m-%d %H:%M:%f', 'now')",
             // UTC, so that sessions in different time zones agree on when a
@@ -196,7 +198,7 @@ impl Dialect {
     fn lease_expiry(self, lease_ms: u64) -> String {
         match self {
             Dialect::Postgres => {
-                format!("CURRENT_TIMESTAMP - INTERVAL '{lease_ms} milliseconds'")
+                format!("statement_timestamp() - INTERVAL '{lease_ms} milliseconds'")
             }
             Dialect::Sqlite => format!(
                 "strftime('%Y-%m-%d %H:%M:%f', 'now', '-{}.{:03} seconds')",
@@ -209,6 +211,26 @@ impl Dialect {
                     lease_ms * 1000
                 )
             }
+        }
+    }
+
+    /// `key = $1`, matched exactly: equal as the database stores it, not
+    /// only under the column's collation or after a type conversion
+    /// (MySQL's default collations ignore case and trailing spaces and
+    /// compare `'042'` with 42 as numbers; SQLite's `NOCASE` ignores case
+    /// and turns `'1.0'` into 1). The effect key is built from the caller's
+    /// key, so the row it names must be exactly that key. The plain
+    /// equality comes first, so the key's index still finds the row.
+    /// MySQL's `?` is positional: the key is bound twice there.
+    fn key_match(self, key: &str) -> String {
+        let k = self.quote(key);
+        let p = self.param(1);
+        match self {
+            Dialect::Postgres => {
+                format!("{k} = {p} AND CAST({k} AS TEXT) COLLATE \"C\" = CAST({p} AS TEXT)")
+            }
+            Dialect::Sqlite => format!("{k} = {p} AND CAST({k} AS BLOB) = CAST({p} AS BLOB)"),
+            Dialect::MySql => format!("{k} = {p} AND CAST({k} AS BINARY) = CAST({p} AS BINARY)"),
         }
     }
 
@@ -292,10 +314,9 @@ impl Dialect {
             .map(|&s| format!("'{}'", model.states[s].db))
             .collect();
         format!(
-            "UPDATE {} SET {assignments} WHERE {} = {} AND {} IN ({}){same_occurrence}{returning}",
+            "UPDATE {} SET {assignments} WHERE {} AND {} IN ({}){same_occurrence}{returning}",
             d.quote(&model.table),
-            d.quote(&model.key),
-            d.param(1),
+            d.key_match(&model.key),
             d.status_cmp(&column),
             sources.join(", "),
         )
@@ -332,12 +353,11 @@ impl Dialect {
             None => String::new(),
         };
         format!(
-            "UPDATE {} SET {since} = {} WHERE {} = {} AND {} = '{}' \
+            "UPDATE {} SET {since} = {} WHERE {} AND {} = '{}' \
              AND ({since} IS NULL OR {since} < {}){same_occurrence}",
             d.quote(&model.table),
             d.now(),
-            d.quote(&model.key),
-            d.param(1),
+            d.key_match(&model.key),
             d.status_cmp(&d.quote(&model.column)),
             state.db,
             d.lease_expiry(in_flight.lease_ms),
@@ -349,13 +369,12 @@ impl Dialect {
     pub fn select_versioned(&self, model: &Model) -> String {
         let d = *self;
         format!(
-            "SELECT {}, {} FROM {} WHERE {} = {}{}",
+            "SELECT {}, {} FROM {} WHERE {}{}",
             d.status_read(&model.column),
             d.version_read(model.version.as_deref()),
             d.quote(&model.table),
-            d.quote(&model.key),
-            d.param(1),
-            d.read_lock(),
+            d.key_match(&model.key),
+            d.read_lock(false),
         )
     }
 
@@ -370,27 +389,36 @@ impl Dialect {
         }
     }
 
+    /// What makes the losing path's read see the row as it is now, not as
+    /// a snapshot had it.
+    ///
     /// InnoDB's plain SELECT inside a REPEATABLE READ transaction reads the
     /// transaction's snapshot, while its UPDATE reads the latest committed
     /// row: a lost compare-and-set would then see the stale source state. A
-    /// locking read sees what the UPDATE saw.
-    fn read_lock(self) -> &'static str {
+    /// locking read sees what the UPDATE saw. PostgreSQL's REPEATABLE READ
+    /// and SERIALIZABLE transactions read their snapshot too; there a
+    /// locking read of a row changed since the snapshot fails with 40001
+    /// (retry the transaction) instead. In autocommit every PostgreSQL
+    /// statement has a fresh snapshot, so the read takes no lock there.
+    /// SQLite has one writer: a transaction that has written reads the
+    /// latest row.
+    fn read_lock(self, in_transaction: bool) -> &'static str {
         match self {
             Dialect::MySql => " LOCK IN SHARE MODE",
+            Dialect::Postgres if in_transaction => " FOR SHARE",
             Dialect::Postgres | Dialect::Sqlite => "",
         }
     }
 
-    /// `SELECT c FROM t WHERE k = $1`, with the status read as text and,
-    /// on MySQL, as a locking read.
-    pub fn select(self, table: &str, column: &str, key: &str) -> String {
+    /// `SELECT c FROM t WHERE k = $1`, with the status read as text, as a
+    /// locking read where [`Self::read_lock`] says so.
+    pub fn select(self, model: &Model, in_transaction: bool) -> String {
         format!(
-            "SELECT {} FROM {} WHERE {} = {}{}",
-            self.status_read(column),
-            self.quote(table),
-            self.quote(key),
-            self.param(1),
-            self.read_lock(),
+            "SELECT {} FROM {} WHERE {}{}",
+            self.status_read(&model.column),
+            self.quote(&model.table),
+            self.key_match(&model.key),
+            self.read_lock(in_transaction),
         )
     }
 }

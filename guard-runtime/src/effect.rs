@@ -4,14 +4,12 @@
 use core::fmt;
 use core::future::Future;
 
-use sqlx::Transaction;
-
 use crate::StateMachine;
 use crate::dialect::Backend;
 use crate::error::Error;
 use crate::executor::{Executor, refuse_open_transaction};
 use crate::machine::InFlightDef;
-use crate::outcome::{Committed, Uncommitted, Won};
+use crate::outcome::{Committed, Won};
 use crate::transition::{Settled, key_arguments};
 
 /// The effect key of one win: `table.column:key:state:occurrence` (the
@@ -162,119 +160,6 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
     }
 }
 
-impl<S: StateMachine, K> Won<S, K, Uncommitted> {
-    /// Commits the transaction this win happened in, and only then hands
-    /// out the committed `Won` that can run the effect. If the transaction
-    /// rolls back or is dropped instead, the effect can never run.
-    ///
-    /// For several wins in one transaction, use [`commit`].
-    pub async fn commit<DB: Backend>(
-        self,
-        tx: Transaction<'_, DB>,
-    ) -> Result<Won<S, K, Committed>, Error> {
-        commit(tx, self).await
-    }
-}
-
-/// Wins from inside a transaction: one [`Won<S, K, Uncommitted>`], a tuple
-/// of up to four, a `Vec` or an `Option` of them.
-pub trait Staged: sealed::Sealed {
-    /// The same wins, committed.
-    type Committed;
-}
-
-mod sealed {
-    pub trait Sealed {}
-
-    /// The conversion lives here, out of reach: only [`commit`](super::commit)
-    /// may turn uncommitted wins into committed ones.
-    pub trait Convert: super::Staged + Sized {
-        fn into_committed(self) -> Self::Committed;
-    }
-}
-
-impl<S: StateMachine, K> sealed::Sealed for Won<S, K, Uncommitted> {}
-
-impl<S: StateMachine, K> sealed::Convert for Won<S, K, Uncommitted> {
-    fn into_committed(self) -> Self::Committed {
-        let (state, key, occurrence) = self.into_parts();
-        Won::new(state, key, occurrence)
-    }
-}
-
-impl<S: StateMachine, K> Staged for Won<S, K, Uncommitted> {
-    type Committed = Won<S, K, Committed>;
-}
-
-impl<T: Staged> sealed::Sealed for Vec<T> {}
-
-impl<T: sealed::Convert> sealed::Convert for Vec<T> {
-    fn into_committed(self) -> Self::Committed {
-        self.into_iter()
-            .map(sealed::Convert::into_committed)
-            .collect()
-    }
-}
-
-impl<T: Staged> Staged for Vec<T> {
-    type Committed = Vec<T::Committed>;
-}
-
-impl<T: Staged> sealed::Sealed for Option<T> {}
-
-impl<T: sealed::Convert> sealed::Convert for Option<T> {
-    fn into_committed(self) -> Self::Committed {
-        self.map(sealed::Convert::into_committed)
-    }
-}
-
-impl<T: Staged> Staged for Option<T> {
-    type Committed = Option<T::Committed>;
-}
-
-macro_rules! staged_tuple {
-    ($($t:ident),+) => {
-        impl<$($t: Staged),+> sealed::Sealed for ($($t,)+) {}
-
-        impl<$($t: sealed::Convert),+> sealed::Convert for ($($t,)+) {
-            #[allow(non_snake_case)]
-            fn into_committed(self) -> Self::Committed {
-                let ($($t,)+) = self;
-                ($(sealed::Convert::into_committed($t),)+)
-            }
-        }
-
-        impl<$($t: Staged),+> Staged for ($($t,)+) {
-            type Committed = ($($t::Committed,)+);
-        }
-    };
-}
-
-staged_tuple!(A, B);
-staged_tuple!(A, B, C);
-staged_tuple!(A, B, C, D);
-
-/// Commits `tx`, then hands out the committed wins that happened in it:
-/// `let (a, b) = stateguard::commit(tx, (a, b)).await?;`. If the commit
-/// fails, the wins are gone and their effects cannot run.
-///
-/// `tx` must be an outermost transaction: committing a nested one (a
-/// savepoint) commits nothing yet, so it is refused with
-/// [`Error::NestedTransaction`] and rolled back.
-pub async fn commit<DB: Backend, T: Staged + sealed::Convert>(
-    tx: Transaction<'_, DB>,
-    staged: T,
-) -> Result<T::Committed, Error> {
-    let depth = <DB::TransactionManager as sqlx_core::transaction::TransactionManager>::get_transaction_depth(&tx);
-    if depth != 1 {
-        return Err(Error::NestedTransaction { depth });
-    }
-    tx.commit()
-        .await
-        .map_err(|source| Error::Commit { source })?;
-    Ok(sealed::Convert::into_committed(staged))
-}
-
 /// The in-flight metadata of `state`, or the error that it has none.
 fn in_flight_def<S: StateMachine>(state: S) -> Result<&'static InFlightDef, Error> {
     S::MACHINE
@@ -372,7 +257,7 @@ where
     let mut claimed = Vec::new();
     for (key, occurrence) in list_expired::<S, K, E>(executor, in_flight, state, limit).await? {
         if claim_one(executor, in_flight, state, &key, occurrence).await? {
-            claimed.push(Won::new(state, key, occurrence));
+            claimed.push(Won::new(state, key, occurrence, 0));
         }
     }
     Ok(claimed)
@@ -514,7 +399,7 @@ where
                 continue;
             }
         }
-        let won: Won<S, K, Committed> = Won::new(state, key.clone(), occurrence);
+        let won: Won<S, K, Committed> = Won::new(state, key.clone(), occurrence, 0);
         let verdict = won.run(&effect).await;
         match follow_up(&mut executor, in_flight, state, key, occurrence, verdict).await {
             Ok(Finished::Done(_)) => report.done += 1,

@@ -88,6 +88,44 @@ pub enum Error {
         source: sqlx::Error,
     },
 
+    /// The transaction was rolled back before it could commit, so its wins
+    /// may not run their effects: an earlier statement in it failed and
+    /// aborted it (PostgreSQL answers the `COMMIT` of an aborted
+    /// transaction with a silent `ROLLBACK`), a deadlock rolled it back
+    /// (MySQL), or the library had answered
+    /// [`Error::RetryTransaction`] inside it. Retry the whole transaction.
+    #[error(
+        "the transaction was rolled back before it could commit, so its wins may not run their \
+         effects: an earlier statement in it failed; retry the whole transaction{}",
+        match source { Some(source) => format!(" ({source})"), None => String::new() }
+    )]
+    RolledBack {
+        /// The error that the check before `COMMIT` ran into, if it ran
+        /// into one.
+        #[source]
+        source: Option<sqlx::Error>,
+    },
+
+    /// Beginning a transaction or a savepoint failed.
+    #[error("could not begin a transaction: {source}")]
+    Begin {
+        /// The database's error.
+        #[source]
+        source: sqlx::Error,
+    },
+
+    /// [`Tx::commit`](crate::Tx::commit) or
+    /// [`Savepoint::release`](crate::Savepoint::release) was given a win
+    /// that did not happen in that transaction or savepoint: another
+    /// transaction's, or one from a savepoint that was not released (rolled
+    /// back, or not yet released into this one). Nothing was committed.
+    #[error(
+        "a win handed to commit() or release() did not happen in that transaction or savepoint \
+         (it belongs to another transaction, or to a savepoint that was rolled back or not \
+         released): nothing was committed"
+    )]
+    ForeignWin,
+
     /// A connection that is inside a transaction was passed where the
     /// transaction itself belongs (`&mut *tx` instead of `&mut tx`): its
     /// wins would look committed before the commit.
@@ -97,10 +135,10 @@ pub enum Error {
     )]
     ConnectionInTransaction,
 
-    /// [`commit`](crate::commit) was given a nested transaction (a
+    /// [`Tx::new`](crate::Tx::new) was given a nested transaction (a
     /// savepoint), whose commit does not commit the wins yet.
     #[error(
-        "commit() needs the outermost transaction, but this one is nested {depth} deep: \
+        "a stateguard Tx needs an outermost transaction, but this one is nested {depth} deep: \
          committing a savepoint would run effects before the real commit"
     )]
     NestedTransaction {
@@ -166,7 +204,10 @@ pub enum Error {
 impl Error {
     /// True when the caller must roll back and retry its whole transaction.
     pub fn is_retry_transaction(&self) -> bool {
-        matches!(self, Error::RetryTransaction { .. })
+        matches!(
+            self,
+            Error::RetryTransaction { .. } | Error::RolledBack { .. }
+        )
     }
 
     /// True when the change may have been applied although an error came

@@ -1,7 +1,10 @@
 //! What `Transition::apply` accepts: a pool, a connection or a transaction.
 
 #[allow(unused_imports)] // unused when no backend feature is enabled
-use sqlx::{Connection, Pool, Transaction};
+use sqlx::{Connection, Pool};
+
+#[allow(unused_imports)]
+use crate::tx::{Savepoint, Tx};
 
 use core::pin::Pin;
 
@@ -24,15 +27,19 @@ mod sealed {
 
 /// Something a transition can run on: `&Pool<DB>`, `&mut DB::Connection`
 /// (a `PgConnection`, `SqliteConnection` or `MySqlConnection`, including
-/// `&mut *pool_connection`), or `&mut Transaction<'_, DB>`.
+/// `&mut *pool_connection`), or a stateguard transaction, `&mut Tx<'_, DB>`
+/// or `&mut Savepoint<'_, DB>`.
 ///
-/// Inside a transaction, pass the transaction itself (`&mut tx`), not the
-/// connection under it (`&mut *tx`): only then can the win wait for the
-/// commit. `apply` refuses a connection that sqlx knows is inside a
-/// transaction ([`Error::ConnectionInTransaction`](crate::Error::ConnectionInTransaction)).
-/// A transaction opened with a raw `BEGIN` statement is invisible to sqlx
-/// and so to stateguard: open transactions with `begin()` or
-/// `begin_with("BEGIN IMMEDIATE")`.
+/// Inside a transaction, pass the [`Tx`](crate::Tx) itself (`&mut tx`), not
+/// the connection under it (`&mut *tx`): only then can the win wait for
+/// the commit. `apply` refuses a connection that sqlx knows is inside a
+/// transaction ([`Error::ConnectionInTransaction`](crate::Error::ConnectionInTransaction)),
+/// and a plain `sqlx::Transaction` is not an `Executor`: wrap it with
+/// [`Tx::new`](crate::Tx::new), so that its wins are tied to it. A
+/// transaction opened with a raw `BEGIN` statement, or a savepoint made with
+/// a raw `SAVEPOINT` statement, is invisible to sqlx and so to stateguard:
+/// open them with [`Tx::begin`](crate::Tx::begin) and
+/// [`Tx::savepoint`](crate::Tx::savepoint).
 ///
 /// On a pool, or on a connection that is not inside a transaction, each
 /// statement commits on its own, so the library retries serialization
@@ -86,6 +93,10 @@ pub trait Executor: Send + sealed::Sealed {
     /// wins are [`Uncommitted`].
     #[doc(hidden)]
     const IS_TRANSACTION: bool;
+
+    /// The transaction or savepoint a win here belongs to; 0 outside one.
+    #[doc(hidden)]
+    fn scope(&self) -> u64;
 }
 
 /// The statement methods, given how to reach a connection from `self`.
@@ -143,6 +154,99 @@ macro_rules! execute_then_fetch {
     };
 }
 
+/// The executor of a stateguard transaction or savepoint: its statements
+/// run on its connection, and a failure that ends the transaction is
+/// recorded, so that its commit refuses to hand out wins.
+macro_rules! in_transaction {
+    ($feature:literal, $db:ty, $tx:ty) => {
+        #[cfg(feature = $feature)]
+        impl sealed::Sealed for &mut $tx {}
+
+        #[cfg(feature = $feature)]
+        impl Executor for &mut $tx {
+            type Database = $db;
+            type Commit = Uncommitted;
+            const IS_TRANSACTION: bool = true;
+
+            fn execute(
+                &mut self,
+                sql: &'static str,
+                args: <$db as Backend>::Args,
+            ) -> BoxFuture<'_, Result<<$db as sqlx::Database>::QueryResult, sqlx::Error>> {
+                Box::pin(async move {
+                    let (conn, health) = self.parts();
+                    let done = sqlx::Executor::execute(conn, sqlx::query_with(sql, args)).await;
+                    noted::<$db, _>(health, done)
+                })
+            }
+
+            fn fetch_optional(
+                &mut self,
+                sql: &'static str,
+                args: <$db as Backend>::Args,
+            ) -> BoxFuture<'_, Result<Option<<$db as sqlx::Database>::Row>, sqlx::Error>> {
+                Box::pin(async move {
+                    let (conn, health) = self.parts();
+                    let row =
+                        sqlx::Executor::fetch_optional(conn, sqlx::query_with(sql, args)).await;
+                    noted::<$db, _>(health, row)
+                })
+            }
+
+            fn fetch_all(
+                &mut self,
+                sql: &'static str,
+                args: <$db as Backend>::Args,
+            ) -> BoxFuture<'_, Result<Vec<<$db as sqlx::Database>::Row>, sqlx::Error>> {
+                Box::pin(async move {
+                    let (conn, health) = self.parts();
+                    let rows = sqlx::Executor::fetch_all(conn, sqlx::query_with(sql, args)).await;
+                    noted::<$db, _>(health, rows)
+                })
+            }
+
+            fn execute_then_fetch(
+                &mut self,
+                sql: &'static str,
+                args: <$db as Backend>::Args,
+                then: &'static str,
+            ) -> BoxFuture<'_, Result<ExecutedThenFetched<$db>, sqlx::Error>> {
+                Box::pin(async move {
+                    let (conn, health) = self.parts();
+                    let both = async {
+                        let done = sqlx::Executor::execute(&mut *conn, sqlx::query_with(sql, args))
+                            .await?;
+                        let row = sqlx::Executor::fetch_optional(&mut *conn, then).await?;
+                        Ok((done, row))
+                    }
+                    .await;
+                    noted::<$db, _>(health, both)
+                })
+            }
+
+            fn in_transaction(&self) -> bool {
+                true
+            }
+
+            fn scope(&self) -> u64 {
+                self.scope_id()
+            }
+        }
+    };
+}
+
+/// `result`, after recording its error in the transaction's health.
+#[allow(dead_code)] // unused when no backend feature is enabled
+fn noted<DB: Backend, T>(
+    health: &mut crate::tx::Health,
+    result: Result<T, sqlx::Error>,
+) -> Result<T, sqlx::Error> {
+    if let Err(error) = &result {
+        health.note::<DB>(error);
+    }
+    result
+}
+
 // One impl per backend rather than one generic impl: a generic impl needs a
 // higher-ranked `for<'e> &'e mut DB::Connection: sqlx::Executor<'e>` bound,
 // and such bounds make the `apply` future fail the `Send` check that
@@ -164,24 +268,14 @@ macro_rules! executors {
             fn in_transaction(&self) -> bool {
                 false
             }
-        }
 
-        #[cfg(feature = $feature)]
-        impl sealed::Sealed for &mut Transaction<'_, $db> {}
-
-        #[cfg(feature = $feature)]
-        impl Executor for &mut Transaction<'_, $db> {
-            type Database = $db;
-            type Commit = Uncommitted;
-            const IS_TRANSACTION: bool = true;
-
-            statements!($db, |this| &mut ***this);
-            execute_then_fetch!($db, |this| &mut ***this);
-
-            fn in_transaction(&self) -> bool {
-                true
+            fn scope(&self) -> u64 {
+                0
             }
         }
+
+        in_transaction!($feature, $db, Tx<'_, $db>);
+        in_transaction!($feature, $db, Savepoint<'_, $db>);
 
         #[cfg(feature = $feature)]
         impl sealed::Sealed for &mut $conn {}
@@ -197,6 +291,10 @@ macro_rules! executors {
 
             fn in_transaction(&self) -> bool {
                 Connection::is_in_transaction(&**self)
+            }
+
+            fn scope(&self) -> u64 {
+                0
             }
         }
     };

@@ -21,11 +21,10 @@ mod fnv;
 mod machine;
 mod outcome;
 mod transition;
+mod tx;
 
 pub use crate::dialect::Backend;
-pub use crate::effect::{
-    Effect, Finished, Recovered, Staged, Verdict, claim_expired, commit, recover,
-};
+pub use crate::effect::{Effect, Finished, Recovered, Verdict, claim_expired, recover};
 pub use crate::error::{Error, UnknownState};
 pub use crate::executor::Executor;
 pub use crate::machine::{
@@ -33,6 +32,7 @@ pub use crate::machine::{
 };
 pub use crate::outcome::{Committed, Outcome, Uncommitted, Won};
 pub use crate::transition::Transition;
+pub use crate::tx::{Savepoint, Staged, Tx};
 
 /// Items the derive's generated code names. Not part of the public API.
 #[doc(hidden)]

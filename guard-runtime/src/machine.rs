@@ -75,6 +75,7 @@ pub struct Machine<S: 'static> {
     states: &'static [StateDef<S>],
     transitions: &'static [TransitionDef<S>],
     select: Sql,
+    select_in_transaction: Sql,
     select_versioned: Option<Sql>,
 }
 
@@ -91,6 +92,7 @@ impl<S: StateMachine> Machine<S> {
         states: &'static [StateDef<S>],
         transitions: &'static [TransitionDef<S>],
         select: Sql,
+        select_in_transaction: Sql,
         select_versioned: Option<Sql>,
     ) -> Self {
         Machine {
@@ -103,6 +105,7 @@ impl<S: StateMachine> Machine<S> {
             states,
             transitions,
             select,
+            select_in_transaction,
             select_versioned,
         }
     }
@@ -147,6 +150,14 @@ impl<S: StateMachine> Machine<S> {
     /// of the losing path (a locking read on MySQL).
     pub const fn select_sql(&self) -> &Sql {
         &self.select
+    }
+
+    /// The losing path's read inside a caller's transaction: a locking read
+    /// on PostgreSQL and MySQL, so that it sees the row as it is now, or
+    /// fails with a serialization error, instead of reading the
+    /// transaction's snapshot.
+    pub const fn select_in_transaction_sql(&self) -> &Sql {
+        &self.select_in_transaction
     }
 
     /// The status and the version: the losing path of a follow-up tied to

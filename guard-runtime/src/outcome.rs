@@ -74,21 +74,35 @@ pub struct Won<S: StateMachine, K, C = Committed> {
     state: S,
     key: K,
     occurrence: i64,
+    /// The transaction or savepoint the win happened in (see `tx.rs`); 0
+    /// once committed.
+    scope: u64,
     commit: PhantomData<fn() -> C>,
 }
 
 impl<S: StateMachine, K, C> Won<S, K, C> {
-    pub(crate) fn new(state: S, key: K, occurrence: i64) -> Self {
+    pub(crate) fn new(state: S, key: K, occurrence: i64, scope: u64) -> Self {
         Won {
             state,
             key,
             occurrence,
+            scope,
             commit: PhantomData,
         }
     }
 
     pub(crate) fn into_parts(self) -> (S, K, i64) {
         (self.state, self.key, self.occurrence)
+    }
+
+    pub(crate) fn scope(&self) -> u64 {
+        self.scope
+    }
+
+    /// The same win, handed to another scope (a released savepoint's
+    /// parent, or 0 once committed).
+    pub(crate) fn rescope<D>(self, scope: u64) -> Won<S, K, D> {
+        Won::new(self.state, self.key, self.occurrence, scope)
     }
 
     /// The state the row is in now: the transition's target.
@@ -129,10 +143,7 @@ impl<S: StateMachine, K: fmt::Debug, C> fmt::Debug for Won<S, K, C> {
             .field("state", &self.state)
             .field("key", &self.key)
             .field("occurrence", &self.occurrence)
-            .field(
-                "committed",
-                &(core::any::type_name::<C>() == core::any::type_name::<Committed>()),
-            )
+            .field("committed", &(self.scope == 0))
             .finish()
     }
 }

@@ -89,7 +89,10 @@ impl<S: StateMachine> Transition<S> {
         refuse_open_transaction(executor)?;
         let def = self.def;
         let machine = S::MACHINE;
-        let select = <E::Database as Backend>::sql(machine.select_sql());
+        let select = <E::Database as Backend>::sql(match executor.in_transaction() {
+            true => machine.select_in_transaction_sql(),
+            false => machine.select_sql(),
+        });
         let mut attempts = 0;
         loop {
             attempts += 1;
@@ -98,7 +101,12 @@ impl<S: StateMachine> Transition<S> {
                 continue;
             };
             if let Some(occurrence) = changed {
-                return Ok(Outcome::Applied(Won::new(def.target(), key, occurrence)));
+                return Ok(Outcome::Applied(Won::new(
+                    def.target(),
+                    key,
+                    occurrence,
+                    executor.scope(),
+                )));
             }
             // Zero rows: read the state with a statement of its own, so that
             // it sees what the racing winner committed.
@@ -384,13 +392,15 @@ enum Attempt {
     Failed(Error),
 }
 
-/// The one bound parameter of both statements: the row key.
+/// The row key, bound as often as the dialect's exact key match names it.
 pub(crate) fn key_arguments<DB: Backend, K>(key: &K) -> Result<DB::Args, sqlx::Error>
 where
     K: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
 {
     let mut args = DB::Args::default();
-    sqlx::Arguments::add(&mut args, key).map_err(sqlx::Error::Encode)?;
+    for _ in 0..DB::KEY_BINDS {
+        sqlx::Arguments::add(&mut args, key).map_err(sqlx::Error::Encode)?;
+    }
     Ok(args)
 }
 

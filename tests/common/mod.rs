@@ -164,7 +164,7 @@ macro_rules! open {
 macro_rules! stale_transaction {
     ($db:expr) => {{
         $db.seed(1).await;
-        let mut tx = $db.pool.begin().await.unwrap();
+        let mut tx = stateguard::Tx::begin(&$db.pool).await.unwrap();
         let seen: String = sqlx::query_scalar("SELECT status FROM payouts WHERE id = 1")
             .fetch_one(&mut *tx)
             .await

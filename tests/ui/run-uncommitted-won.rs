@@ -10,12 +10,12 @@ pub enum PayoutStatus {
 }
 
 async fn send(pool: sqlx::SqlitePool) -> Result<(), Box<dyn std::error::Error>> {
-    let mut tx = pool.begin().await?;
+    let mut tx = stateguard::Tx::begin(&pool).await?;
     if let Outcome::Applied(won) = PayoutStatus::start().apply(&mut tx, 1_i64).await? {
         // The transaction has not committed: the effect must not run yet.
         won.run(|_| async {}).await;
     }
-    tx.commit().await?;
+    tx.commit(()).await?;
     Ok(())
 }
 

@@ -29,6 +29,11 @@ pub trait Backend: sqlx::Database + Sealed {
     #[doc(hidden)]
     fn sql(sql: &Sql) -> &'static str;
 
+    /// How many placeholders the exact key match takes: MySQL's `?` is
+    /// positional, so the key is bound once for each use.
+    #[doc(hidden)]
+    const KEY_BINDS: usize;
+
     #[doc(hidden)]
     fn rows_affected(result: &Self::QueryResult) -> u64;
 
@@ -54,6 +59,13 @@ pub trait Backend: sqlx::Database + Sealed {
     /// Whether `error` is a serialization failure, deadlock or busy database
     /// that a fresh attempt may get past.
     fn is_retryable(error: &sqlx::Error) -> bool;
+
+    /// Asked just before `COMMIT`: whether the connection's transaction is
+    /// still open and not aborted, so that the `COMMIT` really commits.
+    #[doc(hidden)]
+    fn transaction_open(
+        conn: &mut Self::Connection,
+    ) -> crate::executor::BoxFuture<'_, Result<bool, sqlx::Error>>;
 }
 
 /// The accessors that read rows and extend arguments the same way on every

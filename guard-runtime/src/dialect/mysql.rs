@@ -11,6 +11,8 @@ impl Backend for MySql {
 
     type Args = sqlx::mysql::MySqlArguments;
 
+    const KEY_BINDS: usize = 2;
+
     const RETURNING: bool = false;
 
     fn sql(sql: &Sql) -> &'static str {
@@ -33,5 +35,32 @@ impl Backend for MySql {
         // 1020 ER_CHECKREAD (MariaDB snapshot isolation: record changed)
         db.try_downcast_ref::<MySqlDatabaseError>()
             .is_some_and(|e| matches!(e.number(), 1213 | 1205 | 1020))
+    }
+
+    fn transaction_open(
+        conn: &mut sqlx::MySqlConnection,
+    ) -> crate::executor::BoxFuture<'_, Result<bool, sqlx::Error>> {
+        Box::pin(async move {
+            // A deadlock rolls the whole transaction back, and the session
+            // then runs later statements outside any transaction: COMMIT
+            // would succeed and commit nothing of what came before.
+            // MariaDB says whether a transaction is open; MySQL 8 does not
+            // know the variable (1193), and there only the library's own
+            // statements are watched (see `tx::Health`).
+            let open = sqlx::query_scalar::<_, i64>("SELECT CAST(@@in_transaction AS SIGNED)")
+                .fetch_one(conn)
+                .await;
+            match open {
+                Ok(open) => Ok(open != 0),
+                Err(sqlx::Error::Database(db))
+                    if db
+                        .try_downcast_ref::<MySqlDatabaseError>()
+                        .is_some_and(|e| e.number() == 1193) =>
+                {
+                    Ok(true)
+                }
+                Err(error) => Err(error),
+            }
+        })
     }
 }

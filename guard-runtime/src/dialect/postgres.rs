@@ -11,6 +11,8 @@ impl Backend for Postgres {
 
     type Args = sqlx::postgres::PgArguments;
 
+    const KEY_BINDS: usize = 1;
+
     const RETURNING: bool = true;
 
     fn sql(sql: &Sql) -> &'static str {
@@ -26,5 +28,19 @@ impl Backend for Postgres {
     fn is_retryable(error: &sqlx::Error) -> bool {
         // 40001 serialization_failure, 40P01 deadlock_detected
         matches!(db_code(error).as_deref(), Some("40001" | "40P01"))
+    }
+
+    fn transaction_open(
+        conn: &mut sqlx::PgConnection,
+    ) -> crate::executor::BoxFuture<'_, Result<bool, sqlx::Error>> {
+        Box::pin(async move {
+            // Any statement fails with 25P02 in an aborted transaction,
+            // whose COMMIT would be answered with a silent ROLLBACK.
+            match sqlx::Executor::execute(conn, "SELECT 1").await {
+                Ok(_) => Ok(true),
+                Err(error) if db_code(&error).as_deref() == Some("25P02") => Ok(false),
+                Err(error) => Err(error),
+            }
+        })
     }
 }

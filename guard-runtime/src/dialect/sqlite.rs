@@ -11,6 +11,8 @@ impl Backend for Sqlite {
 
     type Args = sqlx::sqlite::SqliteArguments;
 
+    const KEY_BINDS: usize = 1;
+
     const RETURNING: bool = true;
 
     fn sql(sql: &Sql) -> &'static str {
@@ -32,5 +34,13 @@ impl Backend for Sqlite {
             db_code(error).as_deref(),
             Some("5" | "261" | "517" | "6" | "262")
         )
+    }
+
+    fn transaction_open(
+        _conn: &mut sqlx::SqliteConnection,
+    ) -> crate::executor::BoxFuture<'_, Result<bool, sqlx::Error>> {
+        // SQLite's COMMIT fails by itself when an error has already rolled
+        // the transaction back.
+        Box::pin(core::future::ready(Ok(true)))
     }
 }

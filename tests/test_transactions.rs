@@ -1,0 +1,355 @@
+//! Wins inside a caller's transaction: tied to that transaction and its
+//! savepoints, handed out only by a commit that really committed, and
+//! losers that see the row as it is, not as a snapshot had it.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Isolation, PayoutStatus, TransferStatus};
+use stateguard::{Error, Outcome, StateMachine, Tx, Uncommitted, Won};
+
+type Staged = Won<TransferStatus, i64, Uncommitted>;
+
+fn won(outcome: Outcome<TransferStatus, i64, Uncommitted>) -> Staged {
+    match outcome {
+        Outcome::Applied(won) => won,
+        other => panic!("expected a win, got {other:?}"),
+    }
+}
+
+macro_rules! transaction_tests {
+    ($backend:ident) => {
+        use super::*;
+
+        /// ROLLBACK TO SAVEPOINT undoes the move: its win must not commit
+        /// with the enclosing transaction.
+        #[tokio::test]
+        async fn a_win_in_a_rolled_back_savepoint_never_commits() {
+            let Some(db) = open!($backend, "tx_savepoint_rollback") else {
+                return;
+            };
+            db.transfers(2).await;
+            let mut tx = Tx::begin(&db.pool).await.unwrap();
+            let first = won(TransferStatus::start().apply(&mut tx, 1_i64).await.unwrap());
+            let mut savepoint = tx.savepoint().await.unwrap();
+            let second = won(TransferStatus::start()
+                .apply(&mut savepoint, 2_i64)
+                .await
+                .unwrap());
+            savepoint.rollback().await.unwrap();
+            let error = tx.commit((first, second)).await.unwrap_err();
+            assert!(matches!(error, Error::ForeignWin), "{error:?}");
+            // Nothing was committed: the transaction rolled back whole.
+            assert_eq!(db.transfer(1).await, ("pending".to_owned(), 0));
+            assert_eq!(db.transfer(2).await, ("pending".to_owned(), 0));
+        }
+
+        /// A released savepoint hands its wins to the transaction, and a
+        /// nested one to its parent savepoint.
+        #[tokio::test]
+        async fn a_released_savepoint_commits_its_wins_with_the_transaction() {
+            let Some(db) = open!($backend, "tx_savepoint_release") else {
+                return;
+            };
+            db.transfers(3).await;
+            let mut tx = Tx::begin(&db.pool).await.unwrap();
+            let first = won(TransferStatus::start().apply(&mut tx, 1_i64).await.unwrap());
+            let mut outer = tx.savepoint().await.unwrap();
+            let second = won(TransferStatus::start()
+                .apply(&mut outer, 2_i64)
+                .await
+                .unwrap());
+            let mut inner = outer.savepoint().await.unwrap();
+            let third = won(TransferStatus::start()
+                .apply(&mut inner, 3_i64)
+                .await
+                .unwrap());
+            // The inner win is not the outer savepoint's until released.
+            let third = inner.release(third).await.unwrap();
+            let (second, third) = outer.release((second, third)).await.unwrap();
+            let (first, second, third) = tx.commit((first, second, third)).await.unwrap();
+            let keys: Vec<String> = [first, second, third]
+                .iter()
+                .map(|won| won.effect_key())
+                .collect();
+            assert_eq!(
+                keys,
+                [
+                    "transfers.status:1:sending:1",
+                    "transfers.status:2:sending:1",
+                    "transfers.status:3:sending:1"
+                ]
+            );
+            for id in 1..=3 {
+                assert_eq!(db.transfer(id).await, ("sending".to_owned(), 1));
+            }
+        }
+
+        /// A savepoint cannot release a win that is not its own.
+        #[tokio::test]
+        async fn a_savepoint_releases_only_its_own_wins() {
+            let Some(db) = open!($backend, "tx_savepoint_foreign") else {
+                return;
+            };
+            db.transfers(1).await;
+            let mut tx = Tx::begin(&db.pool).await.unwrap();
+            let first = won(TransferStatus::start().apply(&mut tx, 1_i64).await.unwrap());
+            let savepoint = tx.savepoint().await.unwrap();
+            let error = savepoint.release(first).await.unwrap_err();
+            assert!(matches!(error, Error::ForeignWin), "{error:?}");
+        }
+
+        /// `tx.rollback()`, then the win offered to a fresh transaction: it
+        /// belongs to the rolled-back one, so it never commits.
+        #[tokio::test]
+        async fn a_win_cannot_commit_with_another_transaction() {
+            let Some(db) = open!($backend, "tx_foreign") else {
+                return;
+            };
+            db.transfers(1).await;
+            let mut tx = Tx::begin(&db.pool).await.unwrap();
+            let staged = won(TransferStatus::start().apply(&mut tx, 1_i64).await.unwrap());
+            tx.rollback().await.unwrap();
+            let other = Tx::begin(&db.pool).await.unwrap();
+            let error = staged.commit(other).await.unwrap_err();
+            assert!(matches!(error, Error::ForeignWin), "{error:?}");
+            assert!(
+                error.to_string().contains("nothing was committed"),
+                "{error}"
+            );
+            assert_eq!(db.transfer(1).await, ("pending".to_owned(), 0));
+        }
+    };
+}
+
+mod sqlite {
+    transaction_tests!(Sqlite);
+}
+
+mod postgres {
+    transaction_tests!(Postgres);
+}
+
+mod mysql {
+    transaction_tests!(Mysql);
+}
+
+/// After `RetryTransaction` the transaction must be retried whole: a caller
+/// who ignores it cannot commit what came before.
+macro_rules! ignored_retry_test {
+    ($name:ident, $open:expr) => {
+        #[tokio::test]
+        async fn $name() {
+            let Some(db) = $open else {
+                return;
+            };
+            let mut tx = stale_transaction!(db);
+            let error = PayoutStatus::cancel()
+                .apply(&mut tx, 1_i64)
+                .await
+                .unwrap_err();
+            assert!(error.is_retry_transaction(), "{error:?}");
+            let error = tx.commit(()).await.unwrap_err();
+            assert!(matches!(error, Error::RolledBack { .. }), "{error:?}");
+            assert!(error.is_retry_transaction());
+            assert_eq!(db.status(1).await.as_deref(), Some("sending"));
+        }
+    };
+}
+
+// SQLITE_BUSY_SNAPSHOT, PostgreSQL 40001, MariaDB snapshot isolation 1020.
+ignored_retry_test!(
+    sqlite_an_ignored_retry_transaction_error_blocks_the_commit,
+    open!(Sqlite, "tx_ignored_retry")
+);
+ignored_retry_test!(
+    postgres_an_ignored_retry_transaction_error_blocks_the_commit,
+    open!(Postgres, "tx_ignored_retry", Isolation::RepeatableRead)
+);
+ignored_retry_test!(
+    mariadb_an_ignored_retry_transaction_error_blocks_the_commit,
+    open!(Mysql, "tx_ignored_retry", Isolation::Snapshot)
+);
+
+/// PostgreSQL answers the COMMIT of an aborted transaction with ROLLBACK and
+/// no error. A win from before the error must not come out committed.
+#[tokio::test]
+async fn postgres_commit_of_an_aborted_transaction_is_an_error() {
+    let Some(db) = open!(Postgres, "tx_aborted") else {
+        return;
+    };
+    db.transfers(1).await;
+    let mut tx = Tx::begin(&db.pool).await.unwrap();
+    let staged = won(TransferStatus::start().apply(&mut tx, 1_i64).await.unwrap());
+    // The caller's own statement fails, and the caller goes on regardless.
+    let ignored = sqlx::query("SELECT 1 / 0").execute(&mut *tx).await;
+    assert!(ignored.is_err());
+    let error = staged.commit(tx).await.unwrap_err();
+    assert!(matches!(error, Error::RolledBack { .. }), "{error:?}");
+    assert!(error.to_string().contains("rolled back"), "{error}");
+    assert_eq!(db.transfer(1).await, ("pending".to_owned(), 0));
+}
+
+/// A savepoint that caught the error keeps the transaction alive: its wins
+/// from before the savepoint still commit.
+#[tokio::test]
+async fn postgres_an_error_inside_a_rolled_back_savepoint_spares_the_transaction() {
+    let Some(db) = open!(Postgres, "tx_savepoint_error") else {
+        return;
+    };
+    db.transfers(1).await;
+    let mut tx = Tx::begin(&db.pool).await.unwrap();
+    let staged = won(TransferStatus::start().apply(&mut tx, 1_i64).await.unwrap());
+    let mut savepoint = tx.savepoint().await.unwrap();
+    assert!(
+        sqlx::query("SELECT 1 / 0")
+            .execute(&mut *savepoint)
+            .await
+            .is_err()
+    );
+    savepoint.rollback().await.unwrap();
+    let committed = staged.commit(tx).await.unwrap();
+    assert_eq!(committed.occurrence(), 1);
+    assert_eq!(db.transfer(1).await, ("sending".to_owned(), 1));
+}
+
+/// A deadlock rolls the victim's whole transaction back, and MySQL runs its
+/// later statements outside any transaction, so its COMMIT would succeed
+/// and commit nothing. Here the deadlock hits the caller's own statements,
+/// which the library does not see: the check before COMMIT does.
+#[tokio::test]
+async fn mariadb_commit_after_a_deadlock_in_the_callers_statements_is_an_error() {
+    let Some(db) = open!(Mysql, "tx_deadlock_own") else {
+        return;
+    };
+    db.transfers(2).await;
+    let mut a = Tx::begin(&db.pool).await.unwrap();
+    let mut b = Tx::begin(&db.pool).await.unwrap();
+    let won_a = won(TransferStatus::start().apply(&mut a, 1_i64).await.unwrap());
+    let won_b = won(TransferStatus::start().apply(&mut b, 2_i64).await.unwrap());
+    // Each now locks the other's row: one of them is the victim.
+    let (ra, rb) = tokio::join!(
+        sqlx::query("UPDATE transfers SET sent_at = NULL WHERE id = 2").execute(&mut *a),
+        async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            sqlx::query("UPDATE transfers SET sent_at = NULL WHERE id = 1")
+                .execute(&mut *b)
+                .await
+        },
+    );
+    let (victim, victim_win, survivor, survivor_win, victim_row) = match (ra, rb) {
+        (Err(_), Ok(_)) => (a, won_a, b, won_b, 1),
+        (Ok(_), Err(_)) => (b, won_b, a, won_a, 2),
+        other => panic!("expected exactly one deadlock victim: {other:?}"),
+    };
+    let error = victim.commit(victim_win).await.unwrap_err();
+    assert!(matches!(error, Error::RolledBack { .. }), "{error:?}");
+    let committed = survivor.commit(survivor_win).await.unwrap();
+    assert_eq!(committed.state(), TransferStatus::Sending);
+    assert_eq!(db.transfer(victim_row).await, ("pending".to_owned(), 0));
+}
+
+/// The same, with the deadlock in the library's own statement: the victim
+/// was told to retry the whole transaction, and its commit refuses.
+#[tokio::test]
+async fn mariadb_commit_after_a_deadlock_in_apply_is_an_error() {
+    let Some(db) = open!(Mysql, "tx_deadlock_apply") else {
+        return;
+    };
+    db.transfers(2).await;
+    let mut a = Tx::begin(&db.pool).await.unwrap();
+    let mut b = Tx::begin(&db.pool).await.unwrap();
+    let won_a = won(TransferStatus::start().apply(&mut a, 1_i64).await.unwrap());
+    let won_b = won(TransferStatus::start().apply(&mut b, 2_i64).await.unwrap());
+    let (ra, rb) = tokio::join!(TransferStatus::cancel().apply(&mut a, 2_i64), async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        TransferStatus::cancel().apply(&mut b, 1_i64).await
+    },);
+    let (victim, victim_win) = match (ra, rb) {
+        (Err(error), Ok(_)) => {
+            assert!(error.is_retry_transaction(), "{error:?}");
+            (a, won_a)
+        }
+        (Ok(_), Err(error)) => {
+            assert!(error.is_retry_transaction(), "{error:?}");
+            (b, won_b)
+        }
+        other => panic!("expected exactly one deadlock victim: {other:?}"),
+    };
+    let error = victim.commit(victim_win).await.unwrap_err();
+    assert!(matches!(error, Error::RolledBack { .. }), "{error:?}");
+}
+
+/// REPEATABLE READ, snapshot `pending`; another session moves the row to
+/// `sending`. `confirm` (legal from `sending`) matches nothing against the
+/// snapshot; a plain read would report `Conflict { current: Pending }`. The
+/// locking read sees the row changed and asks for a retry instead.
+#[tokio::test]
+async fn postgres_repeatable_read_loser_is_told_to_retry_not_a_stale_conflict() {
+    let Some(db) = open!(Postgres, "tx_rr_loser", Isolation::RepeatableRead) else {
+        return;
+    };
+    let mut tx = stale_transaction!(db);
+    let error = PayoutStatus::confirm()
+        .apply(&mut tx, 1_i64)
+        .await
+        .unwrap_err();
+    assert!(error.is_retry_transaction(), "{error:?}");
+    drop(tx);
+    // Retried whole, it sees the row as it is and wins.
+    let mut tx = Tx::begin(&db.pool).await.unwrap();
+    let outcome = PayoutStatus::confirm().apply(&mut tx, 1_i64).await.unwrap();
+    assert!(outcome.is_applied(), "{outcome:?}");
+    tx.commit(outcome.won()).await.unwrap();
+    assert_eq!(db.status(1).await.as_deref(), Some("sent"));
+}
+
+/// SERIALIZABLE, snapshot `sending`; another session puts the row back to
+/// `pending`. `start` matches nothing against the snapshot; a plain read
+/// would answer `AlreadyInState(Sending)` while the row is `pending`.
+#[tokio::test]
+async fn postgres_serializable_loser_is_told_to_retry_not_already_in_state() {
+    let Some(db) = open!(Postgres, "tx_ser_loser", Isolation::Serializable) else {
+        return;
+    };
+    db.seed(1).await;
+    assert!(
+        PayoutStatus::start()
+            .apply(&db.pool, 1_i64)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    let mut tx = Tx::begin(&db.pool).await.unwrap();
+    let seen: String = sqlx::query_scalar("SELECT status FROM payouts WHERE id = 1")
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    assert_eq!(seen, "sending");
+    db.set_status_raw(1, "pending").await;
+    let outcome = PayoutStatus::start().apply(&mut tx, 1_i64).await;
+    let error = outcome.expect_err("a snapshot answer would be AlreadyInState(Sending)");
+    assert!(error.is_retry_transaction(), "{error:?}");
+    drop(tx);
+    assert_eq!(db.status(1).await.as_deref(), Some("pending"));
+    assert!(
+        PayoutStatus::MACHINE
+            .select_in_transaction_sql()
+            .postgres()
+            .ends_with(" FOR SHARE")
+    );
+}
+
+/// READ COMMITTED inside a transaction: a lost race waits for the winner
+/// and reports the state it committed.
+#[tokio::test]
+async fn postgres_read_committed_loser_in_a_transaction_sees_the_winner() {
+    let Some(db) = open!(Postgres, "tx_rc_loser") else {
+        return;
+    };
+    let mut tx = stale_transaction!(db);
+    let outcome = PayoutStatus::start().apply(&mut tx, 1_i64).await.unwrap();
+    assert_eq!(outcome, Outcome::AlreadyInState(PayoutStatus::Sending));
+    tx.commit(()).await.unwrap();
+}
