@@ -109,8 +109,8 @@
 /// documentation](crate) for the attributes.
 pub use guard_macros::StateMachine;
 pub use guard_runtime::{
-    Backend, Committed, Effect, Error, Executor, Finished, InFlightDef, Machine, Outcome,
-    Recovered, Savepoint, SetColumn, Sql, Staged, StateDef, StateMachine, Transition,
+    Backend, Committed, Effect, Error, Executor, FinishError, Finished, InFlightDef, Machine,
+    Outcome, Recovered, Savepoint, SetColumn, Sql, Staged, StateDef, StateMachine, Transition,
     TransitionDef, Tx, Uncommitted, UnknownState, Verdict, Won, claim_expired, ddl, docs, recover,
 };
 

@@ -510,7 +510,7 @@ macro_rules! effect_tests {
             );
             assert!(error.to_string().contains("in_flight"), "{error}");
             // Finishing a win into a state that is not in flight is refused
-            // before the effect runs.
+            // before the effect runs, and the win comes back.
             assert!(
                 TransferStatus::start()
                     .apply(&db.pool, 1_i64)
@@ -525,7 +525,7 @@ macro_rules! effect_tests {
                 .won()
                 .unwrap();
             let ran = AtomicUsize::new(0);
-            let error = won
+            let refused = won
                 .finish(&db.pool, |_| async {
                     ran.fetch_add(1, Ordering::SeqCst);
                     Verdict::Done
@@ -534,15 +534,62 @@ macro_rules! effect_tests {
                 .unwrap_err();
             assert!(
                 matches!(
-                    error,
+                    refused.error(),
                     Error::NotInFlight {
                         state: "failed",
                         ..
                     }
                 ),
-                "{error:?}"
+                "{refused:?}"
             );
             assert_eq!(ran.load(Ordering::SeqCst), 0);
+            let won = refused.into_won().expect("the win is handed back");
+            assert_eq!(won.effect_key(), "transfers.status:1:failed:2");
+            won.run(|_| async { ran.fetch_add(1, Ordering::SeqCst) })
+                .await;
+            assert_eq!(ran.load(Ordering::SeqCst), 1);
+        }
+
+        #[tokio::test]
+        async fn finish_on_a_connection_inside_a_transaction_hands_the_win_back() {
+            let Some(db) = open!($backend, "effect_finish_refused") else {
+                return;
+            };
+            db.transfers(1).await;
+            let won = TransferStatus::start()
+                .apply(&db.pool, 1_i64)
+                .await
+                .unwrap()
+                .won()
+                .unwrap();
+            let mut tx = db.pool.begin().await.unwrap();
+            let ran = AtomicUsize::new(0);
+            let refused = won
+                .finish(&mut *tx, |_| async {
+                    ran.fetch_add(1, Ordering::SeqCst);
+                    Verdict::Done
+                })
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(refused.error(), Error::ConnectionInTransaction),
+                "{refused:?}"
+            );
+            assert!(refused.to_string().contains("handed back"), "{refused}");
+            tx.rollback().await.unwrap();
+            assert_eq!(ran.load(Ordering::SeqCst), 0);
+            // The win was not lost: it finishes on the pool.
+            let won = refused.into_won().expect("the win is handed back");
+            let finished = won
+                .finish(&db.pool, |_| async {
+                    ran.fetch_add(1, Ordering::SeqCst);
+                    Verdict::Done
+                })
+                .await
+                .unwrap();
+            assert_eq!(finished, Finished::Done(TransferStatus::Sent));
+            assert_eq!(ran.load(Ordering::SeqCst), 1);
+            assert_eq!(db.transfer(1).await, ("sent".to_owned(), 2));
         }
     };
 }

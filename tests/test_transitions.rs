@@ -376,3 +376,41 @@ fn apply_futures_are_send(
     is_send(PayoutStatus::start().apply(lite_conn, 1_i64));
     is_send(PayoutStatus::start().apply(lite_tx, String::from("key")));
 }
+
+/// A session the server ends while `apply` waits (here killed by an
+/// operator, as during a failover) leaves the outcome unknown, and the
+/// error says so.
+#[tokio::test]
+async fn postgres_a_terminated_session_leaves_the_outcome_unknown() {
+    let Some(db) = open!(Postgres, "terminated") else {
+        return;
+    };
+    db.seed(1).await;
+    // Another transaction holds the row, so that `apply` waits on it.
+    let mut holder = db.pool.begin().await.unwrap();
+    sqlx::query("SELECT id FROM payouts WHERE id = 1 FOR UPDATE")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let mut conn = db.pool.acquire().await.unwrap();
+    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    let pool = db.pool.clone();
+    let killer = tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        sqlx::query("SELECT pg_terminate_backend($1)")
+            .bind(pid)
+            .execute(&pool)
+            .await
+            .unwrap();
+    });
+    let error = PayoutStatus::start()
+        .apply(&mut *conn, 1_i64)
+        .await
+        .unwrap_err();
+    killer.await.unwrap();
+    assert!(error.is_outcome_unknown(), "{error:?}");
+    holder.rollback().await.unwrap();
+}

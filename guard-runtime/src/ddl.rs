@@ -163,6 +163,7 @@ impl fmt::Display for Dialect {
 /// Made by [`postgres`], [`sqlite`], [`mysql`] or [`generate`]. Its
 /// `Display` is [`Ddl::migration`]. The statements of [`Ddl::statements`]
 /// carry no trailing `;`.
+#[must_use = "the DDL does nothing until it is run or written out"]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ddl {
     dialect: Dialect,

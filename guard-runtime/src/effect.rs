@@ -71,6 +71,69 @@ impl<S: StateMachine, K> Effect<S, K> {
     }
 }
 
+/// Why [`Won::finish`] did not finish the row.
+#[derive(Debug)]
+pub enum FinishError<S: StateMachine, K> {
+    /// Refused before the effect ran: the win comes back, and its effect
+    /// can still run (with [`Won::run`], or `finish` on a fitting
+    /// executor).
+    Refused {
+        /// The win, as it was.
+        won: Won<S, K, Committed>,
+        /// Why `finish` refused.
+        error: Error,
+    },
+    /// The effect ran, then its follow-up failed. The row stays in flight
+    /// until recovery finishes it.
+    FollowUp(Error),
+}
+
+impl<S: StateMachine, K> FinishError<S, K> {
+    /// The error, whichever way `finish` failed.
+    pub fn error(&self) -> &Error {
+        match self {
+            FinishError::Refused { error, .. } | FinishError::FollowUp(error) => error,
+        }
+    }
+
+    /// The win handed back by a refused call.
+    pub fn into_won(self) -> Option<Won<S, K, Committed>> {
+        match self {
+            FinishError::Refused { won, .. } => Some(won),
+            FinishError::FollowUp(_) => None,
+        }
+    }
+}
+
+impl<S: StateMachine, K> fmt::Display for FinishError<S, K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FinishError::Refused { error, .. } => {
+                write!(
+                    f,
+                    "finish refused before the effect ran (the win is handed back): {error}"
+                )
+            }
+            FinishError::FollowUp(error) => write!(f, "the effect ran, then {error}"),
+        }
+    }
+}
+
+impl<S: StateMachine, K: fmt::Debug> std::error::Error for FinishError<S, K> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(self.error())
+    }
+}
+
+/// Drops a refused call's win: `?` into [`Error`] gives it up explicitly.
+impl<S: StateMachine, K> From<FinishError<S, K>> for Error {
+    fn from(error: FinishError<S, K>) -> Error {
+        match error {
+            FinishError::Refused { error, .. } | FinishError::FollowUp(error) => error,
+        }
+    }
+}
+
 /// How an effect on an in-flight row ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
@@ -86,6 +149,7 @@ pub enum Verdict {
 }
 
 /// Where [`Won::finish`] left the row.
+#[must_use = "a `Superseded` row needs reconciling: the effect ran, yet the row moved on"]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Finished<S> {
     /// The effect succeeded and the row is in the `done` transition's
@@ -126,7 +190,16 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
     /// A crash anywhere in between leaves the row in flight; once its lease
     /// runs out, [`recover`] runs the effect again with the same effect key
     /// and finishes it.
-    pub async fn finish<E, F, Fut>(self, mut executor: E, effect: F) -> Result<Finished<S>, Error>
+    ///
+    /// A call that cannot finish (the state is not in flight, or `executor`
+    /// is a connection inside a transaction) is refused before the effect
+    /// runs, and [`FinishError::Refused`] hands the win back: its effect can
+    /// still run.
+    pub async fn finish<E, F, Fut>(
+        self,
+        mut executor: E,
+        effect: F,
+    ) -> Result<Finished<S>, FinishError<S, K>>
     where
         E: Executor<Commit = Committed>,
         K: fmt::Display
@@ -138,11 +211,17 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
         F: FnOnce(Effect<S, K>) -> Fut,
         Fut: Future<Output = Verdict>,
     {
-        let in_flight = in_flight_def(self.state())?;
-        refuse_open_transaction(&executor)?;
+        let checked = in_flight_def(self.state())
+            .and_then(|in_flight| refuse_open_transaction(&executor).map(|()| in_flight));
+        let in_flight = match checked {
+            Ok(in_flight) => in_flight,
+            Err(error) => return Err(FinishError::Refused { won: self, error }),
+        };
         let (key, state, occurrence) = (self.key().clone(), self.state(), self.occurrence());
         let verdict = self.run(effect).await;
-        follow_up(&mut executor, in_flight, state, key, occurrence, verdict).await
+        follow_up(&mut executor, in_flight, state, key, occurrence, verdict)
+            .await
+            .map_err(FinishError::FollowUp)
     }
 
     fn into_effect(self) -> Effect<S, K>
@@ -335,6 +414,7 @@ fn recovery_error<S: StateMachine>(state: S, source: sqlx::Error) -> Error {
 }
 
 /// What one [`recover`] pass did.
+#[must_use = "a pass records per-row failures in `errors` instead of returning them"]
 #[derive(Debug, Default)]
 #[non_exhaustive]
 pub struct Recovered {

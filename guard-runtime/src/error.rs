@@ -217,14 +217,60 @@ impl Error {
     /// as `AlreadyInState`) and treat an effect as possibly owed: an effect
     /// that must not be lost belongs in an in-flight state, whose recovery
     /// covers exactly this case.
+    ///
+    /// Besides a broken connection, these count: the server ending the
+    /// session (PostgreSQL 57P01 admin shutdown, 57P02 crash shutdown, 57P03
+    /// cannot connect now; MySQL/MariaDB 1053 server shutdown, 1927
+    /// connection killed, 2006 server gone away, 2013 lost connection), and
+    /// a statement or COMMIT cancelled while PostgreSQL waited for its
+    /// synchronous replicas (57014 `query_canceled`: the commit is local
+    /// already).
     pub fn is_outcome_unknown(&self) -> bool {
         match self {
-            Error::Database { source, .. } | Error::Commit { source } => matches!(
-                source,
-                sqlx::Error::Io(_) | sqlx::Error::Protocol(_) | sqlx::Error::WorkerCrashed
-            ),
+            Error::Database { source, .. }
+            | Error::Commit { source }
+            | Error::RolledBack {
+                source: Some(source),
+            } => connection_lost(source),
             _ => false,
         }
+    }
+}
+
+/// Whether `error` ended the session while a statement may have been in
+/// flight.
+fn connection_lost(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Io(_) | sqlx::Error::Protocol(_) | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => {
+            let code = db.code();
+            let code = code.as_deref().unwrap_or_default();
+            // PostgreSQL SQLSTATEs: admin shutdown (also what a session
+            // killed while its COMMIT waited for synchronous replication
+            // gets, after the local commit), crash shutdown, cannot connect
+            // now, and a cancelled statement, counted as unknown to be safe.
+            if matches!(code, "57P01" | "57P02" | "57P03" | "57014") {
+                return true;
+            }
+            mysql_number(error).is_some_and(|n| matches!(n, 1053 | 1927 | 2006 | 2013))
+        }
+        _ => false,
+    }
+}
+
+/// The MySQL/MariaDB error number of `error`, where that backend is built.
+fn mysql_number(error: &sqlx::Error) -> Option<u16> {
+    #[cfg(feature = "mysql")]
+    {
+        error
+            .as_database_error()
+            .and_then(|db| db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>())
+            .map(|db| db.number())
+    }
+    #[cfg(not(feature = "mysql"))]
+    {
+        let _ = error;
+        None
     }
 }
 

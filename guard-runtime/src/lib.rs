@@ -24,7 +24,9 @@ mod transition;
 mod tx;
 
 pub use crate::dialect::Backend;
-pub use crate::effect::{Effect, Finished, Recovered, Verdict, claim_expired, recover};
+pub use crate::effect::{
+    Effect, FinishError, Finished, Recovered, Verdict, claim_expired, recover,
+};
 pub use crate::error::{Error, UnknownState};
 pub use crate::executor::Executor;
 pub use crate::machine::{

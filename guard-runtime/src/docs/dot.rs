@@ -28,6 +28,7 @@ use super::*;
 ///     ...
 /// }
 /// ```
+#[must_use]
 pub fn dot<T: StateMachine>() -> String {
     let machine = T::MACHINE;
     let mut out = String::new();

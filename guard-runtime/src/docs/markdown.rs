@@ -34,6 +34,7 @@ use super::*;
 /// | `confirm` | `Sending` | `Sent` | `sent_at = CURRENT_TIMESTAMP` |
 /// ...
 /// ```
+#[must_use]
 pub fn markdown<T: StateMachine>() -> String {
     let machine = T::MACHINE;
     let mut out = String::new();

@@ -37,6 +37,7 @@ use super::*;
 ///     classDef inFlight fill:#fff3bf,stroke:#e8590c,stroke-width:2px,color:#000
 ///     class Sending inFlight
 /// ```
+#[must_use]
 pub fn mermaid<T: StateMachine>() -> String {
     let machine = T::MACHINE;
     let states = machine.states();
@@ -94,6 +95,7 @@ pub fn mermaid<T: StateMachine>() -> String {
 
 /// [`mermaid`] inside a fenced ```` ```mermaid ```` block, as GitHub, GitLab
 /// and most Markdown renderers draw it. Ends with a newline.
+#[must_use]
 pub fn mermaid_block<T: StateMachine>() -> String {
     format!("```mermaid\n{}```\n", mermaid::<T>())
 }
