@@ -110,8 +110,9 @@
 pub use guard_macros::StateMachine;
 pub use guard_runtime::{
     Backend, Committed, Effect, Error, Executor, FinishError, Finished, InFlightDef, Machine,
-    Outcome, Recovered, Savepoint, SetColumn, Sql, Staged, StateDef, StateMachine, Transition,
-    TransitionDef, Tx, Uncommitted, UnknownState, Verdict, Won, claim_expired, ddl, docs, recover,
+    Outcome, Recovered, Savepoint, SetColumn, Sql, Staged, StateDef, StateMachine, SupersededRow,
+    Transition, TransitionDef, Tx, Uncommitted, UnknownState, Verdict, Won, claim_expired, ddl,
+    docs, recover,
 };
 
 #[doc(hidden)]

@@ -264,6 +264,46 @@ macro_rules! effect_tests {
         }
 
         #[tokio::test]
+        async fn recovery_names_the_rows_that_left_the_in_flight_state_meanwhile() {
+            let Some(db) = open!($backend, "effect_recover_superseded") else {
+                return;
+            };
+            db.transfers(2).await;
+            for id in 1..=2 {
+                let won = TransferStatus::start().apply(&db.pool, id).await.unwrap();
+                drop(won); // the worker died before its effect
+            }
+            outlive_the_lease().await;
+            let pool = db.pool.clone();
+            let report = stateguard::recover(
+                &db.pool,
+                TransferStatus::Sending,
+                10,
+                |effect: Effect<_, i64>| {
+                    let pool = pool.clone();
+                    async move {
+                        if *effect.key() == 2 {
+                            // Cancelled while the bank call was in flight.
+                            let cancel =
+                                TransferStatus::cancel().apply(&pool, 2_i64).await.unwrap();
+                            assert!(cancel.is_applied());
+                        }
+                        Verdict::Done
+                    }
+                },
+            )
+            .await
+            .unwrap();
+            assert_eq!(report.done, 1);
+            assert_eq!(report.superseded.len(), 1, "{report:?}");
+            assert_eq!(
+                report.superseded[0].effect_key,
+                "transfers.status:2:sending:1"
+            );
+            assert_eq!(report.superseded[0].current, "cancelled");
+        }
+
+        #[tokio::test]
         async fn recovery_redrives_an_expired_row_with_the_original_key() {
             let Some(db) = open!($backend, "effect_recover") else {
                 return;

@@ -413,6 +413,18 @@ fn recovery_error<S: StateMachine>(state: S, source: sqlx::Error) -> Error {
     }
 }
 
+/// A row that [`recover`] ran the effect for, but that had left the
+/// in-flight state some other way before the follow-up could finish it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SupersededRow {
+    /// The effect key the effect ran with; it names the row (see
+    /// [`Won::effect_key`]).
+    pub effect_key: String,
+    /// The database string of the state the follow-up found.
+    pub current: &'static str,
+}
+
 /// What one [`recover`] pass did.
 #[must_use = "a pass records per-row failures in `errors` instead of returning them"]
 #[derive(Debug, Default)]
@@ -428,8 +440,10 @@ pub struct Recovered {
     pub failed: usize,
     /// Rows whose effect asked to be retried later.
     pub retry_later: usize,
-    /// Rows that had left the in-flight state some other way meanwhile.
-    pub superseded: usize,
+    /// Rows that had left the in-flight state some other way while their
+    /// effect ran: the effect did run, so reconcile each with the far side
+    /// by its effect key.
+    pub superseded: Vec<SupersededRow>,
     /// Rows whose claim or follow-up failed. They stay in flight, and the
     /// pass went on with the other rows.
     pub errors: Vec<Error>,
@@ -480,12 +494,16 @@ where
             }
         }
         let won: Won<S, K, Committed> = Won::new(state, key.clone(), occurrence, 0);
+        let effect_key = won.effect_key();
         let verdict = won.run(&effect).await;
         match follow_up(&mut executor, in_flight, state, key, occurrence, verdict).await {
             Ok(Finished::Done(_)) => report.done += 1,
             Ok(Finished::Failed(_)) => report.failed += 1,
             Ok(Finished::RetryLater) => report.retry_later += 1,
-            Ok(Finished::Superseded { .. }) => report.superseded += 1,
+            Ok(Finished::Superseded { current }) => report.superseded.push(SupersededRow {
+                effect_key,
+                current: current.as_str(),
+            }),
             Err(error) => report.errors.push(error),
         }
     }

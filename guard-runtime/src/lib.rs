@@ -25,7 +25,7 @@ mod tx;
 
 pub use crate::dialect::Backend;
 pub use crate::effect::{
-    Effect, FinishError, Finished, Recovered, Verdict, claim_expired, recover,
+    Effect, FinishError, Finished, Recovered, SupersededRow, Verdict, claim_expired, recover,
 };
 pub use crate::error::{Error, UnknownState};
 pub use crate::executor::Executor;
