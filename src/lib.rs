@@ -109,10 +109,10 @@
 /// documentation](crate) for the attributes.
 pub use guard_macros::StateMachine;
 pub use guard_runtime::{
-    Backend, Committed, Effect, Error, Executor, FinishError, Finished, InFlightDef, Machine,
-    Outcome, Recovered, Savepoint, SetColumn, Sql, Staged, StateDef, StateMachine, SupersededRow,
-    Transition, TransitionDef, Tx, Uncommitted, UnknownState, Verdict, Won, claim_expired, ddl,
-    docs, recover,
+    Backend, Committed, DEFAULT_DEADLINE, Effect, Error, Executor, FinishError, Finished,
+    InFlightDef, Machine, Outcome, Recovered, Savepoint, SetColumn, Sql, Staged, StateDef,
+    StateMachine, SupersededRow, Transition, TransitionDef, Tx, Uncommitted, UnknownState, Verdict,
+    Won, claim_expired, ddl, docs, recover,
 };
 
 #[doc(hidden)]

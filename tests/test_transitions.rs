@@ -414,3 +414,39 @@ async fn postgres_a_terminated_session_leaves_the_outcome_unknown() {
     assert!(error.is_outcome_unknown(), "{error:?}");
     holder.rollback().await.unwrap();
 }
+
+/// An `UPDATE` that waits on a lock held elsewhere is cut off by the
+/// deadline, and the error says the outcome is open. Inside a `Tx`, the
+/// transaction then refuses to commit.
+#[tokio::test]
+async fn postgres_apply_keeps_its_deadline_behind_a_held_lock() {
+    let Some(db) = open!(Postgres, "deadline") else {
+        return;
+    };
+    db.seed(1).await;
+    let mut holder = db.pool.begin().await.unwrap();
+    sqlx::query("SELECT id FROM payouts WHERE id = 1 FOR UPDATE")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let start = PayoutStatus::start().within(std::time::Duration::from_millis(300));
+    assert_eq!(start.deadline(), std::time::Duration::from_millis(300));
+    assert_eq!(
+        PayoutStatus::start().deadline(),
+        stateguard::DEFAULT_DEADLINE
+    );
+    let error = start.apply(&db.pool, 1_i64).await.unwrap_err();
+    let Error::Timeout { outcome_known, .. } = error else {
+        panic!("expected a timeout, got {error:?}");
+    };
+    assert!(!outcome_known);
+    assert!(error.is_outcome_unknown());
+    assert!(error.to_string().contains("may still commit"), "{error}");
+
+    let mut tx = stateguard::Tx::begin(&db.pool).await.unwrap();
+    let error = start.apply(&mut tx, 1_i64).await.unwrap_err();
+    assert!(matches!(error, Error::Timeout { .. }), "{error:?}");
+    let error = tx.commit(()).await.unwrap_err();
+    assert!(matches!(error, Error::RolledBack { .. }), "{error:?}");
+    holder.rollback().await.unwrap();
+}

@@ -60,6 +60,29 @@ pub enum Error {
         last: Option<sqlx::Error>,
     },
 
+    /// The call ran out of its deadline
+    /// ([`Transition::within`](crate::Transition::within)), waiting for a
+    /// lock or retrying.
+    #[error(
+        "transition `{transition}` on table `{table}` ran out of its {deadline:?} deadline; {}",
+        if *outcome_known {
+            "nothing was changed"
+        } else {
+            "the UPDATE was in flight and may still commit: apply again to learn the row's state"
+        }
+    )]
+    Timeout {
+        /// The table of the machine.
+        table: &'static str,
+        /// The transition that was being applied.
+        transition: &'static str,
+        /// The deadline that ran out.
+        deadline: core::time::Duration,
+        /// False when the compare-and-set `UPDATE` was in flight: it may
+        /// commit after all, without a win.
+        outcome_known: bool,
+    },
+
     /// The key matched more than one row, so the key column is not unique.
     /// Outside a transaction those rows have been changed.
     #[error(
@@ -232,6 +255,7 @@ impl Error {
             | Error::RolledBack {
                 source: Some(source),
             } => connection_lost(source),
+            Error::Timeout { outcome_known, .. } => !outcome_known,
             _ => false,
         }
     }

@@ -97,6 +97,11 @@ pub trait Executor: Send + sealed::Sealed {
     /// The transaction or savepoint a win here belongs to; 0 outside one.
     #[doc(hidden)]
     fn scope(&self) -> u64;
+
+    /// A statement was cut off by a deadline and may still complete: a
+    /// transaction must then not commit.
+    #[doc(hidden)]
+    fn abandoned(&mut self) {}
 }
 
 /// The statement methods, given how to reach a connection from `self`.
@@ -230,6 +235,10 @@ macro_rules! in_transaction {
 
             fn scope(&self) -> u64 {
                 self.scope_id()
+            }
+
+            fn abandoned(&mut self) {
+                self.parts().1.abandon();
             }
         }
     };

@@ -33,7 +33,7 @@ pub use crate::machine::{
     InFlightDef, Machine, SetColumn, Sql, StateDef, StateMachine, TransitionDef,
 };
 pub use crate::outcome::{Committed, Outcome, Uncommitted, Won};
-pub use crate::transition::Transition;
+pub use crate::transition::{DEFAULT_DEADLINE, Transition};
 pub use crate::tx::{Savepoint, Staged, Tx};
 
 /// Items the derive's generated code names. Not part of the public API.

@@ -18,16 +18,42 @@ const MAX_ATTEMPTS: u32 = 10;
 const BACKOFF_BASE: Duration = Duration::from_millis(2);
 const BACKOFF_CAP: Duration = Duration::from_millis(100);
 
+/// How long [`Transition::apply`] may take, retries and waits for locks
+/// included, unless [`Transition::within`] says otherwise.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(30);
+
 /// One named transition of a machine, e.g. `PayoutStatus::start()`.
 ///
 /// A small `Copy` value pointing at compile-time metadata and SQL text.
 pub struct Transition<S: 'static> {
     def: &'static TransitionDef<S>,
+    deadline: Duration,
 }
 
 impl<S: StateMachine> Transition<S> {
     pub(crate) const fn from_def(def: &'static TransitionDef<S>) -> Self {
-        Transition { def }
+        Transition {
+            def,
+            deadline: DEFAULT_DEADLINE,
+        }
+    }
+
+    /// The same transition, with `deadline` for [`Transition::apply`]
+    /// instead of [`DEFAULT_DEADLINE`]:
+    /// `PayoutStatus::start().within(Duration::from_secs(2)).apply(&pool, id)`.
+    ///
+    /// A call that runs out of time ends in [`Error::Timeout`], which says
+    /// whether the outcome is known.
+    pub const fn within(self, deadline: Duration) -> Self {
+        Transition {
+            def: self.def,
+            deadline,
+        }
+    }
+
+    /// The deadline [`Transition::apply`] keeps.
+    pub const fn deadline(self) -> Duration {
+        self.deadline
     }
 
     /// The transition's name, e.g. `start`.
@@ -64,7 +90,19 @@ impl<S: StateMachine> Transition<S> {
     /// is [`Committed`](crate::Committed). Inside a transaction they end in
     /// [`Error::RetryTransaction`], and a win is
     /// [`Uncommitted`](crate::Uncommitted) until the transaction commits
-    /// through [`Won::commit`].
+    /// through [`Tx::commit`](crate::Tx::commit).
+    ///
+    /// The call keeps a deadline ([`DEFAULT_DEADLINE`], or
+    /// [`Transition::within`]): a lock held elsewhere, or retries that do
+    /// not settle, end in [`Error::Timeout`]. If time ran out while the
+    /// `UPDATE` was in flight, the change may still commit without a win
+    /// (`outcome_known: false`); inside a [`Tx`](crate::Tx) the transaction
+    /// then refuses to commit. The same holds when the caller drops the
+    /// future mid-statement: the `UPDATE` may commit, and no `Won` comes
+    /// out. A row moved into an in-flight state that way is taken over by
+    /// [`recover`](crate::recover) once its lease runs out; any other
+    /// effect is lost unless the caller treats such an error, or a later
+    /// `AlreadyInState`, as an effect possibly owed.
     pub async fn apply<E, K>(
         self,
         mut executor: E,
@@ -74,13 +112,45 @@ impl<S: StateMachine> Transition<S> {
         E: Executor,
         K: for<'q> sqlx::Encode<'q, E::Database> + sqlx::Type<E::Database> + Send + Sync,
     {
-        self.apply_on(&mut executor, key).await
+        let writing = core::sync::atomic::AtomicBool::new(false);
+        let attempt = self.apply_watched(&mut executor, key, &writing);
+        match tokio::time::timeout(self.deadline, attempt).await {
+            Ok(outcome) => outcome,
+            Err(_) => {
+                let outcome_known = !writing.load(core::sync::atomic::Ordering::Relaxed);
+                if !outcome_known {
+                    executor.abandoned();
+                }
+                Err(Error::Timeout {
+                    table: S::MACHINE.table(),
+                    transition: self.name(),
+                    deadline: self.deadline,
+                    outcome_known,
+                })
+            }
+        }
     }
 
     pub(crate) async fn apply_on<E, K>(
         self,
         executor: &mut E,
         key: K,
+    ) -> Result<Outcome<S, K, E::Commit>, Error>
+    where
+        E: Executor,
+        K: for<'q> sqlx::Encode<'q, E::Database> + sqlx::Type<E::Database> + Send + Sync,
+    {
+        let writing = core::sync::atomic::AtomicBool::new(false);
+        self.apply_watched(executor, key, &writing).await
+    }
+
+    /// `apply_on`, with `writing` true while the `UPDATE` is in flight, so
+    /// that a deadline that cuts it off knows the outcome is open.
+    async fn apply_watched<E, K>(
+        self,
+        executor: &mut E,
+        key: K,
+        writing: &core::sync::atomic::AtomicBool,
     ) -> Result<Outcome<S, K, E::Commit>, Error>
     where
         E: Executor,
@@ -97,7 +167,10 @@ impl<S: StateMachine> Transition<S> {
         loop {
             attempts += 1;
             let update = <E::Database as Backend>::sql(def.update_sql());
-            let Some(changed) = self.attempt(executor, update, &key, None, attempts).await? else {
+            writing.store(true, core::sync::atomic::Ordering::Relaxed);
+            let changed = self.attempt(executor, update, &key, None, attempts).await;
+            writing.store(false, core::sync::atomic::Ordering::Relaxed);
+            let Some(changed) = changed? else {
                 continue;
             };
             if let Some(occurrence) = changed {
@@ -430,7 +503,8 @@ impl<S: StateMachine> Copy for Transition<S> {}
 
 impl<S: StateMachine> PartialEq for Transition<S> {
     fn eq(&self, other: &Self) -> bool {
-        core::ptr::eq(self.def, other.def) || self.def.name() == other.def.name()
+        (core::ptr::eq(self.def, other.def) || self.def.name() == other.def.name())
+            && self.deadline == other.deadline
     }
 }
 

@@ -43,6 +43,12 @@ impl Health {
             self.rolled_back = true;
         }
     }
+
+    /// A statement was cut off and may still complete on the server: what
+    /// the transaction holds is unknown, so it must not commit.
+    pub(crate) fn abandon(&mut self) {
+        self.rolled_back = true;
+    }
 }
 
 /// A database transaction whose wins wait for its commit.
@@ -167,17 +173,17 @@ impl<'c, DB: Backend> Tx<'c, DB> {
             return Err(Error::ForeignWin);
         }
         if self.health.rolled_back {
-            let _ = self.inner.rollback().await;
+            // Dropped, not rolled back here: a statement cut off by a
+            // deadline may still hold the connection, and waiting for it
+            // could wait for ever. sqlx rolls back when the connection is
+            // next free.
             return Err(Error::RolledBack { source: None });
         }
         match DB::transaction_open(&mut self.inner).await {
             Ok(true) => {}
-            Ok(false) => {
-                let _ = self.inner.rollback().await;
-                return Err(Error::RolledBack { source: None });
-            }
+            // Dropping `self` rolls back what is left of the transaction.
+            Ok(false) => return Err(Error::RolledBack { source: None }),
             Err(source) => {
-                let _ = self.inner.rollback().await;
                 return Err(Error::RolledBack {
                     source: Some(source),
                 });
