@@ -80,75 +80,8 @@ pub fn check_state_str(value: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Why a `set(column = "…")` expression cannot go into the statement, if it
-/// cannot.
-///
-/// The expression is SQL written in the source, so it is static; what is
-/// refused is what could change the statement around it: a comment that
-/// swallows the `WHERE` clause, a second statement, a placeholder that
-/// would shift the bound key, an unterminated quote or parenthesis, a
-/// backslash (an escape character inside MySQL strings).
-pub fn check_expr(expr: &str) -> Result<(), String> {
-    let mut depth = 0_i32;
-    let mut chars = expr.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '\'' | '"' | '`' => {
-                // A quoted string or identifier; a doubled quote escapes.
-                loop {
-                    match chars.next() {
-                        None => return Err(format!("opens {} it does not close", describe(c))),
-                        Some(q) if q == c => {
-                            if chars.peek() == Some(&c) {
-                                chars.next();
-                            } else {
-                                break;
-                            }
-                        }
-                        Some('\\') => return Err("contains a backslash (\\)".to_owned()),
-                        Some(_) => {}
-                    }
-                }
-            }
-            '(' => depth += 1,
-            ')' => {
-                depth -= 1;
-                if depth < 0 {
-                    return Err("closes a parenthesis it did not open".to_owned());
-                }
-            }
-            ';' => return Err("contains `;`: one expression, not a statement".to_owned()),
-            '?' => {
-                return Err("contains `?`, a placeholder: values cannot be bound here".to_owned());
-            }
-            '$' if chars.peek().is_some_and(char::is_ascii_digit) => {
-                return Err("contains a `$n` placeholder: values cannot be bound here".to_owned());
-            }
-            '-' if chars.peek() == Some(&'-') => {
-                return Err(
-                    "contains a `--` comment, which would swallow the rest of the statement"
-                        .to_owned(),
-                );
-            }
-            '/' if chars.peek() == Some(&'*') => {
-                return Err("contains a `/*` comment".to_owned());
-            }
-            '#' => return Err("contains `#`, a comment in MySQL".to_owned()),
-            '\\' => return Err("contains a backslash (\\)".to_owned()),
-            c if c.is_control() && !matches!(c, '\n' | '\r' | '\t') => {
-                return Err(format!("contains {}", describe(c)));
-            }
-            _ => {}
-        }
-    }
-    if depth > 0 {
-        return Err("opens a parenthesis it does not close".to_owned());
-    }
-    Ok(())
-}
-
 /// A character as a message names it.
-fn describe(c: char) -> String {
+pub fn describe(c: char) -> String {
     match c {
         ' ' => "a space".to_owned(),
         '\'' => "a single quote (')".to_owned(),

@@ -11,6 +11,7 @@ use crate::ast::{Input, SetItem, TransitionAttr};
 use crate::case::RenameRule;
 use crate::ctxt::Ctxt;
 use crate::sql;
+use crate::sqltext;
 
 /// The machine after validation: what expansion needs, nothing more.
 pub struct Model<'a> {
@@ -392,7 +393,7 @@ fn check_set(
         if expr.trim().is_empty() {
             ok = false;
             cx.error(&item.expr, "empty SQL expression");
-        } else if let Err(why) = sql::check_expr(&expr) {
+        } else if let Err(why) = sqltext::tokenize(&expr) {
             ok = false;
             cx.error(&item.expr, format!("SQL expression {expr:?} {why}"));
         }
