@@ -193,8 +193,11 @@ impl Dialect {
             .collect();
         let status = format!("{column} = '{}'", target.db);
         // MySQL evaluates assignments left to right, each seeing the ones
-        // before it: the `set` expressions go first, so that they read the
-        // row as it was, as they do on PostgreSQL and SQLite.
+        // before it. A `set` expression reads no column the statement writes
+        // except its own (valid.rs refuses the rest), and no column is set
+        // twice; with the `set` assignments first, nothing has written that
+        // column yet when its expression reads it, so every expression reads
+        // the row as it was, as on PostgreSQL and SQLite.
         let mut assignments = match d {
             Dialect::MySql => sets.into_iter().chain([status]).collect::<Vec<_>>(),
             Dialect::Postgres | Dialect::Sqlite => [status].into_iter().chain(sets).collect(),

@@ -21,7 +21,8 @@
 //! Statement keywords are refused even inside parentheses: a `set` value is
 //! one expression of the row being updated. A subquery could read other
 //! tables, and then a column name in it would no longer tell which row it
-//! reads.
+//! reads; the rule that an expression reads the row as it was (see
+//! [`columns_read`]) depends on that.
 
 use crate::sql::describe;
 
@@ -116,6 +117,26 @@ pub fn tokenize(expr: &str) -> Result<Vec<Token<'_>>, String> {
         return Err("opens a parenthesis it does not close".to_owned());
     }
     Ok(tokens)
+}
+
+/// The columns of the row that `tokens` read, as written (dotted names by
+/// their last part). Function names (a word before `(`), type names (a word
+/// after `AS`) and keywords are words too; a keyword is only reported if a
+/// column has its name, which is what a caller compares against.
+pub fn columns_read<'a>(tokens: &[Token<'a>]) -> Vec<&'a str> {
+    let mut out = Vec::new();
+    for (i, token) in tokens.iter().enumerate() {
+        let Token::Word(word) = *token else {
+            continue;
+        };
+        let calls = matches!(tokens.get(i + 1), Some(Token::Open));
+        let names_type = i > 0
+            && matches!(tokens[i - 1], Token::Word(before) if before.eq_ignore_ascii_case("AS"));
+        if !calls && !names_type {
+            out.push(word.rsplit('.').next().unwrap_or(word));
+        }
+    }
+    out
 }
 
 /// `attempts`, `payouts.attempts`, `CASE`: refused if it is a statement
@@ -462,5 +483,14 @@ mod tests {
     fn refuses_the_payloads_of_issue_8() {
         refused("$$'$$) WHERE $1 IS NOT NULL OR true --'", "`$`");
         refused("CAST(1 AS [']) ) WHERE 1 --')", "`[`");
+    }
+
+    #[test]
+    fn columns_read_skips_functions_and_type_names() {
+        let tokens = ok("COALESCE(t.a, b) + CAST(c AS status) + LENGTH (d) + 'e'");
+        // `AS` is a word like any other; no column is called that.
+        assert_eq!(columns_read(&tokens), ["a", "b", "c", "AS", "d"]);
+        let tokens = ok("CASE WHEN status > 1 THEN 'x' END");
+        assert!(columns_read(&tokens).contains(&"status"));
     }
 }
