@@ -145,13 +145,18 @@ impl Dialect {
         }
     }
 
-    /// The status column as compared with state strings. MySQL's default
-    /// collations ignore case and trailing spaces; comparing bytes keeps
-    /// `'Pending'` from passing for `'pending'`.
-    fn status_cmp(self, column: &str) -> String {
+    /// `column` passes `test` (`IN ('a', 'b')`, `= 'a'`).
+    ///
+    /// MySQL's default collations ignore case and trailing spaces; comparing
+    /// bytes (`CAST(c AS BINARY)`) keeps `'Pending'` from passing for
+    /// `'pending'`. A cast column cannot use an index, so the plain
+    /// comparison stays beside it: it selects the index range (a superset
+    /// under any collation, since equal bytes compare equal) and the cast
+    /// keeps the exact strings of it.
+    fn status_is(self, column: &str, test: &str) -> String {
         match self {
-            Dialect::MySql => format!("CAST({column} AS BINARY)"),
-            Dialect::Postgres | Dialect::Sqlite => column.to_owned(),
+            Dialect::MySql => format!("{column} {test} AND CAST({column} AS BINARY) {test}"),
+            Dialect::Postgres | Dialect::Sqlite => format!("{column} {test}"),
         }
     }
 
@@ -227,13 +232,13 @@ impl Dialect {
             .iter()
             .map(|&s| format!("'{}'", model.states[s].db))
             .collect();
+        let sources = format!("IN ({})", sources.join(", "));
         format!(
-            "UPDATE {} SET {assignments} WHERE {} = {} AND {} IN ({}){same_occurrence}{returning}",
+            "UPDATE {} SET {assignments} WHERE {} = {} AND {}{same_occurrence}{returning}",
             d.quote(&model.table),
             d.quote(&model.key),
             d.param(1),
-            d.status_cmp(&column),
-            sources.join(", "),
+            d.status_is(&column, &sources),
         )
     }
 
@@ -246,13 +251,12 @@ impl Dialect {
         let d = *self;
         let since = d.quote(&in_flight.since);
         format!(
-            "SELECT {}, {} FROM {} WHERE {} = '{}' AND ({since} IS NULL OR {since} < {}) \
+            "SELECT {}, {} FROM {} WHERE {} AND ({since} IS NULL OR {since} < {}) \
              ORDER BY {since} IS NOT NULL, {since} LIMIT {}",
             d.quote(&model.key),
             d.version_read(model.version.as_deref()),
             d.quote(&model.table),
-            d.status_cmp(&d.quote(&model.column)),
-            state.db,
+            d.status_is(&d.quote(&model.column), &format!("= '{}'", state.db)),
             d.lease_expiry(in_flight.lease_ms),
             d.param(1),
         )
@@ -268,14 +272,13 @@ impl Dialect {
             None => String::new(),
         };
         format!(
-            "UPDATE {} SET {since} = {} WHERE {} = {} AND {} = '{}' \
+            "UPDATE {} SET {since} = {} WHERE {} = {} AND {} \
              AND ({since} IS NULL OR {since} < {}){same_occurrence}",
             d.quote(&model.table),
             d.now(),
             d.quote(&model.key),
             d.param(1),
-            d.status_cmp(&d.quote(&model.column)),
-            state.db,
+            d.status_is(&d.quote(&model.column), &format!("= '{}'", state.db)),
             d.lease_expiry(in_flight.lease_ms),
         )
     }
