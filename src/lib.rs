@@ -77,6 +77,13 @@
 //!   `set(column = "SQL expression", …)`: other columns the same `UPDATE`
 //!   writes. One name on several variants is one transition with several
 //!   sources; it must name the same target and the same `set` list everywhere.
+//!   The expression is one SQL expression of the row, from an allow-list:
+//!   bare names (`attempts`, `payouts.attempts`), numbers, text in single
+//!   quotes (no backslash, no `$`), `+ - * / % = <> != < > <= >= ||`,
+//!   parentheses, commas and function calls. Quoted names, placeholders,
+//!   comments, `;`, `::` casts and subqueries are compile errors. It may read
+//!   its own column and any column the transition does not write, and reads
+//!   the row as it was on every backend.
 //!
 //! Mistakes are compile errors pointing at the offending token, all reported
 //! at once.

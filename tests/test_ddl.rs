@@ -37,6 +37,22 @@ pub enum QualifiedStatus {
     Cancelled,
 }
 
+/// States whose strings differ only in the case of a non-ASCII letter and in
+/// accents: distinct to stateguard, one string to MariaDB's default
+/// collation (`utf8mb4_general_ci`).
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(table = "labels", column = "status", key = "id")]
+pub enum AccentStatus {
+    #[state(initial)]
+    #[transition(settle -> Etat)]
+    Pending,
+    #[state(rename = "état")]
+    #[transition(shout -> EtatUpper)]
+    Etat,
+    #[state(rename = "ÉTAT")]
+    EtatUpper,
+}
+
 const DIALECTS: [Dialect; 3] = [Dialect::Postgres, Dialect::Sqlite, Dialect::MySql];
 
 fn golden_dir() -> PathBuf {
@@ -96,6 +112,9 @@ fn generated_ddl_matches_the_golden_files() {
         for (name, text) in files.iter().flatten() {
             problems.extend(golden(name, text));
         }
+    }
+    for (name, text) in golden_files("accents", &ddl::mysql::<AccentStatus>()) {
+        problems.extend(golden(&name, &text));
     }
     assert!(
         problems.is_empty(),
@@ -770,6 +789,98 @@ mod mysql {
             unknown: "payouts_status_states",
             code: "45000",
         );
+    }
+
+    /// The trigger compares states as bytes, as the CHECK does: under a
+    /// case- and accent-insensitive collation `'ÉTAT'` equals `'état'`, so a
+    /// trigger comparing under the column's collation would take
+    /// `pending -> ÉTAT` for the legal `pending -> état`, and `ÉTAT -> état`
+    /// for no change at all. Fails with the trigger of the commit before.
+    #[tokio::test]
+    async fn transitions_compare_bytes_under_an_insensitive_collation() {
+        let Some(db) = open!(Mysql, "ddl_bytes") else {
+            return;
+        };
+        let pool = &db.pool;
+        let up_file: &'static str = include_str!("ddl/accents.mysql.sql");
+        assert_eq!(
+            up_file,
+            ddl::mysql::<AccentStatus>().migration(),
+            "tests/ddl/accents.mysql.sql is stale: run \
+             `STATEGUARD_BLESS=1 cargo test --test test_ddl`"
+        );
+        sqlx::raw_sql(
+            "CREATE TABLE labels (
+                id BIGINT PRIMARY KEY,
+                status VARCHAR(32) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci NOT NULL
+            )",
+        )
+        .execute(pool)
+        .await
+        .unwrap();
+        // The collation does take one for the other.
+        let equal: i64 = sqlx::query_scalar("SELECT CAST('ÉTAT' = 'état' AS SIGNED)")
+            .fetch_one(pool)
+            .await
+            .unwrap();
+        assert_eq!(equal, 1);
+        sqlx::raw_sql(up_file).execute(pool).await.unwrap();
+        sqlx::raw_sql("INSERT INTO labels (id, status) VALUES (1, 'pending'), (2, 'pending')")
+            .execute(pool)
+            .await
+            .unwrap();
+        let status = |id: i64| async move {
+            sqlx::query_scalar::<_, String>("SELECT status FROM labels WHERE id = ?")
+                .bind(id)
+                .fetch_one(pool)
+                .await
+                .unwrap()
+        };
+
+        // pending -> ÉTAT is no transition, though ÉTAT equals état.
+        let (message, code) = rejected(
+            sqlx::raw_sql("UPDATE labels SET status = 'ÉTAT' WHERE id = 1")
+                .execute(pool)
+                .await,
+            "pending -> ÉTAT",
+        );
+        assert!(message.contains("pending -> ÉTAT"), "{message}");
+        assert_eq!(code, "45000");
+        assert_eq!(status(1).await, "pending");
+
+        // The legal path still passes: pending -> état -> ÉTAT.
+        for statement in [
+            "UPDATE labels SET status = 'état' WHERE id = 1",
+            "UPDATE labels SET status = 'ÉTAT' WHERE id = 1",
+        ] {
+            sqlx::raw_sql(statement).execute(pool).await.unwrap();
+        }
+        assert_eq!(status(1).await, "ÉTAT");
+
+        // ÉTAT -> état is a change of state, and no transition.
+        rejected(
+            sqlx::raw_sql("UPDATE labels SET status = 'état' WHERE id = 1")
+                .execute(pool)
+                .await,
+            "ÉTAT -> état",
+        );
+        assert_eq!(status(1).await, "ÉTAT");
+
+        // The machine's own statements agree.
+        assert_eq!(
+            AccentStatus::shout().apply(pool, 2_i64).await.unwrap(),
+            Outcome::Conflict {
+                current: AccentStatus::Pending
+            }
+        );
+        assert!(
+            AccentStatus::settle()
+                .apply(pool, 2_i64)
+                .await
+                .unwrap()
+                .is_applied()
+        );
+        assert_eq!(status(2).await, "état");
     }
 
     #[tokio::test]

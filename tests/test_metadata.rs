@@ -103,7 +103,7 @@ fn sql_text_per_dialect() {
     );
     assert_eq!(
         cancel.mysql(),
-        "UPDATE `billing`.`payouts` SET `status` = 'cancelled' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND CAST(`status` AS BINARY) IN ('pending', 'sending')"
+        "UPDATE `billing`.`payouts` SET `status` = 'cancelled' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('pending', 'sending') AND CAST(`status` AS BINARY) IN ('pending', 'sending')"
     );
     assert_eq!(
         PayoutStatus::confirm().def().update_sql().postgres(),
@@ -192,7 +192,7 @@ fn version_and_in_flight_sql() {
     );
     assert_eq!(
         start.mysql(),
-        "UPDATE `transfers` SET `status` = 'sending', `sending_since` = UTC_TIMESTAMP(3), `version` = LAST_INSERT_ID(COALESCE(`version`, 0) + 1) WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND CAST(`status` AS BINARY) IN ('pending')"
+        "UPDATE `transfers` SET `status` = 'sending', `sending_since` = UTC_TIMESTAMP(3), `version` = LAST_INSERT_ID(COALESCE(`version`, 0) + 1) WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('pending') AND CAST(`status` AS BINARY) IN ('pending')"
     );
     // Leaving the in-flight state does not stamp it.
     assert_eq!(
@@ -244,7 +244,7 @@ fn version_and_in_flight_sql() {
     );
     assert_eq!(
         sending.claim_sql().mysql(),
-        "UPDATE `transfers` SET `sending_since` = UTC_TIMESTAMP(3) WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND CAST(`status` AS BINARY) = 'sending' AND (`sending_since` IS NULL OR `sending_since` < UTC_TIMESTAMP(3) - INTERVAL 1500000 MICROSECOND) AND COALESCE(`version`, 0) = ?"
+        "UPDATE `transfers` SET `sending_since` = UTC_TIMESTAMP(3) WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` = 'sending' AND CAST(`status` AS BINARY) = 'sending' AND (`sending_since` IS NULL OR `sending_since` < UTC_TIMESTAMP(3) - INTERVAL 1500000 MICROSECOND) AND COALESCE(`version`, 0) = ?"
     );
     assert!(
         TransferStatus::MACHINE

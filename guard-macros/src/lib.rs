@@ -11,6 +11,7 @@ mod case;
 mod ctxt;
 mod expand;
 mod sql;
+mod sqltext;
 mod valid;
 
 use proc_macro::TokenStream;

@@ -80,75 +80,8 @@ pub fn check_state_str(value: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Why a `set(column = "…")` expression cannot go into the statement, if it
-/// cannot.
-///
-/// The expression is SQL written in the source, so it is static; what is
-/// refused is what could change the statement around it: a comment that
-/// swallows the `WHERE` clause, a second statement, a placeholder that
-/// would shift the bound key, an unterminated quote or parenthesis, a
-/// backslash (an escape character inside MySQL strings).
-pub fn check_expr(expr: &str) -> Result<(), String> {
-    let mut depth = 0_i32;
-    let mut chars = expr.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '\'' | '"' | '`' => {
-                // A quoted string or identifier; a doubled quote escapes.
-                loop {
-                    match chars.next() {
-                        None => return Err(format!("opens {} it does not close", describe(c))),
-                        Some(q) if q == c => {
-                            if chars.peek() == Some(&c) {
-                                chars.next();
-                            } else {
-                                break;
-                            }
-                        }
-                        Some('\\') => return Err("contains a backslash (\\)".to_owned()),
-                        Some(_) => {}
-                    }
-                }
-            }
-            '(' => depth += 1,
-            ')' => {
-                depth -= 1;
-                if depth < 0 {
-                    return Err("closes a parenthesis it did not open".to_owned());
-                }
-            }
-            ';' => return Err("contains `;`: one expression, not a statement".to_owned()),
-            '?' => {
-                return Err("contains `?`, a placeholder: values cannot be bound here".to_owned());
-            }
-            '$' if chars.peek().is_some_and(char::is_ascii_digit) => {
-                return Err("contains a `$n` placeholder: values cannot be bound here".to_owned());
-            }
-            '-' if chars.peek() == Some(&'-') => {
-                return Err(
-                    "contains a `--` comment, which would swallow the rest of the statement"
-                        .to_owned(),
-                );
-            }
-            '/' if chars.peek() == Some(&'*') => {
-                return Err("contains a `/*` comment".to_owned());
-            }
-            '#' => return Err("contains `#`, a comment in MySQL".to_owned()),
-            '\\' => return Err("contains a backslash (\\)".to_owned()),
-            c if c.is_control() && !matches!(c, '\n' | '\r' | '\t') => {
-                return Err(format!("contains {}", describe(c)));
-            }
-            _ => {}
-        }
-    }
-    if depth > 0 {
-        return Err("opens a parenthesis it does not close".to_owned());
-    }
-    Ok(())
-}
-
 /// A character as a message names it.
-fn describe(c: char) -> String {
+pub fn describe(c: char) -> String {
     match c {
         ' ' => "a space".to_owned(),
         '\'' => "a single quote (')".to_owned(),
@@ -234,13 +167,18 @@ impl Dialect {
         }
     }
 
-    /// The status column as compared with state strings. MySQL's default
-    /// collations ignore case and trailing spaces; comparing bytes keeps
-    /// `'Pending'` from passing for `'pending'`.
-    fn status_cmp(self, column: &str) -> String {
+    /// `column` passes `test` (`IN ('a', 'b')`, `= 'a'`).
+    ///
+    /// MySQL's default collations ignore case and trailing spaces; comparing
+    /// bytes (`CAST(c AS BINARY)`) keeps `'Pending'` from passing for
+    /// `'pending'`. A cast column cannot use an index, so the plain
+    /// comparison stays beside it: it selects the index range (a superset
+    /// under any collation, since equal bytes compare equal) and the cast
+    /// keeps the exact strings of it.
+    fn status_is(self, column: &str, test: &str) -> String {
         match self {
-            Dialect::MySql => format!("CAST({column} AS BINARY)"),
-            Dialect::Postgres | Dialect::Sqlite => column.to_owned(),
+            Dialect::MySql => format!("{column} {test} AND CAST({column} AS BINARY) {test}"),
+            Dialect::Postgres | Dialect::Sqlite => format!("{column} {test}"),
         }
     }
 
@@ -282,8 +220,11 @@ impl Dialect {
             .collect();
         let status = format!("{column} = '{}'", target.db);
         // MySQL evaluates assignments left to right, each seeing the ones
-        // before it: the `set` expressions go first, so that they read the
-        // row as it was, as they do on PostgreSQL and SQLite.
+        // before it. A `set` expression reads no column the statement writes
+        // except its own (valid.rs refuses the rest), and no column is set
+        // twice; with the `set` assignments first, nothing has written that
+        // column yet when its expression reads it, so every expression reads
+        // the row as it was, as on PostgreSQL and SQLite.
         let mut assignments = match d {
             Dialect::MySql => sets.into_iter().chain([status]).collect::<Vec<_>>(),
             Dialect::Postgres | Dialect::Sqlite => [status].into_iter().chain(sets).collect(),
@@ -313,12 +254,12 @@ impl Dialect {
             .iter()
             .map(|&s| format!("'{}'", model.states[s].db))
             .collect();
+        let sources = format!("IN ({})", sources.join(", "));
         format!(
-            "UPDATE {} SET {assignments} WHERE {} AND {} IN ({}){same_occurrence}{returning}",
+            "UPDATE {} SET {assignments} WHERE {} AND {}{same_occurrence}{returning}",
             d.quote(&model.table),
             d.key_match(&model.key),
-            d.status_cmp(&column),
-            sources.join(", "),
+            d.status_is(&column, &sources),
         )
     }
 
@@ -331,13 +272,12 @@ impl Dialect {
         let d = *self;
         let since = d.quote(&in_flight.since);
         format!(
-            "SELECT {}, {} FROM {} WHERE {} = '{}' AND ({since} IS NULL OR {since} < {}) \
+            "SELECT {}, {} FROM {} WHERE {} AND ({since} IS NULL OR {since} < {}) \
              ORDER BY {since} IS NOT NULL, {since} LIMIT {}",
             d.quote(&model.key),
             d.version_read(model.version.as_deref()),
             d.quote(&model.table),
-            d.status_cmp(&d.quote(&model.column)),
-            state.db,
+            d.status_is(&d.quote(&model.column), &format!("= '{}'", state.db)),
             d.lease_expiry(in_flight.lease_ms),
             d.param(1),
         )
@@ -353,13 +293,12 @@ impl Dialect {
             None => String::new(),
         };
         format!(
-            "UPDATE {} SET {since} = {} WHERE {} AND {} = '{}' \
+            "UPDATE {} SET {since} = {} WHERE {} AND {} \
              AND ({since} IS NULL OR {since} < {}){same_occurrence}",
             d.quote(&model.table),
             d.now(),
             d.key_match(&model.key),
-            d.status_cmp(&d.quote(&model.column)),
-            state.db,
+            d.status_is(&d.quote(&model.column), &format!("= '{}'", state.db)),
             d.lease_expiry(in_flight.lease_ms),
         )
     }

@@ -11,6 +11,7 @@ use crate::ast::{Input, SetItem, TransitionAttr};
 use crate::case::RenameRule;
 use crate::ctxt::Ctxt;
 use crate::sql;
+use crate::sqltext;
 
 /// The machine after validation: what expansion needs, nothing more.
 pub struct Model<'a> {
@@ -88,7 +89,15 @@ pub fn check<'a>(cx: &mut Ctxt, input: &'a Input<'a>) -> Option<Model<'a>> {
         .iter()
         .filter_map(|v| v.in_flight.as_ref()?.since.as_ref().map(LitStr::value))
         .collect();
-    let transitions = check_transitions(cx, input, &reserved, &since_columns);
+    // Columns every UPDATE of this machine writes, besides its `set` ones.
+    let mut written: Vec<(&str, &str)> = Vec::new();
+    if let Some((_, column, _)) = &names {
+        written.push((column, "the status column"));
+    }
+    if let Some(version) = &version {
+        written.push((version, "the version column"));
+    }
+    let transitions = check_transitions(cx, input, &reserved, &since_columns, &written);
     let all_parsed = !input.variants.iter().any(|v| v.transitions_incomplete);
     if let (Some(initial), Some(transitions), true) = (initial, &transitions, all_parsed) {
         check_reachable(cx, input, initial, transitions);
@@ -254,6 +263,7 @@ fn check_transitions<'a>(
     input: &'a Input,
     reserved: &[(&str, &str)],
     since_columns: &[String],
+    written: &[(&str, &str)],
 ) -> Option<Vec<Transition<'a>>> {
     let index_of = |ident: &Ident| input.variants.iter().position(|v| v.ident == ident);
     let mut ok = true;
@@ -285,7 +295,17 @@ fn check_transitions<'a>(
                 );
                 continue;
             }
-            let set = match check_set(cx, &attr.set, reserved, since_columns) {
+            // The UPDATE into an in-flight state also stamps its `since`.
+            let since = input.variants[target]
+                .in_flight
+                .as_ref()
+                .and_then(|f| f.since.as_ref())
+                .map(LitStr::value);
+            let mut written = written.to_vec();
+            if let Some(since) = &since {
+                written.push((since, "the `since` column this transition stamps"));
+            }
+            let set = match check_set(cx, &attr.set, reserved, since_columns, &written) {
                 Some(set) => set,
                 None => {
                     ok = false;
@@ -353,6 +373,7 @@ fn check_set(
     items: &[SetItem],
     reserved: &[(&str, &str)],
     since_columns: &[String],
+    written: &[(&str, &str)],
 ) -> Option<Vec<(String, String)>> {
     let mut ok = true;
     let mut out: Vec<(String, String)> = Vec::new();
@@ -392,13 +413,63 @@ fn check_set(
         if expr.trim().is_empty() {
             ok = false;
             cx.error(&item.expr, "empty SQL expression");
-        } else if let Err(why) = sql::check_expr(&expr) {
-            ok = false;
-            cx.error(&item.expr, format!("SQL expression {expr:?} {why}"));
+        } else {
+            match sqltext::tokenize(&expr) {
+                Err(why) => {
+                    ok = false;
+                    cx.error(&item.expr, format!("SQL expression {expr:?} {why}"));
+                }
+                Ok(tokens) => {
+                    if let Some(why) = reads_written(&tokens, &column, items, written) {
+                        ok = false;
+                        cx.error(&item.expr, format!("SQL expression {expr:?} {why}"));
+                    }
+                }
+            }
         }
         out.push((column, expr));
     }
     ok.then_some(out)
+}
+
+/// Why an expression that sets `column` may not read what it reads, if it
+/// may not.
+///
+/// MySQL applies the assignments of an UPDATE left to right, each one
+/// seeing those before it; PostgreSQL and SQLite evaluate them all on the
+/// row as it was. An expression that reads a column the same statement
+/// writes would get a different value on MySQL, so that is refused. Its own
+/// column is the exception (`attempts = "attempts + 1"`): MySQL emits the
+/// `set` assignments first, and none writes a column twice, so nothing
+/// before it has changed its own column.
+fn reads_written(
+    tokens: &[sqltext::Token],
+    column: &str,
+    items: &[SetItem],
+    written: &[(&str, &str)],
+) -> Option<String> {
+    for read in sqltext::columns_read(tokens) {
+        if read.eq_ignore_ascii_case(column) {
+            continue;
+        }
+        let what =
+            if let Some((_, what)) = written.iter().find(|(w, _)| w.eq_ignore_ascii_case(read)) {
+                (*what).to_owned()
+            } else if items
+                .iter()
+                .any(|other| other.column.unraw().to_string().eq_ignore_ascii_case(read))
+            {
+                "set by this transition too".to_owned()
+            } else {
+                continue;
+            };
+        return Some(format!(
+            "reads `{read}` ({what}), which the same UPDATE writes: MySQL applies assignments \
+             left to right, so what it reads there would depend on their order; a `set` \
+             expression may read its own column and the columns the transition does not write"
+        ));
+    }
+    None
 }
 
 /// `version = "…"`: a valid identifier, not the status or key column.

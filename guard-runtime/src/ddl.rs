@@ -96,7 +96,7 @@
 //!   CHECK`, comparing bytes (`CAST(<column> AS BINARY)`) so that neither
 //!   `'PENDING'` nor `'pending '` passes a case- or pad-insensitive
 //!   collation; a `BEFORE UPDATE` row trigger (MySQL has no `UPDATE OF`)
-//!   raising SQLSTATE 45000, its message cut to `MESSAGE_TEXT`'s 128
+//!   that compares bytes the same way, raising SQLSTATE 45000, its message cut to `MESSAGE_TEXT`'s 128
 //!   characters. The trigger's body contains `;`, but sqlx sends each
 //!   migration file to the server as it is, so no `DELIMITER` is needed;
 //!   tools that split on `;` can run [`Ddl::statements`] one by one
@@ -229,10 +229,10 @@ pub fn sqlite<T: StateMachine>() -> Ddl {
 /// FOR EACH ROW
 /// BEGIN
 ///     DECLARE stateguard_message VARCHAR(128);
-///     IF NOT (NEW.`status` <=> OLD.`status`)
-///         AND (CASE OLD.`status`
-///             WHEN 'pending' THEN NEW.`status` IN ('sending', 'cancelled')
-///             WHEN 'sending' THEN NEW.`status` IN ('sent', 'failed', 'cancelled')
+///     IF NOT (CAST(NEW.`status` AS BINARY) <=> CAST(OLD.`status` AS BINARY))
+///         AND (CASE CAST(OLD.`status` AS BINARY)
+///             WHEN 'pending' THEN CAST(NEW.`status` AS BINARY) IN ('sending', 'cancelled')
+///             WHEN 'sending' THEN CAST(NEW.`status` AS BINARY) IN ('sent', 'failed', 'cancelled')
 ///             ELSE FALSE
 ///         END) IS NOT TRUE
 ///     THEN
@@ -244,6 +244,8 @@ pub fn sqlite<T: StateMachine>() -> Ddl {
 /// ```
 ///
 /// `SIGNAL` only takes a variable or a literal, hence the local variable.
+/// States are compared as bytes, as in the CHECK: under the column's
+/// collation `'ÉTAT'` would pass for `'état'`.
 pub fn mysql<T: StateMachine>() -> Ddl {
     generate::<T>(Dialect::MySql)
 }
@@ -484,15 +486,20 @@ impl Gen {
         format!("({})", quoted.join(", "))
     }
 
-    /// The condition every stored status must meet.
+    /// `value` as compared with state strings: its bytes on MySQL, where a
+    /// `_ci`, accent-insensitive or PAD SPACE collation would take
+    /// `'PENDING'`, `'pending '` or `'ÉTAT'` for `'pending'` or `'état'`.
+    fn bytes(&self, value: &str) -> String {
+        match self.dialect {
+            Dialect::MySql => format!("CAST({value} AS BINARY)"),
+            Dialect::Postgres | Dialect::Sqlite => value.to_owned(),
+        }
+    }
+
+    /// The condition every stored status must meet: one of the states'
+    /// strings, byte for byte (anything else `apply` cannot parse).
     fn state_check(&self) -> String {
-        let column = self.q(self.column);
-        let column = match self.dialect {
-            // Byte comparison: a `_ci` or PAD SPACE collation would let
-            // `'PENDING'` or `'pending '` through, which `apply` cannot parse.
-            Dialect::MySql => format!("CAST({column} AS BINARY)"),
-            Dialect::Postgres | Dialect::Sqlite => column,
-        };
+        let column = self.bytes(&self.q(self.column));
         format!("{column} IN {}", Self::list(&self.states))
     }
 
@@ -519,10 +526,12 @@ impl Gen {
             // `CASE` without `WHEN` is a syntax error).
             return format!("({false_}) IS NOT TRUE");
         }
-        let mut text = format!("(CASE OLD.{column}\n");
+        let old = self.bytes(&format!("OLD.{column}"));
+        let new = self.bytes(&format!("NEW.{column}"));
+        let mut text = format!("(CASE {old}\n");
         for (source, targets) in &self.allowed {
             text.push_str(&format!(
-                "{indent}    WHEN '{source}' THEN NEW.{column} IN {}\n",
+                "{indent}    WHEN '{source}' THEN {new} IN {}\n",
                 Self::list(targets)
             ));
         }
@@ -625,14 +634,21 @@ END",
         );
         // `SIGNAL … SET MESSAGE_TEXT` takes a variable or a literal, not an
         // expression; a value longer than 128 characters is an error in
-        // strict mode, so it is cut first.
+        // strict mode, so it is cut first. Every comparison of states is of
+        // bytes, as in the CHECK, so that no collation turns a change into
+        // "no change" or one state into another.
+        let unchanged = format!(
+            "{} <=> {}",
+            self.bytes(&format!("NEW.{column}")),
+            self.bytes(&format!("OLD.{column}"))
+        );
         let create_trigger = format!(
             "CREATE TRIGGER {trigger}
 BEFORE UPDATE ON {table}
 FOR EACH ROW
 BEGIN
     DECLARE stateguard_message VARCHAR({MYSQL_MESSAGE_TEXT});
-    IF NOT (NEW.{column} <=> OLD.{column})
+    IF NOT ({unchanged})
         AND {}
     THEN
         SET stateguard_message = LEFT(CONCAT('stateguard: illegal transition on {}: ',

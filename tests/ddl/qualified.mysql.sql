@@ -11,10 +11,10 @@ BEFORE UPDATE ON `sg_ddl_qualified`.`payouts`
 FOR EACH ROW
 BEGIN
     DECLARE stateguard_message VARCHAR(128);
-    IF NOT (NEW.`status` <=> OLD.`status`)
-        AND (CASE OLD.`status`
-            WHEN 'pending' THEN NEW.`status` IN ('sending', 'cancelled')
-            WHEN 'sending' THEN NEW.`status` IN ('sent', 'failed', 'cancelled')
+    IF NOT (CAST(NEW.`status` AS BINARY) <=> CAST(OLD.`status` AS BINARY))
+        AND (CASE CAST(OLD.`status` AS BINARY)
+            WHEN 'pending' THEN CAST(NEW.`status` AS BINARY) IN ('sending', 'cancelled')
+            WHEN 'sending' THEN CAST(NEW.`status` AS BINARY) IN ('sent', 'failed', 'cancelled')
             ELSE FALSE
         END) IS NOT TRUE
     THEN
