@@ -101,6 +101,39 @@
 //! with [`Won::finish`], and re-drive rows stuck past their lease with
 //! [`recover`].
 //!
+//! # Transactions
+//!
+//! Inside a transaction a win waits for the commit. Begin a [`Tx`], apply
+//! on `&mut tx`, and let [`Tx::commit`] hand out the committed wins; a win
+//! from a rolled-back transaction or savepoint, or one offered to another
+//! transaction, never becomes committed.
+//!
+//! ```
+//! # use stateguard::{Outcome, StateMachine, Tx};
+//! # #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+//! # #[state_machine(table = "payouts", column = "status", key = "id")]
+//! # pub enum PayoutStatus {
+//! #     #[state(initial)]
+//! #     #[transition(start -> Sending)]
+//! #     Pending,
+//! #     Sending,
+//! # }
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let pool = sqlx::SqlitePool::connect("sqlite::memory:").await?;
+//! # sqlx::query("CREATE TABLE payouts (id INTEGER PRIMARY KEY, status TEXT NOT NULL)")
+//! #     .execute(&pool).await?;
+//! # sqlx::query("INSERT INTO payouts VALUES (1, 'pending')").execute(&pool).await?;
+//! let mut tx = Tx::begin_with(&pool, "BEGIN IMMEDIATE").await?;
+//! let outcome = PayoutStatus::start().apply(&mut tx, 1_i64).await?;
+//! // … more work in the same transaction, through `&mut *tx` …
+//! let won = tx.commit(outcome.won()).await?.expect("row 1 was pending");
+//! let key = won.run(|effect| async move { effect.effect_key().to_owned() }).await;
+//! assert_eq!(key, "payouts.status:1:sending:0");
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Backends
 //!
 //! Enable `postgres`, `sqlite` or `mysql` (MySQL 8 and MariaDB), or

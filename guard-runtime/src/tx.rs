@@ -58,31 +58,15 @@ impl Health {
 /// [`Transition::apply`](crate::Transition::apply), and commit it with
 /// [`Tx::commit`], which hands back the committed wins:
 ///
-/// ```
-/// # use stateguard::{Outcome, StateMachine, Tx};
-/// # #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
-/// # #[state_machine(table = "payouts", column = "status", key = "id")]
-/// # pub enum PayoutStatus {
-/// #     #[state(initial)]
-/// #     #[transition(start -> Sending)]
-/// #     Pending,
-/// #     Sending,
-/// # }
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// # let pool = sqlx::SqlitePool::connect("sqlite::memory:").await?;
-/// # sqlx::query("CREATE TABLE payouts (id INTEGER PRIMARY KEY, status TEXT NOT NULL)")
-/// #     .execute(&pool).await?;
-/// # sqlx::query("INSERT INTO payouts VALUES (1, 'pending')").execute(&pool).await?;
+/// ```text
 /// let mut tx = Tx::begin_with(&pool, "BEGIN IMMEDIATE").await?;
 /// let outcome = PayoutStatus::start().apply(&mut tx, 1_i64).await?;
-/// // … more work in the same transaction, through `&mut *tx` …
 /// if let Some(won) = tx.commit(outcome.won()).await? {
-///     won.run(|effect| async move { println!("pay {}", effect.effect_key()) }).await;
+///     won.run(|effect| async move { /* call the bank */ }).await;
 /// }
-/// # Ok(())
-/// # }
 /// ```
+///
+/// (The `stateguard` crate documentation runs this example.)
 ///
 /// It dereferences to the connection, so the caller's own statements run
 /// in it as with `sqlx::Transaction` (`.execute(&mut *tx)`). Dropping it,
