@@ -460,26 +460,32 @@ macro_rules! effect_tests {
                 .unwrap()
                 .won()
                 .unwrap();
-            // Meanwhile the pass is failed and retried: a second pass.
-            assert!(
-                TransferStatus::fail()
-                    .apply(&db.pool, 1_i64)
-                    .await
-                    .unwrap()
-                    .is_applied()
-            );
-            let second = TransferStatus::retry()
-                .apply(&db.pool, 1_i64)
-                .await
-                .unwrap()
-                .won()
-                .unwrap();
-            assert_eq!((first.occurrence(), second.occurrence()), (1, 3));
-            // Worker 1's call finally fails: that must not fail pass two.
+            let second = Mutex::new(None);
             let late = first
-                .finish(&db.pool, |_| async { Verdict::Failed })
+                .finish(&db.pool, |_| async {
+                    // Meanwhile the pass is failed and retried: a second pass.
+                    assert!(
+                        TransferStatus::fail()
+                            .apply(&db.pool, 1_i64)
+                            .await
+                            .unwrap()
+                            .is_applied()
+                    );
+                    let won = TransferStatus::retry()
+                        .apply(&db.pool, 1_i64)
+                        .await
+                        .unwrap()
+                        .won()
+                        .unwrap();
+                    assert_eq!(won.occurrence(), 3);
+                    *second.lock().unwrap() = Some(won);
+                    // Worker 1's call finally fails: that must not fail
+                    // pass two.
+                    Verdict::Failed
+                })
                 .await
                 .unwrap();
+            let second = second.lock().unwrap().take().expect("pass two won");
             assert_eq!(
                 late,
                 Finished::Superseded {
@@ -508,20 +514,25 @@ macro_rules! effect_tests {
                 .unwrap()
                 .won()
                 .unwrap();
-            outlive_the_lease().await;
-            let report = stateguard::recover(
-                &db.pool,
-                TransferStatus::Sending,
-                10,
-                |_: Effect<_, i64>| async { Verdict::Done },
-            )
-            .await
-            .unwrap();
-            assert_eq!(report.done, 1, "{report:?}");
-            // The slow worker's call succeeds too (same key: the bank
-            // deduplicated it); its follow-up finds its own pass finished.
             let finished = slow
-                .finish(&db.pool, |_| async { Verdict::Done })
+                .finish(&db.pool, |_| async {
+                    // The slow worker stalls past its lease; recovery takes
+                    // the row over and finishes it.
+                    db.backdate_leases().await;
+                    let report = stateguard::recover(
+                        &db.pool,
+                        TransferStatus::Sending,
+                        10,
+                        |_: Effect<_, i64>| async { Verdict::Done },
+                    )
+                    .await
+                    .unwrap();
+                    assert_eq!(report.done, 1, "{report:?}");
+                    // The slow worker's call succeeds too (same key: the
+                    // bank deduplicated it); its follow-up finds its own
+                    // pass finished.
+                    Verdict::Done
+                })
                 .await
                 .unwrap();
             assert_eq!(finished, Finished::Done(TransferStatus::Sent));

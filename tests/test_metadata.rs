@@ -184,11 +184,11 @@ fn version_and_in_flight_sql() {
     let start = TransferStatus::start().def().update_sql();
     assert_eq!(
         start.postgres(),
-        r#"UPDATE "transfers" SET "status" = 'sending', "sending_since" = statement_timestamp(), "version" = COALESCE("version", 0) + 1 WHERE "id" = $1 AND CAST("id" AS TEXT) COLLATE "C" = CAST($1 AS TEXT) AND "status" IN ('pending') RETURNING CAST(COALESCE("version", 0) AS BIGINT)"#
+        r#"UPDATE "transfers" SET "status" = 'sending', "sending_since" = statement_timestamp(), "version" = COALESCE("version", 0) + 1 WHERE "id" = $1 AND CAST("id" AS TEXT) COLLATE "C" = CAST($1 AS TEXT) AND "status" IN ('pending') RETURNING CAST(COALESCE("version", 0) AS BIGINT), COALESCE(CAST(EXTRACT(EPOCH FROM "sending_since") * 1000000 AS BIGINT), 0)"#
     );
     assert_eq!(
         start.sqlite(),
-        r#"UPDATE "transfers" SET "status" = 'sending', "sending_since" = strftime('%Y-%m-%d %H:%M:%f', 'now'), "version" = COALESCE("version", 0) + 1 WHERE "id" = ?1 AND CAST("id" AS BLOB) = CAST(?1 AS BLOB) AND "status" IN ('pending') RETURNING CAST(COALESCE("version", 0) AS INTEGER)"#
+        r#"UPDATE "transfers" SET "status" = 'sending', "sending_since" = strftime('%Y-%m-%d %H:%M:%f', 'now'), "version" = COALESCE("version", 0) + 1 WHERE "id" = ?1 AND CAST("id" AS BLOB) = CAST(?1 AS BLOB) AND "status" IN ('pending') RETURNING CAST(COALESCE("version", 0) AS INTEGER), COALESCE(CAST(ROUND(unixepoch("sending_since", 'subsec') * 1000) AS INTEGER), 0)"#
     );
     assert_eq!(
         start.mysql(),
@@ -200,24 +200,6 @@ fn version_and_in_flight_sql() {
         r#"UPDATE "transfers" SET "status" = 'sent', "version" = COALESCE("version", 0) + 1 WHERE "id" = $1 AND CAST("id" AS TEXT) COLLATE "C" = CAST($1 AS TEXT) AND "status" IN ('sending') RETURNING CAST(COALESCE("version", 0) AS BIGINT)"#
     );
 
-    // The follow-up of an in-flight state is tied to its occurrence.
-    assert_eq!(
-        TransferStatus::confirm()
-            .def()
-            .update_at_sql()
-            .map(|sql| sql.postgres()),
-        Some(
-            r#"UPDATE "transfers" SET "status" = 'sent', "version" = COALESCE("version", 0) + 1 WHERE "id" = $1 AND CAST("id" AS TEXT) COLLATE "C" = CAST($1 AS TEXT) AND "status" IN ('sending') AND COALESCE("version", 0) = $2 RETURNING CAST(COALESCE("version", 0) AS BIGINT)"#
-        )
-    );
-    assert_eq!(
-        TransferStatus::MACHINE
-            .select_versioned_sql()
-            .map(|sql| sql.mysql()),
-        Some(
-            "SELECT CAST(`status` AS CHAR), CAST(COALESCE(`version`, 0) AS SIGNED) FROM `transfers` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) LOCK IN SHARE MODE"
-        )
-    );
     assert_eq!(
         TransferStatus::start().def().stamps(),
         Some("sending_since")
@@ -240,8 +222,39 @@ fn version_and_in_flight_sql() {
     );
     assert_eq!(
         sending.claim_sql().sqlite(),
-        r#"UPDATE "transfers" SET "sending_since" = strftime('%Y-%m-%d %H:%M:%f', 'now') WHERE "id" = ?1 AND CAST("id" AS BLOB) = CAST(?1 AS BLOB) AND "status" = 'sending' AND ("sending_since" IS NULL OR "sending_since" < strftime('%Y-%m-%d %H:%M:%f', 'now', '-1.500 seconds')) AND COALESCE("version", 0) = ?2"#
+        r#"UPDATE "transfers" SET "sending_since" = strftime('%Y-%m-%d %H:%M:%f', 'now') WHERE "id" = ?1 AND CAST("id" AS BLOB) = CAST(?1 AS BLOB) AND "status" = 'sending' AND ("sending_since" IS NULL OR "sending_since" < strftime('%Y-%m-%d %H:%M:%f', 'now', '-1.500 seconds')) AND COALESCE("version", 0) = ?2 RETURNING COALESCE(CAST(ROUND(unixepoch("sending_since", 'subsec') * 1000) AS INTEGER), 0)"#
     );
+    // The follow-ups and the renewal are tied to the occurrence and to the
+    // lease token: a worker whose lease was taken over cannot move the row.
+    assert_eq!(
+        sending.done_sql().postgres(),
+        r#"UPDATE "transfers" SET "status" = 'sent', "version" = COALESCE("version", 0) + 1 WHERE "id" = $1 AND CAST("id" AS TEXT) COLLATE "C" = CAST($1 AS TEXT) AND "status" = 'sending' AND COALESCE("version", 0) = $2 AND COALESCE(CAST(EXTRACT(EPOCH FROM "sending_since") * 1000000 AS BIGINT), 0) = $3"#
+    );
+    assert_eq!(
+        sending.renew_sql().sqlite(),
+        r#"UPDATE "transfers" SET "sending_since" = strftime('%Y-%m-%d %H:%M:%f', 'now') WHERE "id" = ?1 AND CAST("id" AS BLOB) = CAST(?1 AS BLOB) AND "status" = 'sending' AND COALESCE("version", 0) = ?2 AND COALESCE(CAST(ROUND(unixepoch("sending_since", 'subsec') * 1000) AS INTEGER), 0) = ?3 RETURNING COALESCE(CAST(ROUND(unixepoch("sending_since", 'subsec') * 1000) AS INTEGER), 0)"#
+    );
+    assert_eq!(
+        sending.renew_sql().mysql(),
+        "UPDATE `transfers` SET `sending_since` = UTC_TIMESTAMP(3) WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` = 'sending' AND CAST(`status` AS BINARY) = 'sending' AND COALESCE(`version`, 0) = ? AND COALESCE(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', `sending_since`), 0) = ?"
+    );
+    assert_eq!(
+        sending.lease_read_sql().mysql(),
+        "SELECT COALESCE(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', `sending_since`), 0) FROM `transfers` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY)"
+    );
+    assert_eq!(
+        sending.follow_up_read_sql().postgres(),
+        r#"SELECT "status"::text, CAST(COALESCE("version", 0) AS BIGINT), COALESCE(CAST(EXTRACT(EPOCH FROM "sending_since") * 1000000 AS BIGINT), 0) FROM "transfers" WHERE "id" = $1 AND CAST("id" AS TEXT) COLLATE "C" = CAST($1 AS TEXT)"#
+    );
+    assert_eq!(
+        TransferStatus::start().def().read_back_sql().mysql(),
+        "SELECT CAST(LAST_INSERT_ID() AS SIGNED), (SELECT COALESCE(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', `sending_since`), 0) FROM `transfers` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND COALESCE(`version`, 0) = LAST_INSERT_ID())"
+    );
+    assert_eq!(
+        TransferStatus::confirm().def().read_back_sql().mysql(),
+        "SELECT CAST(LAST_INSERT_ID() AS SIGNED)"
+    );
+    assert_eq!(TransferStatus::start().def().read_back_sql().postgres(), "");
     assert_eq!(
         sending.claim_sql().mysql(),
         "UPDATE `transfers` SET `sending_since` = UTC_TIMESTAMP(3) WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` = 'sending' AND CAST(`status` AS BINARY) = 'sending' AND (`sending_since` IS NULL OR `sending_since` < UTC_TIMESTAMP(3) - INTERVAL 1500000 MICROSECOND) AND COALESCE(`version`, 0) = ?"

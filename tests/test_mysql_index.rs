@@ -22,11 +22,12 @@ async fn explain(
     key: i64,
     tail: &[i64],
 ) -> (String, Option<String>) {
-    const EXECUTE: [&str; 4] = [
+    const EXECUTE: [&str; 5] = [
         "EXECUTE IMMEDIATE @stateguard_explain",
         "EXECUTE IMMEDIATE @stateguard_explain USING @p1",
         "EXECUTE IMMEDIATE @stateguard_explain USING @p1, @p2",
         "EXECUTE IMMEDIATE @stateguard_explain USING @p1, @p2, @p3",
+        "EXECUTE IMMEDIATE @stateguard_explain USING @p1, @p2, @p3, @p4",
     ];
     let placeholders = sql.matches('?').count();
     assert!(
@@ -37,14 +38,17 @@ async fn explain(
     values.extend_from_slice(tail);
     values.resize(EXECUTE.len() - 1, 0);
     let mut conn = db.pool.acquire().await.unwrap();
-    sqlx::query("SET @stateguard_explain = CONCAT('EXPLAIN ', ?), @p1 = ?, @p2 = ?, @p3 = ?")
-        .bind(sql)
-        .bind(values[0])
-        .bind(values[1])
-        .bind(values[2])
-        .execute(&mut *conn)
-        .await
-        .unwrap();
+    sqlx::query(
+        "SET @stateguard_explain = CONCAT('EXPLAIN ', ?), @p1 = ?, @p2 = ?, @p3 = ?, @p4 = ?",
+    )
+    .bind(sql)
+    .bind(values[0])
+    .bind(values[1])
+    .bind(values[2])
+    .bind(values[3])
+    .execute(&mut *conn)
+    .await
+    .unwrap();
     let rows = sqlx::raw_sql(EXECUTE[placeholders])
         .fetch_all(&mut *conn)
         .await
@@ -103,14 +107,25 @@ async fn every_status_comparison_uses_an_index() {
     assert_uses_index(explain(&db, claim, 60, &[version]).await, claim);
     let start = TransferStatus::start().def().update_sql().mysql();
     assert_uses_index(explain(&db, start, 7, &[]).await, start);
-    let confirm = TransferStatus::confirm().def();
-    let confirm_at = confirm.update_at_sql().unwrap().mysql();
-    assert_uses_index(explain(&db, confirm_at, 60, &[version]).await, confirm_at);
+    // The follow-ups and the renewal are tied to the occurrence and the
+    // lease token (0: no lease held by this test).
+    let lease = 0;
+    for follow_up in [
+        sending.done_sql().mysql(),
+        sending.failed_sql().unwrap().mysql(),
+        sending.renew_sql().mysql(),
+    ] {
+        assert_uses_index(
+            explain(&db, follow_up, 60, &[version, lease]).await,
+            follow_up,
+        );
+    }
     let select = machine.select_sql().mysql();
     assert_uses_index(explain(&db, select, 7, &[]).await, select);
-    let select_versioned = machine.select_versioned_sql().unwrap().mysql();
-    assert_uses_index(
-        explain(&db, select_versioned, 7, &[]).await,
-        select_versioned,
-    );
+    for read in [
+        sending.follow_up_read_sql().mysql(),
+        sending.lease_read_sql().mysql(),
+    ] {
+        assert_uses_index(explain(&db, read, 7, &[]).await, read);
+    }
 }

@@ -367,8 +367,12 @@ where
                 Finished::RetryLater => worked.retry_later += 1,
                 // The row left `sending` some other way while the bank
                 // answered (a recovery that took it over after our lease
-                // ran out failed it); its outcome is that worker's to count.
-                Finished::Superseded { .. } => {}
+                // ran out failed it), or another worker took it over after
+                // this one stalled past its lease: its outcome is that
+                // worker's to count.
+                Finished::Superseded { .. }
+                | Finished::LeaseLost { .. }
+                | Finished::Skipped { .. } => {}
             }
             continue;
         }

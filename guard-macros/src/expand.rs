@@ -56,9 +56,25 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
         };
         let expired = sql_per_dialect(&private, |d| d.expired(model, state, f));
         let claim = sql_per_dialect(&private, |d| d.claim(model, state, f));
+        let renew = sql_per_dialect(&private, |d| d.renew(model, state, f));
+        let lease_read = sql_per_dialect(&private, |d| d.lease_read(model, f));
+        let follow_up_read = sql_per_dialect(&private, |d| d.follow_up_read(model, f));
+        let done_sql = sql_per_dialect(&private, |d| {
+            d.follow_up(model, state, f, &model.transitions[f.done])
+        });
+        let failed_sql = match f.failed {
+            Some(i) => {
+                let sql = sql_per_dialect(&private, |d| {
+                    d.follow_up(model, state, f, &model.transitions[i])
+                });
+                quote!(::core::option::Option::Some(#sql))
+            }
+            None => quote!(::core::option::Option::None),
+        };
         quote! {
             ::core::option::Option::Some(&#private::InFlightDef::__new(
-                #lease_ms, #since, #done, #failed, #expired, #claim,
+                #lease_ms, #since, #done, #failed, #expired, #claim, #renew, #lease_read,
+                #follow_up_read, #done_sql, #failed_sql,
             ))
         }
     });
@@ -70,26 +86,13 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
 
     let select = sql_per_dialect(&private, |d| d.select(model, false));
     let select_in_transaction = sql_per_dialect(&private, |d| d.select(model, true));
-    let select_versioned = match model.version {
-        Some(_) => {
-            let sql = sql_per_dialect(&private, |d| d.select_versioned(model));
-            quote!(::core::option::Option::Some(#sql))
-        }
-        None => quote!(::core::option::Option::None),
-    };
 
     let transition_defs = model.transitions.iter().map(|t| {
         let name = t.name.unraw().to_string();
         let sources = t.sources.iter().map(|&i| idents[i]);
         let target = idents[t.target];
-        let update = sql_per_dialect(&private, |d| d.update(model, t, false));
-        let update_at = match model.version {
-            Some(_) => {
-                let sql = sql_per_dialect(&private, |d| d.update(model, t, true));
-                quote!(::core::option::Option::Some(#sql))
-            }
-            None => quote!(::core::option::Option::None),
-        };
+        let update = sql_per_dialect(&private, |d| d.update(model, t));
+        let read_back = sql_per_dialect(&private, |d| d.read_back(model, t));
         let set = t
             .set
             .iter()
@@ -101,7 +104,7 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
                 #ident::#target,
                 &[#(#set),*],
                 #update,
-                #update_at,
+                #read_back,
             )
         }
     });
@@ -150,7 +153,6 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
                     &#transitions_const,
                     #select,
                     #select_in_transaction,
-                    #select_versioned,
                 );
                 &#machine_const
             };

@@ -3,7 +3,7 @@
 
 use crate::valid::{InFlight, Model, State, Transition};
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Dialect {
     Postgres,
     Sqlite,
@@ -201,16 +201,15 @@ impl Dialect {
         }
     }
 
-    /// `UPDATE t SET c = 'target'[, col = (expr)…][, since = now][, version = version + 1]
-    /// WHERE k = $1 AND c IN ('source', …)[ AND version = $2][ RETURNING version]`
+    /// `c = 'target'[, col = (expr)…][, since = now][, version = version + 1]`:
+    /// what a transition writes.
     ///
-    /// `at_occurrence` adds the version check that ties a follow-up to the
-    /// occurrence that started it. With a version column, PostgreSQL and
-    /// SQLite return the new version; MySQL has no `RETURNING`, so the new
-    /// version goes through `LAST_INSERT_ID(expr)`, which the same
-    /// connection reads back.
-    pub fn update(&self, model: &Model, transition: &Transition, at_occurrence: bool) -> String {
-        let d = *self;
+    /// With a version column, PostgreSQL and SQLite return the new version
+    /// (see [`Self::update`]); MySQL has no `RETURNING`, so the new version
+    /// goes through `LAST_INSERT_ID(expr)`, which the same connection reads
+    /// back.
+    fn assignments(self, model: &Model, transition: &Transition) -> String {
+        let d = self;
         let column = d.quote(&model.column);
         let target = &model.states[transition.target];
         let sets: Vec<String> = transition
@@ -233,8 +232,6 @@ impl Dialect {
         if let Some(in_flight) = &target.in_flight {
             assignments.push_str(&format!(", {} = {}", d.quote(&in_flight.since), d.now()));
         }
-        let mut returning = String::new();
-        let mut same_occurrence = String::new();
         if let Some(version) = &model.version {
             let v = d.quote(version);
             let next = format!("{} + 1", d.version_value(version));
@@ -242,13 +239,37 @@ impl Dialect {
                 Dialect::MySql => assignments.push_str(&format!(", {v} = LAST_INSERT_ID({next})")),
                 Dialect::Postgres | Dialect::Sqlite => {
                     assignments.push_str(&format!(", {v} = {next}"));
-                    returning = format!(" RETURNING {}", d.version_read(Some(version)));
                 }
             }
-            if at_occurrence {
-                same_occurrence = format!(" AND {} = {}", d.version_value(version), d.param(2));
-            }
         }
+        assignments
+    }
+
+    /// ` RETURNING version[, lease token]` on PostgreSQL and SQLite: the
+    /// new version when there is a version column, and the lease token
+    /// when the transition enters an in-flight state. Empty on MySQL, and
+    /// when there is nothing to return.
+    fn returning(self, model: &Model, version: bool, lease_of: Option<&InFlight>) -> String {
+        let mut items = Vec::new();
+        if version {
+            items.push(self.version_read(model.version.as_deref()));
+        }
+        if let Some(in_flight) = lease_of {
+            items.push(self.lease_token(&in_flight.since));
+        }
+        match self {
+            Dialect::MySql => String::new(),
+            _ if items.is_empty() => String::new(),
+            Dialect::Postgres | Dialect::Sqlite => format!(" RETURNING {}", items.join(", ")),
+        }
+    }
+
+    /// `UPDATE t SET … WHERE k = $1 AND c IN ('source', …)[ RETURNING …]`:
+    /// the compare-and-set.
+    pub fn update(&self, model: &Model, transition: &Transition) -> String {
+        let d = *self;
+        let column = d.quote(&model.column);
+        let target = &model.states[transition.target];
         let sources: Vec<String> = transition
             .sources
             .iter()
@@ -256,10 +277,145 @@ impl Dialect {
             .collect();
         let sources = format!("IN ({})", sources.join(", "));
         format!(
-            "UPDATE {} SET {assignments} WHERE {} AND {}{same_occurrence}{returning}",
+            "UPDATE {} SET {} WHERE {} AND {}{}",
             d.quote(&model.table),
+            d.assignments(model, transition),
             d.key_match(&model.key),
             d.status_is(&column, &sources),
+            d.returning(model, model.version.is_some(), target.in_flight.as_ref()),
+        )
+    }
+
+    /// What MySQL reads back on the same connection after a winning
+    /// `UPDATE`, for want of `RETURNING`: the new version
+    /// (`LAST_INSERT_ID()`) and, for a transition into an in-flight state,
+    /// the lease token of the row at that version (the key is bound for
+    /// it). Empty for the other dialects.
+    pub fn read_back(&self, model: &Model, transition: &Transition) -> String {
+        let d = *self;
+        if d != Dialect::MySql {
+            return String::new();
+        }
+        let occurrence = "CAST(LAST_INSERT_ID() AS SIGNED)";
+        match &model.states[transition.target].in_flight {
+            None => format!("SELECT {occurrence}"),
+            Some(in_flight) => {
+                let same_version = match &model.version {
+                    Some(version) => {
+                        format!(" AND {} = LAST_INSERT_ID()", d.version_value(version))
+                    }
+                    None => String::new(),
+                };
+                format!(
+                    "SELECT {occurrence}, (SELECT {} FROM {} WHERE {}{same_version})",
+                    d.lease_token(&in_flight.since),
+                    d.quote(&model.table),
+                    d.key_match(&model.key),
+                )
+            }
+        }
+    }
+
+    /// The lease token of a row in an in-flight state: its `since` stamp as
+    /// an integer (microseconds on PostgreSQL and MySQL, milliseconds on
+    /// SQLite), computed the same way every time, independent of the
+    /// session's time zone. Entering the state, a takeover and a renewal
+    /// each stamp a new `since`, so the token says which holder the lease
+    /// is with. NULL (a row put there by hand) reads as 0.
+    fn lease_token(self, since: &str) -> String {
+        let s = self.quote(since);
+        match self {
+            Dialect::Postgres => {
+                format!("COALESCE(CAST(EXTRACT(EPOCH FROM {s}) * 1000000 AS BIGINT), 0)")
+            }
+            Dialect::Sqlite => {
+                format!("COALESCE(CAST(ROUND(unixepoch({s}, 'subsec') * 1000) AS INTEGER), 0)")
+            }
+            Dialect::MySql => {
+                format!("COALESCE(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', {s}), 0)")
+            }
+        }
+    }
+
+    /// `WHERE k = $1 AND c = 'state'[ AND version = $2] AND token = $n`: the
+    /// row still in the same occurrence of the in-flight state, with its
+    /// lease still held by the caller.
+    fn leased(self, model: &Model, state: &State, in_flight: &InFlight) -> String {
+        let d = self;
+        let mut next = 2;
+        let mut same_occurrence = String::new();
+        if let Some(version) = &model.version {
+            same_occurrence = format!(" AND {} = {}", d.version_value(version), d.param(next));
+            next += 1;
+        }
+        format!(
+            "{} AND {}{same_occurrence} AND {} = {}",
+            d.key_match(&model.key),
+            d.status_is(&d.quote(&model.column), &format!("= '{}'", state.db)),
+            d.lease_token(&in_flight.since),
+            d.param(next),
+        )
+    }
+
+    /// The follow-up `transition` (`done` or `failed`) of an in-flight
+    /// state, moving the row only while the caller still holds its lease:
+    /// a worker whose lease was taken over cannot move the row.
+    pub fn follow_up(
+        &self,
+        model: &Model,
+        state: &State,
+        in_flight: &InFlight,
+        transition: &Transition,
+    ) -> String {
+        let d = *self;
+        format!(
+            "UPDATE {} SET {} WHERE {}",
+            d.quote(&model.table),
+            d.assignments(model, transition),
+            d.leased(model, state, in_flight),
+        )
+    }
+
+    /// Renews the caller's lease on a row of an in-flight state: a
+    /// heartbeat for an effect that outlasts the lease. Returns the new
+    /// token (MySQL reads it with [`Self::lease_read`]).
+    pub fn renew(&self, model: &Model, state: &State, in_flight: &InFlight) -> String {
+        let d = *self;
+        format!(
+            "UPDATE {} SET {} = {} WHERE {}{}",
+            d.quote(&model.table),
+            d.quote(&in_flight.since),
+            d.now(),
+            d.leased(model, state, in_flight),
+            d.returning(model, false, Some(in_flight)),
+        )
+    }
+
+    /// The lease token of the row as it is: what MySQL reads after a claim
+    /// or a renewal, for want of `RETURNING`.
+    pub fn lease_read(&self, model: &Model, in_flight: &InFlight) -> String {
+        let d = *self;
+        format!(
+            "SELECT {} FROM {} WHERE {}",
+            d.lease_token(&in_flight.since),
+            d.quote(&model.table),
+            d.key_match(&model.key),
+        )
+    }
+
+    /// `SELECT c, version, token FROM t WHERE k = $1`: the losing path of
+    /// a follow-up, which tells a finished, a superseded and a taken-over
+    /// row apart.
+    pub fn follow_up_read(&self, model: &Model, in_flight: &InFlight) -> String {
+        let d = *self;
+        format!(
+            "SELECT {}, {}, {} FROM {} WHERE {}{}",
+            d.status_read(&model.column),
+            d.version_read(model.version.as_deref()),
+            d.lease_token(&in_flight.since),
+            d.quote(&model.table),
+            d.key_match(&model.key),
+            d.read_lock(false),
         )
     }
 
@@ -294,26 +450,13 @@ impl Dialect {
         };
         format!(
             "UPDATE {} SET {since} = {} WHERE {} AND {} \
-             AND ({since} IS NULL OR {since} < {}){same_occurrence}",
+             AND ({since} IS NULL OR {since} < {}){same_occurrence}{}",
             d.quote(&model.table),
             d.now(),
             d.key_match(&model.key),
             d.status_is(&d.quote(&model.column), &format!("= '{}'", state.db)),
             d.lease_expiry(in_flight.lease_ms),
-        )
-    }
-
-    /// `SELECT c, version FROM t WHERE k = $1`: the losing path of a
-    /// follow-up tied to an occurrence.
-    pub fn select_versioned(&self, model: &Model) -> String {
-        let d = *self;
-        format!(
-            "SELECT {}, {} FROM {} WHERE {}{}",
-            d.status_read(&model.column),
-            d.version_read(model.version.as_deref()),
-            d.quote(&model.table),
-            d.key_match(&model.key),
-            d.read_lock(false),
+            d.returning(model, false, Some(in_flight)),
         )
     }
 

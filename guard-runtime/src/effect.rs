@@ -8,9 +8,10 @@ use crate::StateMachine;
 use crate::dialect::Backend;
 use crate::error::Error;
 use crate::executor::{Executor, refuse_open_transaction};
+use crate::lease::{self, Settled};
 use crate::machine::InFlightDef;
 use crate::outcome::{Committed, Won};
-use crate::transition::{Settled, key_arguments};
+use crate::transition::key_arguments;
 
 /// The effect key of one win: `table.column:key:state:occurrence` (the
 /// column keeps two machines on one table apart), or a prefix of it and a
@@ -167,6 +168,20 @@ pub enum Finished<S> {
         /// The state the follow-up found.
         current: S,
     },
+    /// The lease ran out while the effect ran and another worker took the
+    /// row over: that worker runs the effect again with the same effect
+    /// key and finishes the row; this verdict did not move it.
+    LeaseLost {
+        /// The state the row is in (still in flight).
+        current: S,
+    },
+    /// The row was no longer this worker's when `finish` began (another
+    /// worker took it over after the lease ran out, or it moved on): the
+    /// effect did not run here.
+    Skipped {
+        /// The state the row is in, or `None` if it is gone.
+        current: Option<S>,
+    },
 }
 
 impl<S: StateMachine, K> Won<S, K, Committed> {
@@ -189,7 +204,13 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
     ///
     /// A crash anywhere in between leaves the row in flight; once its lease
     /// runs out, [`recover`] runs the effect again with the same effect key
-    /// and finishes it.
+    /// and finishes it. While the effect runs, the lease is renewed every
+    /// third of its length, so an effect may outlast it as long as this
+    /// worker lives. A worker whose lease was taken over all the same (it
+    /// stalled past its lease) gets [`Finished::Skipped`] if that happened
+    /// before its effect (which then does not run), or
+    /// [`Finished::LeaseLost`] if it happened during it; either way its
+    /// verdict does not move the row.
     ///
     /// A call that cannot finish (the state is not in flight, or `executor`
     /// is a connection inside a transaction) is refused before the effect
@@ -218,10 +239,52 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
             Err(error) => return Err(FinishError::Refused { won: self, error }),
         };
         let (key, state, occurrence) = (self.key().clone(), self.state(), self.occurrence());
-        let verdict = self.run(effect).await;
-        follow_up(&mut executor, in_flight, state, key, occurrence, verdict)
-            .await
-            .map_err(FinishError::FollowUp)
+        // Take the lease afresh before the effect: it proves this worker
+        // still holds the row, and gives the effect a whole lease.
+        let renewed =
+            lease::renew::<S, K, E>(&mut executor, in_flight, &key, occurrence, self.lease()).await;
+        let lease = match renewed {
+            Ok(Some(lease)) => lease,
+            Ok(None) => {
+                let done = in_flight.done::<S>();
+                let found = lease::read(&mut executor, in_flight, done, &key).await;
+                return match found {
+                    Ok(found) => Ok(Finished::Skipped {
+                        current: found.map(|found| found.current),
+                    }),
+                    Err(error) => Err(FinishError::Refused { won: self, error }),
+                };
+            }
+            Err(source) => {
+                let error = Error::Database {
+                    table: S::MACHINE.table(),
+                    transition: in_flight.done::<S>().name(),
+                    source,
+                };
+                return Err(FinishError::Refused { won: self, error });
+            }
+        };
+        let effect = self.run(effect);
+        let (verdict, lease) = lease::while_renewing::<S, K, E, _>(
+            &mut executor,
+            in_flight,
+            &key,
+            occurrence,
+            lease,
+            effect,
+        )
+        .await;
+        follow_up(
+            &mut executor,
+            in_flight,
+            state,
+            &key,
+            occurrence,
+            lease,
+            verdict,
+        )
+        .await
+        .map_err(FinishError::FollowUp)
     }
 
     fn into_effect(self) -> Effect<S, K>
@@ -250,12 +313,14 @@ fn in_flight_def<S: StateMachine>(state: S) -> Result<&'static InFlightDef, Erro
         })
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn follow_up<S, K, E>(
     executor: &mut E,
     in_flight: &'static InFlightDef,
     state: S,
-    key: K,
+    key: &K,
     occurrence: i64,
+    lease: i64,
     verdict: Verdict,
 ) -> Result<Finished<S>, Error>
 where
@@ -263,32 +328,40 @@ where
     E: Executor<Commit = Committed>,
     K: for<'q> sqlx::Encode<'q, E::Database> + sqlx::Type<E::Database> + Send + Sync,
 {
-    let transition = match verdict {
+    let (transition, sql) = match verdict {
         Verdict::RetryLater => return Ok(Finished::RetryLater),
-        Verdict::Done => in_flight.done::<S>(),
-        Verdict::Failed => in_flight.failed::<S>().ok_or(Error::NoFailedTransition {
-            machine: S::MACHINE.name(),
-            state: state.as_str(),
-        })?,
+        Verdict::Done => (in_flight.done::<S>(), in_flight.done_sql()),
+        Verdict::Failed => match (in_flight.failed::<S>(), in_flight.failed_sql()) {
+            (Some(transition), Some(sql)) => (transition, sql),
+            _ => {
+                return Err(Error::NoFailedTransition {
+                    machine: S::MACHINE.name(),
+                    state: state.as_str(),
+                });
+            }
+        },
     };
     let settled = |target| match verdict {
         Verdict::Failed => Finished::Failed(target),
         _ => Finished::Done(target),
     };
-    // Tied to the occurrence: a late follow-up must not finish a later
-    // pass of the row through the same state.
-    Ok(
-        match transition.settle_at(executor, key, occurrence).await? {
-            Settled::Applied(target) | Settled::Already(target) => settled(target),
-            Settled::Superseded(current) => Finished::Superseded { current },
-            Settled::Vanished => {
-                return Err(Error::RowVanished {
-                    table: S::MACHINE.table(),
-                    transition: transition.name(),
-                });
-            }
-        },
-    )
+    // Tied to the occurrence and to the lease: a late follow-up must not
+    // finish a later pass of the row, nor one that another worker took
+    // over.
+    let at = lease::settle(
+        executor, in_flight, state, transition, sql, key, occurrence, lease,
+    );
+    Ok(match at.await? {
+        Settled::Applied(target) | Settled::Already(target) => settled(target),
+        Settled::Superseded(current) => Finished::Superseded { current },
+        Settled::LeaseLost(current) => Finished::LeaseLost { current },
+        Settled::Vanished => {
+            return Err(Error::RowVanished {
+                table: S::MACHINE.table(),
+                transition: transition.name(),
+            });
+        }
+    })
 }
 
 /// Takes over rows left in the in-flight `state` past their lease, at most
@@ -335,8 +408,8 @@ where
     refuse_open_transaction(executor)?;
     let mut claimed = Vec::new();
     for (key, occurrence) in list_expired::<S, K, E>(executor, in_flight, state, limit).await? {
-        if claim_one(executor, in_flight, state, &key, occurrence).await? {
-            claimed.push(Won::new(state, key, occurrence, 0));
+        if let Some(lease) = claim_one(executor, in_flight, state, &key, occurrence).await? {
+            claimed.push(Won::new(state, key, occurrence, lease, 0));
         }
     }
     Ok(claimed)
@@ -368,30 +441,31 @@ where
         .collect()
 }
 
-/// Renews the lease of one expired row if it is still in the same
-/// occurrence of `state`. `false` when another recovery took it, its owner
-/// finished it, or the database asked to back off (a serialization failure
-/// or busy database): a later pass sees it again.
+/// Takes over one expired row if it is still in the same occurrence of
+/// `state`, stamping a new lease: `Some(token)`, or `None` when another
+/// recovery took it, its owner finished it, or the database asked to back
+/// off (a serialization failure or busy database): a later pass sees it
+/// again.
 async fn claim_one<S, K, E>(
     executor: &mut E,
     in_flight: &'static InFlightDef,
     state: S,
     key: &K,
     occurrence: i64,
-) -> Result<bool, Error>
+) -> Result<Option<i64>, Error>
 where
     S: StateMachine,
     E: Executor<Commit = Committed>,
     K: for<'q> sqlx::Encode<'q, E::Database> + sqlx::Type<E::Database> + Send + Sync,
 {
     let db_error = |source| recovery_error(state, source);
-    let claim = <E::Database as Backend>::sql(in_flight.claim_sql());
     let mut args = key_arguments::<E::Database, K>(key).map_err(db_error)?;
     if S::MACHINE.version().is_some() {
         <E::Database as Backend>::bind_int(&mut args, occurrence).map_err(db_error)?;
     }
-    match executor.execute(claim, args).await {
-        Ok(done) => Ok(<E::Database as Backend>::rows_affected(&done) == 1),
+    let key_args = key_arguments::<E::Database, K>(key).map_err(db_error)?;
+    match lease::stamp(executor, in_flight, in_flight.claim_sql(), args, key_args).await {
+        Ok(lease) => Ok(lease),
         Err(error) if <E::Database as Backend>::is_retryable(&error) => {
             tracing::debug!(
                 table = S::MACHINE.table(),
@@ -399,7 +473,7 @@ where
                 %error,
                 "claim of an expired in-flight row hit a retryable error; leaving it to a later pass"
             );
-            Ok(false)
+            Ok(None)
         }
         Err(error) => Err(db_error(error)),
     }
@@ -444,6 +518,9 @@ pub struct Recovered {
     /// effect ran: the effect did run, so reconcile each with the far side
     /// by its effect key.
     pub superseded: Vec<SupersededRow>,
+    /// Rows whose lease another recovery took over while their effect ran
+    /// (this pass stalled past the lease): that recovery finishes them.
+    pub lease_lost: usize,
     /// Rows whose claim or follow-up failed. They stay in flight, and the
     /// pass went on with the other rows.
     pub errors: Vec<Error>,
@@ -482,9 +559,9 @@ where
     let expired = list_expired::<S, K, E>(&mut executor, in_flight, state, limit).await?;
     let mut report = Recovered::default();
     for (key, occurrence) in expired {
-        match claim_one(&mut executor, in_flight, state, &key, occurrence).await {
-            Ok(true) => report.claimed += 1,
-            Ok(false) => {
+        let lease = match claim_one(&mut executor, in_flight, state, &key, occurrence).await {
+            Ok(Some(lease)) => lease,
+            Ok(None) => {
                 report.lost += 1;
                 continue;
             }
@@ -492,11 +569,30 @@ where
                 report.errors.push(error);
                 continue;
             }
-        }
-        let won: Won<S, K, Committed> = Won::new(state, key.clone(), occurrence, 0);
+        };
+        report.claimed += 1;
+        let won: Won<S, K, Committed> = Won::new(state, key.clone(), occurrence, lease, 0);
         let effect_key = won.effect_key();
-        let verdict = won.run(&effect).await;
-        match follow_up(&mut executor, in_flight, state, key, occurrence, verdict).await {
+        let run = won.run(&effect);
+        let (verdict, lease) = lease::while_renewing::<S, K, E, _>(
+            &mut executor,
+            in_flight,
+            &key,
+            occurrence,
+            lease,
+            run,
+        )
+        .await;
+        let follow = follow_up(
+            &mut executor,
+            in_flight,
+            state,
+            &key,
+            occurrence,
+            lease,
+            verdict,
+        );
+        match follow.await {
             Ok(Finished::Done(_)) => report.done += 1,
             Ok(Finished::Failed(_)) => report.failed += 1,
             Ok(Finished::RetryLater) => report.retry_later += 1,
@@ -504,6 +600,8 @@ where
                 effect_key,
                 current: current.as_str(),
             }),
+            // follow_up never skips: only `finish` checks before the effect.
+            Ok(Finished::LeaseLost { .. } | Finished::Skipped { .. }) => report.lease_lost += 1,
             Err(error) => report.errors.push(error),
         }
     }

@@ -84,6 +84,7 @@ pub trait Executor: Send + sealed::Sealed {
         sql: &'static str,
         args: <Self::Database as Backend>::Args,
         then: &'static str,
+        then_args: <Self::Database as Backend>::Args,
     ) -> BoxFuture<'_, Result<ExecutedThenFetched<Self::Database>, sqlx::Error>>;
 
     /// Whether the statements run inside a transaction the caller owns.
@@ -145,6 +146,7 @@ macro_rules! execute_then_fetch {
             sql: &'static str,
             args: <$db as Backend>::Args,
             then: &'static str,
+            then_args: <$db as Backend>::Args,
         ) -> BoxFuture<'_, Result<ExecutedThenFetched<$db>, sqlx::Error>> {
             Box::pin(async move {
                 let $this = self;
@@ -152,7 +154,9 @@ macro_rules! execute_then_fetch {
                 #[allow(unused_mut)]
                 let mut conn = $conn;
                 let done = sqlx::Executor::execute(&mut *conn, sqlx::query_with(sql, args)).await?;
-                let row = sqlx::Executor::fetch_optional(&mut *conn, then).await?;
+                let row =
+                    sqlx::Executor::fetch_optional(&mut *conn, sqlx::query_with(then, then_args))
+                        .await?;
                 Ok((done, row))
             })
         }
@@ -215,12 +219,14 @@ macro_rules! in_transaction {
                 sql: &'static str,
                 args: <$db as Backend>::Args,
                 then: &'static str,
+                then_args: <$db as Backend>::Args,
             ) -> BoxFuture<'_, Result<ExecutedThenFetched<$db>, sqlx::Error>> {
                 Box::pin(async move {
                     let (conn, health) = self.parts();
                     let both = async {
                         let done = sqlx::Executor::execute(&mut *conn, sqlx::query_with(sql, args))
                             .await?;
+                        let then = sqlx::query_with(then, then_args);
                         let row = sqlx::Executor::fetch_optional(&mut *conn, then).await?;
                         Ok((done, row))
                     }

@@ -18,6 +18,7 @@ mod effect;
 mod error;
 mod executor;
 mod fnv;
+mod lease;
 mod machine;
 mod outcome;
 mod transition;

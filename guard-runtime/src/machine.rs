@@ -76,7 +76,6 @@ pub struct Machine<S: 'static> {
     transitions: &'static [TransitionDef<S>],
     select: Sql,
     select_in_transaction: Sql,
-    select_versioned: Option<Sql>,
 }
 
 impl<S: StateMachine> Machine<S> {
@@ -93,7 +92,6 @@ impl<S: StateMachine> Machine<S> {
         transitions: &'static [TransitionDef<S>],
         select: Sql,
         select_in_transaction: Sql,
-        select_versioned: Option<Sql>,
     ) -> Self {
         Machine {
             name,
@@ -106,7 +104,6 @@ impl<S: StateMachine> Machine<S> {
             transitions,
             select,
             select_in_transaction,
-            select_versioned,
         }
     }
 
@@ -158,12 +155,6 @@ impl<S: StateMachine> Machine<S> {
     /// transaction's snapshot.
     pub const fn select_in_transaction_sql(&self) -> &Sql {
         &self.select_in_transaction
-    }
-
-    /// The status and the version: the losing path of a follow-up tied to
-    /// an occurrence. Only for a machine with a version column.
-    pub const fn select_versioned_sql(&self) -> Option<&Sql> {
-        self.select_versioned.as_ref()
     }
 
     /// The state marked `#[state(initial)]`.
@@ -258,10 +249,16 @@ pub struct InFlightDef {
     failed: Option<usize>,
     expired: Sql,
     claim: Sql,
+    renew: Sql,
+    lease_read: Sql,
+    follow_up_read: Sql,
+    done_sql: Sql,
+    failed_sql: Option<Sql>,
 }
 
 impl InFlightDef {
     #[doc(hidden)]
+    #[allow(clippy::too_many_arguments)]
     pub const fn __new(
         lease_ms: u64,
         since: &'static str,
@@ -269,6 +266,11 @@ impl InFlightDef {
         failed: Option<usize>,
         expired: Sql,
         claim: Sql,
+        renew: Sql,
+        lease_read: Sql,
+        follow_up_read: Sql,
+        done_sql: Sql,
+        failed_sql: Option<Sql>,
     ) -> Self {
         InFlightDef {
             lease_ms,
@@ -277,6 +279,11 @@ impl InFlightDef {
             failed,
             expired,
             claim,
+            renew,
+            lease_read,
+            follow_up_read,
+            done_sql,
+            failed_sql,
         }
     }
 
@@ -308,9 +315,39 @@ impl InFlightDef {
     }
 
     /// `UPDATE … SET since = now WHERE key = $1 AND status = 'state' AND
-    /// since < now - lease [AND version = $2]`
+    /// since < now - lease [AND version = $2] [RETURNING token]`: a takeover,
+    /// which gives the lease a new token.
     pub const fn claim_sql(&self) -> &Sql {
         &self.claim
+    }
+
+    /// `UPDATE … SET since = now WHERE key = $1 AND status = 'state'
+    /// [AND version = $2] AND token = $n [RETURNING token]`: the lease
+    /// holder's renewal (heartbeat).
+    pub const fn renew_sql(&self) -> &Sql {
+        &self.renew
+    }
+
+    /// The row's lease token, read back after a claim or renewal where
+    /// there is no `RETURNING` (MySQL).
+    pub const fn lease_read_sql(&self) -> &Sql {
+        &self.lease_read
+    }
+
+    /// `SELECT status, version, token`: the losing path of a follow-up.
+    pub const fn follow_up_read_sql(&self) -> &Sql {
+        &self.follow_up_read
+    }
+
+    /// The `done` transition's `UPDATE`, tied to the occurrence and to the
+    /// lease: a worker whose lease was taken over cannot move the row.
+    pub const fn done_sql(&self) -> &Sql {
+        &self.done_sql
+    }
+
+    /// The `failed` transition's `UPDATE`, tied like [`Self::done_sql`].
+    pub const fn failed_sql(&self) -> Option<&Sql> {
+        self.failed_sql.as_ref()
     }
 }
 
@@ -347,7 +384,7 @@ pub struct TransitionDef<S: 'static> {
     target: S,
     set: &'static [SetColumn],
     update: Sql,
-    update_at: Option<Sql>,
+    read_back: Sql,
 }
 
 impl<S: StateMachine> TransitionDef<S> {
@@ -358,7 +395,7 @@ impl<S: StateMachine> TransitionDef<S> {
         target: S,
         set: &'static [SetColumn],
         update: Sql,
-        update_at: Option<Sql>,
+        read_back: Sql,
     ) -> Self {
         TransitionDef {
             name,
@@ -366,7 +403,7 @@ impl<S: StateMachine> TransitionDef<S> {
             target,
             set,
             update,
-            update_at,
+            read_back,
         }
     }
 
@@ -395,11 +432,11 @@ impl<S: StateMachine> TransitionDef<S> {
         &self.update
     }
 
-    /// The same `UPDATE`, also requiring the row's version to be `$2`: how
-    /// the follow-up of an in-flight state finishes only the occurrence
-    /// that started it. Only for a machine with a version column.
-    pub const fn update_at_sql(&self) -> Option<&Sql> {
-        self.update_at.as_ref()
+    /// What MySQL reads back after a winning `UPDATE` on the same
+    /// connection, for want of `RETURNING`: the new version and, into an
+    /// in-flight state, the lease token. Empty for the other dialects.
+    pub const fn read_back_sql(&self) -> &Sql {
+        &self.read_back
     }
 
     /// The `since` column this transition stamps: its target's, when the

@@ -74,6 +74,9 @@ pub struct Won<S: StateMachine, K, C = Committed> {
     state: S,
     key: K,
     occurrence: i64,
+    /// The lease token of a win into an in-flight state (see
+    /// `InFlightDef::renew_sql`); 0 otherwise.
+    lease: i64,
     /// The transaction or savepoint the win happened in (see `tx.rs`); 0
     /// once committed.
     scope: u64,
@@ -81,11 +84,12 @@ pub struct Won<S: StateMachine, K, C = Committed> {
 }
 
 impl<S: StateMachine, K, C> Won<S, K, C> {
-    pub(crate) fn new(state: S, key: K, occurrence: i64, scope: u64) -> Self {
+    pub(crate) fn new(state: S, key: K, occurrence: i64, lease: i64, scope: u64) -> Self {
         Won {
             state,
             key,
             occurrence,
+            lease,
             scope,
             commit: PhantomData,
         }
@@ -95,6 +99,10 @@ impl<S: StateMachine, K, C> Won<S, K, C> {
         (self.state, self.key, self.occurrence)
     }
 
+    pub(crate) fn lease(&self) -> i64 {
+        self.lease
+    }
+
     pub(crate) fn scope(&self) -> u64 {
         self.scope
     }
@@ -102,7 +110,7 @@ impl<S: StateMachine, K, C> Won<S, K, C> {
     /// The same win, handed to another scope (a released savepoint's
     /// parent, or 0 once committed).
     pub(crate) fn rescope<D>(self, scope: u64) -> Won<S, K, D> {
-        Won::new(self.state, self.key, self.occurrence, scope)
+        Won::new(self.state, self.key, self.occurrence, self.lease, scope)
     }
 
     /// The state the row is in now: the transition's target.

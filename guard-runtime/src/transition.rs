@@ -14,7 +14,7 @@ use crate::outcome::{Outcome, Won};
 /// Attempts made in autocommit before giving up with
 /// [`Error::Contention`]. Each attempt after a serialization failure or
 /// deadlock waits a jittered, growing delay first.
-const MAX_ATTEMPTS: u32 = 10;
+pub(crate) const MAX_ATTEMPTS: u32 = 10;
 const BACKOFF_BASE: Duration = Duration::from_millis(2);
 const BACKOFF_CAP: Duration = Duration::from_millis(100);
 
@@ -131,21 +131,9 @@ impl<S: StateMachine> Transition<S> {
         }
     }
 
-    pub(crate) async fn apply_on<E, K>(
-        self,
-        executor: &mut E,
-        key: K,
-    ) -> Result<Outcome<S, K, E::Commit>, Error>
-    where
-        E: Executor,
-        K: for<'q> sqlx::Encode<'q, E::Database> + sqlx::Type<E::Database> + Send + Sync,
-    {
-        let writing = core::sync::atomic::AtomicBool::new(false);
-        self.apply_watched(executor, key, &writing).await
-    }
-
-    /// `apply_on`, with `writing` true while the `UPDATE` is in flight, so
-    /// that a deadline that cuts it off knows the outcome is open.
+    /// The compare-and-set and its losing path, with `writing` true while
+    /// the `UPDATE` is in flight, so that a deadline that cuts it off knows
+    /// the outcome is open.
     async fn apply_watched<E, K>(
         self,
         executor: &mut E,
@@ -168,16 +156,17 @@ impl<S: StateMachine> Transition<S> {
             attempts += 1;
             let update = <E::Database as Backend>::sql(def.update_sql());
             writing.store(true, core::sync::atomic::Ordering::Relaxed);
-            let changed = self.attempt(executor, update, &key, None, attempts).await;
+            let changed = self.attempt(executor, update, &key, attempts).await;
             writing.store(false, core::sync::atomic::Ordering::Relaxed);
             let Some(changed) = changed? else {
                 continue;
             };
-            if let Some(occurrence) = changed {
+            if let Some(Changed { occurrence, lease }) = changed {
                 return Ok(Outcome::Applied(Won::new(
                     def.target(),
                     key,
                     occurrence,
+                    lease,
                     executor.scope(),
                 )));
             }
@@ -211,68 +200,8 @@ impl<S: StateMachine> Transition<S> {
         }
     }
 
-    /// Applies this transition only to occurrence `occurrence` of the row
-    /// (its version column must still hold it): how an in-flight state's
-    /// follow-up finishes the pass that started it, and not a later one.
-    /// Without a version column it is a plain [`Transition::apply`].
-    pub(crate) async fn settle_at<E, K>(
-        self,
-        executor: &mut E,
-        key: K,
-        occurrence: i64,
-    ) -> Result<Settled<S>, Error>
-    where
-        E: Executor,
-        K: for<'q> sqlx::Encode<'q, E::Database> + sqlx::Type<E::Database> + Send + Sync,
-    {
-        let machine = S::MACHINE;
-        let (Some(update_at), Some(select_versioned)) =
-            (self.def.update_at_sql(), machine.select_versioned_sql())
-        else {
-            return Ok(match self.apply_on(executor, key).await? {
-                Outcome::Applied(won) => Settled::Applied(won.state()),
-                Outcome::AlreadyInState(state) => Settled::Already(state),
-                Outcome::Conflict { current } => Settled::Superseded(current),
-                Outcome::NotFound => Settled::Vanished,
-            });
-        };
-        let update = <E::Database as Backend>::sql(update_at);
-        let select = <E::Database as Backend>::sql(select_versioned);
-        let mut attempts = 0;
-        loop {
-            attempts += 1;
-            let cas = self.attempt(executor, update, &key, Some(occurrence), attempts);
-            let Some(changed) = cas.await? else {
-                continue;
-            };
-            if changed.is_some() {
-                return Ok(Settled::Applied(self.target()));
-            }
-            let Some(row) = self.fresh_read(executor, select, &key, attempts).await? else {
-                continue;
-            };
-            let Some(row) = row else {
-                return Ok(Settled::Vanished);
-            };
-            let current = self.read_status::<E::Database>(&row)?;
-            let version = <E::Database as Backend>::int(&row, 1).map_err(|e| self.db_error(e))?;
-            // This very transition already finished this occurrence (a
-            // recovery got there first): the version moved on by one.
-            if current == self.target() && version == occurrence + 1 {
-                return Ok(Settled::Already(current));
-            }
-            if version != occurrence || !self.sources().contains(&current) {
-                return Ok(Settled::Superseded(current));
-            }
-            if attempts >= MAX_ATTEMPTS {
-                return Err(self.contention(attempts, None));
-            }
-            tokio::time::sleep(backoff(attempts)).await;
-        }
-    }
-
     /// The status in column 0 of `row`, parsed; NULL is an error of its own.
-    fn read_status<DB: Backend>(self, row: &DB::Row) -> Result<S, Error> {
+    pub(crate) fn read_status<DB: Backend>(self, row: &DB::Row) -> Result<S, Error> {
         match DB::text_opt(row, 0).map_err(|e| self.db_error(e))? {
             Some(text) => Ok(S::parse_db_str(&text)?),
             None => Err(Error::NullStatus {
@@ -282,25 +211,21 @@ impl<S: StateMachine> Transition<S> {
         }
     }
 
-    /// One compare-and-set: `Some(Some(occurrence))` when it changed the
-    /// row, `Some(None)` when it matched nothing, `None` after a retryable
-    /// error once the backoff has been slept (try again).
+    /// One compare-and-set: `Some(Some(changed))` when it changed the row,
+    /// `Some(None)` when it matched nothing, `None` after a retryable error
+    /// once the backoff has been slept (try again).
     async fn attempt<E, K>(
         self,
         executor: &mut E,
         update: &'static str,
         key: &K,
-        occurrence: Option<i64>,
         attempts: u32,
-    ) -> Result<Option<Option<i64>>, Error>
+    ) -> Result<Option<Option<Changed>>, Error>
     where
         E: Executor,
         K: for<'q> sqlx::Encode<'q, E::Database> + sqlx::Type<E::Database> + Send + Sync,
     {
-        match self
-            .compare_and_set(executor, update, key, occurrence)
-            .await
-        {
+        match self.compare_and_set(executor, update, key).await {
             Ok(changed) => Ok(Some(changed)),
             Err(Attempt::Failed(error)) => Err(error),
             Err(Attempt::Retryable(error)) => {
@@ -336,57 +261,83 @@ impl<S: StateMachine> Transition<S> {
         }
     }
 
-    /// The winning-path statement: `Some(occurrence)` when it changed the
-    /// row, `None` when it matched nothing.
+    /// The winning-path statement: `Some(changed)` when it changed the row,
+    /// `None` when it matched nothing.
     async fn compare_and_set<E, K>(
         self,
         executor: &mut E,
         update: &'static str,
         key: &K,
-        occurrence: Option<i64>,
-    ) -> Result<Option<i64>, Attempt>
+    ) -> Result<Option<Changed>, Attempt>
     where
         E: Executor,
         K: for<'q> sqlx::Encode<'q, E::Database> + sqlx::Type<E::Database> + Send + Sync,
     {
-        let mut args =
-            key_arguments::<E::Database, K>(key).map_err(|e| Attempt::Failed(self.db_error(e)))?;
-        if let Some(occurrence) = occurrence {
-            <E::Database as Backend>::bind_int(&mut args, occurrence)
-                .map_err(|e| Attempt::Failed(self.db_error(e)))?;
-        }
-        let retryable = |error: sqlx::Error| match <E::Database as Backend>::is_retryable(&error) {
+        type DB<E> = <E as Executor>::Database;
+        let failed = |e| Attempt::Failed(self.db_error(e));
+        let args = key_arguments::<DB<E>, K>(key).map_err(failed)?;
+        let retryable = |error: sqlx::Error| match <DB<E> as Backend>::is_retryable(&error) {
             true => Attempt::Retryable(error),
             false => Attempt::Failed(self.db_error(error)),
         };
-        let (rows, occurrence) = if S::MACHINE.version().is_none() {
+        let versioned = S::MACHINE.version().is_some();
+        let leased = self.def.stamps().is_some();
+        let int = |row: &<DB<E> as sqlx::Database>::Row, i| {
+            <DB<E> as Backend>::int_opt(row, i).map(Option::unwrap_or_default)
+        };
+        let (rows, changed) = if !versioned && !leased {
             let done = executor.execute(update, args).await.map_err(retryable)?;
-            (<E::Database as Backend>::rows_affected(&done), 0)
-        } else if <E::Database as Backend>::RETURNING {
-            // `RETURNING` the new version: one row per row changed.
-            let rows = executor.fetch_all(update, args).await.map_err(retryable)?;
-            let occurrence = match rows.first() {
-                Some(row) => <E::Database as Backend>::int(row, 0)
-                    .map_err(|e| Attempt::Failed(self.db_error(e)))?,
-                None => 0,
+            let changed = Changed {
+                occurrence: 0,
+                lease: 0,
             };
-            (rows.len() as u64, occurrence)
+            (<DB<E> as Backend>::rows_affected(&done), changed)
+        } else if <DB<E> as Backend>::RETURNING {
+            // `RETURNING [version][, lease token]`: one row per row changed.
+            let rows = executor.fetch_all(update, args).await.map_err(retryable)?;
+            let mut changed = Changed {
+                occurrence: 0,
+                lease: 0,
+            };
+            if let Some(row) = rows.first() {
+                if versioned {
+                    changed.occurrence = int(row, 0).map_err(failed)?;
+                }
+                if leased {
+                    changed.lease = int(row, usize::from(versioned)).map_err(failed)?;
+                }
+            }
+            (rows.len() as u64, changed)
         } else {
-            // The UPDATE stored the new version with LAST_INSERT_ID(expr).
+            // MySQL: the UPDATE stored the new version with
+            // LAST_INSERT_ID(expr); the same connection reads it back, and
+            // the lease token of the row at that version.
+            let read_back = <DB<E> as Backend>::sql(self.def.read_back_sql());
+            let then_args = match leased {
+                true => key_arguments::<DB<E>, K>(key).map_err(failed)?,
+                false => <DB<E> as Backend>::Args::default(),
+            };
             let (done, row) = executor
-                .execute_then_fetch(update, args, "SELECT CAST(LAST_INSERT_ID() AS SIGNED)")
+                .execute_then_fetch(update, args, read_back, then_args)
                 .await
                 .map_err(retryable)?;
-            let occurrence = match &row {
-                Some(row) => <E::Database as Backend>::int(row, 0)
-                    .map_err(|e| Attempt::Failed(self.db_error(e)))?,
-                None => 0,
+            let mut changed = Changed {
+                occurrence: 0,
+                lease: 0,
             };
-            (<E::Database as Backend>::rows_affected(&done), occurrence)
+            if let Some(row) = &row {
+                if versioned {
+                    changed.occurrence = int(row, 0).map_err(failed)?;
+                }
+                if leased {
+                    changed.lease = int(row, 1).map_err(failed)?;
+                }
+            }
+            (<DB<E> as Backend>::rows_affected(&done), changed)
         };
         match rows {
             0 => Ok(None),
-            1 => Ok(Some(occurrence)),
+            1 => Ok(Some(changed)),
             rows => Err(Attempt::Failed(Error::AmbiguousKey {
                 table: S::MACHINE.table(),
                 key: S::MACHINE.key(),
@@ -398,7 +349,7 @@ impl<S: StateMachine> Transition<S> {
 
     /// Decides what a failed statement means: `Ok` after sleeping when a
     /// fresh autocommit attempt may succeed, the error to return otherwise.
-    async fn before_retry<E: Executor>(
+    pub(crate) async fn before_retry<E: Executor>(
         self,
         executor: &mut E,
         error: sqlx::Error,
@@ -436,7 +387,7 @@ impl<S: StateMachine> Transition<S> {
         }
     }
 
-    fn contention(self, attempts: u32, last: Option<sqlx::Error>) -> Error {
+    pub(crate) fn contention(self, attempts: u32, last: Option<sqlx::Error>) -> Error {
         Error::Contention {
             table: S::MACHINE.table(),
             transition: self.name(),
@@ -446,16 +397,11 @@ impl<S: StateMachine> Transition<S> {
     }
 }
 
-/// Where a follow-up tied to an occurrence left the row.
-pub(crate) enum Settled<S> {
-    /// This call moved it to the target.
-    Applied(S),
-    /// The same transition had already finished this occurrence.
-    Already(S),
-    /// The row left the occurrence some other way: it is in this state.
-    Superseded(S),
-    /// The row is gone.
-    Vanished,
+/// What a winning compare-and-set changed: the row's new occurrence and,
+/// for a transition into an in-flight state, its lease token.
+pub(crate) struct Changed {
+    occurrence: i64,
+    lease: i64,
 }
 
 /// How one statement of an attempt failed.
@@ -479,7 +425,7 @@ where
 
 /// Full jitter: a uniform delay between zero and an exponentially growing
 /// cap, so that racing retries spread out instead of colliding again.
-fn backoff(attempt: u32) -> Duration {
+pub(crate) fn backoff(attempt: u32) -> Duration {
     use std::hash::{BuildHasher, Hasher};
     let ceiling = BACKOFF_BASE
         .saturating_mul(1 << attempt.min(16))

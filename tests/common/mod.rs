@@ -185,6 +185,16 @@ pub struct Sqlite {
 }
 
 impl Sqlite {
+    /// Moves every transfer's lease an hour into the past, as if its
+    /// worker had stalled that long: the lease has run out, and its token
+    /// changed.
+    pub async fn backdate_leases(&self) {
+        sqlx::query("UPDATE transfers SET sending_since = strftime('%Y-%m-%d %H:%M:%f', sending_since, '-1 hours')")
+            .execute(&self.pool)
+            .await
+            .expect("backdate leases");
+    }
+
     /// A fresh file database in WAL mode with a pool of 8 connections.
     pub async fn open(_test: &str) -> Option<Self> {
         let dir = tempfile::tempdir().expect("temporary directory");
@@ -321,6 +331,16 @@ pub struct Postgres {
 }
 
 impl Postgres {
+    /// Moves every transfer's lease an hour into the past, as if its
+    /// worker had stalled that long: the lease has run out, and its token
+    /// changed.
+    pub async fn backdate_leases(&self) {
+        sqlx::query("UPDATE transfers SET sending_since = sending_since - INTERVAL '1 hour'")
+            .execute(&self.pool)
+            .await
+            .expect("backdate leases");
+    }
+
     /// A schema of the test's own, dropped and made anew, with every
     /// connection's default isolation set to `isolation`. Called through
     /// [`open!`], which writes the schema statements as literals.
@@ -474,6 +494,16 @@ pub struct Mysql {
 }
 
 impl Mysql {
+    /// Moves every transfer's lease an hour into the past, as if its
+    /// worker had stalled that long: the lease has run out, and its token
+    /// changed.
+    pub async fn backdate_leases(&self) {
+        sqlx::query("UPDATE transfers SET sending_since = sending_since - INTERVAL 1 HOUR")
+            .execute(&self.pool)
+            .await
+            .expect("backdate leases");
+    }
+
     /// A database of the test's own, dropped and made anew, with every
     /// connection's session isolation set to `isolation`.
     pub async fn open_with(

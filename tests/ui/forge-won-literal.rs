@@ -14,6 +14,7 @@ fn main() {
         state: PayoutStatus::Sending,
         key: 1,
         occurrence: 0,
+        lease: 0,
         scope: 0,
         commit: Default::default(),
     };

@@ -10,6 +10,6 @@ pub enum PayoutStatus {
 }
 
 fn main() {
-    let forged: Won<PayoutStatus, i64> = Won::new(PayoutStatus::Sending, 1, 0, 0);
+    let forged: Won<PayoutStatus, i64> = Won::new(PayoutStatus::Sending, 1, 0, 0, 0);
     let _ = forged;
 }

@@ -49,6 +49,9 @@ pub trait Backend: sqlx::Database + Sealed {
     fn int(row: &Self::Row, index: usize) -> Result<i64, sqlx::Error>;
 
     #[doc(hidden)]
+    fn int_opt(row: &Self::Row, index: usize) -> Result<Option<i64>, sqlx::Error>;
+
+    #[doc(hidden)]
     fn bind_int(args: &mut Self::Args, value: i64) -> Result<(), sqlx::Error>;
 
     #[doc(hidden)]
@@ -77,6 +80,10 @@ macro_rules! row_access {
         }
 
         fn int(row: &$row, index: usize) -> Result<i64, sqlx::Error> {
+            sqlx::Row::try_get(row, index)
+        }
+
+        fn int_opt(row: &$row, index: usize) -> Result<Option<i64>, sqlx::Error> {
             sqlx::Row::try_get(row, index)
         }
 

@@ -1,0 +1,273 @@
+//! Leases on rows in an in-flight state: who holds one, renewing it while
+//! an effect runs, taking it over once it ran out, and the follow-up that
+//! only the holder may run.
+//!
+//! A lease is named by its token, the row's `since` stamp read as an
+//! integer (`sql.rs`, `lease_token`). Entering the state, a takeover and a
+//! renewal each stamp `since` anew, so a worker whose lease was taken over
+//! holds a token the row no longer has: its follow-up matches nothing and
+//! reads [`Settled::LeaseLost`].
+
+use core::future::Future;
+
+use crate::StateMachine;
+use crate::dialect::Backend;
+use crate::error::Error;
+use crate::executor::Executor;
+use crate::machine::{InFlightDef, Sql};
+use crate::transition::{MAX_ATTEMPTS, Transition, backoff, key_arguments};
+
+/// Where a follow-up left the row.
+pub(crate) enum Settled<S> {
+    /// This call moved it to the transition's target.
+    Applied(S),
+    /// The same transition had already finished this occurrence.
+    Already(S),
+    /// Another worker took the lease over and holds the row now.
+    LeaseLost(S),
+    /// The row left the occurrence some other way: it is in this state.
+    Superseded(S),
+    /// The row is gone.
+    Vanished,
+}
+
+/// Key, then the occurrence where the machine has a version column, then
+/// the lease token: the parameters of the statements that need the lease.
+fn leased_arguments<S, DB, K>(key: &K, occurrence: i64, lease: i64) -> Result<DB::Args, sqlx::Error>
+where
+    S: StateMachine,
+    DB: Backend,
+    K: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    let mut args = key_arguments::<DB, K>(key)?;
+    if S::MACHINE.version().is_some() {
+        DB::bind_int(&mut args, occurrence)?;
+    }
+    DB::bind_int(&mut args, lease)?;
+    Ok(args)
+}
+
+/// Runs `transition` (the state's `done` or `failed`) with `sql`, only
+/// while the row is still in occurrence `occurrence` of `state` under the
+/// lease `lease`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn settle<S, K, E>(
+    executor: &mut E,
+    in_flight: &'static InFlightDef,
+    state: S,
+    transition: Transition<S>,
+    sql: &'static Sql,
+    key: &K,
+    occurrence: i64,
+    lease: i64,
+) -> Result<Settled<S>, Error>
+where
+    S: StateMachine,
+    E: Executor,
+    K: for<'q> sqlx::Encode<'q, E::Database> + sqlx::Type<E::Database> + Send + Sync,
+{
+    type DB<E> = <E as Executor>::Database;
+    let update = <DB<E> as Backend>::sql(sql);
+    let read = <DB<E> as Backend>::sql(in_flight.follow_up_read_sql());
+    let versioned = S::MACHINE.version().is_some();
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let args = leased_arguments::<S, DB<E>, K>(key, occurrence, lease)
+            .map_err(|e| transition.db_error(e))?;
+        match executor.execute(update, args).await {
+            Ok(done) if <DB<E> as Backend>::rows_affected(&done) == 1 => {
+                return Ok(Settled::Applied(transition.target()));
+            }
+            Ok(_) => {}
+            Err(error) => {
+                transition.before_retry(executor, error, attempts).await?;
+                continue;
+            }
+        }
+        // No row matched: read the row with a statement of its own.
+        let args = key_arguments::<DB<E>, K>(key).map_err(|e| transition.db_error(e))?;
+        let row = match executor.fetch_optional(read, args).await {
+            Ok(row) => row,
+            Err(error) => {
+                transition.before_retry(executor, error, attempts).await?;
+                continue;
+            }
+        };
+        let Some(Found {
+            current,
+            version,
+            token,
+        }) = found::<S, DB<E>>(transition, row)?
+        else {
+            return Ok(Settled::Vanished);
+        };
+        // This very transition already finished this occurrence (a
+        // recovery got there first): the version moved on by one.
+        if current == transition.target() && (!versioned || version == occurrence + 1) {
+            return Ok(Settled::Already(current));
+        }
+        if current != state || version != occurrence {
+            return Ok(Settled::Superseded(current));
+        }
+        if token != lease {
+            return Ok(Settled::LeaseLost(current));
+        }
+        // Same state, occurrence and lease, yet nothing matched: it moved
+        // away and back in between. Try again, bounded.
+        if attempts >= MAX_ATTEMPTS {
+            return Err(transition.contention(attempts, None));
+        }
+        tokio::time::sleep(backoff(attempts)).await;
+    }
+}
+
+/// The row as a follow-up's losing path reads it.
+pub(crate) struct Found<S> {
+    pub(crate) current: S,
+    pub(crate) version: i64,
+    pub(crate) token: i64,
+}
+
+fn found<S: StateMachine, DB: Backend>(
+    transition: Transition<S>,
+    row: Option<DB::Row>,
+) -> Result<Option<Found<S>>, Error> {
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    let current = transition.read_status::<DB>(&row)?;
+    let int = |i| DB::int(&row, i).map_err(|e| transition.db_error(e));
+    Ok(Some(Found {
+        current,
+        version: int(1)?,
+        token: int(2)?,
+    }))
+}
+
+/// The row as it is, for a worker that found its lease gone before its
+/// effect ran.
+pub(crate) async fn read<S, K, E>(
+    executor: &mut E,
+    in_flight: &'static InFlightDef,
+    transition: Transition<S>,
+    key: &K,
+) -> Result<Option<Found<S>>, Error>
+where
+    S: StateMachine,
+    E: Executor,
+    K: for<'q> sqlx::Encode<'q, E::Database> + sqlx::Type<E::Database> + Send + Sync,
+{
+    let read = <E::Database as Backend>::sql(in_flight.follow_up_read_sql());
+    let args = key_arguments::<E::Database, K>(key).map_err(|e| transition.db_error(e))?;
+    let row = executor
+        .fetch_optional(read, args)
+        .await
+        .map_err(|e| transition.db_error(e))?;
+    found::<S, E::Database>(transition, row)
+}
+
+/// Runs a statement that stamps a new lease (a takeover with `sql` =
+/// `claim_sql`, or a renewal with `renew_sql`) and returns the new token,
+/// or `None` when it matched no row.
+pub(crate) async fn stamp<E>(
+    executor: &mut E,
+    in_flight: &'static InFlightDef,
+    sql: &'static Sql,
+    args: <E::Database as Backend>::Args,
+    key_args: <E::Database as Backend>::Args,
+) -> Result<Option<i64>, sqlx::Error>
+where
+    E: Executor,
+{
+    type DB<E> = <E as Executor>::Database;
+    let statement = <DB<E> as Backend>::sql(sql);
+    if <DB<E> as Backend>::RETURNING {
+        // `RETURNING token`.
+        let row = executor.fetch_optional(statement, args).await?;
+        return row.map(|row| <DB<E> as Backend>::int(&row, 0)).transpose();
+    }
+    // MySQL: read the new token back on the same connection.
+    let read = <DB<E> as Backend>::sql(in_flight.lease_read_sql());
+    let (done, row) = executor
+        .execute_then_fetch(statement, args, read, key_args)
+        .await?;
+    if <DB<E> as Backend>::rows_affected(&done) != 1 {
+        return Ok(None);
+    }
+    row.map(|row| <DB<E> as Backend>::int(&row, 0)).transpose()
+}
+
+/// Renews the lease `lease` on the row: `Some(new token)`, or `None` when
+/// the row is no longer this occurrence of the state under this lease.
+pub(crate) async fn renew<S, K, E>(
+    executor: &mut E,
+    in_flight: &'static InFlightDef,
+    key: &K,
+    occurrence: i64,
+    lease: i64,
+) -> Result<Option<i64>, sqlx::Error>
+where
+    S: StateMachine,
+    E: Executor,
+    K: for<'q> sqlx::Encode<'q, E::Database> + sqlx::Type<E::Database> + Send + Sync,
+{
+    let args = leased_arguments::<S, E::Database, K>(key, occurrence, lease)?;
+    let key_args = key_arguments::<E::Database, K>(key)?;
+    stamp(executor, in_flight, in_flight.renew_sql(), args, key_args).await
+}
+
+/// Runs `effect` while renewing the lease every third of its length, so
+/// that an effect longer than the lease keeps its row, and returns the
+/// effect's output with the token the lease has at the end.
+///
+/// A renewal is never cut off mid-statement (its new token would be
+/// lost): when the effect ends during one, the renewal completes first. A
+/// renewal that finds the lease gone stops renewing; the follow-up then
+/// reads [`Settled::LeaseLost`]. A renewal that fails is tried again at the
+/// next tick.
+pub(crate) async fn while_renewing<S, K, E, Fut>(
+    executor: &mut E,
+    in_flight: &'static InFlightDef,
+    key: &K,
+    occurrence: i64,
+    lease: i64,
+    effect: Fut,
+) -> (Fut::Output, i64)
+where
+    S: StateMachine,
+    E: Executor,
+    K: for<'q> sqlx::Encode<'q, E::Database> + sqlx::Type<E::Database> + Send + Sync,
+    Fut: Future,
+{
+    let period = (in_flight.lease() / 3).max(core::time::Duration::from_millis(1));
+    let done = tokio::sync::Notify::new();
+    let run = async {
+        let output = effect.await;
+        done.notify_one();
+        output
+    };
+    let keep = async {
+        let mut token = lease;
+        loop {
+            tokio::select! {
+                () = done.notified() => return token,
+                () = tokio::time::sleep(period) => {}
+            }
+            match renew::<S, K, E>(executor, in_flight, key, occurrence, token).await {
+                Ok(Some(renewed)) => token = renewed,
+                Ok(None) => {
+                    // Taken over, or moved on: nothing left to renew.
+                    done.notified().await;
+                    return token;
+                }
+                Err(error) => tracing::debug!(
+                    table = S::MACHINE.table(),
+                    %error,
+                    "renewing a lease failed; trying again at the next tick"
+                ),
+            }
+        }
+    };
+    tokio::join!(run, keep)
+}
