@@ -54,10 +54,8 @@ enum BenchState {
 /// The hand-written statements: character for character what the derive
 /// generates for `advance` (checked at start-up), so both sides hit the
 /// same prepared statement and the same plan.
-const HAND_PG: &str =
-    r#"UPDATE "bench_rows" SET "status" = 'b' WHERE "id" = $1 AND "status" IN ('a')"#;
-const HAND_SQLITE: &str =
-    r#"UPDATE "bench_rows" SET "status" = 'b' WHERE "id" = ?1 AND "status" IN ('a')"#;
+const HAND_PG: &str = r#"UPDATE "bench_rows" SET "status" = 'b' WHERE "id" = $1 AND CAST("id" AS TEXT) COLLATE "C" = CAST($1 AS TEXT) AND "status" IN ('a')"#;
+const HAND_SQLITE: &str = r#"UPDATE "bench_rows" SET "status" = 'b' WHERE "id" = ?1 AND CAST("id" AS BLOB) = CAST(?1 AS BLOB) AND "status" IN ('a')"#;
 
 /// Default measured transitions per variant per backend (sequential).
 const DEFAULT_ROWS: i64 = 24_000;

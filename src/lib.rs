@@ -152,7 +152,7 @@ pub use guard_runtime::{
     Backend, Committed, DEFAULT_DEADLINE, Effect, Error, Executor, FinishError, Finished,
     InFlightDef, Machine, Outcome, Recovered, Savepoint, SetColumn, Sql, Staged, StateDef,
     StateMachine, SupersededRow, Transition, TransitionDef, Tx, Uncommitted, UnknownState, Verdict,
-    Won, claim_expired, ddl, docs, recover,
+    Won, claim_expired, ddl, docs, recover, recover_within,
 };
 
 #[doc(hidden)]

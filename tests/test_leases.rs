@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::TransferStatus;
-use stateguard::{Effect, Finished, Verdict, claim_expired, recover};
+use stateguard::{Effect, Error, FinishError, Finished, Verdict, claim_expired, recover};
 
 /// Lets the 150 ms lease of `TransferStatus::Sending` run out.
 async fn outlive_the_lease() {
@@ -151,7 +151,128 @@ macro_rules! lease_tests {
             assert_eq!(effects.load(Ordering::SeqCst), 1);
             assert_eq!(db.transfer(1).await, ("sent".to_owned(), 2));
         }
+
+        /// An effect that outlasts the win's deadline is cut off: the
+        /// error says the outcome is unknown, the row stays in flight, and
+        /// recovery runs the effect again under the same effect key.
+        #[tokio::test]
+        async fn finish_keeps_its_deadline_and_leaves_the_row_to_recovery() {
+            let Some(db) = open!($backend, "lease_deadline") else {
+                return;
+            };
+            db.transfers(1).await;
+            let won = TransferStatus::start()
+                .apply(&db.pool, 1_i64)
+                .await
+                .unwrap()
+                .won()
+                .unwrap()
+                .within(Duration::from_millis(300));
+            assert_eq!(won.deadline(), Duration::from_millis(300));
+            let key = won.effect_key();
+            let error = won
+                .finish(&db.pool, |_| async {
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                    Verdict::Done
+                })
+                .await
+                .unwrap_err();
+            let FinishError::Unfinished(Error::Timeout { outcome_known, .. }) = &error else {
+                panic!("expected a timeout, got {error:?}");
+            };
+            assert!(!outcome_known);
+            assert!(error.error().is_outcome_unknown());
+            assert_eq!(db.transfer(1).await, ("sending".to_owned(), 1));
+            outlive_the_lease().await;
+            let seen = std::sync::Mutex::new(Vec::new());
+            let report = recover(
+                &db.pool,
+                TransferStatus::Sending,
+                10,
+                |effect: Effect<_, i64>| {
+                    seen.lock().unwrap().push(effect.effect_key().to_owned());
+                    async { Verdict::Done }
+                },
+            )
+            .await
+            .unwrap();
+            assert_eq!(report.done, 1, "{report:?}");
+            assert_eq!(*seen.lock().unwrap(), [key]);
+        }
     };
+}
+
+/// A lock held elsewhere keeps `finish` from renewing the lease before the
+/// effect: the deadline refuses the call and hands the win back, and the
+/// effect has not run. `recover_within` records such a row as a timeout
+/// and goes on.
+#[tokio::test]
+async fn postgres_a_held_lock_times_out_finish_and_recovery() {
+    let Some(db) = open!(Postgres, "lease_locked") else {
+        return;
+    };
+    db.transfers(2).await;
+    let won = TransferStatus::start()
+        .apply(&db.pool, 1_i64)
+        .await
+        .unwrap()
+        .won()
+        .unwrap()
+        .within(Duration::from_millis(300));
+    let mut holder = db.pool.begin().await.unwrap();
+    sqlx::query("SELECT id FROM transfers WHERE id = 1 FOR UPDATE")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let effects = AtomicUsize::new(0);
+    let refused = won
+        .finish(&db.pool, |_| async {
+            effects.fetch_add(1, Ordering::SeqCst);
+            Verdict::Done
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            refused.error(),
+            Error::Timeout {
+                outcome_known: true,
+                ..
+            }
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(effects.load(Ordering::SeqCst), 0);
+    let won = refused.into_won().expect("the win is handed back");
+    // Row 2 expires too; row 1 stays locked.
+    assert!(
+        TransferStatus::start()
+            .apply(&db.pool, 2_i64)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    outlive_the_lease().await;
+    let report = stateguard::recover_within(
+        &db.pool,
+        TransferStatus::Sending,
+        10,
+        Duration::from_millis(300),
+        |_: Effect<_, i64>| async {
+            effects.fetch_add(1, Ordering::SeqCst);
+            Verdict::Done
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.done, 1, "{report:?}");
+    assert_eq!(report.errors.len(), 1, "{report:?}");
+    assert!(
+        matches!(report.errors[0], Error::Timeout { .. }),
+        "{report:?}"
+    );
+    holder.rollback().await.unwrap();
+    drop(won);
 }
 
 mod sqlite {

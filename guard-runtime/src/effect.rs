@@ -84,16 +84,17 @@ pub enum FinishError<S: StateMachine, K> {
         /// Why `finish` refused.
         error: Error,
     },
-    /// The effect ran, then its follow-up failed. The row stays in flight
-    /// until recovery finishes it.
-    FollowUp(Error),
+    /// The effect ran, or may have run in part (the deadline cut it off),
+    /// and the row was not finished: it stays in flight until recovery
+    /// runs the effect again with the same effect key and finishes it.
+    Unfinished(Error),
 }
 
 impl<S: StateMachine, K> FinishError<S, K> {
     /// The error, whichever way `finish` failed.
     pub fn error(&self) -> &Error {
         match self {
-            FinishError::Refused { error, .. } | FinishError::FollowUp(error) => error,
+            FinishError::Refused { error, .. } | FinishError::Unfinished(error) => error,
         }
     }
 
@@ -101,7 +102,7 @@ impl<S: StateMachine, K> FinishError<S, K> {
     pub fn into_won(self) -> Option<Won<S, K, Committed>> {
         match self {
             FinishError::Refused { won, .. } => Some(won),
-            FinishError::FollowUp(_) => None,
+            FinishError::Unfinished(_) => None,
         }
     }
 }
@@ -115,7 +116,12 @@ impl<S: StateMachine, K> fmt::Display for FinishError<S, K> {
                     "finish refused before the effect ran (the win is handed back): {error}"
                 )
             }
-            FinishError::FollowUp(error) => write!(f, "the effect ran, then {error}"),
+            FinishError::Unfinished(error) => {
+                write!(
+                    f,
+                    "the row was not finished; recovery will finish it: {error}"
+                )
+            }
         }
     }
 }
@@ -130,7 +136,7 @@ impl<S: StateMachine, K: fmt::Debug> std::error::Error for FinishError<S, K> {
 impl<S: StateMachine, K> From<FinishError<S, K>> for Error {
     fn from(error: FinishError<S, K>) -> Error {
         match error {
-            FinishError::Refused { error, .. } | FinishError::FollowUp(error) => error,
+            FinishError::Refused { error, .. } | FinishError::Unfinished(error) => error,
         }
     }
 }
@@ -216,6 +222,13 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
     /// is a connection inside a transaction) is refused before the effect
     /// runs, and [`FinishError::Refused`] hands the win back: its effect can
     /// still run.
+    ///
+    /// The call keeps the win's deadline ([`Won::within`]; by default the
+    /// deadline of the transition that won, [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE)),
+    /// the effect included. Cut off before the effect, it is refused with
+    /// [`Error::Timeout`]; cut off in the effect or the follow-up, it ends in
+    /// [`FinishError::Unfinished`] with an [`Error::Timeout`] whose outcome
+    /// is unknown, and the row stays in flight for recovery.
     pub async fn finish<E, F, Fut>(
         self,
         mut executor: E,
@@ -239,23 +252,35 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
             Err(error) => return Err(FinishError::Refused { won: self, error }),
         };
         let (key, state, occurrence) = (self.key().clone(), self.state(), self.occurrence());
+        let deadline = self.deadline();
+        let timeout = |outcome_known| Error::Timeout {
+            table: S::MACHINE.table(),
+            transition: in_flight.done::<S>().name(),
+            deadline,
+            outcome_known,
+        };
+        let started = tokio::time::Instant::now();
         // Take the lease afresh before the effect: it proves this worker
         // still holds the row, and gives the effect a whole lease.
-        let renewed =
-            lease::renew::<S, K, E>(&mut executor, in_flight, &key, occurrence, self.lease()).await;
-        let lease = match renewed {
-            Ok(Some(lease)) => lease,
-            Ok(None) => {
+        let renew =
+            lease::renew::<S, K, E>(&mut executor, in_flight, &key, occurrence, self.lease());
+        let lease = match tokio::time::timeout(deadline, renew).await {
+            Ok(Ok(Some(lease))) => lease,
+            Ok(Ok(None)) => {
                 let done = in_flight.done::<S>();
-                let found = lease::read(&mut executor, in_flight, done, &key).await;
-                return match found {
-                    Ok(found) => Ok(Finished::Skipped {
+                let read = lease::read(&mut executor, in_flight, done, &key);
+                return match tokio::time::timeout_at(started + deadline, read).await {
+                    Ok(Ok(found)) => Ok(Finished::Skipped {
                         current: found.map(|found| found.current),
                     }),
-                    Err(error) => Err(FinishError::Refused { won: self, error }),
+                    Ok(Err(error)) => Err(FinishError::Refused { won: self, error }),
+                    Err(_) => Err(FinishError::Refused {
+                        won: self,
+                        error: timeout(true),
+                    }),
                 };
             }
-            Err(source) => {
+            Ok(Err(source)) => {
                 let error = Error::Database {
                     table: S::MACHINE.table(),
                     transition: in_flight.done::<S>().name(),
@@ -263,28 +288,43 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
                 };
                 return Err(FinishError::Refused { won: self, error });
             }
+            // The renewal may have gone through; that only lengthens the
+            // lease. The effect has not run.
+            Err(_) => {
+                return Err(FinishError::Refused {
+                    won: self,
+                    error: timeout(true),
+                });
+            }
         };
         let effect = self.run(effect);
-        let (verdict, lease) = lease::while_renewing::<S, K, E, _>(
-            &mut executor,
-            in_flight,
-            &key,
-            occurrence,
-            lease,
-            effect,
-        )
-        .await;
-        follow_up(
-            &mut executor,
-            in_flight,
-            state,
-            &key,
-            occurrence,
-            lease,
-            verdict,
-        )
-        .await
-        .map_err(FinishError::FollowUp)
+        let rest = async {
+            let (verdict, lease) = lease::while_renewing::<S, K, E, _>(
+                &mut executor,
+                in_flight,
+                &key,
+                occurrence,
+                lease,
+                effect,
+            )
+            .await;
+            follow_up(
+                &mut executor,
+                in_flight,
+                state,
+                &key,
+                occurrence,
+                lease,
+                verdict,
+            )
+            .await
+        };
+        match tokio::time::timeout_at(started + deadline, rest).await {
+            Ok(finished) => finished.map_err(FinishError::Unfinished),
+            // Cut off in the effect or its follow-up: either may have
+            // happened in part. The row stays in flight.
+            Err(_) => Err(FinishError::Unfinished(timeout(false))),
+        }
     }
 
     fn into_effect(self) -> Effect<S, K>
@@ -535,8 +575,13 @@ pub struct Recovered {
 /// row is recorded in [`Recovered::errors`] and the pass goes on. Rows
 /// whose `since` column is NULL (inserted straight into the state, or
 /// there before the column was) count as expired.
+///
+/// Listing, and each row (takeover, effect and follow-up), keep
+/// [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE); [`recover_within`]
+/// takes another. A row cut off by it is an [`Error::Timeout`] in
+/// [`Recovered::errors`] and stays in flight for a later pass.
 pub async fn recover<S, K, E, F, Fut>(
-    mut executor: E,
+    executor: E,
     state: S,
     limit: u32,
     effect: F,
@@ -554,56 +599,123 @@ where
     F: Fn(Effect<S, K>) -> Fut,
     Fut: Future<Output = Verdict>,
 {
+    recover_within(executor, state, limit, crate::DEFAULT_DEADLINE, effect).await
+}
+
+/// [`recover`], with `deadline` for the listing and for each row
+/// (takeover, effect and follow-up) instead of
+/// [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE).
+pub async fn recover_within<S, K, E, F, Fut>(
+    mut executor: E,
+    state: S,
+    limit: u32,
+    deadline: core::time::Duration,
+    effect: F,
+) -> Result<Recovered, Error>
+where
+    S: StateMachine,
+    E: Executor<Commit = Committed>,
+    K: fmt::Display
+        + Clone
+        + for<'r> sqlx::Decode<'r, E::Database>
+        + for<'q> sqlx::Encode<'q, E::Database>
+        + sqlx::Type<E::Database>
+        + Send
+        + Sync,
+    F: Fn(Effect<S, K>) -> Fut,
+    Fut: Future<Output = Verdict>,
+{
     let in_flight = in_flight_def(state)?;
     refuse_open_transaction(&executor)?;
-    let expired = list_expired::<S, K, E>(&mut executor, in_flight, state, limit).await?;
+    let timeout = |outcome_known| Error::Timeout {
+        table: S::MACHINE.table(),
+        transition: in_flight.done::<S>().name(),
+        deadline,
+        outcome_known,
+    };
+    let listing = list_expired::<S, K, E>(&mut executor, in_flight, state, limit);
+    let expired = tokio::time::timeout(deadline, listing)
+        .await
+        .map_err(|_| timeout(true))??;
     let mut report = Recovered::default();
     for (key, occurrence) in expired {
-        let lease = match claim_one(&mut executor, in_flight, state, &key, occurrence).await {
-            Ok(Some(lease)) => lease,
-            Ok(None) => {
-                report.lost += 1;
-                continue;
+        let row = recover_row(&mut executor, in_flight, state, key, occurrence, &effect);
+        match tokio::time::timeout(deadline, row).await {
+            Ok(Ok(Row::Lost)) => report.lost += 1,
+            Ok(Ok(Row::Finished(effect_key, finished))) => {
+                report.claimed += 1;
+                match finished {
+                    Finished::Done(_) => report.done += 1,
+                    Finished::Failed(_) => report.failed += 1,
+                    Finished::RetryLater => report.retry_later += 1,
+                    Finished::Superseded { current } => report.superseded.push(SupersededRow {
+                        effect_key,
+                        current: current.as_str(),
+                    }),
+                    // follow_up never skips: only `finish` checks before
+                    // the effect.
+                    Finished::LeaseLost { .. } | Finished::Skipped { .. } => {
+                        report.lease_lost += 1;
+                    }
+                }
             }
-            Err(error) => {
+            Ok(Ok(Row::Unfinished(error))) => {
+                report.claimed += 1;
                 report.errors.push(error);
-                continue;
             }
-        };
-        report.claimed += 1;
-        let won: Won<S, K, Committed> = Won::new(state, key.clone(), occurrence, lease, 0);
-        let effect_key = won.effect_key();
-        let run = won.run(&effect);
-        let (verdict, lease) = lease::while_renewing::<S, K, E, _>(
-            &mut executor,
-            in_flight,
-            &key,
-            occurrence,
-            lease,
-            run,
-        )
-        .await;
-        let follow = follow_up(
-            &mut executor,
-            in_flight,
-            state,
-            &key,
-            occurrence,
-            lease,
-            verdict,
-        );
-        match follow.await {
-            Ok(Finished::Done(_)) => report.done += 1,
-            Ok(Finished::Failed(_)) => report.failed += 1,
-            Ok(Finished::RetryLater) => report.retry_later += 1,
-            Ok(Finished::Superseded { current }) => report.superseded.push(SupersededRow {
-                effect_key,
-                current: current.as_str(),
-            }),
-            // follow_up never skips: only `finish` checks before the effect.
-            Ok(Finished::LeaseLost { .. } | Finished::Skipped { .. }) => report.lease_lost += 1,
-            Err(error) => report.errors.push(error),
+            Ok(Err(error)) => report.errors.push(error),
+            // Cut off after the takeover, maybe in the effect: the row
+            // stays in flight, and a later pass takes it over again.
+            Err(_) => report.errors.push(timeout(false)),
         }
     }
     Ok(report)
+}
+
+/// How [`recover`] ended with one row.
+enum Row<S> {
+    /// Another recovery, or the owner, got to it first.
+    Lost,
+    /// Taken over; the effect ran (with this effect key) and the follow-up
+    /// said where the row is.
+    Finished(String, Finished<S>),
+    /// Taken over; the effect ran and the follow-up failed.
+    Unfinished(Error),
+}
+
+/// Takes over one expired row, runs its effect under a renewed lease, and
+/// finishes it.
+async fn recover_row<S, K, E, F, Fut>(
+    executor: &mut E,
+    in_flight: &'static InFlightDef,
+    state: S,
+    key: K,
+    occurrence: i64,
+    effect: &F,
+) -> Result<Row<S>, Error>
+where
+    S: StateMachine,
+    E: Executor<Commit = Committed>,
+    K: fmt::Display
+        + Clone
+        + for<'q> sqlx::Encode<'q, E::Database>
+        + sqlx::Type<E::Database>
+        + Send
+        + Sync,
+    F: Fn(Effect<S, K>) -> Fut,
+    Fut: Future<Output = Verdict>,
+{
+    let Some(lease) = claim_one(executor, in_flight, state, &key, occurrence).await? else {
+        return Ok(Row::Lost);
+    };
+    let won: Won<S, K, Committed> = Won::new(state, key.clone(), occurrence, lease, 0);
+    let effect_key = won.effect_key();
+    let run = won.run(effect);
+    let (verdict, lease) =
+        lease::while_renewing::<S, K, E, _>(executor, in_flight, &key, occurrence, lease, run)
+            .await;
+    match follow_up(executor, in_flight, state, &key, occurrence, lease, verdict).await {
+        Ok(finished) => Ok(Row::Finished(effect_key, finished)),
+        Err(error) => Ok(Row::Unfinished(error)),
+    }
 }

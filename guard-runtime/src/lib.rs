@@ -27,6 +27,7 @@ mod tx;
 pub use crate::dialect::Backend;
 pub use crate::effect::{
     Effect, FinishError, Finished, Recovered, SupersededRow, Verdict, claim_expired, recover,
+    recover_within,
 };
 pub use crate::error::{Error, UnknownState};
 pub use crate::executor::Executor;

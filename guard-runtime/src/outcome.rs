@@ -2,6 +2,7 @@
 
 use core::fmt;
 use core::marker::PhantomData;
+use core::time::Duration;
 
 use crate::StateMachine;
 
@@ -80,6 +81,8 @@ pub struct Won<S: StateMachine, K, C = Committed> {
     /// The transaction or savepoint the win happened in (see `tx.rs`); 0
     /// once committed.
     scope: u64,
+    /// How long `finish` may take, the effect included.
+    deadline: Duration,
     commit: PhantomData<fn() -> C>,
 }
 
@@ -91,8 +94,24 @@ impl<S: StateMachine, K, C> Won<S, K, C> {
             occurrence,
             lease,
             scope,
+            deadline: crate::transition::DEFAULT_DEADLINE,
             commit: PhantomData,
         }
+    }
+
+    /// The same win, whose [`finish`](Won::finish) keeps `deadline`
+    /// instead of the deadline of the transition that won it (by default
+    /// [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE)). The deadline covers
+    /// the whole call, the effect included: give an effect that may take
+    /// long a deadline to match.
+    pub fn within(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
+    /// The deadline [`finish`](Won::finish) keeps.
+    pub fn deadline(&self) -> Duration {
+        self.deadline
     }
 
     pub(crate) fn into_parts(self) -> (S, K, i64) {
@@ -110,7 +129,7 @@ impl<S: StateMachine, K, C> Won<S, K, C> {
     /// The same win, handed to another scope (a released savepoint's
     /// parent, or 0 once committed).
     pub(crate) fn rescope<D>(self, scope: u64) -> Won<S, K, D> {
-        Won::new(self.state, self.key, self.occurrence, self.lease, scope)
+        Won::new(self.state, self.key, self.occurrence, self.lease, scope).within(self.deadline)
     }
 
     /// The state the row is in now: the transition's target.

@@ -43,7 +43,8 @@ impl<S: StateMachine> Transition<S> {
     /// `PayoutStatus::start().within(Duration::from_secs(2)).apply(&pool, id)`.
     ///
     /// A call that runs out of time ends in [`Error::Timeout`], which says
-    /// whether the outcome is known.
+    /// whether the outcome is known. A win of this transition keeps the
+    /// same deadline for [`Won::finish`].
     pub const fn within(self, deadline: Duration) -> Self {
         Transition {
             def: self.def,
@@ -162,13 +163,8 @@ impl<S: StateMachine> Transition<S> {
                 continue;
             };
             if let Some(Changed { occurrence, lease }) = changed {
-                return Ok(Outcome::Applied(Won::new(
-                    def.target(),
-                    key,
-                    occurrence,
-                    lease,
-                    executor.scope(),
-                )));
+                let won = Won::new(def.target(), key, occurrence, lease, executor.scope());
+                return Ok(Outcome::Applied(won.within(self.deadline)));
             }
             // Zero rows: read the state with a statement of its own, so that
             // it sees what the racing winner committed.

@@ -16,6 +16,7 @@ fn main() {
         occurrence: 0,
         lease: 0,
         scope: 0,
+        deadline: Default::default(),
         commit: Default::default(),
     };
     let _ = literal;
