@@ -138,7 +138,7 @@
 //!
 //! Enable `postgres`, `sqlite` or `mysql` (MySQL 8 and MariaDB), or
 //! several. [`Transition::apply`] takes a
-//! `&Pool`, a `&mut` connection or a `&mut Transaction` of that backend; see
+//! `&Pool`, a `&mut` connection or a `&mut` [`Tx`] / [`Savepoint`] of that backend; see
 //! it for the retry rules inside and outside a transaction.
 //!
 //! [sqlx]: https://docs.rs/sqlx

@@ -223,45 +223,49 @@ async fn postgres_keys_match_exactly_under_a_nondeterministic_collation() {
 /// A lease starts when the row enters the in-flight state, not when the
 /// transaction began: a transaction that ran long before `start` commits a
 /// row whose lease is still fresh, and recovery leaves it alone.
-#[tokio::test]
-async fn postgres_lease_starts_at_the_statement_not_the_transaction() {
-    let Some(db) = open!(Postgres, "lease_statement_time") else {
-        return;
+macro_rules! lease_starts_at_the_statement {
+    ($name:ident, $backend:ident) => {
+        #[tokio::test]
+        async fn $name() {
+            let Some(db) = open!($backend, "lease_statement_time") else {
+                return;
+            };
+            #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+            #[state_machine(table = "transfers", column = "status", key = "id", version = "version")]
+            enum Slow {
+                #[state(initial)]
+                #[transition(start -> Sending)]
+                Pending,
+                #[state(in_flight(lease = "1s", since = "sending_since", done = confirm, failed = fail))]
+                #[transition(confirm -> Sent)]
+                #[transition(fail -> Failed)]
+                Sending,
+                Sent,
+                Failed,
+            }
+            db.transfers(1).await;
+            let mut tx = Tx::begin(&db.pool).await.unwrap();
+            // The transaction reads first, so it has begun on every
+            // backend, and is 1.5 s old when the row enters the state.
+            sqlx::query("SELECT COUNT(*) FROM transfers")
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            let outcome = Slow::start().apply(&mut tx, 1_i64).await.unwrap();
+            let won = tx.commit(outcome.won()).await.unwrap().expect("won");
+            let taken = claim_expired::<_, i64, _>(&db.pool, Slow::Sending, 10)
+                .await
+                .unwrap();
+            assert!(
+                taken.is_empty(),
+                "recovery took over a row whose lease had just begun"
+            );
+            drop(won);
+        }
     };
-    #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
-    #[state_machine(table = "payouts", column = "status", key = "id", version = "version")]
-    enum Slow {
-        #[state(initial)]
-        #[transition(start -> Sending)]
-        Pending,
-        #[state(in_flight(lease = "1s", since = "sending_since", done = confirm, failed = fail))]
-        #[transition(confirm -> Sent)]
-        #[transition(fail -> Failed)]
-        Sending,
-        Sent,
-        Failed,
-    }
-    for statement in [
-        "ALTER TABLE payouts ADD COLUMN version BIGINT NOT NULL DEFAULT 0",
-        "ALTER TABLE payouts ADD COLUMN sending_since TIMESTAMPTZ",
-        "INSERT INTO payouts (id, status) VALUES (1, 'pending')",
-    ] {
-        sqlx::query(statement).execute(&db.pool).await.unwrap();
-    }
-    let mut tx = Tx::begin(&db.pool).await.unwrap();
-    // The transaction is 1.5 s old when the row enters the state.
-    sqlx::query("SELECT pg_sleep(1.5)")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    let outcome = Slow::start().apply(&mut tx, 1_i64).await.unwrap();
-    let won = tx.commit(outcome.won()).await.unwrap().expect("won");
-    let taken = claim_expired::<_, i64, _>(&db.pool, Slow::Sending, 10)
-        .await
-        .unwrap();
-    assert!(
-        taken.is_empty(),
-        "recovery took over a row whose lease had just begun"
-    );
-    drop(won);
 }
+
+lease_starts_at_the_statement!(sqlite_lease_starts_at_the_statement, Sqlite);
+lease_starts_at_the_statement!(postgres_lease_starts_at_the_statement, Postgres);
+lease_starts_at_the_statement!(mariadb_lease_starts_at_the_statement, Mysql);

@@ -116,6 +116,9 @@ impl Dialect {
     /// The current time as a value of a `since` column: the statement's
     /// time, not the transaction's, so that a lease starts when the row
     /// enters the state, however long the transaction ran before.
+    /// PostgreSQL's `CURRENT_TIMESTAMP` is the transaction's start, hence
+    /// `statement_timestamp()`; MySQL's `UTC_TIMESTAMP()` and SQLite's
+    /// `'now'` already are the statement's time.
     fn now(self) -> &'static str {
         match self {
             Dialect::Postgres => "statement_timestamp()",

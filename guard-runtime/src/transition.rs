@@ -85,7 +85,8 @@ impl<S: StateMachine> Transition<S> {
     /// somewhere this transition cannot start from ([`Outcome::Conflict`]),
     /// or absent ([`Outcome::NotFound`]).
     ///
-    /// `executor` is a `&Pool`, a `&mut` connection or a `&mut Transaction`.
+    /// `executor` is a `&Pool`, a `&mut` connection, or a `&mut`
+    /// [`Tx`](crate::Tx) or [`Savepoint`](crate::Savepoint).
     /// On a pool or a connection outside a transaction, serialization
     /// failures and deadlocks are retried with jittered backoff, and a win
     /// is [`Committed`](crate::Committed). Inside a transaction they end in
