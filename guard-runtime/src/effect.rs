@@ -5,39 +5,14 @@ use core::fmt;
 use core::future::Future;
 
 use crate::StateMachine;
-use crate::dialect::Backend;
+use crate::dialect::sealed::Dialect;
+use crate::dialect::{Backend, Key};
 use crate::error::Error;
 use crate::executor::{Executor, refuse_open_transaction};
 use crate::lease::{self, Settled};
 use crate::machine::InFlightDef;
 use crate::outcome::{Committed, Won};
 use crate::transition::key_arguments;
-
-/// The effect key of one win: `table.column:key:state:occurrence` (the
-/// column keeps two machines on one table apart), or a prefix of it and a
-/// stable hash of the whole when that would exceed 255 characters.
-pub(crate) fn effect_key<S: StateMachine>(key: &str, state: S, occurrence: i64) -> String {
-    const LIMIT: usize = 255;
-    let full = format!(
-        "{}.{}:{key}:{}:{occurrence}",
-        S::MACHINE.table(),
-        S::MACHINE.column(),
-        state.as_str()
-    );
-    if full.len() <= LIMIT {
-        return full;
-    }
-    // 1 + 16 characters of hash after the prefix.
-    let mut cut = LIMIT - 17;
-    while !full.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    format!(
-        "{}~{:016x}",
-        &full[..cut],
-        crate::fnv::fnv1a64(full.as_bytes())
-    )
-}
 
 /// What an effect is told: which row, which state, and the key to make the
 /// external call idempotent with.
@@ -236,12 +211,7 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
     ) -> Result<Finished<S>, FinishError<S, K>>
     where
         E: Executor<Commit = Committed>,
-        K: fmt::Display
-            + Clone
-            + for<'q> sqlx::Encode<'q, E::Database>
-            + sqlx::Type<E::Database>
-            + Send
-            + Sync,
+        K: fmt::Display + Clone + Key<E::Database>,
         F: FnOnce(Effect<S, K>) -> Fut,
         Fut: Future<Output = Verdict>,
     {
@@ -366,7 +336,7 @@ async fn follow_up<S, K, E>(
 where
     S: StateMachine,
     E: Executor<Commit = Committed>,
-    K: for<'q> sqlx::Encode<'q, E::Database> + sqlx::Type<E::Database> + Send + Sync,
+    K: Key<E::Database>,
 {
     let (transition, sql) = match verdict {
         Verdict::RetryLater => return Ok(Finished::RetryLater),
@@ -421,11 +391,7 @@ pub async fn claim_expired<S, K, E>(
 where
     S: StateMachine,
     E: Executor<Commit = Committed>,
-    K: for<'r> sqlx::Decode<'r, E::Database>
-        + for<'q> sqlx::Encode<'q, E::Database>
-        + sqlx::Type<E::Database>
-        + Send
-        + Sync,
+    K: for<'r> sqlx::Decode<'r, E::Database> + Key<E::Database>,
 {
     claim_on(&mut executor, state, limit).await
 }
@@ -438,11 +404,7 @@ async fn claim_on<S, K, E>(
 where
     S: StateMachine,
     E: Executor<Commit = Committed>,
-    K: for<'r> sqlx::Decode<'r, E::Database>
-        + for<'q> sqlx::Encode<'q, E::Database>
-        + sqlx::Type<E::Database>
-        + Send
-        + Sync,
+    K: for<'r> sqlx::Decode<'r, E::Database> + Key<E::Database>,
 {
     let in_flight = in_flight_def(state)?;
     refuse_open_transaction(executor)?;
@@ -468,14 +430,14 @@ where
     K: for<'r> sqlx::Decode<'r, E::Database> + sqlx::Type<E::Database>,
 {
     let db_error = |source| recovery_error(state, source);
-    let expired = <E::Database as Backend>::sql(in_flight.expired_sql());
-    let mut args = <E::Database as Backend>::Args::default();
-    <E::Database as Backend>::bind_int(&mut args, i64::from(limit)).map_err(db_error)?;
+    let expired = <E::Database as Dialect>::sql(in_flight.expired_sql());
+    let mut args = <E::Database as Dialect>::Args::default();
+    <E::Database as Dialect>::bind_int(&mut args, i64::from(limit)).map_err(db_error)?;
     let rows = executor.fetch_all(expired, args).await.map_err(db_error)?;
     rows.iter()
         .map(|row| {
-            let key: K = <E::Database as Backend>::column(row, 0).map_err(db_error)?;
-            let occurrence = <E::Database as Backend>::int(row, 1).map_err(db_error)?;
+            let key: K = <E::Database as Dialect>::column(row, 0).map_err(db_error)?;
+            let occurrence = <E::Database as Dialect>::int(row, 1).map_err(db_error)?;
             Ok((key, occurrence))
         })
         .collect()
@@ -496,12 +458,12 @@ async fn claim_one<S, K, E>(
 where
     S: StateMachine,
     E: Executor<Commit = Committed>,
-    K: for<'q> sqlx::Encode<'q, E::Database> + sqlx::Type<E::Database> + Send + Sync,
+    K: Key<E::Database>,
 {
     let db_error = |source| recovery_error(state, source);
     let mut args = key_arguments::<E::Database, K>(key).map_err(db_error)?;
     if S::MACHINE.version().is_some() {
-        <E::Database as Backend>::bind_int(&mut args, occurrence).map_err(db_error)?;
+        <E::Database as Dialect>::bind_int(&mut args, occurrence).map_err(db_error)?;
     }
     let key_args = key_arguments::<E::Database, K>(key).map_err(db_error)?;
     match lease::stamp(executor, in_flight, in_flight.claim_sql(), args, key_args).await {
@@ -589,17 +551,18 @@ pub async fn recover<S, K, E, F, Fut>(
 where
     S: StateMachine,
     E: Executor<Commit = Committed>,
-    K: fmt::Display
-        + Clone
-        + for<'r> sqlx::Decode<'r, E::Database>
-        + for<'q> sqlx::Encode<'q, E::Database>
-        + sqlx::Type<E::Database>
-        + Send
-        + Sync,
+    K: fmt::Display + Clone + for<'r> sqlx::Decode<'r, E::Database> + Key<E::Database>,
     F: Fn(Effect<S, K>) -> Fut,
     Fut: Future<Output = Verdict>,
 {
-    recover_within(executor, state, limit, crate::DEFAULT_DEADLINE, effect).await
+    recover_within(
+        executor,
+        state,
+        limit,
+        crate::retry::DEFAULT_DEADLINE,
+        effect,
+    )
+    .await
 }
 
 /// [`recover`], with `deadline` for the listing and for each row
@@ -615,13 +578,7 @@ pub async fn recover_within<S, K, E, F, Fut>(
 where
     S: StateMachine,
     E: Executor<Commit = Committed>,
-    K: fmt::Display
-        + Clone
-        + for<'r> sqlx::Decode<'r, E::Database>
-        + for<'q> sqlx::Encode<'q, E::Database>
-        + sqlx::Type<E::Database>
-        + Send
-        + Sync,
+    K: fmt::Display + Clone + for<'r> sqlx::Decode<'r, E::Database> + Key<E::Database>,
     F: Fn(Effect<S, K>) -> Fut,
     Fut: Future<Output = Verdict>,
 {
@@ -696,12 +653,7 @@ async fn recover_row<S, K, E, F, Fut>(
 where
     S: StateMachine,
     E: Executor<Commit = Committed>,
-    K: fmt::Display
-        + Clone
-        + for<'q> sqlx::Encode<'q, E::Database>
-        + sqlx::Type<E::Database>
-        + Send
-        + Sync,
+    K: fmt::Display + Clone + Key<E::Database>,
     F: Fn(Effect<S, K>) -> Fut,
     Fut: Future<Output = Verdict>,
 {

@@ -6,9 +6,8 @@ use sqlx::{Connection, Pool};
 #[allow(unused_imports)]
 use crate::tx::{Savepoint, Tx};
 
-use core::pin::Pin;
-
-use crate::dialect::Backend;
+use crate::dialect::sealed::Dialect;
+use crate::dialect::{Backend, BoxFuture};
 use crate::outcome::{Committed, Uncommitted};
 
 /// The result of `execute_then_fetch`: the first statement's result and
@@ -17,13 +16,6 @@ pub(crate) type ExecutedThenFetched<DB> = (
     <DB as sqlx::Database>::QueryResult,
     Option<<DB as sqlx::Database>::Row>,
 );
-
-/// The future type sqlx's own executors return.
-pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-mod sealed {
-    pub trait Sealed {}
-}
 
 /// Something a transition can run on: `&Pool<DB>`, `&mut DB::Connection`
 /// (a `PgConnection`, `SqliteConnection` or `MySqlConnection`, including
@@ -47,62 +39,66 @@ mod sealed {
 /// transaction it cannot retry, and returns
 /// [`Error::RetryTransaction`](crate::Error::RetryTransaction) instead; a
 /// win there is [`Uncommitted`] until [`Won::commit`](crate::Won::commit).
-pub trait Executor: Send + sealed::Sealed {
-    /// The database the statements run on.
-    type Database: Backend;
-
+pub trait Executor: sealed::Run {
     /// [`Committed`] for a pool or connection, [`Uncommitted`] for a
     /// transaction: whether a win can run its effect at once.
     type Commit;
 
-    #[doc(hidden)]
-    fn execute(
-        &mut self,
-        sql: &'static str,
-        args: <Self::Database as Backend>::Args,
-    ) -> BoxFuture<'_, Result<<Self::Database as sqlx::Database>::QueryResult, sqlx::Error>>;
-
-    #[doc(hidden)]
-    fn fetch_optional(
-        &mut self,
-        sql: &'static str,
-        args: <Self::Database as Backend>::Args,
-    ) -> BoxFuture<'_, Result<Option<<Self::Database as sqlx::Database>::Row>, sqlx::Error>>;
-
-    #[doc(hidden)]
-    fn fetch_all(
-        &mut self,
-        sql: &'static str,
-        args: <Self::Database as Backend>::Args,
-    ) -> BoxFuture<'_, Result<Vec<<Self::Database as sqlx::Database>::Row>, sqlx::Error>>;
-
-    /// Runs `sql`, then `then` on the same connection (MySQL reads
-    /// `LAST_INSERT_ID()` this way).
-    #[doc(hidden)]
-    fn execute_then_fetch(
-        &mut self,
-        sql: &'static str,
-        args: <Self::Database as Backend>::Args,
-        then: &'static str,
-        then_args: <Self::Database as Backend>::Args,
-    ) -> BoxFuture<'_, Result<ExecutedThenFetched<Self::Database>, sqlx::Error>>;
-
     /// Whether the statements run inside a transaction the caller owns.
     fn in_transaction(&self) -> bool;
+}
 
-    /// Whether this executor is itself the caller's transaction, whose
-    /// wins are [`Uncommitted`].
-    #[doc(hidden)]
-    const IS_TRANSACTION: bool;
+pub(crate) mod sealed {
+    use super::ExecutedThenFetched;
+    use crate::dialect::sealed::Dialect;
+    use crate::dialect::{Backend, BoxFuture};
 
-    /// The transaction or savepoint a win here belongs to; 0 outside one.
-    #[doc(hidden)]
-    fn scope(&self) -> u64;
+    /// How the library runs its statements on an executor, out of callers'
+    /// reach.
+    pub trait Run: Send {
+        /// The database the statements run on.
+        type Database: Backend;
 
-    /// A statement was cut off by a deadline and may still complete: a
-    /// transaction must then not commit.
-    #[doc(hidden)]
-    fn abandoned(&mut self) {}
+        /// Whether this executor is itself the caller's transaction, whose
+        /// wins are uncommitted.
+        const IS_TRANSACTION: bool;
+
+        fn execute(
+            &mut self,
+            sql: &'static str,
+            args: <Self::Database as Dialect>::Args,
+        ) -> BoxFuture<'_, Result<<Self::Database as sqlx::Database>::QueryResult, sqlx::Error>>;
+
+        fn fetch_optional(
+            &mut self,
+            sql: &'static str,
+            args: <Self::Database as Dialect>::Args,
+        ) -> BoxFuture<'_, Result<Option<<Self::Database as sqlx::Database>::Row>, sqlx::Error>>;
+
+        fn fetch_all(
+            &mut self,
+            sql: &'static str,
+            args: <Self::Database as Dialect>::Args,
+        ) -> BoxFuture<'_, Result<Vec<<Self::Database as sqlx::Database>::Row>, sqlx::Error>>;
+
+        /// Runs `sql`, then `then` on the same connection (MySQL reads
+        /// `LAST_INSERT_ID()` this way).
+        fn execute_then_fetch(
+            &mut self,
+            sql: &'static str,
+            args: <Self::Database as Dialect>::Args,
+            then: &'static str,
+            then_args: <Self::Database as Dialect>::Args,
+        ) -> BoxFuture<'_, Result<ExecutedThenFetched<Self::Database>, sqlx::Error>>;
+
+        /// The transaction or savepoint a win here belongs to; 0 outside
+        /// one.
+        fn scope(&self) -> u64;
+
+        /// A statement was cut off by a deadline and may still complete: a
+        /// transaction must then not commit.
+        fn abandoned(&mut self) {}
+    }
 }
 
 /// The statement methods, given how to reach a connection from `self`.
@@ -111,7 +107,7 @@ macro_rules! statements {
         fn execute(
             &mut self,
             sql: &'static str,
-            args: <$db as Backend>::Args,
+            args: <$db as Dialect>::Args,
         ) -> BoxFuture<'_, Result<<$db as sqlx::Database>::QueryResult, sqlx::Error>> {
             let $this = self;
             sqlx::Executor::execute($conn, sqlx::query_with(sql, args))
@@ -120,7 +116,7 @@ macro_rules! statements {
         fn fetch_optional(
             &mut self,
             sql: &'static str,
-            args: <$db as Backend>::Args,
+            args: <$db as Dialect>::Args,
         ) -> BoxFuture<'_, Result<Option<<$db as sqlx::Database>::Row>, sqlx::Error>> {
             let $this = self;
             sqlx::Executor::fetch_optional($conn, sqlx::query_with(sql, args))
@@ -129,7 +125,7 @@ macro_rules! statements {
         fn fetch_all(
             &mut self,
             sql: &'static str,
-            args: <$db as Backend>::Args,
+            args: <$db as Dialect>::Args,
         ) -> BoxFuture<'_, Result<Vec<<$db as sqlx::Database>::Row>, sqlx::Error>> {
             let $this = self;
             sqlx::Executor::fetch_all($conn, sqlx::query_with(sql, args))
@@ -144,9 +140,9 @@ macro_rules! execute_then_fetch {
         fn execute_then_fetch(
             &mut self,
             sql: &'static str,
-            args: <$db as Backend>::Args,
+            args: <$db as Dialect>::Args,
             then: &'static str,
-            then_args: <$db as Backend>::Args,
+            then_args: <$db as Dialect>::Args,
         ) -> BoxFuture<'_, Result<ExecutedThenFetched<$db>, sqlx::Error>> {
             Box::pin(async move {
                 let $this = self;
@@ -169,18 +165,14 @@ macro_rules! execute_then_fetch {
 macro_rules! in_transaction {
     ($feature:literal, $db:ty, $tx:ty) => {
         #[cfg(feature = $feature)]
-        impl sealed::Sealed for &mut $tx {}
-
-        #[cfg(feature = $feature)]
-        impl Executor for &mut $tx {
+        impl sealed::Run for &mut $tx {
             type Database = $db;
-            type Commit = Uncommitted;
             const IS_TRANSACTION: bool = true;
 
             fn execute(
                 &mut self,
                 sql: &'static str,
-                args: <$db as Backend>::Args,
+                args: <$db as Dialect>::Args,
             ) -> BoxFuture<'_, Result<<$db as sqlx::Database>::QueryResult, sqlx::Error>> {
                 Box::pin(async move {
                     let (conn, health) = self.parts();
@@ -192,7 +184,7 @@ macro_rules! in_transaction {
             fn fetch_optional(
                 &mut self,
                 sql: &'static str,
-                args: <$db as Backend>::Args,
+                args: <$db as Dialect>::Args,
             ) -> BoxFuture<'_, Result<Option<<$db as sqlx::Database>::Row>, sqlx::Error>> {
                 Box::pin(async move {
                     let (conn, health) = self.parts();
@@ -205,7 +197,7 @@ macro_rules! in_transaction {
             fn fetch_all(
                 &mut self,
                 sql: &'static str,
-                args: <$db as Backend>::Args,
+                args: <$db as Dialect>::Args,
             ) -> BoxFuture<'_, Result<Vec<<$db as sqlx::Database>::Row>, sqlx::Error>> {
                 Box::pin(async move {
                     let (conn, health) = self.parts();
@@ -217,9 +209,9 @@ macro_rules! in_transaction {
             fn execute_then_fetch(
                 &mut self,
                 sql: &'static str,
-                args: <$db as Backend>::Args,
+                args: <$db as Dialect>::Args,
                 then: &'static str,
-                then_args: <$db as Backend>::Args,
+                then_args: <$db as Dialect>::Args,
             ) -> BoxFuture<'_, Result<ExecutedThenFetched<$db>, sqlx::Error>> {
                 Box::pin(async move {
                     let (conn, health) = self.parts();
@@ -235,16 +227,20 @@ macro_rules! in_transaction {
                 })
             }
 
-            fn in_transaction(&self) -> bool {
-                true
-            }
-
             fn scope(&self) -> u64 {
                 self.scope_id()
             }
 
             fn abandoned(&mut self) {
                 self.parts().1.abandon();
+            }
+        }
+
+        #[cfg(feature = $feature)]
+        impl Executor for &mut $tx {
+            type Commit = Uncommitted;
+            fn in_transaction(&self) -> bool {
+                true
             }
         }
     };
@@ -269,23 +265,23 @@ fn noted<DB: Backend, T>(
 macro_rules! executors {
     ($feature:literal, $db:ty, $conn:ty) => {
         #[cfg(feature = $feature)]
-        impl sealed::Sealed for &Pool<$db> {}
-
-        #[cfg(feature = $feature)]
-        impl Executor for &Pool<$db> {
+        impl sealed::Run for &Pool<$db> {
             type Database = $db;
-            type Commit = Committed;
             const IS_TRANSACTION: bool = false;
 
             statements!($db, |this| &**this);
             execute_then_fetch!($db, |this| this.acquire().await?);
 
-            fn in_transaction(&self) -> bool {
-                false
-            }
-
             fn scope(&self) -> u64 {
                 0
+            }
+        }
+
+        #[cfg(feature = $feature)]
+        impl Executor for &Pool<$db> {
+            type Commit = Committed;
+            fn in_transaction(&self) -> bool {
+                false
             }
         }
 
@@ -293,23 +289,23 @@ macro_rules! executors {
         in_transaction!($feature, $db, Savepoint<'_, $db>);
 
         #[cfg(feature = $feature)]
-        impl sealed::Sealed for &mut $conn {}
-
-        #[cfg(feature = $feature)]
-        impl Executor for &mut $conn {
+        impl sealed::Run for &mut $conn {
             type Database = $db;
-            type Commit = Committed;
             const IS_TRANSACTION: bool = false;
 
             statements!($db, |this| &mut **this);
             execute_then_fetch!($db, |this| &mut **this);
 
-            fn in_transaction(&self) -> bool {
-                Connection::is_in_transaction(&**self)
-            }
-
             fn scope(&self) -> u64 {
                 0
+            }
+        }
+
+        #[cfg(feature = $feature)]
+        impl Executor for &mut $conn {
+            type Commit = Committed;
+            fn in_transaction(&self) -> bool {
+                Connection::is_in_transaction(&**self)
             }
         }
     };

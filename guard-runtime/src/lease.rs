@@ -11,11 +11,14 @@
 use core::future::Future;
 
 use crate::StateMachine;
-use crate::dialect::Backend;
+use crate::dialect::sealed::Dialect;
+use crate::dialect::{Backend, Key};
 use crate::error::Error;
 use crate::executor::Executor;
+use crate::executor::sealed::Run;
 use crate::machine::{InFlightDef, Sql};
-use crate::transition::{MAX_ATTEMPTS, Transition, backoff, key_arguments};
+use crate::retry::{MAX_ATTEMPTS, backoff};
+use crate::transition::{Transition, key_arguments};
 
 /// Where a follow-up left the row.
 pub(crate) enum Settled<S> {
@@ -37,7 +40,7 @@ fn leased_arguments<S, DB, K>(key: &K, occurrence: i64, lease: i64) -> Result<DB
 where
     S: StateMachine,
     DB: Backend,
-    K: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    K: Key<DB>,
 {
     let mut args = key_arguments::<DB, K>(key)?;
     if S::MACHINE.version().is_some() {
@@ -64,11 +67,11 @@ pub(crate) async fn settle<S, K, E>(
 where
     S: StateMachine,
     E: Executor,
-    K: for<'q> sqlx::Encode<'q, E::Database> + sqlx::Type<E::Database> + Send + Sync,
+    K: Key<E::Database>,
 {
-    type DB<E> = <E as Executor>::Database;
-    let update = <DB<E> as Backend>::sql(sql);
-    let read = <DB<E> as Backend>::sql(in_flight.follow_up_read_sql());
+    type DB<E> = <E as Run>::Database;
+    let update = <DB<E> as Dialect>::sql(sql);
+    let read = <DB<E> as Dialect>::sql(in_flight.follow_up_read_sql());
     let versioned = S::MACHINE.version().is_some();
     let mut attempts = 0;
     loop {
@@ -76,7 +79,7 @@ where
         let args = leased_arguments::<S, DB<E>, K>(key, occurrence, lease)
             .map_err(|e| transition.db_error(e))?;
         match executor.execute(update, args).await {
-            Ok(done) if <DB<E> as Backend>::rows_affected(&done) == 1 => {
+            Ok(done) if <DB<E> as Dialect>::rows_affected(&done) == 1 => {
                 return Ok(Settled::Applied(transition.target()));
             }
             Ok(_) => {}
@@ -156,9 +159,9 @@ pub(crate) async fn read<S, K, E>(
 where
     S: StateMachine,
     E: Executor,
-    K: for<'q> sqlx::Encode<'q, E::Database> + sqlx::Type<E::Database> + Send + Sync,
+    K: Key<E::Database>,
 {
-    let read = <E::Database as Backend>::sql(in_flight.follow_up_read_sql());
+    let read = <E::Database as Dialect>::sql(in_flight.follow_up_read_sql());
     let args = key_arguments::<E::Database, K>(key).map_err(|e| transition.db_error(e))?;
     let row = executor
         .fetch_optional(read, args)
@@ -174,28 +177,28 @@ pub(crate) async fn stamp<E>(
     executor: &mut E,
     in_flight: &'static InFlightDef,
     sql: &'static Sql,
-    args: <E::Database as Backend>::Args,
-    key_args: <E::Database as Backend>::Args,
+    args: <E::Database as Dialect>::Args,
+    key_args: <E::Database as Dialect>::Args,
 ) -> Result<Option<i64>, sqlx::Error>
 where
     E: Executor,
 {
-    type DB<E> = <E as Executor>::Database;
-    let statement = <DB<E> as Backend>::sql(sql);
-    if <DB<E> as Backend>::RETURNING {
+    type DB<E> = <E as Run>::Database;
+    let statement = <DB<E> as Dialect>::sql(sql);
+    if <DB<E> as Dialect>::RETURNING {
         // `RETURNING token`.
         let row = executor.fetch_optional(statement, args).await?;
-        return row.map(|row| <DB<E> as Backend>::int(&row, 0)).transpose();
+        return row.map(|row| <DB<E> as Dialect>::int(&row, 0)).transpose();
     }
     // MySQL: read the new token back on the same connection.
-    let read = <DB<E> as Backend>::sql(in_flight.lease_read_sql());
+    let read = <DB<E> as Dialect>::sql(in_flight.lease_read_sql());
     let (done, row) = executor
         .execute_then_fetch(statement, args, read, key_args)
         .await?;
-    if <DB<E> as Backend>::rows_affected(&done) != 1 {
+    if <DB<E> as Dialect>::rows_affected(&done) != 1 {
         return Ok(None);
     }
-    row.map(|row| <DB<E> as Backend>::int(&row, 0)).transpose()
+    row.map(|row| <DB<E> as Dialect>::int(&row, 0)).transpose()
 }
 
 /// Renews the lease `lease` on the row: `Some(new token)`, or `None` when
@@ -210,7 +213,7 @@ pub(crate) async fn renew<S, K, E>(
 where
     S: StateMachine,
     E: Executor,
-    K: for<'q> sqlx::Encode<'q, E::Database> + sqlx::Type<E::Database> + Send + Sync,
+    K: Key<E::Database>,
 {
     let args = leased_arguments::<S, E::Database, K>(key, occurrence, lease)?;
     let key_args = key_arguments::<E::Database, K>(key)?;
@@ -237,7 +240,7 @@ pub(crate) async fn while_renewing<S, K, E, Fut>(
 where
     S: StateMachine,
     E: Executor,
-    K: for<'q> sqlx::Encode<'q, E::Database> + sqlx::Type<E::Database> + Send + Sync,
+    K: Key<E::Database>,
     Fut: Future,
 {
     let period = (in_flight.lease() / 3).max(core::time::Duration::from_millis(1));

@@ -21,10 +21,11 @@ mod fnv;
 mod lease;
 mod machine;
 mod outcome;
+mod retry;
 mod transition;
 mod tx;
 
-pub use crate::dialect::Backend;
+pub use crate::dialect::{Backend, Key};
 pub use crate::effect::{
     Effect, FinishError, Finished, Recovered, SupersededRow, Verdict, claim_expired, recover,
     recover_within,
@@ -35,7 +36,8 @@ pub use crate::machine::{
     InFlightDef, Machine, SetColumn, Sql, StateDef, StateMachine, TransitionDef,
 };
 pub use crate::outcome::{Committed, Outcome, Uncommitted, Won};
-pub use crate::transition::{DEFAULT_DEADLINE, Transition};
+pub use crate::retry::DEFAULT_DEADLINE;
+pub use crate::transition::Transition;
 pub use crate::tx::{Savepoint, Staged, Tx};
 
 /// Items the derive's generated code names. Not part of the public API.

@@ -94,7 +94,7 @@ impl<S: StateMachine, K, C> Won<S, K, C> {
             occurrence,
             lease,
             scope,
-            deadline: crate::transition::DEFAULT_DEADLINE,
+            deadline: crate::retry::DEFAULT_DEADLINE,
             commit: PhantomData,
         }
     }
@@ -160,7 +160,7 @@ impl<S: StateMachine, K: fmt::Display, C> Won<S, K, C> {
     /// of this win, and different for the next pass of the row through the
     /// same state. At most 255 characters.
     pub fn effect_key(&self) -> String {
-        crate::effect::effect_key::<S>(&self.key.to_string(), self.state, self.occurrence)
+        effect_key::<S>(&self.key.to_string(), self.state, self.occurrence)
     }
 }
 
@@ -173,4 +173,30 @@ impl<S: StateMachine, K: fmt::Debug, C> fmt::Debug for Won<S, K, C> {
             .field("committed", &(self.scope == 0))
             .finish()
     }
+}
+
+/// The effect key of one win: `table.column:key:state:occurrence` (the
+/// column keeps two machines on one table apart), or a prefix of it and a
+/// stable hash of the whole when that would exceed 255 characters.
+fn effect_key<S: StateMachine>(key: &str, state: S, occurrence: i64) -> String {
+    const LIMIT: usize = 255;
+    let full = format!(
+        "{}.{}:{key}:{}:{occurrence}",
+        S::MACHINE.table(),
+        S::MACHINE.column(),
+        state.as_str()
+    );
+    if full.len() <= LIMIT {
+        return full;
+    }
+    // 1 + 16 characters of hash after the prefix.
+    let mut cut = LIMIT - 17;
+    while !full.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!(
+        "{}~{:016x}",
+        &full[..cut],
+        crate::fnv::fnv1a64(full.as_bytes())
+    )
 }

@@ -4,23 +4,16 @@
 use core::fmt;
 use core::time::Duration;
 
+use crate::retry::{DEFAULT_DEADLINE, MAX_ATTEMPTS, backoff};
+
 use crate::StateMachine;
-use crate::dialect::Backend;
+use crate::dialect::sealed::Dialect;
+use crate::dialect::{Backend, Key};
 use crate::error::Error;
+use crate::executor::sealed::Run;
 use crate::executor::{Executor, refuse_open_transaction};
 use crate::machine::TransitionDef;
 use crate::outcome::{Outcome, Won};
-
-/// Attempts made in autocommit before giving up with
-/// [`Error::Contention`]. Each attempt after a serialization failure or
-/// deadlock waits a jittered, growing delay first.
-pub(crate) const MAX_ATTEMPTS: u32 = 10;
-const BACKOFF_BASE: Duration = Duration::from_millis(2);
-const BACKOFF_CAP: Duration = Duration::from_millis(100);
-
-/// How long [`Transition::apply`] may take, retries and waits for locks
-/// included, unless [`Transition::within`] says otherwise.
-pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(30);
 
 /// One named transition of a machine, e.g. `PayoutStatus::start()`.
 ///
@@ -112,7 +105,7 @@ impl<S: StateMachine> Transition<S> {
     ) -> Result<Outcome<S, K, E::Commit>, Error>
     where
         E: Executor,
-        K: for<'q> sqlx::Encode<'q, E::Database> + sqlx::Type<E::Database> + Send + Sync,
+        K: Key<E::Database>,
     {
         let writing = core::sync::atomic::AtomicBool::new(false);
         let attempt = self.apply_watched(&mut executor, key, &writing);
@@ -144,19 +137,19 @@ impl<S: StateMachine> Transition<S> {
     ) -> Result<Outcome<S, K, E::Commit>, Error>
     where
         E: Executor,
-        K: for<'q> sqlx::Encode<'q, E::Database> + sqlx::Type<E::Database> + Send + Sync,
+        K: Key<E::Database>,
     {
         refuse_open_transaction(executor)?;
         let def = self.def;
         let machine = S::MACHINE;
-        let select = <E::Database as Backend>::sql(match executor.in_transaction() {
+        let select = <E::Database as Dialect>::sql(match executor.in_transaction() {
             true => machine.select_in_transaction_sql(),
             false => machine.select_sql(),
         });
         let mut attempts = 0;
         loop {
             attempts += 1;
-            let update = <E::Database as Backend>::sql(def.update_sql());
+            let update = <E::Database as Dialect>::sql(def.update_sql());
             writing.store(true, core::sync::atomic::Ordering::Relaxed);
             let changed = self.attempt(executor, update, &key, attempts).await;
             writing.store(false, core::sync::atomic::Ordering::Relaxed);
@@ -220,7 +213,7 @@ impl<S: StateMachine> Transition<S> {
     ) -> Result<Option<Option<Changed>>, Error>
     where
         E: Executor,
-        K: for<'q> sqlx::Encode<'q, E::Database> + sqlx::Type<E::Database> + Send + Sync,
+        K: Key<E::Database>,
     {
         match self.compare_and_set(executor, update, key).await {
             Ok(changed) => Ok(Some(changed)),
@@ -243,7 +236,7 @@ impl<S: StateMachine> Transition<S> {
     ) -> Result<Option<Option<<E::Database as sqlx::Database>::Row>>, Error>
     where
         E: Executor,
-        K: for<'q> sqlx::Encode<'q, E::Database> + sqlx::Type<E::Database> + Send + Sync,
+        K: Key<E::Database>,
     {
         let row = match key_arguments::<E::Database, K>(key) {
             Ok(args) => executor.fetch_optional(select, args).await,
@@ -268,9 +261,9 @@ impl<S: StateMachine> Transition<S> {
     ) -> Result<Option<Changed>, Attempt>
     where
         E: Executor,
-        K: for<'q> sqlx::Encode<'q, E::Database> + sqlx::Type<E::Database> + Send + Sync,
+        K: Key<E::Database>,
     {
-        type DB<E> = <E as Executor>::Database;
+        type DB<E> = <E as Run>::Database;
         let failed = |e| Attempt::Failed(self.db_error(e));
         let args = key_arguments::<DB<E>, K>(key).map_err(failed)?;
         let retryable = |error: sqlx::Error| match <DB<E> as Backend>::is_retryable(&error) {
@@ -280,7 +273,7 @@ impl<S: StateMachine> Transition<S> {
         let versioned = S::MACHINE.version().is_some();
         let leased = self.def.stamps().is_some();
         let int = |row: &<DB<E> as sqlx::Database>::Row, i| {
-            <DB<E> as Backend>::int_opt(row, i).map(Option::unwrap_or_default)
+            <DB<E> as Dialect>::int_opt(row, i).map(Option::unwrap_or_default)
         };
         let (rows, changed) = if !versioned && !leased {
             let done = executor.execute(update, args).await.map_err(retryable)?;
@@ -288,8 +281,8 @@ impl<S: StateMachine> Transition<S> {
                 occurrence: 0,
                 lease: 0,
             };
-            (<DB<E> as Backend>::rows_affected(&done), changed)
-        } else if <DB<E> as Backend>::RETURNING {
+            (<DB<E> as Dialect>::rows_affected(&done), changed)
+        } else if <DB<E> as Dialect>::RETURNING {
             // `RETURNING [version][, lease token]`: one row per row changed.
             let rows = executor.fetch_all(update, args).await.map_err(retryable)?;
             let mut changed = Changed {
@@ -309,10 +302,10 @@ impl<S: StateMachine> Transition<S> {
             // MySQL: the UPDATE stored the new version with
             // LAST_INSERT_ID(expr); the same connection reads it back, and
             // the lease token of the row at that version.
-            let read_back = <DB<E> as Backend>::sql(self.def.read_back_sql());
+            let read_back = <DB<E> as Dialect>::sql(self.def.read_back_sql());
             let then_args = match leased {
                 true => key_arguments::<DB<E>, K>(key).map_err(failed)?,
-                false => <DB<E> as Backend>::Args::default(),
+                false => <DB<E> as Dialect>::Args::default(),
             };
             let (done, row) = executor
                 .execute_then_fetch(update, args, read_back, then_args)
@@ -330,7 +323,7 @@ impl<S: StateMachine> Transition<S> {
                     changed.lease = int(row, 1).map_err(failed)?;
                 }
             }
-            (<DB<E> as Backend>::rows_affected(&done), changed)
+            (<DB<E> as Dialect>::rows_affected(&done), changed)
         };
         match rows {
             0 => Ok(None),
@@ -411,29 +404,13 @@ enum Attempt {
 /// The row key, bound as often as the dialect's exact key match names it.
 pub(crate) fn key_arguments<DB: Backend, K>(key: &K) -> Result<DB::Args, sqlx::Error>
 where
-    K: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    K: Key<DB>,
 {
     let mut args = DB::Args::default();
     for _ in 0..DB::KEY_BINDS {
         sqlx::Arguments::add(&mut args, key).map_err(sqlx::Error::Encode)?;
     }
     Ok(args)
-}
-
-/// Full jitter: a uniform delay between zero and an exponentially growing
-/// cap, so that racing retries spread out instead of colliding again.
-pub(crate) fn backoff(attempt: u32) -> Duration {
-    use std::hash::{BuildHasher, Hasher};
-    let ceiling = BACKOFF_BASE
-        .saturating_mul(1 << attempt.min(16))
-        .min(BACKOFF_CAP);
-    // Each RandomState is freshly keyed, which is all the randomness jitter
-    // needs.
-    let random = std::collections::hash_map::RandomState::new()
-        .build_hasher()
-        .finish();
-    let nanos = u64::try_from(ceiling.as_nanos()).unwrap_or(u64::MAX);
-    Duration::from_nanos(random % nanos.max(1))
 }
 
 impl<S: StateMachine> Clone for Transition<S> {
@@ -466,23 +443,5 @@ impl<S: StateMachine> fmt::Debug for Transition<S> {
 impl<S: StateMachine> fmt::Display for Transition<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_stays_under_its_cap() {
-        for attempt in 1..40 {
-            assert!(backoff(attempt) <= BACKOFF_CAP);
-        }
-    }
-
-    #[test]
-    fn backoff_is_jittered() {
-        let delays: std::collections::HashSet<_> = (0..32).map(|_| backoff(6)).collect();
-        assert!(delays.len() > 1, "32 draws gave one delay: {delays:?}");
     }
 }

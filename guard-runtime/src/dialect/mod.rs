@@ -1,7 +1,10 @@
 //! What differs between databases: which SQL text runs, how rows-affected is
 //! read, and which errors are worth retrying.
 
-use crate::machine::Sql;
+use core::pin::Pin;
+
+/// The future type sqlx's own executors return.
+pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 #[cfg(feature = "mysql")]
 mod mysql;
@@ -10,65 +13,72 @@ mod postgres;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
-mod sealed {
-    pub trait Sealed {}
+/// A row key that statements of `DB` can bind: `i64`, `String`, `&str`, a
+/// UUID, … — any type sqlx encodes for `DB`. Written once here, implemented
+/// for every such type.
+pub trait Key<DB: sqlx::Database>:
+    for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB> + Send + Sync
+{
 }
-pub(crate) use sealed::Sealed;
+
+impl<DB, T> Key<DB> for T
+where
+    DB: sqlx::Database,
+    T: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB> + Send + Sync + ?Sized,
+{
+}
 
 /// A database that stateguard can run transitions on: `sqlx::Postgres`,
 /// `sqlx::Sqlite` or `sqlx::MySql`, each behind its cargo feature.
-pub trait Backend: sqlx::Database + Sealed {
-    /// A short name for messages and logs.
-    const NAME: &'static str;
-
-    /// `Self::Arguments`, named again so that its `IntoArguments` bound is
-    /// known to generic code.
-    #[doc(hidden)]
-    type Args: sqlx::Arguments<Database = Self> + sqlx::IntoArguments<Self> + Send;
-
-    #[doc(hidden)]
-    fn sql(sql: &Sql) -> &'static str;
-
-    /// How many placeholders the exact key match takes: MySQL's `?` is
-    /// positional, so the key is bound once for each use.
-    #[doc(hidden)]
-    const KEY_BINDS: usize;
-
-    #[doc(hidden)]
-    fn rows_affected(result: &Self::QueryResult) -> u64;
-
-    /// Whether `UPDATE … RETURNING` exists; without it the new version is
-    /// read back with `LAST_INSERT_ID()` on the same connection.
-    #[doc(hidden)]
-    const RETURNING: bool;
-
-    #[doc(hidden)]
-    fn text_opt(row: &Self::Row, index: usize) -> Result<Option<String>, sqlx::Error>;
-
-    #[doc(hidden)]
-    fn int(row: &Self::Row, index: usize) -> Result<i64, sqlx::Error>;
-
-    #[doc(hidden)]
-    fn int_opt(row: &Self::Row, index: usize) -> Result<Option<i64>, sqlx::Error>;
-
-    #[doc(hidden)]
-    fn bind_int(args: &mut Self::Args, value: i64) -> Result<(), sqlx::Error>;
-
-    #[doc(hidden)]
-    fn column<T>(row: &Self::Row, index: usize) -> Result<T, sqlx::Error>
-    where
-        T: for<'r> sqlx::Decode<'r, Self> + sqlx::Type<Self>;
-
+pub trait Backend: sealed::Dialect {
     /// Whether `error` is a serialization failure, deadlock or busy database
     /// that a fresh attempt may get past.
     fn is_retryable(error: &sqlx::Error) -> bool;
+}
 
-    /// Asked just before `COMMIT`: whether the connection's transaction is
-    /// still open and not aborted, so that the `COMMIT` really commits.
-    #[doc(hidden)]
-    fn transaction_open(
-        conn: &mut Self::Connection,
-    ) -> crate::executor::BoxFuture<'_, Result<bool, sqlx::Error>>;
+pub(crate) mod sealed {
+    use super::BoxFuture;
+    use crate::machine::Sql;
+
+    /// What the library needs of a database, out of callers' reach: the
+    /// dialect's SQL text, and reading rows and binding arguments the same
+    /// way on every backend.
+    pub trait Dialect: sqlx::Database {
+        /// `Self::Arguments`, named again so that its `IntoArguments` bound is
+        /// known to generic code.
+        type Args: sqlx::Arguments<Database = Self> + sqlx::IntoArguments<Self> + Send;
+
+        /// The dialect's text of `sql`.
+        fn sql(sql: &Sql) -> &'static str;
+
+        /// How many placeholders the exact key match takes: MySQL's `?` is
+        /// positional, so the key is bound once for each use.
+        const KEY_BINDS: usize;
+
+        fn rows_affected(result: &Self::QueryResult) -> u64;
+
+        /// Whether `UPDATE … RETURNING` exists; without it the new version is
+        /// read back with `LAST_INSERT_ID()` on the same connection.
+        const RETURNING: bool;
+
+        fn text_opt(row: &Self::Row, index: usize) -> Result<Option<String>, sqlx::Error>;
+
+        fn int(row: &Self::Row, index: usize) -> Result<i64, sqlx::Error>;
+
+        fn int_opt(row: &Self::Row, index: usize) -> Result<Option<i64>, sqlx::Error>;
+
+        fn bind_int(args: &mut Self::Args, value: i64) -> Result<(), sqlx::Error>;
+
+        fn column<T>(row: &Self::Row, index: usize) -> Result<T, sqlx::Error>
+        where
+            T: for<'r> sqlx::Decode<'r, Self> + sqlx::Type<Self>;
+
+        /// Asked just before `COMMIT`: whether the connection's transaction is
+        /// still open and not aborted, so that the `COMMIT` really commits.
+        fn transaction_open(
+            conn: &mut Self::Connection,
+        ) -> BoxFuture<'_, Result<bool, sqlx::Error>>;
+    }
 }
 
 /// The accessors that read rows and extend arguments the same way on every

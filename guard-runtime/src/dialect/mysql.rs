@@ -1,14 +1,11 @@
 use sqlx::MySql;
 use sqlx::mysql::{MySqlDatabaseError, MySqlQueryResult};
 
-use super::{Backend, Sealed};
+use super::sealed::Dialect;
+use super::{Backend, BoxFuture};
 use crate::machine::Sql;
 
-impl Sealed for MySql {}
-
-impl Backend for MySql {
-    const NAME: &'static str = "MySQL";
-
+impl Dialect for MySql {
     type Args = sqlx::mysql::MySqlArguments;
 
     const KEY_BINDS: usize = 2;
@@ -27,19 +24,9 @@ impl Backend for MySql {
 
     super::row_access!(sqlx::mysql::MySqlRow);
 
-    fn is_retryable(error: &sqlx::Error) -> bool {
-        let sqlx::Error::Database(db) = error else {
-            return false;
-        };
-        // 1213 ER_LOCK_DEADLOCK, 1205 ER_LOCK_WAIT_TIMEOUT,
-        // 1020 ER_CHECKREAD (MariaDB snapshot isolation: record changed)
-        db.try_downcast_ref::<MySqlDatabaseError>()
-            .is_some_and(|e| matches!(e.number(), 1213 | 1205 | 1020))
-    }
-
     fn transaction_open(
         conn: &mut sqlx::MySqlConnection,
-    ) -> crate::executor::BoxFuture<'_, Result<bool, sqlx::Error>> {
+    ) -> BoxFuture<'_, Result<bool, sqlx::Error>> {
         Box::pin(async move {
             // A deadlock rolls the whole transaction back, and the session
             // then runs later statements outside any transaction: COMMIT
@@ -62,5 +49,17 @@ impl Backend for MySql {
                 Err(error) => Err(error),
             }
         })
+    }
+}
+
+impl Backend for MySql {
+    fn is_retryable(error: &sqlx::Error) -> bool {
+        let sqlx::Error::Database(db) = error else {
+            return false;
+        };
+        // 1213 ER_LOCK_DEADLOCK, 1205 ER_LOCK_WAIT_TIMEOUT,
+        // 1020 ER_CHECKREAD (MariaDB snapshot isolation: record changed)
+        db.try_downcast_ref::<MySqlDatabaseError>()
+            .is_some_and(|e| matches!(e.number(), 1213 | 1205 | 1020))
     }
 }

@@ -1,14 +1,11 @@
 use sqlx::Postgres;
 use sqlx::postgres::PgQueryResult;
 
-use super::{Backend, Sealed, db_code};
+use super::sealed::Dialect;
+use super::{Backend, BoxFuture, db_code};
 use crate::machine::Sql;
 
-impl Sealed for Postgres {}
-
-impl Backend for Postgres {
-    const NAME: &'static str = "PostgreSQL";
-
+impl Dialect for Postgres {
     type Args = sqlx::postgres::PgArguments;
 
     const KEY_BINDS: usize = 1;
@@ -25,14 +22,7 @@ impl Backend for Postgres {
 
     super::row_access!(sqlx::postgres::PgRow);
 
-    fn is_retryable(error: &sqlx::Error) -> bool {
-        // 40001 serialization_failure, 40P01 deadlock_detected
-        matches!(db_code(error).as_deref(), Some("40001" | "40P01"))
-    }
-
-    fn transaction_open(
-        conn: &mut sqlx::PgConnection,
-    ) -> crate::executor::BoxFuture<'_, Result<bool, sqlx::Error>> {
+    fn transaction_open(conn: &mut sqlx::PgConnection) -> BoxFuture<'_, Result<bool, sqlx::Error>> {
         Box::pin(async move {
             // Any statement fails with 25P02 in an aborted transaction,
             // whose COMMIT would be answered with a silent ROLLBACK.
@@ -42,5 +32,12 @@ impl Backend for Postgres {
                 Err(error) => Err(error),
             }
         })
+    }
+}
+
+impl Backend for Postgres {
+    fn is_retryable(error: &sqlx::Error) -> bool {
+        // 40001 serialization_failure, 40P01 deadlock_detected
+        matches!(db_code(error).as_deref(), Some("40001" | "40P01"))
     }
 }

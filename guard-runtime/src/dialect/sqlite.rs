@@ -1,14 +1,11 @@
 use sqlx::Sqlite;
 use sqlx::sqlite::SqliteQueryResult;
 
-use super::{Backend, Sealed, db_code};
+use super::sealed::Dialect;
+use super::{Backend, BoxFuture, db_code};
 use crate::machine::Sql;
 
-impl Sealed for Sqlite {}
-
-impl Backend for Sqlite {
-    const NAME: &'static str = "SQLite";
-
+impl Dialect for Sqlite {
     type Args = sqlx::sqlite::SqliteArguments;
 
     const KEY_BINDS: usize = 1;
@@ -25,6 +22,16 @@ impl Backend for Sqlite {
 
     super::row_access!(sqlx::sqlite::SqliteRow);
 
+    fn transaction_open(
+        _conn: &mut sqlx::SqliteConnection,
+    ) -> BoxFuture<'_, Result<bool, sqlx::Error>> {
+        // SQLite's COMMIT fails by itself when an error has already rolled
+        // the transaction back.
+        Box::pin(core::future::ready(Ok(true)))
+    }
+}
+
+impl Backend for Sqlite {
     fn is_retryable(error: &sqlx::Error) -> bool {
         // The extended result code: 5 SQLITE_BUSY (the busy timeout ran
         // out), 261 SQLITE_BUSY_RECOVERY, 517 SQLITE_BUSY_SNAPSHOT (a
@@ -34,13 +41,5 @@ impl Backend for Sqlite {
             db_code(error).as_deref(),
             Some("5" | "261" | "517" | "6" | "262")
         )
-    }
-
-    fn transaction_open(
-        _conn: &mut sqlx::SqliteConnection,
-    ) -> crate::executor::BoxFuture<'_, Result<bool, sqlx::Error>> {
-        // SQLite's COMMIT fails by itself when an error has already rolled
-        // the transaction back.
-        Box::pin(core::future::ready(Ok(true)))
     }
 }

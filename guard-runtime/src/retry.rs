@@ -1,0 +1,52 @@
+//! How long and how often: the deadline a call keeps, and the bounded,
+//! jittered retries of autocommit statements.
+
+use core::time::Duration;
+
+/// Attempts made in autocommit before giving up with
+/// [`Error::Contention`](crate::Error::Contention). Each attempt after a serialization failure or
+/// deadlock waits a jittered, growing delay first.
+pub(crate) const MAX_ATTEMPTS: u32 = 10;
+const BACKOFF_BASE: Duration = Duration::from_millis(2);
+const BACKOFF_CAP: Duration = Duration::from_millis(100);
+
+/// How long [`Transition::apply`](crate::Transition::apply) may take,
+/// retries and waits for locks included, unless
+/// [`Transition::within`](crate::Transition::within) says otherwise; also
+/// what [`Won::finish`](crate::Won::finish) and [`recover`](crate::recover)
+/// keep by default.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(30);
+
+/// Full jitter: a uniform delay between zero and an exponentially growing
+/// cap, so that racing retries spread out instead of colliding again.
+pub(crate) fn backoff(attempt: u32) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let ceiling = BACKOFF_BASE
+        .saturating_mul(1 << attempt.min(16))
+        .min(BACKOFF_CAP);
+    // Each RandomState is freshly keyed, which is all the randomness jitter
+    // needs.
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    let nanos = u64::try_from(ceiling.as_nanos()).unwrap_or(u64::MAX);
+    Duration::from_nanos(random % nanos.max(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_stays_under_its_cap() {
+        for attempt in 1..40 {
+            assert!(backoff(attempt) <= BACKOFF_CAP);
+        }
+    }
+
+    #[test]
+    fn backoff_is_jittered() {
+        let delays: std::collections::HashSet<_> = (0..32).map(|_| backoff(6)).collect();
+        assert!(delays.len() > 1, "32 draws gave one delay: {delays:?}");
+    }
+}
