@@ -144,16 +144,27 @@
 //! [sqlx]: https://docs.rs/sqlx
 
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 /// Derives [`StateMachine`](trait@StateMachine): see the [crate
 /// documentation](crate) for the attributes.
 pub use guard_macros::StateMachine;
+// Transitions and what they return.
 pub use guard_runtime::{
-    Backend, Committed, DEFAULT_DEADLINE, Effect, Error, Executor, FinishError, Finished,
-    InFlightDef, Machine, Outcome, Recovered, Savepoint, SetColumn, Sql, Staged, StateDef,
-    StateMachine, SupersededRow, Transition, TransitionDef, Tx, Uncommitted, UnknownState, Verdict,
-    Won, claim_expired, ddl, docs, recover, recover_within,
+    Committed, DEFAULT_DEADLINE, Error, Outcome, StateMachine, Transition, Uncommitted,
+    UnknownState, Won,
 };
+// Transactions whose wins wait for the commit.
+pub use guard_runtime::{Savepoint, Staged, Tx};
+// Effects, in-flight states and their recovery.
+pub use guard_runtime::{
+    Effect, FinishError, Finished, Recovered, SupersededRow, Verdict, claim_expired, recover,
+    recover_within,
+};
+// What `apply` runs on.
+pub use guard_runtime::{Backend, Executor, Key};
+// Metadata, and what is generated from it.
+pub use guard_runtime::{ddl, docs, meta};
 
 #[doc(hidden)]
 pub mod __private {

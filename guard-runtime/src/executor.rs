@@ -237,6 +237,7 @@ macro_rules! in_transaction {
         }
 
         #[cfg(feature = $feature)]
+        #[cfg_attr(docsrs, doc(cfg(feature = $feature)))]
         impl Executor for &mut $tx {
             type Commit = Uncommitted;
             fn in_transaction(&self) -> bool {
@@ -278,6 +279,7 @@ macro_rules! executors {
         }
 
         #[cfg(feature = $feature)]
+        #[cfg_attr(docsrs, doc(cfg(feature = $feature)))]
         impl Executor for &Pool<$db> {
             type Commit = Committed;
             fn in_transaction(&self) -> bool {
@@ -302,6 +304,7 @@ macro_rules! executors {
         }
 
         #[cfg(feature = $feature)]
+        #[cfg_attr(docsrs, doc(cfg(feature = $feature)))]
         impl Executor for &mut $conn {
             type Commit = Committed;
             fn in_transaction(&self) -> bool {

@@ -3,6 +3,7 @@
 //! crate together with the derive.
 
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 // With no backend feature there is nothing to run transitions on, and the
 // executor and dialect plumbing goes unused.
@@ -21,24 +22,29 @@ mod fnv;
 mod lease;
 mod machine;
 mod outcome;
+mod recover;
 mod retry;
 mod transition;
 mod tx;
 
 pub use crate::dialect::{Backend, Key};
-pub use crate::effect::{
-    Effect, FinishError, Finished, Recovered, SupersededRow, Verdict, claim_expired, recover,
-    recover_within,
-};
+pub use crate::effect::{Effect, FinishError, Finished, Verdict};
 pub use crate::error::{Error, UnknownState};
 pub use crate::executor::Executor;
-pub use crate::machine::{
-    InFlightDef, Machine, SetColumn, Sql, StateDef, StateMachine, TransitionDef,
-};
+pub use crate::machine::StateMachine;
 pub use crate::outcome::{Committed, Outcome, Uncommitted, Won};
+pub use crate::recover::{Recovered, SupersededRow, claim_expired, recover, recover_within};
 pub use crate::retry::DEFAULT_DEADLINE;
 pub use crate::transition::Transition;
 pub use crate::tx::{Savepoint, Staged, Tx};
+
+/// What a derived machine knows about itself, read through
+/// [`StateMachine::MACHINE`]: its table and columns, states, transitions,
+/// in-flight states and the SQL text of each statement per dialect. The
+/// [`docs`] renderers and the [`ddl`] generators read it; so can a caller.
+pub mod meta {
+    pub use crate::machine::{InFlightDef, Machine, SetColumn, Sql, StateDef, TransitionDef};
+}
 
 /// Items the derive's generated code names. Not part of the public API.
 #[doc(hidden)]

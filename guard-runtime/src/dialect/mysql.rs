@@ -52,6 +52,7 @@ impl Dialect for MySql {
     }
 }
 
+#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
 impl Backend for MySql {
     fn is_retryable(error: &sqlx::Error) -> bool {
         let sqlx::Error::Database(db) = error else {

@@ -35,6 +35,7 @@ impl Dialect for Postgres {
     }
 }
 
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 impl Backend for Postgres {
     fn is_retryable(error: &sqlx::Error) -> bool {
         // 40001 serialization_failure, 40P01 deadlock_detected

@@ -31,6 +31,7 @@ impl Dialect for Sqlite {
     }
 }
 
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 impl Backend for Sqlite {
     fn is_retryable(error: &sqlx::Error) -> bool {
         // The extended result code: 5 SQLITE_BUSY (the busy timeout ran
