@@ -153,7 +153,7 @@ impl<S: StateMachine> Transition<S> {
             writing.store(true, core::sync::atomic::Ordering::Relaxed);
             let changed = self.attempt(executor, update, &key, attempts).await;
             writing.store(false, core::sync::atomic::Ordering::Relaxed);
-            let Some(changed) = changed? else {
+            let Try::Done(changed) = changed? else {
                 continue;
             };
             if let Some(Changed { occurrence, lease }) = changed {
@@ -162,7 +162,7 @@ impl<S: StateMachine> Transition<S> {
             }
             // Zero rows: read the state with a statement of its own, so that
             // it sees what the racing winner committed.
-            let Some(row) = self.fresh_read(executor, select, &key, attempts).await? else {
+            let Try::Done(row) = self.fresh_read(executor, select, &key, attempts).await? else {
                 continue;
             };
             let Some(row) = row else {
@@ -201,39 +201,40 @@ impl<S: StateMachine> Transition<S> {
         }
     }
 
-    /// One compare-and-set: `Some(Some(changed))` when it changed the row,
-    /// `Some(None)` when it matched nothing, `None` after a retryable error
-    /// once the backoff has been slept (try again).
+    /// One compare-and-set: `Done(Some(changed))` when it changed the row,
+    /// `Done(None)` when it matched nothing, `Again` after a retryable error
+    /// once the backoff has been slept.
     async fn attempt<E, K>(
         self,
         executor: &mut E,
         update: &'static str,
         key: &K,
         attempts: u32,
-    ) -> Result<Option<Option<Changed>>, Error>
+    ) -> Result<Try<Option<Changed>>, Error>
     where
         E: Executor,
         K: Key<E::Database>,
     {
         match self.compare_and_set(executor, update, key).await {
-            Ok(changed) => Ok(Some(changed)),
+            Ok(changed) => Ok(Try::Done(changed)),
             Err(Attempt::Failed(error)) => Err(error),
             Err(Attempt::Retryable(error)) => {
                 self.before_retry(executor, error, attempts).await?;
-                Ok(None)
+                Ok(Try::Again)
             }
         }
     }
 
-    /// The losing path's fresh read of the row: `Some(row)`, or `None`
-    /// after a retryable error once the backoff has been slept.
+    /// The losing path's fresh read of the row: `Done(row)` (`None`: no such
+    /// row), or `Again` after a retryable error once the backoff has been
+    /// slept.
     async fn fresh_read<E, K>(
         self,
         executor: &mut E,
         select: &'static str,
         key: &K,
         attempts: u32,
-    ) -> Result<Option<Option<<E::Database as sqlx::Database>::Row>>, Error>
+    ) -> Result<Try<Option<<E::Database as sqlx::Database>::Row>>, Error>
     where
         E: Executor,
         K: Key<E::Database>,
@@ -243,10 +244,10 @@ impl<S: StateMachine> Transition<S> {
             Err(error) => Err(error),
         };
         match row {
-            Ok(row) => Ok(Some(row)),
+            Ok(row) => Ok(Try::Done(row)),
             Err(error) => {
                 self.before_retry(executor, error, attempts).await?;
-                Ok(None)
+                Ok(Try::Again)
             }
         }
     }
@@ -392,6 +393,15 @@ impl<S: StateMachine> Transition<S> {
 pub(crate) struct Changed {
     occurrence: i64,
     lease: i64,
+}
+
+/// What one try of a statement came to.
+enum Try<T> {
+    /// It ran: here is what it found.
+    Done(T),
+    /// It hit a retryable error in autocommit, and the backoff has been
+    /// slept: run the attempt again.
+    Again,
 }
 
 /// How one statement of an attempt failed.
