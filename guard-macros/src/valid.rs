@@ -7,7 +7,8 @@ use proc_macro2::Span;
 use syn::ext::IdentExt;
 use syn::{Ident, LitStr};
 
-use crate::ast::{Input, SetItem, TransitionAttr};
+use crate::ast::Input;
+use crate::attr::{SetItem, TransitionAttr};
 use crate::case::RenameRule;
 use crate::ctxt::Ctxt;
 use crate::sql;
