@@ -7,7 +7,8 @@ use syn::ext::IdentExt;
 
 use crate::ast::Input;
 use crate::ctxt::Ctxt;
-use crate::sql::{DIALECTS, Dialect};
+use crate::ddl::{self, DdlText};
+use crate::dialect::{DIALECTS, Dialect};
 use crate::valid::{self, Model};
 
 pub fn derive(node: &DeriveInput) -> TokenStream {
@@ -72,7 +73,7 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
             None => quote!(::core::option::Option::None),
         };
         quote! {
-            ::core::option::Option::Some(&#private::InFlightDef::__new(
+            ::core::option::Option::Some(&#private::in_flight(
                 #lease_ms, #since, #done, #failed, #expired, #claim, #renew, #lease_read,
                 #follow_up_read, #done_sql, #failed_sql,
             ))
@@ -86,6 +87,7 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
 
     let select = sql_per_dialect(&private, |d| d.select(model, false));
     let select_in_transaction = sql_per_dialect(&private, |d| d.select(model, true));
+    let ddl = ddl_per_dialect(&private, model);
 
     let transition_defs = model.transitions.iter().map(|t| {
         let name = t.name.unraw().to_string();
@@ -96,9 +98,9 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
         let set = t
             .set
             .iter()
-            .map(|(col, expr)| quote!(#private::SetColumn::__new(#col, #expr)));
+            .map(|(col, expr)| quote!(#private::set_column(#col, #expr)));
         quote! {
-            #private::TransitionDef::__new(
+            #private::transition(
                 #name,
                 &[#(#ident::#sources),*],
                 #ident::#target,
@@ -135,14 +137,14 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
             const MACHINE: &'static #private::Machine<Self> = {
                 // Named constants, so that `&CONST` is promoted to 'static.
                 const #states_const: [#private::StateDef<#ident>; #n_states] = [
-                    #(#private::StateDef::__new(
+                    #(#private::state(
                         #ident::#idents, #variant_names, #dbs, #initials, #in_flights,
                     )),*
                 ];
                 const #transitions_const: [#private::TransitionDef<#ident>; #n_transitions] = [
                     #(#transition_defs),*
                 ];
-                const #machine_const: #private::Machine<#ident> = #private::Machine::__new(
+                const #machine_const: #private::Machine<#ident> = #private::machine(
                     #name,
                     #table,
                     #column,
@@ -153,6 +155,7 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
                     &#transitions_const,
                     #select,
                     #select_in_transaction,
+                    #ddl,
                 );
                 &#machine_const
             };
@@ -289,9 +292,37 @@ fn fallback(node: &DeriveInput) -> TokenStream {
     }
 }
 
+/// `sql(postgres, sqlite, mysql)`: one statement as a literal per dialect.
 fn sql_per_dialect(private: &TokenStream, build: impl Fn(Dialect) -> String) -> TokenStream {
     let [pg, lite, my] = DIALECTS.map(build);
-    quote!(#private::Sql::__new(#pg, #lite, #my))
+    quote!(#private::sql(#pg, #lite, #my))
+}
+
+/// The enforcement DDL of the machine, as literals per dialect.
+fn ddl_per_dialect(private: &TokenStream, model: &Model) -> TokenStream {
+    let [pg, lite, my] = DIALECTS.map(|d| {
+        let DdlText {
+            constraint,
+            trigger,
+            check_clause,
+            up,
+            down,
+            migration,
+            down_migration,
+        } = ddl::ddl(model, d);
+        quote! {
+            #private::ddl(
+                #constraint,
+                #trigger,
+                #check_clause,
+                &[#(#up),*],
+                &[#(#down),*],
+                #migration,
+                #down_migration,
+            )
+        }
+    });
+    quote!(#private::sql(#pg, #lite, #my))
 }
 
 /// The rustdoc of a transition constructor: sources, target, columns.

@@ -11,7 +11,7 @@ use crate::ast::Input;
 use crate::attr::{SetItem, TransitionAttr};
 use crate::case::RenameRule;
 use crate::ctxt::Ctxt;
-use crate::sql;
+use crate::ident;
 use crate::sqltext;
 
 /// The machine after validation: what expansion needs, nothing more.
@@ -157,9 +157,9 @@ fn check_names(cx: &mut Ctxt, input: &Input) -> Option<(String, String, String)>
             }
         }
     };
-    let table = get(&attrs.table, "table", sql::check_table);
-    let column = get(&attrs.column, "column", sql::check_ident);
-    let key = get(&attrs.key, "key", sql::check_ident);
+    let table = get(&attrs.table, "table", ident::check_table);
+    let column = get(&attrs.column, "column", ident::check_ident);
+    let key = get(&attrs.key, "key", ident::check_ident);
     let (table, column, key) = (table?, column?, key?);
     // SQLite and MySQL compare column names without regard to case, even
     // when quoted.
@@ -193,7 +193,7 @@ fn check_states<'a>(cx: &mut Ctxt, input: &'a Input) -> Option<Vec<State<'a>>> {
     let mut states = Vec::new();
     for variant in &input.variants {
         let db = variant.db_name(rule);
-        if let Err(why) = sql::check_state_str(&db) {
+        if let Err(why) = ident::check_state_str(&db) {
             ok = false;
             match &variant.rename {
                 Some(lit) => cx.error(lit, format!("state string {db:?} {why}")),
@@ -382,7 +382,7 @@ fn check_set(
         let column = item.column.unraw().to_string();
         // SQLite and MySQL compare column names without regard to case.
         let same = |other: &str| other.eq_ignore_ascii_case(&column);
-        if let Err(why) = sql::check_ident(&column) {
+        if let Err(why) = ident::check_ident(&column) {
             ok = false;
             cx.error(
                 &item.column,
@@ -477,7 +477,7 @@ fn reads_written(
 fn check_version(cx: &mut Ctxt, input: &Input, reserved: &[(&str, &str)]) -> Option<String> {
     let lit = input.attrs.version.as_ref()?;
     let value = lit.value();
-    if let Err(why) = sql::check_ident(&value) {
+    if let Err(why) = ident::check_ident(&value) {
         cx.error(
             lit,
             format!("version {value:?} is not a valid SQL identifier: it {why}"),
@@ -577,7 +577,7 @@ fn check_in_flight(
             }
             Some(lit) => {
                 let value = lit.value();
-                if let Err(why) = sql::check_ident(&value) {
+                if let Err(why) = ident::check_ident(&value) {
                     cx.error(
                         lit,
                         format!("since {value:?} is not a valid SQL identifier: it {why}"),
