@@ -720,3 +720,43 @@ fn check_reachable(cx: &mut Ctxt, input: &Input, initial: usize, transitions: &[
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::parse_lease;
+
+    #[test]
+    fn leases_in_every_unit() {
+        assert_eq!(parse_lease("250ms"), Ok(250));
+        assert_eq!(parse_lease("30s"), Ok(30_000));
+        assert_eq!(parse_lease("5m"), Ok(300_000));
+        assert_eq!(parse_lease("1h"), Ok(3_600_000));
+        assert_eq!(parse_lease(" 30 s "), Ok(30_000));
+        assert_eq!(parse_lease("168h"), Ok(7 * 24 * 3_600_000));
+    }
+
+    #[track_caller]
+    fn refused(text: &str, needle: &str) {
+        match parse_lease(text) {
+            Ok(ms) => panic!("{text:?} was accepted as {ms} ms"),
+            Err(why) => assert!(why.contains(needle), "{text:?}: {why:?} lacks {needle:?}"),
+        }
+    }
+
+    #[test]
+    fn leases_that_are_refused() {
+        refused("30", "not a duration");
+        refused("30 seconds", "not a duration");
+        refused("1.5s", "not a duration");
+        refused("-1s", "not a duration");
+        refused("s", "does not start with a whole number");
+        refused("", "not a duration");
+        refused("0s", "a lease of zero");
+        refused("169h", "longer than a week");
+        refused(
+            "99999999999999999999ms",
+            "does not start with a whole number",
+        );
+        refused("18446744073709551615h", "longer than a week");
+    }
+}
