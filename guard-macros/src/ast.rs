@@ -1,9 +1,9 @@
 //! The enum as the macro sees it. Every piece keeps its tokens, so that an
 //! error can point at the exact attribute or ident that caused it.
 
-use proc_macro2::Span;
-use syn::{DeriveInput, Ident, LitStr, Path};
+use syn::{DeriveInput, Ident, LitStr};
 
+use crate::attr::{self, InFlightAttr, MachineAttrs, TransitionAttr};
 use crate::case::RenameRule;
 use crate::ctxt::Ctxt;
 
@@ -12,23 +12,6 @@ pub struct Input<'a> {
     pub ident: &'a Ident,
     pub attrs: MachineAttrs,
     pub variants: Vec<Variant<'a>>,
-}
-
-/// `#[state_machine(table = "…", column = "…", key = "…", rename_all = "…", crate = "…")]`
-#[derive(Default)]
-pub struct MachineAttrs {
-    /// The `state_machine` path of the first such attribute, if any.
-    pub span: Option<Span>,
-    pub table: Option<LitStr>,
-    pub column: Option<LitStr>,
-    pub key: Option<LitStr>,
-    /// `version = "…"`: the occurrence counter every transition increments.
-    pub version: Option<LitStr>,
-    pub rename_all: Option<(LitStr, RenameRule)>,
-    pub krate: Option<Path>,
-    /// An attribute failed to parse: what it held is unknown, so a "missing
-    /// `table`" would likely be a false report.
-    pub incomplete: bool,
 }
 
 pub struct Variant<'a> {
@@ -46,29 +29,6 @@ pub struct Variant<'a> {
     /// A `#[transition]` attribute failed to parse (it may have held an
     /// edge that makes a state reachable).
     pub transitions_incomplete: bool,
-}
-
-/// `in_flight(lease = "30s", since = "sending_since", done = confirm, failed = fail)`
-pub struct InFlightAttr {
-    /// The `in_flight` token.
-    pub token: Ident,
-    pub lease: Option<LitStr>,
-    pub since: Option<LitStr>,
-    pub done: Option<Ident>,
-    pub failed: Option<Ident>,
-}
-
-/// `#[transition(name -> Target, set(column = "expr", …))]`
-pub struct TransitionAttr {
-    pub name: Ident,
-    pub target: Ident,
-    pub set: Vec<SetItem>,
-}
-
-/// `column = "SQL expression"` inside `set(…)`
-pub struct SetItem {
-    pub column: Ident,
-    pub expr: LitStr,
 }
 
 impl<'a> Input<'a> {
@@ -92,15 +52,15 @@ impl<'a> Input<'a> {
                 return None;
             }
         };
-        let attrs = crate::attr::machine_attrs(cx, &node.attrs);
-        crate::attr::misplaced(cx, &node.attrs, &["state", "transition"], "a variant");
+        let attrs = attr::machine_attrs(cx, &node.attrs);
+        attr::misplaced(cx, &node.attrs, &["state", "transition"], "a variant");
         for variant in &data.variants {
-            crate::attr::misplaced(cx, &variant.attrs, &["state_machine"], "the enum");
+            attr::misplaced(cx, &variant.attrs, &["state_machine"], "the enum");
         }
         let variants = data
             .variants
             .iter()
-            .map(|variant| crate::attr::variant(cx, variant))
+            .map(|variant| Variant::from_syn(cx, variant))
             .collect();
         Some(Input {
             original: node,
@@ -111,7 +71,21 @@ impl<'a> Input<'a> {
     }
 }
 
-impl Variant<'_> {
+impl<'a> Variant<'a> {
+    fn from_syn(cx: &mut Ctxt, node: &'a syn::Variant) -> Self {
+        let attrs = attr::variant(cx, node);
+        Variant {
+            original: node,
+            ident: &node.ident,
+            initial: attrs.initial,
+            rename: attrs.rename,
+            in_flight: attrs.in_flight,
+            transitions: attrs.transitions,
+            state_incomplete: attrs.state_incomplete,
+            transitions_incomplete: attrs.transitions_incomplete,
+        }
+    }
+
     /// The string stored in the database for this state.
     pub fn db_name(&self, rule: RenameRule) -> String {
         match &self.rename {

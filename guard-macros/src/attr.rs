@@ -1,36 +1,139 @@
 //! Attribute parsing. Unknown keys and repeated keys are errors, never
-//! ignored.
+//! ignored. This module owns the types it fills and uses no sibling but the
+//! leaves `ctxt` and `case`; `ast` builds the enum's view from them.
 
+use proc_macro2::{Span, TokenStream};
+use quote::ToTokens;
 use syn::parse::{Parse, ParseStream};
 use syn::punctuated::Punctuated;
-use syn::{Attribute, Ident, LitStr, Token, parenthesized};
+use syn::{Attribute, Ident, LitStr, Path, Token, parenthesized};
 
-use crate::ast::{InFlightAttr, MachineAttrs, SetItem, TransitionAttr, Variant};
 use crate::case::RenameRule;
 use crate::ctxt::Ctxt;
 
+/// `#[state_machine(table = "…", column = "…", key = "…", rename_all = "…", crate = "…")]`
+#[derive(Default)]
+pub struct MachineAttrs {
+    /// The `state_machine` path of the first such attribute, if any.
+    pub span: Option<Span>,
+    pub table: Option<LitStr>,
+    pub column: Option<LitStr>,
+    pub key: Option<LitStr>,
+    /// `version = "…"`: the occurrence counter every transition increments.
+    pub version: Option<LitStr>,
+    pub rename_all: Option<(LitStr, RenameRule)>,
+    pub krate: Option<Path>,
+    /// An attribute failed to parse: what it held is unknown, so a "missing
+    /// `table`" would likely be a false report.
+    pub incomplete: bool,
+}
+
+/// `#[state(…)]` and `#[transition(…)]` of one variant.
+pub struct VariantAttrs {
+    /// The `initial` token of `#[state(initial)]`.
+    pub initial: Option<Ident>,
+    /// `#[state(rename = "…")]`
+    pub rename: Option<LitStr>,
+    /// `#[state(in_flight(…))]`
+    pub in_flight: Option<InFlightAttr>,
+    pub transitions: Vec<TransitionAttr>,
+    /// A `#[state]` attribute failed to parse (it may have held `initial`).
+    pub state_incomplete: bool,
+    /// A `#[transition]` attribute failed to parse (it may have held an
+    /// edge that makes a state reachable).
+    pub transitions_incomplete: bool,
+}
+
+/// `in_flight(lease = "30s", since = "sending_since", done = confirm, failed = fail)`
+pub struct InFlightAttr {
+    /// The `in_flight` token.
+    pub token: Ident,
+    pub lease: Option<LitStr>,
+    pub since: Option<LitStr>,
+    pub done: Option<Ident>,
+    pub failed: Option<Ident>,
+}
+
+/// `#[transition(name -> Target, set(column = "expr", …))]`
+pub struct TransitionAttr {
+    pub name: Ident,
+    pub target: Ident,
+    pub set: Vec<SetItem>,
+}
+
+/// `column = "SQL expression"` inside `set(…)`
+pub struct SetItem {
+    pub column: Ident,
+    pub expr: LitStr,
+}
+
+/// One attribute key that may be given once, as serde's `Attr<T>`: the
+/// second occurrence is an error at it that also points at the first.
+struct Attr<T> {
+    name: &'static str,
+    first: Option<(TokenStream, T)>,
+}
+
+impl<T> Attr<T> {
+    fn none(name: &'static str) -> Self {
+        Attr { name, first: None }
+    }
+
+    /// Sets the value given by the tokens `at`, or reports a duplicate.
+    fn set(&mut self, cx: &mut Ctxt, at: impl ToTokens, value: T) {
+        let name = self.name;
+        match &self.first {
+            Some((first, _)) => cx.duplicate(
+                at,
+                format!("duplicate `{name}`"),
+                first,
+                format!("first `{name}` here"),
+            ),
+            None => self.first = Some((at.into_token_stream(), value)),
+        }
+    }
+
+    fn get(self) -> Option<T> {
+        self.first.map(|(_, value)| value)
+    }
+}
+
+impl<T: ToTokens + Clone> Attr<T> {
+    /// Sets a value that is its own tokens: a string or an ident.
+    fn set_lit(&mut self, cx: &mut Ctxt, value: T) {
+        self.set(cx, value.clone(), value);
+    }
+}
+
 pub fn machine_attrs(cx: &mut Ctxt, attrs: &[Attribute]) -> MachineAttrs {
-    let mut out = MachineAttrs::default();
+    let mut span = None;
+    let mut incomplete = false;
+    let mut table = Attr::none("table");
+    let mut column = Attr::none("column");
+    let mut key = Attr::none("key");
+    let mut version = Attr::none("version");
+    let mut rename_all = Attr::none("rename_all");
+    let mut krate = Attr::none("crate");
     for attr in attrs {
         if !attr.path().is_ident("state_machine") {
             continue;
         }
-        if out.span.is_none() {
-            out.span = attr.path().get_ident().map(Ident::span);
+        if span.is_none() {
+            span = attr.path().get_ident().map(Ident::span);
         }
         let result = attr.parse_nested_meta(|meta| {
             // #[state_machine(table = "payouts")]
             if meta.path.is_ident("table") {
-                set_once(cx, &mut out.table, meta.value()?.parse()?, "table");
+                table.set_lit(cx, meta.value()?.parse()?);
             // #[state_machine(column = "status")]
             } else if meta.path.is_ident("column") {
-                set_once(cx, &mut out.column, meta.value()?.parse()?, "column");
+                column.set_lit(cx, meta.value()?.parse()?);
             // #[state_machine(key = "id")]
             } else if meta.path.is_ident("key") {
-                set_once(cx, &mut out.key, meta.value()?.parse()?, "key");
+                key.set_lit(cx, meta.value()?.parse()?);
             // #[state_machine(version = "version")]
             } else if meta.path.is_ident("version") {
-                set_once(cx, &mut out.version, meta.value()?.parse()?, "version");
+                version.set_lit(cx, meta.value()?.parse()?);
             // #[state_machine(rename_all = "snake_case")]
             } else if meta.path.is_ident("rename_all") {
                 let lit: LitStr = meta.value()?.parse()?;
@@ -45,15 +148,7 @@ pub fn machine_attrs(cx: &mut Ctxt, attrs: &[Attribute]) -> MachineAttrs {
                     );
                     return Ok(());
                 };
-                match &out.rename_all {
-                    Some((first, _)) => cx.duplicate(
-                        &lit,
-                        "duplicate `rename_all`",
-                        first,
-                        "first `rename_all` here",
-                    ),
-                    None => out.rename_all = Some((lit, rule)),
-                }
+                rename_all.set(cx, &lit, (lit.clone(), rule));
             // #[state_machine(crate = "my_stateguard")]
             } else if meta.path.is_ident("crate") {
                 let lit: LitStr = meta.value()?.parse()?;
@@ -63,12 +158,7 @@ pub fn machine_attrs(cx: &mut Ctxt, attrs: &[Attribute]) -> MachineAttrs {
                         "`crate` must be a path such as \"my_stateguard\" or \"::deps::stateguard\"",
                     )
                 })?;
-                match &out.krate {
-                    Some(first) => {
-                        cx.duplicate(&lit, "duplicate `crate`", first, "first `crate` here")
-                    }
-                    None => out.krate = Some(path),
-                }
+                krate.set(cx, &lit, path);
             } else {
                 return Err(meta.error(
                     "unknown state_machine attribute; expected `table`, `column`, `key`, \
@@ -78,11 +168,20 @@ pub fn machine_attrs(cx: &mut Ctxt, attrs: &[Attribute]) -> MachineAttrs {
             Ok(())
         });
         if let Err(error) = result {
-            out.incomplete = true;
+            incomplete = true;
             cx.push(error);
         }
     }
-    out
+    MachineAttrs {
+        span,
+        table: table.get(),
+        column: column.get(),
+        key: key.get(),
+        version: version.get(),
+        rename_all: rename_all.get(),
+        krate: krate.get(),
+        incomplete,
+    }
 }
 
 /// `#[state]`/`#[transition]` on the enum, or `#[state_machine]` on a
@@ -98,29 +197,13 @@ pub fn misplaced(cx: &mut Ctxt, attrs: &[Attribute], names: &[&str], belongs_on:
     }
 }
 
-fn set_once(cx: &mut Ctxt, slot: &mut Option<LitStr>, value: LitStr, name: &str) {
-    match slot {
-        Some(first) => cx.duplicate(
-            &value,
-            format!("duplicate `{name}`"),
-            &*first,
-            format!("first `{name}` here"),
-        ),
-        None => *slot = Some(value),
-    }
-}
-
-pub fn variant<'a>(cx: &mut Ctxt, variant: &'a syn::Variant) -> Variant<'a> {
-    let mut out = Variant {
-        original: variant,
-        ident: &variant.ident,
-        initial: None,
-        rename: None,
-        in_flight: None,
-        transitions: Vec::new(),
-        state_incomplete: false,
-        transitions_incomplete: false,
-    };
+pub fn variant(cx: &mut Ctxt, variant: &syn::Variant) -> VariantAttrs {
+    let mut initial = Attr::none("initial");
+    let mut rename = Attr::none("rename");
+    let mut in_flight_attr = Attr::none("in_flight");
+    let mut transitions = Vec::new();
+    let mut state_incomplete = false;
+    let mut transitions_incomplete = false;
     for attr in &variant.attrs {
         if attr.path().is_ident("state") {
             let result = attr.parse_nested_meta(|meta| {
@@ -130,30 +213,14 @@ pub fn variant<'a>(cx: &mut Ctxt, variant: &'a syn::Variant) -> Variant<'a> {
                     if !meta.input.is_empty() && !meta.input.peek(Token![,]) {
                         return Err(meta.error("`initial` takes no value: write #[state(initial)]"));
                     }
-                    match &out.initial {
-                        Some(first) => cx.duplicate(
-                            &ident,
-                            "duplicate `initial`",
-                            first,
-                            "first `initial` here",
-                        ),
-                        None => out.initial = Some(ident),
-                    }
+                    initial.set_lit(cx, ident);
                 // #[state(rename = "sending")]
                 } else if meta.path.is_ident("rename") {
-                    set_once(cx, &mut out.rename, meta.value()?.parse()?, "rename");
+                    rename.set_lit(cx, meta.value()?.parse::<LitStr>()?);
                 // #[state(in_flight(lease = "30s", since = "sending_since", done = confirm))]
                 } else if let Some(token) = meta.path.get_ident().filter(|i| *i == "in_flight") {
                     let parsed = in_flight(cx, token.clone(), &meta)?;
-                    match &out.in_flight {
-                        Some(first) => cx.duplicate(
-                            &parsed.token,
-                            "duplicate `in_flight`",
-                            &first.token,
-                            "first `in_flight` here",
-                        ),
-                        None => out.in_flight = Some(parsed),
-                    }
+                    in_flight_attr.set(cx, parsed.token.clone(), parsed);
                 } else {
                     return Err(meta.error(
                         "unknown state attribute; expected `initial`, `rename = \"…\"` or \
@@ -163,20 +230,27 @@ pub fn variant<'a>(cx: &mut Ctxt, variant: &'a syn::Variant) -> Variant<'a> {
                 Ok(())
             });
             if let Err(error) = result {
-                out.state_incomplete = true;
+                state_incomplete = true;
                 cx.push(error);
             }
         } else if attr.path().is_ident("transition") {
             match attr.parse_args::<TransitionAttr>() {
-                Ok(transition) => out.transitions.push(transition),
+                Ok(transition) => transitions.push(transition),
                 Err(error) => {
-                    out.transitions_incomplete = true;
+                    transitions_incomplete = true;
                     cx.push(error);
                 }
             }
         }
     }
-    out
+    VariantAttrs {
+        initial: initial.get(),
+        rename: rename.get(),
+        in_flight: in_flight_attr.get(),
+        transitions,
+        state_incomplete,
+        transitions_incomplete,
+    }
 }
 
 fn in_flight(
@@ -184,26 +258,23 @@ fn in_flight(
     token: Ident,
     meta: &syn::meta::ParseNestedMeta,
 ) -> syn::Result<InFlightAttr> {
-    let mut out = InFlightAttr {
-        token,
-        lease: None,
-        since: None,
-        done: None,
-        failed: None,
-    };
+    let mut lease = Attr::none("lease");
+    let mut since = Attr::none("since");
+    let mut done = Attr::none("done");
+    let mut failed = Attr::none("failed");
     meta.parse_nested_meta(|inner| {
         // lease = "30s"
         if inner.path.is_ident("lease") {
-            set_once(cx, &mut out.lease, inner.value()?.parse()?, "lease");
+            lease.set_lit(cx, inner.value()?.parse::<LitStr>()?);
         // since = "sending_since"
         } else if inner.path.is_ident("since") {
-            set_once(cx, &mut out.since, inner.value()?.parse()?, "since");
+            since.set_lit(cx, inner.value()?.parse::<LitStr>()?);
         // done = confirm
         } else if inner.path.is_ident("done") {
-            set_once_ident(cx, &mut out.done, inner.value()?.parse()?, "done");
+            done.set_lit(cx, inner.value()?.parse::<Ident>()?);
         // failed = fail
         } else if inner.path.is_ident("failed") {
-            set_once_ident(cx, &mut out.failed, inner.value()?.parse()?, "failed");
+            failed.set_lit(cx, inner.value()?.parse::<Ident>()?);
         } else {
             return Err(inner.error(
                 "unknown in_flight option; expected `lease = \"…\"`, `since = \"…\"`, \
@@ -212,19 +283,13 @@ fn in_flight(
         }
         Ok(())
     })?;
-    Ok(out)
-}
-
-fn set_once_ident(cx: &mut Ctxt, slot: &mut Option<Ident>, value: Ident, name: &str) {
-    match slot {
-        Some(first) => cx.duplicate(
-            &value,
-            format!("duplicate `{name}`"),
-            &*first,
-            format!("first `{name}` here"),
-        ),
-        None => *slot = Some(value),
-    }
+    Ok(InFlightAttr {
+        token,
+        lease: lease.get(),
+        since: since.get(),
+        done: done.get(),
+        failed: failed.get(),
+    })
 }
 
 mod kw {

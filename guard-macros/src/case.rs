@@ -72,3 +72,73 @@ impl RenameRule {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::RenameRule::{self, *};
+
+    #[test]
+    fn every_rule_on_every_shape_of_name() {
+        // variant, lower, UPPER, Pascal, camel, snake, SCREAMING, kebab, SCREAMING-KEBAB
+        for &(variant, lower, upper, camel, snake, screaming, kebab, screaming_kebab) in &[
+            (
+                "Pending", "pending", "PENDING", "pending", "pending", "PENDING", "pending",
+                "PENDING",
+            ),
+            (
+                "OnHold", "onhold", "ONHOLD", "onHold", "on_hold", "ON_HOLD", "on-hold", "ON-HOLD",
+            ),
+            (
+                "SentToBank",
+                "senttobank",
+                "SENTTOBANK",
+                "sentToBank",
+                "sent_to_bank",
+                "SENT_TO_BANK",
+                "sent-to-bank",
+                "SENT-TO-BANK",
+            ),
+            ("A", "a", "A", "a", "a", "A", "a", "A"),
+            (
+                "Step2", "step2", "STEP2", "step2", "step2", "STEP2", "step2", "STEP2",
+            ),
+        ] {
+            assert_eq!(LowerCase.apply(variant), lower);
+            assert_eq!(UpperCase.apply(variant), upper);
+            assert_eq!(PascalCase.apply(variant), variant);
+            assert_eq!(CamelCase.apply(variant), camel);
+            assert_eq!(SnakeCase.apply(variant), snake);
+            assert_eq!(ScreamingSnakeCase.apply(variant), screaming);
+            assert_eq!(KebabCase.apply(variant), kebab);
+            assert_eq!(ScreamingKebabCase.apply(variant), screaming_kebab);
+        }
+    }
+
+    #[test]
+    fn non_ascii_letters_change_case_too() {
+        assert_eq!(SnakeCase.apply("ÉtatFinal"), "état_final");
+        assert_eq!(CamelCase.apply("État"), "état");
+    }
+
+    #[test]
+    fn rules_are_named_as_serde_names_them() {
+        for name in [
+            "lowercase",
+            "UPPERCASE",
+            "PascalCase",
+            "camelCase",
+            "snake_case",
+            "SCREAMING_SNAKE_CASE",
+            "kebab-case",
+            "SCREAMING-KEBAB-CASE",
+        ] {
+            assert!(RenameRule::from_str(name).is_some(), "{name}");
+            assert!(
+                RenameRule::names().contains(&format!("\"{name}\"")),
+                "{name}"
+            );
+        }
+        assert!(RenameRule::from_str("snake-case").is_none());
+        assert!(RenameRule::from_str("").is_none());
+    }
+}

@@ -7,7 +7,8 @@ use syn::ext::IdentExt;
 
 use crate::ast::Input;
 use crate::ctxt::Ctxt;
-use crate::sql::{DIALECTS, Dialect};
+use crate::ddl::{self, DdlText};
+use crate::dialect::{DIALECTS, Dialect};
 use crate::valid::{self, Model};
 
 pub fn derive(node: &DeriveInput) -> TokenStream {
@@ -72,7 +73,7 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
             None => quote!(::core::option::Option::None),
         };
         quote! {
-            ::core::option::Option::Some(&#private::InFlightDef::__new(
+            ::core::option::Option::Some(&#private::in_flight(
                 #lease_ms, #since, #done, #failed, #expired, #claim, #renew, #lease_read,
                 #follow_up_read, #done_sql, #failed_sql,
             ))
@@ -86,6 +87,7 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
 
     let select = sql_per_dialect(&private, |d| d.select(model, false));
     let select_in_transaction = sql_per_dialect(&private, |d| d.select(model, true));
+    let ddl = ddl_per_dialect(&private, model);
 
     let transition_defs = model.transitions.iter().map(|t| {
         let name = t.name.unraw().to_string();
@@ -96,9 +98,9 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
         let set = t
             .set
             .iter()
-            .map(|(col, expr)| quote!(#private::SetColumn::__new(#col, #expr)));
+            .map(|(col, expr)| quote!(#private::set_column(#col, #expr)));
         quote! {
-            #private::TransitionDef::__new(
+            #private::transition(
                 #name,
                 &[#(#ident::#sources),*],
                 #ident::#target,
@@ -135,14 +137,14 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
             const MACHINE: &'static #private::Machine<Self> = {
                 // Named constants, so that `&CONST` is promoted to 'static.
                 const #states_const: [#private::StateDef<#ident>; #n_states] = [
-                    #(#private::StateDef::__new(
+                    #(#private::state(
                         #ident::#idents, #variant_names, #dbs, #initials, #in_flights,
                     )),*
                 ];
                 const #transitions_const: [#private::TransitionDef<#ident>; #n_transitions] = [
                     #(#transition_defs),*
                 ];
-                const #machine_const: #private::Machine<#ident> = #private::Machine::__new(
+                const #machine_const: #private::Machine<#ident> = #private::machine(
                     #name,
                     #table,
                     #column,
@@ -153,6 +155,7 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
                     &#transitions_const,
                     #select,
                     #select_in_transaction,
+                    #ddl,
                 );
                 &#machine_const
             };
@@ -173,7 +176,8 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
             }
         }
 
-        #[automatically_derived]
+        // No `#[automatically_derived]`: rustc accepts it only on trait
+        // impls and is phasing it out elsewhere.
         impl #ident {
             #(#constructors)*
         }
@@ -278,7 +282,6 @@ fn fallback(node: &DeriveInput) -> TokenStream {
             }
         }
 
-        #[automatically_derived]
         impl #ident {
             #(
                 #vis const fn #names() -> #krate::Transition<Self> {
@@ -289,9 +292,37 @@ fn fallback(node: &DeriveInput) -> TokenStream {
     }
 }
 
+/// `sql(postgres, sqlite, mysql)`: one statement as a literal per dialect.
 fn sql_per_dialect(private: &TokenStream, build: impl Fn(Dialect) -> String) -> TokenStream {
     let [pg, lite, my] = DIALECTS.map(build);
-    quote!(#private::Sql::__new(#pg, #lite, #my))
+    quote!(#private::sql(#pg, #lite, #my))
+}
+
+/// The enforcement DDL of the machine, as literals per dialect.
+fn ddl_per_dialect(private: &TokenStream, model: &Model) -> TokenStream {
+    let [pg, lite, my] = DIALECTS.map(|d| {
+        let DdlText {
+            constraint,
+            trigger,
+            check_clause,
+            up,
+            down,
+            migration,
+            down_migration,
+        } = ddl::ddl(model, d);
+        quote! {
+            #private::ddl(
+                #constraint,
+                #trigger,
+                #check_clause,
+                &[#(#up),*],
+                &[#(#down),*],
+                #migration,
+                #down_migration,
+            )
+        }
+    });
+    quote!(#private::sql(#pg, #lite, #my))
 }
 
 /// The rustdoc of a transition constructor: sources, target, columns.
@@ -333,4 +364,111 @@ fn constructor_doc(model: &Model, i: usize) -> String {
         }
     }
     doc
+}
+
+#[cfg(test)]
+mod tests {
+    //! The expansion snapshot: `tests/expand/payouts.expanded.rs` at the
+    //! workspace root holds what the derive writes for the payout enum of
+    //! `examples/payouts/status.rs`, formatted, so that a change to the
+    //! generated code shows up in review as a diff. `STATEGUARD_BLESS=1`
+    //! rewrites it, as for the docs and the DDL golden files.
+
+    use std::path::{Path, PathBuf};
+
+    use quote::ToTokens;
+
+    fn workspace() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+    }
+
+    /// The formatted expansion of the first `#[derive(StateMachine)]` enum
+    /// in `source`.
+    fn expansion(source: &str) -> String {
+        let file: syn::File = syn::parse_str(source).expect("the example parses");
+        let item = file
+            .items
+            .into_iter()
+            .find_map(|item| match item {
+                syn::Item::Enum(item) => Some(item),
+                _ => None,
+            })
+            .expect("the example has an enum");
+        let input: syn::DeriveInput =
+            syn::parse2(item.into_token_stream()).expect("an enum is a DeriveInput");
+        let tokens = super::derive(&input);
+        let expanded: syn::File = syn::parse2(tokens).expect("the expansion parses as a file");
+        prettyplease::unparse(&expanded)
+    }
+
+    /// The lines around the first difference of `expected` (the file) and
+    /// `actual`.
+    fn first_difference(expected: &str, actual: &str) -> String {
+        let old: Vec<&str> = expected.lines().collect();
+        let new: Vec<&str> = actual.lines().collect();
+        let at = (0..old.len().max(new.len()))
+            .find(|&i| old.get(i) != new.get(i))
+            .unwrap_or(0);
+        let from = at.saturating_sub(3);
+        let mut out = format!("first difference at line {}:\n", at + 1);
+        for (i, line) in old.iter().enumerate().skip(from).take(at - from + 4) {
+            let mark = if i >= at { '-' } else { ' ' };
+            out.push_str(&format!("{mark} {line}\n"));
+        }
+        for line in new.iter().skip(at).take(4) {
+            out.push_str(&format!("+ {line}\n"));
+        }
+        out
+    }
+
+    #[test]
+    fn the_payouts_expansion_matches_its_snapshot() {
+        let root = workspace();
+        let source = std::fs::read_to_string(root.join("examples/payouts/status.rs"))
+            .expect("read examples/payouts/status.rs");
+        let actual = format!(
+            "// The expansion of `#[derive(StateMachine)]` on `PayoutStatus`\n\
+             // (examples/payouts/status.rs), formatted with prettyplease.\n\
+             // Generated by guard-macros' unit tests; `STATEGUARD_BLESS=1 cargo test\n\
+             // -p guard-macros` writes it anew. tests/test_expand.rs compiles it.\n\n{}",
+            expansion(&source)
+        );
+        let path = root.join("tests/expand/payouts.expanded.rs");
+        if std::env::var_os("STATEGUARD_BLESS").is_some_and(|v| v == "1") {
+            std::fs::create_dir_all(root.join("tests/expand")).expect("create tests/expand");
+            std::fs::write(&path, &actual).expect("write the snapshot");
+            return;
+        }
+        let expected = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            expected == actual,
+            "{} is out of date ({}).\n{}\nIf the change is intended, run \
+             `STATEGUARD_BLESS=1 cargo test -p guard-macros` and review the diff.",
+            path.display(),
+            if expected.is_empty() {
+                "missing"
+            } else {
+                "differs"
+            },
+            first_difference(&expected, &actual),
+        );
+    }
+
+    #[test]
+    fn an_invalid_enum_expands_to_its_errors_and_stubs() {
+        let input: syn::DeriveInput = syn::parse_quote! {
+            #[state_machine(table = "t", column = "status")]
+            enum Broken {
+                #[state(initial)]
+                #[transition(go -> Nowhere)]
+                A,
+            }
+        };
+        let text = super::derive(&input).to_string();
+        assert!(text.contains("compile_error"), "{text}");
+        assert!(text.contains("missing `key"), "{text}");
+        assert!(text.contains("unknown target state `Nowhere`"), "{text}");
+        // The stubs keep uses of the enum from adding errors of their own.
+        assert!(text.contains("const fn go"), "{text}");
+    }
 }

@@ -1,118 +1,12 @@
-//! SQL text, built at expansion time from validated names. The output is a
-//! string literal per dialect: nothing is formatted into SQL at run time.
+//! The statements a transition runs (DML), built at expansion time from
+//! validated names. The output is a string literal per dialect: nothing is
+//! formatted into SQL at run time. The dialects' differences in quoting,
+//! placeholders and comparison live in `dialect.rs`; the DDL is in `ddl.rs`.
 
+use crate::dialect::Dialect;
 use crate::valid::{InFlight, Model, State, Transition};
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Dialect {
-    Postgres,
-    Sqlite,
-    MySql,
-}
-
-pub const DIALECTS: [Dialect; 3] = [Dialect::Postgres, Dialect::Sqlite, Dialect::MySql];
-
-/// PostgreSQL truncates longer identifiers; MySQL allows 64.
-const MAX_IDENT: usize = 63;
-
-/// Why `name` is not a plain SQL identifier, if it is not one.
-pub fn check_ident(name: &str) -> Result<(), String> {
-    let mut chars = name.chars();
-    match chars.next() {
-        None => return Err("is empty".to_owned()),
-        Some(c) if !(c.is_ascii_alphabetic() || c == '_') => {
-            return Err(format!(
-                "starts with {c:?}; it must start with a letter or `_`"
-            ));
-        }
-        Some(_) => {}
-    }
-    if let Some(c) = chars.find(|c| !(c.is_ascii_alphanumeric() || *c == '_')) {
-        return Err(format!(
-            "contains {}; only ASCII letters, digits and `_` are allowed",
-            describe(c)
-        ));
-    }
-    if name.len() > MAX_IDENT {
-        return Err(format!(
-            "is {} characters long; the limit is {MAX_IDENT}",
-            name.len()
-        ));
-    }
-    Ok(())
-}
-
-/// A table name may be qualified by one schema: `billing.payouts`.
-pub fn check_table(name: &str) -> Result<(), String> {
-    let parts: Vec<&str> = name.split('.').collect();
-    if parts.len() > 2 {
-        return Err("has more than one `.`; write `table` or `schema.table`".to_owned());
-    }
-    if let [schema, table] = parts[..] {
-        check_ident(schema).map_err(|why| format!("has a schema part `{schema}` that {why}"))?;
-        check_ident(table).map_err(|why| format!("has a table part `{table}` that {why}"))?;
-        return Ok(());
-    }
-    check_ident(name)
-}
-
-/// Why `value` cannot be stored as a state string, if it cannot.
-///
-/// State strings become SQL string literals; excluding quotes, backslashes
-/// (an escape character in MySQL) and control characters keeps every
-/// literal exactly what it looks like on every backend.
-pub fn check_state_str(value: &str) -> Result<(), String> {
-    if value.is_empty() {
-        return Err("is empty".to_owned());
-    }
-    if let Some(c) = value
-        .chars()
-        .find(|c| *c == '\'' || *c == '\\' || c.is_control())
-    {
-        return Err(format!(
-            "contains {}; quotes, backslashes and control characters are not allowed",
-            describe(c)
-        ));
-    }
-    if value.len() > 255 {
-        return Err(format!("is {} bytes long; the limit is 255", value.len()));
-    }
-    Ok(())
-}
-
-/// A character as a message names it.
-pub fn describe(c: char) -> String {
-    match c {
-        ' ' => "a space".to_owned(),
-        '\'' => "a single quote (')".to_owned(),
-        '"' => "a double quote (\")".to_owned(),
-        '\\' => "a backslash (\\)".to_owned(),
-        '`' => "a backtick (`)".to_owned(),
-        c if c.is_control() => format!("the control character {}", c.escape_unicode()),
-        c => format!("`{c}`"),
-    }
-}
-
 impl Dialect {
-    pub fn quote(self, name: &str) -> String {
-        let q = match self {
-            Dialect::Postgres | Dialect::Sqlite => '"',
-            Dialect::MySql => '`',
-        };
-        name.split('.')
-            .map(|part| format!("{q}{part}{q}"))
-            .collect::<Vec<_>>()
-            .join(".")
-    }
-
-    fn param(self, n: usize) -> String {
-        match self {
-            Dialect::Postgres => format!("${n}"),
-            Dialect::Sqlite => format!("?{n}"),
-            Dialect::MySql => "?".to_owned(),
-        }
-    }
-
     /// The current time as a value of a `since` column: the statement's
     /// time, not the transaction's, so that a lease starts when the row
     /// enters the state, however long the transaction ran before.
@@ -166,7 +60,7 @@ impl Dialect {
                 format!("{k} = {p} AND CAST({k} AS TEXT) COLLATE \"C\" = CAST({p} AS TEXT)")
             }
             Dialect::Sqlite => format!("{k} = {p} AND CAST({k} AS BLOB) = CAST({p} AS BLOB)"),
-            Dialect::MySql => format!("{k} = {p} AND CAST({k} AS BINARY) = CAST({p} AS BINARY)"),
+            Dialect::MySql => format!("{k} = {p} AND {} = {}", self.bytes(&k), self.bytes(&p)),
         }
     }
 
@@ -180,7 +74,7 @@ impl Dialect {
     /// keeps the exact strings of it.
     fn status_is(self, column: &str, test: &str) -> String {
         match self {
-            Dialect::MySql => format!("{column} {test} AND CAST({column} AS BINARY) {test}"),
+            Dialect::MySql => format!("{column} {test} AND {} {test}", self.bytes(column)),
             Dialect::Postgres | Dialect::Sqlite => format!("{column} {test}"),
         }
     }
@@ -505,5 +399,187 @@ impl Dialect {
             self.key_match(&model.key),
             self.read_lock(in_transaction),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proc_macro2::Span;
+    use syn::Ident;
+
+    use crate::dialect::{DIALECTS, Dialect};
+    use crate::valid::{InFlight, Model, State, Transition};
+
+    /// `pending -start-> sending (in flight) -confirm-> sent`, on
+    /// `billing.payouts` with a version column; `confirm` sets `sent_at`.
+    fn with_model(check: impl FnOnce(&Model)) {
+        let ident = |name: &str| Ident::new(name, Span::call_site());
+        let (machine, pending, sending, sent) = (
+            ident("Payout"),
+            ident("Pending"),
+            ident("Sending"),
+            ident("Sent"),
+        );
+        let (start, confirm) = (ident("start"), ident("confirm"));
+        let state = |ident, db: &str| State {
+            ident,
+            db: db.to_owned(),
+            in_flight: None,
+        };
+        let mut states = vec![
+            state(&pending, "pending"),
+            state(&sending, "sending"),
+            state(&sent, "sent"),
+        ];
+        states[1].in_flight = Some(InFlight {
+            lease_ms: 30_500,
+            since: "sending_since".to_owned(),
+            done: 1,
+            failed: None,
+        });
+        let model = Model {
+            ident: &machine,
+            table: "billing.payouts".to_owned(),
+            column: "status".to_owned(),
+            key: "id".to_owned(),
+            version: Some("version".to_owned()),
+            states,
+            initial: 0,
+            transitions: vec![
+                Transition {
+                    name: &start,
+                    sources: vec![0],
+                    target: 1,
+                    set: Vec::new(),
+                },
+                Transition {
+                    name: &confirm,
+                    sources: vec![1],
+                    target: 2,
+                    set: vec![("sent_at".to_owned(), "CURRENT_TIMESTAMP".to_owned())],
+                },
+            ],
+        };
+        check(&model);
+    }
+
+    #[test]
+    fn the_compare_and_set_in_every_dialect() {
+        with_model(|model| {
+            let [pg, lite, my] = DIALECTS.map(|d| d.update(model, &model.transitions[0]));
+            assert_eq!(
+                pg,
+                "UPDATE \"billing\".\"payouts\" SET \"status\" = 'sending', \"sending_since\" = \
+                 statement_timestamp(), \"version\" = COALESCE(\"version\", 0) + 1 WHERE \"id\" = \
+                 $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN \
+                 ('pending') RETURNING CAST(COALESCE(\"version\", 0) AS BIGINT), \
+                 COALESCE(CAST(EXTRACT(EPOCH FROM \"sending_since\") * 1000000 AS BIGINT), 0)"
+            );
+            assert_eq!(
+                lite,
+                "UPDATE \"billing\".\"payouts\" SET \"status\" = 'sending', \"sending_since\" = \
+                 strftime('%Y-%m-%d %H:%M:%f', 'now'), \"version\" = COALESCE(\"version\", 0) + 1 \
+                 WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB) AND \"status\" IN \
+                 ('pending') RETURNING CAST(COALESCE(\"version\", 0) AS INTEGER), \
+                 COALESCE(CAST(ROUND(unixepoch(\"sending_since\", 'subsec') * 1000) AS INTEGER), 0)"
+            );
+            // No RETURNING on MySQL: the new version goes through
+            // LAST_INSERT_ID, and the status is compared as bytes too.
+            assert_eq!(
+                my,
+                "UPDATE `billing`.`payouts` SET `status` = 'sending', `sending_since` = \
+                 UTC_TIMESTAMP(3), `version` = LAST_INSERT_ID(COALESCE(`version`, 0) + 1) WHERE \
+                 `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN \
+                 ('pending') AND CAST(`status` AS BINARY) IN ('pending')"
+            );
+        });
+    }
+
+    #[test]
+    fn mysql_writes_set_columns_before_the_status() {
+        with_model(|model| {
+            let confirm = &model.transitions[1];
+            let pg = Dialect::Postgres.update(model, confirm);
+            assert!(
+                pg.contains("SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), "),
+                "{pg}"
+            );
+            let my = Dialect::MySql.update(model, confirm);
+            assert!(
+                my.contains("SET `sent_at` = (CURRENT_TIMESTAMP), `status` = 'sent', "),
+                "{my}"
+            );
+        });
+    }
+
+    #[test]
+    fn only_mysql_reads_back() {
+        with_model(|model| {
+            let start = &model.transitions[0];
+            assert_eq!(Dialect::Postgres.read_back(model, start), "");
+            assert_eq!(Dialect::Sqlite.read_back(model, start), "");
+            assert_eq!(
+                Dialect::MySql.read_back(model, start),
+                "SELECT CAST(LAST_INSERT_ID() AS SIGNED), (SELECT COALESCE(TIMESTAMPDIFF(\
+                 MICROSECOND, '1970-01-01 00:00:00', `sending_since`), 0) FROM \
+                 `billing`.`payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) \
+                 AND COALESCE(`version`, 0) = LAST_INSERT_ID())"
+            );
+        });
+    }
+
+    #[test]
+    fn the_losing_read_locks_where_a_snapshot_would_lie() {
+        with_model(|model| {
+            let select = |d: Dialect, tx| d.select(model, tx);
+            assert_eq!(
+                select(Dialect::Postgres, false),
+                "SELECT \"status\"::text FROM \"billing\".\"payouts\" WHERE \"id\" = $1 AND \
+                 CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT)"
+            );
+            assert!(select(Dialect::Postgres, true).ends_with(" FOR SHARE"));
+            assert!(!select(Dialect::Sqlite, true).contains("FOR"));
+            assert!(select(Dialect::MySql, false).ends_with(" LOCK IN SHARE MODE"));
+            assert!(select(Dialect::MySql, false).starts_with("SELECT CAST(`status` AS CHAR)"));
+        });
+    }
+
+    #[test]
+    fn leases_and_their_placeholders() {
+        with_model(|model| {
+            let (state, in_flight) = (&model.states[1], &model.transitions[1]);
+            let Some(f) = &state.in_flight else {
+                panic!("sending is in flight")
+            };
+            // key, version, token: $1, $2, $3 (MySQL binds the key twice).
+            let done = Dialect::Postgres.follow_up(model, state, f, in_flight);
+            assert!(
+                done.ends_with(
+                    "AND COALESCE(\"version\", 0) = $2 AND COALESCE(CAST(EXTRACT(EPOCH FROM \
+                     \"sending_since\") * 1000000 AS BIGINT), 0) = $3"
+                ),
+                "{done}"
+            );
+            let expired = Dialect::Sqlite.expired(model, state, f);
+            assert!(
+                expired.contains("'now', '-30.500 seconds')") && expired.ends_with("LIMIT ?1"),
+                "{expired}"
+            );
+            let claim = Dialect::MySql.claim(model, state, f);
+            assert!(
+                claim.contains("UTC_TIMESTAMP(3) - INTERVAL 30500000 MICROSECOND"),
+                "{claim}"
+            );
+            let renew = Dialect::Postgres.renew(model, state, f);
+            assert!(
+                renew.starts_with(
+                    "UPDATE \"billing\".\"payouts\" SET \"sending_since\" = statement_timestamp()"
+                ) && renew.ends_with(
+                    " RETURNING COALESCE(CAST(EXTRACT(EPOCH FROM \"sending_since\") * 1000000 AS \
+                     BIGINT), 0)"
+                ),
+                "{renew}"
+            );
+        });
     }
 }

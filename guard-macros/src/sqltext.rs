@@ -24,7 +24,7 @@
 //! reads; the rule that an expression reads the row as it was (see
 //! [`columns_read`]) depends on that.
 
-use crate::sql::describe;
+use crate::ident::describe;
 
 /// One token of an accepted expression.
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]

@@ -7,10 +7,11 @@ use proc_macro2::Span;
 use syn::ext::IdentExt;
 use syn::{Ident, LitStr};
 
-use crate::ast::{Input, SetItem, TransitionAttr};
+use crate::ast::Input;
+use crate::attr::{SetItem, TransitionAttr};
 use crate::case::RenameRule;
 use crate::ctxt::Ctxt;
-use crate::sql;
+use crate::ident;
 use crate::sqltext;
 
 /// The machine after validation: what expansion needs, nothing more.
@@ -156,9 +157,9 @@ fn check_names(cx: &mut Ctxt, input: &Input) -> Option<(String, String, String)>
             }
         }
     };
-    let table = get(&attrs.table, "table", sql::check_table);
-    let column = get(&attrs.column, "column", sql::check_ident);
-    let key = get(&attrs.key, "key", sql::check_ident);
+    let table = get(&attrs.table, "table", ident::check_table);
+    let column = get(&attrs.column, "column", ident::check_ident);
+    let key = get(&attrs.key, "key", ident::check_ident);
     let (table, column, key) = (table?, column?, key?);
     // SQLite and MySQL compare column names without regard to case, even
     // when quoted.
@@ -192,7 +193,7 @@ fn check_states<'a>(cx: &mut Ctxt, input: &'a Input) -> Option<Vec<State<'a>>> {
     let mut states = Vec::new();
     for variant in &input.variants {
         let db = variant.db_name(rule);
-        if let Err(why) = sql::check_state_str(&db) {
+        if let Err(why) = ident::check_state_str(&db) {
             ok = false;
             match &variant.rename {
                 Some(lit) => cx.error(lit, format!("state string {db:?} {why}")),
@@ -381,7 +382,7 @@ fn check_set(
         let column = item.column.unraw().to_string();
         // SQLite and MySQL compare column names without regard to case.
         let same = |other: &str| other.eq_ignore_ascii_case(&column);
-        if let Err(why) = sql::check_ident(&column) {
+        if let Err(why) = ident::check_ident(&column) {
             ok = false;
             cx.error(
                 &item.column,
@@ -476,7 +477,7 @@ fn reads_written(
 fn check_version(cx: &mut Ctxt, input: &Input, reserved: &[(&str, &str)]) -> Option<String> {
     let lit = input.attrs.version.as_ref()?;
     let value = lit.value();
-    if let Err(why) = sql::check_ident(&value) {
+    if let Err(why) = ident::check_ident(&value) {
         cx.error(
             lit,
             format!("version {value:?} is not a valid SQL identifier: it {why}"),
@@ -576,7 +577,7 @@ fn check_in_flight(
             }
             Some(lit) => {
                 let value = lit.value();
-                if let Err(why) = sql::check_ident(&value) {
+                if let Err(why) = ident::check_ident(&value) {
                     cx.error(
                         lit,
                         format!("since {value:?} is not a valid SQL identifier: it {why}"),
@@ -717,5 +718,45 @@ fn check_reachable(cx: &mut Ctxt, input: &Input, initial: usize, transitions: &[
                 ),
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_lease;
+
+    #[test]
+    fn leases_in_every_unit() {
+        assert_eq!(parse_lease("250ms"), Ok(250));
+        assert_eq!(parse_lease("30s"), Ok(30_000));
+        assert_eq!(parse_lease("5m"), Ok(300_000));
+        assert_eq!(parse_lease("1h"), Ok(3_600_000));
+        assert_eq!(parse_lease(" 30 s "), Ok(30_000));
+        assert_eq!(parse_lease("168h"), Ok(7 * 24 * 3_600_000));
+    }
+
+    #[track_caller]
+    fn refused(text: &str, needle: &str) {
+        match parse_lease(text) {
+            Ok(ms) => panic!("{text:?} was accepted as {ms} ms"),
+            Err(why) => assert!(why.contains(needle), "{text:?}: {why:?} lacks {needle:?}"),
+        }
+    }
+
+    #[test]
+    fn leases_that_are_refused() {
+        refused("30", "not a duration");
+        refused("30 seconds", "not a duration");
+        refused("1.5s", "not a duration");
+        refused("-1s", "not a duration");
+        refused("s", "does not start with a whole number");
+        refused("", "not a duration");
+        refused("0s", "a lease of zero");
+        refused("169h", "longer than a week");
+        refused(
+            "99999999999999999999ms",
+            "does not start with a whole number",
+        );
+        refused("18446744073709551615h", "longer than a week");
     }
 }

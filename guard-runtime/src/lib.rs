@@ -51,7 +51,10 @@ pub mod meta {
 pub mod __private {
     pub use sqlx;
 
-    pub use crate::machine::{InFlightDef, Machine, SetColumn, Sql, StateDef, TransitionDef};
+    pub use crate::machine::construct::{
+        ddl, in_flight, machine, set_column, sql, state, transition,
+    };
+    pub use crate::machine::{Machine, StateDef, TransitionDef};
 
     /// Decoding a status string inside `sqlx::Decode`.
     pub fn unknown_state<S: crate::StateMachine>(value: &str) -> sqlx::error::BoxDynError {
