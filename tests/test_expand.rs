@@ -5,8 +5,9 @@
 //! compiles on a copy of the enum without the derive, and its metadata and
 //! SQL are the derived enum's, literal for literal.
 
+use stateguard::StateMachine;
 use stateguard::ddl::{self, Dialect};
-use stateguard::{Sql, StateMachine};
+use stateguard::meta::Sql;
 
 #[path = "../examples/payouts/status.rs"]
 mod derived;
@@ -47,7 +48,7 @@ fn the_snapshot_is_the_derived_machine() {
         (e.name(), e.table(), e.column(), e.key(), e.version())
     );
     assert_eq!(d.initial().as_str(), e.initial().as_str());
-    let states = |m: &'static stateguard::Machine<Derived>| {
+    let states = |m: &'static stateguard::meta::Machine<Derived>| {
         m.states()
             .iter()
             .map(|s| (s.variant(), s.db_str()))

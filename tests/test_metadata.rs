@@ -211,11 +211,8 @@ fn version_and_in_flight_sql() {
         .expect("Sending is in flight");
     assert_eq!(sending.lease(), std::time::Duration::from_millis(1500));
     assert_eq!(sending.since_column(), "sending_since");
-    assert_eq!(sending.done::<TransferStatus>(), TransferStatus::confirm());
-    assert_eq!(
-        sending.failed::<TransferStatus>(),
-        Some(TransferStatus::fail())
-    );
+    assert_eq!(sending.done(), TransferStatus::confirm());
+    assert_eq!(sending.failed(), Some(TransferStatus::fail()));
     assert_eq!(
         sending.expired_sql().postgres(),
         r#"SELECT "id", CAST(COALESCE("version", 0) AS BIGINT) FROM "transfers" WHERE "status" = 'sending' AND ("sending_since" IS NULL OR "sending_since" < statement_timestamp() - INTERVAL '1500 milliseconds') ORDER BY "sending_since" IS NOT NULL, "sending_since" LIMIT $1"#

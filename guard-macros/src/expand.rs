@@ -51,8 +51,10 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
             return quote!(::core::option::Option::None);
         };
         let (lease_ms, since, done) = (f.lease_ms, &f.since, f.done);
+        let transitions = format_ident!("__TRANSITIONS");
+        let done = quote!(&#transitions[#done]);
         let failed = match f.failed {
-            Some(i) => quote!(::core::option::Option::Some(#i)),
+            Some(i) => quote!(::core::option::Option::Some(&#transitions[#i])),
             None => quote!(::core::option::Option::None),
         };
         let expired = sql_per_dialect(&private, |d| d.expired(model, state, f));

@@ -223,7 +223,7 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
         let deadline = self.deadline();
         let timeout = |outcome_known| Error::Timeout {
             table: S::MACHINE.table(),
-            transition: in_flight.done::<S>().name(),
+            transition: in_flight.done().name(),
             deadline,
             outcome_known,
         };
@@ -235,7 +235,7 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
         let lease = match tokio::time::timeout(deadline, renew).await {
             Ok(Ok(Some(lease))) => lease,
             Ok(Ok(None)) => {
-                let done = in_flight.done::<S>();
+                let done = in_flight.done();
                 let read = lease::read(&mut executor, in_flight, done, &key);
                 return match tokio::time::timeout_at(started + deadline, read).await {
                     Ok(Ok(found)) => Ok(Finished::Skipped {
@@ -251,7 +251,7 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
             Ok(Err(source)) => {
                 let error = Error::Database {
                     table: S::MACHINE.table(),
-                    transition: in_flight.done::<S>().name(),
+                    transition: in_flight.done().name(),
                     source,
                 };
                 return Err(FinishError::Refused { won: self, error });
@@ -311,7 +311,7 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
 }
 
 /// The in-flight metadata of `state`, or the error that it has none.
-pub(crate) fn in_flight_def<S: StateMachine>(state: S) -> Result<&'static InFlightDef, Error> {
+pub(crate) fn in_flight_def<S: StateMachine>(state: S) -> Result<&'static InFlightDef<S>, Error> {
     S::MACHINE
         .state(state)
         .and_then(|s| s.in_flight())
@@ -324,7 +324,7 @@ pub(crate) fn in_flight_def<S: StateMachine>(state: S) -> Result<&'static InFlig
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn follow_up<S, K, E>(
     executor: &mut E,
-    in_flight: &'static InFlightDef,
+    in_flight: &'static InFlightDef<S>,
     state: S,
     key: &K,
     occurrence: i64,
@@ -338,8 +338,8 @@ where
 {
     let (transition, sql) = match verdict {
         Verdict::RetryLater => return Ok(Finished::RetryLater),
-        Verdict::Done => (in_flight.done::<S>(), in_flight.done_sql()),
-        Verdict::Failed => match (in_flight.failed::<S>(), in_flight.failed_sql()) {
+        Verdict::Done => (in_flight.done(), in_flight.done_sql()),
+        Verdict::Failed => match (in_flight.failed(), in_flight.failed_sql()) {
             (Some(transition), Some(sql)) => (transition, sql),
             _ => {
                 return Err(Error::NoFailedTransition {

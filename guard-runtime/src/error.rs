@@ -1,4 +1,4 @@
-use crate::StateMachine;
+use crate::machine::UnknownState;
 
 /// Everything that can go wrong while applying a transition.
 ///
@@ -295,41 +295,6 @@ fn mysql_number(error: &sqlx::Error) -> Option<u16> {
     {
         let _ = error;
         None
-    }
-}
-
-/// A status string that is not a state of the machine.
-///
-/// Returned by `FromStr` on a derived enum, and inside [`Error::UnknownState`]
-/// when a row holds such a string.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{value:?} is not a state of {machine} (column `{column}` of table `{table}`)")]
-pub struct UnknownState {
-    machine: &'static str,
-    table: &'static str,
-    column: &'static str,
-    value: String,
-}
-
-impl UnknownState {
-    pub(crate) fn new<S: StateMachine>(value: &str) -> Self {
-        let machine = S::MACHINE;
-        UnknownState {
-            machine: machine.name(),
-            table: machine.table(),
-            column: machine.column(),
-            value: value.to_owned(),
-        }
-    }
-
-    /// The string that was not recognised.
-    pub fn value(&self) -> &str {
-        &self.value
-    }
-
-    /// The enum that did not recognise it.
-    pub fn machine(&self) -> &'static str {
-        self.machine
     }
 }
 

@@ -56,7 +56,7 @@ where
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn settle<S, K, E>(
     executor: &mut E,
-    in_flight: &'static InFlightDef,
+    in_flight: &'static InFlightDef<S>,
     state: S,
     transition: Transition<S>,
     sql: &'static Sql,
@@ -152,7 +152,7 @@ fn found<S: StateMachine, DB: Backend>(
 /// effect ran.
 pub(crate) async fn read<S, K, E>(
     executor: &mut E,
-    in_flight: &'static InFlightDef,
+    in_flight: &'static InFlightDef<S>,
     transition: Transition<S>,
     key: &K,
 ) -> Result<Option<Found<S>>, Error>
@@ -173,9 +173,9 @@ where
 /// Runs a statement that stamps a new lease (a takeover with `sql` =
 /// `claim_sql`, or a renewal with `renew_sql`) and returns the new token,
 /// or `None` when it matched no row.
-pub(crate) async fn stamp<E>(
+pub(crate) async fn stamp<S, E>(
     executor: &mut E,
-    in_flight: &'static InFlightDef,
+    in_flight: &'static InFlightDef<S>,
     sql: &'static Sql,
     args: <E::Database as Dialect>::Args,
     key_args: <E::Database as Dialect>::Args,
@@ -205,7 +205,7 @@ where
 /// the row is no longer this occurrence of the state under this lease.
 pub(crate) async fn renew<S, K, E>(
     executor: &mut E,
-    in_flight: &'static InFlightDef,
+    in_flight: &'static InFlightDef<S>,
     key: &K,
     occurrence: i64,
     lease: i64,
@@ -231,7 +231,7 @@ where
 /// next tick.
 pub(crate) async fn while_renewing<S, K, E, Fut>(
     executor: &mut E,
-    in_flight: &'static InFlightDef,
+    in_flight: &'static InFlightDef<S>,
     key: &K,
     occurrence: i64,
     lease: i64,

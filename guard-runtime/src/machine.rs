@@ -5,8 +5,6 @@
 
 use core::fmt::Debug;
 
-use crate::transition::Transition;
-
 /// An enum whose variants are the states of a row, with the transitions
 /// between them.
 ///
@@ -24,8 +22,8 @@ pub trait StateMachine: Copy + Eq + Debug + Send + Sync + 'static {
     fn from_db_str(value: &str) -> Option<Self>;
 
     /// Parses a status string, or says which string was not a state.
-    fn parse_db_str(value: &str) -> Result<Self, crate::UnknownState> {
-        Self::from_db_str(value).ok_or_else(|| crate::UnknownState::new::<Self>(value))
+    fn parse_db_str(value: &str) -> Result<Self, UnknownState> {
+        Self::from_db_str(value).ok_or_else(|| UnknownState::new::<Self>(value))
     }
 }
 
@@ -173,12 +171,12 @@ pub struct StateDef<S: 'static> {
     variant: &'static str,
     db: &'static str,
     initial: bool,
-    in_flight: Option<&'static InFlightDef>,
+    in_flight: Option<&'static InFlightDef<S>>,
 }
 
 impl<S: Copy> StateDef<S> {
     /// The lease and follow-ups of an `#[state(in_flight(…))]` state.
-    pub const fn in_flight(&self) -> Option<&'static InFlightDef> {
+    pub const fn in_flight(&self) -> Option<&'static InFlightDef<S>> {
         self.in_flight
     }
 
@@ -206,11 +204,11 @@ impl<S: Copy> StateDef<S> {
 /// An in-flight state: entering it starts an external effect, and a row
 /// left in it past its lease is taken over by recovery.
 #[derive(Debug)]
-pub struct InFlightDef {
+pub struct InFlightDef<S: 'static> {
     lease_ms: u64,
     since: &'static str,
-    done: usize,
-    failed: Option<usize>,
+    pub(crate) done: &'static TransitionDef<S>,
+    pub(crate) failed: Option<&'static TransitionDef<S>>,
     expired: Sql,
     claim: Sql,
     renew: Sql,
@@ -220,7 +218,7 @@ pub struct InFlightDef {
     failed_sql: Option<Sql>,
 }
 
-impl InFlightDef {
+impl<S> InFlightDef<S> {
     /// How long a row may stay in this state before recovery takes it over.
     pub const fn lease(&self) -> core::time::Duration {
         core::time::Duration::from_millis(self.lease_ms)
@@ -229,17 +227,6 @@ impl InFlightDef {
     /// The timestamp column each transition into this state sets.
     pub const fn since_column(&self) -> &'static str {
         self.since
-    }
-
-    /// The transition that ends this state when the effect succeeded.
-    pub fn done<S: StateMachine>(&self) -> Transition<S> {
-        S::MACHINE.transitions()[self.done].transition()
-    }
-
-    /// The transition that ends this state when the effect failed for good.
-    pub fn failed<S: StateMachine>(&self) -> Option<Transition<S>> {
-        self.failed
-            .map(|i| S::MACHINE.transitions()[i].transition())
     }
 
     /// `SELECT key, version … WHERE status = 'state' AND since < now - lease
@@ -357,11 +344,6 @@ impl<S: StateMachine> TransitionDef<S> {
             .and_then(StateDef::in_flight)
             .map(InFlightDef::since_column)
     }
-
-    /// This transition as a value that can be applied.
-    pub const fn transition(&'static self) -> Transition<S> {
-        Transition::from_def(self)
-    }
 }
 
 /// Construction of the metadata, for the derive's generated code only.
@@ -414,7 +396,7 @@ pub mod construct {
         variant: &'static str,
         db: &'static str,
         initial: bool,
-        in_flight: Option<&'static InFlightDef>,
+        in_flight: Option<&'static InFlightDef<S>>,
     ) -> StateDef<S> {
         StateDef {
             value,
@@ -426,14 +408,14 @@ pub mod construct {
     }
 
     /// The lease, follow-ups and recovery SQL of a
-    /// `#[state(in_flight(…))]` variant. `done` and `failed` index the
-    /// machine's transitions; the derive checked that they exist.
+    /// `#[state(in_flight(…))]` variant. `done` and `failed` are elements
+    /// of the machine's transitions.
     #[allow(clippy::too_many_arguments)]
-    pub const fn in_flight(
+    pub const fn in_flight<S>(
         lease_ms: u64,
         since: &'static str,
-        done: usize,
-        failed: Option<usize>,
+        done: &'static TransitionDef<S>,
+        failed: Option<&'static TransitionDef<S>>,
         expired: Sql,
         claim: Sql,
         renew: Sql,
@@ -441,7 +423,7 @@ pub mod construct {
         follow_up_read: Sql,
         done_sql: Sql,
         failed_sql: Option<Sql>,
-    ) -> InFlightDef {
+    ) -> InFlightDef<S> {
         InFlightDef {
             lease_ms,
             since,
@@ -509,5 +491,40 @@ pub mod construct {
             migration,
             down_migration,
         }
+    }
+}
+
+/// A status string that is not a state of the machine.
+///
+/// Returned by `FromStr` on a derived enum, and inside `Error::UnknownState`
+/// when a row holds such a string.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{value:?} is not a state of {machine} (column `{column}` of table `{table}`)")]
+pub struct UnknownState {
+    machine: &'static str,
+    table: &'static str,
+    column: &'static str,
+    value: String,
+}
+
+impl UnknownState {
+    pub(crate) fn new<S: StateMachine>(value: &str) -> Self {
+        let machine = S::MACHINE;
+        UnknownState {
+            machine: machine.name(),
+            table: machine.table(),
+            column: machine.column(),
+            value: value.to_owned(),
+        }
+    }
+
+    /// The string that was not recognised.
+    pub fn value(&self) -> &str {
+        &self.value
+    }
+
+    /// The enum that did not recognise it.
+    pub fn machine(&self) -> &'static str {
+        self.machine
     }
 }

@@ -12,7 +12,7 @@ use crate::dialect::{Backend, Key};
 use crate::error::Error;
 use crate::executor::sealed::Run;
 use crate::executor::{Executor, refuse_open_transaction};
-use crate::machine::TransitionDef;
+use crate::machine::{InFlightDef, TransitionDef};
 use crate::outcome::{Outcome, Won};
 
 /// One named transition of a machine, e.g. `PayoutStatus::start()`.
@@ -384,6 +384,28 @@ impl<S: StateMachine> Transition<S> {
             transition: self.name(),
             attempts,
             last,
+        }
+    }
+}
+
+impl<S: StateMachine> TransitionDef<S> {
+    /// This transition as a value that can be applied.
+    pub const fn transition(&'static self) -> Transition<S> {
+        Transition::from_def(self)
+    }
+}
+
+impl<S: StateMachine> InFlightDef<S> {
+    /// The transition that ends this state when the effect succeeded.
+    pub const fn done(&self) -> Transition<S> {
+        Transition::from_def(self.done)
+    }
+
+    /// The transition that ends this state when the effect failed for good.
+    pub const fn failed(&self) -> Option<Transition<S>> {
+        match self.failed {
+            Some(def) => Some(Transition::from_def(def)),
+            None => None,
         }
     }
 }

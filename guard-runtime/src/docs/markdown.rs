@@ -77,8 +77,8 @@ pub fn markdown<T: StateMachine>() -> String {
         }
         let (lease_cell, since_cell) = match state.in_flight() {
             Some(def) => {
-                let mut text = format!("in flight: done by {}", code(def.done::<T>().name()));
-                if let Some(failed) = def.failed::<T>() {
+                let mut text = format!("in flight: done by {}", code(def.done().name()));
+                if let Some(failed) = def.failed() {
                     let _ = write!(text, ", failed by {}", code(failed.name()));
                 }
                 kind.push(text);

@@ -62,7 +62,7 @@ where
 /// Keys and occurrences of rows in `state` past their lease, oldest first.
 async fn list_expired<S, K, E>(
     executor: &mut E,
-    in_flight: &'static InFlightDef,
+    in_flight: &'static InFlightDef<S>,
     state: S,
     limit: u32,
 ) -> Result<Vec<(K, i64)>, Error>
@@ -92,7 +92,7 @@ where
 /// again.
 async fn claim_one<S, K, E>(
     executor: &mut E,
-    in_flight: &'static InFlightDef,
+    in_flight: &'static InFlightDef<S>,
     state: S,
     key: &K,
     occurrence: i64,
@@ -228,7 +228,7 @@ where
     refuse_open_transaction(&executor)?;
     let timeout = |outcome_known| Error::Timeout {
         table: S::MACHINE.table(),
-        transition: in_flight.done::<S>().name(),
+        transition: in_flight.done().name(),
         deadline,
         outcome_known,
     };
@@ -286,7 +286,7 @@ enum Row<S> {
 /// finishes it.
 async fn recover_row<S, K, E, F, Fut>(
     executor: &mut E,
-    in_flight: &'static InFlightDef,
+    in_flight: &'static InFlightDef<S>,
     state: S,
     key: K,
     occurrence: i64,
