@@ -144,7 +144,7 @@ macro_rules! ignored_retry_test {
             let Some(db) = $open else {
                 return;
             };
-            let mut tx = stale_transaction!(db);
+            let mut tx = common::stale_transaction(&db).await;
             let error = PayoutStatus::cancel()
                 .apply(&mut tx, 1_i64)
                 .await
@@ -290,7 +290,7 @@ async fn postgres_repeatable_read_loser_is_told_to_retry_not_a_stale_conflict() 
     let Some(db) = open!(Postgres, "tx_rr_loser", Isolation::RepeatableRead) else {
         return;
     };
-    let mut tx = stale_transaction!(db);
+    let mut tx = common::stale_transaction(&db).await;
     let error = PayoutStatus::confirm()
         .apply(&mut tx, 1_i64)
         .await
@@ -348,7 +348,7 @@ async fn postgres_read_committed_loser_in_a_transaction_sees_the_winner() {
     let Some(db) = open!(Postgres, "tx_rc_loser") else {
         return;
     };
-    let mut tx = stale_transaction!(db);
+    let mut tx = common::stale_transaction(&db).await;
     let outcome = PayoutStatus::start().apply(&mut tx, 1_i64).await.unwrap();
     assert_eq!(outcome, Outcome::AlreadyInState(PayoutStatus::Sending));
     tx.commit(()).await.unwrap();
