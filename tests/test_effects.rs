@@ -42,7 +42,7 @@ async fn outlive_the_lease() {
 
 // Each body below, as `sqlite::name`, `postgres::name` and `mysql::name`.
 backend_tests! {
-    "effect_once" => only_the_winner_runs_the_effect_with_its_key (multi_thread),
+    "effect_once" => only_the_winner_runs_the_effect_with_its_key (flavor = "multi_thread", worker_threads = 4),
     "effect_passes" => each_pass_through_a_state_gets_its_own_effect_key,
     "effect_rollback" => a_win_in_a_rolled_back_transaction_never_runs_its_effect,
     "effect_commit" => a_win_in_a_committed_transaction_runs_once_after_the_commit,
@@ -51,7 +51,7 @@ backend_tests! {
     "effect_superseded" => finish_reports_a_row_that_left_the_in_flight_state_meanwhile,
     "effect_recover_superseded" => recovery_names_the_rows_that_left_the_in_flight_state_meanwhile,
     "effect_recover" => recovery_redrives_an_expired_row_with_the_original_key,
-    "effect_recover_race" => racing_recoveries_take_each_row_once (multi_thread),
+    "effect_recover_race" => racing_recoveries_take_each_row_once (flavor = "multi_thread", worker_threads = 4),
     "effect_conn_in_tx" => a_connection_inside_a_transaction_is_refused,
     "effect_savepoint" => a_savepoint_cannot_pass_for_a_transaction,
     "effect_late_follow_up" => a_late_follow_up_does_not_finish_a_later_pass,

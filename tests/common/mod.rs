@@ -173,49 +173,27 @@ macro_rules! open {
 }
 
 /// One `#[tokio::test]` per backend for each generic test body:
-///
-/// ```ignore
-/// backend_tests! {
-///     "start_once" => start_wins_once,
-///     "effect_once" => only_the_winner_runs (multi_thread),
-/// }
-/// ```
-///
-/// makes `sqlite::start_wins_once`, `postgres::start_wins_once` and
-/// `mysql::start_wins_once`, each of which opens the database
-/// `"start_once"` with [`open!`] and awaits `start_wins_once(db)`.
-/// `(multi_thread)` runs the test on four worker threads.
+/// `backend_tests! { "start_once" => start_wins_once, }` makes
+/// `sqlite::start_wins_once`, `postgres::start_wins_once` and
+/// `mysql::start_wins_once`, each of which opens the database `"start_once"`
+/// with [`open!`] and awaits `start_wins_once(db)`. Arguments in
+/// parentheses after the name go to `#[tokio::test(…)]`.
 #[macro_export]
 macro_rules! backend_tests {
-    ($($db:literal => $name:ident $(($flavor:ident))?,)*) => {
-        mod sqlite {
-            $($crate::backend_tests!(@test Sqlite, $db, $name $(, $flavor)?);)*
-        }
-        mod postgres {
-            $($crate::backend_tests!(@test Postgres, $db, $name $(, $flavor)?);)*
-        }
-        mod mysql {
-            $($crate::backend_tests!(@test Mysql, $db, $name $(, $flavor)?);)*
-        }
+    ($($db:literal => $name:ident $(($($tokio:tt)*))?,)*) => {
+        mod sqlite { $crate::backend_tests!(@in Sqlite: $($db => $name $(($($tokio)*))?,)*); }
+        mod postgres { $crate::backend_tests!(@in Postgres: $($db => $name $(($($tokio)*))?,)*); }
+        mod mysql { $crate::backend_tests!(@in Mysql: $($db => $name $(($($tokio)*))?,)*); }
     };
-    (@test $backend:ident, $db:literal, $name:ident) => {
-        #[tokio::test]
+    (@in $backend:ident: $($db:literal => $name:ident $(($($tokio:tt)*))?,)*) => {$(
+        #[tokio::test $(($($tokio)*))?]
         async fn $name() {
             let Some(db) = $crate::open!($backend, $db) else {
                 return;
             };
             super::$name(db).await;
         }
-    };
-    (@test $backend:ident, $db:literal, $name:ident, multi_thread) => {
-        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-        async fn $name() {
-            let Some(db) = $crate::open!($backend, $db) else {
-                return;
-            };
-            super::$name(db).await;
-        }
-    };
+    )*};
 }
 
 /// A value for a placeholder of a helper's statement.
@@ -287,19 +265,23 @@ pub trait TestBackend: stateguard::Backend {
         isolation: Isolation,
     ) -> impl Future<Output = Option<(Pool<Self>, Option<tempfile::TempDir>)>> + Send;
 
-    /// Runs `sql` on `conn`.
-    fn execute<'c>(
-        conn: &'c mut Self::Connection,
-        sql: &'static str,
-        binds: &'c [Bind<'c>],
-    ) -> impl Future<Output = sqlx::Result<()>> + Send + 'c;
-
-    /// The first row `sql` returns on `conn`, if any.
+    /// The first row `sql` returns on `conn`, if any. Each impl calls
+    /// [`fetch_optional_on`], where sqlx's bounds hold.
     fn fetch_optional<'c, O: AnyRow>(
         conn: &'c mut Self::Connection,
         sql: &'static str,
         binds: &'c [Bind<'c>],
     ) -> impl Future<Output = sqlx::Result<Option<O>>> + Send + 'c;
+
+    /// Runs `sql` on `conn` for its effect: a row it returns is read as `()`.
+    fn execute<'c>(
+        conn: &'c mut Self::Connection,
+        sql: &'static str,
+        binds: &'c [Bind<'c>],
+    ) -> impl Future<Output = sqlx::Result<()>> + Send + 'c {
+        let done = Self::fetch_optional::<()>(conn, sql, binds);
+        async move { done.await.map(drop) }
+    }
 
     /// The first row `sql` returns on `conn`; `RowNotFound` if none.
     fn fetch_one<'c, O: AnyRow>(
@@ -312,31 +294,8 @@ pub trait TestBackend: stateguard::Backend {
     }
 }
 
-/// [`TestBackend::execute`] for any backend sqlx can bind `i64` and `&str`
-/// on: each impl calls it, where these bounds hold.
-async fn execute_on<DB>(
-    conn: &mut DB::Connection,
-    sql: &'static str,
-    binds: &[Bind<'_>],
-) -> sqlx::Result<()>
-where
-    DB: sqlx::Database,
-    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
-    DB::Arguments: sqlx::IntoArguments<DB>,
-    i64: for<'q> Encode<'q, DB> + Type<DB>,
-    for<'s> &'s str: Encode<'s, DB> + Type<DB>,
-{
-    let mut query = sqlx::query::<DB>(sql);
-    for bind in binds {
-        query = match *bind {
-            Bind::Int(value) => query.bind(value),
-            Bind::Text(value) => query.bind(value),
-        };
-    }
-    query.execute(conn).await.map(drop)
-}
-
-/// [`TestBackend::fetch_optional`], likewise.
+/// [`TestBackend::fetch_optional`] on any backend that sqlx can bind `i64`
+/// and `&str` on.
 async fn fetch_optional_on<DB, O>(
     conn: &mut DB::Connection,
     sql: &'static str,
@@ -410,14 +369,6 @@ impl TestBackend for sqlx::Sqlite {
         Some((pool, Some(dir)))
     }
 
-    fn execute<'c>(
-        conn: &'c mut Self::Connection,
-        sql: &'static str,
-        binds: &'c [Bind<'c>],
-    ) -> impl Future<Output = sqlx::Result<()>> + Send + 'c {
-        execute_on::<Self>(conn, sql, binds)
-    }
-
     fn fetch_optional<'c, O: AnyRow>(
         conn: &'c mut Self::Connection,
         sql: &'static str,
@@ -488,14 +439,6 @@ impl TestBackend for sqlx::Postgres {
             .await
             .expect("PostgreSQL pool");
         Some((pool, None))
-    }
-
-    fn execute<'c>(
-        conn: &'c mut Self::Connection,
-        sql: &'static str,
-        binds: &'c [Bind<'c>],
-    ) -> impl Future<Output = sqlx::Result<()>> + Send + 'c {
-        execute_on::<Self>(conn, sql, binds)
     }
 
     fn fetch_optional<'c, O: AnyRow>(
@@ -574,14 +517,6 @@ impl TestBackend for sqlx::MySql {
             .await
             .expect("MySQL pool");
         Some((pool, None))
-    }
-
-    fn execute<'c>(
-        conn: &'c mut Self::Connection,
-        sql: &'static str,
-        binds: &'c [Bind<'c>],
-    ) -> impl Future<Output = sqlx::Result<()>> + Send + 'c {
-        execute_on::<Self>(conn, sql, binds)
     }
 
     fn fetch_optional<'c, O: AnyRow>(
