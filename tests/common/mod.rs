@@ -319,6 +319,20 @@ where
     query.fetch_optional(conn).await
 }
 
+/// Runs `fresh` on a connection of its own to the server at `url`: the
+/// test's schema or database, dropped and made anew.
+async fn remake<DB: TestBackend>(url: &str, fresh: &[&'static str]) {
+    let mut admin = DB::Connection::connect(url)
+        .await
+        .unwrap_or_else(|e| panic!("connect to {} at {url}: {e}", DB::NAME));
+    for &statement in fresh {
+        DB::execute(&mut admin, statement, &[])
+            .await
+            .unwrap_or_else(|e| panic!("{statement}: {e}"));
+    }
+    admin.close().await.ok();
+}
+
 impl TestBackend for sqlx::Sqlite {
     const CREATE_PAYOUTS: &'static str = "CREATE TABLE payouts (
         id INTEGER PRIMARY KEY,
@@ -415,17 +429,8 @@ impl TestBackend for sqlx::Postgres {
         isolation: Isolation,
     ) -> Option<(Pool<Self>, Option<tempfile::TempDir>)> {
         let url = server_url("STATEGUARD_POSTGRES_URL", test)?;
+        remake::<Self>(&url, fresh).await;
         let schema = format!("sg_{test}");
-        let mut admin = sqlx::PgConnection::connect(&url)
-            .await
-            .unwrap_or_else(|e| panic!("connect to PostgreSQL at {url}: {e}"));
-        for &statement in fresh {
-            sqlx::query(statement)
-                .execute(&mut admin)
-                .await
-                .expect("make schema");
-        }
-        admin.close().await.ok();
         let options = PgConnectOptions::from_str(&url)
             .expect("PostgreSQL URL")
             .options([
@@ -490,16 +495,7 @@ impl TestBackend for sqlx::MySql {
         isolation: Isolation,
     ) -> Option<(Pool<Self>, Option<tempfile::TempDir>)> {
         let url = server_url("STATEGUARD_MYSQL_URL", test)?;
-        let mut admin = sqlx::MySqlConnection::connect(&url)
-            .await
-            .unwrap_or_else(|e| panic!("connect to MySQL/MariaDB at {url}: {e}"));
-        for &statement in fresh {
-            sqlx::query(statement)
-                .execute(&mut admin)
-                .await
-                .expect("make database");
-        }
-        admin.close().await.ok();
+        remake::<Self>(&url, fresh).await;
         let options = MySqlConnectOptions::from_str(&url)
             .expect("MySQL URL")
             .database(&format!("sg_{test}"));
@@ -559,15 +555,6 @@ impl<DB: TestBackend> Db<DB> {
     }
 
     /// The first row of a helper statement on a connection of the pool.
-    async fn fetch_optional<O: AnyRow>(
-        &self,
-        sql: &'static str,
-        binds: &[Bind<'_>],
-    ) -> sqlx::Result<Option<O>> {
-        let mut conn = self.pool.acquire().await?;
-        DB::fetch_optional(&mut conn, sql, binds).await
-    }
-
     async fn fetch_one<O: AnyRow>(&self, sql: &'static str, binds: &[Bind<'_>]) -> sqlx::Result<O> {
         let mut conn = self.pool.acquire().await?;
         DB::fetch_one(&mut conn, sql, binds).await
@@ -579,10 +566,11 @@ impl<DB: TestBackend> Db<DB> {
     }
 
     pub async fn status(&self, id: i64) -> Option<String> {
-        self.fetch_optional(DB::STATUS, &[Bind::Int(id)])
-            .await
-            .expect("read status")
-            .map(|(status,)| status)
+        match self.fetch_one(DB::STATUS, &[Bind::Int(id)]).await {
+            Ok((status,)) => Some(status),
+            Err(sqlx::Error::RowNotFound) => None,
+            Err(error) => panic!("read status: {error}"),
+        }
     }
 
     pub async fn insert(&self, id: i64, status: &str) {
