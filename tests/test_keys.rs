@@ -6,8 +6,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::say;
-use stateguard::{Outcome, StateMachine, Tx, claim_expired};
+use common::{Db, TestBackend, say};
+use sqlx::Pool;
+use stateguard::{Committed, Executor, Key, Outcome, StateMachine, Tx, Uncommitted, claim_expired};
 
 /// An account keyed by a text reference, with an in-flight state.
 #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,63 +52,66 @@ async fn outlive_the_lease() {
 /// `loose` names the stored row `stored` only loosely: it must not win, and
 /// the exact spelling wins with the effect key that recovery computes from
 /// the row.
-macro_rules! loose_text_key {
-    ($pool:expr, $loose:expr, $stored:expr) => {{
-        let pool = $pool;
-        let outcome = AccountStatus::open()
-            .apply(pool, String::from($loose))
-            .await
-            .unwrap();
-        assert_eq!(
-            outcome,
-            Outcome::NotFound,
-            "{:?} matched {:?}",
-            $loose,
-            $stored
-        );
-        let won = AccountStatus::open()
-            .apply(pool, String::from($stored))
-            .await
-            .unwrap()
-            .won()
-            .expect("the exact key wins");
-        let winner_key = won.effect_key();
-        drop(won); // the worker dies before its effect
-        outlive_the_lease().await;
-        let recovered = claim_expired::<_, String, _>(pool, AccountStatus::Opening, 10)
-            .await
-            .unwrap();
-        assert_eq!(recovered.len(), 1);
-        assert_eq!(recovered[0].effect_key(), winner_key);
-        assert_eq!(winner_key, format!("accounts.status:{}:opening:1", $stored));
-    }};
+async fn loose_text_key<DB: TestBackend>(pool: &Pool<DB>, loose: &str, stored: &str)
+where
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    String: Key<DB> + for<'r> sqlx::Decode<'r, DB>,
+{
+    let outcome = AccountStatus::open()
+        .apply(pool, String::from(loose))
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome,
+        Outcome::NotFound,
+        "{:?} matched {:?}",
+        loose,
+        stored
+    );
+    let won = AccountStatus::open()
+        .apply(pool, String::from(stored))
+        .await
+        .unwrap()
+        .won()
+        .expect("the exact key wins");
+    let winner_key = won.effect_key();
+    drop(won); // the worker dies before its effect
+    outlive_the_lease().await;
+    let recovered = claim_expired::<_, String, _>(pool, AccountStatus::Opening, 10)
+        .await
+        .unwrap();
+    assert_eq!(recovered.len(), 1);
+    assert_eq!(recovered[0].effect_key(), winner_key);
+    assert_eq!(winner_key, format!("accounts.status:{}:opening:1", stored));
 }
 
 /// The same for an integer key spelled as text.
-macro_rules! loose_integer_key {
-    ($pool:expr, $loose:expr) => {{
-        let pool = $pool;
-        let outcome = PayoutStatus::start()
-            .apply(pool, String::from($loose))
-            .await
-            .unwrap();
-        assert_eq!(outcome, Outcome::NotFound, "{:?} matched row 42", $loose);
-        let won = PayoutStatus::start()
-            .apply(pool, 42_i64)
-            .await
-            .unwrap()
-            .won()
-            .expect("the exact key wins");
-        let winner_key = won.effect_key();
-        drop(won);
-        outlive_the_lease().await;
-        let recovered = claim_expired::<_, i64, _>(pool, PayoutStatus::Sending, 10)
-            .await
-            .unwrap();
-        assert_eq!(recovered.len(), 1);
-        assert_eq!(recovered[0].effect_key(), winner_key);
-        assert_eq!(winner_key, "payouts.status:42:sending:1");
-    }};
+async fn loose_integer_key<DB: TestBackend>(pool: &Pool<DB>, loose: &str)
+where
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    String: Key<DB>,
+    i64: Key<DB> + for<'r> sqlx::Decode<'r, DB>,
+{
+    let outcome = PayoutStatus::start()
+        .apply(pool, String::from(loose))
+        .await
+        .unwrap();
+    assert_eq!(outcome, Outcome::NotFound, "{:?} matched row 42", loose);
+    let won = PayoutStatus::start()
+        .apply(pool, 42_i64)
+        .await
+        .unwrap()
+        .won()
+        .expect("the exact key wins");
+    let winner_key = won.effect_key();
+    drop(won);
+    outlive_the_lease().await;
+    let recovered = claim_expired::<_, i64, _>(pool, PayoutStatus::Sending, 10)
+        .await
+        .unwrap();
+    assert_eq!(recovered.len(), 1);
+    assert_eq!(recovered[0].effect_key(), winner_key);
+    assert_eq!(winner_key, "payouts.status:42:sending:1");
 }
 
 #[tokio::test]
@@ -144,8 +148,8 @@ async fn mariadb_keys_match_exactly() {
     .await
     .unwrap();
     assert_eq!(loose, 1);
-    loose_text_key!(&db.pool, "ABC ", "abc");
-    loose_integer_key!(&db.pool, "042");
+    loose_text_key(&db.pool, "ABC ", "abc").await;
+    loose_integer_key(&db.pool, "042").await;
 }
 
 #[tokio::test]
@@ -180,8 +184,8 @@ async fn sqlite_keys_match_exactly() {
     .await
     .unwrap();
     assert_eq!(loose, 1);
-    loose_text_key!(&db.pool, "ABC", "abc");
-    loose_integer_key!(&db.pool, "42.0");
+    loose_text_key(&db.pool, "ABC", "abc").await;
+    loose_integer_key(&db.pool, "42.0").await;
 }
 
 #[tokio::test]
@@ -217,55 +221,76 @@ async fn postgres_keys_match_exactly_under_a_nondeterministic_collation() {
         .await
         .unwrap();
     assert_eq!(loose, 1);
-    loose_text_key!(&db.pool, "ABC", "abc");
+    loose_text_key(&db.pool, "ABC", "abc").await;
 }
 
 /// A lease starts when the row enters the in-flight state, not when the
 /// transaction began: a transaction that ran long before `start` commits a
 /// row whose lease is still fresh, and recovery leaves it alone.
-macro_rules! lease_starts_at_the_statement {
-    ($name:ident, $backend:ident) => {
-        #[tokio::test]
-        async fn $name() {
-            let Some(db) = open!($backend, "lease_statement_time") else {
-                return;
-            };
-            #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
-            #[state_machine(table = "transfers", column = "status", key = "id", version = "version")]
-            enum Slow {
-                #[state(initial)]
-                #[transition(start -> Sending)]
-                Pending,
-                #[state(in_flight(lease = "1s", since = "sending_since", done = confirm, failed = fail))]
-                #[transition(confirm -> Sent)]
-                #[transition(fail -> Failed)]
-                Sending,
-                Sent,
-                Failed,
-            }
-            db.transfers(1).await;
-            let mut tx = Tx::begin(&db.pool).await.unwrap();
-            // The transaction reads first, so it has begun on every
-            // backend, and is 1.5 s old when the row enters the state.
-            sqlx::query("SELECT COUNT(*) FROM transfers")
-                .execute(&mut *tx)
-                .await
-                .unwrap();
-            tokio::time::sleep(Duration::from_millis(1500)).await;
-            let outcome = Slow::start().apply(&mut tx, 1_i64).await.unwrap();
-            let won = tx.commit(outcome.won()).await.unwrap().expect("won");
-            let taken = claim_expired::<_, i64, _>(&db.pool, Slow::Sending, 10)
-                .await
-                .unwrap();
-            assert!(
-                taken.is_empty(),
-                "recovery took over a row whose lease had just begun"
-            );
-            drop(won);
-        }
-    };
+async fn lease_starts_at_the_statement<DB: TestBackend>(db: Db<DB>)
+where
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
+    i64: Key<DB> + for<'r> sqlx::Decode<'r, DB>,
+{
+    #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+    #[state_machine(
+        table = "transfers",
+        column = "status",
+        key = "id",
+        version = "version"
+    )]
+    enum Slow {
+        #[state(initial)]
+        #[transition(start -> Sending)]
+        Pending,
+        #[state(in_flight(lease = "1s", since = "sending_since", done = confirm, failed = fail))]
+        #[transition(confirm -> Sent)]
+        #[transition(fail -> Failed)]
+        Sending,
+        Sent,
+        Failed,
+    }
+    db.transfers(1).await;
+    let mut tx = Tx::begin(&db.pool).await.unwrap();
+    // The transaction reads first, so it has begun on every
+    // backend, and is 1.5 s old when the row enters the state.
+    DB::execute(&mut *tx, "SELECT COUNT(*) FROM transfers", &[])
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let outcome = Slow::start().apply(&mut tx, 1_i64).await.unwrap();
+    let won = tx.commit(outcome.won()).await.unwrap().expect("won");
+    let taken = claim_expired::<_, i64, _>(&db.pool, Slow::Sending, 10)
+        .await
+        .unwrap();
+    assert!(
+        taken.is_empty(),
+        "recovery took over a row whose lease had just begun"
+    );
+    drop(won);
 }
 
-lease_starts_at_the_statement!(sqlite_lease_starts_at_the_statement, Sqlite);
-lease_starts_at_the_statement!(postgres_lease_starts_at_the_statement, Postgres);
-lease_starts_at_the_statement!(mariadb_lease_starts_at_the_statement, Mysql);
+#[tokio::test]
+async fn sqlite_lease_starts_at_the_statement() {
+    let Some(db) = open!(Sqlite, "lease_statement_time") else {
+        return;
+    };
+    lease_starts_at_the_statement(db).await;
+}
+
+#[tokio::test]
+async fn postgres_lease_starts_at_the_statement() {
+    let Some(db) = open!(Postgres, "lease_statement_time") else {
+        return;
+    };
+    lease_starts_at_the_statement(db).await;
+}
+
+#[tokio::test]
+async fn mariadb_lease_starts_at_the_statement() {
+    let Some(db) = open!(Mysql, "lease_statement_time") else {
+        return;
+    };
+    lease_starts_at_the_statement(db).await;
+}

@@ -6,200 +6,205 @@ mod common;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::TransferStatus;
-use stateguard::{Effect, Error, FinishError, Finished, Verdict, claim_expired, recover};
+use common::{Db, TestBackend, TransferStatus};
+use sqlx::Pool;
+use stateguard::{
+    Committed, Effect, Error, Executor, FinishError, Finished, Key, Verdict, claim_expired, recover,
+};
 
 /// Lets the 150 ms lease of `TransferStatus::Sending` run out.
 async fn outlive_the_lease() {
     tokio::time::sleep(Duration::from_millis(400)).await;
 }
 
-macro_rules! lease_tests {
-    ($backend:ident) => {
-        use super::*;
+// Each body below, as `sqlite::name`, `postgres::name` and `mysql::name`.
+backend_tests! {
+    "lease_skip" => a_worker_taken_over_before_its_effect_skips_it,
+    "lease_lost" => a_worker_taken_over_during_its_effect_cannot_move_the_row,
+    "lease_renewed" => a_long_effect_keeps_its_lease,
+    "lease_deadline" => finish_keeps_its_deadline_and_leaves_the_row_to_recovery,
+}
 
-        /// A worker that stalled past its lease before it called `finish`
-        /// finds the row taken over: its effect does not run, and the new
-        /// holder finishes the row.
-        #[tokio::test]
-        async fn a_worker_taken_over_before_its_effect_skips_it() {
-            let Some(db) = open!($backend, "lease_skip") else {
-                return;
-            };
-            db.transfers(1).await;
-            let stalled = TransferStatus::start()
-                .apply(&db.pool, 1_i64)
-                .await
-                .unwrap()
-                .won()
-                .unwrap();
-            outlive_the_lease().await;
-            let mut taken = claim_expired::<_, i64, _>(&db.pool, TransferStatus::Sending, 10)
-                .await
-                .unwrap();
-            assert_eq!(taken.len(), 1);
-            let effects = AtomicUsize::new(0);
-            let late = stalled
-                .finish(&db.pool, |_| async {
-                    effects.fetch_add(1, Ordering::SeqCst);
-                    Verdict::Failed
-                })
-                .await
-                .unwrap();
-            assert_eq!(
-                late,
-                Finished::Skipped {
-                    current: Some(TransferStatus::Sending)
-                }
-            );
-            assert_eq!(effects.load(Ordering::SeqCst), 0);
-            let holder = taken.pop().unwrap();
-            let finished = holder
-                .finish(&db.pool, |_| async {
-                    effects.fetch_add(1, Ordering::SeqCst);
-                    Verdict::Done
-                })
-                .await
-                .unwrap();
-            assert_eq!(finished, Finished::Done(TransferStatus::Sent));
-            assert_eq!(effects.load(Ordering::SeqCst), 1);
-            assert_eq!(db.transfer(1).await, ("sent".to_owned(), 2));
+/// A worker that stalled past its lease before it called `finish`
+/// finds the row taken over: its effect does not run, and the new
+/// holder finishes the row.
+async fn a_worker_taken_over_before_its_effect_skips_it<DB: TestBackend>(db: Db<DB>)
+where
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    i64: Key<DB> + for<'r> sqlx::Decode<'r, DB>,
+{
+    db.transfers(1).await;
+    let stalled = TransferStatus::start()
+        .apply(&db.pool, 1_i64)
+        .await
+        .unwrap()
+        .won()
+        .unwrap();
+    outlive_the_lease().await;
+    let mut taken = claim_expired::<_, i64, _>(&db.pool, TransferStatus::Sending, 10)
+        .await
+        .unwrap();
+    assert_eq!(taken.len(), 1);
+    let effects = AtomicUsize::new(0);
+    let late = stalled
+        .finish(&db.pool, |_| async {
+            effects.fetch_add(1, Ordering::SeqCst);
+            Verdict::Failed
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        late,
+        Finished::Skipped {
+            current: Some(TransferStatus::Sending)
         }
+    );
+    assert_eq!(effects.load(Ordering::SeqCst), 0);
+    let holder = taken.pop().unwrap();
+    let finished = holder
+        .finish(&db.pool, |_| async {
+            effects.fetch_add(1, Ordering::SeqCst);
+            Verdict::Done
+        })
+        .await
+        .unwrap();
+    assert_eq!(finished, Finished::Done(TransferStatus::Sent));
+    assert_eq!(effects.load(Ordering::SeqCst), 1);
+    assert_eq!(db.transfer(1).await, ("sent".to_owned(), 2));
+}
 
-        /// The lease is taken over while the effect runs (the worker
-        /// stalled: here its lease is backdated and claimed by another
-        /// worker). Its verdict cannot move the row; the new holder's can.
-        #[tokio::test]
-        async fn a_worker_taken_over_during_its_effect_cannot_move_the_row() {
-            let Some(db) = open!($backend, "lease_lost") else {
-                return;
-            };
-            db.transfers(1).await;
-            let won = TransferStatus::start()
-                .apply(&db.pool, 1_i64)
-                .await
-                .unwrap()
-                .won()
-                .unwrap();
-            let late = won
-                .finish(&db.pool, |_| async {
-                    db.backdate_leases().await;
-                    let taken = claim_expired::<_, i64, _>(&db.pool, TransferStatus::Sending, 10)
-                        .await
-                        .unwrap();
-                    assert_eq!(taken.len(), 1, "the backdated lease is taken over");
-                    drop(taken);
-                    // This worker's verdict: it must not move the row.
-                    Verdict::Failed
-                })
+/// The lease is taken over while the effect runs (the worker
+/// stalled: here its lease is backdated and claimed by another
+/// worker). Its verdict cannot move the row; the new holder's can.
+async fn a_worker_taken_over_during_its_effect_cannot_move_the_row<DB: TestBackend>(db: Db<DB>)
+where
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    i64: Key<DB> + for<'r> sqlx::Decode<'r, DB>,
+{
+    db.transfers(1).await;
+    let won = TransferStatus::start()
+        .apply(&db.pool, 1_i64)
+        .await
+        .unwrap()
+        .won()
+        .unwrap();
+    let late = won
+        .finish(&db.pool, |_| async {
+            db.backdate_leases().await;
+            let taken = claim_expired::<_, i64, _>(&db.pool, TransferStatus::Sending, 10)
                 .await
                 .unwrap();
-            assert_eq!(
-                late,
-                Finished::LeaseLost {
-                    current: TransferStatus::Sending
-                }
-            );
-            assert_eq!(db.transfer(1).await, ("sending".to_owned(), 1));
+            assert_eq!(taken.len(), 1, "the backdated lease is taken over");
+            drop(taken);
+            // This worker's verdict: it must not move the row.
+            Verdict::Failed
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        late,
+        Finished::LeaseLost {
+            current: TransferStatus::Sending
         }
+    );
+    assert_eq!(db.transfer(1).await, ("sending".to_owned(), 1));
+}
 
-        /// An effect four times longer than the lease keeps its row: the
-        /// lease is renewed while it runs, so recovery takes nothing over.
-        #[tokio::test]
-        async fn a_long_effect_keeps_its_lease() {
-            let Some(db) = open!($backend, "lease_renewed") else {
-                return;
-            };
-            db.transfers(1).await;
-            let won = TransferStatus::start()
-                .apply(&db.pool, 1_i64)
-                .await
-                .unwrap()
-                .won()
-                .unwrap();
-            let effects = AtomicUsize::new(0);
-            let finish = won.finish(&db.pool, |_| async {
-                effects.fetch_add(1, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(600)).await;
-                Verdict::Done
-            });
-            let sweep = async {
-                let mut claimed = 0;
-                for _ in 0..6 {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    let report = recover(
-                        &db.pool,
-                        TransferStatus::Sending,
-                        10,
-                        |_: Effect<_, i64>| async {
-                            effects.fetch_add(1, Ordering::SeqCst);
-                            Verdict::Done
-                        },
-                    )
-                    .await
-                    .unwrap();
-                    claimed += report.claimed;
-                }
-                claimed
-            };
-            let (finished, claimed) = tokio::join!(finish, sweep);
-            assert_eq!(finished.unwrap(), Finished::Done(TransferStatus::Sent));
-            assert_eq!(
-                claimed, 0,
-                "recovery took over a row whose worker was alive"
-            );
-            assert_eq!(effects.load(Ordering::SeqCst), 1);
-            assert_eq!(db.transfer(1).await, ("sent".to_owned(), 2));
-        }
-
-        /// An effect that outlasts the win's deadline is cut off: the
-        /// error says the outcome is unknown, the row stays in flight, and
-        /// recovery runs the effect again under the same effect key.
-        #[tokio::test]
-        async fn finish_keeps_its_deadline_and_leaves_the_row_to_recovery() {
-            let Some(db) = open!($backend, "lease_deadline") else {
-                return;
-            };
-            db.transfers(1).await;
-            let won = TransferStatus::start()
-                .apply(&db.pool, 1_i64)
-                .await
-                .unwrap()
-                .won()
-                .unwrap()
-                .within(Duration::from_millis(300));
-            assert_eq!(won.deadline(), Duration::from_millis(300));
-            let key = won.effect_key();
-            let error = won
-                .finish(&db.pool, |_| async {
-                    tokio::time::sleep(Duration::from_secs(30)).await;
-                    Verdict::Done
-                })
-                .await
-                .unwrap_err();
-            let FinishError::Unfinished(Error::Timeout { outcome_known, .. }) = &error else {
-                panic!("expected a timeout, got {error:?}");
-            };
-            assert!(!outcome_known);
-            assert!(error.error().is_outcome_unknown());
-            assert_eq!(db.transfer(1).await, ("sending".to_owned(), 1));
-            outlive_the_lease().await;
-            let seen = std::sync::Mutex::new(Vec::new());
+/// An effect four times longer than the lease keeps its row: the
+/// lease is renewed while it runs, so recovery takes nothing over.
+async fn a_long_effect_keeps_its_lease<DB: TestBackend>(db: Db<DB>)
+where
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    i64: Key<DB> + for<'r> sqlx::Decode<'r, DB>,
+{
+    db.transfers(1).await;
+    let won = TransferStatus::start()
+        .apply(&db.pool, 1_i64)
+        .await
+        .unwrap()
+        .won()
+        .unwrap();
+    let effects = AtomicUsize::new(0);
+    let finish = won.finish(&db.pool, |_| async {
+        effects.fetch_add(1, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        Verdict::Done
+    });
+    let sweep = async {
+        let mut claimed = 0;
+        for _ in 0..6 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
             let report = recover(
                 &db.pool,
                 TransferStatus::Sending,
                 10,
-                |effect: Effect<_, i64>| {
-                    seen.lock().unwrap().push(effect.effect_key().to_owned());
-                    async { Verdict::Done }
+                |_: Effect<_, i64>| async {
+                    effects.fetch_add(1, Ordering::SeqCst);
+                    Verdict::Done
                 },
             )
             .await
             .unwrap();
-            assert_eq!(report.done, 1, "{report:?}");
-            assert_eq!(*seen.lock().unwrap(), [key]);
+            claimed += report.claimed;
         }
+        claimed
     };
+    let (finished, claimed) = tokio::join!(finish, sweep);
+    assert_eq!(finished.unwrap(), Finished::Done(TransferStatus::Sent));
+    assert_eq!(
+        claimed, 0,
+        "recovery took over a row whose worker was alive"
+    );
+    assert_eq!(effects.load(Ordering::SeqCst), 1);
+    assert_eq!(db.transfer(1).await, ("sent".to_owned(), 2));
+}
+
+/// An effect that outlasts the win's deadline is cut off: the
+/// error says the outcome is unknown, the row stays in flight, and
+/// recovery runs the effect again under the same effect key.
+async fn finish_keeps_its_deadline_and_leaves_the_row_to_recovery<DB: TestBackend>(db: Db<DB>)
+where
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    i64: Key<DB> + for<'r> sqlx::Decode<'r, DB>,
+{
+    db.transfers(1).await;
+    let won = TransferStatus::start()
+        .apply(&db.pool, 1_i64)
+        .await
+        .unwrap()
+        .won()
+        .unwrap()
+        .within(Duration::from_millis(300));
+    assert_eq!(won.deadline(), Duration::from_millis(300));
+    let key = won.effect_key();
+    let error = won
+        .finish(&db.pool, |_| async {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            Verdict::Done
+        })
+        .await
+        .unwrap_err();
+    let FinishError::Unfinished(Error::Timeout { outcome_known, .. }) = &error else {
+        panic!("expected a timeout, got {error:?}");
+    };
+    assert!(!outcome_known);
+    assert!(error.error().is_outcome_unknown());
+    assert_eq!(db.transfer(1).await, ("sending".to_owned(), 1));
+    outlive_the_lease().await;
+    let seen = std::sync::Mutex::new(Vec::new());
+    let report = recover(
+        &db.pool,
+        TransferStatus::Sending,
+        10,
+        |effect: Effect<_, i64>| {
+            seen.lock().unwrap().push(effect.effect_key().to_owned());
+            async { Verdict::Done }
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.done, 1, "{report:?}");
+    assert_eq!(*seen.lock().unwrap(), [key]);
 }
 
 /// A lock held elsewhere keeps `finish` from renewing the lease before the
@@ -273,16 +278,4 @@ async fn postgres_a_held_lock_times_out_finish_and_recovery() {
     );
     holder.rollback().await.unwrap();
     drop(won);
-}
-
-mod sqlite {
-    lease_tests!(Sqlite);
-}
-
-mod postgres {
-    lease_tests!(Postgres);
-}
-
-mod mysql {
-    lease_tests!(Mysql);
 }

@@ -111,7 +111,7 @@ async fn a_lost_race_inside_a_repeatable_read_transaction_sees_the_winner() {
     let Some(db) = open!(Mysql, "rr_snapshot", Isolation::RepeatableRead) else {
         return;
     };
-    let mut tx = stale_transaction!(db);
+    let mut tx = common::stale_transaction(&db).await;
     let replay = PayoutStatus::start().apply(&mut tx, 1_i64).await.unwrap();
     assert_eq!(replay, Outcome::AlreadyInState(PayoutStatus::Sending));
     tx.rollback().await.unwrap();
@@ -125,7 +125,7 @@ async fn mariadb_snapshot_isolation_conflict_must_be_retried_whole() {
     let Some(db) = open!(Mysql, "snapshot_tx", Isolation::Snapshot) else {
         return;
     };
-    let mut tx = stale_transaction!(db);
+    let mut tx = common::stale_transaction(&db).await;
     let error = PayoutStatus::cancel()
         .apply(&mut tx, 1_i64)
         .await

@@ -6,8 +6,11 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Isolation, PayoutStatus, TransferStatus};
-use stateguard::{Error, Outcome, StateMachine, Tx, Uncommitted, Won};
+use common::{Db, Isolation, PayoutStatus, TestBackend, TransferStatus, stale_transaction};
+use sqlx::Pool;
+use stateguard::{
+    Committed, Error, Executor, Key, Outcome, Savepoint, StateMachine, Tx, Uncommitted, Won,
+};
 
 type Staged = Won<TransferStatus, i64, Uncommitted>;
 
@@ -18,159 +21,163 @@ fn won(outcome: Outcome<TransferStatus, i64, Uncommitted>) -> Staged {
     }
 }
 
-macro_rules! transaction_tests {
-    ($backend:ident) => {
-        use super::*;
-
-        /// ROLLBACK TO SAVEPOINT undoes the move: its win must not commit
-        /// with the enclosing transaction.
-        #[tokio::test]
-        async fn a_win_in_a_rolled_back_savepoint_never_commits() {
-            let Some(db) = open!($backend, "tx_savepoint_rollback") else {
-                return;
-            };
-            db.transfers(2).await;
-            let mut tx = Tx::begin(&db.pool).await.unwrap();
-            let first = won(TransferStatus::start().apply(&mut tx, 1_i64).await.unwrap());
-            let mut savepoint = tx.savepoint().await.unwrap();
-            let second = won(TransferStatus::start()
-                .apply(&mut savepoint, 2_i64)
-                .await
-                .unwrap());
-            savepoint.rollback().await.unwrap();
-            let error = tx.commit((first, second)).await.unwrap_err();
-            assert!(matches!(error, Error::ForeignWin), "{error:?}");
-            // Nothing was committed: the transaction rolled back whole.
-            assert_eq!(db.transfer(1).await, ("pending".to_owned(), 0));
-            assert_eq!(db.transfer(2).await, ("pending".to_owned(), 0));
-        }
-
-        /// A released savepoint hands its wins to the transaction, and a
-        /// nested one to its parent savepoint.
-        #[tokio::test]
-        async fn a_released_savepoint_commits_its_wins_with_the_transaction() {
-            let Some(db) = open!($backend, "tx_savepoint_release") else {
-                return;
-            };
-            db.transfers(3).await;
-            let mut tx = Tx::begin(&db.pool).await.unwrap();
-            let first = won(TransferStatus::start().apply(&mut tx, 1_i64).await.unwrap());
-            let mut outer = tx.savepoint().await.unwrap();
-            let second = won(TransferStatus::start()
-                .apply(&mut outer, 2_i64)
-                .await
-                .unwrap());
-            let mut inner = outer.savepoint().await.unwrap();
-            let third = won(TransferStatus::start()
-                .apply(&mut inner, 3_i64)
-                .await
-                .unwrap());
-            // The inner win is not the outer savepoint's until released.
-            let third = inner.release(third).await.unwrap();
-            let (second, third) = outer.release((second, third)).await.unwrap();
-            let (first, second, third) = tx.commit((first, second, third)).await.unwrap();
-            let keys: Vec<String> = [first, second, third]
-                .iter()
-                .map(|won| won.effect_key())
-                .collect();
-            assert_eq!(
-                keys,
-                [
-                    "transfers.status:1:sending:1",
-                    "transfers.status:2:sending:1",
-                    "transfers.status:3:sending:1"
-                ]
-            );
-            for id in 1..=3 {
-                assert_eq!(db.transfer(id).await, ("sending".to_owned(), 1));
-            }
-        }
-
-        /// A savepoint cannot release a win that is not its own.
-        #[tokio::test]
-        async fn a_savepoint_releases_only_its_own_wins() {
-            let Some(db) = open!($backend, "tx_savepoint_foreign") else {
-                return;
-            };
-            db.transfers(1).await;
-            let mut tx = Tx::begin(&db.pool).await.unwrap();
-            let first = won(TransferStatus::start().apply(&mut tx, 1_i64).await.unwrap());
-            let savepoint = tx.savepoint().await.unwrap();
-            let error = savepoint.release(first).await.unwrap_err();
-            assert!(matches!(error, Error::ForeignWin), "{error:?}");
-        }
-
-        /// `tx.rollback()`, then the win offered to a fresh transaction: it
-        /// belongs to the rolled-back one, so it never commits.
-        #[tokio::test]
-        async fn a_win_cannot_commit_with_another_transaction() {
-            let Some(db) = open!($backend, "tx_foreign") else {
-                return;
-            };
-            db.transfers(1).await;
-            let mut tx = Tx::begin(&db.pool).await.unwrap();
-            let staged = won(TransferStatus::start().apply(&mut tx, 1_i64).await.unwrap());
-            tx.rollback().await.unwrap();
-            let other = Tx::begin(&db.pool).await.unwrap();
-            let error = staged.commit(other).await.unwrap_err();
-            assert!(matches!(error, Error::ForeignWin), "{error:?}");
-            assert!(
-                error.to_string().contains("nothing was committed"),
-                "{error}"
-            );
-            assert_eq!(db.transfer(1).await, ("pending".to_owned(), 0));
-        }
-    };
+// Each body below, as `sqlite::name`, `postgres::name` and `mysql::name`.
+backend_tests! {
+    "tx_savepoint_rollback" => a_win_in_a_rolled_back_savepoint_never_commits,
+    "tx_savepoint_release" => a_released_savepoint_commits_its_wins_with_the_transaction,
+    "tx_savepoint_foreign" => a_savepoint_releases_only_its_own_wins,
+    "tx_foreign" => a_win_cannot_commit_with_another_transaction,
 }
 
-mod sqlite {
-    transaction_tests!(Sqlite);
+/// ROLLBACK TO SAVEPOINT undoes the move: its win must not commit
+/// with the enclosing transaction.
+async fn a_win_in_a_rolled_back_savepoint_never_commits<DB: TestBackend>(db: Db<DB>)
+where
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
+    for<'s, 'c> &'s mut Savepoint<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
+    i64: Key<DB>,
+{
+    db.transfers(2).await;
+    let mut tx = Tx::begin(&db.pool).await.unwrap();
+    let first = won(TransferStatus::start().apply(&mut tx, 1_i64).await.unwrap());
+    let mut savepoint = tx.savepoint().await.unwrap();
+    let second = won(TransferStatus::start()
+        .apply(&mut savepoint, 2_i64)
+        .await
+        .unwrap());
+    savepoint.rollback().await.unwrap();
+    let error = tx.commit((first, second)).await.unwrap_err();
+    assert!(matches!(error, Error::ForeignWin), "{error:?}");
+    // Nothing was committed: the transaction rolled back whole.
+    assert_eq!(db.transfer(1).await, ("pending".to_owned(), 0));
+    assert_eq!(db.transfer(2).await, ("pending".to_owned(), 0));
 }
 
-mod postgres {
-    transaction_tests!(Postgres);
+/// A released savepoint hands its wins to the transaction, and a
+/// nested one to its parent savepoint.
+async fn a_released_savepoint_commits_its_wins_with_the_transaction<DB: TestBackend>(db: Db<DB>)
+where
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
+    for<'s, 'c> &'s mut Savepoint<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
+    i64: Key<DB>,
+{
+    db.transfers(3).await;
+    let mut tx = Tx::begin(&db.pool).await.unwrap();
+    let first = won(TransferStatus::start().apply(&mut tx, 1_i64).await.unwrap());
+    let mut outer = tx.savepoint().await.unwrap();
+    let second = won(TransferStatus::start()
+        .apply(&mut outer, 2_i64)
+        .await
+        .unwrap());
+    let mut inner = outer.savepoint().await.unwrap();
+    let third = won(TransferStatus::start()
+        .apply(&mut inner, 3_i64)
+        .await
+        .unwrap());
+    // The inner win is not the outer savepoint's until released.
+    let third = inner.release(third).await.unwrap();
+    let (second, third) = outer.release((second, third)).await.unwrap();
+    let (first, second, third) = tx.commit((first, second, third)).await.unwrap();
+    let keys: Vec<String> = [first, second, third]
+        .iter()
+        .map(|won| won.effect_key())
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "transfers.status:1:sending:1",
+            "transfers.status:2:sending:1",
+            "transfers.status:3:sending:1"
+        ]
+    );
+    for id in 1..=3 {
+        assert_eq!(db.transfer(id).await, ("sending".to_owned(), 1));
+    }
 }
 
-mod mysql {
-    transaction_tests!(Mysql);
+/// A savepoint cannot release a win that is not its own.
+async fn a_savepoint_releases_only_its_own_wins<DB: TestBackend>(db: Db<DB>)
+where
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
+    i64: Key<DB>,
+{
+    db.transfers(1).await;
+    let mut tx = Tx::begin(&db.pool).await.unwrap();
+    let first = won(TransferStatus::start().apply(&mut tx, 1_i64).await.unwrap());
+    let savepoint = tx.savepoint().await.unwrap();
+    let error = savepoint.release(first).await.unwrap_err();
+    assert!(matches!(error, Error::ForeignWin), "{error:?}");
+}
+
+/// `tx.rollback()`, then the win offered to a fresh transaction: it
+/// belongs to the rolled-back one, so it never commits.
+async fn a_win_cannot_commit_with_another_transaction<DB: TestBackend>(db: Db<DB>)
+where
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
+    i64: Key<DB>,
+{
+    db.transfers(1).await;
+    let mut tx = Tx::begin(&db.pool).await.unwrap();
+    let staged = won(TransferStatus::start().apply(&mut tx, 1_i64).await.unwrap());
+    tx.rollback().await.unwrap();
+    let other = Tx::begin(&db.pool).await.unwrap();
+    let error = staged.commit(other).await.unwrap_err();
+    assert!(matches!(error, Error::ForeignWin), "{error:?}");
+    assert!(
+        error.to_string().contains("nothing was committed"),
+        "{error}"
+    );
+    assert_eq!(db.transfer(1).await, ("pending".to_owned(), 0));
 }
 
 /// After `RetryTransaction` the transaction must be retried whole: a caller
 /// who ignores it cannot commit what came before.
-macro_rules! ignored_retry_test {
-    ($name:ident, $open:expr) => {
-        #[tokio::test]
-        async fn $name() {
-            let Some(db) = $open else {
-                return;
-            };
-            let mut tx = stale_transaction!(db);
-            let error = PayoutStatus::cancel()
-                .apply(&mut tx, 1_i64)
-                .await
-                .unwrap_err();
-            assert!(error.is_retry_transaction(), "{error:?}");
-            let error = tx.commit(()).await.unwrap_err();
-            assert!(matches!(error, Error::RolledBack { .. }), "{error:?}");
-            assert!(error.is_retry_transaction());
-            assert_eq!(db.status(1).await.as_deref(), Some("sending"));
-        }
-    };
+async fn an_ignored_retry_transaction_error_blocks_the_commit<DB: TestBackend>(db: Db<DB>)
+where
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
+    i64: Key<DB>,
+{
+    let mut tx = stale_transaction(&db).await;
+    let error = PayoutStatus::cancel()
+        .apply(&mut tx, 1_i64)
+        .await
+        .unwrap_err();
+    assert!(error.is_retry_transaction(), "{error:?}");
+    let error = tx.commit(()).await.unwrap_err();
+    assert!(matches!(error, Error::RolledBack { .. }), "{error:?}");
+    assert!(error.is_retry_transaction());
+    assert_eq!(db.status(1).await.as_deref(), Some("sending"));
 }
 
 // SQLITE_BUSY_SNAPSHOT, PostgreSQL 40001, MariaDB snapshot isolation 1020.
-ignored_retry_test!(
-    sqlite_an_ignored_retry_transaction_error_blocks_the_commit,
-    open!(Sqlite, "tx_ignored_retry")
-);
-ignored_retry_test!(
-    postgres_an_ignored_retry_transaction_error_blocks_the_commit,
-    open!(Postgres, "tx_ignored_retry", Isolation::RepeatableRead)
-);
-ignored_retry_test!(
-    mariadb_an_ignored_retry_transaction_error_blocks_the_commit,
-    open!(Mysql, "tx_ignored_retry", Isolation::Snapshot)
-);
+#[tokio::test]
+async fn sqlite_an_ignored_retry_transaction_error_blocks_the_commit() {
+    let Some(db) = open!(Sqlite, "tx_ignored_retry") else {
+        return;
+    };
+    an_ignored_retry_transaction_error_blocks_the_commit(db).await;
+}
+
+#[tokio::test]
+async fn postgres_an_ignored_retry_transaction_error_blocks_the_commit() {
+    let Some(db) = open!(Postgres, "tx_ignored_retry", Isolation::RepeatableRead) else {
+        return;
+    };
+    an_ignored_retry_transaction_error_blocks_the_commit(db).await;
+}
+
+#[tokio::test]
+async fn mariadb_an_ignored_retry_transaction_error_blocks_the_commit() {
+    let Some(db) = open!(Mysql, "tx_ignored_retry", Isolation::Snapshot) else {
+        return;
+    };
+    an_ignored_retry_transaction_error_blocks_the_commit(db).await;
+}
 
 /// PostgreSQL answers the COMMIT of an aborted transaction with ROLLBACK and
 /// no error. A win from before the error must not come out committed.
@@ -290,7 +297,7 @@ async fn postgres_repeatable_read_loser_is_told_to_retry_not_a_stale_conflict() 
     let Some(db) = open!(Postgres, "tx_rr_loser", Isolation::RepeatableRead) else {
         return;
     };
-    let mut tx = stale_transaction!(db);
+    let mut tx = stale_transaction(&db).await;
     let error = PayoutStatus::confirm()
         .apply(&mut tx, 1_i64)
         .await
@@ -348,7 +355,7 @@ async fn postgres_read_committed_loser_in_a_transaction_sees_the_winner() {
     let Some(db) = open!(Postgres, "tx_rc_loser") else {
         return;
     };
-    let mut tx = stale_transaction!(db);
+    let mut tx = stale_transaction(&db).await;
     let outcome = PayoutStatus::start().apply(&mut tx, 1_i64).await.unwrap();
     assert_eq!(outcome, Outcome::AlreadyInState(PayoutStatus::Sending));
     tx.commit(()).await.unwrap();

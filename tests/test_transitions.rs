@@ -4,266 +4,265 @@
 
 mod common;
 
-use common::PayoutStatus;
-use stateguard::{Error, Outcome};
+use common::{Db, PayoutStatus, TestBackend, stale_transaction};
+use sqlx::Pool;
+use stateguard::{Committed, Error, Executor, Key, Outcome, Tx, Uncommitted};
 
-macro_rules! behaviour_tests {
-    ($backend:ident) => {
-        use super::*;
+// Each body below, as `sqlite::name`, `postgres::name` and `mysql::name`.
+backend_tests! {
+    "start_once" => start_wins_once_then_replays_are_already_in_state,
+    "multi_source" => cancel_starts_from_either_source_state,
+    "conflict" => cancel_after_sent_is_a_conflict,
+    "not_found" => missing_row_is_not_found,
+    "set_columns" => set_columns_are_written_by_the_winning_statement,
+    "on_connection" => apply_on_a_connection,
+    "tx_rollback" => apply_in_a_transaction_that_rolls_back_changes_nothing,
+    "tx_commit" => apply_in_a_transaction_that_commits,
+    "unknown_state" => unknown_status_string_is_an_error_that_names_it,
+}
 
-        #[tokio::test]
-        async fn start_wins_once_then_replays_are_already_in_state() {
-            let Some(db) = open!($backend, "start_once") else {
-                return;
-            };
-            db.seed(1).await;
-            let won = match PayoutStatus::start().apply(&db.pool, 1_i64).await.unwrap() {
-                Outcome::Applied(won) => won,
-                other => panic!("first attempt must win, got {other:?}"),
-            };
-            assert_eq!(won.state(), PayoutStatus::Sending);
-            assert_eq!(*won.key(), 1);
-            assert_eq!(won.effect_key(), "payouts.status:1:sending:0");
-            for _ in 0..3 {
-                let replay = PayoutStatus::start().apply(&db.pool, 1_i64).await.unwrap();
-                assert_eq!(replay, Outcome::AlreadyInState(PayoutStatus::Sending));
-            }
-            assert_eq!(db.status(1).await.as_deref(), Some("sending"));
-            // `set(attempts = "attempts + 1")` ran once, with the win only.
-            assert_eq!(db.columns(1).await, (1, false));
-        }
-
-        #[tokio::test]
-        async fn cancel_starts_from_either_source_state() {
-            let Some(db) = open!($backend, "multi_source") else {
-                return;
-            };
-            db.seed(2).await;
-            // Row 1 cancelled from Pending, row 2 from Sending.
-            let from_pending = PayoutStatus::cancel().apply(&db.pool, 1_i64).await.unwrap();
-            assert!(from_pending.is_applied(), "{from_pending:?}");
-            assert!(
-                PayoutStatus::start()
-                    .apply(&db.pool, 2_i64)
-                    .await
-                    .unwrap()
-                    .is_applied()
-            );
-            let from_sending = PayoutStatus::cancel().apply(&db.pool, 2_i64).await.unwrap();
-            assert!(from_sending.is_applied(), "{from_sending:?}");
-            assert_eq!(db.status(1).await.as_deref(), Some("cancelled"));
-            assert_eq!(db.status(2).await.as_deref(), Some("cancelled"));
-            assert_eq!(
-                PayoutStatus::cancel().sources(),
-                &[PayoutStatus::Pending, PayoutStatus::Sending]
-            );
-        }
-
-        #[tokio::test]
-        async fn cancel_after_sent_is_a_conflict() {
-            let Some(db) = open!($backend, "conflict") else {
-                return;
-            };
-            db.seed(1).await;
-            assert!(
-                PayoutStatus::start()
-                    .apply(&db.pool, 1_i64)
-                    .await
-                    .unwrap()
-                    .is_applied()
-            );
-            assert!(
-                PayoutStatus::confirm()
-                    .apply(&db.pool, 1_i64)
-                    .await
-                    .unwrap()
-                    .is_applied()
-            );
-            let late = PayoutStatus::cancel().apply(&db.pool, 1_i64).await.unwrap();
-            assert_eq!(
-                late,
-                Outcome::Conflict {
-                    current: PayoutStatus::Sent
-                }
-            );
-            assert_eq!(db.status(1).await.as_deref(), Some("sent"));
-            // A transition that skips a step is a conflict too.
-            let early = PayoutStatus::confirm()
-                .apply(&db.pool, 1_i64)
-                .await
-                .unwrap();
-            assert_eq!(early, Outcome::AlreadyInState(PayoutStatus::Sent));
-            db.insert(2, "pending").await;
-            let skip = PayoutStatus::confirm()
-                .apply(&db.pool, 2_i64)
-                .await
-                .unwrap();
-            assert_eq!(
-                skip,
-                Outcome::Conflict {
-                    current: PayoutStatus::Pending
-                }
-            );
-            assert_eq!(db.status(2).await.as_deref(), Some("pending"));
-        }
-
-        #[tokio::test]
-        async fn missing_row_is_not_found() {
-            let Some(db) = open!($backend, "not_found") else {
-                return;
-            };
-            db.seed(1).await;
-            let outcome = PayoutStatus::start()
-                .apply(&db.pool, 404_i64)
-                .await
-                .unwrap();
-            assert_eq!(outcome, Outcome::NotFound);
-            assert_eq!(db.status(404).await, None);
-        }
-
-        #[tokio::test]
-        async fn set_columns_are_written_by_the_winning_statement() {
-            let Some(db) = open!($backend, "set_columns") else {
-                return;
-            };
-            db.seed(1).await;
-            assert_eq!(db.columns(1).await, (0, false));
-            assert!(
-                PayoutStatus::start()
-                    .apply(&db.pool, 1_i64)
-                    .await
-                    .unwrap()
-                    .is_applied()
-            );
-            assert_eq!(db.columns(1).await, (1, false));
-            assert!(
-                PayoutStatus::confirm()
-                    .apply(&db.pool, 1_i64)
-                    .await
-                    .unwrap()
-                    .is_applied()
-            );
-            assert_eq!(db.columns(1).await, (1, true));
-            // A lost attempt writes nothing.
-            let replay = PayoutStatus::confirm()
-                .apply(&db.pool, 1_i64)
-                .await
-                .unwrap();
-            assert!(!replay.is_applied());
-            assert_eq!(db.columns(1).await, (1, true));
-        }
-
-        #[tokio::test]
-        async fn apply_on_a_connection() {
-            let Some(db) = open!($backend, "on_connection") else {
-                return;
-            };
-            db.seed(1).await;
-            let mut conn = db.pool.acquire().await.unwrap();
-            assert!(
-                PayoutStatus::start()
-                    .apply(&mut *conn, 1_i64)
-                    .await
-                    .unwrap()
-                    .is_applied()
-            );
-            let replay = PayoutStatus::start()
-                .apply(&mut *conn, 1_i64)
-                .await
-                .unwrap();
-            assert_eq!(replay, Outcome::AlreadyInState(PayoutStatus::Sending));
-            drop(conn);
-            assert_eq!(db.status(1).await.as_deref(), Some("sending"));
-        }
-
-        #[tokio::test]
-        async fn apply_in_a_transaction_that_rolls_back_changes_nothing() {
-            let Some(db) = open!($backend, "tx_rollback") else {
-                return;
-            };
-            db.seed(1).await;
-            let mut tx = stateguard::Tx::begin(&db.pool).await.unwrap();
-            assert!(
-                PayoutStatus::start()
-                    .apply(&mut tx, 1_i64)
-                    .await
-                    .unwrap()
-                    .is_applied()
-            );
-            // Inside the transaction the move is visible...
-            let again = PayoutStatus::start().apply(&mut tx, 1_i64).await.unwrap();
-            assert_eq!(again, Outcome::AlreadyInState(PayoutStatus::Sending));
-            tx.rollback().await.unwrap();
-            // ...and after the rollback it never happened.
-            assert_eq!(db.status(1).await.as_deref(), Some("pending"));
-            assert_eq!(db.columns(1).await, (0, false));
-        }
-
-        #[tokio::test]
-        async fn apply_in_a_transaction_that_commits() {
-            let Some(db) = open!($backend, "tx_commit") else {
-                return;
-            };
-            db.seed(1).await;
-            let mut tx = stateguard::Tx::begin(&db.pool).await.unwrap();
-            assert!(
-                PayoutStatus::start()
-                    .apply(&mut tx, 1_i64)
-                    .await
-                    .unwrap()
-                    .is_applied()
-            );
-            assert!(
-                PayoutStatus::confirm()
-                    .apply(&mut tx, 1_i64)
-                    .await
-                    .unwrap()
-                    .is_applied()
-            );
-            tx.commit(()).await.unwrap();
-            assert_eq!(db.status(1).await.as_deref(), Some("sent"));
-            assert_eq!(db.columns(1).await, (1, true));
-        }
-
-        #[tokio::test]
-        async fn unknown_status_string_is_an_error_that_names_it() {
-            let Some(db) = open!($backend, "unknown_state") else {
-                return;
-            };
-            db.seed(1).await;
-            db.set_status_raw(1, "exploded").await;
-            let error = PayoutStatus::start()
-                .apply(&db.pool, 1_i64)
-                .await
-                .unwrap_err();
-            let Error::UnknownState(unknown) = &error else {
-                panic!("expected UnknownState, got {error:?}");
-            };
-            assert_eq!(unknown.value(), "exploded");
-            assert_eq!(unknown.machine(), "PayoutStatus");
-            let message = error.to_string();
-            assert!(message.contains("\"exploded\""), "{message}");
-            assert!(message.contains("payouts"), "{message}");
-            // The row is untouched.
-            assert_eq!(db.status(1).await.as_deref(), Some("exploded"));
-            // Decoding the column as the enum fails the same way, without a panic.
-            let decoded = db.status_as_enum(1).await;
-            let message = decoded.unwrap_err().to_string();
-            assert!(message.contains("exploded"), "{message}");
-        }
+async fn start_wins_once_then_replays_are_already_in_state<DB: TestBackend>(db: Db<DB>)
+where
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    i64: Key<DB>,
+{
+    db.seed(1).await;
+    let won = match PayoutStatus::start().apply(&db.pool, 1_i64).await.unwrap() {
+        Outcome::Applied(won) => won,
+        other => panic!("first attempt must win, got {other:?}"),
     };
+    assert_eq!(won.state(), PayoutStatus::Sending);
+    assert_eq!(*won.key(), 1);
+    assert_eq!(won.effect_key(), "payouts.status:1:sending:0");
+    for _ in 0..3 {
+        let replay = PayoutStatus::start().apply(&db.pool, 1_i64).await.unwrap();
+        assert_eq!(replay, Outcome::AlreadyInState(PayoutStatus::Sending));
+    }
+    assert_eq!(db.status(1).await.as_deref(), Some("sending"));
+    // `set(attempts = "attempts + 1")` ran once, with the win only.
+    assert_eq!(db.columns(1).await, (1, false));
 }
 
-mod sqlite {
-    behaviour_tests!(Sqlite);
+async fn cancel_starts_from_either_source_state<DB: TestBackend>(db: Db<DB>)
+where
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    i64: Key<DB>,
+{
+    db.seed(2).await;
+    // Row 1 cancelled from Pending, row 2 from Sending.
+    let from_pending = PayoutStatus::cancel().apply(&db.pool, 1_i64).await.unwrap();
+    assert!(from_pending.is_applied(), "{from_pending:?}");
+    assert!(
+        PayoutStatus::start()
+            .apply(&db.pool, 2_i64)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    let from_sending = PayoutStatus::cancel().apply(&db.pool, 2_i64).await.unwrap();
+    assert!(from_sending.is_applied(), "{from_sending:?}");
+    assert_eq!(db.status(1).await.as_deref(), Some("cancelled"));
+    assert_eq!(db.status(2).await.as_deref(), Some("cancelled"));
+    assert_eq!(
+        PayoutStatus::cancel().sources(),
+        &[PayoutStatus::Pending, PayoutStatus::Sending]
+    );
 }
 
-mod postgres {
-    behaviour_tests!(Postgres);
+async fn cancel_after_sent_is_a_conflict<DB: TestBackend>(db: Db<DB>)
+where
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    i64: Key<DB>,
+{
+    db.seed(1).await;
+    assert!(
+        PayoutStatus::start()
+            .apply(&db.pool, 1_i64)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    assert!(
+        PayoutStatus::confirm()
+            .apply(&db.pool, 1_i64)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    let late = PayoutStatus::cancel().apply(&db.pool, 1_i64).await.unwrap();
+    assert_eq!(
+        late,
+        Outcome::Conflict {
+            current: PayoutStatus::Sent
+        }
+    );
+    assert_eq!(db.status(1).await.as_deref(), Some("sent"));
+    // A transition that skips a step is a conflict too.
+    let early = PayoutStatus::confirm()
+        .apply(&db.pool, 1_i64)
+        .await
+        .unwrap();
+    assert_eq!(early, Outcome::AlreadyInState(PayoutStatus::Sent));
+    db.insert(2, "pending").await;
+    let skip = PayoutStatus::confirm()
+        .apply(&db.pool, 2_i64)
+        .await
+        .unwrap();
+    assert_eq!(
+        skip,
+        Outcome::Conflict {
+            current: PayoutStatus::Pending
+        }
+    );
+    assert_eq!(db.status(2).await.as_deref(), Some("pending"));
 }
 
-mod mysql {
-    behaviour_tests!(Mysql);
+async fn missing_row_is_not_found<DB: TestBackend>(db: Db<DB>)
+where
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    i64: Key<DB>,
+{
+    db.seed(1).await;
+    let outcome = PayoutStatus::start()
+        .apply(&db.pool, 404_i64)
+        .await
+        .unwrap();
+    assert_eq!(outcome, Outcome::NotFound);
+    assert_eq!(db.status(404).await, None);
+}
+
+async fn set_columns_are_written_by_the_winning_statement<DB: TestBackend>(db: Db<DB>)
+where
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    i64: Key<DB>,
+{
+    db.seed(1).await;
+    assert_eq!(db.columns(1).await, (0, false));
+    assert!(
+        PayoutStatus::start()
+            .apply(&db.pool, 1_i64)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    assert_eq!(db.columns(1).await, (1, false));
+    assert!(
+        PayoutStatus::confirm()
+            .apply(&db.pool, 1_i64)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    assert_eq!(db.columns(1).await, (1, true));
+    // A lost attempt writes nothing.
+    let replay = PayoutStatus::confirm()
+        .apply(&db.pool, 1_i64)
+        .await
+        .unwrap();
+    assert!(!replay.is_applied());
+    assert_eq!(db.columns(1).await, (1, true));
+}
+
+async fn apply_on_a_connection<DB: TestBackend>(db: Db<DB>)
+where
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    for<'c> &'c mut DB::Connection: Executor<Database = DB, Commit = Committed>,
+    i64: Key<DB>,
+{
+    db.seed(1).await;
+    let mut conn = db.pool.acquire().await.unwrap();
+    assert!(
+        PayoutStatus::start()
+            .apply(&mut *conn, 1_i64)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    let replay = PayoutStatus::start()
+        .apply(&mut *conn, 1_i64)
+        .await
+        .unwrap();
+    assert_eq!(replay, Outcome::AlreadyInState(PayoutStatus::Sending));
+    drop(conn);
+    assert_eq!(db.status(1).await.as_deref(), Some("sending"));
+}
+
+async fn apply_in_a_transaction_that_rolls_back_changes_nothing<DB: TestBackend>(db: Db<DB>)
+where
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
+    i64: Key<DB>,
+{
+    db.seed(1).await;
+    let mut tx = Tx::begin(&db.pool).await.unwrap();
+    assert!(
+        PayoutStatus::start()
+            .apply(&mut tx, 1_i64)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    // Inside the transaction the move is visible...
+    let again = PayoutStatus::start().apply(&mut tx, 1_i64).await.unwrap();
+    assert_eq!(again, Outcome::AlreadyInState(PayoutStatus::Sending));
+    tx.rollback().await.unwrap();
+    // ...and after the rollback it never happened.
+    assert_eq!(db.status(1).await.as_deref(), Some("pending"));
+    assert_eq!(db.columns(1).await, (0, false));
+}
+
+async fn apply_in_a_transaction_that_commits<DB: TestBackend>(db: Db<DB>)
+where
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
+    i64: Key<DB>,
+{
+    db.seed(1).await;
+    let mut tx = Tx::begin(&db.pool).await.unwrap();
+    assert!(
+        PayoutStatus::start()
+            .apply(&mut tx, 1_i64)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    assert!(
+        PayoutStatus::confirm()
+            .apply(&mut tx, 1_i64)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    tx.commit(()).await.unwrap();
+    assert_eq!(db.status(1).await.as_deref(), Some("sent"));
+    assert_eq!(db.columns(1).await, (1, true));
+}
+
+async fn unknown_status_string_is_an_error_that_names_it<DB: TestBackend>(db: Db<DB>)
+where
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    i64: Key<DB>,
+{
+    db.seed(1).await;
+    db.set_status_raw(1, "exploded").await;
+    let error = PayoutStatus::start()
+        .apply(&db.pool, 1_i64)
+        .await
+        .unwrap_err();
+    let Error::UnknownState(unknown) = &error else {
+        panic!("expected UnknownState, got {error:?}");
+    };
+    assert_eq!(unknown.value(), "exploded");
+    assert_eq!(unknown.machine(), "PayoutStatus");
+    let message = error.to_string();
+    assert!(message.contains("\"exploded\""), "{message}");
+    assert!(message.contains("payouts"), "{message}");
+    // The row is untouched.
+    assert_eq!(db.status(1).await.as_deref(), Some("exploded"));
+    // Decoding the column as the enum fails the same way, without a panic.
+    let decoded = db.status_as_enum(1).await;
+    let message = decoded.unwrap_err().to_string();
+    assert!(message.contains("exploded"), "{message}");
 }
 
 /// A deferred SQLite transaction that read an old snapshot cannot write: the
@@ -274,7 +273,7 @@ async fn sqlite_stale_transaction_must_be_retried_whole() {
     let Some(db) = open!(Sqlite, "stale_tx") else {
         return;
     };
-    let mut tx = stale_transaction!(db);
+    let mut tx = stale_transaction(&db).await;
     let error = PayoutStatus::cancel()
         .apply(&mut tx, 1_i64)
         .await
@@ -286,7 +285,7 @@ async fn sqlite_stale_transaction_must_be_retried_whole() {
     );
     tx.rollback().await.unwrap();
     // Retried as a whole, the transaction sees the real state.
-    let mut tx = stateguard::Tx::begin(&db.pool).await.unwrap();
+    let mut tx = Tx::begin(&db.pool).await.unwrap();
     let outcome = PayoutStatus::cancel().apply(&mut tx, 1_i64).await.unwrap();
     assert!(outcome.is_applied(), "{outcome:?}");
     tx.commit(()).await.unwrap();
@@ -300,7 +299,7 @@ async fn postgres_serialization_failure_in_a_transaction_must_be_retried_whole()
     let Some(db) = open!(Postgres, "stale_tx", common::Isolation::RepeatableRead) else {
         return;
     };
-    let mut tx = stale_transaction!(db);
+    let mut tx = stale_transaction(&db).await;
     let error = PayoutStatus::cancel()
         .apply(&mut tx, 1_i64)
         .await
@@ -443,7 +442,7 @@ async fn postgres_apply_keeps_its_deadline_behind_a_held_lock() {
     assert!(error.is_outcome_unknown());
     assert!(error.to_string().contains("may still commit"), "{error}");
 
-    let mut tx = stateguard::Tx::begin(&db.pool).await.unwrap();
+    let mut tx = Tx::begin(&db.pool).await.unwrap();
     let error = start.apply(&mut tx, 1_i64).await.unwrap_err();
     assert!(matches!(error, Error::Timeout { .. }), "{error:?}");
     let error = tx.commit(()).await.unwrap_err();

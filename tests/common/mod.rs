@@ -1,9 +1,18 @@
 //! Real databases for the integration tests: SQLite in a temporary file,
-//! PostgreSQL in a schema of its own per test.
+//! PostgreSQL in a schema of its own per test, MySQL/MariaDB in a database
+//! of its own per test.
 //!
-//! Server-backed tests read `STATEGUARD_POSTGRES_URL`. Without it they print
-//! why they were skipped and pass, unless `STATEGUARD_REQUIRE_SERVERS=1`
-//! (set by CI) turns a missing server into a failure.
+//! One handle, [`Db`], over the three backends. What differs between them
+//! lives in [`TestBackend`]: the SQL literals (placeholders and column
+//! types), opening a database, and isolation. The helpers are written once,
+//! on `Db<DB>`, and so are the behaviour tests: each is a generic async
+//! function over `DB: TestBackend`, and [`backend_tests!`] calls it from one
+//! `#[tokio::test]` per backend.
+//!
+//! Server-backed tests read `STATEGUARD_POSTGRES_URL` and
+//! `STATEGUARD_MYSQL_URL`. Without them they print why they were skipped
+//! and pass, unless `STATEGUARD_REQUIRE_SERVERS=1` (set by CI) turns a
+//! missing server into a failure.
 
 #![allow(dead_code)] // each test file uses its own part of the harness
 
@@ -11,11 +20,11 @@ use std::io::Write;
 use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
-use sqlx::{Connection, MySqlPool, PgPool, SqlitePool};
-use stateguard::StateMachine;
+use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions, MySqlRow};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow};
+use sqlx::{Connection, Encode, FromRow, Pool, Type};
+use stateguard::{Committed, Executor, Key, StateMachine, Tx};
 
 #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
 #[state_machine(table = "payouts", column = "status", key = "id")]
@@ -83,8 +92,10 @@ fn server_url(var: &str, test: &str) -> Option<String> {
     }
 }
 
-/// PostgreSQL isolation levels, set as each connection's default so that
-/// autocommit statements and `begin()` both run under it.
+/// Isolation levels, set as each connection's default (PostgreSQL) or
+/// session level (MySQL/MariaDB), so that autocommit statements and
+/// `begin()` both run under it. SQLite sets none: its transactions are
+/// serializable.
 #[derive(Debug, Clone, Copy)]
 pub enum Isolation {
     ReadCommitted,
@@ -110,7 +121,8 @@ impl Isolation {
         }
     }
 
-    fn sql(self) -> &'static str {
+    /// `default_transaction_isolation` for PostgreSQL.
+    fn postgres(self) -> &'static str {
         match self {
             Isolation::ReadCommitted => "read committed",
             Isolation::RepeatableRead => "repeatable read",
@@ -122,11 +134,13 @@ impl Isolation {
 
 /// `open!(Sqlite, "name")`, `open!(Postgres, "name")` or
 /// `open!(Postgres, "name", Isolation::Serializable)`: the test's own
-/// database, or `None` when its server is not configured.
+/// database, or `None` when its server is not configured. The statements
+/// that make the schema or database anew are literals, written here.
 #[macro_export]
 macro_rules! open {
     (Sqlite, $test:literal) => {
-        $crate::common::Sqlite::open($test).await
+        // Every SQLite transaction is serializable; nothing is set.
+        $crate::common::Sqlite::open($test, &[], $crate::common::Isolation::Serializable).await
     };
     (Postgres, $test:literal) => {
         $crate::open!(Postgres, $test, $crate::common::Isolation::ReadCommitted)
@@ -135,9 +149,9 @@ macro_rules! open {
         $crate::open!(Mysql, $test, $crate::common::Isolation::RepeatableRead)
     };
     (Mysql, $test:literal, $isolation:expr) => {
-        $crate::common::Mysql::open_with(
+        $crate::common::Mysql::open(
             $test,
-            [
+            &[
                 concat!("DROP DATABASE IF EXISTS sg_", $test),
                 concat!("CREATE DATABASE sg_", $test),
             ],
@@ -146,9 +160,9 @@ macro_rules! open {
         .await
     };
     (Postgres, $test:literal, $isolation:expr) => {
-        $crate::common::Postgres::open_with(
+        $crate::common::Postgres::open(
             $test,
-            [
+            &[
                 concat!("DROP SCHEMA IF EXISTS sg_", $test, " CASCADE"),
                 concat!("CREATE SCHEMA sg_", $test),
             ],
@@ -158,45 +172,203 @@ macro_rules! open {
     };
 }
 
-/// Seeds row 1, opens a transaction that reads it (`pending`), then moves the
-/// row on from outside: the transaction is left holding a stale snapshot.
+/// One `#[tokio::test]` per backend for each generic test body:
+/// `backend_tests! { "start_once" => start_wins_once, }` makes
+/// `sqlite::start_wins_once`, `postgres::start_wins_once` and
+/// `mysql::start_wins_once`, each of which opens the database `"start_once"`
+/// with [`open!`] and awaits `start_wins_once(db)`. Arguments in
+/// parentheses after the name go to `#[tokio::test(…)]`.
 #[macro_export]
-macro_rules! stale_transaction {
-    ($db:expr) => {{
-        $db.seed(1).await;
-        let mut tx = stateguard::Tx::begin(&$db.pool).await.unwrap();
-        let seen: String = sqlx::query_scalar("SELECT status FROM payouts WHERE id = 1")
-            .fetch_one(&mut *tx)
-            .await
-            .unwrap();
-        assert_eq!(seen, "pending");
-        let moved = $crate::common::PayoutStatus::start()
-            .apply(&$db.pool, 1_i64)
-            .await
-            .unwrap();
-        assert!(moved.is_applied());
-        tx
-    }};
+macro_rules! backend_tests {
+    ($($db:literal => $name:ident $(($($tokio:tt)*))?,)*) => {
+        mod sqlite { $crate::backend_tests!(@in Sqlite: $($db => $name $(($($tokio)*))?,)*); }
+        mod postgres { $crate::backend_tests!(@in Postgres: $($db => $name $(($($tokio)*))?,)*); }
+        mod mysql { $crate::backend_tests!(@in Mysql: $($db => $name $(($($tokio)*))?,)*); }
+    };
+    (@in $backend:ident: $($db:literal => $name:ident $(($($tokio:tt)*))?,)*) => {$(
+        #[tokio::test $(($($tokio)*))?]
+        async fn $name() {
+            let Some(db) = $crate::open!($backend, $db) else {
+                return;
+            };
+            super::$name(db).await;
+        }
+    )*};
 }
 
-pub struct Sqlite {
-    pub pool: SqlitePool,
-    _dir: tempfile::TempDir,
+/// A value for a placeholder of a helper's statement.
+#[derive(Debug, Clone, Copy)]
+pub enum Bind<'a> {
+    Int(i64),
+    Text(&'a str),
 }
 
-impl Sqlite {
-    /// Moves every transfer's lease an hour into the past, as if its
-    /// worker had stalled that long: the lease has run out, and its token
-    /// changed.
-    pub async fn backdate_leases(&self) {
-        sqlx::query("UPDATE transfers SET sending_since = strftime('%Y-%m-%d %H:%M:%f', sending_since, '-1 hours')")
-            .execute(&self.pool)
-            .await
-            .expect("backdate leases");
+/// A row the helpers read: an owned tuple whose columns decode on every
+/// backend.
+pub trait AnyRow:
+    for<'r> FromRow<'r, SqliteRow>
+    + for<'r> FromRow<'r, PgRow>
+    + for<'r> FromRow<'r, MySqlRow>
+    + Send
+    + Unpin
+    + 'static
+{
+}
+
+impl<T> AnyRow for T where
+    T: for<'r> FromRow<'r, SqliteRow>
+        + for<'r> FromRow<'r, PgRow>
+        + for<'r> FromRow<'r, MySqlRow>
+        + Send
+        + Unpin
+        + 'static
+{
+}
+
+/// What differs between the backends: opening a test's database, and the
+/// helpers' statements, each a literal with the backend's placeholders and
+/// column types. Integer columns are read as `BIGINT`, so that every
+/// backend's row decodes to the same Rust types.
+pub trait TestBackend: stateguard::Backend {
+    /// The `payouts` table of [`PayoutStatus`].
+    const CREATE_PAYOUTS: &'static str;
+    /// Rows `1..=?1` of `payouts`, all `pending`.
+    const SEED: &'static str;
+    /// `status` of row `?1`.
+    const STATUS: &'static str;
+    /// Row `?1` with status `?2`.
+    const INSERT: &'static str;
+    /// `status = ?1` on row `?2`.
+    const SET_STATUS: &'static str;
+    /// `(attempts, sent_at IS NOT NULL)` of row `?1`.
+    const COLUMNS: &'static str;
+    /// The number of rows with status `?1`.
+    const COUNT_IN: &'static str;
+    /// The sum of `attempts` over every row.
+    const TOTAL_ATTEMPTS: &'static str;
+    /// The `transfers` table of [`TransferStatus`].
+    const CREATE_TRANSFERS: &'static str;
+    /// Rows `1..=?1` of `transfers`, all `pending`.
+    const SEED_TRANSFERS: &'static str;
+    /// `(status, version)` of transfer `?1`.
+    const TRANSFER: &'static str;
+    /// Every transfer's `sending_since`, an hour earlier.
+    const BACKDATE_LEASES: &'static str;
+
+    /// A pool on the test's own database, made anew with `fresh` and with
+    /// `isolation` as every connection's default (none of which SQLite,
+    /// with a new file per test, needs), and the temporary directory that
+    /// holds a SQLite file. `None` when the server is not configured.
+    fn connect(
+        test: &str,
+        fresh: &[&'static str],
+        isolation: Isolation,
+    ) -> impl Future<Output = Option<(Pool<Self>, Option<tempfile::TempDir>)>> + Send;
+
+    /// The first row `sql` returns on `conn`, if any. Each impl calls
+    /// [`fetch_optional_on`], where sqlx's bounds hold.
+    fn fetch_optional<'c, O: AnyRow>(
+        conn: &'c mut Self::Connection,
+        sql: &'static str,
+        binds: &'c [Bind<'c>],
+    ) -> impl Future<Output = sqlx::Result<Option<O>>> + Send + 'c;
+
+    /// Runs `sql` on `conn` for its effect: a row it returns is read as `()`.
+    fn execute<'c>(
+        conn: &'c mut Self::Connection,
+        sql: &'static str,
+        binds: &'c [Bind<'c>],
+    ) -> impl Future<Output = sqlx::Result<()>> + Send + 'c {
+        let done = Self::fetch_optional::<()>(conn, sql, binds);
+        async move { done.await.map(drop) }
     }
 
+    /// The first row `sql` returns on `conn`; `RowNotFound` if none.
+    fn fetch_one<'c, O: AnyRow>(
+        conn: &'c mut Self::Connection,
+        sql: &'static str,
+        binds: &'c [Bind<'c>],
+    ) -> impl Future<Output = sqlx::Result<O>> + Send + 'c {
+        let row = Self::fetch_optional(conn, sql, binds);
+        async move { row.await?.ok_or(sqlx::Error::RowNotFound) }
+    }
+}
+
+/// [`TestBackend::fetch_optional`] on any backend that sqlx can bind `i64`
+/// and `&str` on.
+async fn fetch_optional_on<DB, O>(
+    conn: &mut DB::Connection,
+    sql: &'static str,
+    binds: &[Bind<'_>],
+) -> sqlx::Result<Option<O>>
+where
+    DB: sqlx::Database,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    DB::Arguments: sqlx::IntoArguments<DB>,
+    i64: for<'q> Encode<'q, DB> + Type<DB>,
+    for<'s> &'s str: Encode<'s, DB> + Type<DB>,
+    O: for<'r> FromRow<'r, DB::Row> + Send + Unpin,
+{
+    let mut query = sqlx::query_as::<DB, O>(sql);
+    for bind in binds {
+        query = match *bind {
+            Bind::Int(value) => query.bind(value),
+            Bind::Text(value) => query.bind(value),
+        };
+    }
+    query.fetch_optional(conn).await
+}
+
+/// Runs `fresh` on a connection of its own to the server at `url`: the
+/// test's schema or database, dropped and made anew.
+async fn remake<DB: TestBackend>(url: &str, fresh: &[&'static str]) {
+    let mut admin = DB::Connection::connect(url)
+        .await
+        .unwrap_or_else(|e| panic!("connect to {} at {url}: {e}", DB::NAME));
+    for &statement in fresh {
+        DB::execute(&mut admin, statement, &[])
+            .await
+            .unwrap_or_else(|e| panic!("{statement}: {e}"));
+    }
+    admin.close().await.ok();
+}
+
+impl TestBackend for sqlx::Sqlite {
+    const CREATE_PAYOUTS: &'static str = "CREATE TABLE payouts (
+        id INTEGER PRIMARY KEY,
+        status TEXT NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        sent_at TEXT
+    )";
+    const SEED: &'static str =
+        "WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < ?1)
+         INSERT INTO payouts (id, status) SELECT i, 'pending' FROM s";
+    const STATUS: &'static str = "SELECT status FROM payouts WHERE id = ?1";
+    const INSERT: &'static str = "INSERT INTO payouts (id, status) VALUES (?1, ?2)";
+    const SET_STATUS: &'static str = "UPDATE payouts SET status = ?1 WHERE id = ?2";
+    const COLUMNS: &'static str = "SELECT attempts, sent_at IS NOT NULL FROM payouts WHERE id = ?1";
+    const COUNT_IN: &'static str = "SELECT COUNT(*) FROM payouts WHERE status = ?1";
+    const TOTAL_ATTEMPTS: &'static str = "SELECT SUM(attempts) FROM payouts";
+    const CREATE_TRANSFERS: &'static str = "CREATE TABLE transfers (
+        id INTEGER PRIMARY KEY,
+        status TEXT NOT NULL DEFAULT 'pending',
+        version INTEGER NOT NULL DEFAULT 0,
+        sending_since TEXT,
+        sent_at TEXT
+    )";
+    const SEED_TRANSFERS: &'static str =
+        "WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < ?1)
+         INSERT INTO transfers (id) SELECT i FROM s";
+    const TRANSFER: &'static str = "SELECT status, version FROM transfers WHERE id = ?1";
+    const BACKDATE_LEASES: &'static str = "UPDATE transfers \
+        SET sending_since = strftime('%Y-%m-%d %H:%M:%f', sending_since, '-1 hours')";
+
     /// A fresh file database in WAL mode with a pool of 8 connections.
-    pub async fn open(_test: &str) -> Option<Self> {
+    async fn connect(
+        _test: &str,
+        _fresh: &[&'static str],
+        _isolation: Isolation,
+    ) -> Option<(Pool<Self>, Option<tempfile::TempDir>)> {
         let dir = tempfile::tempdir().expect("temporary directory");
         let options = SqliteConnectOptions::new()
             .filename(dir.path().join("test.db"))
@@ -208,164 +380,62 @@ impl Sqlite {
             .connect_with(options)
             .await
             .expect("open SQLite");
-        sqlx::query(
-            "CREATE TABLE payouts (
-                id INTEGER PRIMARY KEY,
-                status TEXT NOT NULL,
-                attempts INTEGER NOT NULL DEFAULT 0,
-                sent_at TEXT
-            )",
-        )
-        .execute(&pool)
-        .await
-        .expect("create table");
-        Some(Sqlite { pool, _dir: dir })
+        Some((pool, Some(dir)))
     }
 
-    /// Rows `1..=n`, all `pending`.
-    pub async fn seed(&self, n: i64) {
-        sqlx::query(
-            "WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < ?1)
-             INSERT INTO payouts (id, status) SELECT i, 'pending' FROM s",
-        )
-        .bind(n)
-        .execute(&self.pool)
-        .await
-        .expect("seed");
-    }
-
-    pub async fn status(&self, id: i64) -> Option<String> {
-        sqlx::query_scalar("SELECT status FROM payouts WHERE id = ?1")
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await
-            .expect("read status")
-    }
-
-    pub async fn insert(&self, id: i64, status: &str) {
-        sqlx::query("INSERT INTO payouts (id, status) VALUES (?1, ?2)")
-            .bind(id)
-            .bind(status)
-            .execute(&self.pool)
-            .await
-            .expect("insert");
-    }
-
-    /// The status decoded through the derived `sqlx::Decode`.
-    pub async fn status_as_enum(&self, id: i64) -> Result<PayoutStatus, sqlx::Error> {
-        sqlx::query_scalar("SELECT status FROM payouts WHERE id = ?1")
-            .bind(id)
-            .fetch_one(&self.pool)
-            .await
-    }
-
-    pub async fn set_status_raw(&self, id: i64, status: &str) {
-        sqlx::query("UPDATE payouts SET status = ?1 WHERE id = ?2")
-            .bind(status)
-            .bind(id)
-            .execute(&self.pool)
-            .await
-            .expect("raw update");
-    }
-
-    /// `(attempts, sent_at IS NOT NULL)` of a row.
-    pub async fn columns(&self, id: i64) -> (i64, bool) {
-        sqlx::query_as("SELECT attempts, sent_at IS NOT NULL FROM payouts WHERE id = ?1")
-            .bind(id)
-            .fetch_one(&self.pool)
-            .await
-            .expect("read columns")
-    }
-
-    pub async fn count_in(&self, status: &str) -> i64 {
-        sqlx::query_scalar("SELECT COUNT(*) FROM payouts WHERE status = ?1")
-            .bind(status)
-            .fetch_one(&self.pool)
-            .await
-            .expect("count")
-    }
-
-    pub async fn total_attempts(&self) -> i64 {
-        sqlx::query_scalar("SELECT SUM(attempts) FROM payouts")
-            .fetch_one(&self.pool)
-            .await
-            .expect("sum attempts")
-    }
-
-    /// The `transfers` table of [`TransferStatus`], rows `1..=n` pending.
-    pub async fn transfers(&self, n: i64) {
-        sqlx::query(
-            "CREATE TABLE transfers (
-                id INTEGER PRIMARY KEY,
-                status TEXT NOT NULL DEFAULT 'pending',
-                version INTEGER NOT NULL DEFAULT 0,
-                sending_since TEXT,
-                sent_at TEXT
-            )",
-        )
-        .execute(&self.pool)
-        .await
-        .expect("create transfers");
-        sqlx::query(
-            "WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < ?1)
-             INSERT INTO transfers (id) SELECT i FROM s",
-        )
-        .bind(n)
-        .execute(&self.pool)
-        .await
-        .expect("seed transfers");
-    }
-
-    /// `(status, version)` of a transfer.
-    pub async fn transfer(&self, id: i64) -> (String, i64) {
-        sqlx::query_as("SELECT status, version FROM transfers WHERE id = ?1")
-            .bind(id)
-            .fetch_one(&self.pool)
-            .await
-            .expect("read transfer")
+    fn fetch_optional<'c, O: AnyRow>(
+        conn: &'c mut Self::Connection,
+        sql: &'static str,
+        binds: &'c [Bind<'c>],
+    ) -> impl Future<Output = sqlx::Result<Option<O>>> + Send + 'c {
+        fetch_optional_on::<Self, O>(conn, sql, binds)
     }
 }
 
-pub struct Postgres {
-    pub pool: PgPool,
-}
+impl TestBackend for sqlx::Postgres {
+    const CREATE_PAYOUTS: &'static str = "CREATE TABLE payouts (
+        id BIGINT PRIMARY KEY,
+        status TEXT NOT NULL,
+        attempts INT NOT NULL DEFAULT 0,
+        sent_at TIMESTAMPTZ
+    )";
+    const SEED: &'static str =
+        "INSERT INTO payouts (id, status) SELECT g, 'pending' FROM generate_series(1, $1) g";
+    const STATUS: &'static str = "SELECT status FROM payouts WHERE id = $1";
+    const INSERT: &'static str = "INSERT INTO payouts (id, status) VALUES ($1, $2)";
+    const SET_STATUS: &'static str = "UPDATE payouts SET status = $1 WHERE id = $2";
+    const COLUMNS: &'static str =
+        "SELECT attempts::BIGINT, sent_at IS NOT NULL FROM payouts WHERE id = $1";
+    const COUNT_IN: &'static str = "SELECT COUNT(*) FROM payouts WHERE status = $1";
+    const TOTAL_ATTEMPTS: &'static str = "SELECT SUM(attempts)::BIGINT FROM payouts";
+    const CREATE_TRANSFERS: &'static str = "CREATE TABLE transfers (
+        id BIGINT PRIMARY KEY,
+        status TEXT NOT NULL DEFAULT 'pending',
+        version INT NOT NULL DEFAULT 0,
+        sending_since TIMESTAMPTZ,
+        sent_at TIMESTAMPTZ
+    )";
+    const SEED_TRANSFERS: &'static str =
+        "INSERT INTO transfers (id) SELECT g FROM generate_series(1, $1) g";
+    const TRANSFER: &'static str = "SELECT status, version::BIGINT FROM transfers WHERE id = $1";
+    const BACKDATE_LEASES: &'static str =
+        "UPDATE transfers SET sending_since = sending_since - INTERVAL '1 hour'";
 
-impl Postgres {
-    /// Moves every transfer's lease an hour into the past, as if its
-    /// worker had stalled that long: the lease has run out, and its token
-    /// changed.
-    pub async fn backdate_leases(&self) {
-        sqlx::query("UPDATE transfers SET sending_since = sending_since - INTERVAL '1 hour'")
-            .execute(&self.pool)
-            .await
-            .expect("backdate leases");
-    }
-
-    /// A schema of the test's own, dropped and made anew, with every
-    /// connection's default isolation set to `isolation`. Called through
-    /// [`open!`], which writes the schema statements as literals.
-    pub async fn open_with(
+    /// The schema `sg_<test>`, dropped and made anew by `fresh`, with every
+    /// connection's default isolation set to `isolation`.
+    async fn connect(
         test: &str,
-        schema_sql: [&'static str; 2],
+        fresh: &[&'static str],
         isolation: Isolation,
-    ) -> Option<Self> {
+    ) -> Option<(Pool<Self>, Option<tempfile::TempDir>)> {
         let url = server_url("STATEGUARD_POSTGRES_URL", test)?;
+        remake::<Self>(&url, fresh).await;
         let schema = format!("sg_{test}");
-        let mut admin = sqlx::PgConnection::connect(&url)
-            .await
-            .unwrap_or_else(|e| panic!("connect to PostgreSQL at {url}: {e}"));
-        for statement in schema_sql {
-            sqlx::query(statement)
-                .execute(&mut admin)
-                .await
-                .expect("make schema");
-        }
-        admin.close().await.ok();
         let options = PgConnectOptions::from_str(&url)
             .expect("PostgreSQL URL")
             .options([
                 ("search_path", schema.as_str()),
-                ("default_transaction_isolation", isolation.sql()),
+                ("default_transaction_isolation", isolation.postgres()),
             ]);
         let pool = PgPoolOptions::new()
             .max_connections(16)
@@ -373,155 +443,59 @@ impl Postgres {
             .connect_with(options)
             .await
             .expect("PostgreSQL pool");
-        sqlx::query(
-            "CREATE TABLE payouts (
-                id BIGINT PRIMARY KEY,
-                status TEXT NOT NULL,
-                attempts INT NOT NULL DEFAULT 0,
-                sent_at TIMESTAMPTZ
-            )",
-        )
-        .execute(&pool)
-        .await
-        .expect("create table");
-        Some(Postgres { pool })
+        Some((pool, None))
     }
 
-    pub async fn seed(&self, n: i64) {
-        sqlx::query(
-            "INSERT INTO payouts (id, status) SELECT g, 'pending' FROM generate_series(1, $1) g",
-        )
-        .bind(n)
-        .execute(&self.pool)
-        .await
-        .expect("seed");
-    }
-
-    pub async fn status(&self, id: i64) -> Option<String> {
-        sqlx::query_scalar("SELECT status FROM payouts WHERE id = $1")
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await
-            .expect("read status")
-    }
-
-    pub async fn insert(&self, id: i64, status: &str) {
-        sqlx::query("INSERT INTO payouts (id, status) VALUES ($1, $2)")
-            .bind(id)
-            .bind(status)
-            .execute(&self.pool)
-            .await
-            .expect("insert");
-    }
-
-    /// The status decoded through the derived `sqlx::Decode`.
-    pub async fn status_as_enum(&self, id: i64) -> Result<PayoutStatus, sqlx::Error> {
-        sqlx::query_scalar("SELECT status FROM payouts WHERE id = $1")
-            .bind(id)
-            .fetch_one(&self.pool)
-            .await
-    }
-
-    pub async fn set_status_raw(&self, id: i64, status: &str) {
-        sqlx::query("UPDATE payouts SET status = $1 WHERE id = $2")
-            .bind(status)
-            .bind(id)
-            .execute(&self.pool)
-            .await
-            .expect("raw update");
-    }
-
-    pub async fn columns(&self, id: i64) -> (i64, bool) {
-        let (attempts, sent): (i32, bool) =
-            sqlx::query_as("SELECT attempts, sent_at IS NOT NULL FROM payouts WHERE id = $1")
-                .bind(id)
-                .fetch_one(&self.pool)
-                .await
-                .expect("read columns");
-        (i64::from(attempts), sent)
-    }
-
-    pub async fn count_in(&self, status: &str) -> i64 {
-        sqlx::query_scalar("SELECT COUNT(*) FROM payouts WHERE status = $1")
-            .bind(status)
-            .fetch_one(&self.pool)
-            .await
-            .expect("count")
-    }
-
-    pub async fn total_attempts(&self) -> i64 {
-        sqlx::query_scalar("SELECT SUM(attempts)::BIGINT FROM payouts")
-            .fetch_one(&self.pool)
-            .await
-            .expect("sum attempts")
-    }
-
-    /// The `transfers` table of [`TransferStatus`], rows `1..=n` pending.
-    pub async fn transfers(&self, n: i64) {
-        sqlx::query(
-            "CREATE TABLE transfers (
-                id BIGINT PRIMARY KEY,
-                status TEXT NOT NULL DEFAULT 'pending',
-                version INT NOT NULL DEFAULT 0,
-                sending_since TIMESTAMPTZ,
-                sent_at TIMESTAMPTZ
-            )",
-        )
-        .execute(&self.pool)
-        .await
-        .expect("create transfers");
-        sqlx::query("INSERT INTO transfers (id) SELECT g FROM generate_series(1, $1) g")
-            .bind(n)
-            .execute(&self.pool)
-            .await
-            .expect("seed transfers");
-    }
-
-    /// `(status, version)` of a transfer.
-    pub async fn transfer(&self, id: i64) -> (String, i64) {
-        let (status, version): (String, i32) =
-            sqlx::query_as("SELECT status, version FROM transfers WHERE id = $1")
-                .bind(id)
-                .fetch_one(&self.pool)
-                .await
-                .expect("read transfer");
-        (status, i64::from(version))
+    fn fetch_optional<'c, O: AnyRow>(
+        conn: &'c mut Self::Connection,
+        sql: &'static str,
+        binds: &'c [Bind<'c>],
+    ) -> impl Future<Output = sqlx::Result<Option<O>>> + Send + 'c {
+        fetch_optional_on::<Self, O>(conn, sql, binds)
     }
 }
 
-pub struct Mysql {
-    pub pool: MySqlPool,
-}
+impl TestBackend for sqlx::MySql {
+    const CREATE_PAYOUTS: &'static str = "CREATE TABLE payouts (
+        id BIGINT PRIMARY KEY,
+        status VARCHAR(32) NOT NULL,
+        attempts INT NOT NULL DEFAULT 0,
+        sent_at DATETIME(3) NULL
+    )";
+    const SEED: &'static str = "INSERT INTO payouts (id, status)
+        WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < ?)
+        SELECT i, 'pending' FROM s";
+    const STATUS: &'static str = "SELECT status FROM payouts WHERE id = ?";
+    const INSERT: &'static str = "INSERT INTO payouts (id, status) VALUES (?, ?)";
+    const SET_STATUS: &'static str = "UPDATE payouts SET status = ? WHERE id = ?";
+    const COLUMNS: &'static str =
+        "SELECT CAST(attempts AS SIGNED), sent_at IS NOT NULL FROM payouts WHERE id = ?";
+    const COUNT_IN: &'static str = "SELECT COUNT(*) FROM payouts WHERE status = ?";
+    const TOTAL_ATTEMPTS: &'static str = "SELECT CAST(SUM(attempts) AS SIGNED) FROM payouts";
+    const CREATE_TRANSFERS: &'static str = "CREATE TABLE transfers (
+        id BIGINT PRIMARY KEY,
+        status VARCHAR(32) NOT NULL DEFAULT 'pending',
+        version INT NOT NULL DEFAULT 0,
+        sending_since DATETIME(3) NULL,
+        sent_at DATETIME(3) NULL
+    )";
+    const SEED_TRANSFERS: &'static str = "INSERT INTO transfers (id)
+        WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < ?)
+        SELECT i FROM s";
+    const TRANSFER: &'static str =
+        "SELECT status, CAST(version AS SIGNED) FROM transfers WHERE id = ?";
+    const BACKDATE_LEASES: &'static str =
+        "UPDATE transfers SET sending_since = sending_since - INTERVAL 1 HOUR";
 
-impl Mysql {
-    /// Moves every transfer's lease an hour into the past, as if its
-    /// worker had stalled that long: the lease has run out, and its token
-    /// changed.
-    pub async fn backdate_leases(&self) {
-        sqlx::query("UPDATE transfers SET sending_since = sending_since - INTERVAL 1 HOUR")
-            .execute(&self.pool)
-            .await
-            .expect("backdate leases");
-    }
-
-    /// A database of the test's own, dropped and made anew, with every
-    /// connection's session isolation set to `isolation`.
-    pub async fn open_with(
+    /// The database `sg_<test>`, dropped and made anew by `fresh`, with
+    /// every connection's session isolation set to `isolation`.
+    async fn connect(
         test: &str,
-        database_sql: [&'static str; 2],
+        fresh: &[&'static str],
         isolation: Isolation,
-    ) -> Option<Self> {
+    ) -> Option<(Pool<Self>, Option<tempfile::TempDir>)> {
         let url = server_url("STATEGUARD_MYSQL_URL", test)?;
-        let mut admin = sqlx::MySqlConnection::connect(&url)
-            .await
-            .unwrap_or_else(|e| panic!("connect to MySQL/MariaDB at {url}: {e}"));
-        for statement in database_sql {
-            sqlx::query(statement)
-                .execute(&mut admin)
-                .await
-                .expect("make database");
-        }
-        admin.close().await.ok();
+        remake::<Self>(&url, fresh).await;
         let options = MySqlConnectOptions::from_str(&url)
             .expect("MySQL URL")
             .database(&format!("sg_{test}"));
@@ -538,123 +512,148 @@ impl Mysql {
             .connect_with(options)
             .await
             .expect("MySQL pool");
-        sqlx::query(
-            "CREATE TABLE payouts (
-                id BIGINT PRIMARY KEY,
-                status VARCHAR(32) NOT NULL,
-                attempts INT NOT NULL DEFAULT 0,
-                sent_at DATETIME(3) NULL
-            )",
-        )
-        .execute(&pool)
-        .await
-        .expect("create table");
-        Some(Mysql { pool })
+        Some((pool, None))
     }
 
+    fn fetch_optional<'c, O: AnyRow>(
+        conn: &'c mut Self::Connection,
+        sql: &'static str,
+        binds: &'c [Bind<'c>],
+    ) -> impl Future<Output = sqlx::Result<Option<O>>> + Send + 'c {
+        fetch_optional_on::<Self, O>(conn, sql, binds)
+    }
+}
+
+/// A test's database on one backend, with the `payouts` table of
+/// [`PayoutStatus`].
+pub struct Db<DB: TestBackend> {
+    pub pool: Pool<DB>,
+    /// Holds a SQLite file; removed with the handle.
+    _dir: Option<tempfile::TempDir>,
+}
+
+pub type Sqlite = Db<sqlx::Sqlite>;
+pub type Postgres = Db<sqlx::Postgres>;
+pub type Mysql = Db<sqlx::MySql>;
+
+impl<DB: TestBackend> Db<DB> {
+    /// The test's database, made anew, or `None` when its server is not
+    /// configured. Called through [`open!`], which writes `fresh`.
+    pub async fn open(test: &str, fresh: &[&'static str], isolation: Isolation) -> Option<Self> {
+        let (pool, dir) = DB::connect(test, fresh, isolation).await?;
+        let db = Db { pool, _dir: dir };
+        db.execute(DB::CREATE_PAYOUTS, &[])
+            .await
+            .expect("create table");
+        Some(db)
+    }
+
+    /// Runs a helper statement on a connection of the pool.
+    async fn execute(&self, sql: &'static str, binds: &[Bind<'_>]) -> sqlx::Result<()> {
+        let mut conn = self.pool.acquire().await?;
+        DB::execute(&mut conn, sql, binds).await
+    }
+
+    /// The first row of a helper statement on a connection of the pool.
+    async fn fetch_one<O: AnyRow>(&self, sql: &'static str, binds: &[Bind<'_>]) -> sqlx::Result<O> {
+        let mut conn = self.pool.acquire().await?;
+        DB::fetch_one(&mut conn, sql, binds).await
+    }
+
+    /// Rows `1..=n`, all `pending`.
     pub async fn seed(&self, n: i64) {
-        sqlx::query(
-            "INSERT INTO payouts (id, status)
-             WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < ?)
-             SELECT i, 'pending' FROM s",
-        )
-        .bind(n)
-        .execute(&self.pool)
-        .await
-        .expect("seed");
+        self.execute(DB::SEED, &[Bind::Int(n)]).await.expect("seed");
+    }
+
+    pub async fn status(&self, id: i64) -> Option<String> {
+        match self.fetch_one(DB::STATUS, &[Bind::Int(id)]).await {
+            Ok((status,)) => Some(status),
+            Err(sqlx::Error::RowNotFound) => None,
+            Err(error) => panic!("read status: {error}"),
+        }
     }
 
     pub async fn insert(&self, id: i64, status: &str) {
-        sqlx::query("INSERT INTO payouts (id, status) VALUES (?, ?)")
-            .bind(id)
-            .bind(status)
-            .execute(&self.pool)
+        self.execute(DB::INSERT, &[Bind::Int(id), Bind::Text(status)])
             .await
             .expect("insert");
     }
 
+    /// The status decoded through the derived `sqlx::Decode`.
     pub async fn status_as_enum(&self, id: i64) -> Result<PayoutStatus, sqlx::Error> {
-        sqlx::query_scalar("SELECT status FROM payouts WHERE id = ?")
-            .bind(id)
-            .fetch_one(&self.pool)
+        self.fetch_one(DB::STATUS, &[Bind::Int(id)])
             .await
-    }
-
-    pub async fn status(&self, id: i64) -> Option<String> {
-        sqlx::query_scalar("SELECT status FROM payouts WHERE id = ?")
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await
-            .expect("read status")
+            .map(|(status,)| status)
     }
 
     pub async fn set_status_raw(&self, id: i64, status: &str) {
-        sqlx::query("UPDATE payouts SET status = ? WHERE id = ?")
-            .bind(status)
-            .bind(id)
-            .execute(&self.pool)
+        self.execute(DB::SET_STATUS, &[Bind::Text(status), Bind::Int(id)])
             .await
             .expect("raw update");
     }
 
+    /// `(attempts, sent_at IS NOT NULL)` of a row.
     pub async fn columns(&self, id: i64) -> (i64, bool) {
-        let (attempts, sent): (i64, i64) = sqlx::query_as(
-            "SELECT CAST(attempts AS SIGNED), CAST(sent_at IS NOT NULL AS SIGNED)
-             FROM payouts WHERE id = ?",
-        )
-        .bind(id)
-        .fetch_one(&self.pool)
-        .await
-        .expect("read columns");
-        (attempts, sent != 0)
+        self.fetch_one(DB::COLUMNS, &[Bind::Int(id)])
+            .await
+            .expect("read columns")
     }
 
     pub async fn count_in(&self, status: &str) -> i64 {
-        sqlx::query_scalar("SELECT COUNT(*) FROM payouts WHERE status = ?")
-            .bind(status)
-            .fetch_one(&self.pool)
+        self.fetch_one(DB::COUNT_IN, &[Bind::Text(status)])
             .await
+            .map(|(count,)| count)
             .expect("count")
     }
 
     pub async fn total_attempts(&self) -> i64 {
-        sqlx::query_scalar("SELECT CAST(SUM(attempts) AS SIGNED) FROM payouts")
-            .fetch_one(&self.pool)
+        self.fetch_one(DB::TOTAL_ATTEMPTS, &[])
             .await
+            .map(|(sum,)| sum)
             .expect("sum attempts")
     }
 
     /// The `transfers` table of [`TransferStatus`], rows `1..=n` pending.
     pub async fn transfers(&self, n: i64) {
-        sqlx::query(
-            "CREATE TABLE transfers (
-                id BIGINT PRIMARY KEY,
-                status VARCHAR(32) NOT NULL DEFAULT 'pending',
-                version INT NOT NULL DEFAULT 0,
-                sending_since DATETIME(3) NULL,
-                sent_at DATETIME(3) NULL
-            )",
-        )
-        .execute(&self.pool)
-        .await
-        .expect("create transfers");
-        sqlx::query(
-            "INSERT INTO transfers (id)
-             WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < ?)
-             SELECT i FROM s",
-        )
-        .bind(n)
-        .execute(&self.pool)
-        .await
-        .expect("seed transfers");
+        self.execute(DB::CREATE_TRANSFERS, &[])
+            .await
+            .expect("create transfers");
+        self.execute(DB::SEED_TRANSFERS, &[Bind::Int(n)])
+            .await
+            .expect("seed transfers");
     }
 
     /// `(status, version)` of a transfer.
     pub async fn transfer(&self, id: i64) -> (String, i64) {
-        sqlx::query_as("SELECT status, CAST(version AS SIGNED) FROM transfers WHERE id = ?")
-            .bind(id)
-            .fetch_one(&self.pool)
+        self.fetch_one(DB::TRANSFER, &[Bind::Int(id)])
             .await
             .expect("read transfer")
     }
+
+    /// Moves every transfer's lease an hour into the past, as if its
+    /// worker had stalled that long: the lease has run out, and its token
+    /// changed.
+    pub async fn backdate_leases(&self) {
+        self.execute(DB::BACKDATE_LEASES, &[])
+            .await
+            .expect("backdate leases");
+    }
+}
+
+/// Seeds row 1, opens a transaction that reads it (`pending`), then moves the
+/// row on from outside: the transaction is left holding a stale snapshot.
+pub async fn stale_transaction<DB: TestBackend>(db: &Db<DB>) -> Tx<'static, DB>
+where
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    i64: Key<DB>,
+{
+    db.seed(1).await;
+    let mut tx = Tx::begin(&db.pool).await.unwrap();
+    let (seen,): (String,) = DB::fetch_one(&mut tx, "SELECT status FROM payouts WHERE id = 1", &[])
+        .await
+        .unwrap();
+    assert_eq!(seen, "pending");
+    let moved = PayoutStatus::start().apply(&db.pool, 1_i64).await.unwrap();
+    assert!(moved.is_applied());
+    tx
 }
