@@ -12,6 +12,27 @@ use stateguard::{
     Committed, Effect, Error, Executor, FinishError, Finished, Key, Verdict, claim_expired, recover,
 };
 
+/// The `transfers` table with a 600 ms lease, renewed every 200 ms: only a
+/// stall of 400 ms would let recovery in, however loaded the machine.
+#[derive(stateguard::StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(
+    table = "transfers",
+    column = "status",
+    key = "id",
+    version = "version"
+)]
+enum Renewed {
+    #[state(initial)]
+    #[transition(start -> Sending)]
+    Pending,
+    #[state(in_flight(lease = "600ms", since = "sending_since", done = confirm, failed = fail))]
+    #[transition(confirm -> Sent)]
+    #[transition(fail -> Failed)]
+    Sending,
+    Sent,
+    Failed,
+}
+
 /// Lets the 150 ms lease of `TransferStatus::Sending` run out.
 async fn outlive_the_lease() {
     tokio::time::sleep(Duration::from_millis(400)).await;
@@ -118,7 +139,7 @@ where
     i64: Key<DB> + for<'r> sqlx::Decode<'r, DB>,
 {
     db.transfers(1).await;
-    let won = TransferStatus::start()
+    let won = Renewed::start()
         .apply(&db.pool, 1_i64)
         .await
         .unwrap()
@@ -127,22 +148,17 @@ where
     let effects = AtomicUsize::new(0);
     let finish = won.finish(&db.pool, |_| async {
         effects.fetch_add(1, Ordering::SeqCst);
-        tokio::time::sleep(Duration::from_millis(600)).await;
+        tokio::time::sleep(Duration::from_millis(2400)).await;
         Verdict::Done
     });
     let sweep = async {
         let mut claimed = 0;
-        for _ in 0..6 {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            let report = recover(
-                &db.pool,
-                TransferStatus::Sending,
-                10,
-                |_: Effect<_, i64>| async {
-                    effects.fetch_add(1, Ordering::SeqCst);
-                    Verdict::Done
-                },
-            )
+        for _ in 0..8 {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let report = recover(&db.pool, Renewed::Sending, 10, |_: Effect<_, i64>| async {
+                effects.fetch_add(1, Ordering::SeqCst);
+                Verdict::Done
+            })
             .await
             .unwrap();
             claimed += report.claimed;
@@ -150,7 +166,7 @@ where
         claimed
     };
     let (finished, claimed) = tokio::join!(finish, sweep);
-    assert_eq!(finished.unwrap(), Finished::Done(TransferStatus::Sent));
+    assert_eq!(finished.unwrap(), Finished::Done(Renewed::Sent));
     assert_eq!(
         claimed, 0,
         "recovery took over a row whose worker was alive"
