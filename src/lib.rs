@@ -49,6 +49,8 @@
 //!         Outcome::AlreadyInState(state) => assert_eq!(state, PayoutStatus::Sending),
 //!         Outcome::Conflict { current } => panic!("moved on to {current}"),
 //!         Outcome::NotFound => panic!("no payout 7"),
+//!         // Only with `.expecting(occurrence)`: the row moved on since.
+//!         Outcome::Stale { current, .. } => panic!("moved on to {current}"),
 //!     }
 //! }
 //! assert_eq!(bank_calls, 1);
@@ -151,7 +153,7 @@
 pub use guard_macros::StateMachine;
 // Transitions and what they return.
 pub use guard_runtime::{
-    Committed, DEFAULT_DEADLINE, Error, Outcome, StateMachine, Transition, Uncommitted,
+    Committed, Current, DEFAULT_DEADLINE, Error, Outcome, StateMachine, Transition, Uncommitted,
     UnknownState, Won,
 };
 // Transactions whose wins wait for the commit.

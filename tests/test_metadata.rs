@@ -112,22 +112,22 @@ fn sql_text_per_dialect() {
     let select = PayoutStatus::MACHINE.select_sql();
     assert_eq!(
         select.postgres(),
-        r#"SELECT "status"::text FROM "billing"."payouts" WHERE "id" = $1 AND CAST("id" AS TEXT) COLLATE "C" = CAST($1 AS TEXT)"#
+        r#"SELECT "status"::text, CAST(0 AS BIGINT) FROM "billing"."payouts" WHERE "id" = $1 AND CAST("id" AS TEXT) COLLATE "C" = CAST($1 AS TEXT)"#
     );
     assert_eq!(
         select.sqlite(),
-        r#"SELECT "status" FROM "billing"."payouts" WHERE "id" = ?1 AND CAST("id" AS BLOB) = CAST(?1 AS BLOB)"#
+        r#"SELECT "status", CAST(0 AS INTEGER) FROM "billing"."payouts" WHERE "id" = ?1 AND CAST("id" AS BLOB) = CAST(?1 AS BLOB)"#
     );
     assert_eq!(
         select.mysql(),
-        "SELECT CAST(`status` AS CHAR) FROM `billing`.`payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) LOCK IN SHARE MODE"
+        "SELECT CAST(`status` AS CHAR), CAST(0 AS SIGNED) FROM `billing`.`payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) LOCK IN SHARE MODE"
     );
     // Inside a caller's transaction the PostgreSQL read locks the row, so
     // that it sees the latest row or fails with 40001, not a snapshot.
     let select = PayoutStatus::MACHINE.select_in_transaction_sql();
     assert_eq!(
         select.postgres(),
-        r#"SELECT "status"::text FROM "billing"."payouts" WHERE "id" = $1 AND CAST("id" AS TEXT) COLLATE "C" = CAST($1 AS TEXT) FOR SHARE"#
+        r#"SELECT "status"::text, CAST(0 AS BIGINT) FROM "billing"."payouts" WHERE "id" = $1 AND CAST("id" AS TEXT) COLLATE "C" = CAST($1 AS TEXT) FOR SHARE"#
     );
     assert_eq!(select.sqlite(), PayoutStatus::MACHINE.select_sql().sqlite());
     assert_eq!(select.mysql(), PayoutStatus::MACHINE.select_sql().mysql());

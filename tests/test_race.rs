@@ -70,6 +70,9 @@ where
                 panic!("row {id}: Conflict reporting {current:?} in a race of one transition")
             }
             Ok(Outcome::NotFound) => panic!("row {id}: NotFound for a seeded row"),
+            Ok(Outcome::Stale { current, .. }) => {
+                panic!("row {id}: Stale ({current:?}) without an expected occurrence")
+            }
             Err(error) => panic!("row {id}: {error}"),
         }
     }

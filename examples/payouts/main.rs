@@ -261,6 +261,9 @@ where
             report.found_sent.fetch_add(1, Ordering::SeqCst);
         }
         Outcome::NotFound => unreachable!("payout {id} was created above"),
+        // Only a transition that expects an occurrence can find the row
+        // moved on; this one does not.
+        Outcome::Stale { .. } => unreachable!("start() expects no occurrence"),
     }
     Ok(())
 }

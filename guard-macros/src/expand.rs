@@ -95,7 +95,14 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
         let name = t.name.unraw().to_string();
         let sources = t.sources.iter().map(|&i| idents[i]);
         let target = idents[t.target];
-        let update = sql_per_dialect(&private, |d| d.update(model, t));
+        let update = sql_per_dialect(&private, |d| d.update(model, t, false));
+        let update_expecting = match model.version {
+            Some(_) => {
+                let sql = sql_per_dialect(&private, |d| d.update(model, t, true));
+                quote!(::core::option::Option::Some(#sql))
+            }
+            None => quote!(::core::option::Option::None),
+        };
         let read_back = sql_per_dialect(&private, |d| d.read_back(model, t));
         let set = t
             .set
@@ -108,6 +115,7 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
                 #ident::#target,
                 &[#(#set),*],
                 #update,
+                #update_expecting,
                 #read_back,
             )
         }
@@ -179,7 +187,10 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
         }
 
         // No `#[automatically_derived]`: rustc accepts it only on trait
-        // impls and is phasing it out elsewhere.
+        // impls and is phasing it out elsewhere. A transition may share the
+        // enum's name (`Hold::hold()`), which clippy would flag in the
+        // user's crate.
+        #[allow(clippy::self_named_constructors)]
         impl #ident {
             #(#constructors)*
         }

@@ -163,7 +163,10 @@ impl Dialect {
 
     /// `UPDATE t SET … WHERE k = $1 AND c IN ('source', …)[ RETURNING …]`:
     /// the compare-and-set.
-    pub fn update(&self, model: &Model, transition: &Transition) -> String {
+    ///
+    /// `expecting` adds `AND version = $2`: the row must still be at the
+    /// occurrence the caller saw (`Transition::expecting`).
+    pub fn update(&self, model: &Model, transition: &Transition, expecting: bool) -> String {
         let d = *self;
         let column = d.quote(&model.column);
         let target = &model.states[transition.target];
@@ -173,8 +176,12 @@ impl Dialect {
             .map(|&s| format!("'{}'", model.states[s].db))
             .collect();
         let sources = format!("IN ({})", sources.join(", "));
+        let same_occurrence = match (&model.version, expecting) {
+            (Some(version), true) => format!(" AND {} = {}", d.version_value(version), d.param(2)),
+            _ => String::new(),
+        };
         format!(
-            "UPDATE {} SET {} WHERE {} AND {}{}",
+            "UPDATE {} SET {} WHERE {} AND {}{same_occurrence}{}",
             d.quote(&model.table),
             d.assignments(model, transition),
             d.key_match(&model.key),
@@ -389,12 +396,14 @@ impl Dialect {
         }
     }
 
-    /// `SELECT c FROM t WHERE k = $1`, with the status read as text, as a
+    /// `SELECT c, version FROM t WHERE k = $1` (version 0 without a version
+    /// column), with the status read as text, as a
     /// locking read where [`Self::read_lock`] says so.
     pub fn select(self, model: &Model, in_transaction: bool) -> String {
         format!(
-            "SELECT {} FROM {} WHERE {}{}",
+            "SELECT {}, {} FROM {} WHERE {}{}",
             self.status_read(&model.column),
+            self.version_read(model.version.as_deref()),
             self.quote(&model.table),
             self.key_match(&model.key),
             self.read_lock(in_transaction),
@@ -466,7 +475,7 @@ mod tests {
     #[test]
     fn the_compare_and_set_in_every_dialect() {
         with_model(|model| {
-            let [pg, lite, my] = DIALECTS.map(|d| d.update(model, &model.transitions[0]));
+            let [pg, lite, my] = DIALECTS.map(|d| d.update(model, &model.transitions[0], false));
             assert_eq!(
                 pg,
                 "UPDATE \"billing\".\"payouts\" SET \"status\" = 'sending', \"sending_since\" = \
@@ -499,12 +508,12 @@ mod tests {
     fn mysql_writes_set_columns_before_the_status() {
         with_model(|model| {
             let confirm = &model.transitions[1];
-            let pg = Dialect::Postgres.update(model, confirm);
+            let pg = Dialect::Postgres.update(model, confirm, false);
             assert!(
                 pg.contains("SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), "),
                 "{pg}"
             );
-            let my = Dialect::MySql.update(model, confirm);
+            let my = Dialect::MySql.update(model, confirm, false);
             assert!(
                 my.contains("SET `sent_at` = (CURRENT_TIMESTAMP), `status` = 'sent', "),
                 "{my}"
@@ -534,7 +543,8 @@ mod tests {
             let select = |d: Dialect, tx| d.select(model, tx);
             assert_eq!(
                 select(Dialect::Postgres, false),
-                "SELECT \"status\"::text FROM \"billing\".\"payouts\" WHERE \"id\" = $1 AND \
+                "SELECT \"status\"::text, CAST(COALESCE(\"version\", 0) AS BIGINT) FROM \
+                 \"billing\".\"payouts\" WHERE \"id\" = $1 AND \
                  CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT)"
             );
             assert!(select(Dialect::Postgres, true).ends_with(" FOR SHARE"));

@@ -83,6 +83,20 @@ pub enum Error {
         outcome_known: bool,
     },
 
+    /// [`Transition::expecting`](crate::Transition::expecting) was used on a
+    /// machine without a `version` column, where a row has no occurrence to
+    /// check.
+    #[error(
+        "`{transition}` of {machine} cannot expect an occurrence: the machine declares no \
+         `version = \"…\"` column"
+    )]
+    NoVersionColumn {
+        /// The machine.
+        machine: &'static str,
+        /// The transition.
+        transition: &'static str,
+    },
+
     /// The key matched more than one row, so the key column is not unique.
     /// Outside a transaction those rows have been changed.
     #[error(

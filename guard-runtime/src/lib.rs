@@ -32,7 +32,7 @@ pub use crate::effect::{Effect, FinishError, Finished, Verdict};
 pub use crate::error::Error;
 pub use crate::executor::Executor;
 pub use crate::machine::{StateMachine, UnknownState};
-pub use crate::outcome::{Committed, Outcome, Uncommitted, Won};
+pub use crate::outcome::{Committed, Current, Outcome, Uncommitted, Won};
 pub use crate::recovery::{Recovered, SupersededRow, claim_expired, recover, recover_within};
 pub use crate::retry::DEFAULT_DEADLINE;
 pub use crate::transition::Transition;

@@ -122,8 +122,9 @@ impl<S: StateMachine> Machine<S> {
         self.transitions
     }
 
-    /// `SELECT <column> FROM <table> WHERE <key> = <param>`: the fresh read
-    /// of the losing path (a locking read on MySQL).
+    /// `SELECT <column>, <version> FROM <table> WHERE <key> = <param>`: the
+    /// fresh read of the losing path (a locking read on MySQL), and
+    /// `load`'s.
     pub const fn select_sql(&self) -> &Sql {
         &self.select
     }
@@ -300,6 +301,7 @@ pub struct TransitionDef<S: 'static> {
     target: S,
     set: &'static [SetColumn],
     update: Sql,
+    update_expecting: Option<Sql>,
     read_back: Sql,
 }
 
@@ -327,6 +329,13 @@ impl<S: StateMachine> TransitionDef<S> {
     /// The compare-and-set `UPDATE` for each dialect.
     pub const fn update_sql(&self) -> &Sql {
         &self.update
+    }
+
+    /// The compare-and-set that also requires the row's version to be the
+    /// occurrence the caller expects (`$2`). Only for a machine with a
+    /// version column.
+    pub const fn update_expecting_sql(&self) -> Option<&Sql> {
+        self.update_expecting.as_ref()
     }
 
     /// What MySQL reads back after a winning `UPDATE` on the same
@@ -446,6 +455,7 @@ pub mod construct {
         target: S,
         set: &'static [SetColumn],
         update: Sql,
+        update_expecting: Option<Sql>,
         read_back: Sql,
     ) -> TransitionDef<S> {
         TransitionDef {
@@ -454,6 +464,7 @@ pub mod construct {
             target,
             set,
             update,
+            update_expecting,
             read_back,
         }
     }

@@ -27,6 +27,15 @@ pub enum Outcome<S: StateMachine, K, C = Committed> {
     },
     /// No row has this key.
     NotFound,
+    /// The row moved on since the occurrence the caller expected
+    /// ([`Transition::expecting`](crate::Transition::expecting)): nothing
+    /// changed.
+    Stale {
+        /// The state the row is in now.
+        current: S,
+        /// Its occurrence now: the value of the version column.
+        occurrence: i64,
+    },
 }
 
 impl<S: StateMachine, K, C> Outcome<S, K, C> {
@@ -47,9 +56,36 @@ impl<S: StateMachine, K, C> Outcome<S, K, C> {
     pub fn state(&self) -> Option<S> {
         match self {
             Outcome::Applied(won) => Some(won.state()),
-            Outcome::AlreadyInState(state) | Outcome::Conflict { current: state } => Some(*state),
+            Outcome::AlreadyInState(state)
+            | Outcome::Conflict { current: state }
+            | Outcome::Stale { current: state, .. } => Some(*state),
             Outcome::NotFound => None,
         }
+    }
+}
+
+/// A row as [`Machine::load`](crate::meta::Machine::load) read it: its
+/// state and occurrence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Current<S> {
+    state: S,
+    occurrence: i64,
+}
+
+impl<S: Copy> Current<S> {
+    pub(crate) fn new(state: S, occurrence: i64) -> Self {
+        Current { state, occurrence }
+    }
+
+    /// The state the row is in.
+    pub fn state(&self) -> S {
+        self.state
+    }
+
+    /// The value of the machine's version column (0 without one): pass it
+    /// to [`Transition::expecting`](crate::Transition::expecting).
+    pub fn occurrence(&self) -> i64 {
+        self.occurrence
     }
 }
 

@@ -12,8 +12,8 @@ use crate::dialect::{Backend, Key};
 use crate::error::Error;
 use crate::executor::sealed::Run;
 use crate::executor::{Executor, refuse_open_transaction};
-use crate::machine::{InFlightDef, TransitionDef};
-use crate::outcome::{Outcome, Won};
+use crate::machine::{InFlightDef, Machine, TransitionDef};
+use crate::outcome::{Current, Outcome, Won};
 
 /// One named transition of a machine, e.g. `PayoutStatus::start()`.
 ///
@@ -21,6 +21,7 @@ use crate::outcome::{Outcome, Won};
 pub struct Transition<S: 'static> {
     def: &'static TransitionDef<S>,
     deadline: Duration,
+    expected: Option<i64>,
 }
 
 impl<S: StateMachine> Transition<S> {
@@ -28,7 +29,34 @@ impl<S: StateMachine> Transition<S> {
         Transition {
             def,
             deadline: DEFAULT_DEADLINE,
+            expected: None,
         }
+    }
+
+    /// The same transition, applied only if the row is still at
+    /// `occurrence`, the value of the machine's version column that the
+    /// caller saw ([`Won::occurrence`], [`Current::occurrence`] from
+    /// [`Machine::load`](crate::meta::Machine::load)):
+    /// `PayoutStatus::cancel().expecting(seen).apply(&pool, id)`.
+    ///
+    /// A row that moved on since is [`Outcome::Stale`], with its state and
+    /// occurrence now; the compare-and-set is still one statement. This is
+    /// how an operator acting on a page loaded earlier cannot move a row
+    /// that changed meanwhile, and how a late replay in a machine with a
+    /// cycle (`held → active → held`) is refused instead of winning the
+    /// next pass. Only for a machine with a `version` column: elsewhere
+    /// `apply` returns [`Error::NoVersionColumn`].
+    pub const fn expecting(self, occurrence: i64) -> Self {
+        Transition {
+            def: self.def,
+            deadline: self.deadline,
+            expected: Some(occurrence),
+        }
+    }
+
+    /// The occurrence [`Transition::expecting`] set, if any.
+    pub const fn expected(self) -> Option<i64> {
+        self.expected
     }
 
     /// The same transition, with `deadline` for [`Transition::apply`]
@@ -42,6 +70,7 @@ impl<S: StateMachine> Transition<S> {
         Transition {
             def: self.def,
             deadline,
+            expected: self.expected,
         }
     }
 
@@ -146,10 +175,20 @@ impl<S: StateMachine> Transition<S> {
             true => machine.select_in_transaction_sql(),
             false => machine.select_sql(),
         });
+        let update = match (self.expected, def.update_expecting_sql()) {
+            (None, _) => def.update_sql(),
+            (Some(_), Some(update)) => update,
+            (Some(_), None) => {
+                return Err(Error::NoVersionColumn {
+                    machine: machine.name(),
+                    transition: def.name(),
+                });
+            }
+        };
+        let update = <E::Database as Dialect>::sql(update);
         let mut attempts = 0;
         loop {
             attempts += 1;
-            let update = <E::Database as Dialect>::sql(def.update_sql());
             writing.store(true, core::sync::atomic::Ordering::Relaxed);
             let changed = self.attempt(executor, update, &key, attempts).await;
             writing.store(false, core::sync::atomic::Ordering::Relaxed);
@@ -169,6 +208,18 @@ impl<S: StateMachine> Transition<S> {
                 return Ok(Outcome::NotFound);
             };
             let current = self.read_status::<E::Database>(&row)?;
+            if let Some(expected) = self.expected {
+                let version =
+                    <E::Database as Dialect>::int(&row, 1).map_err(|e| self.db_error(e))?;
+                // Moved on since the caller looked, even if into this very
+                // target: the caller acted on a page that is out of date.
+                if version != expected {
+                    return Ok(Outcome::Stale {
+                        current,
+                        occurrence: version,
+                    });
+                }
+            }
             if current == def.target() {
                 return Ok(Outcome::AlreadyInState(current));
             }
@@ -266,7 +317,10 @@ impl<S: StateMachine> Transition<S> {
     {
         type DB<E> = <E as Run>::Database;
         let failed = |e| Attempt::Failed(self.db_error(e));
-        let args = key_arguments::<DB<E>, K>(key).map_err(failed)?;
+        let mut args = key_arguments::<DB<E>, K>(key).map_err(failed)?;
+        if let Some(expected) = self.expected {
+            <DB<E> as Dialect>::bind_int(&mut args, expected).map_err(failed)?;
+        }
         let retryable = |error: sqlx::Error| match <DB<E> as Backend>::is_retryable(&error) {
             true => Attempt::Retryable(error),
             false => Attempt::Failed(self.db_error(error)),
@@ -395,6 +449,62 @@ impl<S: StateMachine> TransitionDef<S> {
     }
 }
 
+impl<S: StateMachine> Machine<S> {
+    /// Reads the row whose key is `key`: its state and occurrence now, or
+    /// `None` if there is no such row. A page can carry the occurrence to
+    /// the next request and apply with [`Transition::expecting`].
+    ///
+    /// One `SELECT`, a locking read inside a transaction as on the losing
+    /// path of [`Transition::apply`]; it keeps
+    /// [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE).
+    pub async fn load<E, K>(
+        &'static self,
+        mut executor: E,
+        key: K,
+    ) -> Result<Option<Current<S>>, Error>
+    where
+        E: Executor,
+        K: Key<E::Database>,
+    {
+        let error = |source| Error::Database {
+            table: self.table(),
+            transition: "load",
+            source,
+        };
+        let select = <E::Database as Dialect>::sql(match executor.in_transaction() {
+            true => self.select_in_transaction_sql(),
+            false => self.select_sql(),
+        });
+        let args = key_arguments::<E::Database, K>(&key).map_err(error)?;
+        let read = executor.fetch_optional(select, args);
+        let row = match tokio::time::timeout(DEFAULT_DEADLINE, read).await {
+            Ok(row) => row.map_err(error)?,
+            Err(_) => {
+                return Err(Error::Timeout {
+                    table: self.table(),
+                    transition: "load",
+                    deadline: DEFAULT_DEADLINE,
+                    outcome_known: true,
+                });
+            }
+        };
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let state = match <E::Database as Dialect>::text_opt(&row, 0).map_err(error)? {
+            Some(text) => S::parse_db_str(&text)?,
+            None => {
+                return Err(Error::NullStatus {
+                    table: self.table(),
+                    column: self.column(),
+                });
+            }
+        };
+        let occurrence = <E::Database as Dialect>::int(&row, 1).map_err(error)?;
+        Ok(Some(Current::new(state, occurrence)))
+    }
+}
+
 impl<S: StateMachine> InFlightDef<S> {
     /// The transition that ends this state when the effect succeeded.
     pub const fn done(&self) -> Transition<S> {
@@ -457,6 +567,7 @@ impl<S: StateMachine> PartialEq for Transition<S> {
     fn eq(&self, other: &Self) -> bool {
         (core::ptr::eq(self.def, other.def) || self.def.name() == other.def.name())
             && self.deadline == other.deadline
+            && self.expected == other.expected
     }
 }
 

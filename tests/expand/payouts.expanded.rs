@@ -56,6 +56,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     "UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB) AND \"status\" IN ('pending')",
                     "UPDATE `payouts` SET `status` = 'sending' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('pending') AND CAST(`status` AS BINARY) IN ('pending')",
                 ),
+                ::core::option::Option::None,
                 ::stateguard::__private::sql(
                     "",
                     "",
@@ -72,6 +73,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     "UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB) AND \"status\" IN ('pending', 'sending')",
                     "UPDATE `payouts` SET `status` = 'cancelled' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('pending', 'sending') AND CAST(`status` AS BINARY) IN ('pending', 'sending')",
                 ),
+                ::core::option::Option::None,
                 ::stateguard::__private::sql(
                     "",
                     "",
@@ -88,6 +90,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     "UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP) WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB) AND \"status\" IN ('sending')",
                     "UPDATE `payouts` SET `sent_at` = (CURRENT_TIMESTAMP), `status` = 'sent' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending')",
                 ),
+                ::core::option::Option::None,
                 ::stateguard::__private::sql(
                     "",
                     "",
@@ -104,6 +107,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     "UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB) AND \"status\" IN ('sending')",
                     "UPDATE `payouts` SET `status` = 'failed' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending')",
                 ),
+                ::core::option::Option::None,
                 ::stateguard::__private::sql(
                     "",
                     "",
@@ -121,14 +125,14 @@ impl ::stateguard::StateMachine for PayoutStatus {
             &__STATES,
             &__TRANSITIONS,
             ::stateguard::__private::sql(
-                "SELECT \"status\"::text FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT)",
-                "SELECT \"status\" FROM \"payouts\" WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB)",
-                "SELECT CAST(`status` AS CHAR) FROM `payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) LOCK IN SHARE MODE",
+                "SELECT \"status\"::text, CAST(0 AS BIGINT) FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT)",
+                "SELECT \"status\", CAST(0 AS INTEGER) FROM \"payouts\" WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB)",
+                "SELECT CAST(`status` AS CHAR), CAST(0 AS SIGNED) FROM `payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) LOCK IN SHARE MODE",
             ),
             ::stateguard::__private::sql(
-                "SELECT \"status\"::text FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) FOR SHARE",
-                "SELECT \"status\" FROM \"payouts\" WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB)",
-                "SELECT CAST(`status` AS CHAR) FROM `payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) LOCK IN SHARE MODE",
+                "SELECT \"status\"::text, CAST(0 AS BIGINT) FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) FOR SHARE",
+                "SELECT \"status\", CAST(0 AS INTEGER) FROM \"payouts\" WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB)",
+                "SELECT CAST(`status` AS CHAR), CAST(0 AS SIGNED) FROM `payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) LOCK IN SHARE MODE",
             ),
             ::stateguard::__private::sql(
                 ::stateguard::__private::ddl(
@@ -206,6 +210,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
         }
     }
 }
+#[allow(clippy::self_named_constructors)]
 impl PayoutStatus {
     /** Transition `start`: from [`Pending`](Self::Pending) (`'pending'`) to [`Sending`](Self::Sending) (`'sending'`).
 

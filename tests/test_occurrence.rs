@@ -1,0 +1,194 @@
+//! An expected occurrence: a transition applied only to the row as the
+//! caller saw it (`Transition::expecting`), and `Machine::load` to see it.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{Db, PayoutStatus, TestBackend, TransferStatus};
+use sqlx::Pool;
+use stateguard::{Committed, Current, Error, Executor, Key, Outcome, StateMachine};
+
+/// The `transfers` table as a machine with a cycle: a payout put on hold
+/// and released, again and again.
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(
+    table = "transfers",
+    column = "status",
+    key = "id",
+    version = "version"
+)]
+enum Hold {
+    #[state(initial)]
+    #[transition(hold -> Held)]
+    Pending,
+    #[transition(release -> Pending)]
+    Held,
+}
+
+backend_tests! {
+    "occ_two_operators" => two_operators_on_the_same_page_one_wins,
+    "occ_race" => racing_operators_at_one_occurrence_win_once (flavor = "multi_thread", worker_threads = 4),
+    "occ_cycle" => a_late_replay_in_a_cycle_is_refused,
+    "occ_load" => load_reads_state_and_occurrence,
+}
+
+/// Two operators load the same payout and both cancel it with the
+/// occurrence they saw: one wins, the other learns it moved on.
+async fn two_operators_on_the_same_page_one_wins<DB: TestBackend>(db: Db<DB>)
+where
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    i64: Key<DB>,
+{
+    db.transfers(1).await;
+    let seen_by_a = TransferStatus::MACHINE.load(&db.pool, 1_i64).await.unwrap();
+    let seen_by_b = TransferStatus::MACHINE.load(&db.pool, 1_i64).await.unwrap();
+    let seen = seen_by_a.expect("row 1");
+    assert_eq!(seen_by_b, Some(seen));
+    assert_eq!(
+        (seen.state(), seen.occurrence()),
+        (TransferStatus::Pending, 0)
+    );
+    let a = TransferStatus::cancel()
+        .expecting(seen.occurrence())
+        .apply(&db.pool, 1_i64)
+        .await
+        .unwrap();
+    let won = a.won().expect("the first operator wins");
+    assert_eq!(won.occurrence(), 1);
+    let b = TransferStatus::cancel()
+        .expecting(seen.occurrence())
+        .apply(&db.pool, 1_i64)
+        .await
+        .unwrap();
+    assert_eq!(
+        b,
+        Outcome::Stale {
+            current: TransferStatus::Cancelled,
+            occurrence: 1
+        }
+    );
+    assert_eq!(db.transfer(1).await, ("cancelled".to_owned(), 1));
+}
+
+/// Sixteen operators at once, all expecting occurrence 0: exactly one
+/// moves the row, every other is told it moved on.
+async fn racing_operators_at_one_occurrence_win_once<DB: TestBackend>(db: Db<DB>)
+where
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    i64: Key<DB>,
+{
+    const ROWS: i64 = 20;
+    const OPERATORS: usize = 16;
+    db.transfers(ROWS).await;
+    let pool = Arc::new(db.pool.clone());
+    let mut tasks = Vec::new();
+    for id in 1..=ROWS {
+        for _ in 0..OPERATORS {
+            let pool = pool.clone();
+            tasks.push(tokio::spawn(async move {
+                let outcome = Hold::hold().expecting(0).apply(&*pool, id).await;
+                (id, outcome.map(|o| (o.is_applied(), o)))
+            }));
+        }
+    }
+    let mut applied = vec![0; ROWS as usize + 1];
+    let mut stale = vec![0; ROWS as usize + 1];
+    for task in tasks {
+        let (id, outcome) = task.await.unwrap();
+        match outcome.unwrap() {
+            (true, _) => applied[id as usize] += 1,
+            (
+                false,
+                Outcome::Stale {
+                    current: Hold::Held,
+                    occurrence: 1,
+                },
+            ) => stale[id as usize] += 1,
+            (false, other) => panic!("row {id}: {other:?}"),
+        }
+    }
+    for id in 1..=ROWS as usize {
+        assert_eq!((applied[id], stale[id]), (1, OPERATORS - 1), "row {id}");
+    }
+}
+
+/// In a machine with a cycle, a late replay of `hold` wins the next pass
+/// unless it carries the occurrence it was meant for.
+async fn a_late_replay_in_a_cycle_is_refused<DB: TestBackend>(db: Db<DB>)
+where
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    i64: Key<DB>,
+{
+    db.transfers(1).await;
+    let held = Hold::hold()
+        .expecting(0)
+        .apply(&db.pool, 1_i64)
+        .await
+        .unwrap();
+    assert!(held.is_applied());
+    assert!(
+        Hold::release()
+            .apply(&db.pool, 1_i64)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    // The first request, delivered again.
+    let replay = Hold::hold()
+        .expecting(0)
+        .apply(&db.pool, 1_i64)
+        .await
+        .unwrap();
+    assert_eq!(
+        replay,
+        Outcome::Stale {
+            current: Hold::Pending,
+            occurrence: 2
+        }
+    );
+    assert_eq!(db.transfer(1).await, ("pending".to_owned(), 2));
+}
+
+/// `load` reads the state and occurrence, inside a transaction too, and
+/// says when there is no row; a machine without a version column cannot
+/// expect an occurrence.
+async fn load_reads_state_and_occurrence<DB: TestBackend>(db: Db<DB>)
+where
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    for<'t, 'c> &'t mut stateguard::Tx<'c, DB>: Executor<Database = DB>,
+    i64: Key<DB>,
+{
+    db.transfers(1).await;
+    assert_eq!(
+        TransferStatus::MACHINE.load(&db.pool, 2_i64).await.unwrap(),
+        None
+    );
+    assert!(
+        TransferStatus::start()
+            .apply(&db.pool, 1_i64)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    let current: Option<Current<TransferStatus>> =
+        TransferStatus::MACHINE.load(&db.pool, 1_i64).await.unwrap();
+    let current = current.expect("row 1");
+    assert_eq!(
+        (current.state(), current.occurrence()),
+        (TransferStatus::Sending, 1)
+    );
+    let mut tx = stateguard::Tx::begin(&db.pool).await.unwrap();
+    let inside = TransferStatus::MACHINE.load(&mut tx, 1_i64).await.unwrap();
+    assert_eq!(inside, Some(current));
+    tx.rollback().await.unwrap();
+    // PayoutStatus declares no version column.
+    db.seed(1).await;
+    let error = PayoutStatus::cancel()
+        .expecting(0)
+        .apply(&db.pool, 1_i64)
+        .await
+        .unwrap_err();
+    assert!(matches!(error, Error::NoVersionColumn { .. }), "{error:?}");
+    assert!(error.to_string().contains("version"), "{error}");
+}
