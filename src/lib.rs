@@ -51,6 +51,8 @@
 //!         Outcome::NotFound => panic!("no payout 7"),
 //!         // Only with `.expecting(occurrence)`: the row moved on since.
 //!         Outcome::Stale { current, .. } => panic!("moved on to {current}"),
+//!         // Only for a transition with a `guard`.
+//!         Outcome::Refused { current } => panic!("refused in {current}"),
 //!     }
 //! }
 //! assert_eq!(bank_calls, 1);

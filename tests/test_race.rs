@@ -70,8 +70,8 @@ where
                 panic!("row {id}: Conflict reporting {current:?} in a race of one transition")
             }
             Ok(Outcome::NotFound) => panic!("row {id}: NotFound for a seeded row"),
-            Ok(Outcome::Stale { current, .. }) => {
-                panic!("row {id}: Stale ({current:?}) without an expected occurrence")
+            Ok(Outcome::Stale { current, .. } | Outcome::Refused { current }) => {
+                panic!("row {id}: Stale or Refused ({current:?}) without a guard or occurrence")
             }
             Err(error) => panic!("row {id}: {error}"),
         }

@@ -262,8 +262,10 @@ where
         }
         Outcome::NotFound => unreachable!("payout {id} was created above"),
         // Only a transition that expects an occurrence can find the row
-        // moved on; this one does not.
-        Outcome::Stale { .. } => unreachable!("start() expects no occurrence"),
+        // moved on, and only a guarded one can refuse; this one is neither.
+        Outcome::Stale { .. } | Outcome::Refused { .. } => {
+            unreachable!("start() has no guard and expects no occurrence")
+        }
     }
     Ok(())
 }

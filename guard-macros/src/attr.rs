@@ -59,6 +59,8 @@ pub struct TransitionAttr {
     pub name: Ident,
     pub target: Ident,
     pub set: Vec<SetItem>,
+    /// `guard = "SQL condition"`
+    pub guard: Option<LitStr>,
 }
 
 /// `column = "SQL expression"` inside `set(…)`
@@ -294,6 +296,7 @@ fn in_flight(
 
 mod kw {
     syn::custom_keyword!(set);
+    syn::custom_keyword!(guard);
 }
 
 impl Parse for TransitionAttr {
@@ -304,17 +307,33 @@ impl Parse for TransitionAttr {
         input.parse::<Token![->]>()?;
         let target: Ident = input.parse()?;
         let mut set = None;
+        let mut guard: Option<LitStr> = None;
         while !input.is_empty() {
             input.parse::<Token![,]>()?;
             if input.is_empty() {
                 break;
             }
             let lookahead = input.lookahead1();
+            // guard = "amount_cents <= 100000"
+            if lookahead.peek(kw::guard) {
+                let keyword: kw::guard = input.parse()?;
+                input.parse::<Token![=]>()?;
+                let condition: LitStr = input.parse()?;
+                if guard.is_some() {
+                    return Err(syn::Error::new_spanned(
+                        keyword,
+                        "duplicate `guard`; join the conditions with AND in one `guard`",
+                    ));
+                }
+                guard = Some(condition);
+                continue;
+            }
             if !lookahead.peek(kw::set) {
                 let unknown: Ident = input.parse().map_err(|_| lookahead.error())?;
                 return Err(syn::Error::new_spanned(
                     unknown,
-                    "unknown transition option; expected `set(column = \"SQL expression\", …)`",
+                    "unknown transition option; expected `set(column = \"SQL expression\", …)` \
+                     or `guard = \"SQL condition\"`",
                 ));
             }
             let keyword: kw::set = input.parse()?;
@@ -333,6 +352,7 @@ impl Parse for TransitionAttr {
             name,
             target,
             set: set.unwrap_or_default(),
+            guard,
         })
     }
 }

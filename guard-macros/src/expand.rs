@@ -104,6 +104,22 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
             None => quote!(::core::option::Option::None),
         };
         let read_back = sql_per_dialect(&private, |d| d.read_back(model, t));
+        let guard = match &t.guard {
+            Some(guard) => quote!(::core::option::Option::Some(#guard)),
+            None => quote!(::core::option::Option::None),
+        };
+        let select_guarded = match &t.guard {
+            Some(_) => {
+                let plain = sql_per_dialect(&private, |d| {
+                    d.select_guarded(model, t, false).unwrap_or_default()
+                });
+                let locked = sql_per_dialect(&private, |d| {
+                    d.select_guarded(model, t, true).unwrap_or_default()
+                });
+                quote!(::core::option::Option::Some([#plain, #locked]))
+            }
+            None => quote!(::core::option::Option::None),
+        };
         let set = t
             .set
             .iter()
@@ -117,6 +133,8 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
                 #update,
                 #update_expecting,
                 #read_back,
+                #guard,
+                #select_guarded,
             )
         }
     });
@@ -375,6 +393,12 @@ fn constructor_doc(model: &Model, i: usize) -> String {
         for line in also {
             doc.push_str(&format!("\n - {line}"));
         }
+    }
+    if let Some(guard) = &t.guard {
+        doc.push_str(&format!(
+            "\n\n Guard: the row must also meet `{guard}`; a row in a source state that does \
+             not is `Outcome::Refused`."
+        ));
     }
     doc
 }

@@ -91,10 +91,15 @@ impl Dialect {
             Some(version) => self.version_value(version),
             None => "0".to_owned(),
         };
+        self.int64(&column)
+    }
+
+    /// `expr` read as a 64-bit integer.
+    fn int64(self, expr: &str) -> String {
         match self {
-            Dialect::Postgres => format!("CAST({column} AS BIGINT)"),
-            Dialect::Sqlite => format!("CAST({column} AS INTEGER)"),
-            Dialect::MySql => format!("CAST({column} AS SIGNED)"),
+            Dialect::Postgres => format!("CAST({expr} AS BIGINT)"),
+            Dialect::Sqlite => format!("CAST({expr} AS INTEGER)"),
+            Dialect::MySql => format!("CAST({expr} AS SIGNED)"),
         }
     }
 
@@ -180,8 +185,12 @@ impl Dialect {
             (Some(version), true) => format!(" AND {} = {}", d.version_value(version), d.param(2)),
             _ => String::new(),
         };
+        let guard = match &transition.guard {
+            Some(guard) => format!(" AND ({guard})"),
+            None => String::new(),
+        };
         format!(
-            "UPDATE {} SET {} WHERE {} AND {}{same_occurrence}{}",
+            "UPDATE {} SET {} WHERE {} AND {}{guard}{same_occurrence}{}",
             d.quote(&model.table),
             d.assignments(model, transition),
             d.key_match(&model.key),
@@ -396,6 +405,27 @@ impl Dialect {
         }
     }
 
+    /// The losing read of a guarded transition: the status, the version
+    /// and whether the row meets the guard now (1 or 0; a NULL condition
+    /// counts as unmet, as it does in the `UPDATE`'s `WHERE`).
+    pub fn select_guarded(
+        self,
+        model: &Model,
+        transition: &Transition,
+        in_transaction: bool,
+    ) -> Option<String> {
+        let guard = transition.guard.as_ref()?;
+        Some(format!(
+            "SELECT {}, {}, {} FROM {} WHERE {}{}",
+            self.status_read(&model.column),
+            self.version_read(model.version.as_deref()),
+            self.int64(&format!("CASE WHEN ({guard}) THEN 1 ELSE 0 END")),
+            self.quote(&model.table),
+            self.key_match(&model.key),
+            self.read_lock(in_transaction),
+        ))
+    }
+
     /// `SELECT c, version FROM t WHERE k = $1` (version 0 without a version
     /// column), with the status read as text, as a
     /// locking read where [`Self::read_lock`] says so.
@@ -460,12 +490,14 @@ mod tests {
                     sources: vec![0],
                     target: 1,
                     set: Vec::new(),
+                    guard: None,
                 },
                 Transition {
                     name: &confirm,
                     sources: vec![1],
                     target: 2,
                     set: vec![("sent_at".to_owned(), "CURRENT_TIMESTAMP".to_owned())],
+                    guard: None,
                 },
             ],
         };

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use proc_macro2::Span;
+use quote::ToTokens;
 use syn::ext::IdentExt;
 use syn::{Ident, LitStr};
 
@@ -47,6 +48,8 @@ pub struct Transition<'a> {
     pub sources: Vec<usize>,
     pub target: usize,
     pub set: Vec<(String, String)>,
+    /// `guard = "…"`: a condition the row must meet, in the `WHERE`.
+    pub guard: Option<String>,
 }
 
 pub fn check<'a>(cx: &mut Ctxt, input: &'a Input<'a>) -> Option<Model<'a>> {
@@ -313,12 +316,23 @@ fn check_transitions<'a>(
                     continue;
                 }
             };
+            let guard = match &attr.guard {
+                None => None,
+                Some(lit) => match check_guard(cx, lit) {
+                    Some(guard) => Some(guard),
+                    None => {
+                        ok = false;
+                        continue;
+                    }
+                },
+            };
             let Some(i) = out.iter().position(|t| *t.name == attr.name) else {
                 out.push(Transition {
                     name: &attr.name,
                     sources: vec![source],
                     target,
                     set,
+                    guard,
                 });
                 firsts.push(attr);
                 continue;
@@ -361,12 +375,44 @@ fn check_transitions<'a>(
                     &first.name,
                     "first declared here",
                 );
+            } else if known.guard != guard {
+                ok = false;
+                let at = match &attr.guard {
+                    Some(guard) => guard.to_token_stream(),
+                    None => attr.name.to_token_stream(),
+                };
+                cx.duplicate(
+                    at,
+                    format!(
+                        "transition `{}` has another guard here than where it is first \
+                         declared; it is one statement, so give every declaration the same \
+                         `guard`",
+                        attr.name
+                    ),
+                    &first.name,
+                    "first declared here",
+                );
             } else {
                 known.sources.push(source);
             }
         }
     }
     ok.then_some(out)
+}
+
+/// `guard = "…"`: one SQL condition, through the same allow-list as `set`
+/// expressions.
+fn check_guard(cx: &mut Ctxt, lit: &LitStr) -> Option<String> {
+    let condition = lit.value();
+    if condition.trim().is_empty() {
+        cx.error(lit, "empty guard condition");
+        return None;
+    }
+    if let Err(why) = sqltext::tokenize(&condition) {
+        cx.error(lit, format!("guard {condition:?} {why}"));
+        return None;
+    }
+    Some(condition)
 }
 
 fn check_set(
@@ -625,12 +671,26 @@ fn check_in_flight(
                 let found = transitions
                     .iter()
                     .position(|t| *t.name == *ident && t.sources.contains(&i));
+                // The follow-up must move the row whatever the effect
+                // decided: a guard could leave it in flight for ever.
+                if let Some(t) = found.map(|f| &transitions[f])
+                    && t.guard.is_some()
+                {
+                    cx.error(
+                        ident,
+                        format!(
+                            "`{ident}` has a guard, so it cannot be this state's `{what}` \
+                             follow-up: a refused follow-up would leave the row in flight"
+                        ),
+                    );
+                    return None;
+                }
                 if found.is_none() {
                     cx.error(
                         ident,
                         format!(
                             "`{ident}` is not a transition from `{}`; `{what}` names one of this \
-                         state's own transitions",
+                             state's own transitions",
                             variant.ident
                         ),
                     );

@@ -303,6 +303,8 @@ pub struct TransitionDef<S: 'static> {
     update: Sql,
     update_expecting: Option<Sql>,
     read_back: Sql,
+    guard: Option<&'static str>,
+    select_guarded: Option<[Sql; 2]>,
 }
 
 impl<S: StateMachine> TransitionDef<S> {
@@ -329,6 +331,19 @@ impl<S: StateMachine> TransitionDef<S> {
     /// The compare-and-set `UPDATE` for each dialect.
     pub const fn update_sql(&self) -> &Sql {
         &self.update
+    }
+
+    /// The transition's guard, `guard = "…"`: a condition the row must meet
+    /// for the transition to move it, checked in the compare-and-set's
+    /// `WHERE`.
+    pub const fn guard(&self) -> Option<&'static str> {
+        self.guard
+    }
+
+    /// The losing read of a guarded transition: status, version and whether
+    /// the row meets the guard now; `[outside a transaction, inside one]`.
+    pub const fn select_guarded_sql(&self) -> Option<&[Sql; 2]> {
+        self.select_guarded.as_ref()
     }
 
     /// The compare-and-set that also requires the row's version to be the
@@ -449,6 +464,7 @@ pub mod construct {
     }
 
     /// One named transition, with its compare-and-set statement.
+    #[allow(clippy::too_many_arguments)]
     pub const fn transition<S: StateMachine>(
         name: &'static str,
         sources: &'static [S],
@@ -457,6 +473,8 @@ pub mod construct {
         update: Sql,
         update_expecting: Option<Sql>,
         read_back: Sql,
+        guard: Option<&'static str>,
+        select_guarded: Option<[Sql; 2]>,
     ) -> TransitionDef<S> {
         TransitionDef {
             name,
@@ -466,6 +484,8 @@ pub mod construct {
             update,
             update_expecting,
             read_back,
+            guard,
+            select_guarded,
         }
     }
 

@@ -27,6 +27,12 @@ pub enum Outcome<S: StateMachine, K, C = Committed> {
     },
     /// No row has this key.
     NotFound,
+    /// The row is in a state this transition starts from, but does not
+    /// meet the transition's guard (`guard = "…"`): nothing changed.
+    Refused {
+        /// The state the row is in.
+        current: S,
+    },
     /// The row moved on since the occurrence the caller expected
     /// ([`Transition::expecting`](crate::Transition::expecting)): nothing
     /// changed.
@@ -58,6 +64,7 @@ impl<S: StateMachine, K, C> Outcome<S, K, C> {
             Outcome::Applied(won) => Some(won.state()),
             Outcome::AlreadyInState(state)
             | Outcome::Conflict { current: state }
+            | Outcome::Refused { current: state }
             | Outcome::Stale { current: state, .. } => Some(*state),
             Outcome::NotFound => None,
         }

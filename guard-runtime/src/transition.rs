@@ -171,10 +171,14 @@ impl<S: StateMachine> Transition<S> {
         refuse_open_transaction(executor)?;
         let def = self.def;
         let machine = S::MACHINE;
-        let select = <E::Database as Dialect>::sql(match executor.in_transaction() {
-            true => machine.select_in_transaction_sql(),
-            false => machine.select_sql(),
-        });
+        let in_transaction = executor.in_transaction();
+        let select =
+            <E::Database as Dialect>::sql(match (def.select_guarded_sql(), in_transaction) {
+                (Some([_, locked]), true) => locked,
+                (Some([plain, _]), false) => plain,
+                (None, true) => machine.select_in_transaction_sql(),
+                (None, false) => machine.select_sql(),
+            });
         let update = match (self.expected, def.update_expecting_sql()) {
             (None, _) => def.update_sql(),
             (Some(_), Some(update)) => update,
@@ -225,6 +229,12 @@ impl<S: StateMachine> Transition<S> {
             }
             if !def.sources().contains(&current) {
                 return Ok(Outcome::Conflict { current });
+            }
+            if def.guard().is_some() {
+                let meets = <E::Database as Dialect>::int(&row, 2).map_err(|e| self.db_error(e))?;
+                if meets == 0 {
+                    return Ok(Outcome::Refused { current });
+                }
             }
             // The row is in a source state, yet the UPDATE matched nothing:
             // it moved away and back between the two statements. Try again.

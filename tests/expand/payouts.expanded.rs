@@ -62,6 +62,8 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     "",
                     "SELECT CAST(LAST_INSERT_ID() AS SIGNED)",
                 ),
+                ::core::option::Option::None,
+                ::core::option::Option::None,
             ),
             ::stateguard::__private::transition(
                 "cancel",
@@ -79,6 +81,8 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     "",
                     "SELECT CAST(LAST_INSERT_ID() AS SIGNED)",
                 ),
+                ::core::option::Option::None,
+                ::core::option::Option::None,
             ),
             ::stateguard::__private::transition(
                 "confirm",
@@ -96,6 +100,8 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     "",
                     "SELECT CAST(LAST_INSERT_ID() AS SIGNED)",
                 ),
+                ::core::option::Option::None,
+                ::core::option::Option::None,
             ),
             ::stateguard::__private::transition(
                 "fail",
@@ -113,6 +119,8 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     "",
                     "SELECT CAST(LAST_INSERT_ID() AS SIGNED)",
                 ),
+                ::core::option::Option::None,
+                ::core::option::Option::None,
             ),
         ];
         const __MACHINE: ::stateguard::__private::Machine<PayoutStatus> = ::stateguard::__private::machine(

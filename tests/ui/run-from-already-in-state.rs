@@ -15,7 +15,7 @@ async fn send(pool: sqlx::SqlitePool) -> Result<(), Box<dyn std::error::Error>> 
         // A replay holds no token: there is nothing to run the effect with.
         Outcome::AlreadyInState(state) => state.run(|_| async {}).await,
         Outcome::Conflict { current } => current.run(|_| async {}).await,
-        Outcome::NotFound | Outcome::Stale { .. } => {}
+        Outcome::NotFound | Outcome::Stale { .. } | Outcome::Refused { .. } => {}
     }
     Ok(())
 }

@@ -75,7 +75,7 @@ pub fn dot<T: StateMachine>() -> String {
                 "    {} -> {} [label={}];",
                 dot_variant::<T>(source),
                 dot_variant::<T>(transition.target()),
-                dot_str(transition.name()),
+                dot_str(&super::edge_label(transition)),
             );
         }
     }

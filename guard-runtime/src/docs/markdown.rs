@@ -101,9 +101,19 @@ pub fn markdown<T: StateMachine>() -> String {
         );
     }
 
+    // The guard column only where a transition has a guard.
+    let guarded = machine.transitions().iter().any(|t| t.guard().is_some());
     out.push_str("\n## Transitions\n\n");
-    out.push_str("| transition | from | to | also sets |\n");
-    out.push_str("| --- | --- | --- | --- |\n");
+    match guarded {
+        true => {
+            out.push_str("| transition | from | to | guard | also sets |\n");
+            out.push_str("| --- | --- | --- | --- | --- |\n");
+        }
+        false => {
+            out.push_str("| transition | from | to | also sets |\n");
+            out.push_str("| --- | --- | --- | --- |\n");
+        }
+    }
     for transition in machine.transitions() {
         let from: Vec<String> = transition
             .sources()
@@ -125,15 +135,16 @@ pub fn markdown<T: StateMachine>() -> String {
         if let Some(version) = machine.version() {
             sets.push(code(&format!("{version} = {version} + 1")));
         }
-        row(
-            &mut out,
-            &[
-                code(transition.name()),
-                from.join(", "),
-                code(variant::<T>(transition.target())),
-                sets.join(", "),
-            ],
-        );
+        let mut cells = vec![
+            code(transition.name()),
+            from.join(", "),
+            code(variant::<T>(transition.target())),
+        ];
+        if guarded {
+            cells.push(transition.guard().map(code).unwrap_or_default());
+        }
+        cells.push(sets.join(", "));
+        row(&mut out, &cells);
     }
     out
 }

@@ -60,7 +60,7 @@ pub fn mermaid<T: StateMachine>() -> String {
                 "    {} --> {} : {}",
                 id(source),
                 id(transition.target()),
-                mermaid_text(transition.name()),
+                mermaid_text(&super::edge_label(transition)),
             );
         }
     }

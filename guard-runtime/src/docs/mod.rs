@@ -115,6 +115,15 @@ fn lease(lease: core::time::Duration) -> String {
     format!("{ms}ms")
 }
 
+/// An edge's label: the transition's name, and its guard in brackets, as
+/// UML writes one (`approve [amount_cents <= 100000]`).
+fn edge_label<S: crate::StateMachine>(transition: &crate::machine::TransitionDef<S>) -> String {
+    match transition.guard() {
+        Some(guard) => format!("{} [{guard}]", transition.name()),
+        None => transition.name().to_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::diff::diff;
