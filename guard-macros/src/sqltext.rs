@@ -278,19 +278,20 @@ mod tests {
     use super::Token::{Close, Comma, Number, Op, Open, Text, Word};
     use super::*;
 
+    #[track_caller]
     fn ok(expr: &str) -> Vec<Token<'_>> {
-        match tokenize(expr) {
-            Ok(tokens) => tokens,
-            Err(why) => panic!("{expr:?} was refused: {why}"),
-        }
+        let tokens = tokenize(expr);
+        assert!(tokens.is_ok(), "{expr:?} was refused: {tokens:?}");
+        tokens.unwrap_or_default()
     }
 
     /// Asserts that `expr` is refused with a reason that mentions `needle`.
     #[track_caller]
     fn refused(expr: &str, needle: &str) {
-        match tokenize(expr) {
-            Ok(tokens) => panic!("{expr:?} was accepted as {tokens:?}"),
-            Err(why) => assert!(why.contains(needle), "{expr:?}: {why:?} lacks {needle:?}"),
+        let result = tokenize(expr);
+        assert!(result.is_err(), "{expr:?} was accepted as {result:?}");
+        if let Err(why) = result {
+            assert!(why.contains(needle), "{expr:?}: {why:?} lacks {needle:?}");
         }
     }
 

@@ -309,9 +309,9 @@ impl Ddl {
     }
 
     /// The statements of the migration, in order, as `&'static str`:
-    /// `sqlx::raw_sql(statement)` runs each as it is, with no
-    /// `AssertSqlSafe`, since the text was generated from the enum at
-    /// compile time. [`Ddl::statements`] is the same text as `String`s.
+    /// `sqlx::raw_sql(statement)` runs each as it is, with no unchecked-SQL
+    /// wrapper, since the text was generated from the enum at compile
+    /// time. [`Ddl::statements`] is the same text as `String`s.
     pub fn up(&self) -> impl ExactSizeIterator<Item = &'static str> + Clone + use<> {
         self.text.up.iter().copied()
     }
