@@ -155,8 +155,8 @@
 pub use guard_macros::StateMachine;
 // Transitions and what they return.
 pub use guard_runtime::{
-    Committed, Current, DEFAULT_DEADLINE, Error, Outcome, StateMachine, Transition, Uncommitted,
-    UnknownState, Won,
+    Bound, Committed, Current, DEFAULT_DEADLINE, Error, Outcome, StateMachine, Transition,
+    Uncommitted, UnknownState, Won,
 };
 // Transactions whose wins wait for the commit.
 pub use guard_runtime::{Savepoint, Staged, Tx};
@@ -166,7 +166,7 @@ pub use guard_runtime::{
     recover_within,
 };
 // What `apply` runs on.
-pub use guard_runtime::{Backend, Executor, Key};
+pub use guard_runtime::{Backend, Executor, Key, Params};
 // Metadata, and what is generated from it.
 pub use guard_runtime::{ddl, docs, meta};
 

@@ -63,10 +63,19 @@ pub struct TransitionAttr {
     pub guard: Option<LitStr>,
 }
 
-/// `column = "SQL expression"` inside `set(…)`
+/// `column = "SQL expression"` or `column = bind(Type)` inside `set(…)`
 pub struct SetItem {
     pub column: Ident,
-    pub expr: LitStr,
+    pub value: SetValue,
+}
+
+/// What a `set` item writes.
+pub enum SetValue {
+    /// `"SQL expression"`, fixed in the statement.
+    Expr(LitStr),
+    /// `bind(Type)`: a value the caller passes to the transition's
+    /// constructor, bound as a parameter.
+    Bind(Box<syn::Type>),
 }
 
 /// One attribute key that may be given once, as serde's `Attr<T>`: the
@@ -294,9 +303,10 @@ fn in_flight(
     })
 }
 
-mod kw {
+pub mod kw {
     syn::custom_keyword!(set);
     syn::custom_keyword!(guard);
+    syn::custom_keyword!(bind);
 }
 
 impl Parse for TransitionAttr {
@@ -359,10 +369,32 @@ impl Parse for TransitionAttr {
 
 impl Parse for SetItem {
     // sent_at = "CURRENT_TIMESTAMP"
+    // bank_ref = bind(String)
     fn parse(input: ParseStream) -> syn::Result<Self> {
         let column: Ident = input.parse()?;
         input.parse::<Token![=]>()?;
+        if input.peek(kw::bind) {
+            input.parse::<kw::bind>()?;
+            let content;
+            parenthesized!(content in input);
+            let ty: syn::Type = content.parse()?;
+            return Ok(SetItem {
+                column,
+                value: SetValue::Bind(Box::new(ty)),
+            });
+        }
+        let lookahead = input.lookahead1();
+        if !lookahead.peek(LitStr) {
+            return Err(syn::Error::new(
+                input.span(),
+                "expected a SQL expression in a string (`\"CURRENT_TIMESTAMP\"`) or a value \
+                 bound per call (`bind(String)`)",
+            ));
+        }
         let expr: LitStr = input.parse()?;
-        Ok(SetItem { column, expr })
+        Ok(SetItem {
+            column,
+            value: SetValue::Expr(expr),
+        })
     }
 }

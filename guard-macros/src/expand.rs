@@ -120,10 +120,10 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
             }
             None => quote!(::core::option::Option::None),
         };
-        let set = t
-            .set
-            .iter()
-            .map(|(col, expr)| quote!(#private::set_column(#col, #expr)));
+        let set = t.set.iter().map(|(col, value)| {
+            let written = value.written();
+            quote!(#private::set_column(#col, #written))
+        });
         quote! {
             #private::transition(
                 #name,
@@ -142,12 +142,36 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
     let constructors = model.transitions.iter().enumerate().map(|(i, t)| {
         let fn_name = t.name;
         let doc = constructor_doc(model, i);
+        // set(bank_ref = bind(String)): one parameter per bound column, in
+        // declaration order, bound in that order.
+        let params: Vec<_> = t
+            .set
+            .iter()
+            .filter_map(|(col, value)| Some((format_ident!("{}", col), value.bound()?)))
+            .collect();
+        if params.is_empty() {
+            return quote! {
+                #[doc = #doc]
+                #[inline]
+                #[must_use]
+                #vis const fn #fn_name() -> #krate::Transition<Self> {
+                    <Self as #krate::StateMachine>::MACHINE.transitions()[#i].transition()
+                }
+            };
+        }
+        let names = params.iter().map(|(name, _)| name);
+        let names2 = params.iter().map(|(name, _)| name);
+        let types = params.iter().map(|(_, ty)| ty);
+        let types2 = params.iter().map(|(_, ty)| ty);
         quote! {
             #[doc = #doc]
             #[inline]
             #[must_use]
-            #vis const fn #fn_name() -> #krate::Transition<Self> {
-                <Self as #krate::StateMachine>::MACHINE.transitions()[#i].transition()
+            #vis fn #fn_name(#(#names: #types),*) -> #krate::Bound<Self, (#(#types2,)*)> {
+                #private::bound(
+                    <Self as #krate::StateMachine>::MACHINE.transitions()[#i].transition(),
+                    (#(#names2,)*),
+                )
             }
         }
     });
@@ -377,7 +401,7 @@ fn constructor_doc(model: &Model, i: usize) -> String {
     let mut also: Vec<String> = t
         .set
         .iter()
-        .map(|(col, expr)| format!("`{col} = {expr}`"))
+        .map(|(col, value)| format!("`{col} = {}`", value.written()))
         .collect();
     if let Some(in_flight) = &model.states[t.target].in_flight {
         also.push(format!(

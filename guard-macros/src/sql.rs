@@ -4,7 +4,7 @@
 //! placeholders and comparison live in `dialect.rs`; the DDL is in `ddl.rs`.
 
 use crate::dialect::Dialect;
-use crate::valid::{InFlight, Model, State, Transition};
+use crate::valid::{Assign, InFlight, Model, State, Transition};
 
 impl Dialect {
     /// The current time as a value of a `since` column: the statement's
@@ -114,10 +114,20 @@ impl Dialect {
         let d = self;
         let column = d.quote(&model.column);
         let target = &model.states[transition.target];
+        // Bound values are numbered after the key, `$2`, `$3`, …; MySQL's
+        // `?` are positional, and its `set` assignments come before the
+        // `WHERE`, so the runtime binds them first there.
+        let mut param = 1;
         let sets: Vec<String> = transition
             .set
             .iter()
-            .map(|(col, expr)| format!("{} = ({expr})", d.quote(col)))
+            .map(|(col, value)| match value {
+                Assign::Expr(expr) => format!("{} = ({expr})", d.quote(col)),
+                Assign::Bind(_) => {
+                    param += 1;
+                    format!("{} = {}", d.quote(col), d.param(param))
+                }
+            })
             .collect();
         let status = format!("{column} = '{}'", target.db);
         // MySQL evaluates assignments left to right, each seeing the ones
@@ -181,8 +191,16 @@ impl Dialect {
             .map(|&s| format!("'{}'", model.states[s].db))
             .collect();
         let sources = format!("IN ({})", sources.join(", "));
+        // After the key and the bound values.
+        let binds = transition
+            .set
+            .iter()
+            .filter(|(_, v)| v.bound().is_some())
+            .count();
         let same_occurrence = match (&model.version, expecting) {
-            (Some(version), true) => format!(" AND {} = {}", d.version_value(version), d.param(2)),
+            (Some(version), true) => {
+                format!(" AND {} = {}", d.version_value(version), d.param(2 + binds))
+            }
             _ => String::new(),
         };
         let guard = match &transition.guard {
@@ -496,7 +514,10 @@ mod tests {
                     name: &confirm,
                     sources: vec![1],
                     target: 2,
-                    set: vec![("sent_at".to_owned(), "CURRENT_TIMESTAMP".to_owned())],
+                    set: vec![(
+                        "sent_at".to_owned(),
+                        crate::valid::Assign::Expr("CURRENT_TIMESTAMP".to_owned()),
+                    )],
                     guard: None,
                 },
             ],

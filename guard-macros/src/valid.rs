@@ -9,7 +9,7 @@ use syn::ext::IdentExt;
 use syn::{Ident, LitStr};
 
 use crate::ast::Input;
-use crate::attr::{SetItem, TransitionAttr};
+use crate::attr::{SetItem, SetValue, TransitionAttr};
 use crate::case::RenameRule;
 use crate::ctxt::Ctxt;
 use crate::ident;
@@ -33,6 +33,41 @@ pub struct State<'a> {
     pub in_flight: Option<InFlight>,
 }
 
+/// What a `set` item writes: a fixed SQL expression, or a value of a Rust
+/// type that the constructor takes and the statement binds.
+#[derive(Clone)]
+pub enum Assign {
+    Expr(String),
+    Bind(Box<syn::Type>),
+}
+
+impl Assign {
+    /// The bound parameter's type, for a `bind(Type)` item.
+    pub fn bound(&self) -> Option<&syn::Type> {
+        match self {
+            Assign::Bind(ty) => Some(ty),
+            Assign::Expr(_) => None,
+        }
+    }
+
+    /// As the attribute wrote it: the expression, or `bind(Type)`.
+    pub fn written(&self) -> String {
+        match self {
+            Assign::Expr(expr) => expr.clone(),
+            Assign::Bind(ty) => format!(
+                "bind({})",
+                ty.to_token_stream().to_string().replace(' ', "")
+            ),
+        }
+    }
+}
+
+impl PartialEq for Assign {
+    fn eq(&self, other: &Assign) -> bool {
+        self.written() == other.written()
+    }
+}
+
 /// A state whose entry starts an external effect: its lease, the column
 /// stamped on entry, and the transitions that end it.
 pub struct InFlight {
@@ -47,7 +82,7 @@ pub struct Transition<'a> {
     pub name: &'a Ident,
     pub sources: Vec<usize>,
     pub target: usize,
-    pub set: Vec<(String, String)>,
+    pub set: Vec<(String, Assign)>,
     /// `guard = "…"`: a condition the row must meet, in the `WHERE`.
     pub guard: Option<String>,
 }
@@ -421,9 +456,9 @@ fn check_set(
     reserved: &[(&str, &str)],
     since_columns: &[String],
     written: &[(&str, &str)],
-) -> Option<Vec<(String, String)>> {
+) -> Option<Vec<(String, Assign)>> {
     let mut ok = true;
-    let mut out: Vec<(String, String)> = Vec::new();
+    let mut out: Vec<(String, Assign)> = Vec::new();
     for (i, item) in items.iter().enumerate() {
         let column = item.column.unraw().to_string();
         // SQLite and MySQL compare column names without regard to case.
@@ -456,25 +491,32 @@ fn check_set(
                 "first set here",
             );
         }
-        let expr = item.expr.value();
+        let lit = match &item.value {
+            SetValue::Bind(ty) => {
+                out.push((column, Assign::Bind(ty.clone())));
+                continue;
+            }
+            SetValue::Expr(lit) => lit,
+        };
+        let expr = lit.value();
         if expr.trim().is_empty() {
             ok = false;
-            cx.error(&item.expr, "empty SQL expression");
+            cx.error(lit, "empty SQL expression");
         } else {
             match sqltext::tokenize(&expr) {
                 Err(why) => {
                     ok = false;
-                    cx.error(&item.expr, format!("SQL expression {expr:?} {why}"));
+                    cx.error(lit, format!("SQL expression {expr:?} {why}"));
                 }
                 Ok(tokens) => {
                     if let Some(why) = reads_written(&tokens, &column, items, written) {
                         ok = false;
-                        cx.error(&item.expr, format!("SQL expression {expr:?} {why}"));
+                        cx.error(lit, format!("SQL expression {expr:?} {why}"));
                     }
                 }
             }
         }
-        out.push((column, expr));
+        out.push((column, Assign::Expr(expr)));
     }
     ok.then_some(out)
 }
@@ -673,6 +715,18 @@ fn check_in_flight(
                     .position(|t| *t.name == *ident && t.sources.contains(&i));
                 // The follow-up must move the row whatever the effect
                 // decided: a guard could leave it in flight for ever.
+                if let Some(t) = found.map(|f| &transitions[f])
+                    && t.set.iter().any(|(_, value)| value.bound().is_some())
+                {
+                    cx.error(
+                        ident,
+                        format!(
+                            "`{ident}` binds values per call, so it cannot be this state's \
+                             `{what}` follow-up yet: `finish` and recovery run it without values"
+                        ),
+                    );
+                    return None;
+                }
                 if let Some(t) = found.map(|f| &transitions[f])
                     && t.guard.is_some()
                 {

@@ -35,7 +35,7 @@ pub use crate::machine::{StateMachine, UnknownState};
 pub use crate::outcome::{Committed, Current, Outcome, Uncommitted, Won};
 pub use crate::recovery::{Recovered, SupersededRow, claim_expired, recover, recover_within};
 pub use crate::retry::DEFAULT_DEADLINE;
-pub use crate::transition::Transition;
+pub use crate::transition::{Bound, Params, Transition};
 pub use crate::tx::{Savepoint, Staged, Tx};
 
 /// What a derived machine knows about itself, read through
@@ -55,6 +55,15 @@ pub mod __private {
         ddl, in_flight, machine, set_column, sql, state, transition,
     };
     pub use crate::machine::{Machine, StateDef, TransitionDef};
+
+    /// A transition constructor with `bind(Type)` values returns
+    /// `Bound::new(transition, values)`.
+    pub const fn bound<S: crate::StateMachine, P>(
+        transition: crate::Transition<S>,
+        params: P,
+    ) -> crate::Bound<S, P> {
+        crate::Bound::new(transition, params)
+    }
 
     /// Decoding a status string inside `sqlx::Decode`.
     pub fn unknown_state<S: crate::StateMachine>(value: &str) -> sqlx::error::BoxDynError {

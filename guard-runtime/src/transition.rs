@@ -127,17 +127,29 @@ impl<S: StateMachine> Transition<S> {
     /// [`recover`](crate::recover) once its lease runs out; any other
     /// effect is lost unless the caller treats such an error, or a later
     /// `AlreadyInState`, as an effect possibly owed.
-    pub async fn apply<E, K>(
-        self,
-        mut executor: E,
-        key: K,
-    ) -> Result<Outcome<S, K, E::Commit>, Error>
+    pub async fn apply<E, K>(self, executor: E, key: K) -> Result<Outcome<S, K, E::Commit>, Error>
     where
         E: Executor,
         K: Key<E::Database>,
     {
+        self.apply_with(executor, key, &()).await
+    }
+
+    /// [`Transition::apply`], binding `params` into the `set` assignments
+    /// that take values per call.
+    pub(crate) async fn apply_with<E, K, P>(
+        self,
+        mut executor: E,
+        key: K,
+        params: &P,
+    ) -> Result<Outcome<S, K, E::Commit>, Error>
+    where
+        E: Executor,
+        K: Key<E::Database>,
+        P: Params<E::Database>,
+    {
         let writing = core::sync::atomic::AtomicBool::new(false);
-        let attempt = self.apply_watched(&mut executor, key, &writing);
+        let attempt = self.apply_watched(&mut executor, key, params, &writing);
         match tokio::time::timeout(self.deadline, attempt).await {
             Ok(outcome) => outcome,
             Err(_) => {
@@ -158,15 +170,17 @@ impl<S: StateMachine> Transition<S> {
     /// The compare-and-set and its losing path, with `writing` true while
     /// the `UPDATE` is in flight, so that a deadline that cuts it off knows
     /// the outcome is open.
-    async fn apply_watched<E, K>(
+    async fn apply_watched<E, K, P>(
         self,
         executor: &mut E,
         key: K,
+        params: &P,
         writing: &core::sync::atomic::AtomicBool,
     ) -> Result<Outcome<S, K, E::Commit>, Error>
     where
         E: Executor,
         K: Key<E::Database>,
+        P: Params<E::Database>,
     {
         refuse_open_transaction(executor)?;
         let def = self.def;
@@ -194,7 +208,7 @@ impl<S: StateMachine> Transition<S> {
         loop {
             attempts += 1;
             writing.store(true, core::sync::atomic::Ordering::Relaxed);
-            let changed = self.attempt(executor, update, &key, attempts).await;
+            let changed = self.attempt(executor, update, &key, params, attempts).await;
             writing.store(false, core::sync::atomic::Ordering::Relaxed);
             let Try::Done(changed) = changed? else {
                 continue;
@@ -265,18 +279,20 @@ impl<S: StateMachine> Transition<S> {
     /// One compare-and-set: `Done(Some(changed))` when it changed the row,
     /// `Done(None)` when it matched nothing, `Again` after a retryable error
     /// once the backoff has been slept.
-    async fn attempt<E, K>(
+    async fn attempt<E, K, P>(
         self,
         executor: &mut E,
         update: &'static str,
         key: &K,
+        params: &P,
         attempts: u32,
     ) -> Result<Try<Option<Changed>>, Error>
     where
         E: Executor,
         K: Key<E::Database>,
+        P: Params<E::Database>,
     {
-        match self.compare_and_set(executor, update, key).await {
+        match self.compare_and_set(executor, update, key, params).await {
             Ok(changed) => Ok(Try::Done(changed)),
             Err(Attempt::Failed(error)) => Err(error),
             Err(Attempt::Retryable(error)) => {
@@ -315,19 +331,31 @@ impl<S: StateMachine> Transition<S> {
 
     /// The winning-path statement: `Some(changed)` when it changed the row,
     /// `None` when it matched nothing.
-    async fn compare_and_set<E, K>(
+    async fn compare_and_set<E, K, P>(
         self,
         executor: &mut E,
         update: &'static str,
         key: &K,
+        params: &P,
     ) -> Result<Option<Changed>, Attempt>
     where
         E: Executor,
         K: Key<E::Database>,
+        P: Params<E::Database>,
     {
         type DB<E> = <E as Run>::Database;
         let failed = |e| Attempt::Failed(self.db_error(e));
-        let mut args = key_arguments::<DB<E>, K>(key).map_err(failed)?;
+        // The placeholders' order in the text: MySQL's `?` are positional
+        // and the `set` values come before the `WHERE`; PostgreSQL and
+        // SQLite number them after the key.
+        let mut args = <DB<E> as Dialect>::Args::default();
+        if <DB<E> as Dialect>::PARAMS_FIRST {
+            params.bind(&mut args).map_err(failed)?;
+            bind_key::<DB<E>, K>(&mut args, key).map_err(failed)?;
+        } else {
+            bind_key::<DB<E>, K>(&mut args, key).map_err(failed)?;
+            params.bind(&mut args).map_err(failed)?;
+        }
         if let Some(expected) = self.expected {
             <DB<E> as Dialect>::bind_int(&mut args, expected).map_err(failed)?;
         }
@@ -559,9 +587,7 @@ where
     K: Key<DB>,
 {
     let mut args = DB::Args::default();
-    for _ in 0..DB::KEY_BINDS {
-        sqlx::Arguments::add(&mut args, key).map_err(sqlx::Error::Encode)?;
-    }
+    bind_key::<DB, K>(&mut args, key)?;
     Ok(args)
 }
 
@@ -596,5 +622,105 @@ impl<S: StateMachine> fmt::Debug for Transition<S> {
 impl<S: StateMachine> fmt::Display for Transition<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+/// Binds the row key, as often as the dialect's exact key match names it.
+fn bind_key<DB: Backend, K: Key<DB>>(args: &mut DB::Args, key: &K) -> Result<(), sqlx::Error> {
+    for _ in 0..DB::KEY_BINDS {
+        sqlx::Arguments::add(args, key).map_err(sqlx::Error::Encode)?;
+    }
+    Ok(())
+}
+
+/// The values a transition binds into its `set(column = bind(Type))`
+/// assignments: `()` for none, or a tuple of them in declaration order.
+/// Implemented for every tuple of up to six bindable values.
+pub trait Params<DB: Backend>: Send + Sync {
+    /// Adds the values to `args`, in order.
+    #[doc(hidden)]
+    fn bind(&self, args: &mut <DB as Dialect>::Args) -> Result<(), sqlx::Error>;
+}
+
+impl<DB: Backend> Params<DB> for () {
+    fn bind(&self, _: &mut <DB as Dialect>::Args) -> Result<(), sqlx::Error> {
+        Ok(())
+    }
+}
+
+macro_rules! params_tuple {
+    ($($t:ident),+) => {
+        impl<DB: Backend, $($t: Key<DB>),+> Params<DB> for ($($t,)+) {
+            #[allow(non_snake_case)]
+            fn bind(&self, args: &mut <DB as Dialect>::Args) -> Result<(), sqlx::Error> {
+                let ($($t,)+) = self;
+                $(sqlx::Arguments::add(args, $t).map_err(sqlx::Error::Encode)?;)+
+                Ok(())
+            }
+        }
+    };
+}
+
+params_tuple!(A);
+params_tuple!(A, B);
+params_tuple!(A, B, C);
+params_tuple!(A, B, C, D);
+params_tuple!(A, B, C, D, E);
+params_tuple!(A, B, C, D, E, F);
+
+/// A transition with values bound per call:
+/// `PayoutStatus::confirm(bank_ref)` for
+/// `#[transition(confirm -> Sent, set(bank_ref = bind(String)))]`.
+///
+/// It applies as [`Transition`] does; the values go into the one
+/// compare-and-set statement as bound parameters, never into its text.
+#[derive(Debug, Clone)]
+pub struct Bound<S: StateMachine, P> {
+    transition: Transition<S>,
+    params: P,
+}
+
+impl<S: StateMachine, P> Bound<S, P> {
+    pub(crate) const fn new(transition: Transition<S>, params: P) -> Self {
+        Bound { transition, params }
+    }
+
+    /// The transition, without its values.
+    pub const fn transition(&self) -> Transition<S> {
+        self.transition
+    }
+
+    /// The values it binds.
+    pub const fn params(&self) -> &P {
+        &self.params
+    }
+
+    /// See [`Transition::within`].
+    pub fn within(self, deadline: Duration) -> Self {
+        Bound {
+            transition: self.transition.within(deadline),
+            params: self.params,
+        }
+    }
+
+    /// See [`Transition::expecting`].
+    pub fn expecting(self, occurrence: i64) -> Self {
+        Bound {
+            transition: self.transition.expecting(occurrence),
+            params: self.params,
+        }
+    }
+
+    /// See [`Transition::apply`]; the values are bound into the `set`
+    /// assignments of the same statement.
+    pub async fn apply<E, K>(self, executor: E, key: K) -> Result<Outcome<S, K, E::Commit>, Error>
+    where
+        E: Executor,
+        K: Key<E::Database>,
+        P: Params<E::Database>,
+    {
+        self.transition
+            .apply_with(executor, key, &self.params)
+            .await
     }
 }

@@ -55,6 +55,10 @@ pub(crate) mod sealed {
         /// positional, so the key is bound once for each use.
         const KEY_BINDS: usize;
 
+        /// Whether values bound into `set` come before the key: MySQL's
+        /// positional `?` follow the text, where `SET` precedes `WHERE`.
+        const PARAMS_FIRST: bool;
+
         fn rows_affected(result: &Self::QueryResult) -> u64;
 
         /// Whether `UPDATE … RETURNING` exists; without it the new version is

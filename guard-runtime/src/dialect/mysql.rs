@@ -10,6 +10,8 @@ impl Dialect for MySql {
 
     const KEY_BINDS: usize = 2;
 
+    const PARAMS_FIRST: bool = true;
+
     const RETURNING: bool = false;
 
     fn sql(sql: &Sql) -> &'static str {

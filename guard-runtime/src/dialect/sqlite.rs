@@ -10,6 +10,8 @@ impl Dialect for Sqlite {
 
     const KEY_BINDS: usize = 1;
 
+    const PARAMS_FIRST: bool = false;
+
     const RETURNING: bool = true;
 
     fn sql(sql: &Sql) -> &'static str {
