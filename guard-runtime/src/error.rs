@@ -12,7 +12,8 @@ pub enum Error {
     Database {
         /// The table of the machine.
         table: &'static str,
-        /// The transition that was being applied.
+        /// The transition that was being applied, or `load` for
+        /// [`Machine::load`](crate::meta::Machine::load).
         transition: &'static str,
         /// The database's error.
         #[source]
@@ -74,7 +75,8 @@ pub enum Error {
     Timeout {
         /// The table of the machine.
         table: &'static str,
-        /// The transition that was being applied.
+        /// The transition that was being applied (`load` for
+        /// [`Machine::load`](crate::meta::Machine::load)).
         transition: &'static str,
         /// The deadline that ran out.
         deadline: core::time::Duration,
