@@ -93,7 +93,9 @@ pub(crate) mod sealed {
 
         /// The transaction or savepoint a win here belongs to; 0 outside
         /// one.
-        fn scope(&self) -> u64;
+        fn scope(&self) -> u64 {
+            0
+        }
 
         /// A statement was cut off by a deadline and may still complete: a
         /// transaction must then not commit.
@@ -272,10 +274,6 @@ macro_rules! executors {
 
             statements!($db, |this| &**this);
             execute_then_fetch!($db, |this| this.acquire().await?);
-
-            fn scope(&self) -> u64 {
-                0
-            }
         }
 
         #[cfg(feature = $feature)]
@@ -297,10 +295,6 @@ macro_rules! executors {
 
             statements!($db, |this| &mut **this);
             execute_then_fetch!($db, |this| &mut **this);
-
-            fn scope(&self) -> u64 {
-                0
-            }
         }
 
         #[cfg(feature = $feature)]

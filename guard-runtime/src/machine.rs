@@ -137,6 +137,14 @@ impl<S: StateMachine> Machine<S> {
         &self.select_in_transaction
     }
 
+    /// The losing path's read for a caller inside a transaction or not.
+    pub(crate) const fn select_for(&self, in_transaction: bool) -> &Sql {
+        match in_transaction {
+            true => &self.select_in_transaction,
+            false => &self.select,
+        }
+    }
+
     /// The state marked `#[state(initial)]`.
     pub const fn initial(&self) -> S {
         self.initial

@@ -48,9 +48,8 @@ impl<S: StateMachine> Transition<S> {
     /// `apply` returns [`Error::NoVersionColumn`].
     pub const fn expecting(self, occurrence: i64) -> Self {
         Transition {
-            def: self.def,
-            deadline: self.deadline,
             expected: Some(occurrence),
+            ..self
         }
     }
 
@@ -67,11 +66,7 @@ impl<S: StateMachine> Transition<S> {
     /// whether the outcome is known. A win of this transition keeps the
     /// same deadline for [`Won::finish`].
     pub const fn within(self, deadline: Duration) -> Self {
-        Transition {
-            def: self.def,
-            deadline,
-            expected: self.expected,
-        }
+        Transition { deadline, ..self }
     }
 
     /// The deadline [`Transition::apply`] keeps.
@@ -186,13 +181,10 @@ impl<S: StateMachine> Transition<S> {
         let def = self.def;
         let machine = S::MACHINE;
         let in_transaction = executor.in_transaction();
-        let select =
-            <E::Database as Dialect>::sql(match (def.select_guarded_sql(), in_transaction) {
-                (Some([_, locked]), true) => locked,
-                (Some([plain, _]), false) => plain,
-                (None, true) => machine.select_in_transaction_sql(),
-                (None, false) => machine.select_sql(),
-            });
+        let select = <E::Database as Dialect>::sql(match def.select_guarded_sql() {
+            Some([plain, locked]) => [plain, locked][usize::from(in_transaction)],
+            None => machine.select_for(in_transaction),
+        });
         let update = match (self.expected, def.update_expecting_sql()) {
             (None, _) => def.update_sql(),
             (Some(_), Some(update)) => update,
@@ -267,13 +259,7 @@ impl<S: StateMachine> Transition<S> {
 
     /// The status in column 0 of `row`, parsed; NULL is an error of its own.
     pub(crate) fn read_status<DB: Backend>(self, row: &DB::Row) -> Result<S, Error> {
-        match DB::text_opt(row, 0).map_err(|e| self.db_error(e))? {
-            Some(text) => Ok(S::parse_db_str(&text)?),
-            None => Err(Error::NullStatus {
-                table: S::MACHINE.table(),
-                column: S::MACHINE.column(),
-            }),
-        }
+        status_of::<S, DB>(row, |e| self.db_error(e))
     }
 
     /// One compare-and-set: `Done(Some(changed))` when it changed the row,
@@ -509,10 +495,7 @@ impl<S: StateMachine> Machine<S> {
             transition: "load",
             source,
         };
-        let select = <E::Database as Dialect>::sql(match executor.in_transaction() {
-            true => self.select_in_transaction_sql(),
-            false => self.select_sql(),
-        });
+        let select = <E::Database as Dialect>::sql(self.select_for(executor.in_transaction()));
         let args = key_arguments::<E::Database, K>(&key).map_err(error)?;
         let read = executor.fetch_optional(select, args);
         let row = match tokio::time::timeout(DEFAULT_DEADLINE, read).await {
@@ -529,15 +512,7 @@ impl<S: StateMachine> Machine<S> {
         let Some(row) = row else {
             return Ok(None);
         };
-        let state = match <E::Database as Dialect>::text_opt(&row, 0).map_err(error)? {
-            Some(text) => S::parse_db_str(&text)?,
-            None => {
-                return Err(Error::NullStatus {
-                    table: self.table(),
-                    column: self.column(),
-                });
-            }
-        };
+        let state = status_of::<S, E::Database>(&row, error)?;
         let occurrence = <E::Database as Dialect>::int(&row, 1).map_err(error)?;
         Ok(Some(Current::new(state, occurrence)))
     }
@@ -625,6 +600,20 @@ impl<S: StateMachine> fmt::Display for Transition<S> {
     }
 }
 
+/// The status in column 0 of `row`, parsed; NULL is an error of its own.
+fn status_of<S: StateMachine, DB: Backend>(
+    row: &DB::Row,
+    db_error: impl FnOnce(sqlx::Error) -> Error,
+) -> Result<S, Error> {
+    match DB::text_opt(row, 0).map_err(db_error)? {
+        Some(text) => Ok(S::parse_db_str(&text)?),
+        None => Err(Error::NullStatus {
+            table: S::MACHINE.table(),
+            column: S::MACHINE.column(),
+        }),
+    }
+}
+
 /// Binds the row key, as often as the dialect's exact key match names it.
 fn bind_key<DB: Backend, K: Key<DB>>(args: &mut DB::Args, key: &K) -> Result<(), sqlx::Error> {
     for _ in 0..DB::KEY_BINDS {
@@ -699,7 +688,7 @@ impl<S: StateMachine, P> Bound<S, P> {
     pub fn within(self, deadline: Duration) -> Self {
         Bound {
             transition: self.transition.within(deadline),
-            params: self.params,
+            ..self
         }
     }
 
@@ -707,7 +696,7 @@ impl<S: StateMachine, P> Bound<S, P> {
     pub fn expecting(self, occurrence: i64) -> Self {
         Bound {
             transition: self.transition.expecting(occurrence),
-            params: self.params,
+            ..self
         }
     }
 

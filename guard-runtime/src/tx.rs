@@ -180,20 +180,8 @@ impl<'c, DB: Backend> Tx<'c, DB> {
         Ok(staged.into_committed())
     }
 
-    /// Rolls the transaction back. Its wins are gone.
-    pub async fn rollback(self) -> Result<(), Error> {
-        self.inner
-            .rollback()
-            .await
-            .map_err(|source| Error::Commit { source })
-    }
-
     pub(crate) fn parts(&mut self) -> (&mut DB::Connection, &mut Health) {
         (&mut self.inner, &mut self.health)
-    }
-
-    pub(crate) fn scope_id(&self) -> u64 {
-        self.scope
     }
 }
 
@@ -258,21 +246,8 @@ impl<'t, DB: Backend> Savepoint<'t, DB> {
         Ok(staged.rescope(self.parent))
     }
 
-    /// Rolls the savepoint back. Its wins are gone; the enclosing
-    /// transaction goes on.
-    pub async fn rollback(self) -> Result<(), Error> {
-        self.inner
-            .rollback()
-            .await
-            .map_err(|source| Error::Commit { source })
-    }
-
     pub(crate) fn parts(&mut self) -> (&mut DB::Connection, &mut Health) {
         (&mut self.inner, &mut *self.health)
-    }
-
-    pub(crate) fn scope_id(&self) -> u64 {
-        self.scope
     }
 }
 
@@ -282,33 +257,42 @@ fn depth<DB: Backend>(conn: &DB::Connection) -> usize {
     )
 }
 
-impl<DB: Backend> Deref for Tx<'_, DB> {
-    type Target = DB::Connection;
+/// What a transaction and a savepoint have alike: rolling back (which
+/// takes their wins with it), their scope, and the connection under them.
+macro_rules! scoped {
+    ($ty:ident, $what:literal) => {
+        impl<DB: Backend> $ty<'_, DB> {
+            #[doc = concat!("Rolls the ", $what, " back. Its wins are gone.")]
+            pub async fn rollback(self) -> Result<(), Error> {
+                self.inner
+                    .rollback()
+                    .await
+                    .map_err(|source| Error::Commit { source })
+            }
 
-    fn deref(&self) -> &DB::Connection {
-        &self.inner
-    }
+            pub(crate) fn scope_id(&self) -> u64 {
+                self.scope
+            }
+        }
+
+        impl<DB: Backend> Deref for $ty<'_, DB> {
+            type Target = DB::Connection;
+
+            fn deref(&self) -> &DB::Connection {
+                &self.inner
+            }
+        }
+
+        impl<DB: Backend> DerefMut for $ty<'_, DB> {
+            fn deref_mut(&mut self) -> &mut DB::Connection {
+                &mut self.inner
+            }
+        }
+    };
 }
 
-impl<DB: Backend> DerefMut for Tx<'_, DB> {
-    fn deref_mut(&mut self) -> &mut DB::Connection {
-        &mut self.inner
-    }
-}
-
-impl<DB: Backend> Deref for Savepoint<'_, DB> {
-    type Target = DB::Connection;
-
-    fn deref(&self) -> &DB::Connection {
-        &self.inner
-    }
-}
-
-impl<DB: Backend> DerefMut for Savepoint<'_, DB> {
-    fn deref_mut(&mut self) -> &mut DB::Connection {
-        &mut self.inner
-    }
-}
+scoped!(Tx, "transaction");
+scoped!(Savepoint, "savepoint (the enclosing transaction goes on)");
 
 impl<DB: Backend> core::fmt::Debug for Tx<'_, DB> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {

@@ -104,16 +104,13 @@ pub fn markdown<T: StateMachine>() -> String {
     // The guard column only where a transition has a guard.
     let guarded = machine.transitions().iter().any(|t| t.guard().is_some());
     out.push_str("\n## Transitions\n\n");
-    match guarded {
-        true => {
-            out.push_str("| transition | from | to | guard | also sets |\n");
-            out.push_str("| --- | --- | --- | --- | --- |\n");
-        }
-        false => {
-            out.push_str("| transition | from | to | also sets |\n");
-            out.push_str("| --- | --- | --- | --- |\n");
-        }
+    let mut header = vec!["transition", "from", "to"];
+    if guarded {
+        header.push("guard");
     }
+    header.push("also sets");
+    let _ = writeln!(out, "| {} |", header.join(" | "));
+    let _ = writeln!(out, "|{}", " --- |".repeat(header.len()));
     for transition in machine.transitions() {
         let from: Vec<String> = transition
             .sources()
