@@ -237,3 +237,40 @@ async fn set_expressions_read_the_row_before_the_transition() {
     );
     assert_eq!(db.columns(1).await, (47, false));
 }
+
+/// A session the server ends while `apply` waits (killed by an operator,
+/// as during a failover) leaves the outcome unknown, and the error says so.
+#[tokio::test]
+async fn a_killed_session_leaves_the_outcome_unknown() {
+    let Some(db) = open!(Mysql, "killed") else {
+        return;
+    };
+    db.seed(1).await;
+    // Another transaction holds the row, so that `apply` waits on it.
+    let mut holder = db.pool.begin().await.unwrap();
+    sqlx::query("SELECT id FROM payouts WHERE id = 1 FOR UPDATE")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let mut conn = db.pool.acquire().await.unwrap();
+    let id: u64 = sqlx::query_scalar("SELECT CONNECTION_ID()")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    let pool = db.pool.clone();
+    let killer = tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        sqlx::query("KILL CONNECTION ?")
+            .bind(id)
+            .execute(&pool)
+            .await
+            .unwrap();
+    });
+    let error = PayoutStatus::start()
+        .apply(&mut *conn, 1_i64)
+        .await
+        .unwrap_err();
+    killer.await.unwrap();
+    assert!(error.is_outcome_unknown(), "{error:?}");
+    holder.rollback().await.unwrap();
+}
