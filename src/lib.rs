@@ -89,8 +89,85 @@
 //!   its own column and any column the transition does not write, and reads
 //!   the row as it was on every backend.
 //!
+//! - `set(column = bind(Type))`: a value the constructor takes per call,
+//!   bound into the same statement; `guard = "SQL condition"`: a condition
+//!   the row must meet, in the same `WHERE`;
+//!   `#[state(in_flight(lease = "…", since = "…", done = …, failed = …))]`:
+//!   a state whose effect must survive a crash (see *Per-call values* and
+//!   *Side effects*).
+//!
 //! Mistakes are compile errors pointing at the offending token, all reported
 //! at once.
+//!
+//! # Per-call values
+//!
+//! Values bound per call, a guard, an expected occurrence, and the bank's
+//! reference stored by the statement that ends the in-flight state:
+//!
+//! ```
+//! use stateguard::{Finished, Outcome, StateMachine, Verdict};
+//!
+//! #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+//! #[state_machine(table = "payouts", column = "status", key = "id", version = "version")]
+//! pub enum PayoutStatus {
+//!     #[state(initial)]
+//!     #[transition(start -> Sending, guard = "amount_cents <= 100000")]
+//!     #[transition(cancel -> Cancelled, set(reason = bind(String)))]
+//!     Pending,
+//!     #[state(in_flight(lease = "30s", since = "sending_since", done = confirm, failed = decline))]
+//!     #[transition(confirm -> Sent, set(bank_ref = bind(String)))]
+//!     #[transition(decline -> Failed, set(reason = bind(String)))]
+//!     Sending,
+//!     Sent,
+//!     Failed,
+//!     Cancelled,
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let pool = sqlx::SqlitePool::connect("sqlite::memory:").await?;
+//! # sqlx::query(
+//! #     "CREATE TABLE payouts (id INTEGER PRIMARY KEY, status TEXT NOT NULL,
+//! #      version INTEGER NOT NULL DEFAULT 0, amount_cents INTEGER NOT NULL,
+//! #      sending_since TEXT, bank_ref TEXT, reason TEXT)",
+//! # )
+//! # .execute(&pool).await?;
+//! # sqlx::query("INSERT INTO payouts (id, status, amount_cents) VALUES
+//! #     (1, 'pending', 5000), (2, 'pending', 250000), (3, 'pending', 700)")
+//! #     .execute(&pool).await?;
+//! // The guard is part of the compare-and-set: payout 2 is over the limit.
+//! assert_eq!(
+//!     PayoutStatus::start().apply(&pool, 2_i64).await?,
+//!     Outcome::Refused { current: PayoutStatus::Pending },
+//! );
+//!
+//! // The bank's reference is written by the statement that ends `sending`.
+//! let won = PayoutStatus::start().apply(&pool, 1_i64).await?.won().expect("pending");
+//! let finished = won
+//!     .finish(&pool, |effect| async move {
+//!         let bank_ref = format!("tr_{}", effect.key()); // the bank's answer
+//!         PayoutStatus::confirm(bank_ref).into()
+//!     })
+//!     .await?;
+//! assert_eq!(finished, Finished::Done(PayoutStatus::Sent));
+//! let (bank_ref,): (String,) = sqlx::query_as("SELECT bank_ref FROM payouts WHERE id = 1")
+//!     .fetch_one(&pool)
+//!     .await?;
+//! assert_eq!(bank_ref, "tr_1");
+//!
+//! // An operator's page carries the occurrence it showed; a click on a page
+//! // that is out of date is stale, and writes nothing.
+//! let seen = PayoutStatus::MACHINE.load(&pool, 3_i64).await?.expect("exists");
+//! let cancel = PayoutStatus::cancel("customer asked".to_owned());
+//! assert!(cancel.clone().expecting(seen.occurrence()).apply(&pool, 3_i64).await?.is_applied());
+//! assert_eq!(
+//!     cancel.expecting(seen.occurrence()).apply(&pool, 3_i64).await?,
+//!     Outcome::Stale { current: PayoutStatus::Cancelled, occurrence: seen.occurrence() + 1 },
+//! );
+//! # let _ = Verdict::RetryLater;
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! # Side effects
 //!
@@ -162,8 +239,8 @@ pub use guard_runtime::{
 pub use guard_runtime::{Savepoint, Staged, Tx};
 // Effects, in-flight states and their recovery.
 pub use guard_runtime::{
-    Effect, FinishError, Finished, Recovered, SupersededRow, Verdict, claim_expired, recover,
-    recover_within,
+    Effect, FinishError, Finished, FollowUp, FollowUpValues, Recovered, SupersededRow, Verdict,
+    claim_expired, recover, recover_within,
 };
 // What `apply` runs on.
 pub use guard_runtime::{Backend, Executor, Key, Params};

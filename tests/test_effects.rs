@@ -214,12 +214,23 @@ where
     for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
     i64: Key<DB>,
 {
-    db.transfers(3).await;
+    db.transfers(5).await;
     let mut keys = Vec::new();
-    for (id, verdict) in [
-        (1_i64, Verdict::Done),
-        (2, Verdict::Failed),
-        (3, Verdict::RetryLater),
+    for (id, verdict, expected) in [
+        (1_i64, Verdict::Done, Finished::Done(TransferStatus::Sent)),
+        (2, Verdict::Failed, Finished::Failed(TransferStatus::Failed)),
+        (3, Verdict::RetryLater, Finished::RetryLater),
+        // The follow-ups named, as a follow-up with values would be.
+        (
+            4,
+            TransferStatus::confirm().into(),
+            Finished::Done(TransferStatus::Sent),
+        ),
+        (
+            5,
+            TransferStatus::fail().into(),
+            Finished::Failed(TransferStatus::Failed),
+        ),
     ] {
         let won = TransferStatus::start()
             .apply(&db.pool, id)
@@ -234,11 +245,6 @@ where
             })
             .await
             .unwrap();
-        let expected = match verdict {
-            Verdict::Done => Finished::Done(TransferStatus::Sent),
-            Verdict::Failed => Finished::Failed(TransferStatus::Failed),
-            Verdict::RetryLater => Finished::RetryLater,
-        };
         assert_eq!(finished, expected);
     }
     assert_eq!(
@@ -246,12 +252,16 @@ where
         [
             "transfers.status:1:sending:1",
             "transfers.status:2:sending:1",
-            "transfers.status:3:sending:1"
+            "transfers.status:3:sending:1",
+            "transfers.status:4:sending:1",
+            "transfers.status:5:sending:1"
         ]
     );
     assert_eq!(db.transfer(1).await, ("sent".to_owned(), 2));
     assert_eq!(db.transfer(2).await, ("failed".to_owned(), 2));
     assert_eq!(db.transfer(3).await, ("sending".to_owned(), 1));
+    assert_eq!(db.transfer(4).await, ("sent".to_owned(), 2));
+    assert_eq!(db.transfer(5).await, ("failed".to_owned(), 2));
 }
 
 async fn finish_reports_a_row_that_left_the_in_flight_state_meanwhile<DB: TestBackend>(db: Db<DB>)

@@ -1,7 +1,7 @@
 //! Code generation.
 
 use proc_macro2::TokenStream;
-use quote::{format_ident, quote};
+use quote::{ToTokens, format_ident, quote};
 use syn::DeriveInput;
 use syn::ext::IdentExt;
 
@@ -145,9 +145,8 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
         // set(bank_ref = bind(String)): one parameter per bound column, in
         // declaration order, bound in that order.
         let params: Vec<_> = t
-            .set
-            .iter()
-            .filter_map(|(col, value)| Some((format_ident!("{}", col), value.bound()?)))
+            .params()
+            .map(|(col, ty)| (format_ident!("{}", col), ty))
             .collect();
         if params.is_empty() {
             return quote! {
@@ -175,6 +174,52 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
             }
         }
     });
+
+    // The follow-ups of in-flight states that bind values take them from
+    // the verdict: one binder per such transition, for every backend that
+    // can bind its types.
+    let mut follow_ups: Vec<usize> = model
+        .states
+        .iter()
+        .filter_map(|s| s.in_flight.as_ref())
+        .flat_map(|f| [Some(f.done), f.failed])
+        .flatten()
+        .filter(|&i| model.transitions[i].binds() > 0)
+        .collect();
+    follow_ups.sort_unstable();
+    follow_ups.dedup();
+    let follow_up_names = follow_ups
+        .iter()
+        .map(|&i| model.transitions[i].name.unraw().to_string());
+    let follow_up_types: Vec<_> = follow_ups
+        .iter()
+        .map(|&i| {
+            let types = model.transitions[i].params().map(|(_, ty)| ty);
+            quote!((#(#types,)*))
+        })
+        .collect();
+    let follow_up_types2 = follow_up_types.iter();
+    let no_values = quote!(#private::binder::<__DB, ()>());
+    let binders = match follow_ups.is_empty() {
+        true => quote!(let _ = transition; #no_values),
+        false => quote! {
+            match transition {
+                #(#follow_up_names => #private::binder::<__DB, #follow_up_types2>(),)*
+                _ => #no_values,
+            }
+        },
+    };
+    let follow_up_values = quote! {
+        #[automatically_derived]
+        impl<__DB: #krate::Backend> #krate::FollowUpValues<__DB> for #ident
+        where
+            #(#follow_up_types: #krate::Params<__DB>,)*
+        {
+            fn follow_up_values(transition: &str) -> #private::Binder<__DB> {
+                #binders
+            }
+        }
+    };
 
     let n_states = idents.len();
     let n_transitions = model.transitions.len();
@@ -227,6 +272,8 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
                 }
             }
         }
+
+        #follow_up_values
 
         // No `#[automatically_derived]`: rustc accepts it only on trait
         // impls and is phasing it out elsewhere. A transition may share the
@@ -337,6 +384,13 @@ fn fallback(node: &DeriveInput) -> TokenStream {
             }
         }
 
+        #[automatically_derived]
+        impl<__DB: #krate::Backend> #krate::FollowUpValues<__DB> for #ident {
+            fn follow_up_values(_: &str) -> #krate::__private::Binder<__DB> {
+                ::core::unimplemented!()
+            }
+        }
+
         impl #ident {
             #(
                 #vis const fn #names() -> #krate::Transition<Self> {
@@ -398,6 +452,20 @@ fn constructor_doc(model: &Model, i: usize) -> String {
         model.states[t.target].db,
         model.key,
     );
+    let params: Vec<String> = t
+        .params()
+        .map(|(col, ty)| format!("`{col}: {}`, written to `{col}`", ty.to_token_stream()))
+        .collect();
+    if !params.is_empty() {
+        doc.push_str(
+            "\n\n Parameters, bound into the statement in this order, never written into its \
+             text:\n",
+        );
+        for line in params {
+            doc.push_str(&format!("\n - {line}"));
+        }
+        doc.push('\n');
+    }
     let mut also: Vec<String> = t
         .set
         .iter()
@@ -417,6 +485,30 @@ fn constructor_doc(model: &Model, i: usize) -> String {
         for line in also {
             doc.push_str(&format!("\n - {line}"));
         }
+    }
+    for state in &model.states {
+        let Some(in_flight) = &state.in_flight else {
+            continue;
+        };
+        let role = if in_flight.done == i {
+            "done"
+        } else if in_flight.failed == Some(i) {
+            "failed"
+        } else {
+            continue;
+        };
+        let verdict = match t.binds() {
+            0 => format!(
+                "`Verdict::{}`",
+                if role == "done" { "Done" } else { "Failed" }
+            ),
+            _ => format!("this constructor's value, `Self::{}(…).into()`", t.name),
+        };
+        doc.push_str(&format!(
+            "\n\n The `{role}` follow-up of the in-flight state [`{}`](Self::{}): `finish` and \
+             recovery run it when the effect's verdict is {verdict}.",
+            state.ident, state.ident
+        ));
     }
     if let Some(guard) = &t.guard {
         doc.push_str(&format!(

@@ -192,11 +192,7 @@ impl Dialect {
             .collect();
         let sources = format!("IN ({})", sources.join(", "));
         // After the key and the bound values.
-        let binds = transition
-            .set
-            .iter()
-            .filter(|(_, v)| v.bound().is_some())
-            .count();
+        let binds = transition.binds();
         let same_occurrence = match (&model.version, expecting) {
             (Some(version), true) => {
                 format!(" AND {} = {}", d.version_value(version), d.param(2 + binds))
@@ -271,9 +267,12 @@ impl Dialect {
     /// `WHERE k = $1 AND c = 'state'[ AND version = $2] AND token = $n`: the
     /// row still in the same occurrence of the in-flight state, with its
     /// lease still held by the caller.
-    fn leased(self, model: &Model, state: &State, in_flight: &InFlight) -> String {
+    ///
+    /// `binds` is how many values the statement's `set` binds: they are
+    /// numbered after the key, before the occurrence.
+    fn leased(self, model: &Model, state: &State, in_flight: &InFlight, binds: usize) -> String {
         let d = self;
-        let mut next = 2;
+        let mut next = 2 + binds;
         let mut same_occurrence = String::new();
         if let Some(version) = &model.version {
             same_occurrence = format!(" AND {} = {}", d.version_value(version), d.param(next));
@@ -303,7 +302,7 @@ impl Dialect {
             "UPDATE {} SET {} WHERE {}",
             d.quote(&model.table),
             d.assignments(model, transition),
-            d.leased(model, state, in_flight),
+            d.leased(model, state, in_flight, transition.binds()),
         )
     }
 
@@ -317,7 +316,7 @@ impl Dialect {
             d.quote(&model.table),
             d.quote(&in_flight.since),
             d.now(),
-            d.leased(model, state, in_flight),
+            d.leased(model, state, in_flight, 0),
             d.returning(model, false, Some(in_flight)),
         )
     }

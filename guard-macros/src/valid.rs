@@ -87,6 +87,25 @@ pub struct Transition<'a> {
     pub guard: Option<String>,
 }
 
+impl Transition<'_> {
+    /// The types of the values bound per call, in declaration order: the
+    /// constructor's parameters.
+    pub fn params(&self) -> impl Iterator<Item = (&str, &syn::Type)> {
+        self.set
+            .iter()
+            .filter_map(|(col, value)| Some((col.as_str(), value.bound()?)))
+    }
+
+    /// How many values are bound per call.
+    pub fn binds(&self) -> usize {
+        self.params().count()
+    }
+}
+
+/// The most `bind(Type)` values one transition takes: the runtime's
+/// `Params` is implemented for tuples up to this length.
+const MAX_BINDS: usize = 6;
+
 pub fn check<'a>(cx: &mut Ctxt, input: &'a Input<'a>) -> Option<Model<'a>> {
     let node = input.original;
     if !node.generics.params.is_empty() {
@@ -493,6 +512,17 @@ fn check_set(
         }
         let lit = match &item.value {
             SetValue::Bind(ty) => {
+                let binds = out.iter().filter(|(_, a)| a.bound().is_some()).count();
+                if binds == MAX_BINDS {
+                    ok = false;
+                    cx.error(
+                        ty,
+                        format!(
+                            "a transition binds at most {MAX_BINDS} values per call; \
+                             this is one more"
+                        ),
+                    );
+                }
                 out.push((column, Assign::Bind(ty.clone())));
                 continue;
             }
@@ -715,18 +745,6 @@ fn check_in_flight(
                     .position(|t| *t.name == *ident && t.sources.contains(&i));
                 // The follow-up must move the row whatever the effect
                 // decided: a guard could leave it in flight for ever.
-                if let Some(t) = found.map(|f| &transitions[f])
-                    && t.set.iter().any(|(_, value)| value.bound().is_some())
-                {
-                    cx.error(
-                        ident,
-                        format!(
-                            "`{ident}` binds values per call, so it cannot be this state's \
-                             `{what}` follow-up yet: `finish` and recovery run it without values"
-                        ),
-                    );
-                    return None;
-                }
                 if let Some(t) = found.map(|f| &transitions[f])
                     && t.guard.is_some()
                 {

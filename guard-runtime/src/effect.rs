@@ -11,6 +11,7 @@ use crate::executor::{Executor, refuse_open_transaction};
 use crate::lease::{self, Settled};
 use crate::machine::InFlightDef;
 use crate::outcome::{Committed, Won};
+use crate::verdict::{Chosen, FollowUpValues, Verdict};
 
 /// What an effect is told: which row, which state, and the key to make the
 /// external call idempotent with.
@@ -114,20 +115,6 @@ impl<S: StateMachine, K> From<FinishError<S, K>> for Error {
     }
 }
 
-/// How an effect on an in-flight row ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
-    /// It happened: run the state's `done` transition.
-    Done,
-    /// It will never happen (the far side refused for good): run the
-    /// state's `failed` transition.
-    Failed,
-    /// It may not have happened and may be tried again (a timeout, a 503):
-    /// leave the row in flight; recovery retries it with the same effect key
-    /// once the lease runs out.
-    RetryLater,
-}
-
 /// Where [`Won::finish`] left the row.
 #[must_use = "a `Superseded` row needs reconciling: the effect ran, yet the row moved on"]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -210,6 +197,7 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
     where
         E: Executor<Commit = Committed>,
         K: fmt::Display + Clone + Key<E::Database>,
+        S: FollowUpValues<E::Database>,
         F: FnOnce(Effect<S, K>) -> Fut,
         Fut: Future<Output = Verdict>,
     {
@@ -335,30 +323,20 @@ where
     S: StateMachine,
     E: Executor<Commit = Committed>,
     K: Key<E::Database>,
+    S: FollowUpValues<E::Database>,
 {
-    let (transition, sql) = match verdict {
-        Verdict::RetryLater => return Ok(Finished::RetryLater),
-        Verdict::Done => (in_flight.done(), in_flight.done_sql()),
-        Verdict::Failed => match (in_flight.failed(), in_flight.failed_sql()) {
-            (Some(transition), Some(sql)) => (transition, sql),
-            _ => {
-                return Err(Error::NoFailedTransition {
-                    machine: S::MACHINE.name(),
-                    state: state.as_str(),
-                });
-            }
-        },
+    let Some(chosen) = Chosen::of(verdict, in_flight, state)? else {
+        return Ok(Finished::RetryLater);
     };
-    let settled = |target| match verdict {
-        Verdict::Failed => Finished::Failed(target),
-        _ => Finished::Done(target),
+    let (transition, failed) = (chosen.transition.transition(), chosen.failed);
+    let settled = |target| match failed {
+        true => Finished::Failed(target),
+        false => Finished::Done(target),
     };
     // Tied to the occurrence and to the lease: a late follow-up must not
     // finish a later pass of the row, nor one that another worker took
     // over.
-    let at = lease::settle(
-        executor, in_flight, state, transition, sql, key, occurrence, lease,
-    );
+    let at = lease::settle(executor, in_flight, state, &chosen, key, occurrence, lease);
     Ok(match at.await? {
         Settled::Applied(target) | Settled::Already(target) => settled(target),
         Settled::Superseded(current) => Finished::Superseded { current },

@@ -218,6 +218,39 @@ pub enum Error {
         state: &'static str,
     },
 
+    /// A verdict named a transition that is not the in-flight state's
+    /// `done` or `failed` follow-up. The row stays in flight.
+    #[error(
+        "the effect for state `{state}` of {machine} returned a verdict naming `{verdict}`, \
+         which is neither its `done` nor its `failed` transition; the row stays in flight"
+    )]
+    NotAFollowUp {
+        /// The machine.
+        machine: &'static str,
+        /// The in-flight state's database string.
+        state: &'static str,
+        /// The transition the verdict named.
+        verdict: &'static str,
+    },
+
+    /// A verdict did not carry the values its follow-up binds: for a
+    /// follow-up with `bind(Type)` values, return its constructor
+    /// (`PayoutStatus::confirm(bank_ref).into()`), not `Verdict::Done`.
+    /// The row stays in flight.
+    #[error(
+        "the follow-up `{transition}` of {machine} binds values of type `{expects}`, and the \
+         verdict did not carry them (return the transition's constructor, converted with \
+         `.into()`); the row stays in flight"
+    )]
+    FollowUpValues {
+        /// The machine.
+        machine: &'static str,
+        /// The follow-up transition.
+        transition: &'static str,
+        /// The type of the values it binds.
+        expects: &'static str,
+    },
+
     /// The row was deleted while its effect ran.
     #[error("the row vanished from table `{table}` before `{transition}` could finish it")]
     RowVanished {

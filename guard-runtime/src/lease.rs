@@ -18,7 +18,8 @@ use crate::executor::Executor;
 use crate::executor::sealed::Run;
 use crate::machine::{InFlightDef, Sql};
 use crate::retry::{MAX_ATTEMPTS, backoff};
-use crate::transition::{Transition, key_arguments};
+use crate::transition::{Transition, bind_key, key_arguments};
+use crate::verdict::{Chosen, FollowUpValues};
 
 /// Where a follow-up left the row.
 pub(crate) enum Settled<S> {
@@ -43,41 +44,80 @@ where
     K: Key<DB>,
 {
     let mut args = key_arguments::<DB, K>(key)?;
-    if S::MACHINE.version().is_some() {
-        DB::bind_int(&mut args, occurrence)?;
-    }
-    DB::bind_int(&mut args, lease)?;
+    lease_arguments::<S, DB>(&mut args, occurrence, lease)?;
     Ok(args)
 }
 
-/// Runs `transition` (the state's `done` or `failed`) with `sql`, only
-/// while the row is still in occurrence `occurrence` of `state` under the
-/// lease `lease`.
-#[allow(clippy::too_many_arguments)]
+/// The occurrence, where the machine has a version column, then the lease
+/// token.
+fn lease_arguments<S, DB>(
+    args: &mut DB::Args,
+    occurrence: i64,
+    lease: i64,
+) -> Result<(), sqlx::Error>
+where
+    S: StateMachine,
+    DB: Backend,
+{
+    if S::MACHINE.version().is_some() {
+        DB::bind_int(args, occurrence)?;
+    }
+    DB::bind_int(args, lease)
+}
+
+/// A follow-up's parameters: the key, the verdict's values, the occurrence
+/// and the lease token, in the order of the dialect's placeholders
+/// (MySQL's `SET` values come before its `WHERE`).
+fn follow_up_arguments<S, DB, K>(
+    chosen: &Chosen<S>,
+    key: &K,
+    occurrence: i64,
+    lease: i64,
+) -> Result<DB::Args, Error>
+where
+    S: FollowUpValues<DB>,
+    DB: Backend,
+    K: Key<DB>,
+{
+    let db_error = |e| chosen.transition.transition().db_error(e);
+    let mut args = DB::Args::default();
+    if DB::PARAMS_FIRST {
+        chosen.bind::<DB>(&mut args)?;
+        bind_key::<DB, K>(&mut args, key).map_err(db_error)?;
+    } else {
+        bind_key::<DB, K>(&mut args, key).map_err(db_error)?;
+        chosen.bind::<DB>(&mut args)?;
+    }
+    lease_arguments::<S, DB>(&mut args, occurrence, lease).map_err(db_error)?;
+    Ok(args)
+}
+
+/// Runs the follow-up the verdict chose (the state's `done` or `failed`),
+/// binding its values, only while the row is still in occurrence
+/// `occurrence` of `state` under the lease `lease`.
 pub(crate) async fn settle<S, K, E>(
     executor: &mut E,
     in_flight: &'static InFlightDef<S>,
     state: S,
-    transition: Transition<S>,
-    sql: &'static Sql,
+    chosen: &Chosen<S>,
     key: &K,
     occurrence: i64,
     lease: i64,
 ) -> Result<Settled<S>, Error>
 where
-    S: StateMachine,
+    S: FollowUpValues<E::Database>,
     E: Executor,
     K: Key<E::Database>,
 {
     type DB<E> = <E as Run>::Database;
-    let update = <DB<E> as Dialect>::sql(sql);
+    let transition = chosen.transition.transition();
+    let update = <DB<E> as Dialect>::sql(chosen.sql);
     let read = <DB<E> as Dialect>::sql(in_flight.follow_up_read_sql());
     let versioned = S::MACHINE.version().is_some();
     let mut attempts = 0;
     loop {
         attempts += 1;
-        let args = leased_arguments::<S, DB<E>, K>(key, occurrence, lease)
-            .map_err(|e| transition.db_error(e))?;
+        let args = follow_up_arguments::<S, DB<E>, K>(chosen, key, occurrence, lease)?;
         match executor.execute(update, args).await {
             Ok(done) if <DB<E> as Dialect>::rows_affected(&done) == 1 => {
                 return Ok(Settled::Applied(transition.target()));

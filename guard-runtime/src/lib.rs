@@ -26,9 +26,10 @@ mod recovery;
 mod retry;
 mod transition;
 mod tx;
+mod verdict;
 
 pub use crate::dialect::{Backend, Key};
-pub use crate::effect::{Effect, FinishError, Finished, Verdict};
+pub use crate::effect::{Effect, FinishError, Finished};
 pub use crate::error::Error;
 pub use crate::executor::Executor;
 pub use crate::machine::{StateMachine, UnknownState};
@@ -37,6 +38,7 @@ pub use crate::recovery::{Recovered, SupersededRow, claim_expired, recover, reco
 pub use crate::retry::DEFAULT_DEADLINE;
 pub use crate::transition::{Bound, Params, Transition};
 pub use crate::tx::{Savepoint, Staged, Tx};
+pub use crate::verdict::{FollowUp, FollowUpValues, Verdict};
 
 /// What a derived machine knows about itself, read through
 /// [`StateMachine::MACHINE`]: its table and columns, states, transitions,
@@ -55,6 +57,8 @@ pub mod __private {
         ddl, in_flight, machine, set_column, sql, state, transition,
     };
     pub use crate::machine::{Machine, StateDef, TransitionDef};
+    pub use crate::verdict::Binder;
+    pub use crate::verdict::construct::binder;
 
     /// A transition constructor with `bind(Type)` values returns
     /// `Bound::new(transition, values)`.

@@ -8,13 +8,14 @@ use core::future::Future;
 use crate::StateMachine;
 use crate::dialect::sealed::Dialect;
 use crate::dialect::{Backend, Key};
-use crate::effect::{Effect, Finished, Verdict, follow_up, in_flight_def};
+use crate::effect::{Effect, Finished, follow_up, in_flight_def};
 use crate::error::Error;
 use crate::executor::{Executor, refuse_open_transaction};
 use crate::lease;
 use crate::machine::InFlightDef;
 use crate::outcome::{Committed, Won};
 use crate::transition::key_arguments;
+use crate::verdict::{FollowUpValues, Verdict};
 
 /// Takes over rows left in the in-flight `state` past their lease, at most
 /// `limit` of them, oldest first.
@@ -191,7 +192,7 @@ pub async fn recover<S, K, E, F, Fut>(
     effect: F,
 ) -> Result<Recovered, Error>
 where
-    S: StateMachine,
+    S: FollowUpValues<E::Database>,
     E: Executor<Commit = Committed>,
     K: fmt::Display + Clone + for<'r> sqlx::Decode<'r, E::Database> + Key<E::Database>,
     F: Fn(Effect<S, K>) -> Fut,
@@ -218,7 +219,7 @@ pub async fn recover_within<S, K, E, F, Fut>(
     effect: F,
 ) -> Result<Recovered, Error>
 where
-    S: StateMachine,
+    S: FollowUpValues<E::Database>,
     E: Executor<Commit = Committed>,
     K: fmt::Display + Clone + for<'r> sqlx::Decode<'r, E::Database> + Key<E::Database>,
     F: Fn(Effect<S, K>) -> Fut,
@@ -293,7 +294,7 @@ async fn recover_row<S, K, E, F, Fut>(
     effect: &F,
 ) -> Result<Row<S>, Error>
 where
-    S: StateMachine,
+    S: FollowUpValues<E::Database>,
     E: Executor<Commit = Committed>,
     K: fmt::Display + Clone + Key<E::Database>,
     F: Fn(Effect<S, K>) -> Fut,

@@ -615,7 +615,10 @@ fn status_of<S: StateMachine, DB: Backend>(
 }
 
 /// Binds the row key, as often as the dialect's exact key match names it.
-fn bind_key<DB: Backend, K: Key<DB>>(args: &mut DB::Args, key: &K) -> Result<(), sqlx::Error> {
+pub(crate) fn bind_key<DB: Backend, K: Key<DB>>(
+    args: &mut DB::Args,
+    key: &K,
+) -> Result<(), sqlx::Error> {
     for _ in 0..DB::KEY_BINDS {
         sqlx::Arguments::add(args, key).map_err(sqlx::Error::Encode)?;
     }
@@ -625,6 +628,12 @@ fn bind_key<DB: Backend, K: Key<DB>>(args: &mut DB::Args, key: &K) -> Result<(),
 /// The values a transition binds into its `set(column = bind(Type))`
 /// assignments: `()` for none, or a tuple of them in declaration order.
 /// Implemented for every tuple of up to six bindable values.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be bound into a transition's statement on `{DB}`",
+    label = "the values of this transition's `bind(Type)` items",
+    note = "every `bind(Type)` type must implement `sqlx::Encode` and `sqlx::Type` for the \
+            database, and be `Send + Sync` (at most six values per transition)"
+)]
 pub trait Params<DB: Backend>: Send + Sync {
     /// Adds the values to `args`, in order.
     #[doc(hidden)]
@@ -682,6 +691,11 @@ impl<S: StateMachine, P> Bound<S, P> {
     /// The values it binds.
     pub const fn params(&self) -> &P {
         &self.params
+    }
+
+    /// The values it binds, by value.
+    pub fn into_params(self) -> P {
+        self.params
     }
 
     /// See [`Transition::within`].

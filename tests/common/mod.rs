@@ -354,7 +354,8 @@ impl TestBackend for sqlx::Sqlite {
         status TEXT NOT NULL DEFAULT 'pending',
         version INTEGER NOT NULL DEFAULT 0,
         sending_since TEXT,
-        sent_at TEXT
+        sent_at TEXT,
+        bank_ref TEXT
     )";
     const SEED_TRANSFERS: &'static str =
         "WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < ?1)
@@ -413,7 +414,8 @@ impl TestBackend for sqlx::Postgres {
         status TEXT NOT NULL DEFAULT 'pending',
         version INT NOT NULL DEFAULT 0,
         sending_since TIMESTAMPTZ,
-        sent_at TIMESTAMPTZ
+        sent_at TIMESTAMPTZ,
+        bank_ref TEXT
     )";
     const SEED_TRANSFERS: &'static str =
         "INSERT INTO transfers (id) SELECT g FROM generate_series(1, $1) g";
@@ -477,7 +479,8 @@ impl TestBackend for sqlx::MySql {
         status VARCHAR(32) NOT NULL DEFAULT 'pending',
         version INT NOT NULL DEFAULT 0,
         sending_since DATETIME(3) NULL,
-        sent_at DATETIME(3) NULL
+        sent_at DATETIME(3) NULL,
+        bank_ref VARCHAR(64) NULL
     )";
     const SEED_TRANSFERS: &'static str = "INSERT INTO transfers (id)
         WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < ?)

@@ -218,6 +218,13 @@ impl ::stateguard::StateMachine for PayoutStatus {
         }
     }
 }
+#[automatically_derived]
+impl<__DB: ::stateguard::Backend> ::stateguard::FollowUpValues<__DB> for PayoutStatus {
+    fn follow_up_values(transition: &str) -> ::stateguard::__private::Binder<__DB> {
+        let _ = transition;
+        ::stateguard::__private::binder::<__DB, ()>()
+    }
+}
 #[allow(clippy::self_named_constructors)]
 impl PayoutStatus {
     /** Transition `start`: from [`Pending`](Self::Pending) (`'pending'`) to [`Sending`](Self::Sending) (`'sending'`).

@@ -17,4 +17,14 @@ pub enum PayoutStatus {
     Cancelled,
 }
 
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(table = "notes", column = "status", key = "id")]
+pub enum Note {
+    #[state(initial)]
+    // Seven values are one more than a transition binds.
+    #[transition(close -> Closed, set(a = bind(i64), b = bind(i64), c = bind(i64), d = bind(i64), e = bind(i64), f = bind(i64), g = bind(i64)))]
+    Open,
+    Closed,
+}
+
 fn main() {}

@@ -1,0 +1,219 @@
+//! What an effect on an in-flight row decided, and the values its
+//! follow-up binds.
+
+use core::any::{Any, TypeId};
+use core::fmt;
+use std::sync::Arc;
+
+use crate::StateMachine;
+use crate::dialect::Backend;
+use crate::dialect::sealed::Dialect;
+use crate::error::Error;
+use crate::machine::{InFlightDef, TransitionDef};
+use crate::transition::{Bound, Params, Transition};
+
+/// How an effect on an in-flight row ended.
+///
+/// A follow-up that binds values per call
+/// (`#[transition(confirm -> Sent, set(bank_ref = bind(String)))]`) takes
+/// them from the verdict: return its constructor, converted,
+/// `PayoutStatus::confirm(receipt.id).into()`, and the statement that ends
+/// the row writes them. The crate documentation of `stateguard` (*Per-call values*) shows
+/// one end to end.
+#[derive(Debug, Clone)]
+pub enum Verdict {
+    /// It happened: run the state's `done` transition.
+    Done,
+    /// It will never happen (the far side refused for good): run the
+    /// state's `failed` transition.
+    Failed,
+    /// It may not have happened and may be tried again (a timeout, a 503):
+    /// leave the row in flight; recovery retries it with the same effect key
+    /// once the lease runs out.
+    RetryLater,
+    /// End the row with this follow-up, the state's `done` or `failed`
+    /// transition, and the values it binds: made with `.into()` from the
+    /// transition's constructor.
+    FollowUp(FollowUp),
+}
+
+/// A follow-up transition named by a [`Verdict`], with the values it binds.
+///
+/// Made from a transition constructor: `Verdict::from(PayoutStatus::confirm(bank_ref))`.
+#[derive(Clone)]
+pub struct FollowUp {
+    machine: TypeId,
+    machine_name: &'static str,
+    transition: &'static str,
+    values: Arc<Values>,
+}
+
+impl FollowUp {
+    /// The name of the transition.
+    pub fn transition(&self) -> &'static str {
+        self.transition
+    }
+}
+
+impl fmt::Debug for FollowUp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FollowUp")
+            .field("machine", &self.machine_name)
+            .field("transition", &self.transition)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: StateMachine> From<Transition<S>> for Verdict {
+    fn from(transition: Transition<S>) -> Verdict {
+        Verdict::FollowUp(FollowUp {
+            machine: TypeId::of::<S>(),
+            machine_name: S::MACHINE.name(),
+            transition: transition.name(),
+            values: Arc::new(()),
+        })
+    }
+}
+
+impl<S: StateMachine, P: Send + Sync + 'static> From<Bound<S, P>> for Verdict {
+    fn from(bound: Bound<S, P>) -> Verdict {
+        let transition = bound.transition().name();
+        Verdict::FollowUp(FollowUp {
+            machine: TypeId::of::<S>(),
+            machine_name: S::MACHINE.name(),
+            transition,
+            values: Arc::new(bound.into_params()),
+        })
+    }
+}
+
+/// Binds the values a [`Verdict`] carries into the follow-up statement of
+/// a machine's in-flight states, on backend `DB`.
+///
+/// Implemented by the derive, for every backend that can bind the
+/// follow-ups' `bind(Type)` values; [`Won::finish`](crate::Won::finish)
+/// and [`recover`](crate::recover) need it. A machine whose follow-ups bind
+/// nothing implements it for every backend.
+#[diagnostic::on_unimplemented(
+    message = "the follow-up values of `{Self}` cannot be bound on `{DB}`",
+    note = "every `bind(Type)` type of an in-flight state's `done`/`failed` transition must \
+            implement `sqlx::Encode` and `sqlx::Type` for the database"
+)]
+pub trait FollowUpValues<DB: Backend>: StateMachine {
+    /// How the follow-up `transition` binds its values.
+    #[doc(hidden)]
+    fn follow_up_values(transition: &str) -> Binder<DB>;
+}
+
+/// Values of any type, as a verdict carries them.
+type Values = dyn Any + Send + Sync;
+
+/// Binds `values` into `args`: `None` when they are not of the declared
+/// type.
+type BindFn<DB> = fn(&Values, &mut <DB as Dialect>::Args) -> Option<Result<(), sqlx::Error>>;
+
+/// How one follow-up binds its values: made by the derive for the types
+/// the transition declares.
+#[doc(hidden)]
+pub struct Binder<DB: Backend> {
+    expects: &'static str,
+    bind: BindFn<DB>,
+}
+
+impl<DB: Backend> Binder<DB> {
+    /// The binder of values of type `P`.
+    pub(crate) fn of<P: Params<DB> + 'static>() -> Self {
+        Binder {
+            expects: core::any::type_name::<P>(),
+            bind: |values, args| Some(values.downcast_ref::<P>()?.bind(args)),
+        }
+    }
+}
+
+/// The follow-up a verdict runs, with the values to bind: `None` for
+/// [`Verdict::RetryLater`].
+pub(crate) struct Chosen<S: 'static> {
+    pub(crate) transition: &'static TransitionDef<S>,
+    pub(crate) sql: &'static crate::machine::Sql,
+    pub(crate) failed: bool,
+    values: Arc<Values>,
+}
+
+impl<S: StateMachine> Chosen<S> {
+    /// Which follow-up of `state` the verdict names, or why it names none.
+    pub(crate) fn of(
+        verdict: Verdict,
+        in_flight: &'static InFlightDef<S>,
+        state: S,
+    ) -> Result<Option<Chosen<S>>, Error> {
+        let no_failed = || Error::NoFailedTransition {
+            machine: S::MACHINE.name(),
+            state: state.as_str(),
+        };
+        let done = (in_flight.done, in_flight.done_sql(), false);
+        let failed = || match (in_flight.failed, in_flight.failed_sql()) {
+            (Some(transition), Some(sql)) => Ok((transition, sql, true)),
+            _ => Err(no_failed()),
+        };
+        let ((transition, sql, is_failed), values): (_, Arc<Values>) = match verdict {
+            Verdict::RetryLater => return Ok(None),
+            Verdict::Done => (done, Arc::new(())),
+            Verdict::Failed => (failed()?, Arc::new(())),
+            Verdict::FollowUp(follow_up) => {
+                let named = follow_up.machine == TypeId::of::<S>();
+                let chosen = if named && follow_up.transition == in_flight.done.name() {
+                    done
+                } else if named
+                    && in_flight
+                        .failed
+                        .is_some_and(|f| f.name() == follow_up.transition)
+                {
+                    failed()?
+                } else {
+                    return Err(Error::NotAFollowUp {
+                        machine: S::MACHINE.name(),
+                        state: state.as_str(),
+                        verdict: follow_up.transition,
+                    });
+                };
+                (chosen, follow_up.values)
+            }
+        };
+        Ok(Some(Chosen {
+            transition,
+            sql,
+            failed: is_failed,
+            values,
+        }))
+    }
+
+    /// Adds the verdict's values to `args`, as the follow-up declares them.
+    pub(crate) fn bind<DB: Backend>(&self, args: &mut <DB as Dialect>::Args) -> Result<(), Error>
+    where
+        S: FollowUpValues<DB>,
+    {
+        let binder = S::follow_up_values(self.transition.name());
+        match (binder.bind)(&*self.values, args) {
+            Some(bound) => bound.map_err(|source| Error::Database {
+                table: S::MACHINE.table(),
+                transition: self.transition.name(),
+                source,
+            }),
+            None => Err(Error::FollowUpValues {
+                machine: S::MACHINE.name(),
+                transition: self.transition.name(),
+                expects: binder.expects,
+            }),
+        }
+    }
+}
+
+#[doc(hidden)]
+pub mod construct {
+    use super::{Backend, Binder, Params};
+
+    /// The binder a follow-up with values of type `P` gets.
+    pub fn binder<DB: Backend, P: Params<DB> + 'static>() -> Binder<DB> {
+        Binder::of::<P>()
+    }
+}
