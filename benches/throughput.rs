@@ -12,7 +12,10 @@
 //! median round of each side, the ratio of those medians, and the median of
 //! the per-pair ratios.
 //!
-//! Measurements per backend: sequential calls on a one-connection pool (the
+//! Two transitions are measured: `advance`, which writes the status alone,
+//! and `settle`, which also binds two `set` values and checks a guard.
+//!
+//! Measurements per backend and transition: sequential calls on a one-connection pool (the
 //! per-call cost), then 4 tasks on a 4-connection pool. PostgreSQL runs the
 //! sequential one twice: with the server's `synchronous_commit`, and with
 //! `synchronous_commit = off` for the session, which takes the WAL flush out
@@ -47,8 +50,10 @@ use stateguard::{Outcome, StateMachine};
 enum BenchState {
     #[state(initial)]
     #[transition(advance -> B)]
+    #[transition(settle -> C, set(note = bind(String), amount = bind(i64)), guard = "amount_cents <= 100000")]
     A,
     B,
+    C,
 }
 
 /// The hand-written statements: character for character what the derive
@@ -56,6 +61,12 @@ enum BenchState {
 /// same prepared statement and the same plan.
 const HAND_PG: &str = r#"UPDATE "bench_rows" SET "status" = 'b' WHERE "id" = $1 AND CAST("id" AS TEXT) COLLATE "C" = CAST($1 AS TEXT) AND "status" IN ('a')"#;
 const HAND_SQLITE: &str = r#"UPDATE "bench_rows" SET "status" = 'b' WHERE "id" = ?1 AND CAST("id" AS BLOB) = CAST(?1 AS BLOB) AND "status" IN ('a')"#;
+/// The same for `settle`: two values bound into `set`, and a guard.
+const HAND_BOUND_PG: &str = r#"UPDATE "bench_rows" SET "status" = 'c', "note" = $2, "amount" = $3 WHERE "id" = $1 AND CAST("id" AS TEXT) COLLATE "C" = CAST($1 AS TEXT) AND "status" IN ('a') AND (amount_cents <= 100000)"#;
+const HAND_BOUND_SQLITE: &str = r#"UPDATE "bench_rows" SET "status" = 'c', "note" = ?2, "amount" = ?3 WHERE "id" = ?1 AND CAST("id" AS BLOB) = CAST(?1 AS BLOB) AND "status" IN ('a') AND (amount_cents <= 100000)"#;
+/// The values `settle` binds, the same on both sides.
+const NOTE: &str = "settled by the nightly run";
+const AMOUNT: i64 = 4_200;
 
 /// Default measured transitions per variant per backend (sequential).
 const DEFAULT_ROWS: i64 = 24_000;
@@ -67,17 +78,27 @@ const WARMUP: i64 = 300;
 /// Tasks (and pool connections) in the concurrent variant.
 const CONCURRENCY: usize = 4;
 
+/// Which transition a measurement runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Case {
+    /// `advance`: the status alone.
+    Plain,
+    /// `settle`: two bound `set` values and a guard.
+    Bound,
+}
+
 /// One backend: the two calls under test, plus a check of the table.
 trait Backend: 'static {
     type Db: sqlx::Database;
-    /// `BenchState::advance().apply(pool, id)`, which must win.
-    fn guard(pool: &Pool<Self::Db>, id: i64) -> impl Future<Output = ()> + Send + '_;
+    /// `BenchState::advance().apply(pool, id)` (or `settle(…)`), which must
+    /// win.
+    fn guard(pool: &Pool<Self::Db>, id: i64, case: Case) -> impl Future<Output = ()> + Send + '_;
 
     /// The hand-written CAS, which must change exactly one row.
-    fn hand(pool: &Pool<Self::Db>, id: i64) -> impl Future<Output = ()> + Send + '_;
+    fn hand(pool: &Pool<Self::Db>, id: i64, case: Case) -> impl Future<Output = ()> + Send + '_;
 
-    /// Rows now in state `b`.
-    fn count_b(pool: &Pool<Self::Db>) -> impl Future<Output = i64> + Send + '_;
+    /// Rows no longer in state `a`.
+    fn count_moved(pool: &Pool<Self::Db>) -> impl Future<Output = i64> + Send + '_;
 }
 
 struct Lite;
@@ -85,26 +106,44 @@ struct Pg;
 
 /// The two backends differ only in their types and the hand-written SQL.
 macro_rules! bench_backend {
-    ($name:ident, $db:ty, $hand:expr) => {
+    ($name:ident, $db:ty, $hand:expr, $hand_bound:expr) => {
         // Spelled as the trait spells them, so each impl states that its
         // futures are Send.
         #[allow(clippy::manual_async_fn)]
         impl Backend for $name {
             type Db = $db;
 
-            fn guard(pool: &Pool<$db>, id: i64) -> impl Future<Output = ()> + Send + '_ {
+            fn guard(
+                pool: &Pool<$db>,
+                id: i64,
+                case: Case,
+            ) -> impl Future<Output = ()> + Send + '_ {
                 async move {
-                    match BenchState::advance().apply(pool, id).await {
+                    let outcome = match case {
+                        Case::Plain => BenchState::advance().apply(pool, id).await,
+                        Case::Bound => {
+                            BenchState::settle(NOTE.to_owned(), AMOUNT)
+                                .apply(pool, id)
+                                .await
+                        }
+                    };
+                    match outcome {
                         Ok(Outcome::Applied(_)) => {}
                         other => panic!("guard on id {id} did not win: {other:?}"),
                     }
                 }
             }
 
-            fn hand(pool: &Pool<$db>, id: i64) -> impl Future<Output = ()> + Send + '_ {
+            fn hand(pool: &Pool<$db>, id: i64, case: Case) -> impl Future<Output = ()> + Send + '_ {
                 async move {
-                    let done = sqlx::query($hand)
-                        .bind(id)
+                    let query = match case {
+                        Case::Plain => sqlx::query($hand).bind(id),
+                        Case::Bound => sqlx::query($hand_bound)
+                            .bind(id)
+                            .bind(NOTE.to_owned())
+                            .bind(AMOUNT),
+                    };
+                    let done = query
                         .execute(pool)
                         .await
                         .unwrap_or_else(|e| panic!("hand-written on id {id}: {e}"));
@@ -116,20 +155,20 @@ macro_rules! bench_backend {
                 }
             }
 
-            fn count_b(pool: &Pool<$db>) -> impl Future<Output = i64> + Send + '_ {
+            fn count_moved(pool: &Pool<$db>) -> impl Future<Output = i64> + Send + '_ {
                 async move {
-                    sqlx::query_scalar("SELECT COUNT(*) FROM bench_rows WHERE status = 'b'")
+                    sqlx::query_scalar("SELECT COUNT(*) FROM bench_rows WHERE status <> 'a'")
                         .fetch_one(pool)
                         .await
-                        .expect("count rows in b")
+                        .expect("count rows moved")
                 }
             }
         }
     };
 }
 
-bench_backend!(Lite, Sqlite, HAND_SQLITE);
-bench_backend!(Pg, Postgres, HAND_PG);
+bench_backend!(Lite, Sqlite, HAND_SQLITE, HAND_BOUND_SQLITE);
+bench_backend!(Pg, Postgres, HAND_PG, HAND_BOUND_PG);
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Side {
@@ -156,7 +195,8 @@ impl Keys {
 /// transitions per variant and one concurrent measurement of `rows / 2`.
 fn rows_needed(rows: i64, sequential: i64) -> i64 {
     let one = |rows| 2 * (WARMUP + rows_per_round(rows) * ROUNDS);
-    sequential * one(rows) + one(rows / 2)
+    // Once per case.
+    2 * (sequential * one(rows) + one(rows / 2))
 }
 
 fn rows_per_round(rows: i64) -> i64 {
@@ -166,6 +206,7 @@ fn rows_per_round(rows: i64) -> i64 {
 /// One timed round: `keys` moved one after another on the pool.
 async fn sequential_round<B: Backend>(
     pool: &Pool<B::Db>,
+    case: Case,
     side: Side,
     keys: std::ops::Range<i64>,
 ) -> f64 {
@@ -174,12 +215,12 @@ async fn sequential_round<B: Backend>(
     match side {
         Side::Guard => {
             for id in keys {
-                B::guard(pool, id).await;
+                B::guard(pool, id, case).await;
             }
         }
         Side::Hand => {
             for id in keys {
-                B::hand(pool, id).await;
+                B::hand(pool, id, case).await;
             }
         }
     }
@@ -190,6 +231,7 @@ async fn sequential_round<B: Backend>(
 /// sequentially by its own task, all tasks sharing the pool.
 async fn concurrent_round<B: Backend>(
     pool: &Pool<B::Db>,
+    case: Case,
     side: Side,
     keys: std::ops::Range<i64>,
 ) -> f64 {
@@ -204,8 +246,8 @@ async fn concurrent_round<B: Backend>(
         tasks.spawn(async move {
             for id in start..end {
                 match side {
-                    Side::Guard => B::guard(&pool, id).await,
-                    Side::Hand => B::hand(&pool, id).await,
+                    Side::Guard => B::guard(&pool, id, case).await,
+                    Side::Hand => B::hand(&pool, id, case).await,
                 }
             }
         });
@@ -307,40 +349,46 @@ async fn run<B: Backend>(
         end: seeded,
     };
 
-    let per_round = rows_per_round(rows);
-    println!(
-        "  {ROUNDS} guard + {ROUNDS} hand-written rounds of {per_round} transitions, alternating \
-         (ABBA…); {WARMUP} warm-up calls each"
-    );
-    for &(label, pool) in sequential {
+    for case in [Case::Plain, Case::Bound] {
+        let what = match case {
+            Case::Plain => "advance: a -> b",
+            Case::Bound => "settle: a -> c, two bound set values and a guard",
+        };
+        let per_round = rows_per_round(rows);
+        println!(
+            "  {what}\n  {ROUNDS} guard + {ROUNDS} hand-written rounds of {per_round} transitions, \
+             alternating (ABBA…); {WARMUP} warm-up calls each"
+        );
+        for &(label, pool) in sequential {
+            let (guard, hand) = measure(&mut keys, per_round, |side, ids| {
+                sequential_round::<B>(pool, case, side, ids)
+            })
+            .await;
+            report(
+                &format!("sequential, {label} (1-connection pool, one call awaited after another)"),
+                guard,
+                hand,
+            );
+        }
+
+        let per_round = rows_per_round(rows / 2);
         let (guard, hand) = measure(&mut keys, per_round, |side, ids| {
-            sequential_round::<B>(pool, side, ids)
+            concurrent_round::<B>(concurrent, case, side, ids)
         })
         .await;
         report(
-            &format!("sequential, {label} (1-connection pool, one call awaited after another)"),
+            &format!(
+                "concurrent ({CONCURRENCY} tasks on a {CONCURRENCY}-connection pool, disjoint \
+                 keys, rounds of {per_round})"
+            ),
             guard,
             hand,
         );
     }
 
-    let per_round = rows_per_round(rows / 2);
-    let (guard, hand) = measure(&mut keys, per_round, |side, ids| {
-        concurrent_round::<B>(concurrent, side, ids)
-    })
-    .await;
-    report(
-        &format!(
-            "concurrent ({CONCURRENCY} tasks on a {CONCURRENCY}-connection pool, disjoint keys, \
-             rounds of {per_round})"
-        ),
-        guard,
-        hand,
-    );
-
-    let moved = B::count_b(concurrent).await;
-    assert_eq!(moved, keys.next - 1, "rows in b after the run");
-    println!("  checked: {moved} rows moved a -> b, each exactly once");
+    let moved = B::count_moved(concurrent).await;
+    assert_eq!(moved, keys.next - 1, "rows moved after the run");
+    println!("  checked: {moved} rows moved out of a, each exactly once");
 }
 
 fn bench_rows() -> i64 {
@@ -382,10 +430,13 @@ async fn sqlite(rows: i64) {
         path.display()
     );
 
-    sqlx::query("CREATE TABLE bench_rows (id INTEGER PRIMARY KEY, status TEXT NOT NULL)")
-        .execute(&sequential)
-        .await
-        .expect("create bench_rows");
+    sqlx::query(
+        "CREATE TABLE bench_rows (id INTEGER PRIMARY KEY, status TEXT NOT NULL, note TEXT, \
+         amount INTEGER, amount_cents INTEGER NOT NULL DEFAULT 500)",
+    )
+    .execute(&sequential)
+    .await
+    .expect("create bench_rows");
     let seeded = rows_needed(rows, 1);
     sqlx::query(
         "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n WHERE x < ?1) \
@@ -489,10 +540,13 @@ async fn postgres_in_schema(base: PgConnectOptions, schema: String, rows: i64) {
         .expect("search_path");
     assert_eq!(search_path, schema, "search_path of pooled connections");
 
-    sqlx::query("CREATE TABLE bench_rows (id BIGINT PRIMARY KEY, status TEXT NOT NULL)")
-        .execute(&sequential)
-        .await
-        .expect("create bench_rows");
+    sqlx::query(
+        "CREATE TABLE bench_rows (id BIGINT PRIMARY KEY, status TEXT NOT NULL, note TEXT, \
+         amount BIGINT, amount_cents BIGINT NOT NULL DEFAULT 500)",
+    )
+    .execute(&sequential)
+    .await
+    .expect("create bench_rows");
     let seeded = rows_needed(rows, 2);
     sqlx::query(
         "INSERT INTO bench_rows (id, status) SELECT g, 'a' FROM generate_series(1::bigint, $1) g",
@@ -549,6 +603,20 @@ async fn main() {
     let generated = BenchState::advance().def().update_sql();
     assert_eq!(HAND_PG, generated.postgres(), "PostgreSQL SQL differs");
     assert_eq!(HAND_SQLITE, generated.sqlite(), "SQLite SQL differs");
+    let generated = BenchState::settle(String::new(), 0)
+        .transition()
+        .def()
+        .update_sql();
+    assert_eq!(
+        HAND_BOUND_PG,
+        generated.postgres(),
+        "PostgreSQL SQL differs (settle)"
+    );
+    assert_eq!(
+        HAND_BOUND_SQLITE,
+        generated.sqlite(),
+        "SQLite SQL differs (settle)"
+    );
 
     let rows = bench_rows();
     println!(

@@ -381,7 +381,7 @@ fn check_mermaid<T: StateMachine>() {
         .flat_map(|t| {
             t.sources()
                 .iter()
-                .map(move |&s| (id_of(s), id_of(t.target()), t.name().to_owned()))
+                .map(move |&s| (id_of(s), id_of(t.target()), edge_label(t)))
         })
         .collect();
     assert_eq!(d.edges, expected, "{text}");
@@ -545,9 +545,20 @@ fn check_markdown<T: StateMachine>() {
             assert!(!cells[3].is_empty(), "{row}");
         }
     }
+    // A guard column sits before "also sets" when any transition has a guard.
+    let guarded = machine.transitions().iter().any(|t| t.guard().is_some());
+    let sets_at = 3 + usize::from(guarded);
+    assert_eq!(cells(tables[1][0]).len(), sets_at + 1, "{}", tables[1][0]);
     for (row, transition) in tables[1][2..].iter().zip(machine.transitions()) {
         let cells = cells(row);
         assert_eq!(cells[0], format!("`{}`", transition.name()), "{row}");
+        if guarded {
+            let shown = transition
+                .guard()
+                .map(|g| format!("`{g}`"))
+                .unwrap_or_default();
+            assert_eq!(cells[3], shown, "{row}");
+        }
         assert_eq!(
             cells[1].matches(", ").count() + 1,
             transition.sources().len(),
@@ -555,16 +566,16 @@ fn check_markdown<T: StateMachine>() {
         );
         let target = machine.state(transition.target()).unwrap();
         if let Some(def) = target.in_flight() {
-            assert!(cells[3].contains(def.since_column()), "{row}");
+            assert!(cells[sets_at].contains(def.since_column()), "{row}");
         }
         if let Some(version) = machine.version() {
             assert!(
-                cells[3].contains(&format!("{version} = {version} + 1")),
+                cells[sets_at].contains(&format!("{version} = {version} + 1")),
                 "{row}"
             );
         }
         for set in transition.set_columns() {
-            assert!(cells[3].contains(set.column()), "{row}");
+            assert!(cells[sets_at].contains(set.column()), "{row}");
         }
     }
 }
@@ -666,7 +677,7 @@ fn check_dot<T: StateMachine>() {
         assert!(svg.contains(&db), "no {db} in the SVG of\n{source}");
     }
     for transition in T::MACHINE.transitions() {
-        let label = format!(">{}</text>", svg_text(transition.name()));
+        let label = format!(">{}</text>", svg_text(&edge_label(transition)));
         assert!(svg.contains(&label), "no {label} in the SVG");
     }
 }
@@ -800,5 +811,14 @@ fn sections_are_checked_between_their_markers() {
     } else {
         let message = message.expect("a stale section must fail");
         assert!(message.contains("\n-old\n+new\n"), "{message}");
+    }
+}
+
+/// An edge's label as the renderers write it: the name, and the guard in
+/// brackets.
+fn edge_label<S: StateMachine>(transition: &stateguard::meta::TransitionDef<S>) -> String {
+    match transition.guard() {
+        Some(guard) => format!("{} [{guard}]", transition.name()),
+        None => transition.name().to_owned(),
     }
 }

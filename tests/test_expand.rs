@@ -91,7 +91,7 @@ fn the_snapshot_is_the_derived_machine() {
 fn the_snapshot_generates_working_impls() {
     let names = [
         Expanded::start(),
-        Expanded::confirm(),
+        Expanded::confirm("tr_1".to_owned()).transition(),
         Expanded::fail(),
         Expanded::cancel(),
     ]

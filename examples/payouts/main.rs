@@ -29,6 +29,9 @@ const PAYOUTS: i64 = 100;
 const WORKERS: usize = 8;
 /// Every tenth payout is cancelled by its owner before the run starts.
 const CANCEL_EVERY: i64 = 10;
+/// Payout `id` is for `id * 1000` cents; `start`'s guard lets through at
+/// most this many (`amount_cents <= 95000` in `status.rs`).
+const LIMIT_CENTS: i64 = 95_000;
 
 /// Stands in for the bank's API: it only counts what it is asked to do.
 #[derive(Default)]
@@ -37,9 +40,11 @@ struct Bank {
 }
 
 impl Bank {
-    async fn transfer(&self, _payout: i64) {
+    /// Moves the money and answers with the bank's reference.
+    async fn transfer(&self, payout: i64) -> String {
         tokio::time::sleep(Duration::from_millis(1)).await;
         self.transfers.fetch_add(1, Ordering::SeqCst);
+        format!("tr_{payout:05}")
     }
 }
 
@@ -49,6 +54,7 @@ struct Report {
     lost_races: AtomicUsize,
     found_sent: AtomicUsize,
     found_cancelled: AtomicUsize,
+    over_limit: AtomicUsize,
     replays_already_sent: AtomicUsize,
 }
 
@@ -77,7 +83,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     id BIGINT PRIMARY KEY,
                     amount_cents BIGINT NOT NULL,
                     status TEXT NOT NULL DEFAULT 'pending',
-                    sent_at TIMESTAMPTZ
+                    sent_at TIMESTAMPTZ,
+                    bank_ref TEXT
                 )",
                 "INSERT INTO payouts (id, amount_cents)
                  SELECT g, 1000 * g FROM generate_series(1, 100) g",
@@ -108,7 +115,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     id BIGINT PRIMARY KEY,
                     amount_cents BIGINT NOT NULL,
                     status VARCHAR(32) NOT NULL DEFAULT 'pending',
-                    sent_at DATETIME(3) NULL
+                    sent_at DATETIME(3) NULL,
+                    bank_ref VARCHAR(64) NULL
                 )",
                 "INSERT INTO payouts (id, amount_cents)
                  WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE i < 100)
@@ -140,7 +148,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     id INTEGER PRIMARY KEY,
                     amount_cents INTEGER NOT NULL,
                     status TEXT NOT NULL DEFAULT 'pending',
-                    sent_at TEXT
+                    sent_at TEXT,
+                    bank_ref TEXT
                 )",
                 "WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE i < 100)
                  INSERT INTO payouts (id, amount_cents) SELECT i, 1000 * i FROM g",
@@ -158,6 +167,7 @@ async fn run<DB: Backend>(pool: Pool<DB>, label: &str) -> Result<(), Box<dyn std
 where
     for<'p> &'p Pool<DB>: stateguard::Executor<Database = DB>,
     i64: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    String: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
 {
     let bank = Arc::new(Bank::default());
     let report = Arc::new(Report::default());
@@ -189,10 +199,14 @@ where
         worker.await??;
     }
 
-    // The bank's confirmation webhook is delivered again for every payout.
+    // The bank's confirmation webhook is delivered again for every payout,
+    // carrying a reference of its own: the loser writes nothing, so the
+    // stored reference stays the one the winning confirm wrote.
     for id in 1..=PAYOUTS {
         if let Outcome::AlreadyInState(PayoutStatus::Sent) =
-            PayoutStatus::confirm().apply(&pool, id).await?
+            PayoutStatus::confirm(format!("replayed_{id}"))
+                .apply(&pool, id)
+                .await?
         {
             report.replays_already_sent.fetch_add(1, Ordering::SeqCst);
         }
@@ -219,10 +233,17 @@ where
         report.found_cancelled.load(Ordering::SeqCst)
     );
     println!(
+        "  attempts over the limit:            {} (Refused by the guard)",
+        report.over_limit.load(Ordering::SeqCst)
+    );
+    println!(
         "  replayed confirmations:             {} (AlreadyInState)",
         report.replays_already_sent.load(Ordering::SeqCst)
     );
-    if transfers != sent || sent as i64 != PAYOUTS - cancelled {
+    let over_limit = (1..=PAYOUTS)
+        .filter(|id| id * 1000 > LIMIT_CENTS && id % CANCEL_EVERY != 0)
+        .count() as i64;
+    if transfers != sent || sent as i64 != PAYOUTS - cancelled - over_limit {
         return Err(format!("{transfers} bank transfers for {sent} payouts sent").into());
     }
     println!("  every payout sent exactly once: ok");
@@ -239,12 +260,18 @@ async fn send_payout<DB: Backend>(
 where
     for<'p> &'p Pool<DB>: stateguard::Executor<Database = DB>,
     i64: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    String: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
 {
     match PayoutStatus::start().apply(pool, id).await? {
         Outcome::Applied(_won) => {
-            // Only the winner gets here: call the bank, then record it.
-            bank.transfer(id).await;
-            if PayoutStatus::confirm().apply(pool, id).await?.is_applied() {
+            // Only the winner gets here: call the bank, then record it
+            // with the bank's reference, in the one statement.
+            let bank_ref = bank.transfer(id).await;
+            if PayoutStatus::confirm(bank_ref)
+                .apply(pool, id)
+                .await?
+                .is_applied()
+            {
                 report.sent.fetch_add(1, Ordering::SeqCst);
             }
         }
@@ -260,12 +287,14 @@ where
         Outcome::Conflict { .. } => {
             report.found_sent.fetch_add(1, Ordering::SeqCst);
         }
+        // Pending, and over the limit: the guard held it back.
+        Outcome::Refused { .. } => {
+            report.over_limit.fetch_add(1, Ordering::SeqCst);
+        }
         Outcome::NotFound => unreachable!("payout {id} was created above"),
         // Only a transition that expects an occurrence can find the row
-        // moved on, and only a guarded one can refuse; this one is neither.
-        Outcome::Stale { .. } | Outcome::Refused { .. } => {
-            unreachable!("start() has no guard and expects no occurrence")
-        }
+        // moved on; this one does not.
+        Outcome::Stale { .. } => unreachable!("start() expects no occurrence"),
     }
     Ok(())
 }

@@ -8,10 +8,13 @@ use stateguard::StateMachine;
 #[state_machine(table = "payouts", column = "status", key = "id")]
 pub enum PayoutStatus {
     #[state(initial)]
-    #[transition(start -> Sending)]
+    // Payouts above the limit wait for a person; the limit holds when the
+    // row moves, not when a worker last read it.
+    #[transition(start -> Sending, guard = "amount_cents <= 95000")]
     #[transition(cancel -> Cancelled)]
     Pending,
-    #[transition(confirm -> Sent, set(sent_at = "CURRENT_TIMESTAMP"))]
+    // The bank's reference is stored by the statement that confirms.
+    #[transition(confirm -> Sent, set(sent_at = "CURRENT_TIMESTAMP", bank_ref = bind(String)))]
     #[transition(fail -> Failed)]
     #[transition(cancel -> Cancelled)]
     Sending,

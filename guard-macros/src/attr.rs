@@ -59,8 +59,21 @@ pub struct TransitionAttr {
     pub name: Ident,
     pub target: Ident,
     pub set: Vec<SetItem>,
-    /// `guard = "SQL condition"`
-    pub guard: Option<LitStr>,
+    /// `guard = "SQL condition"`, or `guard("SQL condition", name = bind(Type), …)`
+    pub guard: Option<GuardAttr>,
+}
+
+/// A guard's condition and the values it binds per call.
+pub struct GuardAttr {
+    pub condition: LitStr,
+    /// `name = bind(Type)`: the condition reads it as `:name`.
+    pub params: Vec<GuardParam>,
+}
+
+/// `name = bind(Type)` inside `guard(…)`.
+pub struct GuardParam {
+    pub name: Ident,
+    pub ty: Box<syn::Type>,
 }
 
 /// `column = "SQL expression"` or `column = bind(Type)` inside `set(…)`
@@ -317,7 +330,7 @@ impl Parse for TransitionAttr {
         input.parse::<Token![->]>()?;
         let target: Ident = input.parse()?;
         let mut set = None;
-        let mut guard: Option<LitStr> = None;
+        let mut guard: Option<GuardAttr> = None;
         while !input.is_empty() {
             input.parse::<Token![,]>()?;
             if input.is_empty() {
@@ -325,10 +338,29 @@ impl Parse for TransitionAttr {
             }
             let lookahead = input.lookahead1();
             // guard = "amount_cents <= 100000"
+            // guard("requested_by <> :approver", approver = bind(String))
             if lookahead.peek(kw::guard) {
                 let keyword: kw::guard = input.parse()?;
-                input.parse::<Token![=]>()?;
-                let condition: LitStr = input.parse()?;
+                let condition = if input.peek(syn::token::Paren) {
+                    let content;
+                    parenthesized!(content in input);
+                    let condition: LitStr = content.parse()?;
+                    let mut params = Vec::new();
+                    while !content.is_empty() {
+                        content.parse::<Token![,]>()?;
+                        if content.is_empty() {
+                            break;
+                        }
+                        params.push(content.parse::<GuardParam>()?);
+                    }
+                    GuardAttr { condition, params }
+                } else {
+                    input.parse::<Token![=]>()?;
+                    GuardAttr {
+                        condition: input.parse()?,
+                        params: Vec::new(),
+                    }
+                };
                 if guard.is_some() {
                     return Err(syn::Error::new_spanned(
                         keyword,
@@ -342,8 +374,9 @@ impl Parse for TransitionAttr {
                 let unknown: Ident = input.parse().map_err(|_| lookahead.error())?;
                 return Err(syn::Error::new_spanned(
                     unknown,
-                    "unknown transition option; expected `set(column = \"SQL expression\", …)` \
-                     or `guard = \"SQL condition\"`",
+                    "unknown transition option; expected `set(column = \"SQL expression\", …)`, \
+                     `guard = \"SQL condition\"` or `guard(\"SQL condition with :name\", name = \
+                     bind(Type))`",
                 ));
             }
             let keyword: kw::set = input.parse()?;
@@ -363,6 +396,28 @@ impl Parse for TransitionAttr {
             target,
             set: set.unwrap_or_default(),
             guard,
+        })
+    }
+}
+
+impl Parse for GuardParam {
+    // approver = bind(String)
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let name: Ident = input.parse()?;
+        input.parse::<Token![=]>()?;
+        if !input.peek(kw::bind) {
+            return Err(syn::Error::new(
+                input.span(),
+                "expected `bind(Type)`: a guard's parameters are values bound per call",
+            ));
+        }
+        input.parse::<kw::bind>()?;
+        let content;
+        parenthesized!(content in input);
+        let ty: syn::Type = content.parse()?;
+        Ok(GuardParam {
+            name,
+            ty: Box::new(ty),
         })
     }
 }

@@ -105,7 +105,10 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
         };
         let read_back = sql_per_dialect(&private, |d| d.read_back(model, t));
         let guard = match &t.guard {
-            Some(guard) => quote!(::core::option::Option::Some(#guard)),
+            Some(guard) => {
+                let text = &guard.text;
+                quote!(::core::option::Option::Some(#text))
+            }
             None => quote!(::core::option::Option::None),
         };
         let select_guarded = match &t.guard {
@@ -124,12 +127,14 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
             let written = value.written();
             quote!(#private::set_column(#col, #written))
         });
+        let set_binds = t.set_binds();
         quote! {
             #private::transition(
                 #name,
                 &[#(#ident::#sources),*],
                 #ident::#target,
                 &[#(#set),*],
+                #set_binds,
                 #update,
                 #update_expecting,
                 #read_back,
@@ -452,9 +457,17 @@ fn constructor_doc(model: &Model, i: usize) -> String {
         model.states[t.target].db,
         model.key,
     );
+    let set_binds = t.set_binds();
     let params: Vec<String> = t
         .params()
-        .map(|(col, ty)| format!("`{col}: {}`, written to `{col}`", ty.to_token_stream()))
+        .enumerate()
+        .map(|(i, (name, ty))| {
+            let ty = ty.to_token_stream();
+            match i < set_binds {
+                true => format!("`{name}: {ty}`, written to `{name}`"),
+                false => format!("`{name}: {ty}`, read by the guard as `:{name}`"),
+            }
+        })
         .collect();
     if !params.is_empty() {
         doc.push_str(
@@ -464,7 +477,7 @@ fn constructor_doc(model: &Model, i: usize) -> String {
         for line in params {
             doc.push_str(&format!("\n - {line}"));
         }
-        doc.push('\n');
+        doc.push_str("\n\n");
     }
     let mut also: Vec<String> = t
         .set
@@ -510,7 +523,7 @@ fn constructor_doc(model: &Model, i: usize) -> String {
             state.ident, state.ident
         ));
     }
-    if let Some(guard) = &t.guard {
+    if let Some(guard) = t.guard.as_ref().map(|g| &g.text) {
         doc.push_str(&format!(
             "\n\n Guard: the row must also meet `{guard}`; a row in a source state that does \
              not is `Outcome::Refused`."

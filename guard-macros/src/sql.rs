@@ -199,8 +199,9 @@ impl Dialect {
             }
             _ => String::new(),
         };
+        // The guard's values after the `set` ones.
         let guard = match &transition.guard {
-            Some(guard) => format!(" AND ({guard})"),
+            Some(guard) => format!(" AND ({})", guard.sql(d, 2 + transition.set_binds())),
             None => String::new(),
         };
         format!(
@@ -431,7 +432,9 @@ impl Dialect {
         transition: &Transition,
         in_transaction: bool,
     ) -> Option<String> {
-        let guard = transition.guard.as_ref()?;
+        // The guard's values after the key (before it on MySQL, whose `?`
+        // follow the text).
+        let guard = transition.guard.as_ref()?.sql(self, 2);
         Some(format!(
             "SELECT {}, {}, {} FROM {} WHERE {}{}",
             self.status_read(&model.column),

@@ -16,6 +16,7 @@
 //!   no `$` and no control character other than whitespace;
 //! - the operators `+ - * / % = <> != < > <= >= ||`;
 //! - balanced parentheses (so function calls) and commas;
+//! - in a guard that declares them, values bound per call, `:name`;
 //! - spaces, tabs and line breaks between tokens.
 //!
 //! Statement keywords are refused even inside parentheses: a `set` value is
@@ -39,6 +40,9 @@ pub enum Token<'a> {
     Open,
     Close,
     Comma,
+    /// A value bound per call, `:name` (the name without the colon): only
+    /// a guard that declares it may hold one.
+    Param(&'a str),
 }
 
 /// Words that turn an expression into (part of) a statement: a subquery, a
@@ -97,6 +101,12 @@ pub fn tokenize(expr: &str) -> Result<Vec<Token<'_>>, String> {
                 (Token::Close, 1)
             }
             ',' => (Token::Comma, 1),
+            ':' if rest[1..].starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') => {
+                let len = 1 + rest[1..]
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .unwrap_or(rest.len() - 1);
+                (Token::Param(&rest[1..len]), len)
+            }
             _ if rest.starts_with("--") => {
                 return Err(
                     "contains a `--` comment, which would swallow the rest of the statement"
@@ -251,8 +261,8 @@ fn refused(c: char) -> String {
                 string"
             .to_owned(),
         '?' => "contains `?`, a placeholder: values cannot be bound here".to_owned(),
-        ':' => "contains `:`: neither `::` casts (PostgreSQL only; write `CAST(x AS type)`) nor \
-                `:name` parameters are allowed"
+        ':' => "contains a `:` that starts no `:name` parameter; `::` casts are PostgreSQL \
+                only: write `CAST(x AS type)`"
             .to_owned(),
         ';' => "contains `;`: one expression, not a statement".to_owned(),
         '#' => "contains `#`, a comment in MySQL".to_owned(),
@@ -389,8 +399,16 @@ mod tests {
         refused("'$$'", "`$` in a string literal");
         refused("?", "placeholder");
         refused("?1", "placeholder");
-        refused(":name", "`:`");
         refused("x::text", "`::` casts");
+        refused(": name", "starts no `:name` parameter");
+        assert_eq!(
+            tokenize("a < :limit"),
+            Ok(vec![
+                Token::Word("a"),
+                Token::Op("<"),
+                Token::Param("limit")
+            ])
+        );
         refused("@x", "`@`");
         refused("@@version", "`@`");
     }

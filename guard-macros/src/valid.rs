@@ -9,7 +9,7 @@ use syn::ext::IdentExt;
 use syn::{Ident, LitStr};
 
 use crate::ast::Input;
-use crate::attr::{SetItem, SetValue, TransitionAttr};
+use crate::attr::{GuardAttr, SetItem, SetValue, TransitionAttr};
 use crate::case::RenameRule;
 use crate::ctxt::Ctxt;
 use crate::ident;
@@ -84,16 +84,66 @@ pub struct Transition<'a> {
     pub target: usize,
     pub set: Vec<(String, Assign)>,
     /// `guard = "…"`: a condition the row must meet, in the `WHERE`.
-    pub guard: Option<String>,
+    pub guard: Option<Guard>,
+}
+
+/// A guard: its condition as written, and the values it binds per call,
+/// each read once by the condition, in declaration order.
+pub struct Guard {
+    pub text: String,
+    /// Byte ranges of the `:name` placeholders in `text`, in order; the
+    /// i-th is `params[i]`.
+    pub at: Vec<core::ops::Range<usize>>,
+    pub params: Vec<(String, Box<syn::Type>)>,
+}
+
+impl PartialEq for Guard {
+    fn eq(&self, other: &Guard) -> bool {
+        let params = |g: &Guard| -> Vec<(String, String)> {
+            g.params
+                .iter()
+                .map(|(name, ty)| (name.clone(), ty.to_token_stream().to_string()))
+                .collect()
+        };
+        self.text == other.text && params(self) == params(other)
+    }
+}
+
+impl Guard {
+    /// The condition with its placeholders numbered from `first` (`$first`
+    /// on PostgreSQL, `?first` on SQLite, `?` on MySQL, where they are
+    /// positional).
+    pub fn sql(&self, d: crate::dialect::Dialect, first: usize) -> String {
+        let mut out = String::new();
+        let mut from = 0;
+        for (i, range) in self.at.iter().enumerate() {
+            out.push_str(&self.text[from..range.start]);
+            out.push_str(&d.param(first + i));
+            from = range.end;
+        }
+        out.push_str(&self.text[from..]);
+        out
+    }
 }
 
 impl Transition<'_> {
-    /// The types of the values bound per call, in declaration order: the
-    /// constructor's parameters.
+    /// The values bound per call, in order: the `set` values, then the
+    /// guard's. The constructor's parameters.
     pub fn params(&self) -> impl Iterator<Item = (&str, &syn::Type)> {
         self.set
             .iter()
             .filter_map(|(col, value)| Some((col.as_str(), value.bound()?)))
+            .chain(
+                self.guard
+                    .iter()
+                    .flat_map(|g| g.params.iter().map(|(name, ty)| (name.as_str(), &**ty))),
+            )
+    }
+
+    /// How many of the values are the `set` values (the rest are the
+    /// guard's).
+    pub fn set_binds(&self) -> usize {
+        self.set.iter().filter(|(_, v)| v.bound().is_some()).count()
     }
 
     /// How many values are bound per call.
@@ -372,7 +422,7 @@ fn check_transitions<'a>(
             };
             let guard = match &attr.guard {
                 None => None,
-                Some(lit) => match check_guard(cx, lit) {
+                Some(guard) => match check_guard(cx, guard, &set) {
                     Some(guard) => Some(guard),
                     None => {
                         ok = false;
@@ -432,7 +482,7 @@ fn check_transitions<'a>(
             } else if known.guard != guard {
                 ok = false;
                 let at = match &attr.guard {
-                    Some(guard) => guard.to_token_stream(),
+                    Some(guard) => guard.condition.to_token_stream(),
                     None => attr.name.to_token_stream(),
                 };
                 cx.duplicate(
@@ -455,18 +505,114 @@ fn check_transitions<'a>(
 }
 
 /// `guard = "…"`: one SQL condition, through the same allow-list as `set`
-/// expressions.
-fn check_guard(cx: &mut Ctxt, lit: &LitStr) -> Option<String> {
+/// expressions; its `:name` placeholders are the declared parameters, each
+/// read once, in declaration order.
+fn check_guard(cx: &mut Ctxt, attr: &GuardAttr, set: &[(String, Assign)]) -> Option<Guard> {
+    let lit = &attr.condition;
     let condition = lit.value();
     if condition.trim().is_empty() {
         cx.error(lit, "empty guard condition");
         return None;
     }
-    if let Err(why) = sqltext::tokenize(&condition) {
-        cx.error(lit, format!("guard {condition:?} {why}"));
-        return None;
+    let tokens = match sqltext::tokenize(&condition) {
+        Ok(tokens) => tokens,
+        Err(why) => {
+            cx.error(lit, format!("guard {condition:?} {why}"));
+            return None;
+        }
+    };
+    let mut ok = true;
+    for (i, param) in attr.params.iter().enumerate() {
+        let name = param.name.unraw().to_string();
+        if let Some(first) = attr.params[..i].iter().find(|p| p.name == param.name) {
+            ok = false;
+            cx.duplicate(
+                &param.name,
+                format!("guard parameter `{name}` is declared twice"),
+                &first.name,
+                "first declared here",
+            );
+        } else if set
+            .iter()
+            .any(|(col, v)| v.bound().is_some() && *col == name)
+        {
+            ok = false;
+            cx.error(
+                &param.name,
+                format!(
+                    "`{name}` is also a `set` value bound per call; the constructor takes one \
+                     parameter per name, so give the guard's another"
+                ),
+            );
+        }
     }
-    Some(condition)
+    let start = condition.as_ptr() as usize;
+    let mut at = Vec::new();
+    let mut used = Vec::new();
+    for token in &tokens {
+        let sqltext::Token::Param(name) = *token else {
+            continue;
+        };
+        // The name is a slice of `condition`; its colon is the byte before.
+        let offset = name.as_ptr() as usize - start;
+        at.push(offset - 1..offset + name.len());
+        used.push(name);
+    }
+    let declared: Vec<String> = attr
+        .params
+        .iter()
+        .map(|p| p.name.unraw().to_string())
+        .collect();
+    for name in &used {
+        if !declared.iter().any(|d| d == name) {
+            ok = false;
+            cx.error(
+                lit,
+                format!(
+                    "guard {condition:?} reads `:{name}`, which it does not declare; write \
+                     `guard(\"…\", {name} = bind(Type))`"
+                ),
+            );
+        }
+    }
+    for param in &attr.params {
+        let name = param.name.unraw().to_string();
+        if !used.contains(&name.as_str()) {
+            ok = false;
+            cx.error(
+                &param.name,
+                format!(
+                    "guard parameter `{name}` is declared but the condition never reads `:{name}`"
+                ),
+            );
+        }
+    }
+    if ok && used.iter().copied().ne(declared.iter().map(String::as_str)) {
+        // MySQL's `?` are positional: the values go in the order the
+        // condition reads them, which is the order they are declared.
+        ok = false;
+        cx.error(
+            lit,
+            format!(
+                "guard {condition:?} reads its parameters as {}; read each once, in the order \
+                 declared ({})",
+                used.iter()
+                    .map(|n| format!(":{n}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                declared.join(", ")
+            ),
+        );
+    }
+    ok.then(|| Guard {
+        text: condition.clone(),
+        at,
+        params: attr
+            .params
+            .iter()
+            .map(|p| (p.name.unraw().to_string(), p.ty.clone()))
+            .collect(),
+    })
 }
 
 fn check_set(
@@ -539,7 +685,19 @@ fn check_set(
                     cx.error(lit, format!("SQL expression {expr:?} {why}"));
                 }
                 Ok(tokens) => {
-                    if let Some(why) = reads_written(&tokens, &column, items, written) {
+                    if let Some(name) = tokens.iter().find_map(|t| match t {
+                        sqltext::Token::Param(name) => Some(*name),
+                        _ => None,
+                    }) {
+                        ok = false;
+                        cx.error(
+                            lit,
+                            format!(
+                                "SQL expression {expr:?} contains `:{name}`: a `set` value bound \
+                                 per call is written `{column} = bind(Type)`"
+                            ),
+                        );
+                    } else if let Some(why) = reads_written(&tokens, &column, items, written) {
                         ok = false;
                         cx.error(lit, format!("SQL expression {expr:?} {why}"));
                     }

@@ -308,6 +308,9 @@ pub struct TransitionDef<S: 'static> {
     sources: &'static [S],
     target: S,
     set: &'static [SetColumn],
+    /// How many of the values bound per call the `set` takes; the guard
+    /// takes the rest.
+    set_binds: usize,
     update: Sql,
     update_expecting: Option<Sql>,
     read_back: Sql,
@@ -324,6 +327,12 @@ impl<S: StateMachine> TransitionDef<S> {
     /// The states it may start from.
     pub const fn sources(&self) -> &'static [S] {
         self.sources
+    }
+
+    /// How many of the values bound per call go into `set`; the guard's
+    /// `:name` parameters take the rest.
+    pub(crate) const fn set_binds(&self) -> usize {
+        self.set_binds
     }
 
     /// The state it moves the row to.
@@ -478,6 +487,7 @@ pub mod construct {
         sources: &'static [S],
         target: S,
         set: &'static [SetColumn],
+        set_binds: usize,
         update: Sql,
         update_expecting: Option<Sql>,
         read_back: Sql,
@@ -489,6 +499,7 @@ pub mod construct {
             sources,
             target,
             set,
+            set_binds,
             update,
             update_expecting,
             read_back,

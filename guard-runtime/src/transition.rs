@@ -211,7 +211,8 @@ impl<S: StateMachine> Transition<S> {
             }
             // Zero rows: read the state with a statement of its own, so that
             // it sees what the racing winner committed.
-            let Try::Done(row) = self.fresh_read(executor, select, &key, attempts).await? else {
+            let read = self.fresh_read(executor, select, &key, params, attempts);
+            let Try::Done(row) = read.await? else {
                 continue;
             };
             let Some(row) = row else {
@@ -291,18 +292,20 @@ impl<S: StateMachine> Transition<S> {
     /// The losing path's fresh read of the row: `Done(row)` (`None`: no such
     /// row), or `Again` after a retryable error once the backoff has been
     /// slept.
-    async fn fresh_read<E, K>(
+    async fn fresh_read<E, K, P>(
         self,
         executor: &mut E,
         select: &'static str,
         key: &K,
+        params: &P,
         attempts: u32,
     ) -> Result<Try<Option<<E::Database as sqlx::Database>::Row>>, Error>
     where
         E: Executor,
         K: Key<E::Database>,
+        P: Params<E::Database>,
     {
-        let row = match key_arguments::<E::Database, K>(key) {
+        let row = match self.read_arguments::<E::Database, K, P>(key, params) {
             Ok(args) => executor.fetch_optional(select, args).await,
             Err(error) => Err(error),
         };
@@ -313,6 +316,28 @@ impl<S: StateMachine> Transition<S> {
                 Ok(Try::Again)
             }
         }
+    }
+
+    /// The losing read's parameters: the key, and a guard's values (before
+    /// the key on MySQL, where the guard comes first in the text).
+    fn read_arguments<DB: Backend, K: Key<DB>, P: Params<DB>>(
+        self,
+        key: &K,
+        params: &P,
+    ) -> Result<DB::Args, sqlx::Error> {
+        let guard = match self.def.guard() {
+            Some(_) => self.def.set_binds()..usize::MAX,
+            None => 0..0,
+        };
+        let mut args = DB::Args::default();
+        if DB::PARAMS_FIRST {
+            params.bind_range(&mut args, guard)?;
+            bind_key::<DB, K>(&mut args, key)?;
+        } else {
+            bind_key::<DB, K>(&mut args, key)?;
+            params.bind_range(&mut args, guard)?;
+        }
+        Ok(args)
     }
 
     /// The winning-path statement: `Some(changed)` when it changed the row,
@@ -334,10 +359,16 @@ impl<S: StateMachine> Transition<S> {
         // The placeholders' order in the text: MySQL's `?` are positional
         // and the `set` values come before the `WHERE`; PostgreSQL and
         // SQLite number them after the key.
+        // MySQL's guard values follow the key, as the guard follows it in
+        // the `WHERE`.
         let mut args = <DB<E> as Dialect>::Args::default();
         if <DB<E> as Dialect>::PARAMS_FIRST {
-            params.bind(&mut args).map_err(failed)?;
+            let set = self.def.set_binds();
+            params.bind_range(&mut args, 0..set).map_err(failed)?;
             bind_key::<DB<E>, K>(&mut args, key).map_err(failed)?;
+            params
+                .bind_range(&mut args, set..usize::MAX)
+                .map_err(failed)?;
         } else {
             bind_key::<DB<E>, K>(&mut args, key).map_err(failed)?;
             params.bind(&mut args).map_err(failed)?;
@@ -637,11 +668,25 @@ pub(crate) fn bind_key<DB: Backend, K: Key<DB>>(
 pub trait Params<DB: Backend>: Send + Sync {
     /// Adds the values to `args`, in order.
     #[doc(hidden)]
-    fn bind(&self, args: &mut <DB as Dialect>::Args) -> Result<(), sqlx::Error>;
+    fn bind(&self, args: &mut <DB as Dialect>::Args) -> Result<(), sqlx::Error> {
+        self.bind_range(args, 0..usize::MAX)
+    }
+
+    /// Adds the values at positions `range` to `args`, in order.
+    #[doc(hidden)]
+    fn bind_range(
+        &self,
+        args: &mut <DB as Dialect>::Args,
+        range: core::ops::Range<usize>,
+    ) -> Result<(), sqlx::Error>;
 }
 
 impl<DB: Backend> Params<DB> for () {
-    fn bind(&self, _: &mut <DB as Dialect>::Args) -> Result<(), sqlx::Error> {
+    fn bind_range(
+        &self,
+        _: &mut <DB as Dialect>::Args,
+        _: core::ops::Range<usize>,
+    ) -> Result<(), sqlx::Error> {
         Ok(())
     }
 }
@@ -650,9 +695,20 @@ macro_rules! params_tuple {
     ($($t:ident),+) => {
         impl<DB: Backend, $($t: Key<DB>),+> Params<DB> for ($($t,)+) {
             #[allow(non_snake_case)]
-            fn bind(&self, args: &mut <DB as Dialect>::Args) -> Result<(), sqlx::Error> {
+            fn bind_range(
+                &self,
+                args: &mut <DB as Dialect>::Args,
+                range: core::ops::Range<usize>,
+            ) -> Result<(), sqlx::Error> {
                 let ($($t,)+) = self;
-                $(sqlx::Arguments::add(args, $t).map_err(sqlx::Error::Encode)?;)+
+                let mut i = 0;
+                $(
+                    if range.contains(&i) {
+                        sqlx::Arguments::add(args, $t).map_err(sqlx::Error::Encode)?;
+                    }
+                    i += 1;
+                )+
+                let _ = i;
                 Ok(())
             }
         }

@@ -51,10 +51,11 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 &[PayoutStatus::Pending],
                 PayoutStatus::Sending,
                 &[],
+                0usize,
                 ::stateguard::__private::sql(
-                    "UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('pending')",
-                    "UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB) AND \"status\" IN ('pending')",
-                    "UPDATE `payouts` SET `status` = 'sending' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('pending') AND CAST(`status` AS BINARY) IN ('pending')",
+                    "UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('pending') AND (amount_cents <= 95000)",
+                    "UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB) AND \"status\" IN ('pending') AND (amount_cents <= 95000)",
+                    "UPDATE `payouts` SET `status` = 'sending' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('pending') AND CAST(`status` AS BINARY) IN ('pending') AND (amount_cents <= 95000)",
                 ),
                 ::core::option::Option::None,
                 ::stateguard::__private::sql(
@@ -62,14 +63,26 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     "",
                     "SELECT CAST(LAST_INSERT_ID() AS SIGNED)",
                 ),
-                ::core::option::Option::None,
-                ::core::option::Option::None,
+                ::core::option::Option::Some("amount_cents <= 95000"),
+                ::core::option::Option::Some([
+                    ::stateguard::__private::sql(
+                        "SELECT \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT)",
+                        "SELECT \"status\", CAST(0 AS INTEGER), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS INTEGER) FROM \"payouts\" WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB)",
+                        "SELECT CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS SIGNED) FROM `payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) LOCK IN SHARE MODE",
+                    ),
+                    ::stateguard::__private::sql(
+                        "SELECT \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) FOR SHARE",
+                        "SELECT \"status\", CAST(0 AS INTEGER), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS INTEGER) FROM \"payouts\" WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB)",
+                        "SELECT CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS SIGNED) FROM `payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) LOCK IN SHARE MODE",
+                    ),
+                ]),
             ),
             ::stateguard::__private::transition(
                 "cancel",
                 &[PayoutStatus::Pending, PayoutStatus::Sending],
                 PayoutStatus::Cancelled,
                 &[],
+                0usize,
                 ::stateguard::__private::sql(
                     "UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('pending', 'sending')",
                     "UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB) AND \"status\" IN ('pending', 'sending')",
@@ -88,11 +101,15 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 "confirm",
                 &[PayoutStatus::Sending],
                 PayoutStatus::Sent,
-                &[::stateguard::__private::set_column("sent_at", "CURRENT_TIMESTAMP")],
+                &[
+                    ::stateguard::__private::set_column("sent_at", "CURRENT_TIMESTAMP"),
+                    ::stateguard::__private::set_column("bank_ref", "bind(String)"),
+                ],
+                1usize,
                 ::stateguard::__private::sql(
-                    "UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP) WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('sending')",
-                    "UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP) WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB) AND \"status\" IN ('sending')",
-                    "UPDATE `payouts` SET `sent_at` = (CURRENT_TIMESTAMP), `status` = 'sent' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending')",
+                    "UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $2 WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('sending')",
+                    "UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = ?2 WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB) AND \"status\" IN ('sending')",
+                    "UPDATE `payouts` SET `sent_at` = (CURRENT_TIMESTAMP), `bank_ref` = ?, `status` = 'sent' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending')",
                 ),
                 ::core::option::Option::None,
                 ::stateguard::__private::sql(
@@ -108,6 +125,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 &[PayoutStatus::Sending],
                 PayoutStatus::Failed,
                 &[],
+                0usize,
                 ::stateguard::__private::sql(
                     "UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('sending')",
                     "UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB) AND \"status\" IN ('sending')",
@@ -229,7 +247,9 @@ impl<__DB: ::stateguard::Backend> ::stateguard::FollowUpValues<__DB> for PayoutS
 impl PayoutStatus {
     /** Transition `start`: from [`Pending`](Self::Pending) (`'pending'`) to [`Sending`](Self::Sending) (`'sending'`).
 
- Sets `status` to `'sending'` on the row whose `id` is the key, only if it is in a source state.*/
+ Sets `status` to `'sending'` on the row whose `id` is the key, only if it is in a source state.
+
+ Guard: the row must also meet `amount_cents <= 95000`; a row in a source state that does not is `Outcome::Refused`.*/
     #[inline]
     #[must_use]
     pub const fn start() -> ::stateguard::Transition<Self> {
@@ -245,13 +265,25 @@ impl PayoutStatus {
     }
     /** Transition `confirm`: from [`Sending`](Self::Sending) (`'sending'`) to [`Sent`](Self::Sent) (`'sent'`).
 
- Sets `status` to `'sent'` on the row whose `id` is the key, only if it is in a source state. Also sets:
+ Sets `status` to `'sent'` on the row whose `id` is the key, only if it is in a source state.
 
- - `sent_at = CURRENT_TIMESTAMP`*/
+ Parameters, bound into the statement in this order, never written into its text:
+
+ - `bank_ref: String`, written to `bank_ref`
+
+ Also sets:
+
+ - `sent_at = CURRENT_TIMESTAMP`
+ - `bank_ref = bind(String)`*/
     #[inline]
     #[must_use]
-    pub const fn confirm() -> ::stateguard::Transition<Self> {
-        <Self as ::stateguard::StateMachine>::MACHINE.transitions()[2usize].transition()
+    pub fn confirm(bank_ref: String) -> ::stateguard::Bound<Self, (String,)> {
+        ::stateguard::__private::bound(
+            <Self as ::stateguard::StateMachine>::MACHINE
+                .transitions()[2usize]
+                .transition(),
+            (bank_ref,),
+        )
     }
     /** Transition `fail`: from [`Sending`](Self::Sending) (`'sending'`) to [`Failed`](Self::Failed) (`'failed'`).
 
