@@ -329,15 +329,7 @@ impl<S: StateMachine> Transition<S> {
             Some(_) => self.def.set_binds()..usize::MAX,
             None => 0..0,
         };
-        let mut args = DB::Args::default();
-        if DB::PARAMS_FIRST {
-            params.bind_range(&mut args, guard)?;
-            bind_key::<DB, K>(&mut args, key)?;
-        } else {
-            bind_key::<DB, K>(&mut args, key)?;
-            params.bind_range(&mut args, guard)?;
-        }
-        Ok(args)
+        around_key::<DB, K, P>(key, params, guard, 0..0)
     }
 
     /// The winning-path statement: `Some(changed)` when it changed the row,
@@ -356,23 +348,11 @@ impl<S: StateMachine> Transition<S> {
     {
         type DB<E> = <E as Run>::Database;
         let failed = |e| Attempt::Failed(self.db_error(e));
-        // The placeholders' order in the text: MySQL's `?` are positional
-        // and the `set` values come before the `WHERE`; PostgreSQL and
-        // SQLite number them after the key.
-        // MySQL's guard values follow the key, as the guard follows it in
-        // the `WHERE`.
-        let mut args = <DB<E> as Dialect>::Args::default();
-        if <DB<E> as Dialect>::PARAMS_FIRST {
-            let set = self.def.set_binds();
-            params.bind_range(&mut args, 0..set).map_err(failed)?;
-            bind_key::<DB<E>, K>(&mut args, key).map_err(failed)?;
-            params
-                .bind_range(&mut args, set..usize::MAX)
-                .map_err(failed)?;
-        } else {
-            bind_key::<DB<E>, K>(&mut args, key).map_err(failed)?;
-            params.bind(&mut args).map_err(failed)?;
-        }
+        // The `set` values come before the `WHERE` (and so before the key
+        // on MySQL), the guard's after it.
+        let set = self.def.set_binds();
+        let mut args =
+            around_key::<DB<E>, K, P>(key, params, 0..set, set..usize::MAX).map_err(failed)?;
         if let Some(expected) = self.expected {
             <DB<E> as Dialect>::bind_int(&mut args, expected).map_err(failed)?;
         }
@@ -643,6 +623,29 @@ fn status_of<S: StateMachine, DB: Backend>(
             column: S::MACHINE.column(),
         }),
     }
+}
+
+/// The key and the values of `params` at `before` and then at `after`, in
+/// the order of the dialect's placeholders: MySQL's `?` are positional, so
+/// values written before the key in the text (`set` values before the
+/// `WHERE`, a guard in a `SELECT` list) are bound before it; PostgreSQL
+/// and SQLite number every value after the key.
+fn around_key<DB: Backend, K: Key<DB>, P: Params<DB>>(
+    key: &K,
+    params: &P,
+    before: core::ops::Range<usize>,
+    after: core::ops::Range<usize>,
+) -> Result<DB::Args, sqlx::Error> {
+    let mut args = DB::Args::default();
+    if DB::PARAMS_FIRST {
+        params.bind_range(&mut args, before)?;
+        bind_key::<DB, K>(&mut args, key)?;
+    } else {
+        bind_key::<DB, K>(&mut args, key)?;
+        params.bind_range(&mut args, before)?;
+    }
+    params.bind_range(&mut args, after)?;
+    Ok(args)
 }
 
 /// Binds the row key, as often as the dialect's exact key match names it.

@@ -120,16 +120,6 @@ pub struct Binder<DB: Backend> {
     bind: BindFn<DB>,
 }
 
-impl<DB: Backend> Binder<DB> {
-    /// The binder of values of type `P`.
-    pub(crate) fn of<P: Params<DB> + 'static>() -> Self {
-        Binder {
-            expects: core::any::type_name::<P>(),
-            bind: |values, args| Some(values.downcast_ref::<P>()?.bind(args)),
-        }
-    }
-}
-
 /// The follow-up a verdict runs, with the values to bind: `None` for
 /// [`Verdict::RetryLater`].
 pub(crate) struct Chosen<S: 'static> {
@@ -214,6 +204,9 @@ pub mod construct {
 
     /// The binder a follow-up with values of type `P` gets.
     pub fn binder<DB: Backend, P: Params<DB> + 'static>() -> Binder<DB> {
-        Binder::of::<P>()
+        Binder {
+            expects: core::any::type_name::<P>(),
+            bind: |values, args| Some(values.downcast_ref::<P>()?.bind(args)),
+        }
     }
 }
