@@ -70,7 +70,9 @@
 //! # Attributes
 //!
 //! - `#[state_machine(table = "…", column = "…", key = "…")]` on the enum: the
-//!   table (`table` or `schema.table`), the status column and the key column.
+//!   table (`table` or `schema.table`), the status column and the key column
+//!   (or up to four, `key = "tenant_id, id"`: `apply` then takes a tuple,
+//!   `(tenant_id, id)`; see [`RowKey`]).
 //!   Optional: `version = "…"` (an integer column every transition
 //!   increments, the occurrence in effect keys; required when the machine has
 //!   a cycle), `rename_all = "…"` (serde's rule names; default `snake_case`)
@@ -243,7 +245,9 @@ pub use guard_runtime::{
     claim_expired, recover, recover_within,
 };
 // What `apply` runs on.
-pub use guard_runtime::{Backend, Executor, Key, Params};
+pub use guard_runtime::{
+    Backend, DecodeKey, Executor, Key, KeyShape, KeyText, Params, RowKey, key,
+};
 // Metadata, and what is generated from it.
 pub use guard_runtime::{ddl, docs, meta};
 

@@ -41,7 +41,15 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
     let ident = model.ident;
     let vis = &input.original.vis;
     let name = ident.unraw().to_string();
-    let (table, column, key) = (&model.table, &model.column, &model.key);
+    let (table, column) = (&model.table, &model.column);
+    let key = model.key_text();
+    let key_columns = &model.key;
+    let key_shape = match model.key.len() {
+        1 => format_ident!("One"),
+        2 => format_ident!("Two"),
+        3 => format_ident!("Three"),
+        _ => format_ident!("Four"),
+    };
     let idents: Vec<_> = model.states.iter().map(|s| s.ident).collect();
     let dbs: Vec<_> = model.states.iter().map(|s| s.db.as_str()).collect();
     let variant_names: Vec<_> = idents.iter().map(|i| i.unraw().to_string()).collect();
@@ -236,6 +244,8 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
     quote! {
         #[automatically_derived]
         impl #krate::StateMachine for #ident {
+            type KeyShape = #krate::key::shape::#key_shape;
+
             const MACHINE: &'static #private::Machine<Self> = {
                 // Named constants, so that `&CONST` is promoted to 'static.
                 const #states_const: [#private::StateDef<#ident>; #n_states] = [
@@ -251,6 +261,7 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
                     #table,
                     #column,
                     #key,
+                    &[#(#key_columns),*],
                     #version,
                     #ident::#initial,
                     &#states_const,
@@ -378,6 +389,8 @@ fn fallback(node: &DeriveInput) -> TokenStream {
     quote! {
         #[automatically_derived]
         impl #krate::StateMachine for #ident {
+            type KeyShape = #krate::key::shape::One;
+
             const MACHINE: &'static #krate::__private::Machine<Self> = ::core::unimplemented!();
 
             fn as_str(self) -> &'static str {
@@ -455,7 +468,7 @@ fn constructor_doc(model: &Model, i: usize) -> String {
         state(t.target),
         model.column,
         model.states[t.target].db,
-        model.key,
+        model.key_text(),
     );
     let set_binds = t.set_binds();
     let params: Vec<String> = t

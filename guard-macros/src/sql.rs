@@ -51,17 +51,29 @@ impl Dialect {
     /// and turns `'1.0'` into 1). The effect key is built from the caller's
     /// key, so the row it names must be exactly that key. The plain
     /// equality comes first, so the key's index still finds the row.
-    /// MySQL's `?` is positional: the key is bound twice there.
-    fn key_match(self, key: &str) -> String {
-        let k = self.quote(key);
-        let p = self.param(1);
-        match self {
-            Dialect::Postgres => {
-                format!("{k} = {p} AND CAST({k} AS TEXT) COLLATE \"C\" = CAST({p} AS TEXT)")
-            }
-            Dialect::Sqlite => format!("{k} = {p} AND CAST({k} AS BLOB) = CAST({p} AS BLOB)"),
-            Dialect::MySql => format!("{k} = {p} AND {} = {}", self.bytes(&k), self.bytes(&p)),
-        }
+    /// MySQL's `?` is positional: each key value is bound twice there.
+    /// A key of several columns matches each, its values numbered `$1`,
+    /// `$2`, … in the order declared.
+    fn key_match(self, key: &[String]) -> String {
+        key.iter()
+            .enumerate()
+            .map(|(i, column)| {
+                let k = self.quote(column);
+                let p = self.param(i + 1);
+                match self {
+                    Dialect::Postgres => {
+                        format!("{k} = {p} AND CAST({k} AS TEXT) COLLATE \"C\" = CAST({p} AS TEXT)")
+                    }
+                    Dialect::Sqlite => {
+                        format!("{k} = {p} AND CAST({k} AS BLOB) = CAST({p} AS BLOB)")
+                    }
+                    Dialect::MySql => {
+                        format!("{k} = {p} AND {} = {}", self.bytes(&k), self.bytes(&p))
+                    }
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" AND ")
     }
 
     /// `column` passes `test` (`IN ('a', 'b')`, `= 'a'`).
@@ -117,7 +129,7 @@ impl Dialect {
         // Bound values are numbered after the key, `$2`, `$3`, …; MySQL's
         // `?` are positional, and its `set` assignments come before the
         // `WHERE`, so the runtime binds them first there.
-        let mut param = 1;
+        let mut param = model.key.len();
         let sets: Vec<String> = transition
             .set
             .iter()
@@ -195,13 +207,20 @@ impl Dialect {
         let binds = transition.binds();
         let same_occurrence = match (&model.version, expecting) {
             (Some(version), true) => {
-                format!(" AND {} = {}", d.version_value(version), d.param(2 + binds))
+                format!(
+                    " AND {} = {}",
+                    d.version_value(version),
+                    d.param(model.after_key() + binds)
+                )
             }
             _ => String::new(),
         };
         // The guard's values after the `set` ones.
         let guard = match &transition.guard {
-            Some(guard) => format!(" AND ({})", guard.sql(d, 2 + transition.set_binds())),
+            Some(guard) => format!(
+                " AND ({})",
+                guard.sql(d, model.after_key() + transition.set_binds())
+            ),
             None => String::new(),
         };
         format!(
@@ -273,7 +292,7 @@ impl Dialect {
     /// numbered after the key, before the occurrence.
     fn leased(self, model: &Model, state: &State, in_flight: &InFlight, binds: usize) -> String {
         let d = self;
-        let mut next = 2 + binds;
+        let mut next = model.after_key() + binds;
         let mut same_occurrence = String::new();
         if let Some(version) = &model.version {
             same_occurrence = format!(" AND {} = {}", d.version_value(version), d.param(next));
@@ -361,7 +380,12 @@ impl Dialect {
         format!(
             "SELECT {}, {} FROM {} WHERE {} AND ({since} IS NULL OR {since} < {}) \
              ORDER BY {since} IS NOT NULL, {since} LIMIT {}",
-            d.quote(&model.key),
+            model
+                .key
+                .iter()
+                .map(|k| d.quote(k))
+                .collect::<Vec<_>>()
+                .join(", "),
             d.version_read(model.version.as_deref()),
             d.quote(&model.table),
             d.status_is(&d.quote(&model.column), &format!("= '{}'", state.db)),
@@ -376,7 +400,11 @@ impl Dialect {
         let d = *self;
         let since = d.quote(&in_flight.since);
         let same_occurrence = match &model.version {
-            Some(version) => format!(" AND {} = {}", d.version_value(version), d.param(2)),
+            Some(version) => format!(
+                " AND {} = {}",
+                d.version_value(version),
+                d.param(model.after_key())
+            ),
             None => String::new(),
         };
         format!(
@@ -434,7 +462,7 @@ impl Dialect {
     ) -> Option<String> {
         // The guard's values after the key (before it on MySQL, whose `?`
         // follow the text).
-        let guard = transition.guard.as_ref()?.sql(self, 2);
+        let guard = transition.guard.as_ref()?.sql(self, model.after_key());
         Some(format!(
             "SELECT {}, {}, {} FROM {} WHERE {}{}",
             self.status_read(&model.column),
@@ -500,7 +528,7 @@ mod tests {
             ident: &machine,
             table: "billing.payouts".to_owned(),
             column: "status".to_owned(),
-            key: "id".to_owned(),
+            key: vec!["id".to_owned()],
             version: Some("version".to_owned()),
             states,
             initial: 0,

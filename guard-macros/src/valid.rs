@@ -20,12 +20,28 @@ pub struct Model<'a> {
     pub ident: &'a Ident,
     pub table: String,
     pub column: String,
-    pub key: String,
+    /// The key columns, in order: one, or several for a composite key.
+    pub key: Vec<String>,
     pub version: Option<String>,
     pub states: Vec<State<'a>>,
     pub initial: usize,
     pub transitions: Vec<Transition<'a>>,
 }
+
+impl Model<'_> {
+    /// The key as declared, its columns joined by `, `.
+    pub fn key_text(&self) -> String {
+        self.key.join(", ")
+    }
+
+    /// The first placeholder after the key's: the key's values are `$1`…
+    pub fn after_key(&self) -> usize {
+        self.key.len() + 1
+    }
+}
+
+/// The most columns a key has: the runtime's key shapes go up to four.
+const MAX_KEY_COLUMNS: usize = 4;
 
 pub struct State<'a> {
     pub ident: &'a Ident,
@@ -183,7 +199,9 @@ pub fn check<'a>(cx: &mut Ctxt, input: &'a Input<'a>) -> Option<Model<'a>> {
     let mut reserved: Vec<(&str, &str)> = Vec::new();
     if let Some((_, column, key)) = &names {
         reserved.push((column, "the transition already sets the status column"));
-        reserved.push((key, "a transition cannot change the key column"));
+        for key in key {
+            reserved.push((key, "a transition cannot change a key column"));
+        }
     }
     let version = check_version(cx, input, &reserved);
     if let Some(version) = &version {
@@ -231,7 +249,7 @@ pub fn check<'a>(cx: &mut Ctxt, input: &'a Input<'a>) -> Option<Model<'a>> {
 }
 
 /// table, column and key: present, valid identifiers, key != column.
-fn check_names(cx: &mut Ctxt, input: &Input) -> Option<(String, String, String)> {
+fn check_names(cx: &mut Ctxt, input: &Input) -> Option<(String, String, Vec<String>)> {
     let attrs = &input.attrs;
     if attrs.span.is_none() {
         cx.error(
@@ -266,18 +284,54 @@ fn check_names(cx: &mut Ctxt, input: &Input) -> Option<(String, String, String)>
     };
     let table = get(&attrs.table, "table", ident::check_table);
     let column = get(&attrs.column, "column", ident::check_ident);
-    let key = get(&attrs.key, "key", ident::check_ident);
+    // Checked column by column below.
+    let key = get(&attrs.key, "key", |_| Ok(()));
     let (table, column, key) = (table?, column?, key?);
+    let key = check_key(cx, attrs.key.as_ref()?, &key)?;
     // SQLite and MySQL compare column names without regard to case, even
     // when quoted.
-    if column.eq_ignore_ascii_case(&key) {
-        cx.error(
-            &attrs.key,
-            "the key column cannot also be the status column",
-        );
+    if key.iter().any(|k| column.eq_ignore_ascii_case(k)) {
+        cx.error(&attrs.key, "a key column cannot also be the status column");
         return None;
     }
     Some((table, column, key))
+}
+
+/// `key = "id"` or `key = "tenant_id, id"`: one to four valid column
+/// names, none twice.
+fn check_key(cx: &mut Ctxt, lit: &LitStr, key: &str) -> Option<Vec<String>> {
+    let columns: Vec<String> = key.split(',').map(|c| c.trim().to_owned()).collect();
+    let mut ok = true;
+    for (i, column) in columns.iter().enumerate() {
+        if column.is_empty() {
+            ok = false;
+            cx.error(
+                lit,
+                format!("key {key:?} has an empty column name; separate columns with `, `"),
+            );
+        } else if let Err(why) = ident::check_ident(column) {
+            ok = false;
+            cx.error(
+                lit,
+                format!("key column {column:?} is not a valid SQL identifier: it {why}"),
+            );
+        } else if columns[..i].iter().any(|c| c.eq_ignore_ascii_case(column)) {
+            // SQLite and MySQL compare column names without regard to case.
+            ok = false;
+            cx.error(lit, format!("key column {column:?} is listed twice"));
+        }
+    }
+    if columns.len() > MAX_KEY_COLUMNS {
+        ok = false;
+        cx.error(
+            lit,
+            format!(
+                "key {key:?} has {} columns; a key has at most {MAX_KEY_COLUMNS}",
+                columns.len()
+            ),
+        );
+    }
+    ok.then_some(columns)
 }
 
 /// Database strings: valid, and one per state.

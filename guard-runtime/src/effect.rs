@@ -5,9 +5,9 @@ use core::fmt;
 use core::future::Future;
 
 use crate::StateMachine;
-use crate::dialect::Key;
 use crate::error::Error;
 use crate::executor::{Executor, refuse_open_transaction};
+use crate::key::{KeyText, RowKey};
 use crate::lease::{self, Settled};
 use crate::machine::InFlightDef;
 use crate::outcome::{Committed, Won};
@@ -157,7 +157,7 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
     /// for an attempt that lost nor before the transaction that won commits.
     pub async fn run<F, Fut>(self, effect: F) -> Fut::Output
     where
-        K: fmt::Display,
+        K: KeyText<S::KeyShape>,
         F: FnOnce(Effect<S, K>) -> Fut,
         Fut: Future,
     {
@@ -196,7 +196,7 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
     ) -> Result<Finished<S>, FinishError<S, K>>
     where
         E: Executor<Commit = Committed>,
-        K: fmt::Display + Clone + Key<E::Database>,
+        K: KeyText<S::KeyShape> + Clone + RowKey<E::Database, S::KeyShape>,
         S: FollowUpValues<E::Database>,
         F: FnOnce(Effect<S, K>) -> Fut,
         Fut: Future<Output = Verdict>,
@@ -285,7 +285,7 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
 
     fn into_effect(self) -> Effect<S, K>
     where
-        K: fmt::Display,
+        K: KeyText<S::KeyShape>,
     {
         let effect_key = self.effect_key();
         let (state, key, occurrence) = self.into_parts();
@@ -322,7 +322,7 @@ pub(crate) async fn follow_up<S, K, E>(
 where
     S: StateMachine,
     E: Executor<Commit = Committed>,
-    K: Key<E::Database>,
+    K: RowKey<E::Database, S::KeyShape>,
     S: FollowUpValues<E::Database>,
 {
     let Some(chosen) = Chosen::of(verdict, in_flight, state)? else {

@@ -11,14 +11,15 @@
 use core::future::Future;
 
 use crate::StateMachine;
+use crate::dialect::Backend;
 use crate::dialect::sealed::Dialect;
-use crate::dialect::{Backend, Key};
 use crate::error::Error;
 use crate::executor::Executor;
 use crate::executor::sealed::Run;
+use crate::key::RowKey;
 use crate::machine::{InFlightDef, Sql};
 use crate::retry::{MAX_ATTEMPTS, backoff};
-use crate::transition::{Transition, bind_key, key_arguments};
+use crate::transition::{Transition, key_arguments};
 use crate::verdict::{Chosen, FollowUpValues};
 
 /// Where a follow-up left the row.
@@ -41,9 +42,9 @@ fn leased_arguments<S, DB, K>(key: &K, occurrence: i64, lease: i64) -> Result<DB
 where
     S: StateMachine,
     DB: Backend,
-    K: Key<DB>,
+    K: RowKey<DB, S::KeyShape>,
 {
-    let mut args = key_arguments::<DB, K>(key)?;
+    let mut args = key_arguments::<DB, S::KeyShape, K>(key)?;
     lease_arguments::<S, DB>(&mut args, occurrence, lease)?;
     Ok(args)
 }
@@ -77,15 +78,15 @@ fn follow_up_arguments<S, DB, K>(
 where
     S: FollowUpValues<DB>,
     DB: Backend,
-    K: Key<DB>,
+    K: RowKey<DB, S::KeyShape>,
 {
     let db_error = |e| chosen.transition.transition().db_error(e);
     let mut args = DB::Args::default();
     if DB::PARAMS_FIRST {
         chosen.bind::<DB>(&mut args)?;
-        bind_key::<DB, K>(&mut args, key).map_err(db_error)?;
+        key.bind(&mut args).map_err(db_error)?;
     } else {
-        bind_key::<DB, K>(&mut args, key).map_err(db_error)?;
+        key.bind(&mut args).map_err(db_error)?;
         chosen.bind::<DB>(&mut args)?;
     }
     lease_arguments::<S, DB>(&mut args, occurrence, lease).map_err(db_error)?;
@@ -107,7 +108,7 @@ pub(crate) async fn settle<S, K, E>(
 where
     S: FollowUpValues<E::Database>,
     E: Executor,
-    K: Key<E::Database>,
+    K: RowKey<E::Database, S::KeyShape>,
 {
     type DB<E> = <E as Run>::Database;
     let transition = chosen.transition.transition();
@@ -129,7 +130,8 @@ where
             }
         }
         // No row matched: read the row with a statement of its own.
-        let args = key_arguments::<DB<E>, K>(key).map_err(|e| transition.db_error(e))?;
+        let args =
+            key_arguments::<DB<E>, S::KeyShape, K>(key).map_err(|e| transition.db_error(e))?;
         let row = match executor.fetch_optional(read, args).await {
             Ok(row) => row,
             Err(error) => {
@@ -199,10 +201,11 @@ pub(crate) async fn read<S, K, E>(
 where
     S: StateMachine,
     E: Executor,
-    K: Key<E::Database>,
+    K: RowKey<E::Database, S::KeyShape>,
 {
     let read = <E::Database as Dialect>::sql(in_flight.follow_up_read_sql());
-    let args = key_arguments::<E::Database, K>(key).map_err(|e| transition.db_error(e))?;
+    let args =
+        key_arguments::<E::Database, S::KeyShape, K>(key).map_err(|e| transition.db_error(e))?;
     let row = executor
         .fetch_optional(read, args)
         .await
@@ -253,10 +256,10 @@ pub(crate) async fn renew<S, K, E>(
 where
     S: StateMachine,
     E: Executor,
-    K: Key<E::Database>,
+    K: RowKey<E::Database, S::KeyShape>,
 {
     let args = leased_arguments::<S, E::Database, K>(key, occurrence, lease)?;
-    let key_args = key_arguments::<E::Database, K>(key)?;
+    let key_args = key_arguments::<E::Database, S::KeyShape, K>(key)?;
     stamp(executor, in_flight, in_flight.renew_sql(), args, key_args).await
 }
 
@@ -280,7 +283,7 @@ pub(crate) async fn while_renewing<S, K, E, Fut>(
 where
     S: StateMachine,
     E: Executor,
-    K: Key<E::Database>,
+    K: RowKey<E::Database, S::KeyShape>,
     Fut: Future,
 {
     let period = (in_flight.lease() / 3).max(core::time::Duration::from_millis(1));

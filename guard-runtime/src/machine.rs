@@ -15,6 +15,12 @@ pub trait StateMachine: Copy + Eq + Debug + Send + Sync + 'static {
     /// The table, columns, states and transitions of this machine.
     const MACHINE: &'static Machine<Self>;
 
+    /// How many columns the key has ([`shape::One`](crate::key::shape::One)
+    /// for `key = "id"`, [`shape::Two`](crate::key::shape::Two) for
+    /// `key = "tenant_id, id"`, …): what [`RowKey`](crate::RowKey) a key
+    /// must be.
+    type KeyShape: crate::key::KeyShape;
+
     /// The string stored in the status column for this state.
     fn as_str(self) -> &'static str;
 
@@ -76,6 +82,7 @@ pub struct Machine<S: 'static> {
     table: &'static str,
     column: &'static str,
     key: &'static str,
+    key_columns: &'static [&'static str],
     version: Option<&'static str>,
     initial: S,
     states: &'static [StateDef<S>],
@@ -101,9 +108,15 @@ impl<S: StateMachine> Machine<S> {
         self.column
     }
 
-    /// The key column that `apply` matches on.
+    /// The key as `key = "…"` declares it, its columns separated by
+    /// `, ` (`id`, `tenant_id, id`).
     pub const fn key(&self) -> &'static str {
         self.key
+    }
+
+    /// The key columns that `apply` matches on, in order.
+    pub const fn key_columns(&self) -> &'static [&'static str] {
+        self.key_columns
     }
 
     /// The occurrence counter column, `version = "…"`, that every
@@ -408,6 +421,7 @@ pub mod construct {
         table: &'static str,
         column: &'static str,
         key: &'static str,
+        key_columns: &'static [&'static str],
         version: Option<&'static str>,
         initial: S,
         states: &'static [StateDef<S>],
@@ -421,6 +435,7 @@ pub mod construct {
             table,
             column,
             key,
+            key_columns,
             version,
             initial,
             states,

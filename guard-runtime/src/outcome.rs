@@ -5,6 +5,7 @@ use core::marker::PhantomData;
 use core::time::Duration;
 
 use crate::StateMachine;
+use crate::key::KeyText;
 
 /// What one attempt at a transition found.
 ///
@@ -194,7 +195,7 @@ impl<S: StateMachine, K, C> Won<S, K, C> {
     }
 }
 
-impl<S: StateMachine, K: fmt::Display, C> Won<S, K, C> {
+impl<S: StateMachine, K: KeyText<S::KeyShape>, C> Won<S, K, C> {
     /// The idempotency key for this win's external effect: pass it as the
     /// `Idempotency-Key` of the API the effect calls.
     ///
@@ -203,7 +204,7 @@ impl<S: StateMachine, K: fmt::Display, C> Won<S, K, C> {
     /// of this win, and different for the next pass of the row through the
     /// same state. At most 255 characters.
     pub fn effect_key(&self) -> String {
-        effect_key::<S>(&self.key.to_string(), self.state, self.occurrence)
+        effect_key::<S>(&self.key.key_text(), self.state, self.occurrence)
     }
 }
 

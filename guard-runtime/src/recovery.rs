@@ -2,15 +2,15 @@
 //! running their effect again under the original effect key, and
 //! finishing them.
 
-use core::fmt;
 use core::future::Future;
 
 use crate::StateMachine;
+use crate::dialect::Backend;
 use crate::dialect::sealed::Dialect;
-use crate::dialect::{Backend, Key};
 use crate::effect::{Effect, Finished, follow_up, in_flight_def};
 use crate::error::Error;
 use crate::executor::{Executor, refuse_open_transaction};
+use crate::key::{DecodeKey, KeyShape, KeyText, RowKey};
 use crate::lease;
 use crate::machine::InFlightDef;
 use crate::outcome::{Committed, Won};
@@ -34,7 +34,7 @@ pub async fn claim_expired<S, K, E>(
 where
     S: StateMachine,
     E: Executor<Commit = Committed>,
-    K: for<'r> sqlx::Decode<'r, E::Database> + Key<E::Database>,
+    K: DecodeKey<E::Database, S::KeyShape> + RowKey<E::Database, S::KeyShape>,
 {
     claim_on(&mut executor, state, limit).await
 }
@@ -47,7 +47,7 @@ async fn claim_on<S, K, E>(
 where
     S: StateMachine,
     E: Executor<Commit = Committed>,
-    K: for<'r> sqlx::Decode<'r, E::Database> + Key<E::Database>,
+    K: DecodeKey<E::Database, S::KeyShape> + RowKey<E::Database, S::KeyShape>,
 {
     let in_flight = in_flight_def(state)?;
     refuse_open_transaction(executor)?;
@@ -70,7 +70,7 @@ async fn list_expired<S, K, E>(
 where
     S: StateMachine,
     E: Executor<Commit = Committed>,
-    K: for<'r> sqlx::Decode<'r, E::Database> + sqlx::Type<E::Database>,
+    K: DecodeKey<E::Database, S::KeyShape>,
 {
     let db_error = |source| recovery_error(state, source);
     let expired = <E::Database as Dialect>::sql(in_flight.expired_sql());
@@ -79,8 +79,10 @@ where
     let rows = executor.fetch_all(expired, args).await.map_err(db_error)?;
     rows.iter()
         .map(|row| {
-            let key: K = <E::Database as Dialect>::column(row, 0).map_err(db_error)?;
-            let occurrence = <E::Database as Dialect>::int(row, 1).map_err(db_error)?;
+            // The key columns first, then the occurrence.
+            let key = K::decode(row).map_err(db_error)?;
+            let occurrence =
+                <E::Database as Dialect>::int(row, S::KeyShape::COLUMNS).map_err(db_error)?;
             Ok((key, occurrence))
         })
         .collect()
@@ -101,14 +103,14 @@ async fn claim_one<S, K, E>(
 where
     S: StateMachine,
     E: Executor<Commit = Committed>,
-    K: Key<E::Database>,
+    K: RowKey<E::Database, S::KeyShape>,
 {
     let db_error = |source| recovery_error(state, source);
-    let mut args = key_arguments::<E::Database, K>(key).map_err(db_error)?;
+    let mut args = key_arguments::<E::Database, S::KeyShape, K>(key).map_err(db_error)?;
     if S::MACHINE.version().is_some() {
         <E::Database as Dialect>::bind_int(&mut args, occurrence).map_err(db_error)?;
     }
-    let key_args = key_arguments::<E::Database, K>(key).map_err(db_error)?;
+    let key_args = key_arguments::<E::Database, S::KeyShape, K>(key).map_err(db_error)?;
     match lease::stamp(executor, in_flight, in_flight.claim_sql(), args, key_args).await {
         Ok(lease) => Ok(lease),
         Err(error) if <E::Database as Backend>::is_retryable(&error) => {
@@ -194,7 +196,10 @@ pub async fn recover<S, K, E, F, Fut>(
 where
     S: FollowUpValues<E::Database>,
     E: Executor<Commit = Committed>,
-    K: fmt::Display + Clone + for<'r> sqlx::Decode<'r, E::Database> + Key<E::Database>,
+    K: KeyText<S::KeyShape>
+        + Clone
+        + DecodeKey<E::Database, S::KeyShape>
+        + RowKey<E::Database, S::KeyShape>,
     F: Fn(Effect<S, K>) -> Fut,
     Fut: Future<Output = Verdict>,
 {
@@ -221,7 +226,10 @@ pub async fn recover_within<S, K, E, F, Fut>(
 where
     S: FollowUpValues<E::Database>,
     E: Executor<Commit = Committed>,
-    K: fmt::Display + Clone + for<'r> sqlx::Decode<'r, E::Database> + Key<E::Database>,
+    K: KeyText<S::KeyShape>
+        + Clone
+        + DecodeKey<E::Database, S::KeyShape>
+        + RowKey<E::Database, S::KeyShape>,
     F: Fn(Effect<S, K>) -> Fut,
     Fut: Future<Output = Verdict>,
 {
@@ -296,7 +304,7 @@ async fn recover_row<S, K, E, F, Fut>(
 where
     S: FollowUpValues<E::Database>,
     E: Executor<Commit = Committed>,
-    K: fmt::Display + Clone + Key<E::Database>,
+    K: KeyText<S::KeyShape> + Clone + RowKey<E::Database, S::KeyShape>,
     F: Fn(Effect<S, K>) -> Fut,
     Fut: Future<Output = Verdict>,
 {

@@ -12,6 +12,7 @@ use crate::dialect::{Backend, Key};
 use crate::error::Error;
 use crate::executor::sealed::Run;
 use crate::executor::{Executor, refuse_open_transaction};
+use crate::key::{KeyShape, RowKey};
 use crate::machine::{InFlightDef, Machine, TransitionDef};
 use crate::outcome::{Current, Outcome, Won};
 
@@ -125,7 +126,7 @@ impl<S: StateMachine> Transition<S> {
     pub async fn apply<E, K>(self, executor: E, key: K) -> Result<Outcome<S, K, E::Commit>, Error>
     where
         E: Executor,
-        K: Key<E::Database>,
+        K: RowKey<E::Database, S::KeyShape>,
     {
         self.apply_with(executor, key, &()).await
     }
@@ -140,7 +141,7 @@ impl<S: StateMachine> Transition<S> {
     ) -> Result<Outcome<S, K, E::Commit>, Error>
     where
         E: Executor,
-        K: Key<E::Database>,
+        K: RowKey<E::Database, S::KeyShape>,
         P: Params<E::Database>,
     {
         let writing = core::sync::atomic::AtomicBool::new(false);
@@ -174,7 +175,7 @@ impl<S: StateMachine> Transition<S> {
     ) -> Result<Outcome<S, K, E::Commit>, Error>
     where
         E: Executor,
-        K: Key<E::Database>,
+        K: RowKey<E::Database, S::KeyShape>,
         P: Params<E::Database>,
     {
         refuse_open_transaction(executor)?;
@@ -276,7 +277,7 @@ impl<S: StateMachine> Transition<S> {
     ) -> Result<Try<Option<Changed>>, Error>
     where
         E: Executor,
-        K: Key<E::Database>,
+        K: RowKey<E::Database, S::KeyShape>,
         P: Params<E::Database>,
     {
         match self.compare_and_set(executor, update, key, params).await {
@@ -302,7 +303,7 @@ impl<S: StateMachine> Transition<S> {
     ) -> Result<Try<Option<<E::Database as sqlx::Database>::Row>>, Error>
     where
         E: Executor,
-        K: Key<E::Database>,
+        K: RowKey<E::Database, S::KeyShape>,
         P: Params<E::Database>,
     {
         let row = match self.read_arguments::<E::Database, K, P>(key, params) {
@@ -320,7 +321,7 @@ impl<S: StateMachine> Transition<S> {
 
     /// The losing read's parameters: the key, and a guard's values (before
     /// the key on MySQL, where the guard comes first in the text).
-    fn read_arguments<DB: Backend, K: Key<DB>, P: Params<DB>>(
+    fn read_arguments<DB: Backend, K: RowKey<DB, S::KeyShape>, P: Params<DB>>(
         self,
         key: &K,
         params: &P,
@@ -329,7 +330,7 @@ impl<S: StateMachine> Transition<S> {
             Some(_) => self.def.set_binds()..usize::MAX,
             None => 0..0,
         };
-        around_key::<DB, K, P>(key, params, guard, 0..0)
+        around_key::<DB, S::KeyShape, K, P>(key, params, guard, 0..0)
     }
 
     /// The winning-path statement: `Some(changed)` when it changed the row,
@@ -343,7 +344,7 @@ impl<S: StateMachine> Transition<S> {
     ) -> Result<Option<Changed>, Attempt>
     where
         E: Executor,
-        K: Key<E::Database>,
+        K: RowKey<E::Database, S::KeyShape>,
         P: Params<E::Database>,
     {
         type DB<E> = <E as Run>::Database;
@@ -351,8 +352,8 @@ impl<S: StateMachine> Transition<S> {
         // The `set` values come before the `WHERE` (and so before the key
         // on MySQL), the guard's after it.
         let set = self.def.set_binds();
-        let mut args =
-            around_key::<DB<E>, K, P>(key, params, 0..set, set..usize::MAX).map_err(failed)?;
+        let mut args = around_key::<DB<E>, S::KeyShape, K, P>(key, params, 0..set, set..usize::MAX)
+            .map_err(failed)?;
         if let Some(expected) = self.expected {
             <DB<E> as Dialect>::bind_int(&mut args, expected).map_err(failed)?;
         }
@@ -394,7 +395,7 @@ impl<S: StateMachine> Transition<S> {
             // the lease token of the row at that version.
             let read_back = <DB<E> as Dialect>::sql(self.def.read_back_sql());
             let then_args = match leased {
-                true => key_arguments::<DB<E>, K>(key).map_err(failed)?,
+                true => key_arguments::<DB<E>, S::KeyShape, K>(key).map_err(failed)?,
                 false => <DB<E> as Dialect>::Args::default(),
             };
             let (done, row) = executor
@@ -499,7 +500,7 @@ impl<S: StateMachine> Machine<S> {
     ) -> Result<Option<Current<S>>, Error>
     where
         E: Executor,
-        K: Key<E::Database>,
+        K: RowKey<E::Database, S::KeyShape>,
     {
         let error = |source| Error::Database {
             table: self.table(),
@@ -507,7 +508,7 @@ impl<S: StateMachine> Machine<S> {
             source,
         };
         let select = <E::Database as Dialect>::sql(self.select_for(executor.in_transaction()));
-        let args = key_arguments::<E::Database, K>(&key).map_err(error)?;
+        let args = key_arguments::<E::Database, S::KeyShape, K>(&key).map_err(error)?;
         let read = executor.fetch_optional(select, args);
         let row = match tokio::time::timeout(DEFAULT_DEADLINE, read).await {
             Ok(row) => row.map_err(error)?,
@@ -568,12 +569,11 @@ enum Attempt {
 }
 
 /// The row key, bound as often as the dialect's exact key match names it.
-pub(crate) fn key_arguments<DB: Backend, K>(key: &K) -> Result<DB::Args, sqlx::Error>
-where
-    K: Key<DB>,
-{
+pub(crate) fn key_arguments<DB: Backend, Sh: KeyShape, K: RowKey<DB, Sh>>(
+    key: &K,
+) -> Result<DB::Args, sqlx::Error> {
     let mut args = DB::Args::default();
-    bind_key::<DB, K>(&mut args, key)?;
+    key.bind(&mut args)?;
     Ok(args)
 }
 
@@ -630,7 +630,7 @@ fn status_of<S: StateMachine, DB: Backend>(
 /// values written before the key in the text (`set` values before the
 /// `WHERE`, a guard in a `SELECT` list) are bound before it; PostgreSQL
 /// and SQLite number every value after the key.
-fn around_key<DB: Backend, K: Key<DB>, P: Params<DB>>(
+fn around_key<DB: Backend, Sh: KeyShape, K: RowKey<DB, Sh>, P: Params<DB>>(
     key: &K,
     params: &P,
     before: core::ops::Range<usize>,
@@ -639,24 +639,13 @@ fn around_key<DB: Backend, K: Key<DB>, P: Params<DB>>(
     let mut args = DB::Args::default();
     if DB::PARAMS_FIRST {
         params.bind_range(&mut args, before)?;
-        bind_key::<DB, K>(&mut args, key)?;
+        key.bind(&mut args)?;
     } else {
-        bind_key::<DB, K>(&mut args, key)?;
+        key.bind(&mut args)?;
         params.bind_range(&mut args, before)?;
     }
     params.bind_range(&mut args, after)?;
     Ok(args)
-}
-
-/// Binds the row key, as often as the dialect's exact key match names it.
-pub(crate) fn bind_key<DB: Backend, K: Key<DB>>(
-    args: &mut DB::Args,
-    key: &K,
-) -> Result<(), sqlx::Error> {
-    for _ in 0..DB::KEY_BINDS {
-        sqlx::Arguments::add(args, key).map_err(sqlx::Error::Encode)?;
-    }
-    Ok(())
 }
 
 /// The values a transition binds into its `set(column = bind(Type))`
@@ -778,7 +767,7 @@ impl<S: StateMachine, P> Bound<S, P> {
     pub async fn apply<E, K>(self, executor: E, key: K) -> Result<Outcome<S, K, E::Commit>, Error>
     where
         E: Executor,
-        K: Key<E::Database>,
+        K: RowKey<E::Database, S::KeyShape>,
         P: Params<E::Database>,
     {
         self.transition

@@ -254,6 +254,12 @@ pub trait TestBackend: stateguard::Backend {
     const TRANSFER: &'static str;
     /// Every transfer's `sending_since`, an hour earlier.
     const BACKDATE_LEASES: &'static str;
+    /// The dialect `stateguard::ddl` generates for this backend.
+    const DIALECT: stateguard::ddl::Dialect;
+    /// `tenant_transfers`: transfers keyed by `(tenant_id, id)`.
+    const CREATE_TENANT_TRANSFERS: &'static str;
+    /// Every tenant transfer's `sending_since`, an hour earlier.
+    const BACKDATE_TENANT_LEASES: &'static str;
 
     /// A pool on the test's own database, made anew with `fresh` and with
     /// `isolation` as every connection's default (none of which SQLite,
@@ -334,6 +340,7 @@ async fn remake<DB: TestBackend>(url: &str, fresh: &[&'static str]) {
 }
 
 impl TestBackend for sqlx::Sqlite {
+    const DIALECT: stateguard::ddl::Dialect = stateguard::ddl::Dialect::Sqlite;
     const CREATE_PAYOUTS: &'static str = "CREATE TABLE payouts (
         id INTEGER PRIMARY KEY,
         status TEXT NOT NULL,
@@ -362,6 +369,17 @@ impl TestBackend for sqlx::Sqlite {
          INSERT INTO transfers (id) SELECT i FROM s";
     const TRANSFER: &'static str = "SELECT status, version FROM transfers WHERE id = ?1";
     const BACKDATE_LEASES: &'static str = "UPDATE transfers \
+        SET sending_since = strftime('%Y-%m-%d %H:%M:%f', sending_since, '-1 hours')";
+    const CREATE_TENANT_TRANSFERS: &'static str = "CREATE TABLE tenant_transfers (
+        tenant_id TEXT NOT NULL,
+        id INTEGER NOT NULL,
+        status TEXT NOT NULL DEFAULT 'pending',
+        version INTEGER NOT NULL DEFAULT 0,
+        sending_since TEXT,
+        bank_ref TEXT,
+        PRIMARY KEY (tenant_id, id)
+    )";
+    const BACKDATE_TENANT_LEASES: &'static str = "UPDATE tenant_transfers \
         SET sending_since = strftime('%Y-%m-%d %H:%M:%f', sending_since, '-1 hours')";
 
     /// A fresh file database in WAL mode with a pool of 8 connections.
@@ -394,6 +412,7 @@ impl TestBackend for sqlx::Sqlite {
 }
 
 impl TestBackend for sqlx::Postgres {
+    const DIALECT: stateguard::ddl::Dialect = stateguard::ddl::Dialect::Postgres;
     const CREATE_PAYOUTS: &'static str = "CREATE TABLE payouts (
         id BIGINT PRIMARY KEY,
         status TEXT NOT NULL,
@@ -422,6 +441,17 @@ impl TestBackend for sqlx::Postgres {
     const TRANSFER: &'static str = "SELECT status, version::BIGINT FROM transfers WHERE id = $1";
     const BACKDATE_LEASES: &'static str =
         "UPDATE transfers SET sending_since = sending_since - INTERVAL '1 hour'";
+    const CREATE_TENANT_TRANSFERS: &'static str = "CREATE TABLE tenant_transfers (
+        tenant_id TEXT NOT NULL,
+        id BIGINT NOT NULL,
+        status TEXT NOT NULL DEFAULT 'pending',
+        version INT NOT NULL DEFAULT 0,
+        sending_since TIMESTAMPTZ,
+        bank_ref TEXT,
+        PRIMARY KEY (tenant_id, id)
+    )";
+    const BACKDATE_TENANT_LEASES: &'static str =
+        "UPDATE tenant_transfers SET sending_since = sending_since - INTERVAL '1 hour'";
 
     /// The schema `sg_<test>`, dropped and made anew by `fresh`, with every
     /// connection's default isolation set to `isolation`.
@@ -458,6 +488,7 @@ impl TestBackend for sqlx::Postgres {
 }
 
 impl TestBackend for sqlx::MySql {
+    const DIALECT: stateguard::ddl::Dialect = stateguard::ddl::Dialect::MySql;
     const CREATE_PAYOUTS: &'static str = "CREATE TABLE payouts (
         id BIGINT PRIMARY KEY,
         status VARCHAR(32) NOT NULL,
@@ -489,6 +520,17 @@ impl TestBackend for sqlx::MySql {
         "SELECT status, CAST(version AS SIGNED) FROM transfers WHERE id = ?";
     const BACKDATE_LEASES: &'static str =
         "UPDATE transfers SET sending_since = sending_since - INTERVAL 1 HOUR";
+    const CREATE_TENANT_TRANSFERS: &'static str = "CREATE TABLE tenant_transfers (
+        tenant_id VARCHAR(32) NOT NULL,
+        id BIGINT NOT NULL,
+        status VARCHAR(32) NOT NULL DEFAULT 'pending',
+        version INT NOT NULL DEFAULT 0,
+        sending_since DATETIME(3) NULL,
+        bank_ref VARCHAR(64) NULL,
+        PRIMARY KEY (tenant_id, id)
+    )";
+    const BACKDATE_TENANT_LEASES: &'static str =
+        "UPDATE tenant_transfers SET sending_since = sending_since - INTERVAL 1 HOUR";
 
     /// The database `sg_<test>`, dropped and made anew by `fresh`, with
     /// every connection's session isolation set to `isolation`.

@@ -5,6 +5,7 @@
 
 #[automatically_derived]
 impl ::stateguard::StateMachine for PayoutStatus {
+    type KeyShape = ::stateguard::key::shape::One;
     const MACHINE: &'static ::stateguard::__private::Machine<Self> = {
         const __STATES: [::stateguard::__private::StateDef<PayoutStatus>; 5usize] = [
             ::stateguard::__private::state(
@@ -146,6 +147,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
             "payouts",
             "status",
             "id",
+            &["id"],
             ::core::option::Option::None,
             PayoutStatus::Pending,
             &__STATES,

@@ -13,9 +13,11 @@ mod postgres;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
-/// A row key that statements of `DB` can bind: `i64`, `String`, `&str`, a
-/// UUID, … — any type sqlx encodes for `DB`. Written once here, implemented
-/// for every such type.
+/// A value that statements of `DB` can bind as a key, or a key column's
+/// part of one: `i64`, `String`, `&str`, a UUID, … — any type sqlx encodes
+/// for `DB`. Written once here, implemented for every such type. A machine
+/// keyed by several columns takes a tuple of them
+/// ([`RowKey`](crate::RowKey)).
 pub trait Key<DB: sqlx::Database>:
     for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB> + Send + Sync
 {

@@ -1,0 +1,183 @@
+//! Row keys of one column or several: how a key is bound, read back and
+//! written into an effect key.
+//!
+//! A machine declares its key columns (`key = "id"`, or
+//! `key = "tenant_id, id"`), and the derive sets
+//! [`StateMachine::KeyShape`](crate::StateMachine::KeyShape) to the number
+//! of them: [`shape::One`], [`shape::Two`], … A one-column machine takes any
+//! bindable value as its key (`i64`, `&str`, a UUID); a machine keyed by
+//! several columns takes a tuple with one value per column, in the order
+//! declared: `apply(&pool, (tenant_id, id))`. A key of another arity does
+//! not compile.
+
+use core::fmt;
+
+use crate::dialect::sealed::Dialect;
+use crate::dialect::{Backend, Key};
+
+/// The number of key columns, as a type.
+pub mod shape {
+    /// A key of one column: `key = "id"`.
+    #[derive(Debug, Clone, Copy)]
+    pub enum One {}
+    /// A key of two columns: `key = "tenant_id, id"`.
+    #[derive(Debug, Clone, Copy)]
+    pub enum Two {}
+    /// A key of three columns.
+    #[derive(Debug, Clone, Copy)]
+    pub enum Three {}
+    /// A key of four columns.
+    #[derive(Debug, Clone, Copy)]
+    pub enum Four {}
+}
+
+/// The number of key columns of a machine: one of the types in [`shape`].
+pub trait KeyShape: sealed::Sealed + Send + Sync + 'static {
+    /// How many columns.
+    const COLUMNS: usize;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::shape::One {}
+    impl Sealed for super::shape::Two {}
+    impl Sealed for super::shape::Three {}
+    impl Sealed for super::shape::Four {}
+}
+
+impl KeyShape for shape::One {
+    const COLUMNS: usize = 1;
+}
+impl KeyShape for shape::Two {
+    const COLUMNS: usize = 2;
+}
+impl KeyShape for shape::Three {
+    const COLUMNS: usize = 3;
+}
+impl KeyShape for shape::Four {
+    const COLUMNS: usize = 4;
+}
+
+/// A key that the statements of a machine of shape `Shape` can bind on
+/// `DB`: any [`Key`] value for one column, a tuple of them for several.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a key for this machine on `{DB}`",
+    label = "the row key",
+    note = "a machine with `key = \"id\"` takes one value; with `key = \"tenant_id, id\"` it takes \
+            a tuple with one value per key column, in the order declared; every value must \
+            implement `sqlx::Encode` and `sqlx::Type` for the database"
+)]
+pub trait RowKey<DB: Backend, Shape: KeyShape>: Send + Sync {
+    /// Adds the key's values to `args`, each as often as the dialect's
+    /// exact key match names it, column by column.
+    #[doc(hidden)]
+    fn bind(&self, args: &mut <DB as Dialect>::Args) -> Result<(), sqlx::Error>;
+}
+
+/// A key that recovery can read back from its columns on `DB`.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be read back as a key of this machine from `{DB}`",
+    note = "recovery reads the keys of expired rows: every key value must implement \
+            `sqlx::Decode` and `sqlx::Type` for the database, and be owned (`String`, not `&str`)"
+)]
+pub trait DecodeKey<DB: Backend, Shape: KeyShape>: Sized {
+    /// The key in the first columns of `row`.
+    #[doc(hidden)]
+    fn decode(row: &<DB as sqlx::Database>::Row) -> Result<Self, sqlx::Error>;
+}
+
+/// A key as it appears in an effect key: its `Display` text for one
+/// column; for several, each value's text with `%` and `/` escaped
+/// (`%25`, `%2F`), joined by `/`, so that no two keys read the same.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be written into an effect key",
+    note = "every key value must implement `Display`"
+)]
+pub trait KeyText<Shape: KeyShape> {
+    /// The key's text.
+    #[doc(hidden)]
+    fn key_text(&self) -> String;
+}
+
+fn bind_one<DB: Backend, T: Key<DB>>(
+    args: &mut <DB as Dialect>::Args,
+    value: &T,
+) -> Result<(), sqlx::Error> {
+    for _ in 0..DB::KEY_BINDS {
+        sqlx::Arguments::add(args, value).map_err(sqlx::Error::Encode)?;
+    }
+    Ok(())
+}
+
+impl<DB: Backend, T: Key<DB>> RowKey<DB, shape::One> for T {
+    fn bind(&self, args: &mut <DB as Dialect>::Args) -> Result<(), sqlx::Error> {
+        bind_one::<DB, T>(args, self)
+    }
+}
+
+impl<DB: Backend, T> DecodeKey<DB, shape::One> for T
+where
+    T: for<'r> sqlx::Decode<'r, DB> + sqlx::Type<DB>,
+{
+    fn decode(row: &<DB as sqlx::Database>::Row) -> Result<Self, sqlx::Error> {
+        DB::column(row, 0)
+    }
+}
+
+impl<T: fmt::Display + ?Sized> KeyText<shape::One> for T {
+    fn key_text(&self) -> String {
+        self.to_string()
+    }
+}
+
+/// One value of a composite key, escaped so that the `/` between values
+/// stays unambiguous.
+fn part(value: &dyn fmt::Display) -> String {
+    value.to_string().replace('%', "%25").replace('/', "%2F")
+}
+
+macro_rules! tuple_keys {
+    ($shape:ident: $($t:ident $i:tt),+) => {
+        impl<DB: Backend, $($t: Key<DB>),+> RowKey<DB, shape::$shape> for ($($t,)+) {
+            fn bind(&self, args: &mut <DB as Dialect>::Args) -> Result<(), sqlx::Error> {
+                $(bind_one::<DB, $t>(args, &self.$i)?;)+
+                Ok(())
+            }
+        }
+
+        impl<DB: Backend, $($t),+> DecodeKey<DB, shape::$shape> for ($($t,)+)
+        where
+            $($t: for<'r> sqlx::Decode<'r, DB> + sqlx::Type<DB>,)+
+        {
+            fn decode(row: &<DB as sqlx::Database>::Row) -> Result<Self, sqlx::Error> {
+                Ok(($(DB::column::<$t>(row, $i)?,)+))
+            }
+        }
+
+        impl<$($t: fmt::Display),+> KeyText<shape::$shape> for ($($t,)+) {
+            fn key_text(&self) -> String {
+                [$(part(&self.$i)),+].join("/")
+            }
+        }
+    };
+}
+
+tuple_keys!(Two: A 0, B 1);
+tuple_keys!(Three: A 0, B 1, C 2);
+tuple_keys!(Four: A 0, B 1, C 2, D 3);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn composite_key_texts_cannot_collide() {
+        let a = KeyText::<shape::Two>::key_text(&("a/b", "c"));
+        let b = KeyText::<shape::Two>::key_text(&("a", "b/c"));
+        assert_eq!(a, "a%2Fb/c");
+        assert_eq!(b, "a/b%2Fc");
+        assert_ne!(a, b);
+        assert_eq!(KeyText::<shape::Two>::key_text(&("50%", 7)), "50%25/7");
+        assert_eq!(KeyText::<shape::One>::key_text(&42), "42");
+    }
+}

@@ -1,0 +1,325 @@
+//! Composite keys: `key = "tenant_id, id"` matches on both columns, so a
+//! transition never touches another tenant's row, whatever id it is given,
+//! and effect keys, recovery and the follow-ups carry every key part.
+
+mod common;
+
+use common::{Db, TestBackend};
+use sqlx::Pool;
+use stateguard::{
+    Committed, Effect, Executor, Finished, Key, Outcome, StateMachine, claim_expired, recover,
+};
+
+/// Transfers of many tenants, each numbering its own from 1.
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(
+    table = "tenant_transfers",
+    column = "status",
+    key = "tenant_id, id",
+    version = "version"
+)]
+enum TenantTransfer {
+    #[state(initial)]
+    #[transition(start -> Sending)]
+    #[transition(cancel -> Cancelled, guard("id >= :from", from = bind(i64)))]
+    Pending,
+    #[state(in_flight(lease = "150ms", since = "sending_since", done = confirm, failed = fail))]
+    #[transition(confirm -> Sent, set(bank_ref = bind(String)))]
+    #[transition(fail -> Failed)]
+    Sending,
+    Sent,
+    Failed,
+    Cancelled,
+}
+
+type TenantKey = (String, i64);
+
+fn key(tenant: &str, id: i64) -> TenantKey {
+    (tenant.to_owned(), id)
+}
+
+backend_tests! {
+    "tenant_isolation" => a_tenant_never_moves_another_tenants_row,
+    "tenant_recovery" => recovery_and_follow_ups_carry_every_key_part,
+    "tenant_ddl" => the_database_enforces_a_machine_with_a_composite_key,
+}
+
+/// `acme` transfers 1 and 2, `globex` transfers 1 and 3.
+async fn tenants<DB: TestBackend>(db: &Db<DB>) {
+    let mut conn = db.pool.acquire().await.unwrap();
+    for statement in [
+        DB::CREATE_TENANT_TRANSFERS,
+        "INSERT INTO tenant_transfers (tenant_id, id) VALUES
+            ('acme', 1), ('acme', 2), ('globex', 1), ('globex', 3)",
+    ] {
+        DB::execute(&mut conn, statement, &[]).await.unwrap();
+    }
+}
+
+/// The state and occurrence of `key`, read through `load`.
+async fn state<DB: TestBackend>(db: &Db<DB>, key: TenantKey) -> Option<(TenantTransfer, i64)>
+where
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    i64: Key<DB>,
+    String: Key<DB>,
+{
+    let current = TenantTransfer::MACHINE.load(&db.pool, key).await.unwrap();
+    current.map(|c| (c.state(), c.occurrence()))
+}
+
+async fn a_tenant_never_moves_another_tenants_row<DB: TestBackend>(db: Db<DB>)
+where
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    i64: Key<DB>,
+    String: Key<DB>,
+{
+    tenants(&db).await;
+    let acme = TenantTransfer::start()
+        .apply(&db.pool, key("acme", 1))
+        .await
+        .unwrap()
+        .won()
+        .expect("acme 1 is pending");
+    // The same id of the other tenant is untouched.
+    assert_eq!(
+        state(&db, key("globex", 1)).await,
+        Some((TenantTransfer::Pending, 0))
+    );
+    // An id only the other tenant has is not found, whichever way it is spelled.
+    for tenant in ["acme", "ACME", "acme ", "globex"] {
+        let id = if tenant == "globex" { 2 } else { 3 };
+        assert_eq!(
+            TenantTransfer::start()
+                .apply(&db.pool, key(tenant, id))
+                .await
+                .unwrap(),
+            Outcome::NotFound,
+            "{tenant} {id}"
+        );
+    }
+    assert_eq!(
+        state(&db, key("globex", 3)).await,
+        Some((TenantTransfer::Pending, 0))
+    );
+    let globex = TenantTransfer::start()
+        .apply(&db.pool, key("globex", 1))
+        .await
+        .unwrap()
+        .won()
+        .expect("globex 1 is pending");
+    // Effect keys name every key part, so the two tenants' transfer 1
+    // never share one.
+    assert_eq!(
+        acme.effect_key(),
+        "tenant_transfers.status:acme/1:sending:1"
+    );
+    assert_eq!(
+        globex.effect_key(),
+        "tenant_transfers.status:globex/1:sending:1"
+    );
+    assert_eq!(
+        TenantTransfer::start()
+            .apply(&db.pool, key("acme", 1))
+            .await
+            .unwrap(),
+        Outcome::AlreadyInState(TenantTransfer::Sending)
+    );
+    // Guard values and an expected occurrence are numbered after both
+    // key values.
+    assert_eq!(
+        TenantTransfer::cancel(5)
+            .apply(&db.pool, key("acme", 2))
+            .await
+            .unwrap(),
+        Outcome::Refused {
+            current: TenantTransfer::Pending
+        }
+    );
+    assert_eq!(
+        TenantTransfer::cancel(3)
+            .expecting(1)
+            .apply(&db.pool, key("globex", 3))
+            .await
+            .unwrap(),
+        Outcome::Stale {
+            current: TenantTransfer::Pending,
+            occurrence: 0
+        }
+    );
+    assert!(
+        TenantTransfer::cancel(3)
+            .expecting(0)
+            .apply(&db.pool, key("globex", 3))
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    assert_eq!(
+        state(&db, key("globex", 3)).await,
+        Some((TenantTransfer::Cancelled, 1))
+    );
+    assert_eq!(
+        state(&db, key("acme", 2)).await,
+        Some((TenantTransfer::Pending, 0))
+    );
+}
+
+/// The bank reference stored with one tenant transfer.
+async fn bank_ref<DB: TestBackend>(db: &Db<DB>, tenant: &str) -> Option<String> {
+    let mut conn = db.pool.acquire().await.unwrap();
+    let sql = match tenant {
+        "acme" => "SELECT bank_ref FROM tenant_transfers WHERE tenant_id = 'acme' AND id = 1",
+        _ => "SELECT bank_ref FROM tenant_transfers WHERE tenant_id = 'globex' AND id = 1",
+    };
+    let (bank_ref,): (Option<String>,) = DB::fetch_one(&mut conn, sql, &[]).await.unwrap();
+    bank_ref
+}
+
+async fn recovery_and_follow_ups_carry_every_key_part<DB: TestBackend>(db: Db<DB>)
+where
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    i64: Key<DB> + for<'r> sqlx::Decode<'r, DB>,
+    String: Key<DB> + for<'r> sqlx::Decode<'r, DB>,
+{
+    tenants(&db).await;
+    // Both tenants' transfer 1 start; their workers die before the effect.
+    let mut lost = Vec::new();
+    for tenant in ["acme", "globex"] {
+        let won = TenantTransfer::start()
+            .apply(&db.pool, key(tenant, 1))
+            .await
+            .unwrap()
+            .won()
+            .unwrap();
+        lost.push(won.effect_key());
+    }
+    let mut conn = db.pool.acquire().await.unwrap();
+    DB::execute(&mut conn, DB::BACKDATE_TENANT_LEASES, &[])
+        .await
+        .unwrap();
+    drop(conn);
+
+    // Taking the rows over reads both key parts back: the same rows, the
+    // same effect keys as the lost wins.
+    let claimed: Vec<_> =
+        claim_expired::<TenantTransfer, TenantKey, _>(&db.pool, TenantTransfer::Sending, 10)
+            .await
+            .unwrap();
+    let mut keys: Vec<_> = claimed.iter().map(|w| w.key().clone()).collect();
+    keys.sort();
+    assert_eq!(keys, [key("acme", 1), key("globex", 1)]);
+    let mut effect_keys: Vec<_> = claimed.iter().map(|w| w.effect_key()).collect();
+    effect_keys.sort();
+    assert_eq!(effect_keys, lost);
+
+    // The acme row is finished by its taker, binding the reference after
+    // both key values and the lease.
+    let acme = claimed.into_iter().find(|w| w.key().0 == "acme").unwrap();
+    let finished = acme
+        .finish(
+            &db.pool,
+            |effect: Effect<TenantTransfer, TenantKey>| async move {
+                TenantTransfer::confirm(format!("ref-{}", effect.key().0)).into()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(finished, Finished::Done(TenantTransfer::Sent));
+    assert_eq!(bank_ref(&db, "acme").await, Some("ref-acme".to_owned()));
+
+    // The globex row's lease runs out again; recovery finishes it.
+    let mut conn = db.pool.acquire().await.unwrap();
+    DB::execute(&mut conn, DB::BACKDATE_TENANT_LEASES, &[])
+        .await
+        .unwrap();
+    drop(conn);
+    let report = recover(
+        &db.pool,
+        TenantTransfer::Sending,
+        10,
+        |effect: Effect<TenantTransfer, TenantKey>| async move {
+            TenantTransfer::confirm(format!("ref-{}", effect.key().0)).into()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!((report.claimed, report.done), (1, 1), "{report:?}");
+    assert_eq!(bank_ref(&db, "globex").await, Some("ref-globex".to_owned()));
+    assert_eq!(
+        state(&db, key("globex", 1)).await,
+        Some((TenantTransfer::Sent, 2))
+    );
+    // The other transfers never moved.
+    assert_eq!(
+        state(&db, key("acme", 2)).await,
+        Some((TenantTransfer::Pending, 0))
+    );
+}
+
+/// The enforcement DDL of a machine with a composite key: transitions
+/// through stateguard pass, a raw update that skips a state does not.
+async fn the_database_enforces_a_machine_with_a_composite_key<DB: TestBackend>(db: Db<DB>)
+where
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    i64: Key<DB>,
+    String: Key<DB>,
+{
+    tenants(&db).await;
+    let ddl = stateguard::ddl::generate::<TenantTransfer>(DB::DIALECT);
+    let mut conn = db.pool.acquire().await.unwrap();
+    for statement in ddl.up() {
+        DB::execute(&mut conn, statement, &[]).await.unwrap();
+    }
+    assert!(
+        TenantTransfer::start()
+            .apply(&db.pool, key("acme", 1))
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    assert!(
+        TenantTransfer::cancel(0)
+            .apply(&db.pool, key("globex", 3))
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    let skip = DB::execute(
+        &mut conn,
+        "UPDATE tenant_transfers SET status = 'sent' WHERE tenant_id = 'acme' AND id = 2",
+        &[],
+    )
+    .await;
+    assert!(skip.is_err(), "pending -> sent must be refused: {skip:?}");
+    assert_eq!(
+        state(&db, key("acme", 2)).await,
+        Some((TenantTransfer::Pending, 0))
+    );
+}
+
+#[test]
+fn every_key_column_is_matched_and_numbered_first() {
+    let sql = TenantTransfer::cancel(0)
+        .transition()
+        .def()
+        .update_expecting_sql()
+        .unwrap();
+    assert_eq!(
+        sql.postgres(),
+        r#"UPDATE "tenant_transfers" SET "status" = 'cancelled', "version" = COALESCE("version", 0) + 1 WHERE "tenant_id" = $1 AND CAST("tenant_id" AS TEXT) COLLATE "C" = CAST($1 AS TEXT) AND "id" = $2 AND CAST("id" AS TEXT) COLLATE "C" = CAST($2 AS TEXT) AND "status" IN ('pending') AND (id >= $3) AND COALESCE("version", 0) = $4 RETURNING CAST(COALESCE("version", 0) AS BIGINT)"#
+    );
+    assert_eq!(TenantTransfer::MACHINE.key(), "tenant_id, id");
+    assert_eq!(TenantTransfer::MACHINE.key_columns(), ["tenant_id", "id"]);
+    let expired = TenantTransfer::MACHINE
+        .state(TenantTransfer::Sending)
+        .and_then(|s| s.in_flight())
+        .unwrap()
+        .expired_sql();
+    assert!(
+        expired
+            .mysql()
+            .starts_with("SELECT `tenant_id`, `id`, CAST(COALESCE(`version`, 0) AS SIGNED) FROM"),
+        "{}",
+        expired.mysql()
+    );
+}
