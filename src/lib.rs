@@ -171,6 +171,51 @@
 //! # }
 //! ```
 //!
+//! # Keys of several columns
+//!
+//! With `key = "tenant_id, id"`, a key is a tuple with one value per
+//! column, and each column is matched exactly: another tenant's row with
+//! the same id is never touched.
+//!
+//! ```
+//! use stateguard::{Outcome, StateMachine};
+//!
+//! #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+//! #[state_machine(table = "transfers", column = "status", key = "tenant_id, id", version = "version")]
+//! pub enum TransferStatus {
+//!     #[state(initial)]
+//!     #[transition(start -> Sending)]
+//!     Pending,
+//!     Sending,
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let pool = sqlx::SqlitePool::connect("sqlite::memory:").await?;
+//! # sqlx::query(
+//! #     "CREATE TABLE transfers (tenant_id TEXT NOT NULL, id INTEGER NOT NULL,
+//! #      status TEXT NOT NULL, version INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (tenant_id, id))",
+//! # )
+//! # .execute(&pool).await?;
+//! # sqlx::query("INSERT INTO transfers (tenant_id, id, status) VALUES
+//! #     ('acme', 1, 'pending'), ('globex', 1, 'pending'), ('globex', 2, 'pending')")
+//! #     .execute(&pool).await?;
+//! let won = TransferStatus::start()
+//!     .apply(&pool, ("acme", 1_i64))
+//!     .await?
+//!     .won()
+//!     .expect("acme's transfer 1 is pending");
+//! // Every key part is in the effect key.
+//! assert_eq!(won.effect_key(), "transfers.status:acme/1:sending:1");
+//! // acme has no transfer 2, whoever else does.
+//! assert_eq!(
+//!     TransferStatus::start().apply(&pool, ("acme", 2_i64)).await?,
+//!     Outcome::NotFound,
+//! );
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Side effects
 //!
 //! Only a [`Won`] can run an effect ([`Won::run`]), and only a committed
