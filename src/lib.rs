@@ -291,7 +291,7 @@ pub use guard_runtime::{
 };
 // What `apply` runs on.
 pub use guard_runtime::{
-    Backend, DecodeKey, Executor, Key, KeyShape, KeyText, Params, RowKey, key,
+    Backend, ClaimRows, DecodeKey, Executor, Key, KeyShape, KeyText, Params, RowKey, key,
 };
 // Metadata, and what is generated from it.
 pub use guard_runtime::{ddl, docs, meta};

@@ -1,7 +1,8 @@
-//! A payout run: many workers race to send the same payouts, a fake bank
-//! counts the calls it receives, and replayed bank confirmations arrive
-//! afterwards. Exactly one worker wins each payout, so the bank is called
-//! once per payout however many workers and replays there are.
+//! A payout run: workers claim batches of pending payouts, a fake bank
+//! counts the calls it receives, and then every worker replays `start` on
+//! every payout and replayed bank confirmations arrive. Exactly one worker
+//! wins each payout, so the bank is called once per payout however many
+//! workers and replays there are.
 //!
 //! ```text
 //! cargo run --example payouts                      # embedded SQLite, no setup
@@ -19,7 +20,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use sqlx::{PgPool, Pool};
-use stateguard::{Backend, Outcome};
+use stateguard::{Backend, ClaimRows, Outcome};
 
 mod status;
 
@@ -29,6 +30,8 @@ const PAYOUTS: i64 = 100;
 const WORKERS: usize = 8;
 /// Every tenth payout is cancelled by its owner before the run starts.
 const CANCEL_EVERY: i64 = 10;
+/// Payouts a worker claims at a time.
+const BATCH: u32 = 10;
 /// Payout `id` is for `id * 1000` cents; `start`'s guard lets through at
 /// most this many (`amount_cents <= 95000` in `status.rs`).
 const LIMIT_CENTS: i64 = 95_000;
@@ -54,6 +57,7 @@ struct Report {
     lost_races: AtomicUsize,
     found_sent: AtomicUsize,
     found_cancelled: AtomicUsize,
+    batches: AtomicUsize,
     over_limit: AtomicUsize,
     replays_already_sent: AtomicUsize,
 }
@@ -163,10 +167,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 }
 
-async fn run<DB: Backend>(pool: Pool<DB>, label: &str) -> Result<(), Box<dyn std::error::Error>>
+async fn run<DB: ClaimRows>(pool: Pool<DB>, label: &str) -> Result<(), Box<dyn std::error::Error>>
 where
     for<'p> &'p Pool<DB>: stateguard::Executor<Database = DB>,
-    i64: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    i64: for<'q> sqlx::Encode<'q, DB> + for<'r> sqlx::Decode<'r, DB> + sqlx::Type<DB>,
     String: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
 {
     let bank = Arc::new(Bank::default());
@@ -180,23 +184,55 @@ where
         }
     }
 
-    // Every worker tries every payout, each in its own order.
+    // Every worker claims batches of pending payouts until none is left:
+    // no two workers get the same payout, so none chases another's.
     let mut workers = Vec::new();
-    for worker in 0..WORKERS {
+    for _ in 0..WORKERS {
         let (pool, bank, report) = (pool.clone(), bank.clone(), report.clone());
         workers.push(tokio::spawn(async move {
-            let offset = worker as i64 * PAYOUTS / WORKERS as i64;
-            for i in 0..PAYOUTS {
-                // Start at a different place, and walk backwards every other worker.
-                let step = if worker % 2 == 0 { i } else { PAYOUTS - i };
-                let id = (step + offset) % PAYOUTS + 1;
-                send_payout(&pool, &bank, &report, id).await?;
+            let mut claimed = Vec::new();
+            loop {
+                let batch = PayoutStatus::start().claim::<DB, i64>(&pool, BATCH).await?;
+                if batch.is_empty() {
+                    return Ok::<_, stateguard::Error>(claimed);
+                }
+                report.batches.fetch_add(1, Ordering::SeqCst);
+                for won in batch {
+                    let id = *won.key();
+                    claimed.push(id);
+                    // Only the claimer gets here: call the bank, then record
+                    // it with the bank's reference, in the one statement.
+                    let bank_ref = bank.transfer(id).await;
+                    if PayoutStatus::confirm(bank_ref)
+                        .apply(&pool, id)
+                        .await?
+                        .is_applied()
+                    {
+                        report.sent.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
             }
-            Ok::<_, stateguard::Error>(())
         }));
     }
+    let mut claimed = std::collections::HashSet::new();
+    let mut claimed_twice = 0;
     for worker in workers {
-        worker.await??;
+        for id in worker.await?? {
+            if !claimed.insert(id) {
+                claimed_twice += 1;
+            }
+        }
+    }
+
+    // A worker restarted from a stale job list replays `start` on every
+    // payout, as do all the others: nothing wins twice, so the bank hears
+    // nothing more.
+    for worker in 0..WORKERS {
+        let offset = worker as i64 * PAYOUTS / WORKERS as i64;
+        for i in 0..PAYOUTS {
+            let id = (i + offset) % PAYOUTS + 1;
+            send_payout(&pool, &bank, &report, id).await?;
+        }
     }
 
     // The bank's confirmation webhook is delivered again for every payout,
@@ -217,9 +253,18 @@ where
     println!("stateguard payouts on {label}");
     println!("  payouts created:                    {PAYOUTS}");
     println!("  cancelled before the run:           {cancelled}");
-    println!("  workers racing over every payout:   {WORKERS}");
+    println!(
+        "  {:<36}{WORKERS}",
+        format!("workers claiming batches of {BATCH}:")
+    );
+    println!(
+        "  batches claimed:                    {}",
+        report.batches.load(Ordering::SeqCst)
+    );
+    println!("  payouts claimed twice:              {claimed_twice}");
     println!("  payouts sent:                       {sent}");
     println!("  bank transfers:                     {transfers}");
+    println!("  then every worker replays `start` on every payout:");
     println!(
         "  attempts that lost the race:        {} (AlreadyInState)",
         report.lost_races.load(Ordering::SeqCst)
@@ -243,7 +288,7 @@ where
     let over_limit = (1..=PAYOUTS)
         .filter(|id| id * 1000 > LIMIT_CENTS && id % CANCEL_EVERY != 0)
         .count() as i64;
-    if transfers != sent || sent as i64 != PAYOUTS - cancelled - over_limit {
+    if claimed_twice != 0 || transfers != sent || sent as i64 != PAYOUTS - cancelled - over_limit {
         return Err(format!("{transfers} bank transfers for {sent} payouts sent").into());
     }
     println!("  every payout sent exactly once: ok");

@@ -21,6 +21,8 @@ pub struct MachineAttrs {
     pub key: Option<LitStr>,
     /// `version = "…"`: the occurrence counter every transition increments.
     pub version: Option<LitStr>,
+    /// `order = "…"`: the columns `claim` takes rows in, oldest first.
+    pub order: Option<LitStr>,
     pub rename_all: Option<(LitStr, RenameRule)>,
     pub krate: Option<Path>,
     /// An attribute failed to parse: what it held is unknown, so a "missing
@@ -136,6 +138,7 @@ pub fn machine_attrs(cx: &mut Ctxt, attrs: &[Attribute]) -> MachineAttrs {
     let mut column = Attr::none("column");
     let mut key = Attr::none("key");
     let mut version = Attr::none("version");
+    let mut order = Attr::none("order");
     let mut rename_all = Attr::none("rename_all");
     let mut krate = Attr::none("crate");
     for attr in attrs {
@@ -158,6 +161,9 @@ pub fn machine_attrs(cx: &mut Ctxt, attrs: &[Attribute]) -> MachineAttrs {
             // #[state_machine(version = "version")]
             } else if meta.path.is_ident("version") {
                 version.set_lit(cx, meta.value()?.parse()?);
+            // #[state_machine(order = "created_at")]
+            } else if meta.path.is_ident("order") {
+                order.set_lit(cx, meta.value()?.parse()?);
             // #[state_machine(rename_all = "snake_case")]
             } else if meta.path.is_ident("rename_all") {
                 let lit: LitStr = meta.value()?.parse()?;
@@ -186,7 +192,7 @@ pub fn machine_attrs(cx: &mut Ctxt, attrs: &[Attribute]) -> MachineAttrs {
             } else {
                 return Err(meta.error(
                     "unknown state_machine attribute; expected `table`, `column`, `key`, \
-                     `version`, `rename_all` or `crate`",
+                     `version`, `order`, `rename_all` or `crate`",
                 ));
             }
             Ok(())
@@ -202,6 +208,7 @@ pub fn machine_attrs(cx: &mut Ctxt, attrs: &[Attribute]) -> MachineAttrs {
         column: column.get(),
         key: key.get(),
         version: version.get(),
+        order: order.get(),
         rename_all: rename_all.get(),
         krate: krate.get(),
         incomplete,

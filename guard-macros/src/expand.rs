@@ -112,6 +112,7 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
             None => quote!(::core::option::Option::None),
         };
         let read_back = sql_per_dialect(&private, |d| d.read_back(model, t));
+        let claim = sql_per_dialect(&private, |d| d.claim_next(model, t));
         let guard = match &t.guard {
             Some(guard) => {
                 let text = &guard.text;
@@ -148,6 +149,7 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
                 #read_back,
                 #guard,
                 #select_guarded,
+                #claim,
             )
         }
     });

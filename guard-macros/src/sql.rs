@@ -122,14 +122,16 @@ impl Dialect {
     /// (see [`Self::update`]); MySQL has no `RETURNING`, so the new version
     /// goes through `LAST_INSERT_ID(expr)`, which the same connection reads
     /// back.
-    fn assignments(self, model: &Model, transition: &Transition) -> String {
+    ///
+    /// The bound values are numbered from `first`.
+    fn assignments(self, model: &Model, transition: &Transition, first: usize) -> String {
         let d = self;
         let column = d.quote(&model.column);
         let target = &model.states[transition.target];
         // Bound values are numbered after the key, `$2`, `$3`, …; MySQL's
         // `?` are positional, and its `set` assignments come before the
         // `WHERE`, so the runtime binds them first there.
-        let mut param = model.key.len();
+        let mut param = first - 1;
         let sets: Vec<String> = transition
             .set
             .iter()
@@ -226,7 +228,7 @@ impl Dialect {
         format!(
             "UPDATE {} SET {} WHERE {} AND {}{guard}{same_occurrence}{}",
             d.quote(&model.table),
-            d.assignments(model, transition),
+            d.assignments(model, transition, model.after_key()),
             d.key_match(&model.key),
             d.status_is(&column, &sources),
             d.returning(model, model.version.is_some(), target.in_flight.as_ref()),
@@ -321,7 +323,7 @@ impl Dialect {
         format!(
             "UPDATE {} SET {} WHERE {}",
             d.quote(&model.table),
-            d.assignments(model, transition),
+            d.assignments(model, transition, model.after_key()),
             d.leased(model, state, in_flight, transition.binds()),
         )
     }
@@ -474,6 +476,91 @@ impl Dialect {
         ))
     }
 
+    /// `transition.claim(pool, n)`: up to `n` rows in a source state (and
+    /// meeting the guard), in `order`, skipping rows another claimer holds.
+    ///
+    /// PostgreSQL moves them in one statement and returns their keys,
+    /// versions and lease tokens in order: `WITH moved AS (UPDATE … WHERE
+    /// (k) IN (SELECT k … ORDER BY o LIMIT $n FOR UPDATE SKIP LOCKED) …
+    /// RETURNING …) SELECT … FROM moved ORDER BY o`. SQLite and MySQL have
+    /// no `UPDATE` in a `WITH`, so this is the candidates' `SELECT` (a
+    /// locking `SKIP LOCKED` one on MySQL), run in a short transaction
+    /// that then moves each row with the transition's own compare-and-set.
+    ///
+    /// Placeholders: the `set` values, then the guard's, then the limit.
+    pub fn claim_next(&self, model: &Model, transition: &Transition) -> String {
+        let d = *self;
+        let table = d.quote(&model.table);
+        let column = d.quote(&model.column);
+        let sources: Vec<String> = transition
+            .sources
+            .iter()
+            .map(|&s| format!("'{}'", model.states[s].db))
+            .collect();
+        let status = d.status_is(&column, &format!("IN ({})", sources.join(", ")));
+        let set_binds = transition.set_binds();
+        let guard_first = match d {
+            Dialect::Postgres => 1 + set_binds,
+            Dialect::Sqlite | Dialect::MySql => 1,
+        };
+        let guard = match &transition.guard {
+            Some(guard) => format!(" AND ({})", guard.sql(d, guard_first)),
+            None => String::new(),
+        };
+        let limit = d.param(guard_first + transition.binds() - set_binds);
+        let quoted =
+            |columns: &[String]| -> Vec<String> { columns.iter().map(|c| d.quote(c)).collect() };
+        let keys = quoted(&model.key).join(", ");
+        // The key breaks ties, so the order is total.
+        let mut order = model.order.clone();
+        for k in &model.key {
+            if !order.iter().any(|o| o.eq_ignore_ascii_case(k)) {
+                order.push(k.clone());
+            }
+        }
+        let order_by = quoted(&order).join(", ");
+        let candidates = format!(
+            "SELECT {keys} FROM {table} WHERE {status}{guard} ORDER BY {order_by} LIMIT {limit}"
+        );
+        match d {
+            Dialect::Sqlite => candidates,
+            Dialect::MySql => format!("{candidates} FOR UPDATE SKIP LOCKED"),
+            Dialect::Postgres => {
+                let target = &model.states[transition.target];
+                let lease = match &target.in_flight {
+                    Some(in_flight) => d.lease_token(&in_flight.since),
+                    None => d.int64("0"),
+                };
+                let returned_keys: Vec<String> = model
+                    .key
+                    .iter()
+                    .enumerate()
+                    .map(|(i, k)| format!("{} AS c{i}", d.quote(k)))
+                    .collect();
+                let returned_order: Vec<String> = order
+                    .iter()
+                    .enumerate()
+                    .map(|(i, o)| format!("{} AS o{i}", d.quote(o)))
+                    .collect();
+                let key_aliases: Vec<String> =
+                    (0..model.key.len()).map(|i| format!("c{i}")).collect();
+                let order_aliases: Vec<String> =
+                    (0..order.len()).map(|i| format!("o{i}")).collect();
+                format!(
+                    "WITH moved AS (UPDATE {table} SET {} WHERE ({keys}) IN ({candidates} FOR \
+                     UPDATE SKIP LOCKED) AND {status}{guard} RETURNING {}, {} AS v, {lease} AS l, \
+                     {}) SELECT {}, v, l FROM moved ORDER BY {}",
+                    d.assignments(model, transition, 1),
+                    returned_keys.join(", "),
+                    d.version_read(model.version.as_deref()),
+                    returned_order.join(", "),
+                    key_aliases.join(", "),
+                    order_aliases.join(", "),
+                )
+            }
+        }
+    }
+
     /// `SELECT c, version FROM t WHERE k = $1` (version 0 without a version
     /// column), with the status read as text, as a
     /// locking read where [`Self::read_lock`] says so.
@@ -529,6 +616,7 @@ mod tests {
             table: "billing.payouts".to_owned(),
             column: "status".to_owned(),
             key: vec!["id".to_owned()],
+            order: vec!["id".to_owned()],
             version: Some("version".to_owned()),
             states,
             initial: 0,

@@ -23,6 +23,8 @@ pub struct Model<'a> {
     /// The key columns, in order: one, or several for a composite key.
     pub key: Vec<String>,
     pub version: Option<String>,
+    /// The columns `claim` takes rows in: `order = "…"`, by default the key.
+    pub order: Vec<String>,
     pub states: Vec<State<'a>>,
     pub initial: usize,
     pub transitions: Vec<Transition<'a>>,
@@ -236,12 +238,17 @@ pub fn check<'a>(cx: &mut Ctxt, input: &'a Input<'a>) -> Option<Model<'a>> {
     }
 
     let (table, column, key) = names?;
+    let order = match &input.attrs.order {
+        Some(lit) => check_order(cx, lit)?,
+        None => key.clone(),
+    };
     Some(Model {
         ident: input.ident,
         table,
         column,
         key,
         version,
+        order,
         states: states?,
         initial: initial?,
         transitions: transitions?,
@@ -295,6 +302,30 @@ fn check_names(cx: &mut Ctxt, input: &Input) -> Option<(String, String, Vec<Stri
         return None;
     }
     Some((table, column, key))
+}
+
+/// `order = "created_at"` or `order = "priority, created_at"`: column
+/// names, ascending, none twice.
+fn check_order(cx: &mut Ctxt, lit: &LitStr) -> Option<Vec<String>> {
+    let order = lit.value();
+    let columns: Vec<String> = order.split(',').map(|c| c.trim().to_owned()).collect();
+    let mut ok = true;
+    for (i, column) in columns.iter().enumerate() {
+        if let Err(why) = ident::check_ident(column) {
+            ok = false;
+            cx.error(
+                lit,
+                format!(
+                    "order column {column:?} is not a valid SQL identifier: it {why}; `order` \
+                     lists column names, ascending, separated by `, `"
+                ),
+            );
+        } else if columns[..i].iter().any(|c| c.eq_ignore_ascii_case(column)) {
+            ok = false;
+            cx.error(lit, format!("order column {column:?} is listed twice"));
+        }
+    }
+    ok.then_some(columns)
 }
 
 /// `key = "id"` or `key = "tenant_id, id"`: one to four valid column

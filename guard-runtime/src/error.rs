@@ -251,6 +251,20 @@ pub enum Error {
         expects: &'static str,
     },
 
+    /// [`Transition::claim`](crate::Transition::claim) on a transition
+    /// with [`expecting`](crate::Transition::expecting): an occurrence
+    /// names one row, a claim takes many.
+    #[error(
+        "`{transition}` on table `{table}` expects an occurrence, which names one row; claim \
+         takes rows by state, so drop `expecting`"
+    )]
+    ClaimExpecting {
+        /// The table of the machine.
+        table: &'static str,
+        /// The transition.
+        transition: &'static str,
+    },
+
     /// The row was deleted while its effect ran.
     #[error("the row vanished from table `{table}` before `{transition}` could finish it")]
     RowVanished {

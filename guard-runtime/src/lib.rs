@@ -12,6 +12,7 @@
     allow(unused)
 )]
 
+mod claim;
 pub mod ddl;
 mod dialect;
 pub mod docs;
@@ -29,6 +30,7 @@ mod transition;
 mod tx;
 mod verdict;
 
+pub use crate::claim::ClaimRows;
 pub use crate::dialect::{Backend, Key};
 pub use crate::effect::{Effect, FinishError, Finished};
 pub use crate::error::Error;

@@ -329,6 +329,7 @@ pub struct TransitionDef<S: 'static> {
     read_back: Sql,
     guard: Option<&'static str>,
     select_guarded: Option<[Sql; 2]>,
+    claim: Sql,
 }
 
 impl<S: StateMachine> TransitionDef<S> {
@@ -374,6 +375,16 @@ impl<S: StateMachine> TransitionDef<S> {
     /// the row meets the guard now; `[outside a transaction, inside one]`.
     pub const fn select_guarded_sql(&self) -> Option<&[Sql; 2]> {
         self.select_guarded.as_ref()
+    }
+
+    /// What [`Transition::claim`](crate::Transition::claim) runs: on
+    /// PostgreSQL one statement that moves up to `$n` rows in a source state
+    /// (`FOR UPDATE SKIP LOCKED`) and returns their keys, versions and lease
+    /// tokens in the machine's `order`; on SQLite and MySQL the candidates'
+    /// `SELECT` (`SKIP LOCKED` on MySQL), which a short transaction follows
+    /// with the compare-and-set of each row.
+    pub const fn claim_sql(&self) -> &Sql {
+        &self.claim
     }
 
     /// The compare-and-set that also requires the row's version to be the
@@ -508,6 +519,7 @@ pub mod construct {
         read_back: Sql,
         guard: Option<&'static str>,
         select_guarded: Option<[Sql; 2]>,
+        claim: Sql,
     ) -> TransitionDef<S> {
         TransitionDef {
             name,
@@ -520,6 +532,7 @@ pub mod construct {
             read_back,
             guard,
             select_guarded,
+            claim,
         }
     }
 

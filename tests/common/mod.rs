@@ -487,6 +487,30 @@ impl TestBackend for sqlx::Postgres {
     }
 }
 
+/// `(SELECT … AS i …) s`: the numbers 1 to 100,000, for MySQL's seeds.
+macro_rules! mysql_numbers {
+    () => {
+        concat!(
+            "(SELECT a.d + 10 * b.d + 100 * c.d + 1000 * e.d + 10000 * f.d + 1 AS i FROM ",
+            "(SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL ",
+            "SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL ",
+            "SELECT 8 UNION ALL SELECT 9) a, ",
+            "(SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL ",
+            "SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL ",
+            "SELECT 8 UNION ALL SELECT 9) b, ",
+            "(SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL ",
+            "SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL ",
+            "SELECT 8 UNION ALL SELECT 9) c, ",
+            "(SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL ",
+            "SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL ",
+            "SELECT 8 UNION ALL SELECT 9) e, ",
+            "(SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL ",
+            "SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL ",
+            "SELECT 8 UNION ALL SELECT 9) f) s"
+        )
+    };
+}
+
 impl TestBackend for sqlx::MySql {
     const DIALECT: stateguard::ddl::Dialect = stateguard::ddl::Dialect::MySql;
     const CREATE_PAYOUTS: &'static str = "CREATE TABLE payouts (
@@ -495,9 +519,13 @@ impl TestBackend for sqlx::MySql {
         attempts INT NOT NULL DEFAULT 0,
         sent_at DATETIME(3) NULL
     )";
-    const SEED: &'static str = "INSERT INTO payouts (id, status)
-        WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < ?)
-        SELECT i, 'pending' FROM s";
+    // Numbers from a cross join of digits: MariaDB stops a recursive CTE
+    // after 1,000 rows.
+    const SEED: &'static str = concat!(
+        "INSERT INTO payouts (id, status) SELECT i, 'pending' FROM ",
+        mysql_numbers!(),
+        " WHERE i <= ?"
+    );
     const STATUS: &'static str = "SELECT status FROM payouts WHERE id = ?";
     const INSERT: &'static str = "INSERT INTO payouts (id, status) VALUES (?, ?)";
     const SET_STATUS: &'static str = "UPDATE payouts SET status = ? WHERE id = ?";
@@ -513,9 +541,11 @@ impl TestBackend for sqlx::MySql {
         sent_at DATETIME(3) NULL,
         bank_ref VARCHAR(64) NULL
     )";
-    const SEED_TRANSFERS: &'static str = "INSERT INTO transfers (id)
-        WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < ?)
-        SELECT i FROM s";
+    const SEED_TRANSFERS: &'static str = concat!(
+        "INSERT INTO transfers (id) SELECT i FROM ",
+        mysql_numbers!(),
+        " WHERE i <= ?"
+    );
     const TRANSFER: &'static str =
         "SELECT status, CAST(version AS SIGNED) FROM transfers WHERE id = ?";
     const BACKDATE_LEASES: &'static str =

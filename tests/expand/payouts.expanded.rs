@@ -77,6 +77,11 @@ impl ::stateguard::StateMachine for PayoutStatus {
                         "SELECT CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS SIGNED) FROM `payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) LOCK IN SHARE MODE",
                     ),
                 ]),
+                ::stateguard::__private::sql(
+                    "WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'sending' WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending') AND (amount_cents <= 95000) ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT c0, v, l FROM moved ORDER BY o0",
+                    "SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending') AND (amount_cents <= 95000) ORDER BY \"id\" LIMIT ?1",
+                    "SELECT `id` FROM `payouts` WHERE `status` IN ('pending') AND CAST(`status` AS BINARY) IN ('pending') AND (amount_cents <= 95000) ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED",
+                ),
             ),
             ::stateguard::__private::transition(
                 "cancel",
@@ -97,6 +102,11 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 ),
                 ::core::option::Option::None,
                 ::core::option::Option::None,
+                ::stateguard::__private::sql(
+                    "WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending', 'sending') ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('pending', 'sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT c0, v, l FROM moved ORDER BY o0",
+                    "SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending', 'sending') ORDER BY \"id\" LIMIT ?1",
+                    "SELECT `id` FROM `payouts` WHERE `status` IN ('pending', 'sending') AND CAST(`status` AS BINARY) IN ('pending', 'sending') ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED",
+                ),
             ),
             ::stateguard::__private::transition(
                 "confirm",
@@ -120,6 +130,11 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 ),
                 ::core::option::Option::None,
                 ::core::option::Option::None,
+                ::stateguard::__private::sql(
+                    "WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $1 WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT $2 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT c0, v, l FROM moved ORDER BY o0",
+                    "SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT ?1",
+                    "SELECT `id` FROM `payouts` WHERE `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending') ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED",
+                ),
             ),
             ::stateguard::__private::transition(
                 "fail",
@@ -140,6 +155,11 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 ),
                 ::core::option::Option::None,
                 ::core::option::Option::None,
+                ::stateguard::__private::sql(
+                    "WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'failed' WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT c0, v, l FROM moved ORDER BY o0",
+                    "SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT ?1",
+                    "SELECT `id` FROM `payouts` WHERE `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending') ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED",
+                ),
             ),
         ];
         const __MACHINE: ::stateguard::__private::Machine<PayoutStatus> = ::stateguard::__private::machine(

@@ -1,0 +1,333 @@
+//! Work queues: `transition.claim(pool, n)` moves up to `n` rows from the
+//! transition's sources to its target and hands out one committed win per
+//! row, in the machine's `order`. Concurrent claimers never get the same
+//! row and do not wait for rows another claimer holds.
+
+use core::future::Future;
+
+use crate::StateMachine;
+use crate::dialect::Backend;
+use crate::error::Error;
+use crate::executor::Executor;
+use crate::executor::sealed::Run;
+use crate::key::{DecodeKey, KeyShape, RowKey};
+use crate::outcome::{Committed, Outcome, Uncommitted, Won};
+use crate::retry::{MAX_ATTEMPTS, backoff};
+use crate::transition::{Bound, Params, Transition};
+use crate::tx::Tx;
+
+/// A backend that can claim rows: PostgreSQL in one statement
+/// (`FOR UPDATE SKIP LOCKED`), MySQL 8 / MariaDB 10.6+ in a short
+/// transaction that skips locked rows, SQLite in a short `BEGIN IMMEDIATE`
+/// transaction (one writer at a time, so nothing to skip). Implemented for
+/// every backend; it cannot be implemented outside this crate.
+pub trait ClaimRows: Backend + sealed::Sealed {
+    /// Runs the claim.
+    #[doc(hidden)]
+    fn claim_rows<'a, S, K, P>(
+        pool: &'a sqlx::Pool<Self>,
+        transition: Transition<S>,
+        params: &'a P,
+        limit: u32,
+    ) -> impl Future<Output = Result<Vec<Won<S, K, Committed>>, Error>> + Send + 'a
+    where
+        S: StateMachine,
+        K: RowKey<Self, S::KeyShape> + DecodeKey<Self, S::KeyShape> + Send + 'a,
+        P: Params<Self> + 'a;
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+#[cfg(feature = "postgres")]
+impl sealed::Sealed for sqlx::Postgres {}
+
+#[cfg(feature = "postgres")]
+impl ClaimRows for sqlx::Postgres {
+    fn claim_rows<'a, S, K, P>(
+        pool: &'a sqlx::Pool<Self>,
+        transition: Transition<S>,
+        params: &'a P,
+        limit: u32,
+    ) -> impl Future<Output = Result<Vec<Won<S, K, Committed>>, Error>> + Send + 'a
+    where
+        S: StateMachine,
+        K: RowKey<Self, S::KeyShape> + DecodeKey<Self, S::KeyShape> + Send + 'a,
+        P: Params<Self> + 'a,
+    {
+        one_statement(pool, transition, params, limit)
+    }
+}
+
+#[cfg(feature = "sqlite")]
+impl sealed::Sealed for sqlx::Sqlite {}
+
+#[cfg(feature = "sqlite")]
+impl ClaimRows for sqlx::Sqlite {
+    fn claim_rows<'a, S, K, P>(
+        pool: &'a sqlx::Pool<Self>,
+        transition: Transition<S>,
+        params: &'a P,
+        limit: u32,
+    ) -> impl Future<Output = Result<Vec<Won<S, K, Committed>>, Error>> + Send + 'a
+    where
+        S: StateMachine,
+        K: RowKey<Self, S::KeyShape> + DecodeKey<Self, S::KeyShape> + Send + 'a,
+        P: Params<Self> + 'a,
+    {
+        // Take the write lock first: the candidates read are then the rows
+        // this transaction moves.
+        in_transaction(pool, "BEGIN IMMEDIATE", transition, params, limit)
+    }
+}
+
+#[cfg(feature = "mysql")]
+impl sealed::Sealed for sqlx::MySql {}
+
+#[cfg(feature = "mysql")]
+impl ClaimRows for sqlx::MySql {
+    fn claim_rows<'a, S, K, P>(
+        pool: &'a sqlx::Pool<Self>,
+        transition: Transition<S>,
+        params: &'a P,
+        limit: u32,
+    ) -> impl Future<Output = Result<Vec<Won<S, K, Committed>>, Error>> + Send + 'a
+    where
+        S: StateMachine,
+        K: RowKey<Self, S::KeyShape> + DecodeKey<Self, S::KeyShape> + Send + 'a,
+        P: Params<Self> + 'a,
+    {
+        in_transaction(pool, "BEGIN", transition, params, limit)
+    }
+}
+
+impl<S: StateMachine> Transition<S> {
+    /// Moves up to `limit` rows from this transition's source states to its
+    /// target, oldest first in the machine's `order` (`#[state_machine(…,
+    /// order = "created_at")]`, by default the key), and returns one
+    /// committed [`Won`] per row moved.
+    ///
+    /// Concurrent claimers never get the same row, and a claimer does not
+    /// wait for rows that another claimer holds: PostgreSQL moves them in
+    /// one statement (`UPDATE … WHERE key IN (SELECT key … ORDER BY …
+    /// LIMIT $n FOR UPDATE SKIP LOCKED) RETURNING …`); MySQL 8 and MariaDB
+    /// 10.6+ lock the candidates with `SKIP LOCKED` in a short transaction
+    /// and move each with the transition's compare-and-set (an older server
+    /// refuses `SKIP LOCKED` with a syntax error, [`Error::Database`]);
+    /// SQLite, whose one writer makes skipping needless, does the same in a
+    /// `BEGIN IMMEDIATE` transaction. A claim into an in-flight state
+    /// stamps each row's lease, so a claimer that dies is recovered as
+    /// after [`apply`](Transition::apply).
+    ///
+    /// A guard holds for every row claimed; rows that fail it stay. Index
+    /// the status column together with the order columns, or each claim
+    /// scans the table. An empty result means no row was free to claim.
+    /// [`expecting`](Transition::expecting) names one row's occurrence and
+    /// has no meaning here: it is [`Error::ClaimExpecting`].
+    pub async fn claim<DB, K>(
+        self,
+        pool: &sqlx::Pool<DB>,
+        limit: u32,
+    ) -> Result<Vec<Won<S, K, Committed>>, Error>
+    where
+        DB: ClaimRows,
+        K: RowKey<DB, S::KeyShape> + DecodeKey<DB, S::KeyShape> + Send,
+    {
+        self.claim_with(pool, &(), limit).await
+    }
+
+    async fn claim_with<DB, K, P>(
+        self,
+        pool: &sqlx::Pool<DB>,
+        params: &P,
+        limit: u32,
+    ) -> Result<Vec<Won<S, K, Committed>>, Error>
+    where
+        DB: ClaimRows,
+        K: RowKey<DB, S::KeyShape> + DecodeKey<DB, S::KeyShape> + Send,
+        P: Params<DB>,
+    {
+        if self.expected().is_some() {
+            return Err(Error::ClaimExpecting {
+                table: S::MACHINE.table(),
+                transition: self.name(),
+            });
+        }
+        let claim = DB::claim_rows(pool, self, params, limit);
+        match tokio::time::timeout(self.deadline(), claim).await {
+            Ok(claimed) => claimed,
+            // Cut off mid-statement: rows may have moved. Rows moved into
+            // an in-flight state are recovered once their lease runs out.
+            Err(_) => Err(Error::Timeout {
+                table: S::MACHINE.table(),
+                transition: self.name(),
+                deadline: self.deadline(),
+                outcome_known: false,
+            }),
+        }
+    }
+}
+
+impl<S: StateMachine, P> Bound<S, P> {
+    /// See [`Transition::claim`]; every row claimed gets the same values.
+    pub async fn claim<DB, K>(
+        self,
+        pool: &sqlx::Pool<DB>,
+        limit: u32,
+    ) -> Result<Vec<Won<S, K, Committed>>, Error>
+    where
+        DB: ClaimRows,
+        K: RowKey<DB, S::KeyShape> + DecodeKey<DB, S::KeyShape> + Send,
+        P: Params<DB>,
+    {
+        let transition = self.transition();
+        transition.claim_with(pool, self.params(), limit).await
+    }
+}
+
+/// PostgreSQL: the one statement, retried after a serialization failure or
+/// deadlock.
+async fn one_statement<DB, S, K, P>(
+    pool: &sqlx::Pool<DB>,
+    transition: Transition<S>,
+    params: &P,
+    limit: u32,
+) -> Result<Vec<Won<S, K, Committed>>, Error>
+where
+    DB: Backend,
+    for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    S: StateMachine,
+    K: RowKey<DB, S::KeyShape> + DecodeKey<DB, S::KeyShape>,
+    P: Params<DB>,
+{
+    let sql = DB::sql(transition.def().claim_sql());
+    let mut executor = pool;
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let mut args = DB::Args::default();
+        params
+            .bind(&mut args)
+            .and_then(|()| DB::bind_int(&mut args, i64::from(limit)))
+            .map_err(|e| transition.db_error(e))?;
+        let rows = match executor.fetch_all(sql, args).await {
+            Ok(rows) => rows,
+            Err(error) => {
+                transition
+                    .before_retry(&mut executor, error, attempts)
+                    .await?;
+                continue;
+            }
+        };
+        let columns = S::KeyShape::COLUMNS;
+        return rows
+            .iter()
+            .map(|row| {
+                let key = K::decode(row).map_err(|e| transition.db_error(e))?;
+                let int = |i| DB::int(row, i).map_err(|e| transition.db_error(e));
+                let won = Won::new(
+                    transition.target(),
+                    key,
+                    int(columns)?,
+                    int(columns + 1)?,
+                    0,
+                );
+                Ok(won.within(transition.deadline()))
+            })
+            .collect();
+    }
+}
+
+/// SQLite and MySQL: the candidates' `SELECT` and each row's
+/// compare-and-set in one short transaction, tried again when the database
+/// rolls it back (a deadlock, a busy database).
+async fn in_transaction<DB, S, K, P>(
+    pool: &sqlx::Pool<DB>,
+    begin: &'static str,
+    transition: Transition<S>,
+    params: &P,
+    limit: u32,
+) -> Result<Vec<Won<S, K, Committed>>, Error>
+where
+    DB: Backend,
+    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
+    S: StateMachine,
+    K: RowKey<DB, S::KeyShape> + DecodeKey<DB, S::KeyShape>,
+    P: Params<DB>,
+{
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let error = match claim_once(pool, begin, transition, params, limit).await {
+            Ok(claimed) => return Ok(claimed),
+            Err(error) => error,
+        };
+        let again = match &error {
+            Error::RetryTransaction { .. } | Error::RolledBack { .. } => true,
+            Error::Begin { source } => DB::is_retryable(source),
+            _ => false,
+        };
+        if !again || attempts >= MAX_ATTEMPTS {
+            return Err(error);
+        }
+        tracing::debug!(
+            table = S::MACHINE.table(),
+            transition = transition.name(),
+            attempts,
+            %error,
+            "claim rolled back; trying again"
+        );
+        tokio::time::sleep(backoff(attempts)).await;
+    }
+}
+
+async fn claim_once<DB, S, K, P>(
+    pool: &sqlx::Pool<DB>,
+    begin: &'static str,
+    transition: Transition<S>,
+    params: &P,
+    limit: u32,
+) -> Result<Vec<Won<S, K, Committed>>, Error>
+where
+    DB: Backend,
+    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
+    S: StateMachine,
+    K: RowKey<DB, S::KeyShape> + DecodeKey<DB, S::KeyShape>,
+    P: Params<DB>,
+{
+    let mut tx = Tx::begin_with(pool, begin).await?;
+    // The candidates: the guard's values, then the limit.
+    let mut args = DB::Args::default();
+    params
+        .bind_range(&mut args, transition.def().set_binds()..usize::MAX)
+        .and_then(|()| DB::bind_int(&mut args, i64::from(limit)))
+        .map_err(|e| transition.db_error(e))?;
+    let select = DB::sql(transition.def().claim_sql());
+    let rows = match (&mut tx).fetch_all(select, args).await {
+        Ok(rows) => rows,
+        // A deadlock or busy database rolls the transaction back: the
+        // whole claim is tried again.
+        Err(source) if DB::is_retryable(&source) => {
+            return Err(Error::RetryTransaction {
+                table: S::MACHINE.table(),
+                transition: transition.name(),
+                source,
+            });
+        }
+        Err(error) => return Err(transition.db_error(error)),
+    };
+    let keys = rows
+        .iter()
+        .map(|row| K::decode(row).map_err(|e| transition.db_error(e)))
+        .collect::<Result<Vec<K>, Error>>()?;
+    let mut wins = Vec::with_capacity(keys.len());
+    for key in keys {
+        // Locked by this transaction (or, on SQLite, behind its write
+        // lock), and in a source state meeting the guard: it wins.
+        if let Outcome::Applied(won) = transition.apply_with(&mut tx, key, params).await? {
+            wins.push(won);
+        }
+    }
+    tx.commit(wins).await
+}
