@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use common::{Db, TestBackend};
 use sqlx::Pool;
 use stateguard::{
-    ClaimRows, Committed, Effect, Error, Executor, Finished, Key, StateMachine, recover,
+    Batched, Committed, Effect, Error, Executor, Finished, Key, StateMachine, recover,
 };
 
 /// The `transfers` table as a queue: `start` claims a transfer into an
@@ -56,7 +56,7 @@ backend_tests! {
 
 /// 8 claimers take batches of 50 until the queue is empty: every row is
 /// claimed exactly once.
-async fn claimers_drain_the_queue_exactly_once<DB: TestBackend + ClaimRows>(db: Db<DB>)
+async fn claimers_drain_the_queue_exactly_once<DB: TestBackend + Batched>(db: Db<DB>)
 where
     for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
     i64: Key<DB> + for<'r> sqlx::Decode<'r, DB>,
@@ -101,7 +101,7 @@ where
 
 /// Rows come in the machine's `order`, the key breaking ties; a guard
 /// holds for every row claimed, and rows that fail it stay.
-async fn claims_follow_the_order_and_the_guard<DB: TestBackend + ClaimRows>(db: Db<DB>)
+async fn claims_follow_the_order_and_the_guard<DB: TestBackend + Batched>(db: Db<DB>)
 where
     for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
     i64: Key<DB> + for<'r> sqlx::Decode<'r, DB>,
@@ -147,14 +147,14 @@ where
             .expecting(0)
             .claim::<DB, i64>(&db.pool, 1)
             .await,
-        Err(Error::ClaimExpecting { .. })
+        Err(Error::ExpectingMany { .. })
     ));
 }
 
 /// A claim into an in-flight state stamps each row's lease: the claimer
 /// finishes its rows, and a claimer that dies leaves its rows to recovery,
 /// under the same effect keys.
-async fn a_claim_stamps_leases_that_finish_and_recovery_honour<DB: TestBackend + ClaimRows>(
+async fn a_claim_stamps_leases_that_finish_and_recovery_honour<DB: TestBackend + Batched>(
     db: Db<DB>,
 ) where
     for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,

@@ -7,7 +7,8 @@ mod common;
 use common::{Db, TestBackend};
 use sqlx::Pool;
 use stateguard::{
-    Committed, Effect, Executor, Finished, Key, Outcome, StateMachine, claim_expired, recover,
+    Batched, Committed, Effect, Executor, Finished, Key, ManyKeys, Outcome, StateMachine,
+    claim_expired, recover,
 };
 
 /// Transfers of many tenants, each numbering its own from 1.
@@ -67,11 +68,12 @@ where
     current.map(|c| (c.state(), c.occurrence()))
 }
 
-async fn a_tenant_never_moves_another_tenants_row<DB: TestBackend>(db: Db<DB>)
+async fn a_tenant_never_moves_another_tenants_row<DB: TestBackend + Batched>(db: Db<DB>)
 where
     for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    i64: Key<DB>,
-    String: Key<DB>,
+    i64: Key<DB> + for<'r> sqlx::Decode<'r, DB>,
+    String: Key<DB> + for<'r> sqlx::Decode<'r, DB>,
+    TenantKey: ManyKeys<DB, stateguard::key::shape::Two>,
 {
     tenants(&db).await;
     let acme = TenantTransfer::start()
@@ -161,6 +163,33 @@ where
     assert_eq!(
         state(&db, key("acme", 2)).await,
         Some((TenantTransfer::Pending, 0))
+    );
+
+    // A batch matches every key part too.
+    let outcomes = TenantTransfer::cancel(0)
+        .apply_many(
+            &db.pool,
+            &[
+                key("acme", 2),
+                key("acme", 3),
+                key("ACME", 2),
+                key("acme", 2),
+            ],
+        )
+        .await
+        .unwrap();
+    assert!(outcomes[0].is_applied(), "{:?}", outcomes[0]);
+    assert_eq!(
+        outcomes[1..],
+        [
+            Outcome::NotFound,
+            Outcome::NotFound,
+            Outcome::AlreadyInState(TenantTransfer::Cancelled)
+        ]
+    );
+    assert_eq!(
+        state(&db, key("globex", 1)).await,
+        Some((TenantTransfer::Sending, 1))
     );
 }
 

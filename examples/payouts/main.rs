@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use sqlx::{PgPool, Pool};
-use stateguard::{Backend, ClaimRows, Outcome};
+use stateguard::{Backend, Batched, Outcome};
 
 mod status;
 
@@ -167,7 +167,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 }
 
-async fn run<DB: ClaimRows>(pool: Pool<DB>, label: &str) -> Result<(), Box<dyn std::error::Error>>
+async fn run<DB: Batched>(pool: Pool<DB>, label: &str) -> Result<(), Box<dyn std::error::Error>>
 where
     for<'p> &'p Pool<DB>: stateguard::Executor<Database = DB>,
     i64: for<'q> sqlx::Encode<'q, DB> + for<'r> sqlx::Decode<'r, DB> + sqlx::Type<DB>,

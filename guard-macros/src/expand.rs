@@ -113,6 +113,9 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
         };
         let read_back = sql_per_dialect(&private, |d| d.read_back(model, t));
         let claim = sql_per_dialect(&private, |d| d.claim_next(model, t));
+        let many_update = sql_per_dialect(&private, |d| d.many_update(model, t));
+        let many_read = sql_per_dialect(&private, |d| d.many_read(model, t));
+        let many_lease = sql_per_dialect(&private, |d| d.many_lease(model, t));
         let guard = match &t.guard {
             Some(guard) => {
                 let text = &guard.text;
@@ -150,6 +153,7 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
                 #guard,
                 #select_guarded,
                 #claim,
+                [#many_update, #many_read, #many_lease],
             )
         }
     });

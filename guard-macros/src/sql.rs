@@ -561,6 +561,250 @@ impl Dialect {
         }
     }
 
+    /// `apply_many`'s keys as rows, `__sg_i(__sg_k0, …)`: the arrays `$1`…
+    /// unnested on PostgreSQL, the JSON `?` through `JSON_TABLE` on MySQL
+    /// (each value as text, compared exactly below). Not used on SQLite.
+    fn many_input(self, model: &Model) -> String {
+        let n = model.key.len();
+        match self {
+            Dialect::Postgres => {
+                let arrays: Vec<String> = (1..=n).map(|i| self.param(i)).collect();
+                let columns: Vec<String> = (0..n).map(|i| format!("__sg_k{i}")).collect();
+                format!(
+                    "unnest({}) AS __sg_i({})",
+                    arrays.join(", "),
+                    columns.join(", ")
+                )
+            }
+            Dialect::MySql | Dialect::Sqlite => {
+                let columns: Vec<String> = (0..n)
+                    .map(|i| {
+                        let path = if n == 1 {
+                            "$".to_owned()
+                        } else {
+                            format!("$[{i}]")
+                        };
+                        format!("__sg_k{i} VARCHAR(768) PATH '{path}'")
+                    })
+                    .collect();
+                format!(
+                    "JSON_TABLE(?, '$[*]' COLUMNS ({})) AS __sg_i",
+                    columns.join(", ")
+                )
+            }
+        }
+    }
+
+    /// The table's key columns equal to `__sg_i`'s, exactly (see
+    /// [`Self::key_match`]).
+    fn many_match(self, model: &Model) -> String {
+        let table = self.quote(&model.table);
+        model
+            .key
+            .iter()
+            .enumerate()
+            .map(|(i, k)| {
+                let k = format!("{table}.{}", self.quote(k));
+                let v = format!("__sg_i.__sg_k{i}");
+                match self {
+                    Dialect::Postgres => {
+                        format!("{k} = {v} AND CAST({k} AS TEXT) COLLATE \"C\" = CAST({v} AS TEXT)")
+                    }
+                    Dialect::MySql | Dialect::Sqlite => {
+                        format!("{k} = {v} AND {} = {}", self.bytes(&k), self.bytes(&v))
+                    }
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" AND ")
+    }
+
+    /// SQLite: the row's key among the JSON `?1`'s, exactly: once as
+    /// stored (so the key's index finds the rows), once as bytes.
+    fn many_in_json(self, model: &Model) -> String {
+        let n = model.key.len();
+        let part = |i: usize| match n {
+            1 => "value".to_owned(),
+            _ => format!("json_extract(value, '$[{i}]')"),
+        };
+        let keys: Vec<String> = model.key.iter().map(|k| self.quote(k)).collect();
+        let parts: Vec<String> = (0..n).map(part).collect();
+        let key_bytes: Vec<String> = keys.iter().map(|k| format!("CAST({k} AS BLOB)")).collect();
+        let part_bytes: Vec<String> = parts.iter().map(|p| format!("CAST({p} AS BLOB)")).collect();
+        format!(
+            "({}) IN (SELECT {} FROM json_each(?1)) AND ({}) IN (SELECT {} FROM json_each(?1))",
+            keys.join(", "),
+            parts.join(", "),
+            key_bytes.join(", "),
+            part_bytes.join(", "),
+        )
+    }
+
+    /// `transition.apply_many(pool, keys)`, the winning part: every row
+    /// among the keys that is in a source state (and meets the guard)
+    /// moves, in one statement. PostgreSQL locks the rows in key order
+    /// first, so that two batches over the same keys cannot deadlock, and
+    /// returns their keys, versions and lease tokens; SQLite returns the
+    /// same; MySQL's rows are already locked by [`Self::many_read`] in the
+    /// same transaction, and [`Self::many_lease`] reads the leases.
+    ///
+    /// Placeholders: the keys (arrays on PostgreSQL, JSON elsewhere), then
+    /// the `set` values, then the guard's.
+    pub fn many_update(&self, model: &Model, transition: &Transition) -> String {
+        let d = *self;
+        let table = d.quote(&model.table);
+        let column = d.quote(&model.column);
+        let sources: Vec<String> = transition
+            .sources
+            .iter()
+            .map(|&s| format!("'{}'", model.states[s].db))
+            .collect();
+        let status = d.status_is(&column, &format!("IN ({})", sources.join(", ")));
+        let key_params = match d {
+            Dialect::Postgres => model.key.len(),
+            Dialect::Sqlite => 1,
+            Dialect::MySql => 0,
+        };
+        let guard = match &transition.guard {
+            Some(guard) => format!(
+                " AND ({})",
+                guard.sql(d, key_params + 1 + transition.set_binds())
+            ),
+            None => String::new(),
+        };
+        let assignments = d.assignments(model, transition, key_params + 1);
+        let target = &model.states[transition.target];
+        let lease = match &target.in_flight {
+            Some(in_flight) => d.lease_token(&in_flight.since),
+            None => d.int64("0"),
+        };
+        let keys: Vec<String> = model
+            .key
+            .iter()
+            .map(|k| format!("{table}.{}", d.quote(k)))
+            .collect();
+        let keys = keys.join(", ");
+        let returning = format!(
+            " RETURNING {keys}, {}, {lease}",
+            d.version_read(model.version.as_deref())
+        );
+        match d {
+            Dialect::Postgres => {
+                let locked: Vec<String> = model
+                    .key
+                    .iter()
+                    .enumerate()
+                    .map(|(i, k)| format!("{table}.{} AS __sg_k{i}", d.quote(k)))
+                    .collect();
+                let joined: Vec<String> = model
+                    .key
+                    .iter()
+                    .enumerate()
+                    .map(|(i, k)| format!("{table}.{} = __sg_locked.__sg_k{i}", d.quote(k)))
+                    .collect();
+                let last = model.table.rsplit('.').next().unwrap_or(&model.table);
+                format!(
+                    "WITH __sg_locked AS (SELECT {} FROM {table} JOIN {} ON {} WHERE \
+                     {status}{guard} ORDER BY {keys} FOR UPDATE OF {}) UPDATE {table} SET \
+                     {assignments} FROM __sg_locked WHERE {}{returning}",
+                    locked.join(", "),
+                    d.many_input(model),
+                    d.many_match(model),
+                    d.quote(last),
+                    joined.join(" AND "),
+                )
+            }
+            Dialect::Sqlite => format!(
+                "UPDATE {table} SET {assignments} WHERE {status}{guard} AND {}{returning}",
+                d.many_in_json(model),
+            ),
+            // A join driven by the keys, not `IN (SELECT …)`: MySQL runs
+            // that as a dependent subquery over the whole table.
+            Dialect::MySql => format!(
+                "UPDATE {} STRAIGHT_JOIN {table} ON {} SET {assignments} WHERE {status}{guard}",
+                d.many_input(model),
+                d.many_match(model),
+            ),
+        }
+    }
+
+    /// `apply_many`'s read of the rows among the keys: their keys, status,
+    /// version and whether they meet the guard (1 without one). The losing
+    /// part on PostgreSQL and SQLite; on MySQL the first statement of the
+    /// transaction, a locking read that takes the rows in key order.
+    ///
+    /// Placeholders: the keys, then the guard's values; on MySQL, whose
+    /// guard comes first in the text, the guard's values, then the JSON.
+    pub fn many_read(&self, model: &Model, transition: &Transition) -> String {
+        let d = *self;
+        let table = d.quote(&model.table);
+        let key_params = match d {
+            Dialect::Postgres => model.key.len(),
+            Dialect::Sqlite => 1,
+            Dialect::MySql => 0,
+        };
+        let meets = match &transition.guard {
+            Some(guard) => d.int64(&format!(
+                "CASE WHEN ({}) THEN 1 ELSE 0 END",
+                guard.sql(d, key_params + 1)
+            )),
+            None => d.int64("1"),
+        };
+        let keys: Vec<String> = model
+            .key
+            .iter()
+            .map(|k| format!("{table}.{}", d.quote(k)))
+            .collect();
+        let columns = format!(
+            "{}, {}, {}, {meets}",
+            keys.join(", "),
+            d.status_read(&model.column),
+            d.version_read(model.version.as_deref()),
+        );
+        match d {
+            Dialect::Postgres => format!(
+                "SELECT {columns} FROM {} JOIN {table} ON {}",
+                d.many_input(model),
+                d.many_match(model),
+            ),
+            Dialect::Sqlite => format!(
+                "SELECT {columns} FROM {table} WHERE {}",
+                d.many_in_json(model)
+            ),
+            // The keys drive the join (`STRAIGHT_JOIN`): each row is found
+            // by its key, and locked in the keys' order.
+            Dialect::MySql => format!(
+                "SELECT {columns} FROM {} STRAIGHT_JOIN {table} ON {} FOR UPDATE",
+                d.many_input(model),
+                d.many_match(model),
+            ),
+        }
+    }
+
+    /// MySQL, after `apply_many`'s update into an in-flight state: the
+    /// lease tokens of the rows among the keys (the JSON `?`). Empty on the
+    /// other dialects, which return them from the update.
+    pub fn many_lease(&self, model: &Model, transition: &Transition) -> String {
+        let d = *self;
+        let target = &model.states[transition.target];
+        let (Dialect::MySql, Some(in_flight)) = (d, &target.in_flight) else {
+            return String::new();
+        };
+        let table = d.quote(&model.table);
+        let keys: Vec<String> = model
+            .key
+            .iter()
+            .map(|k| format!("{table}.{}", d.quote(k)))
+            .collect();
+        format!(
+            "SELECT {}, {} FROM {} STRAIGHT_JOIN {table} ON {}",
+            keys.join(", "),
+            d.lease_token(&in_flight.since),
+            d.many_input(model),
+            d.many_match(model),
+        )
+    }
+
     /// `SELECT c, version FROM t WHERE k = $1` (version 0 without a version
     /// column), with the status read as text, as a
     /// locking read where [`Self::read_lock`] says so.

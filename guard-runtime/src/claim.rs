@@ -10,18 +10,20 @@ use crate::dialect::Backend;
 use crate::error::Error;
 use crate::executor::Executor;
 use crate::executor::sealed::Run;
-use crate::key::{DecodeKey, KeyShape, RowKey};
+use crate::key::{DecodeKey, KeyShape, KeyText, ManyKeys, RowKey};
+use crate::many::{self, Found};
 use crate::outcome::{Committed, Outcome, Uncommitted, Won};
 use crate::retry::{MAX_ATTEMPTS, backoff};
 use crate::transition::{Bound, Params, Transition};
 use crate::tx::Tx;
 
-/// A backend that can claim rows: PostgreSQL in one statement
+/// A backend that can claim rows and apply a transition to many keys
+/// ([`Transition::claim`], [`Transition::apply_many`]). Claims: PostgreSQL in one statement
 /// (`FOR UPDATE SKIP LOCKED`), MySQL 8 / MariaDB 10.6+ in a short
 /// transaction that skips locked rows, SQLite in a short `BEGIN IMMEDIATE`
 /// transaction (one writer at a time, so nothing to skip). Implemented for
 /// every backend; it cannot be implemented outside this crate.
-pub trait ClaimRows: Backend + sealed::Sealed {
+pub trait Batched: Backend + sealed::Sealed {
     /// Runs the claim.
     #[doc(hidden)]
     fn claim_rows<'a, S, K, P>(
@@ -34,6 +36,24 @@ pub trait ClaimRows: Backend + sealed::Sealed {
         S: StateMachine,
         K: RowKey<Self, S::KeyShape> + DecodeKey<Self, S::KeyShape> + Send + 'a,
         P: Params<Self> + 'a;
+
+    /// Runs one chunk of `apply_many`.
+    #[doc(hidden)]
+    fn apply_rows<'a, S, K, P>(
+        pool: &'a sqlx::Pool<Self>,
+        transition: Transition<S>,
+        keys: &'a [&'a K],
+        params: &'a P,
+    ) -> impl Future<Output = Result<Vec<Found<S, K>>, Error>> + Send + 'a
+    where
+        S: StateMachine,
+        K: DecodeKey<Self, S::KeyShape>
+            + KeyText<S::KeyShape>
+            + ManyKeys<Self, S::KeyShape>
+            + Send
+            + Sync
+            + 'a,
+        P: Params<Self> + 'a;
 }
 
 mod sealed {
@@ -44,7 +64,26 @@ mod sealed {
 impl sealed::Sealed for sqlx::Postgres {}
 
 #[cfg(feature = "postgres")]
-impl ClaimRows for sqlx::Postgres {
+impl Batched for sqlx::Postgres {
+    fn apply_rows<'a, S, K, P>(
+        pool: &'a sqlx::Pool<Self>,
+        transition: Transition<S>,
+        keys: &'a [&'a K],
+        params: &'a P,
+    ) -> impl Future<Output = Result<Vec<Found<S, K>>, Error>> + Send + 'a
+    where
+        S: StateMachine,
+        K: DecodeKey<Self, S::KeyShape>
+            + KeyText<S::KeyShape>
+            + ManyKeys<Self, S::KeyShape>
+            + Send
+            + Sync
+            + 'a,
+        P: Params<Self> + 'a,
+    {
+        many::returning(pool, transition, keys, params)
+    }
+
     fn claim_rows<'a, S, K, P>(
         pool: &'a sqlx::Pool<Self>,
         transition: Transition<S>,
@@ -64,7 +103,26 @@ impl ClaimRows for sqlx::Postgres {
 impl sealed::Sealed for sqlx::Sqlite {}
 
 #[cfg(feature = "sqlite")]
-impl ClaimRows for sqlx::Sqlite {
+impl Batched for sqlx::Sqlite {
+    fn apply_rows<'a, S, K, P>(
+        pool: &'a sqlx::Pool<Self>,
+        transition: Transition<S>,
+        keys: &'a [&'a K],
+        params: &'a P,
+    ) -> impl Future<Output = Result<Vec<Found<S, K>>, Error>> + Send + 'a
+    where
+        S: StateMachine,
+        K: DecodeKey<Self, S::KeyShape>
+            + KeyText<S::KeyShape>
+            + ManyKeys<Self, S::KeyShape>
+            + Send
+            + Sync
+            + 'a,
+        P: Params<Self> + 'a,
+    {
+        many::returning(pool, transition, keys, params)
+    }
+
     fn claim_rows<'a, S, K, P>(
         pool: &'a sqlx::Pool<Self>,
         transition: Transition<S>,
@@ -86,7 +144,26 @@ impl ClaimRows for sqlx::Sqlite {
 impl sealed::Sealed for sqlx::MySql {}
 
 #[cfg(feature = "mysql")]
-impl ClaimRows for sqlx::MySql {
+impl Batched for sqlx::MySql {
+    fn apply_rows<'a, S, K, P>(
+        pool: &'a sqlx::Pool<Self>,
+        transition: Transition<S>,
+        keys: &'a [&'a K],
+        params: &'a P,
+    ) -> impl Future<Output = Result<Vec<Found<S, K>>, Error>> + Send + 'a
+    where
+        S: StateMachine,
+        K: DecodeKey<Self, S::KeyShape>
+            + KeyText<S::KeyShape>
+            + ManyKeys<Self, S::KeyShape>
+            + Send
+            + Sync
+            + 'a,
+        P: Params<Self> + 'a,
+    {
+        many::in_transaction(pool, transition, keys, params)
+    }
+
     fn claim_rows<'a, S, K, P>(
         pool: &'a sqlx::Pool<Self>,
         transition: Transition<S>,
@@ -124,14 +201,14 @@ impl<S: StateMachine> Transition<S> {
     /// the status column together with the order columns, or each claim
     /// scans the table. An empty result means no row was free to claim.
     /// [`expecting`](Transition::expecting) names one row's occurrence and
-    /// has no meaning here: it is [`Error::ClaimExpecting`].
+    /// has no meaning here: it is [`Error::ExpectingMany`].
     pub async fn claim<DB, K>(
         self,
         pool: &sqlx::Pool<DB>,
         limit: u32,
     ) -> Result<Vec<Won<S, K, Committed>>, Error>
     where
-        DB: ClaimRows,
+        DB: Batched,
         K: RowKey<DB, S::KeyShape> + DecodeKey<DB, S::KeyShape> + Send,
     {
         self.claim_with(pool, &(), limit).await
@@ -144,14 +221,15 @@ impl<S: StateMachine> Transition<S> {
         limit: u32,
     ) -> Result<Vec<Won<S, K, Committed>>, Error>
     where
-        DB: ClaimRows,
+        DB: Batched,
         K: RowKey<DB, S::KeyShape> + DecodeKey<DB, S::KeyShape> + Send,
         P: Params<DB>,
     {
         if self.expected().is_some() {
-            return Err(Error::ClaimExpecting {
+            return Err(Error::ExpectingMany {
                 table: S::MACHINE.table(),
                 transition: self.name(),
+                call: "claim",
             });
         }
         let claim = DB::claim_rows(pool, self, params, limit);
@@ -177,7 +255,7 @@ impl<S: StateMachine, P> Bound<S, P> {
         limit: u32,
     ) -> Result<Vec<Won<S, K, Committed>>, Error>
     where
-        DB: ClaimRows,
+        DB: Batched,
         K: RowKey<DB, S::KeyShape> + DecodeKey<DB, S::KeyShape> + Send,
         P: Params<DB>,
     {

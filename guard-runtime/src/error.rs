@@ -251,18 +251,21 @@ pub enum Error {
         expects: &'static str,
     },
 
-    /// [`Transition::claim`](crate::Transition::claim) on a transition
-    /// with [`expecting`](crate::Transition::expecting): an occurrence
-    /// names one row, a claim takes many.
+    /// [`Transition::claim`](crate::Transition::claim) or
+    /// [`Transition::apply_many`](crate::Transition::apply_many) on a
+    /// transition with [`expecting`](crate::Transition::expecting): an
+    /// occurrence names one row, these take many.
     #[error(
-        "`{transition}` on table `{table}` expects an occurrence, which names one row; claim \
-         takes rows by state, so drop `expecting`"
+        "`{transition}` on table `{table}` expects an occurrence, which names one row; {call} \
+         takes many rows, so drop `expecting`"
     )]
-    ClaimExpecting {
+    ExpectingMany {
         /// The table of the machine.
         table: &'static str,
         /// The transition.
         transition: &'static str,
+        /// `claim` or `apply_many`.
+        call: &'static str,
     },
 
     /// The row was deleted while its effect ran.

@@ -97,6 +97,127 @@ pub trait KeyText<Shape: KeyShape> {
     /// The key's text.
     #[doc(hidden)]
     fn key_text(&self) -> String;
+
+    /// Each value's `Display` text, in column order.
+    #[doc(hidden)]
+    fn key_parts(&self) -> Vec<String>;
+}
+
+/// Keys that [`apply_many`](crate::Transition::apply_many) can send to
+/// `DB` in one value: one array per key column on PostgreSQL (so each value
+/// must have a PostgreSQL array type), a JSON array of the values' text on
+/// SQLite and MySQL.
+#[diagnostic::on_unimplemented(
+    message = "a slice of `{Self}` cannot be bound as the keys of `apply_many` on `{DB}`",
+    note = "PostgreSQL binds one array per key column: each key value needs \
+            `sqlx::postgres::PgHasArrayType`; SQLite and MySQL bind JSON: each value needs \
+            `Display`"
+)]
+pub trait ManyKeys<DB: Backend, Shape: KeyShape>: Sized {
+    /// Adds `keys` to `args` as the statement takes them.
+    #[doc(hidden)]
+    fn bind_many(keys: &[&Self], args: &mut <DB as Dialect>::Args) -> Result<(), sqlx::Error>;
+}
+
+/// `keys` as a JSON array of their values' text: `["1","2"]` for one
+/// column, `[["acme","1"],…]` for several.
+pub(crate) fn json_keys<Sh: KeyShape, K: KeyText<Sh>>(keys: &[&K]) -> String {
+    let mut out = String::from("[");
+    for (i, key) in keys.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let parts = key.key_parts();
+        if Sh::COLUMNS > 1 {
+            out.push('[');
+        }
+        for (j, part) in parts.iter().enumerate() {
+            if j > 0 {
+                out.push(',');
+            }
+            json_string(&mut out, part);
+        }
+        if Sh::COLUMNS > 1 {
+            out.push(']');
+        }
+    }
+    out.push(']');
+    out
+}
+
+fn json_string(out: &mut String, text: &str) {
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+macro_rules! json_many_keys {
+    ($feature:literal, $db:ty) => {
+        #[cfg(feature = $feature)]
+        impl<Sh: KeyShape, K: KeyText<Sh> + RowKey<$db, Sh>> ManyKeys<$db, Sh> for K {
+            fn bind_many(
+                keys: &[&Self],
+                args: &mut <$db as Dialect>::Args,
+            ) -> Result<(), sqlx::Error> {
+                sqlx::Arguments::add(args, json_keys::<Sh, K>(keys)).map_err(sqlx::Error::Encode)
+            }
+        }
+    };
+}
+
+json_many_keys!("sqlite", sqlx::Sqlite);
+json_many_keys!("mysql", sqlx::MySql);
+
+#[cfg(feature = "postgres")]
+mod postgres {
+    use sqlx::Postgres;
+    use sqlx::postgres::PgHasArrayType;
+
+    use super::{Key, ManyKeys, shape};
+    use crate::dialect::sealed::Dialect;
+
+    fn add<T>(args: &mut <Postgres as Dialect>::Args, column: Vec<&T>) -> Result<(), sqlx::Error>
+    where
+        T: Key<Postgres> + PgHasArrayType,
+    {
+        sqlx::Arguments::add(args, column).map_err(sqlx::Error::Encode)
+    }
+
+    impl<T: Key<Postgres> + PgHasArrayType> ManyKeys<Postgres, shape::One> for T {
+        fn bind_many(
+            keys: &[&Self],
+            args: &mut <Postgres as Dialect>::Args,
+        ) -> Result<(), sqlx::Error> {
+            add(args, keys.to_vec())
+        }
+    }
+
+    macro_rules! pg_tuple_keys {
+        ($shape:ident: $($t:ident $i:tt),+) => {
+            impl<$($t: Key<Postgres> + PgHasArrayType),+> ManyKeys<Postgres, shape::$shape>
+                for ($($t,)+)
+            {
+                fn bind_many(
+                    keys: &[&Self],
+                    args: &mut <Postgres as Dialect>::Args,
+                ) -> Result<(), sqlx::Error> {
+                    $(add(args, keys.iter().map(|k| &k.$i).collect())?;)+
+                    Ok(())
+                }
+            }
+        };
+    }
+
+    pg_tuple_keys!(Two: A 0, B 1);
+    pg_tuple_keys!(Three: A 0, B 1, C 2);
+    pg_tuple_keys!(Four: A 0, B 1, C 2, D 3);
 }
 
 fn bind_one<DB: Backend, T: Key<DB>>(
@@ -128,6 +249,10 @@ impl<T: fmt::Display + ?Sized> KeyText<shape::One> for T {
     fn key_text(&self) -> String {
         self.to_string()
     }
+
+    fn key_parts(&self) -> Vec<String> {
+        vec![self.to_string()]
+    }
 }
 
 /// One value of a composite key, escaped so that the `/` between values
@@ -157,6 +282,10 @@ macro_rules! tuple_keys {
         impl<$($t: fmt::Display),+> KeyText<shape::$shape> for ($($t,)+) {
             fn key_text(&self) -> String {
                 [$(part(&self.$i)),+].join("/")
+            }
+
+            fn key_parts(&self) -> Vec<String> {
+                vec![$(self.$i.to_string()),+]
             }
         }
     };

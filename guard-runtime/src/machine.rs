@@ -330,6 +330,8 @@ pub struct TransitionDef<S: 'static> {
     guard: Option<&'static str>,
     select_guarded: Option<[Sql; 2]>,
     claim: Sql,
+    /// `apply_many`: the update, the read, MySQL's lease read.
+    many: [Sql; 3],
 }
 
 impl<S: StateMachine> TransitionDef<S> {
@@ -385,6 +387,16 @@ impl<S: StateMachine> TransitionDef<S> {
     /// with the compare-and-set of each row.
     pub const fn claim_sql(&self) -> &Sql {
         &self.claim
+    }
+
+    /// What [`Transition::apply_many`](crate::Transition::apply_many) runs:
+    /// `[update, read, lease read]`. The update moves every row among the
+    /// keys that is in a source state (PostgreSQL locks them in key order
+    /// first) and returns their keys, versions and lease tokens; the read
+    /// gives the others' state, version and guard (on MySQL it comes first,
+    /// locking the rows, and the lease read follows the update).
+    pub const fn apply_many_sql(&self) -> &[Sql; 3] {
+        &self.many
     }
 
     /// The compare-and-set that also requires the row's version to be the
@@ -520,6 +532,7 @@ pub mod construct {
         guard: Option<&'static str>,
         select_guarded: Option<[Sql; 2]>,
         claim: Sql,
+        many: [Sql; 3],
     ) -> TransitionDef<S> {
         TransitionDef {
             name,
@@ -533,6 +546,7 @@ pub mod construct {
             guard,
             select_guarded,
             claim,
+            many,
         }
     }
 

@@ -82,6 +82,19 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     "SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending') AND (amount_cents <= 95000) ORDER BY \"id\" LIMIT ?1",
                     "SELECT `id` FROM `payouts` WHERE `status` IN ('pending') AND CAST(`status` AS BINARY) IN ('pending') AND (amount_cents <= 95000) ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED",
                 ),
+                [
+                    ::stateguard::__private::sql(
+                        "WITH __sg_locked AS (SELECT \"payouts\".\"id\" AS __sg_k0 FROM \"payouts\" JOIN unnest($1) AS __sg_i(__sg_k0) ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT) WHERE \"status\" IN ('pending') AND (amount_cents <= 95000) ORDER BY \"payouts\".\"id\" FOR UPDATE OF \"payouts\") UPDATE \"payouts\" SET \"status\" = 'sending' FROM __sg_locked WHERE \"payouts\".\"id\" = __sg_locked.__sg_k0 RETURNING \"payouts\".\"id\", CAST(0 AS BIGINT), CAST(0 AS BIGINT)",
+                        "UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"status\" IN ('pending') AND (amount_cents <= 95000) AND (\"id\") IN (SELECT value FROM json_each(?1)) AND (CAST(\"id\" AS BLOB)) IN (SELECT CAST(value AS BLOB) FROM json_each(?1)) RETURNING \"payouts\".\"id\", CAST(0 AS INTEGER), CAST(0 AS INTEGER)",
+                        "UPDATE JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) SET `status` = 'sending' WHERE `status` IN ('pending') AND CAST(`status` AS BINARY) IN ('pending') AND (amount_cents <= 95000)",
+                    ),
+                    ::stateguard::__private::sql(
+                        "SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT)",
+                        "SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS INTEGER) FROM \"payouts\" WHERE (\"id\") IN (SELECT value FROM json_each(?1)) AND (CAST(\"id\" AS BLOB)) IN (SELECT CAST(value AS BLOB) FROM json_each(?1))",
+                        "SELECT `payouts`.`id`, CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS SIGNED) FROM JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) FOR UPDATE",
+                    ),
+                    ::stateguard::__private::sql("", "", ""),
+                ],
             ),
             ::stateguard::__private::transition(
                 "cancel",
@@ -107,6 +120,19 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     "SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending', 'sending') ORDER BY \"id\" LIMIT ?1",
                     "SELECT `id` FROM `payouts` WHERE `status` IN ('pending', 'sending') AND CAST(`status` AS BINARY) IN ('pending', 'sending') ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED",
                 ),
+                [
+                    ::stateguard::__private::sql(
+                        "WITH __sg_locked AS (SELECT \"payouts\".\"id\" AS __sg_k0 FROM \"payouts\" JOIN unnest($1) AS __sg_i(__sg_k0) ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT) WHERE \"status\" IN ('pending', 'sending') ORDER BY \"payouts\".\"id\" FOR UPDATE OF \"payouts\") UPDATE \"payouts\" SET \"status\" = 'cancelled' FROM __sg_locked WHERE \"payouts\".\"id\" = __sg_locked.__sg_k0 RETURNING \"payouts\".\"id\", CAST(0 AS BIGINT), CAST(0 AS BIGINT)",
+                        "UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"status\" IN ('pending', 'sending') AND (\"id\") IN (SELECT value FROM json_each(?1)) AND (CAST(\"id\" AS BLOB)) IN (SELECT CAST(value AS BLOB) FROM json_each(?1)) RETURNING \"payouts\".\"id\", CAST(0 AS INTEGER), CAST(0 AS INTEGER)",
+                        "UPDATE JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) SET `status` = 'cancelled' WHERE `status` IN ('pending', 'sending') AND CAST(`status` AS BINARY) IN ('pending', 'sending')",
+                    ),
+                    ::stateguard::__private::sql(
+                        "SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT)",
+                        "SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(1 AS INTEGER) FROM \"payouts\" WHERE (\"id\") IN (SELECT value FROM json_each(?1)) AND (CAST(\"id\" AS BLOB)) IN (SELECT CAST(value AS BLOB) FROM json_each(?1))",
+                        "SELECT `payouts`.`id`, CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(1 AS SIGNED) FROM JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) FOR UPDATE",
+                    ),
+                    ::stateguard::__private::sql("", "", ""),
+                ],
             ),
             ::stateguard::__private::transition(
                 "confirm",
@@ -135,6 +161,19 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     "SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT ?1",
                     "SELECT `id` FROM `payouts` WHERE `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending') ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED",
                 ),
+                [
+                    ::stateguard::__private::sql(
+                        "WITH __sg_locked AS (SELECT \"payouts\".\"id\" AS __sg_k0 FROM \"payouts\" JOIN unnest($1) AS __sg_i(__sg_k0) ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT) WHERE \"status\" IN ('sending') ORDER BY \"payouts\".\"id\" FOR UPDATE OF \"payouts\") UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $2 FROM __sg_locked WHERE \"payouts\".\"id\" = __sg_locked.__sg_k0 RETURNING \"payouts\".\"id\", CAST(0 AS BIGINT), CAST(0 AS BIGINT)",
+                        "UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = ?2 WHERE \"status\" IN ('sending') AND (\"id\") IN (SELECT value FROM json_each(?1)) AND (CAST(\"id\" AS BLOB)) IN (SELECT CAST(value AS BLOB) FROM json_each(?1)) RETURNING \"payouts\".\"id\", CAST(0 AS INTEGER), CAST(0 AS INTEGER)",
+                        "UPDATE JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) SET `sent_at` = (CURRENT_TIMESTAMP), `bank_ref` = ?, `status` = 'sent' WHERE `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending')",
+                    ),
+                    ::stateguard::__private::sql(
+                        "SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT)",
+                        "SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(1 AS INTEGER) FROM \"payouts\" WHERE (\"id\") IN (SELECT value FROM json_each(?1)) AND (CAST(\"id\" AS BLOB)) IN (SELECT CAST(value AS BLOB) FROM json_each(?1))",
+                        "SELECT `payouts`.`id`, CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(1 AS SIGNED) FROM JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) FOR UPDATE",
+                    ),
+                    ::stateguard::__private::sql("", "", ""),
+                ],
             ),
             ::stateguard::__private::transition(
                 "fail",
@@ -160,6 +199,19 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     "SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT ?1",
                     "SELECT `id` FROM `payouts` WHERE `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending') ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED",
                 ),
+                [
+                    ::stateguard::__private::sql(
+                        "WITH __sg_locked AS (SELECT \"payouts\".\"id\" AS __sg_k0 FROM \"payouts\" JOIN unnest($1) AS __sg_i(__sg_k0) ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT) WHERE \"status\" IN ('sending') ORDER BY \"payouts\".\"id\" FOR UPDATE OF \"payouts\") UPDATE \"payouts\" SET \"status\" = 'failed' FROM __sg_locked WHERE \"payouts\".\"id\" = __sg_locked.__sg_k0 RETURNING \"payouts\".\"id\", CAST(0 AS BIGINT), CAST(0 AS BIGINT)",
+                        "UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"status\" IN ('sending') AND (\"id\") IN (SELECT value FROM json_each(?1)) AND (CAST(\"id\" AS BLOB)) IN (SELECT CAST(value AS BLOB) FROM json_each(?1)) RETURNING \"payouts\".\"id\", CAST(0 AS INTEGER), CAST(0 AS INTEGER)",
+                        "UPDATE JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) SET `status` = 'failed' WHERE `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending')",
+                    ),
+                    ::stateguard::__private::sql(
+                        "SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT)",
+                        "SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(1 AS INTEGER) FROM \"payouts\" WHERE (\"id\") IN (SELECT value FROM json_each(?1)) AND (CAST(\"id\" AS BLOB)) IN (SELECT CAST(value AS BLOB) FROM json_each(?1))",
+                        "SELECT `payouts`.`id`, CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(1 AS SIGNED) FROM JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) FOR UPDATE",
+                    ),
+                    ::stateguard::__private::sql("", "", ""),
+                ],
             ),
         ];
         const __MACHINE: ::stateguard::__private::Machine<PayoutStatus> = ::stateguard::__private::machine(

@@ -1,0 +1,501 @@
+//! Batches: `transition.apply_many(pool, &keys)` applies one transition to
+//! many keys with one winning statement and one read for the rest, and
+//! returns one outcome per key, in input order.
+
+use std::collections::HashMap;
+
+use crate::StateMachine;
+use crate::claim::Batched;
+use crate::dialect::Backend;
+use crate::error::Error;
+use crate::executor::Executor;
+use crate::executor::sealed::Run;
+use crate::key::{DecodeKey, KeyShape, KeyText, ManyKeys, RowKey};
+use crate::outcome::{Committed, Outcome, Uncommitted, Won};
+use crate::retry::{MAX_ATTEMPTS, backoff};
+use crate::transition::{Bound, Params, Transition};
+use crate::tx::Tx;
+
+/// Keys sent in one statement; a longer batch is split into chunks of
+/// this many distinct keys, each moved by statements of its own.
+pub const APPLY_MANY_CHUNK: usize = 10_000;
+
+/// What one chunk's statements found for one distinct key.
+#[doc(hidden)]
+pub enum Found<S, K> {
+    /// Moved by the winning statement: the key as stored, the new
+    /// occurrence and lease token.
+    Moved { key: K, occurrence: i64, lease: i64 },
+    /// Not moved; the row is in `current` at `version`, and meets the
+    /// guard or not.
+    Left { current: S, meets: bool },
+    /// No such row.
+    Missing,
+}
+
+/// Keys to the chunk's positions, by their text (keys match exactly, so
+/// a row's key reads back with the text of the key that found it).
+struct Positions(HashMap<String, usize>);
+
+impl Positions {
+    fn of<Sh: KeyShape, K: KeyText<Sh>>(keys: &[&K]) -> Self {
+        Positions(
+            keys.iter()
+                .enumerate()
+                .map(|(i, k)| (k.key_text(), i))
+                .collect(),
+        )
+    }
+
+    fn get<Sh: KeyShape, K: KeyText<Sh>>(&self, key: &K) -> Option<usize> {
+        self.0.get(&key.key_text()).copied()
+    }
+}
+
+impl<S: StateMachine> Transition<S> {
+    /// Applies this transition to every key of `keys`: one outcome per key,
+    /// in input order. `Applied(Won)` for each row it moved (committed; one
+    /// win at most per row, a repeated key's later occurrences are
+    /// `AlreadyInState`), and `AlreadyInState`, `Conflict`, `Refused` (a
+    /// guard) or `NotFound` for the others, as [`apply`](Transition::apply)
+    /// gives them.
+    ///
+    /// The rows that move, move in one statement; the others are read in
+    /// one more. Keys travel as one bound value (an array per key column on
+    /// PostgreSQL, JSON on SQLite and MySQL), never as a list in the SQL.
+    /// Rows are locked in key order (on MySQL in the order of the keys'
+    /// text), so batches over overlapping keys do not deadlock. More than
+    /// [`APPLY_MANY_CHUNK`] distinct keys are split into chunks of that
+    /// many, each applied, and committed, on its own; each chunk keeps the
+    /// transition's deadline.
+    ///
+    /// PostgreSQL and SQLite run the update, then the read for the keys it
+    /// did not move. MySQL, which has no `UPDATE … RETURNING`, reads and
+    /// locks the rows, updates those in a source state and reads their
+    /// leases, in one transaction. [`expecting`](Transition::expecting)
+    /// names one row: it is [`Error::ExpectingMany`].
+    pub async fn apply_many<DB, K>(
+        self,
+        pool: &sqlx::Pool<DB>,
+        keys: &[K],
+    ) -> Result<Vec<Outcome<S, K, Committed>>, Error>
+    where
+        DB: Batched,
+        for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
+        K: RowKey<DB, S::KeyShape>
+            + DecodeKey<DB, S::KeyShape>
+            + KeyText<S::KeyShape>
+            + ManyKeys<DB, S::KeyShape>
+            + Clone
+            + Send
+            + Sync,
+    {
+        self.apply_many_with(pool, keys, &()).await
+    }
+
+    pub(crate) async fn apply_many_with<DB, K, P>(
+        self,
+        pool: &sqlx::Pool<DB>,
+        keys: &[K],
+        params: &P,
+    ) -> Result<Vec<Outcome<S, K, Committed>>, Error>
+    where
+        DB: Batched,
+        for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
+        K: RowKey<DB, S::KeyShape>
+            + DecodeKey<DB, S::KeyShape>
+            + KeyText<S::KeyShape>
+            + ManyKeys<DB, S::KeyShape>
+            + Clone
+            + Send
+            + Sync,
+        P: Params<DB>,
+    {
+        if self.expected().is_some() {
+            return Err(Error::ExpectingMany {
+                table: S::MACHINE.table(),
+                transition: self.name(),
+                call: "apply_many",
+            });
+        }
+        // One entry per distinct key, in the order of its text.
+        let mut distinct: Vec<(String, &K)> = keys.iter().map(|k| (k.key_text(), k)).collect();
+        distinct.sort_by(|a, b| a.0.cmp(&b.0));
+        distinct.dedup_by(|a, b| a.0 == b.0);
+        let mut outcomes: HashMap<String, Outcome<S, K, Committed>> =
+            HashMap::with_capacity(distinct.len());
+        for chunk in distinct.chunks(APPLY_MANY_CHUNK) {
+            let chunk_keys: Vec<&K> = chunk.iter().map(|(_, k)| *k).collect();
+            let found = self.chunk(pool, &chunk_keys, params).await?;
+            for ((text, key), found) in chunk.iter().zip(found) {
+                let outcome = self.outcome(pool, (*key).clone(), found, params).await?;
+                outcomes.insert(text.clone(), outcome);
+            }
+        }
+        // Fan out to the input: a repeated key's first occurrence gets its
+        // outcome; a later one finds the row where the first left it.
+        let mut out = Vec::with_capacity(keys.len());
+        for key in keys {
+            let text = key.key_text();
+            let outcome = match outcomes.remove(&text) {
+                Some(outcome) => {
+                    let again = again::<S, K>(&outcome);
+                    outcomes.insert(text, again);
+                    outcome
+                }
+                None => Outcome::NotFound,
+            };
+            out.push(outcome);
+        }
+        Ok(out)
+    }
+
+    /// One chunk, within the deadline, tried again when the database asks.
+    async fn chunk<DB, K, P>(
+        self,
+        pool: &sqlx::Pool<DB>,
+        keys: &[&K],
+        params: &P,
+    ) -> Result<Vec<Found<S, K>>, Error>
+    where
+        DB: Batched,
+        K: RowKey<DB, S::KeyShape>
+            + DecodeKey<DB, S::KeyShape>
+            + KeyText<S::KeyShape>
+            + ManyKeys<DB, S::KeyShape>
+            + Send
+            + Sync,
+        P: Params<DB>,
+    {
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let run = DB::apply_rows(pool, self, keys, params);
+            let error = match tokio::time::timeout(self.deadline(), run).await {
+                Ok(Ok(found)) => return Ok(found),
+                Ok(Err(error)) => error,
+                Err(_) => {
+                    return Err(Error::Timeout {
+                        table: S::MACHINE.table(),
+                        transition: self.name(),
+                        deadline: self.deadline(),
+                        outcome_known: false,
+                    });
+                }
+            };
+            let again = match &error {
+                Error::RetryTransaction { .. } | Error::RolledBack { .. } => true,
+                Error::Begin { source } | Error::Database { source, .. } => {
+                    DB::is_retryable(source)
+                }
+                _ => false,
+            };
+            if !again || attempts >= MAX_ATTEMPTS {
+                return Err(error);
+            }
+            tokio::time::sleep(backoff(attempts)).await;
+        }
+    }
+
+    /// What one distinct key's row came to.
+    async fn outcome<DB, K, P>(
+        self,
+        pool: &sqlx::Pool<DB>,
+        key: K,
+        found: Found<S, K>,
+        params: &P,
+    ) -> Result<Outcome<S, K, Committed>, Error>
+    where
+        DB: Backend,
+        for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
+        K: RowKey<DB, S::KeyShape>,
+        P: Params<DB>,
+    {
+        Ok(match found {
+            Found::Moved {
+                key,
+                occurrence,
+                lease,
+            } => {
+                let won = Won::new(self.target(), key, occurrence, lease, 0);
+                Outcome::Applied(won.within(self.deadline()))
+            }
+            Found::Missing => Outcome::NotFound,
+            Found::Left { current, .. } if current == self.target() => {
+                Outcome::AlreadyInState(current)
+            }
+            Found::Left { current, .. } if !self.sources().contains(&current) => {
+                Outcome::Conflict { current }
+            }
+            Found::Left {
+                current,
+                meets: false,
+            } => Outcome::Refused { current },
+            // In a source state and meeting the guard, yet not moved: it
+            // moved away and back between the statements. This one key
+            // takes the one-row path.
+            Found::Left { .. } => self.apply_with(pool, key, params).await?,
+        })
+    }
+}
+
+/// The outcome of a repeated key's later occurrence.
+fn again<S: StateMachine, K>(first: &Outcome<S, K, Committed>) -> Outcome<S, K, Committed> {
+    match first {
+        Outcome::Applied(won) => Outcome::AlreadyInState(won.state()),
+        Outcome::AlreadyInState(state) => Outcome::AlreadyInState(*state),
+        Outcome::Conflict { current } => Outcome::Conflict { current: *current },
+        Outcome::NotFound => Outcome::NotFound,
+        Outcome::Stale {
+            current,
+            occurrence,
+        } => Outcome::Stale {
+            current: *current,
+            occurrence: *occurrence,
+        },
+        Outcome::Refused { current } => Outcome::Refused { current: *current },
+    }
+}
+
+impl<S: StateMachine, P> Bound<S, P> {
+    /// See [`Transition::apply_many`]; every row gets the same values.
+    pub async fn apply_many<DB, K>(
+        self,
+        pool: &sqlx::Pool<DB>,
+        keys: &[K],
+    ) -> Result<Vec<Outcome<S, K, Committed>>, Error>
+    where
+        DB: Batched,
+        for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
+        K: RowKey<DB, S::KeyShape>
+            + DecodeKey<DB, S::KeyShape>
+            + KeyText<S::KeyShape>
+            + ManyKeys<DB, S::KeyShape>
+            + Clone
+            + Send
+            + Sync,
+        P: Params<DB>,
+    {
+        let transition = self.transition();
+        transition.apply_many_with(pool, keys, self.params()).await
+    }
+}
+
+/// The chunk's keys and the transition's values, as `many_update` takes
+/// them on every dialect: keys first, then the `set` values and the
+/// guard's.
+fn update_arguments<DB, S, K, P>(
+    transition: Transition<S>,
+    keys: &[&K],
+    params: &P,
+) -> Result<DB::Args, Error>
+where
+    DB: Backend,
+    S: StateMachine,
+    K: ManyKeys<DB, S::KeyShape>,
+    P: Params<DB>,
+{
+    let mut args = DB::Args::default();
+    K::bind_many(keys, &mut args).map_err(|e| transition.db_error(e))?;
+    params.bind(&mut args).map_err(|e| transition.db_error(e))?;
+    Ok(args)
+}
+
+/// The keys and the guard's values, as `many_read` takes them (the
+/// guard's first on MySQL).
+fn read_arguments<DB, S, K, P>(
+    transition: Transition<S>,
+    keys: &[&K],
+    params: &P,
+) -> Result<DB::Args, Error>
+where
+    DB: Backend,
+    S: StateMachine,
+    K: ManyKeys<DB, S::KeyShape>,
+    P: Params<DB>,
+{
+    let guard = transition.def().set_binds()..usize::MAX;
+    let mut args = DB::Args::default();
+    let db_error = |e| transition.db_error(e);
+    if DB::PARAMS_FIRST {
+        params.bind_range(&mut args, guard).map_err(db_error)?;
+        K::bind_many(keys, &mut args).map_err(db_error)?;
+    } else {
+        K::bind_many(keys, &mut args).map_err(db_error)?;
+        params.bind_range(&mut args, guard).map_err(db_error)?;
+    }
+    Ok(args)
+}
+
+/// A row of `many_read`: the key, then status, version, guard.
+fn read_row<DB, S, K>(
+    transition: Transition<S>,
+    row: &<DB as sqlx::Database>::Row,
+) -> Result<(K, S, i64, bool), Error>
+where
+    DB: Backend,
+    S: StateMachine,
+    K: DecodeKey<DB, S::KeyShape>,
+{
+    let n = S::KeyShape::COLUMNS;
+    let db_error = |e| transition.db_error(e);
+    let key = K::decode(row).map_err(db_error)?;
+    let current = match DB::text_opt(row, n).map_err(db_error)? {
+        Some(text) => S::parse_db_str(&text)?,
+        None => {
+            return Err(Error::NullStatus {
+                table: S::MACHINE.table(),
+                column: S::MACHINE.column(),
+            });
+        }
+    };
+    let version = DB::int(row, n + 1).map_err(db_error)?;
+    let meets = DB::int(row, n + 2).map_err(db_error)? != 0;
+    Ok((key, current, version, meets))
+}
+
+/// PostgreSQL and SQLite: the update with `RETURNING`, then one read of
+/// the keys it did not move.
+pub(crate) async fn returning<DB, S, K, P>(
+    pool: &sqlx::Pool<DB>,
+    transition: Transition<S>,
+    keys: &[&K],
+    params: &P,
+) -> Result<Vec<Found<S, K>>, Error>
+where
+    DB: Backend,
+    for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    S: StateMachine,
+    K: DecodeKey<DB, S::KeyShape> + KeyText<S::KeyShape> + ManyKeys<DB, S::KeyShape>,
+    P: Params<DB>,
+{
+    let [update, read, _] = transition.def().apply_many_sql();
+    let positions = Positions::of::<S::KeyShape, K>(keys);
+    let mut found: Vec<Found<S, K>> = keys.iter().map(|_| Found::Missing).collect();
+    let mut executor = pool;
+    let n = S::KeyShape::COLUMNS;
+    let db_error = |e| transition.db_error(e);
+    let args = update_arguments::<DB, S, K, P>(transition, keys, params)?;
+    let rows = executor
+        .fetch_all(DB::sql(update), args)
+        .await
+        .map_err(db_error)?;
+    let mut moved = vec![false; keys.len()];
+    for row in &rows {
+        let key = K::decode(row).map_err(db_error)?;
+        let occurrence = DB::int(row, n).map_err(db_error)?;
+        let lease = DB::int(row, n + 1).map_err(db_error)?;
+        if let Some(i) = positions.get(&key) {
+            moved[i] = true;
+            found[i] = Found::Moved {
+                key,
+                occurrence,
+                lease,
+            };
+        }
+    }
+    // One read for the rest: only the keys the update did not move.
+    let left: Vec<&K> = keys
+        .iter()
+        .zip(&moved)
+        .filter_map(|(k, m)| (!m).then_some(*k))
+        .collect();
+    if left.is_empty() {
+        return Ok(found);
+    }
+    let args = read_arguments::<DB, S, K, P>(transition, &left, params)?;
+    let rows = executor
+        .fetch_all(DB::sql(read), args)
+        .await
+        .map_err(db_error)?;
+    for row in &rows {
+        let (key, current, _, meets) = read_row::<DB, S, K>(transition, row)?;
+        if let Some(i) = positions.get(&key) {
+            found[i] = Found::Left { current, meets };
+        }
+    }
+    Ok(found)
+}
+
+/// MySQL: read and lock the rows, update those in a source state that
+/// meet the guard, read their leases, commit.
+pub(crate) async fn in_transaction<DB, S, K, P>(
+    pool: &sqlx::Pool<DB>,
+    transition: Transition<S>,
+    keys: &[&K],
+    params: &P,
+) -> Result<Vec<Found<S, K>>, Error>
+where
+    DB: Backend,
+    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
+    S: StateMachine,
+    K: DecodeKey<DB, S::KeyShape> + KeyText<S::KeyShape> + ManyKeys<DB, S::KeyShape>,
+    P: Params<DB>,
+{
+    let [update, read, lease_read] = transition.def().apply_many_sql();
+    let positions = Positions::of::<S::KeyShape, K>(keys);
+    let mut found: Vec<Found<S, K>> = keys.iter().map(|_| Found::Missing).collect();
+    let n = S::KeyShape::COLUMNS;
+    let retry = |source: sqlx::Error| match DB::is_retryable(&source) {
+        true => Error::RetryTransaction {
+            table: S::MACHINE.table(),
+            transition: transition.name(),
+            source,
+        },
+        false => transition.db_error(source),
+    };
+    let mut tx = Tx::begin(pool).await?;
+    let args = read_arguments::<DB, S, K, P>(transition, keys, params)?;
+    let rows = (&mut tx)
+        .fetch_all(DB::sql(read), args)
+        .await
+        .map_err(retry)?;
+    let mut movers: Vec<(usize, K, i64)> = Vec::new();
+    for row in &rows {
+        let (key, current, version, meets) = read_row::<DB, S, K>(transition, row)?;
+        let Some(i) = positions.get(&key) else {
+            continue;
+        };
+        if transition.sources().contains(&current) && meets {
+            movers.push((i, key, version));
+        } else {
+            found[i] = Found::Left { current, meets };
+        }
+    }
+    if movers.is_empty() {
+        tx.commit(()).await?;
+        return Ok(found);
+    }
+    let mover_keys: Vec<&K> = movers.iter().map(|(i, _, _)| keys[*i]).collect();
+    let args = update_arguments::<DB, S, K, P>(transition, &mover_keys, params)?;
+    (&mut tx)
+        .execute(DB::sql(update), args)
+        .await
+        .map_err(retry)?;
+    // Locked since the read: each moved, from the version read.
+    let mut leases: HashMap<String, i64> = HashMap::new();
+    if !DB::sql(lease_read).is_empty() {
+        let mut args = DB::Args::default();
+        K::bind_many(&mover_keys, &mut args).map_err(|e| transition.db_error(e))?;
+        let rows = (&mut tx)
+            .fetch_all(DB::sql(lease_read), args)
+            .await
+            .map_err(retry)?;
+        for row in &rows {
+            let key = K::decode(row).map_err(|e| transition.db_error(e))?;
+            let lease = DB::int(row, n).map_err(|e| transition.db_error(e))?;
+            leases.insert(key.key_text(), lease);
+        }
+    }
+    tx.commit(()).await?;
+    let versioned = S::MACHINE.version().is_some();
+    for (i, key, version) in movers {
+        let lease = leases.get(&key.key_text()).copied().unwrap_or_default();
+        found[i] = Found::Moved {
+            key,
+            occurrence: if versioned { version + 1 } else { 0 },
+            lease,
+        };
+    }
+    Ok(found)
+}
