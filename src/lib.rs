@@ -96,7 +96,10 @@
 //!   the row must meet, in the same `WHERE`;
 //!   `#[state(in_flight(lease = "…", since = "…", done = …, failed = …))]`:
 //!   a state whose effect must survive a crash (see *Per-call values* and
-//!   *Side effects*).
+//!   *Side effects*); `#[state(since = "…", timeout = "…")]`: a state that
+//!   records when a row entered it, for [`Transition::claim_older_than`]
+//!   and [`Transition::claim_timed_out`]; `order = "…"` on the enum: the
+//!   columns [`Transition::claim`] takes rows in.
 //!
 //! Mistakes are compile errors pointing at the offending token, all reported
 //! at once.

@@ -44,6 +44,25 @@ enum Picked {
     Sending,
 }
 
+/// The `transfers` table, where a transfer that waits in `sending` for
+/// too long is failed by a sweep.
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(
+    table = "transfers",
+    column = "status",
+    key = "id",
+    version = "version"
+)]
+enum Sweep {
+    #[state(initial)]
+    #[transition(start -> Sending)]
+    Pending,
+    #[state(since = "sending_since", timeout = "50m")]
+    #[transition(expire -> Failed)]
+    Sending,
+    Failed,
+}
+
 const ROWS: i64 = 5_000;
 const CLAIMERS: usize = 8;
 const BATCH: u32 = 50;
@@ -52,6 +71,7 @@ backend_tests! {
     "claim_drain" => claimers_drain_the_queue_exactly_once (flavor = "multi_thread", worker_threads = 4),
     "claim_order" => claims_follow_the_order_and_the_guard,
     "claim_in_flight" => a_claim_stamps_leases_that_finish_and_recovery_honour,
+    "claim_sweep" => a_sweep_moves_rows_that_waited_too_long,
 }
 
 /// 8 claimers take batches of 50 until the queue is empty: every row is
@@ -203,4 +223,98 @@ async fn a_claim_stamps_leases_that_finish_and_recovery_honour<DB: TestBackend +
     assert_eq!(seen, lost_keys);
     assert_eq!(db.transfer(1).await, ("sent".to_owned(), 2));
     assert_eq!(db.transfer(4).await, ("failed".to_owned(), 2));
+}
+
+/// Rows stamped an hour ago (by the database's clock) move; fresh rows
+/// stay.
+async fn a_sweep_moves_rows_that_waited_too_long<DB: TestBackend + Batched>(db: Db<DB>)
+where
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    i64: Key<DB> + for<'r> sqlx::Decode<'r, DB>,
+{
+    db.transfers(4).await;
+    for id in [1_i64, 2] {
+        assert!(
+            Sweep::start()
+                .apply(&db.pool, id)
+                .await
+                .unwrap()
+                .is_applied()
+        );
+    }
+    // Transfers 1 and 2 entered `sending` an hour ago; 3 and 4 now.
+    db.backdate_leases().await;
+    for id in [3_i64, 4] {
+        assert!(
+            Sweep::start()
+                .apply(&db.pool, id)
+                .await
+                .unwrap()
+                .is_applied()
+        );
+    }
+    let keys = |wins: Vec<stateguard::Won<Sweep, i64>>| -> Vec<i64> {
+        wins.iter().map(|w| *w.key()).collect()
+    };
+    let day = std::time::Duration::from_secs(86_400);
+    assert!(
+        Sweep::expire()
+            .claim_older_than::<DB, i64>(&db.pool, day, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // The declared timeout, 50 minutes.
+    let expired = Sweep::expire()
+        .claim_timed_out::<DB, i64>(&db.pool, 10)
+        .await
+        .unwrap();
+    assert_eq!(keys(expired), [1, 2]);
+    let ten_minutes = std::time::Duration::from_secs(600);
+    assert!(
+        Sweep::expire()
+            .claim_older_than::<DB, i64>(&db.pool, ten_minutes, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    for (id, status) in [(1, "failed"), (2, "failed"), (3, "sending"), (4, "sending")] {
+        assert_eq!(db.transfer(id).await.0, status, "transfer {id}");
+    }
+    // `start` leaves `pending`, which records no entry time.
+    assert!(matches!(
+        Sweep::start()
+            .claim_older_than::<DB, i64>(&db.pool, day, 10)
+            .await,
+        Err(Error::NoSinceColumn { .. })
+    ));
+    assert!(matches!(
+        Queue::start()
+            .claim_timed_out::<DB, i64>(&db.pool, 10)
+            .await,
+        Err(Error::NoTimeout { .. })
+    ));
+}
+
+#[test]
+fn the_docs_show_the_timeout() {
+    let markdown = stateguard::docs::markdown::<Sweep>();
+    assert!(
+        markdown.contains("| `Sending` | `sending` | | timeout 50m | `sending_since` |"),
+        "{markdown}"
+    );
+    let mermaid = stateguard::docs::mermaid::<Sweep>();
+    assert!(
+        mermaid
+            .contains("note right of Sending : times out after 50m (since column sending_since)"),
+        "{mermaid}"
+    );
+    let dot = stateguard::docs::dot::<Sweep>();
+    assert!(dot.contains("timeout 50m\\nsince sending_since"), "{dot}");
+    let sending = Sweep::MACHINE.state(Sweep::Sending).unwrap();
+    assert_eq!(sending.since_column(), Some("sending_since"));
+    assert_eq!(
+        sending.timeout(),
+        Some(std::time::Duration::from_secs(3_000))
+    );
 }

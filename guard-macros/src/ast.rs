@@ -23,6 +23,10 @@ pub struct Variant<'a> {
     pub rename: Option<LitStr>,
     /// `#[state(in_flight(…))]`
     pub in_flight: Option<InFlightAttr>,
+    /// `#[state(since = "…")]`
+    pub since: Option<LitStr>,
+    /// `#[state(timeout = "…")]`
+    pub timeout: Option<LitStr>,
     pub transitions: Vec<TransitionAttr>,
     /// A `#[state]` attribute failed to parse (it may have held `initial`).
     pub state_incomplete: bool,
@@ -80,6 +84,8 @@ impl<'a> Variant<'a> {
             initial: attrs.initial,
             rename: attrs.rename,
             in_flight: attrs.in_flight,
+            since: attrs.since,
+            timeout: attrs.timeout,
             transitions: attrs.transitions,
             state_incomplete: attrs.state_incomplete,
             transitions_incomplete: attrs.transitions_incomplete,

@@ -38,6 +38,11 @@ pub struct VariantAttrs {
     pub rename: Option<LitStr>,
     /// `#[state(in_flight(…))]`
     pub in_flight: Option<InFlightAttr>,
+    /// `#[state(since = "…")]`: the column every transition into the state
+    /// stamps with the current time.
+    pub since: Option<LitStr>,
+    /// `#[state(timeout = "…")]`: how long a row may sit in the state.
+    pub timeout: Option<LitStr>,
     pub transitions: Vec<TransitionAttr>,
     /// A `#[state]` attribute failed to parse (it may have held `initial`).
     pub state_incomplete: bool,
@@ -232,6 +237,8 @@ pub fn variant(cx: &mut Ctxt, variant: &syn::Variant) -> VariantAttrs {
     let mut initial = Attr::none("initial");
     let mut rename = Attr::none("rename");
     let mut in_flight_attr = Attr::none("in_flight");
+    let mut since = Attr::none("since");
+    let mut timeout = Attr::none("timeout");
     let mut transitions = Vec::new();
     let mut state_incomplete = false;
     let mut transitions_incomplete = false;
@@ -252,10 +259,15 @@ pub fn variant(cx: &mut Ctxt, variant: &syn::Variant) -> VariantAttrs {
                 } else if let Some(token) = meta.path.get_ident().filter(|i| *i == "in_flight") {
                     let parsed = in_flight(cx, token.clone(), &meta)?;
                     in_flight_attr.set(cx, parsed.token.clone(), parsed);
+                // #[state(since = "pending_since", timeout = "24h")]
+                } else if meta.path.is_ident("since") {
+                    since.set_lit(cx, meta.value()?.parse::<LitStr>()?);
+                } else if meta.path.is_ident("timeout") {
+                    timeout.set_lit(cx, meta.value()?.parse::<LitStr>()?);
                 } else {
                     return Err(meta.error(
-                        "unknown state attribute; expected `initial`, `rename = \"…\"` or \
-                         `in_flight(…)`",
+                        "unknown state attribute; expected `initial`, `rename = \"…\"`, \
+                         `in_flight(…)`, `since = \"…\"` or `timeout = \"…\"`",
                     ));
                 }
                 Ok(())
@@ -278,6 +290,8 @@ pub fn variant(cx: &mut Ctxt, variant: &syn::Variant) -> VariantAttrs {
         initial: initial.get(),
         rename: rename.get(),
         in_flight: in_flight_attr.get(),
+        since: since.get(),
+        timeout: timeout.get(),
         transitions,
         state_incomplete,
         transitions_incomplete,

@@ -54,6 +54,17 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
     let dbs: Vec<_> = model.states.iter().map(|s| s.db.as_str()).collect();
     let variant_names: Vec<_> = idents.iter().map(|i| i.unraw().to_string()).collect();
     let initials: Vec<_> = (0..idents.len()).map(|i| i == model.initial).collect();
+    let stamps = model
+        .states
+        .iter()
+        .map(|state| match (&state.in_flight, &state.stamp) {
+            (None, Some(since)) => quote!(::core::option::Option::Some(#since)),
+            _ => quote!(::core::option::Option::None),
+        });
+    let timeouts = model.states.iter().map(|state| match state.timeout_ms {
+        Some(ms) => quote!(::core::option::Option::Some(#ms)),
+        None => quote!(::core::option::Option::None),
+    });
     let in_flights = model.states.iter().map(|state| {
         let Some(f) = &state.in_flight else {
             return quote!(::core::option::Option::None);
@@ -113,6 +124,13 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
         };
         let read_back = sql_per_dialect(&private, |d| d.read_back(model, t));
         let claim = sql_per_dialect(&private, |d| d.claim_next(model, t));
+        let claim_older = match DIALECTS.iter().all(|d| !d.claim_older(model, t).is_empty()) {
+            true => {
+                let sql = sql_per_dialect(&private, |d| d.claim_older(model, t));
+                quote!(::core::option::Option::Some(#sql))
+            }
+            false => quote!(::core::option::Option::None),
+        };
         let many_update = sql_per_dialect(&private, |d| d.many_update(model, t));
         let many_read = sql_per_dialect(&private, |d| d.many_read(model, t));
         let many_lease = sql_per_dialect(&private, |d| d.many_lease(model, t));
@@ -153,6 +171,7 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
                 #guard,
                 #select_guarded,
                 #claim,
+                #claim_older,
                 [#many_update, #many_read, #many_lease],
             )
         }
@@ -256,7 +275,8 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
                 // Named constants, so that `&CONST` is promoted to 'static.
                 const #states_const: [#private::StateDef<#ident>; #n_states] = [
                     #(#private::state(
-                        #ident::#idents, #variant_names, #dbs, #initials, #in_flights,
+                        #ident::#idents, #variant_names, #dbs, #initials, #in_flights, #stamps,
+                        #timeouts,
                     )),*
                 ];
                 const #transitions_const: [#private::TransitionDef<#ident>; #n_transitions] = [

@@ -24,6 +24,21 @@ impl Dialect {
         }
     }
 
+    /// The time `ms` (a placeholder for a number of milliseconds) ago, in
+    /// the same form as [`Self::now`].
+    fn ago(self, ms: &str) -> String {
+        match self {
+            Dialect::Postgres => {
+                format!("statement_timestamp() - CAST({ms} AS BIGINT) * INTERVAL '1 millisecond'")
+            }
+            Dialect::Sqlite => format!(
+                "strftime('%Y-%m-%d %H:%M:%f', 'now', printf('-%.3f seconds', \
+                 CAST({ms} AS INTEGER) / 1000.0))"
+            ),
+            Dialect::MySql => format!("UTC_TIMESTAMP(3) - INTERVAL ({ms} * 1000) MICROSECOND"),
+        }
+    }
+
     /// The time `lease_ms` ago, in the same form as [`Self::now`].
     fn lease_expiry(self, lease_ms: u64) -> String {
         match self {
@@ -155,8 +170,8 @@ impl Dialect {
             Dialect::Postgres | Dialect::Sqlite => [status].into_iter().chain(sets).collect(),
         }
         .join(", ");
-        if let Some(in_flight) = &target.in_flight {
-            assignments.push_str(&format!(", {} = {}", d.quote(&in_flight.since), d.now()));
+        if let Some(since) = target.since() {
+            assignments.push_str(&format!(", {} = {}", d.quote(since), d.now()));
         }
         if let Some(version) = &model.version {
             let v = d.quote(version);
@@ -489,6 +504,26 @@ impl Dialect {
     ///
     /// Placeholders: the `set` values, then the guard's, then the limit.
     pub fn claim_next(&self, model: &Model, transition: &Transition) -> String {
+        self.claim_sql(model, transition, None)
+    }
+
+    /// `transition.claim_older_than(pool, age, n)`: [`Self::claim_next`]
+    /// for rows whose source state's `since` is older than the age bound
+    /// after the guard's values (milliseconds), by the database's clock.
+    /// Empty unless every source state stamps one `since` column (a NULL
+    /// stamp is never old: give the column a default).
+    pub fn claim_older(&self, model: &Model, transition: &Transition) -> String {
+        let mut since = transition.sources.iter().map(|&s| model.states[s].since());
+        let Some(Some(first)) = since.next() else {
+            return String::new();
+        };
+        if !since.all(|s| s.is_some_and(|s| s.eq_ignore_ascii_case(first))) {
+            return String::new();
+        }
+        self.claim_sql(model, transition, Some(first))
+    }
+
+    fn claim_sql(&self, model: &Model, transition: &Transition, older: Option<&str>) -> String {
         let d = *self;
         let table = d.quote(&model.table);
         let column = d.quote(&model.column);
@@ -503,11 +538,20 @@ impl Dialect {
             Dialect::Postgres => 1 + set_binds,
             Dialect::Sqlite | Dialect::MySql => 1,
         };
-        let guard = match &transition.guard {
+        let mut guard = match &transition.guard {
             Some(guard) => format!(" AND ({})", guard.sql(d, guard_first)),
             None => String::new(),
         };
-        let limit = d.param(guard_first + transition.binds() - set_binds);
+        let mut next = guard_first + transition.binds() - set_binds;
+        if let Some(since) = older {
+            guard.push_str(&format!(
+                " AND {} < {}",
+                d.quote(since),
+                d.ago(&d.param(next))
+            ));
+            next += 1;
+        }
+        let limit = d.param(next);
         let quoted =
             |columns: &[String]| -> Vec<String> { columns.iter().map(|c| d.quote(c)).collect() };
         let keys = quoted(&model.key).join(", ");
@@ -843,6 +887,8 @@ mod tests {
             ident,
             db: db.to_owned(),
             in_flight: None,
+            stamp: None,
+            timeout_ms: None,
         };
         let mut states = vec![
             state(&pending, "pending"),

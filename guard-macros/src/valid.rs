@@ -49,6 +49,21 @@ pub struct State<'a> {
     pub ident: &'a Ident,
     pub db: String,
     pub in_flight: Option<InFlight>,
+    /// `#[state(since = "…")]`: stamped by every transition into the state.
+    pub stamp: Option<String>,
+    /// `#[state(timeout = "…")]`, in milliseconds.
+    pub timeout_ms: Option<u64>,
+}
+
+impl State<'_> {
+    /// The column every transition into the state stamps with the current
+    /// time: an in-flight state's `since`, or `#[state(since = "…")]`.
+    pub fn since(&self) -> Option<&str> {
+        match &self.in_flight {
+            Some(in_flight) => Some(&in_flight.since),
+            None => self.stamp.as_deref(),
+        }
+    }
 }
 
 /// What a `set` item writes: a fixed SQL expression, or a value of a Rust
@@ -215,7 +230,10 @@ pub fn check<'a>(cx: &mut Ctxt, input: &'a Input<'a>) -> Option<Model<'a>> {
     let since_columns: Vec<String> = input
         .variants
         .iter()
-        .filter_map(|v| v.in_flight.as_ref()?.since.as_ref().map(LitStr::value))
+        .filter_map(|v| {
+            let since = v.in_flight.as_ref().and_then(|f| f.since.as_ref());
+            since.or(v.since.as_ref()).map(LitStr::value)
+        })
         .collect();
     // Columns every UPDATE of this machine writes, besides its `set` ones.
     let mut written: Vec<(&str, &str)> = Vec::new();
@@ -235,6 +253,7 @@ pub fn check<'a>(cx: &mut Ctxt, input: &'a Input<'a>) -> Option<Model<'a>> {
     }
     if let (Some(states), Some(transitions)) = (&mut states, &transitions) {
         check_in_flight(cx, input, &reserved, states, transitions);
+        check_stamps(cx, input, &reserved, states);
     }
 
     let (table, column, key) = names?;
@@ -417,6 +436,8 @@ fn check_states<'a>(cx: &mut Ctxt, input: &'a Input) -> Option<Vec<State<'a>>> {
             ident: variant.ident,
             db,
             in_flight: None,
+            stamp: None,
+            timeout_ms: None,
         });
     }
     ok.then_some(states)
@@ -488,11 +509,13 @@ fn check_transitions<'a>(
                 );
                 continue;
             }
-            // The UPDATE into an in-flight state also stamps its `since`.
+            // The UPDATE into an in-flight or stamped state also stamps its
+            // `since`.
             let since = input.variants[target]
                 .in_flight
                 .as_ref()
                 .and_then(|f| f.since.as_ref())
+                .or(input.variants[target].since.as_ref())
                 .map(LitStr::value);
             let mut written = written.to_vec();
             if let Some(since) = &since {
@@ -1041,8 +1064,64 @@ fn check_in_flight(
     }
 }
 
-/// `"250ms"`, `"30s"`, `"5m"`, `"1h"` in milliseconds.
+/// `#[state(since = "…", timeout = "…")]` of states that are not in
+/// flight.
+fn check_stamps(cx: &mut Ctxt, input: &Input, reserved: &[(&str, &str)], states: &mut [State]) {
+    for (i, variant) in input.variants.iter().enumerate() {
+        if let (Some(lit), Some(_)) = (&variant.since, &variant.in_flight) {
+            cx.error(
+                lit,
+                "an in-flight state names its `since` column inside `in_flight(…)`",
+            );
+        } else if let Some(lit) = &variant.since {
+            let value = lit.value();
+            if let Err(why) = ident::check_ident(&value) {
+                cx.error(
+                    lit,
+                    format!("since {value:?} is not a valid SQL identifier: it {why}"),
+                );
+            } else if reserved.iter().any(|(r, _)| r.eq_ignore_ascii_case(&value)) {
+                cx.error(
+                    lit,
+                    "the `since` column must be a column of its own, not the status, key or \
+                     version column",
+                );
+            } else {
+                states[i].stamp = Some(value);
+            }
+        }
+        let Some(lit) = &variant.timeout else {
+            continue;
+        };
+        if variant.in_flight.is_some() {
+            cx.error(
+                lit,
+                "an in-flight state has a lease, which recovery honours; a timeout is for \
+                 states a row waits in",
+            );
+        } else if variant.since.is_none() {
+            cx.error(
+                lit,
+                "a timeout needs `since = \"…\"`: the column that says when the row entered the \
+                 state",
+            );
+        } else {
+            match parse_duration("timeout", &lit.value()) {
+                Ok(ms) => states[i].timeout_ms = Some(ms),
+                Err(why) => cx.error(lit, why),
+            }
+        }
+    }
+}
+
+/// A lease, `"250ms"`, `"30s"`, `"5m"`, `"1h"`, in milliseconds.
 fn parse_lease(text: &str) -> Result<u64, String> {
+    parse_duration("lease", text)
+}
+
+/// `"250ms"`, `"30s"`, `"5m"`, `"1h"`, `"2d"` in milliseconds, at least
+/// 1ms and at most a week for a lease, a year for a timeout.
+fn parse_duration(what: &str, text: &str) -> Result<u64, String> {
     let trimmed = text.trim();
     let split = trimmed
         .find(|c: char| !c.is_ascii_digit())
@@ -1053,20 +1132,30 @@ fn parse_lease(text: &str) -> Result<u64, String> {
         "s" => 1_000,
         "m" => 60_000,
         "h" => 3_600_000,
+        "d" => 86_400_000,
         _ => {
             return Err(format!(
-                "lease {text:?} is not a duration; write a whole number with `ms`, `s`, `m` or \
-                 `h`, e.g. \"30s\""
+                "{what} {text:?} is not a duration; write a whole number with `ms`, `s`, `m`, \
+                 `h` or `d`, e.g. \"30s\""
             ));
         }
     };
     let number: u64 = number
         .parse()
-        .map_err(|_| format!("lease {text:?} does not start with a whole number"))?;
+        .map_err(|_| format!("{what} {text:?} does not start with a whole number"))?;
+    let (limit, longest) = match what {
+        "lease" => (7 * 86_400_000, "a week"),
+        _ => (366 * 86_400_000, "a year"),
+    };
     match number.checked_mul(scale) {
-        Some(0) => Err("a lease of zero would let recovery take over every in-flight row at once; use at least 1ms".to_owned()),
-        Some(ms) if ms <= 7 * 24 * 3_600_000 => Ok(ms),
-        _ => Err(format!("lease {text:?} is longer than a week")),
+        Some(0) if what == "lease" => Err("a lease of zero would let recovery take over every \
+             in-flight row at once; use at least 1ms"
+            .to_owned()),
+        Some(0) => Err(format!(
+            "a {what} of zero would time every row out at once; use at least 1ms"
+        )),
+        Some(ms) if ms <= limit => Ok(ms),
+        _ => Err(format!("{what} {text:?} is longer than {longest}")),
     }
 }
 

@@ -4,6 +4,7 @@
 //! row and do not wait for rows another claimer holds.
 
 use core::future::Future;
+use core::time::Duration;
 
 use crate::StateMachine;
 use crate::dialect::Backend;
@@ -11,6 +12,7 @@ use crate::error::Error;
 use crate::executor::Executor;
 use crate::executor::sealed::Run;
 use crate::key::{DecodeKey, KeyShape, KeyText, ManyKeys, RowKey};
+use crate::machine::Sql;
 use crate::many::{self, Found};
 use crate::outcome::{Committed, Outcome, Uncommitted, Won};
 use crate::retry::{MAX_ATTEMPTS, backoff};
@@ -30,6 +32,7 @@ pub trait Batched: Backend + sealed::Sealed {
         pool: &'a sqlx::Pool<Self>,
         transition: Transition<S>,
         params: &'a P,
+        claim: Claim,
         limit: u32,
     ) -> impl Future<Output = Result<Vec<Won<S, K, Committed>>, Error>> + Send + 'a
     where
@@ -60,6 +63,16 @@ mod sealed {
     pub trait Sealed {}
 }
 
+/// Which claim: every row in a source state, or those whose `since` is
+/// older than an age.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub struct Claim {
+    sql: &'static Sql,
+    /// Milliseconds, bound after the guard's values.
+    older_than: Option<i64>,
+}
+
 #[cfg(feature = "postgres")]
 impl sealed::Sealed for sqlx::Postgres {}
 
@@ -88,6 +101,7 @@ impl Batched for sqlx::Postgres {
         pool: &'a sqlx::Pool<Self>,
         transition: Transition<S>,
         params: &'a P,
+        claim: Claim,
         limit: u32,
     ) -> impl Future<Output = Result<Vec<Won<S, K, Committed>>, Error>> + Send + 'a
     where
@@ -95,7 +109,7 @@ impl Batched for sqlx::Postgres {
         K: RowKey<Self, S::KeyShape> + DecodeKey<Self, S::KeyShape> + Send + 'a,
         P: Params<Self> + 'a,
     {
-        one_statement(pool, transition, params, limit)
+        one_statement(pool, transition, params, claim, limit)
     }
 }
 
@@ -127,6 +141,7 @@ impl Batched for sqlx::Sqlite {
         pool: &'a sqlx::Pool<Self>,
         transition: Transition<S>,
         params: &'a P,
+        claim: Claim,
         limit: u32,
     ) -> impl Future<Output = Result<Vec<Won<S, K, Committed>>, Error>> + Send + 'a
     where
@@ -136,7 +151,7 @@ impl Batched for sqlx::Sqlite {
     {
         // Take the write lock first: the candidates read are then the rows
         // this transaction moves.
-        in_transaction(pool, "BEGIN IMMEDIATE", transition, params, limit)
+        in_transaction(pool, "BEGIN IMMEDIATE", transition, params, claim, limit)
     }
 }
 
@@ -168,6 +183,7 @@ impl Batched for sqlx::MySql {
         pool: &'a sqlx::Pool<Self>,
         transition: Transition<S>,
         params: &'a P,
+        claim: Claim,
         limit: u32,
     ) -> impl Future<Output = Result<Vec<Won<S, K, Committed>>, Error>> + Send + 'a
     where
@@ -175,7 +191,7 @@ impl Batched for sqlx::MySql {
         K: RowKey<Self, S::KeyShape> + DecodeKey<Self, S::KeyShape> + Send + 'a,
         P: Params<Self> + 'a,
     {
-        in_transaction(pool, "BEGIN", transition, params, limit)
+        in_transaction(pool, "BEGIN", transition, params, claim, limit)
     }
 }
 
@@ -211,13 +227,64 @@ impl<S: StateMachine> Transition<S> {
         DB: Batched,
         K: RowKey<DB, S::KeyShape> + DecodeKey<DB, S::KeyShape> + Send,
     {
-        self.claim_with(pool, &(), limit).await
+        self.claim_with(pool, &(), None, limit).await
+    }
+
+    /// [`claim`](Transition::claim) for rows that have sat in a source
+    /// state for longer than `age`, by the database's clock: the state
+    /// timeout. Every source state must stamp the same `since` column
+    /// (`#[state(since = "…")]`, or an in-flight state's), or it is
+    /// [`Error::NoSinceColumn`]. A NULL stamp is never old: give the column
+    /// a default, so that inserted rows carry one.
+    ///
+    /// ```text
+    /// // Payouts left in `pending` for a day expire.
+    /// PayoutStatus::expire().claim_older_than(&pool, Duration::from_secs(86_400), 100).await?
+    /// ```
+    pub async fn claim_older_than<DB, K>(
+        self,
+        pool: &sqlx::Pool<DB>,
+        age: Duration,
+        limit: u32,
+    ) -> Result<Vec<Won<S, K, Committed>>, Error>
+    where
+        DB: Batched,
+        K: RowKey<DB, S::KeyShape> + DecodeKey<DB, S::KeyShape> + Send,
+    {
+        self.claim_with(pool, &(), Some(age), limit).await
+    }
+
+    /// [`claim_older_than`](Transition::claim_older_than) with the
+    /// `#[state(timeout = "…")]` its source states declare (the shortest,
+    /// if they differ); [`Error::NoTimeout`] when none declares one.
+    pub async fn claim_timed_out<DB, K>(
+        self,
+        pool: &sqlx::Pool<DB>,
+        limit: u32,
+    ) -> Result<Vec<Won<S, K, Committed>>, Error>
+    where
+        DB: Batched,
+        K: RowKey<DB, S::KeyShape> + DecodeKey<DB, S::KeyShape> + Send,
+    {
+        let timeout = self
+            .sources()
+            .iter()
+            .filter_map(|&s| S::MACHINE.state(s)?.timeout())
+            .min();
+        let Some(age) = timeout else {
+            return Err(Error::NoTimeout {
+                machine: S::MACHINE.name(),
+                transition: self.name(),
+            });
+        };
+        self.claim_with(pool, &(), Some(age), limit).await
     }
 
     async fn claim_with<DB, K, P>(
         self,
         pool: &sqlx::Pool<DB>,
         params: &P,
+        older_than: Option<Duration>,
         limit: u32,
     ) -> Result<Vec<Won<S, K, Committed>>, Error>
     where
@@ -232,7 +299,25 @@ impl<S: StateMachine> Transition<S> {
                 call: "claim",
             });
         }
-        let claim = DB::claim_rows(pool, self, params, limit);
+        let claim = match older_than {
+            None => Claim {
+                sql: self.def().claim_sql(),
+                older_than: None,
+            },
+            Some(age) => match self.def().claim_older_sql() {
+                Some(sql) => Claim {
+                    sql,
+                    older_than: Some(i64::try_from(age.as_millis()).unwrap_or(i64::MAX)),
+                },
+                None => {
+                    return Err(Error::NoSinceColumn {
+                        machine: S::MACHINE.name(),
+                        transition: self.name(),
+                    });
+                }
+            },
+        };
+        let claim = DB::claim_rows(pool, self, params, claim, limit);
         match tokio::time::timeout(self.deadline(), claim).await {
             Ok(claimed) => claimed,
             // Cut off mid-statement: rows may have moved. Rows moved into
@@ -260,7 +345,20 @@ impl<S: StateMachine, P> Bound<S, P> {
         P: Params<DB>,
     {
         let transition = self.transition();
-        transition.claim_with(pool, self.params(), limit).await
+        transition
+            .claim_with(pool, self.params(), None, limit)
+            .await
+    }
+}
+
+impl Claim {
+    /// The age, if any, then the limit: the placeholders after the
+    /// guard's.
+    fn bind_rest<DB: Backend>(self, args: &mut DB::Args, limit: u32) -> Result<(), sqlx::Error> {
+        if let Some(ms) = self.older_than {
+            DB::bind_int(args, ms)?;
+        }
+        DB::bind_int(args, i64::from(limit))
     }
 }
 
@@ -270,6 +368,7 @@ async fn one_statement<DB, S, K, P>(
     pool: &sqlx::Pool<DB>,
     transition: Transition<S>,
     params: &P,
+    claim: Claim,
     limit: u32,
 ) -> Result<Vec<Won<S, K, Committed>>, Error>
 where
@@ -279,7 +378,7 @@ where
     K: RowKey<DB, S::KeyShape> + DecodeKey<DB, S::KeyShape>,
     P: Params<DB>,
 {
-    let sql = DB::sql(transition.def().claim_sql());
+    let sql = DB::sql(claim.sql);
     let mut executor = pool;
     let mut attempts = 0;
     loop {
@@ -287,7 +386,7 @@ where
         let mut args = DB::Args::default();
         params
             .bind(&mut args)
-            .and_then(|()| DB::bind_int(&mut args, i64::from(limit)))
+            .and_then(|()| claim.bind_rest::<DB>(&mut args, limit))
             .map_err(|e| transition.db_error(e))?;
         let rows = match executor.fetch_all(sql, args).await {
             Ok(rows) => rows,
@@ -325,6 +424,7 @@ async fn in_transaction<DB, S, K, P>(
     begin: &'static str,
     transition: Transition<S>,
     params: &P,
+    claim: Claim,
     limit: u32,
 ) -> Result<Vec<Won<S, K, Committed>>, Error>
 where
@@ -337,7 +437,7 @@ where
     let mut attempts = 0;
     loop {
         attempts += 1;
-        let error = match claim_once(pool, begin, transition, params, limit).await {
+        let error = match claim_once(pool, begin, transition, params, claim, limit).await {
             Ok(claimed) => return Ok(claimed),
             Err(error) => error,
         };
@@ -365,6 +465,7 @@ async fn claim_once<DB, S, K, P>(
     begin: &'static str,
     transition: Transition<S>,
     params: &P,
+    claim: Claim,
     limit: u32,
 ) -> Result<Vec<Won<S, K, Committed>>, Error>
 where
@@ -375,13 +476,13 @@ where
     P: Params<DB>,
 {
     let mut tx = Tx::begin_with(pool, begin).await?;
-    // The candidates: the guard's values, then the limit.
+    // The candidates: the guard's values, the age, then the limit.
     let mut args = DB::Args::default();
     params
         .bind_range(&mut args, transition.def().set_binds()..usize::MAX)
-        .and_then(|()| DB::bind_int(&mut args, i64::from(limit)))
+        .and_then(|()| claim.bind_rest::<DB>(&mut args, limit))
         .map_err(|e| transition.db_error(e))?;
-    let select = DB::sql(transition.def().claim_sql());
+    let select = DB::sql(claim.sql);
     let rows = match (&mut tx).fetch_all(select, args).await {
         Ok(rows) => rows,
         // A deadlock or busy database rolls the transaction back: the

@@ -268,6 +268,34 @@ pub enum Error {
         call: &'static str,
     },
 
+    /// [`Transition::claim_older_than`](crate::Transition::claim_older_than)
+    /// on a transition whose source states do not all stamp one `since`
+    /// column.
+    #[error(
+        "`{transition}` of {machine} starts from a state that records no entry time, or from \
+         states that record it in different columns; give its source states \
+         #[state(since = \"…\")] (one column) to claim rows by age"
+    )]
+    NoSinceColumn {
+        /// The machine.
+        machine: &'static str,
+        /// The transition.
+        transition: &'static str,
+    },
+
+    /// [`Transition::claim_timed_out`](crate::Transition::claim_timed_out)
+    /// on a transition none of whose source states declares a timeout.
+    #[error(
+        "none of the source states of `{transition}` of {machine} declares \
+         #[state(timeout = \"…\")]; use claim_older_than with an age instead"
+    )]
+    NoTimeout {
+        /// The machine.
+        machine: &'static str,
+        /// The transition.
+        transition: &'static str,
+    },
+
     /// The row was deleted while its effect ran.
     #[error("the row vanished from table `{table}` before `{transition}` could finish it")]
     RowVanished {

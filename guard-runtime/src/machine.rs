@@ -194,9 +194,30 @@ pub struct StateDef<S: 'static> {
     db: &'static str,
     initial: bool,
     in_flight: Option<&'static InFlightDef<S>>,
+    stamp: Option<&'static str>,
+    timeout_ms: Option<u64>,
 }
 
 impl<S: Copy> StateDef<S> {
+    /// The column every transition into the state stamps with the current
+    /// time: an in-flight state's `since`, or `#[state(since = "…")]`.
+    pub const fn since_column(&self) -> Option<&'static str> {
+        match (self.in_flight, self.stamp) {
+            (Some(in_flight), _) => Some(in_flight.since),
+            (None, stamp) => stamp,
+        }
+    }
+
+    /// `#[state(timeout = "…")]`: how long a row may wait in the state
+    /// before [`claim_timed_out`](crate::Transition::claim_timed_out)
+    /// takes it.
+    pub const fn timeout(&self) -> Option<core::time::Duration> {
+        match self.timeout_ms {
+            Some(ms) => Some(core::time::Duration::from_millis(ms)),
+            None => None,
+        }
+    }
+
     /// The lease and follow-ups of an `#[state(in_flight(…))]` state.
     pub const fn in_flight(&self) -> Option<&'static InFlightDef<S>> {
         self.in_flight
@@ -330,6 +351,7 @@ pub struct TransitionDef<S: 'static> {
     guard: Option<&'static str>,
     select_guarded: Option<[Sql; 2]>,
     claim: Sql,
+    claim_older: Option<Sql>,
     /// `apply_many`: the update, the read, MySQL's lease read.
     many: [Sql; 3],
 }
@@ -387,6 +409,14 @@ impl<S: StateMachine> TransitionDef<S> {
     /// with the compare-and-set of each row.
     pub const fn claim_sql(&self) -> &Sql {
         &self.claim
+    }
+
+    /// What [`Transition::claim_older_than`](crate::Transition::claim_older_than)
+    /// runs: [`claim_sql`](Self::claim_sql) for rows whose `since` stamp is
+    /// older than a number of milliseconds bound after the guard's values.
+    /// `None` unless every source state stamps the same `since` column.
+    pub const fn claim_older_sql(&self) -> Option<&Sql> {
+        self.claim_older.as_ref()
     }
 
     /// What [`Transition::apply_many`](crate::Transition::apply_many) runs:
@@ -476,6 +506,8 @@ pub mod construct {
         db: &'static str,
         initial: bool,
         in_flight: Option<&'static InFlightDef<S>>,
+        stamp: Option<&'static str>,
+        timeout_ms: Option<u64>,
     ) -> StateDef<S> {
         StateDef {
             value,
@@ -483,6 +515,8 @@ pub mod construct {
             db,
             initial,
             in_flight,
+            stamp,
+            timeout_ms,
         }
     }
 
@@ -532,6 +566,7 @@ pub mod construct {
         guard: Option<&'static str>,
         select_guarded: Option<[Sql; 2]>,
         claim: Sql,
+        claim_older: Option<Sql>,
         many: [Sql; 3],
     ) -> TransitionDef<S> {
         TransitionDef {
@@ -546,6 +581,7 @@ pub mod construct {
             guard,
             select_guarded,
             claim,
+            claim_older,
             many,
         }
     }

@@ -14,12 +14,16 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 "pending",
                 true,
                 ::core::option::Option::None,
+                ::core::option::Option::None,
+                ::core::option::Option::None,
             ),
             ::stateguard::__private::state(
                 PayoutStatus::Sending,
                 "Sending",
                 "sending",
                 false,
+                ::core::option::Option::None,
+                ::core::option::Option::None,
                 ::core::option::Option::None,
             ),
             ::stateguard::__private::state(
@@ -28,6 +32,8 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 "sent",
                 false,
                 ::core::option::Option::None,
+                ::core::option::Option::None,
+                ::core::option::Option::None,
             ),
             ::stateguard::__private::state(
                 PayoutStatus::Failed,
@@ -35,12 +41,16 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 "failed",
                 false,
                 ::core::option::Option::None,
+                ::core::option::Option::None,
+                ::core::option::Option::None,
             ),
             ::stateguard::__private::state(
                 PayoutStatus::Cancelled,
                 "Cancelled",
                 "cancelled",
                 false,
+                ::core::option::Option::None,
+                ::core::option::Option::None,
                 ::core::option::Option::None,
             ),
         ];
@@ -82,6 +92,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     "SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending') AND (amount_cents <= 95000) ORDER BY \"id\" LIMIT ?1",
                     "SELECT `id` FROM `payouts` WHERE `status` IN ('pending') AND CAST(`status` AS BINARY) IN ('pending') AND (amount_cents <= 95000) ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED",
                 ),
+                ::core::option::Option::None,
                 [
                     ::stateguard::__private::sql(
                         "WITH __sg_locked AS (SELECT \"payouts\".\"id\" AS __sg_k0 FROM \"payouts\" JOIN unnest($1) AS __sg_i(__sg_k0) ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT) WHERE \"status\" IN ('pending') AND (amount_cents <= 95000) ORDER BY \"payouts\".\"id\" FOR UPDATE OF \"payouts\") UPDATE \"payouts\" SET \"status\" = 'sending' FROM __sg_locked WHERE \"payouts\".\"id\" = __sg_locked.__sg_k0 RETURNING \"payouts\".\"id\", CAST(0 AS BIGINT), CAST(0 AS BIGINT)",
@@ -120,6 +131,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     "SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending', 'sending') ORDER BY \"id\" LIMIT ?1",
                     "SELECT `id` FROM `payouts` WHERE `status` IN ('pending', 'sending') AND CAST(`status` AS BINARY) IN ('pending', 'sending') ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED",
                 ),
+                ::core::option::Option::None,
                 [
                     ::stateguard::__private::sql(
                         "WITH __sg_locked AS (SELECT \"payouts\".\"id\" AS __sg_k0 FROM \"payouts\" JOIN unnest($1) AS __sg_i(__sg_k0) ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT) WHERE \"status\" IN ('pending', 'sending') ORDER BY \"payouts\".\"id\" FOR UPDATE OF \"payouts\") UPDATE \"payouts\" SET \"status\" = 'cancelled' FROM __sg_locked WHERE \"payouts\".\"id\" = __sg_locked.__sg_k0 RETURNING \"payouts\".\"id\", CAST(0 AS BIGINT), CAST(0 AS BIGINT)",
@@ -161,6 +173,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     "SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT ?1",
                     "SELECT `id` FROM `payouts` WHERE `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending') ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED",
                 ),
+                ::core::option::Option::None,
                 [
                     ::stateguard::__private::sql(
                         "WITH __sg_locked AS (SELECT \"payouts\".\"id\" AS __sg_k0 FROM \"payouts\" JOIN unnest($1) AS __sg_i(__sg_k0) ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT) WHERE \"status\" IN ('sending') ORDER BY \"payouts\".\"id\" FOR UPDATE OF \"payouts\") UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $2 FROM __sg_locked WHERE \"payouts\".\"id\" = __sg_locked.__sg_k0 RETURNING \"payouts\".\"id\", CAST(0 AS BIGINT), CAST(0 AS BIGINT)",
@@ -199,6 +212,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     "SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT ?1",
                     "SELECT `id` FROM `payouts` WHERE `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending') ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED",
                 ),
+                ::core::option::Option::None,
                 [
                     ::stateguard::__private::sql(
                         "WITH __sg_locked AS (SELECT \"payouts\".\"id\" AS __sg_k0 FROM \"payouts\" JOIN unnest($1) AS __sg_i(__sg_k0) ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT) WHERE \"status\" IN ('sending') ORDER BY \"payouts\".\"id\" FOR UPDATE OF \"payouts\") UPDATE \"payouts\" SET \"status\" = 'failed' FROM __sg_locked WHERE \"payouts\".\"id\" = __sg_locked.__sg_k0 RETURNING \"payouts\".\"id\", CAST(0 AS BIGINT), CAST(0 AS BIGINT)",

@@ -54,6 +54,15 @@ pub fn dot<T: StateMachine>() -> String {
             );
             attrs.push("style=\"rounded,filled,dashed\"".to_owned());
             attrs.push("fillcolor=\"#fff3bf\"".to_owned());
+        } else if let Some(since) = state.since_column() {
+            match state.timeout() {
+                Some(timeout) => {
+                    let _ = write!(label, "\ntimeout {}\nsince {since}", lease(timeout));
+                }
+                None => {
+                    let _ = write!(label, "\nsince {since}");
+                }
+            }
         }
         attrs.insert(0, format!("label={}", dot_str(&label)));
         let _ = writeln!(

@@ -84,7 +84,13 @@ pub fn markdown<T: StateMachine>() -> String {
                 kind.push(text);
                 (lease(def.lease()), code(def.since_column()))
             }
-            None => (String::new(), String::new()),
+            None => match (state.since_column(), state.timeout()) {
+                (Some(since), Some(timeout)) => {
+                    (format!("timeout {}", lease(timeout)), code(since))
+                }
+                (Some(since), None) => (String::new(), code(since)),
+                _ => (String::new(), String::new()),
+            },
         };
         if machine.is_terminal(state.value()) {
             kind.push("terminal".to_owned());

@@ -84,6 +84,21 @@ pub fn mermaid<T: StateMachine>() -> String {
             Some(state_id.as_str())
         })
         .collect();
+    for (state, state_id) in states.iter().zip(&ids) {
+        let (None, Some(since), Some(timeout)) =
+            (state.in_flight(), state.since_column(), state.timeout())
+        else {
+            continue;
+        };
+        let _ = writeln!(
+            out,
+            "    note right of {state_id} : {}",
+            mermaid_text(&format!(
+                "times out after {} (since column {since})",
+                lease(timeout)
+            )),
+        );
+    }
     if !in_flight.is_empty() {
         out.push_str(
             "    classDef inFlight fill:#fff3bf,stroke:#e8590c,stroke-width:2px,color:#000\n",

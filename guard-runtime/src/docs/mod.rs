@@ -107,7 +107,12 @@ fn variant<S: StateMachine>(state: S) -> &'static str {
 /// A lease in the attribute's own syntax: `150ms`, `30s`, `5m`, `1h`.
 fn lease(lease: core::time::Duration) -> String {
     let ms = lease.as_millis();
-    for (unit, scale) in [("h", 3_600_000), ("m", 60_000), ("s", 1_000)] {
+    for (unit, scale) in [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1_000),
+    ] {
         if ms.is_multiple_of(scale) {
             return format!("{}{unit}", ms / scale);
         }
