@@ -1,7 +1,8 @@
 //! Crash test with real processes: a worker running the reference payout
-//! workflow (`examples/recovery/workflow.rs`) is SIGKILLed at random
-//! moments, at least 100 times per backend, and a last one is let run to
-//! completion. Every payout must end `sent` with its money moved exactly
+//! workflow (`examples/recovery/workflow.rs`, which claims pending payouts
+//! a batch at a time) is SIGKILLed at random moments, often in the middle
+//! of a claimed batch, at least 100 times per backend, and a last one is
+//! let run to completion. Every payout must end `sent` with its money moved exactly
 //! once, and every kill may have cost at most one repeated bank call.
 //!
 //! How it runs: the parent tests (`crash_sqlite`, `crash_postgres`)
@@ -108,6 +109,17 @@ async fn sqlite_pool(path: &str, create: bool) -> sqlx::SqlitePool {
         .unwrap_or_else(|e| panic!("open SQLite at {path}: {e}"))
 }
 
+async fn mysql_pool(url: &str) -> sqlx::MySqlPool {
+    let options = sqlx::mysql::MySqlConnectOptions::from_str(url)
+        .expect("MySQL URL")
+        .database(SCHEMA);
+    sqlx::mysql::MySqlPoolOptions::new()
+        .max_connections(2)
+        .connect_with(options)
+        .await
+        .unwrap_or_else(|e| panic!("connect to MySQL at {url}: {e}"))
+}
+
 async fn postgres_pool(url: &str) -> sqlx::PgPool {
     let options = PgConnectOptions::from_str(url)
         .expect("PostgreSQL URL")
@@ -132,7 +144,8 @@ fn crash_child() {
         match backend.as_str() {
             "sqlite" => work(sqlite_pool(&target, false).await).await,
             "postgres" => work(postgres_pool(&target).await).await,
-            other => panic!("{CHILD_ENV}={other:?}: expected sqlite or postgres"),
+            "mysql" => work(mysql_pool(&target).await).await,
+            other => panic!("{CHILD_ENV}={other:?}: expected sqlite, postgres or mysql"),
         }
     });
 }
@@ -373,6 +386,31 @@ fn crash_postgres() {
         admin.close().await.ok();
         let pool = postgres_pool(&url).await;
         crash_and_recover(&pool, "postgres", &url).await;
+        pool.close().await;
+    });
+}
+
+#[test]
+fn crash_mysql() {
+    let Some(url) = server_url("STATEGUARD_MYSQL_URL", "crash_mysql") else {
+        return;
+    };
+    runtime().block_on(async {
+        let mut admin = sqlx::MySqlConnection::connect(&url)
+            .await
+            .unwrap_or_else(|e| panic!("connect to MySQL at {url}: {e}"));
+        for statement in [
+            "DROP DATABASE IF EXISTS sg_crash",
+            "CREATE DATABASE sg_crash",
+        ] {
+            sqlx::query(statement)
+                .execute(&mut admin)
+                .await
+                .expect("make database");
+        }
+        admin.close().await.ok();
+        let pool = mysql_pool(&url).await;
+        crash_and_recover(&pool, "mysql", &url).await;
         pool.close().await;
     });
 }

@@ -7,13 +7,14 @@
 //!
 //! Shared by `examples/recovery/main.rs` and `tests/test_crash.rs`, and
 //! written once for every backend: only the few statements that differ
-//! between SQLite and PostgreSQL live in [`Store`], as literals per backend.
+//! between SQLite, PostgreSQL and MySQL live in [`Store`], as literals per
+//! backend.
 
 use std::error::Error;
 use std::time::Duration;
 
-use sqlx::{PgPool, Pool, Postgres, Sqlite, SqlitePool};
-use stateguard::{Effect, Finished, Outcome, StateMachine, Verdict};
+use sqlx::{MySql, MySqlPool, PgPool, Pool, Postgres, Sqlite, SqlitePool};
+use stateguard::{Effect, Finished, StateMachine, Verdict};
 
 /// Errors of the workflow: the library's, sqlx's, or a task that died.
 pub type BoxError = Box<dyn Error + Send + Sync>;
@@ -36,6 +37,9 @@ pub enum PayoutStatus {
 
 /// Rows taken over per recovery pass.
 const RECOVER_BATCH: u32 = 16;
+
+/// Pending payouts a worker claims at a time.
+const CLAIM_BATCH: u32 = 4;
 
 /// How long a row may stay in `sending` before recovery takes it over.
 fn lease() -> Duration {
@@ -64,7 +68,7 @@ pub struct Tally {
 /// The statements that differ between backends, each a literal.
 ///
 /// The methods return `Send` futures so that workers can be spawned.
-pub trait Store: stateguard::Backend {
+pub trait Store: stateguard::Batched {
     /// The payouts table and the bank's two tables.
     fn create_tables(pool: &Pool<Self>) -> impl Future<Output = sqlx::Result<()>> + Send;
 
@@ -74,9 +78,6 @@ pub trait Store: stateguard::Backend {
         first: i64,
         last: i64,
     ) -> impl Future<Output = sqlx::Result<()>> + Send;
-
-    /// The oldest pending payout, if any.
-    fn next_pending(pool: &Pool<Self>) -> impl Future<Output = sqlx::Result<Option<i64>>> + Send;
 
     /// Payouts not yet `sent` or `failed`.
     fn unfinished(pool: &Pool<Self>) -> impl Future<Output = sqlx::Result<i64>> + Send;
@@ -166,12 +167,6 @@ impl Store for Sqlite {
         Ok(())
     }
 
-    async fn next_pending(pool: &SqlitePool) -> sqlx::Result<Option<i64>> {
-        sqlx::query_scalar("SELECT id FROM payouts WHERE status = 'pending' ORDER BY id LIMIT 1")
-            .fetch_optional(pool)
-            .await
-    }
-
     async fn unfinished(pool: &SqlitePool) -> sqlx::Result<i64> {
         sqlx::query_scalar("SELECT COUNT(*) FROM payouts WHERE status NOT IN ('sent', 'failed')")
             .fetch_one(pool)
@@ -238,12 +233,6 @@ impl Store for Postgres {
         Ok(())
     }
 
-    async fn next_pending(pool: &PgPool) -> sqlx::Result<Option<i64>> {
-        sqlx::query_scalar("SELECT id FROM payouts WHERE status = 'pending' ORDER BY id LIMIT 1")
-            .fetch_optional(pool)
-            .await
-    }
-
     async fn unfinished(pool: &PgPool) -> sqlx::Result<i64> {
         sqlx::query_scalar("SELECT COUNT(*) FROM payouts WHERE status NOT IN ('sent', 'failed')")
             .fetch_one(pool)
@@ -269,6 +258,71 @@ impl Store for Postgres {
     }
 
     async fn tally(pool: &PgPool) -> sqlx::Result<Tally> {
+        tally!(pool)
+    }
+}
+
+impl Store for MySql {
+    async fn create_tables(pool: &MySqlPool) -> sqlx::Result<()> {
+        for statement in [
+            "CREATE TABLE payouts (
+                id BIGINT PRIMARY KEY,
+                status VARCHAR(32) NOT NULL DEFAULT 'pending',
+                version INT NOT NULL DEFAULT 0,
+                sending_since DATETIME(3) NULL,
+                sent_at DATETIME(3) NULL
+            )",
+            "CREATE INDEX payouts_by_status ON payouts (status, id)",
+            "CREATE TABLE bank_calls (
+                call_id BIGINT AUTO_INCREMENT PRIMARY KEY,
+                effect_key VARCHAR(255) NOT NULL,
+                payout_id BIGINT NOT NULL
+            )",
+            "CREATE TABLE bank_transfers (
+                effect_key VARCHAR(255) PRIMARY KEY,
+                payout_id BIGINT NOT NULL
+            )",
+        ] {
+            sqlx::query(statement).execute(pool).await?;
+        }
+        Ok(())
+    }
+
+    async fn seed(pool: &MySqlPool, first: i64, last: i64) -> sqlx::Result<()> {
+        sqlx::query(
+            "INSERT INTO payouts (id)
+             WITH RECURSIVE g(i) AS (SELECT ? UNION ALL SELECT i + 1 FROM g WHERE i < ?)
+             SELECT i FROM g",
+        )
+        .bind(first)
+        .bind(last)
+        .execute(pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn unfinished(pool: &MySqlPool) -> sqlx::Result<i64> {
+        sqlx::query_scalar("SELECT COUNT(*) FROM payouts WHERE status NOT IN ('sent', 'failed')")
+            .fetch_one(pool)
+            .await
+    }
+
+    async fn bank_transfer(pool: &MySqlPool, effect_key: &str, payout: i64) -> sqlx::Result<()> {
+        let mut tx = pool.begin().await?;
+        sqlx::query("INSERT INTO bank_calls (effect_key, payout_id) VALUES (?, ?)")
+            .bind(effect_key)
+            .bind(payout)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("INSERT IGNORE INTO bank_transfers (effect_key, payout_id) VALUES (?, ?)")
+            .bind(effect_key)
+            .bind(payout)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await
+    }
+
+    async fn tally(pool: &MySqlPool) -> sqlx::Result<Tally> {
         tally!(pool)
     }
 }
@@ -326,8 +380,9 @@ pub struct Worked {
     pub retry_later: usize,
 }
 
-/// The worker loop: recover what others left in flight, send the next
-/// pending payout, and repeat until every payout is `sent` or `failed`.
+/// The worker loop: recover what others left in flight, claim a few
+/// pending payouts and send them, and repeat until every payout is `sent`
+/// or `failed`.
 ///
 /// Any number of workers may run it at once, in any number of processes,
 /// and any of them may be killed at any moment.
@@ -353,26 +408,28 @@ where
         worked.failed += recovered.failed;
         worked.retry_later += recovered.retry_later;
 
-        if let Some(id) = DB::next_pending(pool).await? {
-            // Commit `sending` before the bank hears of it: from here on a
-            // crash leaves a row that recovery finds.
-            let Outcome::Applied(won) = PayoutStatus::start().apply(pool, id).await? else {
-                // Another worker took it first.
-                continue;
-            };
-            worked.started += 1;
-            match won.finish(pool, |effect| bank.pay(effect)).await? {
-                Finished::Done(_) => worked.sent += 1,
-                Finished::Failed(_) => worked.failed += 1,
-                Finished::RetryLater => worked.retry_later += 1,
-                // The row left `sending` some other way while the bank
-                // answered (a recovery that took it over after our lease
-                // ran out failed it), or another worker took it over after
-                // this one stalled past its lease: its outcome is that
-                // worker's to count.
-                Finished::Superseded { .. }
-                | Finished::LeaseLost { .. }
-                | Finished::Skipped { .. } => {}
+        // Claim a few pending payouts: their `sending` is committed before
+        // the bank hears of them, so from here on a crash leaves rows that
+        // recovery finds, each under its lease. No other worker gets them.
+        let claimed = PayoutStatus::start()
+            .claim::<DB, i64>(pool, CLAIM_BATCH)
+            .await?;
+        if !claimed.is_empty() {
+            for won in claimed {
+                worked.started += 1;
+                match won.finish(pool, |effect| bank.pay(effect)).await? {
+                    Finished::Done(_) => worked.sent += 1,
+                    Finished::Failed(_) => worked.failed += 1,
+                    Finished::RetryLater => worked.retry_later += 1,
+                    // The row left `sending` some other way while the bank
+                    // answered (a recovery that took it over after our
+                    // lease ran out failed it), or another worker took it
+                    // over after this one stalled past its lease: its
+                    // outcome is that worker's to count.
+                    Finished::Superseded { .. }
+                    | Finished::LeaseLost { .. }
+                    | Finished::Skipped { .. } => {}
+                }
             }
             continue;
         }

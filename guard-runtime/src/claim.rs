@@ -3,11 +3,10 @@
 //! row, in the machine's `order`. Concurrent claimers never get the same
 //! row and do not wait for rows another claimer holds.
 
-use core::future::Future;
 use core::time::Duration;
 
 use crate::StateMachine;
-use crate::dialect::Backend;
+use crate::dialect::{Backend, BoxFuture};
 use crate::error::Error;
 use crate::executor::Executor;
 use crate::executor::sealed::Run;
@@ -34,7 +33,7 @@ pub trait Batched: Backend + sealed::Sealed {
         params: &'a P,
         claim: Claim,
         limit: u32,
-    ) -> impl Future<Output = Result<Vec<Won<S, K, Committed>>, Error>> + Send + 'a
+    ) -> Claimed<'a, S, K>
     where
         S: StateMachine,
         K: RowKey<Self, S::KeyShape> + DecodeKey<Self, S::KeyShape> + Send + 'a,
@@ -47,7 +46,7 @@ pub trait Batched: Backend + sealed::Sealed {
         transition: Transition<S>,
         keys: &'a [&'a K],
         params: &'a P,
-    ) -> impl Future<Output = Result<Vec<Found<S, K>>, Error>> + Send + 'a
+    ) -> Applied<'a, S, K>
     where
         S: StateMachine,
         K: DecodeKey<Self, S::KeyShape>
@@ -62,6 +61,12 @@ pub trait Batched: Backend + sealed::Sealed {
 mod sealed {
     pub trait Sealed {}
 }
+
+/// A claim's future: committed wins, oldest first.
+type Claimed<'a, S, K> = BoxFuture<'a, Result<Vec<Won<S, K, Committed>>, Error>>;
+
+/// One `apply_many` chunk's future: what each key came to.
+type Applied<'a, S, K> = BoxFuture<'a, Result<Vec<Found<S, K>>, Error>>;
 
 /// Which claim: every row in a source state, or those whose `since` is
 /// older than an age.
@@ -83,7 +88,7 @@ impl Batched for sqlx::Postgres {
         transition: Transition<S>,
         keys: &'a [&'a K],
         params: &'a P,
-    ) -> impl Future<Output = Result<Vec<Found<S, K>>, Error>> + Send + 'a
+    ) -> Applied<'a, S, K>
     where
         S: StateMachine,
         K: DecodeKey<Self, S::KeyShape>
@@ -94,7 +99,7 @@ impl Batched for sqlx::Postgres {
             + 'a,
         P: Params<Self> + 'a,
     {
-        many::returning(pool, transition, keys, params)
+        Box::pin(many::returning(pool, transition, keys, params))
     }
 
     fn claim_rows<'a, S, K, P>(
@@ -103,13 +108,13 @@ impl Batched for sqlx::Postgres {
         params: &'a P,
         claim: Claim,
         limit: u32,
-    ) -> impl Future<Output = Result<Vec<Won<S, K, Committed>>, Error>> + Send + 'a
+    ) -> Claimed<'a, S, K>
     where
         S: StateMachine,
         K: RowKey<Self, S::KeyShape> + DecodeKey<Self, S::KeyShape> + Send + 'a,
         P: Params<Self> + 'a,
     {
-        one_statement(pool, transition, params, claim, limit)
+        Box::pin(one_statement(pool, transition, params, claim, limit))
     }
 }
 
@@ -123,7 +128,7 @@ impl Batched for sqlx::Sqlite {
         transition: Transition<S>,
         keys: &'a [&'a K],
         params: &'a P,
-    ) -> impl Future<Output = Result<Vec<Found<S, K>>, Error>> + Send + 'a
+    ) -> Applied<'a, S, K>
     where
         S: StateMachine,
         K: DecodeKey<Self, S::KeyShape>
@@ -134,7 +139,7 @@ impl Batched for sqlx::Sqlite {
             + 'a,
         P: Params<Self> + 'a,
     {
-        many::returning(pool, transition, keys, params)
+        Box::pin(many::returning(pool, transition, keys, params))
     }
 
     fn claim_rows<'a, S, K, P>(
@@ -143,7 +148,7 @@ impl Batched for sqlx::Sqlite {
         params: &'a P,
         claim: Claim,
         limit: u32,
-    ) -> impl Future<Output = Result<Vec<Won<S, K, Committed>>, Error>> + Send + 'a
+    ) -> Claimed<'a, S, K>
     where
         S: StateMachine,
         K: RowKey<Self, S::KeyShape> + DecodeKey<Self, S::KeyShape> + Send + 'a,
@@ -151,7 +156,14 @@ impl Batched for sqlx::Sqlite {
     {
         // Take the write lock first: the candidates read are then the rows
         // this transaction moves.
-        in_transaction(pool, "BEGIN IMMEDIATE", transition, params, claim, limit)
+        Box::pin(in_transaction(
+            pool,
+            "BEGIN IMMEDIATE",
+            transition,
+            params,
+            claim,
+            limit,
+        ))
     }
 }
 
@@ -165,7 +177,7 @@ impl Batched for sqlx::MySql {
         transition: Transition<S>,
         keys: &'a [&'a K],
         params: &'a P,
-    ) -> impl Future<Output = Result<Vec<Found<S, K>>, Error>> + Send + 'a
+    ) -> Applied<'a, S, K>
     where
         S: StateMachine,
         K: DecodeKey<Self, S::KeyShape>
@@ -176,7 +188,7 @@ impl Batched for sqlx::MySql {
             + 'a,
         P: Params<Self> + 'a,
     {
-        many::in_transaction(pool, transition, keys, params)
+        Box::pin(many::in_transaction(pool, transition, keys, params))
     }
 
     fn claim_rows<'a, S, K, P>(
@@ -185,13 +197,15 @@ impl Batched for sqlx::MySql {
         params: &'a P,
         claim: Claim,
         limit: u32,
-    ) -> impl Future<Output = Result<Vec<Won<S, K, Committed>>, Error>> + Send + 'a
+    ) -> Claimed<'a, S, K>
     where
         S: StateMachine,
         K: RowKey<Self, S::KeyShape> + DecodeKey<Self, S::KeyShape> + Send + 'a,
         P: Params<Self> + 'a,
     {
-        in_transaction(pool, "BEGIN", transition, params, claim, limit)
+        Box::pin(in_transaction(
+            pool, "BEGIN", transition, params, claim, limit,
+        ))
     }
 }
 

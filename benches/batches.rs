@@ -1,0 +1,433 @@
+//! Set-at-a-time operations against their alternatives, in one process,
+//! on the same server, as ratios of rows moved per second:
+//!
+//! - `apply_many` over 10,000 keys against a loop of `apply` over 10,000
+//!   keys (target: at least 20× faster) and against a hand-written
+//!   statement of the usual shape (PostgreSQL `UPDATE … WHERE id = ANY($1)`,
+//!   SQLite `UPDATE … WHERE id IN (SELECT value FROM json_each(?1))`;
+//!   target: within 10%), on PostgreSQL and SQLite. Rounds alternate
+//!   (ABBA…), each on rows of its own.
+//! - `claim` with 8 workers taking batches of 50 against a hand-written
+//!   `FOR UPDATE SKIP LOCKED` claim of the same shape (target: within 10%)
+//!   and against the "read the oldest pending row, then apply" pattern
+//!   (target: at least 3× the rows per second), on PostgreSQL.
+//!
+//! PostgreSQL: `STATEGUARD_POSTGRES_URL` (the bench works in a schema of
+//! its own and drops it); without it only SQLite runs.
+//!
+//! Run with `cargo bench --bench batches`.
+
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Pool, Postgres, Sqlite};
+use stateguard::{Outcome, StateMachine};
+
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(table = "batch_rows", column = "status", key = "id")]
+enum Batch {
+    #[state(initial)]
+    #[transition(advance -> B)]
+    A,
+    B,
+}
+
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(table = "claim_ours", column = "status", key = "id")]
+enum Ours {
+    #[state(initial)]
+    #[transition(take -> B)]
+    A,
+    B,
+}
+
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(table = "claim_pattern", column = "status", key = "id")]
+enum Pattern {
+    #[state(initial)]
+    #[transition(take -> B)]
+    A,
+    B,
+}
+
+const KEYS: i64 = 10_000;
+const ROUNDS: i64 = 6;
+const LOOP_ROUNDS: i64 = 2;
+const WORKERS: usize = 8;
+const CLAIM_BATCH: u32 = 50;
+const CLAIM_ROWS: i64 = 20_000;
+const PATTERN_ROWS: i64 = 4_000;
+
+const HAND_PG: &str = "UPDATE batch_rows SET status = 'b' WHERE id = ANY($1) AND status IN ('a') \
+                       RETURNING id";
+const HAND_SQLITE: &str = "UPDATE batch_rows SET status = 'b' WHERE id IN \
+                           (SELECT value FROM json_each(?1)) AND status IN ('a') RETURNING id";
+const HAND_CLAIM: &str = "UPDATE claim_hand SET status = 'b' WHERE id IN (SELECT id FROM \
+                          claim_hand WHERE status IN ('a') ORDER BY id LIMIT $1 FOR UPDATE SKIP \
+                          LOCKED) AND status IN ('a') RETURNING id";
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn report(label: &str, ours: &[f64], other: &[f64], other_label: &str) {
+    let paired = median(ours.iter().zip(other).map(|(a, b)| a / b).collect());
+    println!(
+        "  {label}: {:.0} rows/s, {other_label} {:.0} rows/s, ratio {:.3} (median of paired \
+         rounds {paired:.3})",
+        median(ours.to_vec()),
+        median(other.to_vec()),
+        median(ours.to_vec()) / median(other.to_vec()),
+    );
+}
+
+/// Rows per second of `round` over keys `from..from + KEYS`.
+async fn timed<F, Fut>(from: i64, round: F) -> f64
+where
+    F: FnOnce(Vec<i64>) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let keys: Vec<i64> = (from..from + KEYS).collect();
+    let started = Instant::now();
+    round(keys).await;
+    KEYS as f64 / started.elapsed().as_secs_f64()
+}
+
+async fn many_round<DB>(pool: &Pool<DB>, keys: Vec<i64>)
+where
+    DB: stateguard::Batched,
+    for<'p> &'p Pool<DB>: stateguard::Executor<Database = DB, Commit = stateguard::Committed>,
+    i64: stateguard::Key<DB>
+        + for<'r> sqlx::Decode<'r, DB>
+        + stateguard::ManyKeys<DB, stateguard::key::shape::One>,
+{
+    let outcomes = Batch::advance().apply_many(pool, &keys).await.unwrap();
+    assert!(outcomes.iter().all(Outcome::is_applied));
+}
+
+async fn loop_round<DB>(pool: &Pool<DB>, keys: Vec<i64>)
+where
+    DB: stateguard::Backend,
+    for<'p> &'p Pool<DB>: stateguard::Executor<Database = DB, Commit = stateguard::Committed>,
+    i64: stateguard::Key<DB>,
+{
+    for key in keys {
+        assert!(
+            Batch::advance()
+                .apply(pool, key)
+                .await
+                .unwrap()
+                .is_applied()
+        );
+    }
+}
+
+async fn sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = SqliteConnectOptions::new()
+        .filename(dir.path().join("batches.db"))
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Normal)
+        .busy_timeout(Duration::from_secs(30));
+    let pool: Pool<Sqlite> = SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect_with(options)
+        .await
+        .unwrap();
+    sqlx::query("CREATE TABLE batch_rows (id INTEGER PRIMARY KEY, status TEXT NOT NULL)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let rows = KEYS * (2 * ROUNDS + 2 * LOOP_ROUNDS);
+    sqlx::query(
+        "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n WHERE x < ?1) \
+         INSERT INTO batch_rows (id, status) SELECT x, 'a' FROM n",
+    )
+    .bind(rows)
+    .execute(&pool)
+    .await
+    .unwrap();
+    println!("SQLite (temp file, WAL)");
+    let mut next = 1;
+    let (mut many, mut hand, mut lp, mut many_vs_loop) = (vec![], vec![], vec![], vec![]);
+    for round in 0..ROUNDS {
+        let hand_round = |keys: Vec<i64>| {
+            let pool = pool.clone();
+            async move {
+                let json = format!(
+                    "[{}]",
+                    keys.iter()
+                        .map(i64::to_string)
+                        .collect::<Vec<_>>()
+                        .join(",")
+                );
+                let rows = sqlx::query(HAND_SQLITE)
+                    .bind(json)
+                    .fetch_all(&pool)
+                    .await
+                    .unwrap();
+                assert_eq!(rows.len() as i64, KEYS);
+            }
+        };
+        if round % 2 == 0 {
+            many.push(timed(next, |k| many_round(&pool, k)).await);
+            hand.push(timed(next + KEYS, hand_round).await);
+        } else {
+            hand.push(timed(next, hand_round).await);
+            many.push(timed(next + KEYS, |k| many_round(&pool, k)).await);
+        }
+        next += 2 * KEYS;
+    }
+    for _ in 0..LOOP_ROUNDS {
+        many_vs_loop.push(timed(next, |k| many_round(&pool, k)).await);
+        lp.push(timed(next + KEYS, |k| loop_round(&pool, k)).await);
+        next += 2 * KEYS;
+    }
+    report(
+        "apply_many vs hand-written json_each",
+        &many,
+        &hand,
+        "hand-written",
+    );
+    report("apply_many vs a loop of apply", &many_vs_loop, &lp, "loop");
+}
+
+async fn postgres(url: &str) {
+    let schema = format!("stateguard_batches_{}", std::process::id());
+    let admin = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(url)
+        .await
+        .unwrap();
+    // The schema name is made here from a number; it is not user input.
+    sqlx::query("SELECT set_config('stateguard.bench_schema', $1, false)")
+        .bind(&schema)
+        .execute(&admin)
+        .await
+        .unwrap();
+    sqlx::query(
+        "DO $$ BEGIN EXECUTE format('CREATE SCHEMA %I', \
+         current_setting('stateguard.bench_schema')); END $$",
+    )
+    .execute(&admin)
+    .await
+    .unwrap();
+    let options = PgConnectOptions::from_str(url)
+        .unwrap()
+        .options([("search_path", schema.as_str())]);
+    let pool: Pool<Postgres> = PgPoolOptions::new()
+        .max_connections(WORKERS as u32)
+        .connect_with(options)
+        .await
+        .unwrap();
+    let rows = KEYS * (2 * ROUNDS + 2 * LOOP_ROUNDS);
+    for statement in [
+        "CREATE TABLE batch_rows (id BIGINT PRIMARY KEY, status TEXT NOT NULL)",
+        "CREATE TABLE claim_ours (id BIGINT PRIMARY KEY, status TEXT NOT NULL)",
+        "CREATE TABLE claim_hand (id BIGINT PRIMARY KEY, status TEXT NOT NULL)",
+        "CREATE TABLE claim_pattern (id BIGINT PRIMARY KEY, status TEXT NOT NULL)",
+        "CREATE INDEX ON claim_ours (status, id)",
+        "CREATE INDEX ON claim_hand (status, id)",
+        "CREATE INDEX ON claim_pattern (status, id)",
+    ] {
+        sqlx::query(statement).execute(&pool).await.unwrap();
+    }
+    sqlx::query("INSERT INTO batch_rows SELECT g, 'a' FROM generate_series(1::bigint, $1) g")
+        .bind(rows)
+        .execute(&pool)
+        .await
+        .unwrap();
+    println!("PostgreSQL (schema {schema})");
+    let mut next = 1;
+    let (mut many, mut hand, mut lp, mut many_vs_loop) = (vec![], vec![], vec![], vec![]);
+    for round in 0..ROUNDS {
+        let hand_round = |keys: Vec<i64>| {
+            let pool = pool.clone();
+            async move {
+                let rows = sqlx::query(HAND_PG)
+                    .bind(keys)
+                    .fetch_all(&pool)
+                    .await
+                    .unwrap();
+                assert_eq!(rows.len() as i64, KEYS);
+            }
+        };
+        if round % 2 == 0 {
+            many.push(timed(next, |k| many_round(&pool, k)).await);
+            hand.push(timed(next + KEYS, hand_round).await);
+        } else {
+            hand.push(timed(next, hand_round).await);
+            many.push(timed(next + KEYS, |k| many_round(&pool, k)).await);
+        }
+        next += 2 * KEYS;
+    }
+    for _ in 0..LOOP_ROUNDS {
+        many_vs_loop.push(timed(next, |k| many_round(&pool, k)).await);
+        lp.push(timed(next + KEYS, |k| loop_round(&pool, k)).await);
+        next += 2 * KEYS;
+    }
+    report(
+        "apply_many vs hand-written = ANY($1)",
+        &many,
+        &hand,
+        "hand-written",
+    );
+    report("apply_many vs a loop of apply", &many_vs_loop, &lp, "loop");
+
+    // Claims: 8 workers drain a table.
+    let (mut ours, mut hand, mut ours_p, mut pattern) = (vec![], vec![], vec![], vec![]);
+    for round in 0..ROUNDS {
+        for (table, n) in [
+            ("claim_ours", CLAIM_ROWS),
+            ("claim_hand", CLAIM_ROWS),
+            ("claim_pattern", PATTERN_ROWS),
+        ] {
+            let _ = table;
+            let refill: &'static str = match table {
+                "claim_ours" => {
+                    "INSERT INTO claim_ours SELECT g, 'a' FROM generate_series(1::bigint, $1) g"
+                }
+                "claim_hand" => {
+                    "INSERT INTO claim_hand SELECT g, 'a' FROM generate_series(1::bigint, $1) g"
+                }
+                _ => {
+                    "INSERT INTO claim_pattern SELECT g, 'a' FROM generate_series(1::bigint, $1) g"
+                }
+            };
+            let clear: &'static str = match table {
+                "claim_ours" => "TRUNCATE claim_ours",
+                "claim_hand" => "TRUNCATE claim_hand",
+                _ => "TRUNCATE claim_pattern",
+            };
+            sqlx::query(clear).execute(&pool).await.unwrap();
+            sqlx::query(refill).bind(n).execute(&pool).await.unwrap();
+        }
+        sqlx::query("ANALYZE").execute(&pool).await.unwrap();
+        let run_ours = drain(&pool, CLAIM_ROWS, claim_ours);
+        let run_hand = drain(&pool, CLAIM_ROWS, claim_hand);
+        if round % 2 == 0 {
+            ours.push(run_ours.await);
+            hand.push(run_hand.await);
+        } else {
+            hand.push(run_hand.await);
+            ours.push(run_ours.await);
+        }
+        sqlx::query("TRUNCATE claim_ours")
+            .execute(&pool)
+            .await
+            .unwrap();
+        sqlx::query("INSERT INTO claim_ours SELECT g, 'a' FROM generate_series(1::bigint, $1) g")
+            .bind(PATTERN_ROWS)
+            .execute(&pool)
+            .await
+            .unwrap();
+        ours_p.push(drain(&pool, PATTERN_ROWS, claim_ours).await);
+        pattern.push(drain(&pool, PATTERN_ROWS, oldest_then_apply).await);
+    }
+    report(
+        &format!("claim, {WORKERS} workers, batches of {CLAIM_BATCH}, vs hand-written SKIP LOCKED"),
+        &ours,
+        &hand,
+        "hand-written",
+    );
+    report(
+        &format!("claim vs oldest-pending-then-apply, {WORKERS} workers"),
+        &ours_p,
+        &pattern,
+        "oldest-pending pattern",
+    );
+    pool.close().await;
+    sqlx::query(
+        "DO $$ BEGIN EXECUTE format('DROP SCHEMA %I CASCADE', \
+         current_setting('stateguard.bench_schema')); END $$",
+    )
+    .execute(&admin)
+    .await
+    .unwrap();
+}
+
+async fn claim_ours(pool: Pool<Postgres>) -> usize {
+    Ours::take()
+        .claim::<_, i64>(&pool, CLAIM_BATCH)
+        .await
+        .unwrap()
+        .len()
+}
+
+async fn claim_hand(pool: Pool<Postgres>) -> usize {
+    sqlx::query(HAND_CLAIM)
+        .bind(i64::from(CLAIM_BATCH))
+        .fetch_all(&pool)
+        .await
+        .unwrap()
+        .len()
+}
+
+/// The pattern `claim` replaces: read the oldest pending row, then apply.
+async fn oldest_then_apply(pool: Pool<Postgres>) -> usize {
+    let oldest: Option<i64> =
+        sqlx::query_scalar("SELECT id FROM claim_pattern WHERE status = 'a' ORDER BY id LIMIT 1")
+            .fetch_optional(&pool)
+            .await
+            .unwrap();
+    match oldest {
+        None => 0,
+        Some(id) => match Pattern::take().apply(&pool, id).await.unwrap() {
+            Outcome::Applied(_) => 1,
+            // Lost the race to another worker: nothing moved, but the
+            // queue is not empty.
+            _ => usize::MAX,
+        },
+    }
+}
+
+/// Rows per second for `WORKERS` tasks calling `step` until the table is
+/// drained: `step` returns the rows it moved (0: none left; `usize::MAX`:
+/// moved none, but rows remain).
+async fn drain<F, Fut>(pool: &Pool<Postgres>, rows: i64, step: F) -> f64
+where
+    F: Fn(Pool<Postgres>) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = usize> + Send,
+{
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..WORKERS {
+        let (pool, step) = (pool.clone(), step.clone());
+        tasks.spawn(async move {
+            let mut moved = 0;
+            loop {
+                match step(pool.clone()).await {
+                    0 => return moved,
+                    usize::MAX => {}
+                    n => moved += n,
+                }
+            }
+        });
+    }
+    let mut moved = 0;
+    while let Some(done) = tasks.join_next().await {
+        moved += done.unwrap();
+    }
+    assert_eq!(moved as i64, rows, "every row moved once");
+    rows as f64 / started.elapsed().as_secs_f64()
+}
+
+#[tokio::main]
+async fn main() {
+    let started = Instant::now();
+    sqlite().await;
+    match std::env::var("STATEGUARD_POSTGRES_URL") {
+        Ok(url) if !url.trim().is_empty() => postgres(&url).await,
+        _ => println!("PostgreSQL: skipped, because STATEGUARD_POSTGRES_URL is not set"),
+    }
+    println!("total {:.1} s", started.elapsed().as_secs_f64());
+}
