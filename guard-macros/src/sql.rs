@@ -663,34 +663,42 @@ impl Dialect {
             .join(" AND ")
     }
 
-    /// SQLite: the row's key among the JSON `?1`'s, exactly: once as
-    /// stored (so the key's index finds the rows), once as bytes.
+    /// SQLite: the row's key among the JSON `?1`'s, exactly: the keys of
+    /// the rows that a join of the JSON with the table finds by the key's
+    /// index and compares as bytes.
     fn many_in_json(self, model: &Model) -> String {
         let n = model.key.len();
-        let part = |i: usize| match n {
-            1 => "value".to_owned(),
-            _ => format!("json_extract(value, '$[{i}]')"),
-        };
-        let keys: Vec<String> = model.key.iter().map(|k| self.quote(k)).collect();
-        let parts: Vec<String> = (0..n).map(part).collect();
-        let key_bytes: Vec<String> = keys.iter().map(|k| format!("CAST({k} AS BLOB)")).collect();
-        let part_bytes: Vec<String> = parts.iter().map(|p| format!("CAST({p} AS BLOB)")).collect();
+        let table = self.quote(&model.table);
+        let keys: Vec<String> = model
+            .key
+            .iter()
+            .map(|k| format!("{table}.{}", self.quote(k)))
+            .collect();
+        let matches: Vec<String> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| {
+                let part = match n {
+                    1 => "__sg_i.value".to_owned(),
+                    _ => format!("json_extract(__sg_i.value, '$[{i}]')"),
+                };
+                format!("{k} = {part} AND CAST({k} AS BLOB) = CAST({part} AS BLOB)")
+            })
+            .collect();
         format!(
-            "({}) IN (SELECT {} FROM json_each(?1)) AND ({}) IN (SELECT {} FROM json_each(?1))",
+            "({}) IN (SELECT {} FROM json_each(?1) AS __sg_i JOIN {table} ON {})",
             keys.join(", "),
-            parts.join(", "),
-            key_bytes.join(", "),
-            part_bytes.join(", "),
+            keys.join(", "),
+            matches.join(" AND "),
         )
     }
 
     /// `transition.apply_many(pool, keys)`, the winning part: every row
     /// among the keys that is in a source state (and meets the guard)
-    /// moves, in one statement. PostgreSQL locks the rows in key order
-    /// first, so that two batches over the same keys cannot deadlock, and
-    /// returns their keys, versions and lease tokens; SQLite returns the
-    /// same; MySQL's rows are already locked by [`Self::many_read`] in the
-    /// same transaction, and [`Self::many_lease`] reads the leases.
+    /// moves, in one statement, which returns their keys, and versions and
+    /// lease tokens where the machine has them; MySQL's rows are already
+    /// locked by [`Self::many_read`] in the same transaction, and
+    /// [`Self::many_lease`] reads the leases.
     ///
     /// Placeholders: the keys (arrays on PostgreSQL, JSON elsewhere), then
     /// the `set` values, then the guard's.
@@ -718,44 +726,53 @@ impl Dialect {
         };
         let assignments = d.assignments(model, transition, key_params + 1);
         let target = &model.states[transition.target];
-        let lease = match &target.in_flight {
-            Some(in_flight) => d.lease_token(&in_flight.since),
-            None => d.int64("0"),
-        };
         let keys: Vec<String> = model
             .key
             .iter()
             .map(|k| format!("{table}.{}", d.quote(k)))
             .collect();
         let keys = keys.join(", ");
-        let returning = format!(
-            " RETURNING {keys}, {}, {lease}",
-            d.version_read(model.version.as_deref())
-        );
+        // The keys, then the version and the lease token where they exist
+        // (the runtime reads what the machine has).
+        let mut returning = format!(" RETURNING {keys}");
+        if model.version.is_some() {
+            returning.push_str(&format!(", {}", d.version_read(model.version.as_deref())));
+        }
+        if let Some(in_flight) = &target.in_flight {
+            returning.push_str(&format!(", {}", d.lease_token(&in_flight.since)));
+        }
         match d {
-            Dialect::Postgres => {
-                let locked: Vec<String> = model
-                    .key
-                    .iter()
-                    .enumerate()
-                    .map(|(i, k)| format!("{table}.{} AS __sg_k{i}", d.quote(k)))
-                    .collect();
-                let joined: Vec<String> = model
-                    .key
-                    .iter()
-                    .enumerate()
-                    .map(|(i, k)| format!("{table}.{} = __sg_locked.__sg_k{i}", d.quote(k)))
-                    .collect();
-                let last = model.table.rsplit('.').next().unwrap_or(&model.table);
+            // One column: `= ANY($1)`, which the key's index serves in key
+            // order, so that overlapping batches lock rows in the same
+            // order. The text comparison (a hashed subplan) keeps the match
+            // exact under a nondeterministic collation.
+            Dialect::Postgres if model.key.len() == 1 => {
+                let k = &keys;
                 format!(
-                    "WITH __sg_locked AS (SELECT {} FROM {table} JOIN {} ON {} WHERE \
-                     {status}{guard} ORDER BY {keys} FOR UPDATE OF {}) UPDATE {table} SET \
-                     {assignments} FROM __sg_locked WHERE {}{returning}",
-                    locked.join(", "),
+                    "UPDATE {table} SET {assignments} WHERE {k} = ANY($1) AND CAST({k} AS TEXT) \
+                     COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM \
+                     unnest($1) AS __sg_i(__sg_k0)) AND {status}{guard}{returning}"
+                )
+            }
+            Dialect::Postgres => {
+                let n = model.key.len();
+                let columns: Vec<String> = (0..n).map(|i| format!("__sg_k{i}")).collect();
+                let texts: Vec<String> = (0..n)
+                    .map(|i| format!("CAST(__sg_k{i} AS TEXT) COLLATE \"C\""))
+                    .collect();
+                let key_texts: Vec<String> = model
+                    .key
+                    .iter()
+                    .map(|k| format!("CAST({table}.{} AS TEXT) COLLATE \"C\"", d.quote(k)))
+                    .collect();
+                format!(
+                    "UPDATE {table} SET {assignments} WHERE ({keys}) IN (SELECT {} FROM {}) AND \
+                     ({}) IN (SELECT {} FROM {}) AND {status}{guard}{returning}",
+                    columns.join(", "),
                     d.many_input(model),
-                    d.many_match(model),
-                    d.quote(last),
-                    joined.join(" AND "),
+                    key_texts.join(", "),
+                    texts.join(", "),
+                    d.many_input(model),
                 )
             }
             Dialect::Sqlite => format!(

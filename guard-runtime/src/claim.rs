@@ -45,6 +45,7 @@ pub trait Batched: Backend + sealed::Sealed {
         pool: &'a sqlx::Pool<Self>,
         transition: Transition<S>,
         keys: &'a [&'a K],
+        texts: &'a [&'a str],
         params: &'a P,
     ) -> Applied<'a, S, K>
     where
@@ -87,6 +88,7 @@ impl Batched for sqlx::Postgres {
         pool: &'a sqlx::Pool<Self>,
         transition: Transition<S>,
         keys: &'a [&'a K],
+        texts: &'a [&'a str],
         params: &'a P,
     ) -> Applied<'a, S, K>
     where
@@ -99,7 +101,7 @@ impl Batched for sqlx::Postgres {
             + 'a,
         P: Params<Self> + 'a,
     {
-        Box::pin(many::returning(pool, transition, keys, params))
+        Box::pin(many::returning(pool, transition, keys, texts, params))
     }
 
     fn claim_rows<'a, S, K, P>(
@@ -127,6 +129,7 @@ impl Batched for sqlx::Sqlite {
         pool: &'a sqlx::Pool<Self>,
         transition: Transition<S>,
         keys: &'a [&'a K],
+        texts: &'a [&'a str],
         params: &'a P,
     ) -> Applied<'a, S, K>
     where
@@ -139,7 +142,7 @@ impl Batched for sqlx::Sqlite {
             + 'a,
         P: Params<Self> + 'a,
     {
-        Box::pin(many::returning(pool, transition, keys, params))
+        Box::pin(many::returning(pool, transition, keys, texts, params))
     }
 
     fn claim_rows<'a, S, K, P>(
@@ -176,6 +179,7 @@ impl Batched for sqlx::MySql {
         pool: &'a sqlx::Pool<Self>,
         transition: Transition<S>,
         keys: &'a [&'a K],
+        texts: &'a [&'a str],
         params: &'a P,
     ) -> Applied<'a, S, K>
     where
@@ -188,7 +192,7 @@ impl Batched for sqlx::MySql {
             + 'a,
         P: Params<Self> + 'a,
     {
-        Box::pin(many::in_transaction(pool, transition, keys, params))
+        Box::pin(many::in_transaction(pool, transition, keys, texts, params))
     }
 
     fn claim_rows<'a, S, K, P>(

@@ -421,8 +421,8 @@ impl<S: StateMachine> TransitionDef<S> {
 
     /// What [`Transition::apply_many`](crate::Transition::apply_many) runs:
     /// `[update, read, lease read]`. The update moves every row among the
-    /// keys that is in a source state (PostgreSQL locks them in key order
-    /// first) and returns their keys, versions and lease tokens; the read
+    /// keys that is in a source state and returns their keys, and versions
+    /// and lease tokens where the machine has them; the read
     /// gives the others' state, version and guard (on MySQL it comes first,
     /// locking the rows, and the lease read follows the update).
     pub const fn apply_many_sql(&self) -> &[Sql; 3] {

@@ -35,20 +35,15 @@ pub enum Found<S, K> {
 
 /// Keys to the chunk's positions, by their text (keys match exactly, so
 /// a row's key reads back with the text of the key that found it).
-struct Positions(HashMap<String, usize>);
+struct Positions<'a>(HashMap<&'a str, usize>);
 
-impl Positions {
-    fn of<Sh: KeyShape, K: KeyText<Sh>>(keys: &[&K]) -> Self {
-        Positions(
-            keys.iter()
-                .enumerate()
-                .map(|(i, k)| (k.key_text(), i))
-                .collect(),
-        )
+impl<'a> Positions<'a> {
+    fn of(texts: &[&'a str]) -> Self {
+        Positions(texts.iter().enumerate().map(|(i, t)| (*t, i)).collect())
     }
 
     fn get<Sh: KeyShape, K: KeyText<Sh>>(&self, key: &K) -> Option<usize> {
-        self.0.get(&key.key_text()).copied()
+        self.0.get(key.key_text().as_str()).copied()
     }
 }
 
@@ -63,8 +58,10 @@ impl<S: StateMachine> Transition<S> {
     /// The rows that move, move in one statement; the others are read in
     /// one more. Keys travel as one bound value (an array per key column on
     /// PostgreSQL, JSON on SQLite and MySQL), never as a list in the SQL.
-    /// Rows are locked in key order (on MySQL in the order of the keys'
-    /// text), so batches over overlapping keys do not deadlock. More than
+    /// Rows are taken in key order (on PostgreSQL through the key's index,
+    /// on MySQL in the order of the keys' text), so batches over
+    /// overlapping keys do not deadlock; a deadlock that a plan still runs
+    /// into, or a busy database, is retried inside the call. More than
     /// [`APPLY_MANY_CHUNK`] distinct keys are split into chunks of that
     /// many, each applied, and committed, on its own; each chunk keeps the
     /// transition's deadline.
@@ -118,33 +115,38 @@ impl<S: StateMachine> Transition<S> {
                 call: "apply_many",
             });
         }
-        // One entry per distinct key, in the order of its text.
-        let mut distinct: Vec<(String, &K)> = keys.iter().map(|k| (k.key_text(), k)).collect();
-        distinct.sort_by(|a, b| a.0.cmp(&b.0));
-        distinct.dedup_by(|a, b| a.0 == b.0);
-        let mut outcomes: HashMap<String, Outcome<S, K, Committed>> =
-            HashMap::with_capacity(distinct.len());
+        // The distinct keys, in the order of their text; `slot[i]` is the
+        // distinct key of input `i`.
+        let texts: Vec<String> = keys.iter().map(KeyText::key_text).collect();
+        let mut order: Vec<usize> = (0..keys.len()).collect();
+        order.sort_unstable_by(|&a, &b| texts[a].cmp(&texts[b]));
+        let mut slot = vec![0; keys.len()];
+        let mut distinct: Vec<usize> = Vec::new();
+        for i in order {
+            if distinct.last().is_none_or(|&last| texts[last] != texts[i]) {
+                distinct.push(i);
+            }
+            slot[i] = distinct.len() - 1;
+        }
+        let mut outcomes: Vec<Option<Outcome<S, K, Committed>>> =
+            Vec::with_capacity(distinct.len());
         for chunk in distinct.chunks(APPLY_MANY_CHUNK) {
-            let chunk_keys: Vec<&K> = chunk.iter().map(|(_, k)| *k).collect();
-            let found = self.chunk(pool, &chunk_keys, params).await?;
-            for ((text, key), found) in chunk.iter().zip(found) {
-                let outcome = self.outcome(pool, (*key).clone(), found, params).await?;
-                outcomes.insert(text.clone(), outcome);
+            let chunk_keys: Vec<&K> = chunk.iter().map(|&i| &keys[i]).collect();
+            let chunk_texts: Vec<&str> = chunk.iter().map(|&i| texts[i].as_str()).collect();
+            let found = self.chunk(pool, &chunk_keys, &chunk_texts, params).await?;
+            for (key, found) in chunk_keys.into_iter().zip(found) {
+                outcomes.push(Some(self.outcome(pool, key, found, params).await?));
             }
         }
         // Fan out to the input: a repeated key's first occurrence gets its
         // outcome; a later one finds the row where the first left it.
         let mut out = Vec::with_capacity(keys.len());
-        for key in keys {
-            let text = key.key_text();
-            let outcome = match outcomes.remove(&text) {
-                Some(outcome) => {
-                    let again = again::<S, K>(&outcome);
-                    outcomes.insert(text, again);
-                    outcome
-                }
+        for s in slot {
+            let outcome = match outcomes[s].take() {
+                Some(outcome) => outcome,
                 None => Outcome::NotFound,
             };
+            outcomes[s] = Some(again::<S, K>(&outcome));
             out.push(outcome);
         }
         Ok(out)
@@ -155,6 +157,7 @@ impl<S: StateMachine> Transition<S> {
         self,
         pool: &sqlx::Pool<DB>,
         keys: &[&K],
+        texts: &[&str],
         params: &P,
     ) -> Result<Vec<Found<S, K>>, Error>
     where
@@ -170,7 +173,7 @@ impl<S: StateMachine> Transition<S> {
         let mut attempts = 0;
         loop {
             attempts += 1;
-            let run = DB::apply_rows(pool, self, keys, params);
+            let run = DB::apply_rows(pool, self, keys, texts, params);
             let error = match tokio::time::timeout(self.deadline(), run).await {
                 Ok(Ok(found)) => return Ok(found),
                 Ok(Err(error)) => error,
@@ -201,14 +204,14 @@ impl<S: StateMachine> Transition<S> {
     async fn outcome<DB, K, P>(
         self,
         pool: &sqlx::Pool<DB>,
-        key: K,
+        key: &K,
         found: Found<S, K>,
         params: &P,
     ) -> Result<Outcome<S, K, Committed>, Error>
     where
         DB: Backend,
         for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
-        K: RowKey<DB, S::KeyShape>,
+        K: RowKey<DB, S::KeyShape> + Clone,
         P: Params<DB>,
     {
         Ok(match found {
@@ -234,7 +237,7 @@ impl<S: StateMachine> Transition<S> {
             // In a source state and meeting the guard, yet not moved: it
             // moved away and back between the statements. This one key
             // takes the one-row path.
-            Found::Left { .. } => self.apply_with(pool, key, params).await?,
+            Found::Left { .. } => self.apply_with(pool, key.clone(), params).await?,
         })
     }
 }
@@ -360,6 +363,7 @@ pub(crate) async fn returning<DB, S, K, P>(
     pool: &sqlx::Pool<DB>,
     transition: Transition<S>,
     keys: &[&K],
+    texts: &[&str],
     params: &P,
 ) -> Result<Vec<Found<S, K>>, Error>
 where
@@ -370,7 +374,7 @@ where
     P: Params<DB>,
 {
     let [update, read, _] = transition.def().apply_many_sql();
-    let positions = Positions::of::<S::KeyShape, K>(keys);
+    let positions = Positions::of(texts);
     let mut found: Vec<Found<S, K>> = keys.iter().map(|_| Found::Missing).collect();
     let mut executor = pool;
     let n = S::KeyShape::COLUMNS;
@@ -381,10 +385,19 @@ where
         .await
         .map_err(db_error)?;
     let mut moved = vec![false; keys.len()];
+    // The keys, then the version and the lease token where they exist.
+    let versioned = S::MACHINE.version().is_some();
+    let leased = transition.def().stamps().is_some();
     for row in &rows {
         let key = K::decode(row).map_err(db_error)?;
-        let occurrence = DB::int(row, n).map_err(db_error)?;
-        let lease = DB::int(row, n + 1).map_err(db_error)?;
+        let occurrence = match versioned {
+            true => DB::int(row, n).map_err(db_error)?,
+            false => 0,
+        };
+        let lease = match leased {
+            true => DB::int(row, n + usize::from(versioned)).map_err(db_error)?,
+            false => 0,
+        };
         if let Some(i) = positions.get(&key) {
             moved[i] = true;
             found[i] = Found::Moved {
@@ -423,6 +436,7 @@ pub(crate) async fn in_transaction<DB, S, K, P>(
     pool: &sqlx::Pool<DB>,
     transition: Transition<S>,
     keys: &[&K],
+    texts: &[&str],
     params: &P,
 ) -> Result<Vec<Found<S, K>>, Error>
 where
@@ -433,7 +447,7 @@ where
     P: Params<DB>,
 {
     let [update, read, lease_read] = transition.def().apply_many_sql();
-    let positions = Positions::of::<S::KeyShape, K>(keys);
+    let positions = Positions::of(texts);
     let mut found: Vec<Found<S, K>> = keys.iter().map(|_| Found::Missing).collect();
     let n = S::KeyShape::COLUMNS;
     let retry = |source: sqlx::Error| match DB::is_retryable(&source) {
