@@ -10,7 +10,7 @@ use crate::dialect::{Backend, BoxFuture};
 use crate::error::Error;
 use crate::executor::Executor;
 use crate::executor::sealed::Run;
-use crate::key::{DecodeKey, KeyShape, KeyText, ManyKeys, RowKey};
+use crate::key::{DecodeKey, KeyShape, ManyKeys, RowKey};
 use crate::machine::Sql;
 use crate::many::{self, Found};
 use crate::outcome::{Committed, Outcome, Uncommitted, Won};
@@ -45,17 +45,11 @@ pub trait Batched: Backend + sealed::Sealed {
         pool: &'a sqlx::Pool<Self>,
         transition: Transition<S>,
         keys: &'a [&'a K],
-        texts: &'a [&'a str],
         params: &'a P,
     ) -> Applied<'a, S, K>
     where
         S: StateMachine,
-        K: DecodeKey<Self, S::KeyShape>
-            + KeyText<S::KeyShape>
-            + ManyKeys<Self, S::KeyShape>
-            + Send
-            + Sync
-            + 'a,
+        K: DecodeKey<Self, S::KeyShape> + ManyKeys<Self, S::KeyShape> + Ord + Send + Sync + 'a,
         P: Params<Self> + 'a;
 }
 
@@ -88,20 +82,14 @@ impl Batched for sqlx::Postgres {
         pool: &'a sqlx::Pool<Self>,
         transition: Transition<S>,
         keys: &'a [&'a K],
-        texts: &'a [&'a str],
         params: &'a P,
     ) -> Applied<'a, S, K>
     where
         S: StateMachine,
-        K: DecodeKey<Self, S::KeyShape>
-            + KeyText<S::KeyShape>
-            + ManyKeys<Self, S::KeyShape>
-            + Send
-            + Sync
-            + 'a,
+        K: DecodeKey<Self, S::KeyShape> + ManyKeys<Self, S::KeyShape> + Ord + Send + Sync + 'a,
         P: Params<Self> + 'a,
     {
-        Box::pin(many::returning(pool, transition, keys, texts, params))
+        Box::pin(many::returning(pool, transition, keys, params))
     }
 
     fn claim_rows<'a, S, K, P>(
@@ -129,20 +117,14 @@ impl Batched for sqlx::Sqlite {
         pool: &'a sqlx::Pool<Self>,
         transition: Transition<S>,
         keys: &'a [&'a K],
-        texts: &'a [&'a str],
         params: &'a P,
     ) -> Applied<'a, S, K>
     where
         S: StateMachine,
-        K: DecodeKey<Self, S::KeyShape>
-            + KeyText<S::KeyShape>
-            + ManyKeys<Self, S::KeyShape>
-            + Send
-            + Sync
-            + 'a,
+        K: DecodeKey<Self, S::KeyShape> + ManyKeys<Self, S::KeyShape> + Ord + Send + Sync + 'a,
         P: Params<Self> + 'a,
     {
-        Box::pin(many::returning(pool, transition, keys, texts, params))
+        Box::pin(many::returning(pool, transition, keys, params))
     }
 
     fn claim_rows<'a, S, K, P>(
@@ -179,20 +161,14 @@ impl Batched for sqlx::MySql {
         pool: &'a sqlx::Pool<Self>,
         transition: Transition<S>,
         keys: &'a [&'a K],
-        texts: &'a [&'a str],
         params: &'a P,
     ) -> Applied<'a, S, K>
     where
         S: StateMachine,
-        K: DecodeKey<Self, S::KeyShape>
-            + KeyText<S::KeyShape>
-            + ManyKeys<Self, S::KeyShape>
-            + Send
-            + Sync
-            + 'a,
+        K: DecodeKey<Self, S::KeyShape> + ManyKeys<Self, S::KeyShape> + Ord + Send + Sync + 'a,
         P: Params<Self> + 'a,
     {
-        Box::pin(many::in_transaction(pool, transition, keys, texts, params))
+        Box::pin(many::in_transaction(pool, transition, keys, params))
     }
 
     fn claim_rows<'a, S, K, P>(

@@ -2,15 +2,13 @@
 //! many keys with one winning statement and one read for the rest, and
 //! returns one outcome per key, in input order.
 
-use std::collections::HashMap;
-
 use crate::StateMachine;
 use crate::claim::Batched;
 use crate::dialect::Backend;
 use crate::error::Error;
 use crate::executor::Executor;
 use crate::executor::sealed::Run;
-use crate::key::{DecodeKey, KeyShape, KeyText, ManyKeys, RowKey};
+use crate::key::{DecodeKey, KeyShape, ManyKeys, RowKey};
 use crate::outcome::{Committed, Outcome, Uncommitted, Won};
 use crate::retry::{MAX_ATTEMPTS, backoff};
 use crate::transition::{Bound, Params, Transition};
@@ -33,18 +31,11 @@ pub enum Found<S, K> {
     Missing,
 }
 
-/// Keys to the chunk's positions, by their text (keys match exactly, so
-/// a row's key reads back with the text of the key that found it).
-struct Positions<'a>(HashMap<&'a str, usize>);
-
-impl<'a> Positions<'a> {
-    fn of(texts: &[&'a str]) -> Self {
-        Positions(texts.iter().enumerate().map(|(i, t)| (*t, i)).collect())
-    }
-
-    fn get<Sh: KeyShape, K: KeyText<Sh>>(&self, key: &K) -> Option<usize> {
-        self.0.get(key.key_text().as_str()).copied()
-    }
+/// The position of `key` among a chunk's keys, which are sorted and
+/// distinct (keys match exactly, so a row's key reads back equal to the
+/// key that found it).
+fn position<K: Ord>(keys: &[&K], key: &K) -> Option<usize> {
+    keys.binary_search_by(|k| (*k).cmp(key)).ok()
 }
 
 impl<S: StateMachine> Transition<S> {
@@ -81,8 +72,8 @@ impl<S: StateMachine> Transition<S> {
         for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
         K: RowKey<DB, S::KeyShape>
             + DecodeKey<DB, S::KeyShape>
-            + KeyText<S::KeyShape>
             + ManyKeys<DB, S::KeyShape>
+            + Ord
             + Clone
             + Send
             + Sync,
@@ -101,8 +92,8 @@ impl<S: StateMachine> Transition<S> {
         for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
         K: RowKey<DB, S::KeyShape>
             + DecodeKey<DB, S::KeyShape>
-            + KeyText<S::KeyShape>
             + ManyKeys<DB, S::KeyShape>
+            + Ord
             + Clone
             + Send
             + Sync,
@@ -115,15 +106,14 @@ impl<S: StateMachine> Transition<S> {
                 call: "apply_many",
             });
         }
-        // The distinct keys, in the order of their text; `slot[i]` is the
-        // distinct key of input `i`.
-        let texts: Vec<String> = keys.iter().map(KeyText::key_text).collect();
+        // The distinct keys, in key order; `slot[i]` is the distinct key of
+        // input `i`.
         let mut order: Vec<usize> = (0..keys.len()).collect();
-        order.sort_unstable_by(|&a, &b| texts[a].cmp(&texts[b]));
+        order.sort_unstable_by(|&a, &b| keys[a].cmp(&keys[b]));
         let mut slot = vec![0; keys.len()];
         let mut distinct: Vec<usize> = Vec::new();
         for i in order {
-            if distinct.last().is_none_or(|&last| texts[last] != texts[i]) {
+            if distinct.last().is_none_or(|&last| keys[last] != keys[i]) {
                 distinct.push(i);
             }
             slot[i] = distinct.len() - 1;
@@ -132,8 +122,7 @@ impl<S: StateMachine> Transition<S> {
             Vec::with_capacity(distinct.len());
         for chunk in distinct.chunks(APPLY_MANY_CHUNK) {
             let chunk_keys: Vec<&K> = chunk.iter().map(|&i| &keys[i]).collect();
-            let chunk_texts: Vec<&str> = chunk.iter().map(|&i| texts[i].as_str()).collect();
-            let found = self.chunk(pool, &chunk_keys, &chunk_texts, params).await?;
+            let found = self.chunk(pool, &chunk_keys, params).await?;
             for (key, found) in chunk_keys.into_iter().zip(found) {
                 outcomes.push(Some(self.outcome(pool, key, found, params).await?));
             }
@@ -157,15 +146,14 @@ impl<S: StateMachine> Transition<S> {
         self,
         pool: &sqlx::Pool<DB>,
         keys: &[&K],
-        texts: &[&str],
         params: &P,
     ) -> Result<Vec<Found<S, K>>, Error>
     where
         DB: Batched,
         K: RowKey<DB, S::KeyShape>
             + DecodeKey<DB, S::KeyShape>
-            + KeyText<S::KeyShape>
             + ManyKeys<DB, S::KeyShape>
+            + Ord
             + Send
             + Sync,
         P: Params<DB>,
@@ -173,7 +161,7 @@ impl<S: StateMachine> Transition<S> {
         let mut attempts = 0;
         loop {
             attempts += 1;
-            let run = DB::apply_rows(pool, self, keys, texts, params);
+            let run = DB::apply_rows(pool, self, keys, params);
             let error = match tokio::time::timeout(self.deadline(), run).await {
                 Ok(Ok(found)) => return Ok(found),
                 Ok(Err(error)) => error,
@@ -272,8 +260,8 @@ impl<S: StateMachine, P> Bound<S, P> {
         for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
         K: RowKey<DB, S::KeyShape>
             + DecodeKey<DB, S::KeyShape>
-            + KeyText<S::KeyShape>
             + ManyKeys<DB, S::KeyShape>
+            + Ord
             + Clone
             + Send
             + Sync,
@@ -363,18 +351,16 @@ pub(crate) async fn returning<DB, S, K, P>(
     pool: &sqlx::Pool<DB>,
     transition: Transition<S>,
     keys: &[&K],
-    texts: &[&str],
     params: &P,
 ) -> Result<Vec<Found<S, K>>, Error>
 where
     DB: Backend,
     for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
     S: StateMachine,
-    K: DecodeKey<DB, S::KeyShape> + KeyText<S::KeyShape> + ManyKeys<DB, S::KeyShape>,
+    K: DecodeKey<DB, S::KeyShape> + ManyKeys<DB, S::KeyShape> + Ord,
     P: Params<DB>,
 {
     let [update, read, _] = transition.def().apply_many_sql();
-    let positions = Positions::of(texts);
     let mut found: Vec<Found<S, K>> = keys.iter().map(|_| Found::Missing).collect();
     let mut executor = pool;
     let n = S::KeyShape::COLUMNS;
@@ -398,7 +384,7 @@ where
             true => DB::int(row, n + usize::from(versioned)).map_err(db_error)?,
             false => 0,
         };
-        if let Some(i) = positions.get(&key) {
+        if let Some(i) = position(keys, &key) {
             moved[i] = true;
             found[i] = Found::Moved {
                 key,
@@ -423,7 +409,7 @@ where
         .map_err(db_error)?;
     for row in &rows {
         let (key, current, _, meets) = read_row::<DB, S, K>(transition, row)?;
-        if let Some(i) = positions.get(&key) {
+        if let Some(i) = position(keys, &key) {
             found[i] = Found::Left { current, meets };
         }
     }
@@ -436,18 +422,16 @@ pub(crate) async fn in_transaction<DB, S, K, P>(
     pool: &sqlx::Pool<DB>,
     transition: Transition<S>,
     keys: &[&K],
-    texts: &[&str],
     params: &P,
 ) -> Result<Vec<Found<S, K>>, Error>
 where
     DB: Backend,
     for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
     S: StateMachine,
-    K: DecodeKey<DB, S::KeyShape> + KeyText<S::KeyShape> + ManyKeys<DB, S::KeyShape>,
+    K: DecodeKey<DB, S::KeyShape> + ManyKeys<DB, S::KeyShape> + Ord,
     P: Params<DB>,
 {
     let [update, read, lease_read] = transition.def().apply_many_sql();
-    let positions = Positions::of(texts);
     let mut found: Vec<Found<S, K>> = keys.iter().map(|_| Found::Missing).collect();
     let n = S::KeyShape::COLUMNS;
     let retry = |source: sqlx::Error| match DB::is_retryable(&source) {
@@ -467,7 +451,7 @@ where
     let mut movers: Vec<(usize, K, i64)> = Vec::new();
     for row in &rows {
         let (key, current, version, meets) = read_row::<DB, S, K>(transition, row)?;
-        let Some(i) = positions.get(&key) else {
+        let Some(i) = position(keys, &key) else {
             continue;
         };
         if transition.sources().contains(&current) && meets {
@@ -487,7 +471,7 @@ where
         .await
         .map_err(retry)?;
     // Locked since the read: each moved, from the version read.
-    let mut leases: HashMap<String, i64> = HashMap::new();
+    let mut leases: Vec<i64> = vec![0; keys.len()];
     if !DB::sql(lease_read).is_empty() {
         let mut args = DB::Args::default();
         K::bind_many(&mover_keys, &mut args).map_err(|e| transition.db_error(e))?;
@@ -498,13 +482,15 @@ where
         for row in &rows {
             let key = K::decode(row).map_err(|e| transition.db_error(e))?;
             let lease = DB::int(row, n).map_err(|e| transition.db_error(e))?;
-            leases.insert(key.key_text(), lease);
+            if let Some(i) = position(keys, &key) {
+                leases[i] = lease;
+            }
         }
     }
     tx.commit(()).await?;
     let versioned = S::MACHINE.version().is_some();
     for (i, key, version) in movers {
-        let lease = leases.get(&key.key_text()).copied().unwrap_or_default();
+        let lease = leases[i];
         found[i] = Found::Moved {
             key,
             occurrence: if versioned { version + 1 } else { 0 },
