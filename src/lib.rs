@@ -298,7 +298,7 @@ pub use guard_runtime::{
     Params, RowKey, key,
 };
 // Metadata, and what is generated from it.
-pub use guard_runtime::{ddl, docs, meta};
+pub use guard_runtime::{ddl, docs, meta, telemetry};
 
 #[doc(hidden)]
 pub mod __private {

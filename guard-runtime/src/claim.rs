@@ -5,6 +5,8 @@
 
 use core::time::Duration;
 
+use tracing::Instrument;
+
 use crate::StateMachine;
 use crate::dialect::{Backend, BoxFuture};
 use crate::error::Error;
@@ -15,6 +17,7 @@ use crate::machine::Sql;
 use crate::many::{self, Found};
 use crate::outcome::{Committed, Outcome, Uncommitted, Won};
 use crate::retry::{MAX_ATTEMPTS, backoff};
+use crate::telemetry;
 use crate::transition::{Bound, Params, Transition};
 use crate::tx::Tx;
 
@@ -311,8 +314,24 @@ impl<S: StateMachine> Transition<S> {
                 }
             },
         };
+        let span = telemetry::span!("stateguard.claim", S, DB, "UPDATE", self.name());
         let claim = DB::claim_rows(pool, self, params, claim, limit);
-        match tokio::time::timeout(self.deadline(), claim).await {
+        let claimed = tokio::time::timeout(self.deadline(), claim)
+            .instrument(span.clone())
+            .await;
+        match &claimed {
+            Ok(Ok(wins)) => {
+                span.record("stateguard.outcome", "claimed");
+                span.record("stateguard.rows", wins.len());
+            }
+            Ok(Err(_)) => {
+                span.record("stateguard.outcome", "error");
+            }
+            Err(_) => {
+                span.record("stateguard.outcome", "timeout");
+            }
+        }
+        match claimed {
             Ok(claimed) => claimed,
             // Cut off mid-statement: rows may have moved. Rows moved into
             // an in-flight state are recovered once their lease runs out.

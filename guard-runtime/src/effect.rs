@@ -4,6 +4,8 @@
 use core::fmt;
 use core::future::Future;
 
+use tracing::Instrument;
+
 use crate::StateMachine;
 use crate::error::Error;
 use crate::executor::{Executor, refuse_open_transaction};
@@ -11,6 +13,7 @@ use crate::key::{KeyText, RowKey};
 use crate::lease::{self, Settled};
 use crate::machine::InFlightDef;
 use crate::outcome::{Committed, Won};
+use crate::telemetry;
 use crate::verdict::{Chosen, FollowUpValues, Verdict};
 
 /// What an effect is told: which row, which state, and the key to make the
@@ -190,6 +193,55 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
     /// [`FinishError::Unfinished`] with an [`Error::Timeout`] whose outcome
     /// is unknown, and the row stays in flight for recovery.
     pub async fn finish<E, F, Fut>(
+        self,
+        executor: E,
+        effect: F,
+    ) -> Result<Finished<S>, FinishError<S, K>>
+    where
+        E: Executor<Commit = Committed>,
+        K: KeyText<S::KeyShape> + Clone + RowKey<E::Database, S::KeyShape>,
+        S: FollowUpValues<E::Database>,
+        F: FnOnce(Effect<S, K>) -> Fut,
+        Fut: Future<Output = Verdict>,
+    {
+        let done = in_flight_def(self.state()).map_or("", |f| f.done().name());
+        let span = telemetry::span!("stateguard.finish", S, E::Database, "UPDATE", done);
+        telemetry::key(&span, self.key());
+        let finished = self
+            .finish_traced(executor, effect)
+            .instrument(span.clone())
+            .await;
+        let outcome = match &finished {
+            Ok(Finished::Done(_)) => "done",
+            Ok(Finished::Failed(_)) => "failed",
+            Ok(Finished::RetryLater) => "retry_later",
+            Ok(Finished::Superseded { .. }) => "superseded",
+            Ok(Finished::LeaseLost { .. }) => "lease_lost",
+            Ok(Finished::Skipped { .. }) => "skipped",
+            Err(FinishError::Refused { .. }) => "refused",
+            Err(FinishError::Unfinished(_)) => "unfinished",
+        };
+        span.record("stateguard.outcome", outcome);
+        match &finished {
+            Ok(Finished::Superseded { current }) => {
+                let _guard = span.enter();
+                tracing::warn!(
+                    current = current.as_str(),
+                    "the row left the in-flight state while its effect ran; reconcile the effect"
+                );
+            }
+            Ok(Finished::LeaseLost { .. }) => {
+                let _guard = span.enter();
+                tracing::info!(
+                    "the lease ran out during the effect and another worker took the row over"
+                );
+            }
+            _ => {}
+        }
+        finished
+    }
+
+    async fn finish_traced<E, F, Fut>(
         self,
         mut executor: E,
         effect: F,

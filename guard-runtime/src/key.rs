@@ -65,9 +65,9 @@ impl KeyShape for shape::Four {
     label = "the row key",
     note = "a machine with `key = \"id\"` takes one value; with `key = \"tenant_id, id\"` it takes \
             a tuple with one value per key column, in the order declared; every value must \
-            implement `sqlx::Encode` and `sqlx::Type` for the database"
+            implement `sqlx::Encode` and `sqlx::Type` for the database, and `Debug`"
 )]
-pub trait RowKey<DB: Backend, Shape: KeyShape>: Send + Sync {
+pub trait RowKey<DB: Backend, Shape: KeyShape>: fmt::Debug + Send + Sync {
     /// Adds the key's values to `args`, each as often as the dialect's
     /// exact key match names it, column by column.
     #[doc(hidden)]
@@ -230,7 +230,7 @@ fn bind_one<DB: Backend, T: Key<DB>>(
     Ok(())
 }
 
-impl<DB: Backend, T: Key<DB>> RowKey<DB, shape::One> for T {
+impl<DB: Backend, T: Key<DB> + fmt::Debug> RowKey<DB, shape::One> for T {
     fn bind(&self, args: &mut <DB as Dialect>::Args) -> Result<(), sqlx::Error> {
         bind_one::<DB, T>(args, self)
     }
@@ -263,7 +263,9 @@ fn part(value: &dyn fmt::Display) -> String {
 
 macro_rules! tuple_keys {
     ($shape:ident: $($t:ident $i:tt),+) => {
-        impl<DB: Backend, $($t: Key<DB>),+> RowKey<DB, shape::$shape> for ($($t,)+) {
+        impl<DB: Backend, $($t: Key<DB> + fmt::Debug),+> RowKey<DB, shape::$shape>
+            for ($($t,)+)
+        {
             fn bind(&self, args: &mut <DB as Dialect>::Args) -> Result<(), sqlx::Error> {
                 $(bind_one::<DB, $t>(args, &self.$i)?;)+
                 Ok(())

@@ -27,6 +27,7 @@ mod many;
 mod outcome;
 mod recovery;
 mod retry;
+pub mod telemetry;
 mod transition;
 mod tx;
 mod verdict;

@@ -2,6 +2,8 @@
 //! many keys with one winning statement and one read for the rest, and
 //! returns one outcome per key, in input order.
 
+use tracing::Instrument;
+
 use crate::StateMachine;
 use crate::claim::Batched;
 use crate::dialect::Backend;
@@ -11,6 +13,7 @@ use crate::executor::sealed::Run;
 use crate::key::{DecodeKey, KeyShape, ManyKeys, RowKey};
 use crate::outcome::{Committed, Outcome, Uncommitted, Won};
 use crate::retry::{MAX_ATTEMPTS, backoff};
+use crate::telemetry;
 use crate::transition::{Bound, Params, Transition};
 use crate::tx::Tx;
 
@@ -106,6 +109,44 @@ impl<S: StateMachine> Transition<S> {
                 call: "apply_many",
             });
         }
+        let span = telemetry::span!("stateguard.apply_many", S, DB, "UPDATE", self.name());
+        let result = self
+            .apply_many_traced(pool, keys, params)
+            .instrument(span.clone())
+            .await;
+        match &result {
+            Ok(outcomes) => {
+                span.record("stateguard.outcome", "applied_many");
+                span.record(
+                    "stateguard.rows",
+                    outcomes.iter().filter(|o| o.is_applied()).count(),
+                );
+            }
+            Err(_) => {
+                span.record("stateguard.outcome", "error");
+            }
+        }
+        result
+    }
+
+    async fn apply_many_traced<DB, K, P>(
+        self,
+        pool: &sqlx::Pool<DB>,
+        keys: &[K],
+        params: &P,
+    ) -> Result<Vec<Outcome<S, K, Committed>>, Error>
+    where
+        DB: Batched,
+        for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
+        K: RowKey<DB, S::KeyShape>
+            + DecodeKey<DB, S::KeyShape>
+            + ManyKeys<DB, S::KeyShape>
+            + Ord
+            + Clone
+            + Send
+            + Sync,
+        P: Params<DB>,
+    {
         // The distinct keys, in key order; `slot[i]` is the distinct key of
         // input `i`.
         let mut order: Vec<usize> = (0..keys.len()).collect();

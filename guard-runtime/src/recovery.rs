@@ -4,6 +4,8 @@
 
 use core::future::Future;
 
+use tracing::Instrument;
+
 use crate::StateMachine;
 use crate::dialect::Backend;
 use crate::dialect::sealed::Dialect;
@@ -14,6 +16,7 @@ use crate::key::{DecodeKey, KeyShape, KeyText, RowKey};
 use crate::lease;
 use crate::machine::InFlightDef;
 use crate::outcome::{Committed, Won};
+use crate::telemetry;
 use crate::transition::key_arguments;
 use crate::verdict::{FollowUpValues, Verdict};
 
@@ -217,6 +220,40 @@ where
 /// (takeover, effect and follow-up) instead of
 /// [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE).
 pub async fn recover_within<S, K, E, F, Fut>(
+    executor: E,
+    state: S,
+    limit: u32,
+    deadline: core::time::Duration,
+    effect: F,
+) -> Result<Recovered, Error>
+where
+    S: FollowUpValues<E::Database>,
+    E: Executor<Commit = Committed>,
+    K: KeyText<S::KeyShape>
+        + Clone
+        + DecodeKey<E::Database, S::KeyShape>
+        + RowKey<E::Database, S::KeyShape>,
+    F: Fn(Effect<S, K>) -> Fut,
+    Fut: Future<Output = Verdict>,
+{
+    let done = in_flight_def(state).map_or("", |f| f.done().name());
+    let span = telemetry::span!("stateguard.recover", S, E::Database, "UPDATE", done);
+    let report = recover_traced(executor, state, limit, deadline, effect)
+        .instrument(span.clone())
+        .await;
+    match &report {
+        Ok(report) => {
+            span.record("stateguard.outcome", "recovered");
+            span.record("stateguard.rows", report.claimed);
+        }
+        Err(_) => {
+            span.record("stateguard.outcome", "error");
+        }
+    }
+    report
+}
+
+async fn recover_traced<S, K, E, F, Fut>(
     mut executor: E,
     state: S,
     limit: u32,
@@ -313,6 +350,11 @@ where
     };
     let won: Won<S, K, Committed> = Won::new(state, key.clone(), occurrence, lease, 0);
     let effect_key = won.effect_key();
+    tracing::info!(
+        state = state.as_str(),
+        occurrence,
+        "took over an in-flight row whose lease ran out"
+    );
     let run = won.run(effect);
     let (verdict, lease) =
         lease::while_renewing::<S, K, E, _>(executor, in_flight, &key, occurrence, lease, run)

@@ -4,7 +4,10 @@
 use core::fmt;
 use core::time::Duration;
 
+use tracing::Instrument;
+
 use crate::retry::{DEFAULT_DEADLINE, MAX_ATTEMPTS, backoff};
+use crate::telemetry;
 
 use crate::StateMachine;
 use crate::dialect::sealed::Dialect;
@@ -144,9 +147,15 @@ impl<S: StateMachine> Transition<S> {
         K: RowKey<E::Database, S::KeyShape>,
         P: Params<E::Database>,
     {
+        let span = telemetry::span!("stateguard.apply", S, E::Database, "UPDATE", self.name());
+        telemetry::key(&span, &key);
         let writing = core::sync::atomic::AtomicBool::new(false);
-        let attempt = self.apply_watched(&mut executor, key, params, &writing);
-        match tokio::time::timeout(self.deadline, attempt).await {
+        let attempt = self.apply_watched(&mut executor, key, params, &writing, &span);
+        let result = tokio::time::timeout(self.deadline, attempt)
+            .instrument(span.clone())
+            .await;
+        span.record("stateguard.outcome", outcome_name(&result));
+        match result {
             Ok(outcome) => outcome,
             Err(_) => {
                 let outcome_known = !writing.load(core::sync::atomic::Ordering::Relaxed);
@@ -172,6 +181,7 @@ impl<S: StateMachine> Transition<S> {
         key: K,
         params: &P,
         writing: &core::sync::atomic::AtomicBool,
+        span: &tracing::Span,
     ) -> Result<Outcome<S, K, E::Commit>, Error>
     where
         E: Executor,
@@ -200,6 +210,7 @@ impl<S: StateMachine> Transition<S> {
         let mut attempts = 0;
         loop {
             attempts += 1;
+            span.record("stateguard.attempts", attempts);
             writing.store(true, core::sync::atomic::Ordering::Relaxed);
             let changed = self.attempt(executor, update, &key, params, attempts).await;
             writing.store(false, core::sync::atomic::Ordering::Relaxed);
@@ -608,6 +619,25 @@ impl<S: StateMachine> fmt::Debug for Transition<S> {
 impl<S: StateMachine> fmt::Display for Transition<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+/// The `stateguard.outcome` of a span: the outcome's name, `error` or
+/// `timeout`.
+pub(crate) fn outcome_name<S: StateMachine, K, C, T>(
+    result: &Result<Result<Outcome<S, K, C>, Error>, T>,
+) -> &'static str {
+    match result {
+        Ok(Ok(outcome)) => match outcome {
+            Outcome::Applied(_) => "applied",
+            Outcome::AlreadyInState(_) => "already_in_state",
+            Outcome::Conflict { .. } => "conflict",
+            Outcome::NotFound => "not_found",
+            Outcome::Stale { .. } => "stale",
+            Outcome::Refused { .. } => "refused",
+        },
+        Ok(Err(_)) => "error",
+        Err(_) => "timeout",
     }
 }
 

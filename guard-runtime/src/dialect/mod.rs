@@ -67,6 +67,9 @@ pub(crate) mod sealed {
         /// read back with `LAST_INSERT_ID()` on the same connection.
         const RETURNING: bool;
 
+        /// OpenTelemetry's `db.system.name` for spans.
+        const SYSTEM: &'static str;
+
         fn text_opt(row: &Self::Row, index: usize) -> Result<Option<String>, sqlx::Error>;
 
         fn int(row: &Self::Row, index: usize) -> Result<i64, sqlx::Error>;

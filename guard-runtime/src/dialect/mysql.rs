@@ -14,6 +14,8 @@ impl Dialect for MySql {
 
     const RETURNING: bool = false;
 
+    const SYSTEM: &'static str = "mysql";
+
     fn sql(sql: &Sql) -> &'static str {
         sql.mysql()
     }

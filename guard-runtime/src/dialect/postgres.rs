@@ -14,6 +14,8 @@ impl Dialect for Postgres {
 
     const RETURNING: bool = true;
 
+    const SYSTEM: &'static str = "postgresql";
+
     fn sql(sql: &Sql) -> &'static str {
         sql.postgres()
     }

@@ -14,6 +14,8 @@ impl Dialect for Sqlite {
 
     const RETURNING: bool = true;
 
+    const SYSTEM: &'static str = "sqlite";
+
     fn sql(sql: &Sql) -> &'static str {
         sql.sqlite()
     }
