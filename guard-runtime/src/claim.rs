@@ -3,6 +3,13 @@
 //! row, in the machine's `order`. Concurrent claimers never get the same
 //! row and do not wait for rows another claimer holds.
 
+// Each backend uses some of the helpers below; a build with fewer backends
+// leaves some imports unused.
+#![cfg_attr(
+    not(all(feature = "postgres", feature = "sqlite", feature = "mysql")),
+    allow(unused_imports)
+)]
+
 use core::time::Duration;
 
 use tracing::Instrument;
@@ -323,6 +330,7 @@ impl<S: StateMachine> Transition<S> {
             Ok(Ok(wins)) => {
                 span.record("stateguard.outcome", "claimed");
                 span.record("stateguard.rows", wins.len());
+                telemetry::outcomes(S::MACHINE.name(), self.name(), "claimed", wins.len() as u64);
             }
             Ok(Err(_)) => {
                 span.record("stateguard.outcome", "error");
@@ -375,6 +383,7 @@ impl Claim {
     }
 }
 
+#[cfg(feature = "postgres")]
 /// PostgreSQL: the one statement, retried after a serialization failure or
 /// deadlock.
 async fn one_statement<DB, S, K, P>(
@@ -429,6 +438,7 @@ where
     }
 }
 
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
 /// SQLite and MySQL: the candidates' `SELECT` and each row's
 /// compare-and-set in one short transaction, tried again when the database
 /// rolls it back (a deadlock, a busy database).
@@ -473,6 +483,7 @@ where
     }
 }
 
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
 async fn claim_once<DB, S, K, P>(
     pool: &sqlx::Pool<DB>,
     begin: &'static str,

@@ -222,6 +222,7 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
             Err(FinishError::Unfinished(_)) => "unfinished",
         };
         span.record("stateguard.outcome", outcome);
+        telemetry::outcomes(S::MACHINE.name(), done, outcome, 1);
         match &finished {
             Ok(Finished::Superseded { current }) => {
                 let _guard = span.enter();

@@ -119,6 +119,7 @@ pub trait ManyKeys<DB: Backend, Shape: KeyShape>: Sized {
     fn bind_many(keys: &[&Self], args: &mut <DB as Dialect>::Args) -> Result<(), sqlx::Error>;
 }
 
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
 /// `keys` as a JSON array of their values' text: `["1","2"]` for one
 /// column, `[["acme","1"],…]` for several.
 pub(crate) fn json_keys<Sh: KeyShape, K: KeyText<Sh>>(keys: &[&K]) -> String {
@@ -145,6 +146,7 @@ pub(crate) fn json_keys<Sh: KeyShape, K: KeyText<Sh>>(keys: &[&K]) -> String {
     out
 }
 
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
 fn json_string(out: &mut String, text: &str) {
     out.push('"');
     for c in text.chars() {

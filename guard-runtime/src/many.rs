@@ -2,6 +2,13 @@
 //! many keys with one winning statement and one read for the rest, and
 //! returns one outcome per key, in input order.
 
+// Each backend uses some of the helpers below; a build with fewer backends
+// leaves some imports unused.
+#![cfg_attr(
+    not(all(feature = "postgres", feature = "sqlite", feature = "mysql")),
+    allow(unused_imports)
+)]
+
 use tracing::Instrument;
 
 use crate::StateMachine;
@@ -121,6 +128,10 @@ impl<S: StateMachine> Transition<S> {
                     "stateguard.rows",
                     outcomes.iter().filter(|o| o.is_applied()).count(),
                 );
+                for outcome in outcomes {
+                    let name = crate::transition::outcome_label(outcome);
+                    telemetry::outcomes(S::MACHINE.name(), self.name(), name, 1);
+                }
             }
             Err(_) => {
                 span.record("stateguard.outcome", "error");
@@ -386,6 +397,7 @@ where
     Ok((key, current, version, meets))
 }
 
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
 /// PostgreSQL and SQLite: the update with `RETURNING`, then one read of
 /// the keys it did not move.
 pub(crate) async fn returning<DB, S, K, P>(
@@ -457,6 +469,7 @@ where
     Ok(found)
 }
 
+#[cfg(feature = "mysql")]
 /// MySQL: read and lock the rows, update those in a source state that
 /// meet the guard, read their leases, commit.
 pub(crate) async fn in_transaction<DB, S, K, P>(

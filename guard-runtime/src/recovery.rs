@@ -245,6 +245,7 @@ where
         Ok(report) => {
             span.record("stateguard.outcome", "recovered");
             span.record("stateguard.rows", report.claimed);
+            telemetry::recovered(S::MACHINE.name(), state.as_str(), report);
         }
         Err(_) => {
             span.record("stateguard.outcome", "error");

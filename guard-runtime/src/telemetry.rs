@@ -5,6 +5,20 @@
 //! `stateguard.outcome`, `stateguard.attempts`, and, only after
 //! [`record_keys`]`(true)`, `stateguard.key`). Retries, lease takeovers and
 //! superseded finishes are events inside them.
+//!
+//! With the `metrics` feature, the same calls also count through the
+//! [`metrics`](https://docs.rs/metrics) facade, for the exporter the
+//! application installs:
+//!
+//! - `stateguard_outcomes_total` (counter; labels `machine`, `transition`,
+//!   `outcome`): one per `apply` and per key of `apply_many`, one per row
+//!   of a claim (`claimed`), one per `finish` (`done`, `failed`,
+//!   `superseded`, …);
+//! - `stateguard_attempts` (histogram; `machine`, `transition`): the
+//!   compare-and-set attempts of each `apply`;
+//! - `stateguard_recovered_total` (counter; `machine`, `state`, `result`)
+//!   and `stateguard_recovery_claimed` (gauge; `machine`, `state`): what
+//!   each recovery pass took over and how it ended.
 
 use core::fmt;
 use core::sync::atomic::{AtomicBool, Ordering};
@@ -43,3 +57,66 @@ pub(crate) fn key(span: &tracing::Span, key: &dyn fmt::Debug) {
         span.record("stateguard.key", tracing::field::debug(key));
     }
 }
+
+/// Counts `n` outcomes named `outcome` of `transition` on `machine`.
+#[cfg(feature = "metrics")]
+pub(crate) fn outcomes(
+    machine: &'static str,
+    transition: &'static str,
+    outcome: &'static str,
+    n: u64,
+) {
+    metrics::counter!(
+        "stateguard_outcomes_total",
+        "machine" => machine,
+        "transition" => transition,
+        "outcome" => outcome,
+    )
+    .increment(n);
+}
+
+#[cfg(not(feature = "metrics"))]
+pub(crate) fn outcomes(_: &'static str, _: &'static str, _: &'static str, _: u64) {}
+
+/// Records the attempts one `apply` took.
+#[cfg(feature = "metrics")]
+pub(crate) fn attempts(machine: &'static str, transition: &'static str, attempts: u32) {
+    metrics::histogram!(
+        "stateguard_attempts",
+        "machine" => machine,
+        "transition" => transition,
+    )
+    .record(f64::from(attempts));
+}
+
+#[cfg(not(feature = "metrics"))]
+pub(crate) fn attempts(_: &'static str, _: &'static str, _: u32) {}
+
+/// Records one recovery pass over `state`.
+#[cfg(feature = "metrics")]
+pub(crate) fn recovered(machine: &'static str, state: &'static str, report: &crate::Recovered) {
+    metrics::gauge!("stateguard_recovery_claimed", "machine" => machine, "state" => state)
+        .set(report.claimed as f64);
+    for (result, n) in [
+        ("done", report.done),
+        ("failed", report.failed),
+        ("retry_later", report.retry_later),
+        ("superseded", report.superseded.len()),
+        ("lease_lost", report.lease_lost),
+        ("lost", report.lost),
+        ("error", report.errors.len()),
+    ] {
+        if n > 0 {
+            metrics::counter!(
+                "stateguard_recovered_total",
+                "machine" => machine,
+                "state" => state,
+                "result" => result,
+            )
+            .increment(n as u64);
+        }
+    }
+}
+
+#[cfg(not(feature = "metrics"))]
+pub(crate) fn recovered(_: &'static str, _: &'static str, _: &crate::Recovered) {}

@@ -150,11 +150,21 @@ impl<S: StateMachine> Transition<S> {
         let span = telemetry::span!("stateguard.apply", S, E::Database, "UPDATE", self.name());
         telemetry::key(&span, &key);
         let writing = core::sync::atomic::AtomicBool::new(false);
-        let attempt = self.apply_watched(&mut executor, key, params, &writing, &span);
+        let tries = core::sync::atomic::AtomicU32::new(0);
+        let watch = Watch {
+            writing: &writing,
+            tries: &tries,
+            span: &span,
+        };
+        let attempt = self.apply_watched(&mut executor, key, params, watch);
         let result = tokio::time::timeout(self.deadline, attempt)
             .instrument(span.clone())
             .await;
-        span.record("stateguard.outcome", outcome_name(&result));
+        let outcome = outcome_name(&result);
+        span.record("stateguard.outcome", outcome);
+        telemetry::outcomes(S::MACHINE.name(), self.name(), outcome, 1);
+        let tries = tries.load(core::sync::atomic::Ordering::Relaxed);
+        telemetry::attempts(S::MACHINE.name(), self.name(), tries);
         match result {
             Ok(outcome) => outcome,
             Err(_) => {
@@ -180,8 +190,7 @@ impl<S: StateMachine> Transition<S> {
         executor: &mut E,
         key: K,
         params: &P,
-        writing: &core::sync::atomic::AtomicBool,
-        span: &tracing::Span,
+        watch: Watch<'_>,
     ) -> Result<Outcome<S, K, E::Commit>, Error>
     where
         E: Executor,
@@ -210,10 +219,17 @@ impl<S: StateMachine> Transition<S> {
         let mut attempts = 0;
         loop {
             attempts += 1;
-            span.record("stateguard.attempts", attempts);
-            writing.store(true, core::sync::atomic::Ordering::Relaxed);
+            watch.span.record("stateguard.attempts", attempts);
+            watch
+                .tries
+                .store(attempts, core::sync::atomic::Ordering::Relaxed);
+            watch
+                .writing
+                .store(true, core::sync::atomic::Ordering::Relaxed);
             let changed = self.attempt(executor, update, &key, params, attempts).await;
-            writing.store(false, core::sync::atomic::Ordering::Relaxed);
+            watch
+                .writing
+                .store(false, core::sync::atomic::Ordering::Relaxed);
             let Try::Done(changed) = changed? else {
                 continue;
             };
@@ -622,22 +638,37 @@ impl<S: StateMachine> fmt::Display for Transition<S> {
     }
 }
 
+/// What an `apply` in progress tells its caller: whether its `UPDATE` is
+/// in flight (a deadline that cuts it off leaves the outcome open), how
+/// many attempts it made, and its span.
+#[derive(Clone, Copy)]
+struct Watch<'a> {
+    writing: &'a core::sync::atomic::AtomicBool,
+    tries: &'a core::sync::atomic::AtomicU32,
+    span: &'a tracing::Span,
+}
+
 /// The `stateguard.outcome` of a span: the outcome's name, `error` or
 /// `timeout`.
-pub(crate) fn outcome_name<S: StateMachine, K, C, T>(
+fn outcome_name<S: StateMachine, K, C, T>(
     result: &Result<Result<Outcome<S, K, C>, Error>, T>,
 ) -> &'static str {
     match result {
-        Ok(Ok(outcome)) => match outcome {
-            Outcome::Applied(_) => "applied",
-            Outcome::AlreadyInState(_) => "already_in_state",
-            Outcome::Conflict { .. } => "conflict",
-            Outcome::NotFound => "not_found",
-            Outcome::Stale { .. } => "stale",
-            Outcome::Refused { .. } => "refused",
-        },
+        Ok(Ok(outcome)) => outcome_label(outcome),
         Ok(Err(_)) => "error",
         Err(_) => "timeout",
+    }
+}
+
+/// An outcome's name in spans and metrics.
+pub(crate) fn outcome_label<S: StateMachine, K, C>(outcome: &Outcome<S, K, C>) -> &'static str {
+    match outcome {
+        Outcome::Applied(_) => "applied",
+        Outcome::AlreadyInState(_) => "already_in_state",
+        Outcome::Conflict { .. } => "conflict",
+        Outcome::NotFound => "not_found",
+        Outcome::Stale { .. } => "stale",
+        Outcome::Refused { .. } => "refused",
     }
 }
 
