@@ -165,31 +165,65 @@ where
         Some((TenantTransfer::Pending, 0))
     );
 
+    // A claim reads every key part back: the pending transfers, in key
+    // order (the default order), none of them another tenant's twice.
+    let claimed = TenantTransfer::start()
+        .claim::<DB, TenantKey>(&db.pool, 10)
+        .await
+        .unwrap();
+    let claimed: Vec<TenantKey> = claimed.iter().map(|w| w.key().clone()).collect();
+    assert_eq!(claimed, [key("acme", 2)]);
+    assert_eq!(
+        TenantTransfer::fail()
+            .apply(&db.pool, key("acme", 2))
+            .await
+            .unwrap()
+            .state(),
+        Some(TenantTransfer::Failed)
+    );
+
     // A batch matches every key part too.
-    let outcomes = TenantTransfer::cancel(0)
+    let outcomes = TenantTransfer::start()
         .apply_many(
             &db.pool,
             &[
                 key("acme", 2),
                 key("acme", 3),
                 key("ACME", 2),
-                key("acme", 2),
+                key("globex", 1),
             ],
         )
         .await
         .unwrap();
-    assert!(outcomes[0].is_applied(), "{:?}", outcomes[0]);
     assert_eq!(
-        outcomes[1..],
+        outcomes,
         [
+            Outcome::Conflict {
+                current: TenantTransfer::Failed
+            },
             Outcome::NotFound,
             Outcome::NotFound,
-            Outcome::AlreadyInState(TenantTransfer::Cancelled)
+            Outcome::AlreadyInState(TenantTransfer::Sending)
         ]
     );
+    let failed = TenantTransfer::fail()
+        .apply_many(
+            &db.pool,
+            &[key("globex", 1), key("ACME", 1), key("acme", 1)],
+        )
+        .await
+        .unwrap();
+    let keys: Vec<Option<TenantKey>> = failed
+        .iter()
+        .map(|o| match o {
+            Outcome::Applied(won) => Some(won.key().clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(keys, [Some(key("globex", 1)), None, Some(key("acme", 1))]);
     assert_eq!(
         state(&db, key("globex", 1)).await,
-        Some((TenantTransfer::Sending, 1))
+        Some((TenantTransfer::Failed, 2))
     );
 }
 
