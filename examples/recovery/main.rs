@@ -7,10 +7,12 @@
 //! ```text
 //! cargo run --example recovery                      # embedded SQLite, no setup
 //! DATABASE_URL=postgres://postgres@127.0.0.1:5432/test cargo run --example recovery
+//! DATABASE_URL=mysql://root@127.0.0.1:3306/test cargo run --example recovery   # MariaDB or MySQL
 //! ```
 //!
-//! On PostgreSQL it works in a schema of its own, `stateguard_recovery`,
-//! which it drops and creates anew on each run. The workflow itself is in
+//! On PostgreSQL it works in a schema of its own, on MySQL and MariaDB in a
+//! database of its own, both called `stateguard_recovery`, which it drops
+//! and creates anew on each run. The workflow itself is in
 //! `workflow.rs`, shared with the crash test that SIGKILLs real processes.
 
 mod workflow;
@@ -48,8 +50,27 @@ async fn main() -> Result<(), BoxError> {
                 .await?;
             run(pool, "PostgreSQL").await
         }
+        Some(url) if url.starts_with("mysql") || url.starts_with("mariadb") => {
+            let url = url.replacen("mariadb://", "mysql://", 1);
+            let admin = sqlx::MySqlPool::connect(&url).await?;
+            sqlx::query("DROP DATABASE IF EXISTS stateguard_recovery")
+                .execute(&admin)
+                .await?;
+            sqlx::query("CREATE DATABASE stateguard_recovery")
+                .execute(&admin)
+                .await?;
+            admin.close().await;
+            let options =
+                sqlx::mysql::MySqlConnectOptions::from_str(&url)?.database("stateguard_recovery");
+            let pool = sqlx::mysql::MySqlPoolOptions::new()
+                .max_connections(2 * WORKERS as u32)
+                .connect_with(options)
+                .await?;
+            run(pool, "MySQL/MariaDB").await
+        }
         Some(other) => Err(format!(
-            "DATABASE_URL must start with postgres:// (or be unset for SQLite), got {other:?}"
+            "DATABASE_URL must start with postgres:// or mysql:// (or be unset for SQLite), got \
+             {other:?}"
         )
         .into()),
         None => {
