@@ -33,6 +33,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
 use sqlx::{Connection, Pool};
 
+use stateguard::StateMachine;
 use workflow::{Bank, Store, Tally};
 
 /// Which backend the child runs on; unset in every process but a child.
@@ -281,7 +282,11 @@ fn kill_delay() -> Duration {
 
 /// The parent's side: seed, kill children at random at least `KILLS`
 /// times, let a last child finish, and check the books.
-async fn crash_and_recover<DB: Store>(pool: &Pool<DB>, backend: &str, target: &str) {
+async fn crash_and_recover<DB: Store>(pool: &Pool<DB>, backend: &str, target: &str)
+where
+    for<'p> &'p Pool<DB>: stateguard::Executor<Database = DB, Commit = stateguard::Committed>,
+    i64: stateguard::Key<DB>,
+{
     DB::create_tables(pool).await.expect("create tables");
     DB::seed(pool, 1, SEED).await.expect("seed");
     let mut last_id = SEED;
@@ -351,6 +356,33 @@ async fn crash_and_recover<DB: Store>(pool: &Pool<DB>, backend: &str, target: &s
         (0..=kills as i64).contains(&repeated),
         "{repeated} repeated bank calls for {kills} kills: {after:?}"
     );
+    // Every payout's history reads pending -> sending -> sent, with no
+    // gap and no duplicate, however often its worker was killed.
+    for id in 1..=after.payouts {
+        let history = workflow::PayoutStatus::MACHINE
+            .history(pool, id)
+            .await
+            .expect("read history");
+        let moves: Vec<(&str, &str, &str, i64)> = history
+            .iter()
+            .map(|row| {
+                (
+                    row.transition.name(),
+                    row.from.as_str(),
+                    row.to.as_str(),
+                    row.occurrence,
+                )
+            })
+            .collect();
+        assert_eq!(
+            moves,
+            [
+                ("start", "pending", "sending", 1),
+                ("confirm", "sending", "sent", 2)
+            ],
+            "payout {id}"
+        );
+    }
 }
 
 #[test]

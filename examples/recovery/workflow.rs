@@ -20,7 +20,13 @@ use stateguard::{Effect, Finished, StateMachine, Verdict};
 pub type BoxError = Box<dyn Error + Send + Sync>;
 
 #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
-#[state_machine(table = "payouts", column = "status", key = "id", version = "version")]
+#[state_machine(
+    table = "payouts",
+    column = "status",
+    key = "id",
+    version = "version",
+    history = "payout_history"
+)]
 pub enum PayoutStatus {
     #[state(initial)]
     #[transition(start -> Sending)]
@@ -69,6 +75,9 @@ pub struct Tally {
 ///
 /// The methods return `Send` futures so that workers can be spawned.
 pub trait Store: stateguard::Batched {
+    /// The dialect of `stateguard::ddl` for this backend.
+    const DIALECT: stateguard::ddl::Dialect;
+
     /// The payouts table and the bank's two tables.
     fn create_tables(pool: &Pool<Self>) -> impl Future<Output = sqlx::Result<()>> + Send;
 
@@ -130,6 +139,8 @@ macro_rules! tally {
 }
 
 impl Store for Sqlite {
+    const DIALECT: stateguard::ddl::Dialect = stateguard::ddl::Dialect::Sqlite;
+
     async fn create_tables(pool: &SqlitePool) -> sqlx::Result<()> {
         for statement in [
             "CREATE TABLE payouts (
@@ -150,6 +161,11 @@ impl Store for Sqlite {
                 payout_id INTEGER NOT NULL
             )",
         ] {
+            sqlx::query(statement).execute(pool).await?;
+        }
+        // The history table, and the database's own enforcement of the
+        // machine.
+        for statement in stateguard::ddl::generate::<PayoutStatus>(Self::DIALECT).up() {
             sqlx::query(statement).execute(pool).await?;
         }
         Ok(())
@@ -199,6 +215,8 @@ impl Store for Sqlite {
 }
 
 impl Store for Postgres {
+    const DIALECT: stateguard::ddl::Dialect = stateguard::ddl::Dialect::Postgres;
+
     async fn create_tables(pool: &PgPool) -> sqlx::Result<()> {
         for statement in [
             "CREATE TABLE payouts (
@@ -219,6 +237,11 @@ impl Store for Postgres {
                 payout_id BIGINT NOT NULL
             )",
         ] {
+            sqlx::query(statement).execute(pool).await?;
+        }
+        // The history table, and the database's own enforcement of the
+        // machine.
+        for statement in stateguard::ddl::generate::<PayoutStatus>(Self::DIALECT).up() {
             sqlx::query(statement).execute(pool).await?;
         }
         Ok(())
@@ -263,6 +286,8 @@ impl Store for Postgres {
 }
 
 impl Store for MySql {
+    const DIALECT: stateguard::ddl::Dialect = stateguard::ddl::Dialect::MySql;
+
     async fn create_tables(pool: &MySqlPool) -> sqlx::Result<()> {
         for statement in [
             "CREATE TABLE payouts (
@@ -283,6 +308,11 @@ impl Store for MySql {
                 payout_id BIGINT NOT NULL
             )",
         ] {
+            sqlx::query(statement).execute(pool).await?;
+        }
+        // The history table, and the database's own enforcement of the
+        // machine.
+        for statement in stateguard::ddl::generate::<PayoutStatus>(Self::DIALECT).up() {
             sqlx::query(statement).execute(pool).await?;
         }
         Ok(())

@@ -23,6 +23,8 @@ pub struct MachineAttrs {
     pub version: Option<LitStr>,
     /// `order = "…"`: the columns `claim` takes rows in, oldest first.
     pub order: Option<LitStr>,
+    /// `history = "…"`: the table every transition appends a row to.
+    pub history: Option<LitStr>,
     pub rename_all: Option<(LitStr, RenameRule)>,
     pub krate: Option<Path>,
     /// An attribute failed to parse: what it held is unknown, so a "missing
@@ -144,6 +146,7 @@ pub fn machine_attrs(cx: &mut Ctxt, attrs: &[Attribute]) -> MachineAttrs {
     let mut key = Attr::none("key");
     let mut version = Attr::none("version");
     let mut order = Attr::none("order");
+    let mut history = Attr::none("history");
     let mut rename_all = Attr::none("rename_all");
     let mut krate = Attr::none("crate");
     for attr in attrs {
@@ -169,6 +172,9 @@ pub fn machine_attrs(cx: &mut Ctxt, attrs: &[Attribute]) -> MachineAttrs {
             // #[state_machine(order = "created_at")]
             } else if meta.path.is_ident("order") {
                 order.set_lit(cx, meta.value()?.parse()?);
+            // #[state_machine(history = "payout_transitions")]
+            } else if meta.path.is_ident("history") {
+                history.set_lit(cx, meta.value()?.parse()?);
             // #[state_machine(rename_all = "snake_case")]
             } else if meta.path.is_ident("rename_all") {
                 let lit: LitStr = meta.value()?.parse()?;
@@ -197,7 +203,7 @@ pub fn machine_attrs(cx: &mut Ctxt, attrs: &[Attribute]) -> MachineAttrs {
             } else {
                 return Err(meta.error(
                     "unknown state_machine attribute; expected `table`, `column`, `key`, \
-                     `version`, `order`, `rename_all` or `crate`",
+                     `version`, `order`, `history`, `rename_all` or `crate`",
                 ));
             }
             Ok(())
@@ -214,6 +220,7 @@ pub fn machine_attrs(cx: &mut Ctxt, attrs: &[Attribute]) -> MachineAttrs {
         key: key.get(),
         version: version.get(),
         order: order.get(),
+        history: history.get(),
         rename_all: rename_all.get(),
         krate: krate.get(),
         incomplete,

@@ -49,6 +49,10 @@ struct Gen<'a> {
     /// Each state with outgoing transitions and the states they lead to,
     /// both in declaration order.
     allowed: Vec<(&'a str, Vec<&'a str>)>,
+    /// The key columns.
+    key: &'a [String],
+    /// `history = "…"`, as written.
+    history: Option<&'a str>,
 }
 
 impl<'a> Gen<'a> {
@@ -82,6 +86,8 @@ impl<'a> Gen<'a> {
             bare_table,
             states,
             allowed,
+            key: &model.key,
+            history: model.history.as_deref(),
         }
     }
 
@@ -93,11 +99,17 @@ impl<'a> Gen<'a> {
             self.q(&constraint),
             self.state_check()
         );
-        let (up, down) = match self.dialect {
+        let (mut up, mut down) = match self.dialect {
             Dialect::Postgres => self.postgres(&constraint, &trigger),
             Dialect::Sqlite => self.sqlite(&trigger),
             Dialect::MySql => self.mysql(&constraint, &trigger),
         };
+        if let Some(history) = self.history {
+            let (history_up, history_down) = self.history(history);
+            up.extend(history_up);
+            // Its triggers go first; the table and its rows stay.
+            down.splice(0..0, history_down);
+        }
         let migration = self.migration(&check_clause, &up);
         let down_migration = self.down_migration(&down);
         DdlText {
@@ -222,6 +234,124 @@ impl<'a> Gen<'a> {
             "{indent}    ELSE {false_}\n{indent}END) IS NOT TRUE"
         ));
         text
+    }
+
+    /// The history table (its key columns copied from the machine's table,
+    /// so they keep their types) and the triggers that keep it
+    /// append-only. The down migration drops the triggers and keeps the
+    /// table: its rows are the record.
+    fn history(&self, history: &str) -> (Vec<String>, Vec<String>) {
+        let d = self.dialect;
+        let h = d.quote(history);
+        let table = self.q(self.table);
+        let keys: Vec<String> = self.key.iter().map(|k| d.quote(k)).collect();
+        let keys = keys.join(", ");
+        let (schema_prefix, bare) = match history.split_once('.') {
+            Some((schema, bare)) => (format!("{}.", d.quote(schema)), bare),
+            None => (String::new(), history),
+        };
+        let object = |suffix: &str| {
+            format!(
+                "{schema_prefix}{}",
+                d.quote(&crate::dialect::object_name(bare, "history", suffix))
+            )
+        };
+        let index = d.quote(&crate::dialect::object_name(bare, "history", "key"));
+        let message = format!("stateguard: the history table {history} is append-only");
+        match d {
+            Dialect::Postgres => {
+                let function = object("append_only");
+                let trigger = d.quote(&crate::dialect::object_name(bare, "history", "append_only"));
+                let up = vec![
+                    format!("CREATE TABLE {h} AS SELECT {keys} FROM {table} WITH NO DATA"),
+                    format!(
+                        "ALTER TABLE {h}\n    ADD COLUMN \"history_id\" BIGINT GENERATED ALWAYS AS \
+                         IDENTITY PRIMARY KEY,\n    ADD COLUMN \"transition\" TEXT NOT NULL,\n    \
+                         ADD COLUMN \"from_state\" TEXT NOT NULL,\n    ADD COLUMN \"to_state\" TEXT NOT \
+                         NULL,\n    ADD COLUMN \"occurrence\" BIGINT NOT NULL,\n    ADD COLUMN \
+                         \"moved_at\" TIMESTAMPTZ NOT NULL"
+                    ),
+                    format!("CREATE INDEX {index} ON {h} ({keys})"),
+                    format!(
+                        "CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS \
+                         $$\nBEGIN\n    RAISE EXCEPTION '{message}' USING ERRCODE = '23001';\nEND\n$$"
+                    ),
+                    format!(
+                        "CREATE TRIGGER {trigger}\nBEFORE UPDATE OR DELETE ON {h}\nFOR EACH ROW \
+                         EXECUTE FUNCTION {function}()"
+                    ),
+                ];
+                let down = vec![
+                    format!("DROP TRIGGER IF EXISTS {trigger} ON {h}"),
+                    format!("DROP FUNCTION IF EXISTS {function}()"),
+                ];
+                (up, down)
+            }
+            Dialect::Sqlite => {
+                let untyped: Vec<String> = self.key.iter().map(|k| d.quote(k)).collect();
+                let no_update = object("no_update");
+                let no_delete = object("no_delete");
+                let h_bare = d.quote(bare);
+                let up = vec![
+                    format!(
+                        "CREATE TABLE {h} (\n    \"history_id\" INTEGER PRIMARY KEY AUTOINCREMENT,\n    \
+                         {},\n    \"transition\" TEXT NOT NULL,\n    \"from_state\" TEXT NOT NULL,\n    \
+                         \"to_state\" TEXT NOT NULL,\n    \"occurrence\" INTEGER NOT NULL,\n    \
+                         \"moved_at\" TEXT NOT NULL\n)",
+                        untyped.join(",\n    ")
+                    ),
+                    format!("CREATE INDEX {schema_prefix}{index} ON {h_bare} ({keys})"),
+                    format!(
+                        "CREATE TRIGGER {no_update}\nBEFORE UPDATE ON {h_bare}\nBEGIN\n    SELECT \
+                         RAISE(ABORT, '{message}');\nEND"
+                    ),
+                    format!(
+                        "CREATE TRIGGER {no_delete}\nBEFORE DELETE ON {h_bare}\nBEGIN\n    SELECT \
+                         RAISE(ABORT, '{message}');\nEND"
+                    ),
+                ];
+                let down = vec![
+                    format!("DROP TRIGGER IF EXISTS {no_delete}"),
+                    format!("DROP TRIGGER IF EXISTS {no_update}"),
+                ];
+                (up, down)
+            }
+            Dialect::MySql => {
+                let no_update = object("no_update");
+                let no_delete = object("no_delete");
+                let signal = |what: &str| {
+                    let text: String = format!("{message}: no {what}")
+                        .chars()
+                        .take(MYSQL_MESSAGE_TEXT)
+                        .collect();
+                    format!("SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '{text}'")
+                };
+                let up = vec![
+                    format!("CREATE TABLE {h} AS SELECT {keys} FROM {table} WHERE 1 = 0"),
+                    format!(
+                        "ALTER TABLE {h}\n    ADD COLUMN `history_id` BIGINT NOT NULL AUTO_INCREMENT \
+                         PRIMARY KEY FIRST,\n    ADD COLUMN `transition` VARCHAR(255) NOT NULL,\n    \
+                         ADD COLUMN `from_state` VARCHAR(255) NOT NULL,\n    ADD COLUMN `to_state` \
+                         VARCHAR(255) NOT NULL,\n    ADD COLUMN `occurrence` BIGINT NOT NULL,\n    \
+                         ADD COLUMN `moved_at` DATETIME(3) NOT NULL"
+                    ),
+                    format!("CREATE INDEX {index} ON {h} ({keys})"),
+                    format!(
+                        "CREATE TRIGGER {no_update}\nBEFORE UPDATE ON {h}\nFOR EACH ROW {}",
+                        signal("UPDATE")
+                    ),
+                    format!(
+                        "CREATE TRIGGER {no_delete}\nBEFORE DELETE ON {h}\nFOR EACH ROW {}",
+                        signal("DELETE")
+                    ),
+                ];
+                let down = vec![
+                    format!("DROP TRIGGER IF EXISTS {no_delete}"),
+                    format!("DROP TRIGGER IF EXISTS {no_update}"),
+                ];
+                (up, down)
+            }
+        }
     }
 
     fn postgres(&self, constraint: &str, trigger: &str) -> (Vec<String>, Vec<String>) {

@@ -84,6 +84,15 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
         let done_sql = sql_per_dialect(&private, |d| {
             d.follow_up(model, state, f, &model.transitions[f.done])
         });
+        let done_log = sql_per_dialect(&private, |d| {
+            d.follow_up_log(model, state, f, &model.transitions[f.done])
+        });
+        let failed_log = match f.failed {
+            Some(i) => sql_per_dialect(&private, |d| {
+                d.follow_up_log(model, state, f, &model.transitions[i])
+            }),
+            None => sql_per_dialect(&private, |_| String::new()),
+        };
         let failed_sql = match f.failed {
             Some(i) => {
                 let sql = sql_per_dialect(&private, |d| {
@@ -96,7 +105,7 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
         quote! {
             ::core::option::Option::Some(&#private::in_flight(
                 #lease_ms, #since, #done, #failed, #expired, #claim, #renew, #lease_read,
-                #follow_up_read, #done_sql, #failed_sql,
+                #follow_up_read, #done_sql, #failed_sql, [#done_log, #failed_log],
             ))
         }
     });
@@ -107,6 +116,13 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
     let initial = idents[model.initial];
 
     let select = sql_per_dialect(&private, |d| d.select(model, false));
+    let history = match &model.history {
+        Some(table) => {
+            let read = sql_per_dialect(&private, |d| d.history_read(model));
+            quote!(::core::option::Option::Some((#table, #read)))
+        }
+        None => quote!(::core::option::Option::None),
+    };
     let select_in_transaction = sql_per_dialect(&private, |d| d.select(model, true));
     let ddl = ddl_per_dialect(&private, model);
 
@@ -114,16 +130,24 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
         let name = t.name.unraw().to_string();
         let sources = t.sources.iter().map(|&i| idents[i]);
         let target = idents[t.target];
-        let update = sql_per_dialect(&private, |d| d.update(model, t, false));
+        let update = sql_per_dialect(&private, |d| d.update_logged(model, t, false));
         let update_expecting = match model.version {
             Some(_) => {
-                let sql = sql_per_dialect(&private, |d| d.update(model, t, true));
+                let sql = sql_per_dialect(&private, |d| d.update_logged(model, t, true));
                 quote!(::core::option::Option::Some(#sql))
             }
             None => quote!(::core::option::Option::None),
         };
         let read_back = sql_per_dialect(&private, |d| d.read_back(model, t));
         let claim = sql_per_dialect(&private, |d| d.claim_next(model, t));
+        let log = match &model.history {
+            Some(_) => {
+                let plain = sql_per_dialect(&private, |d| d.log(model, t, false));
+                let expecting = sql_per_dialect(&private, |d| d.log(model, t, true));
+                quote!(::core::option::Option::Some([#plain, #expecting]))
+            }
+            None => quote!(::core::option::Option::None),
+        };
         let claim_older = match DIALECTS.iter().all(|d| !d.claim_older(model, t).is_empty()) {
             true => {
                 let sql = sql_per_dialect(&private, |d| d.claim_older(model, t));
@@ -134,6 +158,7 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
         let many_update = sql_per_dialect(&private, |d| d.many_update(model, t));
         let many_read = sql_per_dialect(&private, |d| d.many_read(model, t));
         let many_lease = sql_per_dialect(&private, |d| d.many_lease(model, t));
+        let many_log = sql_per_dialect(&private, |d| d.many_log(model, t));
         let guard = match &t.guard {
             Some(guard) => {
                 let text = &guard.text;
@@ -172,7 +197,8 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
                 #select_guarded,
                 #claim,
                 #claim_older,
-                [#many_update, #many_read, #many_lease],
+                #log,
+                [#many_update, #many_read, #many_lease, #many_log],
             )
         }
     });
@@ -294,6 +320,7 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
                     &#transitions_const,
                     #select,
                     #select_in_transaction,
+                    #history,
                     #ddl,
                 );
                 &#machine_const

@@ -6,6 +6,11 @@
 use crate::dialect::Dialect;
 use crate::valid::{Assign, InFlight, Model, State, Transition};
 
+/// A transition's name as the history records it.
+fn transition_name(transition: &Transition) -> String {
+    syn::ext::IdentExt::unraw(transition.name).to_string()
+}
+
 impl Dialect {
     /// The current time as a value of a `since` column: the statement's
     /// time, not the transaction's, so that a lease starts when the row
@@ -335,11 +340,76 @@ impl Dialect {
         transition: &Transition,
     ) -> String {
         let d = *self;
-        format!(
+        let update = format!(
             "UPDATE {} SET {} WHERE {}",
             d.quote(&model.table),
             d.assignments(model, transition, model.after_key()),
             d.leased(model, state, in_flight, transition.binds()),
+        );
+        // PostgreSQL writes the history row in the same statement; the
+        // row left `state`, which the lease check pins.
+        let (Dialect::Postgres, Some(history)) = (d, &model.history) else {
+            return update;
+        };
+        let table = d.quote(&model.table);
+        let keys: Vec<String> = model
+            .key
+            .iter()
+            .enumerate()
+            .map(|(i, k)| format!("{table}.{} AS __sg_k{i}", d.quote(k)))
+            .collect();
+        let (columns, _) = d.history_columns(model, transition);
+        let mut values: Vec<String> = (0..model.key.len()).map(|i| format!("__sg_k{i}")).collect();
+        values.extend([
+            format!("'{}'", transition_name(transition)),
+            format!("'{}'", state.db),
+            format!("'{}'", model.states[transition.target].db),
+            "__sg_v".to_owned(),
+            d.now().to_owned(),
+        ]);
+        format!(
+            "WITH __sg_moved AS ({update} RETURNING {}, {} AS __sg_v) INSERT INTO {} ({columns}) \
+             SELECT {} FROM __sg_moved",
+            keys.join(", "),
+            d.version_read(model.version.as_deref()),
+            d.quote(history),
+            values.join(", "),
+        )
+    }
+
+    /// SQLite and MySQL, for a machine with a history table: the history
+    /// row of a follow-up, inserted just before it in one transaction
+    /// (see [`Self::log`]). Placeholders: SQLite numbers them as the
+    /// follow-up does; MySQL's are the key, the occurrence, the lease.
+    pub fn follow_up_log(
+        &self,
+        model: &Model,
+        state: &State,
+        in_flight: &InFlight,
+        transition: &Transition,
+    ) -> String {
+        let d = *self;
+        let Some(history) = &model.history else {
+            return String::new();
+        };
+        if d == Dialect::Postgres {
+            return String::new();
+        }
+        let (columns, values) = d.history_columns(model, transition);
+        let binds = match d {
+            Dialect::Sqlite => transition.binds(),
+            Dialect::MySql | Dialect::Postgres => 0,
+        };
+        format!(
+            "INSERT INTO {} ({columns}) SELECT {values} FROM {} WHERE {}{}",
+            d.quote(history),
+            d.quote(&model.table),
+            d.leased(model, state, in_flight, binds),
+            if d == Dialect::MySql {
+                " FOR UPDATE"
+            } else {
+                ""
+            },
         )
     }
 
@@ -590,6 +660,62 @@ impl Dialect {
                     (0..model.key.len()).map(|i| format!("c{i}")).collect();
                 let order_aliases: Vec<String> =
                     (0..order.len()).map(|i| format!("o{i}")).collect();
+                if let Some(history) = &model.history {
+                    // The candidates with the state each leaves, locked, then
+                    // moved, then their history rows, in one statement.
+                    let old: Vec<String> = model
+                        .key
+                        .iter()
+                        .enumerate()
+                        .map(|(i, k)| format!("{} AS __sg_k{i}", d.quote(k)))
+                        .collect();
+                    let joined: Vec<String> = model
+                        .key
+                        .iter()
+                        .enumerate()
+                        .map(|(i, k)| format!("{table}.{} = __sg_old.__sg_k{i}", d.quote(k)))
+                        .collect();
+                    let returned_keys: Vec<String> = model
+                        .key
+                        .iter()
+                        .enumerate()
+                        .map(|(i, k)| format!("{table}.{} AS c{i}", d.quote(k)))
+                        .collect();
+                    let returned_order: Vec<String> = order
+                        .iter()
+                        .enumerate()
+                        .map(|(i, o)| format!("{table}.{} AS o{i}", d.quote(o)))
+                        .collect();
+                    let (columns, _) = d.history_columns(model, transition);
+                    let mut values = key_aliases.clone();
+                    values.extend([
+                        format!("'{}'", transition_name(transition)),
+                        "__sg_from".to_owned(),
+                        format!("'{}'", target.db),
+                        "v".to_owned(),
+                        d.now().to_owned(),
+                    ]);
+                    return format!(
+                        "WITH __sg_old AS (SELECT {}, {} AS __sg_from FROM {table} WHERE \
+                         {status}{guard} ORDER BY {order_by} LIMIT {limit} FOR UPDATE SKIP LOCKED), \
+                         moved AS (UPDATE {table} SET {} FROM __sg_old WHERE {} RETURNING {}, {} AS \
+                         v, {lease} AS l, {}, __sg_old.__sg_from), __sg_log AS (INSERT INTO {} \
+                         ({columns}) SELECT {} FROM moved) SELECT {}, v, l FROM moved ORDER BY {}",
+                        old.join(", "),
+                        d.status_read(&model.column),
+                        d.assignments(model, transition, 1),
+                        joined.join(" AND "),
+                        returned_keys.join(", "),
+                        d.version_read(model.version.as_deref()),
+                        returned_order.join(", "),
+                        d.quote(history),
+                        values.join(", "),
+                        key_aliases.join(", "),
+                        [order_aliases.clone(), key_aliases.clone()]
+                            .concat()
+                            .join(", "),
+                    );
+                }
                 format!(
                     "WITH moved AS (UPDATE {table} SET {} WHERE ({keys}) IN ({candidates} FOR \
                      UPDATE SKIP LOCKED) AND {status}{guard} RETURNING {}, {} AS v, {lease} AS l, \
@@ -603,6 +729,218 @@ impl Dialect {
                 )
             }
         }
+    }
+
+    /// The history row of a move, as `INSERT INTO h (…) SELECT …` reads it
+    /// from the row being moved, whose status is the state it leaves:
+    /// `(columns, values)`.
+    fn history_columns(self, model: &Model, transition: &Transition) -> (String, String) {
+        let d = self;
+        let mut columns: Vec<String> = model.key.iter().map(|k| d.quote(k)).collect();
+        columns.extend(
+            [
+                "transition",
+                "from_state",
+                "to_state",
+                "occurrence",
+                "moved_at",
+            ]
+            .iter()
+            .map(|c| d.quote(c)),
+        );
+        let name = transition_name(transition);
+        let occurrence = match &model.version {
+            Some(version) => format!("{} + 1", d.version_value(version)),
+            None => "0".to_owned(),
+        };
+        let mut values: Vec<String> = model.key.iter().map(|k| d.quote(k)).collect();
+        values.extend([
+            format!("'{name}'"),
+            d.status_read(&model.column),
+            format!("'{}'", model.states[transition.target].db),
+            occurrence,
+            d.now().to_owned(),
+        ]);
+        (columns.join(", "), values.join(", "))
+    }
+
+    /// SQLite and MySQL, for a machine with a history table: the history
+    /// row of `update` (with `expecting`), inserted from the row the
+    /// compare-and-set is about to move, in the same transaction and just
+    /// before it. The same `WHERE`, so it inserts a row exactly when the
+    /// update moves one; on MySQL it locks the row (`FOR UPDATE`), so
+    /// nothing moves it in between. Empty on PostgreSQL, whose
+    /// [`Self::update_logged`] does both in one statement.
+    ///
+    /// Placeholders: SQLite numbers them as the update does; MySQL's are
+    /// the key, the guard's values, the expected version.
+    pub fn log(&self, model: &Model, transition: &Transition, expecting: bool) -> String {
+        let d = *self;
+        let Some(history) = &model.history else {
+            return String::new();
+        };
+        if d == Dialect::Postgres {
+            return String::new();
+        }
+        let (columns, values) = d.history_columns(model, transition);
+        format!(
+            "INSERT INTO {} ({columns}) SELECT {values} FROM {} WHERE {}{}",
+            d.quote(history),
+            d.quote(&model.table),
+            d.move_predicate(model, transition, expecting),
+            if d == Dialect::MySql {
+                " FOR UPDATE"
+            } else {
+                ""
+            },
+        )
+    }
+
+    /// The compare-and-set's `WHERE`: key, sources, guard, expected
+    /// version, numbered as in [`Self::update`].
+    fn move_predicate(self, model: &Model, transition: &Transition, expecting: bool) -> String {
+        let d = self;
+        let column = d.quote(&model.column);
+        let sources: Vec<String> = transition
+            .sources
+            .iter()
+            .map(|&s| format!("'{}'", model.states[s].db))
+            .collect();
+        let guard = match &transition.guard {
+            Some(guard) => format!(
+                " AND ({})",
+                guard.sql(d, model.after_key() + transition.set_binds())
+            ),
+            None => String::new(),
+        };
+        let same_occurrence = match (&model.version, expecting) {
+            (Some(version), true) => format!(
+                " AND {} = {}",
+                d.version_value(version),
+                d.param(model.after_key() + transition.binds())
+            ),
+            _ => String::new(),
+        };
+        format!(
+            "{} AND {}{guard}{same_occurrence}",
+            d.key_match(&model.key),
+            d.status_is(&column, &format!("IN ({})", sources.join(", "))),
+        )
+    }
+
+    /// PostgreSQL, for a machine with a history table: the compare-and-set
+    /// and its history row in one statement. The row is read and locked
+    /// first (`FOR UPDATE`, which under READ COMMITTED re-reads the latest
+    /// version of a row another transaction just changed), so the state
+    /// recorded as left is the one the row really left; `PostgreSQL` 15 has
+    /// no `OLD` in `RETURNING`. Returns what [`Self::update`] returns.
+    pub fn update_logged(&self, model: &Model, transition: &Transition, expecting: bool) -> String {
+        let d = *self;
+        let (Dialect::Postgres, Some(history)) = (d, &model.history) else {
+            return d.update(model, transition, expecting);
+        };
+        let table = d.quote(&model.table);
+        let target = &model.states[transition.target];
+        let old_keys: Vec<String> = model
+            .key
+            .iter()
+            .enumerate()
+            .map(|(i, k)| format!("{} AS __sg_k{i}", d.quote(k)))
+            .collect();
+        let joined: Vec<String> = model
+            .key
+            .iter()
+            .enumerate()
+            .map(|(i, k)| format!("{table}.{} = __sg_old.__sg_k{i}", d.quote(k)))
+            .collect();
+        let moved_keys: Vec<String> = model
+            .key
+            .iter()
+            .enumerate()
+            .map(|(i, k)| format!("{table}.{} AS __sg_k{i}", d.quote(k)))
+            .collect();
+        let mut returned = vec![d.version_read(model.version.as_deref()) + " AS __sg_v"];
+        returned.push(match &target.in_flight {
+            Some(in_flight) => d.lease_token(&in_flight.since) + " AS __sg_l",
+            None => d.int64("0") + " AS __sg_l",
+        });
+        let mut out = Vec::new();
+        if model.version.is_some() {
+            out.push("__sg_v");
+        }
+        if target.in_flight.is_some() {
+            out.push("__sg_l");
+        }
+        let name = transition_name(transition);
+        let mut columns: Vec<String> = model.key.iter().map(|k| d.quote(k)).collect();
+        columns.extend(
+            [
+                "transition",
+                "from_state",
+                "to_state",
+                "occurrence",
+                "moved_at",
+            ]
+            .iter()
+            .map(|c| d.quote(c)),
+        );
+        let mut values: Vec<String> = (0..model.key.len()).map(|i| format!("__sg_k{i}")).collect();
+        values.extend([
+            format!("'{name}'"),
+            "__sg_from".to_owned(),
+            format!("'{}'", target.db),
+            "__sg_v".to_owned(),
+            d.now().to_owned(),
+        ]);
+        let last = model.table.rsplit('.').next().unwrap_or(&model.table);
+        // The final SELECT gives what `update` returns: the version and the
+        // lease token where they exist, or, without either, one row per row
+        // moved (its count is the rows affected).
+        let select = match out.is_empty() {
+            true => "1".to_owned(),
+            false => out.join(", "),
+        };
+        format!(
+            "WITH __sg_old AS (SELECT {}, {} AS __sg_from FROM {table} WHERE {} FOR UPDATE OF {}), \
+             __sg_moved AS (UPDATE {table} SET {} FROM __sg_old WHERE {} RETURNING {}, __sg_from, \
+             {}), __sg_log AS (INSERT INTO {} ({}) SELECT {} FROM __sg_moved) SELECT {select} FROM \
+             __sg_moved",
+            old_keys.join(", "),
+            d.status_read(&model.column),
+            d.move_predicate(model, transition, expecting),
+            d.quote(last),
+            d.assignments(model, transition, model.after_key()),
+            joined.join(" AND "),
+            moved_keys.join(", "),
+            returned.join(", "),
+            d.quote(history),
+            columns.join(", "),
+            values.join(", "),
+        )
+    }
+
+    /// A machine's history, oldest first: transition, from, to, occurrence
+    /// and the time as text, for the key `$1`….
+    pub fn history_read(&self, model: &Model) -> String {
+        let d = *self;
+        let Some(history) = &model.history else {
+            return String::new();
+        };
+        let text = match d {
+            Dialect::MySql => "CHAR",
+            Dialect::Postgres | Dialect::Sqlite => "TEXT",
+        };
+        format!(
+            "SELECT {}, {}, {}, {}, CAST({} AS {text}) FROM {} WHERE {} ORDER BY {}",
+            d.quote("transition"),
+            d.quote("from_state"),
+            d.quote("to_state"),
+            d.int64(&d.quote("occurrence")),
+            d.quote("moved_at"),
+            d.quote(history),
+            d.key_match(&model.key),
+            d.quote("history_id"),
+        )
     }
 
     /// `apply_many`'s keys as rows, `__sg_i(__sg_k0, …)`: the arrays `$1`…
@@ -741,21 +1079,17 @@ impl Dialect {
         if let Some(in_flight) = &target.in_flight {
             returning.push_str(&format!(", {}", d.lease_token(&in_flight.since)));
         }
-        match d {
-            // One column: `= ANY($1)`, which the key's index serves in key
-            // order, so that overlapping batches lock rows in the same
-            // order. The text comparison (a hashed subplan) keeps the match
-            // exact under a nondeterministic collation.
-            Dialect::Postgres if model.key.len() == 1 => {
-                let k = &keys;
-                format!(
-                    "UPDATE {table} SET {assignments} WHERE {k} = ANY($1) AND CAST({k} AS TEXT) \
-                     COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM \
-                     unnest($1) AS __sg_i(__sg_k0)) AND {status}{guard}{returning}"
-                )
-            }
-            Dialect::Postgres => {
-                let n = model.key.len();
+        // PostgreSQL: the rows among the keys. One column: `= ANY($1)`,
+        // which the key's index serves in key order, so that overlapping
+        // batches lock rows in the same order. The text comparison (a
+        // hashed subplan) keeps the match exact under a nondeterministic
+        // collation.
+        let pg_keys = match model.key.len() {
+            1 => format!(
+                "{keys} = ANY($1) AND CAST({keys} AS TEXT) COLLATE \"C\" IN (SELECT \
+                 CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0))"
+            ),
+            n => {
                 let columns: Vec<String> = (0..n).map(|i| format!("__sg_k{i}")).collect();
                 let texts: Vec<String> = (0..n)
                     .map(|i| format!("CAST(__sg_k{i} AS TEXT) COLLATE \"C\""))
@@ -766,8 +1100,7 @@ impl Dialect {
                     .map(|k| format!("CAST({table}.{} AS TEXT) COLLATE \"C\"", d.quote(k)))
                     .collect();
                 format!(
-                    "UPDATE {table} SET {assignments} WHERE ({keys}) IN (SELECT {} FROM {}) AND \
-                     ({}) IN (SELECT {} FROM {}) AND {status}{guard}{returning}",
+                    "({keys}) IN (SELECT {} FROM {}) AND ({}) IN (SELECT {} FROM {})",
                     columns.join(", "),
                     d.many_input(model),
                     key_texts.join(", "),
@@ -775,16 +1108,121 @@ impl Dialect {
                     d.many_input(model),
                 )
             }
-            Dialect::Sqlite => format!(
+        };
+        match (d, &model.history) {
+            // With a history table: the rows read and locked in key order
+            // first, so the state each row leaves is the one recorded.
+            (Dialect::Postgres, Some(history)) => {
+                let n = model.key.len();
+                let old: Vec<String> = model
+                    .key
+                    .iter()
+                    .enumerate()
+                    .map(|(i, k)| format!("{table}.{} AS __sg_k{i}", d.quote(k)))
+                    .collect();
+                let joined: Vec<String> = model
+                    .key
+                    .iter()
+                    .enumerate()
+                    .map(|(i, k)| format!("{table}.{} = __sg_old.__sg_k{i}", d.quote(k)))
+                    .collect();
+                let aliases: Vec<String> = (0..n).map(|i| format!("__sg_k{i}")).collect();
+                let mut out = aliases.clone();
+                if model.version.is_some() {
+                    out.push("__sg_v".to_owned());
+                }
+                if target.in_flight.is_some() {
+                    out.push("__sg_l".to_owned());
+                }
+                let lease = match &target.in_flight {
+                    Some(in_flight) => d.lease_token(&in_flight.since),
+                    None => d.int64("0"),
+                };
+                let (columns, _) = d.history_columns(model, transition);
+                let mut values = aliases.clone();
+                values.extend([
+                    format!("'{}'", transition_name(transition)),
+                    "__sg_from".to_owned(),
+                    format!("'{}'", target.db),
+                    "__sg_v".to_owned(),
+                    d.now().to_owned(),
+                ]);
+                let last = model.table.rsplit('.').next().unwrap_or(&model.table);
+                format!(
+                    "WITH __sg_old AS (SELECT {}, {} AS __sg_from FROM {table} WHERE {pg_keys} AND \
+                     {status}{guard} ORDER BY {keys} FOR UPDATE OF {}), __sg_moved AS (UPDATE \
+                     {table} SET {assignments} FROM __sg_old WHERE {} RETURNING {}, {} AS __sg_v, \
+                     {lease} AS __sg_l, __sg_old.__sg_from), __sg_log AS (INSERT INTO {} ({columns}) \
+                     SELECT {} FROM __sg_moved) SELECT {} FROM __sg_moved",
+                    old.join(", "),
+                    d.status_read(&model.column),
+                    d.quote(last),
+                    joined.join(" AND "),
+                    old.join(", "),
+                    d.version_read(model.version.as_deref()),
+                    d.quote(history),
+                    values.join(", "),
+                    out.join(", "),
+                )
+            }
+            (Dialect::Postgres, None) => {
+                format!(
+                    "UPDATE {table} SET {assignments} WHERE {pg_keys} AND {status}{guard}{returning}"
+                )
+            }
+            (Dialect::Sqlite, _) => format!(
                 "UPDATE {table} SET {assignments} WHERE {status}{guard} AND {}{returning}",
                 d.many_in_json(model),
             ),
             // A join driven by the keys, not `IN (SELECT …)`: MySQL runs
             // that as a dependent subquery over the whole table.
-            Dialect::MySql => format!(
+            (Dialect::MySql, _) => format!(
                 "UPDATE {} STRAIGHT_JOIN {table} ON {} SET {assignments} WHERE {status}{guard}",
                 d.many_input(model),
                 d.many_match(model),
+            ),
+        }
+    }
+
+    /// SQLite and MySQL, for a machine with a history table: the history
+    /// rows of `apply_many`'s update, inserted just before it in one
+    /// transaction, from the same rows (on MySQL already locked by
+    /// [`Self::many_read`]). Placeholders: SQLite numbers them as the
+    /// update does; MySQL's are the JSON, then the guard's values.
+    pub fn many_log(&self, model: &Model, transition: &Transition) -> String {
+        let d = *self;
+        let (Some(history), false) = (&model.history, d == Dialect::Postgres) else {
+            return String::new();
+        };
+        let table = d.quote(&model.table);
+        let column = d.quote(&model.column);
+        let sources: Vec<String> = transition
+            .sources
+            .iter()
+            .map(|&s| format!("'{}'", model.states[s].db))
+            .collect();
+        let status = d.status_is(&column, &format!("IN ({})", sources.join(", ")));
+        let first = match d {
+            Dialect::Sqlite => 2 + transition.set_binds(),
+            Dialect::MySql | Dialect::Postgres => 1,
+        };
+        let guard = match &transition.guard {
+            Some(guard) => format!(" AND ({})", guard.sql(d, first)),
+            None => String::new(),
+        };
+        let (columns, values) = d.history_columns(model, transition);
+        match d {
+            Dialect::MySql => format!(
+                "INSERT INTO {} ({columns}) SELECT {values} FROM {} STRAIGHT_JOIN {table} ON {} \
+                 WHERE {status}{guard}",
+                d.quote(history),
+                d.many_input(model),
+                d.many_match(model),
+            ),
+            Dialect::Sqlite | Dialect::Postgres => format!(
+                "INSERT INTO {} ({columns}) SELECT {values} FROM {table} WHERE {status}{guard} AND {}",
+                d.quote(history),
+                d.many_in_json(model),
             ),
         }
     }
@@ -924,6 +1362,7 @@ mod tests {
             column: "status".to_owned(),
             key: vec!["id".to_owned()],
             order: vec!["id".to_owned()],
+            history: None,
             version: Some("version".to_owned()),
             states,
             initial: 0,

@@ -25,6 +25,8 @@ pub struct Model<'a> {
     pub version: Option<String>,
     /// The columns `claim` takes rows in: `order = "…"`, by default the key.
     pub order: Vec<String>,
+    /// `history = "…"`: the table each move appends a row to.
+    pub history: Option<String>,
     pub states: Vec<State<'a>>,
     pub initial: usize,
     pub transitions: Vec<Transition<'a>>,
@@ -261,6 +263,10 @@ pub fn check<'a>(cx: &mut Ctxt, input: &'a Input<'a>) -> Option<Model<'a>> {
         Some(lit) => check_order(cx, lit)?,
         None => key.clone(),
     };
+    let history = match &input.attrs.history {
+        Some(lit) => Some(check_history(cx, lit, &key, &table)?),
+        None => None,
+    };
     Some(Model {
         ident: input.ident,
         table,
@@ -268,6 +274,7 @@ pub fn check<'a>(cx: &mut Ctxt, input: &'a Input<'a>) -> Option<Model<'a>> {
         key,
         version,
         order,
+        history,
         states: states?,
         initial: initial?,
         transitions: transitions?,
@@ -321,6 +328,47 @@ fn check_names(cx: &mut Ctxt, input: &Input) -> Option<(String, String, Vec<Stri
         return None;
     }
     Some((table, column, key))
+}
+
+/// The columns of a history table besides the key's.
+pub const HISTORY_COLUMNS: &[&str] = &[
+    "history_id",
+    "transition",
+    "from_state",
+    "to_state",
+    "occurrence",
+    "moved_at",
+];
+
+/// `history = "payout_transitions"`: a valid table name of its own, whose
+/// fixed columns no key column shares.
+fn check_history(cx: &mut Ctxt, lit: &LitStr, key: &[String], table: &str) -> Option<String> {
+    let value = lit.value();
+    if let Err(why) = ident::check_table(&value) {
+        cx.error(
+            lit,
+            format!("history {value:?} is not a valid SQL table name: it {why}"),
+        );
+        return None;
+    }
+    if value.eq_ignore_ascii_case(table) {
+        cx.error(lit, "the history table must be a table of its own");
+        return None;
+    }
+    if let Some(k) = key
+        .iter()
+        .find(|k| HISTORY_COLUMNS.iter().any(|c| c.eq_ignore_ascii_case(k)))
+    {
+        cx.error(
+            lit,
+            format!(
+                "key column {k:?} has the name of a history column ({}); rename the key column",
+                HISTORY_COLUMNS.join(", ")
+            ),
+        );
+        return None;
+    }
+    Some(value)
 }
 
 /// `order = "created_at"` or `order = "priority, created_at"`: column

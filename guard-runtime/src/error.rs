@@ -296,6 +296,24 @@ pub enum Error {
         transition: &'static str,
     },
 
+    /// [`Machine::history`](crate::meta::Machine::history) on a machine
+    /// declared without `history = "…"`.
+    #[error("{machine} keeps no history; declare #[state_machine(…, history = \"…\")]")]
+    NoHistory {
+        /// The machine.
+        machine: &'static str,
+    },
+
+    /// A history row names a transition the machine does not have (the
+    /// enum changed since it was written, or someone wrote it by hand).
+    #[error("history of {machine} names transition {name:?}, which it does not have")]
+    UnknownTransition {
+        /// The machine.
+        machine: &'static str,
+        /// The name found.
+        name: String,
+    },
+
     /// The row was deleted while its effect ran.
     #[error("the row vanished from table `{table}` before `{transition}` could finish it")]
     RowVanished {

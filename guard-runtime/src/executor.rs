@@ -49,7 +49,7 @@ pub trait Executor: sealed::Run {
 }
 
 pub(crate) mod sealed {
-    use super::ExecutedThenFetched;
+    use super::{ExecutedThenFetched, Logged};
     use crate::dialect::sealed::Dialect;
     use crate::dialect::{Backend, BoxFuture};
 
@@ -91,6 +91,20 @@ pub(crate) mod sealed {
             then_args: <Self::Database as Dialect>::Args,
         ) -> BoxFuture<'_, Result<ExecutedThenFetched<Self::Database>, sqlx::Error>>;
 
+        /// Runs `log` (a history row's `INSERT … SELECT`), then `update`
+        /// (fetching its rows when `rows`), then `then`, on one connection
+        /// in one transaction, or in a savepoint inside the caller's: the
+        /// move and its history row stand or fall together.
+        fn logged(
+            &mut self,
+            log: &'static str,
+            log_args: <Self::Database as Dialect>::Args,
+            update: &'static str,
+            args: <Self::Database as Dialect>::Args,
+            rows: bool,
+            then: Option<(&'static str, <Self::Database as Dialect>::Args)>,
+        ) -> BoxFuture<'_, Result<Logged<Self::Database>, sqlx::Error>>;
+
         /// The transaction or savepoint a win here belongs to; 0 outside
         /// one.
         fn scope(&self) -> u64 {
@@ -101,6 +115,53 @@ pub(crate) mod sealed {
         /// transaction must then not commit.
         fn abandoned(&mut self) {}
     }
+}
+
+/// What `Run::logged` did: the rows the update changed (as many as the
+/// history rows written), its rows when asked for, and the follow-up
+/// read's row.
+pub struct Logged<DB: sqlx::Database> {
+    pub(crate) updated: u64,
+    pub(crate) rows: Vec<DB::Row>,
+    pub(crate) then: Option<DB::Row>,
+}
+
+/// The body of `Run::logged` on a connection `$conn` (a `&mut` connection,
+/// possibly inside a transaction, where `begin` makes a savepoint).
+macro_rules! logged_on {
+    ($db:ty, $conn:expr, $log:expr, $log_args:expr, $update:expr, $args:expr, $rows:expr, $then:expr) => {{
+        let mut tx = sqlx::Connection::begin($conn).await?;
+        let logged = <$db as Dialect>::rows_affected(
+            &sqlx::Executor::execute(&mut *tx, sqlx::query_with($log, $log_args)).await?,
+        );
+        let (updated, rows) = if $rows {
+            let rows =
+                sqlx::Executor::fetch_all(&mut *tx, sqlx::query_with($update, $args)).await?;
+            (rows.len() as u64, rows)
+        } else {
+            let done = sqlx::Executor::execute(&mut *tx, sqlx::query_with($update, $args)).await?;
+            (<$db as Dialect>::rows_affected(&done), Vec::new())
+        };
+        let then = match $then {
+            Some((sql, args)) => {
+                sqlx::Executor::fetch_optional(&mut *tx, sqlx::query_with(sql, args)).await?
+            }
+            None => None,
+        };
+        if logged != updated {
+            // Dropping the transaction rolls both back.
+            return Err(sqlx::Error::Protocol(format!(
+                "the history insert wrote {logged} rows and the move changed {updated}; \
+                 rolled back"
+            )));
+        }
+        tx.commit().await?;
+        Ok(Logged {
+            updated,
+            rows,
+            then,
+        })
+    }};
 }
 
 /// The statement methods, given how to reach a connection from `self`.
@@ -229,6 +290,25 @@ macro_rules! in_transaction {
                 })
             }
 
+            fn logged(
+                &mut self,
+                log: &'static str,
+                log_args: <$db as Dialect>::Args,
+                update: &'static str,
+                args: <$db as Dialect>::Args,
+                rows: bool,
+                then: Option<(&'static str, <$db as Dialect>::Args)>,
+            ) -> BoxFuture<'_, Result<Logged<$db>, sqlx::Error>> {
+                Box::pin(async move {
+                    let (conn, health) = self.parts();
+                    let done = async {
+                        logged_on!($db, &mut *conn, log, log_args, update, args, rows, then)
+                    }
+                    .await;
+                    noted::<$db, _>(health, done)
+                })
+            }
+
             fn scope(&self) -> u64 {
                 self.scope_id()
             }
@@ -274,6 +354,21 @@ macro_rules! executors {
 
             statements!($db, |this| &**this);
             execute_then_fetch!($db, |this| this.acquire().await?);
+
+            fn logged(
+                &mut self,
+                log: &'static str,
+                log_args: <$db as Dialect>::Args,
+                update: &'static str,
+                args: <$db as Dialect>::Args,
+                rows: bool,
+                then: Option<(&'static str, <$db as Dialect>::Args)>,
+            ) -> BoxFuture<'_, Result<Logged<$db>, sqlx::Error>> {
+                Box::pin(async move {
+                    let mut conn = self.acquire().await?;
+                    logged_on!($db, &mut *conn, log, log_args, update, args, rows, then)
+                })
+            }
         }
 
         #[cfg(feature = $feature)]
@@ -295,6 +390,20 @@ macro_rules! executors {
 
             statements!($db, |this| &mut **this);
             execute_then_fetch!($db, |this| &mut **this);
+
+            fn logged(
+                &mut self,
+                log: &'static str,
+                log_args: <$db as Dialect>::Args,
+                update: &'static str,
+                args: <$db as Dialect>::Args,
+                rows: bool,
+                then: Option<(&'static str, <$db as Dialect>::Args)>,
+            ) -> BoxFuture<'_, Result<Logged<$db>, sqlx::Error>> {
+                Box::pin(async move {
+                    logged_on!($db, &mut **self, log, log_args, update, args, rows, then)
+                })
+            }
         }
 
         #[cfg(feature = $feature)]

@@ -119,10 +119,31 @@ where
     loop {
         attempts += 1;
         let args = follow_up_arguments::<S, DB<E>, K>(chosen, key, occurrence, lease)?;
-        match executor.execute(update, args).await {
-            Ok(done) if <DB<E> as Dialect>::rows_affected(&done) == 1 => {
-                return Ok(Settled::Applied(transition.target()));
+        let log =
+            <DB<E> as Dialect>::sql(&in_flight.follow_up_log_sql()[usize::from(chosen.failed)]);
+        let moved = match log.is_empty() {
+            true => executor
+                .execute(update, args)
+                .await
+                .map(|done| <DB<E> as Dialect>::rows_affected(&done)),
+            // With a history table on SQLite and MySQL: the history row
+            // and the follow-up in one transaction. SQLite numbers the
+            // log's placeholders as the follow-up's; MySQL's take the key,
+            // the occurrence and the lease.
+            false => {
+                let log_args = match <DB<E> as Dialect>::PARAMS_FIRST {
+                    true => leased_arguments::<S, DB<E>, K>(key, occurrence, lease)
+                        .map_err(|e| transition.db_error(e))?,
+                    false => follow_up_arguments::<S, DB<E>, K>(chosen, key, occurrence, lease)?,
+                };
+                executor
+                    .logged(log, log_args, update, args, false, None)
+                    .await
+                    .map(|logged| logged.updated)
             }
+        };
+        match moved {
+            Ok(1) => return Ok(Settled::Applied(transition.target())),
             Ok(_) => {}
             Err(error) => {
                 transition.before_retry(executor, error, attempts).await?;

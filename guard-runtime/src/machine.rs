@@ -89,6 +89,8 @@ pub struct Machine<S: 'static> {
     transitions: &'static [TransitionDef<S>],
     select: Sql,
     select_in_transaction: Sql,
+    /// `history = "…"`: the table, and the read of a row's history.
+    history: Option<(&'static str, Sql)>,
     pub(crate) ddl: Sql<DdlText>,
 }
 
@@ -155,6 +157,23 @@ impl<S: StateMachine> Machine<S> {
         match in_transaction {
             true => &self.select_in_transaction,
             false => &self.select,
+        }
+    }
+
+    /// `history = "…"`: the table every move appends a row to.
+    pub const fn history_table(&self) -> Option<&'static str> {
+        match &self.history {
+            Some((table, _)) => Some(table),
+            None => None,
+        }
+    }
+
+    /// The read of one row's history, oldest first: transition, from, to,
+    /// occurrence and the time as text.
+    pub const fn history_sql(&self) -> Option<&Sql> {
+        match &self.history {
+            Some((_, sql)) => Some(sql),
+            None => None,
         }
     }
 
@@ -259,6 +278,9 @@ pub struct InFlightDef<S: 'static> {
     follow_up_read: Sql,
     done_sql: Sql,
     failed_sql: Option<Sql>,
+    /// With a history table, on SQLite and MySQL: the history rows of the
+    /// `done` and `failed` follow-ups, inserted just before them.
+    logs: [Sql; 2],
 }
 
 impl<S> InFlightDef<S> {
@@ -313,6 +335,13 @@ impl<S> InFlightDef<S> {
     pub const fn failed_sql(&self) -> Option<&Sql> {
         self.failed_sql.as_ref()
     }
+
+    /// With a history table, on SQLite and MySQL: the history row's insert
+    /// before the `done` and the `failed` follow-up, `[done, failed]`
+    /// (empty without one, and on PostgreSQL, whose follow-up writes it).
+    pub const fn follow_up_log_sql(&self) -> &[Sql; 2] {
+        &self.logs
+    }
 }
 
 /// A column that a transition writes besides the status:
@@ -352,8 +381,12 @@ pub struct TransitionDef<S: 'static> {
     select_guarded: Option<[Sql; 2]>,
     claim: Sql,
     claim_older: Option<Sql>,
-    /// `apply_many`: the update, the read, MySQL's lease read.
-    many: [Sql; 3],
+    /// With a history table, on SQLite and MySQL: the history row's insert
+    /// before the compare-and-set, `[plain, expecting]`.
+    log: Option<[Sql; 2]>,
+    /// `apply_many`: the update, the read, MySQL's lease read, the history
+    /// rows' insert on SQLite and MySQL.
+    many: [Sql; 4],
 }
 
 impl<S: StateMachine> TransitionDef<S> {
@@ -411,6 +444,15 @@ impl<S: StateMachine> TransitionDef<S> {
         &self.claim
     }
 
+    /// For a machine with a history table, on SQLite and MySQL: the history
+    /// row's `INSERT … SELECT` that runs just before the compare-and-set,
+    /// in one transaction with it, `[plain, expecting an occurrence]`
+    /// (empty on PostgreSQL, whose compare-and-set writes the history row
+    /// itself).
+    pub const fn log_sql(&self) -> Option<&[Sql; 2]> {
+        self.log.as_ref()
+    }
+
     /// What [`Transition::claim_older_than`](crate::Transition::claim_older_than)
     /// runs: [`claim_sql`](Self::claim_sql) for rows whose `since` stamp is
     /// older than a number of milliseconds bound after the guard's values.
@@ -420,12 +462,12 @@ impl<S: StateMachine> TransitionDef<S> {
     }
 
     /// What [`Transition::apply_many`](crate::Transition::apply_many) runs:
-    /// `[update, read, lease read]`. The update moves every row among the
+    /// `[update, read, lease read, history insert]`. The update moves every row among the
     /// keys that is in a source state and returns their keys, and versions
     /// and lease tokens where the machine has them; the read
     /// gives the others' state, version and guard (on MySQL it comes first,
     /// locking the rows, and the lease read follows the update).
-    pub const fn apply_many_sql(&self) -> &[Sql; 3] {
+    pub const fn apply_many_sql(&self) -> &[Sql; 4] {
         &self.many
     }
 
@@ -481,6 +523,7 @@ pub mod construct {
         transitions: &'static [TransitionDef<S>],
         select: Sql,
         select_in_transaction: Sql,
+        history: Option<(&'static str, Sql)>,
         ddl: Sql<DdlText>,
     ) -> Machine<S> {
         Machine {
@@ -495,6 +538,7 @@ pub mod construct {
             transitions,
             select,
             select_in_transaction,
+            history,
             ddl,
         }
     }
@@ -536,6 +580,7 @@ pub mod construct {
         follow_up_read: Sql,
         done_sql: Sql,
         failed_sql: Option<Sql>,
+        logs: [Sql; 2],
     ) -> InFlightDef<S> {
         InFlightDef {
             lease_ms,
@@ -549,6 +594,7 @@ pub mod construct {
             follow_up_read,
             done_sql,
             failed_sql,
+            logs,
         }
     }
 
@@ -567,7 +613,8 @@ pub mod construct {
         select_guarded: Option<[Sql; 2]>,
         claim: Sql,
         claim_older: Option<Sql>,
-        many: [Sql; 3],
+        log: Option<[Sql; 2]>,
+        many: [Sql; 4],
     ) -> TransitionDef<S> {
         TransitionDef {
             name,
@@ -582,6 +629,7 @@ pub mod construct {
             select_guarded,
             claim,
             claim_older,
+            log,
             many,
         }
     }

@@ -413,16 +413,26 @@ where
     K: DecodeKey<DB, S::KeyShape> + ManyKeys<DB, S::KeyShape> + Ord,
     P: Params<DB>,
 {
-    let [update, read, _] = transition.def().apply_many_sql();
+    let [update, read, _, log] = transition.def().apply_many_sql();
     let mut found: Vec<Found<S, K>> = keys.iter().map(|_| Found::Missing).collect();
     let mut executor = pool;
     let n = S::KeyShape::COLUMNS;
     let db_error = |e| transition.db_error(e);
     let args = update_arguments::<DB, S, K, P>(transition, keys, params)?;
-    let rows = executor
-        .fetch_all(DB::sql(update), args)
-        .await
-        .map_err(db_error)?;
+    let log = DB::sql(log);
+    let rows = match log.is_empty() {
+        true => executor.fetch_all(DB::sql(update), args).await,
+        // SQLite with a history table: the history rows and the update in
+        // one transaction, with the same placeholders.
+        false => {
+            let log_args = update_arguments::<DB, S, K, P>(transition, keys, params)?;
+            executor
+                .logged(log, log_args, DB::sql(update), args, true, None)
+                .await
+                .map(|logged| logged.rows)
+        }
+    }
+    .map_err(db_error)?;
     let mut moved = vec![false; keys.len()];
     // The keys, then the version and the lease token where they exist.
     let versioned = S::MACHINE.version().is_some();
@@ -485,7 +495,7 @@ where
     K: DecodeKey<DB, S::KeyShape> + ManyKeys<DB, S::KeyShape> + Ord,
     P: Params<DB>,
 {
-    let [update, read, lease_read] = transition.def().apply_many_sql();
+    let [update, read, lease_read, log] = transition.def().apply_many_sql();
     let mut found: Vec<Found<S, K>> = keys.iter().map(|_| Found::Missing).collect();
     let n = S::KeyShape::COLUMNS;
     let retry = |source: sqlx::Error| match DB::is_retryable(&source) {
@@ -519,6 +529,16 @@ where
         return Ok(found);
     }
     let mover_keys: Vec<&K> = movers.iter().map(|(i, _, _)| keys[*i]).collect();
+    if !DB::sql(log).is_empty() {
+        // The history rows, from the rows locked above, before they move:
+        // the JSON, then the guard's values.
+        let mut args = DB::Args::default();
+        K::bind_many(&mover_keys, &mut args).map_err(|e| transition.db_error(e))?;
+        params
+            .bind_range(&mut args, transition.def().set_binds()..usize::MAX)
+            .map_err(|e| transition.db_error(e))?;
+        (&mut tx).execute(DB::sql(log), args).await.map_err(retry)?;
+    }
     let args = update_arguments::<DB, S, K, P>(transition, &mover_keys, params)?;
     (&mut tx)
         .execute(DB::sql(update), args)

@@ -393,6 +393,73 @@ impl<S: StateMachine> Transition<S> {
         let int = |row: &<DB<E> as sqlx::Database>::Row, i| {
             <DB<E> as Dialect>::int_opt(row, i).map(Option::unwrap_or_default)
         };
+        // With a history table on SQLite and MySQL: the history row's
+        // insert and the compare-and-set, in one transaction.
+        let log = self.def.log_sql().map(|[plain, expecting]| {
+            <DB<E> as Dialect>::sql(match self.expected {
+                Some(_) => expecting,
+                None => plain,
+            })
+        });
+        if let Some(log) = log.filter(|log| !log.is_empty()) {
+            let set = self.def.set_binds();
+            // SQLite numbers its placeholders as the update does; MySQL's
+            // `?` take the key, the guard's values and the occurrence.
+            let mut log_args = match <DB<E> as Dialect>::PARAMS_FIRST {
+                true => around_key::<DB<E>, S::KeyShape, K, P>(key, params, 0..0, set..usize::MAX),
+                false => {
+                    around_key::<DB<E>, S::KeyShape, K, P>(key, params, 0..set, set..usize::MAX)
+                }
+            }
+            .map_err(failed)?;
+            if let Some(expected) = self.expected {
+                <DB<E> as Dialect>::bind_int(&mut log_args, expected).map_err(failed)?;
+            }
+            let returns_rows = (versioned || leased) && <DB<E> as Dialect>::RETURNING;
+            let then = match (versioned || leased) && !<DB<E> as Dialect>::RETURNING {
+                true => {
+                    let then_args = match leased {
+                        true => key_arguments::<DB<E>, S::KeyShape, K>(key).map_err(failed)?,
+                        false => <DB<E> as Dialect>::Args::default(),
+                    };
+                    Some((<DB<E> as Dialect>::sql(self.def.read_back_sql()), then_args))
+                }
+                false => None,
+            };
+            let logged = executor
+                .logged(log, log_args, update, args, returns_rows, then)
+                .await
+                .map_err(retryable)?;
+            let row = logged.rows.first().or(logged.then.as_ref());
+            let mut changed = Changed {
+                occurrence: 0,
+                lease: 0,
+            };
+            // `RETURNING [version][, lease]`, or MySQL's read-back
+            // `version, lease`.
+            let lease_at = match <DB<E> as Dialect>::RETURNING {
+                true => usize::from(versioned),
+                false => 1,
+            };
+            if let Some(row) = row {
+                if versioned {
+                    changed.occurrence = int(row, 0).map_err(failed)?;
+                }
+                if leased {
+                    changed.lease = int(row, lease_at).map_err(failed)?;
+                }
+            }
+            return match logged.updated {
+                0 => Ok(None),
+                1 => Ok(Some(changed)),
+                rows => Err(Attempt::Failed(Error::AmbiguousKey {
+                    table: S::MACHINE.table(),
+                    key: S::MACHINE.key(),
+                    transition: self.def.name(),
+                    rows,
+                })),
+            };
+        }
         let (rows, changed) = if !versioned && !leased {
             let done = executor.execute(update, args).await.map_err(retryable)?;
             let changed = Changed {

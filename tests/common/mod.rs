@@ -256,6 +256,8 @@ pub trait TestBackend: stateguard::Backend {
     const BACKDATE_LEASES: &'static str;
     /// The dialect `stateguard::ddl` generates for this backend.
     const DIALECT: stateguard::ddl::Dialect;
+    /// How a transaction that writes begins (`BEGIN IMMEDIATE` on SQLite).
+    const BEGIN_WRITE: &'static str;
     /// `tenant_transfers`: transfers keyed by `(tenant_id, id)`.
     const CREATE_TENANT_TRANSFERS: &'static str;
     /// Every tenant transfer's `sending_since`, an hour earlier.
@@ -341,6 +343,7 @@ async fn remake<DB: TestBackend>(url: &str, fresh: &[&'static str]) {
 
 impl TestBackend for sqlx::Sqlite {
     const DIALECT: stateguard::ddl::Dialect = stateguard::ddl::Dialect::Sqlite;
+    const BEGIN_WRITE: &'static str = "BEGIN IMMEDIATE";
     const CREATE_PAYOUTS: &'static str = "CREATE TABLE payouts (
         id INTEGER PRIMARY KEY,
         status TEXT NOT NULL,
@@ -413,6 +416,7 @@ impl TestBackend for sqlx::Sqlite {
 
 impl TestBackend for sqlx::Postgres {
     const DIALECT: stateguard::ddl::Dialect = stateguard::ddl::Dialect::Postgres;
+    const BEGIN_WRITE: &'static str = "BEGIN";
     const CREATE_PAYOUTS: &'static str = "CREATE TABLE payouts (
         id BIGINT PRIMARY KEY,
         status TEXT NOT NULL,
@@ -513,6 +517,7 @@ macro_rules! mysql_numbers {
 
 impl TestBackend for sqlx::MySql {
     const DIALECT: stateguard::ddl::Dialect = stateguard::ddl::Dialect::MySql;
+    const BEGIN_WRITE: &'static str = "BEGIN";
     const CREATE_PAYOUTS: &'static str = "CREATE TABLE payouts (
         id BIGINT PRIMARY KEY,
         status VARCHAR(32) NOT NULL,

@@ -93,6 +93,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     "SELECT `id` FROM `payouts` WHERE `status` IN ('pending') AND CAST(`status` AS BINARY) IN ('pending') AND (amount_cents <= 95000) ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED",
                 ),
                 ::core::option::Option::None,
+                ::core::option::Option::None,
                 [
                     ::stateguard::__private::sql(
                         "UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING \"payouts\".\"id\"",
@@ -104,6 +105,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                         "SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS INTEGER) FROM \"payouts\" WHERE (\"payouts\".\"id\") IN (SELECT \"payouts\".\"id\" FROM json_each(?1) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.value AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.value AS BLOB))",
                         "SELECT `payouts`.`id`, CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS SIGNED) FROM JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) FOR UPDATE",
                     ),
+                    ::stateguard::__private::sql("", "", ""),
                     ::stateguard::__private::sql("", "", ""),
                 ],
             ),
@@ -132,6 +134,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     "SELECT `id` FROM `payouts` WHERE `status` IN ('pending', 'sending') AND CAST(`status` AS BINARY) IN ('pending', 'sending') ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED",
                 ),
                 ::core::option::Option::None,
+                ::core::option::Option::None,
                 [
                     ::stateguard::__private::sql(
                         "UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('pending', 'sending') RETURNING \"payouts\".\"id\"",
@@ -143,6 +146,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                         "SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(1 AS INTEGER) FROM \"payouts\" WHERE (\"payouts\".\"id\") IN (SELECT \"payouts\".\"id\" FROM json_each(?1) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.value AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.value AS BLOB))",
                         "SELECT `payouts`.`id`, CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(1 AS SIGNED) FROM JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) FOR UPDATE",
                     ),
+                    ::stateguard::__private::sql("", "", ""),
                     ::stateguard::__private::sql("", "", ""),
                 ],
             ),
@@ -174,6 +178,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     "SELECT `id` FROM `payouts` WHERE `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending') ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED",
                 ),
                 ::core::option::Option::None,
+                ::core::option::Option::None,
                 [
                     ::stateguard::__private::sql(
                         "UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $2 WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\"",
@@ -185,6 +190,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                         "SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(1 AS INTEGER) FROM \"payouts\" WHERE (\"payouts\".\"id\") IN (SELECT \"payouts\".\"id\" FROM json_each(?1) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.value AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.value AS BLOB))",
                         "SELECT `payouts`.`id`, CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(1 AS SIGNED) FROM JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) FOR UPDATE",
                     ),
+                    ::stateguard::__private::sql("", "", ""),
                     ::stateguard::__private::sql("", "", ""),
                 ],
             ),
@@ -213,6 +219,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     "SELECT `id` FROM `payouts` WHERE `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending') ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED",
                 ),
                 ::core::option::Option::None,
+                ::core::option::Option::None,
                 [
                     ::stateguard::__private::sql(
                         "UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\"",
@@ -224,6 +231,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                         "SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(1 AS INTEGER) FROM \"payouts\" WHERE (\"payouts\".\"id\") IN (SELECT \"payouts\".\"id\" FROM json_each(?1) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.value AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.value AS BLOB))",
                         "SELECT `payouts`.`id`, CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(1 AS SIGNED) FROM JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) FOR UPDATE",
                     ),
+                    ::stateguard::__private::sql("", "", ""),
                     ::stateguard::__private::sql("", "", ""),
                 ],
             ),
@@ -248,6 +256,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 "SELECT \"status\", CAST(0 AS INTEGER) FROM \"payouts\" WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB)",
                 "SELECT CAST(`status` AS CHAR), CAST(0 AS SIGNED) FROM `payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) LOCK IN SHARE MODE",
             ),
+            ::core::option::Option::None,
             ::stateguard::__private::sql(
                 ::stateguard::__private::ddl(
                     "payouts_status_states",

@@ -1,0 +1,275 @@
+//! History: with `history = "…"`, every move appends a row with the state
+//! the row really left, in the same atomic act; nothing else does.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{Db, TestBackend};
+use sqlx::Pool;
+use stateguard::{
+    Batched, Committed, Effect, Executor, Finished, HistoryRow, Key, ManyKeys, Outcome,
+    StateMachine, Tx, Verdict,
+};
+use tokio::sync::Barrier;
+
+/// The `transfers` table with a history; `cancel` leaves `pending` or
+/// `sending`, and `pause` leads back from `sending` to `pending`.
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(
+    table = "transfers",
+    column = "status",
+    key = "id",
+    version = "version",
+    history = "transfer_history"
+)]
+enum Logged {
+    #[state(initial)]
+    #[transition(start -> Sending)]
+    #[transition(cancel -> Cancelled)]
+    Pending,
+    #[state(in_flight(lease = "150ms", since = "sending_since", done = confirm, failed = fail))]
+    #[transition(confirm -> Sent)]
+    #[transition(fail -> Failed)]
+    #[transition(cancel -> Cancelled)]
+    #[transition(pause -> Pending)]
+    Sending,
+    Sent,
+    Failed,
+    Cancelled,
+}
+
+backend_tests! {
+    "history_race" => the_history_chains_under_a_race (flavor = "multi_thread", worker_threads = 4),
+    "history_paths" => every_way_of_moving_writes_history,
+    "history_rollback" => a_rolled_back_move_leaves_no_history,
+    "history_append_only" => the_history_table_is_append_only,
+}
+
+/// `n` pending transfers, and the DDL: the history table, its append-only
+/// triggers, and the enforcement of the machine.
+async fn setup<DB: TestBackend>(db: &Db<DB>, n: i64) {
+    db.transfers(n).await;
+    let mut conn = db.pool.acquire().await.unwrap();
+    for statement in stateguard::ddl::generate::<Logged>(DB::DIALECT).up() {
+        DB::execute(&mut conn, statement, &[]).await.unwrap();
+    }
+}
+
+async fn history<DB: TestBackend>(db: &Db<DB>, id: i64) -> Vec<HistoryRow<Logged>>
+where
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    i64: Key<DB>,
+{
+    Logged::MACHINE.history(&db.pool, id).await.unwrap()
+}
+
+/// Each history row's source is the previous row's target, the first
+/// leaves `pending`, there are as many as the version says, and the last
+/// ends where the row is.
+async fn assert_chain<DB: TestBackend>(db: &Db<DB>, id: i64) -> Vec<HistoryRow<Logged>>
+where
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    i64: Key<DB>,
+{
+    let rows = history(db, id).await;
+    let (status, version) = db.transfer(id).await;
+    assert_eq!(rows.len() as i64, version, "transfer {id}: {rows:?}");
+    let mut at = Logged::Pending;
+    for (i, row) in rows.iter().enumerate() {
+        assert_eq!(row.from, at, "transfer {id}, move {i}: {rows:?}");
+        assert_eq!(row.occurrence, i as i64 + 1, "transfer {id}: {rows:?}");
+        assert_eq!(row.transition.target(), row.to);
+        assert!(row.transition.sources().contains(&row.from));
+        at = row.to;
+    }
+    assert_eq!(at.as_str(), status, "transfer {id}");
+    rows
+}
+
+const ROWS: i64 = 20;
+const CANCELS: usize = 32;
+
+/// 32 `cancel`s per row race a task that moves the row between its two
+/// sources: every row's history chains, and `cancel` is recorded once,
+/// leaving the state the row was really in.
+async fn the_history_chains_under_a_race<DB: TestBackend>(db: Db<DB>)
+where
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    i64: Key<DB>,
+{
+    setup(&db, ROWS).await;
+    let barrier = Arc::new(Barrier::new(ROWS as usize * (CANCELS + 1)));
+    let mut tasks = Vec::new();
+    for id in 1..=ROWS {
+        for attempt in 0..CANCELS {
+            let (pool, barrier) = (db.pool.clone(), barrier.clone());
+            tasks.push(tokio::spawn(async move {
+                barrier.wait().await;
+                if attempt % 4 == 0 {
+                    tokio::task::yield_now().await;
+                }
+                let outcome = Logged::cancel().apply(&pool, id).await.unwrap();
+                usize::from(outcome.is_applied())
+            }));
+        }
+        let (pool, barrier) = (db.pool.clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            for _ in 0..3 {
+                let _ = Logged::start().apply(&pool, id).await.unwrap();
+                let _ = Logged::pause().apply(&pool, id).await.unwrap();
+            }
+            0
+        }));
+    }
+    let mut cancelled = 0;
+    for task in tasks {
+        cancelled += task.await.unwrap();
+    }
+    assert_eq!(cancelled, ROWS as usize);
+    for id in 1..=ROWS {
+        let rows = assert_chain(&db, id).await;
+        let cancels: Vec<&HistoryRow<Logged>> = rows
+            .iter()
+            .filter(|r| r.transition.name() == "cancel")
+            .collect();
+        assert_eq!(cancels.len(), 1, "transfer {id}: {rows:?}");
+        assert_eq!(rows.last().map(|r| r.to), Some(Logged::Cancelled));
+    }
+}
+
+/// `apply`, `expecting`, `finish`, recovery, `claim` and `apply_many` all
+/// write history; losing attempts write none.
+async fn every_way_of_moving_writes_history<DB: TestBackend + Batched>(db: Db<DB>)
+where
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    i64: Key<DB> + for<'r> sqlx::Decode<'r, DB> + ManyKeys<DB, stateguard::key::shape::One>,
+{
+    setup(&db, 6).await;
+    // apply, a replay, and a finish.
+    let won = Logged::start().apply(&db.pool, 1_i64).await.unwrap();
+    let replay = Logged::start().apply(&db.pool, 1_i64).await.unwrap();
+    assert_eq!(replay, Outcome::AlreadyInState(Logged::Sending));
+    let finished = won
+        .won()
+        .unwrap()
+        .finish(&db.pool, |_: Effect<Logged, i64>| async { Verdict::Done })
+        .await
+        .unwrap();
+    assert_eq!(finished, Finished::Done(Logged::Sent));
+    let rows = assert_chain(&db, 1).await;
+    let names: Vec<&str> = rows.iter().map(|r| r.transition.name()).collect();
+    assert_eq!(names, ["start", "confirm"]);
+    assert!(!rows[0].at.is_empty());
+
+    // expecting: a stale attempt writes nothing.
+    assert!(matches!(
+        Logged::cancel()
+            .expecting(5)
+            .apply(&db.pool, 2_i64)
+            .await
+            .unwrap(),
+        Outcome::Stale { .. }
+    ));
+    assert!(history(&db, 2).await.is_empty());
+    assert!(
+        Logged::cancel()
+            .expecting(0)
+            .apply(&db.pool, 2_i64)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    assert_eq!(assert_chain(&db, 2).await.len(), 1);
+
+    // A claim, then recovery after the claimer died.
+    let claimed = Logged::start().claim::<DB, i64>(&db.pool, 2).await.unwrap();
+    assert_eq!(claimed.iter().map(|w| *w.key()).collect::<Vec<_>>(), [3, 4]);
+    drop(claimed);
+    db.backdate_leases().await;
+    let report = stateguard::recover(
+        &db.pool,
+        Logged::Sending,
+        10,
+        |_: Effect<Logged, i64>| async { Verdict::Failed },
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.failed, 2, "{report:?}");
+    for id in [3, 4] {
+        let names: Vec<&str> = assert_chain(&db, id)
+            .await
+            .iter()
+            .map(|r| r.transition.name())
+            .collect();
+        assert_eq!(names, ["start", "fail"], "transfer {id}");
+    }
+
+    // A batch: moved rows get one history row each, the rest none.
+    let outcomes = Logged::cancel()
+        .apply_many(&db.pool, &[5_i64, 6, 6, 1, 99])
+        .await
+        .unwrap();
+    let applied: Vec<bool> = outcomes.iter().map(Outcome::is_applied).collect();
+    assert_eq!(applied, [true, true, false, false, false]);
+    for id in [5, 6] {
+        let rows = assert_chain(&db, id).await;
+        assert_eq!(rows.len(), 1);
+        assert_eq!(
+            (rows[0].from, rows[0].to),
+            (Logged::Pending, Logged::Cancelled)
+        );
+    }
+    assert_eq!(assert_chain(&db, 1).await.len(), 2);
+}
+
+/// A move inside a transaction that rolls back leaves no history row; one
+/// that commits leaves one.
+async fn a_rolled_back_move_leaves_no_history<DB: TestBackend>(db: Db<DB>)
+where
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = stateguard::Uncommitted>,
+    i64: Key<DB>,
+{
+    setup(&db, 2).await;
+    let mut tx = Tx::begin_with(&db.pool, DB::BEGIN_WRITE).await.unwrap();
+    let outcome = Logged::cancel().apply(&mut tx, 1_i64).await.unwrap();
+    assert!(outcome.is_applied());
+    tx.rollback().await.unwrap();
+    assert!(history(&db, 1).await.is_empty());
+    assert_eq!(db.transfer(1).await.0, "pending");
+
+    let mut tx = Tx::begin_with(&db.pool, DB::BEGIN_WRITE).await.unwrap();
+    let outcome = Logged::cancel().apply(&mut tx, 2_i64).await.unwrap();
+    let won = tx.commit(outcome.won()).await.unwrap();
+    assert!(won.is_some());
+    assert_eq!(assert_chain(&db, 2).await.len(), 1);
+}
+
+/// The history table refuses `UPDATE` and `DELETE`.
+async fn the_history_table_is_append_only<DB: TestBackend>(db: Db<DB>)
+where
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    i64: Key<DB>,
+{
+    setup(&db, 1).await;
+    assert!(
+        Logged::start()
+            .apply(&db.pool, 1_i64)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    let mut conn = db.pool.acquire().await.unwrap();
+    for statement in [
+        "UPDATE transfer_history SET to_state = 'sent'",
+        "DELETE FROM transfer_history",
+    ] {
+        let refused = DB::execute(&mut conn, statement, &[]).await;
+        let error = refused.expect_err(statement).to_string();
+        assert!(error.contains("append-only"), "{statement}: {error}");
+    }
+    drop(conn);
+    assert_eq!(assert_chain(&db, 1).await.len(), 1);
+}
