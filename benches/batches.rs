@@ -12,6 +12,10 @@
 //!   and against the "read the oldest pending row, then apply" pattern
 //!   (target: at least 3× the rows per second), on PostgreSQL.
 //!
+//! - `apply` on a machine with a history table against the same machine
+//!   without one (target on PostgreSQL: at least 0.85× the throughput),
+//!   one call after another on one connection, on PostgreSQL and SQLite.
+//!
 //! PostgreSQL: `STATEGUARD_POSTGRES_URL` (the bench works in a schema of
 //! its own and drops it); without it only SQLite runs.
 //!
@@ -51,6 +55,37 @@ enum Pattern {
     A,
     B,
 }
+
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(
+    table = "plain_rows",
+    column = "status",
+    key = "id",
+    version = "version"
+)]
+enum Plain {
+    #[state(initial)]
+    #[transition(advance -> B)]
+    A,
+    B,
+}
+
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(
+    table = "logged_rows",
+    column = "status",
+    key = "id",
+    version = "version",
+    history = "logged_history"
+)]
+enum Logged {
+    #[state(initial)]
+    #[transition(advance -> B)]
+    A,
+    B,
+}
+
+const HISTORY_KEYS: i64 = 2_000;
 
 const KEYS: i64 = 10_000;
 const ROUNDS: i64 = 6;
@@ -130,6 +165,56 @@ where
     }
 }
 
+/// Rows per second of `apply` on the machine without history and on the
+/// one with, alternating rounds over fresh rows.
+async fn history_rounds<DB>(pool: &Pool<DB>) -> (Vec<f64>, Vec<f64>)
+where
+    DB: stateguard::Backend,
+    for<'p> &'p Pool<DB>: stateguard::Executor<Database = DB, Commit = stateguard::Committed>,
+    i64: stateguard::Key<DB>,
+{
+    let (mut plain, mut logged) = (Vec::new(), Vec::new());
+    let mut next = 1;
+    for round in 0..ROUNDS {
+        let keys: Vec<i64> = (next..next + HISTORY_KEYS).collect();
+        next += HISTORY_KEYS;
+        let run_plain = async {
+            let started = Instant::now();
+            for &key in &keys {
+                assert!(
+                    Plain::advance()
+                        .apply(pool, key)
+                        .await
+                        .unwrap()
+                        .is_applied()
+                );
+            }
+            HISTORY_KEYS as f64 / started.elapsed().as_secs_f64()
+        };
+        let run_logged = async {
+            let started = Instant::now();
+            for &key in &keys {
+                assert!(
+                    Logged::advance()
+                        .apply(pool, key)
+                        .await
+                        .unwrap()
+                        .is_applied()
+                );
+            }
+            HISTORY_KEYS as f64 / started.elapsed().as_secs_f64()
+        };
+        if round % 2 == 0 {
+            plain.push(run_plain.await);
+            logged.push(run_logged.await);
+        } else {
+            logged.push(run_logged.await);
+            plain.push(run_plain.await);
+        }
+    }
+    (plain, logged)
+}
+
 async fn sqlite() {
     let dir = tempfile::tempdir().unwrap();
     let options = SqliteConnectOptions::new()
@@ -156,6 +241,30 @@ async fn sqlite() {
     .execute(&pool)
     .await
     .unwrap();
+    let history_rows = HISTORY_KEYS * ROUNDS;
+    for statement in [
+        "CREATE TABLE plain_rows (id INTEGER PRIMARY KEY, status TEXT NOT NULL, \
+         version INTEGER NOT NULL DEFAULT 0)",
+        "CREATE TABLE logged_rows (id INTEGER PRIMARY KEY, status TEXT NOT NULL, \
+         version INTEGER NOT NULL DEFAULT 0)",
+        "CREATE TABLE logged_history (history_id INTEGER PRIMARY KEY AUTOINCREMENT, id, \
+         transition TEXT NOT NULL, from_state TEXT NOT NULL, to_state TEXT NOT NULL, \
+         occurrence INTEGER NOT NULL, moved_at TEXT NOT NULL)",
+    ] {
+        sqlx::query(statement).execute(&pool).await.unwrap();
+    }
+    for statement in [
+        "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n WHERE x < ?1) \
+         INSERT INTO plain_rows (id, status) SELECT x, 'a' FROM n",
+        "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n WHERE x < ?1) \
+         INSERT INTO logged_rows (id, status) SELECT x, 'a' FROM n",
+    ] {
+        sqlx::query(statement)
+            .bind(history_rows)
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
     println!("SQLite (temp file, WAL)");
     let mut next = 1;
     let (mut many, mut hand, mut lp, mut many_vs_loop) = (vec![], vec![], vec![], vec![]);
@@ -199,6 +308,13 @@ async fn sqlite() {
         "hand-written",
     );
     report("apply_many vs a loop of apply", &many_vs_loop, &lp, "loop");
+    let (plain, logged) = history_rounds(&pool).await;
+    report(
+        "apply with history vs without (1 connection)",
+        &logged,
+        &plain,
+        "without",
+    );
 }
 
 async fn postgres(url: &str) {
@@ -238,6 +354,14 @@ async fn postgres(url: &str) {
         "CREATE INDEX ON claim_ours (status, id)",
         "CREATE INDEX ON claim_hand (status, id)",
         "CREATE INDEX ON claim_pattern (status, id)",
+        "CREATE TABLE plain_rows (id BIGINT PRIMARY KEY, status TEXT NOT NULL, \
+         version BIGINT NOT NULL DEFAULT 0)",
+        "CREATE TABLE logged_rows (id BIGINT PRIMARY KEY, status TEXT NOT NULL, \
+         version BIGINT NOT NULL DEFAULT 0)",
+        "CREATE TABLE logged_history (history_id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, \
+         id BIGINT, transition TEXT NOT NULL, from_state TEXT NOT NULL, to_state TEXT NOT NULL, \
+         occurrence BIGINT NOT NULL, moved_at TIMESTAMPTZ NOT NULL)",
+        "CREATE INDEX ON logged_history (id)",
     ] {
         sqlx::query(statement).execute(&pool).await.unwrap();
     }
@@ -282,6 +406,33 @@ async fn postgres(url: &str) {
         "hand-written",
     );
     report("apply_many vs a loop of apply", &many_vs_loop, &lp, "loop");
+    for statement in [
+        "INSERT INTO plain_rows (id, status) SELECT g, 'a' FROM generate_series(1::bigint, $1) g",
+        "INSERT INTO logged_rows (id, status) SELECT g, 'a' FROM generate_series(1::bigint, $1) g",
+    ] {
+        sqlx::query(statement)
+            .bind(HISTORY_KEYS * ROUNDS)
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+    let one = PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(
+            PgConnectOptions::from_str(url)
+                .unwrap()
+                .options([("search_path", schema.as_str())]),
+        )
+        .await
+        .unwrap();
+    let (plain, logged) = history_rounds(&one).await;
+    report(
+        "apply with history vs without (1 connection)",
+        &logged,
+        &plain,
+        "without",
+    );
+    one.close().await;
 
     // Claims: 8 workers drain a table.
     let (mut ours, mut hand, mut ours_p, mut pattern) = (vec![], vec![], vec![], vec![]);
