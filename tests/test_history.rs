@@ -162,6 +162,18 @@ where
     let names: Vec<&str> = rows.iter().map(|r| r.transition.name()).collect();
     assert_eq!(names, ["start", "confirm"]);
     assert!(!rows[0].at.is_empty());
+    let page = stateguard::docs::history_markdown::<Logged>("Transfer 1", &rows);
+    let table: Vec<&str> = page.lines().filter(|l| l.starts_with("| ")).collect();
+    assert_eq!(table.len(), 4, "{page}");
+    assert!(
+        table[2].contains("| `start` | `Pending` | `Sending` | 1 |"),
+        "{page}"
+    );
+    assert!(
+        table[3].contains("| `confirm` | `Sending` | `Sent` | 2 |"),
+        "{page}"
+    );
+    assert!(page.contains("```mermaid"), "{page}");
 
     // expecting: a stale attempt writes nothing.
     assert!(matches!(

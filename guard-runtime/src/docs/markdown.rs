@@ -152,6 +152,39 @@ pub fn markdown<T: StateMachine>() -> String {
     out
 }
 
+/// One row's history as Markdown: a table of its moves, oldest first
+/// (from [`Machine::history`](crate::meta::Machine::history)), next to
+/// the machine's diagram, under a heading naming the row.
+///
+/// ```text
+/// ## Payout 42
+///
+/// | # | moved at | transition | from | to | occurrence |
+/// | --- | --- | --- | --- | --- | --- |
+/// | 1 | 2026-11-30 09:31:07.412 | `start` | `Pending` | `Sending` | 1 |
+/// ```
+pub fn history_markdown<T: StateMachine>(row: &str, history: &[crate::HistoryRow<T>]) -> String {
+    let mut out = format!("## {row}\n\n");
+    out.push_str("| # | moved at | transition | from | to | occurrence |\n");
+    out.push_str("| --- | --- | --- | --- | --- | --- |\n");
+    for (i, moved) in history.iter().enumerate() {
+        self::row(
+            &mut out,
+            &[
+                (i + 1).to_string(),
+                moved.at.replace('|', "\\|"),
+                code(moved.transition.name()),
+                code(variant::<T>(moved.from)),
+                code(variant::<T>(moved.to)),
+                moved.occurrence.to_string(),
+            ],
+        );
+    }
+    out.push('\n');
+    out.push_str(&mermaid_block::<T>());
+    out
+}
+
 /// A table row; an empty cell is written `| |`.
 fn row(out: &mut String, cells: &[String]) {
     out.push('|');

@@ -86,7 +86,7 @@ pub use self::dot::dot;
 pub use self::fresh::{
     assert_fresh, assert_fresh_diagram, assert_fresh_file, assert_fresh_section,
 };
-pub use self::markdown::markdown;
+pub use self::markdown::{history_markdown, markdown};
 pub use self::mermaid::{mermaid, mermaid_block};
 
 // ---------------------------------------------------------------------------
