@@ -8,8 +8,8 @@ use std::sync::Arc;
 use common::{Db, TestBackend};
 use sqlx::Pool;
 use stateguard::{
-    Batched, Committed, Effect, Executor, Finished, HistoryRow, Key, ManyKeys, Outcome,
-    StateMachine, Tx, Verdict,
+    Batched, Committed, Effect, Error, Executor, Finished, HistoryRow, Key, ManyKeys, Note,
+    Outcome, StateMachine, Tx, Verdict,
 };
 use tokio::sync::Barrier;
 
@@ -44,6 +44,7 @@ backend_tests! {
     "history_paths" => every_way_of_moving_writes_history,
     "history_rollback" => a_rolled_back_move_leaves_no_history,
     "history_append_only" => the_history_table_is_append_only,
+    "history_notes" => a_noted_move_records_who_and_why,
 }
 
 /// `n` pending transfers, and the DDL: the history table, its append-only
@@ -284,4 +285,78 @@ where
     }
     drop(conn);
     assert_eq!(assert_chain(&db, 1).await.len(), 1);
+}
+
+/// The actor, reason and JSON details of a noted move land in its history
+/// row, also with an expected occurrence and inside a transaction; details
+/// that are not JSON refuse the move; moves without a note record none.
+async fn a_noted_move_records_who_and_why<DB: TestBackend>(db: Db<DB>)
+where
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = stateguard::Uncommitted>,
+    i64: Key<DB>,
+{
+    setup(&db, 4).await;
+    let note = Note::by("alice@ops")
+        .because("customer asked")
+        .details(r#"{"ticket": 4211}"#);
+    assert!(
+        Logged::cancel()
+            .noted(note.clone())
+            .apply(&db.pool, 1_i64)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    let rows = assert_chain(&db, 1).await;
+    assert_eq!(rows[0].actor.as_deref(), Some("alice@ops"));
+    assert_eq!(rows[0].reason.as_deref(), Some("customer asked"));
+    let details = rows[0].details.clone().unwrap_or_default().replace(' ', "");
+    assert_eq!(details, r#"{"ticket":4211}"#);
+
+    // Without a note: no actor, reason or details.
+    assert!(
+        Logged::start()
+            .apply(&db.pool, 2_i64)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    let rows = assert_chain(&db, 2).await;
+    assert_eq!(
+        (
+            rows[0].actor.clone(),
+            rows[0].reason.clone(),
+            rows[0].details.clone()
+        ),
+        (None, None, None)
+    );
+
+    // With an expected occurrence, and in a transaction.
+    let expecting = Logged::pause().expecting(1).noted(Note::by("bob"));
+    assert!(expecting.apply(&db.pool, 2_i64).await.unwrap().is_applied());
+    assert_eq!(assert_chain(&db, 2).await[1].actor.as_deref(), Some("bob"));
+    let mut tx = Tx::begin_with(&db.pool, DB::BEGIN_WRITE).await.unwrap();
+    let outcome = Logged::cancel()
+        .noted(Note::by("carol").because("duplicate"))
+        .apply(&mut tx, 3_i64)
+        .await
+        .unwrap();
+    tx.commit(outcome.won()).await.unwrap();
+    assert_eq!(
+        assert_chain(&db, 3).await[0].reason.as_deref(),
+        Some("duplicate")
+    );
+
+    // Details that are not JSON: the move is refused with them.
+    let refused = Logged::cancel()
+        .noted(Note::by("dave").details("not json"))
+        .apply(&db.pool, 4_i64)
+        .await;
+    assert!(
+        matches!(refused, Err(Error::Database { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(db.transfer(4).await, ("pending".to_owned(), 0));
+    assert!(history(&db, 4).await.is_empty());
 }

@@ -269,7 +269,8 @@ impl<'a> Gen<'a> {
                          IDENTITY PRIMARY KEY,\n    ADD COLUMN \"transition\" TEXT NOT NULL,\n    \
                          ADD COLUMN \"from_state\" TEXT NOT NULL,\n    ADD COLUMN \"to_state\" TEXT NOT \
                          NULL,\n    ADD COLUMN \"occurrence\" BIGINT NOT NULL,\n    ADD COLUMN \
-                         \"moved_at\" TIMESTAMPTZ NOT NULL"
+                         \"moved_at\" TIMESTAMPTZ NOT NULL,\n    ADD COLUMN \"actor\" TEXT,\n    ADD \
+                         COLUMN \"reason\" TEXT,\n    ADD COLUMN \"details\" JSONB"
                     ),
                     format!("CREATE INDEX {index} ON {h} ({keys})"),
                     format!(
@@ -297,7 +298,8 @@ impl<'a> Gen<'a> {
                         "CREATE TABLE {h} (\n    \"history_id\" INTEGER PRIMARY KEY AUTOINCREMENT,\n    \
                          {},\n    \"transition\" TEXT NOT NULL,\n    \"from_state\" TEXT NOT NULL,\n    \
                          \"to_state\" TEXT NOT NULL,\n    \"occurrence\" INTEGER NOT NULL,\n    \
-                         \"moved_at\" TEXT NOT NULL\n)",
+                         \"moved_at\" TEXT NOT NULL,\n    \"actor\" TEXT,\n    \"reason\" TEXT,\n    \
+                         \"details\" TEXT\n)",
                         untyped.join(",\n    ")
                     ),
                     format!("CREATE INDEX {schema_prefix}{index} ON {h_bare} ({keys})"),
@@ -333,7 +335,9 @@ impl<'a> Gen<'a> {
                          PRIMARY KEY FIRST,\n    ADD COLUMN `transition` VARCHAR(255) NOT NULL,\n    \
                          ADD COLUMN `from_state` VARCHAR(255) NOT NULL,\n    ADD COLUMN `to_state` \
                          VARCHAR(255) NOT NULL,\n    ADD COLUMN `occurrence` BIGINT NOT NULL,\n    \
-                         ADD COLUMN `moved_at` DATETIME(3) NOT NULL"
+                         ADD COLUMN `moved_at` DATETIME(3) NOT NULL,\n    ADD COLUMN `actor` \
+                         VARCHAR(255) NULL,\n    ADD COLUMN `reason` TEXT NULL,\n    ADD COLUMN \
+                         `details` JSON NULL"
                     ),
                     format!("CREATE INDEX {index} ON {h} ({keys})"),
                     format!(

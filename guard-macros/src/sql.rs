@@ -358,7 +358,7 @@ impl Dialect {
             .enumerate()
             .map(|(i, k)| format!("{table}.{} AS __sg_k{i}", d.quote(k)))
             .collect();
-        let (columns, _) = d.history_columns(model, transition);
+        let (columns, _) = d.history_columns(model, transition, None);
         let mut values: Vec<String> = (0..model.key.len()).map(|i| format!("__sg_k{i}")).collect();
         values.extend([
             format!("'{}'", transition_name(transition)),
@@ -395,7 +395,7 @@ impl Dialect {
         if d == Dialect::Postgres {
             return String::new();
         }
-        let (columns, values) = d.history_columns(model, transition);
+        let (columns, values) = d.history_columns(model, transition, None);
         let binds = match d {
             Dialect::Sqlite => transition.binds(),
             Dialect::MySql | Dialect::Postgres => 0,
@@ -686,7 +686,7 @@ impl Dialect {
                         .enumerate()
                         .map(|(i, o)| format!("{table}.{} AS o{i}", d.quote(o)))
                         .collect();
-                    let (columns, _) = d.history_columns(model, transition);
+                    let (columns, _) = d.history_columns(model, transition, None);
                     let mut values = key_aliases.clone();
                     values.extend([
                         format!("'{}'", transition_name(transition)),
@@ -734,7 +734,15 @@ impl Dialect {
     /// The history row of a move, as `INSERT INTO h (…) SELECT …` reads it
     /// from the row being moved, whose status is the state it leaves:
     /// `(columns, values)`.
-    fn history_columns(self, model: &Model, transition: &Transition) -> (String, String) {
+    ///
+    /// With `note`, the call's note too (`actor`, `reason`, `details`),
+    /// bound from placeholder `note` on.
+    fn history_columns(
+        self,
+        model: &Model,
+        transition: &Transition,
+        note: Option<usize>,
+    ) -> (String, String) {
         let d = self;
         let mut columns: Vec<String> = model.key.iter().map(|k| d.quote(k)).collect();
         columns.extend(
@@ -761,7 +769,39 @@ impl Dialect {
             occurrence,
             d.now().to_owned(),
         ]);
+        if let Some(first) = note {
+            let (note_columns, note_values) = d.note(first);
+            columns.push(note_columns);
+            values.push(note_values);
+        }
         (columns.join(", "), values.join(", "))
+    }
+
+    /// The note's columns and placeholders, from `first`: the actor, the
+    /// reason, and the details as JSON (parsed by the database, so that a
+    /// document that is not JSON is refused with the move).
+    fn note(self, first: usize) -> (String, String) {
+        let d = self;
+        let details = match d {
+            Dialect::Postgres => format!("CAST({} AS JSONB)", d.param(first + 2)),
+            Dialect::Sqlite => format!("json({})", d.param(first + 2)),
+            Dialect::MySql => d.param(first + 2),
+        };
+        (
+            ["actor", "reason", "details"]
+                .iter()
+                .map(|c| d.quote(c))
+                .collect::<Vec<_>>()
+                .join(", "),
+            format!("{}, {}, {details}", d.param(first), d.param(first + 1)),
+        )
+    }
+
+    /// Where the note's placeholders start in a compare-and-set (and in
+    /// its log on SQLite): after the key, the values bound per call and
+    /// the expected occurrence.
+    fn note_first(self, model: &Model, transition: &Transition, expecting: bool) -> usize {
+        model.after_key() + transition.binds() + usize::from(expecting && model.version.is_some())
     }
 
     /// SQLite and MySQL, for a machine with a history table: the history
@@ -782,7 +822,8 @@ impl Dialect {
         if d == Dialect::Postgres {
             return String::new();
         }
-        let (columns, values) = d.history_columns(model, transition);
+        let note = d.note_first(model, transition, expecting);
+        let (columns, values) = d.history_columns(model, transition, Some(note));
         format!(
             "INSERT INTO {} ({columns}) SELECT {values} FROM {} WHERE {}{}",
             d.quote(history),
@@ -892,6 +933,10 @@ impl Dialect {
             "__sg_v".to_owned(),
             d.now().to_owned(),
         ]);
+        // The call's note, after every other placeholder.
+        let (note_columns, note_values) = d.note(d.note_first(model, transition, expecting));
+        columns.push(note_columns);
+        values.push(note_values);
         let last = model.table.rsplit('.').next().unwrap_or(&model.table);
         // The final SELECT gives what `update` returns: the version and the
         // lease token where they exist, or, without either, one row per row
@@ -931,12 +976,16 @@ impl Dialect {
             Dialect::Postgres | Dialect::Sqlite => "TEXT",
         };
         format!(
-            "SELECT {}, {}, {}, {}, CAST({} AS {text}) FROM {} WHERE {} ORDER BY {}",
+            "SELECT {}, {}, {}, {}, CAST({} AS {text}), {}, {}, CAST({} AS {text}) FROM {} WHERE \
+             {} ORDER BY {}",
             d.quote("transition"),
             d.quote("from_state"),
             d.quote("to_state"),
             d.int64(&d.quote("occurrence")),
             d.quote("moved_at"),
+            d.quote("actor"),
+            d.quote("reason"),
+            d.quote("details"),
             d.quote(history),
             d.key_match(&model.key),
             d.quote("history_id"),
@@ -1138,7 +1187,7 @@ impl Dialect {
                     Some(in_flight) => d.lease_token(&in_flight.since),
                     None => d.int64("0"),
                 };
-                let (columns, _) = d.history_columns(model, transition);
+                let (columns, _) = d.history_columns(model, transition, None);
                 let mut values = aliases.clone();
                 values.extend([
                     format!("'{}'", transition_name(transition)),
@@ -1210,7 +1259,7 @@ impl Dialect {
             Some(guard) => format!(" AND ({})", guard.sql(d, first)),
             None => String::new(),
         };
-        let (columns, values) = d.history_columns(model, transition);
+        let (columns, values) = d.history_columns(model, transition, None);
         match d {
             Dialect::MySql => format!(
                 "INSERT INTO {} ({columns}) SELECT {values} FROM {} STRAIGHT_JOIN {table} ON {} \

@@ -338,6 +338,9 @@ pub const HISTORY_COLUMNS: &[&str] = &[
     "to_state",
     "occurrence",
     "moved_at",
+    "actor",
+    "reason",
+    "details",
 ];
 
 /// `history = "payout_transitions"`: a valid table name of its own, whose

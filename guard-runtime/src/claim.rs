@@ -19,6 +19,7 @@ use crate::dialect::{Backend, BoxFuture};
 use crate::error::Error;
 use crate::executor::Executor;
 use crate::executor::sealed::Run;
+use crate::history::Note;
 use crate::key::{DecodeKey, KeyShape, ManyKeys, RowKey};
 use crate::machine::Sql;
 use crate::many::{self, Found};
@@ -528,7 +529,10 @@ where
     for key in keys {
         // Locked by this transaction (or, on SQLite, behind its write
         // lock), and in a source state meeting the guard: it wins.
-        if let Outcome::Applied(won) = transition.apply_with(&mut tx, key, params).await? {
+        if let Outcome::Applied(won) = transition
+            .apply_with(&mut tx, key, params, &Note::NONE)
+            .await?
+        {
             wins.push(won);
         }
     }

@@ -8,8 +8,9 @@ use crate::error::Error;
 use crate::executor::Executor;
 use crate::key::RowKey;
 use crate::machine::{Machine, TransitionDef};
+use crate::outcome::Outcome;
 use crate::retry::DEFAULT_DEADLINE;
-use crate::transition::key_arguments;
+use crate::transition::{Bound, Params, Transition, key_arguments};
 
 /// One move of a row, as its history table records it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,6 +27,12 @@ pub struct HistoryRow<S: 'static> {
     /// When it moved, by the database's clock, as the database writes
     /// the time as text.
     pub at: String,
+    /// Who moved it, when the move was [noted](Note).
+    pub actor: Option<String>,
+    /// Why, when the move was noted.
+    pub reason: Option<String>,
+    /// The note's details, a JSON document, as the database writes it.
+    pub details: Option<String>,
 }
 
 impl<S: 'static> PartialEq for TransitionDef<S> {
@@ -97,8 +104,143 @@ impl<S: StateMachine> Machine<S> {
                     to: S::parse_db_str(&text(2)?)?,
                     occurrence: <E::Database as Dialect>::int(row, 3).map_err(error)?,
                     at: text(4)?,
+                    actor: <E::Database as Dialect>::text_opt(row, 5).map_err(error)?,
+                    reason: <E::Database as Dialect>::text_opt(row, 6).map_err(error)?,
+                    details: <E::Database as Dialect>::text_opt(row, 7).map_err(error)?,
                 })
             })
             .collect()
+    }
+}
+
+/// Who moved a row and why, recorded in its history row: an actor, a
+/// reason and a JSON document of details, each optional. Attach one with
+/// [`Transition::noted`](crate::Transition::noted) (or
+/// [`Bound::noted`](crate::Bound::noted)); moves without one record NULLs.
+///
+/// ```text
+/// PayoutStatus::cancel()
+///     .noted(Note::by("alice@ops").because("customer asked").details(r#"{"ticket": 4211}"#))
+///     .apply(&pool, 42)
+///     .await?;
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Note {
+    actor: Option<String>,
+    reason: Option<String>,
+    details: Option<String>,
+}
+
+impl Note {
+    /// No actor, reason or details.
+    pub const NONE: Note = Note {
+        actor: None,
+        reason: None,
+        details: None,
+    };
+
+    /// A note naming the actor.
+    pub fn by(actor: impl Into<String>) -> Self {
+        Note {
+            actor: Some(actor.into()),
+            ..Note::NONE
+        }
+    }
+
+    /// The same note, with a reason.
+    pub fn because(self, reason: impl Into<String>) -> Self {
+        Note {
+            reason: Some(reason.into()),
+            ..self
+        }
+    }
+
+    /// The same note, with details: a JSON document, which the database
+    /// parses (one that is not JSON refuses the move with it).
+    pub fn details(self, json: impl Into<String>) -> Self {
+        Note {
+            details: Some(json.into()),
+            ..self
+        }
+    }
+
+    /// The actor, if any.
+    pub fn actor(&self) -> Option<&str> {
+        self.actor.as_deref()
+    }
+
+    /// The reason, if any.
+    pub fn reason(&self) -> Option<&str> {
+        self.reason.as_deref()
+    }
+
+    /// The details, if any.
+    pub fn detail_json(&self) -> Option<&str> {
+        self.details.as_deref()
+    }
+
+    /// Adds actor, reason and details to `args`.
+    pub(crate) fn bind<DB: crate::dialect::Backend>(
+        &self,
+        args: &mut <DB as Dialect>::Args,
+    ) -> Result<(), sqlx::Error> {
+        for value in [&self.actor, &self.reason, &self.details] {
+            DB::bind_text(args, value.clone())?;
+        }
+        Ok(())
+    }
+}
+
+/// A transition with a [`Note`] for the history row of the move it makes:
+/// made by [`Transition::noted`] or [`Bound::noted`].
+#[derive(Debug, Clone)]
+pub struct Noted<S: StateMachine, P = ()> {
+    transition: Transition<S>,
+    params: P,
+    note: Note,
+}
+
+impl<S: StateMachine> Transition<S> {
+    /// This transition, with `note` recorded in the history row of the
+    /// move it makes (`actor`, `reason`, `details`). A machine without a
+    /// history table refuses a noted call with [`Error::NoHistory`], rather
+    /// than drop the note.
+    pub fn noted(self, note: Note) -> Noted<S> {
+        Noted {
+            transition: self,
+            params: (),
+            note,
+        }
+    }
+}
+
+impl<S: StateMachine, P> Bound<S, P> {
+    /// See [`Transition::noted`].
+    pub fn noted(self, note: Note) -> Noted<S, P> {
+        Noted {
+            transition: self.transition(),
+            params: self.into_params(),
+            note,
+        }
+    }
+}
+
+impl<S: StateMachine, P> Noted<S, P> {
+    /// See [`Transition::apply`]; the history row of the move records the
+    /// note.
+    pub async fn apply<E, K>(self, executor: E, key: K) -> Result<Outcome<S, K, E::Commit>, Error>
+    where
+        E: Executor,
+        K: RowKey<E::Database, S::KeyShape>,
+        P: Params<E::Database>,
+    {
+        if S::MACHINE.history_table().is_none() {
+            return Err(Error::NoHistory {
+                machine: S::MACHINE.name(),
+            });
+        }
+        self.transition
+            .apply_with(executor, key, &self.params, &self.note)
+            .await
     }
 }

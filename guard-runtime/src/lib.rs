@@ -38,7 +38,7 @@ pub use crate::dialect::{Backend, Key};
 pub use crate::effect::{Effect, FinishError, Finished};
 pub use crate::error::Error;
 pub use crate::executor::Executor;
-pub use crate::history::HistoryRow;
+pub use crate::history::{HistoryRow, Note, Noted};
 pub use crate::key::{DecodeKey, KeyShape, KeyText, ManyKeys, RowKey};
 pub use crate::machine::{StateMachine, UnknownState};
 pub use crate::many::APPLY_MANY_CHUNK;

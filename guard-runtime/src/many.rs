@@ -17,6 +17,7 @@ use crate::dialect::Backend;
 use crate::error::Error;
 use crate::executor::Executor;
 use crate::executor::sealed::Run;
+use crate::history::Note;
 use crate::key::{DecodeKey, KeyShape, ManyKeys, RowKey};
 use crate::outcome::{Committed, Outcome, Uncommitted, Won};
 use crate::retry::{MAX_ATTEMPTS, backoff};
@@ -277,7 +278,10 @@ impl<S: StateMachine> Transition<S> {
             // In a source state and meeting the guard, yet not moved: it
             // moved away and back between the statements. This one key
             // takes the one-row path.
-            Found::Left { .. } => self.apply_with(pool, key.clone(), params).await?,
+            Found::Left { .. } => {
+                self.apply_with(pool, key.clone(), params, &Note::NONE)
+                    .await?
+            }
         })
     }
 }

@@ -6,6 +6,7 @@ use core::time::Duration;
 
 use tracing::Instrument;
 
+use crate::history::Note;
 use crate::retry::{DEFAULT_DEADLINE, MAX_ATTEMPTS, backoff};
 use crate::telemetry;
 
@@ -131,7 +132,7 @@ impl<S: StateMachine> Transition<S> {
         E: Executor,
         K: RowKey<E::Database, S::KeyShape>,
     {
-        self.apply_with(executor, key, &()).await
+        self.apply_with(executor, key, &(), &Note::NONE).await
     }
 
     /// [`Transition::apply`], binding `params` into the `set` assignments
@@ -141,6 +142,7 @@ impl<S: StateMachine> Transition<S> {
         mut executor: E,
         key: K,
         params: &P,
+        note: &Note,
     ) -> Result<Outcome<S, K, E::Commit>, Error>
     where
         E: Executor,
@@ -155,6 +157,7 @@ impl<S: StateMachine> Transition<S> {
             writing: &writing,
             tries: &tries,
             span: &span,
+            note,
         };
         let attempt = self.apply_watched(&mut executor, key, params, watch);
         let result = tokio::time::timeout(self.deadline, attempt)
@@ -226,7 +229,9 @@ impl<S: StateMachine> Transition<S> {
             watch
                 .writing
                 .store(true, core::sync::atomic::Ordering::Relaxed);
-            let changed = self.attempt(executor, update, &key, params, attempts).await;
+            let changed = self
+                .attempt(executor, update, &key, params, watch.note, attempts)
+                .await;
             watch
                 .writing
                 .store(false, core::sync::atomic::Ordering::Relaxed);
@@ -300,6 +305,7 @@ impl<S: StateMachine> Transition<S> {
         update: &'static str,
         key: &K,
         params: &P,
+        note: &Note,
         attempts: u32,
     ) -> Result<Try<Option<Changed>>, Error>
     where
@@ -307,7 +313,10 @@ impl<S: StateMachine> Transition<S> {
         K: RowKey<E::Database, S::KeyShape>,
         P: Params<E::Database>,
     {
-        match self.compare_and_set(executor, update, key, params).await {
+        match self
+            .compare_and_set(executor, update, key, params, note)
+            .await
+        {
             Ok(changed) => Ok(Try::Done(changed)),
             Err(Attempt::Failed(error)) => Err(error),
             Err(Attempt::Retryable(error)) => {
@@ -368,6 +377,7 @@ impl<S: StateMachine> Transition<S> {
         update: &'static str,
         key: &K,
         params: &P,
+        note: &Note,
     ) -> Result<Option<Changed>, Attempt>
     where
         E: Executor,
@@ -384,6 +394,17 @@ impl<S: StateMachine> Transition<S> {
         if let Some(expected) = self.expected {
             <DB<E> as Dialect>::bind_int(&mut args, expected).map_err(failed)?;
         }
+        // With a history table, the call's note is bound last: into this
+        // statement on PostgreSQL, into the log's on SQLite and MySQL.
+        let log = self.def.log_sql().map(|[plain, expecting]| {
+            <DB<E> as Dialect>::sql(match self.expected {
+                Some(_) => expecting,
+                None => plain,
+            })
+        });
+        if log.is_some_and(str::is_empty) {
+            note.bind::<DB<E>>(&mut args).map_err(failed)?;
+        }
         let retryable = |error: sqlx::Error| match <DB<E> as Backend>::is_retryable(&error) {
             true => Attempt::Retryable(error),
             false => Attempt::Failed(self.db_error(error)),
@@ -395,25 +416,29 @@ impl<S: StateMachine> Transition<S> {
         };
         // With a history table on SQLite and MySQL: the history row's
         // insert and the compare-and-set, in one transaction.
-        let log = self.def.log_sql().map(|[plain, expecting]| {
-            <DB<E> as Dialect>::sql(match self.expected {
-                Some(_) => expecting,
-                None => plain,
-            })
-        });
         if let Some(log) = log.filter(|log| !log.is_empty()) {
             let set = self.def.set_binds();
             // SQLite numbers its placeholders as the update does; MySQL's
             // `?` take the key, the guard's values and the occurrence.
-            let mut log_args = match <DB<E> as Dialect>::PARAMS_FIRST {
-                true => around_key::<DB<E>, S::KeyShape, K, P>(key, params, 0..0, set..usize::MAX),
-                false => {
+            // MySQL's note sits in the insert's `SELECT` list, before its
+            // `WHERE`: bound first there; SQLite numbers it last.
+            let mut log_args = <DB<E> as Dialect>::Args::default();
+            if <DB<E> as Dialect>::PARAMS_FIRST {
+                note.bind::<DB<E>>(&mut log_args).map_err(failed)?;
+                key.bind(&mut log_args).map_err(failed)?;
+                params
+                    .bind_range(&mut log_args, set..usize::MAX)
+                    .map_err(failed)?;
+            } else {
+                log_args =
                     around_key::<DB<E>, S::KeyShape, K, P>(key, params, 0..set, set..usize::MAX)
-                }
+                        .map_err(failed)?;
             }
-            .map_err(failed)?;
             if let Some(expected) = self.expected {
                 <DB<E> as Dialect>::bind_int(&mut log_args, expected).map_err(failed)?;
+            }
+            if !<DB<E> as Dialect>::PARAMS_FIRST {
+                note.bind::<DB<E>>(&mut log_args).map_err(failed)?;
             }
             let returns_rows = (versioned || leased) && <DB<E> as Dialect>::RETURNING;
             let then = match (versioned || leased) && !<DB<E> as Dialect>::RETURNING {
@@ -713,6 +738,7 @@ struct Watch<'a> {
     writing: &'a core::sync::atomic::AtomicBool,
     tries: &'a core::sync::atomic::AtomicU32,
     span: &'a tracing::Span,
+    note: &'a Note,
 }
 
 /// The `stateguard.outcome` of a span: the outcome's name, `error` or
@@ -899,7 +925,7 @@ impl<S: StateMachine, P> Bound<S, P> {
         P: Params<E::Database>,
     {
         self.transition
-            .apply_with(executor, key, &self.params)
+            .apply_with(executor, key, &self.params, &Note::NONE)
             .await
     }
 }

@@ -78,6 +78,8 @@ pub(crate) mod sealed {
 
         fn bind_int(args: &mut Self::Args, value: i64) -> Result<(), sqlx::Error>;
 
+        fn bind_text(args: &mut Self::Args, value: Option<String>) -> Result<(), sqlx::Error>;
+
         fn column<T>(row: &Self::Row, index: usize) -> Result<T, sqlx::Error>
         where
             T: for<'r> sqlx::Decode<'r, Self> + sqlx::Type<Self>;
@@ -107,6 +109,10 @@ macro_rules! row_access {
         }
 
         fn bind_int(args: &mut Self::Args, value: i64) -> Result<(), sqlx::Error> {
+            sqlx::Arguments::add(args, value).map_err(sqlx::Error::Encode)
+        }
+
+        fn bind_text(args: &mut Self::Args, value: Option<String>) -> Result<(), sqlx::Error> {
             sqlx::Arguments::add(args, value).map_err(sqlx::Error::Encode)
         }
 
