@@ -16,6 +16,8 @@
 //!   without one (target on PostgreSQL: at least 0.85× the throughput),
 //!   one call after another on one connection, on PostgreSQL and SQLite.
 //!
+//! MySQL/MariaDB (`STATEGUARD_MYSQL_URL`): the history measurement only.
+//!
 //! PostgreSQL: `STATEGUARD_POSTGRES_URL` (the bench works in a schema of
 //! its own and drops it); without it only SQLite runs.
 //!
@@ -249,7 +251,7 @@ async fn sqlite() {
          version INTEGER NOT NULL DEFAULT 0)",
         "CREATE TABLE logged_history (history_id INTEGER PRIMARY KEY AUTOINCREMENT, id, \
          transition TEXT NOT NULL, from_state TEXT NOT NULL, to_state TEXT NOT NULL, \
-         occurrence INTEGER NOT NULL, moved_at TEXT NOT NULL)",
+         occurrence INTEGER NOT NULL, moved_at TEXT NOT NULL, actor TEXT, reason TEXT, details TEXT)",
     ] {
         sqlx::query(statement).execute(&pool).await.unwrap();
     }
@@ -360,7 +362,8 @@ async fn postgres(url: &str) {
          version BIGINT NOT NULL DEFAULT 0)",
         "CREATE TABLE logged_history (history_id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, \
          id BIGINT, transition TEXT NOT NULL, from_state TEXT NOT NULL, to_state TEXT NOT NULL, \
-         occurrence BIGINT NOT NULL, moved_at TIMESTAMPTZ NOT NULL)",
+         occurrence BIGINT NOT NULL, moved_at TIMESTAMPTZ NOT NULL, actor TEXT, reason TEXT, \
+         details JSONB)",
         "CREATE INDEX ON logged_history (id)",
     ] {
         sqlx::query(statement).execute(&pool).await.unwrap();
@@ -572,6 +575,69 @@ where
     rows as f64 / started.elapsed().as_secs_f64()
 }
 
+/// MySQL/MariaDB: `apply` with a history table against without, in a
+/// database of the bench's own (`stateguard_batches`, made anew).
+async fn mysql(url: &str) {
+    let admin = sqlx::MySqlPool::connect(url).await.unwrap();
+    for statement in [
+        "DROP DATABASE IF EXISTS stateguard_batches",
+        "CREATE DATABASE stateguard_batches",
+    ] {
+        sqlx::query(statement).execute(&admin).await.unwrap();
+    }
+    let options = sqlx::mysql::MySqlConnectOptions::from_str(url)
+        .unwrap()
+        .database("stateguard_batches");
+    let pool: Pool<sqlx::MySql> = sqlx::mysql::MySqlPoolOptions::new()
+        .max_connections(1)
+        .connect_with(options)
+        .await
+        .unwrap();
+    for statement in [
+        "CREATE TABLE plain_rows (id BIGINT PRIMARY KEY, status VARCHAR(32) NOT NULL, \
+         version BIGINT NOT NULL DEFAULT 0)",
+        "CREATE TABLE logged_rows (id BIGINT PRIMARY KEY, status VARCHAR(32) NOT NULL, \
+         version BIGINT NOT NULL DEFAULT 0)",
+        "CREATE TABLE logged_history (history_id BIGINT AUTO_INCREMENT PRIMARY KEY, id BIGINT, \
+         transition VARCHAR(255) NOT NULL, from_state VARCHAR(255) NOT NULL, to_state \
+         VARCHAR(255) NOT NULL, occurrence BIGINT NOT NULL, moved_at DATETIME(3) NOT NULL, \
+         actor VARCHAR(255) NULL, reason TEXT NULL, details JSON NULL, INDEX (id))",
+    ] {
+        sqlx::query(statement).execute(&pool).await.unwrap();
+    }
+    // The rows, from a cross join of digits (MariaDB stops a recursive CTE
+    // after 1,000 rows).
+    for statement in [
+        "INSERT INTO plain_rows (id, status) SELECT a.d + 10 * b.d + 100 * c.d + 1000 * e.d + 1, \
+         'a' FROM (SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION \
+         ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 \
+         UNION ALL SELECT 9) a, (SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL \
+         SELECT 3 UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 \
+         UNION ALL SELECT 8 UNION ALL SELECT 9) b, (SELECT 0 AS d UNION ALL SELECT 1 UNION ALL \
+         SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 \
+         UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) c, (SELECT 0 AS d UNION ALL \
+         SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 UNION ALL SELECT 5 \
+         UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) e",
+        "INSERT INTO plain_rows (id, status) SELECT id + 10000, status FROM plain_rows",
+        "INSERT INTO logged_rows (id, status) SELECT id, status FROM plain_rows",
+    ] {
+        sqlx::query(statement).execute(&pool).await.unwrap();
+    }
+    println!("MySQL/MariaDB (database stateguard_batches)");
+    let (plain, logged) = history_rounds(&pool).await;
+    report(
+        "apply with history vs without (1 connection)",
+        &logged,
+        &plain,
+        "without",
+    );
+    pool.close().await;
+    sqlx::query("DROP DATABASE stateguard_batches")
+        .execute(&admin)
+        .await
+        .unwrap();
+}
+
 #[tokio::main]
 async fn main() {
     let started = Instant::now();
@@ -579,6 +645,10 @@ async fn main() {
     match std::env::var("STATEGUARD_POSTGRES_URL") {
         Ok(url) if !url.trim().is_empty() => postgres(&url).await,
         _ => println!("PostgreSQL: skipped, because STATEGUARD_POSTGRES_URL is not set"),
+    }
+    match std::env::var("STATEGUARD_MYSQL_URL") {
+        Ok(url) if !url.trim().is_empty() => mysql(&url).await,
+        _ => println!("MySQL: skipped, because STATEGUARD_MYSQL_URL is not set"),
     }
     println!("total {:.1} s", started.elapsed().as_secs_f64());
 }
