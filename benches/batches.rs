@@ -138,6 +138,62 @@ where
     KEYS as f64 / started.elapsed().as_secs_f64()
 }
 
+/// Runs `a` and `b` one after the other, `a` first in even rounds and `b`
+/// first in odd ones (ABBA…), and returns their results as `(a, b)`.
+async fn alternate<T>(
+    round: i64,
+    a: impl Future<Output = T>,
+    b: impl Future<Output = T>,
+) -> (T, T) {
+    if round % 2 == 0 {
+        let a = a.await;
+        (a, b.await)
+    } else {
+        let b = b.await;
+        (a.await, b)
+    }
+}
+
+/// `apply_many` against `hand_round` (the same update written by hand)
+/// in alternating rounds, then against a loop of `apply`, each round on
+/// rows of its own.
+async fn many_rounds<DB, H, Fut>(pool: &Pool<DB>, hand_label: &str, hand_round: H)
+where
+    DB: stateguard::Batched,
+    for<'p> &'p Pool<DB>: stateguard::Executor<Database = DB, Commit = stateguard::Committed>,
+    i64: stateguard::Key<DB>
+        + for<'r> sqlx::Decode<'r, DB>
+        + stateguard::ManyKeys<DB, stateguard::key::shape::One>,
+    H: Fn(Vec<i64>) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let mut next = 1;
+    let (mut many, mut hand, mut lp, mut many_vs_loop) = (vec![], vec![], vec![], vec![]);
+    for round in 0..ROUNDS {
+        let (ours, theirs) = alternate(
+            round,
+            timed(next, |k| many_round(pool, k)),
+            timed(next + KEYS, &hand_round),
+        )
+        .await;
+        many.push(ours);
+        hand.push(theirs);
+        next += 2 * KEYS;
+    }
+    for _ in 0..LOOP_ROUNDS {
+        many_vs_loop.push(timed(next, |k| many_round(pool, k)).await);
+        lp.push(timed(next + KEYS, |k| loop_round(pool, k)).await);
+        next += 2 * KEYS;
+    }
+    report(
+        &format!("apply_many vs hand-written {hand_label}"),
+        &many,
+        &hand,
+        "hand-written",
+    );
+    report("apply_many vs a loop of apply", &many_vs_loop, &lp, "loop");
+}
+
 async fn many_round<DB>(pool: &Pool<DB>, keys: Vec<i64>)
 where
     DB: stateguard::Batched,
@@ -206,13 +262,9 @@ where
             }
             HISTORY_KEYS as f64 / started.elapsed().as_secs_f64()
         };
-        if round % 2 == 0 {
-            plain.push(run_plain.await);
-            logged.push(run_logged.await);
-        } else {
-            logged.push(run_logged.await);
-            plain.push(run_plain.await);
-        }
+        let (p, l) = alternate(round, run_plain, run_logged).await;
+        plain.push(p);
+        logged.push(l);
     }
     (plain, logged)
 }
@@ -268,48 +320,25 @@ async fn sqlite() {
             .unwrap();
     }
     println!("SQLite (temp file, WAL)");
-    let mut next = 1;
-    let (mut many, mut hand, mut lp, mut many_vs_loop) = (vec![], vec![], vec![], vec![]);
-    for round in 0..ROUNDS {
-        let hand_round = |keys: Vec<i64>| {
-            let pool = pool.clone();
-            async move {
-                let json = format!(
-                    "[{}]",
-                    keys.iter()
-                        .map(i64::to_string)
-                        .collect::<Vec<_>>()
-                        .join(",")
-                );
-                let rows = sqlx::query(HAND_SQLITE)
-                    .bind(json)
-                    .fetch_all(&pool)
-                    .await
-                    .unwrap();
-                assert_eq!(rows.len() as i64, KEYS);
-            }
-        };
-        if round % 2 == 0 {
-            many.push(timed(next, |k| many_round(&pool, k)).await);
-            hand.push(timed(next + KEYS, hand_round).await);
-        } else {
-            hand.push(timed(next, hand_round).await);
-            many.push(timed(next + KEYS, |k| many_round(&pool, k)).await);
+    let hand_round = |keys: Vec<i64>| {
+        let pool = pool.clone();
+        async move {
+            let json = format!(
+                "[{}]",
+                keys.iter()
+                    .map(i64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            );
+            let rows = sqlx::query(HAND_SQLITE)
+                .bind(json)
+                .fetch_all(&pool)
+                .await
+                .unwrap();
+            assert_eq!(rows.len() as i64, KEYS);
         }
-        next += 2 * KEYS;
-    }
-    for _ in 0..LOOP_ROUNDS {
-        many_vs_loop.push(timed(next, |k| many_round(&pool, k)).await);
-        lp.push(timed(next + KEYS, |k| loop_round(&pool, k)).await);
-        next += 2 * KEYS;
-    }
-    report(
-        "apply_many vs hand-written json_each",
-        &many,
-        &hand,
-        "hand-written",
-    );
-    report("apply_many vs a loop of apply", &many_vs_loop, &lp, "loop");
+    };
+    many_rounds(&pool, "json_each", hand_round).await;
     let (plain, logged) = history_rounds(&pool).await;
     report(
         "apply with history vs without (1 connection)",
@@ -374,41 +403,18 @@ async fn postgres(url: &str) {
         .await
         .unwrap();
     println!("PostgreSQL (schema {schema})");
-    let mut next = 1;
-    let (mut many, mut hand, mut lp, mut many_vs_loop) = (vec![], vec![], vec![], vec![]);
-    for round in 0..ROUNDS {
-        let hand_round = |keys: Vec<i64>| {
-            let pool = pool.clone();
-            async move {
-                let rows = sqlx::query(HAND_PG)
-                    .bind(keys)
-                    .fetch_all(&pool)
-                    .await
-                    .unwrap();
-                assert_eq!(rows.len() as i64, KEYS);
-            }
-        };
-        if round % 2 == 0 {
-            many.push(timed(next, |k| many_round(&pool, k)).await);
-            hand.push(timed(next + KEYS, hand_round).await);
-        } else {
-            hand.push(timed(next, hand_round).await);
-            many.push(timed(next + KEYS, |k| many_round(&pool, k)).await);
+    let hand_round = |keys: Vec<i64>| {
+        let pool = pool.clone();
+        async move {
+            let rows = sqlx::query(HAND_PG)
+                .bind(keys)
+                .fetch_all(&pool)
+                .await
+                .unwrap();
+            assert_eq!(rows.len() as i64, KEYS);
         }
-        next += 2 * KEYS;
-    }
-    for _ in 0..LOOP_ROUNDS {
-        many_vs_loop.push(timed(next, |k| many_round(&pool, k)).await);
-        lp.push(timed(next + KEYS, |k| loop_round(&pool, k)).await);
-        next += 2 * KEYS;
-    }
-    report(
-        "apply_many vs hand-written = ANY($1)",
-        &many,
-        &hand,
-        "hand-written",
-    );
-    report("apply_many vs a loop of apply", &many_vs_loop, &lp, "loop");
+    };
+    many_rounds(&pool, "= ANY($1)", hand_round).await;
     for statement in [
         "INSERT INTO plain_rows (id, status) SELECT g, 'a' FROM generate_series(1::bigint, $1) g",
         "INSERT INTO logged_rows (id, status) SELECT g, 'a' FROM generate_series(1::bigint, $1) g",
@@ -468,13 +474,9 @@ async fn postgres(url: &str) {
         sqlx::query("ANALYZE").execute(&pool).await.unwrap();
         let run_ours = drain(&pool, CLAIM_ROWS, claim_ours);
         let run_hand = drain(&pool, CLAIM_ROWS, claim_hand);
-        if round % 2 == 0 {
-            ours.push(run_ours.await);
-            hand.push(run_hand.await);
-        } else {
-            hand.push(run_hand.await);
-            ours.push(run_ours.await);
-        }
+        let (o, h) = alternate(round, run_ours, run_hand).await;
+        ours.push(o);
+        hand.push(h);
         sqlx::query("TRUNCATE claim_ours")
             .execute(&pool)
             .await

@@ -77,23 +77,20 @@ impl Dialect {
     fn key_match(self, key: &[String]) -> String {
         key.iter()
             .enumerate()
-            .map(|(i, column)| {
-                let k = self.quote(column);
-                let p = self.param(i + 1);
-                match self {
-                    Dialect::Postgres => {
-                        format!("{k} = {p} AND CAST({k} AS TEXT) COLLATE \"C\" = CAST({p} AS TEXT)")
-                    }
-                    Dialect::Sqlite => {
-                        format!("{k} = {p} AND CAST({k} AS BLOB) = CAST({p} AS BLOB)")
-                    }
-                    Dialect::MySql => {
-                        format!("{k} = {p} AND {} = {}", self.bytes(&k), self.bytes(&p))
-                    }
-                }
-            })
+            .map(|(i, column)| self.exact_eq(&self.quote(column), &self.param(i + 1)))
             .collect::<Vec<_>>()
             .join(" AND ")
+    }
+
+    /// `k = v`, and equal exactly (see [`Self::key_match`]).
+    fn exact_eq(self, k: &str, v: &str) -> String {
+        match self {
+            Dialect::Postgres => {
+                format!("{k} = {v} AND CAST({k} AS TEXT) COLLATE \"C\" = CAST({v} AS TEXT)")
+            }
+            Dialect::Sqlite => format!("{k} = {v} AND CAST({k} AS BLOB) = CAST({v} AS BLOB)"),
+            Dialect::MySql => format!("{k} = {v} AND {} = {}", self.bytes(k), self.bytes(v)),
+        }
     }
 
     /// `column` passes `test` (`IN ('a', 'b')`, `= 'a'`).
@@ -109,6 +106,19 @@ impl Dialect {
             Dialect::MySql => format!("{column} {test} AND {} {test}", self.bytes(column)),
             Dialect::Postgres | Dialect::Sqlite => format!("{column} {test}"),
         }
+    }
+
+    /// The status column among the transition's sources (`IN ('a', 'b')`).
+    fn in_sources(self, model: &Model, transition: &Transition) -> String {
+        let sources: Vec<String> = transition
+            .sources
+            .iter()
+            .map(|&s| format!("'{}'", model.states[s].db))
+            .collect();
+        self.status_is(
+            &self.quote(&model.column),
+            &format!("IN ({})", sources.join(", ")),
+        )
     }
 
     /// The version column, with NULL (a column added without a default)
@@ -217,41 +227,16 @@ impl Dialect {
     /// occurrence the caller saw (`Transition::expecting`).
     pub fn update(&self, model: &Model, transition: &Transition, expecting: bool) -> String {
         let d = *self;
-        let column = d.quote(&model.column);
-        let target = &model.states[transition.target];
-        let sources: Vec<String> = transition
-            .sources
-            .iter()
-            .map(|&s| format!("'{}'", model.states[s].db))
-            .collect();
-        let sources = format!("IN ({})", sources.join(", "));
-        // After the key and the bound values.
-        let binds = transition.binds();
-        let same_occurrence = match (&model.version, expecting) {
-            (Some(version), true) => {
-                format!(
-                    " AND {} = {}",
-                    d.version_value(version),
-                    d.param(model.after_key() + binds)
-                )
-            }
-            _ => String::new(),
-        };
-        // The guard's values after the `set` ones.
-        let guard = match &transition.guard {
-            Some(guard) => format!(
-                " AND ({})",
-                guard.sql(d, model.after_key() + transition.set_binds())
-            ),
-            None => String::new(),
-        };
         format!(
-            "UPDATE {} SET {} WHERE {} AND {}{guard}{same_occurrence}{}",
+            "UPDATE {} SET {} WHERE {}{}",
             d.quote(&model.table),
             d.assignments(model, transition, model.after_key()),
-            d.key_match(&model.key),
-            d.status_is(&column, &sources),
-            d.returning(model, model.version.is_some(), target.in_flight.as_ref()),
+            d.move_predicate(model, transition, expecting),
+            d.returning(
+                model,
+                model.version.is_some(),
+                model.states[transition.target].in_flight.as_ref()
+            ),
         )
     }
 
@@ -596,13 +581,7 @@ impl Dialect {
     fn claim_sql(&self, model: &Model, transition: &Transition, older: Option<&str>) -> String {
         let d = *self;
         let table = d.quote(&model.table);
-        let column = d.quote(&model.column);
-        let sources: Vec<String> = transition
-            .sources
-            .iter()
-            .map(|&s| format!("'{}'", model.states[s].db))
-            .collect();
-        let status = d.status_is(&column, &format!("IN ({})", sources.join(", ")));
+        let status = d.in_sources(model, transition);
         let set_binds = transition.set_binds();
         let guard_first = match d {
             Dialect::Postgres => 1 + set_binds,
@@ -841,12 +820,6 @@ impl Dialect {
     /// version, numbered as in [`Self::update`].
     fn move_predicate(self, model: &Model, transition: &Transition, expecting: bool) -> String {
         let d = self;
-        let column = d.quote(&model.column);
-        let sources: Vec<String> = transition
-            .sources
-            .iter()
-            .map(|&s| format!("'{}'", model.states[s].db))
-            .collect();
         let guard = match &transition.guard {
             Some(guard) => format!(
                 " AND ({})",
@@ -865,7 +838,7 @@ impl Dialect {
         format!(
             "{} AND {}{guard}{same_occurrence}",
             d.key_match(&model.key),
-            d.status_is(&column, &format!("IN ({})", sources.join(", "))),
+            d.in_sources(model, transition),
         )
     }
 
@@ -1035,16 +1008,10 @@ impl Dialect {
             .iter()
             .enumerate()
             .map(|(i, k)| {
-                let k = format!("{table}.{}", self.quote(k));
-                let v = format!("__sg_i.__sg_k{i}");
-                match self {
-                    Dialect::Postgres => {
-                        format!("{k} = {v} AND CAST({k} AS TEXT) COLLATE \"C\" = CAST({v} AS TEXT)")
-                    }
-                    Dialect::MySql | Dialect::Sqlite => {
-                        format!("{k} = {v} AND {} = {}", self.bytes(&k), self.bytes(&v))
-                    }
-                }
+                self.exact_eq(
+                    &format!("{table}.{}", self.quote(k)),
+                    &format!("__sg_i.__sg_k{i}"),
+                )
             })
             .collect::<Vec<_>>()
             .join(" AND ")
@@ -1069,7 +1036,7 @@ impl Dialect {
                     1 => "__sg_i.value".to_owned(),
                     _ => format!("json_extract(__sg_i.value, '$[{i}]')"),
                 };
-                format!("{k} = {part} AND CAST({k} AS BLOB) = CAST({part} AS BLOB)")
+                self.exact_eq(k, &part)
             })
             .collect();
         format!(
@@ -1092,13 +1059,7 @@ impl Dialect {
     pub fn many_update(&self, model: &Model, transition: &Transition) -> String {
         let d = *self;
         let table = d.quote(&model.table);
-        let column = d.quote(&model.column);
-        let sources: Vec<String> = transition
-            .sources
-            .iter()
-            .map(|&s| format!("'{}'", model.states[s].db))
-            .collect();
-        let status = d.status_is(&column, &format!("IN ({})", sources.join(", ")));
+        let status = d.in_sources(model, transition);
         let key_params = match d {
             Dialect::Postgres => model.key.len(),
             Dialect::Sqlite => 1,
@@ -1244,13 +1205,7 @@ impl Dialect {
             return String::new();
         };
         let table = d.quote(&model.table);
-        let column = d.quote(&model.column);
-        let sources: Vec<String> = transition
-            .sources
-            .iter()
-            .map(|&s| format!("'{}'", model.states[s].db))
-            .collect();
-        let status = d.status_is(&column, &format!("IN ({})", sources.join(", ")));
+        let status = d.in_sources(model, transition);
         let first = match d {
             Dialect::Sqlite => 2 + transition.set_binds(),
             Dialect::MySql | Dialect::Postgres => 1,

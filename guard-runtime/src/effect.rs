@@ -290,11 +290,7 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
                 };
             }
             Ok(Err(source)) => {
-                let error = Error::Database {
-                    table: S::MACHINE.table(),
-                    transition: in_flight.done().name(),
-                    source,
-                };
+                let error = in_flight.done().db_error(source);
                 return Err(FinishError::Refused { won: self, error });
             }
             // The renewal may have gone through; that only lengthens the

@@ -114,13 +114,12 @@ where
     let transition = chosen.transition.transition();
     let update = <DB<E> as Dialect>::sql(chosen.sql);
     let read = <DB<E> as Dialect>::sql(in_flight.follow_up_read_sql());
+    let log = <DB<E> as Dialect>::sql(&in_flight.follow_up_log_sql()[usize::from(chosen.failed)]);
     let versioned = S::MACHINE.version().is_some();
     let mut attempts = 0;
     loop {
         attempts += 1;
         let args = follow_up_arguments::<S, DB<E>, K>(chosen, key, occurrence, lease)?;
-        let log =
-            <DB<E> as Dialect>::sql(&in_flight.follow_up_log_sql()[usize::from(chosen.failed)]);
         let moved = match log.is_empty() {
             true => executor
                 .execute(update, args)
@@ -237,15 +236,17 @@ where
 /// Runs a statement that stamps a new lease (a takeover with `sql` =
 /// `claim_sql`, or a renewal with `renew_sql`) and returns the new token,
 /// or `None` when it matched no row.
-pub(crate) async fn stamp<S, E>(
+pub(crate) async fn stamp<S, K, E>(
     executor: &mut E,
     in_flight: &'static InFlightDef<S>,
     sql: &'static Sql,
     args: <E::Database as Dialect>::Args,
-    key_args: <E::Database as Dialect>::Args,
+    key: &K,
 ) -> Result<Option<i64>, sqlx::Error>
 where
+    S: StateMachine,
     E: Executor,
+    K: RowKey<E::Database, S::KeyShape>,
 {
     type DB<E> = <E as Run>::Database;
     let statement = <DB<E> as Dialect>::sql(sql);
@@ -256,6 +257,7 @@ where
     }
     // MySQL: read the new token back on the same connection.
     let read = <DB<E> as Dialect>::sql(in_flight.lease_read_sql());
+    let key_args = key_arguments::<DB<E>, S::KeyShape, K>(key)?;
     let (done, row) = executor
         .execute_then_fetch(statement, args, read, key_args)
         .await?;
@@ -280,8 +282,7 @@ where
     K: RowKey<E::Database, S::KeyShape>,
 {
     let args = leased_arguments::<S, E::Database, K>(key, occurrence, lease)?;
-    let key_args = key_arguments::<E::Database, S::KeyShape, K>(key)?;
-    stamp(executor, in_flight, in_flight.renew_sql(), args, key_args).await
+    stamp(executor, in_flight, in_flight.renew_sql(), args, key).await
 }
 
 /// Runs `effect` while renewing the lease every third of its length, so

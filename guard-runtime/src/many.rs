@@ -124,14 +124,20 @@ impl<S: StateMachine> Transition<S> {
             .await;
         match &result {
             Ok(outcomes) => {
-                span.record("stateguard.outcome", "applied_many");
-                span.record(
-                    "stateguard.rows",
-                    outcomes.iter().filter(|o| o.is_applied()).count(),
-                );
+                // One count per kind of outcome, not one call per key.
+                let mut counts: Vec<(&'static str, u64)> = Vec::with_capacity(6);
                 for outcome in outcomes {
-                    let name = crate::transition::outcome_label(outcome);
-                    telemetry::outcomes(S::MACHINE.name(), self.name(), name, 1);
+                    let label = crate::transition::outcome_label(outcome);
+                    match counts.iter_mut().find(|(l, _)| *l == label) {
+                        Some((_, n)) => *n += 1,
+                        None => counts.push((label, 1)),
+                    }
+                }
+                let applied = counts.iter().find(|(l, _)| *l == "applied");
+                span.record("stateguard.outcome", "applied_many");
+                span.record("stateguard.rows", applied.map_or(0, |&(_, n)| n));
+                for (label, n) in counts {
+                    telemetry::outcomes(S::MACHINE.name(), self.name(), label, n);
                 }
             }
             Err(_) => {
@@ -437,7 +443,6 @@ where
         }
     }
     .map_err(db_error)?;
-    let mut moved = vec![false; keys.len()];
     // The keys, then the version and the lease token where they exist.
     let versioned = S::MACHINE.version().is_some();
     let leased = transition.def().stamps().is_some();
@@ -452,7 +457,6 @@ where
             false => 0,
         };
         if let Some(i) = position(keys, &key) {
-            moved[i] = true;
             found[i] = Found::Moved {
                 key,
                 occurrence,
@@ -463,8 +467,8 @@ where
     // One read for the rest: only the keys the update did not move.
     let left: Vec<&K> = keys
         .iter()
-        .zip(&moved)
-        .filter_map(|(k, m)| (!m).then_some(*k))
+        .zip(&found)
+        .filter_map(|(k, f)| (!matches!(f, Found::Moved { .. })).then_some(*k))
         .collect();
     if left.is_empty() {
         return Ok(found);

@@ -113,8 +113,7 @@ where
     if S::MACHINE.version().is_some() {
         <E::Database as Dialect>::bind_int(&mut args, occurrence).map_err(db_error)?;
     }
-    let key_args = key_arguments::<E::Database, S::KeyShape, K>(key).map_err(db_error)?;
-    match lease::stamp(executor, in_flight, in_flight.claim_sql(), args, key_args).await {
+    match lease::stamp(executor, in_flight, in_flight.claim_sql(), args, key).await {
         Ok(lease) => Ok(lease),
         Err(error) if <E::Database as Backend>::is_retryable(&error) => {
             tracing::debug!(

@@ -184,11 +184,7 @@ impl<S: StateMachine> Chosen<S> {
     {
         let binder = S::follow_up_values(self.transition.name());
         match (binder.bind)(&*self.values, args) {
-            Some(bound) => bound.map_err(|source| Error::Database {
-                table: S::MACHINE.table(),
-                transition: self.transition.name(),
-                source,
-            }),
+            Some(bound) => bound.map_err(|e| self.transition.transition().db_error(e)),
             None => Err(Error::FollowUpValues {
                 machine: S::MACHINE.name(),
                 transition: self.transition.name(),
