@@ -57,14 +57,8 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
     let stamps = model
         .states
         .iter()
-        .map(|state| match (&state.in_flight, &state.stamp) {
-            (None, Some(since)) => quote!(::core::option::Option::Some(#since)),
-            _ => quote!(::core::option::Option::None),
-        });
-    let timeouts = model.states.iter().map(|state| match state.timeout_ms {
-        Some(ms) => quote!(::core::option::Option::Some(#ms)),
-        None => quote!(::core::option::Option::None),
-    });
+        .map(|state| option(state.stamp.as_ref().filter(|_| state.in_flight.is_none())));
+    let timeouts = model.states.iter().map(|state| option(state.timeout_ms));
     let in_flights = model.states.iter().map(|state| {
         let Some(f) = &state.in_flight else {
             return quote!(::core::option::Option::None);
@@ -72,10 +66,7 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
         let (lease_ms, since, done) = (f.lease_ms, &f.since, f.done);
         let transitions = format_ident!("__TRANSITIONS");
         let done = quote!(&#transitions[#done]);
-        let failed = match f.failed {
-            Some(i) => quote!(::core::option::Option::Some(&#transitions[#i])),
-            None => quote!(::core::option::Option::None),
-        };
+        let failed = option(f.failed.map(|i| quote!(&#transitions[#i])));
         let expired = sql_per_dialect(&private, |d| d.expired(model, state, f));
         let claim = sql_per_dialect(&private, |d| d.claim(model, state, f));
         let renew = sql_per_dialect(&private, |d| d.renew(model, state, f));
@@ -93,15 +84,11 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
             }),
             None => sql_per_dialect(&private, |_| String::new()),
         };
-        let failed_sql = match f.failed {
-            Some(i) => {
-                let sql = sql_per_dialect(&private, |d| {
-                    d.follow_up(model, state, f, &model.transitions[i])
-                });
-                quote!(::core::option::Option::Some(#sql))
-            }
-            None => quote!(::core::option::Option::None),
-        };
+        let failed_sql = option(f.failed.map(|i| {
+            sql_per_dialect(&private, |d| {
+                d.follow_up(model, state, f, &model.transitions[i])
+            })
+        }));
         quote! {
             ::core::option::Option::Some(&#private::in_flight(
                 #lease_ms, #since, #done, #failed, #expired, #claim, #renew, #lease_read,
@@ -109,20 +96,14 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
             ))
         }
     });
-    let version = match &model.version {
-        Some(v) => quote!(::core::option::Option::Some(#v)),
-        None => quote!(::core::option::Option::None),
-    };
+    let version = option(model.version.as_ref());
     let initial = idents[model.initial];
 
     let select = sql_per_dialect(&private, |d| d.select(model, false));
-    let history = match &model.history {
-        Some(table) => {
-            let read = sql_per_dialect(&private, |d| d.history_read(model));
-            quote!(::core::option::Option::Some((#table, #read)))
-        }
-        None => quote!(::core::option::Option::None),
-    };
+    let history = option(model.history.as_ref().map(|table| {
+        let read = sql_per_dialect(&private, |d| d.history_read(model));
+        quote!((#table, #read))
+    }));
     let select_in_transaction = sql_per_dialect(&private, |d| d.select(model, true));
     let ddl = ddl_per_dialect(&private, model);
 
@@ -131,53 +112,37 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
         let sources = t.sources.iter().map(|&i| idents[i]);
         let target = idents[t.target];
         let update = sql_per_dialect(&private, |d| d.update_logged(model, t, false));
-        let update_expecting = match model.version {
-            Some(_) => {
-                let sql = sql_per_dialect(&private, |d| d.update_logged(model, t, true));
-                quote!(::core::option::Option::Some(#sql))
-            }
-            None => quote!(::core::option::Option::None),
-        };
+        let update_expecting = option(
+            (model.version.as_ref())
+                .map(|_| sql_per_dialect(&private, |d| d.update_logged(model, t, true))),
+        );
         let read_back = sql_per_dialect(&private, |d| d.read_back(model, t));
         let claim = sql_per_dialect(&private, |d| d.claim_next(model, t));
-        let log = match &model.history {
-            Some(_) => {
-                let plain = sql_per_dialect(&private, |d| d.log(model, t, false));
-                let expecting = sql_per_dialect(&private, |d| d.log(model, t, true));
-                quote!(::core::option::Option::Some([#plain, #expecting]))
-            }
-            None => quote!(::core::option::Option::None),
-        };
-        let claim_older = match DIALECTS.iter().all(|d| !d.claim_older(model, t).is_empty()) {
-            true => {
-                let sql = sql_per_dialect(&private, |d| d.claim_older(model, t));
-                quote!(::core::option::Option::Some(#sql))
-            }
-            false => quote!(::core::option::Option::None),
-        };
+        let log = option(model.history.as_ref().map(|_| {
+            let plain = sql_per_dialect(&private, |d| d.log(model, t, false));
+            let expecting = sql_per_dialect(&private, |d| d.log(model, t, true));
+            quote!([#plain, #expecting])
+        }));
+        let claim_older = option(
+            DIALECTS
+                .iter()
+                .all(|d| !d.claim_older(model, t).is_empty())
+                .then(|| sql_per_dialect(&private, |d| d.claim_older(model, t))),
+        );
         let many_update = sql_per_dialect(&private, |d| d.many_update(model, t));
         let many_read = sql_per_dialect(&private, |d| d.many_read(model, t));
         let many_lease = sql_per_dialect(&private, |d| d.many_lease(model, t));
         let many_log = sql_per_dialect(&private, |d| d.many_log(model, t));
-        let guard = match &t.guard {
-            Some(guard) => {
-                let text = &guard.text;
-                quote!(::core::option::Option::Some(#text))
-            }
-            None => quote!(::core::option::Option::None),
-        };
-        let select_guarded = match &t.guard {
-            Some(_) => {
-                let plain = sql_per_dialect(&private, |d| {
-                    d.select_guarded(model, t, false).unwrap_or_default()
-                });
-                let locked = sql_per_dialect(&private, |d| {
-                    d.select_guarded(model, t, true).unwrap_or_default()
-                });
-                quote!(::core::option::Option::Some([#plain, #locked]))
-            }
-            None => quote!(::core::option::Option::None),
-        };
+        let guard = option(t.guard.as_ref().map(|guard| &guard.text));
+        let select_guarded = option(t.guard.as_ref().map(|_| {
+            let plain = sql_per_dialect(&private, |d| {
+                d.select_guarded(model, t, false).unwrap_or_default()
+            });
+            let locked = sql_per_dialect(&private, |d| {
+                d.select_guarded(model, t, true).unwrap_or_default()
+            });
+            quote!([#plain, #locked])
+        }));
         let set = t.set.iter().map(|(col, value)| {
             let written = value.written();
             quote!(#private::set_column(#col, #written))
@@ -469,6 +434,14 @@ fn fallback(node: &DeriveInput) -> TokenStream {
                 }
             )*
         }
+    }
+}
+
+/// `Some(value)` or `None`, as tokens of a constant.
+fn option(value: Option<impl ToTokens>) -> TokenStream {
+    match value {
+        Some(value) => quote!(::core::option::Option::Some(#value)),
+        None => quote!(::core::option::Option::None),
     }
 }
 

@@ -84,121 +84,64 @@ pub struct Claim {
     older_than: Option<i64>,
 }
 
-#[cfg(feature = "postgres")]
-impl sealed::Sealed for sqlx::Postgres {}
+/// The `Batched` impl of one backend: the function that moves a chunk of
+/// keys, and the one that claims rows (with the `BEGIN` of its
+/// transaction, where it runs one).
+macro_rules! batched {
+    ($feature:literal, $db:ty, apply: $apply:path, claim: $claim:path $(, begin: $begin:literal)?) => {
+        #[cfg(feature = $feature)]
+        impl sealed::Sealed for $db {}
 
-#[cfg(feature = "postgres")]
-impl Batched for sqlx::Postgres {
-    fn apply_rows<'a, S, K, P>(
-        pool: &'a sqlx::Pool<Self>,
-        transition: Transition<S>,
-        keys: &'a [&'a K],
-        params: &'a P,
-    ) -> Applied<'a, S, K>
-    where
-        S: StateMachine,
-        K: DecodeKey<Self, S::KeyShape> + ManyKeys<Self, S::KeyShape> + Ord + Send + Sync + 'a,
-        P: Params<Self> + 'a,
-    {
-        Box::pin(many::returning(pool, transition, keys, params))
-    }
+        #[cfg(feature = $feature)]
+        impl Batched for $db {
+            fn apply_rows<'a, S, K, P>(
+                pool: &'a sqlx::Pool<Self>,
+                transition: Transition<S>,
+                keys: &'a [&'a K],
+                params: &'a P,
+            ) -> Applied<'a, S, K>
+            where
+                S: StateMachine,
+                K: DecodeKey<Self, S::KeyShape>
+                    + ManyKeys<Self, S::KeyShape>
+                    + Ord
+                    + Send
+                    + Sync
+                    + 'a,
+                P: Params<Self> + 'a,
+            {
+                Box::pin($apply(pool, transition, keys, params))
+            }
 
-    fn claim_rows<'a, S, K, P>(
-        pool: &'a sqlx::Pool<Self>,
-        transition: Transition<S>,
-        params: &'a P,
-        claim: Claim,
-        limit: u32,
-    ) -> Claimed<'a, S, K>
-    where
-        S: StateMachine,
-        K: RowKey<Self, S::KeyShape> + DecodeKey<Self, S::KeyShape> + Send + 'a,
-        P: Params<Self> + 'a,
-    {
-        Box::pin(one_statement(pool, transition, params, claim, limit))
-    }
+            fn claim_rows<'a, S, K, P>(
+                pool: &'a sqlx::Pool<Self>,
+                transition: Transition<S>,
+                params: &'a P,
+                claim: Claim,
+                limit: u32,
+            ) -> Claimed<'a, S, K>
+            where
+                S: StateMachine,
+                K: RowKey<Self, S::KeyShape> + DecodeKey<Self, S::KeyShape> + Send + 'a,
+                P: Params<Self> + 'a,
+            {
+                Box::pin($claim(pool, $($begin,)? transition, params, claim, limit))
+            }
+        }
+    };
 }
 
-#[cfg(feature = "sqlite")]
-impl sealed::Sealed for sqlx::Sqlite {}
-
-#[cfg(feature = "sqlite")]
-impl Batched for sqlx::Sqlite {
-    fn apply_rows<'a, S, K, P>(
-        pool: &'a sqlx::Pool<Self>,
-        transition: Transition<S>,
-        keys: &'a [&'a K],
-        params: &'a P,
-    ) -> Applied<'a, S, K>
-    where
-        S: StateMachine,
-        K: DecodeKey<Self, S::KeyShape> + ManyKeys<Self, S::KeyShape> + Ord + Send + Sync + 'a,
-        P: Params<Self> + 'a,
-    {
-        Box::pin(many::returning(pool, transition, keys, params))
-    }
-
-    fn claim_rows<'a, S, K, P>(
-        pool: &'a sqlx::Pool<Self>,
-        transition: Transition<S>,
-        params: &'a P,
-        claim: Claim,
-        limit: u32,
-    ) -> Claimed<'a, S, K>
-    where
-        S: StateMachine,
-        K: RowKey<Self, S::KeyShape> + DecodeKey<Self, S::KeyShape> + Send + 'a,
-        P: Params<Self> + 'a,
-    {
-        // Take the write lock first: the candidates read are then the rows
-        // this transaction moves.
-        Box::pin(in_transaction(
-            pool,
-            "BEGIN IMMEDIATE",
-            transition,
-            params,
-            claim,
-            limit,
-        ))
-    }
-}
-
-#[cfg(feature = "mysql")]
-impl sealed::Sealed for sqlx::MySql {}
-
-#[cfg(feature = "mysql")]
-impl Batched for sqlx::MySql {
-    fn apply_rows<'a, S, K, P>(
-        pool: &'a sqlx::Pool<Self>,
-        transition: Transition<S>,
-        keys: &'a [&'a K],
-        params: &'a P,
-    ) -> Applied<'a, S, K>
-    where
-        S: StateMachine,
-        K: DecodeKey<Self, S::KeyShape> + ManyKeys<Self, S::KeyShape> + Ord + Send + Sync + 'a,
-        P: Params<Self> + 'a,
-    {
-        Box::pin(many::in_transaction(pool, transition, keys, params))
-    }
-
-    fn claim_rows<'a, S, K, P>(
-        pool: &'a sqlx::Pool<Self>,
-        transition: Transition<S>,
-        params: &'a P,
-        claim: Claim,
-        limit: u32,
-    ) -> Claimed<'a, S, K>
-    where
-        S: StateMachine,
-        K: RowKey<Self, S::KeyShape> + DecodeKey<Self, S::KeyShape> + Send + 'a,
-        P: Params<Self> + 'a,
-    {
-        Box::pin(in_transaction(
-            pool, "BEGIN", transition, params, claim, limit,
-        ))
-    }
-}
+batched!("postgres", sqlx::Postgres, apply: many::returning, claim: one_statement);
+// SQLite takes the write lock first: the candidates read are then the
+// rows the transaction moves.
+batched!(
+    "sqlite", sqlx::Sqlite,
+    apply: many::returning, claim: in_transaction, begin: "BEGIN IMMEDIATE"
+);
+batched!(
+    "mysql", sqlx::MySql,
+    apply: many::in_transaction, claim: in_transaction, begin: "BEGIN"
+);
 
 impl<S: StateMachine> Transition<S> {
     /// Moves up to `limit` rows from this transition's source states to its
@@ -465,12 +408,7 @@ where
             Ok(claimed) => return Ok(claimed),
             Err(error) => error,
         };
-        let again = match &error {
-            Error::RetryTransaction { .. } | Error::RolledBack { .. } => true,
-            Error::Begin { source } => DB::is_retryable(source),
-            _ => false,
-        };
-        if !again || attempts >= MAX_ATTEMPTS {
+        if !error.retries_whole::<DB>() || attempts >= MAX_ATTEMPTS {
             return Err(error);
         }
         tracing::debug!(
@@ -508,19 +446,12 @@ where
         .and_then(|()| claim.bind_rest::<DB>(&mut args, limit))
         .map_err(|e| transition.db_error(e))?;
     let select = DB::sql(claim.sql);
-    let rows = match (&mut tx).fetch_all(select, args).await {
-        Ok(rows) => rows,
-        // A deadlock or busy database rolls the transaction back: the
-        // whole claim is tried again.
-        Err(source) if DB::is_retryable(&source) => {
-            return Err(Error::RetryTransaction {
-                table: S::MACHINE.table(),
-                transition: transition.name(),
-                source,
-            });
-        }
-        Err(error) => return Err(transition.db_error(error)),
-    };
+    // A deadlock or busy database rolls the transaction back: the whole
+    // claim is tried again.
+    let rows = (&mut tx)
+        .fetch_all(select, args)
+        .await
+        .map_err(|e| transition.tx_error::<DB>(e))?;
     let keys = rows
         .iter()
         .map(|row| K::decode(row).map_err(|e| transition.db_error(e)))

@@ -345,6 +345,16 @@ impl Error {
         )
     }
 
+    /// True when a transaction the library ran itself (a claim, a batch)
+    /// may be run again from its start: it was rolled back, or could not
+    /// begin, for a deadlock or a busy database.
+    pub(crate) fn retries_whole<DB: crate::Backend>(&self) -> bool {
+        match self {
+            Error::Begin { source } | Error::Database { source, .. } => DB::is_retryable(source),
+            other => other.is_retry_transaction(),
+        }
+    }
+
     /// True when the change may have been applied although an error came
     /// back: the connection broke while a statement or a `COMMIT` was in
     /// flight, so the database may have committed it without the answer

@@ -9,7 +9,6 @@ use crate::executor::Executor;
 use crate::key::RowKey;
 use crate::machine::{Machine, TransitionDef};
 use crate::outcome::Outcome;
-use crate::retry::DEFAULT_DEADLINE;
 use crate::transition::{Bound, Params, Transition, key_arguments};
 
 /// One move of a row, as its history table records it.
@@ -70,17 +69,7 @@ impl<S: StateMachine> Machine<S> {
         };
         let args = key_arguments::<E::Database, S::KeyShape, K>(&key).map_err(error)?;
         let read = executor.fetch_all(<E::Database as Dialect>::sql(sql), args);
-        let rows = match tokio::time::timeout(DEFAULT_DEADLINE, read).await {
-            Ok(rows) => rows.map_err(error)?,
-            Err(_) => {
-                return Err(Error::Timeout {
-                    table: self.table(),
-                    transition: "history",
-                    deadline: DEFAULT_DEADLINE,
-                    outcome_known: true,
-                });
-            }
-        };
+        let rows = self.read_within("history", read).await?;
         rows.iter()
             .map(|row| {
                 let text = |i| {

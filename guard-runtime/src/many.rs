@@ -233,14 +233,7 @@ impl<S: StateMachine> Transition<S> {
                     });
                 }
             };
-            let again = match &error {
-                Error::RetryTransaction { .. } | Error::RolledBack { .. } => true,
-                Error::Begin { source } | Error::Database { source, .. } => {
-                    DB::is_retryable(source)
-                }
-                _ => false,
-            };
-            if !again || attempts >= MAX_ATTEMPTS {
+            if !error.retries_whole::<DB>() || attempts >= MAX_ATTEMPTS {
                 return Err(error);
             }
             tokio::time::sleep(backoff(attempts)).await;
@@ -506,14 +499,7 @@ where
     let [update, read, lease_read, log] = transition.def().apply_many_sql();
     let mut found: Vec<Found<S, K>> = keys.iter().map(|_| Found::Missing).collect();
     let n = S::KeyShape::COLUMNS;
-    let retry = |source: sqlx::Error| match DB::is_retryable(&source) {
-        true => Error::RetryTransaction {
-            table: S::MACHINE.table(),
-            transition: transition.name(),
-            source,
-        },
-        false => transition.db_error(source),
-    };
+    let retry = |source| transition.tx_error::<DB>(source);
     let mut tx = Tx::begin(pool).await?;
     let args = read_arguments::<DB, S, K, P>(transition, keys, params)?;
     let rows = (&mut tx)

@@ -411,13 +411,37 @@ impl<S: StateMachine> Transition<S> {
         };
         let versioned = S::MACHINE.version().is_some();
         let leased = self.def.stamps().is_some();
-        let int = |row: &<DB<E> as sqlx::Database>::Row, i| {
-            <DB<E> as Dialect>::int_opt(row, i).map(Option::unwrap_or_default)
+        // What the winning statement returned: `RETURNING [version][,
+        // lease]`, or MySQL's read-back `version, lease`.
+        let lease_at = match <DB<E> as Dialect>::RETURNING {
+            true => usize::from(versioned),
+            false => 1,
         };
-        // With a history table on SQLite and MySQL: the history row's
-        // insert and the compare-and-set, in one transaction.
-        if let Some(log) = log.filter(|log| !log.is_empty()) {
-            let set = self.def.set_binds();
+        let changed = |row: Option<&<DB<E> as sqlx::Database>::Row>| {
+            let int = |row, i| <DB<E> as Dialect>::int_opt(row, i).map(Option::unwrap_or_default);
+            let mut changed = Changed::default();
+            if let Some(row) = row {
+                if versioned {
+                    changed.occurrence = int(row, 0).map_err(failed)?;
+                }
+                if leased {
+                    changed.lease = int(row, lease_at).map_err(failed)?;
+                }
+            }
+            Ok::<_, Attempt>(changed)
+        };
+        // MySQL reads the new version and lease back on the same
+        // connection: the lease token of the row by its key.
+        let read_back = || {
+            let then_args = match leased {
+                true => key_arguments::<DB<E>, S::KeyShape, K>(key).map_err(failed)?,
+                false => <DB<E> as Dialect>::Args::default(),
+            };
+            Ok::<_, Attempt>((<DB<E> as Dialect>::sql(self.def.read_back_sql()), then_args))
+        };
+        let (rows, changed) = if let Some(log) = log.filter(|log| !log.is_empty()) {
+            // With a history table on SQLite and MySQL: the history row's
+            // insert and the compare-and-set, in one transaction.
             // SQLite numbers its placeholders as the update does; MySQL's
             // `?` take the key, the guard's values and the occurrence.
             // MySQL's note sits in the insert's `SELECT` list, before its
@@ -442,13 +466,7 @@ impl<S: StateMachine> Transition<S> {
             }
             let returns_rows = (versioned || leased) && <DB<E> as Dialect>::RETURNING;
             let then = match (versioned || leased) && !<DB<E> as Dialect>::RETURNING {
-                true => {
-                    let then_args = match leased {
-                        true => key_arguments::<DB<E>, S::KeyShape, K>(key).map_err(failed)?,
-                        false => <DB<E> as Dialect>::Args::default(),
-                    };
-                    Some((<DB<E> as Dialect>::sql(self.def.read_back_sql()), then_args))
-                }
+                true => Some(read_back()?),
                 false => None,
             };
             let logged = executor
@@ -456,84 +474,26 @@ impl<S: StateMachine> Transition<S> {
                 .await
                 .map_err(retryable)?;
             let row = logged.rows.first().or(logged.then.as_ref());
-            let mut changed = Changed {
-                occurrence: 0,
-                lease: 0,
-            };
-            // `RETURNING [version][, lease]`, or MySQL's read-back
-            // `version, lease`.
-            let lease_at = match <DB<E> as Dialect>::RETURNING {
-                true => usize::from(versioned),
-                false => 1,
-            };
-            if let Some(row) = row {
-                if versioned {
-                    changed.occurrence = int(row, 0).map_err(failed)?;
-                }
-                if leased {
-                    changed.lease = int(row, lease_at).map_err(failed)?;
-                }
-            }
-            return match logged.updated {
-                0 => Ok(None),
-                1 => Ok(Some(changed)),
-                rows => Err(Attempt::Failed(Error::AmbiguousKey {
-                    table: S::MACHINE.table(),
-                    key: S::MACHINE.key(),
-                    transition: self.def.name(),
-                    rows,
-                })),
-            };
-        }
-        let (rows, changed) = if !versioned && !leased {
+            (logged.updated, changed(row)?)
+        } else if !versioned && !leased {
             let done = executor.execute(update, args).await.map_err(retryable)?;
-            let changed = Changed {
-                occurrence: 0,
-                lease: 0,
-            };
-            (<DB<E> as Dialect>::rows_affected(&done), changed)
+            (<DB<E> as Dialect>::rows_affected(&done), changed(None)?)
         } else if <DB<E> as Dialect>::RETURNING {
-            // `RETURNING [version][, lease token]`: one row per row changed.
+            // One row per row changed.
             let rows = executor.fetch_all(update, args).await.map_err(retryable)?;
-            let mut changed = Changed {
-                occurrence: 0,
-                lease: 0,
-            };
-            if let Some(row) = rows.first() {
-                if versioned {
-                    changed.occurrence = int(row, 0).map_err(failed)?;
-                }
-                if leased {
-                    changed.lease = int(row, usize::from(versioned)).map_err(failed)?;
-                }
-            }
-            (rows.len() as u64, changed)
+            (rows.len() as u64, changed(rows.first())?)
         } else {
             // MySQL: the UPDATE stored the new version with
-            // LAST_INSERT_ID(expr); the same connection reads it back, and
-            // the lease token of the row at that version.
-            let read_back = <DB<E> as Dialect>::sql(self.def.read_back_sql());
-            let then_args = match leased {
-                true => key_arguments::<DB<E>, S::KeyShape, K>(key).map_err(failed)?,
-                false => <DB<E> as Dialect>::Args::default(),
-            };
+            // LAST_INSERT_ID(expr); the same connection reads it back.
+            let (read, then_args) = read_back()?;
             let (done, row) = executor
-                .execute_then_fetch(update, args, read_back, then_args)
+                .execute_then_fetch(update, args, read, then_args)
                 .await
                 .map_err(retryable)?;
-            let mut changed = Changed {
-                occurrence: 0,
-                lease: 0,
-            };
-            if let Some(row) = &row {
-                if versioned {
-                    changed.occurrence = int(row, 0).map_err(failed)?;
-                }
-                if leased {
-                    changed.lease = int(row, 1).map_err(failed)?;
-                }
-            }
-            (<DB<E> as Dialect>::rows_affected(&done), changed)
+            (
+                <DB<E> as Dialect>::rows_affected(&done),
+                changed(row.as_ref())?,
+            )
         };
         match rows {
             0 => Ok(None),
@@ -587,6 +547,21 @@ impl<S: StateMachine> Transition<S> {
         }
     }
 
+    /// A statement's error inside a transaction the call runs itself: a
+    /// deadlock or busy database rolled it back, so the whole transaction
+    /// is tried again.
+    #[cfg(any(feature = "sqlite", feature = "mysql"))]
+    pub(crate) fn tx_error<DB: Backend>(self, source: sqlx::Error) -> Error {
+        match DB::is_retryable(&source) {
+            true => Error::RetryTransaction {
+                table: S::MACHINE.table(),
+                transition: self.name(),
+                source,
+            },
+            false => self.db_error(source),
+        }
+    }
+
     pub(crate) fn contention(self, attempts: u32, last: Option<sqlx::Error>) -> Error {
         Error::Contention {
             table: S::MACHINE.table(),
@@ -629,23 +604,36 @@ impl<S: StateMachine> Machine<S> {
         let select = <E::Database as Dialect>::sql(self.select_for(executor.in_transaction()));
         let args = key_arguments::<E::Database, S::KeyShape, K>(&key).map_err(error)?;
         let read = executor.fetch_optional(select, args);
-        let row = match tokio::time::timeout(DEFAULT_DEADLINE, read).await {
-            Ok(row) => row.map_err(error)?,
-            Err(_) => {
-                return Err(Error::Timeout {
-                    table: self.table(),
-                    transition: "load",
-                    deadline: DEFAULT_DEADLINE,
-                    outcome_known: true,
-                });
-            }
-        };
-        let Some(row) = row else {
+        let Some(row) = self.read_within("load", read).await? else {
             return Ok(None);
         };
         let state = status_of::<S, E::Database>(&row, error)?;
         let occurrence = <E::Database as Dialect>::int(&row, 1).map_err(error)?;
         Ok(Some(Current::new(state, occurrence)))
+    }
+}
+
+impl<S: StateMachine> Machine<S> {
+    /// A read of the machine's table named `call` in errors, within
+    /// [`DEFAULT_DEADLINE`].
+    pub(crate) async fn read_within<T>(
+        &'static self,
+        call: &'static str,
+        read: impl Future<Output = Result<T, sqlx::Error>>,
+    ) -> Result<T, Error> {
+        match tokio::time::timeout(DEFAULT_DEADLINE, read).await {
+            Ok(done) => done.map_err(|source| Error::Database {
+                table: self.table(),
+                transition: call,
+                source,
+            }),
+            Err(_) => Err(Error::Timeout {
+                table: self.table(),
+                transition: call,
+                deadline: DEFAULT_DEADLINE,
+                outcome_known: true,
+            }),
+        }
     }
 }
 
@@ -666,6 +654,7 @@ impl<S: StateMachine> InFlightDef<S> {
 
 /// What a winning compare-and-set changed: the row's new occurrence and,
 /// for a transition into an in-flight state, its lease token.
+#[derive(Default)]
 pub(crate) struct Changed {
     occurrence: i64,
     lease: i64,
