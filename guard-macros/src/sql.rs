@@ -337,28 +337,21 @@ impl Dialect {
             return update;
         };
         let table = d.quote(&model.table);
-        let keys: Vec<String> = model
-            .key
-            .iter()
-            .enumerate()
-            .map(|(i, k)| format!("{table}.{} AS __sg_k{i}", d.quote(k)))
-            .collect();
-        let (columns, _) = d.history_columns(model, transition, None);
-        let mut values: Vec<String> = (0..model.key.len()).map(|i| format!("__sg_k{i}")).collect();
-        values.extend([
-            format!("'{}'", transition_name(transition)),
+        let aliases = (0..model.key.len()).map(|i| format!("__sg_k{i}")).collect();
+        let (columns, values) = d.history_row(
+            model,
+            transition,
+            aliases,
             format!("'{}'", state.db),
-            format!("'{}'", model.states[transition.target].db),
             "__sg_v".to_owned(),
-            d.now().to_owned(),
-        ]);
+            None,
+        );
         format!(
             "WITH __sg_moved AS ({update} RETURNING {}, {} AS __sg_v) INSERT INTO {} ({columns}) \
-             SELECT {} FROM __sg_moved",
-            keys.join(", "),
+             SELECT {values} FROM __sg_moved",
+            d.key_aliases(model, Some(&table), "__sg_k"),
             d.version_read(model.version.as_deref()),
             d.quote(history),
-            values.join(", "),
         )
     }
 
@@ -374,28 +367,15 @@ impl Dialect {
         transition: &Transition,
     ) -> String {
         let d = *self;
-        let Some(history) = &model.history else {
+        let (Some(history), false) = (&model.history, d == Dialect::Postgres) else {
             return String::new();
         };
-        if d == Dialect::Postgres {
-            return String::new();
-        }
-        let (columns, values) = d.history_columns(model, transition, None);
         let binds = match d {
             Dialect::Sqlite => transition.binds(),
             Dialect::MySql | Dialect::Postgres => 0,
         };
-        format!(
-            "INSERT INTO {} ({columns}) SELECT {values} FROM {} WHERE {}{}",
-            d.quote(history),
-            d.quote(&model.table),
-            d.leased(model, state, in_flight, binds),
-            if d == Dialect::MySql {
-                " FOR UPDATE"
-            } else {
-                ""
-            },
-        )
+        let predicate = d.leased(model, state, in_flight, binds);
+        d.log_insert(model, history, transition, None, &predicate)
     }
 
     /// Renews the caller's lease on a row of an in-flight state: a
@@ -624,12 +604,7 @@ impl Dialect {
                     Some(in_flight) => d.lease_token(&in_flight.since),
                     None => d.int64("0"),
                 };
-                let returned_keys: Vec<String> = model
-                    .key
-                    .iter()
-                    .enumerate()
-                    .map(|(i, k)| format!("{} AS c{i}", d.quote(k)))
-                    .collect();
+                let returned_keys = d.key_aliases(model, None, "c");
                 let returned_order: Vec<String> = order
                     .iter()
                     .enumerate()
@@ -642,53 +617,34 @@ impl Dialect {
                 if let Some(history) = &model.history {
                     // The candidates with the state each leaves, locked, then
                     // moved, then their history rows, in one statement.
-                    let old: Vec<String> = model
-                        .key
-                        .iter()
-                        .enumerate()
-                        .map(|(i, k)| format!("{} AS __sg_k{i}", d.quote(k)))
-                        .collect();
-                    let joined: Vec<String> = model
-                        .key
-                        .iter()
-                        .enumerate()
-                        .map(|(i, k)| format!("{table}.{} = __sg_old.__sg_k{i}", d.quote(k)))
-                        .collect();
-                    let returned_keys: Vec<String> = model
-                        .key
-                        .iter()
-                        .enumerate()
-                        .map(|(i, k)| format!("{table}.{} AS c{i}", d.quote(k)))
-                        .collect();
+                    let returned_keys = d.key_aliases(model, Some(&table), "c");
                     let returned_order: Vec<String> = order
                         .iter()
                         .enumerate()
                         .map(|(i, o)| format!("{table}.{} AS o{i}", d.quote(o)))
                         .collect();
-                    let (columns, _) = d.history_columns(model, transition, None);
-                    let mut values = key_aliases.clone();
-                    values.extend([
-                        format!("'{}'", transition_name(transition)),
+                    let (columns, values) = d.history_row(
+                        model,
+                        transition,
+                        key_aliases.clone(),
                         "__sg_from".to_owned(),
-                        format!("'{}'", target.db),
                         "v".to_owned(),
-                        d.now().to_owned(),
-                    ]);
+                        None,
+                    );
                     return format!(
                         "WITH __sg_old AS (SELECT {}, {} AS __sg_from FROM {table} WHERE \
                          {status}{guard} ORDER BY {order_by} LIMIT {limit} FOR UPDATE SKIP LOCKED), \
                          moved AS (UPDATE {table} SET {} FROM __sg_old WHERE {} RETURNING {}, {} AS \
                          v, {lease} AS l, {}, __sg_old.__sg_from), __sg_log AS (INSERT INTO {} \
-                         ({columns}) SELECT {} FROM moved) SELECT {}, v, l FROM moved ORDER BY {}",
-                        old.join(", "),
+                         ({columns}) SELECT {values} FROM moved) SELECT {}, v, l FROM moved ORDER BY {}",
+                        d.key_aliases(model, None, "__sg_k"),
                         d.status_read(&model.column),
                         d.assignments(model, transition, 1),
-                        joined.join(" AND "),
-                        returned_keys.join(", "),
+                        d.join_old(model),
+                        returned_keys,
                         d.version_read(model.version.as_deref()),
                         returned_order.join(", "),
                         d.quote(history),
-                        values.join(", "),
                         key_aliases.join(", "),
                         [order_aliases.clone(), key_aliases.clone()]
                             .concat()
@@ -700,7 +656,7 @@ impl Dialect {
                      UPDATE SKIP LOCKED) AND {status}{guard} RETURNING {}, {} AS v, {lease} AS l, \
                      {}) SELECT {}, v, l FROM moved ORDER BY {}",
                     d.assignments(model, transition, 1),
-                    returned_keys.join(", "),
+                    returned_keys,
                     d.version_read(model.version.as_deref()),
                     returned_order.join(", "),
                     key_aliases.join(", "),
@@ -723,6 +679,35 @@ impl Dialect {
         note: Option<usize>,
     ) -> (String, String) {
         let d = self;
+        let occurrence = match &model.version {
+            Some(version) => format!("{} + 1", d.version_value(version)),
+            None => "0".to_owned(),
+        };
+        let keys = model.key.iter().map(|k| d.quote(k)).collect();
+        d.history_row(
+            model,
+            transition,
+            keys,
+            d.status_read(&model.column),
+            occurrence,
+            note,
+        )
+    }
+
+    /// The history table's columns and the values for them: the key
+    /// (`keys`), the transition's name, the state left (`from`), the
+    /// target, the new occurrence, the time, and with `note` the note's
+    /// placeholders from that number.
+    fn history_row(
+        self,
+        model: &Model,
+        transition: &Transition,
+        keys: Vec<String>,
+        from: String,
+        occurrence: String,
+        note: Option<usize>,
+    ) -> (String, String) {
+        let d = self;
         let mut columns: Vec<String> = model.key.iter().map(|k| d.quote(k)).collect();
         columns.extend(
             [
@@ -735,15 +720,10 @@ impl Dialect {
             .iter()
             .map(|c| d.quote(c)),
         );
-        let name = transition_name(transition);
-        let occurrence = match &model.version {
-            Some(version) => format!("{} + 1", d.version_value(version)),
-            None => "0".to_owned(),
-        };
-        let mut values: Vec<String> = model.key.iter().map(|k| d.quote(k)).collect();
+        let mut values = keys;
         values.extend([
-            format!("'{name}'"),
-            d.status_read(&model.column),
+            format!("'{}'", transition_name(transition)),
+            from,
             format!("'{}'", model.states[transition.target].db),
             occurrence,
             d.now().to_owned(),
@@ -776,6 +756,33 @@ impl Dialect {
         )
     }
 
+    /// PostgreSQL: the key columns as `alias0`, `alias1`, …, qualified by
+    /// `table` where one is given.
+    fn key_aliases(self, model: &Model, table: Option<&str>, alias: &str) -> String {
+        model
+            .key
+            .iter()
+            .enumerate()
+            .map(|(i, k)| match table {
+                Some(table) => format!("{table}.{} AS {alias}{i}", self.quote(k)),
+                None => format!("{} AS {alias}{i}", self.quote(k)),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// PostgreSQL: the table's row is the one `__sg_old` read and locked.
+    fn join_old(self, model: &Model) -> String {
+        let table = self.quote(&model.table);
+        model
+            .key
+            .iter()
+            .enumerate()
+            .map(|(i, k)| format!("{table}.{} = __sg_old.__sg_k{i}", self.quote(k)))
+            .collect::<Vec<_>>()
+            .join(" AND ")
+    }
+
     /// Where the note's placeholders start in a compare-and-set (and in
     /// its log on SQLite): after the key, the values bound per call and
     /// the expected occurrence.
@@ -795,20 +802,32 @@ impl Dialect {
     /// the key, the guard's values, the expected version.
     pub fn log(&self, model: &Model, transition: &Transition, expecting: bool) -> String {
         let d = *self;
-        let Some(history) = &model.history else {
+        let (Some(history), false) = (&model.history, d == Dialect::Postgres) else {
             return String::new();
         };
-        if d == Dialect::Postgres {
-            return String::new();
-        }
         let note = d.note_first(model, transition, expecting);
-        let (columns, values) = d.history_columns(model, transition, Some(note));
+        let predicate = d.move_predicate(model, transition, expecting);
+        d.log_insert(model, history, transition, Some(note), &predicate)
+    }
+
+    /// SQLite and MySQL: the history row of `transition` for the row that
+    /// `predicate` finds, inserted from it; on MySQL the row is locked
+    /// (`FOR UPDATE`), so nothing moves it before the statement that
+    /// follows in the same transaction.
+    fn log_insert(
+        self,
+        model: &Model,
+        history: &str,
+        transition: &Transition,
+        note: Option<usize>,
+        predicate: &str,
+    ) -> String {
+        let (columns, values) = self.history_columns(model, transition, note);
         format!(
-            "INSERT INTO {} ({columns}) SELECT {values} FROM {} WHERE {}{}",
-            d.quote(history),
-            d.quote(&model.table),
-            d.move_predicate(model, transition, expecting),
-            if d == Dialect::MySql {
+            "INSERT INTO {} ({columns}) SELECT {values} FROM {} WHERE {predicate}{}",
+            self.quote(history),
+            self.quote(&model.table),
+            if self == Dialect::MySql {
                 " FOR UPDATE"
             } else {
                 ""
@@ -855,24 +874,6 @@ impl Dialect {
         };
         let table = d.quote(&model.table);
         let target = &model.states[transition.target];
-        let old_keys: Vec<String> = model
-            .key
-            .iter()
-            .enumerate()
-            .map(|(i, k)| format!("{} AS __sg_k{i}", d.quote(k)))
-            .collect();
-        let joined: Vec<String> = model
-            .key
-            .iter()
-            .enumerate()
-            .map(|(i, k)| format!("{table}.{} = __sg_old.__sg_k{i}", d.quote(k)))
-            .collect();
-        let moved_keys: Vec<String> = model
-            .key
-            .iter()
-            .enumerate()
-            .map(|(i, k)| format!("{table}.{} AS __sg_k{i}", d.quote(k)))
-            .collect();
         let mut returned = vec![d.version_read(model.version.as_deref()) + " AS __sg_v"];
         returned.push(match &target.in_flight {
             Some(in_flight) => d.lease_token(&in_flight.since) + " AS __sg_l",
@@ -885,31 +886,15 @@ impl Dialect {
         if target.in_flight.is_some() {
             out.push("__sg_l");
         }
-        let name = transition_name(transition);
-        let mut columns: Vec<String> = model.key.iter().map(|k| d.quote(k)).collect();
-        columns.extend(
-            [
-                "transition",
-                "from_state",
-                "to_state",
-                "occurrence",
-                "moved_at",
-            ]
-            .iter()
-            .map(|c| d.quote(c)),
-        );
-        let mut values: Vec<String> = (0..model.key.len()).map(|i| format!("__sg_k{i}")).collect();
-        values.extend([
-            format!("'{name}'"),
-            "__sg_from".to_owned(),
-            format!("'{}'", target.db),
-            "__sg_v".to_owned(),
-            d.now().to_owned(),
-        ]);
         // The call's note, after every other placeholder.
-        let (note_columns, note_values) = d.note(d.note_first(model, transition, expecting));
-        columns.push(note_columns);
-        values.push(note_values);
+        let (columns, values) = d.history_row(
+            model,
+            transition,
+            (0..model.key.len()).map(|i| format!("__sg_k{i}")).collect(),
+            "__sg_from".to_owned(),
+            "__sg_v".to_owned(),
+            Some(d.note_first(model, transition, expecting)),
+        );
         let last = model.table.rsplit('.').next().unwrap_or(&model.table);
         // The final SELECT gives what `update` returns: the version and the
         // lease token where they exist, or, without either, one row per row
@@ -921,19 +906,17 @@ impl Dialect {
         format!(
             "WITH __sg_old AS (SELECT {}, {} AS __sg_from FROM {table} WHERE {} FOR UPDATE OF {}), \
              __sg_moved AS (UPDATE {table} SET {} FROM __sg_old WHERE {} RETURNING {}, __sg_from, \
-             {}), __sg_log AS (INSERT INTO {} ({}) SELECT {} FROM __sg_moved) SELECT {select} FROM \
-             __sg_moved",
-            old_keys.join(", "),
+             {}), __sg_log AS (INSERT INTO {} ({columns}) SELECT {values} FROM __sg_moved) SELECT \
+             {select} FROM __sg_moved",
+            d.key_aliases(model, None, "__sg_k"),
             d.status_read(&model.column),
             d.move_predicate(model, transition, expecting),
             d.quote(last),
             d.assignments(model, transition, model.after_key()),
-            joined.join(" AND "),
-            moved_keys.join(", "),
+            d.join_old(model),
+            d.key_aliases(model, Some(&table), "__sg_k"),
             returned.join(", "),
             d.quote(history),
-            columns.join(", "),
-            values.join(", "),
         )
     }
 
@@ -1124,18 +1107,7 @@ impl Dialect {
             // first, so the state each row leaves is the one recorded.
             (Dialect::Postgres, Some(history)) => {
                 let n = model.key.len();
-                let old: Vec<String> = model
-                    .key
-                    .iter()
-                    .enumerate()
-                    .map(|(i, k)| format!("{table}.{} AS __sg_k{i}", d.quote(k)))
-                    .collect();
-                let joined: Vec<String> = model
-                    .key
-                    .iter()
-                    .enumerate()
-                    .map(|(i, k)| format!("{table}.{} = __sg_old.__sg_k{i}", d.quote(k)))
-                    .collect();
+                let old = d.key_aliases(model, Some(&table), "__sg_k");
                 let aliases: Vec<String> = (0..n).map(|i| format!("__sg_k{i}")).collect();
                 let mut out = aliases.clone();
                 if model.version.is_some() {
@@ -1148,30 +1120,28 @@ impl Dialect {
                     Some(in_flight) => d.lease_token(&in_flight.since),
                     None => d.int64("0"),
                 };
-                let (columns, _) = d.history_columns(model, transition, None);
-                let mut values = aliases.clone();
-                values.extend([
-                    format!("'{}'", transition_name(transition)),
+                let (columns, values) = d.history_row(
+                    model,
+                    transition,
+                    aliases.clone(),
                     "__sg_from".to_owned(),
-                    format!("'{}'", target.db),
                     "__sg_v".to_owned(),
-                    d.now().to_owned(),
-                ]);
+                    None,
+                );
                 let last = model.table.rsplit('.').next().unwrap_or(&model.table);
                 format!(
                     "WITH __sg_old AS (SELECT {}, {} AS __sg_from FROM {table} WHERE {pg_keys} AND \
                      {status}{guard} ORDER BY {keys} FOR UPDATE OF {}), __sg_moved AS (UPDATE \
                      {table} SET {assignments} FROM __sg_old WHERE {} RETURNING {}, {} AS __sg_v, \
                      {lease} AS __sg_l, __sg_old.__sg_from), __sg_log AS (INSERT INTO {} ({columns}) \
-                     SELECT {} FROM __sg_moved) SELECT {} FROM __sg_moved",
-                    old.join(", "),
+                     SELECT {values} FROM __sg_moved) SELECT {} FROM __sg_moved",
+                    old,
                     d.status_read(&model.column),
                     d.quote(last),
-                    joined.join(" AND "),
-                    old.join(", "),
+                    d.join_old(model),
+                    old,
                     d.version_read(model.version.as_deref()),
                     d.quote(history),
-                    values.join(", "),
                     out.join(", "),
                 )
             }
