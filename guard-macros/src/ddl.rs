@@ -58,10 +58,7 @@ struct Gen<'a> {
 impl<'a> Gen<'a> {
     fn new(model: &'a Model, dialect: Dialect) -> Self {
         let table = model.table.as_str();
-        let (schema_prefix, bare_table) = match table.split_once('.') {
-            Some((schema, bare)) => (format!("{}.", dialect.quote(schema)), bare),
-            None => (String::new(), table),
-        };
+        let (schema_prefix, bare_table) = split_schema(dialect, table);
         let states = model.states.iter().map(|s| s.db.as_str()).collect();
         let allowed = (0..model.states.len())
             .filter_map(|source| {
@@ -244,24 +241,21 @@ impl<'a> Gen<'a> {
         let d = self.dialect;
         let h = d.quote(history);
         let table = self.q(self.table);
-        let keys: Vec<String> = self.key.iter().map(|k| d.quote(k)).collect();
-        let keys = keys.join(", ");
-        let (schema_prefix, bare) = match history.split_once('.') {
-            Some((schema, bare)) => (format!("{}.", d.quote(schema)), bare),
-            None => (String::new(), history),
-        };
+        let quoted_keys: Vec<String> = self.key.iter().map(|k| d.quote(k)).collect();
+        let keys = quoted_keys.join(", ");
+        let (schema_prefix, bare) = split_schema(d, history);
         let object = |suffix: &str| {
             format!(
                 "{schema_prefix}{}",
-                d.quote(&crate::dialect::object_name(bare, "history", suffix))
+                d.quote(&object_name(bare, "history", suffix))
             )
         };
-        let index = d.quote(&crate::dialect::object_name(bare, "history", "key"));
+        let index = d.quote(&object_name(bare, "history", "key"));
         let message = format!("stateguard: the history table {history} is append-only");
         match d {
             Dialect::Postgres => {
                 let function = object("append_only");
-                let trigger = d.quote(&crate::dialect::object_name(bare, "history", "append_only"));
+                let trigger = d.quote(&object_name(bare, "history", "append_only"));
                 let up = vec![
                     format!("CREATE TABLE {h} AS SELECT {keys} FROM {table} WITH NO DATA"),
                     format!(
@@ -289,7 +283,6 @@ impl<'a> Gen<'a> {
                 (up, down)
             }
             Dialect::Sqlite => {
-                let untyped: Vec<String> = self.key.iter().map(|k| d.quote(k)).collect();
                 let no_update = object("no_update");
                 let no_delete = object("no_delete");
                 let h_bare = d.quote(bare);
@@ -300,7 +293,7 @@ impl<'a> Gen<'a> {
                          \"to_state\" TEXT NOT NULL,\n    \"occurrence\" INTEGER NOT NULL,\n    \
                          \"moved_at\" TEXT NOT NULL,\n    \"actor\" TEXT,\n    \"reason\" TEXT,\n    \
                          \"details\" TEXT\n)",
-                        untyped.join(",\n    ")
+                        quoted_keys.join(",\n    ")
                     ),
                     format!("CREATE INDEX {schema_prefix}{index} ON {h_bare} ({keys})"),
                     format!(
@@ -513,6 +506,15 @@ fn dollar_tag(body: &str) -> String {
         tag = format!("$stateguard_{n}$");
     }
     tag
+}
+
+/// `schema.table` as the quoted schema with its dot (empty without one)
+/// and the bare table name.
+fn split_schema(dialect: Dialect, name: &str) -> (String, &str) {
+    match name.split_once('.') {
+        Some((schema, bare)) => (format!("{}.", dialect.quote(schema)), bare),
+        None => (String::new(), name),
+    }
 }
 
 #[cfg(test)]

@@ -1030,6 +1030,17 @@ impl Dialect {
         )
     }
 
+    /// The placeholders a batch's keys take before the guard's values:
+    /// an array per key column on PostgreSQL, one JSON document on
+    /// SQLite; none on MySQL, whose JSON comes after the guard in the text.
+    fn many_key_params(self, model: &Model) -> usize {
+        match self {
+            Dialect::Postgres => model.key.len(),
+            Dialect::Sqlite => 1,
+            Dialect::MySql => 0,
+        }
+    }
+
     /// `transition.apply_many(pool, keys)`, the winning part: every row
     /// among the keys that is in a source state (and meets the guard)
     /// moves, in one statement, which returns their keys, and versions and
@@ -1043,11 +1054,7 @@ impl Dialect {
         let d = *self;
         let table = d.quote(&model.table);
         let status = d.in_sources(model, transition);
-        let key_params = match d {
-            Dialect::Postgres => model.key.len(),
-            Dialect::Sqlite => 1,
-            Dialect::MySql => 0,
-        };
+        let key_params = d.many_key_params(model);
         let guard = match &transition.guard {
             Some(guard) => format!(
                 " AND ({})",
@@ -1211,11 +1218,7 @@ impl Dialect {
     pub fn many_read(&self, model: &Model, transition: &Transition) -> String {
         let d = *self;
         let table = d.quote(&model.table);
-        let key_params = match d {
-            Dialect::Postgres => model.key.len(),
-            Dialect::Sqlite => 1,
-            Dialect::MySql => 0,
-        };
+        let key_params = d.many_key_params(model);
         let meets = match &transition.guard {
             Some(guard) => d.int64(&format!(
                 "CASE WHEN ({}) THEN 1 ELSE 0 END",

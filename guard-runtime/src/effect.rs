@@ -204,11 +204,12 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
         F: FnOnce(Effect<S, K>) -> Fut,
         Fut: Future<Output = Verdict>,
     {
-        let done = in_flight_def(self.state()).map_or("", |f| f.done().name());
+        let in_flight = in_flight_def(self.state());
+        let done = in_flight.as_ref().map_or("", |f| f.done().name());
         let span = telemetry::span!("stateguard.finish", S, E::Database, "UPDATE", done);
         telemetry::key(&span, self.key());
         let finished = self
-            .finish_traced(executor, effect)
+            .finish_traced(in_flight, executor, effect)
             .instrument(span.clone())
             .await;
         let outcome = match &finished {
@@ -244,6 +245,7 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
 
     async fn finish_traced<E, F, Fut>(
         self,
+        in_flight: Result<&'static InFlightDef<S>, Error>,
         mut executor: E,
         effect: F,
     ) -> Result<Finished<S>, FinishError<S, K>>
@@ -254,8 +256,8 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
         F: FnOnce(Effect<S, K>) -> Fut,
         Fut: Future<Output = Verdict>,
     {
-        let checked = in_flight_def(self.state())
-            .and_then(|in_flight| refuse_open_transaction(&executor).map(|()| in_flight));
+        let checked =
+            in_flight.and_then(|in_flight| refuse_open_transaction(&executor).map(|()| in_flight));
         let in_flight = match checked {
             Ok(in_flight) => in_flight,
             Err(error) => return Err(FinishError::Refused { won: self, error }),

@@ -235,9 +235,10 @@ where
     F: Fn(Effect<S, K>) -> Fut,
     Fut: Future<Output = Verdict>,
 {
-    let done = in_flight_def(state).map_or("", |f| f.done().name());
+    let in_flight = in_flight_def(state);
+    let done = in_flight.as_ref().map_or("", |f| f.done().name());
     let span = telemetry::span!("stateguard.recover", S, E::Database, "UPDATE", done);
-    let report = recover_traced(executor, state, limit, deadline, effect)
+    let report = recover_traced(in_flight, executor, state, limit, deadline, effect)
         .instrument(span.clone())
         .await;
     match &report {
@@ -254,6 +255,7 @@ where
 }
 
 async fn recover_traced<S, K, E, F, Fut>(
+    in_flight: Result<&'static InFlightDef<S>, Error>,
     mut executor: E,
     state: S,
     limit: u32,
@@ -270,7 +272,7 @@ where
     F: Fn(Effect<S, K>) -> Fut,
     Fut: Future<Output = Verdict>,
 {
-    let in_flight = in_flight_def(state)?;
+    let in_flight = in_flight?;
     refuse_open_transaction(&executor)?;
     let timeout = |outcome_known| Error::Timeout {
         table: S::MACHINE.table(),
