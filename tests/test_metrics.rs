@@ -170,3 +170,38 @@ fn outcomes_attempts_and_recovery_are_counted() {
         [4.0]
     );
 }
+
+#[test]
+fn a_batch_counts_each_key_by_its_outcome() {
+    let seen = Seen::default();
+    metrics::with_local_recorder(&seen, || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let Some(db) = open!(Sqlite, "metrics_many") else {
+                return;
+            };
+            db.transfers(3).await;
+            let _ = TransferStatus::start()
+                .apply(&db.pool, 3_i64)
+                .await
+                .unwrap();
+            // 1 and 2 move, the second 2 and the 3 already did, 99 is no row.
+            let outcomes = TransferStatus::start()
+                .apply_many(&db.pool, &[1_i64, 2, 2, 3, 99])
+                .await
+                .unwrap();
+            assert_eq!(outcomes.len(), 5);
+        });
+    });
+    let outcome = |outcome: &str| {
+        seen.get(&format!(
+            "stateguard_outcomes_total{{machine=TransferStatus,outcome={outcome},transition=start}}"
+        ))
+    };
+    assert_eq!(outcome("applied"), [3.0], "the single apply and two keys");
+    assert_eq!(outcome("already_in_state"), [2.0]);
+    assert_eq!(outcome("not_found"), [1.0]);
+}
