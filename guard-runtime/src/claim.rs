@@ -15,14 +15,14 @@ use core::time::Duration;
 use tracing::Instrument;
 
 use crate::StateMachine;
+use crate::dialect::Sql;
 use crate::dialect::{Backend, BoxFuture};
 use crate::error::Error;
 use crate::executor::Executor;
 use crate::executor::sealed::Run;
-use crate::history::Note;
 use crate::key::{DecodeKey, KeyShape, ManyKeys, RowKey};
-use crate::machine::Sql;
 use crate::many::{self, Found};
+use crate::note::Note;
 use crate::outcome::{Committed, Outcome, Uncommitted, Won};
 use crate::retry::{MAX_ATTEMPTS, backoff};
 use crate::telemetry;

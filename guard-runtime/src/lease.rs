@@ -12,12 +12,13 @@ use core::future::Future;
 
 use crate::StateMachine;
 use crate::dialect::Backend;
+use crate::dialect::Sql;
 use crate::dialect::sealed::Dialect;
 use crate::error::Error;
 use crate::executor::Executor;
 use crate::executor::sealed::Run;
 use crate::key::RowKey;
-use crate::machine::{InFlightDef, Sql};
+use crate::machine::InFlightDef;
 use crate::retry::{MAX_ATTEMPTS, backoff};
 use crate::transition::{Transition, key_arguments};
 use crate::verdict::{Chosen, FollowUpValues};

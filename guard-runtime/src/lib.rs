@@ -25,6 +25,7 @@ pub mod key;
 mod lease;
 mod machine;
 mod many;
+mod note;
 mod outcome;
 mod recovery;
 mod retry;
@@ -38,10 +39,11 @@ pub use crate::dialect::{Backend, Key};
 pub use crate::effect::{Effect, FinishError, Finished};
 pub use crate::error::Error;
 pub use crate::executor::Executor;
-pub use crate::history::{HistoryRow, Note, Noted};
+pub use crate::history::{HistoryRow, Noted};
 pub use crate::key::{DecodeKey, KeyShape, KeyText, ManyKeys, RowKey};
 pub use crate::machine::{StateMachine, UnknownState};
 pub use crate::many::APPLY_MANY_CHUNK;
+pub use crate::note::Note;
 pub use crate::outcome::{Committed, Current, Outcome, Uncommitted, Won};
 pub use crate::recovery::{Recovered, SupersededRow, claim_expired, recover, recover_within};
 pub use crate::retry::DEFAULT_DEADLINE;
@@ -54,7 +56,8 @@ pub use crate::verdict::{FollowUp, FollowUpValues, Verdict};
 /// in-flight states and the SQL text of each statement per dialect. The
 /// [`docs`] renderers and the [`ddl`] generators read it; so can a caller.
 pub mod meta {
-    pub use crate::machine::{InFlightDef, Machine, SetColumn, Sql, StateDef, TransitionDef};
+    pub use crate::dialect::Sql;
+    pub use crate::machine::{InFlightDef, Machine, SetColumn, StateDef, TransitionDef};
 }
 
 /// Items the derive's generated code names. Not part of the public API.

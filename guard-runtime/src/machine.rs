@@ -3,6 +3,7 @@
 //! Everything here is `'static` data built at compile time: the runtime, the
 //! docs renderers and the DDL generators read it generically.
 
+use crate::dialect::Sql;
 use core::fmt::Debug;
 
 /// An enum whose variants are the states of a row, with the transitions
@@ -30,35 +31,6 @@ pub trait StateMachine: Copy + Eq + Debug + Send + Sync + 'static {
     /// Parses a status string, or says which string was not a state.
     fn parse_db_str(value: &str) -> Result<Self, UnknownState> {
         Self::from_db_str(value).ok_or_else(|| UnknownState::new::<Self>(value))
-    }
-}
-
-/// SQL text for each dialect, fixed at compile time: one statement (the
-/// default), or the enforcement DDL of a machine.
-///
-/// This is the one place that lists the dialects' text: a new dialect is
-/// one field here.
-#[derive(Debug, Clone, Copy)]
-pub struct Sql<T: 'static = &'static str> {
-    pub(crate) postgres: T,
-    pub(crate) sqlite: T,
-    pub(crate) mysql: T,
-}
-
-impl<T: Copy> Sql<T> {
-    /// The statement as PostgreSQL runs it (`"quoted"` names, `$1`).
-    pub const fn postgres(&self) -> T {
-        self.postgres
-    }
-
-    /// The statement as SQLite runs it (`"quoted"` names, `?1`).
-    pub const fn sqlite(&self) -> T {
-        self.sqlite
-    }
-
-    /// The statement as MySQL and MariaDB run it (`` `quoted` `` names, `?`).
-    pub const fn mysql(&self) -> T {
-        self.mysql
     }
 }
 

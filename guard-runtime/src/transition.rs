@@ -6,7 +6,7 @@ use core::time::Duration;
 
 use tracing::Instrument;
 
-use crate::history::Note;
+use crate::note::Note;
 use crate::retry::{DEFAULT_DEADLINE, MAX_ATTEMPTS, backoff};
 use crate::telemetry;
 

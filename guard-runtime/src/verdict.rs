@@ -124,7 +124,7 @@ pub struct Binder<DB: Backend> {
 /// [`Verdict::RetryLater`].
 pub(crate) struct Chosen<S: 'static> {
     pub(crate) transition: &'static TransitionDef<S>,
-    pub(crate) sql: &'static crate::machine::Sql,
+    pub(crate) sql: &'static crate::dialect::Sql,
     pub(crate) failed: bool,
     values: Arc<Values>,
 }

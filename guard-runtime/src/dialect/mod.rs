@@ -40,7 +40,7 @@ pub trait Backend: sealed::Dialect {
 
 pub(crate) mod sealed {
     use super::BoxFuture;
-    use crate::machine::Sql;
+    use super::Sql;
 
     /// What the library needs of a database, out of callers' reach: the
     /// dialect's SQL text, and reading rows and binding arguments the same
@@ -133,5 +133,34 @@ pub(crate) fn db_code(error: &sqlx::Error) -> Option<std::borrow::Cow<'_, str>> 
     match error {
         sqlx::Error::Database(db) => db.code(),
         _ => None,
+    }
+}
+
+/// SQL text for each dialect, fixed at compile time: one statement (the
+/// default), or the enforcement DDL of a machine.
+///
+/// This is the one place that lists the dialects' text: a new dialect is
+/// one field here.
+#[derive(Debug, Clone, Copy)]
+pub struct Sql<T: 'static = &'static str> {
+    pub(crate) postgres: T,
+    pub(crate) sqlite: T,
+    pub(crate) mysql: T,
+}
+
+impl<T: Copy> Sql<T> {
+    /// The statement as PostgreSQL runs it (`"quoted"` names, `$1`).
+    pub const fn postgres(&self) -> T {
+        self.postgres
+    }
+
+    /// The statement as SQLite runs it (`"quoted"` names, `?1`).
+    pub const fn sqlite(&self) -> T {
+        self.sqlite
+    }
+
+    /// The statement as MySQL and MariaDB run it (`` `quoted` `` names, `?`).
+    pub const fn mysql(&self) -> T {
+        self.mysql
     }
 }

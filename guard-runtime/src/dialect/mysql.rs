@@ -1,9 +1,9 @@
 use sqlx::MySql;
 use sqlx::mysql::{MySqlDatabaseError, MySqlQueryResult};
 
+use super::Sql;
 use super::sealed::Dialect;
 use super::{Backend, BoxFuture};
-use crate::machine::Sql;
 
 impl Dialect for MySql {
     type Args = sqlx::mysql::MySqlArguments;

@@ -1,9 +1,9 @@
 use sqlx::Postgres;
 use sqlx::postgres::PgQueryResult;
 
+use super::Sql;
 use super::sealed::Dialect;
 use super::{Backend, BoxFuture, db_code};
-use crate::machine::Sql;
 
 impl Dialect for Postgres {
     type Args = sqlx::postgres::PgArguments;

@@ -1,9 +1,9 @@
 use sqlx::Sqlite;
 use sqlx::sqlite::SqliteQueryResult;
 
+use super::Sql;
 use super::sealed::Dialect;
 use super::{Backend, BoxFuture, db_code};
-use crate::machine::Sql;
 
 impl Dialect for Sqlite {
     type Args = sqlx::sqlite::SqliteArguments;

@@ -1,0 +1,81 @@
+//! Who moved a row and why: the note a history row records.
+
+use crate::dialect::sealed::Dialect;
+
+/// Who moved a row and why, recorded in its history row: an actor, a
+/// reason and a JSON document of details, each optional. Attach one with
+/// [`Transition::noted`](crate::Transition::noted) (or
+/// [`Bound::noted`](crate::Bound::noted)); moves without one record NULLs.
+///
+/// ```text
+/// PayoutStatus::cancel()
+///     .noted(Note::by("alice@ops").because("customer asked").details(r#"{"ticket": 4211}"#))
+///     .apply(&pool, 42)
+///     .await?;
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Note {
+    actor: Option<String>,
+    reason: Option<String>,
+    details: Option<String>,
+}
+
+impl Note {
+    /// No actor, reason or details.
+    pub const NONE: Note = Note {
+        actor: None,
+        reason: None,
+        details: None,
+    };
+
+    /// A note naming the actor.
+    pub fn by(actor: impl Into<String>) -> Self {
+        Note {
+            actor: Some(actor.into()),
+            ..Note::NONE
+        }
+    }
+
+    /// The same note, with a reason.
+    pub fn because(self, reason: impl Into<String>) -> Self {
+        Note {
+            reason: Some(reason.into()),
+            ..self
+        }
+    }
+
+    /// The same note, with details: a JSON document, which the database
+    /// parses (one that is not JSON refuses the move with it).
+    pub fn details(self, json: impl Into<String>) -> Self {
+        Note {
+            details: Some(json.into()),
+            ..self
+        }
+    }
+
+    /// The actor, if any.
+    pub fn actor(&self) -> Option<&str> {
+        self.actor.as_deref()
+    }
+
+    /// The reason, if any.
+    pub fn reason(&self) -> Option<&str> {
+        self.reason.as_deref()
+    }
+
+    /// The details, if any.
+    pub fn detail_json(&self) -> Option<&str> {
+        self.details.as_deref()
+    }
+
+    /// Adds actor, reason and details to `args`.
+    pub(crate) fn bind<DB: crate::dialect::Backend>(
+        &self,
+        args: &mut <DB as Dialect>::Args,
+    ) -> Result<(), sqlx::Error> {
+        for value in [&self.actor, &self.reason, &self.details] {
+            DB::bind_text(args, value.clone())?;
+        }
+        Ok(())
+    }
+}
