@@ -85,6 +85,11 @@ impl Subscriber for Capture {
     }
 }
 
+/// `record_keys` is one switch for the whole process, and the backends'
+/// tests in this binary run on parallel threads: each holds this lock, so
+/// one backend's opt-in never shows up in another's spans.
+static RECORD_KEYS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 backend_tests! {
     "tracing_spans" => one_span_per_call_with_its_outcome,
 }
@@ -96,6 +101,7 @@ where
         + for<'r> sqlx::Decode<'r, DB>
         + stateguard::ManyKeys<DB, stateguard::key::shape::One>,
 {
+    let _serial = RECORD_KEYS.lock().await;
     db.transfers(6).await;
     let capture = Capture::default();
     let _default = tracing::subscriber::set_default(capture.clone());
