@@ -4,6 +4,13 @@
 //
 //   node check.mjs ../../docs/*.mmd ../../README.md
 //
+// With `--expect FILE`, FILE is JSON, `[{ "where": …, "source": …,
+// "texts": [...] }]`, and each diagram must also draw every one of its
+// `texts` as the whole text of one label (a state's description, an edge
+// label or a note), as the browser shows it (no-break spaces count as
+// spaces), and no label may show one of Mermaid's entity placeholders. tests/test_docs.rs writes such a file from the
+// machines themselves.
+//
 // CHROMIUM names the browser (default /usr/bin/chromium).
 
 import { readFileSync } from "node:fs";
@@ -26,12 +33,17 @@ function diagrams(path) {
   return found;
 }
 
-const files = process.argv.slice(2);
-if (files.length === 0) {
-  console.error("usage: node check.mjs FILE...");
-  process.exit(2);
+let all;
+if (process.argv[2] === "--expect") {
+  all = JSON.parse(readFileSync(process.argv[3], "utf8"));
+} else {
+  const files = process.argv.slice(2);
+  if (files.length === 0) {
+    console.error("usage: node check.mjs FILE... | node check.mjs --expect FILE");
+    process.exit(2);
+  }
+  all = files.flatMap(diagrams);
 }
-const all = files.flatMap(diagrams);
 if (all.length === 0) {
   console.error("no Mermaid diagram found in", files.join(" "));
   process.exit(1);
@@ -44,21 +56,41 @@ const browser = await chromium.launch({
 let failed = 0;
 try {
   const page = await browser.newPage();
-  await page.setContent("<!doctype html><html><body></body></html>");
+  await page.setContent("<!doctype html><html><body><div id=host></div></body></html>");
   await page.addScriptTag({ path: mermaidJs });
   await page.evaluate(() => window.mermaid.initialize({ startOnLoad: false }));
   for (const [i, diagram] of all.entries()) {
     const result = await page.evaluate(
-      async ({ source, id }) => {
+      async ({ source, id, texts }) => {
         try {
           await window.mermaid.parse(source);
           const { svg } = await window.mermaid.render(id, source);
-          return { ok: svg.includes("<svg"), error: "no SVG" };
+          if (!svg.includes("<svg")) return { ok: false, error: "no SVG" };
+          if (!texts) return { ok: true };
+          // Draw it as a page does, then read every label's text.
+          const host = document.getElementById("host");
+          host.innerHTML = svg;
+          const labels = [...host.querySelectorAll("foreignObject, text")]
+            .filter((e) => !e.parentElement.closest("text"))
+            .map((e) => e.textContent.replace(/\u00a0/g, " "));
+          host.innerHTML = "";
+          const broken = labels.filter((l) => /\ufb02\u00b0|\u00b6\u00df/.test(l));
+          if (broken.length > 0) {
+            return { ok: false, error: `labels drawn with entity placeholders: ${JSON.stringify(broken)}` };
+          }
+          const missing = texts.filter((t) => !labels.includes(t.replace(/\u00a0/g, " ")));
+          if (missing.length > 0) {
+            return {
+              ok: false,
+              error: `not drawn as written: ${JSON.stringify(missing)}; the labels read ${JSON.stringify(labels)}`,
+            };
+          }
+          return { ok: true };
         } catch (error) {
           return { ok: false, error: String(error && error.message ? error.message : error) };
         }
       },
-      { source: diagram.source, id: `diagram${i}` },
+      { source: diagram.source, id: `diagram${i}`, texts: diagram.texts },
     );
     if (result.ok) {
       console.log(`ok    ${diagram.where}`);

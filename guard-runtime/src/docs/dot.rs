@@ -37,7 +37,7 @@ pub fn dot<T: StateMachine>() -> String {
     out.push_str("    node [shape=box, style=rounded];\n");
     out.push_str("    \"[*]\" [shape=point, width=0.15, label=\"\"];\n");
     for state in machine.states() {
-        let mut label = format!("{}\n{}", state.variant(), state.db_str());
+        let mut label = format!("{}\n{}", state.variant(), keep_spaces(state.db_str()));
         let mut attrs = Vec::new();
         if state.is_initial() {
             attrs.push("penwidth=2".to_owned());
@@ -84,7 +84,7 @@ pub fn dot<T: StateMachine>() -> String {
                 "    {} -> {} [label={}];",
                 dot_variant::<T>(source),
                 dot_variant::<T>(transition.target()),
-                dot_str(&super::edge_label(transition)),
+                dot_str(&keep_spaces(&super::edge_label(transition))),
             );
         }
     }

@@ -198,8 +198,9 @@ fn row(out: &mut String, cells: &[String]) {
     out.push('\n');
 }
 
-/// `text` as an inline code span that is safe in a GFM table cell: the
-/// fence is longer than any run of backticks inside, `|` is escaped (GFM
+/// `text` as an inline code span that is safe in a GFM table cell and drawn
+/// as written: the fence is longer than any run of backticks inside, the
+/// text is padded where a code span would trim it, `|` is escaped (GFM
 /// splits cells before it parses code spans) and line breaks become spaces.
 pub(super) fn code(text: &str) -> String {
     if text.is_empty() {
@@ -212,7 +213,10 @@ pub(super) fn code(text: &str) -> String {
         longest = longest.max(run);
     }
     let fence = "`".repeat(longest + 1);
-    let pad = if text.starts_with('`') || text.ends_with('`') {
+    // A code span drops one space from each end when both ends have one, so
+    // such text, and text that starts or ends with a backtick, is padded.
+    let spaced = text.starts_with(' ') && text.ends_with(' ') && text.trim() != "";
+    let pad = if text.starts_with('`') || text.ends_with('`') || spaced {
         " "
     } else {
         ""

@@ -17,9 +17,31 @@ use super::*;
 ///
 /// A variant name that Mermaid would read as a keyword (`State`, `Note`,
 /// `Class`, …) gets a trailing `_` as its id, and characters outside
-/// `[A-Za-z0-9_]` are written as `_u<hex>_`; text is escaped with Mermaid's
-/// `#<code>;` entities wherever it could end a statement. The result ends with
-/// a newline.
+/// `[A-Za-z0-9_]` are written as `_u<hex>_`; the variant is then shown above
+/// the database string. The result ends with a newline.
+///
+/// # Names as written
+///
+/// Every database string, transition name and guard is drawn exactly as
+/// written by Mermaid 11 with its default (HTML) labels, as GitHub, GitLab
+/// and Mermaid in rustdoc draw it: `on-hold: customer`, `50% paid`,
+/// `#1 closed (A/B)`, `**not bold**`, `<b>not markup</b>`. Most characters
+/// are written as they are; a character that Mermaid would read as syntax
+/// (`;`, `:`, `{`, `}`, `%%`, `direction`), as HTML (`<`, `>`, `&`) or as
+/// Markdown or math (`` ` ``, `*`, `_`, `~`, `$`, links, headings, lists) is
+/// written as a `#<code>;` entity, which Mermaid decodes after it has parsed
+/// the diagram and the label.
+///
+/// Two things cannot be drawn as written, and get their closest form:
+///
+/// - a space at either end of a name, or after another space, which HTML
+///   drops, is drawn as a no-break space (U+00A0), as wide as a space;
+/// - a line break or tab (only a guard can hold one) is drawn as one space.
+///
+/// With `htmlLabels: false` in the Mermaid configuration, labels are SVG
+/// text, which does not decode entities: those characters then show as their
+/// codes (`#58;`). CI draws every golden diagram, the README's, and a machine
+/// built to break renderers with real Mermaid and checks the drawn text.
 ///
 /// For a payout machine whose `Sending` is marked
 /// `#[state(in_flight(lease = "30s", since = "sending_since", …))]`:
@@ -166,23 +188,72 @@ fn mermaid_ids<S: Copy>(states: &[StateDef<S>]) -> Vec<String> {
     ids
 }
 
-/// Text for a description, an edge label or a note: characters that could
-/// end the statement or be read as markup become `#<code>;` entities, which
-/// Mermaid decodes when it draws.
+/// Text for a description, an edge label or a note, written so that Mermaid
+/// draws it as written.
+///
+/// Most characters go through as they are. A character is written as a
+/// `#<code>;` entity, which Mermaid decodes only after it has parsed the
+/// diagram and the label's Markdown, where it would otherwise
+///
+/// - end or change the statement: `;`, `:` (older Mermaid 11 releases end a
+///   description there, and `:::` names a class), `{`, `}`, the space after
+///   `direction`, and a `%` next to another (`%%` starts a comment or a
+///   directive);
+/// - be read as HTML or as an entity: `<`, `>`, `&`;
+/// - be read as Markdown or math: `` ` ``, `*`, `~`, `$`, `@` and the `.` of
+///   `www.` (links), a `]` before `(`, an `_` that is not between two letters
+///   or digits, a text's first character when it is punctuation (a heading,
+///   a list or a quote), and the `.` or `)` after leading digits (a numbered
+///   list);
+/// - be dropped as white space: a space at either end or after another space
+///   becomes a no-break space (U+00A0), the closest form HTML keeps; white
+///   space other than a plain space is written as its entity, and a line
+///   break or tab as one space.
+///
+/// A raw `#` is safe: Mermaid only reads `#…;` as an entity, and a raw `;`
+/// never appears.
 pub(super) fn mermaid_text(text: &str) -> String {
+    let one_line: String = text
+        .chars()
+        .map(|c| {
+            if matches!(c, '\n' | '\r' | '\t') {
+                ' '
+            } else {
+                c
+            }
+        })
+        .collect();
+    let chars: Vec<char> = keep_spaces(&one_line).chars().collect();
     let mut out = String::with_capacity(text.len());
-    let lower = text.to_ascii_lowercase();
-    for (i, c) in text.char_indices() {
-        let entity = match c {
-            '#' | '"' | ';' | ':' | '<' | '>' | '&' | '`' | '%' | '{' | '}' | '|' => true,
-            // The lexer reads `…direction TB…` anywhere as a statement.
-            c if c.is_whitespace() => lower[..i].ends_with("direction"),
-            c => c.is_control(),
-        };
-        if entity {
-            let _ = write!(out, "#{};", u32::from(c));
-        } else {
-            out.push(c);
+    // Whether the text before `i` ends with `word`, in any case.
+    let ends_with = |i: usize, word: &str| {
+        i >= word.len()
+            && chars[i - word.len()..]
+                .iter()
+                .zip(word.chars())
+                .all(|(c, w)| c.eq_ignore_ascii_case(&w))
+    };
+    let entity = |out: &mut String, c: char| {
+        let _ = write!(out, "#{};", u32::from(c));
+    };
+    for (i, &c) in chars.iter().enumerate() {
+        let prev = i.checked_sub(1).map(|p| chars[p]);
+        let next = chars.get(i + 1).copied();
+        let word = |c: Option<char>| c.is_some_and(char::is_alphanumeric);
+        let after_digits = i > 0 && chars[..i].iter().all(char::is_ascii_digit);
+        match c {
+            ';' | ':' | '{' | '}' | '<' | '>' | '&' | '`' | '*' | '~' | '$' | '@' => {
+                entity(&mut out, c);
+            }
+            c if i == 0 && c.is_ascii_punctuation() => entity(&mut out, c),
+            '.' | ')' if after_digits => entity(&mut out, c),
+            '.' if ends_with(i, "www") => entity(&mut out, c),
+            '_' if !(word(prev) && word(next)) => entity(&mut out, c),
+            '%' if prev == Some('%') || next == Some('%') => entity(&mut out, c),
+            ']' if next == Some('(') => entity(&mut out, c),
+            ' ' if ends_with(i, "direction") => entity(&mut out, c),
+            c if c.is_control() || (c.is_whitespace() && c != ' ') => entity(&mut out, c),
+            c => out.push(c),
         }
     }
     out

@@ -122,6 +122,21 @@ fn lease(lease: core::time::Duration) -> String {
 
 /// An edge's label: the transition's name, and its guard in brackets, as
 /// UML writes one (`approve [amount_cents <= 100000]`).
+/// `line` with every space that HTML and SVG would drop or merge, one at
+/// either end or after another space, made a no-break space (U+00A0): the
+/// closest form that a browser draws as wide as written.
+fn keep_spaces(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars().peekable();
+    let mut prev = None;
+    while let Some(c) = chars.next() {
+        let dropped = c == ' ' && (prev.is_none_or(|p| p == ' ') || chars.peek().is_none());
+        out.push(if dropped { '\u{a0}' } else { c });
+        prev = Some(c);
+    }
+    out
+}
+
 fn edge_label<S: crate::StateMachine>(transition: &crate::machine::TransitionDef<S>) -> String {
     match transition.guard() {
         Some(guard) => format!("{} [{guard}]", transition.name()),
@@ -148,13 +163,28 @@ mod tests {
     }
 
     #[test]
-    fn mermaid_text_escapes_statement_breakers() {
+    fn mermaid_text_keeps_what_mermaid_draws_as_written() {
         assert_eq!(mermaid_text("pending"), "pending");
+        assert_eq!(
+            mermaid_text("on_hold (A/B) 50% #1 \"x\""),
+            "on_hold (A/B) 50% #1 \"x\""
+        );
+        // Statement breakers.
         assert_eq!(mermaid_text("a;b:c"), "a#59;b#58;c");
-        assert_eq!(mermaid_text("#1"), "#35;1");
-        assert_eq!(mermaid_text("\"x\""), "#34;x#34;");
         assert_eq!(mermaid_text("Direction tb"), "Direction#32;tb");
-        assert_eq!(mermaid_text("a b"), "a b");
+        assert_eq!(mermaid_text("100%%{x}"), "100#37;#37;#123;x#125;");
+        // HTML and Markdown.
+        assert_eq!(mermaid_text("<b>&"), "#60;b#62;#38;");
+        assert_eq!(
+            mermaid_text("**b** _i_ a_b $$x$$"),
+            "#42;#42;b#42;#42; #95;i#95; a_b #36;#36;x#36;#36;"
+        );
+        assert_eq!(mermaid_text("#1 closed"), "#35;1 closed");
+        assert_eq!(mermaid_text("12. x 12.5"), "12#46; x 12.5");
+        assert_eq!(mermaid_text("[a](b) www.x"), "#91;a#93;(b) www#46;x");
+        // White space HTML would drop.
+        assert_eq!(mermaid_text(" a  b "), "#160;a #160;b#160;");
+        assert_eq!(mermaid_text("a\nb\u{2003}c"), "a b#8195;c");
     }
 
     #[test]
