@@ -665,6 +665,107 @@ fn mermaid_draws_every_name_as_written() {
     let (passed, output) = draw_with_mermaid(&diagrams);
     assert!(passed, "{output}");
 
+    // Text beyond these machines: every ASCII punctuation character alone,
+    // doubled, inside a word, between spaces and around a word, and forms
+    // that Mermaid, HTML or Markdown read as syntax, as state descriptions
+    // and as edge labels.
+    let mut samples: Vec<String> = Vec::new();
+    for c in (' '..='~').filter(char::is_ascii_punctuation) {
+        samples.extend([
+            format!("{c}"),
+            format!("{c}{c}"),
+            format!("a{c}b"),
+            format!("a {c} b"),
+            format!("{c}x{c}"),
+        ]);
+    }
+    samples.extend(
+        [
+            "#1;",
+            "#x;",
+            "#amp;",
+            "x#58;y",
+            "&#58;",
+            "&lt;",
+            "&",
+            "a&&b",
+            "%%",
+            "100%%",
+            "%%{init: {}}%%",
+            "@{ shape: rect }",
+            "direction TB",
+            "direction  LR",
+            "Note right of x : y",
+            "state x as y",
+            "class x y",
+            "x:::y",
+            "a::b",
+            "[*] --> x",
+            "end",
+            "**b**",
+            "*i*",
+            "_i_",
+            "__b__",
+            "a_b_c",
+            "~~s~~",
+            "$x$",
+            "$$x$$",
+            "`c`",
+            "``c``",
+            "<b>x</b>",
+            "<br>",
+            "<script>alert(1)</script>",
+            "<!-- x -->",
+            "<http://x>",
+            "http://x.y/z",
+            "www.example.com",
+            "a@b.com",
+            "[a](b)",
+            "![a](b)",
+            "[a][b]",
+            "# h",
+            "## h",
+            "> q",
+            "- i",
+            "+ i",
+            "* i",
+            "1. i",
+            "1) i",
+            "---",
+            "***",
+            "___",
+            "===",
+            "- - -",
+            "    four",
+            " a",
+            "a ",
+            "  a  b  ",
+            "a\u{a0}b",
+            "a\u{2003}b",
+            "a\u{200b}b",
+            "中文 😀",
+            "café",
+        ]
+        .map(str::to_owned),
+    );
+    let synthetic: Vec<String> = samples
+        .chunks(24)
+        .enumerate()
+        .map(|(n, chunk)| {
+            let mut source = String::from("stateDiagram-v2\n");
+            for (i, text) in chunk.iter().enumerate() {
+                let label = stateguard::__private::mermaid_text(text);
+                source.push_str(&format!(
+                    "    S{i} : {label}\n    S{i} --> T{i} : {label}\n"
+                ));
+            }
+            let twice: Vec<String> = chunk.iter().flat_map(|t| [t.clone(), t.clone()]).collect();
+            expectation(&format!("samples {n}"), &source, &twice)
+        })
+        .collect();
+    let (passed, output) = draw_with_mermaid(&synthetic);
+    assert!(passed, "{output}");
+
     // And the check can fail: Markdown in a label is drawn as emphasis.
     let (passed, output) = draw_with_mermaid(&[expectation(
         "emphasis",
@@ -853,6 +954,57 @@ fn check_rendered_markdown<T: StateMachine>() {
         if guarded {
             assert_eq!(cells[3], transition.guard().unwrap_or_default());
         }
+    }
+}
+
+/// A row's history page, with notes and a heading that hold Markdown and
+/// HTML, rendered by a GFM renderer: the heading and every cell as written.
+#[test]
+fn history_markdown_renders_as_written() {
+    let machine = Breaker::MACHINE;
+    let moves = [
+        (Breaker::Hold, Breaker::Half, "pay_half"),
+        (Breaker::Half, Breaker::Html, "escape"),
+    ];
+    let rows: Vec<stateguard::HistoryRow<Breaker>> = moves
+        .iter()
+        .enumerate()
+        .map(|(i, &(from, to, name))| stateguard::HistoryRow {
+            transition: machine
+                .transitions()
+                .iter()
+                .find(|t| t.name() == name)
+                .unwrap(),
+            from,
+            to,
+            occurrence: i as i64 + 1,
+            at: format!("2026-11-30 09:3{i}:07.412 | <b>"),
+            actor: Some("<script>x</script> **ops** `bot`".to_owned()),
+            reason: (i == 0).then(|| "a|b \\ [l](x) _i_ &amp; ~~s~~ #1 $$x$$".to_owned()),
+            details: None,
+        })
+        .collect();
+    let heading = "Payout <b>42</b> | **x** #";
+    let html = render_gfm(&docs::history_markdown::<Breaker>(heading, &rows));
+    let h2 = &html[html.find("<h2>").unwrap() + 4..html.find("</h2>").unwrap()];
+    assert!(!h2.contains('<'), "{h2}");
+    assert_eq!(decode_xml(h2), heading);
+    let tables = html_tables(&html);
+    assert_eq!(tables.len(), 1, "{html}");
+    assert_eq!(tables[0].len(), 1 + rows.len(), "{html}");
+    for (cells, row) in tables[0][1..].iter().zip(&rows) {
+        let variant = |s: Breaker| machine.state(s).unwrap().variant().to_owned();
+        let expected = [
+            row.occurrence.to_string(),
+            row.at.clone(),
+            row.transition.name().to_owned(),
+            variant(row.from),
+            variant(row.to),
+            row.occurrence.to_string(),
+            row.actor.clone().unwrap_or_default(),
+            row.reason.clone().unwrap_or_default(),
+        ];
+        assert_eq!(cells[..], expected[..], "{html}");
     }
 }
 

@@ -72,6 +72,10 @@ pub mod __private {
     pub use crate::verdict::Binder;
     pub use crate::verdict::construct::binder;
 
+    /// How `docs::mermaid` writes a label, for the test that draws
+    /// arbitrary text with real Mermaid.
+    pub use crate::docs::mermaid::mermaid_text;
+
     /// A transition constructor with `bind(Type)` values returns
     /// `Bound::new(transition, values)`.
     pub const fn bound<S: crate::StateMachine, P>(

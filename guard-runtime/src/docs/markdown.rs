@@ -153,35 +153,59 @@ pub fn markdown<T: StateMachine>() -> String {
 }
 
 /// One row's history as Markdown: a table of its moves, oldest first
-/// (from [`Machine::history`](crate::meta::Machine::history)), next to
-/// the machine's diagram, under a heading naming the row.
+/// (from [`Machine::history`](crate::meta::Machine::history)), with who
+/// moved it and why where the move was [noted](crate::Note), next to the
+/// machine's diagram, under a heading naming the row. The heading, the time
+/// and the note's text are shown as written: Markdown and HTML in them are
+/// escaped, not rendered.
 ///
 /// ```text
 /// ## Payout 42
 ///
-/// | # | moved at | transition | from | to | occurrence |
-/// | --- | --- | --- | --- | --- | --- |
-/// | 1 | 2026-11-30 09:31:07.412 | `start` | `Pending` | `Sending` | 1 |
+/// | # | moved at | transition | from | to | occurrence | by | why |
+/// | --- | --- | --- | --- | --- | --- | --- | --- |
+/// | 1 | 2026-11-30 09:31:07.412 | `start` | `Pending` | `Sending` | 1 | ops-bot | nightly run |
 /// ```
 pub fn history_markdown<T: StateMachine>(row: &str, history: &[crate::HistoryRow<T>]) -> String {
-    let mut out = format!("## {row}\n\n");
-    out.push_str("| # | moved at | transition | from | to | occurrence |\n");
-    out.push_str("| --- | --- | --- | --- | --- | --- |\n");
+    let mut out = format!("## {}\n\n", plain(row));
+    out.push_str("| # | moved at | transition | from | to | occurrence | by | why |\n");
+    out.push_str("| --- | --- | --- | --- | --- | --- | --- | --- |\n");
     for (i, moved) in history.iter().enumerate() {
         self::row(
             &mut out,
             &[
                 (i + 1).to_string(),
-                moved.at.replace('|', "\\|"),
+                plain(&moved.at),
                 code(moved.transition.name()),
                 code(variant::<T>(moved.from)),
                 code(variant::<T>(moved.to)),
                 moved.occurrence.to_string(),
+                moved.actor.as_deref().map(plain).unwrap_or_default(),
+                moved.reason.as_deref().map(plain).unwrap_or_default(),
             ],
         );
     }
     out.push('\n');
     out.push_str(&mermaid_block::<T>());
+    out
+}
+
+/// `text` as Markdown text that renders as written, in a heading or a GFM
+/// table cell: the characters that could start emphasis, code, a link, HTML,
+/// an entity, a new cell or a heading's closing sequence are
+/// backslash-escaped, and line breaks become spaces.
+fn plain(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\r' | '\n' => out.push(' '),
+            '\\' | '`' | '*' | '_' | '[' | ']' | '<' | '>' | '&' | '|' | '~' | '#' | '$' => {
+                out.push('\\');
+                out.push(c);
+            }
+            c => out.push(c),
+        }
+    }
     out
 }
 

@@ -212,7 +212,7 @@ fn mermaid_ids<S: Copy>(states: &[StateDef<S>]) -> Vec<String> {
 ///
 /// A raw `#` is safe: Mermaid only reads `#…;` as an entity, and a raw `;`
 /// never appears.
-pub(super) fn mermaid_text(text: &str) -> String {
+pub fn mermaid_text(text: &str) -> String {
     let one_line: String = text
         .chars()
         .map(|c| {

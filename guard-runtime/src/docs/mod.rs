@@ -80,7 +80,7 @@ mod diff;
 mod dot;
 mod fresh;
 mod markdown;
-mod mermaid;
+pub(crate) mod mermaid;
 
 pub use self::dot::dot;
 pub use self::fresh::{
