@@ -8,8 +8,9 @@ use std::collections::HashSet;
 
 use common::{Db, TestBackend};
 use sqlx::Pool;
+use stateguard::key::shape::One;
 use stateguard::{
-    Batched, Committed, Effect, Error, Executor, Finished, Key, StateMachine, recover,
+    Batched, Committed, Effect, Error, Executor, Finished, Key, ManyKeys, StateMachine, recover,
 };
 
 /// The `transfers` table as a queue: `start` claims a transfer into an
@@ -79,7 +80,7 @@ backend_tests! {
 async fn claimers_drain_the_queue_exactly_once<DB: TestBackend + Batched>(db: Db<DB>)
 where
     for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    i64: Key<DB> + for<'r> sqlx::Decode<'r, DB>,
+    i64: Key<DB> + for<'r> sqlx::Decode<'r, DB> + ManyKeys<DB, One>,
 {
     db.transfers(ROWS).await;
     let mut tasks = Vec::new();
@@ -124,7 +125,7 @@ where
 async fn claims_follow_the_order_and_the_guard<DB: TestBackend + Batched>(db: Db<DB>)
 where
     for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    i64: Key<DB> + for<'r> sqlx::Decode<'r, DB>,
+    i64: Key<DB> + for<'r> sqlx::Decode<'r, DB> + ManyKeys<DB, One>,
 {
     db.seed(10).await;
     let mut conn = db.pool.acquire().await.unwrap();
@@ -178,7 +179,7 @@ async fn a_claim_stamps_leases_that_finish_and_recovery_honour<DB: TestBackend +
     db: Db<DB>,
 ) where
     for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    i64: Key<DB> + for<'r> sqlx::Decode<'r, DB>,
+    i64: Key<DB> + for<'r> sqlx::Decode<'r, DB> + ManyKeys<DB, One>,
     String: Key<DB>,
 {
     db.transfers(4).await;
@@ -230,7 +231,7 @@ async fn a_claim_stamps_leases_that_finish_and_recovery_honour<DB: TestBackend +
 async fn a_sweep_moves_rows_that_waited_too_long<DB: TestBackend + Batched>(db: Db<DB>)
 where
     for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    i64: Key<DB> + for<'r> sqlx::Decode<'r, DB>,
+    i64: Key<DB> + for<'r> sqlx::Decode<'r, DB> + ManyKeys<DB, One>,
 {
     db.transfers(4).await;
     for id in [1_i64, 2] {

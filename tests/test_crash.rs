@@ -155,7 +155,10 @@ fn crash_child() {
 async fn work<DB: Store>(pool: Pool<DB>)
 where
     for<'p> &'p Pool<DB>: stateguard::Executor<Database = DB, Commit = stateguard::Committed>,
-    i64: for<'q> sqlx::Encode<'q, DB> + for<'r> sqlx::Decode<'r, DB> + sqlx::Type<DB>,
+    i64: for<'q> sqlx::Encode<'q, DB>
+        + for<'r> sqlx::Decode<'r, DB>
+        + sqlx::Type<DB>
+        + stateguard::ManyKeys<DB, stateguard::key::shape::One>,
 {
     println!("{READY}");
     let bank = Bank::new(pool.clone(), BANK_LATENCY);

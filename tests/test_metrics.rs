@@ -151,15 +151,15 @@ fn outcomes_attempts_and_recovery_are_counted() {
     };
     assert_eq!(
         seen.get(&outcome("applied")),
-        // Two applies, and one per row of the claim's own compare-and-sets
-        // on SQLite; the claim counts its rows as `claimed`.
-        [4.0]
+        // The two applies; the claim counts its rows as `claimed` only.
+        [2.0]
     );
     assert_eq!(seen.get(&outcome("already_in_state")), [1.0]);
     assert_eq!(seen.get(&outcome("claimed")), [2.0]);
     assert_eq!(
+        // One per `apply`.
         seen.get("stateguard_attempts{machine=TransferStatus,transition=start}"),
-        [1.0, 1.0, 1.0, 1.0, 1.0]
+        [1.0, 1.0, 1.0]
     );
     assert_eq!(
         seen.get("stateguard_recovered_total{machine=TransferStatus,result=done,state=sending}"),

@@ -43,6 +43,7 @@ backend_tests! {
     "tenant_isolation" => a_tenant_never_moves_another_tenants_row,
     "tenant_recovery" => recovery_and_follow_ups_carry_every_key_part,
     "tenant_ddl" => the_database_enforces_a_machine_with_a_composite_key,
+    "tenant_claims" => claims_take_composite_keys_in_order,
 }
 
 /// `acme` transfers 1 and 2, `globex` transfers 1 and 3.
@@ -385,4 +386,83 @@ fn every_key_column_is_matched_and_numbered_first() {
         "{}",
         expired.mysql()
     );
+}
+
+/// Claims over a composite key: rows come in key order (tenant, then id),
+/// every key part read back, each win's occurrence the stored one; a
+/// claim with a guard takes only the rows that pass it, with its bound
+/// value; and the claimed rows finish under their leases.
+async fn claims_take_composite_keys_in_order<DB: TestBackend + Batched>(db: Db<DB>)
+where
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    i64: Key<DB> + for<'r> sqlx::Decode<'r, DB>,
+    String: Key<DB> + for<'r> sqlx::Decode<'r, DB>,
+    TenantKey: ManyKeys<DB, stateguard::key::shape::Two>,
+{
+    let mut conn = db.pool.acquire().await.unwrap();
+    for statement in [
+        DB::CREATE_TENANT_TRANSFERS,
+        "INSERT INTO tenant_transfers (tenant_id, id) VALUES
+            ('globex', 2), ('acme', 3), ('globex', 1), ('acme', 1), ('acme', 2),
+            ('initech', 1), ('globex', 3)",
+    ] {
+        DB::execute(&mut conn, statement, &[]).await.unwrap();
+    }
+    drop(conn);
+
+    // A guarded claim: only ids of 3 or more, with the bound value.
+    let cancelled = TenantTransfer::cancel(3)
+        .claim::<DB, TenantKey>(&db.pool, 10)
+        .await
+        .unwrap();
+    let keys: Vec<TenantKey> = cancelled.iter().map(|w| w.key().clone()).collect();
+    assert_eq!(keys, [key("acme", 3), key("globex", 3)]);
+
+    // A batch of three, then the last two: key order across tenants.
+    let mut claimed = Vec::new();
+    for expected in [3, 2, 0] {
+        let batch = TenantTransfer::start()
+            .claim::<DB, TenantKey>(&db.pool, 3)
+            .await
+            .unwrap();
+        assert_eq!(batch.len(), expected);
+        claimed.extend(batch);
+    }
+    let keys: Vec<TenantKey> = claimed.iter().map(|w| w.key().clone()).collect();
+    assert_eq!(
+        keys,
+        [
+            key("acme", 1),
+            key("acme", 2),
+            key("globex", 1),
+            key("globex", 2),
+            key("initech", 1)
+        ]
+    );
+    for won in &claimed {
+        assert_eq!(won.occurrence(), 1);
+        assert_eq!(
+            state(&db, won.key().clone()).await,
+            Some((TenantTransfer::Sending, 1))
+        );
+    }
+    let mut effect_keys: Vec<String> = claimed.iter().map(|w| w.effect_key()).collect();
+    effect_keys.sort();
+    effect_keys.dedup();
+    assert_eq!(effect_keys.len(), claimed.len());
+
+    // Each claimed row finishes under its own lease.
+    for won in claimed {
+        let key = won.key().clone();
+        let finished = won
+            .finish(
+                &db.pool,
+                |effect: Effect<TenantTransfer, TenantKey>| async move {
+                    TenantTransfer::confirm(format!("ref-{}", effect.key().0)).into()
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(finished, Finished::Done(TenantTransfer::Sent), "{key:?}");
+    }
 }

@@ -170,7 +170,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 async fn run<DB: Batched>(pool: Pool<DB>, label: &str) -> Result<(), Box<dyn std::error::Error>>
 where
     for<'p> &'p Pool<DB>: stateguard::Executor<Database = DB>,
-    i64: for<'q> sqlx::Encode<'q, DB> + for<'r> sqlx::Decode<'r, DB> + sqlx::Type<DB>,
+    i64: for<'q> sqlx::Encode<'q, DB>
+        + for<'r> sqlx::Decode<'r, DB>
+        + sqlx::Type<DB>
+        + stateguard::ManyKeys<DB, stateguard::key::shape::One>,
     String: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
 {
     let bank = Arc::new(Bank::default());

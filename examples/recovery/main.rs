@@ -96,7 +96,10 @@ async fn main() -> Result<(), BoxError> {
 async fn run<DB: Store>(pool: Pool<DB>, label: &str) -> Result<(), BoxError>
 where
     for<'p> &'p Pool<DB>: stateguard::Executor<Database = DB, Commit = stateguard::Committed>,
-    i64: for<'q> sqlx::Encode<'q, DB> + for<'r> sqlx::Decode<'r, DB> + sqlx::Type<DB>,
+    i64: for<'q> sqlx::Encode<'q, DB>
+        + for<'r> sqlx::Decode<'r, DB>
+        + sqlx::Type<DB>
+        + stateguard::ManyKeys<DB, stateguard::key::shape::One>,
 {
     DB::create_tables(&pool).await?;
     DB::seed(&pool, 1, PAYOUTS).await?;

@@ -419,7 +419,10 @@ pub struct Worked {
 pub async fn run_worker<DB: Store>(pool: &Pool<DB>, bank: &Bank<DB>) -> Result<Worked, BoxError>
 where
     for<'p> &'p Pool<DB>: stateguard::Executor<Database = DB, Commit = stateguard::Committed>,
-    i64: for<'q> sqlx::Encode<'q, DB> + for<'r> sqlx::Decode<'r, DB> + sqlx::Type<DB>,
+    i64: for<'q> sqlx::Encode<'q, DB>
+        + for<'r> sqlx::Decode<'r, DB>
+        + sqlx::Type<DB>
+        + stateguard::ManyKeys<DB, stateguard::key::shape::One>,
 {
     let mut worked = Worked::default();
     loop {

@@ -535,7 +535,7 @@ impl Dialect {
     /// RETURNING …) SELECT … FROM moved ORDER BY o`. SQLite and MySQL have
     /// no `UPDATE` in a `WITH`, so this is the candidates' `SELECT` (a
     /// locking `SKIP LOCKED` one on MySQL), run in a short transaction
-    /// that then moves each row with the transition's own compare-and-set.
+    /// that then moves them all with the `apply_many` statements.
     ///
     /// Placeholders: the `set` values, then the guard's, then the limit.
     pub fn claim_next(&self, model: &Model, transition: &Transition) -> String {

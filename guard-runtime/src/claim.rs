@@ -22,8 +22,7 @@ use crate::executor::Executor;
 use crate::executor::sealed::Run;
 use crate::key::{DecodeKey, KeyShape, ManyKeys, RowKey};
 use crate::many::{self, Found};
-use crate::note::Note;
-use crate::outcome::{Committed, Outcome, Uncommitted, Won};
+use crate::outcome::{Committed, Uncommitted, Won};
 use crate::retry::{MAX_ATTEMPTS, backoff};
 use crate::telemetry;
 use crate::transition::{Bound, Params, Transition};
@@ -33,8 +32,9 @@ use crate::tx::Tx;
 /// ([`Transition::claim`], [`Transition::apply_many`]). Claims: PostgreSQL in one statement
 /// (`FOR UPDATE SKIP LOCKED`), MySQL 8 / MariaDB 10.6+ in a short
 /// transaction that skips locked rows, SQLite in a short `BEGIN IMMEDIATE`
-/// transaction (one writer at a time, so nothing to skip). Implemented for
-/// every backend; it cannot be implemented outside this crate.
+/// transaction (one writer at a time, so nothing to skip); on both, one
+/// `UPDATE` moves every row the claim took. Implemented for every backend;
+/// it cannot be implemented outside this crate.
 pub trait Batched: Backend + sealed::Sealed {
     /// Runs the claim.
     #[doc(hidden)]
@@ -47,7 +47,13 @@ pub trait Batched: Backend + sealed::Sealed {
     ) -> Claimed<'a, S, K>
     where
         S: StateMachine,
-        K: RowKey<Self, S::KeyShape> + DecodeKey<Self, S::KeyShape> + Send + 'a,
+        K: RowKey<Self, S::KeyShape>
+            + DecodeKey<Self, S::KeyShape>
+            + ManyKeys<Self, S::KeyShape>
+            + Ord
+            + Send
+            + Sync
+            + 'a,
         P: Params<Self> + 'a;
 
     /// Runs one chunk of `apply_many`.
@@ -122,7 +128,13 @@ macro_rules! batched {
             ) -> Claimed<'a, S, K>
             where
                 S: StateMachine,
-                K: RowKey<Self, S::KeyShape> + DecodeKey<Self, S::KeyShape> + Send + 'a,
+                K: RowKey<Self, S::KeyShape>
+            + DecodeKey<Self, S::KeyShape>
+            + ManyKeys<Self, S::KeyShape>
+            + Ord
+            + Send
+            + Sync
+            + 'a,
                 P: Params<Self> + 'a,
             {
                 Box::pin($claim(pool, $($begin,)? transition, params, claim, limit))
@@ -154,10 +166,12 @@ impl<S: StateMachine> Transition<S> {
     /// one statement (`UPDATE … WHERE key IN (SELECT key … ORDER BY …
     /// LIMIT $n FOR UPDATE SKIP LOCKED) RETURNING …`); MySQL 8 and MariaDB
     /// 10.6+ lock the candidates with `SKIP LOCKED` in a short transaction
-    /// and move each with the transition's compare-and-set (an older server
-    /// refuses `SKIP LOCKED` with a syntax error, [`Error::Database`]);
-    /// SQLite, whose one writer makes skipping needless, does the same in a
-    /// `BEGIN IMMEDIATE` transaction. A claim into an in-flight state
+    /// and move them all with one `UPDATE`, the statements of
+    /// [`apply_many`](Transition::apply_many) (an older server refuses
+    /// `SKIP LOCKED` with a syntax error, [`Error::Database`]); SQLite, whose
+    /// one writer makes skipping needless, reads the candidates in order
+    /// and moves them with one `UPDATE … RETURNING` in a `BEGIN IMMEDIATE`
+    /// transaction. A claim into an in-flight state
     /// stamps each row's lease, so a claimer that dies is recovered as
     /// after [`apply`](Transition::apply).
     ///
@@ -173,7 +187,12 @@ impl<S: StateMachine> Transition<S> {
     ) -> Result<Vec<Won<S, K, Committed>>, Error>
     where
         DB: Batched,
-        K: RowKey<DB, S::KeyShape> + DecodeKey<DB, S::KeyShape> + Send,
+        K: RowKey<DB, S::KeyShape>
+            + DecodeKey<DB, S::KeyShape>
+            + ManyKeys<DB, S::KeyShape>
+            + Ord
+            + Send
+            + Sync,
     {
         self.claim_with(pool, &(), None, limit).await
     }
@@ -197,7 +216,12 @@ impl<S: StateMachine> Transition<S> {
     ) -> Result<Vec<Won<S, K, Committed>>, Error>
     where
         DB: Batched,
-        K: RowKey<DB, S::KeyShape> + DecodeKey<DB, S::KeyShape> + Send,
+        K: RowKey<DB, S::KeyShape>
+            + DecodeKey<DB, S::KeyShape>
+            + ManyKeys<DB, S::KeyShape>
+            + Ord
+            + Send
+            + Sync,
     {
         self.claim_with(pool, &(), Some(age), limit).await
     }
@@ -212,7 +236,12 @@ impl<S: StateMachine> Transition<S> {
     ) -> Result<Vec<Won<S, K, Committed>>, Error>
     where
         DB: Batched,
-        K: RowKey<DB, S::KeyShape> + DecodeKey<DB, S::KeyShape> + Send,
+        K: RowKey<DB, S::KeyShape>
+            + DecodeKey<DB, S::KeyShape>
+            + ManyKeys<DB, S::KeyShape>
+            + Ord
+            + Send
+            + Sync,
     {
         let timeout = self
             .sources()
@@ -237,7 +266,12 @@ impl<S: StateMachine> Transition<S> {
     ) -> Result<Vec<Won<S, K, Committed>>, Error>
     where
         DB: Batched,
-        K: RowKey<DB, S::KeyShape> + DecodeKey<DB, S::KeyShape> + Send,
+        K: RowKey<DB, S::KeyShape>
+            + DecodeKey<DB, S::KeyShape>
+            + ManyKeys<DB, S::KeyShape>
+            + Ord
+            + Send
+            + Sync,
         P: Params<DB>,
     {
         if self.expected().is_some() {
@@ -306,7 +340,12 @@ impl<S: StateMachine, P> Bound<S, P> {
     ) -> Result<Vec<Won<S, K, Committed>>, Error>
     where
         DB: Batched,
-        K: RowKey<DB, S::KeyShape> + DecodeKey<DB, S::KeyShape> + Send,
+        K: RowKey<DB, S::KeyShape>
+            + DecodeKey<DB, S::KeyShape>
+            + ManyKeys<DB, S::KeyShape>
+            + Ord
+            + Send
+            + Sync,
         P: Params<DB>,
     {
         let transition = self.transition();
@@ -383,9 +422,9 @@ where
 }
 
 #[cfg(any(feature = "sqlite", feature = "mysql"))]
-/// SQLite and MySQL: the candidates' `SELECT` and each row's
-/// compare-and-set in one short transaction, tried again when the database
-/// rolls it back (a deadlock, a busy database).
+/// SQLite and MySQL: the candidates' `SELECT`, then one `UPDATE` for all
+/// of them, in one short transaction, tried again when the database rolls
+/// it back (a deadlock, a busy database).
 async fn in_transaction<DB, S, K, P>(
     pool: &sqlx::Pool<DB>,
     begin: &'static str,
@@ -395,10 +434,10 @@ async fn in_transaction<DB, S, K, P>(
     limit: u32,
 ) -> Result<Vec<Won<S, K, Committed>>, Error>
 where
-    DB: Backend,
+    DB: MoveHeld,
     for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
     S: StateMachine,
-    K: RowKey<DB, S::KeyShape> + DecodeKey<DB, S::KeyShape>,
+    K: DecodeKey<DB, S::KeyShape> + ManyKeys<DB, S::KeyShape> + Ord + Send + Sync,
     P: Params<DB>,
 {
     let mut attempts = 0;
@@ -422,6 +461,60 @@ where
     }
 }
 
+/// How a claim moves the candidates it holds, inside its transaction: the
+/// winning statements of `apply_many`, once for all of them.
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+trait MoveHeld: Backend {
+    fn move_held<'a, 'c: 'a, S, K, P>(
+        tx: &'a mut Tx<'c, Self>,
+        transition: Transition<S>,
+        keys: &'a [&'a K],
+        params: &'a P,
+    ) -> Applied<'a, S, K>
+    where
+        S: StateMachine,
+        K: DecodeKey<Self, S::KeyShape> + ManyKeys<Self, S::KeyShape> + Ord + Send + Sync + 'a,
+        P: Params<Self> + 'a;
+}
+
+/// SQLite: one `UPDATE … RETURNING` (after the history rows, where there
+/// are any), behind the write lock the claim took first.
+#[cfg(feature = "sqlite")]
+impl MoveHeld for sqlx::Sqlite {
+    fn move_held<'a, 'c: 'a, S, K, P>(
+        mut tx: &'a mut Tx<'c, Self>,
+        transition: Transition<S>,
+        keys: &'a [&'a K],
+        params: &'a P,
+    ) -> Applied<'a, S, K>
+    where
+        S: StateMachine,
+        K: DecodeKey<Self, S::KeyShape> + ManyKeys<Self, S::KeyShape> + Ord + Send + Sync + 'a,
+        P: Params<Self> + 'a,
+    {
+        Box::pin(async move { many::update_returning(&mut tx, transition, keys, params).await })
+    }
+}
+
+/// MySQL: the locked rows' read, the history rows, one `UPDATE` and the
+/// leases' read, for the rows `SKIP LOCKED` handed to this claim.
+#[cfg(feature = "mysql")]
+impl MoveHeld for sqlx::MySql {
+    fn move_held<'a, 'c: 'a, S, K, P>(
+        tx: &'a mut Tx<'c, Self>,
+        transition: Transition<S>,
+        keys: &'a [&'a K],
+        params: &'a P,
+    ) -> Applied<'a, S, K>
+    where
+        S: StateMachine,
+        K: DecodeKey<Self, S::KeyShape> + ManyKeys<Self, S::KeyShape> + Ord + Send + Sync + 'a,
+        P: Params<Self> + 'a,
+    {
+        Box::pin(many::lock_and_update(tx, transition, keys, params))
+    }
+}
+
 #[cfg(any(feature = "sqlite", feature = "mysql"))]
 async fn claim_once<DB, S, K, P>(
     pool: &sqlx::Pool<DB>,
@@ -432,10 +525,10 @@ async fn claim_once<DB, S, K, P>(
     limit: u32,
 ) -> Result<Vec<Won<S, K, Committed>>, Error>
 where
-    DB: Backend,
+    DB: MoveHeld,
     for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
     S: StateMachine,
-    K: RowKey<DB, S::KeyShape> + DecodeKey<DB, S::KeyShape>,
+    K: DecodeKey<DB, S::KeyShape> + ManyKeys<DB, S::KeyShape> + Ord + Send + Sync,
     P: Params<DB>,
 {
     let mut tx = Tx::begin_with(pool, begin).await?;
@@ -452,20 +545,40 @@ where
         .fetch_all(select, args)
         .await
         .map_err(|e| transition.tx_error::<DB>(e))?;
-    let keys = rows
+    let candidates = rows
         .iter()
         .map(|row| K::decode(row).map_err(|e| transition.db_error(e)))
         .collect::<Result<Vec<K>, Error>>()?;
-    let mut wins = Vec::with_capacity(keys.len());
-    for key in keys {
-        // Locked by this transaction (or, on SQLite, behind its write
-        // lock), and in a source state meeting the guard: it wins.
-        if let Outcome::Applied(won) = transition
-            .apply_with(&mut tx, key, params, &Note::NONE)
-            .await?
+    if candidates.is_empty() {
+        tx.commit(()).await?;
+        return Ok(Vec::new());
+    }
+    // Locked by this transaction (or, on SQLite, behind its write lock),
+    // in a source state and meeting the guard: every candidate moves, in
+    // one statement for all of them (per chunk of `APPLY_MANY_CHUNK`).
+    let mut keys: Vec<&K> = candidates.iter().collect();
+    keys.sort();
+    keys.dedup();
+    let mut found = Vec::with_capacity(keys.len());
+    for chunk in keys.chunks(many::APPLY_MANY_CHUNK) {
+        found.extend(DB::move_held(&mut tx, transition, chunk, params).await?);
+    }
+    tx.commit(()).await?;
+    // The wins in the candidates' order.
+    let mut wins = Vec::with_capacity(candidates.len());
+    for candidate in &candidates {
+        let Ok(i) = keys.binary_search(&candidate) else {
+            continue;
+        };
+        if let Found::Moved {
+            key,
+            occurrence,
+            lease,
+        } = core::mem::replace(&mut found[i], Found::Missing)
         {
-            wins.push(won);
+            let won = Won::new(transition.target(), key, occurrence, lease, 0);
+            wins.push(won.within(transition.deadline()));
         }
     }
-    tx.commit(wins).await
+    Ok(wins)
 }

@@ -416,9 +416,52 @@ where
     K: DecodeKey<DB, S::KeyShape> + ManyKeys<DB, S::KeyShape> + Ord,
     P: Params<DB>,
 {
-    let [update, read, _, log] = transition.def().apply_many_sql();
-    let mut found: Vec<Found<S, K>> = keys.iter().map(|_| Found::Missing).collect();
     let mut executor = pool;
+    let mut found = update_returning(&mut executor, transition, keys, params).await?;
+    let [_, read, _, _] = transition.def().apply_many_sql();
+    let db_error = |e| transition.db_error(e);
+    // One read for the rest: only the keys the update did not move.
+    let left: Vec<&K> = keys
+        .iter()
+        .zip(&found)
+        .filter_map(|(k, f)| (!matches!(f, Found::Moved { .. })).then_some(*k))
+        .collect();
+    if left.is_empty() {
+        return Ok(found);
+    }
+    let args = read_arguments::<DB, S, K, P>(transition, &left, params)?;
+    let rows = executor
+        .fetch_all(DB::sql(read), args)
+        .await
+        .map_err(db_error)?;
+    for row in &rows {
+        let (key, current, _, meets) = read_row::<DB, S, K>(transition, row)?;
+        if let Some(i) = position(keys, &key) {
+            found[i] = Found::Left { current, meets };
+        }
+    }
+    Ok(found)
+}
+
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+/// The winning statement of [`returning`]: the update with `RETURNING` (on
+/// SQLite with a history table, after the history rows, in one transaction
+/// or savepoint) on `executor`. Keys it did not move are `Missing`.
+pub(crate) async fn update_returning<DB, S, K, P, E>(
+    executor: &mut E,
+    transition: Transition<S>,
+    keys: &[&K],
+    params: &P,
+) -> Result<Vec<Found<S, K>>, Error>
+where
+    DB: Backend,
+    E: Run<Database = DB>,
+    S: StateMachine,
+    K: DecodeKey<DB, S::KeyShape> + ManyKeys<DB, S::KeyShape> + Ord,
+    P: Params<DB>,
+{
+    let [update, _, _, log] = transition.def().apply_many_sql();
+    let mut found: Vec<Found<S, K>> = keys.iter().map(|_| Found::Missing).collect();
     let n = S::KeyShape::COLUMNS;
     let db_error = |e| transition.db_error(e);
     let args = update_arguments::<DB, S, K, P>(transition, keys, params)?;
@@ -457,26 +500,6 @@ where
             };
         }
     }
-    // One read for the rest: only the keys the update did not move.
-    let left: Vec<&K> = keys
-        .iter()
-        .zip(&found)
-        .filter_map(|(k, f)| (!matches!(f, Found::Moved { .. })).then_some(*k))
-        .collect();
-    if left.is_empty() {
-        return Ok(found);
-    }
-    let args = read_arguments::<DB, S, K, P>(transition, &left, params)?;
-    let rows = executor
-        .fetch_all(DB::sql(read), args)
-        .await
-        .map_err(db_error)?;
-    for row in &rows {
-        let (key, current, _, meets) = read_row::<DB, S, K>(transition, row)?;
-        if let Some(i) = position(keys, &key) {
-            found[i] = Found::Left { current, meets };
-        }
-    }
     Ok(found)
 }
 
@@ -496,11 +519,35 @@ where
     K: DecodeKey<DB, S::KeyShape> + ManyKeys<DB, S::KeyShape> + Ord,
     P: Params<DB>,
 {
+    let mut tx = Tx::begin(pool).await?;
+    let found = lock_and_update(&mut tx, transition, keys, params).await?;
+    tx.commit(()).await?;
+    Ok(found)
+}
+
+#[cfg(feature = "mysql")]
+/// The statements of [`in_transaction`] inside `tx`: read and lock the
+/// rows, then the history rows, the update and the leases' read for those
+/// in a source state that meet the guard. An error that rolled the
+/// transaction back says so ([`Error::retries_whole`]): the caller starts
+/// over.
+pub(crate) async fn lock_and_update<DB, S, K, P>(
+    mut tx: &mut Tx<'_, DB>,
+    transition: Transition<S>,
+    keys: &[&K],
+    params: &P,
+) -> Result<Vec<Found<S, K>>, Error>
+where
+    DB: Backend,
+    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
+    S: StateMachine,
+    K: DecodeKey<DB, S::KeyShape> + ManyKeys<DB, S::KeyShape> + Ord,
+    P: Params<DB>,
+{
     let [update, read, lease_read, log] = transition.def().apply_many_sql();
     let mut found: Vec<Found<S, K>> = keys.iter().map(|_| Found::Missing).collect();
     let n = S::KeyShape::COLUMNS;
     let retry = |source| transition.tx_error::<DB>(source);
-    let mut tx = Tx::begin(pool).await?;
     let args = read_arguments::<DB, S, K, P>(transition, keys, params)?;
     let rows = (&mut tx)
         .fetch_all(DB::sql(read), args)
@@ -519,7 +566,6 @@ where
         }
     }
     if movers.is_empty() {
-        tx.commit(()).await?;
         return Ok(found);
     }
     let mover_keys: Vec<&K> = movers.iter().map(|(i, _, _)| keys[*i]).collect();
@@ -555,7 +601,6 @@ where
             }
         }
     }
-    tx.commit(()).await?;
     let versioned = S::MACHINE.version().is_some();
     for (i, key, version) in movers {
         let lease = leases[i];
