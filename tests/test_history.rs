@@ -45,6 +45,7 @@ backend_tests! {
     "history_rollback" => a_rolled_back_move_leaves_no_history,
     "history_append_only" => the_history_table_is_append_only,
     "history_notes" => a_noted_move_records_who_and_why,
+    "history_batch_notes" => claims_batches_and_follow_ups_record_their_notes,
 }
 
 /// `n` pending transfers, and the DDL: the history table, its append-only
@@ -359,4 +360,154 @@ where
     );
     assert_eq!(db.transfer(4).await, ("pending".to_owned(), 0));
     assert!(history(&db, 4).await.is_empty());
+}
+
+/// Who and why of a move, as `(actor, reason)`, from the history row that
+/// entered `to`.
+async fn noted_entering<DB: TestBackend>(
+    db: &Db<DB>,
+    id: i64,
+    to: Logged,
+) -> Option<(Option<String>, Option<String>)>
+where
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    i64: Key<DB>,
+{
+    let rows = assert_chain(db, id).await;
+    let row = rows.iter().rev().find(|r| r.to == to)?;
+    Some((row.actor.clone(), row.reason.clone()))
+}
+
+fn who(actor: &str, reason: &str) -> Option<(Option<String>, Option<String>)> {
+    Some((Some(actor.to_owned()), Some(reason.to_owned())))
+}
+
+/// A note on a claim, a batch, a follow-up verdict and a recovery's verdict
+/// lands in the history row of every move it made, and only there; a
+/// machine without a history table refuses a noted claim, batch or
+/// verdict instead of dropping the note.
+async fn claims_batches_and_follow_ups_record_their_notes<DB: TestBackend + Batched>(db: Db<DB>)
+where
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    i64: Key<DB> + for<'r> sqlx::Decode<'r, DB> + ManyKeys<DB, stateguard::key::shape::One>,
+{
+    setup(&db, 8).await;
+    // A claim: both rows' history rows carry the note.
+    let claimed = Logged::start()
+        .noted(Note::by("claimer").because("nightly run"))
+        .claim::<DB, i64>(&db.pool, 2)
+        .await
+        .unwrap();
+    let ids: Vec<i64> = claimed.iter().map(|w| *w.key()).collect();
+    assert_eq!(ids, [1, 2]);
+    for id in [1, 2] {
+        assert_eq!(
+            noted_entering(&db, id, Logged::Sending).await,
+            who("claimer", "nightly run")
+        );
+    }
+
+    // A batch, with details and a repeated and a missing key: one history
+    // row per move, each with the note.
+    let outcomes = Logged::cancel()
+        .noted(
+            Note::by("ops")
+                .because("bulk cancel")
+                .details(r#"{"batch": 7}"#),
+        )
+        .apply_many(&db.pool, &[3_i64, 4, 3, 99])
+        .await
+        .unwrap();
+    let applied = outcomes.iter().filter(|o| o.is_applied()).count();
+    assert_eq!(applied, 2, "{outcomes:?}");
+    for id in [3, 4] {
+        let rows = assert_chain(&db, id).await;
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].actor.as_deref(), Some("ops"));
+        assert_eq!(rows[0].reason.as_deref(), Some("bulk cancel"));
+        let details = rows[0].details.clone().unwrap_or_default().replace(' ', "");
+        assert_eq!(details, r#"{"batch":7}"#);
+    }
+
+    // Follow-ups: a noted verdict, and a plain one that records no note.
+    let mut claimed = claimed.into_iter();
+    let first = claimed.next().unwrap();
+    let finished = first
+        .finish(&db.pool, |_: Effect<Logged, i64>| async {
+            Verdict::from(Logged::fail().noted(Note::by("bank").because("account closed")))
+        })
+        .await
+        .unwrap();
+    assert_eq!(finished, Finished::Failed(Logged::Failed));
+    assert_eq!(
+        noted_entering(&db, 1, Logged::Failed).await,
+        who("bank", "account closed")
+    );
+    let second = claimed.next().unwrap();
+    let finished = second
+        .finish(&db.pool, |_: Effect<Logged, i64>| async { Verdict::Done })
+        .await
+        .unwrap();
+    assert_eq!(finished, Finished::Done(Logged::Sent));
+    assert_eq!(
+        noted_entering(&db, 2, Logged::Sent).await,
+        Some((None, None))
+    );
+
+    // Recovery's verdict: the same.
+    assert!(
+        Logged::start()
+            .apply(&db.pool, 5_i64)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    db.backdate_leases().await;
+    let report = stateguard::recover(
+        &db.pool,
+        Logged::Sending,
+        10,
+        |_: Effect<Logged, i64>| async {
+            Verdict::from(Logged::confirm().noted(Note::by("recovery").because("bank confirmed")))
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.done, 1, "{report:?}");
+    assert_eq!(
+        noted_entering(&db, 5, Logged::Sent).await,
+        who("recovery", "bank confirmed")
+    );
+
+    // No history table: refused, and nothing moves.
+    let refused = common::TransferStatus::start()
+        .noted(Note::by("x"))
+        .claim::<DB, i64>(&db.pool, 1)
+        .await;
+    assert!(
+        matches!(refused, Err(Error::NoHistory { .. })),
+        "{refused:?}"
+    );
+    let refused = common::TransferStatus::cancel()
+        .noted(Note::by("x"))
+        .apply_many(&db.pool, &[6_i64])
+        .await;
+    assert!(
+        matches!(refused, Err(Error::NoHistory { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(db.transfer(6).await, ("pending".to_owned(), 0));
+    let won = common::TransferStatus::start()
+        .apply(&db.pool, 7_i64)
+        .await
+        .unwrap()
+        .won()
+        .unwrap();
+    let finished = won
+        .finish(&db.pool, |_: Effect<common::TransferStatus, i64>| async {
+            Verdict::from(common::TransferStatus::fail().noted(Note::by("x")))
+        })
+        .await;
+    assert!(finished.is_err(), "{finished:?}");
+    assert_eq!(db.transfer(7).await.0, "sending");
 }

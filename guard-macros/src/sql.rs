@@ -338,13 +338,16 @@ impl Dialect {
         };
         let table = d.quote(&model.table);
         let aliases = (0..model.key.len()).map(|i| format!("__sg_k{i}")).collect();
+        // The note's placeholders follow the lease token.
+        let note =
+            model.after_key() + transition.binds() + usize::from(model.version.is_some()) + 1;
         let (columns, values) = d.history_row(
             model,
             transition,
             aliases,
             format!("'{}'", state.db),
             "__sg_v".to_owned(),
-            None,
+            Some(note),
         );
         format!(
             "WITH __sg_moved AS ({update} RETURNING {}, {} AS __sg_v) INSERT INTO {} ({columns}) \
@@ -358,7 +361,8 @@ impl Dialect {
     /// SQLite and MySQL, for a machine with a history table: the history
     /// row of a follow-up, inserted just before it in one transaction
     /// (see [`Self::log`]). Placeholders: SQLite numbers them as the
-    /// follow-up does; MySQL's are the key, the occurrence, the lease.
+    /// follow-up does, then the note's; MySQL's are the note's, the key,
+    /// the occurrence, the lease.
     pub fn follow_up_log(
         &self,
         model: &Model,
@@ -375,7 +379,8 @@ impl Dialect {
             Dialect::MySql | Dialect::Postgres => 0,
         };
         let predicate = d.leased(model, state, in_flight, binds);
-        d.log_insert(model, history, transition, None, &predicate)
+        let note = model.after_key() + binds + usize::from(model.version.is_some()) + 1;
+        d.log_insert(model, history, transition, Some(note), &predicate)
     }
 
     /// Renews the caller's lease on a row of an in-flight state: a
@@ -623,13 +628,14 @@ impl Dialect {
                         .enumerate()
                         .map(|(i, o)| format!("{table}.{} AS o{i}", d.quote(o)))
                         .collect();
+                    // The note's placeholders follow the limit.
                     let (columns, values) = d.history_row(
                         model,
                         transition,
                         key_aliases.clone(),
                         "__sg_from".to_owned(),
                         "v".to_owned(),
-                        None,
+                        Some(next + 1),
                     );
                     return format!(
                         "WITH __sg_old AS (SELECT {}, {} AS __sg_from FROM {table} WHERE \
@@ -1127,13 +1133,14 @@ impl Dialect {
                     Some(in_flight) => d.lease_token(&in_flight.since),
                     None => d.int64("0"),
                 };
+                // The note's placeholders follow the keys and the values.
                 let (columns, values) = d.history_row(
                     model,
                     transition,
                     aliases.clone(),
                     "__sg_from".to_owned(),
                     "__sg_v".to_owned(),
-                    None,
+                    Some(key_params + transition.binds() + 1),
                 );
                 let last = model.table.rsplit('.').next().unwrap_or(&model.table);
                 format!(
@@ -1175,7 +1182,8 @@ impl Dialect {
     /// rows of `apply_many`'s update, inserted just before it in one
     /// transaction, from the same rows (on MySQL already locked by
     /// [`Self::many_read`]). Placeholders: SQLite numbers them as the
-    /// update does; MySQL's are the JSON, then the guard's values.
+    /// update does, then the note's; MySQL's are the note's, the JSON, then
+    /// the guard's values.
     pub fn many_log(&self, model: &Model, transition: &Transition) -> String {
         let d = *self;
         let (Some(history), false) = (&model.history, d == Dialect::Postgres) else {
@@ -1191,7 +1199,9 @@ impl Dialect {
             Some(guard) => format!(" AND ({})", guard.sql(d, first)),
             None => String::new(),
         };
-        let (columns, values) = d.history_columns(model, transition, None);
+        // The note's placeholders: after the update's on SQLite; on MySQL
+        // where the text has them, before the JSON.
+        let (columns, values) = d.history_columns(model, transition, Some(2 + transition.binds()));
         match d {
             Dialect::MySql => format!(
                 "INSERT INTO {} ({columns}) SELECT {values} FROM {} STRAIGHT_JOIN {table} ON {} \

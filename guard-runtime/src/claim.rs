@@ -22,6 +22,7 @@ use crate::executor::Executor;
 use crate::executor::sealed::Run;
 use crate::key::{DecodeKey, KeyShape, ManyKeys, RowKey};
 use crate::many::{self, Found};
+use crate::note::Note;
 use crate::outcome::{Committed, Uncommitted, Won};
 use crate::retry::{MAX_ATTEMPTS, backoff};
 use crate::telemetry;
@@ -44,6 +45,7 @@ pub trait Batched: Backend + sealed::Sealed {
         params: &'a P,
         claim: Claim,
         limit: u32,
+        note: &'a Note,
     ) -> Claimed<'a, S, K>
     where
         S: StateMachine,
@@ -63,6 +65,7 @@ pub trait Batched: Backend + sealed::Sealed {
         transition: Transition<S>,
         keys: &'a [&'a K],
         params: &'a P,
+        note: &'a Note,
     ) -> Applied<'a, S, K>
     where
         S: StateMachine,
@@ -105,6 +108,7 @@ macro_rules! batched {
                 transition: Transition<S>,
                 keys: &'a [&'a K],
                 params: &'a P,
+                note: &'a Note,
             ) -> Applied<'a, S, K>
             where
                 S: StateMachine,
@@ -116,7 +120,7 @@ macro_rules! batched {
                     + 'a,
                 P: Params<Self> + 'a,
             {
-                Box::pin($apply(pool, transition, keys, params))
+                Box::pin($apply(pool, transition, keys, params, note))
             }
 
             fn claim_rows<'a, S, K, P>(
@@ -125,6 +129,7 @@ macro_rules! batched {
                 params: &'a P,
                 claim: Claim,
                 limit: u32,
+                note: &'a Note,
             ) -> Claimed<'a, S, K>
             where
                 S: StateMachine,
@@ -137,7 +142,7 @@ macro_rules! batched {
             + 'a,
                 P: Params<Self> + 'a,
             {
-                Box::pin($claim(pool, $($begin,)? transition, params, claim, limit))
+                Box::pin($claim(pool, $($begin,)? transition, params, claim, limit, note))
             }
         }
     };
@@ -194,7 +199,7 @@ impl<S: StateMachine> Transition<S> {
             + Send
             + Sync,
     {
-        self.claim_with(pool, &(), None, limit).await
+        self.claim_with(pool, &(), None, limit, &Note::NONE).await
     }
 
     /// [`claim`](Transition::claim) for rows that have sat in a source
@@ -223,7 +228,8 @@ impl<S: StateMachine> Transition<S> {
             + Send
             + Sync,
     {
-        self.claim_with(pool, &(), Some(age), limit).await
+        self.claim_with(pool, &(), Some(age), limit, &Note::NONE)
+            .await
     }
 
     /// [`claim_older_than`](Transition::claim_older_than) with the
@@ -243,26 +249,31 @@ impl<S: StateMachine> Transition<S> {
             + Send
             + Sync,
     {
+        let age = self.timeout()?;
+        self.claim_with(pool, &(), Some(age), limit, &Note::NONE)
+            .await
+    }
+
+    /// The shortest `timeout` among the source states.
+    pub(crate) fn timeout(self) -> Result<Duration, Error> {
         let timeout = self
             .sources()
             .iter()
             .filter_map(|&s| S::MACHINE.state(s)?.timeout())
             .min();
-        let Some(age) = timeout else {
-            return Err(Error::NoTimeout {
-                machine: S::MACHINE.name(),
-                transition: self.name(),
-            });
-        };
-        self.claim_with(pool, &(), Some(age), limit).await
+        timeout.ok_or(Error::NoTimeout {
+            machine: S::MACHINE.name(),
+            transition: self.name(),
+        })
     }
 
-    async fn claim_with<DB, K, P>(
+    pub(crate) async fn claim_with<DB, K, P>(
         self,
         pool: &sqlx::Pool<DB>,
         params: &P,
         older_than: Option<Duration>,
         limit: u32,
+        note: &Note,
     ) -> Result<Vec<Won<S, K, Committed>>, Error>
     where
         DB: Batched,
@@ -300,7 +311,7 @@ impl<S: StateMachine> Transition<S> {
             },
         };
         let span = telemetry::span!("stateguard.claim", S, DB, "UPDATE", self.name());
-        let claim = DB::claim_rows(pool, self, params, claim, limit);
+        let claim = DB::claim_rows(pool, self, params, claim, limit, note);
         let claimed = tokio::time::timeout(self.deadline(), claim)
             .instrument(span.clone())
             .await;
@@ -350,7 +361,7 @@ impl<S: StateMachine, P> Bound<S, P> {
     {
         let transition = self.transition();
         transition
-            .claim_with(pool, self.params(), None, limit)
+            .claim_with(pool, self.params(), None, limit, &Note::NONE)
             .await
     }
 }
@@ -375,6 +386,7 @@ async fn one_statement<DB, S, K, P>(
     params: &P,
     claim: Claim,
     limit: u32,
+    note: &Note,
 ) -> Result<Vec<Won<S, K, Committed>>, Error>
 where
     DB: Backend,
@@ -392,6 +404,12 @@ where
         params
             .bind(&mut args)
             .and_then(|()| claim.bind_rest::<DB>(&mut args, limit))
+            // With a history table, the note's placeholders follow the
+            // limit.
+            .and_then(|()| match S::MACHINE.history_table() {
+                Some(_) => note.bind::<DB>(&mut args),
+                None => Ok(()),
+            })
             .map_err(|e| transition.db_error(e))?;
         let rows = match executor.fetch_all(sql, args).await {
             Ok(rows) => rows,
@@ -432,6 +450,7 @@ async fn in_transaction<DB, S, K, P>(
     params: &P,
     claim: Claim,
     limit: u32,
+    note: &Note,
 ) -> Result<Vec<Won<S, K, Committed>>, Error>
 where
     DB: MoveHeld,
@@ -443,7 +462,7 @@ where
     let mut attempts = 0;
     loop {
         attempts += 1;
-        let error = match claim_once(pool, begin, transition, params, claim, limit).await {
+        let error = match claim_once(pool, begin, transition, params, claim, limit, note).await {
             Ok(claimed) => return Ok(claimed),
             Err(error) => error,
         };
@@ -470,6 +489,7 @@ trait MoveHeld: Backend {
         transition: Transition<S>,
         keys: &'a [&'a K],
         params: &'a P,
+        note: &'a Note,
     ) -> Applied<'a, S, K>
     where
         S: StateMachine,
@@ -486,13 +506,16 @@ impl MoveHeld for sqlx::Sqlite {
         transition: Transition<S>,
         keys: &'a [&'a K],
         params: &'a P,
+        note: &'a Note,
     ) -> Applied<'a, S, K>
     where
         S: StateMachine,
         K: DecodeKey<Self, S::KeyShape> + ManyKeys<Self, S::KeyShape> + Ord + Send + Sync + 'a,
         P: Params<Self> + 'a,
     {
-        Box::pin(async move { many::update_returning(&mut tx, transition, keys, params).await })
+        Box::pin(
+            async move { many::update_returning(&mut tx, transition, keys, params, note).await },
+        )
     }
 }
 
@@ -505,13 +528,14 @@ impl MoveHeld for sqlx::MySql {
         transition: Transition<S>,
         keys: &'a [&'a K],
         params: &'a P,
+        note: &'a Note,
     ) -> Applied<'a, S, K>
     where
         S: StateMachine,
         K: DecodeKey<Self, S::KeyShape> + ManyKeys<Self, S::KeyShape> + Ord + Send + Sync + 'a,
         P: Params<Self> + 'a,
     {
-        Box::pin(many::lock_and_update(tx, transition, keys, params))
+        Box::pin(many::lock_and_update(tx, transition, keys, params, note))
     }
 }
 
@@ -523,6 +547,7 @@ async fn claim_once<DB, S, K, P>(
     params: &P,
     claim: Claim,
     limit: u32,
+    note: &Note,
 ) -> Result<Vec<Won<S, K, Committed>>, Error>
 where
     DB: MoveHeld,
@@ -561,7 +586,7 @@ where
     keys.dedup();
     let mut found = Vec::with_capacity(keys.len());
     for chunk in keys.chunks(many::APPLY_MANY_CHUNK) {
-        found.extend(DB::move_held(&mut tx, transition, chunk, params).await?);
+        found.extend(DB::move_held(&mut tx, transition, chunk, params, note).await?);
     }
     tx.commit(()).await?;
     // The wins in the candidates' order.

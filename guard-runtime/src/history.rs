@@ -2,14 +2,17 @@
 //! every move appends a row to that table in the same atomic act, and
 //! [`Machine::history`] reads a row's history back.
 
+use core::time::Duration;
+
 use crate::StateMachine;
+use crate::claim::Batched;
 use crate::dialect::sealed::Dialect;
 use crate::error::Error;
 use crate::executor::Executor;
-use crate::key::RowKey;
+use crate::key::{DecodeKey, ManyKeys, RowKey};
 use crate::machine::{Machine, TransitionDef};
 use crate::note::Note;
-use crate::outcome::Outcome;
+use crate::outcome::{Committed, Outcome, Won};
 use crate::transition::{Bound, Params, Transition, key_arguments};
 
 /// One move of a row, as its history table records it.
@@ -138,6 +141,21 @@ impl<S: StateMachine, P> Bound<S, P> {
 }
 
 impl<S: StateMachine, P> Noted<S, P> {
+    pub(crate) fn into_parts(self) -> (Transition<S>, P, Note) {
+        (self.transition, self.params, self.note)
+    }
+
+    /// [`Error::NoHistory`] unless the machine has a history table to
+    /// record the note in.
+    fn recorded(&self) -> Result<(), Error> {
+        match S::MACHINE.history_table() {
+            Some(_) => Ok(()),
+            None => Err(Error::NoHistory {
+                machine: S::MACHINE.name(),
+            }),
+        }
+    }
+
     /// See [`Transition::apply`]; the history row of the move records the
     /// note.
     pub async fn apply<E, K>(self, executor: E, key: K) -> Result<Outcome<S, K, E::Commit>, Error>
@@ -146,13 +164,111 @@ impl<S: StateMachine, P> Noted<S, P> {
         K: RowKey<E::Database, S::KeyShape>,
         P: Params<E::Database>,
     {
-        if S::MACHINE.history_table().is_none() {
-            return Err(Error::NoHistory {
-                machine: S::MACHINE.name(),
-            });
-        }
+        self.recorded()?;
         self.transition
             .apply_with(executor, key, &self.params, &self.note)
+            .await
+    }
+
+    /// See [`Transition::claim`]; every row's history row records the note.
+    pub async fn claim<DB, K>(
+        self,
+        pool: &sqlx::Pool<DB>,
+        limit: u32,
+    ) -> Result<Vec<Won<S, K, Committed>>, Error>
+    where
+        DB: Batched,
+        K: RowKey<DB, S::KeyShape>
+            + DecodeKey<DB, S::KeyShape>
+            + ManyKeys<DB, S::KeyShape>
+            + Ord
+            + Send
+            + Sync,
+        P: Params<DB>,
+    {
+        self.recorded()?;
+        self.transition
+            .claim_with(pool, &self.params, None, limit, &self.note)
+            .await
+    }
+
+    /// See [`Transition::claim_older_than`]; every row's history row
+    /// records the note: a sweep can say why it moved the rows.
+    ///
+    /// ```text
+    /// PayoutStatus::expire()
+    ///     .noted(Note::by("sweeper").because("pending for a day"))
+    ///     .claim_older_than(&pool, Duration::from_secs(86_400), 100)
+    ///     .await?
+    /// ```
+    pub async fn claim_older_than<DB, K>(
+        self,
+        pool: &sqlx::Pool<DB>,
+        age: Duration,
+        limit: u32,
+    ) -> Result<Vec<Won<S, K, Committed>>, Error>
+    where
+        DB: Batched,
+        K: RowKey<DB, S::KeyShape>
+            + DecodeKey<DB, S::KeyShape>
+            + ManyKeys<DB, S::KeyShape>
+            + Ord
+            + Send
+            + Sync,
+        P: Params<DB>,
+    {
+        self.recorded()?;
+        self.transition
+            .claim_with(pool, &self.params, Some(age), limit, &self.note)
+            .await
+    }
+
+    /// See [`Transition::claim_timed_out`]; every row's history row records
+    /// the note.
+    pub async fn claim_timed_out<DB, K>(
+        self,
+        pool: &sqlx::Pool<DB>,
+        limit: u32,
+    ) -> Result<Vec<Won<S, K, Committed>>, Error>
+    where
+        DB: Batched,
+        K: RowKey<DB, S::KeyShape>
+            + DecodeKey<DB, S::KeyShape>
+            + ManyKeys<DB, S::KeyShape>
+            + Ord
+            + Send
+            + Sync,
+        P: Params<DB>,
+    {
+        self.recorded()?;
+        let age = self.transition.timeout()?;
+        self.transition
+            .claim_with(pool, &self.params, Some(age), limit, &self.note)
+            .await
+    }
+
+    /// See [`Transition::apply_many`]; the history row of every move
+    /// records the note.
+    pub async fn apply_many<DB, K>(
+        self,
+        pool: &sqlx::Pool<DB>,
+        keys: &[K],
+    ) -> Result<Vec<Outcome<S, K, Committed>>, Error>
+    where
+        DB: Batched,
+        for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
+        K: RowKey<DB, S::KeyShape>
+            + DecodeKey<DB, S::KeyShape>
+            + ManyKeys<DB, S::KeyShape>
+            + Ord
+            + Clone
+            + Send
+            + Sync,
+        P: Params<DB>,
+    {
+        self.recorded()?;
+        self.transition
+            .apply_many_with(pool, keys, &self.params, &self.note)
             .await
     }
 }

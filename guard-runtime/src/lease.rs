@@ -117,25 +117,43 @@ where
     let read = <DB<E> as Dialect>::sql(in_flight.follow_up_read_sql());
     let log = <DB<E> as Dialect>::sql(&in_flight.follow_up_log_sql()[usize::from(chosen.failed)]);
     let versioned = S::MACHINE.version().is_some();
+    let history = S::MACHINE.history_table().is_some();
+    let db_error = |e| transition.db_error(e);
     let mut attempts = 0;
     loop {
         attempts += 1;
-        let args = follow_up_arguments::<S, DB<E>, K>(chosen, key, occurrence, lease)?;
+        let mut args = follow_up_arguments::<S, DB<E>, K>(chosen, key, occurrence, lease)?;
         let moved = match log.is_empty() {
-            true => executor
-                .execute(update, args)
-                .await
-                .map(|done| <DB<E> as Dialect>::rows_affected(&done)),
+            // PostgreSQL with a history table writes the history row in the
+            // follow-up's statement: the note's placeholders come last.
+            true => {
+                if history {
+                    chosen.note.bind::<DB<E>>(&mut args).map_err(db_error)?;
+                }
+                executor
+                    .execute(update, args)
+                    .await
+                    .map(|done| <DB<E> as Dialect>::rows_affected(&done))
+            }
             // With a history table on SQLite and MySQL: the history row
             // and the follow-up in one transaction. SQLite numbers the
-            // log's placeholders as the follow-up's; MySQL's take the key,
-            // the occurrence and the lease.
+            // log's placeholders as the follow-up's, then the note's;
+            // MySQL's take the note, the key, the occurrence and the lease.
             false => {
-                let log_args = match <DB<E> as Dialect>::PARAMS_FIRST {
-                    true => leased_arguments::<S, DB<E>, K>(key, occurrence, lease)
-                        .map_err(|e| transition.db_error(e))?,
+                let mut log_args = match <DB<E> as Dialect>::PARAMS_FIRST {
+                    true => {
+                        let mut log_args = <DB<E> as Dialect>::Args::default();
+                        chosen.note.bind::<DB<E>>(&mut log_args).map_err(db_error)?;
+                        key.bind(&mut log_args).map_err(db_error)?;
+                        lease_arguments::<S, DB<E>>(&mut log_args, occurrence, lease)
+                            .map_err(db_error)?;
+                        log_args
+                    }
                     false => follow_up_arguments::<S, DB<E>, K>(chosen, key, occurrence, lease)?,
                 };
+                if !<DB<E> as Dialect>::PARAMS_FIRST {
+                    chosen.note.bind::<DB<E>>(&mut log_args).map_err(db_error)?;
+                }
                 executor
                     .logged(log, log_args, update, args, false, None)
                     .await

@@ -89,7 +89,7 @@ impl<S: StateMachine> Transition<S> {
             + Send
             + Sync,
     {
-        self.apply_many_with(pool, keys, &()).await
+        self.apply_many_with(pool, keys, &(), &Note::NONE).await
     }
 
     pub(crate) async fn apply_many_with<DB, K, P>(
@@ -97,6 +97,7 @@ impl<S: StateMachine> Transition<S> {
         pool: &sqlx::Pool<DB>,
         keys: &[K],
         params: &P,
+        note: &Note,
     ) -> Result<Vec<Outcome<S, K, Committed>>, Error>
     where
         DB: Batched,
@@ -119,7 +120,7 @@ impl<S: StateMachine> Transition<S> {
         }
         let span = telemetry::span!("stateguard.apply_many", S, DB, "UPDATE", self.name());
         let result = self
-            .apply_many_traced(pool, keys, params)
+            .apply_many_traced(pool, keys, params, note)
             .instrument(span.clone())
             .await;
         match &result {
@@ -152,6 +153,7 @@ impl<S: StateMachine> Transition<S> {
         pool: &sqlx::Pool<DB>,
         keys: &[K],
         params: &P,
+        note: &Note,
     ) -> Result<Vec<Outcome<S, K, Committed>>, Error>
     where
         DB: Batched,
@@ -181,9 +183,9 @@ impl<S: StateMachine> Transition<S> {
             Vec::with_capacity(distinct.len());
         for chunk in distinct.chunks(APPLY_MANY_CHUNK) {
             let chunk_keys: Vec<&K> = chunk.iter().map(|&i| &keys[i]).collect();
-            let found = self.chunk(pool, &chunk_keys, params).await?;
+            let found = self.chunk(pool, &chunk_keys, params, note).await?;
             for (key, found) in chunk_keys.into_iter().zip(found) {
-                outcomes.push(Some(self.outcome(pool, key, found, params).await?));
+                outcomes.push(Some(self.outcome(pool, key, found, params, note).await?));
             }
         }
         // Fan out to the input: a repeated key's first occurrence gets its
@@ -206,6 +208,7 @@ impl<S: StateMachine> Transition<S> {
         pool: &sqlx::Pool<DB>,
         keys: &[&K],
         params: &P,
+        note: &Note,
     ) -> Result<Vec<Found<S, K>>, Error>
     where
         DB: Batched,
@@ -220,7 +223,7 @@ impl<S: StateMachine> Transition<S> {
         let mut attempts = 0;
         loop {
             attempts += 1;
-            let run = DB::apply_rows(pool, self, keys, params);
+            let run = DB::apply_rows(pool, self, keys, params, note);
             let error = match tokio::time::timeout(self.deadline(), run).await {
                 Ok(Ok(found)) => return Ok(found),
                 Ok(Err(error)) => error,
@@ -247,6 +250,7 @@ impl<S: StateMachine> Transition<S> {
         key: &K,
         found: Found<S, K>,
         params: &P,
+        note: &Note,
     ) -> Result<Outcome<S, K, Committed>, Error>
     where
         DB: Backend,
@@ -277,10 +281,7 @@ impl<S: StateMachine> Transition<S> {
             // In a source state and meeting the guard, yet not moved: it
             // moved away and back between the statements. This one key
             // takes the one-row path.
-            Found::Left { .. } => {
-                self.apply_with(pool, key.clone(), params, &Note::NONE)
-                    .await?
-            }
+            Found::Left { .. } => self.apply_with(pool, key.clone(), params, note).await?,
         })
     }
 }
@@ -323,7 +324,9 @@ impl<S: StateMachine, P> Bound<S, P> {
         P: Params<DB>,
     {
         let transition = self.transition();
-        transition.apply_many_with(pool, keys, self.params()).await
+        transition
+            .apply_many_with(pool, keys, self.params(), &Note::NONE)
+            .await
     }
 }
 
@@ -408,6 +411,7 @@ pub(crate) async fn returning<DB, S, K, P>(
     transition: Transition<S>,
     keys: &[&K],
     params: &P,
+    note: &Note,
 ) -> Result<Vec<Found<S, K>>, Error>
 where
     DB: Backend,
@@ -417,7 +421,7 @@ where
     P: Params<DB>,
 {
     let mut executor = pool;
-    let mut found = update_returning(&mut executor, transition, keys, params).await?;
+    let mut found = update_returning(&mut executor, transition, keys, params, note).await?;
     let [_, read, _, _] = transition.def().apply_many_sql();
     let db_error = |e| transition.db_error(e);
     // One read for the rest: only the keys the update did not move.
@@ -452,6 +456,7 @@ pub(crate) async fn update_returning<DB, S, K, P, E>(
     transition: Transition<S>,
     keys: &[&K],
     params: &P,
+    note: &Note,
 ) -> Result<Vec<Found<S, K>>, Error>
 where
     DB: Backend,
@@ -464,14 +469,23 @@ where
     let mut found: Vec<Found<S, K>> = keys.iter().map(|_| Found::Missing).collect();
     let n = S::KeyShape::COLUMNS;
     let db_error = |e| transition.db_error(e);
-    let args = update_arguments::<DB, S, K, P>(transition, keys, params)?;
+    let mut args = update_arguments::<DB, S, K, P>(transition, keys, params)?;
     let log = DB::sql(log);
+    let history = S::MACHINE.history_table().is_some();
     let rows = match log.is_empty() {
-        true => executor.fetch_all(DB::sql(update), args).await,
+        // PostgreSQL writes the history rows in the update's statement,
+        // with the note's placeholders last.
+        true => {
+            if history {
+                note.bind::<DB>(&mut args).map_err(db_error)?;
+            }
+            executor.fetch_all(DB::sql(update), args).await
+        }
         // SQLite with a history table: the history rows and the update in
-        // one transaction, with the same placeholders.
+        // one transaction, with the same placeholders, then the note's.
         false => {
-            let log_args = update_arguments::<DB, S, K, P>(transition, keys, params)?;
+            let mut log_args = update_arguments::<DB, S, K, P>(transition, keys, params)?;
+            note.bind::<DB>(&mut log_args).map_err(db_error)?;
             executor
                 .logged(log, log_args, DB::sql(update), args, true, None)
                 .await
@@ -511,6 +525,7 @@ pub(crate) async fn in_transaction<DB, S, K, P>(
     transition: Transition<S>,
     keys: &[&K],
     params: &P,
+    note: &Note,
 ) -> Result<Vec<Found<S, K>>, Error>
 where
     DB: Backend,
@@ -520,7 +535,7 @@ where
     P: Params<DB>,
 {
     let mut tx = Tx::begin(pool).await?;
-    let found = lock_and_update(&mut tx, transition, keys, params).await?;
+    let found = lock_and_update(&mut tx, transition, keys, params, note).await?;
     tx.commit(()).await?;
     Ok(found)
 }
@@ -536,6 +551,7 @@ pub(crate) async fn lock_and_update<DB, S, K, P>(
     transition: Transition<S>,
     keys: &[&K],
     params: &P,
+    note: &Note,
 ) -> Result<Vec<Found<S, K>>, Error>
 where
     DB: Backend,
@@ -571,8 +587,10 @@ where
     let mover_keys: Vec<&K> = movers.iter().map(|(i, _, _)| keys[*i]).collect();
     if !DB::sql(log).is_empty() {
         // The history rows, from the rows locked above, before they move:
-        // the JSON, then the guard's values.
+        // the note, the JSON, then the guard's values.
         let mut args = DB::Args::default();
+        note.bind::<DB>(&mut args)
+            .map_err(|e| transition.db_error(e))?;
         K::bind_many(&mover_keys, &mut args).map_err(|e| transition.db_error(e))?;
         params
             .bind_range(&mut args, transition.def().set_binds()..usize::MAX)

@@ -9,7 +9,9 @@ use crate::StateMachine;
 use crate::dialect::Backend;
 use crate::dialect::sealed::Dialect;
 use crate::error::Error;
+use crate::history::Noted;
 use crate::machine::{InFlightDef, TransitionDef};
+use crate::note::Note;
 use crate::transition::{Bound, Params, Transition};
 
 /// How an effect on an in-flight row ended.
@@ -33,7 +35,9 @@ pub enum Verdict {
     RetryLater,
     /// End the row with this follow-up, the state's `done` or `failed`
     /// transition, and the values it binds: made with `.into()` from the
-    /// transition's constructor.
+    /// transition's constructor, or from it [noted](crate::Transition::noted)
+    /// (`PayoutStatus::fail().noted(Note::because("account closed")).into()`),
+    /// for the history row of the follow-up.
     FollowUp(FollowUp),
 }
 
@@ -46,12 +50,19 @@ pub struct FollowUp {
     machine_name: &'static str,
     transition: &'static str,
     values: Arc<Values>,
+    note: Note,
 }
 
 impl FollowUp {
     /// The name of the transition.
     pub fn transition(&self) -> &'static str {
         self.transition
+    }
+
+    /// The note for the follow-up's history row ([`Note::NONE`] unless the
+    /// verdict was made from a noted transition).
+    pub fn note(&self) -> &Note {
+        &self.note
     }
 }
 
@@ -60,6 +71,7 @@ impl fmt::Debug for FollowUp {
         f.debug_struct("FollowUp")
             .field("machine", &self.machine_name)
             .field("transition", &self.transition)
+            .field("note", &self.note)
             .finish_non_exhaustive()
     }
 }
@@ -71,6 +83,7 @@ impl<S: StateMachine> From<Transition<S>> for Verdict {
             machine_name: S::MACHINE.name(),
             transition: transition.name(),
             values: Arc::new(()),
+            note: Note::NONE,
         })
     }
 }
@@ -83,6 +96,20 @@ impl<S: StateMachine, P: Send + Sync + 'static> From<Bound<S, P>> for Verdict {
             machine_name: S::MACHINE.name(),
             transition,
             values: Arc::new(bound.into_params()),
+            note: Note::NONE,
+        })
+    }
+}
+
+impl<S: StateMachine, P: Send + Sync + 'static> From<Noted<S, P>> for Verdict {
+    fn from(noted: Noted<S, P>) -> Verdict {
+        let (transition, params, note) = noted.into_parts();
+        Verdict::FollowUp(FollowUp {
+            machine: TypeId::of::<S>(),
+            machine_name: S::MACHINE.name(),
+            transition: transition.name(),
+            values: Arc::new(params),
+            note,
         })
     }
 }
@@ -127,6 +154,8 @@ pub(crate) struct Chosen<S: 'static> {
     pub(crate) sql: &'static crate::dialect::Sql,
     pub(crate) failed: bool,
     values: Arc<Values>,
+    /// For the follow-up's history row.
+    pub(crate) note: Note,
 }
 
 impl<S: StateMachine> Chosen<S> {
@@ -145,10 +174,10 @@ impl<S: StateMachine> Chosen<S> {
             (Some(transition), Some(sql)) => Ok((transition, sql, true)),
             _ => Err(no_failed()),
         };
-        let ((transition, sql, is_failed), values): (_, Arc<Values>) = match verdict {
+        let ((transition, sql, is_failed), values, note): (_, Arc<Values>, _) = match verdict {
             Verdict::RetryLater => return Ok(None),
-            Verdict::Done => (done, Arc::new(())),
-            Verdict::Failed => (failed()?, Arc::new(())),
+            Verdict::Done => (done, Arc::new(()), Note::NONE),
+            Verdict::Failed => (failed()?, Arc::new(()), Note::NONE),
             Verdict::FollowUp(follow_up) => {
                 let named = follow_up.machine == TypeId::of::<S>();
                 let chosen = if named && follow_up.transition == in_flight.done.name() {
@@ -166,7 +195,12 @@ impl<S: StateMachine> Chosen<S> {
                         verdict: follow_up.transition,
                     });
                 };
-                (chosen, follow_up.values)
+                if follow_up.note != Note::NONE && S::MACHINE.history_table().is_none() {
+                    return Err(Error::NoHistory {
+                        machine: S::MACHINE.name(),
+                    });
+                }
+                (chosen, follow_up.values, follow_up.note)
             }
         };
         Ok(Some(Chosen {
@@ -174,6 +208,7 @@ impl<S: StateMachine> Chosen<S> {
             sql,
             failed: is_failed,
             values,
+            note,
         }))
     }
 
