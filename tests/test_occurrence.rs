@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use common::{Db, PayoutStatus, TestBackend, TransferStatus};
 use sqlx::Pool;
-use stateguard::{Committed, Current, Error, Executor, Key, Outcome, StateMachine};
+use stateguard::{Committed, Current, Error, Executor, Key, Outcome, StateMachine, Tx};
 
 /// The `transfers` table as a machine with a cycle: a payout put on hold
 /// and released, again and again.
@@ -31,6 +31,7 @@ backend_tests! {
     "occ_race" => racing_operators_at_one_occurrence_win_once (flavor = "multi_thread", worker_threads = 4),
     "occ_cycle" => a_late_replay_in_a_cycle_is_refused,
     "occ_load" => load_reads_state_and_occurrence,
+    "occ_stored" => a_win_carries_the_stored_version,
 }
 
 /// Two operators load the same payout and both cancel it with the
@@ -191,4 +192,74 @@ where
         .unwrap_err();
     assert!(matches!(error, Error::NoVersionColumn { .. }), "{error:?}");
     assert!(error.to_string().contains("version"), "{error}");
+}
+
+/// A win's occurrence is the version the row now holds, whichever way the
+/// backend learns it (PostgreSQL and SQLite `RETURNING`; MySQL the
+/// `UPDATE`'s own result, or a read-back for an in-flight target): on a
+/// pool, on a connection and inside a transaction, and above 2^31.
+async fn a_win_carries_the_stored_version<DB: TestBackend>(db: Db<DB>)
+where
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    for<'c> &'c mut <DB as sqlx::Database>::Connection: Executor<Database = DB>,
+    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = stateguard::Uncommitted>,
+    i64: Key<DB>,
+{
+    db.transfers(12).await;
+    let mut conn = db.pool.acquire().await.unwrap();
+    let widen = match DB::DIALECT {
+        stateguard::ddl::Dialect::Postgres => {
+            "ALTER TABLE transfers ALTER COLUMN version TYPE BIGINT"
+        }
+        stateguard::ddl::Dialect::MySql => {
+            "ALTER TABLE transfers MODIFY version BIGINT NOT NULL DEFAULT 0"
+        }
+        // SQLite's INTEGER holds 64 bits.
+        _ => "SELECT 1",
+    };
+    for statement in [
+        widen,
+        "UPDATE transfers SET version = 2147483653 WHERE id > 6",
+    ] {
+        DB::execute(&mut conn, statement, &[]).await.unwrap();
+    }
+    drop(conn);
+
+    // Ids 1..=6 start at version 0, 7..=12 above 2^31; odd ids move into
+    // an in-flight state (`start`), even ones out of the machine's flow
+    // (`cancel`).
+    for base in [0_i64, 6] {
+        for (offset, executor) in [(1, "pool"), (3, "connection"), (5, "transaction")] {
+            for id in [base + offset, base + offset + 1] {
+                let transition = match id % 2 {
+                    1 => TransferStatus::start(),
+                    _ => TransferStatus::cancel(),
+                };
+                let occurrence = match executor {
+                    "pool" => transition
+                        .apply(&db.pool, id)
+                        .await
+                        .unwrap()
+                        .won()
+                        .unwrap()
+                        .occurrence(),
+                    "connection" => {
+                        let mut conn = db.pool.acquire().await.unwrap();
+                        let outcome = transition.apply(&mut *conn, id).await.unwrap();
+                        outcome.won().unwrap().occurrence()
+                    }
+                    _ => {
+                        let mut tx = Tx::begin(&db.pool).await.unwrap();
+                        let outcome = transition.apply(&mut tx, id).await.unwrap();
+                        let won = tx.commit(outcome.won()).await.unwrap().unwrap();
+                        won.occurrence()
+                    }
+                };
+                let stored = db.transfer(id).await.1;
+                assert_eq!(occurrence, stored, "{executor}, transfer {id}");
+                let expected = if base == 0 { 1 } else { 2_147_483_654 };
+                assert_eq!(stored, expected, "{executor}, transfer {id}");
+            }
+        }
+    }
 }

@@ -241,10 +241,11 @@ impl Dialect {
     }
 
     /// What MySQL reads back on the same connection after a winning
-    /// `UPDATE`, for want of `RETURNING`: the new version
-    /// (`LAST_INSERT_ID()`) and, for a transition into an in-flight state,
-    /// the lease token of the row at that version (the key is bound for
-    /// it). Empty for the other dialects.
+    /// `UPDATE` into an in-flight state, for want of `RETURNING`: the new
+    /// version (`LAST_INSERT_ID()`) and the lease token of the row at that
+    /// version (the key is bound for it). Empty otherwise: the `UPDATE`'s
+    /// own result (its OK packet) carries the version it stored with
+    /// `LAST_INSERT_ID(expr)`, and the other dialects return it.
     pub fn read_back(&self, model: &Model, transition: &Transition) -> String {
         let d = *self;
         if d != Dialect::MySql {
@@ -252,7 +253,8 @@ impl Dialect {
         }
         let occurrence = "CAST(LAST_INSERT_ID() AS SIGNED)";
         match &model.states[transition.target].in_flight {
-            None => format!("SELECT {occurrence}"),
+            // The update's own result carries the version.
+            None => String::new(),
             Some(in_flight) => {
                 let same_version = match &model.version {
                     Some(version) => {

@@ -81,8 +81,8 @@ pub(crate) mod sealed {
             args: <Self::Database as Dialect>::Args,
         ) -> BoxFuture<'_, Result<Vec<<Self::Database as sqlx::Database>::Row>, sqlx::Error>>;
 
-        /// Runs `sql`, then `then` on the same connection (MySQL reads
-        /// `LAST_INSERT_ID()` this way).
+        /// Runs `sql`, then `then` on the same connection (MySQL reads a
+        /// new lease token, and `LAST_INSERT_ID()` with it, this way).
         fn execute_then_fetch(
             &mut self,
             sql: &'static str,
@@ -118,12 +118,13 @@ pub(crate) mod sealed {
 }
 
 /// What `Run::logged` did: the rows the update changed (as many as the
-/// history rows written), its rows when asked for, and the follow-up
-/// read's row.
+/// history rows written), its rows when asked for, the follow-up read's
+/// row, and the update's `LAST_INSERT_ID` on MySQL.
 pub struct Logged<DB: sqlx::Database> {
     pub(crate) updated: u64,
     pub(crate) rows: Vec<DB::Row>,
     pub(crate) then: Option<DB::Row>,
+    pub(crate) last_id: u64,
 }
 
 /// The body of `Run::logged` on a connection `$conn` (a `&mut` connection,
@@ -134,13 +135,17 @@ macro_rules! logged_on {
         let logged = <$db as Dialect>::rows_affected(
             &sqlx::Executor::execute(&mut *tx, sqlx::query_with($log, $log_args)).await?,
         );
-        let (updated, rows) = if $rows {
+        let (updated, rows, last_id) = if $rows {
             let rows =
                 sqlx::Executor::fetch_all(&mut *tx, sqlx::query_with($update, $args)).await?;
-            (rows.len() as u64, rows)
+            (rows.len() as u64, rows, 0)
         } else {
             let done = sqlx::Executor::execute(&mut *tx, sqlx::query_with($update, $args)).await?;
-            (<$db as Dialect>::rows_affected(&done), Vec::new())
+            (
+                <$db as Dialect>::rows_affected(&done),
+                Vec::new(),
+                <$db as Dialect>::last_insert_id(&done),
+            )
         };
         let then = match $then {
             Some((sql, args)) => {
@@ -160,6 +165,7 @@ macro_rules! logged_on {
             updated,
             rows,
             then,
+            last_id,
         })
     }};
 }

@@ -430,6 +430,14 @@ impl<S: StateMachine> Transition<S> {
             }
             Ok::<_, Attempt>(changed)
         };
+        // A version MySQL's OK packet carried, as the signed column holds it.
+        let last_id = |id: u64| {
+            i64::try_from(id).map_err(|_| {
+                Attempt::Failed(self.db_error(sqlx::Error::Protocol(format!(
+                    "LAST_INSERT_ID {id} does not fit the version column"
+                ))))
+            })
+        };
         // MySQL reads the new version and lease back on the same
         // connection: the lease token of the row by its key.
         let read_back = || {
@@ -465,7 +473,8 @@ impl<S: StateMachine> Transition<S> {
                 note.bind::<DB<E>>(&mut log_args).map_err(failed)?;
             }
             let returns_rows = (versioned || leased) && <DB<E> as Dialect>::RETURNING;
-            let then = match (versioned || leased) && !<DB<E> as Dialect>::RETURNING {
+            // MySQL reads a lease back; a version comes with the update.
+            let then = match leased && !<DB<E> as Dialect>::RETURNING {
                 true => Some(read_back()?),
                 false => None,
             };
@@ -474,7 +483,11 @@ impl<S: StateMachine> Transition<S> {
                 .await
                 .map_err(retryable)?;
             let row = logged.rows.first().or(logged.then.as_ref());
-            (logged.updated, changed(row)?)
+            let mut changed = changed(row)?;
+            if versioned && !leased && !<DB<E> as Dialect>::RETURNING {
+                changed.occurrence = last_id(logged.last_id)?;
+            }
+            (logged.updated, changed)
         } else if !versioned && !leased {
             let done = executor.execute(update, args).await.map_err(retryable)?;
             (<DB<E> as Dialect>::rows_affected(&done), changed(None)?)
@@ -482,9 +495,17 @@ impl<S: StateMachine> Transition<S> {
             // One row per row changed.
             let rows = executor.fetch_all(update, args).await.map_err(retryable)?;
             (rows.len() as u64, changed(rows.first())?)
-        } else {
+        } else if !leased {
             // MySQL: the UPDATE stored the new version with
-            // LAST_INSERT_ID(expr); the same connection reads it back.
+            // LAST_INSERT_ID(expr), and its OK packet carries it: one
+            // round trip.
+            let done = executor.execute(update, args).await.map_err(retryable)?;
+            let mut changed = changed(None)?;
+            changed.occurrence = last_id(<DB<E> as Dialect>::last_insert_id(&done))?;
+            (<DB<E> as Dialect>::rows_affected(&done), changed)
+        } else {
+            // MySQL into an in-flight state: the same connection reads the
+            // new version (LAST_INSERT_ID()) and the lease token back.
             let (read, then_args) = read_back()?;
             let (done, row) = executor
                 .execute_then_fetch(update, args, read, then_args)

@@ -69,11 +69,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     "UPDATE `payouts` SET `status` = 'sending' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('pending') AND CAST(`status` AS BINARY) IN ('pending') AND (amount_cents <= 95000)",
                 ),
                 ::core::option::Option::None,
-                ::stateguard::__private::sql(
-                    "",
-                    "",
-                    "SELECT CAST(LAST_INSERT_ID() AS SIGNED)",
-                ),
+                ::stateguard::__private::sql("", "", ""),
                 ::core::option::Option::Some("amount_cents <= 95000"),
                 ::core::option::Option::Some([
                     ::stateguard::__private::sql(
@@ -121,11 +117,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     "UPDATE `payouts` SET `status` = 'cancelled' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('pending', 'sending') AND CAST(`status` AS BINARY) IN ('pending', 'sending')",
                 ),
                 ::core::option::Option::None,
-                ::stateguard::__private::sql(
-                    "",
-                    "",
-                    "SELECT CAST(LAST_INSERT_ID() AS SIGNED)",
-                ),
+                ::stateguard::__private::sql("", "", ""),
                 ::core::option::Option::None,
                 ::core::option::Option::None,
                 ::stateguard::__private::sql(
@@ -165,11 +157,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     "UPDATE `payouts` SET `sent_at` = (CURRENT_TIMESTAMP), `bank_ref` = ?, `status` = 'sent' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending')",
                 ),
                 ::core::option::Option::None,
-                ::stateguard::__private::sql(
-                    "",
-                    "",
-                    "SELECT CAST(LAST_INSERT_ID() AS SIGNED)",
-                ),
+                ::stateguard::__private::sql("", "", ""),
                 ::core::option::Option::None,
                 ::core::option::Option::None,
                 ::stateguard::__private::sql(
@@ -206,11 +194,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     "UPDATE `payouts` SET `status` = 'failed' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending')",
                 ),
                 ::core::option::Option::None,
-                ::stateguard::__private::sql(
-                    "",
-                    "",
-                    "SELECT CAST(LAST_INSERT_ID() AS SIGNED)",
-                ),
+                ::stateguard::__private::sql("", "", ""),
                 ::core::option::Option::None,
                 ::core::option::Option::None,
                 ::stateguard::__private::sql(

@@ -63,8 +63,17 @@ pub(crate) mod sealed {
 
         fn rows_affected(result: &Self::QueryResult) -> u64;
 
-        /// Whether `UPDATE … RETURNING` exists; without it the new version is
-        /// read back with `LAST_INSERT_ID()` on the same connection.
+        /// The value an `UPDATE … SET v = LAST_INSERT_ID(v + 1)` stored, as
+        /// MySQL's OK packet carries it (0 when no row matched); 0 on the
+        /// backends that return it with `RETURNING` instead.
+        fn last_insert_id(result: &Self::QueryResult) -> u64 {
+            let _ = result;
+            0
+        }
+
+        /// Whether `UPDATE … RETURNING` exists; without it the new version
+        /// comes with the `UPDATE`'s own result (`LAST_INSERT_ID(expr)`),
+        /// and a lease token is read back on the same connection.
         const RETURNING: bool;
 
         /// OpenTelemetry's `db.system.name` for spans.

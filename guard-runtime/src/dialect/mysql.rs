@@ -26,6 +26,10 @@ impl Dialect for MySql {
         result.rows_affected()
     }
 
+    fn last_insert_id(result: &MySqlQueryResult) -> u64 {
+        result.last_insert_id()
+    }
+
     super::row_access!(sqlx::mysql::MySqlRow);
 
     fn transaction_open(
