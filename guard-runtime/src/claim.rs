@@ -15,83 +15,19 @@ use core::time::Duration;
 use tracing::Instrument;
 
 use crate::StateMachine;
-use crate::dialect::Sql;
-use crate::dialect::{Backend, BoxFuture};
+use crate::batched::{Applied, Batched, Claim, Claimed, Found, sealed};
+use crate::dialect::Backend;
 use crate::error::Error;
 use crate::executor::Executor;
 use crate::executor::sealed::Run;
 use crate::key::{DecodeKey, KeyShape, ManyKeys, RowKey};
-use crate::many::{self, Found};
+use crate::many;
 use crate::note::Note;
 use crate::outcome::{Committed, Uncommitted, Won};
 use crate::retry::{MAX_ATTEMPTS, backoff};
 use crate::telemetry;
 use crate::transition::{Bound, Params, Transition};
 use crate::tx::Tx;
-
-/// A backend that can claim rows and apply a transition to many keys
-/// ([`Transition::claim`], [`Transition::apply_many`]). Claims: PostgreSQL in one statement
-/// (`FOR UPDATE SKIP LOCKED`), MySQL 8 / MariaDB 10.6+ in a short
-/// transaction that skips locked rows, SQLite in a short `BEGIN IMMEDIATE`
-/// transaction (one writer at a time, so nothing to skip); on both, one
-/// `UPDATE` moves every row the claim took. Implemented for every backend;
-/// it cannot be implemented outside this crate.
-pub trait Batched: Backend + sealed::Sealed {
-    /// Runs the claim.
-    #[doc(hidden)]
-    fn claim_rows<'a, S, K, P>(
-        pool: &'a sqlx::Pool<Self>,
-        transition: Transition<S>,
-        params: &'a P,
-        claim: Claim,
-        limit: u32,
-        note: &'a Note,
-    ) -> Claimed<'a, S, K>
-    where
-        S: StateMachine,
-        K: RowKey<Self, S::KeyShape>
-            + DecodeKey<Self, S::KeyShape>
-            + ManyKeys<Self, S::KeyShape>
-            + Ord
-            + Send
-            + Sync
-            + 'a,
-        P: Params<Self> + 'a;
-
-    /// Runs one chunk of `apply_many`.
-    #[doc(hidden)]
-    fn apply_rows<'a, S, K, P>(
-        pool: &'a sqlx::Pool<Self>,
-        transition: Transition<S>,
-        keys: &'a [&'a K],
-        params: &'a P,
-        note: &'a Note,
-    ) -> Applied<'a, S, K>
-    where
-        S: StateMachine,
-        K: DecodeKey<Self, S::KeyShape> + ManyKeys<Self, S::KeyShape> + Ord + Send + Sync + 'a,
-        P: Params<Self> + 'a;
-}
-
-mod sealed {
-    pub trait Sealed {}
-}
-
-/// A claim's future: committed wins, oldest first.
-type Claimed<'a, S, K> = BoxFuture<'a, Result<Vec<Won<S, K, Committed>>, Error>>;
-
-/// One `apply_many` chunk's future: what each key came to.
-type Applied<'a, S, K> = BoxFuture<'a, Result<Vec<Found<S, K>>, Error>>;
-
-/// Which claim: every row in a source state, or those whose `since` is
-/// older than an age.
-#[doc(hidden)]
-#[derive(Debug, Clone, Copy)]
-pub struct Claim {
-    sql: &'static Sql,
-    /// Milliseconds, bound after the guard's values.
-    older_than: Option<i64>,
-}
 
 /// The `Batched` impl of one backend: the function that moves a chunk of
 /// keys, and the one that claims rows (with the `BEGIN` of its
@@ -363,17 +299,6 @@ impl<S: StateMachine, P> Bound<S, P> {
         transition
             .claim_with(pool, self.params(), None, limit, &Note::NONE)
             .await
-    }
-}
-
-impl Claim {
-    /// The age, if any, then the limit: the placeholders after the
-    /// guard's.
-    fn bind_rest<DB: Backend>(self, args: &mut DB::Args, limit: u32) -> Result<(), sqlx::Error> {
-        if let Some(ms) = self.older_than {
-            DB::bind_int(args, ms)?;
-        }
-        DB::bind_int(args, i64::from(limit))
     }
 }
 

@@ -5,7 +5,7 @@
 use core::time::Duration;
 
 use crate::StateMachine;
-use crate::claim::Batched;
+use crate::batched::Batched;
 use crate::dialect::sealed::Dialect;
 use crate::error::Error;
 use crate::executor::Executor;

@@ -12,6 +12,7 @@
     allow(unused)
 )]
 
+mod batched;
 mod claim;
 pub mod ddl;
 mod dialect;
@@ -34,7 +35,7 @@ mod transition;
 mod tx;
 mod verdict;
 
-pub use crate::claim::Batched;
+pub use crate::batched::Batched;
 pub use crate::dialect::{Backend, Key};
 pub use crate::effect::{Effect, FinishError, Finished};
 pub use crate::error::Error;

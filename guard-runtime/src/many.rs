@@ -12,7 +12,7 @@
 use tracing::Instrument;
 
 use crate::StateMachine;
-use crate::claim::Batched;
+use crate::batched::{Batched, Found};
 use crate::dialect::Backend;
 use crate::error::Error;
 use crate::executor::Executor;
@@ -28,19 +28,6 @@ use crate::tx::Tx;
 /// Keys sent in one statement; a longer batch is split into chunks of
 /// this many distinct keys, each moved by statements of its own.
 pub const APPLY_MANY_CHUNK: usize = 10_000;
-
-/// What one chunk's statements found for one distinct key.
-#[doc(hidden)]
-pub enum Found<S, K> {
-    /// Moved by the winning statement: the key as stored, the new
-    /// occurrence and lease token.
-    Moved { key: K, occurrence: i64, lease: i64 },
-    /// Not moved; the row is in `current` at `version`, and meets the
-    /// guard or not.
-    Left { current: S, meets: bool },
-    /// No such row.
-    Missing,
-}
 
 /// The position of `key` among a chunk's keys, which are sorted and
 /// distinct (keys match exactly, so a row's key reads back equal to the

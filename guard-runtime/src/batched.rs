@@ -1,0 +1,104 @@
+//! The backends that can claim rows and apply a transition to many keys:
+//! the sealed [`Batched`] trait and what its methods pass around. The
+//! implementations, one per backend, are in `claim.rs`; `apply_many` and
+//! `claim` (in `many.rs` and `claim.rs`) call them.
+
+use crate::StateMachine;
+use crate::dialect::{Backend, BoxFuture, Sql};
+use crate::error::Error;
+use crate::key::{DecodeKey, ManyKeys, RowKey};
+use crate::note::Note;
+use crate::outcome::{Committed, Won};
+use crate::transition::{Params, Transition};
+
+/// A backend that can claim rows and apply a transition to many keys
+/// ([`Transition::claim`], [`Transition::apply_many`]). Claims: PostgreSQL in one statement
+/// (`FOR UPDATE SKIP LOCKED`), MySQL 8 / MariaDB 10.6+ in a short
+/// transaction that skips locked rows, SQLite in a short `BEGIN IMMEDIATE`
+/// transaction (one writer at a time, so nothing to skip); on both, one
+/// `UPDATE` moves every row the claim took. Implemented for every backend;
+/// it cannot be implemented outside this crate.
+pub trait Batched: Backend + sealed::Sealed {
+    /// Runs the claim.
+    #[doc(hidden)]
+    fn claim_rows<'a, S, K, P>(
+        pool: &'a sqlx::Pool<Self>,
+        transition: Transition<S>,
+        params: &'a P,
+        claim: Claim,
+        limit: u32,
+        note: &'a Note,
+    ) -> Claimed<'a, S, K>
+    where
+        S: StateMachine,
+        K: RowKey<Self, S::KeyShape>
+            + DecodeKey<Self, S::KeyShape>
+            + ManyKeys<Self, S::KeyShape>
+            + Ord
+            + Send
+            + Sync
+            + 'a,
+        P: Params<Self> + 'a;
+
+    /// Runs one chunk of `apply_many`.
+    #[doc(hidden)]
+    fn apply_rows<'a, S, K, P>(
+        pool: &'a sqlx::Pool<Self>,
+        transition: Transition<S>,
+        keys: &'a [&'a K],
+        params: &'a P,
+        note: &'a Note,
+    ) -> Applied<'a, S, K>
+    where
+        S: StateMachine,
+        K: DecodeKey<Self, S::KeyShape> + ManyKeys<Self, S::KeyShape> + Ord + Send + Sync + 'a,
+        P: Params<Self> + 'a;
+}
+
+pub(crate) mod sealed {
+    pub trait Sealed {}
+}
+
+/// A claim's future: committed wins, oldest first.
+pub(crate) type Claimed<'a, S, K> = BoxFuture<'a, Result<Vec<Won<S, K, Committed>>, Error>>;
+
+/// One `apply_many` chunk's future: what each key came to.
+pub(crate) type Applied<'a, S, K> = BoxFuture<'a, Result<Vec<Found<S, K>>, Error>>;
+
+/// Which claim: every row in a source state, or those whose `since` is
+/// older than an age.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub struct Claim {
+    pub(crate) sql: &'static Sql,
+    /// Milliseconds, bound after the guard's values.
+    pub(crate) older_than: Option<i64>,
+}
+
+impl Claim {
+    /// The age, if any, then the limit: the placeholders after the
+    /// guard's.
+    pub(crate) fn bind_rest<DB: Backend>(
+        self,
+        args: &mut DB::Args,
+        limit: u32,
+    ) -> Result<(), sqlx::Error> {
+        if let Some(ms) = self.older_than {
+            DB::bind_int(args, ms)?;
+        }
+        DB::bind_int(args, i64::from(limit))
+    }
+}
+
+/// What one chunk's statements found for one distinct key.
+#[doc(hidden)]
+pub enum Found<S, K> {
+    /// Moved by the winning statement: the key as stored, the new
+    /// occurrence and lease token.
+    Moved { key: K, occurrence: i64, lease: i64 },
+    /// Not moved; the row is in `current` at `version`, and meets the
+    /// guard or not.
+    Left { current: S, meets: bool },
+    /// No such row.
+    Missing,
+}
