@@ -247,10 +247,9 @@ fn version_and_in_flight_sql() {
         TransferStatus::start().def().read_back_sql().mysql(),
         "SELECT CAST(LAST_INSERT_ID() AS SIGNED), (SELECT COALESCE(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', `sending_since`), 0) FROM `transfers` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND COALESCE(`version`, 0) = LAST_INSERT_ID())"
     );
-    assert_eq!(
-        TransferStatus::confirm().def().read_back_sql().mysql(),
-        "SELECT CAST(LAST_INSERT_ID() AS SIGNED)"
-    );
+    // Out of the in-flight state: the UPDATE's own result carries the
+    // version, nothing is read back.
+    assert_eq!(TransferStatus::confirm().def().read_back_sql().mysql(), "");
     assert_eq!(TransferStatus::start().def().read_back_sql().postgres(), "");
     assert_eq!(
         sending.claim_sql().mysql(),

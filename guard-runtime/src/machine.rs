@@ -411,7 +411,7 @@ impl<S: StateMachine> TransitionDef<S> {
     /// (`FOR UPDATE SKIP LOCKED`) and returns their keys, versions and lease
     /// tokens in the machine's `order`; on SQLite and MySQL the candidates'
     /// `SELECT` (`SKIP LOCKED` on MySQL), which a short transaction follows
-    /// with the compare-and-set of each row.
+    /// with one `UPDATE` for all of them ([`Self::apply_many_sql`]).
     pub const fn claim_sql(&self) -> &Sql {
         &self.claim
     }
