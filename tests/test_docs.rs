@@ -284,6 +284,16 @@ fn check_id(id: &str) -> Result<String, String> {
 /// before it lexes). Returns the text as drawn: entities decoded, no-break
 /// spaces as spaces.
 fn check_text(text: &str) -> Result<String, String> {
+    check_label(text, false)
+}
+
+/// [`check_text`] for the quoted description of `state "…" as Id`: no `"`,
+/// and a `:` only before a space or at the end.
+fn check_quoted(text: &str) -> Result<String, String> {
+    check_label(text, true)
+}
+
+fn check_label(text: &str, quoted: bool) -> Result<String, String> {
     if text.is_empty() {
         return Err("empty text".to_owned());
     }
@@ -310,10 +320,14 @@ fn check_text(text: &str) -> Result<String, String> {
                 continue;
             }
         }
-        if matches!(
+        let after = rest[c.len_utf8()..].chars().next();
+        let kept_colon = quoted && c == ':' && after.is_none_or(|n| n == ' ');
+        if (matches!(
             c,
-            ';' | ':' | '<' | '>' | '&' | '`' | '*' | '~' | '$' | '{' | '}' | '@'
-        ) || c.is_control()
+            ';' | ':' | '<' | '>' | '&' | '`' | '*' | '~' | '$' | '{' | '}' | '@' | '\\'
+        ) && !kept_colon)
+            || (quoted && c == '"')
+            || c.is_control()
         {
             return Err(format!("text {text:?} contains a raw {c:?}"));
         }
@@ -374,6 +388,13 @@ fn parse_statement(d: &mut Diagram, s: &str) -> Result<(), String> {
             let (to, label) = rest.split_once(" : ").ok_or("an edge without a label")?;
             d.edges.push((from, check_id(to)?, check_text(label)?));
         }
+    // state "description" as Id
+    } else if let Some(rest) = s.strip_prefix("state \"") {
+        let (text, id) = rest
+            .rsplit_once("\" as ")
+            .ok_or("a state without `\" as `")?;
+        let text = check_quoted(text)?;
+        d.states.entry(check_id(id)?).or_default().push(text);
     // Id : description
     } else if let Some((id, text)) = s.split_once(" : ") {
         let text = check_text(text)?;
@@ -496,6 +517,8 @@ fn mermaid_checker_rejects_broken_diagrams() {
         "stateDiagram-v2\n    State : a\n",
         "stateDiagram-v2\n    A : a;b\n",
         "stateDiagram-v2\n    A : a:b\n",
+        "stateDiagram-v2\n    state \"a:b\" as A\n",
+        "stateDiagram-v2\n    state \"say \"hi\"\" as A\n",
         "stateDiagram-v2\n    A : **a**\n",
         "stateDiagram-v2\n    A : <b>a</b>\n",
         "stateDiagram-v2\n    A : direction TB\n",
@@ -512,9 +535,18 @@ fn mermaid_checker_rejects_broken_diagrams() {
 #[test]
 fn awkward_names_are_escaped() {
     let mermaid = docs::mermaid::<Awkward>();
-    assert!(mermaid.contains("\n    State_ : State\n"), "{mermaid}");
-    assert!(mermaid.contains("\n    End_ : End\n"), "{mermaid}");
-    assert!(mermaid.contains("\n    Caf_ue9_ : Café\n"), "{mermaid}");
+    assert!(
+        mermaid.contains("\n    state \"State\" as State_\n"),
+        "{mermaid}"
+    );
+    assert!(
+        mermaid.contains("\n    state \"End\" as End_\n"),
+        "{mermaid}"
+    );
+    assert!(
+        mermaid.contains("\n    state \"Café\" as Caf_ue9_\n"),
+        "{mermaid}"
+    );
     assert!(mermaid.contains("direction#32;TB"), "{mermaid}");
 
     let dot = docs::dot::<Awkward>();
@@ -754,9 +786,10 @@ fn mermaid_draws_every_name_as_written() {
         .map(|(n, chunk)| {
             let mut source = String::from("stateDiagram-v2\n");
             for (i, text) in chunk.iter().enumerate() {
+                let quoted = stateguard::__private::mermaid_quoted(text);
                 let label = stateguard::__private::mermaid_text(text);
                 source.push_str(&format!(
-                    "    S{i} : {label}\n    S{i} --> T{i} : {label}\n"
+                    "    state \"{quoted}\" as S{i}\n    S{i} --> T{i} : {label}\n"
                 ));
             }
             let twice: Vec<String> = chunk.iter().flat_map(|t| [t.clone(), t.clone()]).collect();

@@ -73,9 +73,10 @@ pub mod __private {
     pub use crate::verdict::Binder;
     pub use crate::verdict::construct::binder;
 
-    /// How `docs::mermaid` writes a label, for the test that draws
-    /// arbitrary text with real Mermaid.
-    pub use crate::docs::mermaid::mermaid_text;
+    /// How `docs::mermaid` writes a label and a state's quoted
+    /// description, for the test that draws arbitrary text with real
+    /// Mermaid.
+    pub use crate::docs::mermaid::{mermaid_quoted, mermaid_text};
 
     /// A transition constructor with `bind(Type)` values returns
     /// `Bound::new(transition, values)`.

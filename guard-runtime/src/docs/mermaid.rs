@@ -10,7 +10,7 @@ use super::*;
 /// The machine as a Mermaid `stateDiagram-v2`.
 ///
 /// Node ids are the variant names and each state shows its database string
-/// as its description. The initial state is entered from `[*]`, every
+/// (`state "pending" as Pending`). The initial state is entered from `[*]`, every
 /// terminal state (no transition starts from it) leads to `[*]`, and every
 /// in-flight state carries a note with its lease and `since` column and the
 /// class `inFlight`. Each edge is labelled with its transition's name.
@@ -18,7 +18,8 @@ use super::*;
 /// A variant name that Mermaid would read as a keyword (`State`, `Note`,
 /// `Class`, …) gets a trailing `_` as its id, and characters outside
 /// `[A-Za-z0-9_]` are written as `_u<hex>_`; the variant is then shown above
-/// the database string. The result ends with a newline.
+/// the database string (`state "State" as State_` and `State_ : …`). The
+/// result ends with a newline.
 ///
 /// # Names as written
 ///
@@ -26,11 +27,13 @@ use super::*;
 /// written by Mermaid 11 with its default (HTML) labels, as GitHub, GitLab
 /// and Mermaid in rustdoc draw it: `on-hold: customer`, `50% paid`,
 /// `#1 closed (A/B)`, `**not bold**`, `<b>not markup</b>`. Most characters
-/// are written as they are; a character that Mermaid would read as syntax
-/// (`;`, `:`, `{`, `}`, `%%`, `direction`), as HTML (`<`, `>`, `&`) or as
-/// Markdown or math (`` ` ``, `*`, `_`, `~`, `$`, links, headings, lists) is
-/// written as a `#<code>;` entity, which Mermaid decodes after it has parsed
-/// the diagram and the label.
+/// are written as they are (a state's `:` too, where a space or the end
+/// follows it: the quoted form takes it); a character that Mermaid would read
+/// as syntax (`;`, another `:`, `"` in a state, `{`, `}`, `%%`,
+/// `direction`), as HTML (`<`, `>`, `&`) or as Markdown or math (`` ` ``,
+/// `*`, `_`, `~`, `$`, links, headings, lists) is written as a `#<code>;`
+/// entity, which Mermaid decodes after it has parsed the diagram and the
+/// label.
 ///
 /// Two things cannot be drawn as written, and get their closest form:
 ///
@@ -48,8 +51,8 @@ use super::*;
 ///
 /// ```text
 /// stateDiagram-v2
-///     Pending : pending
-///     Sending : sending
+///     state "pending" as Pending
+///     state "sending" as Sending
 ///     ...
 ///     [*] --> Pending
 ///     Pending --> Sending : start
@@ -68,11 +71,22 @@ pub fn mermaid<T: StateMachine>() -> String {
 
     let mut out = String::from("stateDiagram-v2\n");
     for (state, state_id) in states.iter().zip(&ids) {
-        if *state_id != state.variant() {
-            // The id had to change: keep the Rust name visible.
-            let _ = writeln!(out, "    {state_id} : {}", mermaid_text(state.variant()));
+        if *state_id == state.variant() {
+            let _ = writeln!(
+                out,
+                "    state \"{}\" as {state_id}",
+                mermaid_quoted(state.db_str())
+            );
+        } else {
+            // The id had to change: keep the Rust name visible, above the
+            // database string.
+            let _ = writeln!(
+                out,
+                "    state \"{}\" as {state_id}",
+                mermaid_quoted(state.variant())
+            );
+            let _ = writeln!(out, "    {state_id} : {}", mermaid_text(state.db_str()));
         }
-        let _ = writeln!(out, "    {state_id} : {}", mermaid_text(state.db_str()));
     }
     let _ = writeln!(out, "    [*] --> {}", id(machine.initial()));
     for transition in machine.transitions() {
@@ -200,11 +214,11 @@ fn mermaid_ids<S: Copy>(states: &[StateDef<S>]) -> Vec<String> {
 ///   `direction`, and a `%` next to another (`%%` starts a comment or a
 ///   directive);
 /// - be read as HTML or as an entity: `<`, `>`, `&`;
-/// - be read as Markdown or math: `` ` ``, `*`, `~`, `$`, `@` and the `.` of
-///   `www.` (links), a `]` before `(`, an `_` that is not between two letters
-///   or digits, a text's first character when it is punctuation (a heading,
-///   a list or a quote), and the `.` or `)` after leading digits (a numbered
-///   list);
+/// - be read as Markdown or math: `` ` ``, `*`, `~`, `$`, `\` (an escape),
+///   `@` and the `.` of `www.` (links), a `]` before `(`, an `_` that is not
+///   between two letters or digits, a leading `#`, `-` or `+` (or a run of
+///   one) before a space or the end (a heading or a list item), and the `.`
+///   or `)` after leading digits before a space or the end (a numbered list);
 /// - be dropped as white space: a space at either end or after another space
 ///   becomes a no-break space (U+00A0), the closest form HTML keeps; white
 ///   space other than a plain space is written as its entity, and a line
@@ -213,6 +227,18 @@ fn mermaid_ids<S: Copy>(states: &[StateDef<S>]) -> Vec<String> {
 /// A raw `#` is safe: Mermaid only reads `#…;` as an entity, and a raw `;`
 /// never appears.
 pub fn mermaid_text(text: &str) -> String {
+    encode(text, false)
+}
+
+/// [`mermaid_text`] for the quoted description of `state "…" as Id`, which
+/// takes a `:` as it is where the description after `Id : ` cannot (before
+/// a space or at the end: a `:` before anything else could still start
+/// `:::` or the pattern of a `style` line), and cannot hold a `"`.
+pub fn mermaid_quoted(text: &str) -> String {
+    encode(text, true)
+}
+
+fn encode(text: &str, quoted: bool) -> String {
     let one_line: String = text
         .chars()
         .map(|c| {
@@ -242,11 +268,23 @@ pub fn mermaid_text(text: &str) -> String {
         let word = |c: Option<char>| c.is_some_and(char::is_alphanumeric);
         let after_digits = i > 0 && chars[..i].iter().all(char::is_ascii_digit);
         match c {
-            ';' | ':' | '{' | '}' | '<' | '>' | '&' | '`' | '*' | '~' | '$' | '@' => {
+            ':' if quoted && next.is_none_or(|n| n == ' ') => out.push(c),
+            '"' if quoted => entity(&mut out, c),
+            ';' | ':' | '{' | '}' | '<' | '>' | '&' | '`' | '*' | '~' | '$' | '@' | '\\' => {
                 entity(&mut out, c);
             }
-            c if i == 0 && c.is_ascii_punctuation() => entity(&mut out, c),
-            '.' | ')' if after_digits => entity(&mut out, c),
+            // A heading or a list item: `#`, `-` or `+` (or a run of one)
+            // before a space or the end.
+            '#' | '-' | '+'
+                if i == 0 && {
+                    let run = chars.iter().take_while(|&&r| r == c).count();
+                    chars.get(run).is_none_or(|&n| n == ' ')
+                } =>
+            {
+                entity(&mut out, c);
+            }
+            // A numbered list item: `1.` or `1)` before a space or the end.
+            '.' | ')' if after_digits && next.is_none_or(|n| n == ' ') => entity(&mut out, c),
             '.' if ends_with(i, "www") => entity(&mut out, c),
             '_' if !(word(prev) && word(next)) => entity(&mut out, c),
             '%' if prev == Some('%') || next == Some('%') => entity(&mut out, c),

@@ -150,7 +150,7 @@ mod tests {
     use super::dot::dot_str;
     use super::fresh::section;
     use super::markdown::code;
-    use super::mermaid::mermaid_text;
+    use super::mermaid::{mermaid_quoted, mermaid_text};
     use super::*;
 
     #[test]
@@ -160,6 +160,16 @@ mod tests {
         assert_eq!(code("`ops`"), "`` `ops` ``");
         assert_eq!(code("x``y"), "```x``y```");
         assert_eq!(code("a\nb"), "`a b`");
+    }
+
+    #[test]
+    fn a_quoted_description_keeps_a_colon_before_a_space() {
+        assert_eq!(mermaid_quoted("on-hold: customer"), "on-hold: customer");
+        assert_eq!(mermaid_quoted("done:"), "done:");
+        assert_eq!(mermaid_quoted("a:b x:::y"), "a#58;b x#58;#58;#58;y");
+        assert_eq!(mermaid_quoted("say \"hi\": ok"), "say #34;hi#34;: ok");
+        // Outside quotes, every `:` is an entity.
+        assert_eq!(mermaid_text("on-hold: customer"), "on-hold#58; customer");
     }
 
     #[test]
@@ -179,9 +189,12 @@ mod tests {
             mermaid_text("**b** _i_ a_b $$x$$"),
             "#42;#42;b#42;#42; #95;i#95; a_b #36;#36;x#36;#36;"
         );
-        assert_eq!(mermaid_text("#1 closed"), "#35;1 closed");
+        assert_eq!(mermaid_text("#1 closed"), "#1 closed");
+        assert_eq!(mermaid_text("# h"), "#35; h");
+        assert_eq!(mermaid_text("--- -5 +"), "#45;-- -5 +");
         assert_eq!(mermaid_text("12. x 12.5"), "12#46; x 12.5");
-        assert_eq!(mermaid_text("[a](b) www.x"), "#91;a#93;(b) www#46;x");
+        assert_eq!(mermaid_text("1.5x"), "1.5x");
+        assert_eq!(mermaid_text("[a](b) www.x"), "[a#93;(b) www#46;x");
         // White space HTML would drop.
         assert_eq!(mermaid_text(" a  b "), "#160;a #160;b#160;");
         assert_eq!(mermaid_text("a\nb\u{2003}c"), "a b#8195;c");
