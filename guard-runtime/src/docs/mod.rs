@@ -30,11 +30,11 @@
 //!
 //! ```text
 //! stateDiagram-v2
-//!     Pending : pending
-//!     Sending : sending
-//!     Sent : sent
-//!     Failed : failed
-//!     Cancelled : cancelled
+//!     state "pending" as Pending
+//!     state "sending" as Sending
+//!     state "sent" as Sent
+//!     state "failed" as Failed
+//!     state "cancelled" as Cancelled
 //!     [*] --> Pending
 //!     Pending --> Sending : start
 //!     Pending --> Cancelled : cancel
