@@ -63,7 +63,7 @@ where
     for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
     i64: Key<DB>,
 {
-    Logged::MACHINE.history(&db.pool, id).await.unwrap()
+    Logged::history(&db.pool, id).await.unwrap()
 }
 
 /// Each history row's source is the previous row's target, the first
