@@ -274,3 +274,71 @@ async fn a_killed_session_leaves_the_outcome_unknown() {
     assert!(error.is_outcome_unknown(), "{error:?}");
     holder.rollback().await.unwrap();
 }
+
+/// The statements this session has run, by MariaDB's and MySQL's own
+/// counters: `(UPDATE, SELECT)`.
+async fn statements(conn: &mut sqlx::MySqlConnection) -> (i64, i64) {
+    let mut counts = (0, 0);
+    let rows: Vec<(String, String)> =
+        sqlx::query_as("SHOW SESSION STATUS WHERE Variable_name IN ('Com_update', 'Com_select')")
+            .fetch_all(&mut *conn)
+            .await
+            .unwrap();
+    for (name, value) in rows {
+        let value: i64 = value.parse().unwrap();
+        match name.as_str() {
+            "Com_update" => counts.0 = value,
+            _ => counts.1 = value,
+        }
+    }
+    counts
+}
+
+/// The floor of each path, counted by the server: a win that leaves the
+/// in-flight path is one `UPDATE` (its version comes in the `UPDATE`'s own
+/// result), a win into an in-flight state adds the lease's read, and a
+/// losing attempt is the `UPDATE` and the fresh read, nothing more.
+#[tokio::test]
+async fn each_path_runs_its_fewest_statements() {
+    use common::TransferStatus;
+    let Some(db) = open!(Mysql, "round_trips") else {
+        return;
+    };
+    db.transfers(3).await;
+    let mut conn = db.pool.acquire().await.unwrap();
+
+    let before = statements(&mut conn).await;
+    let outcome = TransferStatus::cancel()
+        .apply(&mut *conn, 1_i64)
+        .await
+        .unwrap();
+    assert!(outcome.is_applied());
+    let after = statements(&mut conn).await;
+    assert_eq!(
+        (after.0 - before.0, after.1 - before.1),
+        (1, 0),
+        "a versioned win"
+    );
+
+    let before = after;
+    let outcome = TransferStatus::start()
+        .apply(&mut *conn, 2_i64)
+        .await
+        .unwrap();
+    assert!(outcome.is_applied());
+    let after = statements(&mut conn).await;
+    assert_eq!(
+        (after.0 - before.0, after.1 - before.1),
+        (1, 1),
+        "a win into flight"
+    );
+
+    let before = after;
+    let outcome = TransferStatus::start()
+        .apply(&mut *conn, 2_i64)
+        .await
+        .unwrap();
+    assert_eq!(outcome, Outcome::AlreadyInState(TransferStatus::Sending));
+    let after = statements(&mut conn).await;
+    assert_eq!((after.0 - before.0, after.1 - before.1), (1, 1), "a loss");
+}

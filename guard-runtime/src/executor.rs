@@ -148,10 +148,10 @@ macro_rules! logged_on {
             )
         };
         let then = match $then {
-            Some((sql, args)) => {
+            Some((sql, args)) if updated > 0 => {
                 sqlx::Executor::fetch_optional(&mut *tx, sqlx::query_with(sql, args)).await?
             }
-            None => None,
+            _ => None,
         };
         if logged != updated {
             // Dropping the transaction rolls both back.
@@ -219,6 +219,11 @@ macro_rules! execute_then_fetch {
                 #[allow(unused_mut)]
                 let mut conn = $conn;
                 let done = sqlx::Executor::execute(&mut *conn, sqlx::query_with(sql, args)).await?;
+                // Nothing changed, nothing to read: a losing attempt stays at
+                // its two statements, the update and the fresh read.
+                if <$db as Dialect>::rows_affected(&done) == 0 {
+                    return Ok((done, None));
+                }
                 let row =
                     sqlx::Executor::fetch_optional(&mut *conn, sqlx::query_with(then, then_args))
                         .await?;
