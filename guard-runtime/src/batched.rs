@@ -102,3 +102,10 @@ pub enum Found<S, K> {
     /// No such row.
     Missing,
 }
+
+/// The position of `key` among a chunk's keys, which are sorted and
+/// distinct (keys match exactly, so a row's key reads back equal to the
+/// key that found it).
+pub(crate) fn position<K: Ord>(keys: &[&K], key: &K) -> Option<usize> {
+    keys.binary_search_by(|k| (*k).cmp(key)).ok()
+}

@@ -15,7 +15,7 @@ use core::time::Duration;
 use tracing::Instrument;
 
 use crate::StateMachine;
-use crate::batched::{Applied, Batched, Claim, Claimed, Found, sealed};
+use crate::batched::{Applied, Batched, Claim, Claimed, Found, position, sealed};
 use crate::dialect::Backend;
 use crate::error::Error;
 use crate::executor::Executor;
@@ -517,7 +517,7 @@ where
     // The wins in the candidates' order.
     let mut wins = Vec::with_capacity(candidates.len());
     for candidate in &candidates {
-        let Ok(i) = keys.binary_search(&candidate) else {
+        let Some(i) = position(&keys, candidate) else {
             continue;
         };
         if let Found::Moved {

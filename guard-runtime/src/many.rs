@@ -12,7 +12,7 @@
 use tracing::Instrument;
 
 use crate::StateMachine;
-use crate::batched::{Batched, Found};
+use crate::batched::{Batched, Found, position};
 use crate::dialect::Backend;
 use crate::error::Error;
 use crate::executor::Executor;
@@ -28,13 +28,6 @@ use crate::tx::Tx;
 /// Keys sent in one statement; a longer batch is split into chunks of
 /// this many distinct keys, each moved by statements of its own.
 pub const APPLY_MANY_CHUNK: usize = 10_000;
-
-/// The position of `key` among a chunk's keys, which are sorted and
-/// distinct (keys match exactly, so a row's key reads back equal to the
-/// key that found it).
-fn position<K: Ord>(keys: &[&K], key: &K) -> Option<usize> {
-    keys.binary_search_by(|k| (*k).cmp(key)).ok()
-}
 
 impl<S: StateMachine> Transition<S> {
     /// Applies this transition to every key of `keys`: one outcome per key,

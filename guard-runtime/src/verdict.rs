@@ -76,41 +76,41 @@ impl fmt::Debug for FollowUp {
     }
 }
 
-impl<S: StateMachine> From<Transition<S>> for Verdict {
-    fn from(transition: Transition<S>) -> Verdict {
+impl FollowUp {
+    /// The verdict that ends the row with `transition` of machine `S`,
+    /// binding `values`, with `note` for its history row.
+    fn verdict<S: StateMachine, P: Send + Sync + 'static>(
+        transition: Transition<S>,
+        values: P,
+        note: Note,
+    ) -> Verdict {
         Verdict::FollowUp(FollowUp {
             machine: TypeId::of::<S>(),
             machine_name: S::MACHINE.name(),
             transition: transition.name(),
-            values: Arc::new(()),
-            note: Note::NONE,
+            values: Arc::new(values),
+            note,
         })
+    }
+}
+
+impl<S: StateMachine> From<Transition<S>> for Verdict {
+    fn from(transition: Transition<S>) -> Verdict {
+        FollowUp::verdict(transition, (), Note::NONE)
     }
 }
 
 impl<S: StateMachine, P: Send + Sync + 'static> From<Bound<S, P>> for Verdict {
     fn from(bound: Bound<S, P>) -> Verdict {
-        let transition = bound.transition().name();
-        Verdict::FollowUp(FollowUp {
-            machine: TypeId::of::<S>(),
-            machine_name: S::MACHINE.name(),
-            transition,
-            values: Arc::new(bound.into_params()),
-            note: Note::NONE,
-        })
+        let transition = bound.transition();
+        FollowUp::verdict(transition, bound.into_params(), Note::NONE)
     }
 }
 
 impl<S: StateMachine, P: Send + Sync + 'static> From<Noted<S, P>> for Verdict {
     fn from(noted: Noted<S, P>) -> Verdict {
         let (transition, params, note) = noted.into_parts();
-        Verdict::FollowUp(FollowUp {
-            machine: TypeId::of::<S>(),
-            machine_name: S::MACHINE.name(),
-            transition: transition.name(),
-            values: Arc::new(params),
-            note,
-        })
+        FollowUp::verdict(transition, params, note)
     }
 }
 
