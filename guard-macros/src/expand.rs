@@ -9,6 +9,7 @@ use crate::ast::Input;
 use crate::ctxt::Ctxt;
 use crate::ddl::{self, DdlText};
 use crate::dialect::{DIALECTS, Dialect};
+use crate::sql::Match;
 use crate::valid::{self, Model};
 
 pub fn derive(node: &DeriveInput) -> TokenStream {
@@ -129,8 +130,12 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
                 .all(|d| !d.claim_older(model, t).is_empty())
                 .then(|| sql_per_dialect(&private, |d| d.claim_older(model, t))),
         );
-        let many_update = sql_per_dialect(&private, |d| d.many_update(model, t));
-        let many_read = sql_per_dialect(&private, |d| d.many_read(model, t));
+        let many_update = sql_per_dialect(&private, |d| d.many_update(model, t, Match::Exact));
+        let many_read = sql_per_dialect(&private, |d| d.many_read(model, t, Match::Exact));
+        let many_update_by_value =
+            sql_per_dialect(&private, |d| d.many_update(model, t, Match::ByValue));
+        let many_read_by_value =
+            sql_per_dialect(&private, |d| d.many_read(model, t, Match::ByValue));
         let many_lease = sql_per_dialect(&private, |d| d.many_lease(model, t));
         let many_log = sql_per_dialect(&private, |d| d.many_log(model, t));
         let guard = option(t.guard.as_ref().map(|guard| &guard.text));
@@ -164,6 +169,7 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
                 #claim_older,
                 #log,
                 [#many_update, #many_read, #many_lease, #many_log],
+                [#many_update_by_value, #many_read_by_value],
             )
         }
     });

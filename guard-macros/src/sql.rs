@@ -6,6 +6,17 @@
 use crate::dialect::Dialect;
 use crate::valid::{Assign, InFlight, Model, State, Transition};
 
+/// How a batch's keys are compared with the table's.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Match {
+    /// Equal, and equal exactly (see `Dialect::key_match`): for any key.
+    Exact,
+    /// Equal by value: for keys whose equality is exact by value
+    /// (integers, UUIDs), on PostgreSQL, where the text comparison that
+    /// [`Match::Exact`] adds for text keys costs a hashed subplan.
+    ByValue,
+}
+
 /// A transition's name as the history records it.
 fn transition_name(transition: &Transition) -> String {
     syn::ext::IdentExt::unraw(transition.name).to_string()
@@ -958,7 +969,10 @@ impl Dialect {
 
     /// `apply_many`'s keys as rows, `__sg_i(__sg_k0, …)`: the arrays `$1`…
     /// unnested on PostgreSQL, the JSON `?` through `JSON_TABLE` on MySQL
-    /// (each value as text, compared exactly below). Not used on SQLite.
+    /// and `json_each(?1)` on SQLite (each value as text, compared exactly
+    /// below). SQLite's `json_each` sits in a subquery that names only
+    /// `__sg_k0`, …, so that its own columns (`id`, `key`, `value`, `type`,
+    /// …) cannot shadow the table's in a guard or a `set`.
     fn many_input(self, model: &Model) -> String {
         let n = model.key.len();
         match self {
@@ -971,7 +985,19 @@ impl Dialect {
                     columns.join(", ")
                 )
             }
-            Dialect::MySql | Dialect::Sqlite => {
+            Dialect::Sqlite => {
+                let columns: Vec<String> = (0..n)
+                    .map(|i| match n {
+                        1 => "value AS __sg_k0".to_owned(),
+                        _ => format!("json_extract(value, '$[{i}]') AS __sg_k{i}"),
+                    })
+                    .collect();
+                format!(
+                    "(SELECT {} FROM json_each(?1)) AS __sg_i",
+                    columns.join(", ")
+                )
+            }
+            Dialect::MySql => {
                 let columns: Vec<String> = (0..n)
                     .map(|i| {
                         let path = if n == 1 {
@@ -991,51 +1017,25 @@ impl Dialect {
     }
 
     /// The table's key columns equal to `__sg_i`'s, exactly (see
-    /// [`Self::key_match`]).
-    fn many_match(self, model: &Model) -> String {
+    /// [`Self::key_match`]), or [`Match::ByValue`].
+    fn many_match(self, model: &Model, by: Match) -> String {
         let table = self.quote(&model.table);
         model
             .key
             .iter()
             .enumerate()
             .map(|(i, k)| {
-                self.exact_eq(
-                    &format!("{table}.{}", self.quote(k)),
-                    &format!("__sg_i.__sg_k{i}"),
-                )
+                let (k, v) = (
+                    format!("{table}.{}", self.quote(k)),
+                    format!("__sg_i.__sg_k{i}"),
+                );
+                match by {
+                    Match::Exact => self.exact_eq(&k, &v),
+                    Match::ByValue => format!("{k} = {v}"),
+                }
             })
             .collect::<Vec<_>>()
             .join(" AND ")
-    }
-
-    /// SQLite: the row's key among the JSON `?1`'s, exactly: the keys of
-    /// the rows that a join of the JSON with the table finds by the key's
-    /// index and compares as bytes.
-    fn many_in_json(self, model: &Model) -> String {
-        let n = model.key.len();
-        let table = self.quote(&model.table);
-        let keys: Vec<String> = model
-            .key
-            .iter()
-            .map(|k| format!("{table}.{}", self.quote(k)))
-            .collect();
-        let matches: Vec<String> = keys
-            .iter()
-            .enumerate()
-            .map(|(i, k)| {
-                let part = match n {
-                    1 => "__sg_i.value".to_owned(),
-                    _ => format!("json_extract(__sg_i.value, '$[{i}]')"),
-                };
-                self.exact_eq(k, &part)
-            })
-            .collect();
-        format!(
-            "({}) IN (SELECT {} FROM json_each(?1) AS __sg_i JOIN {table} ON {})",
-            keys.join(", "),
-            keys.join(", "),
-            matches.join(" AND "),
-        )
     }
 
     /// The placeholders a batch's keys take before the guard's values:
@@ -1058,8 +1058,15 @@ impl Dialect {
     ///
     /// Placeholders: the keys (arrays on PostgreSQL, JSON elsewhere), then
     /// the `set` values, then the guard's.
-    pub fn many_update(&self, model: &Model, transition: &Transition) -> String {
+    ///
+    /// [`Match::ByValue`] is PostgreSQL's statement for keys whose equality
+    /// is exact by value (integers, UUIDs), without the text comparison;
+    /// empty on the other dialects.
+    pub fn many_update(&self, model: &Model, transition: &Transition, by: Match) -> String {
         let d = *self;
+        if by == Match::ByValue && d != Dialect::Postgres {
+            return String::new();
+        }
         let table = d.quote(&model.table);
         let status = d.in_sources(model, transition);
         let key_params = d.many_key_params(model);
@@ -1092,12 +1099,21 @@ impl Dialect {
         // batches lock rows in the same order. The text comparison (a
         // hashed subplan) keeps the match exact under a nondeterministic
         // collation.
-        let pg_keys = match model.key.len() {
-            1 => format!(
+        let pg_keys = match (model.key.len(), by) {
+            (1, Match::ByValue) => format!("{keys} = ANY($1)"),
+            (n, Match::ByValue) => {
+                let columns: Vec<String> = (0..n).map(|i| format!("__sg_k{i}")).collect();
+                format!(
+                    "({keys}) IN (SELECT {} FROM {})",
+                    columns.join(", "),
+                    d.many_input(model),
+                )
+            }
+            (1, Match::Exact) => format!(
                 "{keys} = ANY($1) AND CAST({keys} AS TEXT) COLLATE \"C\" IN (SELECT \
                  CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0))"
             ),
-            n => {
+            (n, Match::Exact) => {
                 let columns: Vec<String> = (0..n).map(|i| format!("__sg_k{i}")).collect();
                 let texts: Vec<String> = (0..n)
                     .map(|i| format!("CAST(__sg_k{i} AS TEXT) COLLATE \"C\""))
@@ -1166,16 +1182,20 @@ impl Dialect {
                     "UPDATE {table} SET {assignments} WHERE {pg_keys} AND {status}{guard}{returning}"
                 )
             }
+            // `UPDATE … FROM`: each key finds its row by the key's index,
+            // as a hand-written `id IN (SELECT value FROM json_each(?1))`
+            // does, and is compared exactly on that one row.
             (Dialect::Sqlite, _) => format!(
-                "UPDATE {table} SET {assignments} WHERE {status}{guard} AND {}{returning}",
-                d.many_in_json(model),
+                "UPDATE {table} SET {assignments} FROM {} WHERE {} AND {status}{guard}{returning}",
+                d.many_input(model),
+                d.many_match(model, by),
             ),
             // A join driven by the keys, not `IN (SELECT …)`: MySQL runs
             // that as a dependent subquery over the whole table.
             (Dialect::MySql, _) => format!(
                 "UPDATE {} STRAIGHT_JOIN {table} ON {} SET {assignments} WHERE {status}{guard}",
                 d.many_input(model),
-                d.many_match(model),
+                d.many_match(model, by),
             ),
         }
     }
@@ -1210,12 +1230,14 @@ impl Dialect {
                  WHERE {status}{guard}",
                 d.quote(history),
                 d.many_input(model),
-                d.many_match(model),
+                d.many_match(model, Match::Exact),
             ),
             Dialect::Sqlite | Dialect::Postgres => format!(
-                "INSERT INTO {} ({columns}) SELECT {values} FROM {table} WHERE {status}{guard} AND {}",
+                "INSERT INTO {} ({columns}) SELECT {values} FROM {} JOIN {table} ON {} WHERE \
+                 {status}{guard}",
                 d.quote(history),
-                d.many_in_json(model),
+                d.many_input(model),
+                d.many_match(model, Match::Exact),
             ),
         }
     }
@@ -1227,8 +1249,13 @@ impl Dialect {
     ///
     /// Placeholders: the keys, then the guard's values; on MySQL, whose
     /// guard comes first in the text, the guard's values, then the JSON.
-    pub fn many_read(&self, model: &Model, transition: &Transition) -> String {
+    ///
+    /// [`Match::ByValue`]: as for [`Self::many_update`].
+    pub fn many_read(&self, model: &Model, transition: &Transition, by: Match) -> String {
         let d = *self;
+        if by == Match::ByValue && d != Dialect::Postgres {
+            return String::new();
+        }
         let table = d.quote(&model.table);
         let key_params = d.many_key_params(model);
         let meets = match &transition.guard {
@@ -1250,21 +1277,17 @@ impl Dialect {
             d.version_read(model.version.as_deref()),
         );
         match d {
-            Dialect::Postgres => format!(
+            Dialect::Postgres | Dialect::Sqlite => format!(
                 "SELECT {columns} FROM {} JOIN {table} ON {}",
                 d.many_input(model),
-                d.many_match(model),
-            ),
-            Dialect::Sqlite => format!(
-                "SELECT {columns} FROM {table} WHERE {}",
-                d.many_in_json(model)
+                d.many_match(model, by),
             ),
             // The keys drive the join (`STRAIGHT_JOIN`): each row is found
             // by its key, and locked in the keys' order.
             Dialect::MySql => format!(
                 "SELECT {columns} FROM {} STRAIGHT_JOIN {table} ON {} FOR UPDATE",
                 d.many_input(model),
-                d.many_match(model),
+                d.many_match(model, by),
             ),
         }
     }
@@ -1289,7 +1312,7 @@ impl Dialect {
             keys.join(", "),
             d.lease_token(&in_flight.since),
             d.many_input(model),
-            d.many_match(model),
+            d.many_match(model, Match::Exact),
         )
     }
 

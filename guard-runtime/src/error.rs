@@ -268,6 +268,25 @@ pub enum Error {
         call: &'static str,
     },
 
+    /// [`apply_many`](crate::Transition::apply_many) or a claim on SQLite
+    /// or MySQL with a key that the batch's JSON cannot carry as a one-row
+    /// statement binds it: a value that binds as bytes (`uuid::Uuid`), a
+    /// float or a date, or an integer whose `Display` text is not the
+    /// integer. Nothing ran. See [`ManyKeys`](crate::ManyKeys).
+    #[error(
+        "transition `{transition}` on table `{table}` cannot send key `{key}` in a batch: {reason}"
+    )]
+    BatchKey {
+        /// The table of the machine.
+        table: &'static str,
+        /// The transition.
+        transition: &'static str,
+        /// The key value's text, or the SQL type it binds as.
+        key: String,
+        /// Why it cannot travel.
+        reason: String,
+    },
+
     /// [`Transition::claim_older_than`](crate::Transition::claim_older_than)
     /// on a transition whose source states do not all stamp one `since`
     /// column.

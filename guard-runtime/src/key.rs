@@ -72,6 +72,11 @@ pub trait RowKey<DB: Backend, Shape: KeyShape>: fmt::Debug + Send + Sync {
     /// exact key match names it, column by column.
     #[doc(hidden)]
     fn bind(&self, args: &mut <DB as Dialect>::Args) -> Result<(), sqlx::Error>;
+
+    /// The SQL type each value binds as, column by column (`INTEGER`,
+    /// `TEXT`, `BLOB`, …, as sqlx names it).
+    #[doc(hidden)]
+    fn part_types() -> Vec<String>;
 }
 
 /// A key that recovery can read back from its columns on `DB`.
@@ -98,15 +103,23 @@ pub trait KeyText<Shape: KeyShape> {
     #[doc(hidden)]
     fn key_text(&self) -> String;
 
-    /// Each value's `Display` text, in column order.
+    /// Writes value `i`'s `Display` text to `out`.
     #[doc(hidden)]
-    fn key_parts(&self) -> Vec<String>;
+    fn write_part(&self, i: usize, out: &mut String);
 }
 
 /// Keys that [`apply_many`](crate::Transition::apply_many) can send to
 /// `DB` in one value: one array per key column on PostgreSQL (so each value
-/// must have a PostgreSQL array type), a JSON array of the values' text on
-/// SQLite and MySQL.
+/// must have a PostgreSQL array type), a JSON array on SQLite and MySQL.
+///
+/// JSON carries a value as its `Display` text, so on SQLite and MySQL a
+/// key value must bind as text or as an integer, and its `Display` text
+/// must be what it binds (`42`, `po_42`): an integer as a JSON number on
+/// SQLite, as its text on MySQL (compared as bytes, like every key). A
+/// value that binds as bytes (`uuid::Uuid` on both: use
+/// `uuid::fmt::Hyphenated` and a text column), a float or a date cannot
+/// travel in a batch; the call is then [`Error::BatchKey`](crate::Error::BatchKey)
+/// before any statement runs.
 #[diagnostic::on_unimplemented(
     message = "a slice of `{Self}` cannot be bound as the keys of `apply_many` on `{DB}`",
     note = "PostgreSQL binds one array per key column: each key value needs \
@@ -116,34 +129,150 @@ pub trait KeyText<Shape: KeyShape> {
 pub trait ManyKeys<DB: Backend, Shape: KeyShape>: Sized {
     /// Adds `keys` to `args` as the statement takes them.
     #[doc(hidden)]
-    fn bind_many(keys: &[&Self], args: &mut <DB as Dialect>::Args) -> Result<(), sqlx::Error>;
+    fn bind_many(keys: &[&Self], args: &mut <DB as Dialect>::Args) -> Result<(), BindManyError>;
+
+    /// Whether every value binds as a type whose equality is exact by
+    /// value (PostgreSQL's integers and UUIDs), so that the batch needs no
+    /// text comparison to match exactly.
+    #[doc(hidden)]
+    fn by_value() -> bool {
+        false
+    }
+}
+
+/// Why a batch's keys could not be bound.
+#[doc(hidden)]
+#[derive(Debug)]
+pub enum BindManyError {
+    /// A key value that the batch's JSON cannot carry as the statement
+    /// binds it.
+    Key {
+        /// The value's text, or its SQL type.
+        key: String,
+        /// Why.
+        reason: String,
+    },
+    /// sqlx could not encode the bound value.
+    Encode(sqlx::Error),
 }
 
 #[cfg(any(feature = "sqlite", feature = "mysql"))]
-/// `keys` as a JSON array of their values' text: `["1","2"]` for one
-/// column, `[["acme","1"],…]` for several.
-pub(crate) fn json_keys<Sh: KeyShape, K: KeyText<Sh>>(keys: &[&K]) -> String {
-    let mut out = String::from("[");
+/// How a JSON batch carries one key column.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Part {
+    /// As a JSON string of the value's text.
+    Text,
+    /// The value's text, which must be an integer: as a JSON number on
+    /// SQLite, as a string on MySQL.
+    Integer,
+}
+
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+/// How a batch takes each key column in JSON, from the SQL type the value
+/// binds as: integers and text. Other types (bytes, floats, dates,
+/// booleans), whose `Display` text is not what they bind, are refused.
+fn json_parts(types: Vec<String>, backend: &str) -> Result<Vec<Part>, BindManyError> {
+    types
+        .into_iter()
+        .map(|name| {
+            let number = matches!(
+                name.as_str(),
+                "INTEGER"
+                    | "TINYINT"
+                    | "SMALLINT"
+                    | "MEDIUMINT"
+                    | "INT"
+                    | "BIGINT"
+                    | "TINYINT UNSIGNED"
+                    | "SMALLINT UNSIGNED"
+                    | "MEDIUMINT UNSIGNED"
+                    | "INT UNSIGNED"
+                    | "BIGINT UNSIGNED"
+            );
+            let text = matches!(name.as_str(), "TEXT" | "VARCHAR" | "CHAR");
+            match (number, text) {
+                (true, _) => Ok(Part::Integer),
+                (_, true) => Ok(Part::Text),
+                _ => Err(BindManyError::Key {
+                    reason: format!(
+                        "a batch on {backend} sends keys as JSON, which carries text and \
+                         integers; this key binds as {name}"
+                    ),
+                    key: name,
+                }),
+            }
+        })
+        .collect()
+}
+
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+/// `keys` as a JSON array of their values, each as `parts` says, integers
+/// as numbers where `numbers`: `["a","b"]` or `[1,2]` for one column,
+/// `[["acme",1],…]` for several. SQLite compares a bound integer with a
+/// stored one by value, so an integer goes as a number, as a one-row
+/// statement binds it; MySQL compares every key as bytes of its text.
+fn json_keys<Sh: KeyShape, K: KeyText<Sh>>(
+    keys: &[&K],
+    parts: &[Part],
+    numbers: bool,
+) -> Result<String, BindManyError> {
+    let mut out = String::with_capacity(2 + keys.len() * 8);
+    out.push('[');
+    let mut text = String::new();
     for (i, key) in keys.iter().enumerate() {
         if i > 0 {
             out.push(',');
         }
-        let parts = key.key_parts();
         if Sh::COLUMNS > 1 {
             out.push('[');
         }
-        for (j, part) in parts.iter().enumerate() {
+        for (j, kind) in parts.iter().enumerate() {
             if j > 0 {
                 out.push(',');
             }
-            json_string(&mut out, part);
+            text.clear();
+            key.write_part(j, &mut text);
+            match kind {
+                Part::Text => json_string(&mut out, &text),
+                Part::Integer if numbers && is_integer(&text) => out.push_str(&text),
+                Part::Integer if !numbers && (is_integer(&text) || is_unsigned(&text)) => {
+                    json_string(&mut out, &text)
+                }
+                Part::Integer => {
+                    return Err(BindManyError::Key {
+                        reason: "the value binds as an integer, but its `Display` text is not \
+                                 that integer"
+                            .to_owned(),
+                        key: text,
+                    });
+                }
+            }
         }
         if Sh::COLUMNS > 1 {
             out.push(']');
         }
     }
     out.push(']');
-    out
+    Ok(out)
+}
+
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+/// `text` is an integer as JSON and SQLite write it: an optional `-`,
+/// then digits without a leading zero, within SQLite's 64 bits.
+fn is_integer(text: &str) -> bool {
+    let digits = text.strip_prefix('-').unwrap_or(text);
+    !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && (digits == "0" || !digits.starts_with('0'))
+        && text.parse::<i64>().is_ok()
+}
+
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+/// `text` is a `BIGINT UNSIGNED` as MySQL writes it.
+fn is_unsigned(text: &str) -> bool {
+    text.bytes().all(|b| b.is_ascii_digit())
+        && (text == "0" || !text.starts_with('0'))
+        && text.parse::<u64>().is_ok()
 }
 
 #[cfg(any(feature = "sqlite", feature = "mysql"))]
@@ -153,7 +282,10 @@ fn json_string(out: &mut String, text: &str) {
         match c {
             '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c if (c as u32) < 0x20 => {
+                use fmt::Write;
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
             c => out.push(c),
         }
     }
@@ -161,43 +293,59 @@ fn json_string(out: &mut String, text: &str) {
 }
 
 macro_rules! json_many_keys {
-    ($feature:literal, $db:ty) => {
+    ($feature:literal, $db:ty, $backend:literal, numbers = $numbers:literal) => {
         #[cfg(feature = $feature)]
         impl<Sh: KeyShape, K: KeyText<Sh> + RowKey<$db, Sh>> ManyKeys<$db, Sh> for K {
             fn bind_many(
                 keys: &[&Self],
                 args: &mut <$db as Dialect>::Args,
-            ) -> Result<(), sqlx::Error> {
-                sqlx::Arguments::add(args, json_keys::<Sh, K>(keys)).map_err(sqlx::Error::Encode)
+            ) -> Result<(), BindManyError> {
+                let parts = json_parts(K::part_types(), $backend)?;
+                let json = json_keys::<Sh, K>(keys, &parts, $numbers)?;
+                sqlx::Arguments::add(args, json)
+                    .map_err(|e| BindManyError::Encode(sqlx::Error::Encode(e)))
             }
         }
     };
 }
 
-json_many_keys!("sqlite", sqlx::Sqlite);
-json_many_keys!("mysql", sqlx::MySql);
+json_many_keys!("sqlite", sqlx::Sqlite, "SQLite", numbers = true);
+json_many_keys!("mysql", sqlx::MySql, "MySQL", numbers = false);
 
 #[cfg(feature = "postgres")]
 mod postgres {
     use sqlx::Postgres;
     use sqlx::postgres::PgHasArrayType;
 
-    use super::{Key, ManyKeys, shape};
+    use super::{BindManyError, Key, ManyKeys, shape};
     use crate::dialect::sealed::Dialect;
 
-    fn add<T>(args: &mut <Postgres as Dialect>::Args, column: Vec<&T>) -> Result<(), sqlx::Error>
+    fn add<T>(args: &mut <Postgres as Dialect>::Args, column: Vec<&T>) -> Result<(), BindManyError>
     where
         T: Key<Postgres> + PgHasArrayType,
     {
-        sqlx::Arguments::add(args, column).map_err(sqlx::Error::Encode)
+        sqlx::Arguments::add(args, column)
+            .map_err(|e| BindManyError::Encode(sqlx::Error::Encode(e)))
+    }
+
+    /// `T` binds as a type whose equality is exact by value.
+    fn by_value<T: Key<Postgres>>() -> bool {
+        matches!(
+            super::type_name::<Postgres, T>().as_str(),
+            "INT2" | "INT4" | "INT8" | "UUID"
+        )
     }
 
     impl<T: Key<Postgres> + PgHasArrayType> ManyKeys<Postgres, shape::One> for T {
         fn bind_many(
             keys: &[&Self],
             args: &mut <Postgres as Dialect>::Args,
-        ) -> Result<(), sqlx::Error> {
+        ) -> Result<(), BindManyError> {
             add(args, keys.to_vec())
+        }
+
+        fn by_value() -> bool {
+            by_value::<T>()
         }
     }
 
@@ -209,9 +357,13 @@ mod postgres {
                 fn bind_many(
                     keys: &[&Self],
                     args: &mut <Postgres as Dialect>::Args,
-                ) -> Result<(), sqlx::Error> {
+                ) -> Result<(), BindManyError> {
                     $(add(args, keys.iter().map(|k| &k.$i).collect())?;)+
                     Ok(())
+                }
+
+                fn by_value() -> bool {
+                    $(by_value::<$t>())&&+
                 }
             }
         };
@@ -236,6 +388,14 @@ impl<DB: Backend, T: Key<DB> + fmt::Debug> RowKey<DB, shape::One> for T {
     fn bind(&self, args: &mut <DB as Dialect>::Args) -> Result<(), sqlx::Error> {
         bind_one::<DB, T>(args, self)
     }
+
+    fn part_types() -> Vec<String> {
+        vec![type_name::<DB, T>()]
+    }
+}
+
+fn type_name<DB: Backend, T: sqlx::Type<DB> + ?Sized>() -> String {
+    sqlx::TypeInfo::name(&T::type_info()).to_owned()
 }
 
 impl<DB: Backend, T> DecodeKey<DB, shape::One> for T
@@ -252,8 +412,9 @@ impl<T: fmt::Display + ?Sized> KeyText<shape::One> for T {
         self.to_string()
     }
 
-    fn key_parts(&self) -> Vec<String> {
-        vec![self.to_string()]
+    fn write_part(&self, _: usize, out: &mut String) {
+        use fmt::Write;
+        let _ = write!(out, "{self}");
     }
 }
 
@@ -272,6 +433,10 @@ macro_rules! tuple_keys {
                 $(bind_one::<DB, $t>(args, &self.$i)?;)+
                 Ok(())
             }
+
+            fn part_types() -> Vec<String> {
+                vec![$(type_name::<DB, $t>()),+]
+            }
         }
 
         impl<DB: Backend, $($t),+> DecodeKey<DB, shape::$shape> for ($($t,)+)
@@ -288,8 +453,12 @@ macro_rules! tuple_keys {
                 [$(part(&self.$i)),+].join("/")
             }
 
-            fn key_parts(&self) -> Vec<String> {
-                vec![$(self.$i.to_string()),+]
+            fn write_part(&self, i: usize, out: &mut String) {
+                use fmt::Write;
+                let _ = match i {
+                    $($i => write!(out, "{}", self.$i),)+
+                    _ => Ok(()),
+                };
             }
         }
     };

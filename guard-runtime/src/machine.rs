@@ -374,6 +374,8 @@ pub struct TransitionDef<S: 'static> {
     /// `apply_many`: the update, the read, MySQL's lease read, the history
     /// rows' insert on SQLite and MySQL.
     many: [Sql; 4],
+    /// PostgreSQL's update and read of `many` for keys compared by value.
+    many_by_value: [Sql; 2],
 }
 
 impl<S: StateMachine> TransitionDef<S> {
@@ -456,6 +458,15 @@ impl<S: StateMachine> TransitionDef<S> {
     /// locking the rows, and the lease read follows the update).
     pub const fn apply_many_sql(&self) -> &[Sql; 4] {
         &self.many
+    }
+
+    /// `[update, read]` of [`apply_many_sql`](Self::apply_many_sql) for
+    /// keys that bind as integers or UUIDs, whose equality is exact by
+    /// value: on PostgreSQL without the text comparison that keeps text
+    /// keys exact under a nondeterministic collation. Empty on SQLite and
+    /// MySQL, which use `apply_many_sql` for every key.
+    pub const fn apply_many_by_value_sql(&self) -> &[Sql; 2] {
+        &self.many_by_value
     }
 
     /// The compare-and-set that also requires the row's version to be the
@@ -602,6 +613,7 @@ pub mod construct {
         claim_older: Option<Sql>,
         log: Option<[Sql; 2]>,
         many: [Sql; 4],
+        many_by_value: [Sql; 2],
     ) -> TransitionDef<S> {
         TransitionDef {
             name,
@@ -618,6 +630,7 @@ pub mod construct {
             claim_older,
             log,
             many,
+            many_by_value,
         }
     }
 

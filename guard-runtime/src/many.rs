@@ -13,7 +13,7 @@ use tracing::Instrument;
 
 use crate::StateMachine;
 use crate::batched::{Batched, Found, position};
-use crate::dialect::Backend;
+use crate::dialect::{Backend, Sql};
 use crate::error::Error;
 use crate::executor::Executor;
 use crate::executor::sealed::Run;
@@ -148,36 +148,59 @@ impl<S: StateMachine> Transition<S> {
         P: Params<DB>,
     {
         // The distinct keys, in key order; `slot[i]` is the distinct key of
-        // input `i`.
-        let mut order: Vec<usize> = (0..keys.len()).collect();
-        order.sort_unstable_by(|&a, &b| keys[a].cmp(&keys[b]));
-        let mut slot = vec![0; keys.len()];
-        let mut distinct: Vec<usize> = Vec::new();
-        for i in order {
-            if distinct.last().is_none_or(|&last| keys[last] != keys[i]) {
-                distinct.push(i);
+        // input `i`. Keys given sorted and distinct are their own order.
+        let (distinct, slot) = match keys.windows(2).all(|w| w[0] < w[1]) {
+            true => ((0..keys.len()).collect(), None),
+            false => {
+                let mut order: Vec<usize> = (0..keys.len()).collect();
+                // Equal keys in input order: `distinct[s]` is the first
+                // occurrence of its key.
+                order.sort_unstable_by(|&a, &b| keys[a].cmp(&keys[b]).then(a.cmp(&b)));
+                let mut slot = vec![0; keys.len()];
+                let mut distinct: Vec<usize> = Vec::new();
+                for i in order {
+                    if distinct.last().is_none_or(|&last| keys[last] != keys[i]) {
+                        distinct.push(i);
+                    }
+                    slot[i] = distinct.len() - 1;
+                }
+                (distinct, Some(slot))
             }
-            slot[i] = distinct.len() - 1;
-        }
-        let mut outcomes: Vec<Option<Outcome<S, K, Committed>>> =
-            Vec::with_capacity(distinct.len());
+        };
+        let mut outcomes: Vec<Outcome<S, K, Committed>> = Vec::with_capacity(distinct.len());
         for chunk in distinct.chunks(APPLY_MANY_CHUNK) {
             let chunk_keys: Vec<&K> = chunk.iter().map(|&i| &keys[i]).collect();
             let found = self.chunk(pool, &chunk_keys, params, note).await?;
             for (key, found) in chunk_keys.into_iter().zip(found) {
-                outcomes.push(Some(self.outcome(pool, key, found, params, note).await?));
+                let outcome = match self.settled(found) {
+                    Some(outcome) => outcome,
+                    // In a source state and meeting the guard, yet not
+                    // moved: it moved away and back between the
+                    // statements. This one key takes the one-row path.
+                    None => self.apply_with(pool, key.clone(), params, note).await?,
+                };
+                outcomes.push(outcome);
             }
         }
+        let Some(slot) = slot else {
+            return Ok(outcomes);
+        };
         // Fan out to the input: a repeated key's first occurrence gets its
         // outcome; a later one finds the row where the first left it.
+        let mut repeated: Vec<Option<Outcome<S, K, Committed>>> =
+            (0..outcomes.len()).map(|_| None).collect();
+        for (i, &s) in slot.iter().enumerate() {
+            if i != distinct[s] && repeated[s].is_none() {
+                repeated[s] = Some(again::<S, K>(&outcomes[s]));
+            }
+        }
         let mut out = Vec::with_capacity(keys.len());
-        for s in slot {
-            let outcome = match outcomes[s].take() {
-                Some(outcome) => outcome,
-                None => Outcome::NotFound,
-            };
-            outcomes[s] = Some(again::<S, K>(&outcome));
-            out.push(outcome);
+        for (i, s) in slot.into_iter().enumerate() {
+            out.push(match &repeated[s] {
+                Some(later) if i != distinct[s] => again::<S, K>(later),
+                // The first occurrence, whose outcome is read nowhere else.
+                _ => std::mem::replace(&mut outcomes[s], Outcome::NotFound),
+            });
         }
         Ok(out)
     }
@@ -223,22 +246,10 @@ impl<S: StateMachine> Transition<S> {
         }
     }
 
-    /// What one distinct key's row came to.
-    async fn outcome<DB, K, P>(
-        self,
-        pool: &sqlx::Pool<DB>,
-        key: &K,
-        found: Found<S, K>,
-        params: &P,
-        note: &Note,
-    ) -> Result<Outcome<S, K, Committed>, Error>
-    where
-        DB: Backend,
-        for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
-        K: RowKey<DB, S::KeyShape> + Clone,
-        P: Params<DB>,
-    {
-        Ok(match found {
+    /// What one distinct key's row came to; `None` for a row in a source
+    /// state that meets the guard yet did not move.
+    fn settled<K>(self, found: Found<S, K>) -> Option<Outcome<S, K, Committed>> {
+        Some(match found {
             Found::Moved {
                 key,
                 occurrence,
@@ -258,10 +269,7 @@ impl<S: StateMachine> Transition<S> {
                 current,
                 meets: false,
             } => Outcome::Refused { current },
-            // In a source state and meeting the guard, yet not moved: it
-            // moved away and back between the statements. This one key
-            // takes the one-row path.
-            Found::Left { .. } => self.apply_with(pool, key.clone(), params, note).await?,
+            Found::Left { .. } => return None,
         })
     }
 }
@@ -310,6 +318,24 @@ impl<S: StateMachine, P> Bound<S, P> {
     }
 }
 
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+/// The batch's `[update, read]`: compared by value where the keys allow it
+/// and the dialect has such statements, exactly otherwise.
+fn statements<DB, S, K>(transition: Transition<S>) -> [&'static Sql; 2]
+where
+    DB: Backend,
+    S: StateMachine,
+    K: ManyKeys<DB, S::KeyShape>,
+{
+    let def = transition.def();
+    let [update, read, _, _] = def.apply_many_sql();
+    let [by_value_update, by_value_read] = def.apply_many_by_value_sql();
+    match K::by_value() && !DB::sql(by_value_update).is_empty() {
+        true => [by_value_update, by_value_read],
+        false => [update, read],
+    }
+}
+
 /// The chunk's keys and the transition's values, as `many_update` takes
 /// them on every dialect: keys first, then the `set` values and the
 /// guard's.
@@ -325,7 +351,7 @@ where
     P: Params<DB>,
 {
     let mut args = DB::Args::default();
-    K::bind_many(keys, &mut args).map_err(|e| transition.db_error(e))?;
+    K::bind_many(keys, &mut args).map_err(|e| transition.keys_error(e))?;
     params.bind(&mut args).map_err(|e| transition.db_error(e))?;
     Ok(args)
 }
@@ -348,9 +374,9 @@ where
     let db_error = |e| transition.db_error(e);
     if DB::PARAMS_FIRST {
         params.bind_range(&mut args, guard).map_err(db_error)?;
-        K::bind_many(keys, &mut args).map_err(db_error)?;
+        K::bind_many(keys, &mut args).map_err(|e| transition.keys_error(e))?;
     } else {
-        K::bind_many(keys, &mut args).map_err(db_error)?;
+        K::bind_many(keys, &mut args).map_err(|e| transition.keys_error(e))?;
         params.bind_range(&mut args, guard).map_err(db_error)?;
     }
     Ok(args)
@@ -402,7 +428,7 @@ where
 {
     let mut executor = pool;
     let mut found = update_returning(&mut executor, transition, keys, params, note).await?;
-    let [_, read, _, _] = transition.def().apply_many_sql();
+    let [_, read] = statements::<DB, S, K>(transition);
     let db_error = |e| transition.db_error(e);
     // One read for the rest: only the keys the update did not move.
     let left: Vec<&K> = keys
@@ -445,7 +471,8 @@ where
     K: DecodeKey<DB, S::KeyShape> + ManyKeys<DB, S::KeyShape> + Ord,
     P: Params<DB>,
 {
-    let [update, _, _, log] = transition.def().apply_many_sql();
+    let [_, _, _, log] = transition.def().apply_many_sql();
+    let [update, _] = statements::<DB, S, K>(transition);
     let mut found: Vec<Found<S, K>> = keys.iter().map(|_| Found::Missing).collect();
     let n = S::KeyShape::COLUMNS;
     let db_error = |e| transition.db_error(e);
@@ -571,7 +598,7 @@ where
         let mut args = DB::Args::default();
         note.bind::<DB>(&mut args)
             .map_err(|e| transition.db_error(e))?;
-        K::bind_many(&mover_keys, &mut args).map_err(|e| transition.db_error(e))?;
+        K::bind_many(&mover_keys, &mut args).map_err(|e| transition.keys_error(e))?;
         params
             .bind_range(&mut args, transition.def().set_binds()..usize::MAX)
             .map_err(|e| transition.db_error(e))?;
@@ -586,7 +613,7 @@ where
     let mut leases: Vec<i64> = vec![0; keys.len()];
     if !DB::sql(lease_read).is_empty() {
         let mut args = DB::Args::default();
-        K::bind_many(&mover_keys, &mut args).map_err(|e| transition.db_error(e))?;
+        K::bind_many(&mover_keys, &mut args).map_err(|e| transition.keys_error(e))?;
         let rows = (&mut tx)
             .fetch_all(DB::sql(lease_read), args)
             .await

@@ -560,6 +560,19 @@ impl<S: StateMachine> Transition<S> {
         Ok(())
     }
 
+    /// A batch's keys that could not be bound.
+    pub(crate) fn keys_error(self, error: crate::key::BindManyError) -> Error {
+        match error {
+            crate::key::BindManyError::Key { key, reason } => Error::BatchKey {
+                table: S::MACHINE.table(),
+                transition: self.name(),
+                key,
+                reason,
+            },
+            crate::key::BindManyError::Encode(source) => self.db_error(source),
+        }
+    }
+
     pub(crate) fn db_error(self, source: sqlx::Error) -> Error {
         Error::Database {
             table: S::MACHINE.table(),
