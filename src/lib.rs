@@ -299,6 +299,8 @@ pub use guard_runtime::{
 };
 // Metadata, and what is generated from it.
 pub use guard_runtime::{ddl, docs, meta, telemetry};
+// Exactly once at the front doors: idempotency keys and a consumer's inbox.
+pub use guard_runtime::{idempotency, inbox};
 
 #[doc(hidden)]
 pub mod __private {

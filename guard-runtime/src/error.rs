@@ -287,6 +287,45 @@ pub enum Error {
         reason: String,
     },
 
+    /// An idempotency scope, key or fingerprint, or an inbox consumer or
+    /// message id, that is empty or longer than 255 characters. Nothing was
+    /// written; an HTTP service answers 400.
+    #[error("the {field} must be 1 to 255 characters long, not {length}")]
+    BadKey {
+        /// Which value: `idempotency key`, `idempotency scope`, `request
+        /// fingerprint`, `inbox consumer` or `message id`.
+        field: &'static str,
+        /// Its length in characters.
+        length: usize,
+    },
+
+    /// [`Ticket::complete`](crate::idempotency::Ticket::complete) of a
+    /// request whose lease ran out and was taken over by a retry: roll the
+    /// transaction back, so that only the holder of the lease commits its
+    /// work.
+    #[error(
+        "idempotency key {key:?} of scope {scope:?} was taken over by another request after its \
+         lease ran out: roll this request's transaction back"
+    )]
+    IdempotencyLeaseLost {
+        /// The scope.
+        scope: String,
+        /// The key.
+        key: String,
+    },
+
+    /// A statement of the idempotency store or the inbox failed.
+    #[error("`{call}` on table `{table}` failed: {source}")]
+    Store {
+        /// `stateguard_idempotency` or `stateguard_inbox`.
+        table: &'static str,
+        /// `begin`, `complete`, `release`, `receive` or `prune`.
+        call: &'static str,
+        /// The database's error.
+        #[source]
+        source: sqlx::Error,
+    },
+
     /// [`Transition::claim_older_than`](crate::Transition::claim_older_than)
     /// on a transition whose source states do not all stamp one `since`
     /// column.

@@ -22,6 +22,8 @@ mod error;
 mod executor;
 mod fnv;
 mod history;
+pub mod idempotency;
+pub mod inbox;
 pub mod key;
 mod lease;
 mod machine;

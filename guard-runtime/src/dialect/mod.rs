@@ -89,6 +89,10 @@ pub(crate) mod sealed {
 
         fn bind_text(args: &mut Self::Args, value: Option<String>) -> Result<(), sqlx::Error>;
 
+        fn bytes_opt(row: &Self::Row, index: usize) -> Result<Option<Vec<u8>>, sqlx::Error>;
+
+        fn bind_bytes(args: &mut Self::Args, value: Vec<u8>) -> Result<(), sqlx::Error>;
+
         fn column<T>(row: &Self::Row, index: usize) -> Result<T, sqlx::Error>
         where
             T: for<'r> sqlx::Decode<'r, Self> + sqlx::Type<Self>;
@@ -122,6 +126,14 @@ macro_rules! row_access {
         }
 
         fn bind_text(args: &mut Self::Args, value: Option<String>) -> Result<(), sqlx::Error> {
+            sqlx::Arguments::add(args, value).map_err(sqlx::Error::Encode)
+        }
+
+        fn bytes_opt(row: &$row, index: usize) -> Result<Option<Vec<u8>>, sqlx::Error> {
+            sqlx::Row::try_get(row, index)
+        }
+
+        fn bind_bytes(args: &mut Self::Args, value: Vec<u8>) -> Result<(), sqlx::Error> {
             sqlx::Arguments::add(args, value).map_err(sqlx::Error::Encode)
         }
 

@@ -1,0 +1,579 @@
+//! Idempotency keys: a client's retry of a request that creates something
+//! (`POST /payouts` with an `Idempotency-Key` header) gets the first
+//! request's response instead of creating it twice.
+//!
+//! A request [`begin`]s with its scope (whose keys these are: a tenant and
+//! an operation, say `acme:POST /payouts`), the client's key, and a
+//! fingerprint of its parameters that the caller computes (a hash of the
+//! canonical body). The answer is one of four ([`Begun`]):
+//!
+//! - [`Begun::New`]: the key is this request's. Do the work in a
+//!   transaction, store the response with [`Ticket::complete`] in that same
+//!   transaction, commit, respond.
+//! - [`Begun::Replay`]: a request with this key completed; answer with its
+//!   stored status and body (HTTP: add `Idempotent-Replayed: true`).
+//! - [`Begun::InProgress`]: a request with this key is running now; answer
+//!   at once (HTTP 409), without waiting on its transaction.
+//! - [`Begun::Mismatch`]: the key was used with other parameters (HTTP 422).
+//!
+//! ```no_run
+//! # async fn handler(pool: sqlx::PgPool, body: Vec<u8>) -> Result<(), stateguard::Error> {
+//! use stateguard::Tx;
+//! use stateguard::idempotency::{self, Begun, Request};
+//!
+//! let request = Request::new("acme:POST /payouts", "4f1c…", "sha256-of-the-body")?;
+//! match idempotency::begin(&pool, &request, idempotency::DEFAULT_LEASE).await? {
+//!     Begun::New(ticket) => {
+//!         let mut tx = Tx::begin(&pool).await?;
+//!         // … INSERT the payout on &mut *tx …
+//!         let response = br#"{"id":42}"#.to_vec();
+//!         ticket.complete(&mut tx, 201, response).await?;
+//!         tx.commit(()).await?;
+//!         // respond 201
+//!     }
+//!     Begun::Replay(stored) => { /* respond stored.status(), stored.body() */ }
+//!     Begun::InProgress => { /* respond 409 */ }
+//!     Begun::Mismatch => { /* respond 422 */ }
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! # Guarantees
+//!
+//! - **One owner at a time.** `begin` inserts the key's row in a statement
+//!   of its own (committed at once) with a lease; of any number of
+//!   concurrent requests with one key, one gets `New`, the others
+//!   `InProgress` (or `Replay` once it completed).
+//! - **The response commits with the work.** [`Ticket::complete`] writes
+//!   the response in the caller's transaction, so the work's rows and the
+//!   stored response commit together or not at all. A crash before that
+//!   commit leaves neither, and once the lease has run out a retry gets
+//!   `New` and does the work afresh: no permanent 409.
+//! - **A lost lease cannot complete.** A request whose lease ran out and
+//!   was taken over gets [`Error::IdempotencyLeaseLost`] from `complete`,
+//!   and must roll back (drop its [`Tx`]): only the request holding the
+//!   lease commits its work.
+//! - **Keys are exact and scoped.** The scope and the key compare byte for
+//!   byte (a binary collation), so `abc` and `ABC ` are two keys, and two
+//!   scopes never share one. Each is 1 to 255 characters
+//!   ([`Error::BadKey`], HTTP 400, otherwise).
+//!
+//! Limits: the deduplication lasts as long as the key's row, that is until
+//! [`prune`] removes it ([`DEFAULT_WINDOW`], 24 hours, by default). A
+//! response is replayed as stored: status and body only, no headers.
+//!
+//! # The table
+//!
+//! One table, `stateguard_idempotency`, whose name is fixed so that every
+//! statement is fixed at compile time. [`ddl`] gives its `CREATE TABLE` per
+//! dialect.
+
+use std::time::Duration;
+
+use crate::ddl::Dialect as DdlDialect;
+use crate::dialect::{Backend, Sql};
+use crate::error::Error;
+use crate::executor::Executor;
+use crate::outcome::{Committed, Uncommitted};
+use crate::tx::Tx;
+
+/// How long a request owns its key before another request may take it
+/// over: 60 seconds. Give a longer lease to requests that run longer.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
+
+/// How long a key is kept before [`prune`] may remove it: 24 hours, as
+/// Stripe keeps them.
+pub const DEFAULT_WINDOW: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// The longest scope, key or fingerprint, in characters.
+pub const MAX_LEN: usize = 255;
+
+/// The statements of the store, in [`ddl`]'s order.
+const DDL_POSTGRES: &[&str] = &[
+    "CREATE TABLE stateguard_idempotency (
+    scope TEXT COLLATE \"C\" NOT NULL,
+    idem_key TEXT COLLATE \"C\" NOT NULL,
+    fingerprint TEXT COLLATE \"C\" NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('running', 'done')),
+    lease BIGINT NOT NULL,
+    locked_until TIMESTAMPTZ,
+    response_status INTEGER,
+    response_body BYTEA,
+    created_at TIMESTAMPTZ NOT NULL,
+    completed_at TIMESTAMPTZ,
+    PRIMARY KEY (scope, idem_key)
+)",
+    "CREATE INDEX stateguard_idempotency_created_at ON stateguard_idempotency (created_at)",
+];
+
+const DDL_SQLITE: &[&str] = &[
+    "CREATE TABLE stateguard_idempotency (
+    scope TEXT NOT NULL,
+    idem_key TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('running', 'done')),
+    lease INTEGER NOT NULL,
+    locked_until TEXT,
+    response_status INTEGER,
+    response_body BLOB,
+    created_at TEXT NOT NULL,
+    completed_at TEXT,
+    PRIMARY KEY (scope, idem_key)
+)",
+    "CREATE INDEX stateguard_idempotency_created_at ON stateguard_idempotency (created_at)",
+];
+
+// Scope and key are bytes (VARBINARY), compared exactly: MySQL's string
+// collations, `_bin` ones included, ignore trailing spaces.
+const DDL_MYSQL: &[&str] = &["CREATE TABLE stateguard_idempotency (
+    scope VARBINARY(1020) NOT NULL,
+    idem_key VARBINARY(1020) NOT NULL,
+    fingerprint VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    state VARCHAR(16) NOT NULL,
+    lease BIGINT NOT NULL,
+    locked_until DATETIME(3) NULL,
+    response_status INT NULL,
+    response_body LONGBLOB NULL,
+    created_at DATETIME(3) NOT NULL,
+    completed_at DATETIME(3) NULL,
+    PRIMARY KEY (scope, idem_key),
+    KEY stateguard_idempotency_created_at (created_at)
+)"];
+
+/// The statements that create the store's table and its index in
+/// `dialect`, without trailing `;`. Run them once, in a migration.
+pub fn ddl(dialect: DdlDialect) -> &'static [&'static str] {
+    match dialect {
+        DdlDialect::Postgres => DDL_POSTGRES,
+        DdlDialect::Sqlite => DDL_SQLITE,
+        DdlDialect::MySql => DDL_MYSQL,
+    }
+}
+
+/// The key's row: fingerprint, state, lease, response status and body,
+/// and whether the lease has run out.
+const READ: Sql = Sql {
+    postgres: "SELECT fingerprint, state, lease, CAST(response_status AS BIGINT), response_body, \
+               CAST(CASE WHEN locked_until < statement_timestamp() THEN 1 ELSE 0 END AS BIGINT) \
+               FROM stateguard_idempotency WHERE scope = $1 AND idem_key = $2",
+    sqlite: "SELECT fingerprint, state, lease, response_status, response_body, \
+             CASE WHEN locked_until < strftime('%Y-%m-%d %H:%M:%f', 'now') THEN 1 ELSE 0 END \
+             FROM stateguard_idempotency WHERE scope = ?1 AND idem_key = ?2",
+    mysql: "SELECT fingerprint, state, lease, CAST(response_status AS SIGNED), response_body, \
+            CAST(CASE WHEN locked_until < UTC_TIMESTAMP(3) THEN 1 ELSE 0 END AS SIGNED) \
+            FROM stateguard_idempotency WHERE scope = ? AND idem_key = ?",
+};
+
+/// A new key's row, running under lease 1 for `$4` milliseconds; nothing
+/// if the key exists. MySQL's `INSERT IGNORE` is safe here: every value
+/// was checked to fit.
+const INSERT: Sql = Sql {
+    postgres: "INSERT INTO stateguard_idempotency (scope, idem_key, fingerprint, state, lease, \
+               locked_until, created_at) VALUES ($1, $2, $3, 'running', 1, statement_timestamp() \
+               + CAST($4 AS BIGINT) * INTERVAL '1 millisecond', statement_timestamp()) \
+               ON CONFLICT (scope, idem_key) DO NOTHING",
+    sqlite: "INSERT INTO stateguard_idempotency (scope, idem_key, fingerprint, state, lease, \
+             locked_until, created_at) VALUES (?1, ?2, ?3, 'running', 1, strftime('%Y-%m-%d \
+             %H:%M:%f', 'now', printf('+%.3f seconds', CAST(?4 AS INTEGER) / 1000.0)), \
+             strftime('%Y-%m-%d %H:%M:%f', 'now')) ON CONFLICT (scope, idem_key) DO NOTHING",
+    mysql: "INSERT IGNORE INTO stateguard_idempotency (scope, idem_key, fingerprint, state, lease, \
+            locked_until, created_at) VALUES (?, ?, ?, 'running', 1, UTC_TIMESTAMP(3) + INTERVAL \
+            (? * 1000) MICROSECOND, UTC_TIMESTAMP(3))",
+};
+
+/// A running key whose lease `$3` ran out, taken over under the next lease
+/// for `$4` milliseconds; returns the new lease (MySQL: through
+/// `LAST_INSERT_ID`, its placeholders in the order milliseconds, scope,
+/// key, lease).
+const TAKE_OVER: Sql = Sql {
+    postgres: "UPDATE stateguard_idempotency SET lease = lease + 1, locked_until = \
+               statement_timestamp() + CAST($4 AS BIGINT) * INTERVAL '1 millisecond' WHERE \
+               scope = $1 AND idem_key = $2 AND state = 'running' AND lease = $3 AND \
+               locked_until < statement_timestamp() RETURNING lease",
+    sqlite: "UPDATE stateguard_idempotency SET lease = lease + 1, locked_until = \
+             strftime('%Y-%m-%d %H:%M:%f', 'now', printf('+%.3f seconds', CAST(?4 AS INTEGER) / \
+             1000.0)) WHERE scope = ?1 AND idem_key = ?2 AND state = 'running' AND lease = ?3 \
+             AND locked_until < strftime('%Y-%m-%d %H:%M:%f', 'now') RETURNING lease",
+    mysql: "UPDATE stateguard_idempotency SET lease = LAST_INSERT_ID(lease + 1), locked_until = \
+            UTC_TIMESTAMP(3) + INTERVAL (? * 1000) MICROSECOND WHERE scope = ? AND idem_key = ? \
+            AND state = 'running' AND lease = ? AND locked_until < UTC_TIMESTAMP(3)",
+};
+
+/// The response `$4`, `$5` of the running key held under lease `$3`
+/// (MySQL: status, body, scope, key, lease).
+const COMPLETE: Sql = Sql {
+    postgres: "UPDATE stateguard_idempotency SET state = 'done', response_status = $4, \
+               response_body = $5, locked_until = NULL, completed_at = statement_timestamp() \
+               WHERE scope = $1 AND idem_key = $2 AND state = 'running' AND lease = $3",
+    sqlite: "UPDATE stateguard_idempotency SET state = 'done', response_status = ?4, \
+             response_body = ?5, locked_until = NULL, completed_at = strftime('%Y-%m-%d \
+             %H:%M:%f', 'now') WHERE scope = ?1 AND idem_key = ?2 AND state = 'running' AND \
+             lease = ?3",
+    mysql: "UPDATE stateguard_idempotency SET state = 'done', response_status = ?, \
+            response_body = ?, locked_until = NULL, completed_at = UTC_TIMESTAMP(3) WHERE \
+            scope = ? AND idem_key = ? AND state = 'running' AND lease = ?",
+};
+
+/// The running key held under lease `$3`, removed.
+const RELEASE: Sql = Sql {
+    postgres: "DELETE FROM stateguard_idempotency WHERE scope = $1 AND idem_key = $2 AND \
+               state = 'running' AND lease = $3",
+    sqlite: "DELETE FROM stateguard_idempotency WHERE scope = ?1 AND idem_key = ?2 AND \
+             state = 'running' AND lease = ?3",
+    mysql: "DELETE FROM stateguard_idempotency WHERE scope = ? AND idem_key = ? AND \
+            state = 'running' AND lease = ?",
+};
+
+/// Up to `$2` keys created more than `$1` milliseconds ago that no lease
+/// holds, oldest first, removed.
+const PRUNE: Sql = Sql {
+    postgres: "DELETE FROM stateguard_idempotency WHERE (scope, idem_key) IN (SELECT scope, \
+               idem_key FROM stateguard_idempotency WHERE created_at < statement_timestamp() - \
+               CAST($1 AS BIGINT) * INTERVAL '1 millisecond' AND (state = 'done' OR \
+               locked_until < statement_timestamp()) ORDER BY created_at LIMIT $2 FOR UPDATE \
+               SKIP LOCKED)",
+    sqlite: "DELETE FROM stateguard_idempotency WHERE rowid IN (SELECT rowid FROM \
+             stateguard_idempotency WHERE created_at < strftime('%Y-%m-%d %H:%M:%f', 'now', \
+             printf('-%.3f seconds', CAST(?1 AS INTEGER) / 1000.0)) AND (state = 'done' OR \
+             locked_until < strftime('%Y-%m-%d %H:%M:%f', 'now')) ORDER BY created_at LIMIT ?2)",
+    mysql: "DELETE FROM stateguard_idempotency WHERE created_at < UTC_TIMESTAMP(3) - INTERVAL \
+            (? * 1000) MICROSECOND AND (state = 'done' OR locked_until < UTC_TIMESTAMP(3)) \
+            ORDER BY created_at LIMIT ?",
+};
+
+/// One request's claim on a key: its scope, the client's key and the
+/// fingerprint of its parameters, each 1 to [`MAX_LEN`] characters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    scope: String,
+    key: String,
+    fingerprint: String,
+}
+
+impl Request {
+    /// Checks each part: empty or longer than [`MAX_LEN`] characters is
+    /// [`Error::BadKey`], which an HTTP service answers with 400.
+    pub fn new(
+        scope: impl Into<String>,
+        key: impl Into<String>,
+        fingerprint: impl Into<String>,
+    ) -> Result<Self, Error> {
+        let (scope, key, fingerprint) = (scope.into(), key.into(), fingerprint.into());
+        checked("idempotency scope", &scope)?;
+        checked("idempotency key", &key)?;
+        checked("request fingerprint", &fingerprint)?;
+        Ok(Request {
+            scope,
+            key,
+            fingerprint,
+        })
+    }
+
+    /// The scope.
+    pub fn scope(&self) -> &str {
+        &self.scope
+    }
+
+    /// The client's key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The fingerprint of the request's parameters.
+    pub fn fingerprint(&self) -> &str {
+        &self.fingerprint
+    }
+}
+
+/// `value` is 1 to [`MAX_LEN`] characters long.
+pub(crate) fn checked(field: &'static str, value: &str) -> Result<(), Error> {
+    let length = value.chars().count();
+    match length {
+        1..=MAX_LEN => Ok(()),
+        _ => Err(Error::BadKey { field, length }),
+    }
+}
+
+/// What [`begin`] found.
+#[derive(Debug)]
+#[must_use = "each answer needs its response: do the work, replay, 409 or 422"]
+pub enum Begun {
+    /// The key is this request's: do the work, then [`Ticket::complete`]
+    /// in the same transaction.
+    New(Ticket),
+    /// A request with this key completed: its response.
+    Replay(Stored),
+    /// A request with this key is running now, and its lease has not run
+    /// out.
+    InProgress,
+    /// The key was used with another fingerprint.
+    Mismatch,
+}
+
+/// A completed request's response, as [`Ticket::complete`] stored it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stored {
+    status: u16,
+    body: Vec<u8>,
+}
+
+impl Stored {
+    /// The status, for example 201.
+    pub fn status(&self) -> u16 {
+        self.status
+    }
+
+    /// The body.
+    pub fn body(&self) -> &[u8] {
+        &self.body
+    }
+
+    /// The body, owned.
+    pub fn into_body(self) -> Vec<u8> {
+        self.body
+    }
+}
+
+/// The lease on a key that [`begin`] gave this request. Dropping it
+/// without [`complete`](Ticket::complete) or [`release`](Ticket::release)
+/// (a crash, an error) leaves the key running until its lease runs out;
+/// then a retry gets [`Begun::New`].
+#[derive(Debug)]
+#[must_use = "complete the ticket in the work's transaction, or release it"]
+pub struct Ticket {
+    request: Request,
+    lease: i64,
+}
+
+impl Ticket {
+    /// The request.
+    pub fn request(&self) -> &Request {
+        &self.request
+    }
+
+    /// Stores `status` and `body` as the key's response, in `tx`, the
+    /// transaction that holds the request's own writes: they commit
+    /// together. Call it last, just before the commit: from here to the
+    /// commit, a retry's `begin` waits for this transaction.
+    ///
+    /// [`Error::IdempotencyLeaseLost`] when the lease ran out and another
+    /// request took the key over: roll `tx` back (drop it), so that only
+    /// the request holding the lease commits its work.
+    pub async fn complete<DB>(
+        self,
+        mut tx: &mut Tx<'_, DB>,
+        status: u16,
+        body: Vec<u8>,
+    ) -> Result<(), Error>
+    where
+        DB: Backend,
+        for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
+    {
+        let request = &self.request;
+        let mut args = DB::Args::default();
+        let binds = |args: &mut DB::Args| -> Result<(), sqlx::Error> {
+            DB::bind_text(args, Some(request.scope.clone()))?;
+            DB::bind_text(args, Some(request.key.clone()))?;
+            DB::bind_int(args, self.lease)
+        };
+        let db_error = |source| store_error("complete", source);
+        if DB::PARAMS_FIRST {
+            DB::bind_int(&mut args, i64::from(status)).map_err(db_error)?;
+            DB::bind_bytes(&mut args, body).map_err(db_error)?;
+            binds(&mut args).map_err(db_error)?;
+        } else {
+            binds(&mut args).map_err(db_error)?;
+            DB::bind_int(&mut args, i64::from(status)).map_err(db_error)?;
+            DB::bind_bytes(&mut args, body).map_err(db_error)?;
+        }
+        let done = crate::executor::sealed::Run::execute(&mut tx, DB::sql(&COMPLETE), args)
+            .await
+            .map_err(db_error)?;
+        match DB::rows_affected(&done) {
+            1 => Ok(()),
+            _ => Err(Error::IdempotencyLeaseLost {
+                scope: self.request.scope,
+                key: self.request.key,
+            }),
+        }
+    }
+
+    /// Gives the key up without a response, so that a retry gets
+    /// [`Begun::New`] at once: for a failure the client should be free to
+    /// retry (a 5xx, say). Nothing happens if the lease was lost.
+    pub async fn release<DB>(self, pool: &sqlx::Pool<DB>) -> Result<(), Error>
+    where
+        DB: Backend,
+        for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    {
+        let db_error = |source| store_error("release", source);
+        let mut args = DB::Args::default();
+        DB::bind_text(&mut args, Some(self.request.scope)).map_err(db_error)?;
+        DB::bind_text(&mut args, Some(self.request.key)).map_err(db_error)?;
+        DB::bind_int(&mut args, self.lease).map_err(db_error)?;
+        let mut executor = pool;
+        crate::executor::sealed::Run::execute(&mut executor, DB::sql(&RELEASE), args)
+            .await
+            .map_err(db_error)?;
+        Ok(())
+    }
+}
+
+fn store_error(call: &'static str, source: sqlx::Error) -> Error {
+    Error::Store {
+        table: "stateguard_idempotency",
+        call,
+        source,
+    }
+}
+
+/// Claims `request`'s key for this request, under a lease of `lease`, or
+/// says why not ([`Begun`]). Each statement commits on its own; none
+/// waits for another request's work (a read finds a running key, and a
+/// `New` key's row is inserted and committed before the work starts).
+///
+/// A key whose lease ran out (its request crashed, or ran longer than its
+/// lease) is taken over: `New`, under the next lease, and the old holder
+/// can no longer [`complete`](Ticket::complete).
+pub async fn begin<DB>(
+    pool: &sqlx::Pool<DB>,
+    request: &Request,
+    lease: Duration,
+) -> Result<Begun, Error>
+where
+    DB: Backend,
+    for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
+{
+    let db_error = |source| store_error("begin", source);
+    let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
+    let mut executor = pool;
+    // Each pass either answers or sees the row change under it (inserted,
+    // taken over or pruned by another request); three passes see it settle.
+    for _ in 0..3 {
+        let mut args = DB::Args::default();
+        DB::bind_text(&mut args, Some(request.scope.clone())).map_err(db_error)?;
+        DB::bind_text(&mut args, Some(request.key.clone())).map_err(db_error)?;
+        let row = crate::executor::sealed::Run::fetch_optional(&mut executor, DB::sql(&READ), args)
+            .await
+            .map_err(db_error)?;
+        let Some(row) = row else {
+            let mut args = DB::Args::default();
+            DB::bind_text(&mut args, Some(request.scope.clone())).map_err(db_error)?;
+            DB::bind_text(&mut args, Some(request.key.clone())).map_err(db_error)?;
+            DB::bind_text(&mut args, Some(request.fingerprint.clone())).map_err(db_error)?;
+            DB::bind_int(&mut args, lease_ms).map_err(db_error)?;
+            let done = crate::executor::sealed::Run::execute(&mut executor, DB::sql(&INSERT), args)
+                .await
+                .map_err(db_error)?;
+            if DB::rows_affected(&done) == 1 {
+                return Ok(Begun::New(Ticket {
+                    request: request.clone(),
+                    lease: 1,
+                }));
+            }
+            continue;
+        };
+        let fingerprint = DB::text_opt(&row, 0).map_err(db_error)?;
+        let state = DB::text_opt(&row, 1).map_err(db_error)?;
+        let held = DB::int(&row, 2).map_err(db_error)?;
+        let expired = DB::int(&row, 5).map_err(db_error)? != 0;
+        if fingerprint.as_deref() != Some(request.fingerprint.as_str()) {
+            return Ok(Begun::Mismatch);
+        }
+        if state.as_deref() == Some("done") {
+            let status = DB::int_opt(&row, 3).map_err(db_error)?.unwrap_or_default();
+            let body = DB::bytes_opt(&row, 4)
+                .map_err(db_error)?
+                .unwrap_or_default();
+            return Ok(Begun::Replay(Stored {
+                status: u16::try_from(status).unwrap_or_default(),
+                body,
+            }));
+        }
+        if !expired {
+            return Ok(Begun::InProgress);
+        }
+        let mut args = DB::Args::default();
+        let binds = |args: &mut DB::Args| -> Result<(), sqlx::Error> {
+            DB::bind_text(args, Some(request.scope.clone()))?;
+            DB::bind_text(args, Some(request.key.clone()))?;
+            DB::bind_int(args, held)
+        };
+        if DB::PARAMS_FIRST {
+            DB::bind_int(&mut args, lease_ms).map_err(db_error)?;
+            binds(&mut args).map_err(db_error)?;
+        } else {
+            binds(&mut args).map_err(db_error)?;
+            DB::bind_int(&mut args, lease_ms).map_err(db_error)?;
+        }
+        let taken = match DB::RETURNING {
+            true => crate::executor::sealed::Run::fetch_optional(
+                &mut executor,
+                DB::sql(&TAKE_OVER),
+                args,
+            )
+            .await
+            .map_err(db_error)?
+            .map(|row| DB::int(&row, 0))
+            .transpose()
+            .map_err(db_error)?,
+            false => {
+                let done =
+                    crate::executor::sealed::Run::execute(&mut executor, DB::sql(&TAKE_OVER), args)
+                        .await
+                        .map_err(db_error)?;
+                (DB::rows_affected(&done) == 1)
+                    .then(|| i64::try_from(DB::last_insert_id(&done)).unwrap_or(i64::MAX))
+            }
+        };
+        if let Some(lease) = taken {
+            return Ok(Begun::New(Ticket {
+                request: request.clone(),
+                lease,
+            }));
+        }
+    }
+    Ok(Begun::InProgress)
+}
+
+/// Removes up to `limit` keys created more than `window` ago
+/// ([`DEFAULT_WINDOW`]) that no live lease holds, oldest first, and
+/// returns how many it removed. Call it until it returns less than
+/// `limit`, or from a periodic job: each call is one bounded statement.
+/// A pruned key's retry is a new request.
+pub async fn prune<DB>(pool: &sqlx::Pool<DB>, window: Duration, limit: u32) -> Result<u64, Error>
+where
+    DB: Backend,
+    for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
+{
+    prune_table::<DB>(pool, &PRUNE, "stateguard_idempotency", window, limit).await
+}
+
+/// One bounded `DELETE` of `sql` (placeholders: the window in
+/// milliseconds, the limit).
+pub(crate) async fn prune_table<DB>(
+    pool: &sqlx::Pool<DB>,
+    sql: &Sql,
+    table: &'static str,
+    window: Duration,
+    limit: u32,
+) -> Result<u64, Error>
+where
+    DB: Backend,
+    for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
+{
+    let db_error = |source| Error::Store {
+        table,
+        call: "prune",
+        source,
+    };
+    let window_ms = i64::try_from(window.as_millis()).unwrap_or(i64::MAX);
+    let mut args = DB::Args::default();
+    DB::bind_int(&mut args, window_ms).map_err(db_error)?;
+    DB::bind_int(&mut args, i64::from(limit)).map_err(db_error)?;
+    let mut executor = pool;
+    let done = crate::executor::sealed::Run::execute(&mut executor, DB::sql(sql), args)
+        .await
+        .map_err(db_error)?;
+    Ok(DB::rows_affected(&done))
+}

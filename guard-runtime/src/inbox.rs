@@ -1,0 +1,177 @@
+//! A consumer's inbox: each message id applied once, however often the
+//! message is delivered.
+//!
+//! Webhooks and queues deliver at least once. [`receive`] records a
+//! message id for a consumer inside the consumer's own transaction, as an
+//! insert against a unique key: the first delivery gets
+//! [`Received::First`] and does its work in the same transaction; a
+//! duplicate gets [`Received::Duplicate`] and does nothing. The inbox row
+//! commits with the work, so a consumer that rolls back (or crashes) did
+//! not consume, and the next delivery is `First` again. Two deliveries
+//! racing in two transactions: the second insert waits for the first
+//! transaction, and is `Duplicate` if it commits, `First` if it rolls back.
+//!
+//! It composes with [`apply`](crate::Transition::apply) in one
+//! transaction:
+//!
+//! ```no_run
+//! # use stateguard::StateMachine;
+//! # #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+//! # #[state_machine(table = "payouts", column = "status", key = "id")]
+//! # enum PayoutStatus {
+//! #     #[state(initial)]
+//! #     #[transition(confirm -> Paid)]
+//! #     Sending,
+//! #     Paid,
+//! # }
+//! # async fn webhook(pool: sqlx::PgPool, event_id: &str, payout: i64) -> Result<(), stateguard::Error> {
+//! use stateguard::inbox::{self, Received};
+//! use stateguard::Tx;
+//!
+//! let mut tx = Tx::begin(&pool).await?;
+//! if inbox::receive(&mut tx, "bank-webhooks", event_id).await? == Received::Duplicate {
+//!     return Ok(()); // answered 200: delivered before
+//! }
+//! let outcome = PayoutStatus::confirm().apply(&mut tx, payout).await?;
+//! let won = tx.commit(outcome.won()).await?; // the inbox row and the move, together
+//! # let _ = won;
+//! # Ok(()) }
+//! ```
+//!
+//! Limits: a message id is remembered until [`prune`] removes it
+//! ([`DEFAULT_WINDOW`](crate::idempotency::DEFAULT_WINDOW), 24 hours, by
+//! default); a duplicate delivered later than that is `First`. Consumer
+//! and message id are 1 to 255 characters, compared byte for byte
+//! ([`Error::BadKey`] otherwise).
+//!
+//! The table is `stateguard_inbox`; [`ddl`] gives its `CREATE TABLE` per
+//! dialect.
+
+use std::time::Duration;
+
+use crate::ddl::Dialect as DdlDialect;
+use crate::dialect::{Backend, Sql};
+use crate::error::Error;
+use crate::executor::Executor;
+use crate::idempotency::checked;
+use crate::outcome::{Committed, Uncommitted};
+use crate::tx::Tx;
+
+const DDL_POSTGRES: &[&str] = &[
+    "CREATE TABLE stateguard_inbox (
+    consumer TEXT COLLATE \"C\" NOT NULL,
+    message_id TEXT COLLATE \"C\" NOT NULL,
+    received_at TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (consumer, message_id)
+)",
+    "CREATE INDEX stateguard_inbox_received_at ON stateguard_inbox (received_at)",
+];
+
+const DDL_SQLITE: &[&str] = &[
+    "CREATE TABLE stateguard_inbox (
+    consumer TEXT NOT NULL,
+    message_id TEXT NOT NULL,
+    received_at TEXT NOT NULL,
+    PRIMARY KEY (consumer, message_id)
+)",
+    "CREATE INDEX stateguard_inbox_received_at ON stateguard_inbox (received_at)",
+];
+
+// Bytes, compared exactly: MySQL's string collations ignore trailing
+// spaces.
+const DDL_MYSQL: &[&str] = &["CREATE TABLE stateguard_inbox (
+    consumer VARBINARY(1020) NOT NULL,
+    message_id VARBINARY(1020) NOT NULL,
+    received_at DATETIME(3) NOT NULL,
+    PRIMARY KEY (consumer, message_id),
+    KEY stateguard_inbox_received_at (received_at)
+)"];
+
+/// The statements that create the inbox table and its index in
+/// `dialect`, without trailing `;`. Run them once, in a migration.
+pub fn ddl(dialect: DdlDialect) -> &'static [&'static str] {
+    match dialect {
+        DdlDialect::Postgres => DDL_POSTGRES,
+        DdlDialect::Sqlite => DDL_SQLITE,
+        DdlDialect::MySql => DDL_MYSQL,
+    }
+}
+
+/// The message's row; nothing if it is there. MySQL's `INSERT IGNORE` is
+/// safe here: both values were checked to fit.
+const RECEIVE: Sql = Sql {
+    postgres: "INSERT INTO stateguard_inbox (consumer, message_id, received_at) VALUES ($1, $2, \
+               statement_timestamp()) ON CONFLICT (consumer, message_id) DO NOTHING",
+    sqlite: "INSERT INTO stateguard_inbox (consumer, message_id, received_at) VALUES (?1, ?2, \
+             strftime('%Y-%m-%d %H:%M:%f', 'now')) ON CONFLICT (consumer, message_id) DO NOTHING",
+    mysql: "INSERT IGNORE INTO stateguard_inbox (consumer, message_id, received_at) VALUES \
+            (?, ?, UTC_TIMESTAMP(3))",
+};
+
+/// Up to `$2` messages received more than `$1` milliseconds ago, oldest
+/// first, removed.
+const PRUNE: Sql = Sql {
+    postgres: "DELETE FROM stateguard_inbox WHERE (consumer, message_id) IN (SELECT consumer, \
+               message_id FROM stateguard_inbox WHERE received_at < statement_timestamp() - \
+               CAST($1 AS BIGINT) * INTERVAL '1 millisecond' ORDER BY received_at LIMIT $2 FOR \
+               UPDATE SKIP LOCKED)",
+    sqlite: "DELETE FROM stateguard_inbox WHERE rowid IN (SELECT rowid FROM stateguard_inbox \
+             WHERE received_at < strftime('%Y-%m-%d %H:%M:%f', 'now', printf('-%.3f seconds', \
+             CAST(?1 AS INTEGER) / 1000.0)) ORDER BY received_at LIMIT ?2)",
+    mysql: "DELETE FROM stateguard_inbox WHERE received_at < UTC_TIMESTAMP(3) - INTERVAL \
+            (? * 1000) MICROSECOND ORDER BY received_at LIMIT ?",
+};
+
+/// What [`receive`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "a duplicate must not do the work again"]
+pub enum Received {
+    /// The first delivery: do the work in this transaction.
+    First,
+    /// Delivered before, and committed: do nothing.
+    Duplicate,
+}
+
+/// Records `message_id` for `consumer` in `tx`, the transaction of the
+/// consumer's work: [`Received::First`] the first time, and
+/// [`Received::Duplicate`] when a committed transaction recorded it
+/// before. An empty or over-long consumer or message id is
+/// [`Error::BadKey`], and nothing is written.
+pub async fn receive<DB>(
+    mut tx: &mut Tx<'_, DB>,
+    consumer: &str,
+    message_id: &str,
+) -> Result<Received, Error>
+where
+    DB: Backend,
+    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
+{
+    checked("inbox consumer", consumer)?;
+    checked("message id", message_id)?;
+    let db_error = |source| Error::Store {
+        table: "stateguard_inbox",
+        call: "receive",
+        source,
+    };
+    let mut args = DB::Args::default();
+    DB::bind_text(&mut args, Some(consumer.to_owned())).map_err(db_error)?;
+    DB::bind_text(&mut args, Some(message_id.to_owned())).map_err(db_error)?;
+    let done = crate::executor::sealed::Run::execute(&mut tx, DB::sql(&RECEIVE), args)
+        .await
+        .map_err(db_error)?;
+    Ok(match DB::rows_affected(&done) {
+        1 => Received::First,
+        _ => Received::Duplicate,
+    })
+}
+
+/// Removes up to `limit` messages received more than `window` ago, oldest
+/// first, and returns how many it removed: one bounded statement per
+/// call, as for [`idempotency::prune`](crate::idempotency::prune).
+pub async fn prune<DB>(pool: &sqlx::Pool<DB>, window: Duration, limit: u32) -> Result<u64, Error>
+where
+    DB: Backend,
+    for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
+{
+    crate::idempotency::prune_table::<DB>(pool, &PRUNE, "stateguard_inbox", window, limit).await
+}
