@@ -1,0 +1,441 @@
+//! The service: its routes, its tables and its payout machine, on any of
+//! the three backends. `main.rs` serves it; `tests/test_payouts_api.rs`
+//! starts it on `127.0.0.1:0` and talks to it over real HTTP.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use sqlx::Pool;
+use stateguard::idempotency::{self, Begun, Request};
+use stateguard::inbox::{self, Received};
+use stateguard::{
+    Backend, Committed, Error, Executor, Key, Outcome, StateMachine, Tx, Uncommitted,
+};
+
+/// A payout: created `pending`, then `paid` or `failed` as the bank's
+/// first valid webhook says.
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(
+    table = "api_payouts",
+    column = "status",
+    key = "id",
+    version = "version"
+)]
+pub enum PayoutStatus {
+    #[state(initial)]
+    #[transition(paid -> Paid, set(effects = "effects + 1"))]
+    #[transition(failed -> Failed)]
+    Pending,
+    Paid,
+    Failed,
+}
+
+/// The idempotency scope of `POST /payouts`.
+const SCOPE: &str = "payouts_api:POST /payouts";
+/// The inbox consumer of the bank's webhooks.
+const CONSUMER: &str = "bank-webhooks";
+
+/// Where `POST /payouts` may stop the process, for the crash test: the
+/// service writes `crash point <name>` to stdout there and waits to be
+/// killed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CrashPoint {
+    /// After the payout's insert, before the commit.
+    BeforeCommit,
+    /// After the commit, before the response.
+    AfterCommit,
+}
+
+impl CrashPoint {
+    /// `PAYOUTS_API_CRASH=before_commit` or `after_commit`.
+    pub fn from_env() -> Option<Self> {
+        match std::env::var("PAYOUTS_API_CRASH").ok()?.as_str() {
+            "before_commit" => Some(CrashPoint::BeforeCommit),
+            "after_commit" => Some(CrashPoint::AfterCommit),
+            _ => None,
+        }
+    }
+
+    async fn reach(point: Option<CrashPoint>, here: CrashPoint) {
+        if point == Some(here) {
+            println!("crash point {here:?}");
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// The service's state: its pool, and the crash point, if any.
+pub struct App<DB: sqlx::Database> {
+    pub pool: Pool<DB>,
+    pub crash: Option<CrashPoint>,
+}
+
+/// What the routes need of a backend.
+pub trait ApiBackend: Backend {
+    /// The payouts table and the two stores' tables.
+    const SCHEMA: &'static [&'static str];
+    /// A new payout: id, amount, currency, recipient.
+    const INSERT: &'static str;
+    /// A payout's status and version.
+    const READ: &'static str;
+    /// The dialect of the stores' DDL.
+    const DIALECT: stateguard::ddl::Dialect;
+}
+
+impl ApiBackend for sqlx::Sqlite {
+    const DIALECT: stateguard::ddl::Dialect = stateguard::ddl::Dialect::Sqlite;
+    const SCHEMA: &'static [&'static str] = &[
+        "CREATE TABLE api_payouts (id TEXT PRIMARY KEY, amount_cents INTEGER NOT NULL, \
+         currency TEXT NOT NULL, recipient TEXT NOT NULL, status TEXT NOT NULL DEFAULT \
+         'pending', version INTEGER NOT NULL DEFAULT 0, effects INTEGER NOT NULL DEFAULT 0)",
+    ];
+    const INSERT: &'static str =
+        "INSERT INTO api_payouts (id, amount_cents, currency, recipient) VALUES (?1, ?2, ?3, ?4)";
+    const READ: &'static str = "SELECT status, version FROM api_payouts WHERE id = ?1";
+}
+
+impl ApiBackend for sqlx::Postgres {
+    const DIALECT: stateguard::ddl::Dialect = stateguard::ddl::Dialect::Postgres;
+    const SCHEMA: &'static [&'static str] = &[
+        "CREATE TABLE api_payouts (id TEXT PRIMARY KEY, amount_cents BIGINT NOT NULL, \
+         currency TEXT NOT NULL, recipient TEXT NOT NULL, status TEXT NOT NULL DEFAULT \
+         'pending', version BIGINT NOT NULL DEFAULT 0, effects BIGINT NOT NULL DEFAULT 0)",
+    ];
+    const INSERT: &'static str =
+        "INSERT INTO api_payouts (id, amount_cents, currency, recipient) VALUES ($1, $2, $3, $4)";
+    const READ: &'static str = "SELECT status, version FROM api_payouts WHERE id = $1";
+}
+
+impl ApiBackend for sqlx::MySql {
+    const DIALECT: stateguard::ddl::Dialect = stateguard::ddl::Dialect::MySql;
+    const SCHEMA: &'static [&'static str] = &[
+        "CREATE TABLE api_payouts (id VARCHAR(40) PRIMARY KEY, amount_cents BIGINT NOT NULL, \
+         currency VARCHAR(3) NOT NULL, recipient VARCHAR(255) NOT NULL, status VARCHAR(16) NOT \
+         NULL DEFAULT 'pending', version BIGINT NOT NULL DEFAULT 0, effects BIGINT NOT NULL \
+         DEFAULT 0)",
+    ];
+    const INSERT: &'static str =
+        "INSERT INTO api_payouts (id, amount_cents, currency, recipient) VALUES (?, ?, ?, ?)";
+    const READ: &'static str = "SELECT status, version FROM api_payouts WHERE id = ?";
+}
+
+/// Creates the service's tables.
+pub async fn create_schema<DB: ApiBackend>(pool: &Pool<DB>) -> Result<(), sqlx::Error>
+where
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    DB::Arguments: sqlx::IntoArguments<DB>,
+{
+    let dialect = DB::DIALECT;
+    for statement in DB::SCHEMA
+        .iter()
+        .chain(idempotency::ddl(dialect))
+        .chain(inbox::ddl(dialect))
+    {
+        let mut conn = pool.acquire().await?;
+        sqlx::query(*statement).execute(&mut *conn).await?;
+    }
+    Ok(())
+}
+
+/// The routes.
+pub fn router<DB>(app: App<DB>) -> Router
+where
+    DB: ApiBackend,
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    DB::Arguments: sqlx::IntoArguments<DB>,
+    String: Key<DB> + for<'r> sqlx::Decode<'r, DB>,
+    i64: for<'q> sqlx::Encode<'q, DB> + for<'r> sqlx::Decode<'r, DB> + sqlx::Type<DB>,
+    usize: sqlx::ColumnIndex<DB::Row>,
+{
+    Router::new()
+        .route("/payouts", post(create_payout::<DB>))
+        .route("/payouts/{id}", get(read_payout::<DB>))
+        .route("/webhooks/bank", post(bank_webhook::<DB>))
+        .with_state(Arc::new(app))
+}
+
+/// `POST /payouts`'s body.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewPayout {
+    pub amount_cents: i64,
+    pub currency: String,
+    pub recipient: String,
+}
+
+/// A payout as the API shows it.
+#[derive(Debug, Deserialize, Serialize, PartialEq, Eq)]
+pub struct PayoutView {
+    pub id: String,
+    pub status: String,
+    /// The row's version: how many moves it has made.
+    pub occurrence: i64,
+}
+
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    let body = serde_json::json!({ "error": message.into() });
+    (status, axum::Json(body)).into_response()
+}
+
+fn internal(e: impl std::fmt::Display) -> Response {
+    error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+}
+
+fn json_response(status: StatusCode, body: Vec<u8>, replayed: bool) -> Response {
+    let mut response = (status, body).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        axum::http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    if replayed {
+        headers.insert(
+            HeaderName::from_static("idempotent-replayed"),
+            HeaderValue::from_static("true"),
+        );
+    }
+    response
+}
+
+/// A new payout id: 16 random hex digits.
+fn payout_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    format!("po_{:016x}", hasher.finish())
+}
+
+async fn create_payout<DB>(
+    State(app): State<Arc<App<DB>>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response
+where
+    DB: ApiBackend,
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    DB::Arguments: sqlx::IntoArguments<DB>,
+    i64: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    String: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    let Some(key) = headers.get("idempotency-key") else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "the Idempotency-Key header is required",
+        );
+    };
+    let Ok(key) = key.to_str() else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "the Idempotency-Key header is not text",
+        );
+    };
+    let payout: NewPayout = match serde_json::from_slice(&body) {
+        Ok(payout) => payout,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("malformed body: {e}")),
+    };
+    if payout.amount_cents <= 0 || payout.currency.len() != 3 || payout.recipient.is_empty() {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "amount_cents must be positive, currency three letters, recipient not empty",
+        );
+    }
+    // The canonical parameters: the parsed body written out again.
+    let canonical = serde_json::to_vec(&payout).unwrap_or_default();
+    let fingerprint = format!("{:x}", Sha256::digest(&canonical));
+    let request = match Request::new(SCOPE, key, fingerprint) {
+        Ok(request) => request,
+        Err(e @ Error::BadKey { .. }) => return error(StatusCode::BAD_REQUEST, e.to_string()),
+        Err(e) => return internal(e),
+    };
+    let ticket = match idempotency::begin(&app.pool, &request, idempotency::DEFAULT_LEASE).await {
+        Ok(Begun::New(ticket)) => ticket,
+        Ok(Begun::Replay(stored)) => {
+            let status = StatusCode::from_u16(stored.status()).unwrap_or(StatusCode::OK);
+            return json_response(status, stored.into_body(), true);
+        }
+        Ok(Begun::InProgress) => {
+            return error(
+                StatusCode::CONFLICT,
+                "a request with this Idempotency-Key is in progress; retry later",
+            );
+        }
+        Ok(Begun::Mismatch) => {
+            return error(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "this Idempotency-Key was used with other parameters",
+            );
+        }
+        Err(e) => return internal(e),
+    };
+    let id = payout_id();
+    let view = PayoutView {
+        id: id.clone(),
+        status: "pending".to_owned(),
+        occurrence: 0,
+    };
+    let response = serde_json::to_vec(&view).unwrap_or_default();
+    let work = async {
+        let mut tx = Tx::begin(&app.pool).await?;
+        sqlx::query(DB::INSERT)
+            .bind(id.clone())
+            .bind(payout.amount_cents)
+            .bind(payout.currency.clone())
+            .bind(payout.recipient.clone())
+            .execute(&mut *tx)
+            .await
+            .map_err(|source| Error::Store {
+                table: "api_payouts",
+                call: "insert",
+                source,
+            })?;
+        ticket.complete(&mut tx, 201, response.clone()).await?;
+        CrashPoint::reach(app.crash, CrashPoint::BeforeCommit).await;
+        tx.commit(()).await?;
+        Ok::<_, Error>(())
+    };
+    if let Err(e) = work.await {
+        return internal(e);
+    }
+    CrashPoint::reach(app.crash, CrashPoint::AfterCommit).await;
+    json_response(StatusCode::CREATED, response, false)
+}
+
+async fn read_payout<DB>(State(app): State<Arc<App<DB>>>, Path(id): Path<String>) -> Response
+where
+    DB: ApiBackend,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    DB::Arguments: sqlx::IntoArguments<DB>,
+    String: for<'q> sqlx::Encode<'q, DB> + for<'r> sqlx::Decode<'r, DB> + sqlx::Type<DB>,
+    i64: for<'r> sqlx::Decode<'r, DB> + sqlx::Type<DB>,
+    usize: sqlx::ColumnIndex<DB::Row>,
+{
+    let mut conn = match app.pool.acquire().await {
+        Ok(conn) => conn,
+        Err(e) => return internal(e),
+    };
+    let row = sqlx::query(DB::READ)
+        .bind(id.clone())
+        .fetch_optional(&mut *conn)
+        .await;
+    match row {
+        Ok(Some(row)) => {
+            use sqlx::Row;
+            let (Ok(status), Ok(occurrence)) = (row.try_get::<String, _>(0), row.try_get(1)) else {
+                return internal("unreadable payout row");
+            };
+            let view = PayoutView {
+                id,
+                status,
+                occurrence,
+            };
+            (StatusCode::OK, axum::Json(view)).into_response()
+        }
+        Ok(None) => error(StatusCode::NOT_FOUND, format!("no payout {id}")),
+        Err(e) => internal(e),
+    }
+}
+
+/// A delivery's transaction that a deadlock or a busy database rolled
+/// back.
+fn retryable<DB: Backend>(e: &Error) -> bool {
+    match e {
+        Error::Store { source, .. } | Error::Database { source, .. } => DB::is_retryable(source),
+        other => other.is_retry_transaction(),
+    }
+}
+
+/// The bank's webhook: `payout.paid` or `payout.failed` for a payout.
+#[derive(Debug, Deserialize, Serialize)]
+pub struct BankEvent {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub payout_id: String,
+}
+
+async fn bank_webhook<DB>(State(app): State<Arc<App<DB>>>, body: Bytes) -> Response
+where
+    DB: ApiBackend,
+    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
+    String: Key<DB>,
+{
+    let event: BankEvent = match serde_json::from_slice(&body) {
+        Ok(event) => event,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("malformed event: {e}")),
+    };
+    let transition = match event.kind.as_str() {
+        "payout.paid" => PayoutStatus::paid(),
+        "payout.failed" => PayoutStatus::failed(),
+        other => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("unknown event type {other:?}"),
+            );
+        }
+    };
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let done = async {
+            let mut tx = Tx::begin(&app.pool).await?;
+            if inbox::receive(&mut tx, CONSUMER, &event.id).await? == Received::Duplicate {
+                return Ok(Some("duplicate"));
+            }
+            match transition.apply(&mut tx, event.payout_id.clone()).await? {
+                // The payout's effect (`effects + 1`) and the inbox row
+                // commit together.
+                Outcome::Applied(won) => {
+                    // The effect is the move's own `effects + 1`: once
+                    // committed, nothing is left to run.
+                    let committed = tx.commit(won).await?;
+                    drop(committed);
+                    Ok(Some("applied"))
+                }
+                // Unknown payout: nothing is written, the inbox row rolls
+                // back with the transaction.
+                Outcome::NotFound => Ok(None),
+                // Already paid or failed (a late or out-of-order event): the
+                // message is consumed, the payout stays as the first valid
+                // event left it.
+                _ => {
+                    tx.commit(()).await?;
+                    Ok(Some("ignored"))
+                }
+            }
+        }
+        .await;
+        match done {
+            Ok(None) => {
+                return error(
+                    StatusCode::NOT_FOUND,
+                    format!("no payout {}", event.payout_id),
+                );
+            }
+            // `applied`, `duplicate` (delivered before) or `ignored` (the
+            // payout had already left `pending`).
+            Ok(Some(result)) => {
+                let body = serde_json::json!({ "event": event.id, "result": result });
+                return (StatusCode::OK, axum::Json(body)).into_response();
+            }
+            // A deadlock or busy database rolled the delivery back: it
+            // consumed nothing, so it runs again.
+            Err(e) if retryable::<DB>(&e) && attempt < 5 => continue,
+            Err(e) => return internal(e),
+        }
+    }
+}
