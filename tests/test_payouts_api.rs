@@ -38,6 +38,7 @@ where
     app::create_schema(&db.pool).await.unwrap();
     let router = app::router(App {
         pool: db.pool.clone(),
+        lease: stateguard::idempotency::DEFAULT_LEASE,
         crash: None,
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

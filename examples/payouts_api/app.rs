@@ -71,10 +71,29 @@ impl CrashPoint {
     }
 }
 
-/// The service's state: its pool, and the crash point, if any.
+/// The service's state: its pool, the lease of an idempotency key, and the
+/// crash point, if any.
 pub struct App<DB: sqlx::Database> {
     pub pool: Pool<DB>,
+    /// How long a request owns its key before a retry may take it over.
+    pub lease: std::time::Duration,
     pub crash: Option<CrashPoint>,
+}
+
+impl<DB: sqlx::Database> App<DB> {
+    /// The service on `pool`, with `IDEMPOTENCY_LEASE_MS` (default: the
+    /// library's 60 s) and `PAYOUTS_API_CRASH` from the environment.
+    pub fn from_env(pool: Pool<DB>) -> Self {
+        let lease = std::env::var("IDEMPOTENCY_LEASE_MS")
+            .ok()
+            .and_then(|ms| ms.parse().ok())
+            .map_or(idempotency::DEFAULT_LEASE, std::time::Duration::from_millis);
+        App {
+            pool,
+            lease,
+            crash: CrashPoint::from_env(),
+        }
+    }
 }
 
 /// What the routes need of a backend.
@@ -262,7 +281,7 @@ where
         Err(e @ Error::BadKey { .. }) => return error(StatusCode::BAD_REQUEST, e.to_string()),
         Err(e) => return internal(e),
     };
-    let ticket = match idempotency::begin(&app.pool, &request, idempotency::DEFAULT_LEASE).await {
+    let ticket = match idempotency::begin(&app.pool, &request, app.lease).await {
         Ok(Begun::New(ticket)) => ticket,
         Ok(Begun::Replay(stored)) => {
             let status = StatusCode::from_u16(stored.status()).unwrap_or(StatusCode::OK);

@@ -9,7 +9,8 @@
 //! DATABASE_URL=mysql://root@127.0.0.1:3306/test cargo run --example payouts_api
 //! ```
 //!
-//! It listens on `127.0.0.1:3000` (`ADDR` changes it). On PostgreSQL it
+//! It listens on `127.0.0.1:3000` (`ADDR` changes it); a request owns its
+//! `Idempotency-Key` for 60 s (`IDEMPOTENCY_LEASE_MS` changes it). On PostgreSQL it
 //! works in a schema of its own, on MySQL and MariaDB in a database of its
 //! own, both called `stateguard_api`, made anew on each start unless
 //! `KEEP_DATA=1`; on SQLite in `payouts_api.db` in the system's temporary
@@ -26,13 +27,12 @@ use sqlx::Pool;
 
 mod app;
 
-use app::{App, CrashPoint};
+use app::App;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let addr = std::env::var("ADDR").unwrap_or_else(|_| "127.0.0.1:3000".to_owned());
     let keep = std::env::var("KEEP_DATA").is_ok_and(|v| v == "1");
-    let crash = CrashPoint::from_env();
     let listener = tokio::net::TcpListener::bind(&addr).await?;
     let url = std::env::var("DATABASE_URL").ok();
     let router = match url.as_deref() {
@@ -57,7 +57,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             if fresh {
                 app::create_schema(&pool).await?;
             }
-            app::router(App { pool, crash })
+            app::router(App::from_env(pool))
         }
         Some(url) if url.starts_with("mysql") || url.starts_with("mariadb") => {
             let admin = sqlx::MySqlPool::connect(url).await?;
@@ -80,7 +80,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             if fresh {
                 app::create_schema(&pool).await?;
             }
-            app::router(App { pool, crash })
+            app::router(App::from_env(pool))
         }
         Some(other) => {
             return Err(format!("DATABASE_URL {other:?} is not postgres or mysql").into());
@@ -110,7 +110,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             if fresh {
                 app::create_schema(&pool).await?;
             }
-            app::router(App { pool, crash })
+            app::router(App::from_env(pool))
         }
     };
     println!("listening on http://{}", listener.local_addr()?);
