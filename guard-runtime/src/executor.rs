@@ -346,8 +346,9 @@ fn noted<DB: Backend, T>(
     health: &mut crate::tx::Health,
     result: Result<T, sqlx::Error>,
 ) -> Result<T, sqlx::Error> {
-    if let Err(error) = &result {
-        health.note::<DB>(error);
+    match &result {
+        Ok(_) => health.succeeded(),
+        Err(error) => health.note::<DB>(error),
     }
     result
 }

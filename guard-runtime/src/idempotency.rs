@@ -74,6 +74,7 @@ use crate::ddl::Dialect as DdlDialect;
 use crate::dialect::{Backend, Sql};
 use crate::error::Error;
 use crate::executor::Executor;
+use crate::executor::sealed::Run;
 use crate::outcome::{Committed, Uncommitted};
 use crate::tx::Tx;
 
@@ -164,18 +165,37 @@ const READ: Sql = Sql {
             FROM stateguard_idempotency WHERE scope = ? AND idem_key = ?",
 };
 
-/// A new key's row, running under lease 1 for `$4` milliseconds; nothing
-/// if the key exists. MySQL's `INSERT IGNORE` is safe here: every value
-/// was checked to fit.
-const INSERT: Sql = Sql {
-    postgres: "INSERT INTO stateguard_idempotency (scope, idem_key, fingerprint, state, lease, \
-               locked_until, created_at) VALUES ($1, $2, $3, 'running', 1, statement_timestamp() \
-               + CAST($4 AS BIGINT) * INTERVAL '1 millisecond', statement_timestamp()) \
-               ON CONFLICT (scope, idem_key) DO NOTHING",
+/// A new key's row, running under lease 1 for `$4` milliseconds, or the
+/// existing row, with the columns of [`READ`] after a first column that
+/// says which (1 for a new row). PostgreSQL answers both in this one
+/// statement; SQLite returns a row only for a new key, and MySQL only says
+/// how many rows it inserted (its `INSERT IGNORE` is safe here: every value
+/// was checked to fit), so that [`READ`] follows for an existing key.
+///
+/// PostgreSQL commits a new key's row without waiting for its WAL flush
+/// (`set_config('synchronous_commit', 'off', true)`, for this statement's
+/// own transaction, in the last column): others see the row at once all
+/// the same, and it only matters once the work commits, whose synchronous
+/// commit flushes the WAL up to it, the claim included. A crash before
+/// that may lose the claim, and then there is no work to lose either: a
+/// retry starts afresh. One flush per request instead of two.
+const CLAIM: Sql = Sql {
+    postgres: "WITH __sg_new AS (INSERT INTO stateguard_idempotency (scope, idem_key, \
+               fingerprint, state, lease, locked_until, created_at) VALUES ($1, $2, $3, \
+               'running', 1, statement_timestamp() + CAST($4 AS BIGINT) * INTERVAL '1 \
+               millisecond', statement_timestamp()) ON CONFLICT (scope, idem_key) DO NOTHING \
+               RETURNING lease) SELECT CAST(1 AS BIGINT), CAST(NULL AS TEXT), CAST(NULL AS \
+               TEXT), lease, CAST(NULL AS BIGINT), CAST(NULL AS BYTEA), CAST(0 AS BIGINT), \
+               set_config('synchronous_commit', 'off', true) FROM __sg_new UNION ALL SELECT \
+               CAST(0 AS BIGINT), fingerprint, state, lease, CAST(response_status AS BIGINT), \
+               response_body, CAST(CASE WHEN locked_until < statement_timestamp() THEN 1 ELSE 0 \
+               END AS BIGINT), CAST(NULL AS TEXT) FROM stateguard_idempotency WHERE scope = $1 \
+               AND idem_key = $2 AND NOT EXISTS (SELECT 1 FROM __sg_new)",
     sqlite: "INSERT INTO stateguard_idempotency (scope, idem_key, fingerprint, state, lease, \
              locked_until, created_at) VALUES (?1, ?2, ?3, 'running', 1, strftime('%Y-%m-%d \
              %H:%M:%f', 'now', printf('+%.3f seconds', CAST(?4 AS INTEGER) / 1000.0)), \
-             strftime('%Y-%m-%d %H:%M:%f', 'now')) ON CONFLICT (scope, idem_key) DO NOTHING",
+             strftime('%Y-%m-%d %H:%M:%f', 'now')) ON CONFLICT (scope, idem_key) DO NOTHING \
+             RETURNING 1",
     mysql: "INSERT IGNORE INTO stateguard_idempotency (scope, idem_key, fingerprint, state, lease, \
             locked_until, created_at) VALUES (?, ?, ?, 'running', 1, UTC_TIMESTAMP(3) + INTERVAL \
             (? * 1000) MICROSECOND, UTC_TIMESTAMP(3))",
@@ -386,7 +406,7 @@ impl Ticket {
             DB::bind_int(&mut args, i64::from(status)).map_err(db_error)?;
             DB::bind_bytes(&mut args, body).map_err(db_error)?;
         }
-        let done = crate::executor::sealed::Run::execute(&mut tx, DB::sql(&COMPLETE), args)
+        let done = Run::execute(&mut tx, DB::sql(&COMPLETE), args)
             .await
             .map_err(db_error)?;
         match DB::rows_affected(&done) {
@@ -412,7 +432,7 @@ impl Ticket {
         DB::bind_text(&mut args, Some(self.request.key)).map_err(db_error)?;
         DB::bind_int(&mut args, self.lease).map_err(db_error)?;
         let mut executor = pool;
-        crate::executor::sealed::Run::execute(&mut executor, DB::sql(&RELEASE), args)
+        Run::execute(&mut executor, DB::sql(&RELEASE), args)
             .await
             .map_err(db_error)?;
         Ok(())
@@ -428,9 +448,13 @@ fn store_error(call: &'static str, source: sqlx::Error) -> Error {
 }
 
 /// Claims `request`'s key for this request, under a lease of `lease`, or
-/// says why not ([`Begun`]). Each statement commits on its own; none
-/// waits for another request's work (a read finds a running key, and a
-/// `New` key's row is inserted and committed before the work starts).
+/// says why not ([`Begun`]). Each statement commits on its own, and a
+/// `New` key's row is committed before the work starts, so a retry finds
+/// the running key at once, without waiting for its work. On PostgreSQL
+/// one statement answers (the claim of a new key also returns an existing
+/// key's row: a replay is one round trip); MySQL claims, then reads an
+/// existing key; SQLite reads, then claims a new key. The only wait is for
+/// a request between its [`complete`](Ticket::complete) and its commit.
 ///
 /// A key whose lease ran out (its request crashed, or ran longer than its
 /// lease) is taken over: `New`, under the next lease, and the old holder
@@ -447,48 +471,61 @@ where
     let db_error = |source| store_error("begin", source);
     let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
     let mut executor = pool;
+    let new = |lease| {
+        Ok(Begun::New(Ticket {
+            request: request.clone(),
+            lease,
+        }))
+    };
     // Each pass either answers or sees the row change under it (inserted,
     // taken over or pruned by another request); three passes see it settle.
     for _ in 0..3 {
-        let mut args = DB::Args::default();
-        DB::bind_text(&mut args, Some(request.scope.clone())).map_err(db_error)?;
-        DB::bind_text(&mut args, Some(request.key.clone())).map_err(db_error)?;
-        let row = crate::executor::sealed::Run::fetch_optional(&mut executor, DB::sql(&READ), args)
-            .await
-            .map_err(db_error)?;
-        let Some(row) = row else {
-            let mut args = DB::Args::default();
-            DB::bind_text(&mut args, Some(request.scope.clone())).map_err(db_error)?;
-            DB::bind_text(&mut args, Some(request.key.clone())).map_err(db_error)?;
-            DB::bind_text(&mut args, Some(request.fingerprint.clone())).map_err(db_error)?;
-            DB::bind_int(&mut args, lease_ms).map_err(db_error)?;
-            let done = crate::executor::sealed::Run::execute(&mut executor, DB::sql(&INSERT), args)
-                .await
-                .map_err(db_error)?;
-            if DB::rows_affected(&done) == 1 {
-                return Ok(Begun::New(Ticket {
-                    request: request.clone(),
-                    lease: 1,
-                }));
-            }
+        // SQLite reads first: its insert would wait for any write
+        // transaction, including a running request's work. The others
+        // claim first, which waits only for a request between its
+        // `complete` and its commit.
+        let found = match DB::SYSTEM == "sqlite" {
+            true => match read(&mut executor, request).await? {
+                Some(row) => Some((row, 0)),
+                None => match claim(&mut executor, request, lease_ms).await? {
+                    Claimed::New => return new(1),
+                    Claimed::Existing(row) => Some((row, 1)),
+                    Claimed::Taken => None,
+                },
+            },
+            false => match claim(&mut executor, request, lease_ms).await? {
+                Claimed::New => return new(1),
+                Claimed::Existing(row) => Some((row, 1)),
+                Claimed::Taken => read(&mut executor, request).await?.map(|row| (row, 0)),
+            },
+        };
+        // Gone between the statements (pruned, or inserted after a read
+        // and before a claim): another pass.
+        let Some((row, at)) = found else {
             continue;
         };
-        let fingerprint = DB::text_opt(&row, 0).map_err(db_error)?;
-        let state = DB::text_opt(&row, 1).map_err(db_error)?;
-        let held = DB::int(&row, 2).map_err(db_error)?;
-        let expired = DB::int(&row, 5).map_err(db_error)? != 0;
+        let fingerprint = DB::text_opt(&row, at).map_err(db_error)?;
+        let state = DB::text_opt(&row, at + 1).map_err(db_error)?;
+        let held = DB::int(&row, at + 2).map_err(db_error)?;
+        let expired = DB::int(&row, at + 5).map_err(db_error)? != 0;
         if fingerprint.as_deref() != Some(request.fingerprint.as_str()) {
             return Ok(Begun::Mismatch);
         }
         if state.as_deref() == Some("done") {
-            let status = DB::int_opt(&row, 3).map_err(db_error)?.unwrap_or_default();
-            let body = DB::bytes_opt(&row, 4)
-                .map_err(db_error)?
-                .unwrap_or_default();
-            return Ok(Begun::Replay(Stored {
-                status: u16::try_from(status).unwrap_or_default(),
-                body,
-            }));
+            let status = DB::int_opt(&row, at + 3).map_err(db_error)?;
+            let body = DB::bytes_opt(&row, at + 4).map_err(db_error)?;
+            let status = status.and_then(|s| u16::try_from(s).ok());
+            let (Some(status), Some(body)) = (status, body) else {
+                return Err(Error::Store {
+                    table: "stateguard_idempotency",
+                    call: "begin",
+                    source: sqlx::Error::Protocol(format!(
+                        "key {:?} of scope {:?} is done without a response",
+                        request.key, request.scope
+                    )),
+                });
+            };
+            return Ok(Begun::Replay(Stored { status, body }));
         }
         if !expired {
             return Ok(Begun::InProgress);
@@ -507,33 +544,88 @@ where
             DB::bind_int(&mut args, lease_ms).map_err(db_error)?;
         }
         let taken = match DB::RETURNING {
-            true => crate::executor::sealed::Run::fetch_optional(
-                &mut executor,
-                DB::sql(&TAKE_OVER),
-                args,
-            )
-            .await
-            .map_err(db_error)?
-            .map(|row| DB::int(&row, 0))
-            .transpose()
-            .map_err(db_error)?,
+            true => Run::fetch_optional(&mut executor, DB::sql(&TAKE_OVER), args)
+                .await
+                .map_err(db_error)?
+                .map(|row| DB::int(&row, 0))
+                .transpose()
+                .map_err(db_error)?,
             false => {
-                let done =
-                    crate::executor::sealed::Run::execute(&mut executor, DB::sql(&TAKE_OVER), args)
-                        .await
-                        .map_err(db_error)?;
+                let done = Run::execute(&mut executor, DB::sql(&TAKE_OVER), args)
+                    .await
+                    .map_err(db_error)?;
                 (DB::rows_affected(&done) == 1)
                     .then(|| i64::try_from(DB::last_insert_id(&done)).unwrap_or(i64::MAX))
             }
         };
         if let Some(lease) = taken {
-            return Ok(Begun::New(Ticket {
-                request: request.clone(),
-                lease,
-            }));
+            return new(lease);
         }
     }
     Ok(Begun::InProgress)
+}
+
+/// What [`CLAIM`] found.
+enum Claimed<Row> {
+    /// The key was new, and is this request's under lease 1.
+    New,
+    /// The key's row (PostgreSQL), its columns after the flag.
+    Existing(Row),
+    /// The key exists; [`READ`] tells how.
+    Taken,
+}
+
+/// Runs [`CLAIM`].
+async fn claim<DB>(
+    executor: &mut &sqlx::Pool<DB>,
+    request: &Request,
+    lease_ms: i64,
+) -> Result<Claimed<<DB as sqlx::Database>::Row>, Error>
+where
+    DB: Backend,
+    for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
+{
+    let db_error = |source| store_error("begin", source);
+    let mut args = DB::Args::default();
+    DB::bind_text(&mut args, Some(request.scope.clone())).map_err(db_error)?;
+    DB::bind_text(&mut args, Some(request.key.clone())).map_err(db_error)?;
+    DB::bind_text(&mut args, Some(request.fingerprint.clone())).map_err(db_error)?;
+    DB::bind_int(&mut args, lease_ms).map_err(db_error)?;
+    if !DB::RETURNING {
+        let done = Run::execute(executor, DB::sql(&CLAIM), args)
+            .await
+            .map_err(db_error)?;
+        return Ok(match DB::rows_affected(&done) {
+            1 => Claimed::New,
+            _ => Claimed::Taken,
+        });
+    }
+    let row = Run::fetch_optional(executor, DB::sql(&CLAIM), args)
+        .await
+        .map_err(db_error)?;
+    Ok(match row {
+        Some(row) if DB::int(&row, 0).map_err(db_error)? == 1 => Claimed::New,
+        Some(row) => Claimed::Existing(row),
+        None => Claimed::Taken,
+    })
+}
+
+/// Runs [`READ`].
+async fn read<DB>(
+    executor: &mut &sqlx::Pool<DB>,
+    request: &Request,
+) -> Result<Option<<DB as sqlx::Database>::Row>, Error>
+where
+    DB: Backend,
+    for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
+{
+    let db_error = |source| store_error("begin", source);
+    let mut args = DB::Args::default();
+    DB::bind_text(&mut args, Some(request.scope.clone())).map_err(db_error)?;
+    DB::bind_text(&mut args, Some(request.key.clone())).map_err(db_error)?;
+    Run::fetch_optional(executor, DB::sql(&READ), args)
+        .await
+        .map_err(db_error)
 }
 
 /// Removes up to `limit` keys created more than `window` ago
@@ -572,7 +664,7 @@ where
     DB::bind_int(&mut args, window_ms).map_err(db_error)?;
     DB::bind_int(&mut args, i64::from(limit)).map_err(db_error)?;
     let mut executor = pool;
-    let done = crate::executor::sealed::Run::execute(&mut executor, DB::sql(sql), args)
+    let done = Run::execute(&mut executor, DB::sql(sql), args)
         .await
         .map_err(db_error)?;
     Ok(DB::rows_affected(&done))

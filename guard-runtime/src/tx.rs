@@ -31,6 +31,12 @@ pub(crate) struct Health {
     /// A statement of this transaction failed in a way that the database
     /// answers by rolling the whole transaction back (a MySQL deadlock).
     rolled_back: bool,
+    /// The last statement on the connection was the library's own, and it
+    /// succeeded: the transaction was open and not aborted then, and
+    /// nothing has run since. Cleared when the caller takes the connection
+    /// (`&mut *tx`), which is how its own statements run, and around
+    /// savepoints.
+    verified: bool,
 }
 
 impl Health {
@@ -39,9 +45,15 @@ impl Health {
     /// and MySQL has already rolled the whole transaction back: either way
     /// the transaction must not commit.
     pub(crate) fn note<DB: Backend>(&mut self, error: &sqlx::Error) {
+        self.verified = false;
         if DB::is_retryable(error) {
             self.rolled_back = true;
         }
+    }
+
+    /// Records a statement of the library's that succeeded.
+    pub(crate) fn succeeded(&mut self) {
+        self.verified = true;
     }
 
     /// A statement was cut off and may still complete on the server: what
@@ -145,9 +157,12 @@ impl<'c, DB: Backend> Tx<'c, DB> {
     /// with a silent `ROLLBACK`, and MySQL rolls a transaction back on a
     /// deadlock and runs later statements outside it. Either way the result
     /// is [`Error::RolledBack`] and no win comes out. On PostgreSQL and
-    /// MariaDB the check is one extra statement; on MySQL 8, which has no
-    /// way to ask, only the deadlocks of the library's own statements are
-    /// seen.
+    /// MariaDB the check is one extra statement, unless the transaction's
+    /// last statement was the library's own (an `apply`, a
+    /// [`complete`](crate::idempotency::Ticket::complete), a
+    /// [`receive`](crate::inbox::receive)) and succeeded, which shows the
+    /// transaction open; on MySQL 8, which has no way to ask, only the
+    /// deadlocks of the library's own statements are seen.
     pub async fn commit<T: Staged + sealed::Convert>(
         mut self,
         staged: T,
@@ -163,7 +178,11 @@ impl<'c, DB: Backend> Tx<'c, DB> {
             // next free.
             return Err(Error::RolledBack { source: None });
         }
-        match DB::transaction_open(&mut self.inner).await {
+        let open = match self.health.verified {
+            true => Ok(true),
+            false => DB::transaction_open(&mut self.inner).await,
+        };
+        match open {
             Ok(true) => {}
             // Dropping `self` rolls back what is left of the transaction.
             Ok(false) => return Err(Error::RolledBack { source: None }),
@@ -212,6 +231,7 @@ impl<'t, DB: Backend> Savepoint<'t, DB> {
         health: &'t mut Health,
         parent: u64,
     ) -> Result<Self, Error> {
+        health.verified = false;
         let inner = conn
             .begin()
             .await
@@ -239,6 +259,7 @@ impl<'t, DB: Backend> Savepoint<'t, DB> {
         if !staged.all_in(self.scope) {
             return Err(Error::ForeignWin);
         }
+        self.health.verified = false;
         self.inner
             .commit()
             .await
@@ -263,7 +284,11 @@ macro_rules! scoped {
     ($ty:ident, $what:literal) => {
         impl<DB: Backend> $ty<'_, DB> {
             #[doc = concat!("Rolls the ", $what, " back. Its wins are gone.")]
-            pub async fn rollback(self) -> Result<(), Error> {
+            // `mut` is needed where the health is owned (`Tx`), not where
+            // it is borrowed (`Savepoint`).
+            #[allow(unused_mut)]
+            pub async fn rollback(mut self) -> Result<(), Error> {
+                self.health.verified = false;
                 self.inner
                     .rollback()
                     .await
@@ -285,6 +310,8 @@ macro_rules! scoped {
 
         impl<DB: Backend> DerefMut for $ty<'_, DB> {
             fn deref_mut(&mut self) -> &mut DB::Connection {
+                // The caller's own statements run here, unseen.
+                self.health.verified = false;
                 &mut self.inner
             }
         }
