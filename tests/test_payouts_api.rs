@@ -230,8 +230,10 @@ const IN_FLIGHT: usize = 32;
 
 /// 200 payouts, each of whose `payout.paid` event is delivered 20 times,
 /// concurrently and shuffled, with a `payout.failed` event for every other
-/// payout arriving late: every payout ends `paid`, its effect counted once,
-/// and every delivery is answered 200.
+/// payout arriving late, and for every fifth one arriving first: each
+/// payout ends as its first delivered event says (`failed` for every
+/// fifth, `paid` for the rest, its effect counted once), and every delivery
+/// is answered 200.
 async fn a_webhook_storm_applies_each_payout_once<DB>(db: Db<DB>)
 where
     DB: ApiBackend + TestBackend,
@@ -251,6 +253,20 @@ where
         assert_eq!(response.status(), StatusCode::CREATED);
         ids.push(response.json::<PayoutView>().await.unwrap().id);
     }
+    // Every fifth payout fails first: its `payout.failed` arrives before
+    // any of its paid events, which then change nothing.
+    for (i, id) in ids.iter().enumerate().step_by(5) {
+        let body = serde_json::json!({ "id": format!("evt_failed_first_{i}"),
+                                       "type": "payout.failed", "payout_id": id });
+        let response = client
+            .post(format!("{base}/webhooks/bank"))
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+    let failed_first = PAYOUTS.div_ceil(5);
     // Every paid event 20 times, in an order shuffled by a fixed LCG.
     let mut deliveries: Vec<(String, &str, String)> = Vec::new();
     for (i, id) in ids.iter().enumerate() {
@@ -306,7 +322,10 @@ where
         results.push(result);
     }
     let tally = |what: &str| results.iter().filter(|r| *r == what).count();
-    assert_eq!(tally("payout.paid applied"), PAYOUTS);
+    let paid = PAYOUTS - failed_first;
+    assert_eq!(tally("payout.paid applied"), paid);
+    // A failed-first payout's first paid delivery is recorded, and ignored.
+    assert_eq!(tally("payout.paid ignored"), failed_first);
     assert_eq!(tally("payout.paid duplicate"), PAYOUTS * (DELIVERIES - 1));
     assert_eq!(tally("payout.failed ignored"), PAYOUTS / 2);
     let effects_sql: &'static str = match <DB as TestBackend>::DIALECT {
@@ -320,9 +339,29 @@ where
         }
     };
     let mut conn = db.pool.acquire().await.unwrap();
-    let (paid, effects): (i64, i64) = DB::fetch_one(&mut conn, effects_sql, &[]).await.unwrap();
-    assert_eq!((paid, effects), (PAYOUTS as i64, PAYOUTS as i64));
+    let (paid_rows, effects): (i64, i64) =
+        DB::fetch_one(&mut conn, effects_sql, &[]).await.unwrap();
+    assert_eq!((paid_rows, effects), (paid as i64, paid as i64));
     drop(conn);
+    for (i, id) in ids.iter().enumerate() {
+        let view: PayoutView = client
+            .get(format!("{base}/payouts/{id}"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let expected = if i % 5 == 0 { "failed" } else { "paid" };
+        assert_eq!(
+            (view.status.as_str(), view.occurrence),
+            (expected, 1),
+            "payout {i}"
+        );
+    }
     // One inbox row per distinct event.
-    assert_eq!(count(&db, "inbox").await, (PAYOUTS + PAYOUTS / 2) as i64);
+    assert_eq!(
+        count(&db, "inbox").await,
+        (failed_first + PAYOUTS + PAYOUTS / 2) as i64
+    );
 }
