@@ -18,6 +18,11 @@
 //!   without one (target on PostgreSQL: at least 0.85× the throughput),
 //!   one call after another on one connection, on PostgreSQL and SQLite.
 //!
+//! - A recovery pass over 1,000 rows left in flight past their lease
+//!   (`recover`, an effect that returns at once) against the per-row
+//!   pattern it used to run, written by hand: list the expired rows, then
+//!   take each over and finish it (target on PostgreSQL: at least 2×).
+//!
 //! MySQL/MariaDB (`STATEGUARD_MYSQL_URL`): the history measurement only.
 //!
 //! PostgreSQL: `STATEGUARD_POSTGRES_URL` (the bench works in a schema of
@@ -88,6 +93,45 @@ enum Logged {
     A,
     B,
 }
+
+/// Rows left in flight past their lease, for the recovery pass.
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(
+    table = "flight_rows",
+    column = "status",
+    key = "id",
+    version = "version"
+)]
+enum Flight {
+    #[state(initial)]
+    #[transition(send -> Sending)]
+    Pending,
+    #[state(in_flight(lease = "10s", since = "sending_since", done = confirm, failed = fail))]
+    #[transition(confirm -> Sent)]
+    #[transition(fail -> Failed)]
+    Sending,
+    Sent,
+    Failed,
+}
+
+/// Expired rows per recovery pass.
+const EXPIRED: i64 = 1_000;
+
+/// The per-row pattern by hand, as a recovery pass used to run it: list the
+/// expired rows, then take each over and finish it.
+const HAND_LIST: &str = "SELECT id, version FROM hand_flight WHERE status = 'sending' AND \
+                         (sending_since IS NULL OR sending_since < statement_timestamp() - \
+                         INTERVAL '10000 milliseconds') ORDER BY sending_since IS NOT NULL, \
+                         sending_since LIMIT $1";
+const HAND_TAKE: &str = "UPDATE hand_flight SET sending_since = statement_timestamp() WHERE id = \
+                         $1 AND status = 'sending' AND (sending_since IS NULL OR sending_since < \
+                         statement_timestamp() - INTERVAL '10000 milliseconds') AND version = $2 \
+                         RETURNING COALESCE(CAST(EXTRACT(EPOCH FROM sending_since) * 1000000 AS \
+                         BIGINT), 0)";
+const HAND_DONE: &str = "UPDATE hand_flight SET status = 'sent', version = version + 1 WHERE id = \
+                         $1 AND status = 'sending' AND version = $2 AND \
+                         COALESCE(CAST(EXTRACT(EPOCH FROM sending_since) * 1000000 AS BIGINT), 0) \
+                         = $3";
 
 const HISTORY_KEYS: i64 = 2_000;
 
@@ -397,6 +441,12 @@ async fn postgres(url: &str) {
          occurrence BIGINT NOT NULL, moved_at TIMESTAMPTZ NOT NULL, actor TEXT, reason TEXT, \
          details JSONB)",
         "CREATE INDEX ON logged_history (id)",
+        "CREATE TABLE flight_rows (id BIGINT PRIMARY KEY, status TEXT NOT NULL, \
+         version BIGINT NOT NULL DEFAULT 0, sending_since TIMESTAMPTZ)",
+        "CREATE INDEX ON flight_rows (status, sending_since)",
+        "CREATE TABLE hand_flight (id BIGINT PRIMARY KEY, status TEXT NOT NULL, \
+         version BIGINT NOT NULL DEFAULT 0, sending_since TIMESTAMPTZ)",
+        "CREATE INDEX ON hand_flight (status, sending_since)",
     ] {
         sqlx::query(statement).execute(&pool).await.unwrap();
     }
@@ -505,6 +555,7 @@ async fn postgres(url: &str) {
         &pattern,
         "oldest-pending pattern",
     );
+    recovery_rounds(&pool).await;
     pool.close().await;
     sqlx::query(
         "DO $$ BEGIN EXECUTE format('DROP SCHEMA %I CASCADE', \
@@ -513,6 +564,78 @@ async fn postgres(url: &str) {
     .execute(&admin)
     .await
     .unwrap();
+}
+
+/// A recovery pass over `EXPIRED` rows left in flight an hour ago, with an
+/// effect that returns at once, against the per-row pattern written by
+/// hand (list, then take over and finish each row), in alternating rounds.
+async fn recovery_rounds(pool: &Pool<Postgres>) {
+    let mut ours = Vec::new();
+    let mut hand = Vec::new();
+    for round in 0..ROUNDS {
+        for statement in [
+            "TRUNCATE flight_rows",
+            "TRUNCATE hand_flight",
+            "INSERT INTO flight_rows SELECT g, 'sending', 1, now() - INTERVAL '1 hour' \
+             FROM generate_series(1::bigint, 1000) g",
+            "INSERT INTO hand_flight SELECT g, 'sending', 1, now() - INTERVAL '1 hour' \
+             FROM generate_series(1::bigint, 1000) g",
+            "VACUUM ANALYZE flight_rows",
+            "VACUUM ANALYZE hand_flight",
+        ] {
+            sqlx::query(statement).execute(pool).await.unwrap();
+        }
+        let run_ours = async {
+            let started = Instant::now();
+            let report = stateguard::recover(
+                pool,
+                Flight::Sending,
+                EXPIRED as u32,
+                |_: stateguard::Effect<Flight, i64>| async { stateguard::Verdict::Done },
+            )
+            .await
+            .unwrap();
+            assert_eq!(report.done, EXPIRED as usize, "{report:?}");
+            EXPIRED as f64 / started.elapsed().as_secs_f64()
+        };
+        let run_hand = async {
+            let started = Instant::now();
+            let expired: Vec<(i64, i64)> = sqlx::query_as(HAND_LIST)
+                .bind(EXPIRED)
+                .fetch_all(pool)
+                .await
+                .unwrap();
+            let mut done = 0;
+            for (id, version) in expired {
+                let token: Option<i64> = sqlx::query_scalar(HAND_TAKE)
+                    .bind(id)
+                    .bind(version)
+                    .fetch_optional(pool)
+                    .await
+                    .unwrap();
+                let Some(token) = token else { continue };
+                let moved = sqlx::query(HAND_DONE)
+                    .bind(id)
+                    .bind(version)
+                    .bind(token)
+                    .execute(pool)
+                    .await
+                    .unwrap();
+                done += moved.rows_affected();
+            }
+            assert_eq!(done, EXPIRED as u64);
+            EXPIRED as f64 / started.elapsed().as_secs_f64()
+        };
+        let (o, h) = alternate(round, run_ours, run_hand).await;
+        ours.push(o);
+        hand.push(h);
+    }
+    report(
+        &format!("recovery pass over {EXPIRED} expired rows vs the per-row pattern by hand"),
+        &ours,
+        &hand,
+        "per-row pattern",
+    );
 }
 
 async fn claim_ours(pool: Pool<Postgres>) -> usize {

@@ -44,6 +44,79 @@ backend_tests! {
     "lease_lost" => a_worker_taken_over_during_its_effect_cannot_move_the_row,
     "lease_renewed" => a_long_effect_keeps_its_lease,
     "lease_deadline" => finish_keeps_its_deadline_and_leaves_the_row_to_recovery,
+    "lease_waiting" => a_row_that_waited_past_its_lease_in_a_pass_is_left_to_its_taker,
+}
+
+/// A recovery pass whose first effect runs long: the rows waiting behind it
+/// (taken over with the pass on PostgreSQL, listed on SQLite and MySQL) see
+/// their leases run out, and a second pass takes them over and finishes
+/// them. When the first pass reaches them it finds their leases gone and
+/// counts them lost: every effect key runs once.
+async fn a_row_that_waited_past_its_lease_in_a_pass_is_left_to_its_taker<DB: TestBackend>(
+    db: Db<DB>,
+) where
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    i64: Key<DB> + for<'r> sqlx::Decode<'r, DB>,
+{
+    db.transfers(3).await;
+    for id in 1..=3_i64 {
+        let won = TransferStatus::start()
+            .apply(&db.pool, id)
+            .await
+            .unwrap()
+            .won()
+            .unwrap();
+        drop(won); // each worker dies before its effect
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    outlive_the_lease().await;
+    let seen = std::sync::Mutex::new(Vec::<String>::new());
+    let slow_first = AtomicUsize::new(0);
+    let first_pass = recover(
+        &db.pool,
+        TransferStatus::Sending,
+        10,
+        |effect: Effect<_, i64>| {
+            seen.lock().unwrap().push(effect.effect_key().to_owned());
+            let first = slow_first.fetch_add(1, Ordering::SeqCst) == 0;
+            async move {
+                if first {
+                    // Long enough for the others' leases to run out twice over.
+                    tokio::time::sleep(Duration::from_millis(700)).await;
+                }
+                Verdict::Done
+            }
+        },
+    );
+    let second_pass = async {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        recover(
+            &db.pool,
+            TransferStatus::Sending,
+            10,
+            |effect: Effect<_, i64>| {
+                seen.lock().unwrap().push(effect.effect_key().to_owned());
+                async { Verdict::Done }
+            },
+        )
+        .await
+    };
+    let (first, second) = tokio::join!(first_pass, second_pass);
+    let (first, second) = (first.unwrap(), second.unwrap());
+    assert_eq!((first.done, first.lost), (1, 2), "{first:?}");
+    assert_eq!((second.claimed, second.done), (2, 2), "{second:?}");
+    let mut keys = seen.into_inner().unwrap();
+    keys.sort();
+    let before = keys.len();
+    keys.dedup();
+    assert_eq!(
+        (before, keys.len()),
+        (3, 3),
+        "each effect key once: {keys:?}"
+    );
+    for id in 1..=3 {
+        assert_eq!(db.transfer(id).await.0, "sent");
+    }
 }
 
 /// A worker that stalled past its lease before it called `finish`
@@ -225,10 +298,11 @@ where
 
 /// A lock held elsewhere keeps `finish` from renewing the lease before the
 /// effect: the deadline refuses the call and hands the win back, and the
-/// effect has not run. `recover_within` records such a row as a timeout
-/// and goes on.
+/// effect has not run. A recovery pass takes its rows over with `SKIP
+/// LOCKED`: it skips the locked row, without waiting or an error, and
+/// finishes the other; the locked row waits for a later pass.
 #[tokio::test]
-async fn postgres_a_held_lock_times_out_finish_and_recovery() {
+async fn postgres_a_held_lock_times_out_finish_and_recovery_skips_it() {
     let Some(db) = open!(Postgres, "lease_locked") else {
         return;
     };
@@ -286,12 +360,23 @@ async fn postgres_a_held_lock_times_out_finish_and_recovery() {
     )
     .await
     .unwrap();
-    assert_eq!(report.done, 1, "{report:?}");
-    assert_eq!(report.errors.len(), 1, "{report:?}");
-    assert!(
-        matches!(report.errors[0], Error::Timeout { .. }),
-        "{report:?}"
-    );
+    assert_eq!((report.claimed, report.done), (1, 1), "{report:?}");
+    assert!(report.errors.is_empty(), "{report:?}");
+    assert_eq!(effects.load(Ordering::SeqCst), 1);
     holder.rollback().await.unwrap();
     drop(won);
+    // Unlocked, the row is the next pass's.
+    let report = stateguard::recover(
+        &db.pool,
+        TransferStatus::Sending,
+        10,
+        |_: Effect<_, i64>| {
+            effects.fetch_add(1, Ordering::SeqCst);
+            async { Verdict::Done }
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!((report.claimed, report.done), (1, 1), "{report:?}");
+    assert_eq!(effects.load(Ordering::SeqCst), 2);
 }

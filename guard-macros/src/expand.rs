@@ -70,6 +70,7 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
         let failed = option(f.failed.map(|i| quote!(&#transitions[#i])));
         let expired = sql_per_dialect(&private, |d| d.expired(model, state, f));
         let claim = sql_per_dialect(&private, |d| d.claim(model, state, f));
+        let take_over = sql_per_dialect(&private, |d| d.take_over(model, state, f));
         let renew = sql_per_dialect(&private, |d| d.renew(model, state, f));
         let lease_read = sql_per_dialect(&private, |d| d.lease_read(model, f));
         let follow_up_read = sql_per_dialect(&private, |d| d.follow_up_read(model, f));
@@ -92,7 +93,7 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
         }));
         quote! {
             ::core::option::Option::Some(&#private::in_flight(
-                #lease_ms, #since, #done, #failed, #expired, #claim, #renew, #lease_read,
+                #lease_ms, #since, #done, #failed, #expired, #claim, #take_over, #renew, #lease_read,
                 #follow_up_read, #done_sql, #failed_sql, [#done_log, #failed_log],
             ))
         }

@@ -464,6 +464,48 @@ impl Dialect {
         )
     }
 
+    /// PostgreSQL: takes over up to `$1` expired rows of an in-flight state
+    /// in one statement, oldest first, skipping rows another recovery holds
+    /// (`FOR UPDATE SKIP LOCKED`), and returns each one's key, version and
+    /// new lease token, in the order of their old stamps: [`Self::expired`]
+    /// and [`Self::claim`] for every row at once. Empty on SQLite and
+    /// MySQL, which list, then claim row by row.
+    pub fn take_over(&self, model: &Model, state: &State, in_flight: &InFlight) -> String {
+        let d = *self;
+        if d != Dialect::Postgres {
+            return String::new();
+        }
+        let table = d.quote(&model.table);
+        let since = d.quote(&in_flight.since);
+        let n = model.key.len();
+        let expired = format!(
+            "{} AND ({since} IS NULL OR {since} < {})",
+            d.status_is(&d.quote(&model.column), &format!("= '{}'", state.db)),
+            d.lease_expiry(in_flight.lease_ms),
+        );
+        let same_row: Vec<String> = model
+            .key
+            .iter()
+            .enumerate()
+            .map(|(i, k)| format!("{table}.{} = __sg_o.__sg_k{i}", d.quote(k)))
+            .collect();
+        let aliases: Vec<String> = (0..n).map(|i| format!("__sg_k{i}")).collect();
+        format!(
+            "WITH __sg_taken AS (UPDATE {table} SET {since} = {} FROM (SELECT {}, {since} AS \
+             __sg_old FROM {table} WHERE {expired} ORDER BY {since} IS NOT NULL, {since} LIMIT $1 \
+             FOR UPDATE SKIP LOCKED) AS __sg_o WHERE {} AND {expired} RETURNING {}, {} AS __sg_v, \
+             {} AS __sg_l, __sg_o.__sg_old) SELECT {}, __sg_v, __sg_l FROM __sg_taken ORDER BY \
+             __sg_old IS NOT NULL, __sg_old",
+            d.now(),
+            d.key_aliases(model, None, "__sg_k"),
+            same_row.join(" AND "),
+            d.key_aliases(model, Some(&table), "__sg_k"),
+            d.version_read(model.version.as_deref()),
+            d.lease_token(&in_flight.since),
+            aliases.join(", "),
+        )
+    }
+
     /// Takes over one expired row for recovery by renewing its lease, only
     /// if it is still in the same occurrence of the in-flight state.
     pub fn claim(&self, model: &Model, state: &State, in_flight: &InFlight) -> String {

@@ -260,6 +260,7 @@ pub struct InFlightDef<S: 'static> {
     pub(crate) failed: Option<&'static TransitionDef<S>>,
     expired: Sql,
     claim: Sql,
+    take_over: Sql,
     renew: Sql,
     lease_read: Sql,
     follow_up_read: Sql,
@@ -292,6 +293,14 @@ impl<S> InFlightDef<S> {
     /// which gives the lease a new token.
     pub const fn claim_sql(&self) -> &Sql {
         &self.claim
+    }
+
+    /// PostgreSQL: [`expired_sql`](Self::expired_sql) and
+    /// [`claim_sql`](Self::claim_sql) for up to `$1` rows in one statement
+    /// (`FOR UPDATE SKIP LOCKED`), returning each row's key, version and
+    /// new token, oldest first. Empty on SQLite and MySQL.
+    pub const fn take_over_sql(&self) -> &Sql {
+        &self.take_over
     }
 
     /// `UPDATE … SET since = now WHERE key = $1 AND status = 'state'
@@ -573,6 +582,7 @@ pub mod construct {
         failed: Option<&'static TransitionDef<S>>,
         expired: Sql,
         claim: Sql,
+        take_over: Sql,
         renew: Sql,
         lease_read: Sql,
         follow_up_read: Sql,
@@ -587,6 +597,7 @@ pub mod construct {
             failed,
             expired,
             claim,
+            take_over,
             renew,
             lease_read,
             follow_up_read,

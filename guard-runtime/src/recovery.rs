@@ -28,7 +28,9 @@ use crate::verdict::{FollowUpValues, Verdict};
 /// with it (the far side dedups) and finish the row. Taking over renews the
 /// lease, so concurrent recoveries do not take the same row; all of the
 /// batch's leases start now, so finish the batch within one lease or take
-/// smaller batches ([`recover`] claims each row just before its effect).
+/// smaller batches ([`recover`] renews each row's lease before its effect
+/// when it has waited). On PostgreSQL one statement lists and takes over
+/// the batch; SQLite and MySQL list, then claim each row.
 pub async fn claim_expired<S, K, E>(
     mut executor: E,
     state: S,
@@ -54,6 +56,12 @@ where
 {
     let in_flight = in_flight_def(state)?;
     refuse_open_transaction(executor)?;
+    if let Some(taken) = take_over::<S, K, E>(executor, in_flight, state, limit).await? {
+        return Ok(taken
+            .into_iter()
+            .map(|(key, occurrence, lease)| Won::new(state, key, occurrence, lease, 0))
+            .collect());
+    }
     let mut claimed = Vec::new();
     for (key, occurrence) in list_expired::<S, K, E>(executor, in_flight, state, limit).await? {
         if let Some(lease) = claim_one(executor, in_flight, state, &key, occurrence).await? {
@@ -61,6 +69,56 @@ where
         }
     }
     Ok(claimed)
+}
+
+/// PostgreSQL: takes over up to `limit` expired rows in one statement
+/// ([`InFlightDef::take_over_sql`]), oldest first: each row's key,
+/// occurrence and new lease token. `None` where the dialect has no such
+/// statement (SQLite, MySQL), which list and claim row by row.
+async fn take_over<S, K, E>(
+    executor: &mut E,
+    in_flight: &'static InFlightDef<S>,
+    state: S,
+    limit: u32,
+) -> Result<Option<Vec<(K, i64, i64)>>, Error>
+where
+    S: StateMachine,
+    E: Executor<Commit = Committed>,
+    K: DecodeKey<E::Database, S::KeyShape>,
+{
+    let sql = <E::Database as Dialect>::sql(in_flight.take_over_sql());
+    if sql.is_empty() {
+        return Ok(None);
+    }
+    let db_error = |source| recovery_error(state, source);
+    let mut args = <E::Database as Dialect>::Args::default();
+    <E::Database as Dialect>::bind_int(&mut args, i64::from(limit)).map_err(db_error)?;
+    let rows = match executor.fetch_all(sql, args).await {
+        Ok(rows) => rows,
+        // A serialization failure or busy database: a later pass sees the
+        // rows again, as a row-by-row claim would.
+        Err(error) if <E::Database as Backend>::is_retryable(&error) => {
+            tracing::debug!(
+                table = S::MACHINE.table(),
+                state = state.as_str(),
+                %error,
+                "taking over expired in-flight rows hit a retryable error; leaving them to a later pass"
+            );
+            return Ok(Some(Vec::new()));
+        }
+        Err(error) => return Err(db_error(error)),
+    };
+    let n = S::KeyShape::COLUMNS;
+    rows.iter()
+        .map(|row| {
+            // The key columns, then the occurrence and the new token.
+            let key = K::decode(row).map_err(db_error)?;
+            let occurrence = <E::Database as Dialect>::int(row, n).map_err(db_error)?;
+            let lease = <E::Database as Dialect>::int(row, n + 1).map_err(db_error)?;
+            Ok((key, occurrence, lease))
+        })
+        .collect::<Result<Vec<_>, Error>>()
+        .map(Some)
 }
 
 /// Keys and occurrences of rows in `state` past their lease, oldest first.
@@ -175,10 +233,18 @@ pub struct Recovered {
     pub errors: Vec<Error>,
 }
 
-/// Re-drives rows stuck in the in-flight `state`: lists at most `limit`
-/// rows whose lease ran out, and for each in turn takes it over (renewing
-/// its lease just before its effect runs), runs `effect` with the original
-/// effect key, and finishes it as the [`Verdict`] says ([`Won::finish`]).
+/// Re-drives rows stuck in the in-flight `state`: takes over at most
+/// `limit` rows whose lease ran out, and for each in turn runs `effect` with
+/// the original effect key and finishes it as the [`Verdict`] says
+/// ([`Won::finish`]).
+///
+/// On PostgreSQL one statement lists and takes over the whole pass's rows
+/// (`FOR UPDATE SKIP LOCKED`, so concurrent passes take different rows); a
+/// row that has waited a third of its lease for the effects before it
+/// renews its lease before its own effect, and one whose lease another
+/// recovery took meanwhile is counted in [`Recovered::lost`]. On SQLite and
+/// MySQL the pass lists the rows, then takes each over just before its
+/// effect. Each row's lease is renewed while its effect runs.
 ///
 /// Listing the rows failing ends the pass with an error; a failure on one
 /// row is recorded in [`Recovered::errors`] and the pass goes on. Rows
@@ -280,13 +346,42 @@ where
         deadline,
         outcome_known,
     };
-    let listing = list_expired::<S, K, E>(&mut executor, in_flight, state, limit);
-    let expired = tokio::time::timeout(deadline, listing)
+    // PostgreSQL takes the rows over in the listing's statement; the others
+    // take each over just before its effect.
+    let taken = take_over::<S, K, E>(&mut executor, in_flight, state, limit);
+    let taken = tokio::time::timeout(deadline, taken)
         .await
         .map_err(|_| timeout(true))??;
+    let taken_at = tokio::time::Instant::now();
+    let expired: Vec<(K, i64, Option<i64>)> = match taken {
+        Some(taken) => taken
+            .into_iter()
+            .map(|(key, occurrence, lease)| (key, occurrence, Some(lease)))
+            .collect(),
+        None => {
+            let listing = list_expired::<S, K, E>(&mut executor, in_flight, state, limit);
+            tokio::time::timeout(deadline, listing)
+                .await
+                .map_err(|_| timeout(true))??
+                .into_iter()
+                .map(|(key, occurrence)| (key, occurrence, None))
+                .collect()
+        }
+    };
     let mut report = Recovered::default();
-    for (key, occurrence) in expired {
-        let row = recover_row(&mut executor, in_flight, state, key, occurrence, &effect);
+    for (key, occurrence, lease) in expired {
+        let row = recover_row(
+            &mut executor,
+            in_flight,
+            state,
+            Taken {
+                key,
+                occurrence,
+                lease,
+                taken_at,
+            },
+            &effect,
+        );
         match tokio::time::timeout(deadline, row).await {
             Ok(Ok(Row::Lost)) => report.lost += 1,
             Ok(Ok(Row::Finished(effect_key, finished))) => {
@@ -330,14 +425,25 @@ enum Row<S> {
     Unfinished(Error),
 }
 
-/// Takes over one expired row, runs its effect under a renewed lease, and
+/// An expired row of a recovery pass: taken over already (`lease`, at
+/// `taken_at`, with the rest of the pass), or to be taken over just before
+/// its effect.
+struct Taken<K> {
+    key: K,
+    occurrence: i64,
+    lease: Option<i64>,
+    taken_at: tokio::time::Instant,
+}
+
+/// Takes over one expired row (or, taken over with the pass, renews its
+/// lease if a third of it has gone by, so that its effect starts under a
+/// lease it still holds), runs its effect under a renewed lease, and
 /// finishes it.
 async fn recover_row<S, K, E, F, Fut>(
     executor: &mut E,
     in_flight: &'static InFlightDef<S>,
     state: S,
-    key: K,
-    occurrence: i64,
+    taken: Taken<K>,
     effect: &F,
 ) -> Result<Row<S>, Error>
 where
@@ -347,7 +453,25 @@ where
     F: Fn(Effect<S, K>) -> Fut,
     Fut: Future<Output = Verdict>,
 {
-    let Some(lease) = claim_one(executor, in_flight, state, &key, occurrence).await? else {
+    let Taken {
+        key,
+        occurrence,
+        lease,
+        taken_at,
+    } = taken;
+    let lease = match lease {
+        None => claim_one(executor, in_flight, state, &key, occurrence).await?,
+        // Rows taken over with the pass wait for the effects before them;
+        // one that waited a third of its lease renews it first, and one
+        // whose lease another recovery took meanwhile is left to it.
+        Some(lease) if taken_at.elapsed() >= in_flight.lease() / 3 => {
+            lease::renew::<S, K, E>(executor, in_flight, &key, occurrence, lease)
+                .await
+                .map_err(|source| recovery_error(state, source))?
+        }
+        Some(lease) => Some(lease),
+    };
+    let Some(lease) = lease else {
         return Ok(Row::Lost);
     };
     let won: Won<S, K, Committed> = Won::new(state, key.clone(), occurrence, lease, 0);
