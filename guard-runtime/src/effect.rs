@@ -173,9 +173,11 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
     ///
     /// A crash anywhere in between leaves the row in flight; once its lease
     /// runs out, [`recover`](crate::recover) runs the effect again with the same effect key
-    /// and finishes it. While the effect runs, the lease is renewed every
-    /// third of its length, so an effect may outlast it as long as this
-    /// worker lives. A worker whose lease was taken over all the same (it
+    /// and finishes it. Before the effect the lease is renewed, unless the
+    /// win stamped it less than a third of its length ago (then no one can
+    /// have taken it over, and the effect starts at once); while the effect
+    /// runs, the lease is renewed every third of its length, so an effect
+    /// may outlast it as long as this worker lives. A worker whose lease was taken over all the same (it
     /// stalled past its lease) gets [`Finished::Skipped`] if that happened
     /// before its effect (which then does not run), or
     /// [`Finished::LeaseLost`] if it happened during it; either way its
@@ -272,9 +274,26 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
         };
         let started = tokio::time::Instant::now();
         // Take the lease afresh before the effect: it proves this worker
-        // still holds the row, and gives the effect a whole lease.
-        let renew =
-            lease::renew::<S, K, E>(&mut executor, in_flight, &key, occurrence, self.lease());
+        // still holds the row, and gives the effect a whole lease. A lease
+        // stamped less than a third of its length ago (the statement that
+        // stamped it was sent since) cannot have run out, nor been taken
+        // over: the effect starts under it, and the heartbeat renews it.
+        let fresh = self.lease_younger_than(in_flight.lease() / 3);
+        let renew = async {
+            match fresh {
+                true => Ok(Some(self.lease())),
+                false => {
+                    lease::renew::<S, K, E>(
+                        &mut executor,
+                        in_flight,
+                        &key,
+                        occurrence,
+                        self.lease(),
+                    )
+                    .await
+                }
+            }
+        };
         let lease = match tokio::time::timeout(deadline, renew).await {
             Ok(Ok(Some(lease))) => lease,
             Ok(Ok(None)) => {

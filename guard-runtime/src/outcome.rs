@@ -127,8 +127,25 @@ pub struct Won<S: StateMachine, K, C = Committed> {
     scope: u64,
     /// How long `finish` may take, the effect included.
     deadline: Duration,
+    /// When the statement that stamped the lease was sent, where known.
+    leased_at: LeasedAt,
     commit: PhantomData<fn() -> C>,
 }
+
+/// When the statement that stamped a win's lease was sent: a bound on the
+/// lease's age (the database stamps it later), so that `finish` can tell a
+/// lease too young for anyone to have taken it over. Not part of a win's
+/// identity: every value compares equal.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct LeasedAt(pub(crate) Option<std::time::Instant>);
+
+impl PartialEq for LeasedAt {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for LeasedAt {}
 
 impl<S: StateMachine, K, C> Won<S, K, C> {
     pub(crate) fn new(state: S, key: K, occurrence: i64, lease: i64, scope: u64) -> Self {
@@ -139,8 +156,20 @@ impl<S: StateMachine, K, C> Won<S, K, C> {
             lease,
             scope,
             deadline: crate::retry::DEFAULT_DEADLINE,
+            leased_at: LeasedAt(None),
             commit: PhantomData,
         }
+    }
+
+    /// The same win, whose lease was stamped by a statement sent at `sent`.
+    pub(crate) fn leased_since(mut self, sent: LeasedAt) -> Self {
+        self.leased_at = sent;
+        self
+    }
+
+    /// Whether the lease is younger than `age` for certain.
+    pub(crate) fn lease_younger_than(&self, age: Duration) -> bool {
+        self.leased_at.0.is_some_and(|sent| sent.elapsed() < age)
     }
 
     /// The same win, whose [`finish`](Won::finish) keeps `deadline`
@@ -173,7 +202,9 @@ impl<S: StateMachine, K, C> Won<S, K, C> {
     /// The same win, handed to another scope (a released savepoint's
     /// parent, or 0 once committed).
     pub(crate) fn rescope<D>(self, scope: u64) -> Won<S, K, D> {
-        Won::new(self.state, self.key, self.occurrence, self.lease, scope).within(self.deadline)
+        Won::new(self.state, self.key, self.occurrence, self.lease, scope)
+            .within(self.deadline)
+            .leased_since(self.leased_at)
     }
 
     /// The state the row is in now: the transition's target.

@@ -229,6 +229,7 @@ impl<S: StateMachine> Transition<S> {
             watch
                 .writing
                 .store(true, core::sync::atomic::Ordering::Relaxed);
+            let sent = crate::outcome::LeasedAt(Some(std::time::Instant::now()));
             let changed = self
                 .attempt(executor, update, &key, params, watch.note, attempts)
                 .await;
@@ -240,7 +241,9 @@ impl<S: StateMachine> Transition<S> {
             };
             if let Some(Changed { occurrence, lease }) = changed {
                 let won = Won::new(def.target(), key, occurrence, lease, executor.scope());
-                return Ok(Outcome::Applied(won.within(self.deadline)));
+                return Ok(Outcome::Applied(
+                    won.within(self.deadline).leased_since(sent),
+                ));
             }
             // Zero rows: read the state with a statement of its own, so that
             // it sees what the racing winner committed.

@@ -1,0 +1,612 @@
+//! The matrix: every backend × machine × path, the library against the
+//! same statements run by hand with sqlx, in one process, on one
+//! connection, one call after another, in alternating rounds (ABBA…).
+//!
+//! The hand-written side runs the very text the derive generated (read from
+//! the machine's metadata), with the same binds, and reads what a caller
+//! needs (the new version, the lease token, the current status). Paths:
+//!
+//! - win, on a machine without a version column, with one, and into an
+//!   in-flight state;
+//! - lose: the compare-and-set that changes nothing, then the fresh read;
+//! - finish: a win into the in-flight state, then its `done` follow-up
+//!   under the lease (an effect that returns at once);
+//! - the lock-then-update pattern (`BEGIN; SELECT … FOR UPDATE; UPDATE;
+//!   COMMIT`, by hand) against the library's win on the same machine
+//!   (target on PostgreSQL and MariaDB: the library at least 1.4×).
+//!
+//! `apply_many`, `claim`, a recovery pass and history are measured in
+//! `benches/batches.rs`. SQLite (a temporary file, WAL) always runs;
+//! PostgreSQL (`STATEGUARD_POSTGRES_URL`, schema `stateguard_matrix`) and
+//! MariaDB/MySQL (`STATEGUARD_MYSQL_URL`, database `stateguard_matrix`) when
+//! their URLs are set; each says why it is skipped.
+//!
+//! Run with `cargo bench --bench matrix`.
+
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use sqlx::{Executor as _, Pool};
+use stateguard::meta::Sql;
+use stateguard::{Backend, Committed, Executor, Key, StateMachine, Verdict};
+
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(table = "m_plain", column = "status", key = "id")]
+enum Plain {
+    #[state(initial)]
+    #[transition(advance -> B)]
+    A,
+    B,
+}
+
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(
+    table = "m_versioned",
+    column = "status",
+    key = "id",
+    version = "version"
+)]
+enum Versioned {
+    #[state(initial)]
+    #[transition(advance -> B)]
+    A,
+    B,
+}
+
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(table = "m_flight", column = "status", key = "id", version = "version")]
+enum Flight {
+    #[state(initial)]
+    #[transition(send -> Sending)]
+    Pending,
+    #[state(in_flight(lease = "60s", since = "sending_since", done = confirm, failed = fail))]
+    #[transition(confirm -> Sent)]
+    #[transition(fail -> Failed)]
+    Sending,
+    Sent,
+    Failed,
+}
+
+/// Calls per round and side.
+const CALLS: i64 = 250;
+const ROUNDS: i64 = 6;
+/// Rows per table: every round's calls on both sides of every case.
+const ROWS: i64 = 40_000;
+
+/// What differs between the backends.
+trait Bench: Backend {
+    const LABEL: &'static str;
+    const TABLES: &'static [&'static str];
+    /// Rows 1..=`$1` of each table, in its initial state.
+    const SEED: &'static [&'static str];
+    /// The lock-then-update pattern's read and write.
+    const LOCK: &'static str;
+    const WRITE: &'static str;
+    fn pick(sql: &Sql) -> &'static str;
+    fn affected(result: &<Self as sqlx::Database>::QueryResult) -> u64;
+    /// MySQL: the value `LAST_INSERT_ID(expr)` stored, from the OK packet.
+    fn last_id(result: &<Self as sqlx::Database>::QueryResult) -> i64;
+}
+
+impl Bench for sqlx::Sqlite {
+    const LABEL: &'static str = "SQLite (temp file, WAL)";
+    const TABLES: &'static [&'static str] = &[
+        "CREATE TABLE m_plain (id INTEGER PRIMARY KEY, status TEXT NOT NULL)",
+        "CREATE TABLE m_versioned (id INTEGER PRIMARY KEY, status TEXT NOT NULL, \
+         version INTEGER NOT NULL DEFAULT 0)",
+        "CREATE TABLE m_flight (id INTEGER PRIMARY KEY, status TEXT NOT NULL, \
+         version INTEGER NOT NULL DEFAULT 0, sending_since TEXT)",
+    ];
+    const SEED: &'static [&'static str] = &[
+        "WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < ?1) \
+         INSERT INTO m_plain (id, status) SELECT i, 'a' FROM s",
+        "WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < ?1) \
+         INSERT INTO m_versioned (id, status) SELECT i, 'a' FROM s",
+        "WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < ?1) \
+         INSERT INTO m_flight (id, status) SELECT i, 'pending' FROM s",
+    ];
+    // SQLite has no row locks: a write transaction's first read.
+    const LOCK: &'static str = "SELECT status FROM m_plain WHERE id = ?1";
+    const WRITE: &'static str = "UPDATE m_plain SET status = 'b' WHERE id = ?1";
+    fn pick(sql: &Sql) -> &'static str {
+        sql.sqlite()
+    }
+    fn affected(result: &sqlx::sqlite::SqliteQueryResult) -> u64 {
+        result.rows_affected()
+    }
+    fn last_id(_result: &sqlx::sqlite::SqliteQueryResult) -> i64 {
+        0
+    }
+}
+
+impl Bench for sqlx::Postgres {
+    const LABEL: &'static str = "PostgreSQL";
+    const TABLES: &'static [&'static str] = &[
+        "CREATE TABLE m_plain (id BIGINT PRIMARY KEY, status TEXT NOT NULL)",
+        "CREATE TABLE m_versioned (id BIGINT PRIMARY KEY, status TEXT NOT NULL, \
+         version BIGINT NOT NULL DEFAULT 0)",
+        "CREATE TABLE m_flight (id BIGINT PRIMARY KEY, status TEXT NOT NULL, \
+         version BIGINT NOT NULL DEFAULT 0, sending_since TIMESTAMPTZ)",
+    ];
+    const SEED: &'static [&'static str] = &[
+        "INSERT INTO m_plain (id, status) SELECT g, 'a' FROM generate_series(1::bigint, $1) g",
+        "INSERT INTO m_versioned (id, status) SELECT g, 'a' FROM generate_series(1::bigint, $1) g",
+        "INSERT INTO m_flight (id, status) SELECT g, 'pending' FROM generate_series(1::bigint, $1) g",
+    ];
+    const LOCK: &'static str = "SELECT status FROM m_plain WHERE id = $1 FOR UPDATE";
+    const WRITE: &'static str = "UPDATE m_plain SET status = 'b' WHERE id = $1";
+    fn pick(sql: &Sql) -> &'static str {
+        sql.postgres()
+    }
+    fn affected(result: &sqlx::postgres::PgQueryResult) -> u64 {
+        result.rows_affected()
+    }
+    fn last_id(_result: &sqlx::postgres::PgQueryResult) -> i64 {
+        0
+    }
+}
+
+/// `(SELECT … AS i …) s`: the numbers 1 to 100,000.
+macro_rules! numbers {
+    () => {
+        concat!(
+            "(SELECT a.d + 10 * b.d + 100 * c.d + 1000 * e.d + 10000 * f.d + 1 AS i FROM ",
+            "(SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL ",
+            "SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL ",
+            "SELECT 8 UNION ALL SELECT 9) a, ",
+            "(SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL ",
+            "SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL ",
+            "SELECT 8 UNION ALL SELECT 9) b, ",
+            "(SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL ",
+            "SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL ",
+            "SELECT 8 UNION ALL SELECT 9) c, ",
+            "(SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL ",
+            "SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL ",
+            "SELECT 8 UNION ALL SELECT 9) e, ",
+            "(SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL ",
+            "SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL ",
+            "SELECT 8 UNION ALL SELECT 9) f) s"
+        )
+    };
+}
+
+impl Bench for sqlx::MySql {
+    const LABEL: &'static str = "MariaDB/MySQL";
+    const TABLES: &'static [&'static str] = &[
+        "CREATE TABLE m_plain (id BIGINT PRIMARY KEY, status VARCHAR(16) NOT NULL)",
+        "CREATE TABLE m_versioned (id BIGINT PRIMARY KEY, status VARCHAR(16) NOT NULL, \
+         version BIGINT NOT NULL DEFAULT 0)",
+        "CREATE TABLE m_flight (id BIGINT PRIMARY KEY, status VARCHAR(16) NOT NULL, \
+         version BIGINT NOT NULL DEFAULT 0, sending_since DATETIME(3) NULL)",
+    ];
+    const SEED: &'static [&'static str] = &[
+        concat!(
+            "INSERT INTO m_plain (id, status) SELECT i, 'a' FROM ",
+            numbers!(),
+            " WHERE i <= ?"
+        ),
+        concat!(
+            "INSERT INTO m_versioned (id, status) SELECT i, 'a' FROM ",
+            numbers!(),
+            " WHERE i <= ?"
+        ),
+        concat!(
+            "INSERT INTO m_flight (id, status) SELECT i, 'pending' FROM ",
+            numbers!(),
+            " WHERE i <= ?"
+        ),
+    ];
+    const LOCK: &'static str = "SELECT status FROM m_plain WHERE id = ? FOR UPDATE";
+    const WRITE: &'static str = "UPDATE m_plain SET status = 'b' WHERE id = ?";
+    fn pick(sql: &Sql) -> &'static str {
+        sql.mysql()
+    }
+    fn affected(result: &sqlx::mysql::MySqlQueryResult) -> u64 {
+        result.rows_affected()
+    }
+    fn last_id(result: &sqlx::mysql::MySqlQueryResult) -> i64 {
+        result.last_insert_id() as i64
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// One line of the table.
+struct Line {
+    backend: &'static str,
+    case: &'static str,
+    ours: f64,
+    hand: f64,
+    paired: f64,
+    against: &'static str,
+}
+
+/// Calls per second of `CALLS` calls of `one(id)` over `from..`.
+async fn timed<F, Fut>(from: i64, one: &F) -> f64
+where
+    F: Fn(i64) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let started = Instant::now();
+    for id in from..from + CALLS {
+        one(id).await;
+    }
+    CALLS as f64 / started.elapsed().as_secs_f64()
+}
+
+/// `ours` against `hand`, each round on fresh ids from `next`, alternating.
+async fn case<FO, FutO, FH, FutH>(
+    lines: &mut Vec<Line>,
+    backend: &'static str,
+    name: &'static str,
+    against: &'static str,
+    next: &mut i64,
+    ours: FO,
+    hand: FH,
+) where
+    FO: Fn(i64) -> FutO,
+    FutO: Future<Output = ()>,
+    FH: Fn(i64) -> FutH,
+    FutH: Future<Output = ()>,
+{
+    let (mut o, mut h, mut pairs) = (vec![], vec![], vec![]);
+    for round in 0..ROUNDS {
+        let (a, b) = (*next, *next + CALLS);
+        *next += 2 * CALLS;
+        let (x, y) = if round % 2 == 0 {
+            let x = timed(a, &ours).await;
+            (x, timed(b, &hand).await)
+        } else {
+            let y = timed(b, &hand).await;
+            (timed(a, &ours).await, y)
+        };
+        o.push(x);
+        h.push(y);
+        pairs.push(x / y);
+    }
+    lines.push(Line {
+        backend,
+        case: name,
+        ours: median(o),
+        hand: median(h),
+        paired: median(pairs),
+        against,
+    });
+}
+
+/// The key's binds: once, or as often as the dialect's exact match names
+/// it (twice on MySQL).
+fn bind_key<'q, DB: Bench>(
+    mut query: sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments>,
+    id: i64,
+) -> sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments>
+where
+    i64: Key<DB>,
+{
+    let binds = if DB::LABEL == "MariaDB/MySQL" { 2 } else { 1 };
+    for _ in 0..binds {
+        query = query.bind(id);
+    }
+    query
+}
+
+async fn run<DB: Bench>(pool: Pool<DB>, lines: &mut Vec<Line>)
+where
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    DB::Arguments: sqlx::IntoArguments<DB>,
+    i64: Key<DB> + for<'r> sqlx::Decode<'r, DB>,
+    usize: sqlx::ColumnIndex<DB::Row>,
+    String: for<'r> sqlx::Decode<'r, DB> + sqlx::Type<DB>,
+{
+    for statement in DB::TABLES {
+        (&pool).execute(*statement).await.unwrap();
+    }
+    for statement in DB::SEED {
+        sqlx::query(*statement)
+            .bind(ROWS)
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+    let mysql = DB::LABEL == "MariaDB/MySQL";
+    let name = DB::LABEL;
+    let pool = &pool;
+
+    // Win, unversioned.
+    let advance = Plain::MACHINE.transition("advance").unwrap();
+    let update = DB::pick(advance.update_sql());
+    let mut next = 1;
+    case(
+        lines,
+        name,
+        "win, unversioned",
+        "same statement by hand",
+        &mut next,
+        |id| async move {
+            assert!(Plain::advance().apply(pool, id).await.unwrap().is_applied());
+        },
+        |id| async move {
+            let done = bind_key::<DB>(sqlx::query(update), id)
+                .execute(pool)
+                .await
+                .unwrap();
+            assert_eq!(DB::affected(&done), 1);
+        },
+    )
+    .await;
+    let won_upto = next;
+
+    // Lose: rows already in `b`, then the fresh read.
+    let select = DB::pick(Plain::MACHINE.select_sql());
+    let mut lose_next = 1;
+    case(
+        lines,
+        name,
+        "lose (compare-and-set, fresh read)",
+        "same statements by hand",
+        &mut lose_next,
+        |id| async move {
+            let outcome = Plain::advance().apply(pool, id).await.unwrap();
+            assert!(!outcome.is_applied());
+        },
+        |id| async move {
+            let done = bind_key::<DB>(sqlx::query(update), id)
+                .execute(pool)
+                .await
+                .unwrap();
+            assert_eq!(DB::affected(&done), 0);
+            let row = bind_key::<DB>(sqlx::query(select), id)
+                .fetch_one(pool)
+                .await
+                .unwrap();
+            let status: String = sqlx::Row::get(&row, 0);
+            assert_eq!(status, "b");
+        },
+    )
+    .await;
+    assert!(lose_next <= won_upto);
+
+    // The lock-then-update pattern against the library's win.
+    case(
+        lines,
+        name,
+        "win vs lock-then-update",
+        "BEGIN; SELECT … FOR UPDATE; UPDATE; COMMIT",
+        &mut next,
+        |id| async move {
+            assert!(Plain::advance().apply(pool, id).await.unwrap().is_applied());
+        },
+        |id| async move {
+            let mut tx = pool.begin().await.unwrap();
+            let status: String = sqlx::query_scalar(DB::LOCK)
+                .bind(id)
+                .fetch_one(&mut *tx)
+                .await
+                .unwrap();
+            assert_eq!(status, "a");
+            sqlx::query(DB::WRITE)
+                .bind(id)
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+            tx.commit().await.unwrap();
+        },
+    )
+    .await;
+
+    // Win, versioned: the new version comes back.
+    let versioned = Versioned::MACHINE.transition("advance").unwrap();
+    let update_v = DB::pick(versioned.update_sql());
+    let mut next = 1;
+    case(
+        lines,
+        name,
+        "win, versioned",
+        "same statement by hand",
+        &mut next,
+        |id| async move {
+            let won = Versioned::advance()
+                .apply(pool, id)
+                .await
+                .unwrap()
+                .won()
+                .unwrap();
+            assert_eq!(won.occurrence(), 1);
+        },
+        |id| async move {
+            let query = bind_key::<DB>(sqlx::query(update_v), id);
+            let version = match mysql {
+                true => {
+                    let done = query.execute(pool).await.unwrap();
+                    DB::last_id(&done)
+                }
+                false => sqlx::Row::get::<i64, _>(&query.fetch_one(pool).await.unwrap(), 0),
+            };
+            assert_eq!(version, 1);
+        },
+    )
+    .await;
+
+    // Win into an in-flight state: the version and the lease token.
+    let send = Flight::MACHINE.transition("send").unwrap();
+    let update_f = DB::pick(send.update_sql());
+    let read_back = DB::pick(send.read_back_sql());
+    let mut next = 1;
+    case(
+        lines,
+        name,
+        "win into an in-flight state",
+        "same statements by hand",
+        &mut next,
+        |id| async move {
+            let won = Flight::send().apply(pool, id).await.unwrap().won().unwrap();
+            drop(won);
+        },
+        |id| async move {
+            let query = bind_key::<DB>(sqlx::query(update_f), id);
+            if mysql {
+                // One connection: the read-back sees the same session.
+                let mut conn = pool.acquire().await.unwrap();
+                let done = query.execute(&mut *conn).await.unwrap();
+                assert_eq!(DB::affected(&done), 1);
+                let row = bind_key::<DB>(sqlx::query(read_back), id)
+                    .fetch_one(&mut *conn)
+                    .await
+                    .unwrap();
+                let _token: i64 = sqlx::Row::get(&row, 1);
+            } else {
+                let row = query.fetch_one(pool).await.unwrap();
+                let _token: i64 = sqlx::Row::get(&row, 1);
+            }
+        },
+    )
+    .await;
+
+    // Finish: the win into the in-flight state, then `done` under the lease.
+    let sending = Flight::MACHINE
+        .state(Flight::Sending)
+        .and_then(|s| s.in_flight())
+        .unwrap();
+    let done_sql = DB::pick(sending.done_sql());
+    case(
+        lines,
+        name,
+        "finish (win, effect, follow-up)",
+        "same statements by hand",
+        &mut next,
+        |id| async move {
+            let won = Flight::send().apply(pool, id).await.unwrap().won().unwrap();
+            let finished = won.finish(pool, |_| async { Verdict::Done }).await.unwrap();
+            assert!(matches!(finished, stateguard::Finished::Done(_)));
+        },
+        |id| async move {
+            let mut conn = pool.acquire().await.unwrap();
+            let query = bind_key::<DB>(sqlx::query(update_f), id);
+            let (version, token): (i64, i64) = if mysql {
+                query.execute(&mut *conn).await.unwrap();
+                let row = bind_key::<DB>(sqlx::query(read_back), id)
+                    .fetch_one(&mut *conn)
+                    .await
+                    .unwrap();
+                (sqlx::Row::get(&row, 0), sqlx::Row::get(&row, 1))
+            } else {
+                let row = query.fetch_one(&mut *conn).await.unwrap();
+                (sqlx::Row::get(&row, 0), sqlx::Row::get(&row, 1))
+            };
+            let done = bind_key::<DB>(sqlx::query(done_sql), id)
+                .bind(version)
+                .bind(token)
+                .execute(&mut *conn)
+                .await
+                .unwrap();
+            assert_eq!(DB::affected(&done), 1);
+        },
+    )
+    .await;
+}
+
+fn print(lines: &[Line]) {
+    println!();
+    println!("| backend | path | library | by hand | ratio | paired | baseline |");
+    println!("| --- | --- | ---: | ---: | ---: | ---: | --- |");
+    for l in lines {
+        println!(
+            "| {} | {} | {:.0}/s | {:.0}/s | {:.3} | {:.3} | {} |",
+            l.backend,
+            l.case,
+            l.ours,
+            l.hand,
+            l.ours / l.hand,
+            l.paired,
+            l.against
+        );
+    }
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let started = Instant::now();
+    let mut lines = Vec::new();
+
+    let dir = tempfile::tempdir().unwrap();
+    let options = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(dir.path().join("matrix.db"))
+        .create_if_missing(true)
+        .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
+        .synchronous(sqlx::sqlite::SqliteSynchronous::Normal)
+        .busy_timeout(Duration::from_secs(30));
+    let pool = sqlx::sqlite::SqlitePoolOptions::new()
+        .max_connections(1)
+        .test_before_acquire(false)
+        .connect_with(options)
+        .await
+        .unwrap();
+    run(pool, &mut lines).await;
+
+    match std::env::var("STATEGUARD_POSTGRES_URL") {
+        Ok(url) => {
+            let admin = sqlx::PgPool::connect(&url).await.unwrap();
+            for statement in [
+                "DROP SCHEMA IF EXISTS stateguard_matrix CASCADE",
+                "CREATE SCHEMA stateguard_matrix",
+            ] {
+                sqlx::query(statement).execute(&admin).await.unwrap();
+            }
+            let options = sqlx::postgres::PgConnectOptions::from_str(&url)
+                .unwrap()
+                .options([("search_path", "stateguard_matrix")]);
+            let pool = sqlx::postgres::PgPoolOptions::new()
+                .max_connections(1)
+                .test_before_acquire(false)
+                .connect_with(options)
+                .await
+                .unwrap();
+            run(pool.clone(), &mut lines).await;
+            pool.close().await;
+            sqlx::query("DROP SCHEMA stateguard_matrix CASCADE")
+                .execute(&admin)
+                .await
+                .unwrap();
+        }
+        Err(_) => println!("PostgreSQL: skipped, because STATEGUARD_POSTGRES_URL is not set"),
+    }
+
+    match std::env::var("STATEGUARD_MYSQL_URL") {
+        Ok(url) => {
+            let admin = sqlx::MySqlPool::connect(&url).await.unwrap();
+            for statement in [
+                "DROP DATABASE IF EXISTS stateguard_matrix",
+                "CREATE DATABASE stateguard_matrix",
+            ] {
+                sqlx::query(statement).execute(&admin).await.unwrap();
+            }
+            let options = sqlx::mysql::MySqlConnectOptions::from_str(&url)
+                .unwrap()
+                .database("stateguard_matrix");
+            let pool = sqlx::mysql::MySqlPoolOptions::new()
+                .max_connections(1)
+                .test_before_acquire(false)
+                .connect_with(options)
+                .await
+                .unwrap();
+            run(pool.clone(), &mut lines).await;
+            pool.close().await;
+            sqlx::query("DROP DATABASE stateguard_matrix")
+                .execute(&admin)
+                .await
+                .unwrap();
+        }
+        Err(_) => println!("MySQL: skipped, because STATEGUARD_MYSQL_URL is not set"),
+    }
+    print(&lines);
+    println!("\ntotal {:.1} s", started.elapsed().as_secs_f64());
+}
