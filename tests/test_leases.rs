@@ -296,9 +296,9 @@ where
     assert_eq!(*seen.lock().unwrap(), [key]);
 }
 
-/// A lock held elsewhere keeps `finish` from renewing the lease before the
-/// effect: the deadline refuses the call and hands the win back, and the
-/// effect has not run. A recovery pass takes its rows over with `SKIP
+/// A lock held elsewhere keeps `finish` from renewing a lease a third of
+/// whose length has gone by before the effect: the deadline refuses the
+/// call and hands the win back, and the effect has not run. A recovery pass takes its rows over with `SKIP
 /// LOCKED`: it skips the locked row, without waiting or an error, and
 /// finishes the other; the locked row waits for a later pass.
 #[tokio::test]
@@ -319,6 +319,9 @@ async fn postgres_a_held_lock_times_out_finish_and_recovery_skips_it() {
         .execute(&mut *holder)
         .await
         .unwrap();
+    // A third of the lease goes by, so `finish` renews it before the
+    // effect (a lease stamped just now it would not).
+    tokio::time::sleep(Duration::from_millis(60)).await;
     let effects = AtomicUsize::new(0);
     let refused = won
         .finish(&db.pool, |_| async {

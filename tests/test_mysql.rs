@@ -341,4 +341,28 @@ async fn each_path_runs_its_fewest_statements() {
     assert_eq!(outcome, Outcome::AlreadyInState(TransferStatus::Sending));
     let after = statements(&mut conn).await;
     assert_eq!((after.0 - before.0, after.1 - before.1), (1, 1), "a loss");
+
+    // A win, then its effect and `done` at once: the fresh lease is not
+    // renewed first, so the follow-up is the one statement after the win.
+    let won = TransferStatus::start()
+        .apply(&mut *conn, 3_i64)
+        .await
+        .unwrap()
+        .won()
+        .unwrap();
+    let before = statements(&mut conn).await;
+    let finished = won
+        .finish(&mut *conn, |_| async { stateguard::Verdict::Done })
+        .await
+        .unwrap();
+    assert!(
+        matches!(finished, stateguard::Finished::Done(_)),
+        "{finished:?}"
+    );
+    let after = statements(&mut conn).await;
+    assert_eq!(
+        (after.0 - before.0, after.1 - before.1),
+        (1, 0),
+        "a finish right after its win"
+    );
 }
