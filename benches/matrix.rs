@@ -488,10 +488,12 @@ where
             let finished = won.finish(pool, |_| async { Verdict::Done }).await.unwrap();
             assert!(matches!(finished, stateguard::Finished::Done(_)));
         },
+        // On the pool, as the library runs them: the win (with MySQL's
+        // read-back on its connection), then the follow-up.
         |id| async move {
-            let mut conn = pool.acquire().await.unwrap();
             let query = bind_key::<DB>(sqlx::query(update_f), id);
             let (version, token): (i64, i64) = if mysql {
+                let mut conn = pool.acquire().await.unwrap();
                 query.execute(&mut *conn).await.unwrap();
                 let row = bind_key::<DB>(sqlx::query(read_back), id)
                     .fetch_one(&mut *conn)
@@ -499,13 +501,13 @@ where
                     .unwrap();
                 (sqlx::Row::get(&row, 0), sqlx::Row::get(&row, 1))
             } else {
-                let row = query.fetch_one(&mut *conn).await.unwrap();
+                let row = query.fetch_one(pool).await.unwrap();
                 (sqlx::Row::get(&row, 0), sqlx::Row::get(&row, 1))
             };
             let done = bind_key::<DB>(sqlx::query(done_sql), id)
                 .bind(version)
                 .bind(token)
-                .execute(&mut *conn)
+                .execute(pool)
                 .await
                 .unwrap();
             assert_eq!(DB::affected(&done), 1);

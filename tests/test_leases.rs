@@ -368,7 +368,9 @@ async fn postgres_a_held_lock_times_out_finish_and_recovery_skips_it() {
     assert_eq!(effects.load(Ordering::SeqCst), 1);
     holder.rollback().await.unwrap();
     drop(won);
-    // Unlocked, the row is the next pass's.
+    // Unlocked, the row is the next pass's once its lease has run out (the
+    // renewal cut off above may still have gone through at the unlock).
+    outlive_the_lease().await;
     let report = stateguard::recover(
         &db.pool,
         TransferStatus::Sending,

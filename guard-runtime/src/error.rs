@@ -299,7 +299,7 @@ pub enum Error {
         length: usize,
     },
 
-    /// [`Ticket::complete`](crate::idempotency::Ticket::complete) of a
+    /// `idempotency::Ticket::complete` of a
     /// request whose lease ran out and was taken over by a retry: roll the
     /// transaction back, so that only the holder of the lease commits its
     /// work.

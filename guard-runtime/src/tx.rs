@@ -158,11 +158,10 @@ impl<'c, DB: Backend> Tx<'c, DB> {
     /// deadlock and runs later statements outside it. Either way the result
     /// is [`Error::RolledBack`] and no win comes out. On PostgreSQL and
     /// MariaDB the check is one extra statement, unless the transaction's
-    /// last statement was the library's own (an `apply`, a
-    /// [`complete`](crate::idempotency::Ticket::complete), a
-    /// [`receive`](crate::inbox::receive)) and succeeded, which shows the
-    /// transaction open; on MySQL 8, which has no way to ask, only the
-    /// deadlocks of the library's own statements are seen.
+    /// last statement was the library's own (an `apply`, an
+    /// `idempotency::Ticket::complete`, an `inbox::receive`) and succeeded,
+    /// which shows the transaction open; on MySQL 8, which has no way to
+    /// ask, only the deadlocks of the library's own statements are seen.
     pub async fn commit<T: Staged + sealed::Convert>(
         mut self,
         staged: T,
