@@ -16,8 +16,27 @@
 //!
 //! Run with `cargo bench --bench idempotency`.
 
-use std::str::FromStr;
 use std::time::{Duration, Instant};
+
+mod support;
+
+/// The bench's own schema (PostgreSQL) and database (MySQL).
+const POSTGRES: support::Place = support::Place {
+    name: "stateguard_bench_idempotency",
+    fresh: [
+        "DROP SCHEMA IF EXISTS stateguard_bench_idempotency CASCADE",
+        "CREATE SCHEMA stateguard_bench_idempotency",
+    ],
+    drop: "DROP SCHEMA stateguard_bench_idempotency CASCADE",
+};
+const MYSQL: support::Place = support::Place {
+    name: "stateguard_bench_idempotency",
+    fresh: [
+        "DROP DATABASE IF EXISTS stateguard_bench_idempotency",
+        "CREATE DATABASE stateguard_bench_idempotency",
+    ],
+    drop: "DROP DATABASE stateguard_bench_idempotency",
+};
 
 use sqlx::Pool;
 use stateguard::idempotency::{self, Begun, Request};
@@ -203,58 +222,7 @@ async fn main() {
         .unwrap();
     run("SQLite (temp file, WAL, one connection)", pool).await;
 
-    match std::env::var("STATEGUARD_POSTGRES_URL") {
-        Ok(url) => {
-            let admin = sqlx::PgPool::connect(&url).await.unwrap();
-            for statement in [
-                "DROP SCHEMA IF EXISTS stateguard_bench_idempotency CASCADE",
-                "CREATE SCHEMA stateguard_bench_idempotency",
-            ] {
-                sqlx::query(statement).execute(&admin).await.unwrap();
-            }
-            let options = sqlx::postgres::PgConnectOptions::from_str(&url)
-                .unwrap()
-                .options([("search_path", "stateguard_bench_idempotency")]);
-            let pool = sqlx::postgres::PgPoolOptions::new()
-                .max_connections(1)
-                .connect_with(options)
-                .await
-                .unwrap();
-            run("PostgreSQL (one connection)", pool.clone()).await;
-            pool.close().await;
-            sqlx::query("DROP SCHEMA stateguard_bench_idempotency CASCADE")
-                .execute(&admin)
-                .await
-                .unwrap();
-        }
-        Err(_) => println!("PostgreSQL: skipped, because STATEGUARD_POSTGRES_URL is not set"),
-    }
-
-    match std::env::var("STATEGUARD_MYSQL_URL") {
-        Ok(url) => {
-            let admin = sqlx::MySqlPool::connect(&url).await.unwrap();
-            for statement in [
-                "DROP DATABASE IF EXISTS stateguard_bench_idempotency",
-                "CREATE DATABASE stateguard_bench_idempotency",
-            ] {
-                sqlx::query(statement).execute(&admin).await.unwrap();
-            }
-            let options = sqlx::mysql::MySqlConnectOptions::from_str(&url)
-                .unwrap()
-                .database("stateguard_bench_idempotency");
-            let pool = sqlx::mysql::MySqlPoolOptions::new()
-                .max_connections(1)
-                .connect_with(options)
-                .await
-                .unwrap();
-            run("MariaDB/MySQL (one connection)", pool.clone()).await;
-            pool.close().await;
-            sqlx::query("DROP DATABASE stateguard_bench_idempotency")
-                .execute(&admin)
-                .await
-                .unwrap();
-        }
-        Err(_) => println!("MySQL: skipped, because STATEGUARD_MYSQL_URL is not set"),
-    }
+    support::on_postgres(POSTGRES, |pool| run("PostgreSQL (one connection)", pool)).await;
+    support::on_mysql(MYSQL, |pool| run("MariaDB/MySQL (one connection)", pool)).await;
     println!("total {:.1} s", started.elapsed().as_secs_f64());
 }

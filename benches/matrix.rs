@@ -23,8 +23,27 @@
 //!
 //! Run with `cargo bench --bench matrix`.
 
-use std::str::FromStr;
 use std::time::{Duration, Instant};
+
+mod support;
+
+/// The bench's own schema (PostgreSQL) and database (MySQL).
+const POSTGRES: support::Place = support::Place {
+    name: "stateguard_matrix",
+    fresh: [
+        "DROP SCHEMA IF EXISTS stateguard_matrix CASCADE",
+        "CREATE SCHEMA stateguard_matrix",
+    ],
+    drop: "DROP SCHEMA stateguard_matrix CASCADE",
+};
+const MYSQL: support::Place = support::Place {
+    name: "stateguard_matrix",
+    fresh: [
+        "DROP DATABASE IF EXISTS stateguard_matrix",
+        "CREATE DATABASE stateguard_matrix",
+    ],
+    drop: "DROP DATABASE stateguard_matrix",
+};
 
 use sqlx::{Executor as _, Pool};
 use stateguard::meta::Sql;
@@ -554,61 +573,8 @@ async fn main() {
         .unwrap();
     run(pool, &mut lines).await;
 
-    match std::env::var("STATEGUARD_POSTGRES_URL") {
-        Ok(url) => {
-            let admin = sqlx::PgPool::connect(&url).await.unwrap();
-            for statement in [
-                "DROP SCHEMA IF EXISTS stateguard_matrix CASCADE",
-                "CREATE SCHEMA stateguard_matrix",
-            ] {
-                sqlx::query(statement).execute(&admin).await.unwrap();
-            }
-            let options = sqlx::postgres::PgConnectOptions::from_str(&url)
-                .unwrap()
-                .options([("search_path", "stateguard_matrix")]);
-            let pool = sqlx::postgres::PgPoolOptions::new()
-                .max_connections(1)
-                .test_before_acquire(false)
-                .connect_with(options)
-                .await
-                .unwrap();
-            run(pool.clone(), &mut lines).await;
-            pool.close().await;
-            sqlx::query("DROP SCHEMA stateguard_matrix CASCADE")
-                .execute(&admin)
-                .await
-                .unwrap();
-        }
-        Err(_) => println!("PostgreSQL: skipped, because STATEGUARD_POSTGRES_URL is not set"),
-    }
-
-    match std::env::var("STATEGUARD_MYSQL_URL") {
-        Ok(url) => {
-            let admin = sqlx::MySqlPool::connect(&url).await.unwrap();
-            for statement in [
-                "DROP DATABASE IF EXISTS stateguard_matrix",
-                "CREATE DATABASE stateguard_matrix",
-            ] {
-                sqlx::query(statement).execute(&admin).await.unwrap();
-            }
-            let options = sqlx::mysql::MySqlConnectOptions::from_str(&url)
-                .unwrap()
-                .database("stateguard_matrix");
-            let pool = sqlx::mysql::MySqlPoolOptions::new()
-                .max_connections(1)
-                .test_before_acquire(false)
-                .connect_with(options)
-                .await
-                .unwrap();
-            run(pool.clone(), &mut lines).await;
-            pool.close().await;
-            sqlx::query("DROP DATABASE stateguard_matrix")
-                .execute(&admin)
-                .await
-                .unwrap();
-        }
-        Err(_) => println!("MySQL: skipped, because STATEGUARD_MYSQL_URL is not set"),
-    }
+    support::on_postgres(POSTGRES, |pool| run(pool, &mut lines)).await;
+    support::on_mysql(MYSQL, |pool| run(pool, &mut lines)).await;
     print(&lines);
     println!("\ntotal {:.1} s", started.elapsed().as_secs_f64());
 }
