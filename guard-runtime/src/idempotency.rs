@@ -389,23 +389,12 @@ impl Ticket {
         DB: Backend,
         for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
     {
-        let request = &self.request;
-        let mut args = DB::Args::default();
-        let binds = |args: &mut DB::Args| -> Result<(), sqlx::Error> {
-            DB::bind_text(args, Some(request.scope.clone()))?;
-            DB::bind_text(args, Some(request.key.clone()))?;
-            DB::bind_int(args, self.lease)
-        };
         let db_error = |source| store_error("complete", source);
-        if DB::PARAMS_FIRST {
-            DB::bind_int(&mut args, i64::from(status)).map_err(db_error)?;
-            DB::bind_bytes(&mut args, body).map_err(db_error)?;
-            binds(&mut args).map_err(db_error)?;
-        } else {
-            binds(&mut args).map_err(db_error)?;
-            DB::bind_int(&mut args, i64::from(status)).map_err(db_error)?;
-            DB::bind_bytes(&mut args, body).map_err(db_error)?;
-        }
+        let args = held_args::<DB>(&self.request, self.lease, |args| {
+            DB::bind_int(args, i64::from(status))?;
+            DB::bind_bytes(args, body)
+        })
+        .map_err(db_error)?;
         let done = Run::execute(&mut tx, DB::sql(&COMPLETE), args)
             .await
             .map_err(db_error)?;
@@ -427,16 +416,45 @@ impl Ticket {
         for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
     {
         let db_error = |source| store_error("release", source);
-        let mut args = DB::Args::default();
-        DB::bind_text(&mut args, Some(self.request.scope)).map_err(db_error)?;
-        DB::bind_text(&mut args, Some(self.request.key)).map_err(db_error)?;
-        DB::bind_int(&mut args, self.lease).map_err(db_error)?;
+        let args = held_args::<DB>(&self.request, self.lease, |_| Ok(())).map_err(db_error)?;
         let mut executor = pool;
         Run::execute(&mut executor, DB::sql(&RELEASE), args)
             .await
             .map_err(db_error)?;
         Ok(())
     }
+}
+
+/// The key's placeholders: scope, then key.
+fn key_args<DB: Backend>(request: &Request) -> Result<DB::Args, sqlx::Error> {
+    let mut args = DB::Args::default();
+    DB::bind_text(&mut args, Some(request.scope.clone()))?;
+    DB::bind_text(&mut args, Some(request.key.clone()))?;
+    Ok(args)
+}
+
+/// The placeholders of a statement on the key held under `lease`: scope,
+/// key and lease, then what `values` binds (`$4`, …); on MySQL, whose `?`
+/// follow the text, where `SET` precedes `WHERE`, the values first.
+fn held_args<DB: Backend>(
+    request: &Request,
+    lease: i64,
+    values: impl FnOnce(&mut DB::Args) -> Result<(), sqlx::Error>,
+) -> Result<DB::Args, sqlx::Error> {
+    let mut args = DB::Args::default();
+    let held = |args: &mut DB::Args| {
+        DB::bind_text(args, Some(request.scope.clone()))?;
+        DB::bind_text(args, Some(request.key.clone()))?;
+        DB::bind_int(args, lease)
+    };
+    if DB::PARAMS_FIRST {
+        values(&mut args)?;
+        held(&mut args)?;
+    } else {
+        held(&mut args)?;
+        values(&mut args)?;
+    }
+    Ok(args)
 }
 
 fn store_error(call: &'static str, source: sqlx::Error) -> Error {
@@ -530,19 +548,8 @@ where
         if !expired {
             return Ok(Begun::InProgress);
         }
-        let mut args = DB::Args::default();
-        let binds = |args: &mut DB::Args| -> Result<(), sqlx::Error> {
-            DB::bind_text(args, Some(request.scope.clone()))?;
-            DB::bind_text(args, Some(request.key.clone()))?;
-            DB::bind_int(args, held)
-        };
-        if DB::PARAMS_FIRST {
-            DB::bind_int(&mut args, lease_ms).map_err(db_error)?;
-            binds(&mut args).map_err(db_error)?;
-        } else {
-            binds(&mut args).map_err(db_error)?;
-            DB::bind_int(&mut args, lease_ms).map_err(db_error)?;
-        }
+        let args = held_args::<DB>(request, held, |args| DB::bind_int(args, lease_ms))
+            .map_err(db_error)?;
         let taken = match DB::RETURNING {
             true => Run::fetch_optional(&mut executor, DB::sql(&TAKE_OVER), args)
                 .await
@@ -586,9 +593,7 @@ where
     for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
 {
     let db_error = |source| store_error("begin", source);
-    let mut args = DB::Args::default();
-    DB::bind_text(&mut args, Some(request.scope.clone())).map_err(db_error)?;
-    DB::bind_text(&mut args, Some(request.key.clone())).map_err(db_error)?;
+    let mut args = key_args::<DB>(request).map_err(db_error)?;
     DB::bind_text(&mut args, Some(request.fingerprint.clone())).map_err(db_error)?;
     DB::bind_int(&mut args, lease_ms).map_err(db_error)?;
     if !DB::RETURNING {
@@ -620,9 +625,7 @@ where
     for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
 {
     let db_error = |source| store_error("begin", source);
-    let mut args = DB::Args::default();
-    DB::bind_text(&mut args, Some(request.scope.clone())).map_err(db_error)?;
-    DB::bind_text(&mut args, Some(request.key.clone())).map_err(db_error)?;
+    let args = key_args::<DB>(request).map_err(db_error)?;
     Run::fetch_optional(executor, DB::sql(&READ), args)
         .await
         .map_err(db_error)
