@@ -1,18 +1,28 @@
-//! What an idempotency key costs a request, in one process, on one
-//! connection, in alternating rounds, as requests per second:
+//! What an idempotency key costs a request, in one process, one request
+//! at a time on a pool of three connections (SQLite: two), all open and
+//! idle between requests (sqlx checks a connection on its way back to the
+//! pool, a round trip of its own), in alternating rounds, as requests per
+//! second:
 //!
 //! - plain: the request without a key, `BEGIN; INSERT` the payout`; COMMIT`
 //!   (three round trips);
-//! - new key: `idempotency::begin` (one statement on PostgreSQL), then the
-//!   same transaction with `Ticket::complete` before its `COMMIT` (five
-//!   round trips: the claim, `BEGIN`, the insert, the response, `COMMIT`);
-//! - replay: `idempotency::begin` on a completed key (one round trip on
-//!   PostgreSQL, two on MySQL and SQLite: the claim, then the read).
+//! - new key, `begin_tx`: the claim (one statement on PostgreSQL and
+//!   MySQL) on one connection while the other runs `BEGIN`, then the insert,
+//!   `Ticket::complete` and `COMMIT` (four round trips to wait for);
+//! - new key, `begin`: the claim, then the same transaction begun after it
+//!   (five);
+//! - replay, `begin_tx` and `begin`: a completed key (one round trip on
+//!   PostgreSQL, two on MySQL and SQLite: the claim, then the read;
+//!   `begin_tx` also begins a transaction alongside, and rolls it back on
+//!   its connection's way back to the pool).
 //!
 //! PostgreSQL (`STATEGUARD_POSTGRES_URL`, in the schema
 //! `stateguard_bench_idempotency`, made anew) and MariaDB/MySQL
 //! (`STATEGUARD_MYSQL_URL`, in the database of that name) run
-//! when their URLs are set; SQLite (a temporary file, WAL) always.
+//! when their URLs are set, directly and over a link that delays each
+//! packet by 1 ms each way (a round trip of 2 ms, where round trips
+//! rather than the server's work decide); SQLite (a temporary file, WAL)
+//! always.
 //!
 //! Run with `cargo bench --bench idempotency`.
 
@@ -28,6 +38,8 @@ const POSTGRES: support::Place = support::Place {
         "CREATE SCHEMA stateguard_bench_idempotency",
     ],
     drop: "DROP SCHEMA stateguard_bench_idempotency CASCADE",
+    connections: 3,
+    delay: Duration::ZERO,
 };
 const MYSQL: support::Place = support::Place {
     name: "stateguard_bench_idempotency",
@@ -36,13 +48,19 @@ const MYSQL: support::Place = support::Place {
         "CREATE DATABASE stateguard_bench_idempotency",
     ],
     drop: "DROP DATABASE stateguard_bench_idempotency",
+    connections: 3,
+    delay: Duration::ZERO,
 };
 
 use sqlx::Pool;
 use stateguard::idempotency::{self, Begun, Request};
 use stateguard::{Backend, Committed, Executor, Tx, Uncommitted};
 
+/// Requests per round, directly and over the delayed link.
 const REQUESTS: usize = 300;
+const REQUESTS_OVER_LINK: usize = 60;
+/// Each way's delay of the link.
+const LINK: Duration = Duration::from_millis(1);
 const ROUNDS: usize = 6;
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -97,17 +115,17 @@ where
     }
 }
 
-/// Requests per second of `REQUESTS` calls of `one(i)` for `from..`.
-async fn timed<F, Fut>(from: usize, one: F) -> f64
+/// Requests per second of `n` calls of `one(i)` for `from..`.
+async fn timed<F, Fut>(from: usize, n: usize, one: F) -> f64
 where
     F: Fn(usize) -> Fut,
     Fut: Future<Output = ()>,
 {
     let started = Instant::now();
-    for i in from..from + REQUESTS {
+    for i in from..from + n {
         one(i).await;
     }
-    REQUESTS as f64 / started.elapsed().as_secs_f64()
+    n as f64 / started.elapsed().as_secs_f64()
 }
 
 async fn plain<DB: Bench>(pool: &Pool<DB>, id: usize)
@@ -126,25 +144,31 @@ where
     tx.commit().await.unwrap();
 }
 
-/// The keyed request: `true` when it was a replay.
-async fn keyed<DB: Bench>(pool: &Pool<DB>, id: usize) -> bool
+/// The keyed request, through `begin_tx` (`together`) or `begin` then
+/// `Tx::begin`: `true` when it was a replay.
+async fn keyed<DB: Bench>(pool: &Pool<DB>, id: usize, together: bool) -> bool
 where
     for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
     for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
+    for<'c> &'c mut DB::Connection: Executor<Database = DB, Commit = Committed>,
     for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
     DB::Arguments: sqlx::IntoArguments<DB>,
     i64: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
 {
     let request = Request::new("bench:POST /payouts", format!("key-{id}"), "amount=1000").unwrap();
-    let begun = idempotency::begin(pool, &request, idempotency::DEFAULT_LEASE)
-        .await
-        .unwrap();
-    let ticket = match begun {
-        Begun::New(ticket) => ticket,
-        Begun::Replay(_) => return true,
-        other => panic!("{other:?}"),
+    let lease = idempotency::DEFAULT_LEASE;
+    let (ticket, mut tx) = match together {
+        true => match idempotency::begin_tx(pool, &request, lease).await.unwrap() {
+            Begun::New(started) => started,
+            Begun::Replay(_) => return true,
+            other => panic!("{other:?}"),
+        },
+        false => match idempotency::begin(pool, &request, lease).await.unwrap() {
+            Begun::New(ticket) => (ticket, Tx::begin(pool).await.unwrap()),
+            Begun::Replay(_) => return true,
+            other => panic!("{other:?}"),
+        },
     };
-    let mut tx = Tx::begin(pool).await.unwrap();
     sqlx::query(DB::INSERT)
         .bind(id as i64)
         .bind(1000_i64)
@@ -159,10 +183,11 @@ where
     false
 }
 
-async fn run<DB: Bench>(name: &str, pool: Pool<DB>)
+async fn run<DB: Bench>(name: &str, pool: Pool<DB>, n: usize)
 where
     for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
     for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
+    for<'c> &'c mut DB::Connection: Executor<Database = DB, Commit = Committed>,
     for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
     DB::Arguments: sqlx::IntoArguments<DB>,
     i64: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
@@ -170,38 +195,58 @@ where
     setup(&pool).await;
     println!("{name}");
     let pool = &pool;
-    let (mut plains, mut news, mut replays) = (vec![], vec![], vec![]);
+    // plain, new key (begin_tx), new key (begin), replay (begin_tx),
+    // replay (begin), in requests per second, per round.
+    let mut rates: [Vec<f64>; 5] = Default::default();
     let mut next = 0;
     for round in 0..ROUNDS {
         let from = next;
-        next += 2 * REQUESTS;
-        let plain_round = timed(from, |i| plain(pool, i));
-        let new_round = timed(from + REQUESTS, |i| async move {
-            assert!(!keyed(pool, i).await);
-        });
+        next += 3 * n;
+        let (together, apart) = (from + n, from + 2 * n);
         // Alternate which goes first.
-        let (p, n) = if round % 2 == 0 {
-            let p = plain_round.await;
-            (p, new_round.await)
-        } else {
-            let n = new_round.await;
-            (plain_round.await, n)
-        };
-        plains.push(p);
-        news.push(n);
-        // The keys the new-key round completed, replayed.
-        replays.push(
-            timed(from + REQUESTS, |i| async move {
-                assert!(keyed(pool, i).await);
+        let mut order = [0, 1, 2];
+        order.rotate_left(round % 3);
+        for case in order {
+            rates[case].push(match case {
+                0 => timed(from, n, |i| plain(pool, i)).await,
+                1 => {
+                    timed(together, n, |i| async move {
+                        assert!(!keyed(pool, i, true).await)
+                    })
+                    .await
+                }
+                _ => {
+                    timed(apart, n, |i| async move {
+                        assert!(!keyed(pool, i, false).await)
+                    })
+                    .await
+                }
+            });
+        }
+        // The keys the new-key rounds completed, replayed.
+        rates[3].push(
+            timed(together, n, |i| async move {
+                assert!(keyed(pool, i, true).await)
             })
             .await,
         );
+        rates[4].push(
+            timed(
+                apart,
+                n,
+                |i| async move { assert!(keyed(pool, i, false).await) },
+            )
+            .await,
+        );
     }
-    let (p, n, r) = (median(plains), median(news), median(replays));
+    let [p, n, n2, r, r2] = rates.map(median);
     println!(
-        "  plain request {p:.0}/s; with a new key {n:.0}/s ({:.3}×); a replay {r:.0}/s ({:.3}×)",
+        "  plain request {p:.0}/s; with a new key: begin_tx {n:.0}/s ({:.3}×), begin {n2:.0}/s \
+         ({:.3}×); a replay: begin_tx {r:.0}/s ({:.3}×), begin {r2:.0}/s ({:.3}×)",
         n / p,
-        r / p
+        n2 / p,
+        r / p,
+        r2 / p
     );
 }
 
@@ -216,13 +261,37 @@ async fn main() {
         .synchronous(sqlx::sqlite::SqliteSynchronous::Normal)
         .busy_timeout(Duration::from_secs(30));
     let pool = sqlx::sqlite::SqlitePoolOptions::new()
-        .max_connections(1)
+        .max_connections(2)
         .connect_with(options)
         .await
         .unwrap();
-    run("SQLite (temp file, WAL, one connection)", pool).await;
+    run("SQLite (temp file, WAL, two connections)", pool, REQUESTS).await;
 
-    support::on_postgres(POSTGRES, |pool| run("PostgreSQL (one connection)", pool)).await;
-    support::on_mysql(MYSQL, |pool| run("MariaDB/MySQL (one connection)", pool)).await;
+    let n = REQUESTS;
+    support::on_postgres(POSTGRES, |pool| {
+        run("PostgreSQL (three connections)", pool, n)
+    })
+    .await;
+    support::on_mysql(MYSQL, |pool| {
+        run("MariaDB/MySQL (three connections)", pool, n)
+    })
+    .await;
+    let n = REQUESTS_OVER_LINK;
+    let over_link = support::Place {
+        delay: LINK,
+        ..POSTGRES
+    };
+    support::on_postgres(over_link, |pool| {
+        run("PostgreSQL over a link of 1 ms each way", pool, n)
+    })
+    .await;
+    let over_link = support::Place {
+        delay: LINK,
+        ..MYSQL
+    };
+    support::on_mysql(over_link, |pool| {
+        run("MariaDB/MySQL over a link of 1 ms each way", pool, n)
+    })
+    .await;
     println!("total {:.1} s", started.elapsed().as_secs_f64());
 }

@@ -35,6 +35,8 @@ const POSTGRES: support::Place = support::Place {
         "CREATE SCHEMA stateguard_matrix",
     ],
     drop: "DROP SCHEMA stateguard_matrix CASCADE",
+    connections: 1,
+    delay: Duration::ZERO,
 };
 const MYSQL: support::Place = support::Place {
     name: "stateguard_matrix",
@@ -43,6 +45,8 @@ const MYSQL: support::Place = support::Place {
         "CREATE DATABASE stateguard_matrix",
     ],
     drop: "DROP DATABASE stateguard_matrix",
+    connections: 1,
+    delay: Duration::ZERO,
 };
 
 use sqlx::{Executor as _, Pool};

@@ -17,6 +17,8 @@ use tokio::sync::Barrier;
 backend_tests! {
     "idem_replay" => a_completed_key_replays_and_refuses_other_parameters,
     "idem_lease" => a_running_key_is_busy_until_its_lease_runs_out,
+    "idem_begin_tx" => begin_tx_hands_over_the_transaction_with_a_new_key,
+    "idem_begin_tx_busy" => begin_tx_on_a_busy_pool_serves_every_request (flavor = "multi_thread", worker_threads = 4),
     "idem_race" => racing_requests_create_one_payout (flavor = "multi_thread", worker_threads = 4),
     "idem_bad_input" => bad_keys_are_refused_before_anything_is_written,
     "idem_prune" => pruning_removes_only_old_unheld_keys_in_batches,
@@ -136,6 +138,150 @@ where
     }
 }
 
+/// `begin_tx` answers as `begin` does, with the work's transaction in
+/// `New`: the work and the response commit in it; for the other answers
+/// the transaction it began is rolled back and its connection goes back to
+/// the pool (a two-connection pool serves a hundred replays in a row).
+/// When the transaction cannot begin, the claim is released again.
+async fn begin_tx_hands_over_the_transaction_with_a_new_key<DB: TestBackend>(db: Db<DB>)
+where
+    for<'c> &'c mut DB::Connection: Executor<Database = DB, Commit = Committed>,
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
+{
+    tables(&db).await;
+    let first = request("acme:POST /payouts", "tx-1", "amount=100");
+    let Begun::New((ticket, mut tx)) =
+        idempotency::begin_tx(&db.pool, &first, idempotency::DEFAULT_LEASE)
+            .await
+            .unwrap()
+    else {
+        panic!("a new key is new");
+    };
+    insert_payout(&mut tx, 1).await;
+    // Running: another request is told so at once, and writes nothing.
+    let busy = idempotency::begin_tx(&db.pool, &first, idempotency::DEFAULT_LEASE)
+        .await
+        .unwrap();
+    assert!(matches!(busy, Begun::InProgress), "{busy:?}");
+    ticket
+        .complete(&mut tx, 201, br#"{"id":1}"#.to_vec())
+        .await
+        .unwrap();
+    tx.commit(()).await.unwrap();
+    assert_eq!(count(&db, payouts_sql::<DB>()).await, 1);
+
+    let two = sqlx::pool::PoolOptions::<DB>::new()
+        .max_connections(2)
+        .connect_with((*db.pool.connect_options()).clone())
+        .await
+        .unwrap();
+    for _ in 0..100 {
+        match idempotency::begin_tx(&two, &first, idempotency::DEFAULT_LEASE)
+            .await
+            .unwrap()
+        {
+            Begun::Replay(stored) => {
+                assert_eq!(stored.status(), 201);
+                assert_eq!(stored.body(), br#"{"id":1}"#);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    let other_amount = request("acme:POST /payouts", "tx-1", "amount=200");
+    let mismatch = idempotency::begin_tx(&two, &other_amount, idempotency::DEFAULT_LEASE)
+        .await
+        .unwrap();
+    assert!(matches!(mismatch, Begun::Mismatch), "{mismatch:?}");
+    // With the custom BEGIN (SQLite: `BEGIN IMMEDIATE`, which a claim
+    // racing it would wait for).
+    let second = request("acme:POST /payouts", "tx-2", "amount=100");
+    let Begun::New((ticket, mut tx)) =
+        idempotency::begin_tx_with(&two, &second, idempotency::DEFAULT_LEASE, DB::BEGIN_WRITE)
+            .await
+            .unwrap()
+    else {
+        panic!("a new key is new");
+    };
+    insert_payout(&mut tx, 2).await;
+    ticket.complete(&mut tx, 201, b"2".to_vec()).await.unwrap();
+    tx.commit(()).await.unwrap();
+    assert_eq!(count(&db, payouts_sql::<DB>()).await, 2);
+
+    // A statement that begins no transaction: the error, and the key is
+    // free again at once (not 409 for a lease).
+    let third = request("acme:POST /payouts", "tx-3", "amount=100");
+    let error = idempotency::begin_tx_with(&two, &third, idempotency::DEFAULT_LEASE, "SELECT 1")
+        .await
+        .unwrap_err();
+    assert!(matches!(error, Error::Begin { .. }), "{error:?}");
+    let again = idempotency::begin(&db.pool, &third, idempotency::DEFAULT_LEASE)
+        .await
+        .unwrap();
+    assert!(matches!(again, Begun::New(_)), "{again:?}");
+    assert_eq!(count(&db, payouts_sql::<DB>()).await, 2);
+}
+
+/// Far more requests than connections, four to a key, each holding its
+/// transaction a while: every `begin_tx` answers, one request per key
+/// creates its payout, the others are told it is running or get its
+/// response. A request that held one connection while it waited for a
+/// second (MySQL's claim of an existing key is two statements) would leave
+/// the pool to requests each holding half of what they need, and time out.
+async fn begin_tx_on_a_busy_pool_serves_every_request<DB: TestBackend>(db: Db<DB>)
+where
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
+    for<'c> &'c mut DB::Connection: Executor<Database = DB, Commit = Committed>,
+{
+    tables(&db).await;
+    const REQUESTS: usize = 32;
+    const KEYS: usize = 8;
+    let pool = sqlx::pool::PoolOptions::<DB>::new()
+        .max_connections(3)
+        .acquire_timeout(Duration::from_secs(20))
+        .connect_with((*db.pool.connect_options()).clone())
+        .await
+        .unwrap();
+    let barrier = Arc::new(Barrier::new(REQUESTS));
+    let mut tasks = Vec::new();
+    for i in 0..REQUESTS {
+        let (pool, barrier) = (pool.clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            let key = format!("busy-{}", i % KEYS);
+            let req = request("acme:POST /payouts", &key, "amount=100");
+            barrier.wait().await;
+            let begun = idempotency::begin_tx_with(
+                &pool,
+                &req,
+                idempotency::DEFAULT_LEASE,
+                DB::BEGIN_WRITE,
+            )
+            .await
+            .unwrap();
+            match begun {
+                Begun::New((ticket, mut tx)) => {
+                    insert_payout(&mut tx, 1000 + i as i64).await;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    ticket.complete(&mut tx, 201, Vec::new()).await.unwrap();
+                    tx.commit(()).await.unwrap();
+                    (key, true)
+                }
+                Begun::Replay(_) | Begun::InProgress => (key, false),
+                Begun::Mismatch => panic!("{key}: mismatch"),
+            }
+        }));
+    }
+    let mut created = std::collections::BTreeMap::<String, usize>::new();
+    for task in tasks {
+        let (key, new) = task.await.unwrap();
+        *created.entry(key).or_default() += usize::from(new);
+    }
+    assert_eq!(created.len(), KEYS);
+    assert!(created.values().all(|&n| n == 1), "{created:?}");
+    assert_eq!(count(&db, payouts_sql::<DB>()).await, KEYS as i64);
+}
+
 /// A running key answers `InProgress` until its lease runs out; then a retry
 /// takes it over, and the first holder can no longer complete: its
 /// transaction rolls back and only the retry's work commits.
@@ -205,6 +351,7 @@ const RACERS: usize = 32;
 /// is the replay.
 async fn racing_requests_create_one_payout<DB: TestBackend>(db: Db<DB>)
 where
+    for<'c> &'c mut DB::Connection: Executor<Database = DB, Commit = Committed>,
     for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
     for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
 {
@@ -217,12 +364,32 @@ where
         tasks.push(tokio::spawn(async move {
             let req = request("acme:POST /payouts", "race", "amount=100");
             barrier.wait().await;
-            match idempotency::begin(&pool, &req, Duration::from_secs(30))
+            // Half claim alone and begin their own transaction, half
+            // claim alongside its `BEGIN`.
+            let begun = match i % 2 {
+                0 => match idempotency::begin(&pool, &req, Duration::from_secs(30))
+                    .await
+                    .unwrap()
+                {
+                    Begun::New(ticket) => {
+                        let tx = Tx::begin_with(&pool, DB::BEGIN_WRITE).await.unwrap();
+                        Begun::New((ticket, tx))
+                    }
+                    Begun::Replay(stored) => Begun::Replay(stored),
+                    Begun::InProgress => Begun::InProgress,
+                    Begun::Mismatch => Begun::Mismatch,
+                },
+                _ => idempotency::begin_tx_with(
+                    &pool,
+                    &req,
+                    Duration::from_secs(30),
+                    DB::BEGIN_WRITE,
+                )
                 .await
-                .unwrap()
-            {
-                Begun::New(ticket) => {
-                    let mut tx = Tx::begin_with(&pool, DB::BEGIN_WRITE).await.unwrap();
+                .unwrap(),
+            };
+            match begun {
+                Begun::New((ticket, mut tx)) => {
                     let id = 100 + i as i64;
                     insert_payout(&mut tx, id).await;
                     tokio::time::sleep(Duration::from_millis(50)).await;

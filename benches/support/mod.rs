@@ -1,19 +1,72 @@
-//! What the benches share: a one-connection pool on each server, in a
-//! schema (PostgreSQL) or a database (MySQL) of the bench's own, made anew
-//! by fixed statements and dropped at the end.
+//! What the benches share: a small pool on each server, in a schema
+//! (PostgreSQL) or a database (MySQL) of the bench's own, made anew by
+//! fixed statements and dropped at the end, reached directly or over a
+//! link that delays every packet (`Place::delay`), where round trips show.
 
 use std::future::Future;
 use std::str::FromStr;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::time::Instant;
 
 /// A bench's own schema or database: its name, the statements that make it
-/// anew, and the one that drops it.
+/// anew, the one that drops it, and how many connections its pool has.
 pub struct Place {
     pub name: &'static str,
     pub fresh: [&'static str; 2],
     pub drop: &'static str,
+    pub connections: u32,
+    /// Each way's delay of the link to the server; zero connects directly.
+    pub delay: Duration,
 }
 
-/// Runs `bench` on a one-connection pool in `place` on the server of
+/// A local port that forwards to `host:port`, delaying the bytes of each
+/// direction by `delay` (in order, without holding back what follows):
+/// a network whose round trip takes twice `delay` more. Tokio's timer
+/// counts whole milliseconds.
+async fn link(host: &str, port: u16, delay: Duration) -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let local = listener.local_addr().unwrap().port();
+    let upstream = format!("{host}:{port}");
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let server = tokio::net::TcpStream::connect(&upstream).await.unwrap();
+            client.set_nodelay(true).unwrap();
+            server.set_nodelay(true).unwrap();
+            let (client_read, client_write) = client.into_split();
+            let (server_read, server_write) = server.into_split();
+            tokio::spawn(one_way(client_read, server_write, delay));
+            tokio::spawn(one_way(server_read, client_write, delay));
+        }
+    });
+    local
+}
+
+/// Copies `from` to `to`, each chunk `delay` after it arrived.
+async fn one_way(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, delay: Duration) {
+    let (sender, mut chunks) = tokio::sync::mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
+    let writer = tokio::spawn(async move {
+        while let Some((arrived, bytes)) = chunks.recv().await {
+            tokio::time::sleep_until(arrived + delay).await;
+            if to.write_all(&bytes).await.is_err() {
+                break;
+            }
+        }
+        let _ = to.shutdown().await;
+    });
+    let mut buffer = vec![0; 64 * 1024];
+    while let Ok(n @ 1..) = from.read(&mut buffer).await {
+        if sender.send((Instant::now(), buffer[..n].to_vec())).is_err() {
+            break;
+        }
+    }
+    drop(sender);
+    let _ = writer.await;
+}
+
+/// Runs `bench` on a pool of `place.connections` in `place` on the server of
 /// `STATEGUARD_POSTGRES_URL`, or says why it is skipped.
 pub async fn on_postgres<F, Fut>(place: Place, bench: F)
 where
@@ -28,11 +81,16 @@ where
     for statement in place.fresh {
         sqlx::query(statement).execute(&admin).await.unwrap();
     }
-    let options = sqlx::postgres::PgConnectOptions::from_str(&url)
+    let mut options = sqlx::postgres::PgConnectOptions::from_str(&url)
         .unwrap()
         .options([("search_path", place.name)]);
+    if !place.delay.is_zero() {
+        let port = link(options.get_host(), options.get_port(), place.delay).await;
+        options = options.host("127.0.0.1").port(port);
+    }
     let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(1)
+        .max_connections(place.connections)
+        .min_connections(place.connections)
         .test_before_acquire(false)
         .connect_with(options)
         .await
@@ -42,7 +100,7 @@ where
     sqlx::query(place.drop).execute(&admin).await.unwrap();
 }
 
-/// Runs `bench` on a one-connection pool in `place` on the server of
+/// Runs `bench` on a pool of `place.connections` in `place` on the server of
 /// `STATEGUARD_MYSQL_URL`, or says why it is skipped.
 pub async fn on_mysql<F, Fut>(place: Place, bench: F)
 where
@@ -57,11 +115,16 @@ where
     for statement in place.fresh {
         sqlx::query(statement).execute(&admin).await.unwrap();
     }
-    let options = sqlx::mysql::MySqlConnectOptions::from_str(&url)
+    let mut options = sqlx::mysql::MySqlConnectOptions::from_str(&url)
         .unwrap()
         .database(place.name);
+    if !place.delay.is_zero() {
+        let port = link(options.get_host(), options.get_port(), place.delay).await;
+        options = options.host("127.0.0.1").port(port);
+    }
     let pool = sqlx::mysql::MySqlPoolOptions::new()
-        .max_connections(1)
+        .max_connections(place.connections)
+        .min_connections(place.connections)
         .test_before_acquire(false)
         .connect_with(options)
         .await

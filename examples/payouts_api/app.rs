@@ -169,6 +169,7 @@ where
     DB: ApiBackend,
     for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
     for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
+    for<'c> &'c mut DB::Connection: Executor<Database = DB, Commit = Committed>,
     for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
     DB::Arguments: sqlx::IntoArguments<DB>,
     String: Key<DB> + for<'r> sqlx::Decode<'r, DB>,
@@ -246,6 +247,7 @@ where
     DB: ApiBackend,
     for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
     for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
+    for<'c> &'c mut DB::Connection: Executor<Database = DB, Commit = Committed>,
     for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
     DB::Arguments: sqlx::IntoArguments<DB>,
     i64: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
@@ -281,8 +283,9 @@ where
         Err(e @ Error::BadKey { .. }) => return error(StatusCode::BAD_REQUEST, e.to_string()),
         Err(e) => return internal(e),
     };
-    let ticket = match idempotency::begin(&app.pool, &request, app.lease).await {
-        Ok(Begun::New(ticket)) => ticket,
+    // The claim and the work's `BEGIN` go out together, on two connections.
+    let (ticket, mut tx) = match idempotency::begin_tx(&app.pool, &request, app.lease).await {
+        Ok(Begun::New(started)) => started,
         Ok(Begun::Replay(stored)) => {
             let status = StatusCode::from_u16(stored.status()).unwrap_or(StatusCode::OK);
             return json_response(status, stored.into_body(), true);
@@ -309,7 +312,6 @@ where
     };
     let response = serde_json::to_vec(&view).unwrap_or_default();
     let work = async {
-        let mut tx = Tx::begin(&app.pool).await?;
         sqlx::query(DB::INSERT)
             .bind(id.clone())
             .bind(payout.amount_cents)

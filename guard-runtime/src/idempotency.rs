@@ -2,14 +2,14 @@
 //! (`POST /payouts` with an `Idempotency-Key` header) gets the first
 //! request's response instead of creating it twice.
 //!
-//! A request [`begin`]s with its scope (whose keys these are: a tenant and
-//! an operation, say `acme:POST /payouts`), the client's key, and a
+//! A request [`begin_tx`]s with its scope (whose keys these are: a tenant
+//! and an operation, say `acme:POST /payouts`), the client's key, and a
 //! fingerprint of its parameters that the caller computes (a hash of the
 //! canonical body). The answer is one of four ([`Begun`]):
 //!
-//! - [`Begun::New`]: the key is this request's. Do the work in a
-//!   transaction, store the response with [`Ticket::complete`] in that same
-//!   transaction, commit, respond.
+//! - [`Begun::New`]: the key is this request's, with the transaction for
+//!   its work. Do the work in it, store the response with
+//!   [`Ticket::complete`] in it, commit, respond.
 //! - [`Begun::Replay`]: a request with this key completed; answer with its
 //!   stored status and body (HTTP: add `Idempotent-Replayed: true`).
 //! - [`Begun::InProgress`]: a request with this key is running now; answer
@@ -18,13 +18,11 @@
 //!
 //! ```no_run
 //! # async fn handler(pool: sqlx::PgPool, body: Vec<u8>) -> Result<(), stateguard::Error> {
-//! use stateguard::Tx;
 //! use stateguard::idempotency::{self, Begun, Request};
 //!
 //! let request = Request::new("acme:POST /payouts", "4f1c…", "sha256-of-the-body")?;
-//! match idempotency::begin(&pool, &request, idempotency::DEFAULT_LEASE).await? {
-//!     Begun::New(ticket) => {
-//!         let mut tx = Tx::begin(&pool).await?;
+//! match idempotency::begin_tx(&pool, &request, idempotency::DEFAULT_LEASE).await? {
+//!     Begun::New((ticket, mut tx)) => {
 //!         // … INSERT the payout on &mut *tx …
 //!         let response = br#"{"id":42}"#.to_vec();
 //!         ticket.complete(&mut tx, 201, response).await?;
@@ -38,10 +36,16 @@
 //! # Ok(()) }
 //! ```
 //!
+//! [`begin`] claims the key alone, for work in a transaction the caller
+//! begins itself (or already has). `begin_tx` begins the transaction at
+//! the same time as the claim, on a second pooled connection, so that a
+//! new key adds one round trip to the request's wait: on PostgreSQL the
+//! claim is one statement, and so is `complete`.
+//!
 //! # Guarantees
 //!
-//! - **One owner at a time.** `begin` inserts the key's row in a statement
-//!   of its own (committed at once) with a lease; of any number of
+//! - **One owner at a time.** The claim inserts the key's row in a
+//!   statement of its own (committed at once) with a lease; of any number of
 //!   concurrent requests with one key, one gets `New`, the others
 //!   `InProgress` (or `Replay` once it completed).
 //! - **The response commits with the work.** [`Ticket::complete`] writes
@@ -314,13 +318,14 @@ pub(crate) fn checked(field: &'static str, value: &str) -> Result<(), Error> {
     }
 }
 
-/// What [`begin`] found.
+/// What [`begin`] found ([`begin_tx`]: with the work's transaction in
+/// `New`).
 #[derive(Debug)]
 #[must_use = "each answer needs its response: do the work, replay, 409 or 422"]
-pub enum Begun {
+pub enum Begun<N = Ticket> {
     /// The key is this request's: do the work, then [`Ticket::complete`]
     /// in the same transaction.
-    New(Ticket),
+    New(N),
     /// A request with this key completed: its response.
     Replay(Stored),
     /// A request with this key is running now, and its lease has not run
@@ -486,9 +491,21 @@ where
     DB: Backend,
     for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
 {
+    begin_on(&mut &*pool, request, lease).await
+}
+
+/// [`begin`] on `executor`, a pool or a connection out of a transaction.
+async fn begin_on<DB, E>(
+    executor: &mut E,
+    request: &Request,
+    lease: Duration,
+) -> Result<Begun, Error>
+where
+    DB: Backend,
+    E: Executor<Database = DB, Commit = Committed>,
+{
     let db_error = |source| store_error("begin", source);
     let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
-    let mut executor = pool;
     let new = |lease| {
         Ok(Begun::New(Ticket {
             request: request.clone(),
@@ -503,18 +520,18 @@ where
         // claim first, which waits only for a request between its
         // `complete` and its commit.
         let found = match DB::SYSTEM == "sqlite" {
-            true => match read(&mut executor, request).await? {
+            true => match read(executor, request).await? {
                 Some(row) => Some((row, 0)),
-                None => match claim(&mut executor, request, lease_ms).await? {
+                None => match claim(executor, request, lease_ms).await? {
                     Claimed::New => return new(1),
                     Claimed::Existing(row) => Some((row, 1)),
                     Claimed::Taken => None,
                 },
             },
-            false => match claim(&mut executor, request, lease_ms).await? {
+            false => match claim(executor, request, lease_ms).await? {
                 Claimed::New => return new(1),
                 Claimed::Existing(row) => Some((row, 1)),
-                Claimed::Taken => read(&mut executor, request).await?.map(|row| (row, 0)),
+                Claimed::Taken => read(executor, request).await?.map(|row| (row, 0)),
             },
         };
         // Gone between the statements (pruned, or inserted after a read
@@ -551,14 +568,14 @@ where
         let args = held_args::<DB>(request, held, |args| DB::bind_int(args, lease_ms))
             .map_err(db_error)?;
         let taken = match DB::RETURNING {
-            true => Run::fetch_optional(&mut executor, DB::sql(&TAKE_OVER), args)
+            true => Run::fetch_optional(executor, DB::sql(&TAKE_OVER), args)
                 .await
                 .map_err(db_error)?
                 .map(|row| DB::int(&row, 0))
                 .transpose()
                 .map_err(db_error)?,
             false => {
-                let done = Run::execute(&mut executor, DB::sql(&TAKE_OVER), args)
+                let done = Run::execute(executor, DB::sql(&TAKE_OVER), args)
                     .await
                     .map_err(db_error)?;
                 (DB::rows_affected(&done) == 1)
@@ -572,6 +589,149 @@ where
     Ok(Begun::InProgress)
 }
 
+/// [`begin`], with the work's transaction begun at the same time on a
+/// second pooled connection: a new key adds one round trip to the
+/// request's wait instead of two. `New` carries the [`Ticket`] and the
+/// open [`Tx`], in which the request does its work, then
+/// [`Ticket::complete`]s and commits:
+///
+/// ```no_run
+/// # async fn handler(pool: sqlx::PgPool) -> Result<(), stateguard::Error> {
+/// use stateguard::idempotency::{self, Begun, Request};
+///
+/// let request = Request::new("acme:POST /payouts", "4f1c…", "sha256-of-the-body")?;
+/// match idempotency::begin_tx(&pool, &request, idempotency::DEFAULT_LEASE).await? {
+///     Begun::New((ticket, mut tx)) => {
+///         // … INSERT the payout on &mut *tx …
+///         ticket.complete(&mut tx, 201, br#"{"id":42}"#.to_vec()).await?;
+///         tx.commit(()).await?;
+///     }
+///     Begun::Replay(stored) => { /* respond stored.status(), stored.body() */ }
+///     Begun::InProgress => { /* respond 409 */ }
+///     Begun::Mismatch => { /* respond 422 */ }
+/// }
+/// # Ok(()) }
+/// ```
+///
+/// The claim takes a connection only if the pool has one idle at that
+/// moment, and gives it back as soon as it answers: a request never holds
+/// one connection while it waits for another, so a pool that runs out of
+/// connections cannot deadlock. Without an idle connection the claim runs
+/// first and the transaction begins after it, as with [`begin`] and
+/// [`Tx::begin`]. SQLite has no round trips to save, and a transaction
+/// begun first could hold the write lock the claim needs: there the claim
+/// always runs first, and the transaction begins only for `New`.
+///
+/// For any answer but `New` the transaction is rolled back (on its
+/// connection's way back to the pool: the answer does not wait for it).
+/// If the transaction cannot begin, a `New` key is released again (a
+/// retry gets `New` at once, not 409) and the error is [`Error::Begin`].
+pub async fn begin_tx<DB>(
+    pool: &sqlx::Pool<DB>,
+    request: &Request,
+    lease: Duration,
+) -> Result<Begun<(Ticket, Tx<'static, DB>)>, Error>
+where
+    DB: Backend,
+    for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    for<'c> &'c mut DB::Connection: Executor<Database = DB, Commit = Committed>,
+{
+    begin_both(pool, request, lease, None).await
+}
+
+/// [`begin_tx`], with the transaction begun by `statement`, as
+/// [`Tx::begin_with`] does: `"BEGIN ISOLATION LEVEL SERIALIZABLE"` on
+/// PostgreSQL, say, or `"BEGIN IMMEDIATE"` on SQLite. (PostgreSQL takes a
+/// repeatable-read snapshot at the first statement after `BEGIN`, so the
+/// work sees the claim; a MySQL `START TRANSACTION WITH CONSISTENT
+/// SNAPSHOT` may not, which only matters to work that reads the store.)
+pub async fn begin_tx_with<DB>(
+    pool: &sqlx::Pool<DB>,
+    request: &Request,
+    lease: Duration,
+    statement: &'static str,
+) -> Result<Begun<(Ticket, Tx<'static, DB>)>, Error>
+where
+    DB: Backend,
+    for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    for<'c> &'c mut DB::Connection: Executor<Database = DB, Commit = Committed>,
+{
+    begin_both(pool, request, lease, Some(statement)).await
+}
+
+/// [`begin_tx`] and [`begin_tx_with`].
+async fn begin_both<DB>(
+    pool: &sqlx::Pool<DB>,
+    request: &Request,
+    lease: Duration,
+    statement: Option<&'static str>,
+) -> Result<Begun<(Ticket, Tx<'static, DB>)>, Error>
+where
+    DB: Backend,
+    for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    for<'c> &'c mut DB::Connection: Executor<Database = DB, Commit = Committed>,
+{
+    let open = || async move {
+        match statement {
+            Some(statement) => Tx::begin_with(pool, statement).await,
+            None => Tx::begin(pool).await,
+        }
+    };
+    // The claim runs on a connection the pool has idle right now, and gives
+    // it back as soon as it answers, while the transaction begins on
+    // another: the request never holds a connection while it waits for
+    // one, so a busy pool cannot deadlock on requests each holding one
+    // half. With no idle connection, or on SQLite (no round trips to save;
+    // and a `BEGIN IMMEDIATE` ahead of the claim would hold the write lock
+    // the claim needs), the claim runs first, and the transaction begins
+    // only for a new key.
+    let idle = match DB::SYSTEM == "sqlite" {
+        true => None,
+        false => pool.try_acquire(),
+    };
+    let (ticket, tx) = match idle {
+        None => match begin(pool, request, lease).await?.answered() {
+            Ok(answer) => return Ok(answer),
+            Err(ticket) => (ticket, open().await),
+        },
+        Some(conn) => {
+            let claim = async move {
+                let mut conn = conn;
+                begin_on(&mut &mut *conn, request, lease).await
+            };
+            // For any answer but `New` the transaction is dropped, which
+            // rolls it back.
+            let (begun, tx) = tokio::join!(claim, open());
+            match begun?.answered() {
+                Ok(answer) => return Ok(answer),
+                Err(ticket) => (ticket, tx),
+            }
+        }
+    };
+    match tx {
+        Ok(tx) => Ok(Begun::New((ticket, tx))),
+        Err(error) => {
+            // The claim would stay until its lease runs out; releasing it
+            // spares the client's retry that wait. The error that matters
+            // is the transaction's.
+            let _ = ticket.release(pool).await;
+            Err(error)
+        }
+    }
+}
+
+impl Begun {
+    /// The answer, for anything but `New`; `New`'s ticket otherwise.
+    fn answered<N>(self) -> Result<Begun<N>, Ticket> {
+        match self {
+            Begun::New(ticket) => Err(ticket),
+            Begun::Replay(stored) => Ok(Begun::Replay(stored)),
+            Begun::InProgress => Ok(Begun::InProgress),
+            Begun::Mismatch => Ok(Begun::Mismatch),
+        }
+    }
+}
+
 /// What [`CLAIM`] found.
 enum Claimed<Row> {
     /// The key was new, and is this request's under lease 1.
@@ -583,14 +743,14 @@ enum Claimed<Row> {
 }
 
 /// Runs [`CLAIM`].
-async fn claim<DB>(
-    executor: &mut &sqlx::Pool<DB>,
+async fn claim<DB, E>(
+    executor: &mut E,
     request: &Request,
     lease_ms: i64,
 ) -> Result<Claimed<<DB as sqlx::Database>::Row>, Error>
 where
     DB: Backend,
-    for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    E: Executor<Database = DB, Commit = Committed>,
 {
     let db_error = |source| store_error("begin", source);
     let mut args = key_args::<DB>(request).map_err(db_error)?;
@@ -616,13 +776,13 @@ where
 }
 
 /// Runs [`READ`].
-async fn read<DB>(
-    executor: &mut &sqlx::Pool<DB>,
+async fn read<DB, E>(
+    executor: &mut E,
     request: &Request,
 ) -> Result<Option<<DB as sqlx::Database>::Row>, Error>
 where
     DB: Backend,
-    for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    E: Executor<Database = DB, Commit = Committed>,
 {
     let db_error = |source| store_error("begin", source);
     let args = key_args::<DB>(request).map_err(db_error)?;
