@@ -92,7 +92,7 @@ enum Flight {
 
 /// Calls per round and side.
 const CALLS: i64 = 250;
-const ROUNDS: i64 = 6;
+const ROUNDS: i64 = 20;
 /// Rows per table: every round's calls on both sides of every case.
 const ROWS: i64 = 40_000;
 
