@@ -14,16 +14,19 @@
 //!   and against the "read the oldest pending row, then apply" pattern
 //!   (target: at least 3× the rows per second), on PostgreSQL.
 //!
-//! - `apply` on a machine with a history table against the same machine
-//!   without one (target on PostgreSQL: at least 0.85× the throughput),
-//!   one call after another on one connection, on PostgreSQL and SQLite.
+//! - `apply` on a machine with a history table against the same statements
+//!   by hand (on SQLite and MySQL the history insert and the
+//!   compare-and-set in a transaction, on PostgreSQL the one statement) and
+//!   against the same machine without history (target on PostgreSQL: at
+//!   least 0.85× the throughput), one call after another on one
+//!   connection, on every backend.
 //!
 //! - A recovery pass over 1,000 rows left in flight past their lease
 //!   (`recover`, an effect that returns at once) against the per-row
 //!   pattern it used to run, written by hand: list the expired rows, then
 //!   take each over and finish it (target on PostgreSQL: at least 2×).
 //!
-//! MySQL/MariaDB (`STATEGUARD_MYSQL_URL`): the history measurement only.
+//! MySQL/MariaDB (`STATEGUARD_MYSQL_URL`): the history measurements only.
 //!
 //! PostgreSQL: `STATEGUARD_POSTGRES_URL` (the bench works in a schema of
 //! its own and drops it); without it only SQLite runs.
@@ -161,15 +164,51 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
+/// One measured case: the backend, what ran, the library's and the
+/// baseline's rows per second (medians of the rounds), the median of the
+/// per-round ratios, and the baseline.
+pub struct Measured {
+    pub backend: &'static str,
+    pub case: String,
+    pub ours: f64,
+    pub other: f64,
+    pub paired: f64,
+    pub against: String,
+}
+
+/// The cases measured so far, and the backend they run on now.
+static MEASURED: std::sync::Mutex<Vec<Measured>> = std::sync::Mutex::new(Vec::new());
+static BACKEND: std::sync::Mutex<&str> = std::sync::Mutex::new("");
+
+fn on_backend(name: &'static str) {
+    *BACKEND.lock().unwrap() = name;
+}
+
 fn report(label: &str, ours: &[f64], other: &[f64], other_label: &str) {
     let paired = median(ours.iter().zip(other).map(|(a, b)| a / b).collect());
-    println!(
-        "  {label}: {:.0} rows/s, {other_label} {:.0} rows/s, ratio {:.3} (median of paired \
-         rounds {paired:.3})",
-        median(ours.to_vec()),
-        median(other.to_vec()),
-        median(ours.to_vec()) / median(other.to_vec()),
-    );
+    MEASURED.lock().unwrap().push(Measured {
+        backend: *BACKEND.lock().unwrap(),
+        case: label.to_owned(),
+        ours: median(ours.to_vec()),
+        other: median(other.to_vec()),
+        paired,
+        against: other_label.to_owned(),
+    });
+}
+
+/// Every case on every configured backend, each skipped one with its
+/// reason; returns the measurements.
+pub async fn all() -> Vec<Measured> {
+    sqlite().await;
+    match std::env::var("STATEGUARD_POSTGRES_URL") {
+        Ok(url) if !url.trim().is_empty() => postgres(&url).await,
+        _ => println!("PostgreSQL: skipped, because STATEGUARD_POSTGRES_URL is not set"),
+    }
+    match std::env::var("STATEGUARD_MYSQL_URL") {
+        Ok(url) if !url.trim().is_empty() => mysql(&url).await,
+        _ => println!("MySQL: skipped, because STATEGUARD_MYSQL_URL is not set"),
+    }
+    std::mem::take(&mut *MEASURED.lock().unwrap())
 }
 
 /// Rows per second of `round` over keys `from..from + KEYS`.
@@ -269,50 +308,90 @@ where
     }
 }
 
-/// Rows per second of `apply` on the machine without history and on the
-/// one with, alternating rounds over fresh rows.
-async fn history_rounds<DB>(pool: &Pool<DB>) -> (Vec<f64>, Vec<f64>)
+/// Rows per second of `apply` on the machine without history, on the one
+/// with, and of `hand(key)` (the statements the latter runs, by hand), in
+/// rounds over fresh rows, each round in another order.
+async fn history_rounds<DB, H, Fut>(pool: &Pool<DB>, hand: H) -> [Vec<f64>; 3]
 where
     DB: stateguard::Backend,
     for<'p> &'p Pool<DB>: stateguard::Executor<Database = DB, Commit = stateguard::Committed>,
     i64: stateguard::Key<DB>,
+    H: Fn(i64) -> Fut,
+    Fut: Future<Output = ()>,
 {
-    let (mut plain, mut logged) = (Vec::new(), Vec::new());
+    let mut rates: [Vec<f64>; 3] = Default::default();
     let mut next = 1;
     for round in 0..ROUNDS {
+        // The library's calls and the hand-written ones on rows of their own.
         let keys: Vec<i64> = (next..next + HISTORY_KEYS).collect();
-        next += HISTORY_KEYS;
-        let run_plain = async {
+        let hand_keys: Vec<i64> = (next + HISTORY_KEYS..next + 2 * HISTORY_KEYS).collect();
+        next += 2 * HISTORY_KEYS;
+        let mut order = [0, 1, 2];
+        order.rotate_left(round as usize % 3);
+        for case in order {
             let started = Instant::now();
-            for &key in &keys {
-                assert!(
-                    Plain::advance()
-                        .apply(pool, key)
-                        .await
-                        .unwrap()
-                        .is_applied()
-                );
+            match case {
+                0 => {
+                    for &key in &keys {
+                        assert!(
+                            Plain::advance()
+                                .apply(pool, key)
+                                .await
+                                .unwrap()
+                                .is_applied()
+                        );
+                    }
+                }
+                1 => {
+                    for &key in &keys {
+                        assert!(
+                            Logged::advance()
+                                .apply(pool, key)
+                                .await
+                                .unwrap()
+                                .is_applied()
+                        );
+                    }
+                }
+                _ => {
+                    for &key in &hand_keys {
+                        hand(key).await;
+                    }
+                }
             }
-            HISTORY_KEYS as f64 / started.elapsed().as_secs_f64()
-        };
-        let run_logged = async {
-            let started = Instant::now();
-            for &key in &keys {
-                assert!(
-                    Logged::advance()
-                        .apply(pool, key)
-                        .await
-                        .unwrap()
-                        .is_applied()
-                );
-            }
-            HISTORY_KEYS as f64 / started.elapsed().as_secs_f64()
-        };
-        let (p, l) = alternate(round, run_plain, run_logged).await;
-        plain.push(p);
-        logged.push(l);
+            rates[case].push(HISTORY_KEYS as f64 / started.elapsed().as_secs_f64());
+        }
     }
-    (plain, logged)
+    rates
+}
+
+/// Both history lines of the report.
+fn report_history([plain, logged, hand]: [Vec<f64>; 3]) {
+    report(
+        "apply with history vs the same statements by hand (1 connection)",
+        &logged,
+        &hand,
+        "by hand",
+    );
+    report(
+        "apply with history vs without (1 connection)",
+        &logged,
+        &plain,
+        "without",
+    );
+}
+
+/// The history's statements of `Logged::advance`: on SQLite and MySQL the
+/// history insert and the compare-and-set, on PostgreSQL one statement.
+fn logged_sql() -> (
+    Option<&'static stateguard::meta::Sql>,
+    &'static stateguard::meta::Sql,
+) {
+    let advance = Logged::MACHINE.transition("advance").unwrap();
+    (
+        advance.log_sql().map(|[plain, _]| plain),
+        advance.update_sql(),
+    )
 }
 
 async fn sqlite() {
@@ -341,7 +420,7 @@ async fn sqlite() {
     .execute(&pool)
     .await
     .unwrap();
-    let history_rows = HISTORY_KEYS * ROUNDS;
+    let history_rows = 2 * HISTORY_KEYS * ROUNDS;
     for statement in [
         "CREATE TABLE plain_rows (id INTEGER PRIMARY KEY, status TEXT NOT NULL, \
          version INTEGER NOT NULL DEFAULT 0)",
@@ -365,7 +444,7 @@ async fn sqlite() {
             .await
             .unwrap();
     }
-    println!("SQLite (temp file, WAL)");
+    on_backend("SQLite (temp file, WAL)");
     let hand_round = |keys: Vec<i64>| {
         let pool = pool.clone();
         async move {
@@ -386,13 +465,30 @@ async fn sqlite() {
         }
     };
     many_rounds(&pool, "json_each", hand_round).await;
-    let (plain, logged) = history_rounds(&pool).await;
-    report(
-        "apply with history vs without (1 connection)",
-        &logged,
-        &plain,
-        "without",
-    );
+    let (log, update) = logged_sql();
+    let (log, update) = (log.unwrap().sqlite(), update.sqlite());
+    let hand = |key: i64| {
+        let pool = pool.clone();
+        async move {
+            let mut tx = pool.begin().await.unwrap();
+            let logged = sqlx::query(log)
+                .bind(key)
+                .bind(None::<String>)
+                .bind(None::<String>)
+                .bind(None::<String>)
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+            let version: i64 = sqlx::query_scalar(update)
+                .bind(key)
+                .fetch_one(&mut *tx)
+                .await
+                .unwrap();
+            assert_eq!((logged.rows_affected(), version), (1, 1));
+            tx.commit().await.unwrap();
+        }
+    };
+    report_history(history_rounds(&pool, hand).await);
 }
 
 async fn postgres(url: &str) {
@@ -455,7 +551,7 @@ async fn postgres(url: &str) {
         .execute(&pool)
         .await
         .unwrap();
-    println!("PostgreSQL (schema {schema})");
+    on_backend("PostgreSQL");
     let hand_round = |keys: Vec<i64>| {
         let pool = pool.clone();
         async move {
@@ -474,7 +570,7 @@ async fn postgres(url: &str) {
         "INSERT INTO logged_rows (id, status) SELECT g, 'a' FROM generate_series(1::bigint, $1) g",
     ] {
         sqlx::query(statement)
-            .bind(HISTORY_KEYS * ROUNDS)
+            .bind(2 * HISTORY_KEYS * ROUNDS)
             .execute(&pool)
             .await
             .unwrap();
@@ -488,13 +584,23 @@ async fn postgres(url: &str) {
         )
         .await
         .unwrap();
-    let (plain, logged) = history_rounds(&one).await;
-    report(
-        "apply with history vs without (1 connection)",
-        &logged,
-        &plain,
-        "without",
-    );
+    let update = logged_sql().1.postgres();
+    let hand = |key: i64| {
+        let one = one.clone();
+        async move {
+            let version: i64 = sqlx::query_scalar(update)
+                .bind(key)
+                .bind(None::<String>)
+                .bind(None::<String>)
+                .bind(None::<String>)
+                .fetch_one(&one)
+                .await
+                .unwrap();
+            assert_eq!(version, 1);
+        }
+    };
+    report_history(history_rounds(&one, hand).await);
+    recovery_rounds(&one).await;
     one.close().await;
 
     // Claims: 8 workers drain a table.
@@ -555,7 +661,6 @@ async fn postgres(url: &str) {
         &pattern,
         "oldest-pending pattern",
     );
-    recovery_rounds(&pool).await;
     pool.close().await;
     sqlx::query(
         "DO $$ BEGIN EXECUTE format('DROP SCHEMA %I CASCADE', \
@@ -631,7 +736,10 @@ async fn recovery_rounds(pool: &Pool<Postgres>) {
         hand.push(h);
     }
     report(
-        &format!("recovery pass over {EXPIRED} expired rows vs the per-row pattern by hand"),
+        &format!(
+            "recovery pass over {EXPIRED} expired rows vs the per-row pattern by hand (1 \
+             connection)"
+        ),
         &ours,
         &hand,
         "per-row pattern",
@@ -748,18 +856,38 @@ async fn mysql(url: &str) {
          SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 UNION ALL SELECT 5 \
          UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) e",
         "INSERT INTO plain_rows (id, status) SELECT id + 10000, status FROM plain_rows",
+        "INSERT INTO plain_rows (id, status) SELECT id + 20000, status FROM plain_rows",
         "INSERT INTO logged_rows (id, status) SELECT id, status FROM plain_rows",
     ] {
         sqlx::query(statement).execute(&pool).await.unwrap();
     }
-    println!("MySQL/MariaDB (database stateguard_batches)");
-    let (plain, logged) = history_rounds(&pool).await;
-    report(
-        "apply with history vs without (1 connection)",
-        &logged,
-        &plain,
-        "without",
-    );
+    on_backend("MariaDB/MySQL");
+    let (log, update) = logged_sql();
+    let (log, update) = (log.unwrap().mysql(), update.mysql());
+    let hand = |key: i64| {
+        let pool = pool.clone();
+        async move {
+            let mut tx = pool.begin().await.unwrap();
+            let logged = sqlx::query(log)
+                .bind(None::<String>)
+                .bind(None::<String>)
+                .bind(None::<String>)
+                .bind(key)
+                .bind(key)
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+            let moved = sqlx::query(update)
+                .bind(key)
+                .bind(key)
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+            assert_eq!((logged.rows_affected(), moved.last_insert_id()), (1, 1));
+            tx.commit().await.unwrap();
+        }
+    };
+    report_history(history_rounds(&pool, hand).await);
     pool.close().await;
     sqlx::query("DROP DATABASE stateguard_batches")
         .execute(&admin)
@@ -770,14 +898,21 @@ async fn mysql(url: &str) {
 #[tokio::main]
 async fn main() {
     let started = Instant::now();
-    sqlite().await;
-    match std::env::var("STATEGUARD_POSTGRES_URL") {
-        Ok(url) if !url.trim().is_empty() => postgres(&url).await,
-        _ => println!("PostgreSQL: skipped, because STATEGUARD_POSTGRES_URL is not set"),
+    let measured = all().await;
+    println!();
+    println!("| backend | case | library | baseline | ratio | paired | against |");
+    println!("| --- | --- | ---: | ---: | ---: | ---: | --- |");
+    for m in measured {
+        println!(
+            "| {} | {} | {:.0} rows/s | {:.0} rows/s | {:.3} | {:.3} | {} |",
+            m.backend,
+            m.case,
+            m.ours,
+            m.other,
+            m.ours / m.other,
+            m.paired,
+            m.against
+        );
     }
-    match std::env::var("STATEGUARD_MYSQL_URL") {
-        Ok(url) if !url.trim().is_empty() => mysql(&url).await,
-        _ => println!("MySQL: skipped, because STATEGUARD_MYSQL_URL is not set"),
-    }
-    println!("total {:.1} s", started.elapsed().as_secs_f64());
+    println!("\ntotal {:.1} s", started.elapsed().as_secs_f64());
 }

@@ -15,8 +15,9 @@
 //!   COMMIT`, by hand) against the library's win on the same machine
 //!   (target on PostgreSQL and MariaDB: the library at least 1.4×).
 //!
-//! `apply_many`, `claim`, a recovery pass and history are measured in
-//! `benches/batches.rs`. SQLite (a temporary file, WAL) always runs;
+//! Then the cases of `benches/batches.rs` (`apply_many`, `claim`, a
+//! recovery pass over 1,000 expired rows, history), in rows per second,
+//! in the same table. SQLite (a temporary file, WAL) always runs;
 //! PostgreSQL (`STATEGUARD_POSTGRES_URL`, schema `stateguard_matrix`) and
 //! MariaDB/MySQL (`STATEGUARD_MYSQL_URL`, database `stateguard_matrix`) when
 //! their URLs are set; each says why it is skipped.
@@ -26,6 +27,12 @@
 use std::time::{Duration, Instant};
 
 mod support;
+
+// `apply_many`, `claim`, the recovery pass and history, whose cases print
+// in the same table.
+#[allow(dead_code)]
+#[path = "batches.rs"]
+mod batches;
 
 /// The bench's own schema (PostgreSQL) and database (MySQL).
 const POSTGRES: support::Place = support::Place {
@@ -245,11 +252,11 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// One line of the table.
 struct Line {
     backend: &'static str,
-    case: &'static str,
+    case: String,
     ours: f64,
     hand: f64,
     paired: f64,
-    against: &'static str,
+    against: String,
 }
 
 /// Calls per second of `CALLS` calls of `one(id)` over `from..`.
@@ -297,11 +304,11 @@ async fn case<FO, FutO, FH, FutH>(
     }
     lines.push(Line {
         backend,
-        case: name,
+        case: name.to_owned(),
         ours: median(o),
         hand: median(h),
         paired: median(pairs),
-        against,
+        against: against.to_owned(),
     });
 }
 
@@ -541,7 +548,7 @@ where
 
 fn print(lines: &[Line]) {
     println!();
-    println!("| backend | path | library | by hand | ratio | paired | baseline |");
+    println!("| backend | path | library | baseline | ratio | paired | the baseline |");
     println!("| --- | --- | ---: | ---: | ---: | ---: | --- |");
     for l in lines {
         println!(
@@ -557,11 +564,10 @@ fn print(lines: &[Line]) {
     }
 }
 
-#[tokio::main(flavor = "current_thread")]
-async fn main() {
-    let started = Instant::now();
+/// The matrix's cases, one call after another on one thread, as they were
+/// measured before the batches joined the table.
+async fn matrix() -> Vec<Line> {
     let mut lines = Vec::new();
-
     let dir = tempfile::tempdir().unwrap();
     let options = sqlx::sqlite::SqliteConnectOptions::new()
         .filename(dir.path().join("matrix.db"))
@@ -579,6 +585,32 @@ async fn main() {
 
     support::on_postgres(POSTGRES, |pool| run(pool, &mut lines)).await;
     support::on_mysql(MYSQL, |pool| run(pool, &mut lines)).await;
+    lines
+}
+
+/// The matrix on a single-threaded runtime (one call after another: no
+/// other thread to hand work to), then the batches' cases on a
+/// multi-threaded one (their claims run eight workers at once).
+fn main() {
+    let started = Instant::now();
+    let runtime = |threaded: bool| {
+        let mut builder = match threaded {
+            true => tokio::runtime::Builder::new_multi_thread(),
+            false => tokio::runtime::Builder::new_current_thread(),
+        };
+        builder.enable_all().build().unwrap()
+    };
+    let mut lines = runtime(false).block_on(matrix());
+    for m in runtime(true).block_on(batches::all()) {
+        lines.push(Line {
+            backend: m.backend,
+            case: m.case,
+            ours: m.ours,
+            hand: m.other,
+            paired: m.paired,
+            against: m.against,
+        });
+    }
     print(&lines);
     println!("\ntotal {:.1} s", started.elapsed().as_secs_f64());
 }
