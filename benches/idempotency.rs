@@ -150,7 +150,6 @@ async fn keyed<DB: Bench>(pool: &Pool<DB>, id: usize, together: bool) -> bool
 where
     for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
     for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
-    for<'c> &'c mut DB::Connection: Executor<Database = DB, Commit = Committed>,
     for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
     DB::Arguments: sqlx::IntoArguments<DB>,
     i64: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
@@ -187,7 +186,6 @@ async fn run<DB: Bench>(name: &str, pool: Pool<DB>, n: usize)
 where
     for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
     for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
-    for<'c> &'c mut DB::Connection: Executor<Database = DB, Commit = Committed>,
     for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
     DB::Arguments: sqlx::IntoArguments<DB>,
     i64: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,

@@ -18,6 +18,7 @@ backend_tests! {
     "idem_replay" => a_completed_key_replays_and_refuses_other_parameters,
     "idem_lease" => a_running_key_is_busy_until_its_lease_runs_out,
     "idem_begin_tx" => begin_tx_hands_over_the_transaction_with_a_new_key,
+    "idem_begin_tx_dead" => begin_tx_takes_no_dead_connection,
     "idem_begin_tx_busy" => begin_tx_on_a_busy_pool_serves_every_request (flavor = "multi_thread", worker_threads = 4),
     "idem_race" => racing_requests_create_one_payout (flavor = "multi_thread", worker_threads = 4),
     "idem_bad_input" => bad_keys_are_refused_before_anything_is_written,
@@ -145,7 +146,6 @@ where
 /// When the transaction cannot begin, the claim is released again.
 async fn begin_tx_hands_over_the_transaction_with_a_new_key<DB: TestBackend>(db: Db<DB>)
 where
-    for<'c> &'c mut DB::Connection: Executor<Database = DB, Commit = Committed>,
     for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
     for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
 {
@@ -222,6 +222,62 @@ where
     assert_eq!(count(&db, payouts_sql::<DB>()).await, 2);
 }
 
+/// The pool's idle connections die (a server restart, a failover, a
+/// firewall's idle cut): `begin_tx` checks the idle connection it takes for
+/// the claim, as the pool's own `acquire` does, and falls back to one that
+/// works instead of failing the request. (PostgreSQL: the connections'
+/// backends are terminated; MySQL's `KILL` takes no placeholder, and SQLite
+/// has no connection to lose.)
+async fn begin_tx_takes_no_dead_connection<DB: TestBackend>(db: Db<DB>)
+where
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
+{
+    if DB::DIALECT != stateguard::ddl::Dialect::Postgres {
+        return;
+    }
+    tables(&db).await;
+    let two = sqlx::pool::PoolOptions::<DB>::new()
+        .max_connections(2)
+        .connect_with((*db.pool.connect_options()).clone())
+        .await
+        .unwrap();
+    let (mut a, mut b) = (two.acquire().await.unwrap(), two.acquire().await.unwrap());
+    let mut pids = Vec::new();
+    for conn in [&mut a, &mut b] {
+        let (pid,): (i64,) = DB::fetch_one(conn, "SELECT CAST(pg_backend_pid() AS BIGINT)", &[])
+            .await
+            .unwrap();
+        pids.push(pid);
+    }
+    drop((a, b));
+    while two.num_idle() < 2 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let mut admin = db.pool.acquire().await.unwrap();
+    for pid in pids {
+        DB::execute(
+            &mut admin,
+            "SELECT pg_terminate_backend(CAST($1 AS INTEGER))",
+            &[Bind::Int(pid)],
+        )
+        .await
+        .unwrap();
+    }
+    drop(admin);
+    let req = request("acme:POST /payouts", "after-restart", "amount=100");
+    let begun = idempotency::begin_tx(&two, &req, idempotency::DEFAULT_LEASE)
+        .await
+        .unwrap();
+    let Begun::New((ticket, mut tx)) = begun else {
+        panic!("{begun:?}");
+    };
+    insert_payout(&mut tx, 7).await;
+    ticket.complete(&mut tx, 201, Vec::new()).await.unwrap();
+    tx.commit(()).await.unwrap();
+    assert_eq!(count(&db, payouts_sql::<DB>()).await, 1);
+}
+
 /// Far more requests than connections, four to a key, each holding its
 /// transaction a while: every `begin_tx` answers, one request per key
 /// creates its payout, the others are told it is running or get its
@@ -232,7 +288,6 @@ async fn begin_tx_on_a_busy_pool_serves_every_request<DB: TestBackend>(db: Db<DB
 where
     for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
     for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
-    for<'c> &'c mut DB::Connection: Executor<Database = DB, Commit = Committed>,
 {
     tables(&db).await;
     const REQUESTS: usize = 32;
@@ -351,7 +406,6 @@ const RACERS: usize = 32;
 /// is the replay.
 async fn racing_requests_create_one_payout<DB: TestBackend>(db: Db<DB>)
 where
-    for<'c> &'c mut DB::Connection: Executor<Database = DB, Commit = Committed>,
     for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
     for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
 {

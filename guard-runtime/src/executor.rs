@@ -59,9 +59,27 @@ pub(crate) mod sealed {
         /// The database the statements run on.
         type Database: Backend;
 
+        /// A pooled connection of this executor's database, out of any
+        /// transaction (each statement commits on its own): what
+        /// [`Run::try_idle`] hands out.
+        type Idle: Run<Database = Self::Database>;
+
         /// Whether this executor is itself the caller's transaction, whose
         /// wins are uncommitted.
         const IS_TRANSACTION: bool;
+
+        /// A pool's connection that is idle at this moment, without waiting
+        /// for one; `None` for anything but a pool.
+        fn try_idle(&self) -> Option<Self::Idle> {
+            None
+        }
+
+        /// Checks that a pooled connection handed out by `try_idle` is
+        /// alive, as the pool's own `acquire` would have; nothing to check
+        /// on the others.
+        fn ping(&mut self) -> BoxFuture<'_, Result<(), sqlx::Error>> {
+            Box::pin(async { Ok(()) })
+        }
 
         fn execute(
             &mut self,
@@ -241,6 +259,7 @@ macro_rules! in_transaction {
         #[cfg(feature = $feature)]
         impl sealed::Run for &mut $tx {
             type Database = $db;
+            type Idle = sqlx::pool::PoolConnection<$db>;
             const IS_TRANSACTION: bool = true;
 
             fn execute(
@@ -362,7 +381,12 @@ macro_rules! executors {
         #[cfg(feature = $feature)]
         impl sealed::Run for &Pool<$db> {
             type Database = $db;
+            type Idle = sqlx::pool::PoolConnection<$db>;
             const IS_TRANSACTION: bool = false;
+
+            fn try_idle(&self) -> Option<Self::Idle> {
+                Pool::try_acquire(self)
+            }
 
             statements!($db, |this| &**this);
             execute_then_fetch!($db, |this| this.acquire().await?);
@@ -398,6 +422,7 @@ macro_rules! executors {
         #[cfg(feature = $feature)]
         impl sealed::Run for &mut $conn {
             type Database = $db;
+            type Idle = sqlx::pool::PoolConnection<$db>;
             const IS_TRANSACTION: bool = false;
 
             statements!($db, |this| &mut **this);
@@ -424,6 +449,36 @@ macro_rules! executors {
             type Commit = Committed;
             fn in_transaction(&self) -> bool {
                 Connection::is_in_transaction(&**self)
+            }
+        }
+
+        // A pooled connection, owned: what a pool's `try_idle` hands out. Not
+        // an `Executor`: only the library runs statements on it.
+        #[cfg(feature = $feature)]
+        impl sealed::Run for sqlx::pool::PoolConnection<$db> {
+            type Database = $db;
+            type Idle = sqlx::pool::PoolConnection<$db>;
+            const IS_TRANSACTION: bool = false;
+
+            fn ping(&mut self) -> BoxFuture<'_, Result<(), sqlx::Error>> {
+                Box::pin(Connection::ping(&mut **self))
+            }
+
+            statements!($db, |this| &mut **this);
+            execute_then_fetch!($db, |this| &mut **this);
+
+            fn logged(
+                &mut self,
+                log: &'static str,
+                log_args: <$db as Dialect>::Args,
+                update: &'static str,
+                args: <$db as Dialect>::Args,
+                rows: bool,
+                then: Option<(&'static str, <$db as Dialect>::Args)>,
+            ) -> BoxFuture<'_, Result<Logged<$db>, sqlx::Error>> {
+                Box::pin(async move {
+                    logged_on!($db, &mut **self, log, log_args, update, args, rows, then)
+                })
             }
         }
     };

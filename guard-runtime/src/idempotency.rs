@@ -38,9 +38,10 @@
 //!
 //! [`begin`] claims the key alone, for work in a transaction the caller
 //! begins itself (or already has). `begin_tx` begins the transaction at
-//! the same time as the claim, on a second pooled connection, so that a
-//! new key adds one round trip to the request's wait: on PostgreSQL the
-//! claim is one statement, and so is `complete`.
+//! the same time as the claim, which runs on a second pooled connection
+//! when one is idle, so that a new key adds one round trip to the
+//! request's wait: on PostgreSQL and MySQL the claim of a new key is one
+//! statement, and so is `complete`.
 //!
 //! # Guarantees
 //!
@@ -502,7 +503,7 @@ async fn begin_on<DB, E>(
 ) -> Result<Begun, Error>
 where
     DB: Backend,
-    E: Executor<Database = DB, Commit = Committed>,
+    E: Run<Database = DB>,
 {
     let db_error = |source| store_error("begin", source);
     let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
@@ -519,7 +520,7 @@ where
         // transaction, including a running request's work. The others
         // claim first, which waits only for a request between its
         // `complete` and its commit.
-        let found = match DB::SYSTEM == "sqlite" {
+        let found = match DB::EMBEDDED {
             true => match read(executor, request).await? {
                 Some(row) => Some((row, 0)),
                 None => match claim(executor, request, lease_ms).await? {
@@ -589,9 +590,9 @@ where
     Ok(Begun::InProgress)
 }
 
-/// [`begin`], with the work's transaction begun at the same time on a
-/// second pooled connection: a new key adds one round trip to the
-/// request's wait instead of two. `New` carries the [`Ticket`] and the
+/// [`begin`], with the work's transaction begun at the same time, the
+/// claim on a second pooled connection when one is idle: a new key adds
+/// one round trip to the request's wait instead of two. `New` carries the [`Ticket`] and the
 /// open [`Tx`], in which the request does its work, then
 /// [`Ticket::complete`]s and commits:
 ///
@@ -614,18 +615,25 @@ where
 /// ```
 ///
 /// The claim takes a connection only if the pool has one idle at that
-/// moment, and gives it back as soon as it answers: a request never holds
-/// one connection while it waits for another, so a pool that runs out of
-/// connections cannot deadlock. Without an idle connection the claim runs
-/// first and the transaction begins after it, as with [`begin`] and
-/// [`Tx::begin`]. SQLite has no round trips to save, and a transaction
-/// begun first could hold the write lock the claim needs: there the claim
-/// always runs first, and the transaction begins only for `New`.
+/// moment (checked as the pool's `acquire` checks it, when the pool tests
+/// connections before handing them out; the pool's `before_acquire` hook
+/// does not run for it), and gives it back as soon as it answers: a
+/// request never holds one connection while it waits for another, so a
+/// pool that runs out of connections cannot deadlock. Without an idle
+/// connection, or when it turns out dead, the claim runs first and the
+/// transaction begins after it, as with [`begin`] and [`Tx::begin`]: a
+/// new key then costs the two round trips it costs there. SQLite has no
+/// round trips to save, and a transaction begun first could hold the write
+/// lock the claim needs: there the claim always runs first, and the
+/// transaction begins only for `New`.
 ///
-/// For any answer but `New` the transaction is rolled back (on its
-/// connection's way back to the pool: the answer does not wait for it).
-/// If the transaction cannot begin, a `New` key is released again (a
-/// retry gets `New` at once, not 409) and the error is [`Error::Begin`].
+/// The transaction begins in a task of its own (tokio's), which always
+/// finishes its `BEGIN`: for any answer but `New`, or when the request is
+/// dropped half-way, the answer does not wait for it, and the task drops
+/// the transaction, which rolls it back. If the transaction cannot begin, the error is
+/// [`Error::Begin`], and a `New` key's claim is released again on a best
+/// effort (a retry gets `New` at once rather than 409 until the lease runs
+/// out), unless the pool itself failed (timed out or closed).
 pub async fn begin_tx<DB>(
     pool: &sqlx::Pool<DB>,
     request: &Request,
@@ -634,7 +642,6 @@ pub async fn begin_tx<DB>(
 where
     DB: Backend,
     for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    for<'c> &'c mut DB::Connection: Executor<Database = DB, Commit = Committed>,
 {
     begin_both(pool, request, lease, None).await
 }
@@ -654,7 +661,6 @@ pub async fn begin_tx_with<DB>(
 where
     DB: Backend,
     for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    for<'c> &'c mut DB::Connection: Executor<Database = DB, Commit = Committed>,
 {
     begin_both(pool, request, lease, Some(statement)).await
 }
@@ -669,52 +675,121 @@ async fn begin_both<DB>(
 where
     DB: Backend,
     for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    for<'c> &'c mut DB::Connection: Executor<Database = DB, Commit = Committed>,
 {
-    let open = || async move {
-        match statement {
-            Some(statement) => Tx::begin_with(pool, statement).await,
-            None => Tx::begin(pool).await,
-        }
-    };
-    // The claim runs on a connection the pool has idle right now, and gives
-    // it back as soon as it answers, while the transaction begins on
-    // another: the request never holds a connection while it waits for
-    // one, so a busy pool cannot deadlock on requests each holding one
-    // half. With no idle connection, or on SQLite (no round trips to save;
-    // and a `BEGIN IMMEDIATE` ahead of the claim would hold the write lock
-    // the claim needs), the claim runs first, and the transaction begins
-    // only for a new key.
-    let idle = match DB::SYSTEM == "sqlite" {
+    // The claim runs on a connection the pool has idle right now while the
+    // transaction begins on another. With none idle, or on SQLite (no round
+    // trips to save; and a `BEGIN IMMEDIATE` ahead of the claim would hold
+    // the write lock the claim needs), or when the idle one turns out dead,
+    // the claim runs first, and the transaction begins only for a new key.
+    let idle = match DB::EMBEDDED {
         true => None,
-        false => pool.try_acquire(),
+        false => Run::try_idle(&pool),
     };
-    let (ticket, tx) = match idle {
-        None => match begin(pool, request, lease).await?.answered() {
-            Ok(answer) => return Ok(answer),
-            Err(ticket) => (ticket, open().await),
-        },
-        Some(conn) => {
-            let claim = async move {
-                let mut conn = conn;
-                begin_on(&mut &mut *conn, request, lease).await
-            };
-            // For any answer but `New` the transaction is dropped, which
-            // rolls it back.
-            let (begun, tx) = tokio::join!(claim, open());
-            match begun?.answered() {
-                Ok(answer) => return Ok(answer),
-                Err(ticket) => (ticket, tx),
-            }
-        }
+    if let Some(conn) = idle
+        && let Some(answer) = alongside(pool, conn, request, lease, statement).await
+    {
+        return answer;
+    }
+    let ticket = match begin(pool, request, lease).await?.answered() {
+        Ok(answer) => return Ok(answer),
+        Err(ticket) => ticket,
     };
+    let tx = open(pool, statement).await;
+    started(pool, ticket, tx).await
+}
+
+/// The claim on `conn`, an idle connection of `pool`, while the work's
+/// transaction begins on another; `None` when `conn` failed the pool's
+/// check before anything ran on it (the transaction, if it began, is rolled
+/// back). The claim gives `conn` back as soon as it answers, so the request
+/// never holds a connection while it waits for one: a busy pool cannot
+/// deadlock on requests each holding half of what they need.
+///
+/// The transaction begins in a task of its own, which sees its `BEGIN`
+/// through whatever becomes of this request: for any answer but `New` (or
+/// when the request is dropped) the answer does not wait for it, and the
+/// task drops the transaction it began, which rolls it back. A `BEGIN`
+/// abandoned half-way could leave its connection inside a transaction that
+/// sqlx does not know of.
+async fn alongside<DB, C>(
+    pool: &sqlx::Pool<DB>,
+    mut conn: C,
+    request: &Request,
+    lease: Duration,
+    statement: Option<&'static str>,
+) -> Option<Result<Begun<(Ticket, Tx<'static, DB>)>, Error>>
+where
+    DB: Backend,
+    C: Run<Database = DB>,
+    for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
+{
+    let opening = tokio::spawn({
+        let pool = pool.clone();
+        async move { open(&pool, statement).await }
+    });
+    // `try_idle` skips the check the pool's `acquire` makes (the
+    // transaction's side makes it, at the same time).
+    if pool.options().get_test_before_acquire() && conn.ping().await.is_err() {
+        return None;
+    }
+    let claimed = begin_on(&mut conn, request, lease).await;
+    drop(conn);
+    let ticket = match claimed.map(Begun::answered) {
+        Err(error) => return Some(Err(error)),
+        Ok(Ok(answer)) => return Some(Ok(answer)),
+        Ok(Err(ticket)) => ticket,
+    };
+    let tx = match opening.await {
+        Ok(tx) => tx,
+        Err(failed) if failed.is_panic() => std::panic::resume_unwind(failed.into_panic()),
+        Err(_) => Err(Error::Begin {
+            source: sqlx::Error::Io(std::io::Error::other(
+                "the task that began the transaction was cancelled",
+            )),
+        }),
+    };
+    Some(started(pool, ticket, tx).await)
+}
+
+/// The work's transaction, begun by `statement` or a plain `BEGIN`.
+async fn open<DB>(
+    pool: &sqlx::Pool<DB>,
+    statement: Option<&'static str>,
+) -> Result<Tx<'static, DB>, Error>
+where
+    DB: Backend,
+{
+    match statement {
+        Some(statement) => Tx::begin_with(pool, statement).await,
+        None => Tx::begin(pool).await,
+    }
+}
+
+/// `New` with the transaction, or the transaction's error after releasing
+/// the new key's claim, which would otherwise stay until its lease runs out
+/// (not when the pool itself failed: the release would wait for it in
+/// vain, and the lease ends the claim all the same).
+async fn started<DB>(
+    pool: &sqlx::Pool<DB>,
+    ticket: Ticket,
+    tx: Result<Tx<'static, DB>, Error>,
+) -> Result<Begun<(Ticket, Tx<'static, DB>)>, Error>
+where
+    DB: Backend,
+    for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
+{
     match tx {
         Ok(tx) => Ok(Begun::New((ticket, tx))),
         Err(error) => {
-            // The claim would stay until its lease runs out; releasing it
-            // spares the client's retry that wait. The error that matters
-            // is the transaction's.
-            let _ = ticket.release(pool).await;
+            let pool_failed = matches!(
+                &error,
+                Error::Begin {
+                    source: sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed
+                }
+            );
+            if !pool_failed {
+                let _ = ticket.release(pool).await;
+            }
             Err(error)
         }
     }
@@ -750,7 +825,7 @@ async fn claim<DB, E>(
 ) -> Result<Claimed<<DB as sqlx::Database>::Row>, Error>
 where
     DB: Backend,
-    E: Executor<Database = DB, Commit = Committed>,
+    E: Run<Database = DB>,
 {
     let db_error = |source| store_error("begin", source);
     let mut args = key_args::<DB>(request).map_err(db_error)?;
@@ -782,7 +857,7 @@ async fn read<DB, E>(
 ) -> Result<Option<<DB as sqlx::Database>::Row>, Error>
 where
     DB: Backend,
-    E: Executor<Database = DB, Commit = Committed>,
+    E: Run<Database = DB>,
 {
     let db_error = |source| store_error("begin", source);
     let args = key_args::<DB>(request).map_err(db_error)?;

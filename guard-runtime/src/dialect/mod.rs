@@ -79,6 +79,11 @@ pub(crate) mod sealed {
         /// OpenTelemetry's `db.system.name` for spans.
         const SYSTEM: &'static str;
 
+        /// Whether the database runs inside the process (SQLite): a
+        /// statement costs no round trip, and one writer at a time holds
+        /// the whole database.
+        const EMBEDDED: bool;
+
         fn text_opt(row: &Self::Row, index: usize) -> Result<Option<String>, sqlx::Error>;
 
         fn int(row: &Self::Row, index: usize) -> Result<i64, sqlx::Error>;

@@ -16,6 +16,8 @@ impl Dialect for MySql {
 
     const SYSTEM: &'static str = "mysql";
 
+    const EMBEDDED: bool = false;
+
     fn sql(sql: &Sql) -> &'static str {
         sql.mysql()
     }

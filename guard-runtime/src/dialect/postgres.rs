@@ -16,6 +16,8 @@ impl Dialect for Postgres {
 
     const SYSTEM: &'static str = "postgresql";
 
+    const EMBEDDED: bool = false;
+
     fn sql(sql: &Sql) -> &'static str {
         sql.postgres()
     }

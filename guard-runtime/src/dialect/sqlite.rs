@@ -16,6 +16,8 @@ impl Dialect for Sqlite {
 
     const SYSTEM: &'static str = "sqlite";
 
+    const EMBEDDED: bool = true;
+
     fn sql(sql: &Sql) -> &'static str {
         sql.sqlite()
     }
