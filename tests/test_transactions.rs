@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::future::Future;
 use std::time::Duration;
 
 use common::{Db, Isolation, PayoutStatus, TestBackend, TransferStatus, stale_transaction};
@@ -27,6 +28,56 @@ backend_tests! {
     "tx_savepoint_release" => a_released_savepoint_commits_its_wins_with_the_transaction,
     "tx_savepoint_foreign" => a_savepoint_releases_only_its_own_wins,
     "tx_foreign" => a_win_cannot_commit_with_another_transaction,
+    "tx_abandoned_begin" => an_abandoned_begin_leaves_no_transaction_behind,
+}
+
+/// A caller stops waiting for `Tx::begin` half-way (a client hung up, a
+/// timeout fired), at every point from just after it started to just
+/// before it finished. The pool's one connection must not come back inside
+/// a transaction that sqlx does not know of: a win through the pool right
+/// after is committed, seen from another connection. (A `BEGIN` sqlx had
+/// sent when its future was dropped left the connection in a transaction
+/// whose later autocommit statements never committed.)
+async fn an_abandoned_begin_leaves_no_transaction_behind<DB: TestBackend>(db: Db<DB>)
+where
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
+    i64: Key<DB>,
+{
+    let one = sqlx::pool::PoolOptions::<DB>::new()
+        .max_connections(1)
+        .connect_with((*db.pool.connect_options()).clone())
+        .await
+        .unwrap();
+    let waker = std::task::Waker::noop();
+    let mut cx = std::task::Context::from_waker(waker);
+    // Dropped after 1, 2, 3… polls, until one is enough to finish: every
+    // step of the acquire and the `BEGIN` is a point to stop at.
+    let mut finished = false;
+    let mut polls = 0;
+    while !finished {
+        polls += 1;
+        let id = polls;
+        db.insert(id, "pending").await;
+        {
+            let mut begin = std::pin::pin!(Tx::begin(&one));
+            for _ in 0..polls {
+                if begin.as_mut().poll(&mut cx).is_ready() {
+                    finished = true;
+                    break;
+                }
+                tokio::task::yield_now().await;
+            }
+        }
+        let outcome = PayoutStatus::start().apply(&one, id).await.unwrap();
+        assert!(outcome.is_applied(), "{polls} polls: {outcome:?}");
+        assert_eq!(
+            db.status(id).await.as_deref(),
+            Some("sending"),
+            "{polls} polls: the win through the pool did not commit"
+        );
+        assert!(polls < 100_000, "Tx::begin never finished");
+    }
 }
 
 /// ROLLBACK TO SAVEPOINT undoes the move: its win must not commit

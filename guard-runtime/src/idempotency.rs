@@ -73,6 +73,7 @@
 //! statement is fixed at compile time. [`ddl`] gives its `CREATE TABLE` per
 //! dialect.
 
+use std::pin::pin;
 use std::time::Duration;
 
 use crate::ddl::Dialect as DdlDialect;
@@ -627,10 +628,10 @@ where
 /// lock the claim needs: there the claim always runs first, and the
 /// transaction begins only for `New`.
 ///
-/// The transaction begins in a task of its own (tokio's), which always
-/// finishes its `BEGIN`: for any answer but `New`, or when the request is
-/// dropped half-way, the answer does not wait for it, and the task drops
-/// the transaction, which rolls it back. If the transaction cannot begin, the error is
+/// For any answer but `New` the answer does not wait for the transaction:
+/// as everywhere with [`Tx::begin`], its `BEGIN` runs in a task of its own
+/// that sees it through and rolls the transaction back when nobody waits
+/// for it any more. If the transaction cannot begin, the error is
 /// [`Error::Begin`], and a `New` key's claim is released again on a best
 /// effort (a retry gets `New` at once rather than 409 until the lease runs
 /// out), unless the pool itself failed (timed out or closed).
@@ -703,14 +704,10 @@ where
 /// check before anything ran on it (the transaction, if it began, is rolled
 /// back). The claim gives `conn` back as soon as it answers, so the request
 /// never holds a connection while it waits for one: a busy pool cannot
-/// deadlock on requests each holding half of what they need.
-///
-/// The transaction begins in a task of its own, which sees its `BEGIN`
-/// through whatever becomes of this request: for any answer but `New` (or
-/// when the request is dropped) the answer does not wait for it, and the
-/// task drops the transaction it began, which rolls it back. A `BEGIN`
-/// abandoned half-way could leave its connection inside a transaction that
-/// sqlx does not know of.
+/// deadlock on requests each holding half of what they need. For any
+/// answer but `New` the answer does not wait for the transaction: dropped
+/// half-way, [`Tx::begin`] still sees its `BEGIN` through in a task of its
+/// own, and rolls it back.
 async fn alongside<DB, C>(
     pool: &sqlx::Pool<DB>,
     mut conn: C,
@@ -723,30 +720,32 @@ where
     C: Run<Database = DB>,
     for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
 {
-    let opening = tokio::spawn({
-        let pool = pool.clone();
-        async move { open(&pool, statement).await }
-    });
     // `try_idle` skips the check the pool's `acquire` makes (the
     // transaction's side makes it, at the same time).
-    if pool.options().get_test_before_acquire() && conn.ping().await.is_err() {
-        return None;
-    }
-    let claimed = begin_on(&mut conn, request, lease).await;
-    drop(conn);
-    let ticket = match claimed.map(Begun::answered) {
+    let test = pool.options().get_test_before_acquire();
+    let claim = async move {
+        if test && conn.ping().await.is_err() {
+            return None;
+        }
+        Some(begin_on(&mut conn, request, lease).await)
+    };
+    let mut claim = pin!(claim);
+    let mut opening = pin!(open(pool, statement));
+    let mut opened = None;
+    let claimed = loop {
+        tokio::select! {
+            claimed = &mut claim => break claimed,
+            tx = &mut opening, if opened.is_none() => opened = Some(tx),
+        }
+    };
+    let ticket = match claimed?.map(Begun::answered) {
         Err(error) => return Some(Err(error)),
         Ok(Ok(answer)) => return Some(Ok(answer)),
         Ok(Err(ticket)) => ticket,
     };
-    let tx = match opening.await {
-        Ok(tx) => tx,
-        Err(failed) if failed.is_panic() => std::panic::resume_unwind(failed.into_panic()),
-        Err(_) => Err(Error::Begin {
-            source: sqlx::Error::Io(std::io::Error::other(
-                "the task that began the transaction was cancelled",
-            )),
-        }),
+    let tx = match opened {
+        Some(tx) => tx,
+        None => opening.await,
     };
     Some(started(pool, ticket, tx).await)
 }

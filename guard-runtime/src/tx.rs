@@ -97,33 +97,59 @@ pub struct Tx<'c, DB: Backend> {
 }
 
 impl<'c, DB: Backend> Tx<'c, DB> {
-    /// Begins a transaction on a pool or a connection (anything sqlx can
-    /// begin a transaction on that is not already in one).
-    pub async fn begin<A>(conn: A) -> Result<Self, Error>
-    where
-        A: sqlx::Acquire<'c, Database = DB>,
-    {
-        let inner = conn
-            .begin()
-            .await
-            .map_err(|source| Error::Begin { source })?;
-        Self::new(inner)
+    /// Begins a transaction on a connection of `pool`.
+    ///
+    /// The `BEGIN` runs in a task of its own (tokio's), which always sees it
+    /// through: a caller that stops waiting half-way (a client that hung
+    /// up, a timeout, a `select!` that took another branch) leaves a
+    /// transaction that the task rolls back, never a connection that went
+    /// back to the pool inside a transaction sqlx does not know of, whose
+    /// later autocommit statements (and wins) would not commit. On a
+    /// connection of your own, wrap the transaction sqlx begins there with
+    /// [`Tx::new`].
+    pub async fn begin(pool: &sqlx::Pool<DB>) -> Result<Self, Error> {
+        Self::begin_in_task(pool, None).await
     }
 
-    /// Begins a transaction on `pool` with a statement of the caller's
-    /// choice: `"BEGIN IMMEDIATE"` on SQLite, so that a transaction that
-    /// reads before it writes does not fail with `SQLITE_BUSY_SNAPSHOT`.
+    /// [`Tx::begin`], with a statement of the caller's choice:
+    /// `"BEGIN IMMEDIATE"` on SQLite, so that a transaction that reads
+    /// before it writes does not fail with `SQLITE_BUSY_SNAPSHOT`.
     pub async fn begin_with(pool: &sqlx::Pool<DB>, statement: &'static str) -> Result<Self, Error> {
-        let inner = pool
-            .begin_with(statement)
-            .await
-            .map_err(|source| Error::Begin { source })?;
+        Self::begin_in_task(pool, Some(statement)).await
+    }
+
+    async fn begin_in_task(
+        pool: &sqlx::Pool<DB>,
+        statement: Option<&'static str>,
+    ) -> Result<Self, Error> {
+        let pool = pool.clone();
+        let begun = tokio::spawn(async move {
+            match statement {
+                Some(statement) => pool.begin_with(statement).await,
+                None => pool.begin().await,
+            }
+        });
+        let inner = match begun.await {
+            Ok(inner) => inner.map_err(|source| Error::Begin { source })?,
+            Err(failed) if failed.is_panic() => std::panic::resume_unwind(failed.into_panic()),
+            Err(_) => {
+                return Err(Error::Begin {
+                    source: sqlx::Error::Io(std::io::Error::other(
+                        "the task that began the transaction was cancelled",
+                    )),
+                });
+            }
+        };
         Self::new(inner)
     }
 
     /// Wraps a transaction begun through sqlx. It must be an outermost
     /// transaction: a nested one is a savepoint, whose commit commits
     /// nothing yet ([`Error::NestedTransaction`]).
+    ///
+    /// On a pool, prefer [`Tx::begin`]: sqlx 0.9's own `begin`, dropped
+    /// while its `BEGIN` is in flight, can hand the connection back to the
+    /// pool inside a transaction it does not know of.
     pub fn new(inner: sqlx::Transaction<'c, DB>) -> Result<Self, Error> {
         let depth = depth::<DB>(&inner);
         if depth != 1 {
