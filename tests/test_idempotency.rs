@@ -75,6 +75,17 @@ async fn insert_payout<DB: TestBackend>(tx: &mut Tx<'_, DB>, id: i64) {
     .unwrap();
 }
 
+/// A pool of `connections` on the test's database, apart from `db.pool`;
+/// one that waits 20 s for a connection has deadlocked.
+async fn pool_of<DB: TestBackend>(db: &Db<DB>, connections: u32) -> Pool<DB> {
+    sqlx::pool::PoolOptions::<DB>::new()
+        .max_connections(connections)
+        .acquire_timeout(Duration::from_secs(20))
+        .connect_with((*db.pool.connect_options()).clone())
+        .await
+        .unwrap()
+}
+
 fn request(scope: &str, key: &str, fingerprint: &str) -> Request {
     Request::new(scope, key, fingerprint).unwrap()
 }
@@ -171,11 +182,7 @@ where
     tx.commit(()).await.unwrap();
     assert_eq!(count(&db, payouts_sql::<DB>()).await, 1);
 
-    let two = sqlx::pool::PoolOptions::<DB>::new()
-        .max_connections(2)
-        .connect_with((*db.pool.connect_options()).clone())
-        .await
-        .unwrap();
+    let two = pool_of(&db, 2).await;
     for _ in 0..100 {
         match idempotency::begin_tx(&two, &first, idempotency::DEFAULT_LEASE)
             .await
@@ -237,11 +244,7 @@ where
         return;
     }
     tables(&db).await;
-    let two = sqlx::pool::PoolOptions::<DB>::new()
-        .max_connections(2)
-        .connect_with((*db.pool.connect_options()).clone())
-        .await
-        .unwrap();
+    let two = pool_of(&db, 2).await;
     let (mut a, mut b) = (two.acquire().await.unwrap(), two.acquire().await.unwrap());
     let mut pids = Vec::new();
     for conn in [&mut a, &mut b] {
@@ -292,12 +295,7 @@ where
     tables(&db).await;
     const REQUESTS: usize = 32;
     const KEYS: usize = 8;
-    let pool = sqlx::pool::PoolOptions::<DB>::new()
-        .max_connections(3)
-        .acquire_timeout(Duration::from_secs(20))
-        .connect_with((*db.pool.connect_options()).clone())
-        .await
-        .unwrap();
+    let pool = pool_of(&db, 3).await;
     let barrier = Arc::new(Barrier::new(REQUESTS));
     let mut tasks = Vec::new();
     for i in 0..REQUESTS {

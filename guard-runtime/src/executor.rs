@@ -372,6 +372,29 @@ fn noted<DB: Backend, T>(
     result
 }
 
+/// The statement methods of `Run` on a connection reached by `&mut **self`
+/// (a `&mut` connection, or a pooled one).
+macro_rules! on_connection {
+    ($db:ty) => {
+        statements!($db, |this| &mut **this);
+        execute_then_fetch!($db, |this| &mut **this);
+
+        fn logged(
+            &mut self,
+            log: &'static str,
+            log_args: <$db as Dialect>::Args,
+            update: &'static str,
+            args: <$db as Dialect>::Args,
+            rows: bool,
+            then: Option<(&'static str, <$db as Dialect>::Args)>,
+        ) -> BoxFuture<'_, Result<Logged<$db>, sqlx::Error>> {
+            Box::pin(async move {
+                logged_on!($db, &mut **self, log, log_args, update, args, rows, then)
+            })
+        }
+    };
+}
+
 // One impl per backend rather than one generic impl: a generic impl needs a
 // higher-ranked `for<'e> &'e mut DB::Connection: sqlx::Executor<'e>` bound,
 // and such bounds make the `apply` future fail the `Send` check that
@@ -425,22 +448,7 @@ macro_rules! executors {
             type Idle = sqlx::pool::PoolConnection<$db>;
             const IS_TRANSACTION: bool = false;
 
-            statements!($db, |this| &mut **this);
-            execute_then_fetch!($db, |this| &mut **this);
-
-            fn logged(
-                &mut self,
-                log: &'static str,
-                log_args: <$db as Dialect>::Args,
-                update: &'static str,
-                args: <$db as Dialect>::Args,
-                rows: bool,
-                then: Option<(&'static str, <$db as Dialect>::Args)>,
-            ) -> BoxFuture<'_, Result<Logged<$db>, sqlx::Error>> {
-                Box::pin(async move {
-                    logged_on!($db, &mut **self, log, log_args, update, args, rows, then)
-                })
-            }
+            on_connection!($db);
         }
 
         #[cfg(feature = $feature)]
@@ -464,22 +472,7 @@ macro_rules! executors {
                 Box::pin(Connection::ping(&mut **self))
             }
 
-            statements!($db, |this| &mut **this);
-            execute_then_fetch!($db, |this| &mut **this);
-
-            fn logged(
-                &mut self,
-                log: &'static str,
-                log_args: <$db as Dialect>::Args,
-                update: &'static str,
-                args: <$db as Dialect>::Args,
-                rows: bool,
-                then: Option<(&'static str, <$db as Dialect>::Args)>,
-            ) -> BoxFuture<'_, Result<Logged<$db>, sqlx::Error>> {
-                Box::pin(async move {
-                    logged_on!($db, &mut **self, log, log_args, update, args, rows, then)
-                })
-            }
+            on_connection!($db);
         }
     };
 }
