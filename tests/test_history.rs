@@ -46,6 +46,66 @@ backend_tests! {
     "history_append_only" => the_history_table_is_append_only,
     "history_notes" => a_noted_move_records_who_and_why,
     "history_batch_notes" => claims_batches_and_follow_ups_record_their_notes,
+    "history_abandoned" => an_abandoned_move_leaves_no_transaction_behind,
+}
+
+/// A move with history through a pool is a transaction (on SQLite and
+/// MySQL: the history insert, then the move). A caller that stops waiting
+/// for it half-way, at every point from just after it started to just
+/// before it finished, leaves the pool's one connection out of any
+/// transaction: the next move through the pool is committed, seen from
+/// another connection, and the abandoned one moved with its history or not
+/// at all.
+async fn an_abandoned_move_leaves_no_transaction_behind<DB: TestBackend>(db: Db<DB>)
+where
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    i64: Key<DB>,
+{
+    use std::future::Future;
+    const ROWS: i64 = 4_000;
+    setup(&db, ROWS).await;
+    let one = sqlx::pool::PoolOptions::<DB>::new()
+        .max_connections(1)
+        .connect_with((*db.pool.connect_options()).clone())
+        .await
+        .unwrap();
+    let waker = std::task::Waker::noop();
+    let mut cx = std::task::Context::from_waker(waker);
+    // Dropped after 1, 2, 3… polls, the runtime running between them
+    // (yield) or waiting a millisecond, so that the server's answers land
+    // between them too.
+    let mut id = 0;
+    for pause in [None, Some(std::time::Duration::from_millis(1))] {
+        let mut finished = false;
+        let mut polls = 0;
+        while !finished {
+            polls += 1;
+            let (abandoned, next) = (id + 1, id + 2);
+            id += 2;
+            assert!(next <= ROWS, "the move never finished");
+            {
+                let mut moving = std::pin::pin!(Logged::cancel().apply(&one, abandoned));
+                for _ in 0..polls {
+                    if moving.as_mut().poll(&mut cx).is_ready() {
+                        finished = true;
+                        break;
+                    }
+                    match pause {
+                        None => tokio::task::yield_now().await,
+                        Some(pause) => tokio::time::sleep(pause).await,
+                    }
+                }
+            }
+            let outcome = Logged::cancel().apply(&one, next).await.unwrap();
+            assert!(outcome.is_applied(), "{polls} polls: {outcome:?}");
+            assert_eq!(
+                db.transfer(next).await.0,
+                "cancelled",
+                "{polls} polls, {pause:?} apart: the move through the pool did not commit"
+            );
+            assert_chain(&db, abandoned).await;
+        }
+    }
 }
 
 /// `n` pending transfers, and the DDL: the history table, its append-only

@@ -52,31 +52,39 @@ where
     let waker = std::task::Waker::noop();
     let mut cx = std::task::Context::from_waker(waker);
     // Dropped after 1, 2, 3… polls, until one is enough to finish: every
-    // step of the acquire and the `BEGIN` is a point to stop at.
-    let mut finished = false;
-    let mut polls = 0;
-    while !finished {
-        polls += 1;
-        let id = polls;
-        db.insert(id, "pending").await;
-        {
-            let mut begin = std::pin::pin!(Tx::begin(&one));
-            for _ in 0..polls {
-                if begin.as_mut().poll(&mut cx).is_ready() {
-                    finished = true;
-                    break;
+    // step of the acquire and the `BEGIN` is a point to stop at. Between
+    // polls the runtime either just runs (yield) or waits a millisecond,
+    // so that the server's answers land between them too.
+    let mut id = 0;
+    for pause in [None, Some(Duration::from_millis(1))] {
+        let mut finished = false;
+        let mut polls = 0;
+        while !finished {
+            polls += 1;
+            id += 1;
+            db.insert(id, "pending").await;
+            {
+                let mut begin = std::pin::pin!(Tx::begin(&one));
+                for _ in 0..polls {
+                    if begin.as_mut().poll(&mut cx).is_ready() {
+                        finished = true;
+                        break;
+                    }
+                    match pause {
+                        None => tokio::task::yield_now().await,
+                        Some(pause) => tokio::time::sleep(pause).await,
+                    }
                 }
-                tokio::task::yield_now().await;
             }
+            let outcome = PayoutStatus::start().apply(&one, id).await.unwrap();
+            assert!(outcome.is_applied(), "{polls} polls: {outcome:?}");
+            assert_eq!(
+                db.status(id).await.as_deref(),
+                Some("sending"),
+                "{polls} polls, {pause:?} apart: the win through the pool did not commit"
+            );
+            assert!(polls < 100_000, "Tx::begin never finished");
         }
-        let outcome = PayoutStatus::start().apply(&one, id).await.unwrap();
-        assert!(outcome.is_applied(), "{polls} polls: {outcome:?}");
-        assert_eq!(
-            db.status(id).await.as_deref(),
-            Some("sending"),
-            "{polls} polls: the win through the pool did not commit"
-        );
-        assert!(polls < 100_000, "Tx::begin never finished");
     }
 }
 

@@ -123,12 +123,12 @@ impl<'c, DB: Backend> Tx<'c, DB> {
         statement: Option<&'static str>,
     ) -> Result<Self, Error> {
         let pool = pool.clone();
-        let begun = tokio::spawn(async move {
+        let begun = tokio::spawn(tracing::Instrument::in_current_span(async move {
             match statement {
                 Some(statement) => pool.begin_with(statement).await,
                 None => pool.begin().await,
             }
-        });
+        }));
         let inner = match begun.await {
             Ok(inner) => inner.map_err(|source| Error::Begin { source })?,
             Err(failed) if failed.is_panic() => std::panic::resume_unwind(failed.into_panic()),
