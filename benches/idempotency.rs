@@ -63,15 +63,7 @@ const REQUESTS_OVER_LINK: usize = 60;
 const LINK: Duration = Duration::from_millis(1);
 const ROUNDS: usize = 6;
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
+use support::median;
 
 /// The plain request's statements, per backend.
 trait Bench: Backend {
@@ -251,19 +243,10 @@ where
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let started = Instant::now();
-    let dir = tempfile::tempdir().unwrap();
-    let options = sqlx::sqlite::SqliteConnectOptions::new()
-        .filename(dir.path().join("idempotency.db"))
-        .create_if_missing(true)
-        .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
-        .synchronous(sqlx::sqlite::SqliteSynchronous::Normal)
-        .busy_timeout(Duration::from_secs(30));
-    let pool = sqlx::sqlite::SqlitePoolOptions::new()
-        .max_connections(2)
-        .connect_with(options)
-        .await
-        .unwrap();
-    run("SQLite (temp file, WAL, two connections)", pool, REQUESTS).await;
+    support::on_sqlite(2, |pool| {
+        run("SQLite (temp file, WAL, two connections)", pool, REQUESTS)
+    })
+    .await;
 
     let n = REQUESTS;
     support::on_postgres(POSTGRES, |pool| {

@@ -239,15 +239,7 @@ impl Bench for sqlx::MySql {
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
+use support::median;
 
 /// One line of the table.
 struct Line {
@@ -568,21 +560,7 @@ fn print(lines: &[Line]) {
 /// measured before the batches joined the table.
 async fn matrix() -> Vec<Line> {
     let mut lines = Vec::new();
-    let dir = tempfile::tempdir().unwrap();
-    let options = sqlx::sqlite::SqliteConnectOptions::new()
-        .filename(dir.path().join("matrix.db"))
-        .create_if_missing(true)
-        .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
-        .synchronous(sqlx::sqlite::SqliteSynchronous::Normal)
-        .busy_timeout(Duration::from_secs(30));
-    let pool = sqlx::sqlite::SqlitePoolOptions::new()
-        .max_connections(1)
-        .test_before_acquire(false)
-        .connect_with(options)
-        .await
-        .unwrap();
-    run(pool, &mut lines).await;
-
+    support::on_sqlite(1, |pool| run(pool, &mut lines)).await;
     support::on_postgres(POSTGRES, |pool| run(pool, &mut lines)).await;
     support::on_mysql(MYSQL, |pool| run(pool, &mut lines)).await;
     lines

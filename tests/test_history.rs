@@ -5,7 +5,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{Db, TestBackend};
+use common::{Db, TestBackend, abandon_at_every_poll};
 use sqlx::Pool;
 use stateguard::{
     Batched, Committed, Effect, Error, Executor, Finished, HistoryRow, Key, ManyKeys, Note,
@@ -61,51 +61,30 @@ where
     for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
     i64: Key<DB>,
 {
-    use std::future::Future;
-    const ROWS: i64 = 4_000;
+    const ROWS: i64 = 20_000;
     setup(&db, ROWS).await;
     let one = sqlx::pool::PoolOptions::<DB>::new()
         .max_connections(1)
         .connect_with((*db.pool.connect_options()).clone())
         .await
         .unwrap();
-    let waker = std::task::Waker::noop();
-    let mut cx = std::task::Context::from_waker(waker);
-    // Dropped after 1, 2, 3… polls, the runtime running between them
-    // (yield) or waiting a millisecond, so that the server's answers land
-    // between them too.
-    let mut id = 0;
-    for pause in [None, Some(std::time::Duration::from_millis(1))] {
-        let mut finished = false;
-        let mut polls = 0;
-        while !finished {
-            polls += 1;
-            let (abandoned, next) = (id + 1, id + 2);
-            id += 2;
+    let (db, one) = (&db, &one);
+    abandon_at_every_poll(
+        |round| Logged::cancel().apply(one, 2 * round - 1),
+        |at| async move {
+            let (abandoned, next) = (2 * at.round - 1, 2 * at.round);
             assert!(next <= ROWS, "the move never finished");
-            {
-                let mut moving = std::pin::pin!(Logged::cancel().apply(&one, abandoned));
-                for _ in 0..polls {
-                    if moving.as_mut().poll(&mut cx).is_ready() {
-                        finished = true;
-                        break;
-                    }
-                    match pause {
-                        None => tokio::task::yield_now().await,
-                        Some(pause) => tokio::time::sleep(pause).await,
-                    }
-                }
-            }
-            let outcome = Logged::cancel().apply(&one, next).await.unwrap();
-            assert!(outcome.is_applied(), "{polls} polls: {outcome:?}");
+            let outcome = Logged::cancel().apply(one, next).await.unwrap();
+            assert!(outcome.is_applied(), "{at:?}: {outcome:?}");
             assert_eq!(
                 db.transfer(next).await.0,
                 "cancelled",
-                "{polls} polls, {pause:?} apart: the move through the pool did not commit"
+                "{at:?}: the move through the pool did not commit"
             );
-            assert_chain(&db, abandoned).await;
-        }
-    }
+            assert_chain(db, abandoned).await;
+        },
+    )
+    .await;
 }
 
 /// `n` pending transfers, and the DDL: the history table, its append-only

@@ -4,10 +4,12 @@
 
 mod common;
 
-use std::future::Future;
 use std::time::Duration;
 
-use common::{Db, Isolation, PayoutStatus, TestBackend, TransferStatus, stale_transaction};
+use common::{
+    Db, Isolation, PayoutStatus, TestBackend, TransferStatus, abandon_at_every_poll,
+    stale_transaction,
+};
 use sqlx::Pool;
 use stateguard::{
     Committed, Error, Executor, Key, Outcome, Savepoint, StateMachine, Tx, Uncommitted, Won,
@@ -49,43 +51,22 @@ where
         .connect_with((*db.pool.connect_options()).clone())
         .await
         .unwrap();
-    let waker = std::task::Waker::noop();
-    let mut cx = std::task::Context::from_waker(waker);
-    // Dropped after 1, 2, 3… polls, until one is enough to finish: every
-    // step of the acquire and the `BEGIN` is a point to stop at. Between
-    // polls the runtime either just runs (yield) or waits a millisecond,
-    // so that the server's answers land between them too.
-    let mut id = 0;
-    for pause in [None, Some(Duration::from_millis(1))] {
-        let mut finished = false;
-        let mut polls = 0;
-        while !finished {
-            polls += 1;
-            id += 1;
+    let (db, one) = (&db, &one);
+    abandon_at_every_poll(
+        |_| Tx::begin(one),
+        |at| async move {
+            let id = at.round;
             db.insert(id, "pending").await;
-            {
-                let mut begin = std::pin::pin!(Tx::begin(&one));
-                for _ in 0..polls {
-                    if begin.as_mut().poll(&mut cx).is_ready() {
-                        finished = true;
-                        break;
-                    }
-                    match pause {
-                        None => tokio::task::yield_now().await,
-                        Some(pause) => tokio::time::sleep(pause).await,
-                    }
-                }
-            }
-            let outcome = PayoutStatus::start().apply(&one, id).await.unwrap();
-            assert!(outcome.is_applied(), "{polls} polls: {outcome:?}");
+            let outcome = PayoutStatus::start().apply(one, id).await.unwrap();
+            assert!(outcome.is_applied(), "{at:?}: {outcome:?}");
             assert_eq!(
                 db.status(id).await.as_deref(),
                 Some("sending"),
-                "{polls} polls, {pause:?} apart: the win through the pool did not commit"
+                "{at:?}: the win through the pool did not commit"
             );
-            assert!(polls < 100_000, "Tx::begin never finished");
-        }
-    }
+        },
+    )
+    .await;
 }
 
 /// ROLLBACK TO SAVEPOINT undoes the move: its win must not commit

@@ -1,4 +1,4 @@
-//! What the benches share: a small pool on each server, in a schema
+//! What the benches share: a small pool on SQLite and on each server, in a schema
 //! (PostgreSQL) or a database (MySQL) of the bench's own, made anew by
 //! fixed statements and dropped at the end, reached directly or over a
 //! link that delays every packet (`Place::delay`), where round trips show.
@@ -20,6 +20,41 @@ pub struct Place {
     pub connections: u32,
     /// Each way's delay of the link to the server; zero connects directly.
     pub delay: Duration,
+}
+
+/// The median of `v`.
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Runs `bench` on a pool of `connections` on a SQLite file (WAL,
+/// `synchronous = NORMAL`) in a temporary directory, removed afterwards.
+pub async fn on_sqlite<F, Fut>(connections: u32, bench: F)
+where
+    F: FnOnce(sqlx::SqlitePool) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let dir = tempfile::tempdir().unwrap();
+    let options = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(dir.path().join("bench.db"))
+        .create_if_missing(true)
+        .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
+        .synchronous(sqlx::sqlite::SqliteSynchronous::Normal)
+        .busy_timeout(Duration::from_secs(30));
+    let pool = sqlx::sqlite::SqlitePoolOptions::new()
+        .max_connections(connections)
+        .test_before_acquire(false)
+        .connect_with(options)
+        .await
+        .unwrap();
+    bench(pool.clone()).await;
+    pool.close().await;
 }
 
 /// A local port that forwards to `host:port`, delaying the bytes of each

@@ -423,27 +423,18 @@ macro_rules! executors {
                 rows: bool,
                 then: Option<(&'static str, <$db as Dialect>::Args)>,
             ) -> BoxFuture<'_, Result<Logged<$db>, sqlx::Error>> {
-                // The transaction runs in a task of its own, which sees it
-                // through to its commit or rollback whatever becomes of the
-                // caller: sqlx 0.9's `begin`, dropped while its `BEGIN` is in
-                // flight, hands the connection back to the pool inside a
-                // transaction it does not know of.
+                // On a server the transaction runs in a task of its own
+                // (`task`): a caller that stops waiting cannot leave it
+                // half-begun. SQLite's worker needs none (as `Tx::begin`).
                 let pool = (*self).clone();
-                let task = tokio::spawn(tracing::Instrument::in_current_span(async move {
+                let logged = async move {
                     let mut conn = pool.acquire().await?;
                     logged_on!($db, &mut *conn, log, log_args, update, args, rows, then)
-                }));
-                Box::pin(async move {
-                    match task.await {
-                        Ok(logged) => logged,
-                        Err(failed) if failed.is_panic() => {
-                            std::panic::resume_unwind(failed.into_panic())
-                        }
-                        Err(_) => Err(sqlx::Error::Io(std::io::Error::other(
-                            "the task that wrote the move and its history was cancelled",
-                        ))),
-                    }
-                })
+                };
+                match <$db as Dialect>::EMBEDDED {
+                    true => Box::pin(logged),
+                    false => Box::pin(crate::task::see_through("a move and its history", logged)),
+                }
             }
         }
 

@@ -695,7 +695,7 @@ where
         Ok(answer) => return Ok(answer),
         Err(ticket) => ticket,
     };
-    let tx = open(pool, statement).await;
+    let tx = Tx::begin_in_task(pool, statement).await;
     started(pool, ticket, tx).await
 }
 
@@ -730,7 +730,7 @@ where
         Some(begin_on(&mut conn, request, lease).await)
     };
     let mut claim = pin!(claim);
-    let mut opening = pin!(open(pool, statement));
+    let mut opening = pin!(Tx::begin_in_task(pool, statement));
     let mut opened = None;
     let claimed = loop {
         tokio::select! {
@@ -748,20 +748,6 @@ where
         None => opening.await,
     };
     Some(started(pool, ticket, tx).await)
-}
-
-/// The work's transaction, begun by `statement` or a plain `BEGIN`.
-async fn open<DB>(
-    pool: &sqlx::Pool<DB>,
-    statement: Option<&'static str>,
-) -> Result<Tx<'static, DB>, Error>
-where
-    DB: Backend,
-{
-    match statement {
-        Some(statement) => Tx::begin_with(pool, statement).await,
-        None => Tx::begin(pool).await,
-    }
 }
 
 /// `New` with the transaction, or the transaction's error after releasing

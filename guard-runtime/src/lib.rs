@@ -32,6 +32,7 @@ mod note;
 mod outcome;
 mod recovery;
 mod retry;
+mod task;
 pub mod telemetry;
 mod transition;
 mod tx;

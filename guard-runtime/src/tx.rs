@@ -99,8 +99,9 @@ pub struct Tx<'c, DB: Backend> {
 impl<'c, DB: Backend> Tx<'c, DB> {
     /// Begins a transaction on a connection of `pool`.
     ///
-    /// The `BEGIN` runs in a task of its own (tokio's), which always sees it
-    /// through: a caller that stops waiting half-way (a client that hung
+    /// On PostgreSQL and MySQL the `BEGIN` runs in a task of its own
+    /// (tokio's), which always sees it through (SQLite's driver does that
+    /// itself): a caller that stops waiting half-way (a client that hung
     /// up, a timeout, a `select!` that took another branch) leaves a
     /// transaction that the task rolls back, never a connection that went
     /// back to the pool inside a transaction sqlx does not know of, whose
@@ -118,28 +119,25 @@ impl<'c, DB: Backend> Tx<'c, DB> {
         Self::begin_in_task(pool, Some(statement)).await
     }
 
-    async fn begin_in_task(
+    /// [`Tx::begin`] or, with a statement, [`Tx::begin_with`].
+    pub(crate) async fn begin_in_task(
         pool: &sqlx::Pool<DB>,
         statement: Option<&'static str>,
     ) -> Result<Self, Error> {
         let pool = pool.clone();
-        let begun = tokio::spawn(tracing::Instrument::in_current_span(async move {
+        let begin = async move {
             match statement {
                 Some(statement) => pool.begin_with(statement).await,
                 None => pool.begin().await,
             }
-        }));
-        let inner = match begun.await {
-            Ok(inner) => inner.map_err(|source| Error::Begin { source })?,
-            Err(failed) if failed.is_panic() => std::panic::resume_unwind(failed.into_panic()),
-            Err(_) => {
-                return Err(Error::Begin {
-                    source: sqlx::Error::Io(std::io::Error::other(
-                        "the task that began the transaction was cancelled",
-                    )),
-                });
-            }
         };
+        // SQLite's worker sees a command through on its own, and sqlx
+        // rolls back a SQLite `BEGIN` dropped half-way: no task needed.
+        let inner = match DB::EMBEDDED {
+            true => begin.await,
+            false => crate::task::see_through("a BEGIN", begin).await,
+        }
+        .map_err(|source| Error::Begin { source })?;
         Self::new(inner)
     }
 

@@ -737,3 +737,63 @@ where
     assert!(moved.is_applied());
     tx
 }
+
+/// Where [`abandon_at_every_poll`] dropped a future: in its `round` (from
+/// 1, across the sweeps), after `polls` polls, `pause` apart.
+#[derive(Debug, Clone, Copy)]
+pub struct Abandoned {
+    pub round: i64,
+    pub polls: u32,
+    pub pause: Duration,
+}
+
+/// Drops `start(round)`'s future after 1, 2, 3… polls, and runs
+/// `after(abandoned)` after each drop, until the futures finish within
+/// their polls: every step of their work is a point to stop at. Where the
+/// server's answers fall between polls varies, so each count is tried
+/// eight times, with polls 1 ms apart, then 2 ms, until all eight
+/// finished.
+pub async fn abandon_at_every_poll<S, F, A, AF>(mut start: S, mut after: A)
+where
+    S: FnMut(i64) -> F,
+    F: std::future::Future,
+    A: FnMut(Abandoned) -> AF,
+    AF: std::future::Future<Output = ()>,
+{
+    const TRIES: usize = 8;
+    let waker = std::task::Waker::noop();
+    let mut cx = std::task::Context::from_waker(waker);
+    let mut round = 0;
+    for pause in [Duration::from_millis(1), Duration::from_millis(2)] {
+        let mut polls = 0;
+        loop {
+            polls += 1;
+            assert!(polls < 100_000, "the future never finished");
+            let mut finished = 0;
+            for _ in 0..TRIES {
+                round += 1;
+                // The connection `after` used is back in the pool, idle.
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                {
+                    let mut future = std::pin::pin!(start(round));
+                    for _ in 0..polls {
+                        if future.as_mut().poll(&mut cx).is_ready() {
+                            finished += 1;
+                            break;
+                        }
+                        tokio::time::sleep(pause).await;
+                    }
+                }
+                after(Abandoned {
+                    round,
+                    polls,
+                    pause,
+                })
+                .await;
+            }
+            if finished == TRIES {
+                break;
+            }
+        }
+    }
+}
