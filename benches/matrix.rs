@@ -200,6 +200,33 @@ macro_rules! numbers {
     };
 }
 
+/// [`Versioned`] on a table with a trigger (MySQL/MariaDB only).
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(
+    table = "m_triggered",
+    column = "status",
+    key = "id",
+    version = "version"
+)]
+enum Triggered {
+    #[state(initial)]
+    #[transition(advance -> B)]
+    A,
+    B,
+}
+
+const MYSQL_TRIGGERED: &str = concat!(
+    "CREATE TABLE m_triggered (id BIGINT PRIMARY KEY, status VARCHAR(16) NOT NULL, \
+     version BIGINT NOT NULL DEFAULT 0) SELECT i AS id, 'a' AS status, 0 AS version FROM ",
+    numbers!(),
+    " WHERE i <= 40000"
+);
+/// A trigger as light as one can be: any trigger makes MariaDB's OK packet
+/// carry 0 for `LAST_INSERT_ID(expr)`.
+const MYSQL_TRIGGER: &str =
+    "CREATE TRIGGER m_triggered_audit AFTER UPDATE ON m_triggered FOR EACH ROW SET @audited = 1";
+const MYSQL_LAST_ID: &str = "SELECT CAST(LAST_INSERT_ID() AS SIGNED)";
+
 impl Bench for sqlx::MySql {
     const LABEL: &'static str = "MariaDB/MySQL";
     const TABLES: &'static [&'static str] = &[
@@ -458,6 +485,51 @@ where
     )
     .await;
 
+    // MySQL/MariaDB, a versioned win on a table with a trigger: MariaDB's
+    // OK packet then drops the version, which is read back on the same
+    // connection. By hand: the same two statements.
+    if mysql {
+        (pool).execute(MYSQL_TRIGGERED).await.unwrap();
+        (pool).execute(MYSQL_TRIGGER).await.unwrap();
+        let update_t = DB::pick(
+            Triggered::MACHINE
+                .transition("advance")
+                .unwrap()
+                .update_sql(),
+        );
+        let mut next = 1;
+        case(
+            lines,
+            name,
+            "win, versioned, table with a trigger",
+            "same statements by hand (UPDATE, LAST_INSERT_ID())",
+            &mut next,
+            |id| async move {
+                let won = Triggered::advance()
+                    .apply(pool, id)
+                    .await
+                    .unwrap()
+                    .won()
+                    .unwrap();
+                assert_eq!(won.occurrence(), 1);
+            },
+            |id| async move {
+                let mut conn = pool.acquire().await.unwrap();
+                let done = bind_key::<DB>(sqlx::query(update_t), id)
+                    .execute(&mut *conn)
+                    .await
+                    .unwrap();
+                assert_eq!(DB::last_id(&done), 0, "MariaDB's packet drops the version");
+                let version: i64 = sqlx::query_scalar(MYSQL_LAST_ID)
+                    .fetch_one(&mut *conn)
+                    .await
+                    .unwrap();
+                assert_eq!(version, 1);
+            },
+        )
+        .await;
+    }
+
     // Win into an in-flight state: the version and the lease token.
     let send = Flight::MACHINE.transition("send").unwrap();
     let update_f = DB::pick(send.update_sql());
@@ -508,7 +580,7 @@ where
         |id| async move {
             let won = Flight::send().apply(pool, id).await.unwrap().won().unwrap();
             let finished = won.finish(pool, |_| async { Verdict::Done }).await.unwrap();
-            assert!(matches!(finished, stateguard::Finished::Done(_)));
+            assert!(matches!(finished, stateguard::Finished::Done { .. }));
         },
         // On the pool, as the library runs them: the win (with MySQL's
         // read-back on its connection), then the follow-up.

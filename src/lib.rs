@@ -154,7 +154,8 @@
 //!         PayoutStatus::confirm(bank_ref).into()
 //!     })
 //!     .await?;
-//! assert_eq!(finished, Finished::Done(PayoutStatus::Sent));
+//! // The follow-up moved the row on from the win's occurrence, 1.
+//! assert_eq!(finished, Finished::Done { state: PayoutStatus::Sent, occurrence: 2 });
 //! let (bank_ref,): (String,) = sqlx::query_as("SELECT bank_ref FROM payouts WHERE id = 1")
 //!     .fetch_one(&pool)
 //!     .await?;

@@ -178,7 +178,16 @@ where
         })
         .await
         .unwrap();
-    assert_eq!(confirmed, Finished::Done(Wire::Sent));
+    assert!(
+        matches!(
+            confirmed,
+            Finished::Done {
+                state: Wire::Sent,
+                ..
+            }
+        ),
+        "{confirmed:?}"
+    );
     assert_eq!(bank_ref(&db, 1).await, Some(expected));
 
     let declined = wins
@@ -189,7 +198,16 @@ where
         })
         .await
         .unwrap();
-    assert_eq!(declined, Finished::Failed(Wire::Failed));
+    assert!(
+        matches!(
+            declined,
+            Finished::Failed {
+                state: Wire::Failed,
+                ..
+            }
+        ),
+        "{declined:?}"
+    );
     assert_eq!(
         bank_ref(&db, 2).await,
         Some("insufficient funds".to_owned())
@@ -294,7 +312,16 @@ where
         })
         .await
         .unwrap();
-    assert_eq!(late, Finished::Done(Wire::Sent));
+    assert!(
+        matches!(
+            late,
+            Finished::Done {
+                state: Wire::Sent,
+                ..
+            }
+        ),
+        "{late:?}"
+    );
     assert_eq!(bank_ref(&db, 2).await, Some("recovered-2".to_owned()));
     assert_eq!(db.transfer(2).await, ("sent".to_owned(), 2));
 }

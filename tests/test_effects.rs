@@ -217,19 +217,39 @@ where
     db.transfers(5).await;
     let mut keys = Vec::new();
     for (id, verdict, expected) in [
-        (1_i64, Verdict::Done, Finished::Done(TransferStatus::Sent)),
-        (2, Verdict::Failed, Finished::Failed(TransferStatus::Failed)),
+        (
+            1_i64,
+            Verdict::Done,
+            Finished::Done {
+                state: TransferStatus::Sent,
+                occurrence: 2,
+            },
+        ),
+        (
+            2,
+            Verdict::Failed,
+            Finished::Failed {
+                state: TransferStatus::Failed,
+                occurrence: 2,
+            },
+        ),
         (3, Verdict::RetryLater, Finished::RetryLater),
         // The follow-ups named, as a follow-up with values would be.
         (
             4,
             TransferStatus::confirm().into(),
-            Finished::Done(TransferStatus::Sent),
+            Finished::Done {
+                state: TransferStatus::Sent,
+                occurrence: 2,
+            },
         ),
         (
             5,
             TransferStatus::fail().into(),
-            Finished::Failed(TransferStatus::Failed),
+            Finished::Failed {
+                state: TransferStatus::Failed,
+                occurrence: 2,
+            },
         ),
     ] {
         let won = TransferStatus::start()
@@ -534,7 +554,16 @@ where
         .finish(&db.pool, |_| async { Verdict::Done })
         .await
         .unwrap();
-    assert_eq!(done, Finished::Done(TransferStatus::Sent));
+    assert!(
+        matches!(
+            done,
+            Finished::Done {
+                state: TransferStatus::Sent,
+                ..
+            }
+        ),
+        "{done:?}"
+    );
     assert_eq!(db.transfer(1).await, ("sent".to_owned(), 4));
 }
 
@@ -571,7 +600,16 @@ where
         })
         .await
         .unwrap();
-    assert_eq!(finished, Finished::Done(TransferStatus::Sent));
+    assert!(
+        matches!(
+            finished,
+            Finished::Done {
+                state: TransferStatus::Sent,
+                ..
+            }
+        ),
+        "{finished:?}"
+    );
     assert_eq!(db.transfer(1).await, ("sent".to_owned(), 2));
 }
 
@@ -674,7 +712,16 @@ where
         })
         .await
         .unwrap();
-    assert_eq!(finished, Finished::Done(TransferStatus::Sent));
+    assert!(
+        matches!(
+            finished,
+            Finished::Done {
+                state: TransferStatus::Sent,
+                ..
+            }
+        ),
+        "{finished:?}"
+    );
     assert_eq!(ran.load(Ordering::SeqCst), 1);
     assert_eq!(db.transfer(1).await, ("sent".to_owned(), 2));
 }

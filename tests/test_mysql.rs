@@ -356,7 +356,7 @@ async fn each_path_runs_its_fewest_statements() {
         .await
         .unwrap();
     assert!(
-        matches!(finished, stateguard::Finished::Done(_)),
+        matches!(finished, stateguard::Finished::Done { .. }),
         "{finished:?}"
     );
     let after = statements(&mut conn).await;
@@ -365,4 +365,46 @@ async fn each_path_runs_its_fewest_statements() {
         (1, 0),
         "a finish right after its win"
     );
+}
+
+/// MariaDB's OK packet carries 0 for `LAST_INSERT_ID(expr)` in a statement
+/// that fired a trigger, any trigger: an idempotency key taken over on a
+/// store table with one (an audit trigger, an online schema change tool's)
+/// still gets the lease it stored, and completes under it.
+#[tokio::test]
+async fn a_takeover_under_a_trigger_holds_the_stored_lease() {
+    use stateguard::idempotency::{self, Begun, Request};
+    let Some(db) = open!(Mysql, "idem_trigger") else {
+        return;
+    };
+    for statement in idempotency::ddl(stateguard::ddl::Dialect::MySql) {
+        sqlx::query(*statement).execute(&db.pool).await.unwrap();
+    }
+    sqlx::query(
+        "CREATE TRIGGER stateguard_idempotency_audit AFTER UPDATE ON stateguard_idempotency \
+         FOR EACH ROW SET @audited = 1",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let request = Request::new("acme:POST /payouts", "k1", "amount=100").unwrap();
+    let lease = std::time::Duration::from_millis(100);
+    let Begun::New(first) = idempotency::begin(&db.pool, &request, lease).await.unwrap() else {
+        panic!("a new key");
+    };
+    drop(first);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let Begun::New(second) = idempotency::begin(&db.pool, &request, lease).await.unwrap() else {
+        panic!("a key whose lease ran out is taken over");
+    };
+    let mut tx = stateguard::Tx::begin(&db.pool).await.unwrap();
+    second
+        .complete(&mut tx, 201, b"payout 1".to_vec())
+        .await
+        .expect("the retry completes under the lease its takeover stored");
+    tx.commit(()).await.unwrap();
+    match idempotency::begin(&db.pool, &request, lease).await.unwrap() {
+        Begun::Replay(stored) => assert_eq!(stored.body(), b"payout 1"),
+        other => panic!("{other:?}"),
+    }
 }

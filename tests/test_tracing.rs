@@ -138,7 +138,16 @@ where
         .finish(&db.pool, |_| async { stateguard::Verdict::Done })
         .await
         .unwrap();
-    assert_eq!(finished, stateguard::Finished::Done(TransferStatus::Sent));
+    assert!(
+        matches!(
+            finished,
+            stateguard::Finished::Done {
+                state: TransferStatus::Sent,
+                ..
+            }
+        ),
+        "{finished:?}"
+    );
     let report = stateguard::recover(
         &db.pool,
         TransferStatus::Sending,

@@ -451,8 +451,8 @@ where
             for won in claimed {
                 worked.started += 1;
                 match won.finish(pool, |effect| bank.pay(effect)).await? {
-                    Finished::Done(_) => worked.sent += 1,
-                    Finished::Failed(_) => worked.failed += 1,
+                    Finished::Done { .. } => worked.sent += 1,
+                    Finished::Failed { .. } => worked.failed += 1,
                     Finished::RetryLater => worked.retry_later += 1,
                     // The row left `sending` some other way while the bank
                     // answered (a recovery that took it over after our

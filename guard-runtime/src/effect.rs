@@ -124,10 +124,21 @@ impl<S: StateMachine, K> From<FinishError<S, K>> for Error {
 pub enum Finished<S> {
     /// The effect succeeded and the row is in the `done` transition's
     /// target (moved there by this call, or already there).
-    Done(S),
+    Done {
+        /// The `done` transition's target.
+        state: S,
+        /// The row's occurrence there, as stored: the win's plus one with a
+        /// version column (the follow-up is fenced on the win's), else 0.
+        occurrence: i64,
+    },
     /// The effect failed for good and the row is in the `failed`
     /// transition's target.
-    Failed(S),
+    Failed {
+        /// The `failed` transition's target.
+        state: S,
+        /// The row's occurrence there, as for [`Finished::Done`].
+        occurrence: i64,
+    },
     /// The effect asked to be retried; the row stays in flight.
     RetryLater,
     /// The row left the in-flight state some other way while the effect
@@ -215,8 +226,8 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
             .instrument(span.clone())
             .await;
         let outcome = match &finished {
-            Ok(Finished::Done(_)) => "done",
-            Ok(Finished::Failed(_)) => "failed",
+            Ok(Finished::Done { .. }) => "done",
+            Ok(Finished::Failed { .. }) => "failed",
             Ok(Finished::RetryLater) => "retry_later",
             Ok(Finished::Superseded { .. }) => "superseded",
             Ok(Finished::LeaseLost { .. }) => "lease_lost",
@@ -399,9 +410,21 @@ where
         return Ok(Finished::RetryLater);
     };
     let (transition, failed) = (chosen.transition.transition(), chosen.failed);
-    let settled = |target| match failed {
-        true => Finished::Failed(target),
-        false => Finished::Done(target),
+    // The follow-up is fenced on the win's occurrence and moves the
+    // version on by one: where it lands is known without a read.
+    let next = match S::MACHINE.version() {
+        Some(_) => occurrence + 1,
+        None => occurrence,
+    };
+    let settled = |state| match failed {
+        true => Finished::Failed {
+            state,
+            occurrence: next,
+        },
+        false => Finished::Done {
+            state,
+            occurrence: next,
+        },
     };
     // Tied to the occurrence and to the lease: a late follow-up must not
     // finish a later pass of the row, nor one that another worker took

@@ -17,6 +17,10 @@ pub(crate) type ExecutedThenFetched<DB> = (
     Option<<DB as sqlx::Database>::Row>,
 );
 
+/// Whether the second statement of `execute_then_fetch` runs, given the
+/// first one's result ([`Dialect::changed`], [`Dialect::id_lost`]).
+pub(crate) type When<DB> = fn(&<DB as sqlx::Database>::QueryResult) -> bool;
+
 /// Something a transition can run on: `&Pool<DB>`, `&mut DB::Connection`
 /// (a `PgConnection`, `SqliteConnection` or `MySqlConnection`, including
 /// `&mut *pool_connection`), or a stateguard transaction, `&mut Tx<'_, DB>`
@@ -49,7 +53,7 @@ pub trait Executor: sealed::Run {
 }
 
 pub(crate) mod sealed {
-    use super::{ExecutedThenFetched, Logged};
+    use super::{ExecutedThenFetched, Logged, When};
     use crate::dialect::sealed::Dialect;
     use crate::dialect::{Backend, BoxFuture};
 
@@ -99,14 +103,16 @@ pub(crate) mod sealed {
             args: <Self::Database as Dialect>::Args,
         ) -> BoxFuture<'_, Result<Vec<<Self::Database as sqlx::Database>::Row>, sqlx::Error>>;
 
-        /// Runs `sql`, then `then` on the same connection (MySQL reads a
-        /// new lease token, and `LAST_INSERT_ID()` with it, this way).
+        /// Runs `sql`, then `then` on the same connection if `when` says
+        /// so of the first one's result (MySQL reads a new lease token,
+        /// and `LAST_INSERT_ID()` with it, this way).
         fn execute_then_fetch(
             &mut self,
             sql: &'static str,
             args: <Self::Database as Dialect>::Args,
             then: &'static str,
             then_args: <Self::Database as Dialect>::Args,
+            when: When<Self::Database>,
         ) -> BoxFuture<'_, Result<ExecutedThenFetched<Self::Database>, sqlx::Error>>;
 
         /// Runs `log` (a history row's `INSERT … SELECT`), then `update`
@@ -159,11 +165,16 @@ macro_rules! logged_on {
             (rows.len() as u64, rows, 0)
         } else {
             let done = sqlx::Executor::execute(&mut *tx, sqlx::query_with($update, $args)).await?;
-            (
-                <$db as Dialect>::rows_affected(&done),
-                Vec::new(),
-                <$db as Dialect>::last_insert_id(&done),
-            )
+            let last_id = match <$db as Dialect>::id_lost(&done) {
+                true => {
+                    let read = sqlx::query(<$db as Dialect>::LAST_ID);
+                    let row = sqlx::Executor::fetch_one(&mut *tx, read).await?;
+                    // As the OK packet carries it: the same 64 bits.
+                    <$db as Dialect>::int(&row, 0)? as u64
+                }
+                false => <$db as Dialect>::last_insert_id(&done),
+            };
+            (<$db as Dialect>::rows_affected(&done), Vec::new(), last_id)
         };
         let then = match $then {
             Some((sql, args)) if updated > 0 => {
@@ -230,6 +241,7 @@ macro_rules! execute_then_fetch {
             args: <$db as Dialect>::Args,
             then: &'static str,
             then_args: <$db as Dialect>::Args,
+            when: When<$db>,
         ) -> BoxFuture<'_, Result<ExecutedThenFetched<$db>, sqlx::Error>> {
             Box::pin(async move {
                 let $this = self;
@@ -237,9 +249,9 @@ macro_rules! execute_then_fetch {
                 #[allow(unused_mut)]
                 let mut conn = $conn;
                 let done = sqlx::Executor::execute(&mut *conn, sqlx::query_with(sql, args)).await?;
-                // Nothing changed, nothing to read: a losing attempt stays at
-                // its two statements, the update and the fresh read.
-                if <$db as Dialect>::rows_affected(&done) == 0 {
+                // Nothing to read (a losing attempt stays at its two
+                // statements, the update and the fresh read).
+                if !when(&done) {
                     return Ok((done, None));
                 }
                 let row =
@@ -305,12 +317,16 @@ macro_rules! in_transaction {
                 args: <$db as Dialect>::Args,
                 then: &'static str,
                 then_args: <$db as Dialect>::Args,
+                when: When<$db>,
             ) -> BoxFuture<'_, Result<ExecutedThenFetched<$db>, sqlx::Error>> {
                 Box::pin(async move {
                     let (conn, health) = self.parts();
                     let both = async {
                         let done = sqlx::Executor::execute(&mut *conn, sqlx::query_with(sql, args))
                             .await?;
+                        if !when(&done) {
+                            return Ok((done, None));
+                        }
                         let then = sqlx::query_with(then, then_args);
                         let row = sqlx::Executor::fetch_optional(&mut *conn, then).await?;
                         Ok((done, row))

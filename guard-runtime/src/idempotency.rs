@@ -577,11 +577,26 @@ where
                 .transpose()
                 .map_err(db_error)?,
             false => {
-                let done = Run::execute(executor, DB::sql(&TAKE_OVER), args)
-                    .await
-                    .map_err(db_error)?;
-                (DB::rows_affected(&done) == 1)
-                    .then(|| i64::try_from(DB::last_insert_id(&done)).unwrap_or(i64::MAX))
+                // The OK packet carries the new lease, or 0 where a trigger
+                // on the table made MariaDB drop it: then it is read back.
+                let sql = DB::sql(&TAKE_OVER);
+                let (done, row) = Run::execute_then_fetch(
+                    executor,
+                    sql,
+                    args,
+                    DB::LAST_ID,
+                    Default::default(),
+                    DB::id_lost,
+                )
+                .await
+                .map_err(db_error)?;
+                match (DB::rows_affected(&done) == 1, row) {
+                    (false, _) => None,
+                    (true, Some(row)) => Some(DB::int(&row, 0).map_err(db_error)?),
+                    (true, None) => {
+                        Some(i64::try_from(DB::last_insert_id(&done)).unwrap_or(i64::MAX))
+                    }
+                }
             }
         };
         if let Some(lease) = taken {

@@ -278,7 +278,7 @@ where
     let read = <DB<E> as Dialect>::sql(in_flight.lease_read_sql());
     let key_args = key_arguments::<DB<E>, S::KeyShape, K>(key)?;
     let (done, row) = executor
-        .execute_then_fetch(statement, args, read, key_args)
+        .execute_then_fetch(statement, args, read, key_args, <DB<E> as Dialect>::changed)
         .await?;
     if <DB<E> as Dialect>::rows_affected(&done) != 1 {
         return Ok(None);

@@ -387,8 +387,8 @@ where
             Ok(Ok(Row::Finished(effect_key, finished))) => {
                 report.claimed += 1;
                 match finished {
-                    Finished::Done(_) => report.done += 1,
-                    Finished::Failed(_) => report.failed += 1,
+                    Finished::Done { .. } => report.done += 1,
+                    Finished::Failed { .. } => report.failed += 1,
                     Finished::RetryLater => report.retry_later += 1,
                     Finished::Superseded { current } => report.superseded.push(SupersededRow {
                         effect_key,

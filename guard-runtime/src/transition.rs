@@ -501,17 +501,30 @@ impl<S: StateMachine> Transition<S> {
         } else if !leased {
             // MySQL: the UPDATE stored the new version with
             // LAST_INSERT_ID(expr), and its OK packet carries it: one
-            // round trip.
-            let done = executor.execute(update, args).await.map_err(retryable)?;
+            // round trip. On a table with a trigger MariaDB's packet says
+            // 0, and the same connection reads LAST_INSERT_ID() back.
+            let (done, row) = executor
+                .execute_then_fetch(
+                    update,
+                    args,
+                    <DB<E> as Dialect>::LAST_ID,
+                    Default::default(),
+                    <DB<E> as Dialect>::id_lost,
+                )
+                .await
+                .map_err(retryable)?;
             let mut changed = changed(None)?;
-            changed.occurrence = last_id(<DB<E> as Dialect>::last_insert_id(&done))?;
+            changed.occurrence = match row {
+                Some(row) => <DB<E> as Dialect>::int(&row, 0).map_err(failed)?,
+                None => last_id(<DB<E> as Dialect>::last_insert_id(&done))?,
+            };
             (<DB<E> as Dialect>::rows_affected(&done), changed)
         } else {
             // MySQL into an in-flight state: the same connection reads the
             // new version (LAST_INSERT_ID()) and the lease token back.
             let (read, then_args) = read_back()?;
             let (done, row) = executor
-                .execute_then_fetch(update, args, read, then_args)
+                .execute_then_fetch(update, args, read, then_args, <DB<E> as Dialect>::changed)
                 .await
                 .map_err(retryable)?;
             (

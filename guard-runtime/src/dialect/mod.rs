@@ -71,6 +71,29 @@ pub(crate) mod sealed {
             0
         }
 
+        /// Whether the statement that gave `result` changed a row: when
+        /// the second statement of `execute_then_fetch` reads what it
+        /// stamped.
+        fn changed(result: &Self::QueryResult) -> bool {
+            Self::rows_affected(result) != 0
+        }
+
+        /// Whether an `UPDATE … LAST_INSERT_ID(expr)` that changed its row
+        /// came back without the value: MariaDB's OK packet carries 0 for a
+        /// statement that fired a trigger (any trigger on the table: the
+        /// generated enforcement trigger, an audit trigger, an online
+        /// schema change tool's), while `LAST_INSERT_ID()` on the same
+        /// connection still holds it. Then [`Self::LAST_ID`] reads it back.
+        /// Never on the backends with `RETURNING`.
+        fn id_lost(result: &Self::QueryResult) -> bool {
+            let _ = result;
+            false
+        }
+
+        /// Reads the connection's `LAST_INSERT_ID()` (MySQL), as a signed
+        /// integer; empty on the other backends, which never need it.
+        const LAST_ID: &'static str = "";
+
         /// Whether `UPDATE … RETURNING` exists; without it the new version
         /// comes with the `UPDATE`'s own result (`LAST_INSERT_ID(expr)`),
         /// and a lease token is read back on the same connection.

@@ -32,6 +32,15 @@ impl Dialect for MySql {
         result.last_insert_id()
     }
 
+    fn id_lost(result: &MySqlQueryResult) -> bool {
+        // What these statements store counts up from the column's value,
+        // which starts at 0: a 0 here is the packet's, not the row's (and
+        // where a row really holds 0, the read back says so too).
+        result.rows_affected() == 1 && result.last_insert_id() == 0
+    }
+
+    const LAST_ID: &'static str = "SELECT CAST(LAST_INSERT_ID() AS SIGNED)";
+
     super::row_access!(sqlx::mysql::MySqlRow);
 
     fn transaction_open(
