@@ -76,11 +76,15 @@ pub enum Error {
         /// The table of the machine.
         table: &'static str,
         /// The transition that was being applied (`load` for
-        /// [`Machine::load`](crate::meta::Machine::load)).
+        /// [`Machine::load`](crate::meta::Machine::load)), or the
+        /// statement of a lease that was cut off: `renew` (a lease's
+        /// renewal), `take_over` (recovery taking expired rows over) or
+        /// `recover` (recovery listing them).
         transition: &'static str,
         /// The deadline that ran out.
         deadline: core::time::Duration,
-        /// False when the compare-and-set `UPDATE` was in flight: it may
+        /// False when a write was in flight (the compare-and-set
+        /// `UPDATE`, a lease's renewal or takeover, a follow-up): it may
         /// commit after all, without a win.
         outcome_known: bool,
     },
@@ -431,6 +435,7 @@ impl Error {
     pub fn is_outcome_unknown(&self) -> bool {
         match self {
             Error::Database { source, .. }
+            | Error::Recovery { source, .. }
             | Error::Commit { source }
             | Error::RolledBack {
                 source: Some(source),
