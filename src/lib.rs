@@ -286,7 +286,7 @@ pub use guard_runtime::{
     StateMachine, Transition, Uncommitted, UnknownState, Won,
 };
 // Transactions whose wins wait for the commit.
-pub use guard_runtime::{Savepoint, Staged, Tx};
+pub use guard_runtime::{Begin, Savepoint, Staged, Tx};
 // Effects, in-flight states and their recovery.
 pub use guard_runtime::{
     Effect, FinishError, Finished, FollowUp, FollowUpValues, Recovered, SupersededRow, Verdict,

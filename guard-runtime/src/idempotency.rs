@@ -82,6 +82,7 @@ use crate::error::Error;
 use crate::executor::Executor;
 use crate::executor::sealed::Run;
 use crate::outcome::{Committed, Uncommitted};
+use crate::retry::DEFAULT_DEADLINE;
 use crate::tx::Tx;
 
 /// How long a request owns its key before another request may take it
@@ -695,7 +696,7 @@ where
         Ok(answer) => return Ok(answer),
         Err(ticket) => ticket,
     };
-    let tx = Tx::begin_in_task(pool, statement).await;
+    let tx = crate::tx::begin_in_task(pool, statement, DEFAULT_DEADLINE).await;
     started(pool, ticket, tx).await
 }
 
@@ -730,7 +731,7 @@ where
         Some(begin_on(&mut conn, request, lease).await)
     };
     let mut claim = pin!(claim);
-    let mut opening = pin!(Tx::begin_in_task(pool, statement));
+    let mut opening = pin!(crate::tx::begin_in_task(pool, statement, DEFAULT_DEADLINE));
     let mut opened = None;
     let claimed = loop {
         tokio::select! {
