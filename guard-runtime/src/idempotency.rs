@@ -635,7 +635,10 @@ where
 /// for it any more. If the transaction cannot begin, the error is
 /// [`Error::Begin`], and a `New` key's claim is released again on a best
 /// effort (a retry gets `New` at once rather than 409 until the lease runs
-/// out), unless the pool itself failed (timed out or closed).
+/// out), unless the pool itself failed (timed out or closed). The `BEGIN`,
+/// the wait for its connection included, keeps [`DEFAULT_DEADLINE`]
+/// ([`Error::Timeout`]), and so do the transaction's later calls unless
+/// [`Tx::within`] says otherwise.
 pub async fn begin_tx<DB>(
     pool: &sqlx::Pool<DB>,
     request: &Request,
