@@ -240,6 +240,11 @@
 //! from a rolled-back transaction or savepoint, or one offered to another
 //! transaction, never becomes committed.
 //!
+//! The transaction's own calls keep a deadline, [`DEFAULT_DEADLINE`] unless
+//! `Tx::begin(&pool).within(d)` (which covers the wait for a connection)
+//! or [`Tx::within`] says otherwise, and end in [`Error::Timeout`]; only a
+//! `COMMIT` cut off in flight leaves the outcome open.
+//!
 //! ```
 //! # use stateguard::{Outcome, StateMachine, Tx};
 //! # #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
@@ -287,7 +292,7 @@ pub use guard_runtime::{
     StateMachine, Transition, Uncommitted, UnknownState, Won,
 };
 // Transactions whose wins wait for the commit.
-pub use guard_runtime::{Savepoint, Staged, Tx};
+pub use guard_runtime::{Begin, Savepoint, Staged, Tx};
 // Effects, in-flight states and their recovery.
 pub use guard_runtime::{
     Effect, FinishError, Finished, FollowUp, FollowUpValues, Recovered, SupersededRow, Verdict,

@@ -317,8 +317,9 @@ where
 
 /// A lock held elsewhere keeps `finish` from renewing a lease a third of
 /// whose length has gone by before the effect: the deadline refuses the
-/// call and hands the win back, and the effect has not run. A recovery pass takes its rows over with `SKIP
-/// LOCKED`: it skips the locked row, without waiting or an error, and
+/// call and hands the win back, and the effect has not run; the renewal
+/// may still commit, so the outcome is open. A recovery pass takes its
+/// rows over with `SKIP LOCKED`: it skips the locked row, without waiting or an error, and
 /// finishes the other; the locked row waits for a later pass.
 #[tokio::test]
 async fn postgres_a_held_lock_times_out_finish_and_recovery_skips_it() {
@@ -349,16 +350,19 @@ async fn postgres_a_held_lock_times_out_finish_and_recovery_skips_it() {
         })
         .await
         .unwrap_err();
+    // The renewal was cut off, and may still commit: the outcome is open.
     assert!(
         matches!(
             refused.error(),
             Error::Timeout {
-                outcome_known: true,
+                transition: "renew",
+                outcome_known: false,
                 ..
             }
         ),
         "{refused:?}"
     );
+    assert!(refused.error().is_outcome_unknown());
     assert_eq!(effects.load(Ordering::SeqCst), 0);
     let won = refused.into_won().expect("the win is handed back");
     // Row 2 expires too; row 1 stays locked.

@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::future::IntoFuture;
 use std::time::Duration;
 
 use common::{
@@ -53,7 +54,7 @@ where
         .unwrap();
     let (db, one) = (&db, &one);
     abandon_at_every_poll(
-        |_| Tx::begin(one),
+        |_| Tx::begin(one).into_future(),
         |at| async move {
             let id = at.round;
             db.insert(id, "pending").await;

@@ -481,7 +481,9 @@ where
     K: DecodeKey<DB, S::KeyShape> + ManyKeys<DB, S::KeyShape> + Ord + Send + Sync,
     P: Params<DB>,
 {
-    let mut tx = Tx::begin_with(pool, begin).await?;
+    let mut tx = Tx::begin_with(pool, begin)
+        .within(transition.deadline())
+        .await?;
     // The candidates: the guard's values, the age, then the limit.
     let mut args = DB::Args::default();
     params

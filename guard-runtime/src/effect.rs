@@ -13,6 +13,7 @@ use crate::key::{KeyText, RowKey};
 use crate::lease::{self, Settled};
 use crate::machine::InFlightDef;
 use crate::outcome::{Committed, Won};
+use crate::retry::Step;
 use crate::telemetry;
 use crate::verdict::{Chosen, FollowUpValues, Verdict};
 
@@ -202,9 +203,15 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
     /// The call keeps the win's deadline ([`Won::within`]; by default the
     /// deadline of the transition that won, [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE)),
     /// the effect included. Cut off before the effect, it is refused with
-    /// [`Error::Timeout`]; cut off in the effect or the follow-up, it ends in
-    /// [`FinishError::Unfinished`] with an [`Error::Timeout`] whose outcome
-    /// is unknown, and the row stays in flight for recovery.
+    /// [`Error::Timeout`]: named `renew` and with its outcome unknown when
+    /// the lease's renewal was in flight (it may still commit, and the win
+    /// handed back then holds a lease the row no longer has: finishing it
+    /// again ends in [`Finished::Skipped`], and recovery takes the row over
+    /// once the new lease runs out). Cut off in the effect or the
+    /// follow-up, it ends in [`FinishError::Unfinished`] with an
+    /// [`Error::Timeout`] whose outcome is unknown, naming the follow-up
+    /// under way (`done` while the effect runs), and the row stays in
+    /// flight for recovery.
     pub async fn finish<E, F, Fut>(
         self,
         executor: E,
@@ -277,9 +284,9 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
         };
         let (key, state, occurrence) = (self.key().clone(), self.state(), self.occurrence());
         let deadline = self.deadline();
-        let timeout = |outcome_known| Error::Timeout {
+        let timeout = |transition, outcome_known| Error::Timeout {
             table: S::MACHINE.table(),
-            transition: in_flight.done().name(),
+            transition,
             deadline,
             outcome_known,
         };
@@ -317,7 +324,7 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
                     Ok(Err(error)) => Err(FinishError::Refused { won: self, error }),
                     Err(_) => Err(FinishError::Refused {
                         won: self,
-                        error: timeout(true),
+                        error: timeout(done.name(), true),
                     }),
                 };
             }
@@ -325,16 +332,19 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
                 let error = in_flight.done().db_error(source);
                 return Err(FinishError::Refused { won: self, error });
             }
-            // The renewal may have gone through; that only lengthens the
-            // lease. The effect has not run.
+            // The renewal may still commit, and stamp a lease this win
+            // does not hold. The effect has not run.
             Err(_) => {
                 return Err(FinishError::Refused {
                     won: self,
-                    error: timeout(true),
+                    error: timeout(lease::RENEW, false),
                 });
             }
         };
         let effect = self.run(effect);
+        // The effect, named by `done`, until the verdict chooses the
+        // follow-up.
+        let step = Step::new(in_flight.done().name());
         let rest = async {
             let (verdict, lease) = lease::while_renewing::<S, K, E, _>(
                 &mut executor,
@@ -353,6 +363,7 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
                 occurrence,
                 lease,
                 verdict,
+                &step,
             )
             .await
         };
@@ -360,7 +371,7 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
             Ok(finished) => finished.map_err(FinishError::Unfinished),
             // Cut off in the effect or its follow-up: either may have
             // happened in part. The row stays in flight.
-            Err(_) => Err(FinishError::Unfinished(timeout(false))),
+            Err(_) => Err(FinishError::Unfinished(timeout(step.name(), false))),
         }
     }
 
@@ -399,6 +410,7 @@ pub(crate) async fn follow_up<S, K, E>(
     occurrence: i64,
     lease: i64,
     verdict: Verdict,
+    step: &Step,
 ) -> Result<Finished<S>, Error>
 where
     S: StateMachine,
@@ -410,6 +422,7 @@ where
         return Ok(Finished::RetryLater);
     };
     let (transition, failed) = (chosen.transition.transition(), chosen.failed);
+    step.at(transition.name());
     // The follow-up is fenced on the win's occurrence and moves the
     // version on by one: where it lands is known without a read.
     let next = match S::MACHINE.version() {

@@ -62,25 +62,26 @@ pub enum Error {
     },
 
     /// The call ran out of its deadline
-    /// ([`Transition::within`](crate::Transition::within)), waiting for a
-    /// lock or retrying.
-    #[error(
-        "transition `{transition}` on table `{table}` ran out of its {deadline:?} deadline; {}",
-        if *outcome_known {
-            "nothing was changed"
-        } else {
-            "the UPDATE was in flight and may still commit: apply again to learn the row's state"
-        }
-    )]
+    /// ([`Transition::within`](crate::Transition::within), or
+    /// [`Tx::within`](crate::Tx::within) for a transaction's own
+    /// statements), waiting for a lock or retrying.
+    #[error("{}", timeout_message(table, transition, deadline, *outcome_known))]
     Timeout {
-        /// The table of the machine.
+        /// The table of the machine; empty for a statement of a
+        /// [`Tx`](crate::Tx) or [`Savepoint`](crate::Savepoint) itself.
         table: &'static str,
         /// The transition that was being applied (`load` for
-        /// [`Machine::load`](crate::meta::Machine::load)).
+        /// [`Machine::load`](crate::meta::Machine::load)), or the
+        /// statement of a lease that was cut off: `renew` (a lease's
+        /// renewal), `take_over` (recovery taking expired rows over) or
+        /// `recover` (recovery listing them), or a transaction's statement:
+        /// `BEGIN`, `COMMIT`, `SAVEPOINT`, `RELEASE SAVEPOINT`, `ROLLBACK`
+        /// or `ROLLBACK TO SAVEPOINT`.
         transition: &'static str,
         /// The deadline that ran out.
         deadline: core::time::Duration,
-        /// False when the compare-and-set `UPDATE` was in flight: it may
+        /// False when a write was in flight (the compare-and-set
+        /// `UPDATE`, a lease's renewal or takeover, a follow-up): it may
         /// commit after all, without a win.
         outcome_known: bool,
     },
@@ -431,6 +432,7 @@ impl Error {
     pub fn is_outcome_unknown(&self) -> bool {
         match self {
             Error::Database { source, .. }
+            | Error::Recovery { source, .. }
             | Error::Commit { source }
             | Error::RolledBack {
                 source: Some(source),
@@ -438,6 +440,35 @@ impl Error {
             Error::Timeout { outcome_known, .. } => !outcome_known,
             _ => false,
         }
+    }
+}
+
+/// What [`Error::Timeout`] says: of a transition, or (with no table) of a
+/// transaction's own statement, where only a `COMMIT` in flight leaves the
+/// outcome open.
+fn timeout_message(
+    table: &str,
+    call: &str,
+    deadline: &core::time::Duration,
+    outcome_known: bool,
+) -> String {
+    match (table.is_empty(), outcome_known) {
+        (false, true) => format!(
+            "transition `{call}` on table `{table}` ran out of its {deadline:?} deadline; nothing \
+             was changed"
+        ),
+        (false, false) => format!(
+            "transition `{call}` on table `{table}` ran out of its {deadline:?} deadline; the \
+             UPDATE was in flight and may still commit: apply again to learn the row's state"
+        ),
+        (true, true) => format!(
+            "the transaction's `{call}` ran out of its {deadline:?} deadline; nothing was \
+             committed, and the transaction cannot commit"
+        ),
+        (true, false) => format!(
+            "the transaction's `{call}` ran out of its {deadline:?} deadline while in flight: \
+             the transaction may have committed; read the rows to learn what happened"
+        ),
     }
 }
 

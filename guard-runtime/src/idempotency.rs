@@ -82,6 +82,7 @@ use crate::error::Error;
 use crate::executor::Executor;
 use crate::executor::sealed::Run;
 use crate::outcome::{Committed, Uncommitted};
+use crate::retry::DEFAULT_DEADLINE;
 use crate::tx::Tx;
 
 /// How long a request owns its key before another request may take it
@@ -649,7 +650,10 @@ where
 /// for it any more. If the transaction cannot begin, the error is
 /// [`Error::Begin`], and a `New` key's claim is released again on a best
 /// effort (a retry gets `New` at once rather than 409 until the lease runs
-/// out), unless the pool itself failed (timed out or closed).
+/// out), unless the pool itself failed (timed out or closed). The `BEGIN`,
+/// the wait for its connection included, keeps [`DEFAULT_DEADLINE`]
+/// ([`Error::Timeout`]), and so do the transaction's later calls unless
+/// [`Tx::within`] says otherwise.
 pub async fn begin_tx<DB>(
     pool: &sqlx::Pool<DB>,
     request: &Request,
@@ -710,7 +714,7 @@ where
         Ok(answer) => return Ok(answer),
         Err(ticket) => ticket,
     };
-    let tx = Tx::begin_in_task(pool, statement).await;
+    let tx = crate::tx::begin_in_task(pool, statement, DEFAULT_DEADLINE).await;
     started(pool, ticket, tx).await
 }
 
@@ -745,7 +749,7 @@ where
         Some(begin_on(&mut conn, request, lease).await)
     };
     let mut claim = pin!(claim);
-    let mut opening = pin!(Tx::begin_in_task(pool, statement));
+    let mut opening = pin!(crate::tx::begin_in_task(pool, statement, DEFAULT_DEADLINE));
     let mut opened = None;
     let claimed = loop {
         tokio::select! {

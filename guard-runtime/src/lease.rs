@@ -23,6 +23,12 @@ use crate::retry::{MAX_ATTEMPTS, backoff};
 use crate::transition::{Transition, key_arguments};
 use crate::verdict::{Chosen, FollowUpValues};
 
+/// What [`Error::Timeout`] names a lease's renewal cut off by a deadline.
+pub(crate) const RENEW: &str = "renew";
+/// What [`Error::Timeout`] names the takeover of expired rows cut off by a
+/// deadline.
+pub(crate) const TAKE_OVER: &str = "take_over";
+
 /// Where a follow-up left the row.
 pub(crate) enum Settled<S> {
     /// This call moved it to the transition's target.

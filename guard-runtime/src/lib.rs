@@ -52,7 +52,7 @@ pub use crate::outcome::{Committed, Current, Outcome, Uncommitted, Won};
 pub use crate::recovery::{Recovered, SupersededRow, claim_expired, recover, recover_within};
 pub use crate::retry::DEFAULT_DEADLINE;
 pub use crate::transition::{Bound, Params, Transition};
-pub use crate::tx::{Savepoint, Staged, Tx};
+pub use crate::tx::{Begin, Savepoint, Staged, Tx};
 pub use crate::verdict::{FollowUp, FollowUpValues, Verdict};
 
 /// What a derived machine knows about itself, read through

@@ -16,6 +16,7 @@ use crate::key::{DecodeKey, KeyShape, KeyText, RowKey};
 use crate::lease;
 use crate::machine::InFlightDef;
 use crate::outcome::{Committed, Won};
+use crate::retry::Step;
 use crate::telemetry;
 use crate::transition::key_arguments;
 use crate::verdict::{FollowUpValues, Verdict};
@@ -186,6 +187,11 @@ where
     }
 }
 
+/// What [`Error::Timeout`] names a recovery pass's listing of expired rows
+/// cut off by a deadline (SQLite, MySQL; PostgreSQL takes them over in
+/// that statement, [`lease::TAKE_OVER`]).
+const RECOVER: &str = "recover";
+
 fn recovery_error<S: StateMachine>(state: S, source: sqlx::Error) -> Error {
     Error::Recovery {
         table: S::MACHINE.table(),
@@ -254,7 +260,12 @@ pub struct Recovered {
 /// Listing, and each row (takeover, effect and follow-up), keep
 /// [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE); [`recover_within`]
 /// takes another. A row cut off by it is an [`Error::Timeout`] in
-/// [`Recovered::errors`] and stays in flight for a later pass.
+/// [`Recovered::errors`] and stays in flight for a later pass. Every such
+/// timeout names the statement it cut off (`take_over`, `renew`, or the
+/// row's follow-up: `done` while the effect runs); the listing's, named
+/// `recover`, changed nothing, and all the others may still commit
+/// ([`Error::is_outcome_unknown`]), PostgreSQL's `take_over` of the
+/// whole pass included, which ends the pass.
 pub async fn recover<S, K, E, F, Fut>(
     executor: E,
     state: S,
@@ -340,18 +351,19 @@ where
 {
     let in_flight = in_flight?;
     refuse_open_transaction(&executor)?;
-    let timeout = |outcome_known| Error::Timeout {
+    let timeout = |transition, outcome_known| Error::Timeout {
         table: S::MACHINE.table(),
-        transition: in_flight.done().name(),
+        transition,
         deadline,
         outcome_known,
     };
     // PostgreSQL takes the rows over in the listing's statement; the others
-    // take each over just before its effect.
+    // take each over just before its effect. Cut off, that statement may
+    // still commit: its rows' leases renewed, they wait for a later pass.
     let taken = take_over::<S, K, E>(&mut executor, in_flight, state, limit);
     let taken = tokio::time::timeout(deadline, taken)
         .await
-        .map_err(|_| timeout(true))??;
+        .map_err(|_| timeout(lease::TAKE_OVER, false))??;
     let taken_at = tokio::time::Instant::now();
     let expired: Vec<(K, i64, Option<i64>)> = match taken {
         Some(taken) => taken
@@ -362,7 +374,7 @@ where
             let listing = list_expired::<S, K, E>(&mut executor, in_flight, state, limit);
             tokio::time::timeout(deadline, listing)
                 .await
-                .map_err(|_| timeout(true))??
+                .map_err(|_| timeout(RECOVER, true))??
                 .into_iter()
                 .map(|(key, occurrence)| (key, occurrence, None))
                 .collect()
@@ -370,6 +382,7 @@ where
     };
     let mut report = Recovered::default();
     for (key, occurrence, lease) in expired {
+        let step = Step::new(lease::TAKE_OVER);
         let row = recover_row(
             &mut executor,
             in_flight,
@@ -381,6 +394,7 @@ where
                 taken_at,
             },
             &effect,
+            &step,
         );
         match tokio::time::timeout(deadline, row).await {
             Ok(Ok(Row::Lost)) => report.lost += 1,
@@ -406,9 +420,10 @@ where
                 report.errors.push(error);
             }
             Ok(Err(error)) => report.errors.push(error),
-            // Cut off after the takeover, maybe in the effect: the row
-            // stays in flight, and a later pass takes it over again.
-            Err(_) => report.errors.push(timeout(false)),
+            // Cut off in the row's takeover, its effect or its follow-up,
+            // each of which may have happened (in part): the row stays in
+            // flight, and a later pass takes it over again.
+            Err(_) => report.errors.push(timeout(step.name(), false)),
         }
     }
     Ok(report)
@@ -445,6 +460,7 @@ async fn recover_row<S, K, E, F, Fut>(
     state: S,
     taken: Taken<K>,
     effect: &F,
+    step: &Step,
 ) -> Result<Row<S>, Error>
 where
     S: FollowUpValues<E::Database>,
@@ -465,6 +481,7 @@ where
         // one that waited a third of its lease renews it first, and one
         // whose lease another recovery took meanwhile is left to it.
         Some(lease) if taken_at.elapsed() >= in_flight.lease() / 3 => {
+            step.at(lease::RENEW);
             lease::renew::<S, K, E>(executor, in_flight, &key, occurrence, lease)
                 .await
                 .map_err(|source| recovery_error(state, source))?
@@ -481,11 +498,15 @@ where
         occurrence,
         "took over an in-flight row whose lease ran out"
     );
+    step.at(in_flight.done().name());
     let run = won.run(effect);
     let (verdict, lease) =
         lease::while_renewing::<S, K, E, _>(executor, in_flight, &key, occurrence, lease, run)
             .await;
-    match follow_up(executor, in_flight, state, &key, occurrence, lease, verdict).await {
+    let finished = follow_up(
+        executor, in_flight, state, &key, occurrence, lease, verdict, step,
+    );
+    match finished.await {
         Ok(finished) => Ok(Row::Finished(effect_key, finished)),
         Err(error) => Ok(Row::Unfinished(error)),
     }

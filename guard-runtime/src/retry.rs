@@ -17,6 +17,36 @@ const BACKOFF_CAP: Duration = Duration::from_millis(100);
 /// keep by default.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(30);
 
+/// Which statement of a call that runs several is under way, so that a
+/// deadline that cuts the call off names it in
+/// [`Error::Timeout`](crate::Error::Timeout): a lease's renewal, a
+/// takeover, an effect (named by its `done` transition) or the follow-up
+/// the verdict chose. Shared with the future the deadline drops, hence
+/// the lock.
+pub(crate) struct Step(std::sync::Mutex<&'static str>);
+
+impl Step {
+    pub(crate) const fn new(name: &'static str) -> Self {
+        Step(std::sync::Mutex::new(name))
+    }
+
+    /// From now on the call is at `name`.
+    pub(crate) fn at(&self, name: &'static str) {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = name;
+    }
+
+    /// The statement the call is at.
+    pub(crate) fn name(&self) -> &'static str {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
 /// Full jitter: a uniform delay between zero and an exponentially growing
 /// cap, so that racing retries spread out instead of colliding again.
 pub(crate) fn backoff(attempt: u32) -> Duration {

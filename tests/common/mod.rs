@@ -16,6 +16,8 @@
 
 #![allow(dead_code)] // each test file uses its own part of the harness
 
+pub mod proxy;
+
 use std::io::Write;
 use std::str::FromStr;
 use std::time::Duration;

@@ -7,22 +7,47 @@
 //! scope. A win from a savepoint that was rolled back, from a transaction
 //! that was rolled back, or from another transaction therefore never
 //! becomes committed.
+//!
+//! Every call that waits for the database keeps a deadline
+//! ([`DEFAULT_DEADLINE`] unless [`Begin::within`] or [`Tx::within`] says
+//! otherwise) and ends in [`Error::Timeout`] when it runs out; the field
+//! `outcome_known` is false only for a `COMMIT` cut off in flight.
+
+mod begin;
+mod staged;
 
 use core::ops::{Deref, DerefMut};
 use core::sync::atomic::{AtomicU64, Ordering};
+use core::time::Duration;
 
 use sqlx::Connection;
 
+pub use self::begin::Begin;
+pub(crate) use self::begin::begin_in_task;
+pub use self::staged::Staged;
+use self::staged::sealed;
 use crate::StateMachine;
 use crate::dialect::Backend;
 use crate::error::Error;
 use crate::outcome::{Committed, Uncommitted, Won};
+use crate::retry::DEFAULT_DEADLINE;
 
 /// Scope numbers; 0 belongs to committed wins.
 static NEXT_SCOPE: AtomicU64 = AtomicU64::new(1);
 
 fn next_scope() -> u64 {
     NEXT_SCOPE.fetch_add(1, Ordering::Relaxed)
+}
+
+/// [`Error::Timeout`] for a statement of the transaction itself, which
+/// names no table: `statement` is `BEGIN`, `COMMIT`, `SAVEPOINT`, ….
+fn timed_out(statement: &'static str, deadline: Duration, outcome_known: bool) -> Error {
+    Error::Timeout {
+        table: "",
+        transition: statement,
+        deadline,
+        outcome_known,
+    }
 }
 
 /// What the library has seen of a transaction's health.
@@ -90,60 +115,72 @@ impl Health {
 /// answers with a silent `ROLLBACK`), or a MySQL transaction that a
 /// deadlock rolled back, ends in [`Error::RolledBack`], not in committed
 /// wins.
+///
+/// # Deadlines
+///
+/// The transaction's own calls ([`Tx::begin`], [`Tx::commit`],
+/// [`Tx::savepoint`], [`Tx::rollback`] and their [`Savepoint`]
+/// counterparts) each keep a deadline, [`DEFAULT_DEADLINE`] unless
+/// `Tx::begin(&pool).within(d)` or [`Tx::within`] says otherwise, and end
+/// in [`Error::Timeout`] when it runs out (with `table` empty and the
+/// statement, `BEGIN`, `COMMIT`, …, in `transition`). Only a `COMMIT` cut
+/// off in flight leaves the outcome open (`outcome_known: false`): any other
+/// cut-off leaves a transaction that can no longer commit. On SQLite, which
+/// has no network, the deadline bounds the wait for a lock (`BEGIN
+/// IMMEDIATE` behind another writer, a `COMMIT` behind a reader's lock).
+/// Statements run through [`Transition::apply`](crate::Transition::apply)
+/// keep the transition's own deadline.
 pub struct Tx<'c, DB: Backend> {
     inner: sqlx::Transaction<'c, DB>,
     scope: u64,
     health: Health,
+    deadline: Duration,
 }
 
 impl<'c, DB: Backend> Tx<'c, DB> {
-    /// Begins a transaction on a connection of `pool`.
+    /// Begins a transaction on a connection of `pool`:
+    /// `Tx::begin(&pool).await?`, or, with a deadline other than
+    /// [`DEFAULT_DEADLINE`], `Tx::begin(&pool).within(d).await?` (see
+    /// [`Begin`]).
+    ///
+    /// The deadline covers the whole wait: for a connection of the pool
+    /// (a new connection included, to a server that may be down) and for
+    /// the `BEGIN`. When it runs out the result is [`Error::Timeout`] with
+    /// `outcome_known: true`: no transaction is handed out and nothing was
+    /// committed. The pool's own `acquire_timeout` still applies; whichever
+    /// is shorter ends the wait, the pool's with [`Error::Begin`]
+    /// (`sqlx::Error::PoolTimedOut`). The transaction keeps the same
+    /// deadline for its later calls.
     ///
     /// On PostgreSQL and MySQL the `BEGIN` runs in a task of its own
     /// (tokio's), which always sees it through (SQLite's driver does that
     /// itself): a caller that stops waiting half-way (a client that hung
-    /// up, a timeout, a `select!` that took another branch) leaves a
-    /// transaction that the task rolls back, never a connection that went
-    /// back to the pool inside a transaction sqlx does not know of, whose
-    /// later autocommit statements (and wins) would not commit. On a
-    /// connection of your own, wrap the transaction sqlx begins there with
-    /// [`Tx::new`].
-    pub async fn begin(pool: &sqlx::Pool<DB>) -> Result<Self, Error> {
-        Self::begin_in_task(pool, None).await
+    /// up, the deadline, a `select!` that took another branch) leaves a
+    /// transaction that the task rolls back once the `BEGIN` answers, never
+    /// a connection that went back to the pool inside a transaction sqlx
+    /// does not know of, whose later autocommit statements (and wins) would
+    /// not commit. Until the `BEGIN` answers (or its connection breaks),
+    /// the task keeps the connection out of the pool. On a connection of
+    /// your own, wrap the transaction sqlx begins there with [`Tx::new`].
+    pub fn begin(pool: &sqlx::Pool<DB>) -> Begin<'_, DB> {
+        Begin::new(pool, None)
     }
 
     /// [`Tx::begin`], with a statement of the caller's choice:
     /// `"BEGIN IMMEDIATE"` on SQLite, so that a transaction that reads
-    /// before it writes does not fail with `SQLITE_BUSY_SNAPSHOT`.
-    pub async fn begin_with(pool: &sqlx::Pool<DB>, statement: &'static str) -> Result<Self, Error> {
-        Self::begin_in_task(pool, Some(statement)).await
-    }
-
-    /// [`Tx::begin`] or, with a statement, [`Tx::begin_with`].
-    pub(crate) async fn begin_in_task(
-        pool: &sqlx::Pool<DB>,
-        statement: Option<&'static str>,
-    ) -> Result<Self, Error> {
-        let pool = pool.clone();
-        let begin = async move {
-            match statement {
-                Some(statement) => pool.begin_with(statement).await,
-                None => pool.begin().await,
-            }
-        };
-        // SQLite's worker sees a command through on its own, and sqlx
-        // rolls back a SQLite `BEGIN` dropped half-way: no task needed.
-        let inner = match DB::EMBEDDED {
-            true => begin.await,
-            false => crate::task::see_through("a BEGIN", begin).await,
-        }
-        .map_err(|source| Error::Begin { source })?;
-        Self::new(inner)
+    /// before it writes does not fail with `SQLITE_BUSY_SNAPSHOT`. Its
+    /// deadline is [`Tx::begin`]'s: [`DEFAULT_DEADLINE`], or
+    /// `Tx::begin_with(&pool, statement).within(d)`; on SQLite it bounds
+    /// the wait for the write lock (then [`Error::Timeout`], before the
+    /// connection's `busy_timeout` would end it in [`Error::Begin`]).
+    pub fn begin_with<'p>(pool: &'p sqlx::Pool<DB>, statement: &'static str) -> Begin<'p, DB> {
+        Begin::new(pool, Some(statement))
     }
 
     /// Wraps a transaction begun through sqlx. It must be an outermost
     /// transaction: a nested one is a savepoint, whose commit commits
-    /// nothing yet ([`Error::NestedTransaction`]).
+    /// nothing yet ([`Error::NestedTransaction`]). Its calls keep
+    /// [`DEFAULT_DEADLINE`] unless [`Tx::within`] says otherwise.
     ///
     /// On a pool, prefer [`Tx::begin`]: sqlx 0.9's own `begin`, dropped
     /// while its `BEGIN` is in flight, can hand the connection back to the
@@ -157,14 +194,39 @@ impl<'c, DB: Backend> Tx<'c, DB> {
             inner,
             scope: next_scope(),
             health: Health::default(),
+            deadline: DEFAULT_DEADLINE,
         })
+    }
+
+    /// The same transaction, whose later calls ([`Tx::commit`],
+    /// [`Tx::savepoint`], [`Tx::rollback`], and the savepoints opened from
+    /// then on) keep `deadline` instead of the one it began with
+    /// ([`DEFAULT_DEADLINE`], or [`Begin::within`]).
+    pub fn within(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
+    /// The deadline the transaction's own calls keep.
+    pub fn deadline(&self) -> Duration {
+        self.deadline
     }
 
     /// Opens a savepoint inside this transaction. Wins inside it belong to
     /// it until [`Savepoint::release`] hands them to this transaction; if
     /// it is rolled back or dropped instead, they are gone.
+    ///
+    /// The `SAVEPOINT`, and the savepoint's own calls after it, keep the
+    /// transaction's deadline ([`Tx::within`], [`Savepoint::within`]).
+    /// Cut off, it ends in [`Error::Timeout`] with `outcome_known: true`,
+    /// and the transaction can no longer commit ([`Tx::commit`] answers
+    /// [`Error::RolledBack`]): the `SAVEPOINT` may still run, and sqlx
+    /// rolls back what it cannot account for (on PostgreSQL, the whole
+    /// transaction, so that statements run in it afterwards may run in
+    /// autocommit). Roll the transaction back or drop it.
     pub async fn savepoint(&mut self) -> Result<Savepoint<'_, DB>, Error> {
-        Savepoint::open(&mut *self.inner, &mut self.health, self.scope).await
+        let deadline = self.deadline;
+        Savepoint::open(&mut *self.inner, &mut self.health, self.scope, deadline).await
     }
 
     /// Commits the transaction, and only then hands out the wins that
@@ -186,6 +248,17 @@ impl<'c, DB: Backend> Tx<'c, DB> {
     /// `idempotency::Ticket::complete`, an `inbox::receive`) and succeeded,
     /// which shows the transaction open; on MySQL 8, which has no way to
     /// ask, only the deadlocks of the library's own statements are seen.
+    ///
+    /// The check and the `COMMIT` together keep the transaction's deadline
+    /// ([`DEFAULT_DEADLINE`], [`Begin::within`] or [`Tx::within`]). Time
+    /// that runs out before the `COMMIT` was sent ends in
+    /// [`Error::Timeout`] with `outcome_known: true`: the transaction rolls
+    /// back. Time that runs out while the `COMMIT` is in flight ends in
+    /// [`Error::Timeout`] with `outcome_known: false`
+    /// ([`Error::is_outcome_unknown`]): the transaction may have committed,
+    /// and no win comes out. Read the rows to learn what happened; a row
+    /// moved into an in-flight state is taken over by
+    /// [`recover`](crate::recover) once its lease runs out.
     pub async fn commit<T: Staged + sealed::Convert>(
         mut self,
         staged: T,
@@ -201,9 +274,15 @@ impl<'c, DB: Backend> Tx<'c, DB> {
             // next free.
             return Err(Error::RolledBack { source: None });
         }
+        let deadline = self.deadline;
+        let started = tokio::time::Instant::now();
         let open = match self.health.verified {
             true => Ok(true),
-            false => DB::transaction_open(&mut self.inner).await,
+            // Cut off here, nothing was sent that commits: dropping `self`
+            // rolls back.
+            false => tokio::time::timeout(deadline, DB::transaction_open(&mut self.inner))
+                .await
+                .map_err(|_| timed_out("COMMIT", deadline, true))?,
         };
         match open {
             Ok(true) => {}
@@ -215,9 +294,10 @@ impl<'c, DB: Backend> Tx<'c, DB> {
                 });
             }
         }
-        self.inner
-            .commit()
+        let left = deadline.saturating_sub(started.elapsed());
+        tokio::time::timeout(left, self.inner.commit())
             .await
+            .map_err(|_| timed_out("COMMIT", deadline, false))?
             .map_err(|source| Error::Commit { source })?;
         Ok(staged.into_committed())
     }
@@ -230,7 +310,7 @@ impl<'c, DB: Backend> Tx<'c, DB> {
 impl<S: StateMachine, K> Won<S, K, Uncommitted> {
     /// Commits `tx`, the transaction this win happened in, and only then
     /// hands out the committed `Won` that can run the effect: shorthand for
-    /// [`Tx::commit`] with one win.
+    /// [`Tx::commit`] with one win, keeping `tx`'s deadline.
     pub async fn commit<DB: Backend>(self, tx: Tx<'_, DB>) -> Result<Won<S, K, Committed>, Error> {
         tx.commit(self).await
     }
@@ -241,11 +321,18 @@ impl<S: StateMachine, K> Won<S, K, Uncommitted> {
 /// Wins inside it are its own: [`Savepoint::release`] hands them to the
 /// enclosing transaction, and [`Savepoint::rollback`] (or dropping it)
 /// rolls its work back and leaves them unable to commit.
+///
+/// Its calls keep the deadline of the transaction or savepoint it was
+/// opened in, unless [`Savepoint::within`] says otherwise. A call cut off
+/// by it ends in [`Error::Timeout`] with `outcome_known: true`, and leaves
+/// the whole transaction unable to commit ([`Tx::commit`] answers
+/// [`Error::RolledBack`]): nothing of it commits.
 pub struct Savepoint<'t, DB: Backend> {
     inner: sqlx::Transaction<'t, DB>,
     health: &'t mut Health,
     scope: u64,
     parent: u64,
+    deadline: Duration,
 }
 
 impl<'t, DB: Backend> Savepoint<'t, DB> {
@@ -253,23 +340,45 @@ impl<'t, DB: Backend> Savepoint<'t, DB> {
         conn: &'t mut DB::Connection,
         health: &'t mut Health,
         parent: u64,
+        deadline: Duration,
     ) -> Result<Self, Error> {
         health.verified = false;
-        let inner = conn
-            .begin()
-            .await
-            .map_err(|source| Error::Begin { source })?;
+        let inner = match tokio::time::timeout(deadline, conn.begin()).await {
+            Ok(begun) => begun.map_err(|source| Error::Begin { source })?,
+            Err(_) => {
+                // The `SAVEPOINT` may run yet, and what sqlx rolls back
+                // for it may be more than the savepoint.
+                health.abandon();
+                return Err(timed_out("SAVEPOINT", deadline, true));
+            }
+        };
         Ok(Savepoint {
             inner,
             health,
             scope: next_scope(),
             parent,
+            deadline,
         })
     }
 
-    /// Opens a savepoint inside this one.
+    /// The same savepoint, whose later calls ([`Savepoint::release`],
+    /// [`Savepoint::savepoint`], [`Savepoint::rollback`]) keep `deadline`
+    /// instead of the enclosing transaction's.
+    pub fn within(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
+    /// The deadline the savepoint's own calls keep.
+    pub fn deadline(&self) -> Duration {
+        self.deadline
+    }
+
+    /// Opens a savepoint inside this one, keeping this one's deadline; cut
+    /// off, as [`Tx::savepoint`].
     pub async fn savepoint(&mut self) -> Result<Savepoint<'_, DB>, Error> {
-        Savepoint::open(&mut *self.inner, &mut *self.health, self.scope).await
+        let deadline = self.deadline;
+        Savepoint::open(&mut *self.inner, &mut *self.health, self.scope, deadline).await
     }
 
     /// Releases the savepoint and hands its wins to the enclosing
@@ -278,15 +387,24 @@ impl<'t, DB: Backend> Savepoint<'t, DB> {
     /// Each win must have been won in this savepoint (or released into it);
     /// otherwise nothing is released and the error is
     /// [`Error::ForeignWin`].
+    ///
+    /// The `RELEASE SAVEPOINT` keeps the savepoint's deadline. Cut off, it
+    /// ends in [`Error::Timeout`] with `outcome_known: true`, the wins are
+    /// gone, and the transaction can no longer commit ([`Tx::commit`]
+    /// answers [`Error::RolledBack`]).
     pub async fn release<T: Staged + sealed::Convert>(self, staged: T) -> Result<T, Error> {
         if !staged.all_in(self.scope) {
             return Err(Error::ForeignWin);
         }
         self.health.verified = false;
-        self.inner
-            .commit()
-            .await
-            .map_err(|source| Error::Commit { source })?;
+        let deadline = self.deadline;
+        match tokio::time::timeout(deadline, self.inner.commit()).await {
+            Ok(released) => released.map_err(|source| Error::Commit { source })?,
+            Err(_) => {
+                self.health.abandon();
+                return Err(timed_out("RELEASE SAVEPOINT", deadline, true));
+            }
+        }
         Ok(staged.rescope(self.parent))
     }
 
@@ -304,18 +422,28 @@ fn depth<DB: Backend>(conn: &DB::Connection) -> usize {
 /// What a transaction and a savepoint have alike: rolling back (which
 /// takes their wins with it), their scope, and the connection under them.
 macro_rules! scoped {
-    ($ty:ident, $what:literal) => {
+    ($ty:ident, $what:literal, $rollback:literal, $cut_off:literal) => {
         impl<DB: Backend> $ty<'_, DB> {
             #[doc = concat!("Rolls the ", $what, " back. Its wins are gone.")]
+            ///
+            #[doc = concat!(
+                "The `", $rollback, "` keeps the deadline of [`", stringify!($ty),
+                "::within`]. Cut off, it ends in [`Error::Timeout`] with `outcome_known: true`: ",
+                $cut_off
+            )]
             // `mut` is needed where the health is owned (`Tx`), not where
             // it is borrowed (`Savepoint`).
             #[allow(unused_mut)]
             pub async fn rollback(mut self) -> Result<(), Error> {
                 self.health.verified = false;
-                self.inner
-                    .rollback()
-                    .await
-                    .map_err(|source| Error::Commit { source })
+                let deadline = self.deadline;
+                match tokio::time::timeout(deadline, self.inner.rollback()).await {
+                    Ok(done) => done.map_err(|source| Error::Commit { source }),
+                    Err(_) => {
+                        self.health.abandon();
+                        Err(timed_out($rollback, deadline, true))
+                    }
+                }
             }
 
             pub(crate) fn scope_id(&self) -> u64 {
@@ -341,12 +469,26 @@ macro_rules! scoped {
     };
 }
 
-scoped!(Tx, "transaction");
-scoped!(Savepoint, "savepoint (the enclosing transaction goes on)");
+scoped!(
+    Tx,
+    "transaction",
+    "ROLLBACK",
+    "nothing of the transaction commits, and sqlx rolls back once the connection is free."
+);
+scoped!(
+    Savepoint,
+    "savepoint (the enclosing transaction goes on)",
+    "ROLLBACK TO SAVEPOINT",
+    "the enclosing transaction can no longer commit ([`Tx::commit`] answers \
+     [`Error::RolledBack`]), so nothing of it commits."
+);
 
 impl<DB: Backend> core::fmt::Debug for Tx<'_, DB> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("Tx").field("scope", &self.scope).finish()
+        f.debug_struct("Tx")
+            .field("scope", &self.scope)
+            .field("deadline", &self.deadline)
+            .finish()
     }
 }
 
@@ -355,138 +497,7 @@ impl<DB: Backend> core::fmt::Debug for Savepoint<'_, DB> {
         f.debug_struct("Savepoint")
             .field("scope", &self.scope)
             .field("parent", &self.parent)
+            .field("deadline", &self.deadline)
             .finish()
     }
 }
-
-/// Wins from inside a transaction: one [`Won<S, K, Uncommitted>`], a tuple
-/// of up to four, a `Vec` or an `Option` of them, or `()`.
-pub trait Staged: sealed::Sealed {
-    /// The same wins, committed.
-    type Committed;
-}
-
-pub(crate) mod sealed {
-    pub trait Sealed {}
-
-    /// Out of reach of callers: only [`Tx::commit`](super::Tx::commit) may
-    /// turn uncommitted wins into committed ones, and only
-    /// [`Savepoint::release`](super::Savepoint::release) may move them to
-    /// another scope.
-    pub trait Convert: super::Staged + Sized {
-        /// Whether every win was won in `scope`.
-        fn all_in(&self, scope: u64) -> bool;
-        fn rescope(self, scope: u64) -> Self;
-        fn into_committed(self) -> Self::Committed;
-    }
-}
-
-impl<S: StateMachine, K> sealed::Sealed for Won<S, K, Uncommitted> {}
-
-impl<S: StateMachine, K> Staged for Won<S, K, Uncommitted> {
-    type Committed = Won<S, K, Committed>;
-}
-
-impl<S: StateMachine, K> sealed::Convert for Won<S, K, Uncommitted> {
-    fn all_in(&self, scope: u64) -> bool {
-        self.scope() == scope
-    }
-
-    fn rescope(self, scope: u64) -> Self {
-        Won::rescope(self, scope)
-    }
-
-    fn into_committed(self) -> Self::Committed {
-        Won::rescope(self, 0)
-    }
-}
-
-impl sealed::Sealed for () {}
-
-impl Staged for () {
-    type Committed = ();
-}
-
-impl sealed::Convert for () {
-    fn all_in(&self, _: u64) -> bool {
-        true
-    }
-
-    fn rescope(self, _: u64) -> Self {}
-
-    fn into_committed(self) -> Self::Committed {}
-}
-
-impl<T: Staged> sealed::Sealed for Vec<T> {}
-
-impl<T: Staged> Staged for Vec<T> {
-    type Committed = Vec<T::Committed>;
-}
-
-impl<T: sealed::Convert> sealed::Convert for Vec<T> {
-    fn all_in(&self, scope: u64) -> bool {
-        self.iter().all(|t| t.all_in(scope))
-    }
-
-    fn rescope(self, scope: u64) -> Self {
-        self.into_iter().map(|t| t.rescope(scope)).collect()
-    }
-
-    fn into_committed(self) -> Self::Committed {
-        self.into_iter()
-            .map(sealed::Convert::into_committed)
-            .collect()
-    }
-}
-
-impl<T: Staged> sealed::Sealed for Option<T> {}
-
-impl<T: Staged> Staged for Option<T> {
-    type Committed = Option<T::Committed>;
-}
-
-impl<T: sealed::Convert> sealed::Convert for Option<T> {
-    fn all_in(&self, scope: u64) -> bool {
-        self.as_ref().is_none_or(|t| t.all_in(scope))
-    }
-
-    fn rescope(self, scope: u64) -> Self {
-        self.map(|t| t.rescope(scope))
-    }
-
-    fn into_committed(self) -> Self::Committed {
-        self.map(sealed::Convert::into_committed)
-    }
-}
-
-macro_rules! staged_tuple {
-    ($($t:ident),+) => {
-        impl<$($t: Staged),+> sealed::Sealed for ($($t,)+) {}
-
-        impl<$($t: Staged),+> Staged for ($($t,)+) {
-            type Committed = ($($t::Committed,)+);
-        }
-
-        #[allow(non_snake_case)]
-        impl<$($t: sealed::Convert),+> sealed::Convert for ($($t,)+) {
-            fn all_in(&self, scope: u64) -> bool {
-                let ($($t,)+) = self;
-                true $(&& $t.all_in(scope))+
-            }
-
-            fn rescope(self, scope: u64) -> Self {
-                let ($($t,)+) = self;
-                ($($t.rescope(scope),)+)
-            }
-
-            fn into_committed(self) -> Self::Committed {
-                let ($($t,)+) = self;
-                ($(sealed::Convert::into_committed($t),)+)
-            }
-        }
-    };
-}
-
-staged_tuple!(A, B);
-staged_tuple!(A, B, C);
-staged_tuple!(A, B, C, D);
