@@ -100,6 +100,21 @@ fn assert_open_timeout(error: &Error, transition: &str) {
     assert!(error.to_string().contains("may still commit"), "{error}");
 }
 
+/// A timeout of `transition` cut off before it wrote anything.
+fn assert_known_timeout(error: &Error, transition: &str) {
+    let Error::Timeout {
+        transition: named,
+        outcome_known,
+        ..
+    } = error
+    else {
+        panic!("expected a timeout, got {error:?}");
+    };
+    assert_eq!(*named, transition, "{error:?}");
+    assert!(outcome_known, "{error:?}");
+    assert!(!error.is_outcome_unknown(), "{error:?}");
+}
+
 // Each body below, as `sqlite::name`, `postgres::name` and `mysql::name`.
 backend_tests! {
     "deadline_take_over" => a_takeover_cut_off_may_still_commit,
@@ -197,8 +212,14 @@ where
     let start = Slow::start().within(DEADLINE);
     let error = start.apply(&db.pool, 1_i64).await.unwrap_err();
     assert_open_timeout(&error, "start");
+    // SQLite's claim waits at its `BEGIN IMMEDIATE`, before anything is
+    // written: the outcome is known there.
+    let cut_off = |error: &Error| match DB::DIALECT {
+        stateguard::ddl::Dialect::Sqlite => assert_known_timeout(error, "start"),
+        _ => assert_open_timeout(error, "start"),
+    };
     let error = start.claim::<DB, i64>(&db.pool, 1).await.unwrap_err();
-    assert_open_timeout(&error, "start");
+    cut_off(&error);
     let error = start.apply_many(&db.pool, &[2_i64, 3]).await.unwrap_err();
     assert_open_timeout(&error, "start");
     held.release().await;

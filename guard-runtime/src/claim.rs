@@ -483,7 +483,8 @@ where
 {
     let mut tx = Tx::begin_with(pool, begin)
         .within(transition.deadline())
-        .await?;
+        .await
+        .map_err(|e| transition.begin_error(e))?;
     // The candidates: the guard's values, the age, then the limit.
     let mut args = DB::Args::default();
     params

@@ -541,7 +541,10 @@ where
     K: DecodeKey<DB, S::KeyShape> + ManyKeys<DB, S::KeyShape> + Ord,
     P: Params<DB>,
 {
-    let mut tx = Tx::begin(pool).within(transition.deadline()).await?;
+    let mut tx = Tx::begin(pool)
+        .within(transition.deadline())
+        .await
+        .map_err(|e| transition.begin_error(e))?;
     let found = lock_and_update(&mut tx, transition, keys, params, note).await?;
     tx.commit(()).await?;
     Ok(found)

@@ -589,6 +589,21 @@ impl<S: StateMachine> Transition<S> {
         }
     }
 
+    /// An error of the `BEGIN` of a transaction that the call runs itself
+    /// (a claim, a batch), named after the call: a `BEGIN` cut off by the
+    /// deadline wrote nothing, so the outcome is known.
+    pub(crate) fn begin_error(self, error: Error) -> Error {
+        match error {
+            Error::Timeout { deadline, .. } => Error::Timeout {
+                table: S::MACHINE.table(),
+                transition: self.name(),
+                deadline,
+                outcome_known: true,
+            },
+            other => other,
+        }
+    }
+
     pub(crate) fn db_error(self, source: sqlx::Error) -> Error {
         Error::Database {
             table: S::MACHINE.table(),
