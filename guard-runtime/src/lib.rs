@@ -20,7 +20,6 @@ pub mod docs;
 mod effect;
 mod error;
 mod executor;
-mod fnv;
 mod history;
 pub mod idempotency;
 pub mod inbox;
