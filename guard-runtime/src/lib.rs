@@ -40,7 +40,7 @@ mod verdict;
 pub use crate::batched::Batched;
 pub use crate::dialect::{Backend, Key};
 pub use crate::effect::{Effect, FinishError, Finished};
-pub use crate::error::Error;
+pub use crate::error::{Error, ErrorKind};
 pub use crate::executor::Executor;
 pub use crate::history::{HistoryRow, Noted};
 pub use crate::key::{DecodeKey, KeyShape, KeyText, ManyKeys, RowKey};
