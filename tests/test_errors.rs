@@ -104,7 +104,7 @@ where
 
 /// Errors as the servers return them: a lock that cannot be had in time
 /// is transient; a unique violation, a syntax error and a missing table
-/// are not; a noted call on a machine without history is a misuse.
+/// are not; reading the history of a machine without one is a misuse.
 async fn database_errors_sort_into_kinds<DB: TestBackend>(db: Db<DB>)
 where
     for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
@@ -164,11 +164,7 @@ where
     assert_eq!(begin.kind(), ErrorKind::Transient, "{begin:?}");
     assert!(begin.is_transient());
 
-    let misuse = Unaudited::start()
-        .noted(Note::by("ops"))
-        .apply(&db.pool, 2_i64)
-        .await
-        .unwrap_err();
+    let misuse = Unaudited::history(&db.pool, 2_i64).await.unwrap_err();
     assert!(matches!(misuse, Error::NoHistory { .. }), "{misuse:?}");
     assert!(misuse.is_misuse() && !misuse.is_transient());
 }

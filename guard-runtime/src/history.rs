@@ -131,11 +131,34 @@ pub struct Noted<S: StateMachine, P = ()> {
     note: Note,
 }
 
-impl<S: StateMachine> Transition<S> {
+/// A machine declared with `history = "…"`, whose moves can carry a
+/// [`Note`]: the derive implements it for such machines only, so that
+/// [`Transition::noted`] on a machine without a history table does not
+/// compile (rather than drop the note).
+///
+/// ```compile_fail
+/// use stateguard::{Note, StateMachine};
+///
+/// #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+/// #[state_machine(table = "payouts", column = "status", key = "id")]
+/// enum PayoutStatus {
+///     #[state(initial)]
+///     #[transition(cancel -> Cancelled)]
+///     Pending,
+///     Cancelled,
+/// }
+///
+/// let _ = PayoutStatus::cancel().noted(Note::by("alice")); // no history table
+/// ```
+///
+/// Implemented by hand on a machine without one, it lets a noted call
+/// compile, and the call is refused with [`Error::NoHistory`].
+pub trait HasHistory: StateMachine {}
+
+impl<S: HasHistory> Transition<S> {
     /// This transition, with `note` recorded in the history row of the
-    /// move it makes (`actor`, `reason`, `details`). A machine without a
-    /// history table refuses a noted call with [`Error::NoHistory`], rather
-    /// than drop the note.
+    /// move it makes (`actor`, `reason`, `details`). Only a machine with a
+    /// history table ([`HasHistory`]) takes a note.
     pub fn noted(self, note: Note) -> Noted<S> {
         Noted {
             transition: self,
@@ -145,7 +168,7 @@ impl<S: StateMachine> Transition<S> {
     }
 }
 
-impl<S: StateMachine, P> Bound<S, P> {
+impl<S: HasHistory, P> Bound<S, P> {
     /// See [`Transition::noted`].
     pub fn noted(self, note: Note) -> Noted<S, P> {
         Noted {

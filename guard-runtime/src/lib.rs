@@ -42,7 +42,7 @@ pub use crate::dialect::{Backend, Key};
 pub use crate::effect::{Effect, FinishError, Finished};
 pub use crate::error::{Error, ErrorKind};
 pub use crate::executor::Executor;
-pub use crate::history::{HistoryRow, Noted};
+pub use crate::history::{HasHistory, HistoryRow, Noted};
 pub use crate::key::{DecodeKey, KeyShape, KeyText, ManyKeys, RowKey};
 pub use crate::machine::{StateMachine, UnknownState};
 pub use crate::many::APPLY_MANY_CHUNK;
