@@ -772,6 +772,62 @@ async fn effect_keys_stay_within_255_characters() {
     assert!(keys[1].starts_with("accounts.status:xxxx"), "{}", keys[1]);
 }
 
+/// Long effect keys end in SHA-256, which an attacker who picks row keys
+/// cannot collide: two row keys whose effect keys collided under the 64-bit
+/// FNV-1a this used to end in (found by a distinguished-point search) get
+/// two effect keys, and the shortened form is pinned to values computed
+/// apart from the library (`printf '%s' "$full" | sha256sum`).
+#[tokio::test]
+async fn long_effect_keys_end_in_sha256() {
+    let Some(db) = open!(Sqlite, "effect_key_sha256") else {
+        return;
+    };
+    sqlx::query("CREATE TABLE accounts (name TEXT PRIMARY KEY, status TEXT NOT NULL)")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let pad = "x".repeat(232);
+    let (a, b) = (
+        format!("{pad}9b3a436696edd730"),
+        format!("{pad}58bd39d6b85df1ba"),
+    );
+    // The pair is a real FNV-1a 64 collision of the whole key text, so the
+    // old keys (the same 238-character prefix, `~`, the hash) were equal.
+    let fnv1a64 = |text: &str| {
+        text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+            (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
+        })
+    };
+    assert_eq!(
+        fnv1a64(&format!("accounts.status:{a}:open:0")),
+        fnv1a64(&format!("accounts.status:{b}:open:0")),
+    );
+    let mut keys = Vec::new();
+    for name in [&a, &b] {
+        sqlx::query("INSERT INTO accounts (name, status) VALUES (?1, 'new')")
+            .bind(name)
+            .execute(&db.pool)
+            .await
+            .unwrap();
+        let won = AccountStatus::open()
+            .apply(&db.pool, name.clone())
+            .await
+            .unwrap();
+        keys.push(won.won().expect("wins").effect_key());
+    }
+    let prefix = format!("accounts.status:{}", "x".repeat(174));
+    assert_eq!(
+        keys[0],
+        format!("{prefix}~f06e736637eac0113980977cbab50b1bae92d51ff48d2e1da9631d895c6a334f")
+    );
+    assert_eq!(
+        keys[1],
+        format!("{prefix}~010ef88f0ce37091f5ca1fe2b5ce7935a8cd453864e5ddbe86022b3ecb5345d6")
+    );
+    assert_ne!(keys[0], keys[1]);
+    assert_eq!(keys[0].len(), 255);
+}
+
 /// A row put into an in-flight state without a transition has no `since`
 /// stamp; recovery must still find it rather than leave it in flight for
 /// ever.

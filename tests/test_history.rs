@@ -545,35 +545,6 @@ where
         who("recovery", "bank confirmed")
     );
 
-    // No history table: refused, and nothing moves.
-    let refused = common::TransferStatus::start()
-        .noted(Note::by("x"))
-        .claim::<DB, i64>(&db.pool, 1)
-        .await;
-    assert!(
-        matches!(refused, Err(Error::NoHistory { .. })),
-        "{refused:?}"
-    );
-    let refused = common::TransferStatus::cancel()
-        .noted(Note::by("x"))
-        .apply_many(&db.pool, &[6_i64])
-        .await;
-    assert!(
-        matches!(refused, Err(Error::NoHistory { .. })),
-        "{refused:?}"
-    );
-    assert_eq!(db.transfer(6).await, ("pending".to_owned(), 0));
-    let won = common::TransferStatus::start()
-        .apply(&db.pool, 7_i64)
-        .await
-        .unwrap()
-        .won()
-        .unwrap();
-    let finished = won
-        .finish(&db.pool, |_: Effect<common::TransferStatus, i64>| async {
-            Verdict::from(common::TransferStatus::fail().noted(Note::by("x")))
-        })
-        .await;
-    assert!(finished.is_err(), "{finished:?}");
-    assert_eq!(db.transfer(7).await.0, "sending");
+    // A note on a machine without a history table, in a call or in a
+    // verdict, does not compile (tests/ui/noted-without-history.rs).
 }

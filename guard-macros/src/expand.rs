@@ -257,6 +257,14 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
         }
     };
 
+    // Only a machine with a history table takes notes: `noted` asks for it.
+    let has_history = model.history.as_ref().map(|_| {
+        quote! {
+            #[automatically_derived]
+            impl #krate::HasHistory for #ident {}
+        }
+    });
+
     let n_states = idents.len();
     let n_transitions = model.transitions.len();
     // Scoped inside the `MACHINE` block, so fixed names cannot clash.
@@ -315,6 +323,8 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
         }
 
         #follow_up_values
+
+        #has_history
 
         // No `#[automatically_derived]`: rustc accepts it only on trait
         // impls and is phasing it out elsewhere. A transition may share the

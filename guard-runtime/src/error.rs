@@ -1,8 +1,30 @@
 use crate::machine::UnknownState;
 
+mod kind;
+
+pub use kind::ErrorKind;
+
 /// Everything that can go wrong while applying a transition.
 ///
 /// Losing a race is not an error: it is an [`Outcome`](crate::Outcome).
+///
+/// [`Error::kind`] sorts every error into one [`ErrorKind`], the way a
+/// caller branches on it:
+///
+/// | kind | what to do | variants |
+/// | --- | --- | --- |
+/// | [`Transient`](ErrorKind::Transient) | call again (the whole transaction, inside one), after a pause | `RetryTransaction`, `RolledBack`, `Contention`, `Timeout` with nothing in flight; `Database`, `Begin`, `Commit`, `Store`, `Recovery` when the database's error is transient (see below) |
+/// | [`OutcomeUnknown`](ErrorKind::OutcomeUnknown) | apply again to learn the row's state; an effect may be owed | whatever [`Error::is_outcome_unknown`] says: a broken connection or ended session while a statement or `COMMIT` was in flight, `Timeout` with the `UPDATE` in flight |
+/// | [`Misuse`](ErrorKind::Misuse) | fix the calling code: the same call fails again | `NoVersionColumn`, `ForeignWin`, `ConnectionInTransaction`, `NestedTransaction`, `NotInFlight`, `NoFailedTransition`, `NotAFollowUp`, `FollowUpValues`, `ExpectingMany`, `BatchKey`, `NoSinceColumn`, `NoTimeout`, `NoHistory` |
+/// | [`Data`](ErrorKind::Data) | reject the input, or repair the row | `BadKey`, `UnknownState`, `NullStatus`, `AmbiguousKey`, `UnknownTransition`, `HistoryDetails` |
+/// | [`Superseded`](ErrorKind::Superseded) | roll back and stop: someone else holds the work | `IdempotencyLeaseLost`, `RowVanished` |
+/// | [`Database`](ErrorKind::Database) | report it: a retry does not cure it (constraint, syntax, missing table, decode, closed pool, …) | `Database`, `Begin`, `Commit`, `Store`, `Recovery` with any other database error |
+///
+/// A database's error is transient when a fresh attempt may get past it:
+/// a serialization failure, deadlock, lock wait timeout or busy database,
+/// a statement timeout, too many connections, the pool's timeout, or a
+/// broken connection or ended session where nothing was in flight. The
+/// codes are listed at [`ErrorKind::Transient`].
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -371,6 +393,27 @@ pub enum Error {
         machine: &'static str,
         /// The name found.
         name: String,
+    },
+
+    /// A history row's `details` hold text that is not a JSON document:
+    /// the history table was written to by hand, or its `details` column
+    /// does not check JSON (SQLite's `TEXT` does not, nor does a column a
+    /// migration made plain text). The moves themselves write only JSON.
+    #[error(
+        "history table `{table}`: move {position} of the row (transition `{transition}` into \
+         occurrence {occurrence}) has details that are not JSON: {problem}"
+    )]
+    HistoryDetails {
+        /// The history table.
+        table: &'static str,
+        /// Which move of the row's history, from 1 (oldest first).
+        position: usize,
+        /// The transition the history row names.
+        transition: &'static str,
+        /// The occurrence the history row records.
+        occurrence: i64,
+        /// What the JSON parser found wrong, and where.
+        problem: String,
     },
 
     /// The row was deleted while its effect ran.

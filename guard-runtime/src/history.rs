@@ -50,8 +50,9 @@ impl<S: StateMachine> Machine<S> {
     /// The history of the row whose key is `key`, oldest first: one
     /// [`HistoryRow`] per move. States and transition names are parsed; a
     /// string that is no state or transition of this machine is an error,
-    /// not a guess. [`Error::NoHistory`] for a machine without a history
-    /// table.
+    /// not a guess, and so are details that are not JSON
+    /// ([`Error::HistoryDetails`]). [`Error::NoHistory`] for a machine
+    /// without a history table.
     pub async fn history<E, K>(
         &'static self,
         mut executor: E,
@@ -75,7 +76,8 @@ impl<S: StateMachine> Machine<S> {
         let read = executor.fetch_all(<E::Database as Dialect>::sql(sql), args);
         let rows = self.read_within("history", read).await?;
         rows.iter()
-            .map(|row| {
+            .enumerate()
+            .map(|(index, row)| {
                 let text = |i| {
                     <E::Database as Dialect>::text_opt(row, i)
                         .map_err(error)?
@@ -91,15 +93,29 @@ impl<S: StateMachine> Machine<S> {
                             machine: self.name(),
                             name: name.clone(),
                         })?;
+                let occurrence = <E::Database as Dialect>::int(row, 3).map_err(error)?;
+                let details = <E::Database as Dialect>::text_opt(row, 7).map_err(error)?;
+                if let Some(Err(problem)) = details
+                    .as_deref()
+                    .map(serde_json::from_str::<serde_json::Value>)
+                {
+                    return Err(Error::HistoryDetails {
+                        table: self.history_table().unwrap_or_default(),
+                        position: index + 1,
+                        transition: transition.name(),
+                        occurrence,
+                        problem: problem.to_string(),
+                    });
+                }
                 Ok(HistoryRow {
                     transition,
                     from: S::parse_db_str(&text(1)?)?,
                     to: S::parse_db_str(&text(2)?)?,
-                    occurrence: <E::Database as Dialect>::int(row, 3).map_err(error)?,
+                    occurrence,
                     at: text(4)?,
                     actor: <E::Database as Dialect>::text_opt(row, 5).map_err(error)?,
                     reason: <E::Database as Dialect>::text_opt(row, 6).map_err(error)?,
-                    details: <E::Database as Dialect>::text_opt(row, 7).map_err(error)?,
+                    details,
                 })
             })
             .collect()
@@ -115,11 +131,34 @@ pub struct Noted<S: StateMachine, P = ()> {
     note: Note,
 }
 
-impl<S: StateMachine> Transition<S> {
+/// A machine declared with `history = "…"`, whose moves can carry a
+/// [`Note`]: the derive implements it for such machines only, so that
+/// [`Transition::noted`] on a machine without a history table does not
+/// compile (rather than drop the note).
+///
+/// ```compile_fail
+/// use stateguard::{Note, StateMachine};
+///
+/// #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+/// #[state_machine(table = "payouts", column = "status", key = "id")]
+/// enum PayoutStatus {
+///     #[state(initial)]
+///     #[transition(cancel -> Cancelled)]
+///     Pending,
+///     Cancelled,
+/// }
+///
+/// let _ = PayoutStatus::cancel().noted(Note::by("alice")); // no history table
+/// ```
+///
+/// Implemented by hand on a machine without one, it lets a noted call
+/// compile, and the call is refused with [`Error::NoHistory`].
+pub trait HasHistory: StateMachine {}
+
+impl<S: HasHistory> Transition<S> {
     /// This transition, with `note` recorded in the history row of the
-    /// move it makes (`actor`, `reason`, `details`). A machine without a
-    /// history table refuses a noted call with [`Error::NoHistory`], rather
-    /// than drop the note.
+    /// move it makes (`actor`, `reason`, `details`). Only a machine with a
+    /// history table ([`HasHistory`]) takes a note.
     pub fn noted(self, note: Note) -> Noted<S> {
         Noted {
             transition: self,
@@ -129,7 +168,7 @@ impl<S: StateMachine> Transition<S> {
     }
 }
 
-impl<S: StateMachine, P> Bound<S, P> {
+impl<S: HasHistory, P> Bound<S, P> {
     /// See [`Transition::noted`].
     pub fn noted(self, note: Note) -> Noted<S, P> {
         Noted {

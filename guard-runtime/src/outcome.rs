@@ -233,7 +233,9 @@ impl<S: StateMachine, K: KeyText<S::KeyShape>, C> Won<S, K, C> {
     /// Derived from the table and status column, the row key, the state the
     /// row entered and the occurrence (`payouts.status:42:sending:3`), so it is the same for every retry and every recovery
     /// of this win, and different for the next pass of the row through the
-    /// same state. At most 255 characters.
+    /// same state. At most 255 characters: a longer one keeps its first 190
+    /// characters and ends in `~` and the SHA-256 of the whole in hex, so
+    /// that row keys chosen by an attacker cannot make two wins share one.
     pub fn effect_key(&self) -> String {
         effect_key::<S>(&self.key.key_text(), self.state, self.occurrence)
     }
@@ -251,27 +253,50 @@ impl<S: StateMachine, K: fmt::Debug, C> fmt::Debug for Won<S, K, C> {
 }
 
 /// The effect key of one win: `table.column:key:state:occurrence` (the
-/// column keeps two machines on one table apart), or a prefix of it and a
-/// stable hash of the whole when that would exceed 255 characters.
+/// column keeps two machines on one table apart), or, when that would
+/// exceed [`EFFECT_KEY_LIMIT`] characters, a prefix of it, `~` and the
+/// SHA-256 of the whole in hex.
 fn effect_key<S: StateMachine>(key: &str, state: S, occurrence: i64) -> String {
-    const LIMIT: usize = 255;
     let full = format!(
         "{}.{}:{key}:{}:{occurrence}",
         S::MACHINE.table(),
         S::MACHINE.column(),
         state.as_str()
     );
-    if full.len() <= LIMIT {
+    shorten(full)
+}
+
+/// The longest effect key: what `Idempotency-Key` headers commonly accept.
+const EFFECT_KEY_LIMIT: usize = 255;
+
+/// Hex characters of SHA-256 a shortened effect key keeps: all 64. The
+/// key parts often come from input, so the attacker to fear picks two
+/// inputs whose hashes agree (two payouts, one idempotency key), and a
+/// collision of an n-bit hash takes about 2^(n/2) tries: the whole 256
+/// bits leave 2^128, where 128 bits (32 hex characters) would leave 2^64,
+/// which large hashing farms can afford. The prefix still keeps 190
+/// characters of the readable key.
+const EFFECT_KEY_HASH_HEX: usize = 64;
+
+/// `full` itself if it fits, else its prefix, `~` and its SHA-256.
+fn shorten(full: String) -> String {
+    use core::fmt::Write as _;
+    use sha2::Digest as _;
+
+    if full.len() <= EFFECT_KEY_LIMIT {
         return full;
     }
-    // 1 + 16 characters of hash after the prefix.
-    let mut cut = LIMIT - 17;
+    let mut cut = EFFECT_KEY_LIMIT - 1 - EFFECT_KEY_HASH_HEX;
     while !full.is_char_boundary(cut) {
         cut -= 1;
     }
-    format!(
-        "{}~{:016x}",
-        &full[..cut],
-        crate::fnv::fnv1a64(full.as_bytes())
-    )
+    let mut short = String::with_capacity(EFFECT_KEY_LIMIT);
+    short.push_str(&full[..cut]);
+    short.push('~');
+    for byte in sha2::Sha256::digest(full.as_bytes()) {
+        // Writing to a String cannot fail.
+        let _ = write!(short, "{byte:02x}");
+    }
+    debug_assert_eq!(short.len(), cut + 1 + EFFECT_KEY_HASH_HEX);
+    short
 }

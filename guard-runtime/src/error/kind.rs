@@ -1,0 +1,176 @@
+//! What a caller can do about an [`Error`]: its [`ErrorKind`].
+
+use super::{Error, mysql_number};
+use crate::dialect::Backend;
+
+/// What a caller can do about an [`Error`], as [`Error::kind`] sorts it.
+/// Each error is of exactly one kind; the table at [`Error`] lists which
+/// variant goes where.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// Calling again may succeed: nothing was changed (or the database
+    /// rolled it back), and what stood in the way passes. Inside a
+    /// transaction, roll back and run the whole transaction again.
+    ///
+    /// A database's error is transient when it is a serialization failure
+    /// or deadlock (PostgreSQL 40001, 40P01; MySQL/MariaDB 1213, 1020), a
+    /// lock that could not be had in time (PostgreSQL 55P03; MySQL 1205,
+    /// 3572), a busy or locked SQLite database (5, 6 and their extended
+    /// codes 261, 262, 517), a statement timeout (MySQL 3024, MariaDB
+    /// 1969), too many connections (PostgreSQL 53300, MySQL 1040), a
+    /// connection that failed or a server shutting down (PostgreSQL class
+    /// 08, 57P01–57P03; MySQL 1053, 1927, 2006, 2013) when nothing was in
+    /// flight, the pool's acquire timeout, or a broken connection (an I/O
+    /// or protocol error) when nothing was in flight.
+    Transient,
+    /// The change may have been applied although an error came back: see
+    /// [`Error::is_outcome_unknown`]. Apply the transition again to learn
+    /// the row's state (a committed change reads as `AlreadyInState`), and
+    /// count the effect as possibly owed.
+    OutcomeUnknown,
+    /// The calling code asked for something the machine or the call does
+    /// not allow: a noted call on a machine without history, `expecting`
+    /// without a version column, a verdict naming no follow-up, … The same
+    /// call fails again; the code needs fixing.
+    Misuse,
+    /// A value is not what the machine accepts: the caller's input (an
+    /// idempotency key too long) or what a row holds (a status that is no
+    /// state, a key column that is not unique, history that names an
+    /// unknown transition or holds details that are not JSON). Reject the
+    /// input, or repair the row.
+    Data,
+    /// Another request or session took the work over (an idempotency key's
+    /// lease ran out and a retry holds it) or deleted the row: roll back
+    /// and leave the work to whoever holds it.
+    Superseded,
+    /// The database refused for a reason a retry does not cure: a
+    /// constraint violation, a syntax error, a missing table or column, a
+    /// value that does not decode, a closed pool, a TLS or configuration
+    /// failure, …
+    Database,
+}
+
+impl Error {
+    /// What a caller can do about this error. See the table at [`Error`].
+    pub fn kind(&self) -> ErrorKind {
+        // One notion of an unknown outcome: `is_outcome_unknown`'s.
+        if self.is_outcome_unknown() {
+            return ErrorKind::OutcomeUnknown;
+        }
+        // No wildcard: a new variant must be sorted here to compile.
+        match self {
+            Error::RetryTransaction { .. }
+            | Error::RolledBack { .. }
+            | Error::Contention { .. }
+            | Error::Timeout { .. } => ErrorKind::Transient,
+            Error::Database { source, .. }
+            | Error::Begin { source }
+            | Error::Commit { source }
+            | Error::Store { source, .. }
+            | Error::Recovery { source, .. } => {
+                if transient(source) {
+                    ErrorKind::Transient
+                } else {
+                    ErrorKind::Database
+                }
+            }
+            Error::NoVersionColumn { .. }
+            | Error::ForeignWin
+            | Error::ConnectionInTransaction
+            | Error::NestedTransaction { .. }
+            | Error::NotInFlight { .. }
+            | Error::NoFailedTransition { .. }
+            | Error::NotAFollowUp { .. }
+            | Error::FollowUpValues { .. }
+            | Error::ExpectingMany { .. }
+            // A key the batch's JSON cannot carry is so by its type (a
+            // UUID, a float, a date, …), not by its value: use `apply`.
+            | Error::BatchKey { .. }
+            | Error::NoSinceColumn { .. }
+            | Error::NoTimeout { .. }
+            | Error::NoHistory { .. } => ErrorKind::Misuse,
+            Error::BadKey { .. }
+            | Error::UnknownState(_)
+            | Error::NullStatus { .. }
+            | Error::AmbiguousKey { .. }
+            // Like `UnknownState`: a stored string the machine does not
+            // know (the enum changed, or the row was written by hand).
+            | Error::UnknownTransition { .. }
+            | Error::HistoryDetails { .. } => ErrorKind::Data,
+            Error::IdempotencyLeaseLost { .. } | Error::RowVanished { .. } => {
+                ErrorKind::Superseded
+            }
+        }
+    }
+
+    /// True when calling again may succeed (inside a transaction: rolling
+    /// back and running the whole transaction again): the error is of
+    /// kind [`ErrorKind::Transient`]. An error whose outcome is unknown
+    /// ([`Error::is_outcome_unknown`]) is not transient: apply again to
+    /// learn what happened before retrying an effect.
+    pub fn is_transient(&self) -> bool {
+        self.kind() == ErrorKind::Transient
+    }
+
+    /// True when the calling code used the API in a way the machine does
+    /// not allow ([`ErrorKind::Misuse`]): the same call fails again until
+    /// the code changes.
+    pub fn is_misuse(&self) -> bool {
+        self.kind() == ErrorKind::Misuse
+    }
+}
+
+/// Whether a fresh attempt may get past `error` (see
+/// [`ErrorKind::Transient`]).
+fn transient(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::PoolTimedOut
+        | sqlx::Error::Io(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => {
+            let code = db.code();
+            let code = code.as_deref().unwrap_or_default();
+            // PostgreSQL: connection exceptions (class 08), lock not
+            // available, too many connections, shutting down or not yet
+            // accepting connections.
+            code.starts_with("08")
+                || matches!(code, "55P03" | "53300" | "57P01" | "57P02" | "57P03")
+                || mysql_number(error).is_some_and(|n| {
+                    // Too many connections, lock wait timeout, NOWAIT lock,
+                    // statement timeouts (MySQL, MariaDB), shutdown, killed,
+                    // gone away, lost.
+                    matches!(
+                        n,
+                        1040 | 1205 | 3572 | 3024 | 1969 | 1053 | 1927 | 2006 | 2013
+                    )
+                })
+                || retryable(error)
+        }
+        _ => false,
+    }
+}
+
+/// Whether a backend built in retries `error` by itself: serialization
+/// failures, deadlocks, a busy database.
+fn retryable(error: &sqlx::Error) -> bool {
+    let mut any = false;
+    #[cfg(feature = "postgres")]
+    {
+        any |= <sqlx::Postgres as Backend>::is_retryable(error);
+    }
+    #[cfg(feature = "sqlite")]
+    {
+        any |= <sqlx::Sqlite as Backend>::is_retryable(error);
+    }
+    #[cfg(feature = "mysql")]
+    {
+        any |= <sqlx::MySql as Backend>::is_retryable(error);
+    }
+    let _ = error;
+    any
+}
+
+#[cfg(test)]
+mod tests;

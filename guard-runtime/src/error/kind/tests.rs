@@ -1,0 +1,403 @@
+//! Every variant of `Error` in its kind, with the database errors that
+//! decide the kind of the variants that carry one.
+
+use std::borrow::Cow;
+
+use super::ErrorKind::{self, Data, Database, Misuse, OutcomeUnknown, Superseded, Transient};
+use crate::error::Error;
+use crate::machine::construct;
+use crate::machine::{DdlText, Machine};
+
+/// A one-state machine, for an `UnknownState` of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lone {
+    Only,
+}
+
+const NO_DDL: DdlText = construct::ddl("", "", "", &[], &[], "", "");
+
+impl crate::StateMachine for Lone {
+    const MACHINE: &'static Machine<Self> = &construct::machine(
+        "Lone",
+        "lones",
+        "status",
+        "id",
+        &["id"],
+        None,
+        Lone::Only,
+        &[],
+        &[],
+        construct::sql("", "", ""),
+        construct::sql("", "", ""),
+        None,
+        construct::sql(NO_DDL, NO_DDL, NO_DDL),
+    );
+    type KeyShape = crate::key::shape::One;
+
+    fn as_str(self) -> &'static str {
+        "only"
+    }
+
+    fn from_db_str(value: &str) -> Option<Self> {
+        (value == "only").then_some(Lone::Only)
+    }
+}
+
+/// A database's error with a code, as a driver reports it.
+#[derive(Debug)]
+struct Coded(&'static str);
+
+impl std::fmt::Display for Coded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "error {}", self.0)
+    }
+}
+
+impl std::error::Error for Coded {}
+
+impl sqlx::error::DatabaseError for Coded {
+    fn message(&self) -> &str {
+        self.0
+    }
+
+    fn code(&self) -> Option<Cow<'_, str>> {
+        Some(Cow::Borrowed(self.0))
+    }
+
+    fn as_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        self
+    }
+
+    fn as_error_mut(&mut self) -> &mut (dyn std::error::Error + Send + Sync + 'static) {
+        self
+    }
+
+    fn into_error(self: Box<Self>) -> Box<dyn std::error::Error + Send + Sync + 'static> {
+        self
+    }
+
+    fn kind(&self) -> sqlx::error::ErrorKind {
+        sqlx::error::ErrorKind::Other
+    }
+}
+
+fn coded(code: &'static str) -> sqlx::Error {
+    sqlx::Error::Database(Box::new(Coded(code)))
+}
+
+fn reset() -> sqlx::Error {
+    sqlx::Error::Io(std::io::Error::from(std::io::ErrorKind::ConnectionReset))
+}
+
+/// Database errors and their kind where nothing was in flight (`Begin`,
+/// `Store`, `Recovery`: `is_outcome_unknown` does not look at these).
+/// MySQL's numbers need its driver's own error type: `test_errors.rs`
+/// covers them with the server's.
+fn sources() -> Vec<(&'static str, sqlx::Error, ErrorKind)> {
+    vec![
+        (
+            "PostgreSQL serialization failure",
+            coded("40001"),
+            Transient,
+        ),
+        ("PostgreSQL deadlock", coded("40P01"), Transient),
+        ("PostgreSQL lock not available", coded("55P03"), Transient),
+        ("PostgreSQL too many connections", coded("53300"), Transient),
+        ("PostgreSQL connection failure", coded("08006"), Transient),
+        ("PostgreSQL admin shutdown", coded("57P01"), Transient),
+        ("PostgreSQL cannot connect now", coded("57P03"), Transient),
+        ("SQLite busy", coded("5"), Transient),
+        ("SQLite busy snapshot", coded("517"), Transient),
+        ("SQLite locked", coded("6"), Transient),
+        ("pool timeout", sqlx::Error::PoolTimedOut, Transient),
+        ("broken connection", reset(), Transient),
+        (
+            "protocol error",
+            sqlx::Error::Protocol("eof".into()),
+            Transient,
+        ),
+        ("worker crashed", sqlx::Error::WorkerCrashed, Transient),
+        ("PostgreSQL unique violation", coded("23505"), Database),
+        ("PostgreSQL syntax error", coded("42601"), Database),
+        ("PostgreSQL undefined table", coded("42P01"), Database),
+        ("PostgreSQL invalid JSON text", coded("22P02"), Database),
+        ("SQLite constraint (unique)", coded("2067"), Database),
+        ("SQLite error (syntax)", coded("1"), Database),
+        ("pool closed", sqlx::Error::PoolClosed, Database),
+        ("row not found", sqlx::Error::RowNotFound, Database),
+        (
+            "column not found",
+            sqlx::Error::ColumnNotFound("status".into()),
+            Database,
+        ),
+    ]
+}
+
+/// One value of every variant, with the kind it must have.
+fn every_variant() -> Vec<(String, Error, ErrorKind)> {
+    let (table, transition, machine, state) = ("payouts", "start", "PayoutStatus", "sending");
+    let mut all: Vec<(String, Error, ErrorKind)> = Vec::new();
+    let mut add = |what: &str, error: Error, kind: ErrorKind| {
+        all.push((what.to_owned(), error, kind));
+    };
+    for (what, _, kind) in sources() {
+        let source = || {
+            sources()
+                .into_iter()
+                .find(|(w, ..)| *w == what)
+                .map(|(_, source, _)| source)
+                .unwrap_or(sqlx::Error::RowNotFound)
+        };
+        add(what, Error::Begin { source: source() }, kind);
+        let store = Error::Store {
+            table: "stateguard_idempotency",
+            call: "begin",
+            source: source(),
+        };
+        add(what, store, kind);
+        let recovery = Error::Recovery {
+            table,
+            state,
+            source: source(),
+        };
+        add(what, recovery, kind);
+    }
+    // In flight: a broken connection or ended session may have committed.
+    let lost = |n| match n {
+        0 => reset(),
+        1 => coded("57P01"),
+        2 => coded("57014"),
+        _ => sqlx::Error::WorkerCrashed,
+    };
+    for n in 0..4 {
+        let database = Error::Database {
+            table,
+            transition,
+            source: lost(n),
+        };
+        add("lost in a statement", database, OutcomeUnknown);
+        add(
+            "lost in COMMIT",
+            Error::Commit { source: lost(n) },
+            OutcomeUnknown,
+        );
+        let rolled_back = Error::RolledBack {
+            source: Some(lost(n)),
+        };
+        add("lost before COMMIT", rolled_back, OutcomeUnknown);
+    }
+    let database = |source| Error::Database {
+        table,
+        transition,
+        source,
+    };
+    add("statement deadlock", database(coded("40P01")), Transient);
+    add("statement busy", database(coded("5")), Transient);
+    add(
+        "statement pool timeout",
+        database(sqlx::Error::PoolTimedOut),
+        Transient,
+    );
+    add(
+        "statement unique violation",
+        database(coded("23505")),
+        Database,
+    );
+    add("statement syntax error", database(coded("42601")), Database);
+    let commit = |source| Error::Commit { source };
+    add("COMMIT serialization", commit(coded("40001")), Transient);
+    add(
+        "COMMIT deferred constraint",
+        commit(coded("23503")),
+        Database,
+    );
+    add(
+        "COMMIT pool closed",
+        commit(sqlx::Error::PoolClosed),
+        Database,
+    );
+    let retry = Error::RetryTransaction {
+        table,
+        transition,
+        source: coded("40001"),
+    };
+    add("RetryTransaction", retry, Transient);
+    add("RolledBack", Error::RolledBack { source: None }, Transient);
+    let rolled_back = Error::RolledBack {
+        source: Some(coded("25P02")),
+    };
+    add("RolledBack, aborted", rolled_back, Transient);
+    let contention = |last| Error::Contention {
+        table,
+        transition,
+        attempts: 10,
+        last,
+    };
+    add("Contention", contention(None), Transient);
+    add(
+        "Contention, deadlock",
+        contention(Some(coded("40P01"))),
+        Transient,
+    );
+    let timeout = |outcome_known| Error::Timeout {
+        table,
+        transition,
+        deadline: core::time::Duration::from_secs(1),
+        outcome_known,
+    };
+    add("Timeout, nothing in flight", timeout(true), Transient);
+    add("Timeout, UPDATE in flight", timeout(false), OutcomeUnknown);
+    let misuse = [
+        Error::NoVersionColumn {
+            machine,
+            transition,
+        },
+        Error::ForeignWin,
+        Error::ConnectionInTransaction,
+        Error::NestedTransaction { depth: 2 },
+        Error::NotInFlight { machine, state },
+        Error::NoFailedTransition { machine, state },
+        Error::NotAFollowUp {
+            machine,
+            state,
+            verdict: "start",
+        },
+        Error::FollowUpValues {
+            machine,
+            transition,
+            expects: "String",
+        },
+        Error::ExpectingMany {
+            table,
+            transition,
+            call: "claim",
+        },
+        Error::BatchKey {
+            table,
+            transition,
+            key: "BYTEA".into(),
+            reason: "binds as bytes".into(),
+        },
+        Error::NoSinceColumn {
+            machine,
+            transition,
+        },
+        Error::NoTimeout {
+            machine,
+            transition,
+        },
+        Error::NoHistory { machine },
+    ];
+    for error in misuse {
+        add("misuse", error, Misuse);
+    }
+    let unknown = crate::StateMachine::parse_db_str;
+    let data = [
+        Error::BadKey {
+            field: "idempotency key",
+            length: 256,
+        },
+        Error::UnknownState(unknown("gone").map(|_: Lone| ()).err().unwrap_or_else(|| {
+            panic!("`gone` parsed as a state");
+        })),
+        Error::NullStatus {
+            table,
+            column: "status",
+        },
+        Error::AmbiguousKey {
+            table,
+            key: "id",
+            transition,
+            rows: 2,
+        },
+        Error::UnknownTransition {
+            machine,
+            name: "teleport".into(),
+        },
+        Error::HistoryDetails {
+            table: "payout_history",
+            position: 1,
+            transition,
+            occurrence: 1,
+            problem: "expected value at line 1 column 1".into(),
+        },
+    ];
+    for error in data {
+        add("data", error, Data);
+    }
+    let lease_lost = Error::IdempotencyLeaseLost {
+        scope: "payouts".into(),
+        key: "k".into(),
+    };
+    add("IdempotencyLeaseLost", lease_lost, Superseded);
+    add(
+        "RowVanished",
+        Error::RowVanished { table, transition },
+        Superseded,
+    );
+    all
+}
+
+/// Which variant `error` is. No wildcard: a new variant stops this from
+/// compiling until it gets a number here (and `VARIANTS` grows), and then
+/// `every_variant_is_in_its_kind` fails until the table holds it too.
+fn variant(error: &Error) -> usize {
+    match error {
+        Error::Database { .. } => 0,
+        Error::UnknownState(_) => 1,
+        Error::RetryTransaction { .. } => 2,
+        Error::Contention { .. } => 3,
+        Error::Timeout { .. } => 4,
+        Error::NoVersionColumn { .. } => 5,
+        Error::AmbiguousKey { .. } => 6,
+        Error::Commit { .. } => 7,
+        Error::RolledBack { .. } => 8,
+        Error::Begin { .. } => 9,
+        Error::ForeignWin => 10,
+        Error::ConnectionInTransaction => 11,
+        Error::NestedTransaction { .. } => 12,
+        Error::NullStatus { .. } => 13,
+        Error::NotInFlight { .. } => 14,
+        Error::NoFailedTransition { .. } => 15,
+        Error::NotAFollowUp { .. } => 16,
+        Error::FollowUpValues { .. } => 17,
+        Error::ExpectingMany { .. } => 18,
+        Error::BatchKey { .. } => 19,
+        Error::BadKey { .. } => 20,
+        Error::IdempotencyLeaseLost { .. } => 21,
+        Error::Store { .. } => 22,
+        Error::NoSinceColumn { .. } => 23,
+        Error::NoTimeout { .. } => 24,
+        Error::NoHistory { .. } => 25,
+        Error::UnknownTransition { .. } => 26,
+        Error::RowVanished { .. } => 27,
+        Error::Recovery { .. } => 28,
+        Error::HistoryDetails { .. } => 29,
+    }
+}
+
+const VARIANTS: usize = 30;
+
+#[test]
+fn every_variant_is_in_its_kind() {
+    let all = every_variant();
+    let mut seen = [false; VARIANTS];
+    let mut wrong = Vec::new();
+    for (what, error, expected) in &all {
+        seen[variant(error)] = true;
+        let kind = error.kind();
+        if kind != *expected {
+            wrong.push(format!("{what}: {error:?} is {kind:?}, not {expected:?}"));
+        }
+        assert_eq!(error.is_transient(), kind == Transient, "{error:?}");
+        assert_eq!(error.is_misuse(), kind == Misuse, "{error:?}");
+        assert_eq!(
+            error.is_outcome_unknown(),
+            kind == OutcomeUnknown,
+            "{error:?}"
+        );
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    let missing: Vec<usize> = (0..VARIANTS).filter(|&v| !seen[v]).collect();
+    assert!(missing.is_empty(), "variants without a case: {missing:?}");
+}
