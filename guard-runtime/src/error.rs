@@ -476,6 +476,7 @@ impl Error {
         match self {
             Error::Database { source, .. }
             | Error::Recovery { source, .. }
+            | Error::Store { source, .. }
             | Error::Commit { source }
             | Error::RolledBack {
                 source: Some(source),

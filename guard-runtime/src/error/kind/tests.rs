@@ -90,7 +90,8 @@ fn reset() -> sqlx::Error {
 }
 
 /// Database errors and their kind where nothing was in flight (`Begin`,
-/// `Store`, `Recovery`: `is_outcome_unknown` does not look at these).
+/// where no write is ever in flight), and as the source of a `Store` or
+/// `Recovery` error (whose writes may commit when the connection breaks).
 /// MySQL's numbers need its driver's own error type: `test_errors.rs`
 /// covers them with the server's.
 fn sources() -> Vec<(&'static str, sqlx::Error, ErrorKind)> {
@@ -141,6 +142,15 @@ fn every_variant() -> Vec<(String, Error, ErrorKind)> {
         all.push((what.to_owned(), error, kind));
     };
     for (what, _, kind) in sources() {
+        // A write may have committed before the connection broke.
+        let written = match what {
+            "broken connection"
+            | "protocol error"
+            | "worker crashed"
+            | "PostgreSQL admin shutdown"
+            | "PostgreSQL cannot connect now" => OutcomeUnknown,
+            _ => kind,
+        };
         let source = || {
             sources()
                 .into_iter()
@@ -154,13 +164,13 @@ fn every_variant() -> Vec<(String, Error, ErrorKind)> {
             call: "begin",
             source: source(),
         };
-        add(what, store, kind);
+        add(what, store, written);
         let recovery = Error::Recovery {
             table,
             state,
             source: source(),
         };
-        add(what, recovery, kind);
+        add(what, recovery, written);
     }
     // In flight: a broken connection or ended session may have committed.
     let lost = |n| match n {
