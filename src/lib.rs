@@ -278,6 +278,38 @@
 //! `&Pool`, a `&mut` connection or a `&mut` [`Tx`] / [`Savepoint`] of that backend; see
 //! it for the retry rules inside and outside a transaction.
 //!
+//! # Failover
+//!
+//! A primary with a standby (PostgreSQL with streaming replication and a
+//! failover manager such as pg_auto_failover or Patroni; MariaDB or MySQL
+//! with a replica) keeps every promise above, given four things:
+//!
+//! - **One address that follows the primary.** sqlx connects to one host:
+//!   put a virtual IP, a DNS name the failover manager moves, or a proxy
+//!   (HAProxy, PgBouncer pointed by the manager) in front, so that a
+//!   connection opened after a failover reaches the new primary.
+//! - **Stale connections are dropped.** Pooled connections opened before a
+//!   switchover may still reach the demoted node, which answers writes
+//!   with PostgreSQL's 25006 or MySQL/MariaDB's 1290 or 1792. Nothing was
+//!   written, so the outcome is known: the library closes such a
+//!   connection instead of returning it to the pool, and a call on a pool
+//!   tries again on a fresh connection within its deadline; a call on your
+//!   own connection or in your transaction ends in [`Error::ReadOnly`]
+//!   (transient: roll back and call again). Set the pool's `max_lifetime`
+//!   too, so that connections the library never uses are renewed.
+//! - **Two nodes: no synchronous standby while one is down.** After a
+//!   failover with two nodes the new primary runs alone until the old one
+//!   rejoins as its standby: commits in that window live on one node. With
+//!   `synchronous_commit` waiting for a standby, a `COMMIT` cut off while
+//!   it waited is committed locally already (PostgreSQL 57014): the library
+//!   counts that outcome as unknown ([`Error::is_outcome_unknown`]).
+//! - **The far side dedups by effect key.** A follow-up lost to a failover
+//!   (its connection broke, or its commit was not replicated before the
+//!   promotion) leaves the row in flight, and recovery runs the effect
+//!   again with the same [`Won::effect_key`]: the provider must treat a
+//!   repeated key as the same request, as payment and payout APIs do with
+//!   an `Idempotency-Key`.
+//!
 //! [sqlx]: https://docs.rs/sqlx
 
 #![forbid(unsafe_code)]

@@ -13,7 +13,7 @@ pub use kind::ErrorKind;
 ///
 /// | kind | what to do | variants |
 /// | --- | --- | --- |
-/// | [`Transient`](ErrorKind::Transient) | call again (the whole transaction, inside one), after a pause | `RetryTransaction`, `RolledBack`, `Contention`, `Timeout` with nothing in flight; `Database`, `Begin`, `Commit`, `Store`, `Recovery` when the database's error is transient (see below) |
+/// | [`Transient`](ErrorKind::Transient) | call again (the whole transaction, inside one), after a pause | `RetryTransaction`, `RolledBack`, `Contention`, `ReadOnly`, `Timeout` with nothing in flight; `Database`, `Begin`, `Commit`, `Store`, `Recovery` when the database's error is transient (see below) |
 /// | [`OutcomeUnknown`](ErrorKind::OutcomeUnknown) | apply again to learn the row's state; an effect may be owed | whatever [`Error::is_outcome_unknown`] says: a broken connection or ended session while a statement or `COMMIT` was in flight, `Timeout` with the `UPDATE` in flight |
 /// | [`Misuse`](ErrorKind::Misuse) | fix the calling code: the same call fails again | `NoVersionColumn`, `ForeignWin`, `ConnectionInTransaction`, `NestedTransaction`, `NotInFlight`, `NoFailedTransition`, `NotAFollowUp`, `FollowUpValues`, `ExpectingMany`, `BatchKey`, `NoSinceColumn`, `NoTimeout`, `NoHistory` |
 /// | [`Data`](ErrorKind::Data) | reject the input, or repair the row | `BadKey`, `UnknownState`, `NullStatus`, `AmbiguousKey`, `UnknownTransition`, `HistoryDetails` |
@@ -22,8 +22,9 @@ pub use kind::ErrorKind;
 ///
 /// A database's error is transient when a fresh attempt may get past it:
 /// a serialization failure, deadlock, lock wait timeout or busy database,
-/// a statement timeout, too many connections, the pool's timeout, or a
-/// broken connection or ended session where nothing was in flight. The
+/// a statement timeout, too many connections, the pool's timeout, a
+/// read-only server, or a broken connection or ended session where
+/// nothing was in flight. The
 /// codes are listed at [`ErrorKind::Transient`].
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -416,6 +417,31 @@ pub enum Error {
         problem: String,
     },
 
+    /// The server answered that it only reads: PostgreSQL's 25006
+    /// (`read_only_sql_transaction`), MySQL/MariaDB's 1290 (`--read-only`),
+    /// 1792 (a read-only transaction) or 1836 (read-only mode). The
+    /// connection reached a standby, or a primary that a failover demoted:
+    /// typically a pooled connection opened before the failover. Nothing
+    /// was written, so the outcome is known. On a pool the library closed
+    /// that connection, so that the pool opens a fresh one, and tried
+    /// again on fresh connections within the call's deadline; this error
+    /// means every try met a read-only server (or the connection was your
+    /// own, or the call ran in your transaction). Calling again may
+    /// succeed once the failover settles.
+    #[error(
+        "transition `{transition}` on table `{table}` reached a read-only server (a standby, or \
+         a primary demoted by a failover); nothing was written: {source}"
+    )]
+    ReadOnly {
+        /// The table of the machine.
+        table: &'static str,
+        /// The transition that was being applied.
+        transition: &'static str,
+        /// The database's error.
+        #[source]
+        source: sqlx::Error,
+    },
+
     /// The row was deleted while its effect ran.
     #[error("the row vanished from table `{table}` before `{transition}` could finish it")]
     RowVanished {
@@ -514,6 +540,17 @@ fn timeout_message(
              the transaction may have committed; read the rows to learn what happened"
         ),
     }
+}
+
+/// Whether the server refused `error`'s statement because it only reads
+/// (a standby, a demoted primary): nothing was written, and the connection
+/// stays read-only until it is closed.
+pub(crate) fn read_only(error: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(db) = error else {
+        return false;
+    };
+    db.code().as_deref() == Some("25006")
+        || mysql_number(error).is_some_and(|n| matches!(n, 1290 | 1792 | 1836))
 }
 
 /// Whether `error` ended the session while a statement may have been in

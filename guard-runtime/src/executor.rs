@@ -72,6 +72,11 @@ pub(crate) mod sealed {
         /// wins are uncommitted.
         const IS_TRANSACTION: bool;
 
+        /// Whether each statement takes a connection of its own from a
+        /// pool: a statement that met a read-only server closed its
+        /// connection, and a retry gets a fresh one.
+        const POOLED: bool = false;
+
         /// A pool's connection that is idle at this moment, without waiting
         /// for one; `None` for anything but a pool.
         fn try_idle(&self) -> Option<Self::Idle> {
@@ -229,6 +234,74 @@ macro_rules! statements {
             sqlx::Executor::fetch_all($conn, sqlx::query_with(sql, args))
         }
     };
+}
+
+/// The statement methods on a pool: each takes a connection, and one that
+/// answers that it only reads (a standby, a primary demoted by a failover)
+/// is closed instead of going back to the pool, where every later
+/// statement on it would fail the same way.
+macro_rules! pool_statements {
+    ($db:ty) => {
+        fn execute(
+            &mut self,
+            sql: &'static str,
+            args: <$db as Dialect>::Args,
+        ) -> BoxFuture<'_, Result<<$db as sqlx::Database>::QueryResult, sqlx::Error>> {
+            let pool = &**self;
+            Box::pin(async move {
+                let mut conn = pool.acquire().await?;
+                let done = sqlx::Executor::execute(&mut *conn, sqlx::query_with(sql, args)).await;
+                closed_if_read_only(&mut conn, done)
+            })
+        }
+
+        fn fetch_optional(
+            &mut self,
+            sql: &'static str,
+            args: <$db as Dialect>::Args,
+        ) -> BoxFuture<'_, Result<Option<<$db as sqlx::Database>::Row>, sqlx::Error>> {
+            let pool = &**self;
+            Box::pin(async move {
+                let mut conn = pool.acquire().await?;
+                let row =
+                    sqlx::Executor::fetch_optional(&mut *conn, sqlx::query_with(sql, args)).await;
+                closed_if_read_only(&mut conn, row)
+            })
+        }
+
+        fn fetch_all(
+            &mut self,
+            sql: &'static str,
+            args: <$db as Dialect>::Args,
+        ) -> BoxFuture<'_, Result<Vec<<$db as sqlx::Database>::Row>, sqlx::Error>> {
+            let pool = &**self;
+            Box::pin(async move {
+                let mut conn = pool.acquire().await?;
+                let rows = sqlx::Executor::fetch_all(&mut *conn, sqlx::query_with(sql, args)).await;
+                closed_if_read_only(&mut conn, rows)
+            })
+        }
+    };
+}
+
+/// `result`, after marking `conn` to be closed (not returned to its pool)
+/// when the server answered that it only reads.
+#[allow(dead_code)] // unused when no backend feature is enabled
+fn closed_if_read_only<DB: sqlx::Database, T>(
+    conn: &mut sqlx::pool::PoolConnection<DB>,
+    result: Result<T, sqlx::Error>,
+) -> Result<T, sqlx::Error> {
+    if let Err(error) = &result
+        && crate::error::read_only(error)
+    {
+        tracing::warn!(
+            %error,
+            "the server only reads (a standby, or a primary demoted by a failover): \
+             closing this pooled connection"
+        );
+        conn.close_on_drop();
+    }
+    result
 }
 
 /// `execute_then_fetch`, with both statements on the one connection that
@@ -423,12 +496,33 @@ macro_rules! executors {
             type Idle = sqlx::pool::PoolConnection<$db>;
             const IS_TRANSACTION: bool = false;
 
+            const POOLED: bool = true;
+
             fn try_idle(&self) -> Option<Self::Idle> {
                 Pool::try_acquire(self)
             }
 
-            statements!($db, |this| &**this);
-            execute_then_fetch!($db, |this| this.acquire().await?);
+            pool_statements!($db);
+
+            fn execute_then_fetch(
+                &mut self,
+                sql: &'static str,
+                args: <$db as Dialect>::Args,
+                then: &'static str,
+                then_args: <$db as Dialect>::Args,
+                when: When<$db>,
+            ) -> BoxFuture<'_, Result<ExecutedThenFetched<$db>, sqlx::Error>> {
+                let pool = &**self;
+                Box::pin(async move {
+                    let mut conn = pool.acquire().await?;
+                    let both = {
+                        let mut on: &mut $conn = &mut conn;
+                        sealed::Run::execute_then_fetch(&mut on, sql, args, then, then_args, when)
+                            .await
+                    };
+                    closed_if_read_only(&mut conn, both)
+                })
+            }
 
             fn logged(
                 &mut self,
@@ -445,7 +539,11 @@ macro_rules! executors {
                 let pool = (*self).clone();
                 let logged = async move {
                     let mut conn = pool.acquire().await?;
-                    logged_on!($db, &mut *conn, log, log_args, update, args, rows, then)
+                    let logged: Result<Logged<$db>, sqlx::Error> = async {
+                        logged_on!($db, &mut *conn, log, log_args, update, args, rows, then)
+                    }
+                    .await;
+                    closed_if_read_only(&mut conn, logged)
                 };
                 match <$db as Dialect>::EMBEDDED {
                     true => Box::pin(logged),

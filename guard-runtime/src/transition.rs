@@ -408,7 +408,7 @@ impl<S: StateMachine> Transition<S> {
         if log.is_some_and(str::is_empty) {
             note.bind::<DB<E>>(&mut args).map_err(failed)?;
         }
-        let retryable = |error: sqlx::Error| match <DB<E> as Backend>::is_retryable(&error) {
+        let retryable = |error: sqlx::Error| match worth_retrying::<E>(&error) {
             true => Attempt::Retryable(error),
             false => Attempt::Failed(self.db_error(error)),
         };
@@ -552,9 +552,10 @@ impl<S: StateMachine> Transition<S> {
         error: sqlx::Error,
         attempts: u32,
     ) -> Result<(), Error> {
-        if !<E::Database as Backend>::is_retryable(&error) {
+        if !worth_retrying::<E>(&error) {
             return Err(self.db_error(error));
         }
+        let fresh = !<E::Database as Backend>::is_retryable(&error);
         if executor.in_transaction() {
             return Err(Error::RetryTransaction {
                 table: S::MACHINE.table(),
@@ -563,7 +564,10 @@ impl<S: StateMachine> Transition<S> {
             });
         }
         if attempts >= MAX_ATTEMPTS {
-            return Err(self.contention(attempts, Some(error)));
+            return Err(match fresh {
+                true => self.db_error(error),
+                false => self.contention(attempts, Some(error)),
+            });
         }
         tracing::debug!(
             table = S::MACHINE.table(),
@@ -605,10 +609,18 @@ impl<S: StateMachine> Transition<S> {
     }
 
     pub(crate) fn db_error(self, source: sqlx::Error) -> Error {
-        Error::Database {
-            table: S::MACHINE.table(),
-            transition: self.name(),
-            source,
+        let (table, transition) = (S::MACHINE.table(), self.name());
+        match crate::error::read_only(&source) {
+            true => Error::ReadOnly {
+                table,
+                transition,
+                source,
+            },
+            false => Error::Database {
+                table,
+                transition,
+                source,
+            },
         }
     }
 
@@ -635,6 +647,15 @@ impl<S: StateMachine> Transition<S> {
             last,
         }
     }
+}
+
+/// Whether a fresh autocommit attempt of a statement that failed with
+/// `error` on `E` may get past it: a serialization failure, deadlock or
+/// busy database; or, on a pool, a read-only server (a standby, a primary
+/// demoted by a failover), which wrote nothing and whose connection the
+/// pool closed, so that the next attempt takes a fresh one.
+fn worth_retrying<E: Run>(error: &sqlx::Error) -> bool {
+    <E::Database as Backend>::is_retryable(error) || (E::POOLED && crate::error::read_only(error))
 }
 
 impl<S: StateMachine> TransitionDef<S> {

@@ -21,8 +21,10 @@ pub enum ErrorKind {
     /// 1969), too many connections (PostgreSQL 53300, MySQL 1040), a
     /// connection that failed or a server shutting down (PostgreSQL class
     /// 08, 57P01–57P03; MySQL 1053, 1927, 2006, 2013) when nothing was in
-    /// flight, the pool's acquire timeout, or a broken connection (an I/O
-    /// or protocol error) when nothing was in flight.
+    /// flight, the pool's acquire timeout, a broken connection (an I/O
+    /// or protocol error) when nothing was in flight, or a read-only server
+    /// (PostgreSQL 25006; MySQL/MariaDB 1290, 1792, 1836: a standby or a
+    /// demoted primary, see [`Error::ReadOnly`]).
     Transient,
     /// The change may have been applied although an error came back: see
     /// [`Error::is_outcome_unknown`]. Apply the transition again to learn
@@ -61,6 +63,7 @@ impl Error {
         // No wildcard: a new variant must be sorted here to compile.
         match self {
             Error::RetryTransaction { .. }
+            | Error::ReadOnly { .. }
             | Error::RolledBack { .. }
             | Error::Contention { .. }
             | Error::Timeout { .. } => ErrorKind::Transient,
@@ -147,6 +150,7 @@ fn transient(error: &sqlx::Error) -> bool {
                     )
                 })
                 || retryable(error)
+                || crate::error::read_only(error)
         }
         _ => false,
     }

@@ -118,6 +118,11 @@ fn sources() -> Vec<(&'static str, sqlx::Error, ErrorKind)> {
             Transient,
         ),
         ("worker crashed", sqlx::Error::WorkerCrashed, Transient),
+        (
+            "PostgreSQL read-only transaction",
+            coded("25006"),
+            Transient,
+        ),
         ("PostgreSQL unique violation", coded("23505"), Database),
         ("PostgreSQL syntax error", coded("42601"), Database),
         ("PostgreSQL undefined table", coded("42P01"), Database),
@@ -345,6 +350,12 @@ fn every_variant() -> Vec<(String, Error, ErrorKind)> {
         Error::RowVanished { table, transition },
         Superseded,
     );
+    let read_only = Error::ReadOnly {
+        table,
+        transition,
+        source: coded("25006"),
+    };
+    add("ReadOnly", read_only, Transient);
     all
 }
 
@@ -383,10 +394,11 @@ fn variant(error: &Error) -> usize {
         Error::RowVanished { .. } => 27,
         Error::Recovery { .. } => 28,
         Error::HistoryDetails { .. } => 29,
+        Error::ReadOnly { .. } => 30,
     }
 }
 
-const VARIANTS: usize = 30;
+const VARIANTS: usize = 31;
 
 #[test]
 fn every_variant_is_in_its_kind() {
