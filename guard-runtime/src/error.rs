@@ -15,7 +15,7 @@ pub use kind::ErrorKind;
 /// | --- | --- | --- |
 /// | [`Transient`](ErrorKind::Transient) | call again (the whole transaction, inside one), after a pause | `RetryTransaction`, `RolledBack`, `Contention`, `Timeout` with nothing in flight; `Database`, `Begin`, `Commit`, `Store`, `Recovery` when the database's error is transient (see below) |
 /// | [`OutcomeUnknown`](ErrorKind::OutcomeUnknown) | apply again to learn the row's state; an effect may be owed | whatever [`Error::is_outcome_unknown`] says: a broken connection or ended session while a statement or `COMMIT` was in flight, `Timeout` with the `UPDATE` in flight |
-/// | [`Misuse`](ErrorKind::Misuse) | fix the calling code: the same call fails again | `NoVersionColumn`, `ForeignWin`, `ConnectionInTransaction`, `NestedTransaction`, `NotInFlight`, `NoFailedTransition`, `NotAFollowUp`, `FollowUpValues`, `ExpectingMany`, `BatchKey`, `NoSinceColumn`, `NoTimeout`, `NoHistory` |
+/// | [`Misuse`](ErrorKind::Misuse) | fix the calling code: the same call fails again | `NoVersionColumn` (a compile error on a derived machine), `ForeignWin`, `ConnectionInTransaction`, `NestedTransaction`, `NotInFlight`, `NoFailedTransition`, `NotAFollowUp`, `FollowUpValues`, `ExpectingMany`, `BatchKey`, `NoSinceColumn`, `NoTimeout`, `NoHistory` |
 /// | [`Data`](ErrorKind::Data) | reject the input, or repair the row | `BadKey`, `UnknownState`, `NullStatus`, `AmbiguousKey`, `UnknownTransition`, `HistoryDetails` |
 /// | [`Superseded`](ErrorKind::Superseded) | roll back and stop: someone else holds the work | `IdempotencyLeaseLost`, `RowVanished` |
 /// | [`Database`](ErrorKind::Database) | report it: a retry does not cure it (constraint, syntax, missing table, decode, closed pool, …) | `Database`, `Begin`, `Commit`, `Store`, `Recovery` with any other database error |
@@ -110,7 +110,8 @@ pub enum Error {
 
     /// [`Transition::expecting`](crate::Transition::expecting) was used on a
     /// machine without a `version` column, where a row has no occurrence to
-    /// check.
+    /// check. Only with a hand-written [`HasVersion`](crate::HasVersion): on
+    /// a derived machine such a call does not compile.
     #[error(
         "`{transition}` of {machine} cannot expect an occurrence: the machine declares no \
          `version = \"…\"` column"

@@ -30,9 +30,11 @@ pub enum ErrorKind {
     /// count the effect as possibly owed.
     OutcomeUnknown,
     /// The calling code asked for something the machine or the call does
-    /// not allow: a noted call on a machine without history, `expecting`
-    /// without a version column, a verdict naming no follow-up, … The same
-    /// call fails again; the code needs fixing.
+    /// not allow: reading the history of a machine without one, a verdict
+    /// naming no follow-up, … The same call fails again; the code needs
+    /// fixing. Where the derive can see the misuse (`expecting` without a
+    /// version column, a note without history), it is a compile error
+    /// instead.
     Misuse,
     /// A value is not what the machine accepts: the caller's input (an
     /// idempotency key too long) or what a row holds (a status that is no
