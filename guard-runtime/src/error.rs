@@ -24,7 +24,9 @@ pub use kind::ErrorKind;
 /// a serialization failure, deadlock, lock wait timeout or busy database,
 /// a statement timeout, too many connections, the pool's timeout, or a
 /// broken connection or ended session where nothing was in flight. The
-/// codes are listed at [`ErrorKind::Transient`].
+/// codes are listed at [`ErrorKind::Transient`]. So is a statement the
+/// library did not send because its transaction can no longer commit (see
+/// [`Error::RolledBack`]).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -156,7 +158,18 @@ pub enum Error {
     /// aborted it (PostgreSQL answers the `COMMIT` of an aborted
     /// transaction with a silent `ROLLBACK`), a deadlock rolled it back
     /// (MySQL), or the library had answered
-    /// [`Error::RetryTransaction`] inside it. Retry the whole transaction.
+    /// [`Error::RetryTransaction`] inside it, or a statement of the
+    /// transaction was cut off by its deadline. Retry the whole
+    /// transaction.
+    ///
+    /// [`Transition::apply`](crate::Transition::apply) in such a
+    /// transaction answers it too, before sending anything: the database
+    /// may have rolled the transaction back already, and the statement
+    /// would run outside it, committing on its own. The library's other
+    /// statements there (a `load`, a batch, an idempotency or inbox write)
+    /// are not sent either; their error's [`Error::kind`] is
+    /// [`Transient`](ErrorKind::Transient) and
+    /// [`Error::is_retry_transaction`] is true.
     #[error(
         "the transaction was rolled back before it could commit, so its wins may not run their \
          effects: an earlier statement in it failed; retry the whole transaction{}",
@@ -442,10 +455,13 @@ pub enum Error {
 impl Error {
     /// True when the caller must roll back and retry its whole transaction.
     pub fn is_retry_transaction(&self) -> bool {
-        matches!(
-            self,
-            Error::RetryTransaction { .. } | Error::RolledBack { .. }
-        )
+        match self {
+            Error::RetryTransaction { .. } | Error::RolledBack { .. } => true,
+            // A statement not sent in a transaction that can no longer
+            // commit (`apply` says `RolledBack` itself).
+            Error::Database { source, .. } | Error::Store { source, .. } => kind::refused(source),
+            _ => false,
+        }
     }
 
     /// True when a transaction the library ran itself (a claim, a batch)

@@ -127,6 +127,7 @@ impl Error {
 /// [`ErrorKind::Transient`]).
 fn transient(error: &sqlx::Error) -> bool {
     match error {
+        sqlx::Error::InvalidArgument(_) => refused(error),
         sqlx::Error::PoolTimedOut
         | sqlx::Error::Io(_)
         | sqlx::Error::Protocol(_)
@@ -152,6 +153,13 @@ fn transient(error: &sqlx::Error) -> bool {
         }
         _ => false,
     }
+}
+
+/// Whether `error` is a statement that was not sent because its
+/// transaction can no longer commit: like [`Error::RolledBack`], whose
+/// cure is the whole transaction again.
+pub(super) fn refused(error: &sqlx::Error) -> bool {
+    matches!(error, sqlx::Error::InvalidArgument(message) if message == crate::tx::REFUSED)
 }
 
 /// Whether a backend built in retries `error` by itself: serialization
