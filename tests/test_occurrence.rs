@@ -26,6 +26,19 @@ enum Hold {
     Held,
 }
 
+/// The `transfers` table without its version column, declaring by hand
+/// that it has one: what the derive never does.
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(table = "transfers", column = "status", key = "id")]
+enum Unversioned {
+    #[state(initial)]
+    #[transition(start -> Sending)]
+    Pending,
+    Sending,
+}
+
+impl stateguard::HasVersion for Unversioned {}
+
 backend_tests! {
     "occ_two_operators" => two_operators_on_the_same_page_one_wins,
     "occ_race" => racing_operators_at_one_occurrence_win_once (flavor = "multi_thread", worker_threads = 4),
@@ -183,15 +196,27 @@ where
     let inside = TransferStatus::MACHINE.load(&mut tx, 1_i64).await.unwrap();
     assert_eq!(inside, Some(current));
     tx.rollback().await.unwrap();
-    // PayoutStatus declares no version column.
+    // PayoutStatus declares no version column: `load` still reads its
+    // state, with occurrence 0; `expecting` does not compile on it
+    // (tests/ui/expecting-without-version.rs).
     db.seed(1).await;
-    let error = PayoutStatus::cancel()
+    let current = PayoutStatus::MACHINE.load(&db.pool, 1_i64).await.unwrap();
+    let current = current.expect("payout 1");
+    assert_eq!(
+        (current.state(), current.occurrence()),
+        (PayoutStatus::Pending, 0)
+    );
+    // A hand-written `HasVersion` lets it compile; the call is refused
+    // before it sends anything, and nothing moves.
+    let error = Unversioned::start()
         .expecting(0)
         .apply(&db.pool, 1_i64)
         .await
         .unwrap_err();
     assert!(matches!(error, Error::NoVersionColumn { .. }), "{error:?}");
     assert!(error.to_string().contains("version"), "{error}");
+    assert!(error.is_misuse(), "{error:?}");
+    assert_eq!(db.transfer(1).await.0, "sending");
 }
 
 /// A win's occurrence is the version the row now holds, whichever way the

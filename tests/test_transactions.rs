@@ -299,7 +299,9 @@ async fn mariadb_commit_after_a_deadlock_in_the_callers_statements_is_an_error()
 }
 
 /// The same, with the deadlock in the library's own statement: the victim
-/// was told to retry the whole transaction, and its commit refuses.
+/// was told to retry the whole transaction, a later move or read of the
+/// library's in it is not sent (it would run outside any transaction and
+/// commit on its own), and its commit refuses.
 #[tokio::test]
 async fn mariadb_commit_after_a_deadlock_in_apply_is_an_error() {
     let Some(db) = open!(Mysql, "tx_deadlock_apply") else {
@@ -314,19 +316,36 @@ async fn mariadb_commit_after_a_deadlock_in_apply_is_an_error() {
         tokio::time::sleep(Duration::from_millis(50)).await;
         TransferStatus::cancel().apply(&mut b, 1_i64).await
     },);
-    let (victim, victim_win) = match (ra, rb) {
+    let (mut victim, victim_win, survivor, victim_row) = match (ra, rb) {
         (Err(error), Ok(_)) => {
             assert!(error.is_retry_transaction(), "{error:?}");
-            (a, won_a)
+            (a, won_a, b, 1_i64)
         }
         (Ok(_), Err(error)) => {
             assert!(error.is_retry_transaction(), "{error:?}");
-            (b, won_b)
+            (b, won_b, a, 2_i64)
         }
         other => panic!("expected exactly one deadlock victim: {other:?}"),
     };
+    // The victim's row is `pending` again, and no lock is left on it.
+    survivor.rollback().await.unwrap();
+    let error = TransferStatus::start()
+        .apply(&mut victim, victim_row)
+        .await
+        .unwrap_err();
+    assert!(matches!(error, Error::RolledBack { .. }), "{error:?}");
+    let read = TransferStatus::MACHINE
+        .load(&mut victim, victim_row)
+        .await
+        .unwrap_err();
+    assert!(
+        read.is_retry_transaction() && read.is_transient(),
+        "{read:?}"
+    );
+    assert_eq!(db.transfer(victim_row).await, ("pending".to_owned(), 0));
     let error = victim.commit(victim_win).await.unwrap_err();
     assert!(matches!(error, Error::RolledBack { .. }), "{error:?}");
+    assert_eq!(db.transfer(victim_row).await, ("pending".to_owned(), 0));
 }
 
 /// REPEATABLE READ, snapshot `pending`; another session moves the row to

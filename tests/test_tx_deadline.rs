@@ -148,14 +148,16 @@ where
 
 /// The `SAVEPOINT`'s answer never comes back: `Timeout`, with the outcome
 /// known because the transaction can no longer commit. Once the answers
-/// flow again, its commit is refused, and its earlier move never commits.
+/// flow again, a move in it is refused before it is sent (on PostgreSQL
+/// sqlx has rolled the whole transaction back, and the move would commit
+/// on its own), its commit is refused, and its earlier move never commits.
 async fn a_cut_off_savepoint_leaves_a_transaction_that_cannot_commit<DB: Proxied>(db: Db<DB>)
 where
     for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
     for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
     i64: Key<DB>,
 {
-    db.seed(1).await;
+    db.seed(2).await;
     let (proxy, through) = proxied(&db.pool).await;
     let mut tx = Tx::begin(&through).await.unwrap().within(DEADLINE);
     let staged = won(PayoutStatus::start().apply(&mut tx, 1_i64).await.unwrap());
@@ -163,9 +165,34 @@ where
     let opened = guarded("Tx::savepoint", tx.savepoint()).await;
     assert_timed_out(&opened.unwrap_err(), "SAVEPOINT", true);
     proxy.release();
+    assert_refused(&mut tx, 2).await;
     let error = guarded("Tx::commit", tx.commit(staged)).await.unwrap_err();
     assert!(matches!(error, Error::RolledBack { .. }), "{error:?}");
     assert_eq!(db.status(1).await.as_deref(), Some("pending"));
+    assert_eq!(db.status(2).await.as_deref(), Some("pending"));
+}
+
+/// A move through `tx`, which can no longer commit, is refused with
+/// `RolledBack` before it is sent (the caller reads its row on a
+/// connection of its own), and so is a savepoint.
+async fn assert_refused<DB: Proxied>(tx: &mut Tx<'_, DB>, id: i64)
+where
+    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
+    i64: Key<DB>,
+{
+    let refused = guarded("a move after the cut-off", async {
+        PayoutStatus::cancel().apply(&mut *tx, id).await
+    })
+    .await;
+    let error = refused.expect_err("a move in a transaction that cannot commit");
+    assert!(matches!(error, Error::RolledBack { .. }), "{error:?}");
+    assert!(
+        error.is_retry_transaction() && error.is_transient(),
+        "{error:?}"
+    );
+    let opened = guarded("a savepoint after the cut-off", tx.savepoint()).await;
+    let error = opened.expect_err("a savepoint in a transaction that cannot commit");
+    assert!(matches!(error, Error::RolledBack { .. }), "{error:?}");
 }
 
 /// The `RELEASE SAVEPOINT`'s answer never comes back: `Timeout`, the
@@ -173,10 +200,11 @@ where
 async fn a_cut_off_release_leaves_a_transaction_that_cannot_commit<DB: Proxied>(db: Db<DB>)
 where
     for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
     for<'s, 'c> &'s mut Savepoint<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
     i64: Key<DB>,
 {
-    db.seed(1).await;
+    db.seed(2).await;
     let (proxy, through) = proxied(&db.pool).await;
     let mut tx = Tx::begin(&through).await.unwrap().within(DEADLINE);
     let mut savepoint = tx.savepoint().await.unwrap();
@@ -189,9 +217,11 @@ where
     let released = guarded("Savepoint::release", savepoint.release(staged)).await;
     assert_timed_out(&released.unwrap_err(), "RELEASE SAVEPOINT", true);
     proxy.release();
+    assert_refused(&mut tx, 2).await;
     let error = guarded("Tx::commit", tx.commit(())).await.unwrap_err();
     assert!(matches!(error, Error::RolledBack { .. }), "{error:?}");
     assert_eq!(db.status(1).await.as_deref(), Some("pending"));
+    assert_eq!(db.status(2).await.as_deref(), Some("pending"));
 }
 
 /// SQLite has no network; its deadline bounds the wait for the write lock.

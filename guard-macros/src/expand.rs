@@ -265,6 +265,15 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
         }
     });
 
+    // Only a machine with a version column has an occurrence to expect:
+    // `expecting` asks for it.
+    let has_version = model.version.as_ref().map(|_| {
+        quote! {
+            #[automatically_derived]
+            impl #krate::HasVersion for #ident {}
+        }
+    });
+
     let n_states = idents.len();
     let n_transitions = model.transitions.len();
     // Scoped inside the `MACHINE` block, so fixed names cannot clash.
@@ -325,6 +334,8 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
         #follow_up_values
 
         #has_history
+
+        #has_version
 
         // No `#[automatically_derived]`: rustc accepts it only on trait
         // impls and is phasing it out elsewhere. A transition may share the

@@ -15,7 +15,7 @@ pub use kind::ErrorKind;
 /// | --- | --- | --- |
 /// | [`Transient`](ErrorKind::Transient) | call again (the whole transaction, inside one), after a pause | `RetryTransaction`, `RolledBack`, `Contention`, `ReadOnly`, `Timeout` with nothing in flight; `Database`, `Begin`, `Commit`, `Store`, `Recovery` when the database's error is transient (see below) |
 /// | [`OutcomeUnknown`](ErrorKind::OutcomeUnknown) | apply again to learn the row's state; an effect may be owed | whatever [`Error::is_outcome_unknown`] says: a broken connection or ended session while a statement or `COMMIT` was in flight, `Timeout` with the `UPDATE` in flight |
-/// | [`Misuse`](ErrorKind::Misuse) | fix the calling code: the same call fails again | `NoVersionColumn`, `ForeignWin`, `ConnectionInTransaction`, `NestedTransaction`, `NotInFlight`, `NoFailedTransition`, `NotAFollowUp`, `FollowUpValues`, `ExpectingMany`, `BatchKey`, `NoSinceColumn`, `NoTimeout`, `NoHistory` |
+/// | [`Misuse`](ErrorKind::Misuse) | fix the calling code: the same call fails again | `NoVersionColumn` (a compile error on a derived machine), `ForeignWin`, `ConnectionInTransaction`, `NestedTransaction`, `NotInFlight`, `NoFailedTransition`, `NotAFollowUp`, `FollowUpValues`, `ExpectingMany`, `BatchKey`, `NoSinceColumn`, `NoTimeout`, `NoHistory` |
 /// | [`Data`](ErrorKind::Data) | reject the input, or repair the row | `BadKey`, `UnknownState`, `NullStatus`, `AmbiguousKey`, `UnknownTransition`, `HistoryDetails` |
 /// | [`Superseded`](ErrorKind::Superseded) | roll back and stop: someone else holds the work | `IdempotencyLeaseLost`, `RowVanished` |
 /// | [`Database`](ErrorKind::Database) | report it: a retry does not cure it (constraint, syntax, missing table, decode, closed pool, …) | `Database`, `Begin`, `Commit`, `Store`, `Recovery` with any other database error |
@@ -24,8 +24,10 @@ pub use kind::ErrorKind;
 /// a serialization failure, deadlock, lock wait timeout or busy database,
 /// a statement timeout, too many connections, the pool's timeout, a
 /// read-only server, or a broken connection or ended session where
-/// nothing was in flight. The
-/// codes are listed at [`ErrorKind::Transient`].
+/// nothing was in flight. The codes are listed at
+/// [`ErrorKind::Transient`]. So is a statement the library did not send
+/// because its transaction can no longer commit (see
+/// [`Error::RolledBack`]).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -111,7 +113,8 @@ pub enum Error {
 
     /// [`Transition::expecting`](crate::Transition::expecting) was used on a
     /// machine without a `version` column, where a row has no occurrence to
-    /// check.
+    /// check. Only with a hand-written [`HasVersion`](crate::HasVersion): on
+    /// a derived machine such a call does not compile.
     #[error(
         "`{transition}` of {machine} cannot expect an occurrence: the machine declares no \
          `version = \"…\"` column"
@@ -156,7 +159,18 @@ pub enum Error {
     /// aborted it (PostgreSQL answers the `COMMIT` of an aborted
     /// transaction with a silent `ROLLBACK`), a deadlock rolled it back
     /// (MySQL), or the library had answered
-    /// [`Error::RetryTransaction`] inside it. Retry the whole transaction.
+    /// [`Error::RetryTransaction`] inside it, or a statement of the
+    /// transaction was cut off by its deadline. Retry the whole
+    /// transaction.
+    ///
+    /// [`Transition::apply`](crate::Transition::apply) in such a
+    /// transaction answers it too, before sending anything: the database
+    /// may have rolled the transaction back already, and the statement
+    /// would run outside it, committing on its own. The library's other
+    /// statements there (a `load`, a batch, an idempotency or inbox write)
+    /// are not sent either; their error's [`Error::kind`] is
+    /// [`Transient`](ErrorKind::Transient) and
+    /// [`Error::is_retry_transaction`] is true.
     #[error(
         "the transaction was rolled back before it could commit, so its wins may not run their \
          effects: an earlier statement in it failed; retry the whole transaction{}",
@@ -467,10 +481,13 @@ pub enum Error {
 impl Error {
     /// True when the caller must roll back and retry its whole transaction.
     pub fn is_retry_transaction(&self) -> bool {
-        matches!(
-            self,
-            Error::RetryTransaction { .. } | Error::RolledBack { .. }
-        )
+        match self {
+            Error::RetryTransaction { .. } | Error::RolledBack { .. } => true,
+            // A statement not sent in a transaction that can no longer
+            // commit (`apply` says `RolledBack` itself).
+            Error::Database { source, .. } | Error::Store { source, .. } => kind::refused(source),
+            _ => false,
+        }
     }
 
     /// True when a transaction the library ran itself (a claim, a batch)

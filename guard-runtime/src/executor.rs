@@ -143,6 +143,12 @@ pub(crate) mod sealed {
         /// A statement was cut off by a deadline and may still complete: a
         /// transaction must then not commit.
         fn abandoned(&mut self) {}
+
+        /// Whether this is a transaction that can no longer commit, whose
+        /// statements are refused.
+        fn rolled_back(&self) -> bool {
+            false
+        }
     }
 }
 
@@ -354,6 +360,7 @@ macro_rules! in_transaction {
             ) -> BoxFuture<'_, Result<<$db as sqlx::Database>::QueryResult, sqlx::Error>> {
                 Box::pin(async move {
                     let (conn, health) = self.parts();
+                    health.refuse()?;
                     let done = sqlx::Executor::execute(conn, sqlx::query_with(sql, args)).await;
                     noted::<$db, _>(health, done)
                 })
@@ -366,6 +373,7 @@ macro_rules! in_transaction {
             ) -> BoxFuture<'_, Result<Option<<$db as sqlx::Database>::Row>, sqlx::Error>> {
                 Box::pin(async move {
                     let (conn, health) = self.parts();
+                    health.refuse()?;
                     let row =
                         sqlx::Executor::fetch_optional(conn, sqlx::query_with(sql, args)).await;
                     noted::<$db, _>(health, row)
@@ -379,6 +387,7 @@ macro_rules! in_transaction {
             ) -> BoxFuture<'_, Result<Vec<<$db as sqlx::Database>::Row>, sqlx::Error>> {
                 Box::pin(async move {
                     let (conn, health) = self.parts();
+                    health.refuse()?;
                     let rows = sqlx::Executor::fetch_all(conn, sqlx::query_with(sql, args)).await;
                     noted::<$db, _>(health, rows)
                 })
@@ -394,6 +403,7 @@ macro_rules! in_transaction {
             ) -> BoxFuture<'_, Result<ExecutedThenFetched<$db>, sqlx::Error>> {
                 Box::pin(async move {
                     let (conn, health) = self.parts();
+                    health.refuse()?;
                     let both = async {
                         let done = sqlx::Executor::execute(&mut *conn, sqlx::query_with(sql, args))
                             .await?;
@@ -420,6 +430,7 @@ macro_rules! in_transaction {
             ) -> BoxFuture<'_, Result<Logged<$db>, sqlx::Error>> {
                 Box::pin(async move {
                     let (conn, health) = self.parts();
+                    health.refuse()?;
                     let done = async {
                         logged_on!($db, &mut *conn, log, log_args, update, args, rows, then)
                     }
@@ -434,6 +445,10 @@ macro_rules! in_transaction {
 
             fn abandoned(&mut self) {
                 self.parts().1.abandon();
+            }
+
+            fn rolled_back(&self) -> bool {
+                self.health().rolled_back()
             }
         }
 
@@ -604,10 +619,14 @@ executors!("sqlite", sqlx::Sqlite, sqlx::SqliteConnection);
 executors!("mysql", sqlx::MySql, sqlx::MySqlConnection);
 
 /// The error for a connection that is inside a transaction it does not
-/// represent (`&mut *tx`): its wins would look committed before the commit.
+/// represent (`&mut *tx`): its wins would look committed before the commit;
+/// and for a transaction that can no longer commit.
 pub(crate) fn refuse_open_transaction<E: Executor>(executor: &E) -> Result<(), crate::Error> {
     if !E::IS_TRANSACTION && executor.in_transaction() {
         return Err(crate::Error::ConnectionInTransaction);
+    }
+    if executor.rolled_back() {
+        return Err(crate::Error::RolledBack { source: None });
     }
     Ok(())
 }

@@ -44,7 +44,7 @@ pub use crate::error::{Error, ErrorKind};
 pub use crate::executor::Executor;
 pub use crate::history::{HasHistory, HistoryRow, Noted};
 pub use crate::key::{DecodeKey, KeyShape, KeyText, ManyKeys, RowKey};
-pub use crate::machine::{StateMachine, UnknownState};
+pub use crate::machine::{HasVersion, StateMachine, UnknownState};
 pub use crate::many::APPLY_MANY_CHUNK;
 pub use crate::note::Note;
 pub use crate::outcome::{Committed, Current, Outcome, Uncommitted, Won};

@@ -17,7 +17,7 @@ use crate::error::Error;
 use crate::executor::sealed::Run;
 use crate::executor::{Executor, refuse_open_transaction};
 use crate::key::{KeyShape, RowKey};
-use crate::machine::{InFlightDef, Machine, TransitionDef};
+use crate::machine::{HasVersion, InFlightDef, Machine, TransitionDef};
 use crate::outcome::{Current, Outcome, Won};
 
 /// One named transition of a machine, e.g. `PayoutStatus::start()`.
@@ -35,26 +35,6 @@ impl<S: StateMachine> Transition<S> {
             def,
             deadline: DEFAULT_DEADLINE,
             expected: None,
-        }
-    }
-
-    /// The same transition, applied only if the row is still at
-    /// `occurrence`, the value of the machine's version column that the
-    /// caller saw ([`Won::occurrence`], [`Current::occurrence`] from
-    /// [`Machine::load`](crate::meta::Machine::load)):
-    /// `PayoutStatus::cancel().expecting(seen).apply(&pool, id)`.
-    ///
-    /// A row that moved on since is [`Outcome::Stale`], with its state and
-    /// occurrence now; the compare-and-set is still one statement. This is
-    /// how an operator acting on a page loaded earlier cannot move a row
-    /// that changed meanwhile, and how a late replay in a machine with a
-    /// cycle (`held → active → held`) is refused instead of winning the
-    /// next pass. Only for a machine with a `version` column: elsewhere
-    /// `apply` returns [`Error::NoVersionColumn`].
-    pub const fn expecting(self, occurrence: i64) -> Self {
-        Transition {
-            expected: Some(occurrence),
-            ..self
         }
     }
 
@@ -211,6 +191,8 @@ impl<S: StateMachine> Transition<S> {
         let update = match (self.expected, def.update_expecting_sql()) {
             (None, _) => def.update_sql(),
             (Some(_), Some(update)) => update,
+            // Only a hand-written `HasVersion` gets here: the derive
+            // implements it only with a version column.
             (Some(_), None) => {
                 return Err(Error::NoVersionColumn {
                     machine: machine.name(),
@@ -649,6 +631,28 @@ impl<S: StateMachine> Transition<S> {
     }
 }
 
+impl<S: HasVersion> Transition<S> {
+    /// The same transition, applied only if the row is still at
+    /// `occurrence`, the value of the machine's version column that the
+    /// caller saw ([`Won::occurrence`], [`Current::occurrence`] from
+    /// [`Machine::load`](crate::meta::Machine::load)):
+    /// `PayoutStatus::cancel().expecting(seen).apply(&pool, id)`.
+    ///
+    /// A row that moved on since is [`Outcome::Stale`], with its state and
+    /// occurrence now; the compare-and-set is still one statement. This is
+    /// how an operator acting on a page loaded earlier cannot move a row
+    /// that changed meanwhile, and how a late replay in a machine with a
+    /// cycle (`held → active → held`) is refused instead of winning the
+    /// next pass. Only a machine with a `version` column ([`HasVersion`])
+    /// has an occurrence to expect: elsewhere the call does not compile.
+    pub const fn expecting(self, occurrence: i64) -> Self {
+        Transition {
+            expected: Some(occurrence),
+            ..self
+        }
+    }
+}
+
 /// Whether a fresh autocommit attempt of a statement that failed with
 /// `error` on `E` may get past it: a serialization failure, deadlock or
 /// busy database; or, on a pool, a read-only server (a standby, a primary
@@ -983,14 +987,6 @@ impl<S: StateMachine, P> Bound<S, P> {
         }
     }
 
-    /// See [`Transition::expecting`].
-    pub fn expecting(self, occurrence: i64) -> Self {
-        Bound {
-            transition: self.transition.expecting(occurrence),
-            ..self
-        }
-    }
-
     /// See [`Transition::apply`]; the values are bound into the `set`
     /// assignments of the same statement.
     pub async fn apply<E, K>(self, executor: E, key: K) -> Result<Outcome<S, K, E::Commit>, Error>
@@ -1002,5 +998,15 @@ impl<S: StateMachine, P> Bound<S, P> {
         self.transition
             .apply_with(executor, key, &self.params, &Note::NONE)
             .await
+    }
+}
+
+impl<S: HasVersion, P> Bound<S, P> {
+    /// See [`Transition::expecting`].
+    pub fn expecting(self, occurrence: i64) -> Self {
+        Bound {
+            transition: self.transition.expecting(occurrence),
+            ..self
+        }
     }
 }

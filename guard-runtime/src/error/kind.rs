@@ -32,9 +32,11 @@ pub enum ErrorKind {
     /// count the effect as possibly owed.
     OutcomeUnknown,
     /// The calling code asked for something the machine or the call does
-    /// not allow: a noted call on a machine without history, `expecting`
-    /// without a version column, a verdict naming no follow-up, … The same
-    /// call fails again; the code needs fixing.
+    /// not allow: reading the history of a machine without one, a verdict
+    /// naming no follow-up, … The same call fails again; the code needs
+    /// fixing. Where the derive can see the misuse (`expecting` without a
+    /// version column, a note without history), it is a compile error
+    /// instead.
     Misuse,
     /// A value is not what the machine accepts: the caller's input (an
     /// idempotency key too long) or what a row holds (a status that is no
@@ -128,6 +130,7 @@ impl Error {
 /// [`ErrorKind::Transient`]).
 fn transient(error: &sqlx::Error) -> bool {
     match error {
+        sqlx::Error::InvalidArgument(_) => refused(error),
         sqlx::Error::PoolTimedOut
         | sqlx::Error::Io(_)
         | sqlx::Error::Protocol(_)
@@ -154,6 +157,13 @@ fn transient(error: &sqlx::Error) -> bool {
         }
         _ => false,
     }
+}
+
+/// Whether `error` is a statement that was not sent because its
+/// transaction can no longer commit: like [`Error::RolledBack`], whose
+/// cure is the whole transaction again.
+pub(super) fn refused(error: &sqlx::Error) -> bool {
+    matches!(error, sqlx::Error::InvalidArgument(message) if message == crate::tx::REFUSED)
 }
 
 /// Whether a backend built in retries `error` by itself: serialization

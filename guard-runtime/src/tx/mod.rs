@@ -86,7 +86,30 @@ impl Health {
     pub(crate) fn abandon(&mut self) {
         self.rolled_back = true;
     }
+
+    /// Whether the transaction can no longer commit.
+    pub(crate) fn rolled_back(&self) -> bool {
+        self.rolled_back
+    }
+
+    /// Refuses a statement of the library's in a transaction that can no
+    /// longer commit, before anything is sent: the database or sqlx may
+    /// have rolled it back already (a MySQL deadlock, a `SAVEPOINT` cut
+    /// off on PostgreSQL), and the statement would run outside it and
+    /// commit on its own.
+    pub(crate) fn refuse(&self) -> Result<(), sqlx::Error> {
+        match self.rolled_back {
+            true => Err(sqlx::Error::InvalidArgument(REFUSED.to_owned())),
+            false => Ok(()),
+        }
+    }
 }
+
+/// The error of a statement [`Health::refuse`] did not send, which
+/// [`Error::kind`] sorts with [`Error::RolledBack`].
+pub(crate) const REFUSED: &str = "not sent: the transaction was rolled back or a statement of it \
+                                  was cut off, so it can no longer commit; roll it back and retry \
+                                  the whole transaction";
 
 /// A database transaction whose wins wait for its commit.
 ///
@@ -223,7 +246,10 @@ impl<'c, DB: Backend> Tx<'c, DB> {
     /// [`Error::RolledBack`]): the `SAVEPOINT` may still run, and sqlx
     /// rolls back what it cannot account for (on PostgreSQL, the whole
     /// transaction, so that statements run in it afterwards may run in
-    /// autocommit). Roll the transaction back or drop it.
+    /// autocommit). The library sends none: an `apply` or a savepoint in
+    /// it is [`Error::RolledBack`] too (the caller's own statements,
+    /// through `&mut *tx`, are not seen). Roll the transaction back or drop
+    /// it.
     pub async fn savepoint(&mut self) -> Result<Savepoint<'_, DB>, Error> {
         let deadline = self.deadline;
         Savepoint::open(&mut *self.inner, &mut self.health, self.scope, deadline).await
@@ -242,7 +268,11 @@ impl<'c, DB: Backend> Tx<'c, DB> {
     /// aborted: PostgreSQL answers the `COMMIT` of an aborted transaction
     /// with a silent `ROLLBACK`, and MySQL rolls a transaction back on a
     /// deadlock and runs later statements outside it. Either way the result
-    /// is [`Error::RolledBack`] and no win comes out. On PostgreSQL and
+    /// is [`Error::RolledBack`] and no win comes out. Once the library knows
+    /// the transaction cannot commit (its own statement hit a deadlock or a
+    /// serialization failure, or a call was cut off by a deadline), it
+    /// sends nothing more in it: [`Transition::apply`](crate::Transition::apply)
+    /// and [`Tx::savepoint`] answer [`Error::RolledBack`] before sending. On PostgreSQL and
     /// MariaDB the check is one extra statement, unless the transaction's
     /// last statement was the library's own (an `apply`, an
     /// `idempotency::Ticket::complete`, an `inbox::receive`) and succeeded,
@@ -342,6 +372,11 @@ impl<'t, DB: Backend> Savepoint<'t, DB> {
         parent: u64,
         deadline: Duration,
     ) -> Result<Self, Error> {
+        // Nothing to open in a transaction that can no longer commit: the
+        // `SAVEPOINT` would run outside it.
+        if health.rolled_back {
+            return Err(Error::RolledBack { source: None });
+        }
         health.verified = false;
         let inner = match tokio::time::timeout(deadline, conn.begin()).await {
             Ok(begun) => begun.map_err(|source| Error::Begin { source })?,
@@ -448,6 +483,10 @@ macro_rules! scoped {
 
             pub(crate) fn scope_id(&self) -> u64 {
                 self.scope
+            }
+
+            pub(crate) fn health(&self) -> &Health {
+                &self.health
             }
         }
 

@@ -219,6 +219,15 @@ fn every_variant() -> Vec<(String, Error, ErrorKind)> {
         Database,
     );
     add("statement syntax error", database(coded("42601")), Database);
+    // Not sent: its transaction can no longer commit. Another invalid
+    // argument is no such thing.
+    let refused = || sqlx::Error::InvalidArgument(crate::tx::REFUSED.to_owned());
+    assert!(database(refused()).is_retry_transaction());
+    add("statement refused", database(refused()), Transient);
+    let other = sqlx::Error::InvalidArgument("bad".to_owned());
+    assert!(!database(other).is_retry_transaction());
+    let other = sqlx::Error::InvalidArgument("bad".to_owned());
+    add("statement invalid argument", database(other), Database);
     let commit = |source| Error::Commit { source };
     add("COMMIT serialization", commit(coded("40001")), Transient);
     add(
