@@ -6,6 +6,7 @@ use core::time::Duration;
 
 use crate::StateMachine;
 use crate::batched::Batched;
+use crate::call::{Call, Sent, bounded};
 use crate::dialect::sealed::Dialect;
 use crate::error::Error;
 use crate::executor::Executor;
@@ -53,7 +54,23 @@ impl<S: StateMachine> Machine<S> {
     /// not a guess, and so are details that are not JSON
     /// ([`Error::HistoryDetails`]). [`Error::NoHistory`] for a machine
     /// without a history table.
-    pub async fn history<E, K>(
+    ///
+    /// Deadline: [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE), or
+    /// `PayoutStatus::history(&pool, id).within(d)` ([`Call`]); cut off,
+    /// [`Error::Timeout`] (`history`, outcome known: it only reads).
+    pub fn history<'a, E, K>(&'static self, executor: E, key: K) -> Call<'a, Vec<HistoryRow<S>>>
+    where
+        E: Executor + 'a,
+        K: RowKey<E::Database, S::KeyShape> + 'a,
+    {
+        Call::new(move |deadline| async move {
+            let read = self.read_history(executor, key);
+            bounded(self.table(), "history", deadline, &Sent::default(), read).await
+        })
+    }
+
+    /// [`Machine::history`], without its deadline.
+    async fn read_history<E, K>(
         &'static self,
         mut executor: E,
         key: K,
@@ -73,8 +90,10 @@ impl<S: StateMachine> Machine<S> {
             source,
         };
         let args = key_arguments::<E::Database, S::KeyShape, K>(&key).map_err(error)?;
-        let read = executor.fetch_all(<E::Database as Dialect>::sql(sql), args);
-        let rows = self.read_within("history", read).await?;
+        let rows = executor
+            .fetch_all(<E::Database as Dialect>::sql(sql), args)
+            .await
+            .map_err(error)?;
         rows.iter()
             .enumerate()
             .map(|(index, row)| {
@@ -182,6 +201,21 @@ impl<S: HasHistory, P> Bound<S, P> {
 impl<S: StateMachine, P> Noted<S, P> {
     pub(crate) fn into_parts(self) -> (Transition<S>, P, Note) {
         (self.transition, self.params, self.note)
+    }
+
+    /// See [`Transition::within`]: every call of a noted transition keeps
+    /// the transition's deadline, [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE)
+    /// unless set before or after [`Transition::noted`].
+    pub fn within(self, deadline: Duration) -> Self {
+        Noted {
+            transition: self.transition.within(deadline),
+            ..self
+        }
+    }
+
+    /// The deadline its calls keep.
+    pub fn deadline(&self) -> Duration {
+        self.transition.deadline()
     }
 
     /// [`Error::NoHistory`] unless the machine has a history table to
