@@ -230,7 +230,8 @@ impl<S: StateMachine, P> Noted<S, P> {
     }
 
     /// See [`Transition::apply`]; the history row of the move records the
-    /// note.
+    /// note. Deadline: the transition's ([`Noted::within`]), as for every
+    /// call of a `Noted`.
     pub async fn apply<E, K>(self, executor: E, key: K) -> Result<Outcome<S, K, E::Commit>, Error>
     where
         E: Executor,
@@ -244,6 +245,7 @@ impl<S: StateMachine, P> Noted<S, P> {
     }
 
     /// See [`Transition::claim`]; every row's history row records the note.
+    /// Deadline: the transition's ([`Noted::within`]).
     pub async fn claim<DB, K>(
         self,
         pool: &sqlx::Pool<DB>,
@@ -266,7 +268,8 @@ impl<S: StateMachine, P> Noted<S, P> {
     }
 
     /// See [`Transition::claim_older_than`]; every row's history row
-    /// records the note: a sweep can say why it moved the rows.
+    /// records the note: a sweep can say why it moved the rows. Deadline:
+    /// the transition's ([`Noted::within`]).
     ///
     /// ```text
     /// PayoutStatus::expire()
@@ -297,7 +300,7 @@ impl<S: StateMachine, P> Noted<S, P> {
     }
 
     /// See [`Transition::claim_timed_out`]; every row's history row records
-    /// the note.
+    /// the note. Deadline: the transition's ([`Noted::within`]).
     pub async fn claim_timed_out<DB, K>(
         self,
         pool: &sqlx::Pool<DB>,
@@ -321,7 +324,7 @@ impl<S: StateMachine, P> Noted<S, P> {
     }
 
     /// See [`Transition::apply_many`]; the history row of every move
-    /// records the note.
+    /// records the note. Deadline: the transition's ([`Noted::within`]).
     pub async fn apply_many<DB, K>(
         self,
         pool: &sqlx::Pool<DB>,

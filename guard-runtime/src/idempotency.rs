@@ -62,6 +62,10 @@
 //!   byte (a binary collation), so `abc` and `ABC ` are two keys, and two
 //!   scopes never share one. Each is 1 to 255 characters
 //!   ([`Error::BadKey`], HTTP 400, otherwise).
+//! - **Every call keeps a deadline**,
+//!   [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE) unless `.within(d)` on
+//!   the [`Call`] it returns says otherwise: cut off, it is
+//!   [`Error::Timeout`], whose outcome is unknown once a write was sent.
 //!
 //! Limits: the deduplication lasts as long as the key's row, that is until
 //! [`prune`] removes it ([`DEFAULT_WINDOW`], 24 hours, by default). A
