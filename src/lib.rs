@@ -320,7 +320,7 @@
 pub use guard_macros::StateMachine;
 // Transitions and what they return.
 pub use guard_runtime::{
-    Bound, Committed, Current, DEFAULT_DEADLINE, Error, ErrorKind, HasHistory, HasVersion,
+    Bound, Call, Committed, Current, DEFAULT_DEADLINE, Error, ErrorKind, HasHistory, HasVersion,
     HistoryRow, Note, Noted, Outcome, StateMachine, Transition, Uncommitted, UnknownState, Won,
 };
 // Transactions whose wins wait for the commit.

@@ -121,6 +121,10 @@ impl<S: StateMachine> Transition<S> {
     /// scans the table. An empty result means no row was free to claim.
     /// [`expecting`](Transition::expecting) names one row's occurrence and
     /// has no meaning here: it is [`Error::ExpectingMany`].
+    ///
+    /// Deadline: the transition's ([`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE),
+    /// or [`Transition::within`]) for the whole claim, and each `Won` keeps
+    /// it for [`Won::finish`]; cut off, [`Error::Timeout`].
     pub async fn claim<DB, K>(
         self,
         pool: &sqlx::Pool<DB>,
@@ -149,6 +153,8 @@ impl<S: StateMachine> Transition<S> {
     /// // Payouts left in `pending` for a day expire.
     /// PayoutStatus::expire().claim_older_than(&pool, Duration::from_secs(86_400), 100).await?
     /// ```
+    ///
+    /// Deadline: the transition's, as for [`claim`](Transition::claim).
     pub async fn claim_older_than<DB, K>(
         self,
         pool: &sqlx::Pool<DB>,
@@ -171,6 +177,7 @@ impl<S: StateMachine> Transition<S> {
     /// [`claim_older_than`](Transition::claim_older_than) with the
     /// `#[state(timeout = "…")]` its source states declare (the shortest,
     /// if they differ); [`Error::NoTimeout`] when none declares one.
+    /// Deadline: the transition's, as for [`claim`](Transition::claim).
     pub async fn claim_timed_out<DB, K>(
         self,
         pool: &sqlx::Pool<DB>,
@@ -280,6 +287,7 @@ impl<S: StateMachine> Transition<S> {
 
 impl<S: StateMachine, P> Bound<S, P> {
     /// See [`Transition::claim`]; every row claimed gets the same values.
+    /// Deadline: the transition's ([`Bound::within`]).
     pub async fn claim<DB, K>(
         self,
         pool: &sqlx::Pool<DB>,

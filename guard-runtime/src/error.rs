@@ -87,27 +87,36 @@ pub enum Error {
     },
 
     /// The call ran out of its deadline
-    /// ([`Transition::within`](crate::Transition::within), or
+    /// ([`Transition::within`](crate::Transition::within),
     /// [`Tx::within`](crate::Tx::within) for a transaction's own
-    /// statements), waiting for a lock or retrying.
+    /// statements, [`Call::within`](crate::Call::within) for the front
+    /// doors, recovery's claim and history), waiting for a lock, a
+    /// connection or an answer, or retrying.
     #[error("{}", timeout_message(table, transition, deadline, *outcome_known))]
     Timeout {
-        /// The table of the machine; empty for a statement of a
-        /// [`Tx`](crate::Tx) or [`Savepoint`](crate::Savepoint) itself.
+        /// The table of the machine; `stateguard_idempotency` or
+        /// `stateguard_inbox` for a call of the idempotency store or the
+        /// inbox; empty for a statement of a [`Tx`](crate::Tx) or
+        /// [`Savepoint`](crate::Savepoint) itself.
         table: &'static str,
         /// The transition that was being applied (`load` for
-        /// [`Machine::load`](crate::meta::Machine::load)), or the
-        /// statement of a lease that was cut off: `renew` (a lease's
+        /// [`Machine::load`](crate::meta::Machine::load), `history` for
+        /// [`Machine::history`](crate::meta::Machine::history),
+        /// `claim_expired` for [`claim_expired`](crate::claim_expired)),
+        /// or the statement of a lease that was cut off: `renew` (a lease's
         /// renewal), `take_over` (recovery taking expired rows over) or
         /// `recover` (recovery listing them), or a transaction's statement:
         /// `BEGIN`, `COMMIT`, `SAVEPOINT`, `RELEASE SAVEPOINT`, `ROLLBACK`
-        /// or `ROLLBACK TO SAVEPOINT`.
+        /// or `ROLLBACK TO SAVEPOINT`, or the call of the idempotency store
+        /// or the inbox: `begin`, `begin_tx`, `complete`, `release`,
+        /// `receive` or `prune`.
         transition: &'static str,
         /// The deadline that ran out.
         deadline: core::time::Duration,
         /// False when a write was in flight (the compare-and-set
-        /// `UPDATE`, a lease's renewal or takeover, a follow-up): it may
-        /// commit after all, without a win.
+        /// `UPDATE`, a lease's renewal or takeover, a follow-up, a write of
+        /// the idempotency store or the inbox): it may commit after all,
+        /// without a win.
         outcome_known: bool,
     },
 
@@ -530,15 +539,27 @@ impl Error {
     }
 }
 
-/// What [`Error::Timeout`] says: of a transition, or (with no table) of a
-/// transaction's own statement, where only a `COMMIT` in flight leaves the
-/// outcome open.
+/// What [`Error::Timeout`] says: of a transition, of a call of the
+/// idempotency store or the inbox, or (with no table) of a transaction's
+/// own statement, where only a `COMMIT` in flight leaves the outcome open.
 fn timeout_message(
     table: &str,
     call: &str,
     deadline: &core::time::Duration,
     outcome_known: bool,
 ) -> String {
+    if matches!(table, crate::idempotency::TABLE | crate::inbox::TABLE) {
+        return match outcome_known {
+            true => format!(
+                "`{call}` on table `{table}` ran out of its {deadline:?} deadline; nothing was \
+                 written"
+            ),
+            false => format!(
+                "`{call}` on table `{table}` ran out of its {deadline:?} deadline while its write \
+                 was in flight: it may still be applied"
+            ),
+        };
+    }
     match (table.is_empty(), outcome_known) {
         (false, true) => format!(
             "transition `{call}` on table `{table}` ran out of its {deadline:?} deadline; nothing \
@@ -626,5 +647,34 @@ mod tests {
         };
         assert!(!refused.is_outcome_unknown());
         assert!(!Error::ConnectionInTransaction.is_outcome_unknown());
+    }
+
+    #[test]
+    fn a_store_timeout_names_the_call_and_whether_a_write_was_in_flight() {
+        let timeout = |table, call, outcome_known| Error::Timeout {
+            table,
+            transition: call,
+            deadline: core::time::Duration::from_secs(2),
+            outcome_known,
+        };
+        let cut = timeout("stateguard_inbox", "receive", false);
+        assert_eq!(
+            cut.to_string(),
+            "`receive` on table `stateguard_inbox` ran out of its 2s deadline while its write \
+             was in flight: it may still be applied"
+        );
+        assert_eq!(cut.kind(), super::ErrorKind::OutcomeUnknown);
+        let read = timeout("stateguard_idempotency", "begin", true);
+        assert_eq!(
+            read.to_string(),
+            "`begin` on table `stateguard_idempotency` ran out of its 2s deadline; nothing was \
+             written"
+        );
+        assert_eq!(read.kind(), super::ErrorKind::Transient);
+        let moved = timeout("payouts", "start", true).to_string();
+        assert!(
+            moved.starts_with("transition `start` on table `payouts`"),
+            "{moved}"
+        );
     }
 }

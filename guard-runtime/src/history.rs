@@ -6,6 +6,7 @@ use core::time::Duration;
 
 use crate::StateMachine;
 use crate::batched::Batched;
+use crate::call::{Call, Sent, bounded};
 use crate::dialect::sealed::Dialect;
 use crate::error::Error;
 use crate::executor::Executor;
@@ -53,7 +54,23 @@ impl<S: StateMachine> Machine<S> {
     /// not a guess, and so are details that are not JSON
     /// ([`Error::HistoryDetails`]). [`Error::NoHistory`] for a machine
     /// without a history table.
-    pub async fn history<E, K>(
+    ///
+    /// Deadline: [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE), or
+    /// `PayoutStatus::history(&pool, id).within(d)` ([`Call`]); cut off,
+    /// [`Error::Timeout`] (`history`, outcome known: it only reads).
+    pub fn history<'a, E, K>(&'static self, executor: E, key: K) -> Call<'a, Vec<HistoryRow<S>>>
+    where
+        E: Executor + 'a,
+        K: RowKey<E::Database, S::KeyShape> + 'a,
+    {
+        Call::new(move |deadline| async move {
+            let read = self.read_history(executor, key);
+            bounded(self.table(), "history", deadline, &Sent::default(), read).await
+        })
+    }
+
+    /// [`Machine::history`], without its deadline.
+    async fn read_history<E, K>(
         &'static self,
         mut executor: E,
         key: K,
@@ -73,8 +90,10 @@ impl<S: StateMachine> Machine<S> {
             source,
         };
         let args = key_arguments::<E::Database, S::KeyShape, K>(&key).map_err(error)?;
-        let read = executor.fetch_all(<E::Database as Dialect>::sql(sql), args);
-        let rows = self.read_within("history", read).await?;
+        let rows = executor
+            .fetch_all(<E::Database as Dialect>::sql(sql), args)
+            .await
+            .map_err(error)?;
         rows.iter()
             .enumerate()
             .map(|(index, row)| {
@@ -184,6 +203,21 @@ impl<S: StateMachine, P> Noted<S, P> {
         (self.transition, self.params, self.note)
     }
 
+    /// See [`Transition::within`]: every call of a noted transition keeps
+    /// the transition's deadline, [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE)
+    /// unless set before or after [`Transition::noted`].
+    pub fn within(self, deadline: Duration) -> Self {
+        Noted {
+            transition: self.transition.within(deadline),
+            ..self
+        }
+    }
+
+    /// The deadline its calls keep.
+    pub fn deadline(&self) -> Duration {
+        self.transition.deadline()
+    }
+
     /// [`Error::NoHistory`] unless the machine has a history table to
     /// record the note in.
     fn recorded(&self) -> Result<(), Error> {
@@ -196,7 +230,8 @@ impl<S: StateMachine, P> Noted<S, P> {
     }
 
     /// See [`Transition::apply`]; the history row of the move records the
-    /// note.
+    /// note. Deadline: the transition's ([`Noted::within`]), as for every
+    /// call of a `Noted`.
     pub async fn apply<E, K>(self, executor: E, key: K) -> Result<Outcome<S, K, E::Commit>, Error>
     where
         E: Executor,
@@ -210,6 +245,7 @@ impl<S: StateMachine, P> Noted<S, P> {
     }
 
     /// See [`Transition::claim`]; every row's history row records the note.
+    /// Deadline: the transition's ([`Noted::within`]).
     pub async fn claim<DB, K>(
         self,
         pool: &sqlx::Pool<DB>,
@@ -232,7 +268,8 @@ impl<S: StateMachine, P> Noted<S, P> {
     }
 
     /// See [`Transition::claim_older_than`]; every row's history row
-    /// records the note: a sweep can say why it moved the rows.
+    /// records the note: a sweep can say why it moved the rows. Deadline:
+    /// the transition's ([`Noted::within`]).
     ///
     /// ```text
     /// PayoutStatus::expire()
@@ -263,7 +300,7 @@ impl<S: StateMachine, P> Noted<S, P> {
     }
 
     /// See [`Transition::claim_timed_out`]; every row's history row records
-    /// the note.
+    /// the note. Deadline: the transition's ([`Noted::within`]).
     pub async fn claim_timed_out<DB, K>(
         self,
         pool: &sqlx::Pool<DB>,
@@ -287,7 +324,7 @@ impl<S: StateMachine, P> Noted<S, P> {
     }
 
     /// See [`Transition::apply_many`]; the history row of every move
-    /// records the note.
+    /// records the note. Deadline: the transition's ([`Noted::within`]).
     pub async fn apply_many<DB, K>(
         self,
         pool: &sqlx::Pool<DB>,

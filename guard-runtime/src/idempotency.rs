@@ -62,6 +62,10 @@
 //!   byte (a binary collation), so `abc` and `ABC ` are two keys, and two
 //!   scopes never share one. Each is 1 to 255 characters
 //!   ([`Error::BadKey`], HTTP 400, otherwise).
+//! - **Every call keeps a deadline**,
+//!   [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE) unless `.within(d)` on
+//!   the [`Call`] it returns says otherwise: cut off, it is
+//!   [`Error::Timeout`], whose outcome is unknown once a write was sent.
 //!
 //! Limits: the deduplication lasts as long as the key's row, that is until
 //! [`prune`] removes it ([`DEFAULT_WINDOW`], 24 hours, by default). A
@@ -76,14 +80,17 @@
 use std::pin::pin;
 use std::time::Duration;
 
+use crate::call::{Call, Sent, bounded};
 use crate::ddl::Dialect as DdlDialect;
 use crate::dialect::{Backend, Sql};
 use crate::error::Error;
 use crate::executor::Executor;
 use crate::executor::sealed::Run;
 use crate::outcome::{Committed, Uncommitted};
-use crate::retry::DEFAULT_DEADLINE;
 use crate::tx::Tx;
+
+/// The store's table, which [`Error::Store`] and [`Error::Timeout`] name.
+pub(crate) const TABLE: &str = "stateguard_idempotency";
 
 /// How long a request owns its key before another request may take it
 /// over: 60 seconds. Give a longer lease to requests that run longer.
@@ -387,49 +394,79 @@ impl Ticket {
     /// [`Error::IdempotencyLeaseLost`] when the lease ran out and another
     /// request took the key over: roll `tx` back (drop it), so that only
     /// the request holding the lease commits its work.
-    pub async fn complete<DB>(
+    ///
+    /// Deadline: [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE), or
+    /// `ticket.complete(&mut tx, status, body).within(d)` ([`Call`]). Cut
+    /// off, [`Error::Timeout`] (`complete`, outcome unknown) and `tx` can
+    /// no longer commit: roll it back.
+    pub fn complete<'t, 'c, DB>(
         self,
-        mut tx: &mut Tx<'_, DB>,
+        tx: &'t mut Tx<'c, DB>,
         status: u16,
         body: Vec<u8>,
-    ) -> Result<(), Error>
+    ) -> Call<'t, ()>
     where
         DB: Backend,
-        for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
+        for<'x, 'y> &'x mut Tx<'y, DB>: Executor<Database = DB, Commit = Uncommitted>,
     {
-        let db_error = |source| store_error("complete", source);
-        let args = held_args::<DB>(&self.request, self.lease, |args| {
-            DB::bind_int(args, i64::from(status))?;
-            DB::bind_bytes(args, body)
+        Call::new(move |deadline| async move {
+            let mut tx = tx;
+            let sent = Sent::default();
+            let work = async {
+                let db_error = |source| store_error("complete", source);
+                let args = held_args::<DB>(&self.request, self.lease, |args| {
+                    DB::bind_int(args, i64::from(status))?;
+                    DB::bind_bytes(args, body)
+                })
+                .map_err(db_error)?;
+                sent.write();
+                let done = Run::execute(&mut tx, DB::sql(&COMPLETE), args)
+                    .await
+                    .map_err(db_error)?;
+                match DB::rows_affected(&done) {
+                    1 => Ok(()),
+                    _ => Err(Error::IdempotencyLeaseLost {
+                        scope: self.request.scope,
+                        key: self.request.key,
+                    }),
+                }
+            };
+            let completed = bounded(TABLE, "complete", deadline, &sent, work).await;
+            if let Err(Error::Timeout { .. }) = completed {
+                // The UPDATE may still run: the transaction must not commit.
+                Run::abandoned(&mut tx);
+            }
+            completed
         })
-        .map_err(db_error)?;
-        let done = Run::execute(&mut tx, DB::sql(&COMPLETE), args)
-            .await
-            .map_err(db_error)?;
-        match DB::rows_affected(&done) {
-            1 => Ok(()),
-            _ => Err(Error::IdempotencyLeaseLost {
-                scope: self.request.scope,
-                key: self.request.key,
-            }),
-        }
     }
 
     /// Gives the key up without a response, so that a retry gets
     /// [`Begun::New`] at once: for a failure the client should be free to
     /// retry (a 5xx, say). Nothing happens if the lease was lost.
-    pub async fn release<DB>(self, pool: &sqlx::Pool<DB>) -> Result<(), Error>
+    ///
+    /// Deadline: [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE), or
+    /// `ticket.release(&pool).within(d)` ([`Call`]); cut off,
+    /// [`Error::Timeout`] (`release`, outcome unknown).
+    pub fn release<DB>(self, pool: &sqlx::Pool<DB>) -> Call<'_, ()>
     where
         DB: Backend,
         for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
     {
-        let db_error = |source| store_error("release", source);
-        let args = held_args::<DB>(&self.request, self.lease, |_| Ok(())).map_err(db_error)?;
-        let mut executor = pool;
-        Run::execute(&mut executor, DB::sql(&RELEASE), args)
-            .await
-            .map_err(db_error)?;
-        Ok(())
+        Call::new(move |deadline| async move {
+            let sent = Sent::default();
+            let work = async {
+                let db_error = |source| store_error("release", source);
+                let args =
+                    held_args::<DB>(&self.request, self.lease, |_| Ok(())).map_err(db_error)?;
+                let mut executor = pool;
+                sent.write();
+                Run::execute(&mut executor, DB::sql(&RELEASE), args)
+                    .await
+                    .map_err(db_error)?;
+                Ok(())
+            };
+            bounded(TABLE, "release", deadline, &sent, work).await
+        })
     }
 }
 
@@ -467,7 +504,7 @@ fn held_args<DB: Backend>(
 
 fn store_error(call: &'static str, source: sqlx::Error) -> Error {
     Error::Store {
-        table: "stateguard_idempotency",
+        table: TABLE,
         call,
         source,
     }
@@ -485,23 +522,38 @@ fn store_error(call: &'static str, source: sqlx::Error) -> Error {
 /// A key whose lease ran out (its request crashed, or ran longer than its
 /// lease) is taken over: `New`, under the next lease, and the old holder
 /// can no longer [`complete`](Ticket::complete).
-pub async fn begin<DB>(
-    pool: &sqlx::Pool<DB>,
-    request: &Request,
+///
+/// Deadline: [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE) for the whole
+/// call (the wait for a connection included), or
+/// `idempotency::begin(&pool, &request, lease).within(d)` ([`Call`]). Cut
+/// off, [`Error::Timeout`] (`begin`) with the outcome unknown once the
+/// claim may have been sent (the wait for its connection counts): the key
+/// may then be running under a lease nobody holds, and a retry gets
+/// `InProgress` until it runs out.
+pub fn begin<'a, DB>(
+    pool: &'a sqlx::Pool<DB>,
+    request: &'a Request,
     lease: Duration,
-) -> Result<Begun, Error>
+) -> Call<'a, Begun>
 where
     DB: Backend,
     for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
 {
-    begin_on(&mut &*pool, request, lease).await
+    Call::new(move |deadline| async move {
+        let sent = Sent::default();
+        let mut executor = pool;
+        let work = begin_on(&mut executor, request, lease, &sent);
+        bounded(TABLE, "begin", deadline, &sent, work).await
+    })
 }
 
-/// [`begin`] on `executor`, a pool or a connection out of a transaction.
+/// [`begin`] on `executor`, a pool or a connection out of a transaction;
+/// `sent` learns when the claim goes out.
 async fn begin_on<DB, E>(
     executor: &mut E,
     request: &Request,
     lease: Duration,
+    sent: &Sent,
 ) -> Result<Begun, Error>
 where
     DB: Backend,
@@ -525,13 +577,13 @@ where
         let found = match DB::EMBEDDED {
             true => match read(executor, request).await? {
                 Some(row) => Some((row, 0)),
-                None => match claim(executor, request, lease_ms).await? {
+                None => match claim(executor, request, lease_ms, sent).await? {
                     Claimed::New => return new(1),
                     Claimed::Existing(row) => Some((row, 1)),
                     Claimed::Taken => None,
                 },
             },
-            false => match claim(executor, request, lease_ms).await? {
+            false => match claim(executor, request, lease_ms, sent).await? {
                 Claimed::New => return new(1),
                 Claimed::Existing(row) => Some((row, 1)),
                 Claimed::Taken => read(executor, request).await?.map(|row| (row, 0)),
@@ -570,6 +622,7 @@ where
         }
         let args = held_args::<DB>(request, held, |args| DB::bind_int(args, lease_ms))
             .map_err(db_error)?;
+        sent.write();
         let taken = match DB::RETURNING {
             true => Run::fetch_optional(executor, DB::sql(&TAKE_OVER), args)
                 .await
@@ -650,20 +703,26 @@ where
 /// for it any more. If the transaction cannot begin, the error is
 /// [`Error::Begin`], and a `New` key's claim is released again on a best
 /// effort (a retry gets `New` at once rather than 409 until the lease runs
-/// out), unless the pool itself failed (timed out or closed). The `BEGIN`,
-/// the wait for its connection included, keeps [`DEFAULT_DEADLINE`]
-/// ([`Error::Timeout`]), and so do the transaction's later calls unless
-/// [`Tx::within`] says otherwise.
-pub async fn begin_tx<DB>(
-    pool: &sqlx::Pool<DB>,
-    request: &Request,
+/// out), unless the pool itself failed (timed out or closed).
+///
+/// Deadline: [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE) for the whole
+/// call, claim, `BEGIN` and the waits for their connections, or
+/// `idempotency::begin_tx(&pool, &request, lease).within(d)` ([`Call`]);
+/// the transaction keeps the same deadline for its later calls unless
+/// [`Tx::within`] says otherwise. Cut off, [`Error::Timeout`]
+/// (`begin_tx`), with the outcome unknown once the claim may have been
+/// sent, as for [`begin`] (a `BEGIN` cut off by its own deadline is
+/// `Timeout` naming `BEGIN`).
+pub fn begin_tx<'a, DB>(
+    pool: &'a sqlx::Pool<DB>,
+    request: &'a Request,
     lease: Duration,
-) -> Result<Begun<(Ticket, Tx<'static, DB>)>, Error>
+) -> Call<'a, Begun<(Ticket, Tx<'static, DB>)>>
 where
     DB: Backend,
     for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
 {
-    begin_both(pool, request, lease, None).await
+    begin_both(pool, request, lease, None)
 }
 
 /// [`begin_tx`], with the transaction begun by `statement`, as
@@ -672,25 +731,47 @@ where
 /// repeatable-read snapshot at the first statement after `BEGIN`, so the
 /// work sees the claim; a MySQL `START TRANSACTION WITH CONSISTENT
 /// SNAPSHOT` may not, which only matters to work that reads the store.)
-pub async fn begin_tx_with<DB>(
-    pool: &sqlx::Pool<DB>,
-    request: &Request,
+/// Its deadline is [`begin_tx`]'s.
+pub fn begin_tx_with<'a, DB>(
+    pool: &'a sqlx::Pool<DB>,
+    request: &'a Request,
     lease: Duration,
     statement: &'static str,
-) -> Result<Begun<(Ticket, Tx<'static, DB>)>, Error>
+) -> Call<'a, Begun<(Ticket, Tx<'static, DB>)>>
 where
     DB: Backend,
     for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
 {
-    begin_both(pool, request, lease, Some(statement)).await
+    begin_both(pool, request, lease, Some(statement))
 }
 
-/// [`begin_tx`] and [`begin_tx_with`].
-async fn begin_both<DB>(
+/// [`begin_tx`] and [`begin_tx_with`], within the call's deadline.
+fn begin_both<'a, DB>(
+    pool: &'a sqlx::Pool<DB>,
+    request: &'a Request,
+    lease: Duration,
+    statement: Option<&'static str>,
+) -> Call<'a, Begun<(Ticket, Tx<'static, DB>)>>
+where
+    DB: Backend,
+    for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
+{
+    Call::new(move |deadline| async move {
+        let sent = Sent::default();
+        let work = claim_and_begin(pool, request, lease, statement, deadline, &sent);
+        bounded(TABLE, "begin_tx", deadline, &sent, work).await
+    })
+}
+
+/// The claim and the `BEGIN` of [`begin_both`]; the transaction keeps
+/// `deadline`.
+async fn claim_and_begin<DB>(
     pool: &sqlx::Pool<DB>,
     request: &Request,
     lease: Duration,
     statement: Option<&'static str>,
+    deadline: Duration,
+    sent: &Sent,
 ) -> Result<Begun<(Ticket, Tx<'static, DB>)>, Error>
 where
     DB: Backend,
@@ -706,15 +787,18 @@ where
         false => Run::try_idle(&pool),
     };
     if let Some(conn) = idle
-        && let Some(answer) = alongside(pool, conn, request, lease, statement).await
+        && let Some(answer) = alongside(pool, conn, request, lease, statement, deadline, sent).await
     {
         return answer;
     }
-    let ticket = match begin(pool, request, lease).await?.answered() {
+    let ticket = match begin_on(&mut &*pool, request, lease, sent)
+        .await?
+        .answered()
+    {
         Ok(answer) => return Ok(answer),
         Err(ticket) => ticket,
     };
-    let tx = crate::tx::begin_in_task(pool, statement, DEFAULT_DEADLINE).await;
+    let tx = crate::tx::begin_in_task(pool, statement, deadline).await;
     started(pool, ticket, tx).await
 }
 
@@ -733,6 +817,8 @@ async fn alongside<DB, C>(
     request: &Request,
     lease: Duration,
     statement: Option<&'static str>,
+    deadline: Duration,
+    sent: &Sent,
 ) -> Option<Result<Begun<(Ticket, Tx<'static, DB>)>, Error>>
 where
     DB: Backend,
@@ -746,10 +832,10 @@ where
         if test && conn.ping().await.is_err() {
             return None;
         }
-        Some(begin_on(&mut conn, request, lease).await)
+        Some(begin_on(&mut conn, request, lease, sent).await)
     };
     let mut claim = pin!(claim);
-    let mut opening = pin!(crate::tx::begin_in_task(pool, statement, DEFAULT_DEADLINE));
+    let mut opening = pin!(crate::tx::begin_in_task(pool, statement, deadline));
     let mut opened = None;
     let claimed = loop {
         tokio::select! {
@@ -826,6 +912,7 @@ async fn claim<DB, E>(
     executor: &mut E,
     request: &Request,
     lease_ms: i64,
+    sent: &Sent,
 ) -> Result<Claimed<<DB as sqlx::Database>::Row>, Error>
 where
     DB: Backend,
@@ -835,6 +922,7 @@ where
     let mut args = key_args::<DB>(request).map_err(db_error)?;
     DB::bind_text(&mut args, Some(request.fingerprint.clone())).map_err(db_error)?;
     DB::bind_int(&mut args, lease_ms).map_err(db_error)?;
+    sent.write();
     if !DB::RETURNING {
         let done = Run::execute(executor, DB::sql(&CLAIM), args)
             .await
@@ -875,39 +963,51 @@ where
 /// returns how many it removed. Call it until it returns less than
 /// `limit`, or from a periodic job: each call is one bounded statement.
 /// A pruned key's retry is a new request.
-pub async fn prune<DB>(pool: &sqlx::Pool<DB>, window: Duration, limit: u32) -> Result<u64, Error>
+///
+/// Deadline: [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE), or
+/// `idempotency::prune(&pool, window, limit).within(d)` ([`Call`]); cut
+/// off, [`Error::Timeout`] (`prune`, outcome unknown: some keys may be
+/// gone).
+pub fn prune<DB>(pool: &sqlx::Pool<DB>, window: Duration, limit: u32) -> Call<'_, u64>
 where
     DB: Backend,
     for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
 {
-    prune_table::<DB>(pool, &PRUNE, "stateguard_idempotency", window, limit).await
+    prune_table::<DB>(pool, &PRUNE, TABLE, window, limit)
 }
 
 /// One bounded `DELETE` of `sql` (placeholders: the window in
-/// milliseconds, the limit).
-pub(crate) async fn prune_table<DB>(
-    pool: &sqlx::Pool<DB>,
-    sql: &Sql,
+/// milliseconds, the limit), within the call's deadline.
+pub(crate) fn prune_table<'p, DB>(
+    pool: &'p sqlx::Pool<DB>,
+    sql: &'static Sql,
     table: &'static str,
     window: Duration,
     limit: u32,
-) -> Result<u64, Error>
+) -> Call<'p, u64>
 where
     DB: Backend,
-    for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    for<'x> &'x sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
 {
-    let db_error = |source| Error::Store {
-        table,
-        call: "prune",
-        source,
-    };
-    let window_ms = i64::try_from(window.as_millis()).unwrap_or(i64::MAX);
-    let mut args = DB::Args::default();
-    DB::bind_int(&mut args, window_ms).map_err(db_error)?;
-    DB::bind_int(&mut args, i64::from(limit)).map_err(db_error)?;
-    let mut executor = pool;
-    let done = Run::execute(&mut executor, DB::sql(sql), args)
-        .await
-        .map_err(db_error)?;
-    Ok(DB::rows_affected(&done))
+    Call::new(move |deadline| async move {
+        let sent = Sent::default();
+        let work = async {
+            let db_error = |source| Error::Store {
+                table,
+                call: "prune",
+                source,
+            };
+            let window_ms = i64::try_from(window.as_millis()).unwrap_or(i64::MAX);
+            let mut args = DB::Args::default();
+            DB::bind_int(&mut args, window_ms).map_err(db_error)?;
+            DB::bind_int(&mut args, i64::from(limit)).map_err(db_error)?;
+            let mut executor = pool;
+            sent.write();
+            let done = Run::execute(&mut executor, DB::sql(sql), args)
+                .await
+                .map_err(db_error)?;
+            Ok(DB::rows_affected(&done))
+        };
+        bounded(table, "prune", deadline, &sent, work).await
+    })
 }

@@ -49,6 +49,7 @@
 
 use std::time::Duration;
 
+use crate::call::{Call, Sent, bounded};
 use crate::ddl::Dialect as DdlDialect;
 use crate::dialect::{Backend, Sql};
 use crate::error::Error;
@@ -56,6 +57,9 @@ use crate::executor::Executor;
 use crate::idempotency::checked;
 use crate::outcome::{Committed, Uncommitted};
 use crate::tx::Tx;
+
+/// The inbox's table, which [`Error::Store`] and [`Error::Timeout`] name.
+pub(crate) const TABLE: &str = "stateguard_inbox";
 
 const DDL_POSTGRES: &[&str] = &[
     "CREATE TABLE stateguard_inbox (
@@ -137,41 +141,64 @@ pub enum Received {
 /// [`Received::Duplicate`] when a committed transaction recorded it
 /// before. An empty or over-long consumer or message id is
 /// [`Error::BadKey`], and nothing is written.
-pub async fn receive<DB>(
-    mut tx: &mut Tx<'_, DB>,
-    consumer: &str,
-    message_id: &str,
-) -> Result<Received, Error>
+///
+/// Deadline: [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE), or
+/// `inbox::receive(&mut tx, consumer, id).within(d)` ([`Call`]). Cut off,
+/// [`Error::Timeout`] (`receive`, outcome unknown) and `tx` can no longer
+/// commit: roll it back, and let the message be delivered again.
+pub fn receive<'a, 'c, DB>(
+    tx: &'a mut Tx<'c, DB>,
+    consumer: &'a str,
+    message_id: &'a str,
+) -> Call<'a, Received>
 where
     DB: Backend,
-    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
+    for<'t, 'x> &'t mut Tx<'x, DB>: Executor<Database = DB, Commit = Uncommitted>,
 {
-    checked("inbox consumer", consumer)?;
-    checked("message id", message_id)?;
-    let db_error = |source| Error::Store {
-        table: "stateguard_inbox",
-        call: "receive",
-        source,
-    };
-    let mut args = DB::Args::default();
-    DB::bind_text(&mut args, Some(consumer.to_owned())).map_err(db_error)?;
-    DB::bind_text(&mut args, Some(message_id.to_owned())).map_err(db_error)?;
-    let done = crate::executor::sealed::Run::execute(&mut tx, DB::sql(&RECEIVE), args)
-        .await
-        .map_err(db_error)?;
-    Ok(match DB::rows_affected(&done) {
-        1 => Received::First,
-        _ => Received::Duplicate,
+    Call::new(move |deadline| async move {
+        use crate::executor::sealed::Run;
+        let mut tx = tx;
+        checked("inbox consumer", consumer)?;
+        checked("message id", message_id)?;
+        let sent = Sent::default();
+        let work = async {
+            let db_error = |source| Error::Store {
+                table: TABLE,
+                call: "receive",
+                source,
+            };
+            let mut args = DB::Args::default();
+            DB::bind_text(&mut args, Some(consumer.to_owned())).map_err(db_error)?;
+            DB::bind_text(&mut args, Some(message_id.to_owned())).map_err(db_error)?;
+            sent.write();
+            let done = Run::execute(&mut tx, DB::sql(&RECEIVE), args)
+                .await
+                .map_err(db_error)?;
+            Ok(match DB::rows_affected(&done) {
+                1 => Received::First,
+                _ => Received::Duplicate,
+            })
+        };
+        let received = bounded(TABLE, "receive", deadline, &sent, work).await;
+        if let Err(Error::Timeout { .. }) = received {
+            // The INSERT may still run: the transaction must not commit.
+            Run::abandoned(&mut tx);
+        }
+        received
     })
 }
 
 /// Removes up to `limit` messages received more than `window` ago, oldest
 /// first, and returns how many it removed: one bounded statement per
 /// call, as for [`idempotency::prune`](crate::idempotency::prune).
-pub async fn prune<DB>(pool: &sqlx::Pool<DB>, window: Duration, limit: u32) -> Result<u64, Error>
+///
+/// Deadline: [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE), or
+/// `inbox::prune(&pool, window, limit).within(d)` ([`Call`]); cut off,
+/// [`Error::Timeout`] (`prune`, outcome unknown).
+pub fn prune<DB>(pool: &sqlx::Pool<DB>, window: Duration, limit: u32) -> Call<'_, u64>
 where
     DB: Backend,
     for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
 {
-    crate::idempotency::prune_table::<DB>(pool, &PRUNE, "stateguard_inbox", window, limit).await
+    crate::idempotency::prune_table::<DB>(pool, &PRUNE, TABLE, window, limit)
 }

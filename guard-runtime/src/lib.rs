@@ -13,6 +13,7 @@
 )]
 
 mod batched;
+mod call;
 mod claim;
 pub mod ddl;
 mod dialect;
@@ -38,6 +39,7 @@ mod tx;
 mod verdict;
 
 pub use crate::batched::Batched;
+pub use crate::call::Call;
 pub use crate::dialect::{Backend, Key};
 pub use crate::effect::{Effect, FinishError, Finished};
 pub use crate::error::{Error, ErrorKind};

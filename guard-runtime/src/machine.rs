@@ -36,14 +36,13 @@ pub trait StateMachine: Copy + Eq + Debug + Send + Sync + 'static {
     /// The history of the row whose key is `key`, oldest first:
     /// `PayoutStatus::history(&pool, 42)`, the same as
     /// [`Machine::history`](crate::meta::Machine::history) on
-    /// [`Self::MACHINE`].
-    fn history<E, K>(
-        executor: E,
-        key: K,
-    ) -> impl core::future::Future<Output = Result<Vec<crate::HistoryRow<Self>>, crate::Error>> + Send
+    /// [`Self::MACHINE`], and with the same deadline:
+    /// [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE), or
+    /// `PayoutStatus::history(&pool, 42).within(d)`.
+    fn history<'a, E, K>(executor: E, key: K) -> crate::Call<'a, Vec<crate::HistoryRow<Self>>>
     where
-        E: crate::Executor,
-        K: crate::key::RowKey<E::Database, Self::KeyShape> + Send,
+        E: crate::Executor + 'a,
+        K: crate::key::RowKey<E::Database, Self::KeyShape> + 'a,
     {
         Self::MACHINE.history(executor, key)
     }

@@ -294,6 +294,7 @@ fn again<S: StateMachine, K>(first: &Outcome<S, K, Committed>) -> Outcome<S, K, 
 
 impl<S: StateMachine, P> Bound<S, P> {
     /// See [`Transition::apply_many`]; every row gets the same values.
+    /// Deadline: the transition's ([`Bound::within`]).
     pub async fn apply_many<DB, K>(
         self,
         pool: &sqlx::Pool<DB>,

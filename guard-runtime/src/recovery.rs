@@ -7,6 +7,7 @@ use core::future::Future;
 use tracing::Instrument;
 
 use crate::StateMachine;
+use crate::call::{Call, Sent, bounded};
 use crate::dialect::Backend;
 use crate::dialect::sealed::Dialect;
 use crate::effect::{Effect, Finished, follow_up, in_flight_def};
@@ -32,23 +33,43 @@ use crate::verdict::{FollowUpValues, Verdict};
 /// smaller batches ([`recover`] renews each row's lease before its effect
 /// when it has waited). On PostgreSQL one statement lists and takes over
 /// the batch; SQLite and MySQL list, then claim each row.
-pub async fn claim_expired<S, K, E>(
+///
+/// Deadline: [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE) for the whole
+/// batch, or `claim_expired(&pool, state, limit).within(d)` ([`Call`]);
+/// each returned `Won` keeps it for [`Won::finish`]. Cut off,
+/// [`Error::Timeout`] (`claim_expired`), with the outcome unknown once a
+/// takeover was sent: rows taken over without a `Won` wait for a later
+/// pass, their lease renewed.
+pub fn claim_expired<'a, S, K, E>(
     mut executor: E,
     state: S,
     limit: u32,
-) -> Result<Vec<Won<S, K, Committed>>, Error>
+) -> Call<'a, Vec<Won<S, K, Committed>>>
 where
     S: StateMachine,
-    E: Executor<Commit = Committed>,
-    K: DecodeKey<E::Database, S::KeyShape> + RowKey<E::Database, S::KeyShape>,
+    E: Executor<Commit = Committed> + 'a,
+    K: DecodeKey<E::Database, S::KeyShape> + RowKey<E::Database, S::KeyShape> + 'a,
 {
-    claim_on(&mut executor, state, limit).await
+    Call::new(move |deadline| async move {
+        let sent = Sent::default();
+        let claim = claim_on(&mut executor, state, limit, &sent);
+        let claimed = bounded(S::MACHINE.table(), CLAIM_EXPIRED, deadline, &sent, claim).await?;
+        Ok(claimed
+            .into_iter()
+            .map(|won| won.within(deadline))
+            .collect())
+    })
 }
+
+/// What [`Error::Timeout`] names a [`claim_expired`] cut off by its
+/// deadline.
+const CLAIM_EXPIRED: &str = "claim_expired";
 
 async fn claim_on<S, K, E>(
     executor: &mut E,
     state: S,
     limit: u32,
+    sent: &Sent,
 ) -> Result<Vec<Won<S, K, Committed>>, Error>
 where
     S: StateMachine,
@@ -57,6 +78,10 @@ where
 {
     let in_flight = in_flight_def(state)?;
     refuse_open_transaction(executor)?;
+    // PostgreSQL lists and takes over in one statement, a write.
+    if !<E::Database as Dialect>::sql(in_flight.take_over_sql()).is_empty() {
+        sent.write();
+    }
     if let Some(taken) = take_over::<S, K, E>(executor, in_flight, state, limit).await? {
         return Ok(taken
             .into_iter()
@@ -65,6 +90,7 @@ where
     }
     let mut claimed = Vec::new();
     for (key, occurrence) in list_expired::<S, K, E>(executor, in_flight, state, limit).await? {
+        sent.write();
         if let Some(lease) = claim_one(executor, in_flight, state, &key, occurrence).await? {
             claimed.push(Won::new(state, key, occurrence, lease, 0));
         }
