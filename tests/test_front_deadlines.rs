@@ -110,6 +110,7 @@ mod postgres {
         "frontd_receive" => a_cut_off_receive_leaves_a_transaction_that_cannot_commit,
         "frontd_claim_expired" => a_claim_of_expired_rows_without_an_answer_times_out,
         "frontd_history" => a_history_read_without_an_answer_times_out,
+        "frontd_load" => a_load_without_an_answer_times_out,
         "frontd_begin_tx_deadline" => begin_tx_hands_its_deadline_to_the_transaction,
         "frontd_claimed_deadline" => claimed_rows_keep_the_claims_deadline,
     );
@@ -125,6 +126,7 @@ mod mysql {
         "frontd_receive" => a_cut_off_receive_leaves_a_transaction_that_cannot_commit,
         "frontd_claim_expired" => a_claim_of_expired_rows_without_an_answer_times_out,
         "frontd_history" => a_history_read_without_an_answer_times_out,
+        "frontd_load" => a_load_without_an_answer_times_out,
         "frontd_begin_tx_deadline" => begin_tx_hands_its_deadline_to_the_transaction,
         "frontd_claimed_deadline" => claimed_rows_keep_the_claims_deadline,
     );
@@ -384,6 +386,22 @@ where
     let read = Logged::history(&through, 1_i64).within(DEADLINE);
     let read: Result<Vec<HistoryRow<Logged>>, Error> = guarded("history", read).await;
     assert_timed_out(&read.unwrap_err(), "transfers", "history", true);
+    proxy.release();
+}
+
+/// A load gets no answer: `Timeout` naming `load`, outcome known (it only
+/// reads), after the deadline set on the call.
+async fn a_load_without_an_answer_times_out<DB: Proxied>(db: Db<DB>)
+where
+    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    i64: Key<DB>,
+{
+    db.transfers(1).await;
+    let (proxy, through) = proxied(&db.pool).await;
+    proxy.hold();
+    let read = Logged::MACHINE.load(&through, 1_i64).within(DEADLINE);
+    let read = guarded("load", read).await;
+    assert_timed_out(&read.unwrap_err(), "transfers", "load", true);
     proxy.release();
 }
 

@@ -15,8 +15,9 @@ type Running<'a, T> = Pin<Box<dyn Future<Output = Result<T, Error>> + Send + 'a>
 
 /// A call about to run: what [`idempotency::begin`](crate::idempotency::begin)
 /// and its siblings, [`inbox::receive`](crate::inbox::receive),
-/// [`claim_expired`](crate::claim_expired) and
-/// [`Machine::history`](crate::meta::Machine::history) return. Await it
+/// [`claim_expired`](crate::claim_expired),
+/// [`Machine::history`](crate::meta::Machine::history) and
+/// [`Machine::load`](crate::meta::Machine::load) return. Await it
 /// for its answer; it keeps [`DEFAULT_DEADLINE`] unless [`Call::within`]
 /// sets another first:
 ///

@@ -675,9 +675,25 @@ impl<S: StateMachine> Machine<S> {
     /// the next request and apply with [`Transition::expecting`].
     ///
     /// One `SELECT`, a locking read inside a transaction as on the losing
-    /// path of [`Transition::apply`]; it keeps
-    /// [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE).
-    pub async fn load<E, K>(
+    /// path of [`Transition::apply`].
+    ///
+    /// Deadline: [`DEFAULT_DEADLINE`], or `PayoutStatus::MACHINE.load(&pool,
+    /// id).within(d)` ([`Call`](crate::Call)); cut off, [`Error::Timeout`]
+    /// (`load`, outcome known: it only reads).
+    pub fn load<'a, E, K>(&'static self, executor: E, key: K) -> crate::Call<'a, Option<Current<S>>>
+    where
+        E: Executor + 'a,
+        K: RowKey<E::Database, S::KeyShape> + 'a,
+    {
+        crate::Call::new(move |deadline| async move {
+            let read = self.read_current(executor, key);
+            let sent = crate::call::Sent::default();
+            crate::call::bounded(self.table(), "load", deadline, &sent, read).await
+        })
+    }
+
+    /// [`Machine::load`], without its deadline.
+    async fn read_current<E, K>(
         &'static self,
         mut executor: E,
         key: K,
@@ -693,37 +709,12 @@ impl<S: StateMachine> Machine<S> {
         };
         let select = <E::Database as Dialect>::sql(self.select_for(executor.in_transaction()));
         let args = key_arguments::<E::Database, S::KeyShape, K>(&key).map_err(error)?;
-        let read = executor.fetch_optional(select, args);
-        let Some(row) = self.read_within("load", read).await? else {
+        let Some(row) = executor.fetch_optional(select, args).await.map_err(error)? else {
             return Ok(None);
         };
         let state = status_of::<S, E::Database>(&row, error)?;
         let occurrence = <E::Database as Dialect>::int(&row, 1).map_err(error)?;
         Ok(Some(Current::new(state, occurrence)))
-    }
-}
-
-impl<S: StateMachine> Machine<S> {
-    /// A read of the machine's table named `call` in errors, within
-    /// [`DEFAULT_DEADLINE`].
-    pub(crate) async fn read_within<T>(
-        &'static self,
-        call: &'static str,
-        read: impl Future<Output = Result<T, sqlx::Error>>,
-    ) -> Result<T, Error> {
-        match tokio::time::timeout(DEFAULT_DEADLINE, read).await {
-            Ok(done) => done.map_err(|source| Error::Database {
-                table: self.table(),
-                transition: call,
-                source,
-            }),
-            Err(_) => Err(Error::Timeout {
-                table: self.table(),
-                transition: call,
-                deadline: DEFAULT_DEADLINE,
-                outcome_known: true,
-            }),
-        }
     }
 }
 
