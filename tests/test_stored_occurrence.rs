@@ -28,58 +28,47 @@ use stateguard::{
 
 /// A transfer that can pass through every state again: a version column,
 /// an in-flight state, a state with a timeout, and a way back to
-/// `pending` from each end.
-#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
-#[state_machine(
-    table = "transfers",
-    column = "status",
-    key = "id",
-    version = "version"
-)]
-enum Plain {
-    #[state(initial)]
-    #[transition(start -> Sending)]
-    #[transition(cancel -> Cancelled)]
-    Pending,
-    #[state(in_flight(lease = "30s", since = "sending_since", done = confirm, failed = fail))]
-    #[transition(confirm -> Sent)]
-    #[transition(fail -> Failed)]
-    Sending,
-    #[state(since = "sent_at", timeout = "50m")]
-    #[transition(reopen -> Pending)]
-    Sent,
-    #[transition(retry -> Pending)]
-    Failed,
-    #[transition(restore -> Pending)]
-    Cancelled,
+/// `pending` from each end; `$name` on the `transfers` table with the
+/// further attributes `$($more)*` (a history table).
+macro_rules! cycle {
+    ($(#[$doc:meta])* $name:ident $($more:tt)*) => {
+        $(#[$doc])*
+        #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+        #[state_machine(
+            table = "transfers",
+            column = "status",
+            key = "id",
+            version = "version"
+            $($more)*
+        )]
+        enum $name {
+            #[state(initial)]
+            #[transition(start -> Sending)]
+            #[transition(cancel -> Cancelled)]
+            Pending,
+            #[state(in_flight(lease = "30s", since = "sending_since", done = confirm, failed = fail))]
+            #[transition(confirm -> Sent)]
+            #[transition(fail -> Failed)]
+            Sending,
+            #[state(since = "sent_at", timeout = "50m")]
+            #[transition(reopen -> Pending)]
+            Sent,
+            #[transition(retry -> Pending)]
+            Failed,
+            #[transition(restore -> Pending)]
+            Cancelled,
+        }
+    };
 }
 
-/// [`Plain`] with a history table.
-#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
-#[state_machine(
-    table = "transfers",
-    column = "status",
-    key = "id",
-    version = "version",
-    history = "transfer_history"
-)]
-enum Logged {
-    #[state(initial)]
-    #[transition(start -> Sending)]
-    #[transition(cancel -> Cancelled)]
-    Pending,
-    #[state(in_flight(lease = "30s", since = "sending_since", done = confirm, failed = fail))]
-    #[transition(confirm -> Sent)]
-    #[transition(fail -> Failed)]
-    Sending,
-    #[state(since = "sent_at", timeout = "50m")]
-    #[transition(reopen -> Pending)]
-    Sent,
-    #[transition(retry -> Pending)]
-    Failed,
-    #[transition(restore -> Pending)]
-    Cancelled,
-}
+cycle!(
+    /// Without history.
+    Plain
+);
+cycle!(
+    /// With a history table.
+    Logged, history = "transfer_history"
+);
 
 backend_tests! {
     "stored_plain" => plain_without_ddl,
