@@ -248,43 +248,21 @@ macro_rules! statements {
 /// statement on it would fail the same way.
 macro_rules! pool_statements {
     ($db:ty) => {
-        fn execute(
+        pool_statements!(@one $db, execute, <$db as sqlx::Database>::QueryResult);
+        pool_statements!(@one $db, fetch_optional, Option<<$db as sqlx::Database>::Row>);
+        pool_statements!(@one $db, fetch_all, Vec<<$db as sqlx::Database>::Row>);
+    };
+    (@one $db:ty, $method:ident, $output:ty) => {
+        fn $method(
             &mut self,
             sql: &'static str,
             args: <$db as Dialect>::Args,
-        ) -> BoxFuture<'_, Result<<$db as sqlx::Database>::QueryResult, sqlx::Error>> {
+        ) -> BoxFuture<'_, Result<$output, sqlx::Error>> {
             let pool = &**self;
             Box::pin(async move {
                 let mut conn = pool.acquire().await?;
-                let done = sqlx::Executor::execute(&mut *conn, sqlx::query_with(sql, args)).await;
-                closed_if_read_only(&mut conn, done)
-            })
-        }
-
-        fn fetch_optional(
-            &mut self,
-            sql: &'static str,
-            args: <$db as Dialect>::Args,
-        ) -> BoxFuture<'_, Result<Option<<$db as sqlx::Database>::Row>, sqlx::Error>> {
-            let pool = &**self;
-            Box::pin(async move {
-                let mut conn = pool.acquire().await?;
-                let row =
-                    sqlx::Executor::fetch_optional(&mut *conn, sqlx::query_with(sql, args)).await;
-                closed_if_read_only(&mut conn, row)
-            })
-        }
-
-        fn fetch_all(
-            &mut self,
-            sql: &'static str,
-            args: <$db as Dialect>::Args,
-        ) -> BoxFuture<'_, Result<Vec<<$db as sqlx::Database>::Row>, sqlx::Error>> {
-            let pool = &**self;
-            Box::pin(async move {
-                let mut conn = pool.acquire().await?;
-                let rows = sqlx::Executor::fetch_all(&mut *conn, sqlx::query_with(sql, args)).await;
-                closed_if_read_only(&mut conn, rows)
+                let result = sqlx::Executor::$method(&mut *conn, sqlx::query_with(sql, args)).await;
+                closed_if_read_only(&mut conn, result)
             })
         }
     };
