@@ -13,8 +13,8 @@ use crate::retry::DEFAULT_DEADLINE;
 /// The boxed future a [`Call`] runs.
 type Running<'a, T> = Pin<Box<dyn Future<Output = Result<T, Error>> + Send + 'a>>;
 
-/// A call about to run: what [`idempotency::begin`](crate::idempotency::begin)
-/// and its siblings, [`inbox::receive`](crate::inbox::receive),
+/// A call about to run: what `idempotency::begin` and its siblings,
+/// `inbox::receive`,
 /// [`claim_expired`](crate::claim_expired),
 /// [`Machine::history`](crate::meta::Machine::history) and
 /// [`Machine::load`](crate::meta::Machine::load) return. Await it

@@ -539,6 +539,22 @@ impl Error {
     }
 }
 
+/// The error of a statement that a transaction which can no longer commit
+/// did not send (`tx::Health::refuse`), which [`Error::kind`] sorts with
+/// [`Error::RolledBack`].
+pub(crate) const REFUSED: &str = "not sent: the transaction was rolled back or a statement of it \
+                                  was cut off, so it can no longer commit; roll it back and retry \
+                                  the whole transaction";
+
+/// The tables the library owns (the idempotency store, the inbox): their
+/// names are fixed, so that their statements stay static.
+pub(crate) mod store {
+    /// The idempotency store's table.
+    pub(crate) const IDEMPOTENCY: &str = "stateguard_idempotency";
+    /// The inbox's table.
+    pub(crate) const INBOX: &str = "stateguard_inbox";
+}
+
 /// What [`Error::Timeout`] says: of a transition, of a call of the
 /// idempotency store or the inbox, or (with no table) of a transaction's
 /// own statement, where only a `COMMIT` in flight leaves the outcome open.
@@ -548,7 +564,7 @@ fn timeout_message(
     deadline: &core::time::Duration,
     outcome_known: bool,
 ) -> String {
-    if matches!(table, crate::idempotency::TABLE | crate::inbox::TABLE) {
+    if matches!(table, store::IDEMPOTENCY | store::INBOX) {
         return match outcome_known {
             true => format!(
                 "`{call}` on table `{table}` ran out of its {deadline:?} deadline; nothing was \

@@ -90,7 +90,7 @@ use crate::outcome::{Committed, Uncommitted};
 use crate::tx::Tx;
 
 /// The store's table, which [`Error::Store`] and [`Error::Timeout`] name.
-pub(crate) const TABLE: &str = "stateguard_idempotency";
+pub(crate) const TABLE: &str = crate::error::store::IDEMPOTENCY;
 
 /// How long a request owns its key before another request may take it
 /// over: 60 seconds. Give a longer lease to requests that run longer.

@@ -59,7 +59,7 @@ use crate::outcome::{Committed, Uncommitted};
 use crate::tx::Tx;
 
 /// The inbox's table, which [`Error::Store`] and [`Error::Timeout`] name.
-pub(crate) const TABLE: &str = "stateguard_inbox";
+pub(crate) const TABLE: &str = crate::error::store::INBOX;
 
 const DDL_POSTGRES: &[&str] = &[
     "CREATE TABLE stateguard_inbox (

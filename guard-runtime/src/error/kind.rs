@@ -163,7 +163,7 @@ fn transient(error: &sqlx::Error) -> bool {
 /// transaction can no longer commit: like [`Error::RolledBack`], whose
 /// cure is the whole transaction again.
 pub(super) fn refused(error: &sqlx::Error) -> bool {
-    matches!(error, sqlx::Error::InvalidArgument(message) if message == crate::tx::REFUSED)
+    matches!(error, sqlx::Error::InvalidArgument(message) if message == super::REFUSED)
 }
 
 /// Whether a backend built in retries `error` by itself: serialization

@@ -99,17 +99,13 @@ impl Health {
     /// commit on its own.
     pub(crate) fn refuse(&self) -> Result<(), sqlx::Error> {
         match self.rolled_back {
-            true => Err(sqlx::Error::InvalidArgument(REFUSED.to_owned())),
+            true => Err(sqlx::Error::InvalidArgument(
+                crate::error::REFUSED.to_owned(),
+            )),
             false => Ok(()),
         }
     }
 }
-
-/// The error of a statement [`Health::refuse`] did not send, which
-/// [`Error::kind`] sorts with [`Error::RolledBack`].
-pub(crate) const REFUSED: &str = "not sent: the transaction was rolled back or a statement of it \
-                                  was cut off, so it can no longer commit; roll it back and retry \
-                                  the whole transaction";
 
 /// A database transaction whose wins wait for its commit.
 ///

@@ -221,7 +221,7 @@ fn every_variant() -> Vec<(String, Error, ErrorKind)> {
     add("statement syntax error", database(coded("42601")), Database);
     // Not sent: its transaction can no longer commit. Another invalid
     // argument is no such thing.
-    let refused = || sqlx::Error::InvalidArgument(crate::tx::REFUSED.to_owned());
+    let refused = || sqlx::Error::InvalidArgument(crate::error::REFUSED.to_owned());
     assert!(database(refused()).is_retry_transaction());
     add("statement refused", database(refused()), Transient);
     let other = sqlx::Error::InvalidArgument("bad".to_owned());
