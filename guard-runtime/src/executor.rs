@@ -288,38 +288,6 @@ fn closed_if_read_only<DB: sqlx::Database, T>(
     result
 }
 
-/// `execute_then_fetch`, with both statements on the one connection that
-/// `$conn` reaches (or, for a pool, acquires) from `self`.
-macro_rules! execute_then_fetch {
-    ($db:ty, |$this:ident| $conn:expr) => {
-        fn execute_then_fetch(
-            &mut self,
-            sql: &'static str,
-            args: <$db as Dialect>::Args,
-            then: &'static str,
-            then_args: <$db as Dialect>::Args,
-            when: When<$db>,
-        ) -> BoxFuture<'_, Result<ExecutedThenFetched<$db>, sqlx::Error>> {
-            Box::pin(async move {
-                let $this = self;
-                // `mut` for a pool's connection guard; a `&mut` needs none.
-                #[allow(unused_mut)]
-                let mut conn = $conn;
-                let done = sqlx::Executor::execute(&mut *conn, sqlx::query_with(sql, args)).await?;
-                // Nothing to read (a losing attempt stays at its two
-                // statements, the update and the fresh read).
-                if !when(&done) {
-                    return Ok((done, None));
-                }
-                let row =
-                    sqlx::Executor::fetch_optional(&mut *conn, sqlx::query_with(then, then_args))
-                        .await?;
-                Ok((done, row))
-            })
-        }
-    };
-}
-
 /// The executor of a stateguard transaction or savepoint: its statements
 /// run on its connection, and a failure that ends the transaction is
 /// recorded, so that its commit refuses to hand out wins.
@@ -459,7 +427,31 @@ fn noted<DB: Backend, T>(
 macro_rules! on_connection {
     ($db:ty) => {
         statements!($db, |this| &mut **this);
-        execute_then_fetch!($db, |this| &mut **this);
+
+        // Both statements on the one connection (a pool's `execute_then_fetch`
+        // takes one and runs this).
+        fn execute_then_fetch(
+            &mut self,
+            sql: &'static str,
+            args: <$db as Dialect>::Args,
+            then: &'static str,
+            then_args: <$db as Dialect>::Args,
+            when: When<$db>,
+        ) -> BoxFuture<'_, Result<ExecutedThenFetched<$db>, sqlx::Error>> {
+            Box::pin(async move {
+                let conn = &mut **self;
+                let done = sqlx::Executor::execute(&mut *conn, sqlx::query_with(sql, args)).await?;
+                // Nothing to read (a losing attempt stays at its two
+                // statements, the update and the fresh read).
+                if !when(&done) {
+                    return Ok((done, None));
+                }
+                let row =
+                    sqlx::Executor::fetch_optional(&mut *conn, sqlx::query_with(then, then_args))
+                        .await?;
+                Ok((done, row))
+            })
+        }
 
         fn logged(
             &mut self,
