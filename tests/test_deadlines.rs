@@ -83,9 +83,10 @@ impl<DB: Hold> Held<DB> {
     }
 }
 
-/// `error` is a timeout of `transition` whose outcome is open.
+/// Whether `error` is a timeout of `transition` whose outcome is known,
+/// after checking that `is_outcome_unknown` agrees.
 #[track_caller]
-fn assert_open_timeout(error: &Error, transition: &str) {
+fn timeout_of(error: &Error, transition: &str) -> bool {
     let Error::Timeout {
         transition: named,
         outcome_known,
@@ -95,24 +96,21 @@ fn assert_open_timeout(error: &Error, transition: &str) {
         panic!("expected a timeout, got {error:?}");
     };
     assert_eq!(*named, transition, "{error:?}");
-    assert!(!outcome_known, "{error:?}");
-    assert!(error.is_outcome_unknown(), "{error:?}");
+    assert_eq!(error.is_outcome_unknown(), !outcome_known, "{error:?}");
+    *outcome_known
+}
+
+/// `error` is a timeout of `transition` whose outcome is open.
+#[track_caller]
+fn assert_open_timeout(error: &Error, transition: &str) {
+    assert!(!timeout_of(error, transition), "{error:?}");
     assert!(error.to_string().contains("may still commit"), "{error}");
 }
 
 /// A timeout of `transition` cut off before it wrote anything.
+#[track_caller]
 fn assert_known_timeout(error: &Error, transition: &str) {
-    let Error::Timeout {
-        transition: named,
-        outcome_known,
-        ..
-    } = error
-    else {
-        panic!("expected a timeout, got {error:?}");
-    };
-    assert_eq!(*named, transition, "{error:?}");
-    assert!(outcome_known, "{error:?}");
-    assert!(!error.is_outcome_unknown(), "{error:?}");
+    assert!(timeout_of(error, transition), "{error:?}");
 }
 
 // Each body below, as `sqlite::name`, `postgres::name` and `mysql::name`.

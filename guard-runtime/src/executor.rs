@@ -350,17 +350,11 @@ macro_rules! in_transaction {
                 Box::pin(async move {
                     let (conn, health) = self.parts();
                     health.refuse()?;
-                    let both = async {
-                        let done = sqlx::Executor::execute(&mut *conn, sqlx::query_with(sql, args))
-                            .await?;
-                        if !when(&done) {
-                            return Ok((done, None));
-                        }
-                        let then = sqlx::query_with(then, then_args);
-                        let row = sqlx::Executor::fetch_optional(&mut *conn, then).await?;
-                        Ok((done, row))
-                    }
-                    .await;
+                    // The connection's own `execute_then_fetch`.
+                    let mut on: &mut <$db as sqlx::Database>::Connection = conn;
+                    let both =
+                        sealed::Run::execute_then_fetch(&mut on, sql, args, then, then_args, when)
+                            .await;
                     noted::<$db, _>(health, both)
                 })
             }
@@ -428,8 +422,8 @@ macro_rules! on_connection {
     ($db:ty) => {
         statements!($db, |this| &mut **this);
 
-        // Both statements on the one connection (a pool's `execute_then_fetch`
-        // takes one and runs this).
+        // Both statements on the one connection (a pool's and a
+        // transaction's `execute_then_fetch` run this on theirs).
         fn execute_then_fetch(
             &mut self,
             sql: &'static str,
@@ -501,7 +495,7 @@ macro_rules! executors {
                 Box::pin(async move {
                     let mut conn = pool.acquire().await?;
                     let both = {
-                        let mut on: &mut $conn = &mut conn;
+                        let mut on: &mut <$db as sqlx::Database>::Connection = &mut conn;
                         sealed::Run::execute_then_fetch(&mut on, sql, args, then, then_args, when)
                             .await
                     };
