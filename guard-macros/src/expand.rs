@@ -9,6 +9,7 @@ use crate::ast::Input;
 use crate::ctxt::Ctxt;
 use crate::ddl::{self, DdlText};
 use crate::dialect::{DIALECTS, Dialect};
+use crate::plan::{self, Rendered, Slot};
 use crate::sql::Match;
 use crate::valid::{self, Model};
 
@@ -153,14 +154,12 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
             let written = value.written();
             quote!(#private::set_column(#col, #written))
         });
-        let set_binds = t.set_binds();
         quote! {
             #private::transition(
                 #name,
                 &[#(#ident::#sources),*],
                 #ident::#target,
                 &[#(#set),*],
-                #set_binds,
                 #update,
                 #update_expecting,
                 #read_back,
@@ -473,10 +472,49 @@ fn option(value: Option<impl ToTokens>) -> TokenStream {
     }
 }
 
-/// `sql(postgres, sqlite, mysql)`: one statement as a literal per dialect.
+/// `sql(postgres, sqlite, mysql)`: one statement per dialect, each a
+/// literal with its bind plan (`plan.rs`).
 fn sql_per_dialect(private: &TokenStream, build: impl Fn(Dialect) -> String) -> TokenStream {
-    let [pg, lite, my] = DIALECTS.map(build);
+    let [pg, lite, my] = DIALECTS.map(|d| match plan::render(d, &build(d)) {
+        Ok(Rendered { text, plan }) => {
+            let binds = plan.iter().map(|slot| bind(private, *slot));
+            quote!(#private::statement(#text, &[#(#binds),*]))
+        }
+        // A builder that wrote a placeholder of its own: a bug here, said
+        // at the derive rather than at run time.
+        Err(message) => {
+            let message = format!("stateguard: a generated statement is malformed: {message}");
+            quote!(::core::compile_error!(#message))
+        }
+    });
     quote!(#private::sql(#pg, #lite, #my))
+}
+
+/// The runtime's `Bind` for `slot`.
+fn bind(private: &TokenStream, slot: Slot) -> TokenStream {
+    let bind = quote!(#private::Bind);
+    let column = |n: u8| proc_macro2::Literal::u8_unsuffixed(n);
+    match slot {
+        Slot::Keys(n) => {
+            let n = column(n);
+            quote!(#bind::Keys(#n))
+        }
+        Slot::Key(n) => {
+            let n = column(n);
+            quote!(#bind::Key(#n))
+        }
+        Slot::Value(n) => {
+            let n = column(n);
+            quote!(#bind::Value(#n))
+        }
+        Slot::Age => quote!(#bind::Age),
+        Slot::Expected => quote!(#bind::Expected),
+        Slot::Token => quote!(#bind::Token),
+        Slot::Limit => quote!(#bind::Limit),
+        Slot::Actor => quote!(#bind::Actor),
+        Slot::Reason => quote!(#bind::Reason),
+        Slot::Details => quote!(#bind::Details),
+    }
 }
 
 /// The enforcement DDL of the machine, as literals per dialect.

@@ -13,6 +13,7 @@ mod ddl;
 mod dialect;
 mod expand;
 mod ident;
+mod plan;
 mod sql;
 mod sqltext;
 mod valid;

@@ -4,6 +4,7 @@
 //! placeholders and comparison live in `dialect.rs`; the DDL is in `ddl.rs`.
 
 use crate::dialect::Dialect;
+use crate::plan::Slot;
 use crate::valid::{Assign, InFlight, Model, State, Transition};
 
 /// How a batch's keys are compared with the table's.
@@ -88,7 +89,7 @@ impl Dialect {
     fn key_match(self, key: &[String]) -> String {
         key.iter()
             .enumerate()
-            .map(|(i, column)| self.exact_eq(&self.quote(column), &self.param(i + 1)))
+            .map(|(i, column)| self.exact_eq(&self.quote(column), &Slot::Key(i as u8).mark()))
             .collect::<Vec<_>>()
             .join(" AND ")
     }
@@ -164,23 +165,21 @@ impl Dialect {
     /// goes through `LAST_INSERT_ID(expr)`, which the same connection reads
     /// back.
     ///
-    /// The bound values are numbered from `first`.
-    fn assignments(self, model: &Model, transition: &Transition, first: usize) -> String {
+    /// The values bound per call are the call's first values
+    /// ([`Slot::Value`]).
+    fn assignments(self, model: &Model, transition: &Transition) -> String {
         let d = self;
         let column = d.quote(&model.column);
         let target = &model.states[transition.target];
-        // Bound values are numbered after the key, `$2`, `$3`, …; MySQL's
-        // `?` are positional, and its `set` assignments come before the
-        // `WHERE`, so the runtime binds them first there.
-        let mut param = first - 1;
+        let mut value = 0;
         let sets: Vec<String> = transition
             .set
             .iter()
-            .map(|(col, value)| match value {
+            .map(|(col, assign)| match assign {
                 Assign::Expr(expr) => format!("{} = ({expr})", d.quote(col)),
                 Assign::Bind(_) => {
-                    param += 1;
-                    format!("{} = {}", d.quote(col), d.param(param))
+                    value += 1;
+                    format!("{} = {}", d.quote(col), Slot::Value(value - 1).mark())
                 }
             })
             .collect();
@@ -241,7 +240,7 @@ impl Dialect {
         format!(
             "UPDATE {} SET {} WHERE {}{}",
             d.quote(&model.table),
-            d.assignments(model, transition, model.after_key()),
+            d.assignments(model, transition),
             d.move_predicate(model, transition, expecting),
             d.returning(
                 model,
@@ -307,23 +306,22 @@ impl Dialect {
     /// `WHERE k = $1 AND c = 'state'[ AND version = $2] AND token = $n`: the
     /// row still in the same occurrence of the in-flight state, with its
     /// lease still held by the caller.
-    ///
-    /// `binds` is how many values the statement's `set` binds: they are
-    /// numbered after the key, before the occurrence.
-    fn leased(self, model: &Model, state: &State, in_flight: &InFlight, binds: usize) -> String {
+    fn leased(self, model: &Model, state: &State, in_flight: &InFlight) -> String {
         let d = self;
-        let mut next = model.after_key() + binds;
-        let mut same_occurrence = String::new();
-        if let Some(version) = &model.version {
-            same_occurrence = format!(" AND {} = {}", d.version_value(version), d.param(next));
-            next += 1;
-        }
+        let same_occurrence = match &model.version {
+            Some(version) => format!(
+                " AND {} = {}",
+                d.version_value(version),
+                Slot::Expected.mark()
+            ),
+            None => String::new(),
+        };
         format!(
             "{} AND {}{same_occurrence} AND {} = {}",
             d.key_match(&model.key),
             d.status_is(&d.quote(&model.column), &format!("= '{}'", state.db)),
             d.lease_token(&in_flight.since),
-            d.param(next),
+            Slot::Token.mark(),
         )
     }
 
@@ -341,8 +339,8 @@ impl Dialect {
         let update = format!(
             "UPDATE {} SET {} WHERE {}",
             d.quote(&model.table),
-            d.assignments(model, transition, model.after_key()),
-            d.leased(model, state, in_flight, transition.binds()),
+            d.assignments(model, transition),
+            d.leased(model, state, in_flight),
         );
         // PostgreSQL writes the history row in the same statement; the
         // row left `state`, which the lease check pins.
@@ -351,16 +349,13 @@ impl Dialect {
         };
         let table = d.quote(&model.table);
         let aliases = (0..model.key.len()).map(|i| format!("__sg_k{i}")).collect();
-        // The note's placeholders follow the lease token.
-        let note =
-            model.after_key() + transition.binds() + usize::from(model.version.is_some()) + 1;
         let (columns, values) = d.history_row(
             model,
             transition,
             aliases,
             format!("'{}'", state.db),
             "__sg_v".to_owned(),
-            Some(note),
+            true,
         );
         format!(
             "WITH __sg_moved AS ({update} RETURNING {}, {} AS __sg_v) INSERT INTO {} ({columns}) \
@@ -373,9 +368,7 @@ impl Dialect {
 
     /// SQLite and MySQL, for a machine with a history table: the history
     /// row of a follow-up, inserted just before it in one transaction
-    /// (see [`Self::log`]). Placeholders: SQLite numbers them as the
-    /// follow-up does, then the note's; MySQL's are the note's, the key,
-    /// the occurrence, the lease.
+    /// (see [`Self::log`]).
     pub fn follow_up_log(
         &self,
         model: &Model,
@@ -387,13 +380,8 @@ impl Dialect {
         let (Some(history), false) = (&model.history, d == Dialect::Postgres) else {
             return String::new();
         };
-        let binds = match d {
-            Dialect::Sqlite => transition.binds(),
-            Dialect::MySql | Dialect::Postgres => 0,
-        };
-        let predicate = d.leased(model, state, in_flight, binds);
-        let note = model.after_key() + binds + usize::from(model.version.is_some()) + 1;
-        d.log_insert(model, history, transition, Some(note), &predicate)
+        let predicate = d.leased(model, state, in_flight);
+        d.log_insert(model, history, transition, &predicate)
     }
 
     /// Renews the caller's lease on a row of an in-flight state: a
@@ -406,7 +394,7 @@ impl Dialect {
             d.quote(&model.table),
             d.quote(&in_flight.since),
             d.now(),
-            d.leased(model, state, in_flight, 0),
+            d.leased(model, state, in_flight),
             d.returning(model, false, Some(in_flight)),
         )
     }
@@ -460,7 +448,7 @@ impl Dialect {
             d.quote(&model.table),
             d.status_is(&d.quote(&model.column), &format!("= '{}'", state.db)),
             d.lease_expiry(in_flight.lease_ms),
-            d.param(1),
+            Slot::Limit.mark(),
         )
     }
 
@@ -492,12 +480,13 @@ impl Dialect {
         let aliases: Vec<String> = (0..n).map(|i| format!("__sg_k{i}")).collect();
         format!(
             "WITH __sg_taken AS (UPDATE {table} SET {since} = {} FROM (SELECT {}, {since} AS \
-             __sg_old FROM {table} WHERE {expired} ORDER BY {since} IS NOT NULL, {since} LIMIT $1 \
+             __sg_old FROM {table} WHERE {expired} ORDER BY {since} IS NOT NULL, {since} LIMIT {} \
              FOR UPDATE SKIP LOCKED) AS __sg_o WHERE {} AND {expired} RETURNING {}, {} AS __sg_v, \
              {} AS __sg_l, __sg_o.__sg_old) SELECT {}, __sg_v, __sg_l FROM __sg_taken ORDER BY \
              __sg_old IS NOT NULL, __sg_old",
             d.now(),
             d.key_aliases(model, None, "__sg_k"),
+            Slot::Limit.mark(),
             same_row.join(" AND "),
             d.key_aliases(model, Some(&table), "__sg_k"),
             d.version_read(model.version.as_deref()),
@@ -515,7 +504,7 @@ impl Dialect {
             Some(version) => format!(
                 " AND {} = {}",
                 d.version_value(version),
-                d.param(model.after_key())
+                Slot::Expected.mark()
             ),
             None => String::new(),
         };
@@ -572,9 +561,7 @@ impl Dialect {
         transition: &Transition,
         in_transaction: bool,
     ) -> Option<String> {
-        // The guard's values after the key (before it on MySQL, whose `?`
-        // follow the text).
-        let guard = transition.guard.as_ref()?.sql(self, model.after_key());
+        let guard = transition.guard.as_ref()?.sql(transition.set_binds());
         Some(format!(
             "SELECT {}, {}, {} FROM {} WHERE {}{}",
             self.status_read(&model.column),
@@ -597,7 +584,6 @@ impl Dialect {
     /// locking `SKIP LOCKED` one on MySQL), run in a short transaction
     /// that then moves them all with the `apply_many` statements.
     ///
-    /// Placeholders: the `set` values, then the guard's, then the limit.
     pub fn claim_next(&self, model: &Model, transition: &Transition) -> String {
         self.claim_sql(model, transition, None)
     }
@@ -622,25 +608,18 @@ impl Dialect {
         let d = *self;
         let table = d.quote(&model.table);
         let status = d.in_sources(model, transition);
-        let set_binds = transition.set_binds();
-        let guard_first = match d {
-            Dialect::Postgres => 1 + set_binds,
-            Dialect::Sqlite | Dialect::MySql => 1,
-        };
         let mut guard = match &transition.guard {
-            Some(guard) => format!(" AND ({})", guard.sql(d, guard_first)),
+            Some(guard) => format!(" AND ({})", guard.sql(transition.set_binds())),
             None => String::new(),
         };
-        let mut next = guard_first + transition.binds() - set_binds;
         if let Some(since) = older {
             guard.push_str(&format!(
                 " AND {} < {}",
                 d.quote(since),
-                d.ago(&d.param(next))
+                d.ago(&Slot::Age.mark())
             ));
-            next += 1;
         }
-        let limit = d.param(next);
+        let limit = Slot::Limit.mark();
         let quoted =
             |columns: &[String]| -> Vec<String> { columns.iter().map(|c| d.quote(c)).collect() };
         let keys = quoted(&model.key).join(", ");
@@ -683,14 +662,13 @@ impl Dialect {
                         .enumerate()
                         .map(|(i, o)| format!("{table}.{} AS o{i}", d.quote(o)))
                         .collect();
-                    // The note's placeholders follow the limit.
                     let (columns, values) = d.history_row(
                         model,
                         transition,
                         key_aliases.clone(),
                         "__sg_from".to_owned(),
                         "v".to_owned(),
-                        Some(next + 1),
+                        true,
                     );
                     return format!(
                         "WITH __sg_old AS (SELECT {}, {} AS __sg_from FROM {table} WHERE \
@@ -700,7 +678,7 @@ impl Dialect {
                          ({columns}) SELECT {values} FROM moved) SELECT {}, v, l FROM moved ORDER BY {}",
                         d.key_aliases(model, None, "__sg_k"),
                         d.status_read(&model.column),
-                        d.assignments(model, transition, 1),
+                        d.assignments(model, transition),
                         d.join_old(model),
                         returned_keys,
                         d.version_read(model.version.as_deref()),
@@ -716,7 +694,7 @@ impl Dialect {
                     "WITH moved AS (UPDATE {table} SET {} WHERE ({keys}) IN ({candidates} FOR \
                      UPDATE SKIP LOCKED) AND {status}{guard} RETURNING {}, {} AS v, {lease} AS l, \
                      {}) SELECT {}, v, l FROM moved ORDER BY {}",
-                    d.assignments(model, transition, 1),
+                    d.assignments(model, transition),
                     returned_keys,
                     d.version_read(model.version.as_deref()),
                     returned_order.join(", "),
@@ -731,13 +709,12 @@ impl Dialect {
     /// from the row being moved, whose status is the state it leaves:
     /// `(columns, values)`.
     ///
-    /// With `note`, the call's note too (`actor`, `reason`, `details`),
-    /// bound from placeholder `note` on.
+    /// With `note`, the call's note too (`actor`, `reason`, `details`).
     fn history_columns(
         self,
         model: &Model,
         transition: &Transition,
-        note: Option<usize>,
+        note: bool,
     ) -> (String, String) {
         let d = self;
         let occurrence = match &model.version {
@@ -757,8 +734,7 @@ impl Dialect {
 
     /// The history table's columns and the values for them: the key
     /// (`keys`), the transition's name, the state left (`from`), the
-    /// target, the new occurrence, the time, and with `note` the note's
-    /// placeholders from that number.
+    /// target, the new occurrence, the time, and with `note` the note's.
     fn history_row(
         self,
         model: &Model,
@@ -766,7 +742,7 @@ impl Dialect {
         keys: Vec<String>,
         from: String,
         occurrence: String,
-        note: Option<usize>,
+        note: bool,
     ) -> (String, String) {
         let d = self;
         let mut columns: Vec<String> = model.key.iter().map(|k| d.quote(k)).collect();
@@ -789,23 +765,23 @@ impl Dialect {
             occurrence,
             d.now().to_owned(),
         ]);
-        if let Some(first) = note {
-            let (note_columns, note_values) = d.note(first);
+        if note {
+            let (note_columns, note_values) = d.note();
             columns.push(note_columns);
             values.push(note_values);
         }
         (columns.join(", "), values.join(", "))
     }
 
-    /// The note's columns and placeholders, from `first`: the actor, the
-    /// reason, and the details as JSON (parsed by the database, so that a
-    /// document that is not JSON is refused with the move).
-    fn note(self, first: usize) -> (String, String) {
+    /// The note's columns and placeholders: the actor, the reason, and the
+    /// details as JSON (parsed by the database, so that a document that is
+    /// not JSON is refused with the move).
+    fn note(self) -> (String, String) {
         let d = self;
         let details = match d {
-            Dialect::Postgres => format!("CAST({} AS JSONB)", d.param(first + 2)),
-            Dialect::Sqlite => format!("json({})", d.param(first + 2)),
-            Dialect::MySql => d.param(first + 2),
+            Dialect::Postgres => format!("CAST({} AS JSONB)", Slot::Details.mark()),
+            Dialect::Sqlite => format!("json({})", Slot::Details.mark()),
+            Dialect::MySql => Slot::Details.mark(),
         };
         (
             ["actor", "reason", "details"]
@@ -813,7 +789,7 @@ impl Dialect {
                 .map(|c| d.quote(c))
                 .collect::<Vec<_>>()
                 .join(", "),
-            format!("{}, {}, {details}", d.param(first), d.param(first + 1)),
+            format!("{}, {}, {details}", Slot::Actor.mark(), Slot::Reason.mark()),
         )
     }
 
@@ -844,13 +820,6 @@ impl Dialect {
             .join(" AND ")
     }
 
-    /// Where the note's placeholders start in a compare-and-set (and in
-    /// its log on SQLite): after the key, the values bound per call and
-    /// the expected occurrence.
-    fn note_first(self, model: &Model, transition: &Transition, expecting: bool) -> usize {
-        model.after_key() + transition.binds() + usize::from(expecting && model.version.is_some())
-    }
-
     /// SQLite and MySQL, for a machine with a history table: the history
     /// row of `update` (with `expecting`), inserted from the row the
     /// compare-and-set is about to move, in the same transaction and just
@@ -858,17 +827,13 @@ impl Dialect {
     /// update moves one; on MySQL it locks the row (`FOR UPDATE`), so
     /// nothing moves it in between. Empty on PostgreSQL, whose
     /// [`Self::update_logged`] does both in one statement.
-    ///
-    /// Placeholders: SQLite numbers them as the update does; MySQL's are
-    /// the key, the guard's values, the expected version.
     pub fn log(&self, model: &Model, transition: &Transition, expecting: bool) -> String {
         let d = *self;
         let (Some(history), false) = (&model.history, d == Dialect::Postgres) else {
             return String::new();
         };
-        let note = d.note_first(model, transition, expecting);
         let predicate = d.move_predicate(model, transition, expecting);
-        d.log_insert(model, history, transition, Some(note), &predicate)
+        d.log_insert(model, history, transition, &predicate)
     }
 
     /// SQLite and MySQL: the history row of `transition` for the row that
@@ -880,10 +845,9 @@ impl Dialect {
         model: &Model,
         history: &str,
         transition: &Transition,
-        note: Option<usize>,
         predicate: &str,
     ) -> String {
-        let (columns, values) = self.history_columns(model, transition, note);
+        let (columns, values) = self.history_columns(model, transition, true);
         format!(
             "INSERT INTO {} ({columns}) SELECT {values} FROM {} WHERE {predicate}{}",
             self.quote(history),
@@ -897,21 +861,18 @@ impl Dialect {
     }
 
     /// The compare-and-set's `WHERE`: key, sources, guard, expected
-    /// version, numbered as in [`Self::update`].
+    /// version.
     fn move_predicate(self, model: &Model, transition: &Transition, expecting: bool) -> String {
         let d = self;
         let guard = match &transition.guard {
-            Some(guard) => format!(
-                " AND ({})",
-                guard.sql(d, model.after_key() + transition.set_binds())
-            ),
+            Some(guard) => format!(" AND ({})", guard.sql(transition.set_binds())),
             None => String::new(),
         };
         let same_occurrence = match (&model.version, expecting) {
             (Some(version), true) => format!(
                 " AND {} = {}",
                 d.version_value(version),
-                d.param(model.after_key() + transition.binds())
+                Slot::Expected.mark()
             ),
             _ => String::new(),
         };
@@ -947,14 +908,13 @@ impl Dialect {
         if target.in_flight.is_some() {
             out.push("__sg_l");
         }
-        // The call's note, after every other placeholder.
         let (columns, values) = d.history_row(
             model,
             transition,
             (0..model.key.len()).map(|i| format!("__sg_k{i}")).collect(),
             "__sg_from".to_owned(),
             "__sg_v".to_owned(),
-            Some(d.note_first(model, transition, expecting)),
+            true,
         );
         let last = model.table.rsplit('.').next().unwrap_or(&model.table);
         // The final SELECT gives what `update` returns: the version and the
@@ -973,7 +933,7 @@ impl Dialect {
             d.status_read(&model.column),
             d.move_predicate(model, transition, expecting),
             d.quote(last),
-            d.assignments(model, transition, model.after_key()),
+            d.assignments(model, transition),
             d.join_old(model),
             d.key_aliases(model, Some(&table), "__sg_k"),
             returned.join(", "),
@@ -1009,9 +969,9 @@ impl Dialect {
         )
     }
 
-    /// `apply_many`'s keys as rows, `__sg_i(__sg_k0, …)`: the arrays `$1`…
-    /// unnested on PostgreSQL, the JSON `?` through `JSON_TABLE` on MySQL
-    /// and `json_each(?1)` on SQLite (each value as text, compared exactly
+    /// `apply_many`'s keys as rows, `__sg_i(__sg_k0, …)`: an array per key
+    /// column unnested on PostgreSQL, the JSON through `JSON_TABLE` on
+    /// MySQL and `json_each` on SQLite (each value as text, compared exactly
     /// below). SQLite's `json_each` sits in a subquery that names only
     /// `__sg_k0`, …, so that its own columns (`id`, `key`, `value`, `type`,
     /// …) cannot shadow the table's in a guard or a `set`.
@@ -1019,7 +979,7 @@ impl Dialect {
         let n = model.key.len();
         match self {
             Dialect::Postgres => {
-                let arrays: Vec<String> = (1..=n).map(|i| self.param(i)).collect();
+                let arrays: Vec<String> = (0..n).map(|i| Slot::Keys(i as u8).mark()).collect();
                 let columns: Vec<String> = (0..n).map(|i| format!("__sg_k{i}")).collect();
                 format!(
                     "unnest({}) AS __sg_i({})",
@@ -1035,8 +995,9 @@ impl Dialect {
                     })
                     .collect();
                 format!(
-                    "(SELECT {} FROM json_each(?1)) AS __sg_i",
-                    columns.join(", ")
+                    "(SELECT {} FROM json_each({})) AS __sg_i",
+                    columns.join(", "),
+                    Slot::Keys(0).mark()
                 )
             }
             Dialect::MySql => {
@@ -1051,7 +1012,8 @@ impl Dialect {
                     })
                     .collect();
                 format!(
-                    "JSON_TABLE(?, '$[*]' COLUMNS ({})) AS __sg_i",
+                    "JSON_TABLE({}, '$[*]' COLUMNS ({})) AS __sg_i",
+                    Slot::Keys(0).mark(),
                     columns.join(", ")
                 )
             }
@@ -1080,26 +1042,12 @@ impl Dialect {
             .join(" AND ")
     }
 
-    /// The placeholders a batch's keys take before the guard's values:
-    /// an array per key column on PostgreSQL, one JSON document on
-    /// SQLite; none on MySQL, whose JSON comes after the guard in the text.
-    fn many_key_params(self, model: &Model) -> usize {
-        match self {
-            Dialect::Postgres => model.key.len(),
-            Dialect::Sqlite => 1,
-            Dialect::MySql => 0,
-        }
-    }
-
     /// `transition.apply_many(pool, keys)`, the winning part: every row
     /// among the keys that is in a source state (and meets the guard)
     /// moves, in one statement, which returns their keys, and versions and
     /// lease tokens where the machine has them; MySQL's rows are already
     /// locked by [`Self::many_read`] in the same transaction, and
     /// [`Self::many_lease`] reads the leases.
-    ///
-    /// Placeholders: the keys (arrays on PostgreSQL, JSON elsewhere), then
-    /// the `set` values, then the guard's.
     ///
     /// [`Match::ByValue`] is PostgreSQL's statement for keys whose equality
     /// is exact by value (integers, UUIDs), without the text comparison;
@@ -1111,15 +1059,11 @@ impl Dialect {
         }
         let table = d.quote(&model.table);
         let status = d.in_sources(model, transition);
-        let key_params = d.many_key_params(model);
         let guard = match &transition.guard {
-            Some(guard) => format!(
-                " AND ({})",
-                guard.sql(d, key_params + 1 + transition.set_binds())
-            ),
+            Some(guard) => format!(" AND ({})", guard.sql(transition.set_binds())),
             None => String::new(),
         };
-        let assignments = d.assignments(model, transition, key_params + 1);
+        let assignments = d.assignments(model, transition);
         let target = &model.states[transition.target];
         let keys: Vec<String> = model
             .key
@@ -1141,8 +1085,9 @@ impl Dialect {
         // batches lock rows in the same order. The text comparison (a
         // hashed subplan) keeps the match exact under a nondeterministic
         // collation.
+        let array = Slot::Keys(0).mark();
         let pg_keys = match (model.key.len(), by) {
-            (1, Match::ByValue) => format!("{keys} = ANY($1)"),
+            (1, Match::ByValue) => format!("{keys} = ANY({array})"),
             (n, Match::ByValue) => {
                 let columns: Vec<String> = (0..n).map(|i| format!("__sg_k{i}")).collect();
                 format!(
@@ -1152,8 +1097,8 @@ impl Dialect {
                 )
             }
             (1, Match::Exact) => format!(
-                "{keys} = ANY($1) AND CAST({keys} AS TEXT) COLLATE \"C\" IN (SELECT \
-                 CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0))"
+                "{keys} = ANY({array}) AND CAST({keys} AS TEXT) COLLATE \"C\" IN (SELECT \
+                 CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest({array}) AS __sg_i(__sg_k0))"
             ),
             (n, Match::Exact) => {
                 let columns: Vec<String> = (0..n).map(|i| format!("__sg_k{i}")).collect();
@@ -1193,14 +1138,13 @@ impl Dialect {
                     Some(in_flight) => d.lease_token(&in_flight.since),
                     None => d.int64("0"),
                 };
-                // The note's placeholders follow the keys and the values.
                 let (columns, values) = d.history_row(
                     model,
                     transition,
                     aliases.clone(),
                     "__sg_from".to_owned(),
                     "__sg_v".to_owned(),
-                    Some(key_params + transition.binds() + 1),
+                    true,
                 );
                 let last = model.table.rsplit('.').next().unwrap_or(&model.table);
                 format!(
@@ -1245,9 +1189,7 @@ impl Dialect {
     /// SQLite and MySQL, for a machine with a history table: the history
     /// rows of `apply_many`'s update, inserted just before it in one
     /// transaction, from the same rows (on MySQL already locked by
-    /// [`Self::many_read`]). Placeholders: SQLite numbers them as the
-    /// update does, then the note's; MySQL's are the note's, the JSON, then
-    /// the guard's values.
+    /// [`Self::many_read`]).
     pub fn many_log(&self, model: &Model, transition: &Transition) -> String {
         let d = *self;
         let (Some(history), false) = (&model.history, d == Dialect::Postgres) else {
@@ -1255,17 +1197,11 @@ impl Dialect {
         };
         let table = d.quote(&model.table);
         let status = d.in_sources(model, transition);
-        let first = match d {
-            Dialect::Sqlite => 2 + transition.set_binds(),
-            Dialect::MySql | Dialect::Postgres => 1,
-        };
         let guard = match &transition.guard {
-            Some(guard) => format!(" AND ({})", guard.sql(d, first)),
+            Some(guard) => format!(" AND ({})", guard.sql(transition.set_binds())),
             None => String::new(),
         };
-        // The note's placeholders: after the update's on SQLite; on MySQL
-        // where the text has them, before the JSON.
-        let (columns, values) = d.history_columns(model, transition, Some(2 + transition.binds()));
+        let (columns, values) = d.history_columns(model, transition, true);
         match d {
             Dialect::MySql => format!(
                 "INSERT INTO {} ({columns}) SELECT {values} FROM {} STRAIGHT_JOIN {table} ON {} \
@@ -1289,9 +1225,6 @@ impl Dialect {
     /// part on PostgreSQL and SQLite; on MySQL the first statement of the
     /// transaction, a locking read that takes the rows in key order.
     ///
-    /// Placeholders: the keys, then the guard's values; on MySQL, whose
-    /// guard comes first in the text, the guard's values, then the JSON.
-    ///
     /// [`Match::ByValue`]: as for [`Self::many_update`].
     pub fn many_read(&self, model: &Model, transition: &Transition, by: Match) -> String {
         let d = *self;
@@ -1299,11 +1232,10 @@ impl Dialect {
             return String::new();
         }
         let table = d.quote(&model.table);
-        let key_params = d.many_key_params(model);
         let meets = match &transition.guard {
             Some(guard) => d.int64(&format!(
                 "CASE WHEN ({}) THEN 1 ELSE 0 END",
-                guard.sql(d, key_params + 1)
+                guard.sql(transition.set_binds())
             )),
             None => d.int64("1"),
         };
@@ -1379,7 +1311,13 @@ mod tests {
     use syn::Ident;
 
     use crate::dialect::{DIALECTS, Dialect};
+    use crate::plan::{Slot, render};
     use crate::valid::{InFlight, Model, State, Transition};
+
+    /// A statement's text in `d`, or what is wrong with its placeholders.
+    fn text(d: Dialect, marked: String) -> String {
+        render(d, &marked).map_or_else(|error| error, |statement| statement.text)
+    }
 
     /// `pending -start-> sending (in flight) -confirm-> sent`, on
     /// `billing.payouts` with a version column; `confirm` sets `sent_at`.
@@ -1446,7 +1384,8 @@ mod tests {
     #[test]
     fn the_compare_and_set_in_every_dialect() {
         with_model(|model| {
-            let [pg, lite, my] = DIALECTS.map(|d| d.update(model, &model.transitions[0], false));
+            let [pg, lite, my] =
+                DIALECTS.map(|d| text(d, d.update(model, &model.transitions[0], false)));
             assert_eq!(
                 pg,
                 "UPDATE \"billing\".\"payouts\" SET \"status\" = 'sending', \"sending_since\" = \
@@ -1479,12 +1418,15 @@ mod tests {
     fn mysql_writes_set_columns_before_the_status() {
         with_model(|model| {
             let confirm = &model.transitions[1];
-            let pg = Dialect::Postgres.update(model, confirm, false);
+            let pg = text(
+                Dialect::Postgres,
+                Dialect::Postgres.update(model, confirm, false),
+            );
             assert!(
                 pg.contains("SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), "),
                 "{pg}"
             );
-            let my = Dialect::MySql.update(model, confirm, false);
+            let my = text(Dialect::MySql, Dialect::MySql.update(model, confirm, false));
             assert!(
                 my.contains("SET `sent_at` = (CURRENT_TIMESTAMP), `status` = 'sent', "),
                 "{my}"
@@ -1499,7 +1441,7 @@ mod tests {
             assert_eq!(Dialect::Postgres.read_back(model, start), "");
             assert_eq!(Dialect::Sqlite.read_back(model, start), "");
             assert_eq!(
-                Dialect::MySql.read_back(model, start),
+                text(Dialect::MySql, Dialect::MySql.read_back(model, start)),
                 "SELECT CAST(LAST_INSERT_ID() AS SIGNED), (SELECT COALESCE(TIMESTAMPDIFF(\
                  MICROSECOND, '1970-01-01 00:00:00', `sending_since`), 0) FROM \
                  `billing`.`payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) \
@@ -1511,7 +1453,7 @@ mod tests {
     #[test]
     fn the_losing_read_locks_where_a_snapshot_would_lie() {
         with_model(|model| {
-            let select = |d: Dialect, tx| d.select(model, tx);
+            let select = |d: Dialect, tx| text(d, d.select(model, tx));
             assert_eq!(
                 select(Dialect::Postgres, false),
                 "SELECT \"status\"::text, CAST(COALESCE(\"version\", 0) AS BIGINT) FROM \
@@ -1526,13 +1468,42 @@ mod tests {
     }
 
     #[test]
+    fn each_dialect_gets_the_plan_of_its_placeholders() -> Result<(), String> {
+        let mut plans = Vec::new();
+        with_model(|model| {
+            let state = &model.states[1];
+            let Some(f) = &state.in_flight else { return };
+            let confirm = &model.transitions[1];
+            plans = DIALECTS
+                .map(|d| render(d, &d.follow_up(model, state, f, confirm)))
+                .into_iter()
+                .collect();
+        });
+        let [pg, lite, my] = <[Result<_, _>; 3]>::try_from(plans)
+            .map_err(|plans| format!("{} dialects", plans.len()))?;
+        let (pg, lite, my) = (pg?, lite?, my?);
+        // Numbered: each value once, the key first.
+        assert_eq!(pg.plan, [Slot::Key(0), Slot::Expected, Slot::Token]);
+        assert_eq!(lite.plan, pg.plan);
+        // Positional: the key twice, for its exact match.
+        assert_eq!(
+            my.plan,
+            [Slot::Key(0), Slot::Key(0), Slot::Expected, Slot::Token]
+        );
+        Ok(())
+    }
+
+    #[test]
     fn leases_and_their_placeholders() {
         with_model(|model| {
             let (state, in_flight) = (&model.states[1], &model.transitions[1]);
             assert!(state.in_flight.is_some(), "sending is in flight");
             let Some(f) = &state.in_flight else { return };
             // key, version, token: $1, $2, $3 (MySQL binds the key twice).
-            let done = Dialect::Postgres.follow_up(model, state, f, in_flight);
+            let done = text(
+                Dialect::Postgres,
+                Dialect::Postgres.follow_up(model, state, f, in_flight),
+            );
             assert!(
                 done.ends_with(
                     "AND COALESCE(\"version\", 0) = $2 AND COALESCE(CAST(EXTRACT(EPOCH FROM \
@@ -1540,17 +1511,17 @@ mod tests {
                 ),
                 "{done}"
             );
-            let expired = Dialect::Sqlite.expired(model, state, f);
+            let expired = text(Dialect::Sqlite, Dialect::Sqlite.expired(model, state, f));
             assert!(
                 expired.contains("'now', '-30.500 seconds')") && expired.ends_with("LIMIT ?1"),
                 "{expired}"
             );
-            let claim = Dialect::MySql.claim(model, state, f);
+            let claim = text(Dialect::MySql, Dialect::MySql.claim(model, state, f));
             assert!(
                 claim.contains("UTC_TIMESTAMP(3) - INTERVAL 30500000 MICROSECOND"),
                 "{claim}"
             );
-            let renew = Dialect::Postgres.renew(model, state, f);
+            let renew = text(Dialect::Postgres, Dialect::Postgres.renew(model, state, f));
             assert!(
                 renew.starts_with(
                     "UPDATE \"billing\".\"payouts\" SET \"sending_since\" = statement_timestamp()"

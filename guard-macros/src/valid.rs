@@ -37,11 +37,6 @@ impl Model<'_> {
     pub fn key_text(&self) -> String {
         self.key.join(", ")
     }
-
-    /// The first placeholder after the key's: the key's values are `$1`…
-    pub fn after_key(&self) -> usize {
-        self.key.len() + 1
-    }
 }
 
 /// The most columns a key has: the runtime's key shapes go up to four.
@@ -145,15 +140,15 @@ impl PartialEq for Guard {
 }
 
 impl Guard {
-    /// The condition with its placeholders numbered from `first` (`$first`
-    /// on PostgreSQL, `?first` on SQLite, `?` on MySQL, where they are
-    /// positional).
-    pub fn sql(&self, d: crate::dialect::Dialect, first: usize) -> String {
+    /// The condition with a placeholder for each `:name`: the call's values
+    /// from `first` on ([`Slot::Value`](crate::plan::Slot::Value)), as the
+    /// `set` values come before the guard's.
+    pub fn sql(&self, first: usize) -> String {
         let mut out = String::new();
         let mut from = 0;
         for (i, range) in self.at.iter().enumerate() {
             out.push_str(&self.text[from..range.start]);
-            out.push_str(&d.param(first + i));
+            out.push_str(&crate::plan::Slot::Value((first + i) as u8).mark());
             from = range.end;
         }
         out.push_str(&self.text[from..]);

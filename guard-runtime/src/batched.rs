@@ -4,9 +4,10 @@
 //! `claim` (in `many.rs` and `claim.rs`) call them.
 
 use crate::StateMachine;
+use crate::bind::{self, Values};
 use crate::dialect::{Backend, BoxFuture, Sql};
 use crate::error::Error;
-use crate::key::{DecodeKey, ManyKeys, RowKey};
+use crate::key::{BindError, DecodeKey, ManyKeys, RowKey};
 use crate::note::Note;
 use crate::outcome::{Committed, Won};
 use crate::transition::{Params, Transition};
@@ -76,17 +77,25 @@ pub struct Claim {
 }
 
 impl Claim {
-    /// The age, if any, then the limit: the placeholders after the
-    /// guard's.
-    pub(crate) fn bind_rest<DB: Backend>(
+    /// The claim's statement as `DB` runs it, with the call's values, the
+    /// age, the limit and the note bound as its plan takes them.
+    pub(crate) fn prepared<DB: Backend, P: Params<DB>>(
         self,
-        args: &mut DB::Args,
+        params: &P,
         limit: u32,
-    ) -> Result<(), sqlx::Error> {
-        if let Some(ms) = self.older_than {
-            DB::bind_int(args, ms)?;
-        }
-        DB::bind_int(args, i64::from(limit))
+        note: &Note,
+    ) -> Result<(&'static str, DB::Args), sqlx::Error> {
+        let statement = DB::statement(self.sql);
+        let params = bind::values(params);
+        let values = Values {
+            values: Some(&params),
+            note: Some(note),
+            age: self.older_than,
+            limit: Some(i64::from(limit)),
+            ..Values::NONE
+        };
+        let args = bind::arguments(statement, &values).map_err(BindError::into_sqlx)?;
+        Ok((statement.text(), args))
     }
 }
 

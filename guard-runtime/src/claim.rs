@@ -328,21 +328,12 @@ where
     K: RowKey<DB, S::KeyShape> + DecodeKey<DB, S::KeyShape>,
     P: Params<DB>,
 {
-    let sql = DB::sql(claim.sql);
     let mut executor = pool;
     let mut attempts = 0;
     loop {
         attempts += 1;
-        let mut args = DB::Args::default();
-        params
-            .bind(&mut args)
-            .and_then(|()| claim.bind_rest::<DB>(&mut args, limit))
-            // With a history table, the note's placeholders follow the
-            // limit.
-            .and_then(|()| match S::MACHINE.history_table() {
-                Some(_) => note.bind::<DB>(&mut args),
-                None => Ok(()),
-            })
+        let (sql, args) = claim
+            .prepared::<DB, P>(params, limit, note)
             .map_err(|e| transition.db_error(e))?;
         let rows = match executor.fetch_all(sql, args).await {
             Ok(rows) => rows,
@@ -493,13 +484,10 @@ where
         .within(transition.deadline())
         .await
         .map_err(|e| transition.begin_error(e))?;
-    // The candidates: the guard's values, the age, then the limit.
-    let mut args = DB::Args::default();
-    params
-        .bind_range(&mut args, transition.def().set_binds()..usize::MAX)
-        .and_then(|()| claim.bind_rest::<DB>(&mut args, limit))
+    // The candidates.
+    let (select, args) = claim
+        .prepared::<DB, P>(params, limit, note)
         .map_err(|e| transition.db_error(e))?;
-    let select = DB::sql(claim.sql);
     // A deadlock or busy database rolls the transaction back: the whole
     // claim is tried again.
     let rows = (&mut tx)

@@ -89,11 +89,9 @@ impl<S: StateMachine> Machine<S> {
             transition: "history",
             source,
         };
-        let args = key_arguments::<E::Database, S::KeyShape, K>(&key).map_err(error)?;
-        let rows = executor
-            .fetch_all(<E::Database as Dialect>::sql(sql), args)
-            .await
-            .map_err(error)?;
+        let read = <E::Database as Dialect>::statement(sql);
+        let args = key_arguments::<E::Database, S::KeyShape, K>(read, &key).map_err(error)?;
+        let rows = executor.fetch_all(read.text(), args).await.map_err(error)?;
         rows.iter()
             .enumerate()
             .map(|(index, row)| {

@@ -167,7 +167,7 @@ pub fn ddl(dialect: DdlDialect) -> &'static [&'static str] {
 
 /// The key's row: fingerprint, state, lease, response status and body,
 /// and whether the lease has run out.
-const READ: Sql = Sql {
+const READ: Sql<&str> = Sql {
     postgres: "SELECT fingerprint, state, lease, CAST(response_status AS BIGINT), response_body, \
                CAST(CASE WHEN locked_until < statement_timestamp() THEN 1 ELSE 0 END AS BIGINT) \
                FROM stateguard_idempotency WHERE scope = $1 AND idem_key = $2",
@@ -193,7 +193,7 @@ const READ: Sql = Sql {
 /// commit flushes the WAL up to it, the claim included. A crash before
 /// that may lose the claim, and then there is no work to lose either: a
 /// retry starts afresh. One flush per request instead of two.
-const CLAIM: Sql = Sql {
+const CLAIM: Sql<&str> = Sql {
     postgres: "WITH __sg_new AS (INSERT INTO stateguard_idempotency (scope, idem_key, \
                fingerprint, state, lease, locked_until, created_at) VALUES ($1, $2, $3, \
                'running', 1, statement_timestamp() + CAST($4 AS BIGINT) * INTERVAL '1 \
@@ -219,7 +219,7 @@ const CLAIM: Sql = Sql {
 /// for `$4` milliseconds; returns the new lease (MySQL: through
 /// `LAST_INSERT_ID`, its placeholders in the order milliseconds, scope,
 /// key, lease).
-const TAKE_OVER: Sql = Sql {
+const TAKE_OVER: Sql<&str> = Sql {
     postgres: "UPDATE stateguard_idempotency SET lease = lease + 1, locked_until = \
                statement_timestamp() + CAST($4 AS BIGINT) * INTERVAL '1 millisecond' WHERE \
                scope = $1 AND idem_key = $2 AND state = 'running' AND lease = $3 AND \
@@ -235,7 +235,7 @@ const TAKE_OVER: Sql = Sql {
 
 /// The response `$4`, `$5` of the running key held under lease `$3`
 /// (MySQL: status, body, scope, key, lease).
-const COMPLETE: Sql = Sql {
+const COMPLETE: Sql<&str> = Sql {
     postgres: "UPDATE stateguard_idempotency SET state = 'done', response_status = $4, \
                response_body = $5, locked_until = NULL, completed_at = statement_timestamp() \
                WHERE scope = $1 AND idem_key = $2 AND state = 'running' AND lease = $3",
@@ -249,7 +249,7 @@ const COMPLETE: Sql = Sql {
 };
 
 /// The running key held under lease `$3`, removed.
-const RELEASE: Sql = Sql {
+const RELEASE: Sql<&str> = Sql {
     postgres: "DELETE FROM stateguard_idempotency WHERE scope = $1 AND idem_key = $2 AND \
                state = 'running' AND lease = $3",
     sqlite: "DELETE FROM stateguard_idempotency WHERE scope = ?1 AND idem_key = ?2 AND \
@@ -260,7 +260,7 @@ const RELEASE: Sql = Sql {
 
 /// Up to `$2` keys created more than `$1` milliseconds ago that no lease
 /// holds, oldest first, removed.
-const PRUNE: Sql = Sql {
+const PRUNE: Sql<&str> = Sql {
     postgres: "DELETE FROM stateguard_idempotency WHERE (scope, idem_key) IN (SELECT scope, \
                idem_key FROM stateguard_idempotency WHERE created_at < statement_timestamp() - \
                CAST($1 AS BIGINT) * INTERVAL '1 millisecond' AND (state = 'done' OR \
@@ -420,7 +420,7 @@ impl Ticket {
                 })
                 .map_err(db_error)?;
                 sent.write();
-                let done = Run::execute(&mut tx, DB::sql(&COMPLETE), args)
+                let done = Run::execute(&mut tx, DB::text(&COMPLETE), args)
                     .await
                     .map_err(db_error)?;
                 match DB::rows_affected(&done) {
@@ -460,7 +460,7 @@ impl Ticket {
                     held_args::<DB>(&self.request, self.lease, |_| Ok(())).map_err(db_error)?;
                 let mut executor = pool;
                 sent.write();
-                Run::execute(&mut executor, DB::sql(&RELEASE), args)
+                Run::execute(&mut executor, DB::text(&RELEASE), args)
                     .await
                     .map_err(db_error)?;
                 Ok(())
@@ -624,7 +624,7 @@ where
             .map_err(db_error)?;
         sent.write();
         let taken = match DB::RETURNING {
-            true => Run::fetch_optional(executor, DB::sql(&TAKE_OVER), args)
+            true => Run::fetch_optional(executor, DB::text(&TAKE_OVER), args)
                 .await
                 .map_err(db_error)?
                 .map(|row| DB::int(&row, 0))
@@ -633,7 +633,7 @@ where
             false => {
                 // The OK packet carries the new lease, or 0 where a trigger
                 // on the table made MariaDB drop it: then it is read back.
-                let sql = DB::sql(&TAKE_OVER);
+                let sql = DB::text(&TAKE_OVER);
                 let (done, row) = Run::execute_then_fetch(
                     executor,
                     sql,
@@ -924,7 +924,7 @@ where
     DB::bind_int(&mut args, lease_ms).map_err(db_error)?;
     sent.write();
     if !DB::RETURNING {
-        let done = Run::execute(executor, DB::sql(&CLAIM), args)
+        let done = Run::execute(executor, DB::text(&CLAIM), args)
             .await
             .map_err(db_error)?;
         return Ok(match DB::rows_affected(&done) {
@@ -932,7 +932,7 @@ where
             _ => Claimed::Taken,
         });
     }
-    let row = Run::fetch_optional(executor, DB::sql(&CLAIM), args)
+    let row = Run::fetch_optional(executor, DB::text(&CLAIM), args)
         .await
         .map_err(db_error)?;
     Ok(match row {
@@ -953,7 +953,7 @@ where
 {
     let db_error = |source| store_error("begin", source);
     let args = key_args::<DB>(request).map_err(db_error)?;
-    Run::fetch_optional(executor, DB::sql(&READ), args)
+    Run::fetch_optional(executor, DB::text(&READ), args)
         .await
         .map_err(db_error)
 }
@@ -980,7 +980,7 @@ where
 /// milliseconds, the limit), within the call's deadline.
 pub(crate) fn prune_table<'p, DB>(
     pool: &'p sqlx::Pool<DB>,
-    sql: &'static Sql,
+    sql: &'static Sql<&'static str>,
     table: &'static str,
     window: Duration,
     limit: u32,
@@ -1003,7 +1003,7 @@ where
             DB::bind_int(&mut args, i64::from(limit)).map_err(db_error)?;
             let mut executor = pool;
             sent.write();
-            let done = Run::execute(&mut executor, DB::sql(sql), args)
+            let done = Run::execute(&mut executor, DB::text(sql), args)
                 .await
                 .map_err(db_error)?;
             Ok(DB::rows_affected(&done))

@@ -103,7 +103,7 @@ pub fn ddl(dialect: DdlDialect) -> &'static [&'static str] {
 
 /// The message's row; nothing if it is there. MySQL's `INSERT IGNORE` is
 /// safe here: both values were checked to fit.
-const RECEIVE: Sql = Sql {
+const RECEIVE: Sql<&str> = Sql {
     postgres: "INSERT INTO stateguard_inbox (consumer, message_id, received_at) VALUES ($1, $2, \
                statement_timestamp()) ON CONFLICT (consumer, message_id) DO NOTHING",
     sqlite: "INSERT INTO stateguard_inbox (consumer, message_id, received_at) VALUES (?1, ?2, \
@@ -114,7 +114,7 @@ const RECEIVE: Sql = Sql {
 
 /// Up to `$2` messages received more than `$1` milliseconds ago, oldest
 /// first, removed.
-const PRUNE: Sql = Sql {
+const PRUNE: Sql<&str> = Sql {
     postgres: "DELETE FROM stateguard_inbox WHERE (consumer, message_id) IN (SELECT consumer, \
                message_id FROM stateguard_inbox WHERE received_at < statement_timestamp() - \
                CAST($1 AS BIGINT) * INTERVAL '1 millisecond' ORDER BY received_at LIMIT $2 FOR \
@@ -171,7 +171,7 @@ where
             DB::bind_text(&mut args, Some(consumer.to_owned())).map_err(db_error)?;
             DB::bind_text(&mut args, Some(message_id.to_owned())).map_err(db_error)?;
             sent.write();
-            let done = Run::execute(&mut tx, DB::sql(&RECEIVE), args)
+            let done = Run::execute(&mut tx, DB::text(&RECEIVE), args)
                 .await
                 .map_err(db_error)?;
             Ok(match DB::rows_affected(&done) {

@@ -68,10 +68,9 @@ impl KeyShape for shape::Four {
             implement `sqlx::Encode` and `sqlx::Type` for the database, and `Debug`"
 )]
 pub trait RowKey<DB: Backend, Shape: KeyShape>: fmt::Debug + Send + Sync {
-    /// Adds the key's values to `args`, each as often as the dialect's
-    /// exact key match names it, column by column.
+    /// Adds the value of key column `n` to `args`, once.
     #[doc(hidden)]
-    fn bind(&self, args: &mut <DB as Dialect>::Args) -> Result<(), sqlx::Error>;
+    fn bind_part(&self, n: usize, args: &mut <DB as Dialect>::Args) -> Result<(), sqlx::Error>;
 
     /// The SQL type each value binds as, column by column (`INTEGER`,
     /// `TEXT`, `BLOB`, …, as sqlx names it).
@@ -129,7 +128,17 @@ pub trait KeyText<Shape: KeyShape> {
 pub trait ManyKeys<DB: Backend, Shape: KeyShape>: Sized {
     /// Adds `keys` to `args` as the statement takes them.
     #[doc(hidden)]
-    fn bind_many(keys: &[&Self], args: &mut <DB as Dialect>::Args) -> Result<(), BindManyError>;
+    fn bind_many(keys: &[&Self], args: &mut <DB as Dialect>::Args) -> Result<(), BindError>;
+
+    /// Adds what placeholder [`Bind::Keys(n)`](crate::meta::Bind::Keys)
+    /// takes to `args`: key column `n`'s values as an array on PostgreSQL,
+    /// every key as one JSON document on SQLite and MySQL (`n` is 0).
+    #[doc(hidden)]
+    fn bind_column(
+        keys: &[&Self],
+        n: usize,
+        args: &mut <DB as Dialect>::Args,
+    ) -> Result<(), BindError>;
 
     /// Whether every value binds as a type whose equality is exact by
     /// value (PostgreSQL's integers and UUIDs), so that the batch needs no
@@ -140,12 +149,12 @@ pub trait ManyKeys<DB: Backend, Shape: KeyShape>: Sized {
     }
 }
 
-/// Why a batch's keys could not be bound.
+/// Why a statement's values could not be bound.
 #[doc(hidden)]
 #[derive(Debug)]
-pub enum BindManyError {
-    /// A key value that the batch's JSON cannot carry as the statement
-    /// binds it.
+pub enum BindError {
+    /// A key value of a batch that the batch's JSON cannot carry as the
+    /// statement binds it.
     Key {
         /// The value's text, or its SQL type.
         key: String,
@@ -154,6 +163,18 @@ pub enum BindManyError {
     },
     /// sqlx could not encode the bound value.
     Encode(sqlx::Error),
+}
+
+impl BindError {
+    /// The error as sqlx's, for a statement that binds no batch.
+    pub(crate) fn into_sqlx(self) -> sqlx::Error {
+        match self {
+            BindError::Encode(error) => error,
+            BindError::Key { key, reason } => {
+                sqlx::Error::Protocol(format!("cannot bind key {key}: {reason}"))
+            }
+        }
+    }
 }
 
 #[cfg(any(feature = "sqlite", feature = "mysql"))]
@@ -171,7 +192,7 @@ enum Part {
 /// How a batch takes each key column in JSON, from the SQL type the value
 /// binds as: integers and text. Other types (bytes, floats, dates,
 /// booleans), whose `Display` text is not what they bind, are refused.
-fn json_parts(types: Vec<String>, backend: &str) -> Result<Vec<Part>, BindManyError> {
+fn json_parts(types: Vec<String>, backend: &str) -> Result<Vec<Part>, BindError> {
     types
         .into_iter()
         .map(|name| {
@@ -193,7 +214,7 @@ fn json_parts(types: Vec<String>, backend: &str) -> Result<Vec<Part>, BindManyEr
             match (number, text) {
                 (true, _) => Ok(Part::Integer),
                 (_, true) => Ok(Part::Text),
-                _ => Err(BindManyError::Key {
+                _ => Err(BindError::Key {
                     reason: format!(
                         "a batch on {backend} sends keys as JSON, which carries text and \
                          integers; this key binds as {name}"
@@ -215,7 +236,7 @@ fn json_keys<Sh: KeyShape, K: KeyText<Sh>>(
     keys: &[&K],
     parts: &[Part],
     numbers: bool,
-) -> Result<String, BindManyError> {
+) -> Result<String, BindError> {
     let mut out = String::with_capacity(2 + keys.len() * 8);
     out.push('[');
     let mut text = String::new();
@@ -239,7 +260,7 @@ fn json_keys<Sh: KeyShape, K: KeyText<Sh>>(
                     json_string(&mut out, &text)
                 }
                 Part::Integer => {
-                    return Err(BindManyError::Key {
+                    return Err(BindError::Key {
                         reason: "the value binds as an integer, but its `Display` text is not \
                                  that integer"
                             .to_owned(),
@@ -299,11 +320,19 @@ macro_rules! json_many_keys {
             fn bind_many(
                 keys: &[&Self],
                 args: &mut <$db as Dialect>::Args,
-            ) -> Result<(), BindManyError> {
+            ) -> Result<(), BindError> {
                 let parts = json_parts(K::part_types(), $backend)?;
                 let json = json_keys::<Sh, K>(keys, &parts, $numbers)?;
                 sqlx::Arguments::add(args, json)
-                    .map_err(|e| BindManyError::Encode(sqlx::Error::Encode(e)))
+                    .map_err(|e| BindError::Encode(sqlx::Error::Encode(e)))
+            }
+
+            fn bind_column(
+                keys: &[&Self],
+                _: usize,
+                args: &mut <$db as Dialect>::Args,
+            ) -> Result<(), BindError> {
+                Self::bind_many(keys, args)
             }
         }
     };
@@ -317,15 +346,14 @@ mod postgres {
     use sqlx::Postgres;
     use sqlx::postgres::PgHasArrayType;
 
-    use super::{BindManyError, Key, ManyKeys, shape};
+    use super::{BindError, Key, ManyKeys, shape};
     use crate::dialect::sealed::Dialect;
 
-    fn add<T>(args: &mut <Postgres as Dialect>::Args, column: Vec<&T>) -> Result<(), BindManyError>
+    fn add<T>(args: &mut <Postgres as Dialect>::Args, column: Vec<&T>) -> Result<(), BindError>
     where
         T: Key<Postgres> + PgHasArrayType,
     {
-        sqlx::Arguments::add(args, column)
-            .map_err(|e| BindManyError::Encode(sqlx::Error::Encode(e)))
+        sqlx::Arguments::add(args, column).map_err(|e| BindError::Encode(sqlx::Error::Encode(e)))
     }
 
     /// `T` binds as a type whose equality is exact by value.
@@ -340,7 +368,15 @@ mod postgres {
         fn bind_many(
             keys: &[&Self],
             args: &mut <Postgres as Dialect>::Args,
-        ) -> Result<(), BindManyError> {
+        ) -> Result<(), BindError> {
+            add(args, keys.to_vec())
+        }
+
+        fn bind_column(
+            keys: &[&Self],
+            _: usize,
+            args: &mut <Postgres as Dialect>::Args,
+        ) -> Result<(), BindError> {
             add(args, keys.to_vec())
         }
 
@@ -357,9 +393,20 @@ mod postgres {
                 fn bind_many(
                     keys: &[&Self],
                     args: &mut <Postgres as Dialect>::Args,
-                ) -> Result<(), BindManyError> {
+                ) -> Result<(), BindError> {
                     $(add(args, keys.iter().map(|k| &k.$i).collect())?;)+
                     Ok(())
+                }
+
+                fn bind_column(
+                    keys: &[&Self],
+                    n: usize,
+                    args: &mut <Postgres as Dialect>::Args,
+                ) -> Result<(), BindError> {
+                    match n {
+                        $($i => add(args, keys.iter().map(|k| &k.$i).collect()),)+
+                        _ => Err(BindError::Encode(super::no_column(n))),
+                    }
                 }
 
                 fn by_value() -> bool {
@@ -374,19 +421,19 @@ mod postgres {
     pg_tuple_keys!(Four: A 0, B 1, C 2, D 3);
 }
 
-fn bind_one<DB: Backend, T: Key<DB>>(
-    args: &mut <DB as Dialect>::Args,
-    value: &T,
-) -> Result<(), sqlx::Error> {
-    for _ in 0..DB::KEY_BINDS {
-        sqlx::Arguments::add(args, value).map_err(sqlx::Error::Encode)?;
-    }
-    Ok(())
+/// A statement that names key column `n` of a key that has none.
+fn no_column(n: usize) -> sqlx::Error {
+    sqlx::Error::Protocol(format!(
+        "the statement binds key column {n}, which the key lacks"
+    ))
 }
 
 impl<DB: Backend, T: Key<DB> + fmt::Debug> RowKey<DB, shape::One> for T {
-    fn bind(&self, args: &mut <DB as Dialect>::Args) -> Result<(), sqlx::Error> {
-        bind_one::<DB, T>(args, self)
+    fn bind_part(&self, n: usize, args: &mut <DB as Dialect>::Args) -> Result<(), sqlx::Error> {
+        match n {
+            0 => sqlx::Arguments::add(args, self).map_err(sqlx::Error::Encode),
+            n => Err(no_column(n)),
+        }
     }
 
     fn part_types() -> Vec<String> {
@@ -429,9 +476,15 @@ macro_rules! tuple_keys {
         impl<DB: Backend, $($t: Key<DB> + fmt::Debug),+> RowKey<DB, shape::$shape>
             for ($($t,)+)
         {
-            fn bind(&self, args: &mut <DB as Dialect>::Args) -> Result<(), sqlx::Error> {
-                $(bind_one::<DB, $t>(args, &self.$i)?;)+
-                Ok(())
+            fn bind_part(
+                &self,
+                n: usize,
+                args: &mut <DB as Dialect>::Args,
+            ) -> Result<(), sqlx::Error> {
+                match n {
+                    $($i => sqlx::Arguments::add(args, &self.$i).map_err(sqlx::Error::Encode),)+
+                    n => Err(no_column(n)),
+                }
             }
 
             fn part_types() -> Vec<String> {

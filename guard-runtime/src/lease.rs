@@ -11,13 +11,14 @@
 use core::future::Future;
 
 use crate::StateMachine;
-use crate::dialect::Backend;
+use crate::bind::{self, Values};
 use crate::dialect::Sql;
 use crate::dialect::sealed::Dialect;
+use crate::dialect::{Backend, Statement};
 use crate::error::Error;
 use crate::executor::Executor;
 use crate::executor::sealed::Run;
-use crate::key::RowKey;
+use crate::key::{BindError, RowKey};
 use crate::machine::InFlightDef;
 use crate::retry::{MAX_ATTEMPTS, backoff};
 use crate::transition::{Transition, key_arguments};
@@ -43,61 +44,27 @@ pub(crate) enum Settled<S> {
     Vanished,
 }
 
-/// Key, then the occurrence where the machine has a version column, then
-/// the lease token: the parameters of the statements that need the lease.
-fn leased_arguments<S, DB, K>(key: &K, occurrence: i64, lease: i64) -> Result<DB::Args, sqlx::Error>
-where
-    S: StateMachine,
-    DB: Backend,
-    K: RowKey<DB, S::KeyShape>,
-{
-    let mut args = key_arguments::<DB, S::KeyShape, K>(key)?;
-    lease_arguments::<S, DB>(&mut args, occurrence, lease)?;
-    Ok(args)
-}
-
-/// The occurrence, where the machine has a version column, then the lease
-/// token.
-fn lease_arguments<S, DB>(
-    args: &mut DB::Args,
-    occurrence: i64,
-    lease: i64,
-) -> Result<(), sqlx::Error>
-where
-    S: StateMachine,
-    DB: Backend,
-{
-    if S::MACHINE.version().is_some() {
-        DB::bind_int(args, occurrence)?;
-    }
-    DB::bind_int(args, lease)
-}
-
-/// A follow-up's parameters: the key, the verdict's values, the occurrence
-/// and the lease token, in the order of the dialect's placeholders
-/// (MySQL's `SET` values come before its `WHERE`).
-fn follow_up_arguments<S, DB, K>(
-    chosen: &Chosen<S>,
+/// The arguments of a statement that needs the lease: the key, the
+/// occurrence and the lease token, as its plan takes them.
+fn leased_arguments<S, DB, K>(
+    statement: Statement,
     key: &K,
     occurrence: i64,
     lease: i64,
-) -> Result<DB::Args, Error>
+) -> Result<DB::Args, sqlx::Error>
 where
-    S: FollowUpValues<DB>,
+    S: StateMachine,
     DB: Backend,
     K: RowKey<DB, S::KeyShape>,
 {
-    let db_error = |e| chosen.transition.transition().db_error(e);
-    let mut args = DB::Args::default();
-    if DB::PARAMS_FIRST {
-        chosen.bind::<DB>(&mut args)?;
-        key.bind(&mut args).map_err(db_error)?;
-    } else {
-        key.bind(&mut args).map_err(db_error)?;
-        chosen.bind::<DB>(&mut args)?;
-    }
-    lease_arguments::<S, DB>(&mut args, occurrence, lease).map_err(db_error)?;
-    Ok(args)
+    let key = bind::key(key);
+    let values = Values {
+        key: Some(&key),
+        expected: Some(occurrence),
+        token: Some(lease),
+        ..Values::NONE
+    };
+    bind::arguments(statement, &values).map_err(BindError::into_sqlx)
 }
 
 /// Runs the follow-up the verdict chose (the state's `done` or `failed`),
@@ -119,49 +86,42 @@ where
 {
     type DB<E> = <E as Run>::Database;
     let transition = chosen.transition.transition();
-    let update = <DB<E> as Dialect>::sql(chosen.sql);
-    let read = <DB<E> as Dialect>::sql(in_flight.follow_up_read_sql());
-    let log = <DB<E> as Dialect>::sql(&in_flight.follow_up_log_sql()[usize::from(chosen.failed)]);
+    let update = <DB<E> as Dialect>::statement(chosen.sql);
+    let read = <DB<E> as Dialect>::statement(in_flight.follow_up_read_sql());
+    let log =
+        <DB<E> as Dialect>::statement(&in_flight.follow_up_log_sql()[usize::from(chosen.failed)]);
     let versioned = S::MACHINE.version().is_some();
-    let history = S::MACHINE.history_table().is_some();
-    let db_error = |e| transition.db_error(e);
+    // The follow-up, its history row and its losing read each bind what
+    // their plans name of these.
+    let (key_parts, chosen_values) = (bind::key(key), chosen.values::<DB<E>>()?);
+    let values = Values {
+        key: Some(&key_parts),
+        values: Some(&chosen_values),
+        note: Some(&chosen.note),
+        expected: Some(occurrence),
+        token: Some(lease),
+        ..Values::NONE
+    };
+    let arguments = |statement| {
+        bind::arguments::<DB<E>>(statement, &values).map_err(|e| transition.keys_error(e))
+    };
     let mut attempts = 0;
     loop {
         attempts += 1;
-        let mut args = follow_up_arguments::<S, DB<E>, K>(chosen, key, occurrence, lease)?;
+        let args = arguments(update)?;
         let moved = match log.is_empty() {
-            // PostgreSQL with a history table writes the history row in the
-            // follow-up's statement: the note's placeholders come last.
-            true => {
-                if history {
-                    chosen.note.bind::<DB<E>>(&mut args).map_err(db_error)?;
-                }
-                executor
-                    .execute(update, args)
-                    .await
-                    .map(|done| <DB<E> as Dialect>::rows_affected(&done))
-            }
+            // Without a history table, or on PostgreSQL, whose follow-up
+            // writes the history row in the same statement.
+            true => executor
+                .execute(update.text(), args)
+                .await
+                .map(|done| <DB<E> as Dialect>::rows_affected(&done)),
             // With a history table on SQLite and MySQL: the history row
-            // and the follow-up in one transaction. SQLite numbers the
-            // log's placeholders as the follow-up's, then the note's;
-            // MySQL's take the note, the key, the occurrence and the lease.
+            // and the follow-up in one transaction.
             false => {
-                let mut log_args = match <DB<E> as Dialect>::PARAMS_FIRST {
-                    true => {
-                        let mut log_args = <DB<E> as Dialect>::Args::default();
-                        chosen.note.bind::<DB<E>>(&mut log_args).map_err(db_error)?;
-                        key.bind(&mut log_args).map_err(db_error)?;
-                        lease_arguments::<S, DB<E>>(&mut log_args, occurrence, lease)
-                            .map_err(db_error)?;
-                        log_args
-                    }
-                    false => follow_up_arguments::<S, DB<E>, K>(chosen, key, occurrence, lease)?,
-                };
-                if !<DB<E> as Dialect>::PARAMS_FIRST {
-                    chosen.note.bind::<DB<E>>(&mut log_args).map_err(db_error)?;
-                }
+                let log_args = arguments(log)?;
                 executor
-                    .logged(log, log_args, update, args, false, None)
+                    .logged(log.text(), log_args, update.text(), args, false, None)
                     .await
                     .map(|logged| logged.updated)
             }
@@ -175,9 +135,8 @@ where
             }
         }
         // No row matched: read the row with a statement of its own.
-        let args =
-            key_arguments::<DB<E>, S::KeyShape, K>(key).map_err(|e| transition.db_error(e))?;
-        let row = match executor.fetch_optional(read, args).await {
+        let args = arguments(read)?;
+        let row = match executor.fetch_optional(read.text(), args).await {
             Ok(row) => row,
             Err(error) => {
                 transition.before_retry(executor, error, attempts).await?;
@@ -248,11 +207,11 @@ where
     E: Executor,
     K: RowKey<E::Database, S::KeyShape>,
 {
-    let read = <E::Database as Dialect>::sql(in_flight.follow_up_read_sql());
-    let args =
-        key_arguments::<E::Database, S::KeyShape, K>(key).map_err(|e| transition.db_error(e))?;
+    let read = <E::Database as Dialect>::statement(in_flight.follow_up_read_sql());
+    let args = key_arguments::<E::Database, S::KeyShape, K>(read, key)
+        .map_err(|e| transition.db_error(e))?;
     let row = executor
-        .fetch_optional(read, args)
+        .fetch_optional(read.text(), args)
         .await
         .map_err(|e| transition.db_error(e))?;
     found::<S, E::Database>(transition, row)
@@ -281,10 +240,16 @@ where
         return row.map(|row| <DB<E> as Dialect>::int(&row, 0)).transpose();
     }
     // MySQL: read the new token back on the same connection.
-    let read = <DB<E> as Dialect>::sql(in_flight.lease_read_sql());
-    let key_args = key_arguments::<DB<E>, S::KeyShape, K>(key)?;
+    let read = <DB<E> as Dialect>::statement(in_flight.lease_read_sql());
+    let key_args = key_arguments::<DB<E>, S::KeyShape, K>(read, key)?;
     let (done, row) = executor
-        .execute_then_fetch(statement, args, read, key_args, <DB<E> as Dialect>::changed)
+        .execute_then_fetch(
+            statement,
+            args,
+            read.text(),
+            key_args,
+            <DB<E> as Dialect>::changed,
+        )
         .await?;
     if <DB<E> as Dialect>::rows_affected(&done) != 1 {
         return Ok(None);
@@ -306,7 +271,8 @@ where
     E: Executor,
     K: RowKey<E::Database, S::KeyShape>,
 {
-    let args = leased_arguments::<S, E::Database, K>(key, occurrence, lease)?;
+    let renew = <E::Database as Dialect>::statement(in_flight.renew_sql());
+    let args = leased_arguments::<S, E::Database, K>(renew, key, occurrence, lease)?;
     stamp(executor, in_flight, in_flight.renew_sql(), args, key).await
 }
 

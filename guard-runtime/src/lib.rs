@@ -13,6 +13,7 @@
 )]
 
 mod batched;
+mod bind;
 mod call;
 mod claim;
 pub mod ddl;
@@ -61,7 +62,7 @@ pub use crate::verdict::{FollowUp, FollowUpValues, Verdict};
 /// in-flight states and the SQL text of each statement per dialect. The
 /// [`docs`] renderers and the [`ddl`] generators read it; so can a caller.
 pub mod meta {
-    pub use crate::dialect::Sql;
+    pub use crate::dialect::{Bind, Sql, Statement};
     pub use crate::machine::{InFlightDef, Machine, SetColumn, StateDef, TransitionDef};
 }
 
@@ -70,8 +71,9 @@ pub mod meta {
 pub mod __private {
     pub use sqlx;
 
+    pub use crate::dialect::Bind;
     pub use crate::machine::construct::{
-        ddl, in_flight, machine, set_column, sql, state, transition,
+        ddl, in_flight, machine, set_column, sql, state, statement, transition,
     };
     pub use crate::machine::{Machine, StateDef, TransitionDef};
     pub use crate::verdict::Binder;

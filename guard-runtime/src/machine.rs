@@ -392,9 +392,6 @@ pub struct TransitionDef<S: 'static> {
     sources: &'static [S],
     target: S,
     set: &'static [SetColumn],
-    /// How many of the values bound per call the `set` takes; the guard
-    /// takes the rest.
-    set_binds: usize,
     update: Sql,
     update_expecting: Option<Sql>,
     read_back: Sql,
@@ -421,12 +418,6 @@ impl<S: StateMachine> TransitionDef<S> {
     /// The states it may start from.
     pub const fn sources(&self) -> &'static [S] {
         self.sources
-    }
-
-    /// How many of the values bound per call go into `set`; the guard's
-    /// `:name` parameters take the rest.
-    pub(crate) const fn set_binds(&self) -> usize {
-        self.set_binds
     }
 
     /// The state it moves the row to.
@@ -540,6 +531,7 @@ pub mod construct {
     use super::{
         DdlText, InFlightDef, Machine, SetColumn, Sql, StateDef, StateMachine, TransitionDef,
     };
+    use crate::dialect::{Bind, Statement};
 
     /// The `const MACHINE` of `impl StateMachine`: one per enum.
     #[allow(clippy::too_many_arguments)]
@@ -639,7 +631,6 @@ pub mod construct {
         sources: &'static [S],
         target: S,
         set: &'static [SetColumn],
-        set_binds: usize,
         update: Sql,
         update_expecting: Option<Sql>,
         read_back: Sql,
@@ -656,7 +647,6 @@ pub mod construct {
             sources,
             target,
             set,
-            set_binds,
             update,
             update_expecting,
             read_back,
@@ -682,6 +672,11 @@ pub mod construct {
             sqlite,
             mysql,
         }
+    }
+
+    /// One statement in one dialect: its text and its bind plan.
+    pub const fn statement(text: &'static str, binds: &'static [Bind]) -> Statement {
+        Statement::new(text, binds)
     }
 
     /// The enforcement DDL of a machine in one dialect.

@@ -13,6 +13,7 @@ use tracing::Instrument;
 
 use crate::StateMachine;
 use crate::batched::{Batched, Found, position};
+use crate::bind::{self, Values};
 use crate::dialect::{Backend, Sql};
 use crate::error::Error;
 use crate::executor::Executor;
@@ -326,7 +327,7 @@ fn statements<DB, S, K>(transition: Transition<S>) -> [&'static Sql; 2]
 where
     DB: Backend,
     S: StateMachine,
-    K: ManyKeys<DB, S::KeyShape>,
+    K: ManyKeys<DB, S::KeyShape> + Sync,
 {
     let def = transition.def();
     let [update, read, _, _] = def.apply_many_sql();
@@ -337,50 +338,31 @@ where
     }
 }
 
-/// The chunk's keys and the transition's values, as `many_update` takes
-/// them on every dialect: keys first, then the `set` values and the
-/// guard's.
-fn update_arguments<DB, S, K, P>(
+/// `sql` as `DB` runs it, with the batch's keys, the call's values and
+/// its note bound as the statement's plan takes them.
+fn prepared<DB, S, K, P>(
     transition: Transition<S>,
+    sql: &Sql,
     keys: &[&K],
     params: &P,
-) -> Result<DB::Args, Error>
+    note: &Note,
+) -> Result<(&'static str, DB::Args), Error>
 where
     DB: Backend,
     S: StateMachine,
-    K: ManyKeys<DB, S::KeyShape>,
+    K: ManyKeys<DB, S::KeyShape> + Sync,
     P: Params<DB>,
 {
-    let mut args = DB::Args::default();
-    K::bind_many(keys, &mut args).map_err(|e| transition.keys_error(e))?;
-    params.bind(&mut args).map_err(|e| transition.db_error(e))?;
-    Ok(args)
-}
-
-/// The keys and the guard's values, as `many_read` takes them (the
-/// guard's first on MySQL).
-fn read_arguments<DB, S, K, P>(
-    transition: Transition<S>,
-    keys: &[&K],
-    params: &P,
-) -> Result<DB::Args, Error>
-where
-    DB: Backend,
-    S: StateMachine,
-    K: ManyKeys<DB, S::KeyShape>,
-    P: Params<DB>,
-{
-    let guard = transition.def().set_binds()..usize::MAX;
-    let mut args = DB::Args::default();
-    let db_error = |e| transition.db_error(e);
-    if DB::PARAMS_FIRST {
-        params.bind_range(&mut args, guard).map_err(db_error)?;
-        K::bind_many(keys, &mut args).map_err(|e| transition.keys_error(e))?;
-    } else {
-        K::bind_many(keys, &mut args).map_err(|e| transition.keys_error(e))?;
-        params.bind_range(&mut args, guard).map_err(db_error)?;
-    }
-    Ok(args)
+    let statement = DB::statement(sql);
+    let (keys, params) = (bind::batch(keys), bind::values(params));
+    let values = Values {
+        keys: Some(&keys),
+        values: Some(&params),
+        note: Some(note),
+        ..Values::NONE
+    };
+    let args = bind::arguments(statement, &values).map_err(|e| transition.keys_error(e))?;
+    Ok((statement.text(), args))
 }
 
 /// A row of `many_read`: the key, then status, version, guard.
@@ -424,7 +406,7 @@ where
     DB: Backend,
     for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
     S: StateMachine,
-    K: DecodeKey<DB, S::KeyShape> + ManyKeys<DB, S::KeyShape> + Ord,
+    K: DecodeKey<DB, S::KeyShape> + ManyKeys<DB, S::KeyShape> + Ord + Sync,
     P: Params<DB>,
 {
     let mut executor = pool;
@@ -440,11 +422,8 @@ where
     if left.is_empty() {
         return Ok(found);
     }
-    let args = read_arguments::<DB, S, K, P>(transition, &left, params)?;
-    let rows = executor
-        .fetch_all(DB::sql(read), args)
-        .await
-        .map_err(db_error)?;
+    let (read, args) = prepared::<DB, S, K, P>(transition, read, &left, params, note)?;
+    let rows = executor.fetch_all(read, args).await.map_err(db_error)?;
     for row in &rows {
         let (key, current, _, meets) = read_row::<DB, S, K>(transition, row)?;
         if let Some(i) = position(keys, &key) {
@@ -469,7 +448,7 @@ where
     DB: Backend,
     E: Run<Database = DB>,
     S: StateMachine,
-    K: DecodeKey<DB, S::KeyShape> + ManyKeys<DB, S::KeyShape> + Ord,
+    K: DecodeKey<DB, S::KeyShape> + ManyKeys<DB, S::KeyShape> + Ord + Sync,
     P: Params<DB>,
 {
     let [_, _, _, log] = transition.def().apply_many_sql();
@@ -477,25 +456,17 @@ where
     let mut found: Vec<Found<S, K>> = keys.iter().map(|_| Found::Missing).collect();
     let n = S::KeyShape::COLUMNS;
     let db_error = |e| transition.db_error(e);
-    let mut args = update_arguments::<DB, S, K, P>(transition, keys, params)?;
-    let log = DB::sql(log);
-    let history = S::MACHINE.history_table().is_some();
-    let rows = match log.is_empty() {
-        // PostgreSQL writes the history rows in the update's statement,
-        // with the note's placeholders last.
-        true => {
-            if history {
-                note.bind::<DB>(&mut args).map_err(db_error)?;
-            }
-            executor.fetch_all(DB::sql(update), args).await
-        }
+    let (update, args) = prepared::<DB, S, K, P>(transition, update, keys, params, note)?;
+    let rows = match DB::sql(log).is_empty() {
+        // Without a history table, or on PostgreSQL, which writes the
+        // history rows in the update's statement.
+        true => executor.fetch_all(update, args).await,
         // SQLite with a history table: the history rows and the update in
-        // one transaction, with the same placeholders, then the note's.
+        // one transaction.
         false => {
-            let mut log_args = update_arguments::<DB, S, K, P>(transition, keys, params)?;
-            note.bind::<DB>(&mut log_args).map_err(db_error)?;
+            let (log, log_args) = prepared::<DB, S, K, P>(transition, log, keys, params, note)?;
             executor
-                .logged(log, log_args, DB::sql(update), args, true, None)
+                .logged(log, log_args, update, args, true, None)
                 .await
                 .map(|logged| logged.rows)
         }
@@ -539,7 +510,7 @@ where
     DB: Backend,
     for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
     S: StateMachine,
-    K: DecodeKey<DB, S::KeyShape> + ManyKeys<DB, S::KeyShape> + Ord,
+    K: DecodeKey<DB, S::KeyShape> + ManyKeys<DB, S::KeyShape> + Ord + Sync,
     P: Params<DB>,
 {
     let mut tx = Tx::begin(pool)
@@ -568,18 +539,15 @@ where
     DB: Backend,
     for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
     S: StateMachine,
-    K: DecodeKey<DB, S::KeyShape> + ManyKeys<DB, S::KeyShape> + Ord,
+    K: DecodeKey<DB, S::KeyShape> + ManyKeys<DB, S::KeyShape> + Ord + Sync,
     P: Params<DB>,
 {
     let [update, read, lease_read, log] = transition.def().apply_many_sql();
     let mut found: Vec<Found<S, K>> = keys.iter().map(|_| Found::Missing).collect();
     let n = S::KeyShape::COLUMNS;
     let retry = |source| transition.tx_error::<DB>(source);
-    let args = read_arguments::<DB, S, K, P>(transition, keys, params)?;
-    let rows = (&mut tx)
-        .fetch_all(DB::sql(read), args)
-        .await
-        .map_err(retry)?;
+    let (read, args) = prepared::<DB, S, K, P>(transition, read, keys, params, note)?;
+    let rows = (&mut tx).fetch_all(read, args).await.map_err(retry)?;
     let mut movers: Vec<(usize, K, i64)> = Vec::new();
     for row in &rows {
         let (key, current, version, meets) = read_row::<DB, S, K>(transition, row)?;
@@ -597,31 +565,18 @@ where
     }
     let mover_keys: Vec<&K> = movers.iter().map(|(i, _, _)| keys[*i]).collect();
     if !DB::sql(log).is_empty() {
-        // The history rows, from the rows locked above, before they move:
-        // the note, the JSON, then the guard's values.
-        let mut args = DB::Args::default();
-        note.bind::<DB>(&mut args)
-            .map_err(|e| transition.db_error(e))?;
-        K::bind_many(&mover_keys, &mut args).map_err(|e| transition.keys_error(e))?;
-        params
-            .bind_range(&mut args, transition.def().set_binds()..usize::MAX)
-            .map_err(|e| transition.db_error(e))?;
-        (&mut tx).execute(DB::sql(log), args).await.map_err(retry)?;
+        // The history rows, from the rows locked above, before they move.
+        let (log, args) = prepared::<DB, S, K, P>(transition, log, &mover_keys, params, note)?;
+        (&mut tx).execute(log, args).await.map_err(retry)?;
     }
-    let args = update_arguments::<DB, S, K, P>(transition, &mover_keys, params)?;
-    (&mut tx)
-        .execute(DB::sql(update), args)
-        .await
-        .map_err(retry)?;
+    let (update, args) = prepared::<DB, S, K, P>(transition, update, &mover_keys, params, note)?;
+    (&mut tx).execute(update, args).await.map_err(retry)?;
     // Locked since the read: each moved, from the version read.
     let mut leases: Vec<i64> = vec![0; keys.len()];
     if !DB::sql(lease_read).is_empty() {
-        let mut args = DB::Args::default();
-        K::bind_many(&mover_keys, &mut args).map_err(|e| transition.keys_error(e))?;
-        let rows = (&mut tx)
-            .fetch_all(DB::sql(lease_read), args)
-            .await
-            .map_err(retry)?;
+        let (lease_read, args) =
+            prepared::<DB, S, K, P>(transition, lease_read, &mover_keys, params, note)?;
+        let rows = (&mut tx).fetch_all(lease_read, args).await.map_err(retry)?;
         for row in &rows {
             let key = K::decode(row).map_err(|e| transition.db_error(e))?;
             let lease = DB::int(row, n).map_err(|e| transition.db_error(e))?;

@@ -1,7 +1,5 @@
 //! Who moved a row and why: the note a history row records.
 
-use crate::dialect::sealed::Dialect;
-
 /// Who moved a row and why, recorded in its history row: an actor, a
 /// reason and a JSON document of details, each optional. Attach one with
 /// [`Transition::noted`](crate::Transition::noted) (or
@@ -66,16 +64,5 @@ impl Note {
     /// The details, if any.
     pub fn detail_json(&self) -> Option<&str> {
         self.details.as_deref()
-    }
-
-    /// Adds actor, reason and details to `args`.
-    pub(crate) fn bind<DB: crate::dialect::Backend>(
-        &self,
-        args: &mut <DB as Dialect>::Args,
-    ) -> Result<(), sqlx::Error> {
-        for value in [&self.actor, &self.reason, &self.details] {
-            DB::bind_text(args, value.clone())?;
-        }
-        Ok(())
     }
 }

@@ -7,6 +7,7 @@ use core::future::Future;
 use tracing::Instrument;
 
 use crate::StateMachine;
+use crate::bind::{self, Values};
 use crate::call::{Call, Sent, bounded};
 use crate::dialect::Backend;
 use crate::dialect::sealed::Dialect;
@@ -19,7 +20,6 @@ use crate::machine::InFlightDef;
 use crate::outcome::{Committed, Won};
 use crate::retry::Step;
 use crate::telemetry;
-use crate::transition::key_arguments;
 use crate::verdict::{FollowUpValues, Verdict};
 
 /// Takes over rows left in the in-flight `state` past their lease, at most
@@ -194,10 +194,14 @@ where
     K: RowKey<E::Database, S::KeyShape>,
 {
     let db_error = |source| recovery_error(state, source);
-    let mut args = key_arguments::<E::Database, S::KeyShape, K>(key).map_err(db_error)?;
-    if S::MACHINE.version().is_some() {
-        <E::Database as Dialect>::bind_int(&mut args, occurrence).map_err(db_error)?;
-    }
+    let claim = <E::Database as Dialect>::statement(in_flight.claim_sql());
+    let key_parts = bind::key(key);
+    let values = Values {
+        key: Some(&key_parts),
+        expected: Some(occurrence),
+        ..Values::NONE
+    };
+    let args = bind::arguments(claim, &values).map_err(|e| db_error(e.into_sqlx()))?;
     match lease::stamp(executor, in_flight, in_flight.claim_sql(), args, key).await {
         Ok(lease) => Ok(lease),
         Err(error) if <E::Database as Backend>::is_retryable(&error) => {

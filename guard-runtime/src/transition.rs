@@ -11,12 +11,14 @@ use crate::retry::{DEFAULT_DEADLINE, MAX_ATTEMPTS, backoff};
 use crate::telemetry;
 
 use crate::StateMachine;
+pub use crate::bind::Params;
+use crate::bind::{self, Values};
 use crate::dialect::sealed::Dialect;
-use crate::dialect::{Backend, Key};
+use crate::dialect::{Backend, Statement};
 use crate::error::Error;
 use crate::executor::sealed::Run;
 use crate::executor::{Executor, refuse_open_transaction};
-use crate::key::{KeyShape, RowKey};
+use crate::key::{BindError, KeyShape, RowKey};
 use crate::machine::{HasVersion, InFlightDef, Machine, TransitionDef};
 use crate::outcome::{Current, Outcome, Won};
 
@@ -184,7 +186,7 @@ impl<S: StateMachine> Transition<S> {
         let def = self.def;
         let machine = S::MACHINE;
         let in_transaction = executor.in_transaction();
-        let select = <E::Database as Dialect>::sql(match def.select_guarded_sql() {
+        let select = <E::Database as Dialect>::statement(match def.select_guarded_sql() {
             Some([plain, locked]) => [plain, locked][usize::from(in_transaction)],
             None => machine.select_for(in_transaction),
         });
@@ -200,7 +202,7 @@ impl<S: StateMachine> Transition<S> {
                 });
             }
         };
-        let update = <E::Database as Dialect>::sql(update);
+        let update = <E::Database as Dialect>::statement(update);
         let mut attempts = 0;
         loop {
             attempts += 1;
@@ -287,7 +289,7 @@ impl<S: StateMachine> Transition<S> {
     async fn attempt<E, K, P>(
         self,
         executor: &mut E,
-        update: &'static str,
+        update: Statement,
         key: &K,
         params: &P,
         note: &Note,
@@ -317,7 +319,7 @@ impl<S: StateMachine> Transition<S> {
     async fn fresh_read<E, K, P>(
         self,
         executor: &mut E,
-        select: &'static str,
+        select: Statement,
         key: &K,
         params: &P,
         attempts: u32,
@@ -327,9 +329,15 @@ impl<S: StateMachine> Transition<S> {
         K: RowKey<E::Database, S::KeyShape>,
         P: Params<E::Database>,
     {
-        let row = match self.read_arguments::<E::Database, K, P>(key, params) {
-            Ok(args) => executor.fetch_optional(select, args).await,
-            Err(error) => Err(error),
+        let (key, params) = (bind::key(key), bind::values(params));
+        let values = Values {
+            key: Some(&key),
+            values: Some(&params),
+            ..Values::NONE
+        };
+        let row = match bind::arguments(select, &values) {
+            Ok(args) => executor.fetch_optional(select.text(), args).await,
+            Err(error) => return Err(self.keys_error(error)),
         };
         match row {
             Ok(row) => Ok(Try::Done(row)),
@@ -340,26 +348,12 @@ impl<S: StateMachine> Transition<S> {
         }
     }
 
-    /// The losing read's parameters: the key, and a guard's values (before
-    /// the key on MySQL, where the guard comes first in the text).
-    fn read_arguments<DB: Backend, K: RowKey<DB, S::KeyShape>, P: Params<DB>>(
-        self,
-        key: &K,
-        params: &P,
-    ) -> Result<DB::Args, sqlx::Error> {
-        let guard = match self.def.guard() {
-            Some(_) => self.def.set_binds()..usize::MAX,
-            None => 0..0,
-        };
-        around_key::<DB, S::KeyShape, K, P>(key, params, guard, 0..0)
-    }
-
     /// The winning-path statement: `Some(changed)` when it changed the row,
     /// `None` when it matched nothing.
     async fn compare_and_set<E, K, P>(
         self,
         executor: &mut E,
-        update: &'static str,
+        update: Statement,
         key: &K,
         params: &P,
         note: &Note,
@@ -371,25 +365,30 @@ impl<S: StateMachine> Transition<S> {
     {
         type DB<E> = <E as Run>::Database;
         let failed = |e| Attempt::Failed(self.db_error(e));
-        // The `set` values come before the `WHERE` (and so before the key
-        // on MySQL), the guard's after it.
-        let set = self.def.set_binds();
-        let mut args = around_key::<DB<E>, S::KeyShape, K, P>(key, params, 0..set, set..usize::MAX)
-            .map_err(failed)?;
-        if let Some(expected) = self.expected {
-            <DB<E> as Dialect>::bind_int(&mut args, expected).map_err(failed)?;
-        }
-        // With a history table, the call's note is bound last: into this
-        // statement on PostgreSQL, into the log's on SQLite and MySQL.
+        let (key_parts, params) = (bind::key(key), bind::values(params));
+        // One set of values for every statement of the move: each binds
+        // what its plan names.
+        let values = Values {
+            key: Some(&key_parts),
+            values: Some(&params),
+            note: Some(note),
+            expected: self.expected,
+            ..Values::NONE
+        };
+        let arguments = |statement| {
+            bind::arguments::<DB<E>>(statement, &values)
+                .map_err(|e| Attempt::Failed(self.keys_error(e)))
+        };
+        let args = arguments(update)?;
+        // With a history table on SQLite and MySQL, the history row's
+        // insert, run just before the move in one transaction with it.
         let log = self.def.log_sql().map(|[plain, expecting]| {
-            <DB<E> as Dialect>::sql(match self.expected {
+            <DB<E> as Dialect>::statement(match self.expected {
                 Some(_) => expecting,
                 None => plain,
             })
         });
-        if log.is_some_and(str::is_empty) {
-            note.bind::<DB<E>>(&mut args).map_err(failed)?;
-        }
+        let update = update.text();
         let retryable = |error: sqlx::Error| match worth_retrying::<E>(&error) {
             true => Attempt::Retryable(error),
             false => Attempt::Failed(self.db_error(error)),
@@ -426,37 +425,14 @@ impl<S: StateMachine> Transition<S> {
         // MySQL reads the new version and lease back on the same
         // connection: the lease token of the row by its key.
         let read_back = || {
-            let then_args = match leased {
-                true => key_arguments::<DB<E>, S::KeyShape, K>(key).map_err(failed)?,
-                false => <DB<E> as Dialect>::Args::default(),
-            };
-            Ok::<_, Attempt>((<DB<E> as Dialect>::sql(self.def.read_back_sql()), then_args))
+            let read_back = <DB<E> as Dialect>::statement(self.def.read_back_sql());
+            Ok::<_, Attempt>((read_back.text(), arguments(read_back)?))
         };
         let (rows, changed) = if let Some(log) = log.filter(|log| !log.is_empty()) {
             // With a history table on SQLite and MySQL: the history row's
             // insert and the compare-and-set, in one transaction.
-            // SQLite numbers its placeholders as the update does; MySQL's
-            // `?` take the key, the guard's values and the occurrence.
-            // MySQL's note sits in the insert's `SELECT` list, before its
-            // `WHERE`: bound first there; SQLite numbers it last.
-            let mut log_args = <DB<E> as Dialect>::Args::default();
-            if <DB<E> as Dialect>::PARAMS_FIRST {
-                note.bind::<DB<E>>(&mut log_args).map_err(failed)?;
-                key.bind(&mut log_args).map_err(failed)?;
-                params
-                    .bind_range(&mut log_args, set..usize::MAX)
-                    .map_err(failed)?;
-            } else {
-                log_args =
-                    around_key::<DB<E>, S::KeyShape, K, P>(key, params, 0..set, set..usize::MAX)
-                        .map_err(failed)?;
-            }
-            if let Some(expected) = self.expected {
-                <DB<E> as Dialect>::bind_int(&mut log_args, expected).map_err(failed)?;
-            }
-            if !<DB<E> as Dialect>::PARAMS_FIRST {
-                note.bind::<DB<E>>(&mut log_args).map_err(failed)?;
-            }
+            let log_args = arguments(log)?;
+            let log = log.text();
             let returns_rows = (versioned || leased) && <DB<E> as Dialect>::RETURNING;
             // MySQL reads a lease back; a version comes with the update.
             let then = match leased && !<DB<E> as Dialect>::RETURNING {
@@ -563,15 +539,15 @@ impl<S: StateMachine> Transition<S> {
     }
 
     /// A batch's keys that could not be bound.
-    pub(crate) fn keys_error(self, error: crate::key::BindManyError) -> Error {
+    pub(crate) fn keys_error(self, error: crate::key::BindError) -> Error {
         match error {
-            crate::key::BindManyError::Key { key, reason } => Error::BatchKey {
+            crate::key::BindError::Key { key, reason } => Error::BatchKey {
                 table: S::MACHINE.table(),
                 transition: self.name(),
                 key,
                 reason,
             },
-            crate::key::BindManyError::Encode(source) => self.db_error(source),
+            crate::key::BindError::Encode(source) => self.db_error(source),
         }
     }
 
@@ -707,9 +683,14 @@ impl<S: StateMachine> Machine<S> {
             transition: "load",
             source,
         };
-        let select = <E::Database as Dialect>::sql(self.select_for(executor.in_transaction()));
-        let args = key_arguments::<E::Database, S::KeyShape, K>(&key).map_err(error)?;
-        let Some(row) = executor.fetch_optional(select, args).await.map_err(error)? else {
+        let select =
+            <E::Database as Dialect>::statement(self.select_for(executor.in_transaction()));
+        let args = key_arguments::<E::Database, S::KeyShape, K>(select, &key).map_err(error)?;
+        let Some(row) = executor
+            .fetch_optional(select.text(), args)
+            .await
+            .map_err(error)?
+        else {
             return Ok(None);
         };
         let state = status_of::<S, E::Database>(&row, error)?;
@@ -757,13 +738,17 @@ enum Attempt {
     Failed(Error),
 }
 
-/// The row key, bound as often as the dialect's exact key match names it.
+/// The arguments of a statement that binds only the row's key.
 pub(crate) fn key_arguments<DB: Backend, Sh: KeyShape, K: RowKey<DB, Sh>>(
+    statement: Statement,
     key: &K,
 ) -> Result<DB::Args, sqlx::Error> {
-    let mut args = DB::Args::default();
-    key.bind(&mut args)?;
-    Ok(args)
+    let key = bind::key(key);
+    let values = Values {
+        key: Some(&key),
+        ..Values::NONE
+    };
+    bind::arguments(statement, &values).map_err(BindError::into_sqlx)
 }
 
 impl<S: StateMachine> Clone for Transition<S> {
@@ -848,95 +833,6 @@ fn status_of<S: StateMachine, DB: Backend>(
         }),
     }
 }
-
-/// The key and the values of `params` at `before` and then at `after`, in
-/// the order of the dialect's placeholders: MySQL's `?` are positional, so
-/// values written before the key in the text (`set` values before the
-/// `WHERE`, a guard in a `SELECT` list) are bound before it; PostgreSQL
-/// and SQLite number every value after the key.
-fn around_key<DB: Backend, Sh: KeyShape, K: RowKey<DB, Sh>, P: Params<DB>>(
-    key: &K,
-    params: &P,
-    before: core::ops::Range<usize>,
-    after: core::ops::Range<usize>,
-) -> Result<DB::Args, sqlx::Error> {
-    let mut args = DB::Args::default();
-    if DB::PARAMS_FIRST {
-        params.bind_range(&mut args, before)?;
-        key.bind(&mut args)?;
-    } else {
-        key.bind(&mut args)?;
-        params.bind_range(&mut args, before)?;
-    }
-    params.bind_range(&mut args, after)?;
-    Ok(args)
-}
-
-/// The values a transition binds into its `set(column = bind(Type))`
-/// assignments: `()` for none, or a tuple of them in declaration order.
-/// Implemented for every tuple of up to six bindable values.
-#[diagnostic::on_unimplemented(
-    message = "`{Self}` cannot be bound into a transition's statement on `{DB}`",
-    label = "the values of this transition's `bind(Type)` items",
-    note = "every `bind(Type)` type must implement `sqlx::Encode` and `sqlx::Type` for the \
-            database, and be `Send + Sync` (at most six values per transition)"
-)]
-pub trait Params<DB: Backend>: Send + Sync {
-    /// Adds the values to `args`, in order.
-    #[doc(hidden)]
-    fn bind(&self, args: &mut <DB as Dialect>::Args) -> Result<(), sqlx::Error> {
-        self.bind_range(args, 0..usize::MAX)
-    }
-
-    /// Adds the values at positions `range` to `args`, in order.
-    #[doc(hidden)]
-    fn bind_range(
-        &self,
-        args: &mut <DB as Dialect>::Args,
-        range: core::ops::Range<usize>,
-    ) -> Result<(), sqlx::Error>;
-}
-
-impl<DB: Backend> Params<DB> for () {
-    fn bind_range(
-        &self,
-        _: &mut <DB as Dialect>::Args,
-        _: core::ops::Range<usize>,
-    ) -> Result<(), sqlx::Error> {
-        Ok(())
-    }
-}
-
-macro_rules! params_tuple {
-    ($($t:ident),+) => {
-        impl<DB: Backend, $($t: Key<DB>),+> Params<DB> for ($($t,)+) {
-            #[allow(non_snake_case)]
-            fn bind_range(
-                &self,
-                args: &mut <DB as Dialect>::Args,
-                range: core::ops::Range<usize>,
-            ) -> Result<(), sqlx::Error> {
-                let ($($t,)+) = self;
-                let mut i = 0;
-                $(
-                    if range.contains(&i) {
-                        sqlx::Arguments::add(args, $t).map_err(sqlx::Error::Encode)?;
-                    }
-                    i += 1;
-                )+
-                let _ = i;
-                Ok(())
-            }
-        }
-    };
-}
-
-params_tuple!(A);
-params_tuple!(A, B);
-params_tuple!(A, B, C);
-params_tuple!(A, B, C, D);
-params_tuple!(A, B, C, D, E);
-params_tuple!(A, B, C, D, E, F);
 
 /// A transition with values bound per call:
 /// `PayoutStatus::confirm(bank_ref)` for

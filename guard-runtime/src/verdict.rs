@@ -135,15 +135,16 @@ pub trait FollowUpValues<DB: Backend>: StateMachine {
 /// Values of any type, as a verdict carries them.
 type Values = dyn Any + Send + Sync;
 
-/// Binds `values` into `args`: `None` when they are not of the declared
-/// type.
-type BindFn<DB> = fn(&Values, &mut <DB as Dialect>::Args) -> Option<Result<(), sqlx::Error>>;
+/// Binds value `n` of `values` into `args`: `None` when they are not of
+/// the declared type.
+type BindFn<DB> = fn(&Values, usize, &mut <DB as Dialect>::Args) -> Option<Result<(), sqlx::Error>>;
 
 /// How one follow-up binds its values: made by the derive for the types
 /// the transition declares.
 #[doc(hidden)]
 pub struct Binder<DB: Backend> {
     expects: &'static str,
+    fits: fn(&Values) -> bool,
     bind: BindFn<DB>,
 }
 
@@ -212,15 +213,19 @@ impl<S: StateMachine> Chosen<S> {
         }))
     }
 
-    /// Adds the verdict's values to `args`, as the follow-up declares them.
-    pub(crate) fn bind<DB: Backend>(&self, args: &mut <DB as Dialect>::Args) -> Result<(), Error>
+    /// The verdict's values, as the follow-up's statements bind them:
+    /// refused unless they are of the types the follow-up declares.
+    pub(crate) fn values<DB: Backend>(&self) -> Result<ChosenValues<'_, DB>, Error>
     where
         S: FollowUpValues<DB>,
     {
         let binder = S::follow_up_values(self.transition.name());
-        match (binder.bind)(&*self.values, args) {
-            Some(bound) => bound.map_err(|e| self.transition.transition().db_error(e)),
-            None => Err(Error::FollowUpValues {
+        match (binder.fits)(&*self.values) {
+            true => Ok(ChosenValues {
+                values: &*self.values,
+                binder,
+            }),
+            false => Err(Error::FollowUpValues {
                 machine: S::MACHINE.name(),
                 transition: self.transition.name(),
                 expects: binder.expects,
@@ -237,7 +242,30 @@ pub mod construct {
     pub fn binder<DB: Backend, P: Params<DB> + 'static>() -> Binder<DB> {
         Binder {
             expects: core::any::type_name::<P>(),
-            bind: |values, args| Some(values.downcast_ref::<P>()?.bind(args)),
+            fits: |values| values.is::<P>(),
+            bind: |values, n, args| Some(values.downcast_ref::<P>()?.bind_range(args, n..n + 1)),
         }
+    }
+}
+
+/// A verdict's values of the declared types, [`Bind::Value`](crate::meta::Bind::Value).
+pub(crate) struct ChosenValues<'a, DB: Backend> {
+    values: &'a Values,
+    binder: Binder<DB>,
+}
+
+impl<DB: Backend> crate::bind::Parts<DB> for ChosenValues<'_, DB> {
+    fn bind_part(
+        &self,
+        n: usize,
+        args: &mut <DB as Dialect>::Args,
+    ) -> Result<(), crate::key::BindError> {
+        let bound = (self.binder.bind)(self.values, n, args).unwrap_or_else(|| {
+            Err(sqlx::Error::Protocol(format!(
+                "follow-up values are not of type {}",
+                self.binder.expects
+            )))
+        });
+        bound.map_err(crate::key::BindError::Encode)
     }
 }

@@ -6,6 +6,10 @@ use core::pin::Pin;
 /// The future type sqlx's own executors return.
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
+mod statement;
+
+pub use statement::{Bind, Statement};
+
 #[cfg(feature = "mysql")]
 mod mysql;
 #[cfg(feature = "postgres")]
@@ -40,7 +44,7 @@ pub trait Backend: sealed::Dialect {
 
 pub(crate) mod sealed {
     use super::BoxFuture;
-    use super::Sql;
+    use super::{Sql, Statement};
 
     /// What the library needs of a database, out of callers' reach: the
     /// dialect's SQL text, and reading rows and binding arguments the same
@@ -50,15 +54,20 @@ pub(crate) mod sealed {
         /// known to generic code.
         type Args: sqlx::Arguments<Database = Self> + sqlx::IntoArguments<Self> + Send;
 
+        /// The dialect's statement of `sql`: its text and bind plan.
+        fn statement(sql: &Sql) -> Statement;
+
         /// The dialect's text of `sql`.
-        fn sql(sql: &Sql) -> &'static str;
+        fn sql(sql: &Sql) -> &'static str {
+            Self::statement(sql).text()
+        }
 
-        /// How many placeholders the exact key match takes: MySQL's `?` is
-        /// positional, so the key is bound once for each use.
-        const KEY_BINDS: usize;
+        /// The dialect's text of one of the fixed-table stores' statements.
+        fn text(sql: &Sql<&'static str>) -> &'static str;
 
-        /// Whether values bound into `set` come before the key: MySQL's
-        /// positional `?` follow the text, where `SET` precedes `WHERE`.
+        /// Whether a fixed-table store's values written in `SET` come
+        /// before its key: MySQL's positional `?` follow the text. The
+        /// machines' statements carry bind plans instead (`bind.rs`).
         const PARAMS_FIRST: bool;
 
         fn rows_affected(result: &Self::QueryResult) -> u64;
@@ -185,31 +194,38 @@ pub(crate) fn db_code(error: &sqlx::Error) -> Option<std::borrow::Cow<'_, str>> 
     }
 }
 
-/// SQL text for each dialect, fixed at compile time: one statement (the
+/// SQL for each dialect, fixed at compile time: one [`Statement`] (the
 /// default), or the enforcement DDL of a machine.
 ///
-/// This is the one place that lists the dialects' text: a new dialect is
-/// one field here.
+/// This is the one place that lists the dialects: a new dialect is one
+/// field here.
 #[derive(Debug, Clone, Copy)]
-pub struct Sql<T: 'static = &'static str> {
+pub struct Sql<T: 'static = Statement> {
     pub(crate) postgres: T,
     pub(crate) sqlite: T,
     pub(crate) mysql: T,
 }
 
-impl<T: Copy> Sql<T> {
-    /// The statement as PostgreSQL runs it (`"quoted"` names, `$1`).
-    pub const fn postgres(&self) -> T {
-        self.postgres
+impl Sql {
+    /// The statement's text as PostgreSQL runs it (`"quoted"` names, `$1`).
+    pub const fn postgres(&self) -> &'static str {
+        self.postgres.text()
     }
 
-    /// The statement as SQLite runs it (`"quoted"` names, `?1`).
-    pub const fn sqlite(&self) -> T {
-        self.sqlite
+    /// The statement's text as SQLite runs it (`"quoted"` names, `?1`).
+    pub const fn sqlite(&self) -> &'static str {
+        self.sqlite.text()
     }
 
-    /// The statement as MySQL and MariaDB run it (`` `quoted` `` names, `?`).
-    pub const fn mysql(&self) -> T {
-        self.mysql
+    /// The statement's text as MySQL and MariaDB run it (`` `quoted` ``
+    /// names, `?`).
+    pub const fn mysql(&self) -> &'static str {
+        self.mysql.text()
+    }
+
+    /// The statement in each dialect, text and bind plan:
+    /// `[postgres, sqlite, mysql]`.
+    pub const fn statements(&self) -> [Statement; 3] {
+        [self.postgres, self.sqlite, self.mysql]
     }
 }

@@ -8,8 +8,6 @@ use super::{Backend, BoxFuture};
 impl Dialect for MySql {
     type Args = sqlx::mysql::MySqlArguments;
 
-    const KEY_BINDS: usize = 2;
-
     const PARAMS_FIRST: bool = true;
 
     const RETURNING: bool = false;
@@ -18,8 +16,12 @@ impl Dialect for MySql {
 
     const EMBEDDED: bool = false;
 
-    fn sql(sql: &Sql) -> &'static str {
-        sql.mysql()
+    fn statement(sql: &Sql) -> super::Statement {
+        sql.mysql
+    }
+
+    fn text(sql: &Sql<&'static str>) -> &'static str {
+        sql.mysql
     }
 
     fn rows_affected(result: &MySqlQueryResult) -> u64 {

@@ -8,8 +8,6 @@ use super::{Backend, BoxFuture, db_code};
 impl Dialect for Postgres {
     type Args = sqlx::postgres::PgArguments;
 
-    const KEY_BINDS: usize = 1;
-
     const PARAMS_FIRST: bool = false;
 
     const RETURNING: bool = true;
@@ -18,8 +16,12 @@ impl Dialect for Postgres {
 
     const EMBEDDED: bool = false;
 
-    fn sql(sql: &Sql) -> &'static str {
-        sql.postgres()
+    fn statement(sql: &Sql) -> super::Statement {
+        sql.postgres
+    }
+
+    fn text(sql: &Sql<&'static str>) -> &'static str {
+        sql.postgres
     }
 
     fn rows_affected(result: &PgQueryResult) -> u64 {

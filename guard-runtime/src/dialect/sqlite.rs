@@ -8,8 +8,6 @@ use super::{Backend, BoxFuture, db_code};
 impl Dialect for Sqlite {
     type Args = sqlx::sqlite::SqliteArguments;
 
-    const KEY_BINDS: usize = 1;
-
     const PARAMS_FIRST: bool = false;
 
     const RETURNING: bool = true;
@@ -18,8 +16,12 @@ impl Dialect for Sqlite {
 
     const EMBEDDED: bool = true;
 
-    fn sql(sql: &Sql) -> &'static str {
-        sql.sqlite()
+    fn statement(sql: &Sql) -> super::Statement {
+        sql.sqlite
+    }
+
+    fn text(sql: &Sql<&'static str>) -> &'static str {
+        sql.sqlite
     }
 
     fn rows_affected(result: &SqliteQueryResult) -> u64 {

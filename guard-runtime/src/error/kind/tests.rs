@@ -14,6 +14,8 @@ enum Lone {
     Only,
 }
 
+const NONE: crate::dialect::Statement = construct::statement("", &[]);
+
 const NO_DDL: DdlText = construct::ddl("", "", "", &[], &[], "", "");
 
 impl crate::StateMachine for Lone {
@@ -27,8 +29,8 @@ impl crate::StateMachine for Lone {
         Lone::Only,
         &[],
         &[],
-        construct::sql("", "", ""),
-        construct::sql("", "", ""),
+        construct::sql(NONE, NONE, NONE),
+        construct::sql(NONE, NONE, NONE),
         None,
         construct::sql(NO_DDL, NO_DDL, NO_DDL),
     );

@@ -1,0 +1,247 @@
+//! Bind plans: which value each placeholder of a statement takes.
+//!
+//! The statement builders (`sql.rs`) never number a placeholder. They
+//! write a [`Slot`] marker where a value goes, and [`render`] turns the
+//! finished text into the dialect's placeholders and the ordered list of
+//! slots the runtime binds, its plan. Text and plan come from the same
+//! markers, so they cannot disagree, and no other code knows a dialect's
+//! placeholder order.
+//!
+//! **Architecture Invariant:** the runtime binds a statement only through
+//! its plan (`guard-runtime/src/bind.rs`); the numbering rule lives here
+//! and nowhere else.
+//!
+//! PostgreSQL (`$n`) and SQLite (`?n`) number each distinct slot once, in
+//! the order of [`Slot`]'s declaration, so a value used twice (a key in
+//! its exact match) is bound once. MySQL's `?` are positional: the plan
+//! lists every placeholder in text order, a value used twice twice.
+
+use crate::dialect::Dialect;
+
+/// What one placeholder binds. The declaration order is the numbering
+/// order of the numbered dialects.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+pub enum Slot {
+    /// A batch's keys: key column `n`'s values as an array (PostgreSQL),
+    /// or every key as one JSON document (`Keys(0)`, SQLite and MySQL).
+    Keys(u8),
+    /// Key column `n` of the row.
+    Key(u8),
+    /// The call's value `n`: the `set(… = bind(T))` values first, then the
+    /// guard's `:name` values, in declaration order.
+    Value(u8),
+    /// A number of milliseconds: how old a claimed row's stamp must be.
+    Age,
+    /// The occurrence the row must still be at.
+    Expected,
+    /// The caller's lease token.
+    Token,
+    /// How many rows at most.
+    Limit,
+    /// The note's actor.
+    Actor,
+    /// The note's reason.
+    Reason,
+    /// The note's details (JSON).
+    Details,
+}
+
+/// Marks a slot in a statement under construction: control characters
+/// that no validated name, fragment or literal contains.
+const OPEN: char = '\u{1}';
+const CLOSE: char = '\u{2}';
+
+impl Slot {
+    /// The marker that stands for this slot until [`render`].
+    pub fn mark(self) -> String {
+        let (kind, n) = match self {
+            Slot::Keys(n) => ('K', n),
+            Slot::Key(n) => ('k', n),
+            Slot::Value(n) => ('v', n),
+            Slot::Age => ('g', 0),
+            Slot::Expected => ('e', 0),
+            Slot::Token => ('t', 0),
+            Slot::Limit => ('l', 0),
+            Slot::Actor => ('a', 0),
+            Slot::Reason => ('r', 0),
+            Slot::Details => ('d', 0),
+        };
+        format!("{OPEN}{kind}{n}{CLOSE}")
+    }
+
+    fn parse(marker: &str) -> Option<Slot> {
+        let mut chars = marker.chars();
+        let kind = chars.next()?;
+        let n: u8 = chars.as_str().parse().ok()?;
+        Some(match kind {
+            'K' => Slot::Keys(n),
+            'k' => Slot::Key(n),
+            'v' => Slot::Value(n),
+            'g' => Slot::Age,
+            'e' => Slot::Expected,
+            't' => Slot::Token,
+            'l' => Slot::Limit,
+            'a' => Slot::Actor,
+            'r' => Slot::Reason,
+            'd' => Slot::Details,
+            _ => return None,
+        })
+    }
+}
+
+/// A statement in one dialect: its text and its plan.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Rendered {
+    pub text: String,
+    pub plan: Vec<Slot>,
+}
+
+/// `marked`'s slots turned into `d`'s placeholders, and the plan that
+/// binds them; an error (a bug of a builder) when the text's placeholders
+/// and the plan do not match.
+pub fn render(d: Dialect, marked: &str) -> Result<Rendered, String> {
+    let mut slots = Vec::new();
+    let mut pieces = Vec::new();
+    let mut rest = marked;
+    while let Some(open) = rest.find(OPEN) {
+        let close = rest[open..]
+            .find(CLOSE)
+            .map(|at| open + at)
+            .ok_or_else(|| format!("an unclosed placeholder marker in {marked:?}"))?;
+        let slot = Slot::parse(&rest[open + 1..close])
+            .ok_or_else(|| format!("an unknown placeholder marker in {marked:?}"))?;
+        pieces.push(&rest[..open]);
+        slots.push(slot);
+        rest = &rest[close + 1..];
+    }
+    let plan = match d {
+        Dialect::MySql => slots.clone(),
+        Dialect::Postgres | Dialect::Sqlite => {
+            let mut distinct = slots.clone();
+            distinct.sort_unstable();
+            distinct.dedup();
+            distinct
+        }
+    };
+    let mut text = String::with_capacity(marked.len());
+    for (piece, slot) in pieces.iter().zip(&slots) {
+        text.push_str(piece);
+        let n = match d {
+            Dialect::MySql => 0,
+            Dialect::Postgres | Dialect::Sqlite => {
+                1 + plan.iter().position(|s| s == slot).unwrap_or_default()
+            }
+        };
+        text.push_str(&d.param(n));
+    }
+    text.push_str(rest);
+    let found = placeholders(d, &text);
+    if found != plan.len() {
+        return Err(format!(
+            "{} placeholders in {text:?}, but a plan of {} values",
+            found,
+            plan.len()
+        ));
+    }
+    Ok(Rendered { text, plan })
+}
+
+/// How many values `text` takes in `d`, outside quoted literals: MySQL's
+/// `?`, or the highest `$n` / `?n` of the numbered dialects.
+fn placeholders(d: Dialect, text: &str) -> usize {
+    let sigil = match d {
+        Dialect::Postgres => '$',
+        Dialect::Sqlite | Dialect::MySql => '?',
+    };
+    let mut count = 0;
+    let mut quoted = false;
+    for (at, c) in text.char_indices() {
+        match c {
+            '\'' => quoted = !quoted,
+            c if c == sigil && !quoted => match d {
+                Dialect::MySql => count += 1,
+                Dialect::Postgres | Dialect::Sqlite => {
+                    let digits: String = text[at + 1..]
+                        .chars()
+                        .take_while(char::is_ascii_digit)
+                        .collect();
+                    count = count.max(digits.parse().unwrap_or(0));
+                }
+            },
+            _ => {}
+        }
+    }
+    count
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn marked() -> String {
+        format!(
+            "UPDATE t SET b = {} WHERE k = {} AND CAST(k AS TEXT) = {} AND p = '$[*]?'",
+            Slot::Value(0).mark(),
+            Slot::Key(0).mark(),
+            Slot::Key(0).mark(),
+        )
+    }
+
+    #[test]
+    fn numbered_dialects_bind_each_slot_once_in_slot_order() -> Result<(), String> {
+        let pg = render(Dialect::Postgres, &marked())?;
+        assert_eq!(
+            pg.text,
+            "UPDATE t SET b = $2 WHERE k = $1 AND CAST(k AS TEXT) = $1 AND p = '$[*]?'"
+        );
+        assert_eq!(pg.plan, [Slot::Key(0), Slot::Value(0)]);
+        let lite = render(Dialect::Sqlite, &marked())?;
+        assert_eq!(
+            lite.text,
+            "UPDATE t SET b = ?2 WHERE k = ?1 AND CAST(k AS TEXT) = ?1 AND p = '$[*]?'"
+        );
+        assert_eq!(lite.plan, pg.plan);
+        Ok(())
+    }
+
+    #[test]
+    fn mysql_binds_every_placeholder_in_text_order() -> Result<(), String> {
+        let my = render(Dialect::MySql, &marked())?;
+        assert_eq!(
+            my.text,
+            "UPDATE t SET b = ? WHERE k = ? AND CAST(k AS TEXT) = ? AND p = '$[*]?'"
+        );
+        assert_eq!(my.plan, [Slot::Value(0), Slot::Key(0), Slot::Key(0)]);
+        Ok(())
+    }
+
+    #[test]
+    fn a_placeholder_outside_the_plan_is_refused() {
+        let text = format!("SELECT 1 WHERE a = ? AND k = {}", Slot::Key(0).mark());
+        assert!(render(Dialect::MySql, &text).is_err());
+        let text = format!("SELECT 1 WHERE a = $2 AND k = {}", Slot::Key(0).mark());
+        assert!(render(Dialect::Postgres, &text).is_err());
+        assert!(render(Dialect::Postgres, "SELECT \u{1}k0").is_err());
+        assert!(render(Dialect::Postgres, "SELECT \u{1}x0\u{2}").is_err());
+    }
+
+    #[test]
+    fn every_slot_survives_its_marker() {
+        let all = [
+            Slot::Keys(1),
+            Slot::Key(3),
+            Slot::Value(5),
+            Slot::Age,
+            Slot::Expected,
+            Slot::Token,
+            Slot::Limit,
+            Slot::Actor,
+            Slot::Reason,
+            Slot::Details,
+        ];
+        for slot in all {
+            let text = slot.mark();
+            assert_eq!(Slot::parse(&text[1..text.len() - 1]), Some(slot));
+        }
+    }
+}

@@ -1,0 +1,78 @@
+//! One statement in one dialect: its text, and what each of its
+//! placeholders binds.
+
+/// What one placeholder of a statement binds: the bind plan the derive
+/// emits beside each statement's text, in the order the dialect takes the
+/// values (see [`Statement::binds`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Bind {
+    /// A batch's keys: key column `n`'s values as an array (PostgreSQL),
+    /// or every key as one JSON document (`Keys(0)`, SQLite and MySQL).
+    Keys(u8),
+    /// Key column `n` of the row.
+    Key(u8),
+    /// The call's value `n`: the `set(… = bind(T))` values first, then the
+    /// guard's `:name` values, in declaration order.
+    Value(u8),
+    /// A number of milliseconds: how old a claimed row's stamp must be.
+    Age,
+    /// The occurrence the row must still be at.
+    Expected,
+    /// The caller's lease token.
+    Token,
+    /// How many rows at most.
+    Limit,
+    /// The note's actor.
+    Actor,
+    /// The note's reason.
+    Reason,
+    /// The note's details (JSON).
+    Details,
+}
+
+/// One statement as one dialect runs it: the text, fixed at compile time,
+/// and its bind plan. The runtime binds every statement through its plan,
+/// so no code but the derive, which writes both, knows where a dialect
+/// puts a value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Statement {
+    text: &'static str,
+    binds: &'static [Bind],
+}
+
+impl Statement {
+    pub(crate) const fn new(text: &'static str, binds: &'static [Bind]) -> Self {
+        Statement { text, binds }
+    }
+
+    /// The SQL text.
+    pub const fn text(&self) -> &'static str {
+        self.text
+    }
+
+    /// What each placeholder binds, in the order the dialect takes the
+    /// values: each distinct value once for PostgreSQL's `$n` and SQLite's
+    /// `?n` (numbered in this order), every placeholder in the text's
+    /// order for MySQL's positional `?`.
+    pub const fn binds(&self) -> &'static [Bind] {
+        self.binds
+    }
+
+    /// Whether the dialect has no such statement (an empty text).
+    pub const fn is_empty(&self) -> bool {
+        self.text.is_empty()
+    }
+}
+
+impl PartialEq<&str> for Statement {
+    fn eq(&self, other: &&str) -> bool {
+        self.text == *other
+    }
+}
+
+impl PartialEq<Statement> for &str {
+    fn eq(&self, other: &Statement) -> bool {
+        *self == other.text
+    }
+}
