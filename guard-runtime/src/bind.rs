@@ -127,6 +127,114 @@ pub(crate) fn arguments<DB: Backend>(
     Ok(args)
 }
 
+/// What one placeholder of a fixed-table store's statement binds
+/// (`idempotency.rs`, `inbox.rs`): their statements are written by hand
+/// in the runtime, each with its plan beside its text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Field {
+    /// The key's scope; the inbox's consumer.
+    Scope,
+    /// The client's key; the inbox's message id.
+    Key,
+    /// The request's fingerprint.
+    Fingerprint,
+    /// The lease the caller holds.
+    Lease,
+    /// A number of milliseconds: a lease's length, a pruning window.
+    Millis,
+    /// The response's status.
+    Status,
+    /// The response's body.
+    Body,
+    /// How many rows at most.
+    Limit,
+}
+
+/// The values one store call supplies; each statement takes what its plan
+/// names.
+#[derive(Default)]
+pub(crate) struct Fields<'a> {
+    pub(crate) scope: Option<&'a str>,
+    pub(crate) key: Option<&'a str>,
+    pub(crate) fingerprint: Option<&'a str>,
+    pub(crate) lease: Option<i64>,
+    pub(crate) millis: Option<i64>,
+    pub(crate) status: Option<i64>,
+    pub(crate) body: Option<Vec<u8>>,
+    pub(crate) limit: Option<i64>,
+}
+
+/// The arguments of a store's `statement`, in the order of its plan. The
+/// body is moved in, once.
+pub(crate) fn store_arguments<DB: Backend>(
+    statement: Statement<Field>,
+    mut fields: Fields<'_>,
+) -> Result<<DB as Dialect>::Args, sqlx::Error> {
+    let mut args = <DB as Dialect>::Args::default();
+    for &field in statement.binds() {
+        let missing = || {
+            sqlx::Error::Protocol(format!(
+                "the statement binds {field:?}, which this call does not supply"
+            ))
+        };
+        let text = |value: Option<&str>| value.map(str::to_owned).ok_or_else(missing);
+        match field {
+            Field::Scope => DB::bind_text(&mut args, Some(text(fields.scope)?))?,
+            Field::Key => DB::bind_text(&mut args, Some(text(fields.key)?))?,
+            Field::Fingerprint => DB::bind_text(&mut args, Some(text(fields.fingerprint)?))?,
+            Field::Lease => DB::bind_int(&mut args, fields.lease.ok_or_else(missing)?)?,
+            Field::Millis => DB::bind_int(&mut args, fields.millis.ok_or_else(missing)?)?,
+            Field::Status => DB::bind_int(&mut args, fields.status.ok_or_else(missing)?)?,
+            Field::Body => DB::bind_bytes(&mut args, fields.body.take().ok_or_else(missing)?)?,
+            Field::Limit => DB::bind_int(&mut args, fields.limit.ok_or_else(missing)?)?,
+        }
+    }
+    Ok(args)
+}
+
+/// How many values `text` takes outside quoted literals: the count of
+/// `?` for MySQL (`numbered` false), else the highest `$n` / `?n`. For the
+/// tests that hold each hand-written plan to its text.
+#[cfg(test)]
+pub(crate) fn placeholders(text: &str, sigil: char, numbered: bool) -> usize {
+    let mut count = 0;
+    let mut quoted = false;
+    for (at, c) in text.char_indices() {
+        match c {
+            '\'' => quoted = !quoted,
+            c if c == sigil && !quoted && !numbered => count += 1,
+            c if c == sigil && !quoted => {
+                let digits: String = text[at + 1..]
+                    .chars()
+                    .take_while(char::is_ascii_digit)
+                    .collect();
+                count = count.max(digits.parse().unwrap_or(0));
+            }
+            _ => {}
+        }
+    }
+    count
+}
+
+/// Fails unless each dialect's plan of `sql` has one entry per value its
+/// text takes.
+#[cfg(test)]
+pub(crate) fn assert_plans_fit(name: &str, sql: &crate::dialect::Sql<Statement<Field>>) {
+    let [pg, lite, my] = [sql.postgres, sql.sqlite, sql.mysql];
+    for (dialect, statement, sigil, numbered) in [
+        ("postgres", pg, '$', true),
+        ("sqlite", lite, '?', true),
+        ("mysql", my, '?', false),
+    ] {
+        assert_eq!(
+            placeholders(statement.text(), sigil, numbered),
+            statement.binds().len(),
+            "{name} on {dialect}: {}",
+            statement.text()
+        );
+    }
+}
+
 /// A plan that names a value the call does not supply: a statement of
 /// another shape than the call expects.
 fn missing(bind: Bind) -> BindError {

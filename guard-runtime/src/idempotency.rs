@@ -80,9 +80,10 @@
 use std::pin::pin;
 use std::time::Duration;
 
+use crate::bind::{Field, Fields, store_arguments};
 use crate::call::{Call, Sent, bounded};
 use crate::ddl::Dialect as DdlDialect;
-use crate::dialect::{Backend, Sql};
+use crate::dialect::{Backend, Sql, Statement};
 use crate::error::Error;
 use crate::executor::Executor;
 use crate::executor::sealed::Run;
@@ -167,16 +168,25 @@ pub fn ddl(dialect: DdlDialect) -> &'static [&'static str] {
 
 /// The key's row: fingerprint, state, lease, response status and body,
 /// and whether the lease has run out.
-const READ: Sql<&str> = Sql {
-    postgres: "SELECT fingerprint, state, lease, CAST(response_status AS BIGINT), response_body, \
+const READ: Sql<Statement<Field>> = Sql {
+    postgres: Statement::new(
+        "SELECT fingerprint, state, lease, CAST(response_status AS BIGINT), response_body, \
                CAST(CASE WHEN locked_until < statement_timestamp() THEN 1 ELSE 0 END AS BIGINT) \
                FROM stateguard_idempotency WHERE scope = $1 AND idem_key = $2",
-    sqlite: "SELECT fingerprint, state, lease, response_status, response_body, \
+        &[Field::Scope, Field::Key],
+    ),
+    sqlite: Statement::new(
+        "SELECT fingerprint, state, lease, response_status, response_body, \
              CASE WHEN locked_until < strftime('%Y-%m-%d %H:%M:%f', 'now') THEN 1 ELSE 0 END \
              FROM stateguard_idempotency WHERE scope = ?1 AND idem_key = ?2",
-    mysql: "SELECT fingerprint, state, lease, CAST(response_status AS SIGNED), response_body, \
+        &[Field::Scope, Field::Key],
+    ),
+    mysql: Statement::new(
+        "SELECT fingerprint, state, lease, CAST(response_status AS SIGNED), response_body, \
             CAST(CASE WHEN locked_until < UTC_TIMESTAMP(3) THEN 1 ELSE 0 END AS SIGNED) \
             FROM stateguard_idempotency WHERE scope = ? AND idem_key = ?",
+        &[Field::Scope, Field::Key],
+    ),
 };
 
 /// A new key's row, running under lease 1 for `$4` milliseconds, or the
@@ -193,8 +203,9 @@ const READ: Sql<&str> = Sql {
 /// commit flushes the WAL up to it, the claim included. A crash before
 /// that may lose the claim, and then there is no work to lose either: a
 /// retry starts afresh. One flush per request instead of two.
-const CLAIM: Sql<&str> = Sql {
-    postgres: "WITH __sg_new AS (INSERT INTO stateguard_idempotency (scope, idem_key, \
+const CLAIM: Sql<Statement<Field>> = Sql {
+    postgres: Statement::new(
+        "WITH __sg_new AS (INSERT INTO stateguard_idempotency (scope, idem_key, \
                fingerprint, state, lease, locked_until, created_at) VALUES ($1, $2, $3, \
                'running', 1, statement_timestamp() + CAST($4 AS BIGINT) * INTERVAL '1 \
                millisecond', statement_timestamp()) ON CONFLICT (scope, idem_key) DO NOTHING \
@@ -205,74 +216,136 @@ const CLAIM: Sql<&str> = Sql {
                response_body, CAST(CASE WHEN locked_until < statement_timestamp() THEN 1 ELSE 0 \
                END AS BIGINT), CAST(NULL AS TEXT) FROM stateguard_idempotency WHERE scope = $1 \
                AND idem_key = $2 AND NOT EXISTS (SELECT 1 FROM __sg_new)",
-    sqlite: "INSERT INTO stateguard_idempotency (scope, idem_key, fingerprint, state, lease, \
+        &[Field::Scope, Field::Key, Field::Fingerprint, Field::Millis],
+    ),
+    sqlite: Statement::new(
+        "INSERT INTO stateguard_idempotency (scope, idem_key, fingerprint, state, lease, \
              locked_until, created_at) VALUES (?1, ?2, ?3, 'running', 1, strftime('%Y-%m-%d \
              %H:%M:%f', 'now', printf('+%.3f seconds', CAST(?4 AS INTEGER) / 1000.0)), \
              strftime('%Y-%m-%d %H:%M:%f', 'now')) ON CONFLICT (scope, idem_key) DO NOTHING \
              RETURNING 1",
-    mysql: "INSERT IGNORE INTO stateguard_idempotency (scope, idem_key, fingerprint, state, lease, \
+        &[Field::Scope, Field::Key, Field::Fingerprint, Field::Millis],
+    ),
+    mysql: Statement::new(
+        "INSERT IGNORE INTO stateguard_idempotency (scope, idem_key, fingerprint, state, lease, \
             locked_until, created_at) VALUES (?, ?, ?, 'running', 1, UTC_TIMESTAMP(3) + INTERVAL \
             (? * 1000) MICROSECOND, UTC_TIMESTAMP(3))",
+        &[Field::Scope, Field::Key, Field::Fingerprint, Field::Millis],
+    ),
 };
 
 /// A running key whose lease `$3` ran out, taken over under the next lease
 /// for `$4` milliseconds; returns the new lease (MySQL: through
 /// `LAST_INSERT_ID`, its placeholders in the order milliseconds, scope,
 /// key, lease).
-const TAKE_OVER: Sql<&str> = Sql {
-    postgres: "UPDATE stateguard_idempotency SET lease = lease + 1, locked_until = \
+const TAKE_OVER: Sql<Statement<Field>> = Sql {
+    postgres: Statement::new(
+        "UPDATE stateguard_idempotency SET lease = lease + 1, locked_until = \
                statement_timestamp() + CAST($4 AS BIGINT) * INTERVAL '1 millisecond' WHERE \
                scope = $1 AND idem_key = $2 AND state = 'running' AND lease = $3 AND \
                locked_until < statement_timestamp() RETURNING lease",
-    sqlite: "UPDATE stateguard_idempotency SET lease = lease + 1, locked_until = \
+        &[Field::Scope, Field::Key, Field::Lease, Field::Millis],
+    ),
+    sqlite: Statement::new(
+        "UPDATE stateguard_idempotency SET lease = lease + 1, locked_until = \
              strftime('%Y-%m-%d %H:%M:%f', 'now', printf('+%.3f seconds', CAST(?4 AS INTEGER) / \
              1000.0)) WHERE scope = ?1 AND idem_key = ?2 AND state = 'running' AND lease = ?3 \
              AND locked_until < strftime('%Y-%m-%d %H:%M:%f', 'now') RETURNING lease",
-    mysql: "UPDATE stateguard_idempotency SET lease = LAST_INSERT_ID(lease + 1), locked_until = \
+        &[Field::Scope, Field::Key, Field::Lease, Field::Millis],
+    ),
+    mysql: Statement::new(
+        "UPDATE stateguard_idempotency SET lease = LAST_INSERT_ID(lease + 1), locked_until = \
             UTC_TIMESTAMP(3) + INTERVAL (? * 1000) MICROSECOND WHERE scope = ? AND idem_key = ? \
             AND state = 'running' AND lease = ? AND locked_until < UTC_TIMESTAMP(3)",
+        &[Field::Millis, Field::Scope, Field::Key, Field::Lease],
+    ),
 };
 
 /// The response `$4`, `$5` of the running key held under lease `$3`
 /// (MySQL: status, body, scope, key, lease).
-const COMPLETE: Sql<&str> = Sql {
-    postgres: "UPDATE stateguard_idempotency SET state = 'done', response_status = $4, \
+const COMPLETE: Sql<Statement<Field>> = Sql {
+    postgres: Statement::new(
+        "UPDATE stateguard_idempotency SET state = 'done', response_status = $4, \
                response_body = $5, locked_until = NULL, completed_at = statement_timestamp() \
                WHERE scope = $1 AND idem_key = $2 AND state = 'running' AND lease = $3",
-    sqlite: "UPDATE stateguard_idempotency SET state = 'done', response_status = ?4, \
+        &[
+            Field::Scope,
+            Field::Key,
+            Field::Lease,
+            Field::Status,
+            Field::Body,
+        ],
+    ),
+    sqlite: Statement::new(
+        "UPDATE stateguard_idempotency SET state = 'done', response_status = ?4, \
              response_body = ?5, locked_until = NULL, completed_at = strftime('%Y-%m-%d \
              %H:%M:%f', 'now') WHERE scope = ?1 AND idem_key = ?2 AND state = 'running' AND \
              lease = ?3",
-    mysql: "UPDATE stateguard_idempotency SET state = 'done', response_status = ?, \
+        &[
+            Field::Scope,
+            Field::Key,
+            Field::Lease,
+            Field::Status,
+            Field::Body,
+        ],
+    ),
+    mysql: Statement::new(
+        "UPDATE stateguard_idempotency SET state = 'done', response_status = ?, \
             response_body = ?, locked_until = NULL, completed_at = UTC_TIMESTAMP(3) WHERE \
             scope = ? AND idem_key = ? AND state = 'running' AND lease = ?",
+        &[
+            Field::Status,
+            Field::Body,
+            Field::Scope,
+            Field::Key,
+            Field::Lease,
+        ],
+    ),
 };
 
 /// The running key held under lease `$3`, removed.
-const RELEASE: Sql<&str> = Sql {
-    postgres: "DELETE FROM stateguard_idempotency WHERE scope = $1 AND idem_key = $2 AND \
+const RELEASE: Sql<Statement<Field>> = Sql {
+    postgres: Statement::new(
+        "DELETE FROM stateguard_idempotency WHERE scope = $1 AND idem_key = $2 AND \
                state = 'running' AND lease = $3",
-    sqlite: "DELETE FROM stateguard_idempotency WHERE scope = ?1 AND idem_key = ?2 AND \
+        &[Field::Scope, Field::Key, Field::Lease],
+    ),
+    sqlite: Statement::new(
+        "DELETE FROM stateguard_idempotency WHERE scope = ?1 AND idem_key = ?2 AND \
              state = 'running' AND lease = ?3",
-    mysql: "DELETE FROM stateguard_idempotency WHERE scope = ? AND idem_key = ? AND \
+        &[Field::Scope, Field::Key, Field::Lease],
+    ),
+    mysql: Statement::new(
+        "DELETE FROM stateguard_idempotency WHERE scope = ? AND idem_key = ? AND \
             state = 'running' AND lease = ?",
+        &[Field::Scope, Field::Key, Field::Lease],
+    ),
 };
 
 /// Up to `$2` keys created more than `$1` milliseconds ago that no lease
 /// holds, oldest first, removed.
-const PRUNE: Sql<&str> = Sql {
-    postgres: "DELETE FROM stateguard_idempotency WHERE (scope, idem_key) IN (SELECT scope, \
+const PRUNE: Sql<Statement<Field>> = Sql {
+    postgres: Statement::new(
+        "DELETE FROM stateguard_idempotency WHERE (scope, idem_key) IN (SELECT scope, \
                idem_key FROM stateguard_idempotency WHERE created_at < statement_timestamp() - \
                CAST($1 AS BIGINT) * INTERVAL '1 millisecond' AND (state = 'done' OR \
                locked_until < statement_timestamp()) ORDER BY created_at LIMIT $2 FOR UPDATE \
                SKIP LOCKED)",
-    sqlite: "DELETE FROM stateguard_idempotency WHERE rowid IN (SELECT rowid FROM \
+        &[Field::Millis, Field::Limit],
+    ),
+    sqlite: Statement::new(
+        "DELETE FROM stateguard_idempotency WHERE rowid IN (SELECT rowid FROM \
              stateguard_idempotency WHERE created_at < strftime('%Y-%m-%d %H:%M:%f', 'now', \
              printf('-%.3f seconds', CAST(?1 AS INTEGER) / 1000.0)) AND (state = 'done' OR \
              locked_until < strftime('%Y-%m-%d %H:%M:%f', 'now')) ORDER BY created_at LIMIT ?2)",
-    mysql: "DELETE FROM stateguard_idempotency WHERE created_at < UTC_TIMESTAMP(3) - INTERVAL \
+        &[Field::Millis, Field::Limit],
+    ),
+    mysql: Statement::new(
+        "DELETE FROM stateguard_idempotency WHERE created_at < UTC_TIMESTAMP(3) - INTERVAL \
             (? * 1000) MICROSECOND AND (state = 'done' OR locked_until < UTC_TIMESTAMP(3)) \
             ORDER BY created_at LIMIT ?",
+        &[Field::Millis, Field::Limit],
+    ),
 };
 
 /// One request's claim on a key: its scope, the client's key and the
@@ -414,13 +487,15 @@ impl Ticket {
             let sent = Sent::default();
             let work = async {
                 let db_error = |source| store_error("complete", source);
-                let args = held_args::<DB>(&self.request, self.lease, |args| {
-                    DB::bind_int(args, i64::from(status))?;
-                    DB::bind_bytes(args, body)
-                })
-                .map_err(db_error)?;
+                let complete = DB::choose(&COMPLETE);
+                let fields = Fields {
+                    status: Some(i64::from(status)),
+                    body: Some(body),
+                    ..held(&self.request, self.lease)
+                };
+                let args = store_arguments::<DB>(complete, fields).map_err(db_error)?;
                 sent.write();
-                let done = Run::execute(&mut tx, DB::text(&COMPLETE), args)
+                let done = Run::execute(&mut tx, complete.text(), args)
                     .await
                     .map_err(db_error)?;
                 match DB::rows_affected(&done) {
@@ -456,11 +531,12 @@ impl Ticket {
             let sent = Sent::default();
             let work = async {
                 let db_error = |source| store_error("release", source);
-                let args =
-                    held_args::<DB>(&self.request, self.lease, |_| Ok(())).map_err(db_error)?;
+                let release = DB::choose(&RELEASE);
+                let args = store_arguments::<DB>(release, held(&self.request, self.lease))
+                    .map_err(db_error)?;
                 let mut executor = pool;
                 sent.write();
-                Run::execute(&mut executor, DB::text(&RELEASE), args)
+                Run::execute(&mut executor, release.text(), args)
                     .await
                     .map_err(db_error)?;
                 Ok(())
@@ -470,36 +546,23 @@ impl Ticket {
     }
 }
 
-/// The key's placeholders: scope, then key.
-fn key_args<DB: Backend>(request: &Request) -> Result<DB::Args, sqlx::Error> {
-    let mut args = DB::Args::default();
-    DB::bind_text(&mut args, Some(request.scope.clone()))?;
-    DB::bind_text(&mut args, Some(request.key.clone()))?;
-    Ok(args)
+/// What a statement on `request`'s key can bind: scope, key and
+/// fingerprint.
+fn keyed(request: &Request) -> Fields<'_> {
+    Fields {
+        scope: Some(&request.scope),
+        key: Some(&request.key),
+        fingerprint: Some(&request.fingerprint),
+        ..Fields::default()
+    }
 }
 
-/// The placeholders of a statement on the key held under `lease`: scope,
-/// key and lease, then what `values` binds (`$4`, …); on MySQL, whose `?`
-/// follow the text, where `SET` precedes `WHERE`, the values first.
-fn held_args<DB: Backend>(
-    request: &Request,
-    lease: i64,
-    values: impl FnOnce(&mut DB::Args) -> Result<(), sqlx::Error>,
-) -> Result<DB::Args, sqlx::Error> {
-    let mut args = DB::Args::default();
-    let held = |args: &mut DB::Args| {
-        DB::bind_text(args, Some(request.scope.clone()))?;
-        DB::bind_text(args, Some(request.key.clone()))?;
-        DB::bind_int(args, lease)
-    };
-    if DB::PARAMS_FIRST {
-        values(&mut args)?;
-        held(&mut args)?;
-    } else {
-        held(&mut args)?;
-        values(&mut args)?;
+/// What a statement on `request`'s key held under `lease` can bind.
+fn held(request: &Request, lease: i64) -> Fields<'_> {
+    Fields {
+        lease: Some(lease),
+        ..keyed(request)
     }
-    Ok(args)
 }
 
 fn store_error(call: &'static str, source: sqlx::Error) -> Error {
@@ -620,11 +683,15 @@ where
         if !expired {
             return Ok(Begun::InProgress);
         }
-        let args = held_args::<DB>(request, held, |args| DB::bind_int(args, lease_ms))
-            .map_err(db_error)?;
+        let take_over = DB::choose(&TAKE_OVER);
+        let fields = Fields {
+            millis: Some(lease_ms),
+            ..self::held(request, held)
+        };
+        let args = store_arguments::<DB>(take_over, fields).map_err(db_error)?;
         sent.write();
         let taken = match DB::RETURNING {
-            true => Run::fetch_optional(executor, DB::text(&TAKE_OVER), args)
+            true => Run::fetch_optional(executor, take_over.text(), args)
                 .await
                 .map_err(db_error)?
                 .map(|row| DB::int(&row, 0))
@@ -633,10 +700,9 @@ where
             false => {
                 // The OK packet carries the new lease, or 0 where a trigger
                 // on the table made MariaDB drop it: then it is read back.
-                let sql = DB::text(&TAKE_OVER);
                 let (done, row) = Run::execute_then_fetch(
                     executor,
-                    sql,
+                    take_over.text(),
                     args,
                     DB::LAST_ID,
                     Default::default(),
@@ -919,12 +985,15 @@ where
     E: Run<Database = DB>,
 {
     let db_error = |source| store_error("begin", source);
-    let mut args = key_args::<DB>(request).map_err(db_error)?;
-    DB::bind_text(&mut args, Some(request.fingerprint.clone())).map_err(db_error)?;
-    DB::bind_int(&mut args, lease_ms).map_err(db_error)?;
+    let claim = DB::choose(&CLAIM);
+    let fields = Fields {
+        millis: Some(lease_ms),
+        ..keyed(request)
+    };
+    let args = store_arguments::<DB>(claim, fields).map_err(db_error)?;
     sent.write();
     if !DB::RETURNING {
-        let done = Run::execute(executor, DB::text(&CLAIM), args)
+        let done = Run::execute(executor, claim.text(), args)
             .await
             .map_err(db_error)?;
         return Ok(match DB::rows_affected(&done) {
@@ -932,7 +1001,7 @@ where
             _ => Claimed::Taken,
         });
     }
-    let row = Run::fetch_optional(executor, DB::text(&CLAIM), args)
+    let row = Run::fetch_optional(executor, claim.text(), args)
         .await
         .map_err(db_error)?;
     Ok(match row {
@@ -952,8 +1021,9 @@ where
     E: Run<Database = DB>,
 {
     let db_error = |source| store_error("begin", source);
-    let args = key_args::<DB>(request).map_err(db_error)?;
-    Run::fetch_optional(executor, DB::text(&READ), args)
+    let read = DB::choose(&READ);
+    let args = store_arguments::<DB>(read, keyed(request)).map_err(db_error)?;
+    Run::fetch_optional(executor, read.text(), args)
         .await
         .map_err(db_error)
 }
@@ -980,7 +1050,7 @@ where
 /// milliseconds, the limit), within the call's deadline.
 pub(crate) fn prune_table<'p, DB>(
     pool: &'p sqlx::Pool<DB>,
-    sql: &'static Sql<&'static str>,
+    sql: &'static Sql<Statement<Field>>,
     table: &'static str,
     window: Duration,
     limit: u32,
@@ -998,16 +1068,35 @@ where
                 source,
             };
             let window_ms = i64::try_from(window.as_millis()).unwrap_or(i64::MAX);
-            let mut args = DB::Args::default();
-            DB::bind_int(&mut args, window_ms).map_err(db_error)?;
-            DB::bind_int(&mut args, i64::from(limit)).map_err(db_error)?;
+            let prune = DB::choose(sql);
+            let fields = Fields {
+                millis: Some(window_ms),
+                limit: Some(i64::from(limit)),
+                ..Fields::default()
+            };
+            let args = store_arguments::<DB>(prune, fields).map_err(db_error)?;
             let mut executor = pool;
             sent.write();
-            let done = Run::execute(&mut executor, DB::text(sql), args)
+            let done = Run::execute(&mut executor, prune.text(), args)
                 .await
                 .map_err(db_error)?;
             Ok(DB::rows_affected(&done))
         };
         bounded(table, "prune", deadline, &sent, work).await
     })
+}
+
+#[cfg(test)]
+mod plans {
+    use super::*;
+
+    #[test]
+    fn every_statement_has_a_plan_entry_per_placeholder() {
+        crate::bind::assert_plans_fit("READ", &READ);
+        crate::bind::assert_plans_fit("CLAIM", &CLAIM);
+        crate::bind::assert_plans_fit("TAKE_OVER", &TAKE_OVER);
+        crate::bind::assert_plans_fit("COMPLETE", &COMPLETE);
+        crate::bind::assert_plans_fit("RELEASE", &RELEASE);
+        crate::bind::assert_plans_fit("PRUNE", &PRUNE);
+    }
 }

@@ -49,9 +49,10 @@
 
 use std::time::Duration;
 
+use crate::bind::{Field, Fields, store_arguments};
 use crate::call::{Call, Sent, bounded};
 use crate::ddl::Dialect as DdlDialect;
-use crate::dialect::{Backend, Sql};
+use crate::dialect::{Backend, Sql, Statement};
 use crate::error::Error;
 use crate::executor::Executor;
 use crate::idempotency::checked;
@@ -103,27 +104,45 @@ pub fn ddl(dialect: DdlDialect) -> &'static [&'static str] {
 
 /// The message's row; nothing if it is there. MySQL's `INSERT IGNORE` is
 /// safe here: both values were checked to fit.
-const RECEIVE: Sql<&str> = Sql {
-    postgres: "INSERT INTO stateguard_inbox (consumer, message_id, received_at) VALUES ($1, $2, \
+const RECEIVE: Sql<Statement<Field>> = Sql {
+    postgres: Statement::new(
+        "INSERT INTO stateguard_inbox (consumer, message_id, received_at) VALUES ($1, $2, \
                statement_timestamp()) ON CONFLICT (consumer, message_id) DO NOTHING",
-    sqlite: "INSERT INTO stateguard_inbox (consumer, message_id, received_at) VALUES (?1, ?2, \
+        &[Field::Scope, Field::Key],
+    ),
+    sqlite: Statement::new(
+        "INSERT INTO stateguard_inbox (consumer, message_id, received_at) VALUES (?1, ?2, \
              strftime('%Y-%m-%d %H:%M:%f', 'now')) ON CONFLICT (consumer, message_id) DO NOTHING",
-    mysql: "INSERT IGNORE INTO stateguard_inbox (consumer, message_id, received_at) VALUES \
+        &[Field::Scope, Field::Key],
+    ),
+    mysql: Statement::new(
+        "INSERT IGNORE INTO stateguard_inbox (consumer, message_id, received_at) VALUES \
             (?, ?, UTC_TIMESTAMP(3))",
+        &[Field::Scope, Field::Key],
+    ),
 };
 
 /// Up to `$2` messages received more than `$1` milliseconds ago, oldest
 /// first, removed.
-const PRUNE: Sql<&str> = Sql {
-    postgres: "DELETE FROM stateguard_inbox WHERE (consumer, message_id) IN (SELECT consumer, \
+const PRUNE: Sql<Statement<Field>> = Sql {
+    postgres: Statement::new(
+        "DELETE FROM stateguard_inbox WHERE (consumer, message_id) IN (SELECT consumer, \
                message_id FROM stateguard_inbox WHERE received_at < statement_timestamp() - \
                CAST($1 AS BIGINT) * INTERVAL '1 millisecond' ORDER BY received_at LIMIT $2 FOR \
                UPDATE SKIP LOCKED)",
-    sqlite: "DELETE FROM stateguard_inbox WHERE rowid IN (SELECT rowid FROM stateguard_inbox \
+        &[Field::Millis, Field::Limit],
+    ),
+    sqlite: Statement::new(
+        "DELETE FROM stateguard_inbox WHERE rowid IN (SELECT rowid FROM stateguard_inbox \
              WHERE received_at < strftime('%Y-%m-%d %H:%M:%f', 'now', printf('-%.3f seconds', \
              CAST(?1 AS INTEGER) / 1000.0)) ORDER BY received_at LIMIT ?2)",
-    mysql: "DELETE FROM stateguard_inbox WHERE received_at < UTC_TIMESTAMP(3) - INTERVAL \
+        &[Field::Millis, Field::Limit],
+    ),
+    mysql: Statement::new(
+        "DELETE FROM stateguard_inbox WHERE received_at < UTC_TIMESTAMP(3) - INTERVAL \
             (? * 1000) MICROSECOND ORDER BY received_at LIMIT ?",
+        &[Field::Millis, Field::Limit],
+    ),
 };
 
 /// What [`receive`] found.
@@ -167,11 +186,15 @@ where
                 call: "receive",
                 source,
             };
-            let mut args = DB::Args::default();
-            DB::bind_text(&mut args, Some(consumer.to_owned())).map_err(db_error)?;
-            DB::bind_text(&mut args, Some(message_id.to_owned())).map_err(db_error)?;
+            let statement = DB::choose(&RECEIVE);
+            let fields = Fields {
+                scope: Some(consumer),
+                key: Some(message_id),
+                ..Fields::default()
+            };
+            let args = store_arguments::<DB>(statement, fields).map_err(db_error)?;
             sent.write();
-            let done = Run::execute(&mut tx, DB::text(&RECEIVE), args)
+            let done = Run::execute(&mut tx, statement.text(), args)
                 .await
                 .map_err(db_error)?;
             Ok(match DB::rows_affected(&done) {
@@ -201,4 +224,15 @@ where
     for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
 {
     crate::idempotency::prune_table::<DB>(pool, &PRUNE, TABLE, window, limit)
+}
+
+#[cfg(test)]
+mod plans {
+    use super::*;
+
+    #[test]
+    fn every_statement_has_a_plan_entry_per_placeholder() {
+        crate::bind::assert_plans_fit("RECEIVE", &RECEIVE);
+        crate::bind::assert_plans_fit("PRUNE", &PRUNE);
+    }
 }

@@ -54,21 +54,18 @@ pub(crate) mod sealed {
         /// known to generic code.
         type Args: sqlx::Arguments<Database = Self> + sqlx::IntoArguments<Self> + Send;
 
+        /// The dialect's member of `sql`.
+        fn choose<T: Copy>(sql: &Sql<T>) -> T;
+
         /// The dialect's statement of `sql`: its text and bind plan.
-        fn statement(sql: &Sql) -> Statement;
+        fn statement(sql: &Sql) -> Statement {
+            Self::choose(sql)
+        }
 
         /// The dialect's text of `sql`.
         fn sql(sql: &Sql) -> &'static str {
             Self::statement(sql).text()
         }
-
-        /// The dialect's text of one of the fixed-table stores' statements.
-        fn text(sql: &Sql<&'static str>) -> &'static str;
-
-        /// Whether a fixed-table store's values written in `SET` come
-        /// before its key: MySQL's positional `?` follow the text. The
-        /// machines' statements carry bind plans instead (`bind.rs`).
-        const PARAMS_FIRST: bool;
 
         fn rows_affected(result: &Self::QueryResult) -> u64;
 

@@ -8,19 +8,13 @@ use super::{Backend, BoxFuture};
 impl Dialect for MySql {
     type Args = sqlx::mysql::MySqlArguments;
 
-    const PARAMS_FIRST: bool = true;
-
     const RETURNING: bool = false;
 
     const SYSTEM: &'static str = "mysql";
 
     const EMBEDDED: bool = false;
 
-    fn statement(sql: &Sql) -> super::Statement {
-        sql.mysql
-    }
-
-    fn text(sql: &Sql<&'static str>) -> &'static str {
+    fn choose<T: Copy>(sql: &Sql<T>) -> T {
         sql.mysql
     }
 

@@ -8,19 +8,13 @@ use super::{Backend, BoxFuture, db_code};
 impl Dialect for Postgres {
     type Args = sqlx::postgres::PgArguments;
 
-    const PARAMS_FIRST: bool = false;
-
     const RETURNING: bool = true;
 
     const SYSTEM: &'static str = "postgresql";
 
     const EMBEDDED: bool = false;
 
-    fn statement(sql: &Sql) -> super::Statement {
-        sql.postgres
-    }
-
-    fn text(sql: &Sql<&'static str>) -> &'static str {
+    fn choose<T: Copy>(sql: &Sql<T>) -> T {
         sql.postgres
     }
 

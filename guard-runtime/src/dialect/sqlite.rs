@@ -8,19 +8,13 @@ use super::{Backend, BoxFuture, db_code};
 impl Dialect for Sqlite {
     type Args = sqlx::sqlite::SqliteArguments;
 
-    const PARAMS_FIRST: bool = false;
-
     const RETURNING: bool = true;
 
     const SYSTEM: &'static str = "sqlite";
 
     const EMBEDDED: bool = true;
 
-    fn statement(sql: &Sql) -> super::Statement {
-        sql.sqlite
-    }
-
-    fn text(sql: &Sql<&'static str>) -> &'static str {
+    fn choose<T: Copy>(sql: &Sql<T>) -> T {
         sql.sqlite
     }
 

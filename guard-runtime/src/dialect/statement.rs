@@ -35,14 +35,17 @@ pub enum Bind {
 /// and its bind plan. The runtime binds every statement through its plan,
 /// so no code but the derive, which writes both, knows where a dialect
 /// puts a value.
+///
+/// `B` is what a placeholder can bind: a machine's [`Bind`], or the
+/// fixed-table stores' own fields.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Statement {
+pub struct Statement<B: 'static = Bind> {
     text: &'static str,
-    binds: &'static [Bind],
+    binds: &'static [B],
 }
 
-impl Statement {
-    pub(crate) const fn new(text: &'static str, binds: &'static [Bind]) -> Self {
+impl<B> Statement<B> {
+    pub(crate) const fn new(text: &'static str, binds: &'static [B]) -> Self {
         Statement { text, binds }
     }
 
@@ -55,7 +58,7 @@ impl Statement {
     /// values: each distinct value once for PostgreSQL's `$n` and SQLite's
     /// `?n` (numbered in this order), every placeholder in the text's
     /// order for MySQL's positional `?`.
-    pub const fn binds(&self) -> &'static [Bind] {
+    pub const fn binds(&self) -> &'static [B] {
         self.binds
     }
 
@@ -65,14 +68,14 @@ impl Statement {
     }
 }
 
-impl PartialEq<&str> for Statement {
+impl<B> PartialEq<&str> for Statement<B> {
     fn eq(&self, other: &&str) -> bool {
         self.text == *other
     }
 }
 
-impl PartialEq<Statement> for &str {
-    fn eq(&self, other: &Statement) -> bool {
+impl<B> PartialEq<Statement<B>> for &str {
+    fn eq(&self, other: &Statement<B>) -> bool {
         *self == other.text
     }
 }
