@@ -9,7 +9,7 @@ use crate::ast::Input;
 use crate::ctxt::Ctxt;
 use crate::ddl::{self, DdlText};
 use crate::dialect::{DIALECTS, Dialect};
-use crate::plan::{self, Rendered, Slot};
+use crate::plan::{self, Col, Rendered, Slot};
 use crate::sql::Match;
 use crate::valid::{self, Model};
 
@@ -476,9 +476,14 @@ fn option(value: Option<impl ToTokens>) -> TokenStream {
 /// literal with its bind plan (`plan.rs`).
 fn sql_per_dialect(private: &TokenStream, build: impl Fn(Dialect) -> String) -> TokenStream {
     let [pg, lite, my] = DIALECTS.map(|d| match plan::render(d, &build(d)) {
-        Ok(Rendered { text, plan }) => {
+        Ok(Rendered {
+            text,
+            plan,
+            returns,
+        }) => {
             let binds = plan.iter().map(|slot| bind(private, *slot));
-            quote!(#private::statement(#text, &[#(#binds),*]))
+            let columns = returns.iter().map(|col| column(private, *col));
+            quote!(#private::statement(#text, &[#(#binds),*], &[#(#columns),*]))
         }
         // A builder that wrote a placeholder of its own: a bug here, said
         // at the derive rather than at run time.
@@ -488,6 +493,28 @@ fn sql_per_dialect(private: &TokenStream, build: impl Fn(Dialect) -> String) -> 
         }
     });
     quote!(#private::sql(#pg, #lite, #my))
+}
+
+/// The runtime's `Column` for `col`.
+fn column(private: &TokenStream, col: Col) -> TokenStream {
+    let column = quote!(#private::Column);
+    match col {
+        Col::Key(n) => {
+            let n = proc_macro2::Literal::u8_unsuffixed(n);
+            quote!(#column::Key(#n))
+        }
+        Col::Status => quote!(#column::Status),
+        Col::Version => quote!(#column::Version),
+        Col::Meets => quote!(#column::Meets),
+        Col::Token => quote!(#column::Token),
+        Col::Transition => quote!(#column::Transition),
+        Col::From => quote!(#column::From),
+        Col::To => quote!(#column::To),
+        Col::At => quote!(#column::At),
+        Col::Actor => quote!(#column::Actor),
+        Col::Reason => quote!(#column::Reason),
+        Col::Details => quote!(#column::Details),
+    }
 }
 
 /// The runtime's `Bind` for `slot`.

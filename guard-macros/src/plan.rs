@@ -11,6 +11,11 @@
 //! its plan (`guard-runtime/src/bind.rs`); the numbering rule lives here
 //! and nowhere else.
 //!
+//! The columns a statement returns are declared the same way: a builder
+//! writes a [`Col`] marker before each item of the select list the caller
+//! reads, and [`render`] strips them and records their order, so the
+//! runtime reads a row by what a column holds, never by a bare index.
+//!
 //! PostgreSQL (`$n`) and SQLite (`?n`) number each distinct slot once, in
 //! the order of [`Slot`]'s declaration, so a value used twice (a key in
 //! its exact match) is bound once. MySQL's `?` are positional: the plan
@@ -46,10 +51,114 @@ pub enum Slot {
     Details,
 }
 
+/// What one column of a statement's result holds.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Col {
+    /// Key column `n` of the row.
+    Key(u8),
+    /// The status, as text.
+    Status,
+    /// The row's occurrence (its version column, 0 without one).
+    Version,
+    /// Whether the row meets the transition's guard (1 or 0).
+    Meets,
+    /// The row's lease token.
+    Token,
+    /// A history row's transition.
+    Transition,
+    /// A history row's state left.
+    From,
+    /// A history row's state entered.
+    To,
+    /// A history row's time, as text.
+    At,
+    /// A history row's actor.
+    Actor,
+    /// A history row's reason.
+    Reason,
+    /// A history row's details, as text.
+    Details,
+}
+
 /// Marks a slot in a statement under construction: control characters
 /// that no validated name, fragment or literal contains.
 const OPEN: char = '\u{1}';
 const CLOSE: char = '\u{2}';
+/// Marks a result column, likewise.
+const COLUMN: char = '\u{3}';
+const COLUMN_END: char = '\u{4}';
+
+impl Col {
+    /// `expr` as the result column that holds this.
+    pub fn of(self, expr: &str) -> String {
+        let (kind, n) = match self {
+            Col::Key(n) => ('k', n),
+            Col::Status => ('s', 0),
+            Col::Version => ('v', 0),
+            Col::Meets => ('m', 0),
+            Col::Token => ('t', 0),
+            Col::Transition => ('T', 0),
+            Col::From => ('F', 0),
+            Col::To => ('O', 0),
+            Col::At => ('A', 0),
+            Col::Actor => ('a', 0),
+            Col::Reason => ('r', 0),
+            Col::Details => ('d', 0),
+        };
+        format!("{COLUMN}{kind}{n}{COLUMN_END}{expr}")
+    }
+
+    fn parse(marker: &str) -> Option<Col> {
+        let mut chars = marker.chars();
+        let kind = chars.next()?;
+        let n: u8 = chars.as_str().parse().ok()?;
+        Some(match kind {
+            'k' => Col::Key(n),
+            's' => Col::Status,
+            'v' => Col::Version,
+            'm' => Col::Meets,
+            't' => Col::Token,
+            'T' => Col::Transition,
+            'F' => Col::From,
+            'O' => Col::To,
+            'A' => Col::At,
+            'a' => Col::Actor,
+            'r' => Col::Reason,
+            'd' => Col::Details,
+            _ => return None,
+        })
+    }
+}
+
+/// The result columns marked in `text`, in order, and the text without
+/// their markers.
+fn columns(text: &str) -> Result<(String, Vec<Col>), String> {
+    let mut out = String::with_capacity(text.len());
+    let mut columns = Vec::new();
+    let mut rest = text;
+    while let Some(open) = rest.find(COLUMN) {
+        let close = rest[open..]
+            .find(COLUMN_END)
+            .map(|at| open + at)
+            .ok_or_else(|| format!("an unclosed column marker in {text:?}"))?;
+        let column = Col::parse(&rest[open + 1..close])
+            .ok_or_else(|| format!("an unknown column marker in {text:?}"))?;
+        if columns.contains(&column) {
+            return Err(format!("column {column:?} twice in {text:?}"));
+        }
+        out.push_str(&rest[..open]);
+        columns.push(column);
+        rest = &rest[close + 1..];
+    }
+    out.push_str(rest);
+    // The runtime decodes a key from the first columns of a row.
+    let keys = columns.iter().filter(|c| matches!(c, Col::Key(_))).count();
+    let first = (0..keys).map(|i| Col::Key(i as u8));
+    if !columns.iter().take(keys).copied().eq(first) {
+        return Err(format!("key columns not first and in order in {text:?}"));
+    }
+    Ok((out, columns))
+}
 
 impl Slot {
     /// The marker that stands for this slot until [`render`].
@@ -89,17 +198,21 @@ impl Slot {
     }
 }
 
-/// A statement in one dialect: its text and its plan.
+/// A statement in one dialect: its text, its plan and the columns it
+/// returns.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Rendered {
     pub text: String,
     pub plan: Vec<Slot>,
+    pub returns: Vec<Col>,
 }
 
 /// `marked`'s slots turned into `d`'s placeholders, and the plan that
 /// binds them; an error (a bug of a builder) when the text's placeholders
 /// and the plan do not match.
 pub fn render(d: Dialect, marked: &str) -> Result<Rendered, String> {
+    let (marked, returns) = columns(marked)?;
+    let marked = marked.as_str();
     let mut slots = Vec::new();
     let mut pieces = Vec::new();
     let mut rest = marked;
@@ -143,7 +256,11 @@ pub fn render(d: Dialect, marked: &str) -> Result<Rendered, String> {
             plan.len()
         ));
     }
-    Ok(Rendered { text, plan })
+    Ok(Rendered {
+        text,
+        plan,
+        returns,
+    })
 }
 
 /// How many values `text` takes in `d`, outside quoted literals: MySQL's
@@ -223,6 +340,24 @@ mod tests {
         assert!(render(Dialect::Postgres, &text).is_err());
         assert!(render(Dialect::Postgres, "SELECT \u{1}k0").is_err());
         assert!(render(Dialect::Postgres, "SELECT \u{1}x0\u{2}").is_err());
+    }
+
+    #[test]
+    fn result_columns_are_read_off_their_markers() -> Result<(), String> {
+        let text = format!(
+            "SELECT {}, {} FROM t WHERE k = {}",
+            Col::Status.of("s"),
+            Col::Version.of("v"),
+            Slot::Key(0).mark()
+        );
+        let pg = render(Dialect::Postgres, &text)?;
+        assert_eq!(pg.text, "SELECT s, v FROM t WHERE k = $1");
+        assert_eq!(pg.returns, [Col::Status, Col::Version]);
+        let twice = format!("SELECT {}, {}", Col::Token.of("a"), Col::Token.of("b"));
+        assert!(render(Dialect::MySql, &twice).is_err());
+        let late = format!("SELECT {}, {}", Col::Token.of("a"), Col::Key(0).of("k"));
+        assert!(render(Dialect::MySql, &late).is_err());
+        Ok(())
     }
 
     #[test]

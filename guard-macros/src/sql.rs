@@ -4,7 +4,7 @@
 //! placeholders and comparison live in `dialect.rs`; the DDL is in `ddl.rs`.
 
 use crate::dialect::Dialect;
-use crate::plan::Slot;
+use crate::plan::{Col, Slot};
 use crate::valid::{Assign, InFlight, Model, State, Transition};
 
 /// How a batch's keys are compared with the table's.
@@ -16,6 +16,16 @@ pub enum Match {
     /// (integers, UUIDs), on PostgreSQL, where the text comparison that
     /// [`Match::Exact`] adds for text keys costs a hashed subplan.
     ByValue,
+}
+
+/// `columns` as the result's key columns, `Key(0)`, `Key(1)`, …, joined.
+fn key_columns(columns: impl IntoIterator<Item = String>) -> String {
+    columns
+        .into_iter()
+        .enumerate()
+        .map(|(i, column)| Col::Key(i as u8).of(&column))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// A transition's name as the history records it.
@@ -218,10 +228,10 @@ impl Dialect {
     fn returning(self, model: &Model, version: bool, lease_of: Option<&InFlight>) -> String {
         let mut items = Vec::new();
         if version {
-            items.push(self.version_read(model.version.as_deref()));
+            items.push(Col::Version.of(&self.version_read(model.version.as_deref())));
         }
         if let Some(in_flight) = lease_of {
-            items.push(self.lease_token(&in_flight.since));
+            items.push(Col::Token.of(&self.lease_token(&in_flight.since)));
         }
         match self {
             Dialect::MySql => String::new(),
@@ -272,11 +282,16 @@ impl Dialect {
                     }
                     None => String::new(),
                 };
-                format!(
-                    "SELECT {occurrence}, (SELECT {} FROM {} WHERE {}{same_version})",
+                let token = format!(
+                    "(SELECT {} FROM {} WHERE {}{same_version})",
                     d.lease_token(&in_flight.since),
                     d.quote(&model.table),
                     d.key_match(&model.key),
+                );
+                format!(
+                    "SELECT {}, {}",
+                    Col::Version.of(occurrence),
+                    Col::Token.of(&token)
                 )
             }
         }
@@ -405,7 +420,7 @@ impl Dialect {
         let d = *self;
         format!(
             "SELECT {} FROM {} WHERE {}",
-            d.lease_token(&in_flight.since),
+            Col::Token.of(&d.lease_token(&in_flight.since)),
             d.quote(&model.table),
             d.key_match(&model.key),
         )
@@ -418,9 +433,9 @@ impl Dialect {
         let d = *self;
         format!(
             "SELECT {}, {}, {} FROM {} WHERE {}{}",
-            d.status_read(&model.column),
-            d.version_read(model.version.as_deref()),
-            d.lease_token(&in_flight.since),
+            Col::Status.of(&d.status_read(&model.column)),
+            Col::Version.of(&d.version_read(model.version.as_deref())),
+            Col::Token.of(&d.lease_token(&in_flight.since)),
             d.quote(&model.table),
             d.key_match(&model.key),
             d.read_lock(false),
@@ -438,13 +453,8 @@ impl Dialect {
         format!(
             "SELECT {}, {} FROM {} WHERE {} AND ({since} IS NULL OR {since} < {}) \
              ORDER BY {since} IS NOT NULL, {since} LIMIT {}",
-            model
-                .key
-                .iter()
-                .map(|k| d.quote(k))
-                .collect::<Vec<_>>()
-                .join(", "),
-            d.version_read(model.version.as_deref()),
+            key_columns(model.key.iter().map(|k| d.quote(k))),
+            Col::Version.of(&d.version_read(model.version.as_deref())),
             d.quote(&model.table),
             d.status_is(&d.quote(&model.column), &format!("= '{}'", state.db)),
             d.lease_expiry(in_flight.lease_ms),
@@ -482,7 +492,7 @@ impl Dialect {
             "WITH __sg_taken AS (UPDATE {table} SET {since} = {} FROM (SELECT {}, {since} AS \
              __sg_old FROM {table} WHERE {expired} ORDER BY {since} IS NOT NULL, {since} LIMIT {} \
              FOR UPDATE SKIP LOCKED) AS __sg_o WHERE {} AND {expired} RETURNING {}, {} AS __sg_v, \
-             {} AS __sg_l, __sg_o.__sg_old) SELECT {}, __sg_v, __sg_l FROM __sg_taken ORDER BY \
+             {} AS __sg_l, __sg_o.__sg_old) SELECT {}, {}, {} FROM __sg_taken ORDER BY \
              __sg_old IS NOT NULL, __sg_old",
             d.now(),
             d.key_aliases(model, None, "__sg_k"),
@@ -491,7 +501,9 @@ impl Dialect {
             d.key_aliases(model, Some(&table), "__sg_k"),
             d.version_read(model.version.as_deref()),
             d.lease_token(&in_flight.since),
-            aliases.join(", "),
+            key_columns(aliases),
+            Col::Version.of("__sg_v"),
+            Col::Token.of("__sg_l"),
         )
     }
 
@@ -564,9 +576,9 @@ impl Dialect {
         let guard = transition.guard.as_ref()?.sql(transition.set_binds());
         Some(format!(
             "SELECT {}, {}, {} FROM {} WHERE {}{}",
-            self.status_read(&model.column),
-            self.version_read(model.version.as_deref()),
-            self.int64(&format!("CASE WHEN ({guard}) THEN 1 ELSE 0 END")),
+            Col::Status.of(&self.status_read(&model.column)),
+            Col::Version.of(&self.version_read(model.version.as_deref())),
+            Col::Meets.of(&self.int64(&format!("CASE WHEN ({guard}) THEN 1 ELSE 0 END"))),
             self.quote(&model.table),
             self.key_match(&model.key),
             self.read_lock(in_transaction),
@@ -634,9 +646,15 @@ impl Dialect {
         let candidates = format!(
             "SELECT {keys} FROM {table} WHERE {status}{guard} ORDER BY {order_by} LIMIT {limit}"
         );
+        // SQLite and MySQL return the candidates' keys; PostgreSQL moves
+        // them in the same statement.
+        let returned = format!(
+            "SELECT {} FROM {table} WHERE {status}{guard} ORDER BY {order_by} LIMIT {limit}",
+            key_columns(quoted(&model.key))
+        );
         match d {
-            Dialect::Sqlite => candidates,
-            Dialect::MySql => format!("{candidates} FOR UPDATE SKIP LOCKED"),
+            Dialect::Sqlite => returned,
+            Dialect::MySql => format!("{returned} FOR UPDATE SKIP LOCKED"),
             Dialect::Postgres => {
                 let target = &model.states[transition.target];
                 let lease = match &target.in_flight {
@@ -675,7 +693,8 @@ impl Dialect {
                          {status}{guard} ORDER BY {order_by} LIMIT {limit} FOR UPDATE SKIP LOCKED), \
                          moved AS (UPDATE {table} SET {} FROM __sg_old WHERE {} RETURNING {}, {} AS \
                          v, {lease} AS l, {}, __sg_old.__sg_from), __sg_log AS (INSERT INTO {} \
-                         ({columns}) SELECT {values} FROM moved) SELECT {}, v, l FROM moved ORDER BY {}",
+                         ({columns}) SELECT {values} FROM moved) SELECT {}, {}, {} FROM moved ORDER \
+                         BY {}",
                         d.key_aliases(model, None, "__sg_k"),
                         d.status_read(&model.column),
                         d.assignments(model, transition),
@@ -684,7 +703,9 @@ impl Dialect {
                         d.version_read(model.version.as_deref()),
                         returned_order.join(", "),
                         d.quote(history),
-                        key_aliases.join(", "),
+                        key_columns(key_aliases.clone()),
+                        Col::Version.of("v"),
+                        Col::Token.of("l"),
                         [order_aliases.clone(), key_aliases.clone()]
                             .concat()
                             .join(", "),
@@ -693,12 +714,14 @@ impl Dialect {
                 format!(
                     "WITH moved AS (UPDATE {table} SET {} WHERE ({keys}) IN ({candidates} FOR \
                      UPDATE SKIP LOCKED) AND {status}{guard} RETURNING {}, {} AS v, {lease} AS l, \
-                     {}) SELECT {}, v, l FROM moved ORDER BY {}",
+                     {}) SELECT {}, {}, {} FROM moved ORDER BY {}",
                     d.assignments(model, transition),
                     returned_keys,
                     d.version_read(model.version.as_deref()),
                     returned_order.join(", "),
-                    key_aliases.join(", "),
+                    key_columns(key_aliases),
+                    Col::Version.of("v"),
+                    Col::Token.of("l"),
                     order_aliases.join(", "),
                 )
             }
@@ -903,10 +926,10 @@ impl Dialect {
         });
         let mut out = Vec::new();
         if model.version.is_some() {
-            out.push("__sg_v");
+            out.push(Col::Version.of("__sg_v"));
         }
         if target.in_flight.is_some() {
-            out.push("__sg_l");
+            out.push(Col::Token.of("__sg_l"));
         }
         let (columns, values) = d.history_row(
             model,
@@ -955,14 +978,14 @@ impl Dialect {
         format!(
             "SELECT {}, {}, {}, {}, CAST({} AS {text}), {}, {}, CAST({} AS {text}) FROM {} WHERE \
              {} ORDER BY {}",
-            d.quote("transition"),
-            d.quote("from_state"),
-            d.quote("to_state"),
-            d.int64(&d.quote("occurrence")),
-            d.quote("moved_at"),
-            d.quote("actor"),
-            d.quote("reason"),
-            d.quote("details"),
+            Col::Transition.of(&d.quote("transition")),
+            Col::From.of(&d.quote("from_state")),
+            Col::To.of(&d.quote("to_state")),
+            Col::Version.of(&d.int64(&d.quote("occurrence"))),
+            Col::At.of(&d.quote("moved_at")),
+            Col::Actor.of(&d.quote("actor")),
+            Col::Reason.of(&d.quote("reason")),
+            Col::Details.of(&d.quote("details")),
             d.quote(history),
             d.key_match(&model.key),
             d.quote("history_id"),
@@ -1073,12 +1096,15 @@ impl Dialect {
         let keys = keys.join(", ");
         // The keys, then the version and the lease token where they exist
         // (the runtime reads what the machine has).
-        let mut returning = format!(" RETURNING {keys}");
+        let marked_keys = key_columns(model.key.iter().map(|k| format!("{table}.{}", d.quote(k))));
+        let mut returning = format!(" RETURNING {marked_keys}");
         if model.version.is_some() {
-            returning.push_str(&format!(", {}", d.version_read(model.version.as_deref())));
+            let version = d.version_read(model.version.as_deref());
+            returning.push_str(&format!(", {}", Col::Version.of(&version)));
         }
         if let Some(in_flight) = &target.in_flight {
-            returning.push_str(&format!(", {}", d.lease_token(&in_flight.since)));
+            let token = d.lease_token(&in_flight.since);
+            returning.push_str(&format!(", {}", Col::Token.of(&token)));
         }
         // PostgreSQL: the rows among the keys. One column: `= ANY($1)`,
         // which the key's index serves in key order, so that overlapping
@@ -1127,12 +1153,12 @@ impl Dialect {
                 let n = model.key.len();
                 let old = d.key_aliases(model, Some(&table), "__sg_k");
                 let aliases: Vec<String> = (0..n).map(|i| format!("__sg_k{i}")).collect();
-                let mut out = aliases.clone();
+                let mut out = vec![key_columns(aliases.clone())];
                 if model.version.is_some() {
-                    out.push("__sg_v".to_owned());
+                    out.push(Col::Version.of("__sg_v"));
                 }
                 if target.in_flight.is_some() {
-                    out.push("__sg_l".to_owned());
+                    out.push(Col::Token.of("__sg_l"));
                 }
                 let lease = match &target.in_flight {
                     Some(in_flight) => d.lease_token(&in_flight.since),
@@ -1245,10 +1271,11 @@ impl Dialect {
             .map(|k| format!("{table}.{}", d.quote(k)))
             .collect();
         let columns = format!(
-            "{}, {}, {}, {meets}",
-            keys.join(", "),
-            d.status_read(&model.column),
-            d.version_read(model.version.as_deref()),
+            "{}, {}, {}, {}",
+            key_columns(keys),
+            Col::Status.of(&d.status_read(&model.column)),
+            Col::Version.of(&d.version_read(model.version.as_deref())),
+            Col::Meets.of(&meets),
         );
         match d {
             Dialect::Postgres | Dialect::Sqlite => format!(
@@ -1283,8 +1310,8 @@ impl Dialect {
             .collect();
         format!(
             "SELECT {}, {} FROM {} STRAIGHT_JOIN {table} ON {}",
-            keys.join(", "),
-            d.lease_token(&in_flight.since),
+            key_columns(keys),
+            Col::Token.of(&d.lease_token(&in_flight.since)),
             d.many_input(model),
             d.many_match(model, Match::Exact),
         )
@@ -1296,8 +1323,8 @@ impl Dialect {
     pub fn select(self, model: &Model, in_transaction: bool) -> String {
         format!(
             "SELECT {}, {} FROM {} WHERE {}{}",
-            self.status_read(&model.column),
-            self.version_read(model.version.as_deref()),
+            Col::Status.of(&self.status_read(&model.column)),
+            Col::Version.of(&self.version_read(model.version.as_deref())),
             self.quote(&model.table),
             self.key_match(&model.key),
             self.read_lock(in_transaction),

@@ -5,7 +5,7 @@
 
 use crate::StateMachine;
 use crate::bind::{self, Values};
-use crate::dialect::{Backend, BoxFuture, Sql};
+use crate::dialect::{Backend, BoxFuture, Sql, Statement};
 use crate::error::Error;
 use crate::key::{BindError, DecodeKey, ManyKeys, RowKey};
 use crate::note::Note;
@@ -84,7 +84,7 @@ impl Claim {
         params: &P,
         limit: u32,
         note: &Note,
-    ) -> Result<(&'static str, DB::Args), sqlx::Error> {
+    ) -> Result<(Statement, DB::Args), sqlx::Error> {
         let statement = DB::statement(self.sql);
         let params = bind::values(params);
         let values = Values {
@@ -95,7 +95,7 @@ impl Claim {
             ..Values::NONE
         };
         let args = bind::arguments(statement, &values).map_err(BindError::into_sqlx)?;
-        Ok((statement.text(), args))
+        Ok((statement, args))
     }
 }
 

@@ -16,15 +16,16 @@ use tracing::Instrument;
 
 use crate::StateMachine;
 use crate::batched::{Applied, Batched, Claim, Claimed, Found, position, sealed};
-use crate::dialect::Backend;
+use crate::dialect::{Backend, Column};
 use crate::error::Error;
 use crate::executor::Executor;
 use crate::executor::sealed::Run;
-use crate::key::{DecodeKey, KeyShape, ManyKeys, RowKey};
+use crate::key::{DecodeKey, ManyKeys, RowKey};
 use crate::many;
 use crate::note::Note;
 use crate::outcome::{Committed, Uncommitted, Won};
 use crate::retry::{MAX_ATTEMPTS, backoff};
+use crate::row::Read;
 use crate::telemetry;
 use crate::transition::{Bound, Params, Transition};
 use crate::tx::Tx;
@@ -335,7 +336,7 @@ where
         let (sql, args) = claim
             .prepared::<DB, P>(params, limit, note)
             .map_err(|e| transition.db_error(e))?;
-        let rows = match executor.fetch_all(sql, args).await {
+        let rows = match executor.fetch_all(sql.text(), args).await {
             Ok(rows) => rows,
             Err(error) => {
                 transition
@@ -344,17 +345,17 @@ where
                 continue;
             }
         };
-        let columns = S::KeyShape::COLUMNS;
         return rows
             .iter()
             .map(|row| {
                 let key = K::decode(row).map_err(|e| transition.db_error(e))?;
-                let int = |i| DB::int(row, i).map_err(|e| transition.db_error(e));
+                let row = Read::<DB>::new(sql, row);
+                let int = |column| row.int(column).map_err(|e| transition.db_error(e));
                 let won = Won::new(
                     transition.target(),
                     key,
-                    int(columns)?,
-                    int(columns + 1)?,
+                    int(Column::Version)?,
+                    int(Column::Token)?,
                     0,
                 );
                 Ok(won.within(transition.deadline()))
@@ -491,7 +492,7 @@ where
     // A deadlock or busy database rolls the transaction back: the whole
     // claim is tried again.
     let rows = (&mut tx)
-        .fetch_all(select, args)
+        .fetch_all(select.text(), args)
         .await
         .map_err(|e| transition.tx_error::<DB>(e))?;
     let candidates = rows

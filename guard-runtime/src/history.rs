@@ -7,6 +7,7 @@ use core::time::Duration;
 use crate::StateMachine;
 use crate::batched::Batched;
 use crate::call::{Call, Sent, bounded};
+use crate::dialect::Column;
 use crate::dialect::sealed::Dialect;
 use crate::error::Error;
 use crate::executor::Executor;
@@ -14,6 +15,7 @@ use crate::key::{DecodeKey, ManyKeys, RowKey};
 use crate::machine::{Machine, TransitionDef};
 use crate::note::Note;
 use crate::outcome::{Committed, Outcome, Won};
+use crate::row::Read;
 use crate::transition::{Bound, Params, Transition, key_arguments};
 
 /// One move of a row, as its history table records it.
@@ -95,23 +97,27 @@ impl<S: StateMachine> Machine<S> {
         rows.iter()
             .enumerate()
             .map(|(index, row)| {
-                let text = |i| {
-                    <E::Database as Dialect>::text_opt(row, i)
-                        .map_err(error)?
-                        .ok_or(Error::NullStatus {
-                            table: self.history_table().unwrap_or_default(),
-                            column: ["transition", "from_state", "to_state", "", "moved_at"][i],
-                        })
+                let row = Read::<E::Database>::new(read, row);
+                let text = |column: Column| {
+                    row.text(column).map_err(error)?.ok_or(Error::NullStatus {
+                        table: self.history_table().unwrap_or_default(),
+                        column: match column {
+                            Column::Transition => "transition",
+                            Column::From => "from_state",
+                            Column::To => "to_state",
+                            _ => "moved_at",
+                        },
+                    })
                 };
-                let name = text(0)?;
+                let name = text(Column::Transition)?;
                 let transition =
                     self.transition(&name)
                         .ok_or_else(|| Error::UnknownTransition {
                             machine: self.name(),
                             name: name.clone(),
                         })?;
-                let occurrence = <E::Database as Dialect>::int(row, 3).map_err(error)?;
-                let details = <E::Database as Dialect>::text_opt(row, 7).map_err(error)?;
+                let occurrence = row.int(Column::Version).map_err(error)?;
+                let details = row.text(Column::Details).map_err(error)?;
                 if let Some(Err(problem)) = details
                     .as_deref()
                     .map(serde_json::from_str::<serde_json::Value>)
@@ -126,12 +132,12 @@ impl<S: StateMachine> Machine<S> {
                 }
                 Ok(HistoryRow {
                     transition,
-                    from: S::parse_db_str(&text(1)?)?,
-                    to: S::parse_db_str(&text(2)?)?,
+                    from: S::parse_db_str(&text(Column::From)?)?,
+                    to: S::parse_db_str(&text(Column::To)?)?,
                     occurrence,
-                    at: text(4)?,
-                    actor: <E::Database as Dialect>::text_opt(row, 5).map_err(error)?,
-                    reason: <E::Database as Dialect>::text_opt(row, 6).map_err(error)?,
+                    at: text(Column::At)?,
+                    actor: row.text(Column::Actor).map_err(error)?,
+                    reason: row.text(Column::Reason).map_err(error)?,
                     details,
                 })
             })

@@ -14,13 +14,14 @@ use crate::StateMachine;
 use crate::bind::{self, Values};
 use crate::dialect::Sql;
 use crate::dialect::sealed::Dialect;
-use crate::dialect::{Backend, Statement};
+use crate::dialect::{Backend, Column, Statement};
 use crate::error::Error;
 use crate::executor::Executor;
 use crate::executor::sealed::Run;
 use crate::key::{BindError, RowKey};
 use crate::machine::InFlightDef;
 use crate::retry::{MAX_ATTEMPTS, backoff};
+use crate::row::Read;
 use crate::transition::{Transition, key_arguments};
 use crate::verdict::{Chosen, FollowUpValues};
 
@@ -147,7 +148,7 @@ where
             current,
             version,
             token,
-        }) = found::<S, DB<E>>(transition, row)?
+        }) = found::<S, DB<E>>(transition, read, row)?
         else {
             return Ok(Settled::Vanished);
         };
@@ -180,17 +181,19 @@ pub(crate) struct Found<S> {
 
 fn found<S: StateMachine, DB: Backend>(
     transition: Transition<S>,
+    read: Statement,
     row: Option<DB::Row>,
 ) -> Result<Option<Found<S>>, Error> {
     let Some(row) = row else {
         return Ok(None);
     };
-    let current = transition.read_status::<DB>(&row)?;
-    let int = |i| DB::int(&row, i).map_err(|e| transition.db_error(e));
+    let row = Read::<DB>::new(read, &row);
+    let current = transition.read_status(&row)?;
+    let int = |column| row.int(column).map_err(|e| transition.db_error(e));
     Ok(Some(Found {
         current,
-        version: int(1)?,
-        token: int(2)?,
+        version: int(Column::Version)?,
+        token: int(Column::Token)?,
     }))
 }
 
@@ -214,7 +217,7 @@ where
         .fetch_optional(read.text(), args)
         .await
         .map_err(|e| transition.db_error(e))?;
-    found::<S, E::Database>(transition, row)
+    found::<S, E::Database>(transition, read, row)
 }
 
 /// Runs a statement that stamps a new lease (a takeover with `sql` =
@@ -233,18 +236,22 @@ where
     K: RowKey<E::Database, S::KeyShape>,
 {
     type DB<E> = <E as Run>::Database;
-    let statement = <DB<E> as Dialect>::sql(sql);
+    let statement = <DB<E> as Dialect>::statement(sql);
+    let token = |read, row: Option<_>| {
+        row.map(|row| Read::<DB<E>>::new(read, &row).int(Column::Token))
+            .transpose()
+    };
     if <DB<E> as Dialect>::RETURNING {
         // `RETURNING token`.
-        let row = executor.fetch_optional(statement, args).await?;
-        return row.map(|row| <DB<E> as Dialect>::int(&row, 0)).transpose();
+        let row = executor.fetch_optional(statement.text(), args).await?;
+        return token(statement, row);
     }
     // MySQL: read the new token back on the same connection.
     let read = <DB<E> as Dialect>::statement(in_flight.lease_read_sql());
     let key_args = key_arguments::<DB<E>, S::KeyShape, K>(read, key)?;
     let (done, row) = executor
         .execute_then_fetch(
-            statement,
+            statement.text(),
             args,
             read.text(),
             key_args,
@@ -254,7 +261,7 @@ where
     if <DB<E> as Dialect>::rows_affected(&done) != 1 {
         return Ok(None);
     }
-    row.map(|row| <DB<E> as Dialect>::int(&row, 0)).transpose()
+    token(read, row)
 }
 
 /// Renews the lease `lease` on the row: `Some(new token)`, or `None` when

@@ -33,6 +33,7 @@ mod note;
 mod outcome;
 mod recovery;
 mod retry;
+mod row;
 mod task;
 pub mod telemetry;
 mod transition;
@@ -62,7 +63,7 @@ pub use crate::verdict::{FollowUp, FollowUpValues, Verdict};
 /// in-flight states and the SQL text of each statement per dialect. The
 /// [`docs`] renderers and the [`ddl`] generators read it; so can a caller.
 pub mod meta {
-    pub use crate::dialect::{Bind, Sql, Statement};
+    pub use crate::dialect::{Bind, Column, Sql, Statement};
     pub use crate::machine::{InFlightDef, Machine, SetColumn, StateDef, TransitionDef};
 }
 
@@ -71,7 +72,7 @@ pub mod meta {
 pub mod __private {
     pub use sqlx;
 
-    pub use crate::dialect::Bind;
+    pub use crate::dialect::{Bind, Column};
     pub use crate::machine::construct::{
         ddl, in_flight, machine, set_column, sql, state, statement, transition,
     };

@@ -531,7 +531,7 @@ pub mod construct {
     use super::{
         DdlText, InFlightDef, Machine, SetColumn, Sql, StateDef, StateMachine, TransitionDef,
     };
-    use crate::dialect::{Bind, Statement};
+    use crate::dialect::{Bind, Column, Statement};
 
     /// The `const MACHINE` of `impl StateMachine`: one per enum.
     #[allow(clippy::too_many_arguments)]
@@ -674,9 +674,14 @@ pub mod construct {
         }
     }
 
-    /// One statement in one dialect: its text and its bind plan.
-    pub const fn statement(text: &'static str, binds: &'static [Bind]) -> Statement {
-        Statement::new(text, binds)
+    /// One statement in one dialect: its text, its bind plan and the
+    /// columns it returns.
+    pub const fn statement(
+        text: &'static str,
+        binds: &'static [Bind],
+        returns: &'static [Column],
+    ) -> Statement {
+        Statement::returning(text, binds, returns)
     }
 
     /// The enforcement DDL of a machine in one dialect.

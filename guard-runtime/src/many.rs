@@ -14,14 +14,15 @@ use tracing::Instrument;
 use crate::StateMachine;
 use crate::batched::{Batched, Found, position};
 use crate::bind::{self, Values};
-use crate::dialect::{Backend, Sql};
+use crate::dialect::{Backend, Column, Sql, Statement};
 use crate::error::Error;
 use crate::executor::Executor;
 use crate::executor::sealed::Run;
-use crate::key::{DecodeKey, KeyShape, ManyKeys, RowKey};
+use crate::key::{DecodeKey, ManyKeys, RowKey};
 use crate::note::Note;
 use crate::outcome::{Committed, Outcome, Uncommitted, Won};
 use crate::retry::{MAX_ATTEMPTS, backoff};
+use crate::row::Read;
 use crate::telemetry;
 use crate::transition::{Bound, Params, Transition};
 use crate::tx::Tx;
@@ -346,7 +347,7 @@ fn prepared<DB, S, K, P>(
     keys: &[&K],
     params: &P,
     note: &Note,
-) -> Result<(&'static str, DB::Args), Error>
+) -> Result<(Statement, DB::Args), Error>
 where
     DB: Backend,
     S: StateMachine,
@@ -362,12 +363,14 @@ where
         ..Values::NONE
     };
     let args = bind::arguments(statement, &values).map_err(|e| transition.keys_error(e))?;
-    Ok((statement.text(), args))
+    Ok((statement, args))
 }
 
-/// A row of `many_read`: the key, then status, version, guard.
+/// A row of `many_read` (`read`): the key, status, version and whether
+/// it meets the guard.
 fn read_row<DB, S, K>(
     transition: Transition<S>,
+    read: Statement,
     row: &<DB as sqlx::Database>::Row,
 ) -> Result<(K, S, i64, bool), Error>
 where
@@ -375,20 +378,12 @@ where
     S: StateMachine,
     K: DecodeKey<DB, S::KeyShape>,
 {
-    let n = S::KeyShape::COLUMNS;
     let db_error = |e| transition.db_error(e);
     let key = K::decode(row).map_err(db_error)?;
-    let current = match DB::text_opt(row, n).map_err(db_error)? {
-        Some(text) => S::parse_db_str(&text)?,
-        None => {
-            return Err(Error::NullStatus {
-                table: S::MACHINE.table(),
-                column: S::MACHINE.column(),
-            });
-        }
-    };
-    let version = DB::int(row, n + 1).map_err(db_error)?;
-    let meets = DB::int(row, n + 2).map_err(db_error)? != 0;
+    let row = Read::<DB>::new(read, row);
+    let current = transition.read_status(&row)?;
+    let version = row.int(Column::Version).map_err(db_error)?;
+    let meets = row.int(Column::Meets).map_err(db_error)? != 0;
     Ok((key, current, version, meets))
 }
 
@@ -423,9 +418,12 @@ where
         return Ok(found);
     }
     let (read, args) = prepared::<DB, S, K, P>(transition, read, &left, params, note)?;
-    let rows = executor.fetch_all(read, args).await.map_err(db_error)?;
+    let rows = executor
+        .fetch_all(read.text(), args)
+        .await
+        .map_err(db_error)?;
     for row in &rows {
-        let (key, current, _, meets) = read_row::<DB, S, K>(transition, row)?;
+        let (key, current, _, meets) = read_row::<DB, S, K>(transition, read, row)?;
         if let Some(i) = position(keys, &key) {
             found[i] = Found::Left { current, meets };
         }
@@ -454,19 +452,18 @@ where
     let [_, _, _, log] = transition.def().apply_many_sql();
     let [update, _] = statements::<DB, S, K>(transition);
     let mut found: Vec<Found<S, K>> = keys.iter().map(|_| Found::Missing).collect();
-    let n = S::KeyShape::COLUMNS;
     let db_error = |e| transition.db_error(e);
     let (update, args) = prepared::<DB, S, K, P>(transition, update, keys, params, note)?;
     let rows = match DB::sql(log).is_empty() {
         // Without a history table, or on PostgreSQL, which writes the
         // history rows in the update's statement.
-        true => executor.fetch_all(update, args).await,
+        true => executor.fetch_all(update.text(), args).await,
         // SQLite with a history table: the history rows and the update in
         // one transaction.
         false => {
             let (log, log_args) = prepared::<DB, S, K, P>(transition, log, keys, params, note)?;
             executor
-                .logged(log, log_args, update, args, true, None)
+                .logged(log.text(), log_args, update.text(), args, true, None)
                 .await
                 .map(|logged| logged.rows)
         }
@@ -477,12 +474,13 @@ where
     let leased = transition.def().stamps().is_some();
     for row in &rows {
         let key = K::decode(row).map_err(db_error)?;
+        let row = Read::<DB>::new(update, row);
         let occurrence = match versioned {
-            true => DB::int(row, n).map_err(db_error)?,
+            true => row.int(Column::Version).map_err(db_error)?,
             false => 0,
         };
         let lease = match leased {
-            true => DB::int(row, n + usize::from(versioned)).map_err(db_error)?,
+            true => row.int(Column::Token).map_err(db_error)?,
             false => 0,
         };
         if let Some(i) = position(keys, &key) {
@@ -544,13 +542,15 @@ where
 {
     let [update, read, lease_read, log] = transition.def().apply_many_sql();
     let mut found: Vec<Found<S, K>> = keys.iter().map(|_| Found::Missing).collect();
-    let n = S::KeyShape::COLUMNS;
     let retry = |source| transition.tx_error::<DB>(source);
     let (read, args) = prepared::<DB, S, K, P>(transition, read, keys, params, note)?;
-    let rows = (&mut tx).fetch_all(read, args).await.map_err(retry)?;
+    let rows = (&mut tx)
+        .fetch_all(read.text(), args)
+        .await
+        .map_err(retry)?;
     let mut movers: Vec<(usize, K, i64)> = Vec::new();
     for row in &rows {
-        let (key, current, version, meets) = read_row::<DB, S, K>(transition, row)?;
+        let (key, current, version, meets) = read_row::<DB, S, K>(transition, read, row)?;
         let Some(i) = position(keys, &key) else {
             continue;
         };
@@ -567,19 +567,27 @@ where
     if !DB::sql(log).is_empty() {
         // The history rows, from the rows locked above, before they move.
         let (log, args) = prepared::<DB, S, K, P>(transition, log, &mover_keys, params, note)?;
-        (&mut tx).execute(log, args).await.map_err(retry)?;
+        (&mut tx).execute(log.text(), args).await.map_err(retry)?;
     }
     let (update, args) = prepared::<DB, S, K, P>(transition, update, &mover_keys, params, note)?;
-    (&mut tx).execute(update, args).await.map_err(retry)?;
+    (&mut tx)
+        .execute(update.text(), args)
+        .await
+        .map_err(retry)?;
     // Locked since the read: each moved, from the version read.
     let mut leases: Vec<i64> = vec![0; keys.len()];
     if !DB::sql(lease_read).is_empty() {
         let (lease_read, args) =
             prepared::<DB, S, K, P>(transition, lease_read, &mover_keys, params, note)?;
-        let rows = (&mut tx).fetch_all(lease_read, args).await.map_err(retry)?;
+        let rows = (&mut tx)
+            .fetch_all(lease_read.text(), args)
+            .await
+            .map_err(retry)?;
         for row in &rows {
             let key = K::decode(row).map_err(|e| transition.db_error(e))?;
-            let lease = DB::int(row, n).map_err(|e| transition.db_error(e))?;
+            let lease = Read::<DB>::new(lease_read, row)
+                .int(Column::Token)
+                .map_err(|e| transition.db_error(e))?;
             if let Some(i) = position(keys, &key) {
                 leases[i] = lease;
             }

@@ -9,16 +9,17 @@ use tracing::Instrument;
 use crate::StateMachine;
 use crate::bind::{self, Values};
 use crate::call::{Call, Sent, bounded};
-use crate::dialect::Backend;
 use crate::dialect::sealed::Dialect;
+use crate::dialect::{Backend, Column, Statement};
 use crate::effect::{Effect, Finished, follow_up, in_flight_def};
 use crate::error::Error;
 use crate::executor::{Executor, refuse_open_transaction};
-use crate::key::{DecodeKey, KeyShape, KeyText, RowKey};
+use crate::key::{BindError, DecodeKey, KeyText, RowKey};
 use crate::lease;
 use crate::machine::InFlightDef;
 use crate::outcome::{Committed, Won};
 use crate::retry::Step;
+use crate::row::Read;
 use crate::telemetry;
 use crate::verdict::{FollowUpValues, Verdict};
 
@@ -113,14 +114,13 @@ where
     E: Executor<Commit = Committed>,
     K: DecodeKey<E::Database, S::KeyShape>,
 {
-    let sql = <E::Database as Dialect>::sql(in_flight.take_over_sql());
-    if sql.is_empty() {
+    let take_over = <E::Database as Dialect>::statement(in_flight.take_over_sql());
+    if take_over.is_empty() {
         return Ok(None);
     }
     let db_error = |source| recovery_error(state, source);
-    let mut args = <E::Database as Dialect>::Args::default();
-    <E::Database as Dialect>::bind_int(&mut args, i64::from(limit)).map_err(db_error)?;
-    let rows = match executor.fetch_all(sql, args).await {
+    let args = limit_arguments::<E::Database>(take_over, limit).map_err(db_error)?;
+    let rows = match executor.fetch_all(take_over.text(), args).await {
         Ok(rows) => rows,
         // A serialization failure or busy database: a later pass sees the
         // rows again, as a row-by-row claim would.
@@ -135,17 +135,28 @@ where
         }
         Err(error) => return Err(db_error(error)),
     };
-    let n = S::KeyShape::COLUMNS;
     rows.iter()
         .map(|row| {
-            // The key columns, then the occurrence and the new token.
             let key = K::decode(row).map_err(db_error)?;
-            let occurrence = <E::Database as Dialect>::int(row, n).map_err(db_error)?;
-            let lease = <E::Database as Dialect>::int(row, n + 1).map_err(db_error)?;
+            let row = Read::<E::Database>::new(take_over, row);
+            let occurrence = row.int(Column::Version).map_err(db_error)?;
+            let lease = row.int(Column::Token).map_err(db_error)?;
             Ok((key, occurrence, lease))
         })
         .collect::<Result<Vec<_>, Error>>()
         .map(Some)
+}
+
+/// The arguments of a statement that binds only a limit.
+fn limit_arguments<DB: Backend>(
+    statement: Statement,
+    limit: u32,
+) -> Result<<DB as Dialect>::Args, sqlx::Error> {
+    let values = Values::<DB> {
+        limit: Some(i64::from(limit)),
+        ..Values::NONE
+    };
+    bind::arguments(statement, &values).map_err(BindError::into_sqlx)
 }
 
 /// Keys and occurrences of rows in `state` past their lease, oldest first.
@@ -161,16 +172,18 @@ where
     K: DecodeKey<E::Database, S::KeyShape>,
 {
     let db_error = |source| recovery_error(state, source);
-    let expired = <E::Database as Dialect>::sql(in_flight.expired_sql());
-    let mut args = <E::Database as Dialect>::Args::default();
-    <E::Database as Dialect>::bind_int(&mut args, i64::from(limit)).map_err(db_error)?;
-    let rows = executor.fetch_all(expired, args).await.map_err(db_error)?;
+    let expired = <E::Database as Dialect>::statement(in_flight.expired_sql());
+    let args = limit_arguments::<E::Database>(expired, limit).map_err(db_error)?;
+    let rows = executor
+        .fetch_all(expired.text(), args)
+        .await
+        .map_err(db_error)?;
     rows.iter()
         .map(|row| {
-            // The key columns first, then the occurrence.
             let key = K::decode(row).map_err(db_error)?;
-            let occurrence =
-                <E::Database as Dialect>::int(row, S::KeyShape::COLUMNS).map_err(db_error)?;
+            let occurrence = Read::<E::Database>::new(expired, row)
+                .int(Column::Version)
+                .map_err(db_error)?;
             Ok((key, occurrence))
         })
         .collect()

@@ -14,13 +14,14 @@ use crate::StateMachine;
 pub use crate::bind::Params;
 use crate::bind::{self, Values};
 use crate::dialect::sealed::Dialect;
-use crate::dialect::{Backend, Statement};
+use crate::dialect::{Backend, Column, Statement};
 use crate::error::Error;
 use crate::executor::sealed::Run;
 use crate::executor::{Executor, refuse_open_transaction};
 use crate::key::{BindError, KeyShape, RowKey};
 use crate::machine::{HasVersion, InFlightDef, Machine, TransitionDef};
 use crate::outcome::{Current, Outcome, Won};
+use crate::row::Read;
 
 /// One named transition of a machine, e.g. `PayoutStatus::start()`.
 ///
@@ -238,10 +239,10 @@ impl<S: StateMachine> Transition<S> {
             let Some(row) = row else {
                 return Ok(Outcome::NotFound);
             };
-            let current = self.read_status::<E::Database>(&row)?;
+            let row = Read::<E::Database>::new(select, &row);
+            let current = self.read_status(&row)?;
             if let Some(expected) = self.expected {
-                let version =
-                    <E::Database as Dialect>::int(&row, 1).map_err(|e| self.db_error(e))?;
+                let version = row.int(Column::Version).map_err(|e| self.db_error(e))?;
                 // Moved on since the caller looked, even if into this very
                 // target: the caller acted on a page that is out of date.
                 if version != expected {
@@ -258,7 +259,7 @@ impl<S: StateMachine> Transition<S> {
                 return Ok(Outcome::Conflict { current });
             }
             if def.guard().is_some() {
-                let meets = <E::Database as Dialect>::int(&row, 2).map_err(|e| self.db_error(e))?;
+                let meets = row.int(Column::Meets).map_err(|e| self.db_error(e))?;
                 if meets == 0 {
                     return Ok(Outcome::Refused { current });
                 }
@@ -278,8 +279,8 @@ impl<S: StateMachine> Transition<S> {
         }
     }
 
-    /// The status in column 0 of `row`, parsed; NULL is an error of its own.
-    pub(crate) fn read_status<DB: Backend>(self, row: &DB::Row) -> Result<S, Error> {
+    /// The status `row` holds, parsed; NULL is an error of its own.
+    pub(crate) fn read_status<DB: Backend>(self, row: &Read<'_, DB>) -> Result<S, Error> {
         status_of::<S, DB>(row, |e| self.db_error(e))
     }
 
@@ -388,28 +389,24 @@ impl<S: StateMachine> Transition<S> {
                 None => plain,
             })
         });
-        let update = update.text();
+        let (statement, update) = (update, update.text());
+        let read_back = <DB<E> as Dialect>::statement(self.def.read_back_sql());
         let retryable = |error: sqlx::Error| match worth_retrying::<E>(&error) {
             true => Attempt::Retryable(error),
             false => Attempt::Failed(self.db_error(error)),
         };
         let versioned = S::MACHINE.version().is_some();
         let leased = self.def.stamps().is_some();
-        // What the winning statement returned: `RETURNING [version][,
-        // lease]`, or MySQL's read-back `version, lease`.
-        let lease_at = match <DB<E> as Dialect>::RETURNING {
-            true => usize::from(versioned),
-            false => 1,
-        };
-        let changed = |row: Option<&<DB<E> as sqlx::Database>::Row>| {
-            let int = |row, i| <DB<E> as Dialect>::int_opt(row, i).map(Option::unwrap_or_default);
+        // What the winning statement returned (`RETURNING [version][,
+        // lease]`), or MySQL's read-back.
+        let changed = |row: Option<Read<'_, DB<E>>>| {
             let mut changed = Changed::default();
             if let Some(row) = row {
                 if versioned {
-                    changed.occurrence = int(row, 0).map_err(failed)?;
+                    changed.occurrence = row.int_or_zero(Column::Version).map_err(failed)?;
                 }
                 if leased {
-                    changed.lease = int(row, lease_at).map_err(failed)?;
+                    changed.lease = row.int_or_zero(Column::Token).map_err(failed)?;
                 }
             }
             Ok::<_, Attempt>(changed)
@@ -424,10 +421,7 @@ impl<S: StateMachine> Transition<S> {
         };
         // MySQL reads the new version and lease back on the same
         // connection: the lease token of the row by its key.
-        let read_back = || {
-            let read_back = <DB<E> as Dialect>::statement(self.def.read_back_sql());
-            Ok::<_, Attempt>((read_back.text(), arguments(read_back)?))
-        };
+        let read_back_args = || Ok::<_, Attempt>((read_back.text(), arguments(read_back)?));
         let (rows, changed) = if let Some(log) = log.filter(|log| !log.is_empty()) {
             // With a history table on SQLite and MySQL: the history row's
             // insert and the compare-and-set, in one transaction.
@@ -436,14 +430,17 @@ impl<S: StateMachine> Transition<S> {
             let returns_rows = (versioned || leased) && <DB<E> as Dialect>::RETURNING;
             // MySQL reads a lease back; a version comes with the update.
             let then = match leased && !<DB<E> as Dialect>::RETURNING {
-                true => Some(read_back()?),
+                true => Some(read_back_args()?),
                 false => None,
             };
             let logged = executor
                 .logged(log, log_args, update, args, returns_rows, then)
                 .await
                 .map_err(retryable)?;
-            let row = logged.rows.first().or(logged.then.as_ref());
+            let row = match logged.rows.first() {
+                Some(row) => Some(Read::new(statement, row)),
+                None => logged.then.as_ref().map(|row| Read::new(read_back, row)),
+            };
             let mut changed = changed(row)?;
             if versioned && !leased && !<DB<E> as Dialect>::RETURNING {
                 changed.occurrence = last_id(logged.last_id)?;
@@ -455,7 +452,8 @@ impl<S: StateMachine> Transition<S> {
         } else if <DB<E> as Dialect>::RETURNING {
             // One row per row changed.
             let rows = executor.fetch_all(update, args).await.map_err(retryable)?;
-            (rows.len() as u64, changed(rows.first())?)
+            let row = rows.first().map(|row| Read::new(statement, row));
+            (rows.len() as u64, changed(row)?)
         } else if !leased {
             // MySQL: the UPDATE stored the new version with
             // LAST_INSERT_ID(expr), and its OK packet carries it: one
@@ -480,15 +478,13 @@ impl<S: StateMachine> Transition<S> {
         } else {
             // MySQL into an in-flight state: the same connection reads the
             // new version (LAST_INSERT_ID()) and the lease token back.
-            let (read, then_args) = read_back()?;
+            let (read, then_args) = read_back_args()?;
             let (done, row) = executor
                 .execute_then_fetch(update, args, read, then_args, <DB<E> as Dialect>::changed)
                 .await
                 .map_err(retryable)?;
-            (
-                <DB<E> as Dialect>::rows_affected(&done),
-                changed(row.as_ref())?,
-            )
+            let row = row.as_ref().map(|row| Read::new(read_back, row));
+            (<DB<E> as Dialect>::rows_affected(&done), changed(row)?)
         };
         match rows {
             0 => Ok(None),
@@ -693,8 +689,9 @@ impl<S: StateMachine> Machine<S> {
         else {
             return Ok(None);
         };
+        let row = Read::<E::Database>::new(select, &row);
         let state = status_of::<S, E::Database>(&row, error)?;
-        let occurrence = <E::Database as Dialect>::int(&row, 1).map_err(error)?;
+        let occurrence = row.int(Column::Version).map_err(error)?;
         Ok(Some(Current::new(state, occurrence)))
     }
 }
@@ -820,12 +817,12 @@ pub(crate) fn outcome_label<S: StateMachine, K, C>(outcome: &Outcome<S, K, C>) -
     }
 }
 
-/// The status in column 0 of `row`, parsed; NULL is an error of its own.
-fn status_of<S: StateMachine, DB: Backend>(
-    row: &DB::Row,
+/// The status `row` holds, parsed; NULL is an error of its own.
+pub(crate) fn status_of<S: StateMachine, DB: Backend>(
+    row: &Read<'_, DB>,
     db_error: impl FnOnce(sqlx::Error) -> Error,
 ) -> Result<S, Error> {
-    match DB::text_opt(row, 0).map_err(db_error)? {
+    match row.text(Column::Status).map_err(db_error)? {
         Some(text) => Ok(S::parse_db_str(&text)?),
         None => Err(Error::NullStatus {
             table: S::MACHINE.table(),

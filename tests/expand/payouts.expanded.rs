@@ -66,10 +66,12 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     ::stateguard::__private::statement(
                         "UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('pending') AND (amount_cents <= 95000)",
                         &[::stateguard::__private::Bind::Key(0)],
+                        &[],
                     ),
                     ::stateguard::__private::statement(
                         "UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB) AND \"status\" IN ('pending') AND (amount_cents <= 95000)",
                         &[::stateguard::__private::Bind::Key(0)],
+                        &[],
                     ),
                     ::stateguard::__private::statement(
                         "UPDATE `payouts` SET `status` = 'sending' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('pending') AND CAST(`status` AS BINARY) IN ('pending') AND (amount_cents <= 95000)",
@@ -77,13 +79,14 @@ impl ::stateguard::StateMachine for PayoutStatus {
                             ::stateguard::__private::Bind::Key(0),
                             ::stateguard::__private::Bind::Key(0),
                         ],
+                        &[],
                     ),
                 ),
                 ::core::option::Option::None,
                 ::stateguard::__private::sql(
-                    ::stateguard::__private::statement("", &[]),
-                    ::stateguard::__private::statement("", &[]),
-                    ::stateguard::__private::statement("", &[]),
+                    ::stateguard::__private::statement("", &[], &[]),
+                    ::stateguard::__private::statement("", &[], &[]),
+                    ::stateguard::__private::statement("", &[], &[]),
                 ),
                 ::core::option::Option::Some("amount_cents <= 95000"),
                 ::core::option::Option::Some([
@@ -91,10 +94,20 @@ impl ::stateguard::StateMachine for PayoutStatus {
                         ::stateguard::__private::statement(
                             "SELECT \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT)",
                             &[::stateguard::__private::Bind::Key(0)],
+                            &[
+                                ::stateguard::__private::Column::Status,
+                                ::stateguard::__private::Column::Version,
+                                ::stateguard::__private::Column::Meets,
+                            ],
                         ),
                         ::stateguard::__private::statement(
                             "SELECT \"status\", CAST(0 AS INTEGER), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS INTEGER) FROM \"payouts\" WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB)",
                             &[::stateguard::__private::Bind::Key(0)],
+                            &[
+                                ::stateguard::__private::Column::Status,
+                                ::stateguard::__private::Column::Version,
+                                ::stateguard::__private::Column::Meets,
+                            ],
                         ),
                         ::stateguard::__private::statement(
                             "SELECT CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS SIGNED) FROM `payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) LOCK IN SHARE MODE",
@@ -102,22 +115,42 @@ impl ::stateguard::StateMachine for PayoutStatus {
                                 ::stateguard::__private::Bind::Key(0),
                                 ::stateguard::__private::Bind::Key(0),
                             ],
+                            &[
+                                ::stateguard::__private::Column::Status,
+                                ::stateguard::__private::Column::Version,
+                                ::stateguard::__private::Column::Meets,
+                            ],
                         ),
                     ),
                     ::stateguard::__private::sql(
                         ::stateguard::__private::statement(
                             "SELECT \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) FOR SHARE",
                             &[::stateguard::__private::Bind::Key(0)],
+                            &[
+                                ::stateguard::__private::Column::Status,
+                                ::stateguard::__private::Column::Version,
+                                ::stateguard::__private::Column::Meets,
+                            ],
                         ),
                         ::stateguard::__private::statement(
                             "SELECT \"status\", CAST(0 AS INTEGER), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS INTEGER) FROM \"payouts\" WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB)",
                             &[::stateguard::__private::Bind::Key(0)],
+                            &[
+                                ::stateguard::__private::Column::Status,
+                                ::stateguard::__private::Column::Version,
+                                ::stateguard::__private::Column::Meets,
+                            ],
                         ),
                         ::stateguard::__private::statement(
                             "SELECT CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS SIGNED) FROM `payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) LOCK IN SHARE MODE",
                             &[
                                 ::stateguard::__private::Bind::Key(0),
                                 ::stateguard::__private::Bind::Key(0),
+                            ],
+                            &[
+                                ::stateguard::__private::Column::Status,
+                                ::stateguard::__private::Column::Version,
+                                ::stateguard::__private::Column::Meets,
                             ],
                         ),
                     ),
@@ -126,14 +159,21 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     ::stateguard::__private::statement(
                         "WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'sending' WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending') AND (amount_cents <= 95000) ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT c0, v, l FROM moved ORDER BY o0",
                         &[::stateguard::__private::Bind::Limit],
+                        &[
+                            ::stateguard::__private::Column::Key(0),
+                            ::stateguard::__private::Column::Version,
+                            ::stateguard::__private::Column::Token,
+                        ],
                     ),
                     ::stateguard::__private::statement(
                         "SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending') AND (amount_cents <= 95000) ORDER BY \"id\" LIMIT ?1",
                         &[::stateguard::__private::Bind::Limit],
+                        &[::stateguard::__private::Column::Key(0)],
                     ),
                     ::stateguard::__private::statement(
                         "SELECT `id` FROM `payouts` WHERE `status` IN ('pending') AND CAST(`status` AS BINARY) IN ('pending') AND (amount_cents <= 95000) ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED",
                         &[::stateguard::__private::Bind::Limit],
+                        &[::stateguard::__private::Column::Key(0)],
                     ),
                 ),
                 ::core::option::Option::None,
@@ -143,39 +183,60 @@ impl ::stateguard::StateMachine for PayoutStatus {
                         ::stateguard::__private::statement(
                             "UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING \"payouts\".\"id\"",
                             &[::stateguard::__private::Bind::Keys(0)],
+                            &[::stateguard::__private::Column::Key(0)],
                         ),
                         ::stateguard::__private::statement(
                             "UPDATE \"payouts\" SET \"status\" = 'sending' FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i WHERE \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING \"payouts\".\"id\"",
                             &[::stateguard::__private::Bind::Keys(0)],
+                            &[::stateguard::__private::Column::Key(0)],
                         ),
                         ::stateguard::__private::statement(
                             "UPDATE JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) SET `status` = 'sending' WHERE `status` IN ('pending') AND CAST(`status` AS BINARY) IN ('pending') AND (amount_cents <= 95000)",
                             &[::stateguard::__private::Bind::Keys(0)],
+                            &[],
                         ),
                     ),
                     ::stateguard::__private::sql(
                         ::stateguard::__private::statement(
                             "SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT)",
                             &[::stateguard::__private::Bind::Keys(0)],
+                            &[
+                                ::stateguard::__private::Column::Key(0),
+                                ::stateguard::__private::Column::Status,
+                                ::stateguard::__private::Column::Version,
+                                ::stateguard::__private::Column::Meets,
+                            ],
                         ),
                         ::stateguard::__private::statement(
                             "SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)",
                             &[::stateguard::__private::Bind::Keys(0)],
+                            &[
+                                ::stateguard::__private::Column::Key(0),
+                                ::stateguard::__private::Column::Status,
+                                ::stateguard::__private::Column::Version,
+                                ::stateguard::__private::Column::Meets,
+                            ],
                         ),
                         ::stateguard::__private::statement(
                             "SELECT `payouts`.`id`, CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS SIGNED) FROM JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) FOR UPDATE",
                             &[::stateguard::__private::Bind::Keys(0)],
+                            &[
+                                ::stateguard::__private::Column::Key(0),
+                                ::stateguard::__private::Column::Status,
+                                ::stateguard::__private::Column::Version,
+                                ::stateguard::__private::Column::Meets,
+                            ],
                         ),
                     ),
                     ::stateguard::__private::sql(
-                        ::stateguard::__private::statement("", &[]),
-                        ::stateguard::__private::statement("", &[]),
-                        ::stateguard::__private::statement("", &[]),
+                        ::stateguard::__private::statement("", &[], &[]),
+                        ::stateguard::__private::statement("", &[], &[]),
+                        ::stateguard::__private::statement("", &[], &[]),
                     ),
                     ::stateguard::__private::sql(
-                        ::stateguard::__private::statement("", &[]),
-                        ::stateguard::__private::statement("", &[]),
-                        ::stateguard::__private::statement("", &[]),
+                        ::stateguard::__private::statement("", &[], &[]),
+                        ::stateguard::__private::statement("", &[], &[]),
+                        ::stateguard::__private::statement("", &[], &[]),
                     ),
                 ],
                 [
@@ -183,17 +244,24 @@ impl ::stateguard::StateMachine for PayoutStatus {
                         ::stateguard::__private::statement(
                             "UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING \"payouts\".\"id\"",
                             &[::stateguard::__private::Bind::Keys(0)],
+                            &[::stateguard::__private::Column::Key(0)],
                         ),
-                        ::stateguard::__private::statement("", &[]),
-                        ::stateguard::__private::statement("", &[]),
+                        ::stateguard::__private::statement("", &[], &[]),
+                        ::stateguard::__private::statement("", &[], &[]),
                     ),
                     ::stateguard::__private::sql(
                         ::stateguard::__private::statement(
                             "SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0",
                             &[::stateguard::__private::Bind::Keys(0)],
+                            &[
+                                ::stateguard::__private::Column::Key(0),
+                                ::stateguard::__private::Column::Status,
+                                ::stateguard::__private::Column::Version,
+                                ::stateguard::__private::Column::Meets,
+                            ],
                         ),
-                        ::stateguard::__private::statement("", &[]),
-                        ::stateguard::__private::statement("", &[]),
+                        ::stateguard::__private::statement("", &[], &[]),
+                        ::stateguard::__private::statement("", &[], &[]),
                     ),
                 ],
             ),
@@ -206,10 +274,12 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     ::stateguard::__private::statement(
                         "UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('pending', 'sending')",
                         &[::stateguard::__private::Bind::Key(0)],
+                        &[],
                     ),
                     ::stateguard::__private::statement(
                         "UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB) AND \"status\" IN ('pending', 'sending')",
                         &[::stateguard::__private::Bind::Key(0)],
+                        &[],
                     ),
                     ::stateguard::__private::statement(
                         "UPDATE `payouts` SET `status` = 'cancelled' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('pending', 'sending') AND CAST(`status` AS BINARY) IN ('pending', 'sending')",
@@ -217,13 +287,14 @@ impl ::stateguard::StateMachine for PayoutStatus {
                             ::stateguard::__private::Bind::Key(0),
                             ::stateguard::__private::Bind::Key(0),
                         ],
+                        &[],
                     ),
                 ),
                 ::core::option::Option::None,
                 ::stateguard::__private::sql(
-                    ::stateguard::__private::statement("", &[]),
-                    ::stateguard::__private::statement("", &[]),
-                    ::stateguard::__private::statement("", &[]),
+                    ::stateguard::__private::statement("", &[], &[]),
+                    ::stateguard::__private::statement("", &[], &[]),
+                    ::stateguard::__private::statement("", &[], &[]),
                 ),
                 ::core::option::Option::None,
                 ::core::option::Option::None,
@@ -231,14 +302,21 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     ::stateguard::__private::statement(
                         "WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending', 'sending') ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('pending', 'sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT c0, v, l FROM moved ORDER BY o0",
                         &[::stateguard::__private::Bind::Limit],
+                        &[
+                            ::stateguard::__private::Column::Key(0),
+                            ::stateguard::__private::Column::Version,
+                            ::stateguard::__private::Column::Token,
+                        ],
                     ),
                     ::stateguard::__private::statement(
                         "SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending', 'sending') ORDER BY \"id\" LIMIT ?1",
                         &[::stateguard::__private::Bind::Limit],
+                        &[::stateguard::__private::Column::Key(0)],
                     ),
                     ::stateguard::__private::statement(
                         "SELECT `id` FROM `payouts` WHERE `status` IN ('pending', 'sending') AND CAST(`status` AS BINARY) IN ('pending', 'sending') ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED",
                         &[::stateguard::__private::Bind::Limit],
+                        &[::stateguard::__private::Column::Key(0)],
                     ),
                 ),
                 ::core::option::Option::None,
@@ -248,39 +326,60 @@ impl ::stateguard::StateMachine for PayoutStatus {
                         ::stateguard::__private::statement(
                             "UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('pending', 'sending') RETURNING \"payouts\".\"id\"",
                             &[::stateguard::__private::Bind::Keys(0)],
+                            &[::stateguard::__private::Column::Key(0)],
                         ),
                         ::stateguard::__private::statement(
                             "UPDATE \"payouts\" SET \"status\" = 'cancelled' FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i WHERE \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB) AND \"status\" IN ('pending', 'sending') RETURNING \"payouts\".\"id\"",
                             &[::stateguard::__private::Bind::Keys(0)],
+                            &[::stateguard::__private::Column::Key(0)],
                         ),
                         ::stateguard::__private::statement(
                             "UPDATE JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) SET `status` = 'cancelled' WHERE `status` IN ('pending', 'sending') AND CAST(`status` AS BINARY) IN ('pending', 'sending')",
                             &[::stateguard::__private::Bind::Keys(0)],
+                            &[],
                         ),
                     ),
                     ::stateguard::__private::sql(
                         ::stateguard::__private::statement(
                             "SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT)",
                             &[::stateguard::__private::Bind::Keys(0)],
+                            &[
+                                ::stateguard::__private::Column::Key(0),
+                                ::stateguard::__private::Column::Status,
+                                ::stateguard::__private::Column::Version,
+                                ::stateguard::__private::Column::Meets,
+                            ],
                         ),
                         ::stateguard::__private::statement(
                             "SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(1 AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)",
                             &[::stateguard::__private::Bind::Keys(0)],
+                            &[
+                                ::stateguard::__private::Column::Key(0),
+                                ::stateguard::__private::Column::Status,
+                                ::stateguard::__private::Column::Version,
+                                ::stateguard::__private::Column::Meets,
+                            ],
                         ),
                         ::stateguard::__private::statement(
                             "SELECT `payouts`.`id`, CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(1 AS SIGNED) FROM JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) FOR UPDATE",
                             &[::stateguard::__private::Bind::Keys(0)],
+                            &[
+                                ::stateguard::__private::Column::Key(0),
+                                ::stateguard::__private::Column::Status,
+                                ::stateguard::__private::Column::Version,
+                                ::stateguard::__private::Column::Meets,
+                            ],
                         ),
                     ),
                     ::stateguard::__private::sql(
-                        ::stateguard::__private::statement("", &[]),
-                        ::stateguard::__private::statement("", &[]),
-                        ::stateguard::__private::statement("", &[]),
+                        ::stateguard::__private::statement("", &[], &[]),
+                        ::stateguard::__private::statement("", &[], &[]),
+                        ::stateguard::__private::statement("", &[], &[]),
                     ),
                     ::stateguard::__private::sql(
-                        ::stateguard::__private::statement("", &[]),
-                        ::stateguard::__private::statement("", &[]),
-                        ::stateguard::__private::statement("", &[]),
+                        ::stateguard::__private::statement("", &[], &[]),
+                        ::stateguard::__private::statement("", &[], &[]),
+                        ::stateguard::__private::statement("", &[], &[]),
                     ),
                 ],
                 [
@@ -288,17 +387,24 @@ impl ::stateguard::StateMachine for PayoutStatus {
                         ::stateguard::__private::statement(
                             "UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('pending', 'sending') RETURNING \"payouts\".\"id\"",
                             &[::stateguard::__private::Bind::Keys(0)],
+                            &[::stateguard::__private::Column::Key(0)],
                         ),
-                        ::stateguard::__private::statement("", &[]),
-                        ::stateguard::__private::statement("", &[]),
+                        ::stateguard::__private::statement("", &[], &[]),
+                        ::stateguard::__private::statement("", &[], &[]),
                     ),
                     ::stateguard::__private::sql(
                         ::stateguard::__private::statement(
                             "SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0",
                             &[::stateguard::__private::Bind::Keys(0)],
+                            &[
+                                ::stateguard::__private::Column::Key(0),
+                                ::stateguard::__private::Column::Status,
+                                ::stateguard::__private::Column::Version,
+                                ::stateguard::__private::Column::Meets,
+                            ],
                         ),
-                        ::stateguard::__private::statement("", &[]),
-                        ::stateguard::__private::statement("", &[]),
+                        ::stateguard::__private::statement("", &[], &[]),
+                        ::stateguard::__private::statement("", &[], &[]),
                     ),
                 ],
             ),
@@ -317,6 +423,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                             ::stateguard::__private::Bind::Key(0),
                             ::stateguard::__private::Bind::Value(0),
                         ],
+                        &[],
                     ),
                     ::stateguard::__private::statement(
                         "UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = ?2 WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB) AND \"status\" IN ('sending')",
@@ -324,6 +431,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                             ::stateguard::__private::Bind::Key(0),
                             ::stateguard::__private::Bind::Value(0),
                         ],
+                        &[],
                     ),
                     ::stateguard::__private::statement(
                         "UPDATE `payouts` SET `sent_at` = (CURRENT_TIMESTAMP), `bank_ref` = ?, `status` = 'sent' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending')",
@@ -332,13 +440,14 @@ impl ::stateguard::StateMachine for PayoutStatus {
                             ::stateguard::__private::Bind::Key(0),
                             ::stateguard::__private::Bind::Key(0),
                         ],
+                        &[],
                     ),
                 ),
                 ::core::option::Option::None,
                 ::stateguard::__private::sql(
-                    ::stateguard::__private::statement("", &[]),
-                    ::stateguard::__private::statement("", &[]),
-                    ::stateguard::__private::statement("", &[]),
+                    ::stateguard::__private::statement("", &[], &[]),
+                    ::stateguard::__private::statement("", &[], &[]),
+                    ::stateguard::__private::statement("", &[], &[]),
                 ),
                 ::core::option::Option::None,
                 ::core::option::Option::None,
@@ -349,14 +458,21 @@ impl ::stateguard::StateMachine for PayoutStatus {
                             ::stateguard::__private::Bind::Value(0),
                             ::stateguard::__private::Bind::Limit,
                         ],
+                        &[
+                            ::stateguard::__private::Column::Key(0),
+                            ::stateguard::__private::Column::Version,
+                            ::stateguard::__private::Column::Token,
+                        ],
                     ),
                     ::stateguard::__private::statement(
                         "SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT ?1",
                         &[::stateguard::__private::Bind::Limit],
+                        &[::stateguard::__private::Column::Key(0)],
                     ),
                     ::stateguard::__private::statement(
                         "SELECT `id` FROM `payouts` WHERE `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending') ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED",
                         &[::stateguard::__private::Bind::Limit],
+                        &[::stateguard::__private::Column::Key(0)],
                     ),
                 ),
                 ::core::option::Option::None,
@@ -369,6 +485,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                                 ::stateguard::__private::Bind::Keys(0),
                                 ::stateguard::__private::Bind::Value(0),
                             ],
+                            &[::stateguard::__private::Column::Key(0)],
                         ),
                         ::stateguard::__private::statement(
                             "UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = ?2 FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i WHERE \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\"",
@@ -376,6 +493,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                                 ::stateguard::__private::Bind::Keys(0),
                                 ::stateguard::__private::Bind::Value(0),
                             ],
+                            &[::stateguard::__private::Column::Key(0)],
                         ),
                         ::stateguard::__private::statement(
                             "UPDATE JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) SET `sent_at` = (CURRENT_TIMESTAMP), `bank_ref` = ?, `status` = 'sent' WHERE `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending')",
@@ -383,31 +501,50 @@ impl ::stateguard::StateMachine for PayoutStatus {
                                 ::stateguard::__private::Bind::Keys(0),
                                 ::stateguard::__private::Bind::Value(0),
                             ],
+                            &[],
                         ),
                     ),
                     ::stateguard::__private::sql(
                         ::stateguard::__private::statement(
                             "SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT)",
                             &[::stateguard::__private::Bind::Keys(0)],
+                            &[
+                                ::stateguard::__private::Column::Key(0),
+                                ::stateguard::__private::Column::Status,
+                                ::stateguard::__private::Column::Version,
+                                ::stateguard::__private::Column::Meets,
+                            ],
                         ),
                         ::stateguard::__private::statement(
                             "SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(1 AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)",
                             &[::stateguard::__private::Bind::Keys(0)],
+                            &[
+                                ::stateguard::__private::Column::Key(0),
+                                ::stateguard::__private::Column::Status,
+                                ::stateguard::__private::Column::Version,
+                                ::stateguard::__private::Column::Meets,
+                            ],
                         ),
                         ::stateguard::__private::statement(
                             "SELECT `payouts`.`id`, CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(1 AS SIGNED) FROM JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) FOR UPDATE",
                             &[::stateguard::__private::Bind::Keys(0)],
+                            &[
+                                ::stateguard::__private::Column::Key(0),
+                                ::stateguard::__private::Column::Status,
+                                ::stateguard::__private::Column::Version,
+                                ::stateguard::__private::Column::Meets,
+                            ],
                         ),
                     ),
                     ::stateguard::__private::sql(
-                        ::stateguard::__private::statement("", &[]),
-                        ::stateguard::__private::statement("", &[]),
-                        ::stateguard::__private::statement("", &[]),
+                        ::stateguard::__private::statement("", &[], &[]),
+                        ::stateguard::__private::statement("", &[], &[]),
+                        ::stateguard::__private::statement("", &[], &[]),
                     ),
                     ::stateguard::__private::sql(
-                        ::stateguard::__private::statement("", &[]),
-                        ::stateguard::__private::statement("", &[]),
-                        ::stateguard::__private::statement("", &[]),
+                        ::stateguard::__private::statement("", &[], &[]),
+                        ::stateguard::__private::statement("", &[], &[]),
+                        ::stateguard::__private::statement("", &[], &[]),
                     ),
                 ],
                 [
@@ -418,17 +555,24 @@ impl ::stateguard::StateMachine for PayoutStatus {
                                 ::stateguard::__private::Bind::Keys(0),
                                 ::stateguard::__private::Bind::Value(0),
                             ],
+                            &[::stateguard::__private::Column::Key(0)],
                         ),
-                        ::stateguard::__private::statement("", &[]),
-                        ::stateguard::__private::statement("", &[]),
+                        ::stateguard::__private::statement("", &[], &[]),
+                        ::stateguard::__private::statement("", &[], &[]),
                     ),
                     ::stateguard::__private::sql(
                         ::stateguard::__private::statement(
                             "SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0",
                             &[::stateguard::__private::Bind::Keys(0)],
+                            &[
+                                ::stateguard::__private::Column::Key(0),
+                                ::stateguard::__private::Column::Status,
+                                ::stateguard::__private::Column::Version,
+                                ::stateguard::__private::Column::Meets,
+                            ],
                         ),
-                        ::stateguard::__private::statement("", &[]),
-                        ::stateguard::__private::statement("", &[]),
+                        ::stateguard::__private::statement("", &[], &[]),
+                        ::stateguard::__private::statement("", &[], &[]),
                     ),
                 ],
             ),
@@ -441,10 +585,12 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     ::stateguard::__private::statement(
                         "UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('sending')",
                         &[::stateguard::__private::Bind::Key(0)],
+                        &[],
                     ),
                     ::stateguard::__private::statement(
                         "UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB) AND \"status\" IN ('sending')",
                         &[::stateguard::__private::Bind::Key(0)],
+                        &[],
                     ),
                     ::stateguard::__private::statement(
                         "UPDATE `payouts` SET `status` = 'failed' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending')",
@@ -452,13 +598,14 @@ impl ::stateguard::StateMachine for PayoutStatus {
                             ::stateguard::__private::Bind::Key(0),
                             ::stateguard::__private::Bind::Key(0),
                         ],
+                        &[],
                     ),
                 ),
                 ::core::option::Option::None,
                 ::stateguard::__private::sql(
-                    ::stateguard::__private::statement("", &[]),
-                    ::stateguard::__private::statement("", &[]),
-                    ::stateguard::__private::statement("", &[]),
+                    ::stateguard::__private::statement("", &[], &[]),
+                    ::stateguard::__private::statement("", &[], &[]),
+                    ::stateguard::__private::statement("", &[], &[]),
                 ),
                 ::core::option::Option::None,
                 ::core::option::Option::None,
@@ -466,14 +613,21 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     ::stateguard::__private::statement(
                         "WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'failed' WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT c0, v, l FROM moved ORDER BY o0",
                         &[::stateguard::__private::Bind::Limit],
+                        &[
+                            ::stateguard::__private::Column::Key(0),
+                            ::stateguard::__private::Column::Version,
+                            ::stateguard::__private::Column::Token,
+                        ],
                     ),
                     ::stateguard::__private::statement(
                         "SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT ?1",
                         &[::stateguard::__private::Bind::Limit],
+                        &[::stateguard::__private::Column::Key(0)],
                     ),
                     ::stateguard::__private::statement(
                         "SELECT `id` FROM `payouts` WHERE `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending') ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED",
                         &[::stateguard::__private::Bind::Limit],
+                        &[::stateguard::__private::Column::Key(0)],
                     ),
                 ),
                 ::core::option::Option::None,
@@ -483,39 +637,60 @@ impl ::stateguard::StateMachine for PayoutStatus {
                         ::stateguard::__private::statement(
                             "UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\"",
                             &[::stateguard::__private::Bind::Keys(0)],
+                            &[::stateguard::__private::Column::Key(0)],
                         ),
                         ::stateguard::__private::statement(
                             "UPDATE \"payouts\" SET \"status\" = 'failed' FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i WHERE \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\"",
                             &[::stateguard::__private::Bind::Keys(0)],
+                            &[::stateguard::__private::Column::Key(0)],
                         ),
                         ::stateguard::__private::statement(
                             "UPDATE JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) SET `status` = 'failed' WHERE `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending')",
                             &[::stateguard::__private::Bind::Keys(0)],
+                            &[],
                         ),
                     ),
                     ::stateguard::__private::sql(
                         ::stateguard::__private::statement(
                             "SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT)",
                             &[::stateguard::__private::Bind::Keys(0)],
+                            &[
+                                ::stateguard::__private::Column::Key(0),
+                                ::stateguard::__private::Column::Status,
+                                ::stateguard::__private::Column::Version,
+                                ::stateguard::__private::Column::Meets,
+                            ],
                         ),
                         ::stateguard::__private::statement(
                             "SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(1 AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)",
                             &[::stateguard::__private::Bind::Keys(0)],
+                            &[
+                                ::stateguard::__private::Column::Key(0),
+                                ::stateguard::__private::Column::Status,
+                                ::stateguard::__private::Column::Version,
+                                ::stateguard::__private::Column::Meets,
+                            ],
                         ),
                         ::stateguard::__private::statement(
                             "SELECT `payouts`.`id`, CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(1 AS SIGNED) FROM JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) FOR UPDATE",
                             &[::stateguard::__private::Bind::Keys(0)],
+                            &[
+                                ::stateguard::__private::Column::Key(0),
+                                ::stateguard::__private::Column::Status,
+                                ::stateguard::__private::Column::Version,
+                                ::stateguard::__private::Column::Meets,
+                            ],
                         ),
                     ),
                     ::stateguard::__private::sql(
-                        ::stateguard::__private::statement("", &[]),
-                        ::stateguard::__private::statement("", &[]),
-                        ::stateguard::__private::statement("", &[]),
+                        ::stateguard::__private::statement("", &[], &[]),
+                        ::stateguard::__private::statement("", &[], &[]),
+                        ::stateguard::__private::statement("", &[], &[]),
                     ),
                     ::stateguard::__private::sql(
-                        ::stateguard::__private::statement("", &[]),
-                        ::stateguard::__private::statement("", &[]),
-                        ::stateguard::__private::statement("", &[]),
+                        ::stateguard::__private::statement("", &[], &[]),
+                        ::stateguard::__private::statement("", &[], &[]),
+                        ::stateguard::__private::statement("", &[], &[]),
                     ),
                 ],
                 [
@@ -523,17 +698,24 @@ impl ::stateguard::StateMachine for PayoutStatus {
                         ::stateguard::__private::statement(
                             "UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\"",
                             &[::stateguard::__private::Bind::Keys(0)],
+                            &[::stateguard::__private::Column::Key(0)],
                         ),
-                        ::stateguard::__private::statement("", &[]),
-                        ::stateguard::__private::statement("", &[]),
+                        ::stateguard::__private::statement("", &[], &[]),
+                        ::stateguard::__private::statement("", &[], &[]),
                     ),
                     ::stateguard::__private::sql(
                         ::stateguard::__private::statement(
                             "SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0",
                             &[::stateguard::__private::Bind::Keys(0)],
+                            &[
+                                ::stateguard::__private::Column::Key(0),
+                                ::stateguard::__private::Column::Status,
+                                ::stateguard::__private::Column::Version,
+                                ::stateguard::__private::Column::Meets,
+                            ],
                         ),
-                        ::stateguard::__private::statement("", &[]),
-                        ::stateguard::__private::statement("", &[]),
+                        ::stateguard::__private::statement("", &[], &[]),
+                        ::stateguard::__private::statement("", &[], &[]),
                     ),
                 ],
             ),
@@ -552,10 +734,18 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 ::stateguard::__private::statement(
                     "SELECT \"status\"::text, CAST(0 AS BIGINT) FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT)",
                     &[::stateguard::__private::Bind::Key(0)],
+                    &[
+                        ::stateguard::__private::Column::Status,
+                        ::stateguard::__private::Column::Version,
+                    ],
                 ),
                 ::stateguard::__private::statement(
                     "SELECT \"status\", CAST(0 AS INTEGER) FROM \"payouts\" WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB)",
                     &[::stateguard::__private::Bind::Key(0)],
+                    &[
+                        ::stateguard::__private::Column::Status,
+                        ::stateguard::__private::Column::Version,
+                    ],
                 ),
                 ::stateguard::__private::statement(
                     "SELECT CAST(`status` AS CHAR), CAST(0 AS SIGNED) FROM `payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) LOCK IN SHARE MODE",
@@ -563,22 +753,38 @@ impl ::stateguard::StateMachine for PayoutStatus {
                         ::stateguard::__private::Bind::Key(0),
                         ::stateguard::__private::Bind::Key(0),
                     ],
+                    &[
+                        ::stateguard::__private::Column::Status,
+                        ::stateguard::__private::Column::Version,
+                    ],
                 ),
             ),
             ::stateguard::__private::sql(
                 ::stateguard::__private::statement(
                     "SELECT \"status\"::text, CAST(0 AS BIGINT) FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) FOR SHARE",
                     &[::stateguard::__private::Bind::Key(0)],
+                    &[
+                        ::stateguard::__private::Column::Status,
+                        ::stateguard::__private::Column::Version,
+                    ],
                 ),
                 ::stateguard::__private::statement(
                     "SELECT \"status\", CAST(0 AS INTEGER) FROM \"payouts\" WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB)",
                     &[::stateguard::__private::Bind::Key(0)],
+                    &[
+                        ::stateguard::__private::Column::Status,
+                        ::stateguard::__private::Column::Version,
+                    ],
                 ),
                 ::stateguard::__private::statement(
                     "SELECT CAST(`status` AS CHAR), CAST(0 AS SIGNED) FROM `payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) LOCK IN SHARE MODE",
                     &[
                         ::stateguard::__private::Bind::Key(0),
                         ::stateguard::__private::Bind::Key(0),
+                    ],
+                    &[
+                        ::stateguard::__private::Column::Status,
+                        ::stateguard::__private::Column::Version,
                     ],
                 ),
             ),

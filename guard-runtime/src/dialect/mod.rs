@@ -8,7 +8,7 @@ pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 mod statement;
 
-pub use statement::{Bind, Statement};
+pub use statement::{Bind, Column, Statement};
 
 #[cfg(feature = "mysql")]
 mod mysql;

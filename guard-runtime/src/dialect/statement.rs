@@ -31,6 +31,38 @@ pub enum Bind {
     Details,
 }
 
+/// What one column of a statement's result holds: declared by the derive
+/// beside the statement (see [`Statement::returns`]), so that the runtime
+/// reads a row by what a column holds, never by a bare index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Column {
+    /// Key column `n` of the row.
+    Key(u8),
+    /// The status, as text.
+    Status,
+    /// The row's occurrence (its version column, 0 without one).
+    Version,
+    /// Whether the row meets the transition's guard (1 or 0).
+    Meets,
+    /// The row's lease token.
+    Token,
+    /// A history row's transition.
+    Transition,
+    /// A history row's state left.
+    From,
+    /// A history row's state entered.
+    To,
+    /// A history row's time, as text.
+    At,
+    /// A history row's actor.
+    Actor,
+    /// A history row's reason.
+    Reason,
+    /// A history row's details, as text.
+    Details,
+}
+
 /// One statement as one dialect runs it: the text, fixed at compile time,
 /// and its bind plan. The runtime binds every statement through its plan,
 /// so no code but the derive, which writes both, knows where a dialect
@@ -42,11 +74,30 @@ pub enum Bind {
 pub struct Statement<B: 'static = Bind> {
     text: &'static str,
     binds: &'static [B],
+    returns: &'static [Column],
 }
 
 impl<B> Statement<B> {
+    /// A statement that returns columns the caller reads by position
+    /// itself: the fixed-table stores', written by hand.
     pub(crate) const fn new(text: &'static str, binds: &'static [B]) -> Self {
-        Statement { text, binds }
+        Statement {
+            text,
+            binds,
+            returns: &[],
+        }
+    }
+
+    pub(crate) const fn returning(
+        text: &'static str,
+        binds: &'static [B],
+        returns: &'static [Column],
+    ) -> Self {
+        Statement {
+            text,
+            binds,
+            returns,
+        }
     }
 
     /// The SQL text.
@@ -60,6 +111,17 @@ impl<B> Statement<B> {
     /// order for MySQL's positional `?`.
     pub const fn binds(&self) -> &'static [B] {
         self.binds
+    }
+
+    /// What each column of the statement's result holds, in order.
+    pub const fn returns(&self) -> &'static [Column] {
+        self.returns
+    }
+
+    /// The position of `column` in the statement's result, if it returns
+    /// one.
+    pub fn column(&self, column: Column) -> Option<usize> {
+        self.returns.iter().position(|c| *c == column)
     }
 
     /// Whether the dialect has no such statement (an empty text).

@@ -14,7 +14,7 @@ enum Lone {
     Only,
 }
 
-const NONE: crate::dialect::Statement = construct::statement("", &[]);
+const NONE: crate::dialect::Statement = construct::statement("", &[], &[]);
 
 const NO_DDL: DdlText = construct::ddl("", "", "", &[], &[], "", "");
 

@@ -1,0 +1,45 @@
+//! Reading a statement's result by what each column holds.
+//!
+//! **Architecture Invariant:** a row of a machine's statement is read
+//! through the columns the derive declared beside it
+//! ([`Statement::returns`]), never by a bare index. Keys are the one
+//! exception that needs no lookup: the derive puts them first, in order,
+//! wherever a statement returns them, and `DecodeKey` reads them there.
+
+use crate::dialect::{Backend, Column, Statement};
+
+/// A row of `statement`'s result.
+pub(crate) struct Read<'r, DB: Backend> {
+    statement: Statement,
+    row: &'r DB::Row,
+}
+
+impl<'r, DB: Backend> Read<'r, DB> {
+    pub(crate) fn new(statement: Statement, row: &'r DB::Row) -> Self {
+        Read { statement, row }
+    }
+
+    fn at(&self, column: Column) -> Result<usize, sqlx::Error> {
+        self.statement.column(column).ok_or_else(|| {
+            sqlx::Error::Protocol(format!(
+                "the statement returns no {column:?}: {}",
+                self.statement.text()
+            ))
+        })
+    }
+
+    /// `column` as an integer.
+    pub(crate) fn int(&self, column: Column) -> Result<i64, sqlx::Error> {
+        DB::int(self.row, self.at(column)?)
+    }
+
+    /// `column` as an integer, NULL as 0.
+    pub(crate) fn int_or_zero(&self, column: Column) -> Result<i64, sqlx::Error> {
+        DB::int_opt(self.row, self.at(column)?).map(Option::unwrap_or_default)
+    }
+
+    /// `column` as text, or NULL.
+    pub(crate) fn text(&self, column: Column) -> Result<Option<String>, sqlx::Error> {
+        DB::text_opt(self.row, self.at(column)?)
+    }
+}
