@@ -286,17 +286,18 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
             type KeyShape = #krate::key::shape::#key_shape;
 
             const MACHINE: &'static #private::Machine<Self> = {
-                // Named constants, so that `&CONST` is promoted to 'static.
-                const #states_const: [#private::StateDef<#ident>; #n_states] = [
+                // Statics, not constants: the metadata exists once in the
+                // binary, and every use reads it there instead of a copy.
+                static #states_const: [#private::StateDef<#ident>; #n_states] = [
                     #(#private::state(
                         #ident::#idents, #variant_names, #dbs, #initials, #in_flights, #stamps,
                         #timeouts,
                     )),*
                 ];
-                const #transitions_const: [#private::TransitionDef<#ident>; #n_transitions] = [
+                static #transitions_const: [#private::TransitionDef<#ident>; #n_transitions] = [
                     #(#transition_defs),*
                 ];
-                const #machine_const: #private::Machine<#ident> = #private::machine(
+                static #machine_const: #private::Machine<#ident> = #private::machine(
                     #name,
                     #table,
                     #column,
@@ -476,6 +477,7 @@ fn option(value: Option<impl ToTokens>) -> TokenStream {
 /// literal with its bind plan (`plan.rs`).
 fn sql_per_dialect(private: &TokenStream, build: impl Fn(Dialect) -> String) -> TokenStream {
     let [pg, lite, my] = DIALECTS.map(|d| match plan::render(d, &build(d)) {
+        // Kept by the runtime only where the dialect's backend is on.
         Ok(Rendered {
             text,
             plan,
@@ -483,7 +485,10 @@ fn sql_per_dialect(private: &TokenStream, build: impl Fn(Dialect) -> String) -> 
         }) => {
             let binds = plan.iter().map(|slot| bind(private, *slot));
             let columns = returns.iter().map(|col| column(private, *col));
-            quote!(#private::statement(#text, &[#(#binds),*], &[#(#columns),*]))
+            let kept = format_ident!("{}", d.name());
+            quote! {
+                #private::#kept!(#private::statement(#text, &[#(#binds),*], &[#(#columns),*]))
+            }
         }
         // A builder that wrote a placeholder of its own: a bug here, said
         // at the derive rather than at run time.

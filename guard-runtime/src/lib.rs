@@ -67,9 +67,78 @@ pub mod meta {
     pub use crate::machine::{InFlightDef, Machine, SetColumn, StateDef, TransitionDef};
 }
 
+/// A statement in generated code, kept only where its backend's feature
+/// is on: a binary that talks to one database carries one dialect's text.
+#[cfg(feature = "postgres")]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __stateguard_postgres {
+    ($statement:expr) => {
+        $statement
+    };
+}
+
+#[cfg(not(feature = "postgres"))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __stateguard_postgres {
+    ($statement:expr) => {
+        $crate::__private::NO_STATEMENT
+    };
+}
+
+/// See [`__stateguard_postgres!`].
+#[cfg(feature = "sqlite")]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __stateguard_sqlite {
+    ($statement:expr) => {
+        $statement
+    };
+}
+
+#[cfg(not(feature = "sqlite"))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __stateguard_sqlite {
+    ($statement:expr) => {
+        $crate::__private::NO_STATEMENT
+    };
+}
+
+/// See [`__stateguard_postgres!`].
+#[cfg(feature = "mysql")]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __stateguard_mysql {
+    ($statement:expr) => {
+        $statement
+    };
+}
+
+#[cfg(not(feature = "mysql"))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __stateguard_mysql {
+    ($statement:expr) => {
+        $crate::__private::NO_STATEMENT
+    };
+}
+
 /// Items the derive's generated code names. Not part of the public API.
 #[doc(hidden)]
 pub mod __private {
+    /// Each dialect's statement, or [`NO_STATEMENT`] where its backend's
+    /// feature is off.
+    pub use crate::{
+        __stateguard_mysql as mysql, __stateguard_postgres as postgres,
+        __stateguard_sqlite as sqlite,
+    };
+
+    /// What a dialect whose backend's feature is off holds.
+    pub const NO_STATEMENT: crate::meta::Statement =
+        crate::machine::construct::statement("", &[], &[]);
+
     pub use sqlx;
 
     pub use crate::dialect::{Bind, Column};

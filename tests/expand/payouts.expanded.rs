@@ -7,7 +7,7 @@
 impl ::stateguard::StateMachine for PayoutStatus {
     type KeyShape = ::stateguard::key::shape::One;
     const MACHINE: &'static ::stateguard::__private::Machine<Self> = {
-        const __STATES: [::stateguard::__private::StateDef<PayoutStatus>; 5usize] = [
+        static __STATES: [::stateguard::__private::StateDef<PayoutStatus>; 5usize] = [
             ::stateguard::__private::state(
                 PayoutStatus::Pending,
                 "Pending",
@@ -54,7 +54,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 ::core::option::Option::None,
             ),
         ];
-        const __TRANSITIONS: [::stateguard::__private::TransitionDef<
+        static __TRANSITIONS: [::stateguard::__private::TransitionDef<
             PayoutStatus,
         >; 4usize] = [
             ::stateguard::__private::transition(
@@ -63,205 +63,199 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 PayoutStatus::Sending,
                 &[],
                 ::stateguard::__private::sql(
-                    ::stateguard::__private::statement(
-                        "UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('pending') AND (amount_cents <= 95000)",
-                        &[::stateguard::__private::Bind::Key(0)],
-                        &[],
+                    ::stateguard::__private::postgres!(
+                        ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('pending') AND (amount_cents <= 95000)",
+                        & [::stateguard::__private::Bind::Key(0)], & [])
                     ),
-                    ::stateguard::__private::statement(
-                        "UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB) AND \"status\" IN ('pending') AND (amount_cents <= 95000)",
-                        &[::stateguard::__private::Bind::Key(0)],
-                        &[],
+                    ::stateguard::__private::sqlite!(
+                        ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB) AND \"status\" IN ('pending') AND (amount_cents <= 95000)",
+                        & [::stateguard::__private::Bind::Key(0)], & [])
                     ),
-                    ::stateguard::__private::statement(
-                        "UPDATE `payouts` SET `status` = 'sending' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('pending') AND CAST(`status` AS BINARY) IN ('pending') AND (amount_cents <= 95000)",
-                        &[
-                            ::stateguard::__private::Bind::Key(0),
-                            ::stateguard::__private::Bind::Key(0),
-                        ],
-                        &[],
+                    ::stateguard::__private::mysql!(
+                        ::stateguard::__private::statement("UPDATE `payouts` SET `status` = 'sending' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('pending') AND CAST(`status` AS BINARY) IN ('pending') AND (amount_cents <= 95000)",
+                        & [::stateguard::__private::Bind::Key(0),
+                        ::stateguard::__private::Bind::Key(0)], & [])
                     ),
                 ),
                 ::core::option::Option::None,
                 ::stateguard::__private::sql(
-                    ::stateguard::__private::statement("", &[], &[]),
-                    ::stateguard::__private::statement("", &[], &[]),
-                    ::stateguard::__private::statement("", &[], &[]),
+                    ::stateguard::__private::postgres!(
+                        ::stateguard::__private::statement("", & [], & [])
+                    ),
+                    ::stateguard::__private::sqlite!(
+                        ::stateguard::__private::statement("", & [], & [])
+                    ),
+                    ::stateguard::__private::mysql!(
+                        ::stateguard::__private::statement("", & [], & [])
+                    ),
                 ),
                 ::core::option::Option::Some("amount_cents <= 95000"),
                 ::core::option::Option::Some([
                     ::stateguard::__private::sql(
-                        ::stateguard::__private::statement(
-                            "SELECT \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT)",
-                            &[::stateguard::__private::Bind::Key(0)],
-                            &[
-                                ::stateguard::__private::Column::Status,
-                                ::stateguard::__private::Column::Version,
-                                ::stateguard::__private::Column::Meets,
-                            ],
+                        ::stateguard::__private::postgres!(
+                            ::stateguard::__private::statement("SELECT \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT)",
+                            & [::stateguard::__private::Bind::Key(0)], &
+                            [::stateguard::__private::Column::Status,
+                            ::stateguard::__private::Column::Version,
+                            ::stateguard::__private::Column::Meets])
                         ),
-                        ::stateguard::__private::statement(
-                            "SELECT \"status\", CAST(0 AS INTEGER), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS INTEGER) FROM \"payouts\" WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB)",
-                            &[::stateguard::__private::Bind::Key(0)],
-                            &[
-                                ::stateguard::__private::Column::Status,
-                                ::stateguard::__private::Column::Version,
-                                ::stateguard::__private::Column::Meets,
-                            ],
+                        ::stateguard::__private::sqlite!(
+                            ::stateguard::__private::statement("SELECT \"status\", CAST(0 AS INTEGER), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS INTEGER) FROM \"payouts\" WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB)",
+                            & [::stateguard::__private::Bind::Key(0)], &
+                            [::stateguard::__private::Column::Status,
+                            ::stateguard::__private::Column::Version,
+                            ::stateguard::__private::Column::Meets])
                         ),
-                        ::stateguard::__private::statement(
-                            "SELECT CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS SIGNED) FROM `payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) LOCK IN SHARE MODE",
-                            &[
-                                ::stateguard::__private::Bind::Key(0),
-                                ::stateguard::__private::Bind::Key(0),
-                            ],
-                            &[
-                                ::stateguard::__private::Column::Status,
-                                ::stateguard::__private::Column::Version,
-                                ::stateguard::__private::Column::Meets,
-                            ],
+                        ::stateguard::__private::mysql!(
+                            ::stateguard::__private::statement("SELECT CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS SIGNED) FROM `payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) LOCK IN SHARE MODE",
+                            & [::stateguard::__private::Bind::Key(0),
+                            ::stateguard::__private::Bind::Key(0)], &
+                            [::stateguard::__private::Column::Status,
+                            ::stateguard::__private::Column::Version,
+                            ::stateguard::__private::Column::Meets])
                         ),
                     ),
                     ::stateguard::__private::sql(
-                        ::stateguard::__private::statement(
-                            "SELECT \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) FOR SHARE",
-                            &[::stateguard::__private::Bind::Key(0)],
-                            &[
-                                ::stateguard::__private::Column::Status,
-                                ::stateguard::__private::Column::Version,
-                                ::stateguard::__private::Column::Meets,
-                            ],
+                        ::stateguard::__private::postgres!(
+                            ::stateguard::__private::statement("SELECT \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) FOR SHARE",
+                            & [::stateguard::__private::Bind::Key(0)], &
+                            [::stateguard::__private::Column::Status,
+                            ::stateguard::__private::Column::Version,
+                            ::stateguard::__private::Column::Meets])
                         ),
-                        ::stateguard::__private::statement(
-                            "SELECT \"status\", CAST(0 AS INTEGER), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS INTEGER) FROM \"payouts\" WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB)",
-                            &[::stateguard::__private::Bind::Key(0)],
-                            &[
-                                ::stateguard::__private::Column::Status,
-                                ::stateguard::__private::Column::Version,
-                                ::stateguard::__private::Column::Meets,
-                            ],
+                        ::stateguard::__private::sqlite!(
+                            ::stateguard::__private::statement("SELECT \"status\", CAST(0 AS INTEGER), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS INTEGER) FROM \"payouts\" WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB)",
+                            & [::stateguard::__private::Bind::Key(0)], &
+                            [::stateguard::__private::Column::Status,
+                            ::stateguard::__private::Column::Version,
+                            ::stateguard::__private::Column::Meets])
                         ),
-                        ::stateguard::__private::statement(
-                            "SELECT CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS SIGNED) FROM `payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) LOCK IN SHARE MODE",
-                            &[
-                                ::stateguard::__private::Bind::Key(0),
-                                ::stateguard::__private::Bind::Key(0),
-                            ],
-                            &[
-                                ::stateguard::__private::Column::Status,
-                                ::stateguard::__private::Column::Version,
-                                ::stateguard::__private::Column::Meets,
-                            ],
+                        ::stateguard::__private::mysql!(
+                            ::stateguard::__private::statement("SELECT CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS SIGNED) FROM `payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) LOCK IN SHARE MODE",
+                            & [::stateguard::__private::Bind::Key(0),
+                            ::stateguard::__private::Bind::Key(0)], &
+                            [::stateguard::__private::Column::Status,
+                            ::stateguard::__private::Column::Version,
+                            ::stateguard::__private::Column::Meets])
                         ),
                     ),
                 ]),
                 ::stateguard::__private::sql(
-                    ::stateguard::__private::statement(
-                        "WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'sending' WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending') AND (amount_cents <= 95000) ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT c0, v, l FROM moved ORDER BY o0",
-                        &[::stateguard::__private::Bind::Limit],
-                        &[
-                            ::stateguard::__private::Column::Key(0),
-                            ::stateguard::__private::Column::Version,
-                            ::stateguard::__private::Column::Token,
-                        ],
+                    ::stateguard::__private::postgres!(
+                        ::stateguard::__private::statement("WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'sending' WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending') AND (amount_cents <= 95000) ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT c0, v, l FROM moved ORDER BY o0",
+                        & [::stateguard::__private::Bind::Limit], &
+                        [::stateguard::__private::Column::Key(0),
+                        ::stateguard::__private::Column::Version,
+                        ::stateguard::__private::Column::Token])
                     ),
-                    ::stateguard::__private::statement(
-                        "SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending') AND (amount_cents <= 95000) ORDER BY \"id\" LIMIT ?1",
-                        &[::stateguard::__private::Bind::Limit],
-                        &[::stateguard::__private::Column::Key(0)],
+                    ::stateguard::__private::sqlite!(
+                        ::stateguard::__private::statement("SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending') AND (amount_cents <= 95000) ORDER BY \"id\" LIMIT ?1",
+                        & [::stateguard::__private::Bind::Limit], &
+                        [::stateguard::__private::Column::Key(0)])
                     ),
-                    ::stateguard::__private::statement(
-                        "SELECT `id` FROM `payouts` WHERE `status` IN ('pending') AND CAST(`status` AS BINARY) IN ('pending') AND (amount_cents <= 95000) ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED",
-                        &[::stateguard::__private::Bind::Limit],
-                        &[::stateguard::__private::Column::Key(0)],
+                    ::stateguard::__private::mysql!(
+                        ::stateguard::__private::statement("SELECT `id` FROM `payouts` WHERE `status` IN ('pending') AND CAST(`status` AS BINARY) IN ('pending') AND (amount_cents <= 95000) ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED",
+                        & [::stateguard::__private::Bind::Limit], &
+                        [::stateguard::__private::Column::Key(0)])
                     ),
                 ),
                 ::core::option::Option::None,
                 ::core::option::Option::None,
                 [
                     ::stateguard::__private::sql(
-                        ::stateguard::__private::statement(
-                            "UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING \"payouts\".\"id\"",
-                            &[::stateguard::__private::Bind::Keys(0)],
-                            &[::stateguard::__private::Column::Key(0)],
+                        ::stateguard::__private::postgres!(
+                            ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING \"payouts\".\"id\"",
+                            & [::stateguard::__private::Bind::Keys(0)], &
+                            [::stateguard::__private::Column::Key(0)])
                         ),
-                        ::stateguard::__private::statement(
-                            "UPDATE \"payouts\" SET \"status\" = 'sending' FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i WHERE \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING \"payouts\".\"id\"",
-                            &[::stateguard::__private::Bind::Keys(0)],
-                            &[::stateguard::__private::Column::Key(0)],
+                        ::stateguard::__private::sqlite!(
+                            ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'sending' FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i WHERE \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING \"payouts\".\"id\"",
+                            & [::stateguard::__private::Bind::Keys(0)], &
+                            [::stateguard::__private::Column::Key(0)])
                         ),
-                        ::stateguard::__private::statement(
-                            "UPDATE JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) SET `status` = 'sending' WHERE `status` IN ('pending') AND CAST(`status` AS BINARY) IN ('pending') AND (amount_cents <= 95000)",
-                            &[::stateguard::__private::Bind::Keys(0)],
-                            &[],
-                        ),
-                    ),
-                    ::stateguard::__private::sql(
-                        ::stateguard::__private::statement(
-                            "SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT)",
-                            &[::stateguard::__private::Bind::Keys(0)],
-                            &[
-                                ::stateguard::__private::Column::Key(0),
-                                ::stateguard::__private::Column::Status,
-                                ::stateguard::__private::Column::Version,
-                                ::stateguard::__private::Column::Meets,
-                            ],
-                        ),
-                        ::stateguard::__private::statement(
-                            "SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)",
-                            &[::stateguard::__private::Bind::Keys(0)],
-                            &[
-                                ::stateguard::__private::Column::Key(0),
-                                ::stateguard::__private::Column::Status,
-                                ::stateguard::__private::Column::Version,
-                                ::stateguard::__private::Column::Meets,
-                            ],
-                        ),
-                        ::stateguard::__private::statement(
-                            "SELECT `payouts`.`id`, CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS SIGNED) FROM JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) FOR UPDATE",
-                            &[::stateguard::__private::Bind::Keys(0)],
-                            &[
-                                ::stateguard::__private::Column::Key(0),
-                                ::stateguard::__private::Column::Status,
-                                ::stateguard::__private::Column::Version,
-                                ::stateguard::__private::Column::Meets,
-                            ],
+                        ::stateguard::__private::mysql!(
+                            ::stateguard::__private::statement("UPDATE JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) SET `status` = 'sending' WHERE `status` IN ('pending') AND CAST(`status` AS BINARY) IN ('pending') AND (amount_cents <= 95000)",
+                            & [::stateguard::__private::Bind::Keys(0)], & [])
                         ),
                     ),
                     ::stateguard::__private::sql(
-                        ::stateguard::__private::statement("", &[], &[]),
-                        ::stateguard::__private::statement("", &[], &[]),
-                        ::stateguard::__private::statement("", &[], &[]),
+                        ::stateguard::__private::postgres!(
+                            ::stateguard::__private::statement("SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT)",
+                            & [::stateguard::__private::Bind::Keys(0)], &
+                            [::stateguard::__private::Column::Key(0),
+                            ::stateguard::__private::Column::Status,
+                            ::stateguard::__private::Column::Version,
+                            ::stateguard::__private::Column::Meets])
+                        ),
+                        ::stateguard::__private::sqlite!(
+                            ::stateguard::__private::statement("SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)",
+                            & [::stateguard::__private::Bind::Keys(0)], &
+                            [::stateguard::__private::Column::Key(0),
+                            ::stateguard::__private::Column::Status,
+                            ::stateguard::__private::Column::Version,
+                            ::stateguard::__private::Column::Meets])
+                        ),
+                        ::stateguard::__private::mysql!(
+                            ::stateguard::__private::statement("SELECT `payouts`.`id`, CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS SIGNED) FROM JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) FOR UPDATE",
+                            & [::stateguard::__private::Bind::Keys(0)], &
+                            [::stateguard::__private::Column::Key(0),
+                            ::stateguard::__private::Column::Status,
+                            ::stateguard::__private::Column::Version,
+                            ::stateguard::__private::Column::Meets])
+                        ),
                     ),
                     ::stateguard::__private::sql(
-                        ::stateguard::__private::statement("", &[], &[]),
-                        ::stateguard::__private::statement("", &[], &[]),
-                        ::stateguard::__private::statement("", &[], &[]),
+                        ::stateguard::__private::postgres!(
+                            ::stateguard::__private::statement("", & [], & [])
+                        ),
+                        ::stateguard::__private::sqlite!(
+                            ::stateguard::__private::statement("", & [], & [])
+                        ),
+                        ::stateguard::__private::mysql!(
+                            ::stateguard::__private::statement("", & [], & [])
+                        ),
+                    ),
+                    ::stateguard::__private::sql(
+                        ::stateguard::__private::postgres!(
+                            ::stateguard::__private::statement("", & [], & [])
+                        ),
+                        ::stateguard::__private::sqlite!(
+                            ::stateguard::__private::statement("", & [], & [])
+                        ),
+                        ::stateguard::__private::mysql!(
+                            ::stateguard::__private::statement("", & [], & [])
+                        ),
                     ),
                 ],
                 [
                     ::stateguard::__private::sql(
-                        ::stateguard::__private::statement(
-                            "UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING \"payouts\".\"id\"",
-                            &[::stateguard::__private::Bind::Keys(0)],
-                            &[::stateguard::__private::Column::Key(0)],
+                        ::stateguard::__private::postgres!(
+                            ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING \"payouts\".\"id\"",
+                            & [::stateguard::__private::Bind::Keys(0)], &
+                            [::stateguard::__private::Column::Key(0)])
                         ),
-                        ::stateguard::__private::statement("", &[], &[]),
-                        ::stateguard::__private::statement("", &[], &[]),
+                        ::stateguard::__private::sqlite!(
+                            ::stateguard::__private::statement("", & [], & [])
+                        ),
+                        ::stateguard::__private::mysql!(
+                            ::stateguard::__private::statement("", & [], & [])
+                        ),
                     ),
                     ::stateguard::__private::sql(
-                        ::stateguard::__private::statement(
-                            "SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0",
-                            &[::stateguard::__private::Bind::Keys(0)],
-                            &[
-                                ::stateguard::__private::Column::Key(0),
-                                ::stateguard::__private::Column::Status,
-                                ::stateguard::__private::Column::Version,
-                                ::stateguard::__private::Column::Meets,
-                            ],
+                        ::stateguard::__private::postgres!(
+                            ::stateguard::__private::statement("SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0",
+                            & [::stateguard::__private::Bind::Keys(0)], &
+                            [::stateguard::__private::Column::Key(0),
+                            ::stateguard::__private::Column::Status,
+                            ::stateguard::__private::Column::Version,
+                            ::stateguard::__private::Column::Meets])
                         ),
-                        ::stateguard::__private::statement("", &[], &[]),
-                        ::stateguard::__private::statement("", &[], &[]),
+                        ::stateguard::__private::sqlite!(
+                            ::stateguard::__private::statement("", & [], & [])
+                        ),
+                        ::stateguard::__private::mysql!(
+                            ::stateguard::__private::statement("", & [], & [])
+                        ),
                     ),
                 ],
             ),
@@ -271,140 +265,150 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 PayoutStatus::Cancelled,
                 &[],
                 ::stateguard::__private::sql(
-                    ::stateguard::__private::statement(
-                        "UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('pending', 'sending')",
-                        &[::stateguard::__private::Bind::Key(0)],
-                        &[],
+                    ::stateguard::__private::postgres!(
+                        ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('pending', 'sending')",
+                        & [::stateguard::__private::Bind::Key(0)], & [])
                     ),
-                    ::stateguard::__private::statement(
-                        "UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB) AND \"status\" IN ('pending', 'sending')",
-                        &[::stateguard::__private::Bind::Key(0)],
-                        &[],
+                    ::stateguard::__private::sqlite!(
+                        ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB) AND \"status\" IN ('pending', 'sending')",
+                        & [::stateguard::__private::Bind::Key(0)], & [])
                     ),
-                    ::stateguard::__private::statement(
-                        "UPDATE `payouts` SET `status` = 'cancelled' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('pending', 'sending') AND CAST(`status` AS BINARY) IN ('pending', 'sending')",
-                        &[
-                            ::stateguard::__private::Bind::Key(0),
-                            ::stateguard::__private::Bind::Key(0),
-                        ],
-                        &[],
+                    ::stateguard::__private::mysql!(
+                        ::stateguard::__private::statement("UPDATE `payouts` SET `status` = 'cancelled' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('pending', 'sending') AND CAST(`status` AS BINARY) IN ('pending', 'sending')",
+                        & [::stateguard::__private::Bind::Key(0),
+                        ::stateguard::__private::Bind::Key(0)], & [])
                     ),
                 ),
                 ::core::option::Option::None,
                 ::stateguard::__private::sql(
-                    ::stateguard::__private::statement("", &[], &[]),
-                    ::stateguard::__private::statement("", &[], &[]),
-                    ::stateguard::__private::statement("", &[], &[]),
+                    ::stateguard::__private::postgres!(
+                        ::stateguard::__private::statement("", & [], & [])
+                    ),
+                    ::stateguard::__private::sqlite!(
+                        ::stateguard::__private::statement("", & [], & [])
+                    ),
+                    ::stateguard::__private::mysql!(
+                        ::stateguard::__private::statement("", & [], & [])
+                    ),
                 ),
                 ::core::option::Option::None,
                 ::core::option::Option::None,
                 ::stateguard::__private::sql(
-                    ::stateguard::__private::statement(
-                        "WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending', 'sending') ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('pending', 'sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT c0, v, l FROM moved ORDER BY o0",
-                        &[::stateguard::__private::Bind::Limit],
-                        &[
-                            ::stateguard::__private::Column::Key(0),
-                            ::stateguard::__private::Column::Version,
-                            ::stateguard::__private::Column::Token,
-                        ],
+                    ::stateguard::__private::postgres!(
+                        ::stateguard::__private::statement("WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending', 'sending') ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('pending', 'sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT c0, v, l FROM moved ORDER BY o0",
+                        & [::stateguard::__private::Bind::Limit], &
+                        [::stateguard::__private::Column::Key(0),
+                        ::stateguard::__private::Column::Version,
+                        ::stateguard::__private::Column::Token])
                     ),
-                    ::stateguard::__private::statement(
-                        "SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending', 'sending') ORDER BY \"id\" LIMIT ?1",
-                        &[::stateguard::__private::Bind::Limit],
-                        &[::stateguard::__private::Column::Key(0)],
+                    ::stateguard::__private::sqlite!(
+                        ::stateguard::__private::statement("SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending', 'sending') ORDER BY \"id\" LIMIT ?1",
+                        & [::stateguard::__private::Bind::Limit], &
+                        [::stateguard::__private::Column::Key(0)])
                     ),
-                    ::stateguard::__private::statement(
-                        "SELECT `id` FROM `payouts` WHERE `status` IN ('pending', 'sending') AND CAST(`status` AS BINARY) IN ('pending', 'sending') ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED",
-                        &[::stateguard::__private::Bind::Limit],
-                        &[::stateguard::__private::Column::Key(0)],
+                    ::stateguard::__private::mysql!(
+                        ::stateguard::__private::statement("SELECT `id` FROM `payouts` WHERE `status` IN ('pending', 'sending') AND CAST(`status` AS BINARY) IN ('pending', 'sending') ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED",
+                        & [::stateguard::__private::Bind::Limit], &
+                        [::stateguard::__private::Column::Key(0)])
                     ),
                 ),
                 ::core::option::Option::None,
                 ::core::option::Option::None,
                 [
                     ::stateguard::__private::sql(
-                        ::stateguard::__private::statement(
-                            "UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('pending', 'sending') RETURNING \"payouts\".\"id\"",
-                            &[::stateguard::__private::Bind::Keys(0)],
-                            &[::stateguard::__private::Column::Key(0)],
+                        ::stateguard::__private::postgres!(
+                            ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('pending', 'sending') RETURNING \"payouts\".\"id\"",
+                            & [::stateguard::__private::Bind::Keys(0)], &
+                            [::stateguard::__private::Column::Key(0)])
                         ),
-                        ::stateguard::__private::statement(
-                            "UPDATE \"payouts\" SET \"status\" = 'cancelled' FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i WHERE \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB) AND \"status\" IN ('pending', 'sending') RETURNING \"payouts\".\"id\"",
-                            &[::stateguard::__private::Bind::Keys(0)],
-                            &[::stateguard::__private::Column::Key(0)],
+                        ::stateguard::__private::sqlite!(
+                            ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'cancelled' FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i WHERE \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB) AND \"status\" IN ('pending', 'sending') RETURNING \"payouts\".\"id\"",
+                            & [::stateguard::__private::Bind::Keys(0)], &
+                            [::stateguard::__private::Column::Key(0)])
                         ),
-                        ::stateguard::__private::statement(
-                            "UPDATE JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) SET `status` = 'cancelled' WHERE `status` IN ('pending', 'sending') AND CAST(`status` AS BINARY) IN ('pending', 'sending')",
-                            &[::stateguard::__private::Bind::Keys(0)],
-                            &[],
-                        ),
-                    ),
-                    ::stateguard::__private::sql(
-                        ::stateguard::__private::statement(
-                            "SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT)",
-                            &[::stateguard::__private::Bind::Keys(0)],
-                            &[
-                                ::stateguard::__private::Column::Key(0),
-                                ::stateguard::__private::Column::Status,
-                                ::stateguard::__private::Column::Version,
-                                ::stateguard::__private::Column::Meets,
-                            ],
-                        ),
-                        ::stateguard::__private::statement(
-                            "SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(1 AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)",
-                            &[::stateguard::__private::Bind::Keys(0)],
-                            &[
-                                ::stateguard::__private::Column::Key(0),
-                                ::stateguard::__private::Column::Status,
-                                ::stateguard::__private::Column::Version,
-                                ::stateguard::__private::Column::Meets,
-                            ],
-                        ),
-                        ::stateguard::__private::statement(
-                            "SELECT `payouts`.`id`, CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(1 AS SIGNED) FROM JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) FOR UPDATE",
-                            &[::stateguard::__private::Bind::Keys(0)],
-                            &[
-                                ::stateguard::__private::Column::Key(0),
-                                ::stateguard::__private::Column::Status,
-                                ::stateguard::__private::Column::Version,
-                                ::stateguard::__private::Column::Meets,
-                            ],
+                        ::stateguard::__private::mysql!(
+                            ::stateguard::__private::statement("UPDATE JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) SET `status` = 'cancelled' WHERE `status` IN ('pending', 'sending') AND CAST(`status` AS BINARY) IN ('pending', 'sending')",
+                            & [::stateguard::__private::Bind::Keys(0)], & [])
                         ),
                     ),
                     ::stateguard::__private::sql(
-                        ::stateguard::__private::statement("", &[], &[]),
-                        ::stateguard::__private::statement("", &[], &[]),
-                        ::stateguard::__private::statement("", &[], &[]),
+                        ::stateguard::__private::postgres!(
+                            ::stateguard::__private::statement("SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT)",
+                            & [::stateguard::__private::Bind::Keys(0)], &
+                            [::stateguard::__private::Column::Key(0),
+                            ::stateguard::__private::Column::Status,
+                            ::stateguard::__private::Column::Version,
+                            ::stateguard::__private::Column::Meets])
+                        ),
+                        ::stateguard::__private::sqlite!(
+                            ::stateguard::__private::statement("SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(1 AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)",
+                            & [::stateguard::__private::Bind::Keys(0)], &
+                            [::stateguard::__private::Column::Key(0),
+                            ::stateguard::__private::Column::Status,
+                            ::stateguard::__private::Column::Version,
+                            ::stateguard::__private::Column::Meets])
+                        ),
+                        ::stateguard::__private::mysql!(
+                            ::stateguard::__private::statement("SELECT `payouts`.`id`, CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(1 AS SIGNED) FROM JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) FOR UPDATE",
+                            & [::stateguard::__private::Bind::Keys(0)], &
+                            [::stateguard::__private::Column::Key(0),
+                            ::stateguard::__private::Column::Status,
+                            ::stateguard::__private::Column::Version,
+                            ::stateguard::__private::Column::Meets])
+                        ),
                     ),
                     ::stateguard::__private::sql(
-                        ::stateguard::__private::statement("", &[], &[]),
-                        ::stateguard::__private::statement("", &[], &[]),
-                        ::stateguard::__private::statement("", &[], &[]),
+                        ::stateguard::__private::postgres!(
+                            ::stateguard::__private::statement("", & [], & [])
+                        ),
+                        ::stateguard::__private::sqlite!(
+                            ::stateguard::__private::statement("", & [], & [])
+                        ),
+                        ::stateguard::__private::mysql!(
+                            ::stateguard::__private::statement("", & [], & [])
+                        ),
+                    ),
+                    ::stateguard::__private::sql(
+                        ::stateguard::__private::postgres!(
+                            ::stateguard::__private::statement("", & [], & [])
+                        ),
+                        ::stateguard::__private::sqlite!(
+                            ::stateguard::__private::statement("", & [], & [])
+                        ),
+                        ::stateguard::__private::mysql!(
+                            ::stateguard::__private::statement("", & [], & [])
+                        ),
                     ),
                 ],
                 [
                     ::stateguard::__private::sql(
-                        ::stateguard::__private::statement(
-                            "UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('pending', 'sending') RETURNING \"payouts\".\"id\"",
-                            &[::stateguard::__private::Bind::Keys(0)],
-                            &[::stateguard::__private::Column::Key(0)],
+                        ::stateguard::__private::postgres!(
+                            ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('pending', 'sending') RETURNING \"payouts\".\"id\"",
+                            & [::stateguard::__private::Bind::Keys(0)], &
+                            [::stateguard::__private::Column::Key(0)])
                         ),
-                        ::stateguard::__private::statement("", &[], &[]),
-                        ::stateguard::__private::statement("", &[], &[]),
+                        ::stateguard::__private::sqlite!(
+                            ::stateguard::__private::statement("", & [], & [])
+                        ),
+                        ::stateguard::__private::mysql!(
+                            ::stateguard::__private::statement("", & [], & [])
+                        ),
                     ),
                     ::stateguard::__private::sql(
-                        ::stateguard::__private::statement(
-                            "SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0",
-                            &[::stateguard::__private::Bind::Keys(0)],
-                            &[
-                                ::stateguard::__private::Column::Key(0),
-                                ::stateguard::__private::Column::Status,
-                                ::stateguard::__private::Column::Version,
-                                ::stateguard::__private::Column::Meets,
-                            ],
+                        ::stateguard::__private::postgres!(
+                            ::stateguard::__private::statement("SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0",
+                            & [::stateguard::__private::Bind::Keys(0)], &
+                            [::stateguard::__private::Column::Key(0),
+                            ::stateguard::__private::Column::Status,
+                            ::stateguard::__private::Column::Version,
+                            ::stateguard::__private::Column::Meets])
                         ),
-                        ::stateguard::__private::statement("", &[], &[]),
-                        ::stateguard::__private::statement("", &[], &[]),
+                        ::stateguard::__private::sqlite!(
+                            ::stateguard::__private::statement("", & [], & [])
+                        ),
+                        ::stateguard::__private::mysql!(
+                            ::stateguard::__private::statement("", & [], & [])
+                        ),
                     ),
                 ],
             ),
@@ -417,162 +421,158 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     ::stateguard::__private::set_column("bank_ref", "bind(String)"),
                 ],
                 ::stateguard::__private::sql(
-                    ::stateguard::__private::statement(
-                        "UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $2 WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('sending')",
-                        &[
-                            ::stateguard::__private::Bind::Key(0),
-                            ::stateguard::__private::Bind::Value(0),
-                        ],
-                        &[],
+                    ::stateguard::__private::postgres!(
+                        ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $2 WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('sending')",
+                        & [::stateguard::__private::Bind::Key(0),
+                        ::stateguard::__private::Bind::Value(0)], & [])
                     ),
-                    ::stateguard::__private::statement(
-                        "UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = ?2 WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB) AND \"status\" IN ('sending')",
-                        &[
-                            ::stateguard::__private::Bind::Key(0),
-                            ::stateguard::__private::Bind::Value(0),
-                        ],
-                        &[],
+                    ::stateguard::__private::sqlite!(
+                        ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = ?2 WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB) AND \"status\" IN ('sending')",
+                        & [::stateguard::__private::Bind::Key(0),
+                        ::stateguard::__private::Bind::Value(0)], & [])
                     ),
-                    ::stateguard::__private::statement(
-                        "UPDATE `payouts` SET `sent_at` = (CURRENT_TIMESTAMP), `bank_ref` = ?, `status` = 'sent' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending')",
-                        &[
-                            ::stateguard::__private::Bind::Value(0),
-                            ::stateguard::__private::Bind::Key(0),
-                            ::stateguard::__private::Bind::Key(0),
-                        ],
-                        &[],
+                    ::stateguard::__private::mysql!(
+                        ::stateguard::__private::statement("UPDATE `payouts` SET `sent_at` = (CURRENT_TIMESTAMP), `bank_ref` = ?, `status` = 'sent' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending')",
+                        & [::stateguard::__private::Bind::Value(0),
+                        ::stateguard::__private::Bind::Key(0),
+                        ::stateguard::__private::Bind::Key(0)], & [])
                     ),
                 ),
                 ::core::option::Option::None,
                 ::stateguard::__private::sql(
-                    ::stateguard::__private::statement("", &[], &[]),
-                    ::stateguard::__private::statement("", &[], &[]),
-                    ::stateguard::__private::statement("", &[], &[]),
+                    ::stateguard::__private::postgres!(
+                        ::stateguard::__private::statement("", & [], & [])
+                    ),
+                    ::stateguard::__private::sqlite!(
+                        ::stateguard::__private::statement("", & [], & [])
+                    ),
+                    ::stateguard::__private::mysql!(
+                        ::stateguard::__private::statement("", & [], & [])
+                    ),
                 ),
                 ::core::option::Option::None,
                 ::core::option::Option::None,
                 ::stateguard::__private::sql(
-                    ::stateguard::__private::statement(
-                        "WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $1 WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT $2 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT c0, v, l FROM moved ORDER BY o0",
-                        &[
-                            ::stateguard::__private::Bind::Value(0),
-                            ::stateguard::__private::Bind::Limit,
-                        ],
-                        &[
-                            ::stateguard::__private::Column::Key(0),
-                            ::stateguard::__private::Column::Version,
-                            ::stateguard::__private::Column::Token,
-                        ],
+                    ::stateguard::__private::postgres!(
+                        ::stateguard::__private::statement("WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $1 WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT $2 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT c0, v, l FROM moved ORDER BY o0",
+                        & [::stateguard::__private::Bind::Value(0),
+                        ::stateguard::__private::Bind::Limit], &
+                        [::stateguard::__private::Column::Key(0),
+                        ::stateguard::__private::Column::Version,
+                        ::stateguard::__private::Column::Token])
                     ),
-                    ::stateguard::__private::statement(
-                        "SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT ?1",
-                        &[::stateguard::__private::Bind::Limit],
-                        &[::stateguard::__private::Column::Key(0)],
+                    ::stateguard::__private::sqlite!(
+                        ::stateguard::__private::statement("SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT ?1",
+                        & [::stateguard::__private::Bind::Limit], &
+                        [::stateguard::__private::Column::Key(0)])
                     ),
-                    ::stateguard::__private::statement(
-                        "SELECT `id` FROM `payouts` WHERE `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending') ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED",
-                        &[::stateguard::__private::Bind::Limit],
-                        &[::stateguard::__private::Column::Key(0)],
+                    ::stateguard::__private::mysql!(
+                        ::stateguard::__private::statement("SELECT `id` FROM `payouts` WHERE `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending') ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED",
+                        & [::stateguard::__private::Bind::Limit], &
+                        [::stateguard::__private::Column::Key(0)])
                     ),
                 ),
                 ::core::option::Option::None,
                 ::core::option::Option::None,
                 [
                     ::stateguard::__private::sql(
-                        ::stateguard::__private::statement(
-                            "UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $2 WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\"",
-                            &[
-                                ::stateguard::__private::Bind::Keys(0),
-                                ::stateguard::__private::Bind::Value(0),
-                            ],
-                            &[::stateguard::__private::Column::Key(0)],
+                        ::stateguard::__private::postgres!(
+                            ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $2 WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\"",
+                            & [::stateguard::__private::Bind::Keys(0),
+                            ::stateguard::__private::Bind::Value(0)], &
+                            [::stateguard::__private::Column::Key(0)])
                         ),
-                        ::stateguard::__private::statement(
-                            "UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = ?2 FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i WHERE \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\"",
-                            &[
-                                ::stateguard::__private::Bind::Keys(0),
-                                ::stateguard::__private::Bind::Value(0),
-                            ],
-                            &[::stateguard::__private::Column::Key(0)],
+                        ::stateguard::__private::sqlite!(
+                            ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = ?2 FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i WHERE \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\"",
+                            & [::stateguard::__private::Bind::Keys(0),
+                            ::stateguard::__private::Bind::Value(0)], &
+                            [::stateguard::__private::Column::Key(0)])
                         ),
-                        ::stateguard::__private::statement(
-                            "UPDATE JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) SET `sent_at` = (CURRENT_TIMESTAMP), `bank_ref` = ?, `status` = 'sent' WHERE `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending')",
-                            &[
-                                ::stateguard::__private::Bind::Keys(0),
-                                ::stateguard::__private::Bind::Value(0),
-                            ],
-                            &[],
+                        ::stateguard::__private::mysql!(
+                            ::stateguard::__private::statement("UPDATE JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) SET `sent_at` = (CURRENT_TIMESTAMP), `bank_ref` = ?, `status` = 'sent' WHERE `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending')",
+                            & [::stateguard::__private::Bind::Keys(0),
+                            ::stateguard::__private::Bind::Value(0)], & [])
                         ),
                     ),
                     ::stateguard::__private::sql(
-                        ::stateguard::__private::statement(
-                            "SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT)",
-                            &[::stateguard::__private::Bind::Keys(0)],
-                            &[
-                                ::stateguard::__private::Column::Key(0),
-                                ::stateguard::__private::Column::Status,
-                                ::stateguard::__private::Column::Version,
-                                ::stateguard::__private::Column::Meets,
-                            ],
+                        ::stateguard::__private::postgres!(
+                            ::stateguard::__private::statement("SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT)",
+                            & [::stateguard::__private::Bind::Keys(0)], &
+                            [::stateguard::__private::Column::Key(0),
+                            ::stateguard::__private::Column::Status,
+                            ::stateguard::__private::Column::Version,
+                            ::stateguard::__private::Column::Meets])
                         ),
-                        ::stateguard::__private::statement(
-                            "SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(1 AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)",
-                            &[::stateguard::__private::Bind::Keys(0)],
-                            &[
-                                ::stateguard::__private::Column::Key(0),
-                                ::stateguard::__private::Column::Status,
-                                ::stateguard::__private::Column::Version,
-                                ::stateguard::__private::Column::Meets,
-                            ],
+                        ::stateguard::__private::sqlite!(
+                            ::stateguard::__private::statement("SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(1 AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)",
+                            & [::stateguard::__private::Bind::Keys(0)], &
+                            [::stateguard::__private::Column::Key(0),
+                            ::stateguard::__private::Column::Status,
+                            ::stateguard::__private::Column::Version,
+                            ::stateguard::__private::Column::Meets])
                         ),
-                        ::stateguard::__private::statement(
-                            "SELECT `payouts`.`id`, CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(1 AS SIGNED) FROM JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) FOR UPDATE",
-                            &[::stateguard::__private::Bind::Keys(0)],
-                            &[
-                                ::stateguard::__private::Column::Key(0),
-                                ::stateguard::__private::Column::Status,
-                                ::stateguard::__private::Column::Version,
-                                ::stateguard::__private::Column::Meets,
-                            ],
+                        ::stateguard::__private::mysql!(
+                            ::stateguard::__private::statement("SELECT `payouts`.`id`, CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(1 AS SIGNED) FROM JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) FOR UPDATE",
+                            & [::stateguard::__private::Bind::Keys(0)], &
+                            [::stateguard::__private::Column::Key(0),
+                            ::stateguard::__private::Column::Status,
+                            ::stateguard::__private::Column::Version,
+                            ::stateguard::__private::Column::Meets])
                         ),
                     ),
                     ::stateguard::__private::sql(
-                        ::stateguard::__private::statement("", &[], &[]),
-                        ::stateguard::__private::statement("", &[], &[]),
-                        ::stateguard::__private::statement("", &[], &[]),
+                        ::stateguard::__private::postgres!(
+                            ::stateguard::__private::statement("", & [], & [])
+                        ),
+                        ::stateguard::__private::sqlite!(
+                            ::stateguard::__private::statement("", & [], & [])
+                        ),
+                        ::stateguard::__private::mysql!(
+                            ::stateguard::__private::statement("", & [], & [])
+                        ),
                     ),
                     ::stateguard::__private::sql(
-                        ::stateguard::__private::statement("", &[], &[]),
-                        ::stateguard::__private::statement("", &[], &[]),
-                        ::stateguard::__private::statement("", &[], &[]),
+                        ::stateguard::__private::postgres!(
+                            ::stateguard::__private::statement("", & [], & [])
+                        ),
+                        ::stateguard::__private::sqlite!(
+                            ::stateguard::__private::statement("", & [], & [])
+                        ),
+                        ::stateguard::__private::mysql!(
+                            ::stateguard::__private::statement("", & [], & [])
+                        ),
                     ),
                 ],
                 [
                     ::stateguard::__private::sql(
-                        ::stateguard::__private::statement(
-                            "UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $2 WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\"",
-                            &[
-                                ::stateguard::__private::Bind::Keys(0),
-                                ::stateguard::__private::Bind::Value(0),
-                            ],
-                            &[::stateguard::__private::Column::Key(0)],
+                        ::stateguard::__private::postgres!(
+                            ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $2 WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\"",
+                            & [::stateguard::__private::Bind::Keys(0),
+                            ::stateguard::__private::Bind::Value(0)], &
+                            [::stateguard::__private::Column::Key(0)])
                         ),
-                        ::stateguard::__private::statement("", &[], &[]),
-                        ::stateguard::__private::statement("", &[], &[]),
+                        ::stateguard::__private::sqlite!(
+                            ::stateguard::__private::statement("", & [], & [])
+                        ),
+                        ::stateguard::__private::mysql!(
+                            ::stateguard::__private::statement("", & [], & [])
+                        ),
                     ),
                     ::stateguard::__private::sql(
-                        ::stateguard::__private::statement(
-                            "SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0",
-                            &[::stateguard::__private::Bind::Keys(0)],
-                            &[
-                                ::stateguard::__private::Column::Key(0),
-                                ::stateguard::__private::Column::Status,
-                                ::stateguard::__private::Column::Version,
-                                ::stateguard::__private::Column::Meets,
-                            ],
+                        ::stateguard::__private::postgres!(
+                            ::stateguard::__private::statement("SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0",
+                            & [::stateguard::__private::Bind::Keys(0)], &
+                            [::stateguard::__private::Column::Key(0),
+                            ::stateguard::__private::Column::Status,
+                            ::stateguard::__private::Column::Version,
+                            ::stateguard::__private::Column::Meets])
                         ),
-                        ::stateguard::__private::statement("", &[], &[]),
-                        ::stateguard::__private::statement("", &[], &[]),
+                        ::stateguard::__private::sqlite!(
+                            ::stateguard::__private::statement("", & [], & [])
+                        ),
+                        ::stateguard::__private::mysql!(
+                            ::stateguard::__private::statement("", & [], & [])
+                        ),
                     ),
                 ],
             ),
@@ -582,145 +582,155 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 PayoutStatus::Failed,
                 &[],
                 ::stateguard::__private::sql(
-                    ::stateguard::__private::statement(
-                        "UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('sending')",
-                        &[::stateguard::__private::Bind::Key(0)],
-                        &[],
+                    ::stateguard::__private::postgres!(
+                        ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('sending')",
+                        & [::stateguard::__private::Bind::Key(0)], & [])
                     ),
-                    ::stateguard::__private::statement(
-                        "UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB) AND \"status\" IN ('sending')",
-                        &[::stateguard::__private::Bind::Key(0)],
-                        &[],
+                    ::stateguard::__private::sqlite!(
+                        ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB) AND \"status\" IN ('sending')",
+                        & [::stateguard::__private::Bind::Key(0)], & [])
                     ),
-                    ::stateguard::__private::statement(
-                        "UPDATE `payouts` SET `status` = 'failed' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending')",
-                        &[
-                            ::stateguard::__private::Bind::Key(0),
-                            ::stateguard::__private::Bind::Key(0),
-                        ],
-                        &[],
+                    ::stateguard::__private::mysql!(
+                        ::stateguard::__private::statement("UPDATE `payouts` SET `status` = 'failed' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending')",
+                        & [::stateguard::__private::Bind::Key(0),
+                        ::stateguard::__private::Bind::Key(0)], & [])
                     ),
                 ),
                 ::core::option::Option::None,
                 ::stateguard::__private::sql(
-                    ::stateguard::__private::statement("", &[], &[]),
-                    ::stateguard::__private::statement("", &[], &[]),
-                    ::stateguard::__private::statement("", &[], &[]),
+                    ::stateguard::__private::postgres!(
+                        ::stateguard::__private::statement("", & [], & [])
+                    ),
+                    ::stateguard::__private::sqlite!(
+                        ::stateguard::__private::statement("", & [], & [])
+                    ),
+                    ::stateguard::__private::mysql!(
+                        ::stateguard::__private::statement("", & [], & [])
+                    ),
                 ),
                 ::core::option::Option::None,
                 ::core::option::Option::None,
                 ::stateguard::__private::sql(
-                    ::stateguard::__private::statement(
-                        "WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'failed' WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT c0, v, l FROM moved ORDER BY o0",
-                        &[::stateguard::__private::Bind::Limit],
-                        &[
-                            ::stateguard::__private::Column::Key(0),
-                            ::stateguard::__private::Column::Version,
-                            ::stateguard::__private::Column::Token,
-                        ],
+                    ::stateguard::__private::postgres!(
+                        ::stateguard::__private::statement("WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'failed' WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT c0, v, l FROM moved ORDER BY o0",
+                        & [::stateguard::__private::Bind::Limit], &
+                        [::stateguard::__private::Column::Key(0),
+                        ::stateguard::__private::Column::Version,
+                        ::stateguard::__private::Column::Token])
                     ),
-                    ::stateguard::__private::statement(
-                        "SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT ?1",
-                        &[::stateguard::__private::Bind::Limit],
-                        &[::stateguard::__private::Column::Key(0)],
+                    ::stateguard::__private::sqlite!(
+                        ::stateguard::__private::statement("SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT ?1",
+                        & [::stateguard::__private::Bind::Limit], &
+                        [::stateguard::__private::Column::Key(0)])
                     ),
-                    ::stateguard::__private::statement(
-                        "SELECT `id` FROM `payouts` WHERE `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending') ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED",
-                        &[::stateguard::__private::Bind::Limit],
-                        &[::stateguard::__private::Column::Key(0)],
+                    ::stateguard::__private::mysql!(
+                        ::stateguard::__private::statement("SELECT `id` FROM `payouts` WHERE `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending') ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED",
+                        & [::stateguard::__private::Bind::Limit], &
+                        [::stateguard::__private::Column::Key(0)])
                     ),
                 ),
                 ::core::option::Option::None,
                 ::core::option::Option::None,
                 [
                     ::stateguard::__private::sql(
-                        ::stateguard::__private::statement(
-                            "UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\"",
-                            &[::stateguard::__private::Bind::Keys(0)],
-                            &[::stateguard::__private::Column::Key(0)],
+                        ::stateguard::__private::postgres!(
+                            ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\"",
+                            & [::stateguard::__private::Bind::Keys(0)], &
+                            [::stateguard::__private::Column::Key(0)])
                         ),
-                        ::stateguard::__private::statement(
-                            "UPDATE \"payouts\" SET \"status\" = 'failed' FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i WHERE \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\"",
-                            &[::stateguard::__private::Bind::Keys(0)],
-                            &[::stateguard::__private::Column::Key(0)],
+                        ::stateguard::__private::sqlite!(
+                            ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'failed' FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i WHERE \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\"",
+                            & [::stateguard::__private::Bind::Keys(0)], &
+                            [::stateguard::__private::Column::Key(0)])
                         ),
-                        ::stateguard::__private::statement(
-                            "UPDATE JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) SET `status` = 'failed' WHERE `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending')",
-                            &[::stateguard::__private::Bind::Keys(0)],
-                            &[],
-                        ),
-                    ),
-                    ::stateguard::__private::sql(
-                        ::stateguard::__private::statement(
-                            "SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT)",
-                            &[::stateguard::__private::Bind::Keys(0)],
-                            &[
-                                ::stateguard::__private::Column::Key(0),
-                                ::stateguard::__private::Column::Status,
-                                ::stateguard::__private::Column::Version,
-                                ::stateguard::__private::Column::Meets,
-                            ],
-                        ),
-                        ::stateguard::__private::statement(
-                            "SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(1 AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)",
-                            &[::stateguard::__private::Bind::Keys(0)],
-                            &[
-                                ::stateguard::__private::Column::Key(0),
-                                ::stateguard::__private::Column::Status,
-                                ::stateguard::__private::Column::Version,
-                                ::stateguard::__private::Column::Meets,
-                            ],
-                        ),
-                        ::stateguard::__private::statement(
-                            "SELECT `payouts`.`id`, CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(1 AS SIGNED) FROM JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) FOR UPDATE",
-                            &[::stateguard::__private::Bind::Keys(0)],
-                            &[
-                                ::stateguard::__private::Column::Key(0),
-                                ::stateguard::__private::Column::Status,
-                                ::stateguard::__private::Column::Version,
-                                ::stateguard::__private::Column::Meets,
-                            ],
+                        ::stateguard::__private::mysql!(
+                            ::stateguard::__private::statement("UPDATE JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) SET `status` = 'failed' WHERE `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending')",
+                            & [::stateguard::__private::Bind::Keys(0)], & [])
                         ),
                     ),
                     ::stateguard::__private::sql(
-                        ::stateguard::__private::statement("", &[], &[]),
-                        ::stateguard::__private::statement("", &[], &[]),
-                        ::stateguard::__private::statement("", &[], &[]),
+                        ::stateguard::__private::postgres!(
+                            ::stateguard::__private::statement("SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT)",
+                            & [::stateguard::__private::Bind::Keys(0)], &
+                            [::stateguard::__private::Column::Key(0),
+                            ::stateguard::__private::Column::Status,
+                            ::stateguard::__private::Column::Version,
+                            ::stateguard::__private::Column::Meets])
+                        ),
+                        ::stateguard::__private::sqlite!(
+                            ::stateguard::__private::statement("SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(1 AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)",
+                            & [::stateguard::__private::Bind::Keys(0)], &
+                            [::stateguard::__private::Column::Key(0),
+                            ::stateguard::__private::Column::Status,
+                            ::stateguard::__private::Column::Version,
+                            ::stateguard::__private::Column::Meets])
+                        ),
+                        ::stateguard::__private::mysql!(
+                            ::stateguard::__private::statement("SELECT `payouts`.`id`, CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(1 AS SIGNED) FROM JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) FOR UPDATE",
+                            & [::stateguard::__private::Bind::Keys(0)], &
+                            [::stateguard::__private::Column::Key(0),
+                            ::stateguard::__private::Column::Status,
+                            ::stateguard::__private::Column::Version,
+                            ::stateguard::__private::Column::Meets])
+                        ),
                     ),
                     ::stateguard::__private::sql(
-                        ::stateguard::__private::statement("", &[], &[]),
-                        ::stateguard::__private::statement("", &[], &[]),
-                        ::stateguard::__private::statement("", &[], &[]),
+                        ::stateguard::__private::postgres!(
+                            ::stateguard::__private::statement("", & [], & [])
+                        ),
+                        ::stateguard::__private::sqlite!(
+                            ::stateguard::__private::statement("", & [], & [])
+                        ),
+                        ::stateguard::__private::mysql!(
+                            ::stateguard::__private::statement("", & [], & [])
+                        ),
+                    ),
+                    ::stateguard::__private::sql(
+                        ::stateguard::__private::postgres!(
+                            ::stateguard::__private::statement("", & [], & [])
+                        ),
+                        ::stateguard::__private::sqlite!(
+                            ::stateguard::__private::statement("", & [], & [])
+                        ),
+                        ::stateguard::__private::mysql!(
+                            ::stateguard::__private::statement("", & [], & [])
+                        ),
                     ),
                 ],
                 [
                     ::stateguard::__private::sql(
-                        ::stateguard::__private::statement(
-                            "UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\"",
-                            &[::stateguard::__private::Bind::Keys(0)],
-                            &[::stateguard::__private::Column::Key(0)],
+                        ::stateguard::__private::postgres!(
+                            ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\"",
+                            & [::stateguard::__private::Bind::Keys(0)], &
+                            [::stateguard::__private::Column::Key(0)])
                         ),
-                        ::stateguard::__private::statement("", &[], &[]),
-                        ::stateguard::__private::statement("", &[], &[]),
+                        ::stateguard::__private::sqlite!(
+                            ::stateguard::__private::statement("", & [], & [])
+                        ),
+                        ::stateguard::__private::mysql!(
+                            ::stateguard::__private::statement("", & [], & [])
+                        ),
                     ),
                     ::stateguard::__private::sql(
-                        ::stateguard::__private::statement(
-                            "SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0",
-                            &[::stateguard::__private::Bind::Keys(0)],
-                            &[
-                                ::stateguard::__private::Column::Key(0),
-                                ::stateguard::__private::Column::Status,
-                                ::stateguard::__private::Column::Version,
-                                ::stateguard::__private::Column::Meets,
-                            ],
+                        ::stateguard::__private::postgres!(
+                            ::stateguard::__private::statement("SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0",
+                            & [::stateguard::__private::Bind::Keys(0)], &
+                            [::stateguard::__private::Column::Key(0),
+                            ::stateguard::__private::Column::Status,
+                            ::stateguard::__private::Column::Version,
+                            ::stateguard::__private::Column::Meets])
                         ),
-                        ::stateguard::__private::statement("", &[], &[]),
-                        ::stateguard::__private::statement("", &[], &[]),
+                        ::stateguard::__private::sqlite!(
+                            ::stateguard::__private::statement("", & [], & [])
+                        ),
+                        ::stateguard::__private::mysql!(
+                            ::stateguard::__private::statement("", & [], & [])
+                        ),
                     ),
                 ],
             ),
         ];
-        const __MACHINE: ::stateguard::__private::Machine<PayoutStatus> = ::stateguard::__private::machine(
+        static __MACHINE: ::stateguard::__private::Machine<PayoutStatus> = ::stateguard::__private::machine(
             "PayoutStatus",
             "payouts",
             "status",
@@ -731,61 +741,45 @@ impl ::stateguard::StateMachine for PayoutStatus {
             &__STATES,
             &__TRANSITIONS,
             ::stateguard::__private::sql(
-                ::stateguard::__private::statement(
-                    "SELECT \"status\"::text, CAST(0 AS BIGINT) FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT)",
-                    &[::stateguard::__private::Bind::Key(0)],
-                    &[
-                        ::stateguard::__private::Column::Status,
-                        ::stateguard::__private::Column::Version,
-                    ],
+                ::stateguard::__private::postgres!(
+                    ::stateguard::__private::statement("SELECT \"status\"::text, CAST(0 AS BIGINT) FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT)",
+                    & [::stateguard::__private::Bind::Key(0)], &
+                    [::stateguard::__private::Column::Status,
+                    ::stateguard::__private::Column::Version])
                 ),
-                ::stateguard::__private::statement(
-                    "SELECT \"status\", CAST(0 AS INTEGER) FROM \"payouts\" WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB)",
-                    &[::stateguard::__private::Bind::Key(0)],
-                    &[
-                        ::stateguard::__private::Column::Status,
-                        ::stateguard::__private::Column::Version,
-                    ],
+                ::stateguard::__private::sqlite!(
+                    ::stateguard::__private::statement("SELECT \"status\", CAST(0 AS INTEGER) FROM \"payouts\" WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB)",
+                    & [::stateguard::__private::Bind::Key(0)], &
+                    [::stateguard::__private::Column::Status,
+                    ::stateguard::__private::Column::Version])
                 ),
-                ::stateguard::__private::statement(
-                    "SELECT CAST(`status` AS CHAR), CAST(0 AS SIGNED) FROM `payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) LOCK IN SHARE MODE",
-                    &[
-                        ::stateguard::__private::Bind::Key(0),
-                        ::stateguard::__private::Bind::Key(0),
-                    ],
-                    &[
-                        ::stateguard::__private::Column::Status,
-                        ::stateguard::__private::Column::Version,
-                    ],
+                ::stateguard::__private::mysql!(
+                    ::stateguard::__private::statement("SELECT CAST(`status` AS CHAR), CAST(0 AS SIGNED) FROM `payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) LOCK IN SHARE MODE",
+                    & [::stateguard::__private::Bind::Key(0),
+                    ::stateguard::__private::Bind::Key(0)], &
+                    [::stateguard::__private::Column::Status,
+                    ::stateguard::__private::Column::Version])
                 ),
             ),
             ::stateguard::__private::sql(
-                ::stateguard::__private::statement(
-                    "SELECT \"status\"::text, CAST(0 AS BIGINT) FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) FOR SHARE",
-                    &[::stateguard::__private::Bind::Key(0)],
-                    &[
-                        ::stateguard::__private::Column::Status,
-                        ::stateguard::__private::Column::Version,
-                    ],
+                ::stateguard::__private::postgres!(
+                    ::stateguard::__private::statement("SELECT \"status\"::text, CAST(0 AS BIGINT) FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) FOR SHARE",
+                    & [::stateguard::__private::Bind::Key(0)], &
+                    [::stateguard::__private::Column::Status,
+                    ::stateguard::__private::Column::Version])
                 ),
-                ::stateguard::__private::statement(
-                    "SELECT \"status\", CAST(0 AS INTEGER) FROM \"payouts\" WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB)",
-                    &[::stateguard::__private::Bind::Key(0)],
-                    &[
-                        ::stateguard::__private::Column::Status,
-                        ::stateguard::__private::Column::Version,
-                    ],
+                ::stateguard::__private::sqlite!(
+                    ::stateguard::__private::statement("SELECT \"status\", CAST(0 AS INTEGER) FROM \"payouts\" WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB)",
+                    & [::stateguard::__private::Bind::Key(0)], &
+                    [::stateguard::__private::Column::Status,
+                    ::stateguard::__private::Column::Version])
                 ),
-                ::stateguard::__private::statement(
-                    "SELECT CAST(`status` AS CHAR), CAST(0 AS SIGNED) FROM `payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) LOCK IN SHARE MODE",
-                    &[
-                        ::stateguard::__private::Bind::Key(0),
-                        ::stateguard::__private::Bind::Key(0),
-                    ],
-                    &[
-                        ::stateguard::__private::Column::Status,
-                        ::stateguard::__private::Column::Version,
-                    ],
+                ::stateguard::__private::mysql!(
+                    ::stateguard::__private::statement("SELECT CAST(`status` AS CHAR), CAST(0 AS SIGNED) FROM `payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) LOCK IN SHARE MODE",
+                    & [::stateguard::__private::Bind::Key(0),
+                    ::stateguard::__private::Bind::Key(0)], &
+                    [::stateguard::__private::Column::Status,
+                    ::stateguard::__private::Column::Version])
                 ),
             ),
             ::core::option::Option::None,

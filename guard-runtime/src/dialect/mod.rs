@@ -203,6 +203,8 @@ pub struct Sql<T: 'static = Statement> {
     pub(crate) mysql: T,
 }
 
+/// A binary keeps only the dialects whose backend's feature is on: the
+/// statements of the others are empty there.
 impl Sql {
     /// The statement's text as PostgreSQL runs it (`"quoted"` names, `$1`).
     pub const fn postgres(&self) -> &'static str {
