@@ -1,11 +1,11 @@
 //! The enforcement DDL of a machine (a CHECK constraint on the status
 //! column, triggers that reject illegal transitions), built at expansion
-//! time like the DML of `sql.rs` and emitted as literals: the runtime's
+//! time like the DML of `sql/` and emitted as literals: the runtime's
 //! `stateguard::ddl` only picks the dialect's text. What each statement
 //! does, and why, is documented there.
 
 use crate::dialect::{Dialect, object_name};
-use crate::valid::Model;
+use crate::model::Model;
 
 /// MySQL's limit on `MESSAGE_TEXT`, in characters.
 const MYSQL_MESSAGE_TEXT: usize = 128;

@@ -1,6 +1,6 @@
 //! What differs between the SQL dialects, in one place: quoting, the length
 //! of names, placeholders, and comparing strings byte for byte. The
-//! statements themselves are shaped in `sql.rs` (DML) and `ddl.rs` (DDL)
+//! statements themselves are shaped in `sql/` (DML) and `ddl.rs` (DDL)
 //! from these pieces; a new dialect is a new variant here and its arms.
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

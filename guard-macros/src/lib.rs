@@ -8,15 +8,16 @@ extern crate proc_macro;
 mod ast;
 mod attr;
 mod case;
+mod check;
 mod ctxt;
 mod ddl;
 mod dialect;
 mod expand;
 mod ident;
+mod model;
 mod plan;
 mod sql;
 mod sqltext;
-mod valid;
 
 use proc_macro::TokenStream;
 use syn::{DeriveInput, parse_macro_input};

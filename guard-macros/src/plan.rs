@@ -1,6 +1,6 @@
 //! Bind plans: which value each placeholder of a statement takes.
 //!
-//! The statement builders (`sql.rs`) never number a placeholder. They
+//! The statement builders (`sql/`) never number a placeholder. They
 //! write a [`Slot`] marker where a value goes, and [`render`] turns the
 //! finished text into the dialect's placeholders and the ordered list of
 //! slots the runtime binds, its plan. Text and plan come from the same

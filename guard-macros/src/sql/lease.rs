@@ -1,0 +1,225 @@
+//! In-flight states: the follow-ups tied to a lease, renewals, the
+//! follow-ups' losing read, and recovery's listing and takeover of expired
+//! rows.
+
+use crate::dialect::Dialect;
+use crate::model::{InFlight, Model, State, Transition};
+use crate::plan::{Col, Slot};
+
+use super::key_columns;
+
+impl Dialect {
+    /// `WHERE k = $1 AND c = 'state'[ AND version = $2] AND token = $n`: the
+    /// row still in the same occurrence of the in-flight state, with its
+    /// lease still held by the caller.
+    pub(super) fn leased(self, model: &Model, state: &State, in_flight: &InFlight) -> String {
+        let d = self;
+        let same_occurrence = match &model.version {
+            Some(version) => format!(
+                " AND {} = {}",
+                d.version_value(version),
+                Slot::Expected.mark()
+            ),
+            None => String::new(),
+        };
+        format!(
+            "{} AND {}{same_occurrence} AND {} = {}",
+            d.key_match(&model.key),
+            d.status_is(&d.quote(&model.column), &format!("= '{}'", state.db)),
+            d.lease_token(&in_flight.since),
+            Slot::Token.mark(),
+        )
+    }
+
+    /// The follow-up `transition` (`done` or `failed`) of an in-flight
+    /// state, moving the row only while the caller still holds its lease:
+    /// a worker whose lease was taken over cannot move the row.
+    pub fn follow_up(
+        &self,
+        model: &Model,
+        state: &State,
+        in_flight: &InFlight,
+        transition: &Transition,
+    ) -> String {
+        let d = *self;
+        let update = format!(
+            "UPDATE {} SET {} WHERE {}",
+            d.quote(&model.table),
+            d.assignments(model, transition),
+            d.leased(model, state, in_flight),
+        );
+        // PostgreSQL writes the history row in the same statement; the
+        // row left `state`, which the lease check pins.
+        let (Dialect::Postgres, Some(history)) = (d, &model.history) else {
+            return update;
+        };
+        let table = d.quote(&model.table);
+        let aliases = (0..model.key.len()).map(|i| format!("__sg_k{i}")).collect();
+        let (columns, values) = d.history_row(
+            model,
+            transition,
+            aliases,
+            format!("'{}'", state.db),
+            "__sg_v".to_owned(),
+            true,
+        );
+        format!(
+            "WITH __sg_moved AS ({update} RETURNING {}, {} AS __sg_v) INSERT INTO {} ({columns}) \
+             SELECT {values} FROM __sg_moved",
+            d.key_aliases(model, Some(&table), "__sg_k"),
+            d.version_read(model.version.as_deref()),
+            d.quote(history),
+        )
+    }
+
+    /// SQLite and MySQL, for a machine with a history table: the history
+    /// row of a follow-up, inserted just before it in one transaction
+    /// (see [`Self::log`]).
+    pub fn follow_up_log(
+        &self,
+        model: &Model,
+        state: &State,
+        in_flight: &InFlight,
+        transition: &Transition,
+    ) -> String {
+        let d = *self;
+        let (Some(history), false) = (&model.history, d == Dialect::Postgres) else {
+            return String::new();
+        };
+        let predicate = d.leased(model, state, in_flight);
+        d.log_insert(model, history, transition, &predicate)
+    }
+
+    /// Renews the caller's lease on a row of an in-flight state: a
+    /// heartbeat for an effect that outlasts the lease. Returns the new
+    /// token (MySQL reads it with [`Self::lease_read`]).
+    pub fn renew(&self, model: &Model, state: &State, in_flight: &InFlight) -> String {
+        let d = *self;
+        format!(
+            "UPDATE {} SET {} = {} WHERE {}{}",
+            d.quote(&model.table),
+            d.quote(&in_flight.since),
+            d.now(),
+            d.leased(model, state, in_flight),
+            d.returning(model, false, Some(in_flight)),
+        )
+    }
+
+    /// The lease token of the row as it is: what MySQL reads after a claim
+    /// or a renewal, for want of `RETURNING`.
+    pub fn lease_read(&self, model: &Model, in_flight: &InFlight) -> String {
+        let d = *self;
+        format!(
+            "SELECT {} FROM {} WHERE {}",
+            Col::Token.of(&d.lease_token(&in_flight.since)),
+            d.quote(&model.table),
+            d.key_match(&model.key),
+        )
+    }
+
+    /// `SELECT c, version, token FROM t WHERE k = $1`: the losing path of
+    /// a follow-up, which tells a finished, a superseded and a taken-over
+    /// row apart.
+    pub fn follow_up_read(&self, model: &Model, in_flight: &InFlight) -> String {
+        let d = *self;
+        format!(
+            "SELECT {}, {}, {} FROM {} WHERE {}{}",
+            Col::Status.of(&d.status_read(&model.column)),
+            Col::Version.of(&d.version_read(model.version.as_deref())),
+            Col::Token.of(&d.lease_token(&in_flight.since)),
+            d.quote(&model.table),
+            d.key_match(&model.key),
+            d.read_lock(false),
+        )
+    }
+
+    /// Rows of an in-flight state whose lease has run out, oldest first:
+    /// `SELECT key, version FROM t WHERE c = 'state' AND since < now - lease`.
+    /// A NULL `since` (a row put there without a transition) counts as
+    /// expired, so that no such row is left in flight forever, and comes
+    /// first.
+    pub fn expired(&self, model: &Model, state: &State, in_flight: &InFlight) -> String {
+        let d = *self;
+        let since = d.quote(&in_flight.since);
+        format!(
+            "SELECT {}, {} FROM {} WHERE {} AND ({since} IS NULL OR {since} < {}) \
+             ORDER BY {since} IS NOT NULL, {since} LIMIT {}",
+            key_columns(model.key.iter().map(|k| d.quote(k))),
+            Col::Version.of(&d.version_read(model.version.as_deref())),
+            d.quote(&model.table),
+            d.status_is(&d.quote(&model.column), &format!("= '{}'", state.db)),
+            d.lease_expiry(in_flight.lease_ms),
+            Slot::Limit.mark(),
+        )
+    }
+
+    /// PostgreSQL: takes over up to `$1` expired rows of an in-flight state
+    /// in one statement, oldest first, skipping rows another recovery holds
+    /// (`FOR UPDATE SKIP LOCKED`), and returns each one's key, version and
+    /// new lease token, in the order of their old stamps: [`Self::expired`]
+    /// and [`Self::claim`] for every row at once. Empty on SQLite and
+    /// MySQL, which list, then claim row by row.
+    pub fn take_over(&self, model: &Model, state: &State, in_flight: &InFlight) -> String {
+        let d = *self;
+        if d != Dialect::Postgres {
+            return String::new();
+        }
+        let table = d.quote(&model.table);
+        let since = d.quote(&in_flight.since);
+        let n = model.key.len();
+        let expired = format!(
+            "{} AND ({since} IS NULL OR {since} < {})",
+            d.status_is(&d.quote(&model.column), &format!("= '{}'", state.db)),
+            d.lease_expiry(in_flight.lease_ms),
+        );
+        let same_row: Vec<String> = model
+            .key
+            .iter()
+            .enumerate()
+            .map(|(i, k)| format!("{table}.{} = __sg_o.__sg_k{i}", d.quote(k)))
+            .collect();
+        let aliases: Vec<String> = (0..n).map(|i| format!("__sg_k{i}")).collect();
+        format!(
+            "WITH __sg_taken AS (UPDATE {table} SET {since} = {} FROM (SELECT {}, {since} AS \
+             __sg_old FROM {table} WHERE {expired} ORDER BY {since} IS NOT NULL, {since} LIMIT {} \
+             FOR UPDATE SKIP LOCKED) AS __sg_o WHERE {} AND {expired} RETURNING {}, {} AS __sg_v, \
+             {} AS __sg_l, __sg_o.__sg_old) SELECT {}, {}, {} FROM __sg_taken ORDER BY \
+             __sg_old IS NOT NULL, __sg_old",
+            d.now(),
+            d.key_aliases(model, None, "__sg_k"),
+            Slot::Limit.mark(),
+            same_row.join(" AND "),
+            d.key_aliases(model, Some(&table), "__sg_k"),
+            d.version_read(model.version.as_deref()),
+            d.lease_token(&in_flight.since),
+            key_columns(aliases),
+            Col::Version.of("__sg_v"),
+            Col::Token.of("__sg_l"),
+        )
+    }
+
+    /// Takes over one expired row for recovery by renewing its lease, only
+    /// if it is still in the same occurrence of the in-flight state.
+    pub fn claim(&self, model: &Model, state: &State, in_flight: &InFlight) -> String {
+        let d = *self;
+        let since = d.quote(&in_flight.since);
+        let same_occurrence = match &model.version {
+            Some(version) => format!(
+                " AND {} = {}",
+                d.version_value(version),
+                Slot::Expected.mark()
+            ),
+            None => String::new(),
+        };
+        format!(
+            "UPDATE {} SET {since} = {} WHERE {} AND {} \
+             AND ({since} IS NULL OR {since} < {}){same_occurrence}{}",
+            d.quote(&model.table),
+            d.now(),
+            d.key_match(&model.key),
+            d.status_is(&d.quote(&model.column), &format!("= '{}'", state.db)),
+            d.lease_expiry(in_flight.lease_ms),
+            d.returning(model, false, Some(in_flight)),
+        )
+    }
+}

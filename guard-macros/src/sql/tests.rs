@@ -1,0 +1,228 @@
+//! The statements' text and plans in every dialect.
+
+use proc_macro2::Span;
+use syn::Ident;
+
+use crate::dialect::{DIALECTS, Dialect};
+use crate::model::{InFlight, Model, State, Transition};
+use crate::plan::{Slot, render};
+
+/// A statement's text in `d`, or what is wrong with its placeholders.
+fn text(d: Dialect, marked: String) -> String {
+    render(d, &marked).map_or_else(|error| error, |statement| statement.text)
+}
+
+/// `pending -start-> sending (in flight) -confirm-> sent`, on
+/// `billing.payouts` with a version column; `confirm` sets `sent_at`.
+fn with_model(check: impl FnOnce(&Model)) {
+    let ident = |name: &str| Ident::new(name, Span::call_site());
+    let (machine, pending, sending, sent) = (
+        ident("Payout"),
+        ident("Pending"),
+        ident("Sending"),
+        ident("Sent"),
+    );
+    let (start, confirm) = (ident("start"), ident("confirm"));
+    let state = |ident, db: &str| State {
+        ident,
+        db: db.to_owned(),
+        in_flight: None,
+        stamp: None,
+        timeout_ms: None,
+    };
+    let mut states = vec![
+        state(&pending, "pending"),
+        state(&sending, "sending"),
+        state(&sent, "sent"),
+    ];
+    states[1].in_flight = Some(InFlight {
+        lease_ms: 30_500,
+        since: "sending_since".to_owned(),
+        done: 1,
+        failed: None,
+    });
+    let model = Model {
+        ident: &machine,
+        table: "billing.payouts".to_owned(),
+        column: "status".to_owned(),
+        key: vec!["id".to_owned()],
+        order: vec!["id".to_owned()],
+        history: None,
+        version: Some("version".to_owned()),
+        states,
+        initial: 0,
+        transitions: vec![
+            Transition {
+                name: &start,
+                sources: vec![0],
+                target: 1,
+                set: Vec::new(),
+                guard: None,
+            },
+            Transition {
+                name: &confirm,
+                sources: vec![1],
+                target: 2,
+                set: vec![(
+                    "sent_at".to_owned(),
+                    crate::model::Assign::Expr("CURRENT_TIMESTAMP".to_owned()),
+                )],
+                guard: None,
+            },
+        ],
+    };
+    check(&model);
+}
+
+#[test]
+fn the_compare_and_set_in_every_dialect() {
+    with_model(|model| {
+        let [pg, lite, my] =
+            DIALECTS.map(|d| text(d, d.update(model, &model.transitions[0], false)));
+        assert_eq!(
+            pg,
+            "UPDATE \"billing\".\"payouts\" SET \"status\" = 'sending', \"sending_since\" = \
+             statement_timestamp(), \"version\" = COALESCE(\"version\", 0) + 1 WHERE \"id\" = \
+             $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN \
+             ('pending') RETURNING CAST(COALESCE(\"version\", 0) AS BIGINT), \
+             COALESCE(CAST(EXTRACT(EPOCH FROM \"sending_since\") * 1000000 AS BIGINT), 0)"
+        );
+        assert_eq!(
+            lite,
+            "UPDATE \"billing\".\"payouts\" SET \"status\" = 'sending', \"sending_since\" = \
+             strftime('%Y-%m-%d %H:%M:%f', 'now'), \"version\" = COALESCE(\"version\", 0) + 1 \
+             WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB) AND \"status\" IN \
+             ('pending') RETURNING CAST(COALESCE(\"version\", 0) AS INTEGER), \
+             COALESCE(CAST(ROUND(unixepoch(\"sending_since\", 'subsec') * 1000) AS INTEGER), 0)"
+        );
+        // No RETURNING on MySQL: the new version goes through
+        // LAST_INSERT_ID, and the status is compared as bytes too.
+        assert_eq!(
+            my,
+            "UPDATE `billing`.`payouts` SET `status` = 'sending', `sending_since` = \
+             UTC_TIMESTAMP(3), `version` = LAST_INSERT_ID(COALESCE(`version`, 0) + 1) WHERE \
+             `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN \
+             ('pending') AND CAST(`status` AS BINARY) IN ('pending')"
+        );
+    });
+}
+
+#[test]
+fn mysql_writes_set_columns_before_the_status() {
+    with_model(|model| {
+        let confirm = &model.transitions[1];
+        let pg = text(
+            Dialect::Postgres,
+            Dialect::Postgres.update(model, confirm, false),
+        );
+        assert!(
+            pg.contains("SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), "),
+            "{pg}"
+        );
+        let my = text(Dialect::MySql, Dialect::MySql.update(model, confirm, false));
+        assert!(
+            my.contains("SET `sent_at` = (CURRENT_TIMESTAMP), `status` = 'sent', "),
+            "{my}"
+        );
+    });
+}
+
+#[test]
+fn only_mysql_reads_back() {
+    with_model(|model| {
+        let start = &model.transitions[0];
+        assert_eq!(Dialect::Postgres.read_back(model, start), "");
+        assert_eq!(Dialect::Sqlite.read_back(model, start), "");
+        assert_eq!(
+            text(Dialect::MySql, Dialect::MySql.read_back(model, start)),
+            "SELECT CAST(LAST_INSERT_ID() AS SIGNED), (SELECT COALESCE(TIMESTAMPDIFF(\
+             MICROSECOND, '1970-01-01 00:00:00', `sending_since`), 0) FROM \
+             `billing`.`payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) \
+             AND COALESCE(`version`, 0) = LAST_INSERT_ID())"
+        );
+    });
+}
+
+#[test]
+fn the_losing_read_locks_where_a_snapshot_would_lie() {
+    with_model(|model| {
+        let select = |d: Dialect, tx| text(d, d.select(model, tx));
+        assert_eq!(
+            select(Dialect::Postgres, false),
+            "SELECT \"status\"::text, CAST(COALESCE(\"version\", 0) AS BIGINT) FROM \
+             \"billing\".\"payouts\" WHERE \"id\" = $1 AND \
+             CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT)"
+        );
+        assert!(select(Dialect::Postgres, true).ends_with(" FOR SHARE"));
+        assert!(!select(Dialect::Sqlite, true).contains("FOR"));
+        assert!(select(Dialect::MySql, false).ends_with(" LOCK IN SHARE MODE"));
+        assert!(select(Dialect::MySql, false).starts_with("SELECT CAST(`status` AS CHAR)"));
+    });
+}
+
+#[test]
+fn each_dialect_gets_the_plan_of_its_placeholders() -> Result<(), String> {
+    let mut plans = Vec::new();
+    with_model(|model| {
+        let state = &model.states[1];
+        let Some(f) = &state.in_flight else { return };
+        let confirm = &model.transitions[1];
+        plans = DIALECTS
+            .map(|d| render(d, &d.follow_up(model, state, f, confirm)))
+            .into_iter()
+            .collect();
+    });
+    let [pg, lite, my] = <[Result<_, _>; 3]>::try_from(plans)
+        .map_err(|plans| format!("{} dialects", plans.len()))?;
+    let (pg, lite, my) = (pg?, lite?, my?);
+    // Numbered: each value once, the key first.
+    assert_eq!(pg.plan, [Slot::Key(0), Slot::Expected, Slot::Token]);
+    assert_eq!(lite.plan, pg.plan);
+    // Positional: the key twice, for its exact match.
+    assert_eq!(
+        my.plan,
+        [Slot::Key(0), Slot::Key(0), Slot::Expected, Slot::Token]
+    );
+    Ok(())
+}
+
+#[test]
+fn leases_and_their_placeholders() {
+    with_model(|model| {
+        let (state, in_flight) = (&model.states[1], &model.transitions[1]);
+        assert!(state.in_flight.is_some(), "sending is in flight");
+        let Some(f) = &state.in_flight else { return };
+        // key, version, token: $1, $2, $3 (MySQL binds the key twice).
+        let done = text(
+            Dialect::Postgres,
+            Dialect::Postgres.follow_up(model, state, f, in_flight),
+        );
+        assert!(
+            done.ends_with(
+                "AND COALESCE(\"version\", 0) = $2 AND COALESCE(CAST(EXTRACT(EPOCH FROM \
+                 \"sending_since\") * 1000000 AS BIGINT), 0) = $3"
+            ),
+            "{done}"
+        );
+        let expired = text(Dialect::Sqlite, Dialect::Sqlite.expired(model, state, f));
+        assert!(
+            expired.contains("'now', '-30.500 seconds')") && expired.ends_with("LIMIT ?1"),
+            "{expired}"
+        );
+        let claim = text(Dialect::MySql, Dialect::MySql.claim(model, state, f));
+        assert!(
+            claim.contains("UTC_TIMESTAMP(3) - INTERVAL 30500000 MICROSECOND"),
+            "{claim}"
+        );
+        let renew = text(Dialect::Postgres, Dialect::Postgres.renew(model, state, f));
+        assert!(
+            renew.starts_with(
+                "UPDATE \"billing\".\"payouts\" SET \"sending_since\" = statement_timestamp()"
+            ) && renew.ends_with(
+                " RETURNING COALESCE(CAST(EXTRACT(EPOCH FROM \"sending_since\") * 1000000 AS \
+                 BIGINT), 0)"
+            ),
+            "{renew}"
+        );
+    });
+}
