@@ -546,5 +546,5 @@ where
     );
 
     // A note on a machine without a history table, in a call or in a
-    // verdict, does not compile (tests/ui/noted-without-history.rs).
+    // verdict, does not compile (tests/ui/api/noted-without-history.rs).
 }

@@ -217,7 +217,7 @@ enum Remembering {
 
 /// MySQL evaluates assignments left to right. A `set` expression may read
 /// only its own column of those the statement writes (the macro refuses the
-/// rest: `tests/ui/set-reads-written-column.rs`), and reads it as it was.
+/// rest: `tests/ui/set/set-reads-written-column.rs`), and reads it as it was.
 #[tokio::test]
 async fn set_expressions_read_the_row_before_the_transition() {
     let Some(db) = open!(Mysql, "set_order") else {

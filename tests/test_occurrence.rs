@@ -198,7 +198,7 @@ where
     tx.rollback().await.unwrap();
     // PayoutStatus declares no version column: `load` still reads its
     // state, with occurrence 0; `expecting` does not compile on it
-    // (tests/ui/expecting-without-version.rs).
+    // (tests/ui/api/expecting-without-version.rs).
     db.seed(1).await;
     let current = PayoutStatus::MACHINE.load(&db.pool, 1_i64).await.unwrap();
     let current = current.expect("payout 1");
