@@ -9,9 +9,6 @@ use stateguard::StateMachine;
 use stateguard::ddl::{self, Dialect};
 use stateguard::meta::Sql;
 
-#[path = "../examples/payouts/status.rs"]
-mod derived;
-
 mod expanded {
     /// The payout enum without `#[derive(StateMachine)]` and its attributes:
     /// the snapshot supplies every impl.
@@ -24,10 +21,10 @@ mod expanded {
         Cancelled,
     }
 
-    include!("expand/payouts.expanded.rs");
+    include!("../expand/payouts.expanded.rs");
 }
 
-use derived::PayoutStatus as Derived;
+use crate::status::PayoutStatus as Derived;
 use expanded::PayoutStatus as Expanded;
 
 fn same_sql(what: &str, derived: &Sql, expanded: &Sql) {

@@ -3,18 +3,15 @@
 //! rendering of the DOT output, and the freshness assertions themselves.
 //!
 //! After changing a machine or a renderer, regenerate the golden files with
-//! `STATEGUARD_BLESS=1 cargo test --test test_docs` and review the diff.
-
-#[path = "../examples/payouts/status.rs"]
-mod status;
+//! `STATEGUARD_BLESS=1 cargo test --test derive docs::` and review the diff.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use crate::status::PayoutStatus;
 use stateguard::{StateMachine, docs};
-use status::PayoutStatus;
 
 /// An order's life from cart to refund: 18 states, 21 transitions, several
 /// with many sources, an in-flight payment authorization, and cycles
