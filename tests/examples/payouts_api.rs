@@ -1,9 +1,9 @@
 //! `examples/payouts_api` over real HTTP: the service runs on
 //! `127.0.0.1:0` inside the test, and a real client (reqwest) calls it.
 
-mod common;
+use crate::common;
 
-#[path = "../examples/payouts_api/app.rs"]
+#[path = "../../examples/payouts_api/app.rs"]
 #[allow(dead_code)]
 mod app;
 

@@ -6,7 +6,7 @@
 //! once, and every kill may have cost at most one repeated bank call.
 //!
 //! How it runs: the parent tests (`crash_sqlite`, `crash_postgres`)
-//! re-execute this test binary with `--exact crash_child` and
+//! re-execute this test binary with `--exact crash::crash_child` and
 //! `STATEGUARD_CRASH_CHILD=sqlite|postgres` plus `STATEGUARD_CRASH_DB` (the
 //! SQLite file or the PostgreSQL URL). `crash_child` is the worker process;
 //! without `STATEGUARD_CRASH_CHILD` it does nothing, so it passes trivially
@@ -18,7 +18,7 @@
 
 #![cfg(unix)]
 
-#[path = "../examples/recovery/workflow.rs"]
+#[path = "../../examples/recovery/workflow.rs"]
 mod workflow;
 
 use std::hash::{BuildHasher, Hasher};
@@ -40,12 +40,13 @@ use workflow::{Bank, Store, Tally};
 const CHILD_ENV: &str = "STATEGUARD_CRASH_CHILD";
 /// The SQLite file or the PostgreSQL URL the child connects to.
 const CHILD_DB_ENV: &str = "STATEGUARD_CRASH_DB";
-/// The child test's name, for `--exact`.
-const CHILD_TEST: &str = "crash_child";
+/// The child test's name, for `--exact`: its path in the `examples` test
+/// binary.
+const CHILD_TEST: &str = "crash::crash_child";
 const SCHEMA: &str = "sg_crash";
-/// What the child prints once connected. libtest writes `test crash_child
-/// ... ` without a newline just before, so the parent looks for it anywhere
-/// in a line.
+/// What the child prints once connected. libtest writes `test
+/// crash::crash_child ... ` without a newline just before, so the parent
+/// looks for it anywhere in a line.
 const READY: &str = "crash-child-ready";
 /// What the child's summary line starts with.
 const DONE: &str = "crash-child-done:";
@@ -134,7 +135,7 @@ async fn postgres_pool(url: &str) -> sqlx::PgPool {
 
 /// The worker process. Does nothing unless `STATEGUARD_CRASH_CHILD` is set:
 /// only the parent tests below set it, when they run this binary as a
-/// child with `--exact crash_child`.
+/// child with `--exact crash::crash_child`.
 #[test]
 fn crash_child() {
     let Ok(backend) = std::env::var(CHILD_ENV) else {
