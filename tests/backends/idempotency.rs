@@ -2,7 +2,7 @@
 //! replay, 409, 422, leases, pruning) and a consumer's inbox (`receive` in
 //! the consumer's transaction), on every backend.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! Guards: a condition in the compare-and-set's `WHERE`, so a business rule
 //! holds when the row moves, not when the application last read it.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -12,7 +12,7 @@
 //! all wins, over two passes of every row through its states, are all
 //! different.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::sync::Mutex;

@@ -1,7 +1,7 @@
 //! Batches: `transition.apply_many(pool, &keys)` gives one outcome per key,
 //! in input order, with at most one win per row.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

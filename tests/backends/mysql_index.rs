@@ -3,7 +3,7 @@
 //! the cast so that it still uses an index. Proven with `EXPLAIN` on the
 //! machine's own SQL text.
 
-mod common;
+use crate::common;
 
 use common::TransferStatus;
 use sqlx::Row;

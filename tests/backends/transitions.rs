@@ -2,7 +2,7 @@
 //! behaviour: multi-source transitions, Conflict, NotFound, `set` columns,
 //! pools, connections and transactions, unknown status strings.
 
-mod common;
+use crate::common;
 
 use common::{Db, PayoutStatus, TestBackend, stale_transaction};
 use sqlx::Pool;

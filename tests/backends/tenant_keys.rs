@@ -2,7 +2,7 @@
 //! transition never touches another tenant's row, whatever id it is given,
 //! and effect keys, recovery and the follow-ups carry every key part.
 
-mod common;
+use crate::common;
 
 use common::{Db, TestBackend};
 use sqlx::Pool;

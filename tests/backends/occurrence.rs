@@ -1,7 +1,7 @@
 //! An expected occurrence: a transition applied only to the row as the
 //! caller saw it (`Transition::expecting`), and `Machine::load` to see it.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

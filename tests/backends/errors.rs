@@ -1,7 +1,7 @@
 //! Errors a caller can act on: the kind of the errors real databases
 //! return, and history details that are not JSON.
 
-mod common;
+use crate::common;
 
 use common::{Db, TestBackend};
 use sqlx::Pool;

@@ -1,9 +1,9 @@
 //! What only MySQL and MariaDB need proven: found rows, ENUM columns,
 //! InnoDB's snapshot reads and MariaDB's snapshot isolation. The behaviour
-//! shared with the other backends runs in `test_transitions.rs`,
-//! `test_race.rs` and `test_effects.rs`.
+//! shared with the other backends runs in `transitions.rs`,
+//! `race.rs` and `effects.rs`.
 
-mod common;
+use crate::common;
 
 use common::{Isolation, PayoutStatus};
 use stateguard::{Error, Outcome, StateMachine};

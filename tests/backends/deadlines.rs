@@ -3,7 +3,7 @@
 //! outcome is open, since that statement may still commit. A session
 //! killed while its recovery statement waits leaves the outcome open too.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;

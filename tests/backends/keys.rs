@@ -2,7 +2,7 @@
 //! so the winner and a recovery of the same row compute the same effect
 //! key, however loosely the database would compare keys.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! out one committed win per row; concurrent claimers never get the same
 //! row.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 

@@ -2,7 +2,7 @@
 //! savepoints, handed out only by a commit that really committed, and
 //! losers that see the row as it is, not as a snapshot had it.
 
-mod common;
+use crate::common;
 
 use std::future::IntoFuture;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! Side effects that only the winner runs: effect keys, effects after
 //! commit, in-flight states and their recovery.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::Mutex;

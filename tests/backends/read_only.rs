@@ -10,7 +10,7 @@
 //! `SET SESSION TRANSACTION READ ONLY`), so that they answer writes as a
 //! standby does, while connections opened later write.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

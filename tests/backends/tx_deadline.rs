@@ -8,7 +8,7 @@
 //! test: a call that keeps no deadline fails the test there instead of
 //! hanging it.
 
-mod common;
+use crate::common;
 
 use std::future::IntoFuture;
 use std::time::Duration;

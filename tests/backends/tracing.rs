@@ -1,7 +1,7 @@
 //! Tracing: one span per call, with the outcome, and the key only when the
 //! caller opts in.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};

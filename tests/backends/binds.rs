@@ -1,7 +1,7 @@
 //! Values bound per call: `set(column = bind(Type))` makes the transition's
 //! constructor take them, and the winning statement writes them.
 
-mod common;
+use crate::common;
 
 use common::{Db, TestBackend};
 use sqlx::Pool;

@@ -2,7 +2,7 @@
 //! per row may win and run the side effect; every other attempt must learn
 //! that the row is already where it wanted it.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,7 +1,7 @@
 //! History: with `history = "…"`, every move appends a row with the state
 //! the row really left, in the same atomic act; nothing else does.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -2,7 +2,7 @@
 //! counted through the `metrics` facade, seen by a recorder of the test's
 //! own.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

@@ -1,7 +1,7 @@
 //! Leases on in-flight rows: a worker keeps its lease while its effect
 //! runs, and a worker whose lease was taken over cannot move the row.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
