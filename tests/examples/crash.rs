@@ -5,16 +5,17 @@
 //! let run to completion. Every payout must end `sent` with its money moved exactly
 //! once, and every kill may have cost at most one repeated bank call.
 //!
-//! How it runs: the parent tests (`crash_sqlite`, `crash_postgres`)
-//! re-execute this test binary with `--exact crash::crash_child` and
-//! `STATEGUARD_CRASH_CHILD=sqlite|postgres` plus `STATEGUARD_CRASH_DB` (the
-//! SQLite file or the PostgreSQL URL). `crash_child` is the worker process;
-//! without `STATEGUARD_CRASH_CHILD` it does nothing, so it passes trivially
-//! in a normal `cargo test`.
+//! How it runs: the parent tests (`crash_sqlite`, `crash_postgres`,
+//! `crash_mysql`) re-execute this test binary with `--exact
+//! crash::crash_child` and `STATEGUARD_CRASH_CHILD=sqlite|postgres|mysql`
+//! plus `STATEGUARD_CRASH_DB` (the SQLite file or the server's URL).
+//! `crash_child` is the worker process; without `STATEGUARD_CRASH_CHILD` it
+//! does nothing, so it passes trivially in a normal `cargo test`.
 //!
 //! `crash_postgres` reads `STATEGUARD_POSTGRES_URL` and works in the schema
-//! `sg_crash`. Without the URL it prints why it was skipped and passes,
-//! unless `STATEGUARD_REQUIRE_SERVERS=1` turns that into a failure.
+//! `sg_crash`; `crash_mysql` reads `STATEGUARD_MYSQL_URL` and works in the
+//! database `sg_crash`. Without its URL each prints why it was skipped and
+//! passes, unless `STATEGUARD_REQUIRE_SERVERS=1` turns that into a failure.
 
 #![cfg(unix)]
 
@@ -38,7 +39,7 @@ use workflow::{Bank, Store, Tally};
 
 /// Which backend the child runs on; unset in every process but a child.
 const CHILD_ENV: &str = "STATEGUARD_CRASH_CHILD";
-/// The SQLite file or the PostgreSQL URL the child connects to.
+/// The SQLite file or the server's URL the child connects to.
 const CHILD_DB_ENV: &str = "STATEGUARD_CRASH_DB";
 /// The child test's name, for `--exact`: its path in the `examples` test
 /// binary.
