@@ -5,6 +5,7 @@
 
 use crate::common;
 
+use std::marker::PhantomData;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -115,112 +116,112 @@ fn assert_known_timeout(error: &Error, transition: &str) {
 
 // Each body below, as `sqlite::name`, `postgres::name` and `mysql::name`.
 backend_tests! {
-    "deadline_take_over" => a_takeover_cut_off_may_still_commit,
-    "deadline_follow_up" => a_follow_up_cut_off_is_named_and_may_still_commit,
-    "deadline_writes" => apply_claim_and_apply_many_cut_off_may_still_commit,
-}
-
-/// Recovery's takeover waits on the lock and is cut off: on PostgreSQL the
-/// pass's one statement (the pass fails), on SQLite and MySQL each row's
-/// (the pass records it per row). Either may still renew the leases, so
-/// the outcome is open, and the error names the takeover, not the
-/// follow-up. No effect runs.
-async fn a_takeover_cut_off_may_still_commit<DB: Hold>(db: Db<DB>)
-where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    i64: Key<DB> + for<'r> sqlx::Decode<'r, DB>,
-{
-    db.transfers(2).await;
-    for id in 1..=2_i64 {
-        let won = TransferStatus::start().apply(&db.pool, id).await.unwrap();
-        drop(won.won().unwrap()); // each worker dies before its effect
+    impl Tests {
+        "deadline_take_over" => a_takeover_cut_off_may_still_commit,
+        "deadline_follow_up" => a_follow_up_cut_off_is_named_and_may_still_commit,
+        "deadline_writes" => apply_claim_and_apply_many_cut_off_may_still_commit,
     }
-    db.backdate_leases().await;
-    let held = Held::take(&db.pool).await;
-    let effects = AtomicUsize::new(0);
-    let pass = recover_within(
-        &db.pool,
-        TransferStatus::Sending,
-        10,
-        DEADLINE,
-        |_: Effect<_, i64>| async {
-            effects.fetch_add(1, Ordering::SeqCst);
-            Verdict::Done
-        },
-    )
-    .await;
-    let errors = match pass {
-        Err(error) => vec![error],
-        Ok(report) => {
-            assert_eq!(report.claimed, 0, "{report:?}");
-            report.errors
-        }
-    };
-    assert!(!errors.is_empty());
-    for error in &errors {
-        assert_open_timeout(error, "take_over");
-    }
-    assert_eq!(effects.load(Ordering::SeqCst), 0);
-    held.release().await;
 }
 
-/// The effect's verdict chooses `fail`, whose follow-up then waits on the
-/// lock and is cut off: the error names `fail` (not `done`'s `confirm`)
-/// and says the outcome is open.
-async fn a_follow_up_cut_off_is_named_and_may_still_commit<DB: Hold>(db: Db<DB>)
-where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    i64: Key<DB> + for<'r> sqlx::Decode<'r, DB>,
-{
-    db.transfers(1).await;
-    let won = Slow::start()
-        .within(DEADLINE)
-        .apply(&db.pool, 1_i64)
-        .await
-        .unwrap()
-        .won()
-        .unwrap();
-    let held = tokio::sync::Mutex::new(None);
-    let error = won
-        .finish(&db.pool, |_| async {
-            // Taken during the effect: the follow-up is the first write
-            // that meets it.
-            *held.lock().await = Some(Held::take(&db.pool).await);
-            Verdict::Failed
-        })
-        .await
-        .unwrap_err();
-    let FinishError::Unfinished(error) = error else {
-        panic!("expected the follow-up cut off, got {error:?}");
-    };
-    assert_open_timeout(&error, "fail");
-    held.into_inner().unwrap().release().await;
-}
+/// The bodies `backend_tests!` runs on each backend; the bounds they share
+/// are written once, on this block.
+struct Tests<DB>(PhantomData<DB>);
 
-/// `apply`, `claim` and `apply_many` wait on the lock and are cut off, each
-/// with its statements possibly sent: the outcome is open, and the error
-/// names the transition.
-async fn apply_claim_and_apply_many_cut_off_may_still_commit<DB: Hold + Batched>(db: Db<DB>)
+impl<DB: Hold + Batched> Tests<DB>
 where
     for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
     i64: Key<DB> + for<'r> sqlx::Decode<'r, DB> + ManyKeys<DB, One>,
 {
-    db.transfers(3).await;
-    let held = Held::take(&db.pool).await;
-    let start = Slow::start().within(DEADLINE);
-    let error = start.apply(&db.pool, 1_i64).await.unwrap_err();
-    assert_open_timeout(&error, "start");
-    // SQLite's claim waits at its `BEGIN IMMEDIATE`, before anything is
-    // written: the outcome is known there.
-    let cut_off = |error: &Error| match DB::DIALECT {
-        stateguard::ddl::Dialect::Sqlite => assert_known_timeout(error, "start"),
-        _ => assert_open_timeout(error, "start"),
-    };
-    let error = start.claim::<DB, i64>(&db.pool, 1).await.unwrap_err();
-    cut_off(&error);
-    let error = start.apply_many(&db.pool, &[2_i64, 3]).await.unwrap_err();
-    assert_open_timeout(&error, "start");
-    held.release().await;
+    /// Recovery's takeover waits on the lock and is cut off: on PostgreSQL the
+    /// pass's one statement (the pass fails), on SQLite and MySQL each row's
+    /// (the pass records it per row). Either may still renew the leases, so
+    /// the outcome is open, and the error names the takeover, not the
+    /// follow-up. No effect runs.
+    async fn a_takeover_cut_off_may_still_commit(db: Db<DB>) {
+        db.transfers(2).await;
+        for id in 1..=2_i64 {
+            let won = TransferStatus::start().apply(&db.pool, id).await.unwrap();
+            drop(won.won().unwrap()); // each worker dies before its effect
+        }
+        db.backdate_leases().await;
+        let held = Held::take(&db.pool).await;
+        let effects = AtomicUsize::new(0);
+        let pass = recover_within(
+            &db.pool,
+            TransferStatus::Sending,
+            10,
+            DEADLINE,
+            |_: Effect<_, i64>| async {
+                effects.fetch_add(1, Ordering::SeqCst);
+                Verdict::Done
+            },
+        )
+        .await;
+        let errors = match pass {
+            Err(error) => vec![error],
+            Ok(report) => {
+                assert_eq!(report.claimed, 0, "{report:?}");
+                report.errors
+            }
+        };
+        assert!(!errors.is_empty());
+        for error in &errors {
+            assert_open_timeout(error, "take_over");
+        }
+        assert_eq!(effects.load(Ordering::SeqCst), 0);
+        held.release().await;
+    }
+
+    /// The effect's verdict chooses `fail`, whose follow-up then waits on the
+    /// lock and is cut off: the error names `fail` (not `done`'s `confirm`)
+    /// and says the outcome is open.
+    async fn a_follow_up_cut_off_is_named_and_may_still_commit(db: Db<DB>) {
+        db.transfers(1).await;
+        let won = Slow::start()
+            .within(DEADLINE)
+            .apply(&db.pool, 1_i64)
+            .await
+            .unwrap()
+            .won()
+            .unwrap();
+        let held = tokio::sync::Mutex::new(None);
+        let error = won
+            .finish(&db.pool, |_| async {
+                // Taken during the effect: the follow-up is the first write
+                // that meets it.
+                *held.lock().await = Some(Held::take(&db.pool).await);
+                Verdict::Failed
+            })
+            .await
+            .unwrap_err();
+        let FinishError::Unfinished(error) = error else {
+            panic!("expected the follow-up cut off, got {error:?}");
+        };
+        assert_open_timeout(&error, "fail");
+        held.into_inner().unwrap().release().await;
+    }
+
+    /// `apply`, `claim` and `apply_many` wait on the lock and are cut off, each
+    /// with its statements possibly sent: the outcome is open, and the error
+    /// names the transition.
+    async fn apply_claim_and_apply_many_cut_off_may_still_commit(db: Db<DB>) {
+        db.transfers(3).await;
+        let held = Held::take(&db.pool).await;
+        let start = Slow::start().within(DEADLINE);
+        let error = start.apply(&db.pool, 1_i64).await.unwrap_err();
+        assert_open_timeout(&error, "start");
+        // SQLite's claim waits at its `BEGIN IMMEDIATE`, before anything is
+        // written: the outcome is known there.
+        let cut_off = |error: &Error| match DB::DIALECT {
+            stateguard::ddl::Dialect::Sqlite => assert_known_timeout(error, "start"),
+            _ => assert_open_timeout(error, "start"),
+        };
+        let error = start.claim::<DB, i64>(&db.pool, 1).await.unwrap_err();
+        cut_off(&error);
+        let error = start.apply_many(&db.pool, &[2_i64, 3]).await.unwrap_err();
+        assert_open_timeout(&error, "start");
+        held.release().await;
+    }
 }
 
 /// A session killed while recovery's takeover waits on the lock (PostgreSQL

@@ -5,6 +5,7 @@
 use crate::common;
 
 use std::future::IntoFuture;
+use std::marker::PhantomData;
 use std::time::Duration;
 
 use common::{
@@ -27,152 +28,139 @@ fn won(outcome: Outcome<TransferStatus, i64, Uncommitted>) -> Staged {
 
 // Each body below, as `sqlite::name`, `postgres::name` and `mysql::name`.
 backend_tests! {
-    "tx_savepoint_rollback" => a_win_in_a_rolled_back_savepoint_never_commits,
-    "tx_savepoint_release" => a_released_savepoint_commits_its_wins_with_the_transaction,
-    "tx_savepoint_foreign" => a_savepoint_releases_only_its_own_wins,
-    "tx_foreign" => a_win_cannot_commit_with_another_transaction,
-    "tx_abandoned_begin" => an_abandoned_begin_leaves_no_transaction_behind,
-}
-
-/// A caller stops waiting for `Tx::begin` half-way (a client hung up, a
-/// timeout fired), at every point from just after it started to just
-/// before it finished. The pool's one connection must not come back inside
-/// a transaction that sqlx does not know of: a win through the pool right
-/// after is committed, seen from another connection. (A `BEGIN` sqlx had
-/// sent when its future was dropped left the connection in a transaction
-/// whose later autocommit statements never committed.)
-async fn an_abandoned_begin_leaves_no_transaction_behind<DB: TestBackend>(db: Db<DB>)
-where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
-    i64: Key<DB>,
-{
-    let one = sqlx::pool::PoolOptions::<DB>::new()
-        .max_connections(1)
-        .connect_with((*db.pool.connect_options()).clone())
-        .await
-        .unwrap();
-    let (db, one) = (&db, &one);
-    abandon_at_every_poll(
-        |_| Tx::begin(one).into_future(),
-        |at| async move {
-            let id = at.round;
-            db.insert(id, "pending").await;
-            let outcome = PayoutStatus::start().apply(one, id).await.unwrap();
-            assert!(outcome.is_applied(), "{at:?}: {outcome:?}");
-            assert_eq!(
-                db.status(id).await.as_deref(),
-                Some("sending"),
-                "{at:?}: the win through the pool did not commit"
-            );
-        },
-    )
-    .await;
-}
-
-/// ROLLBACK TO SAVEPOINT undoes the move: its win must not commit
-/// with the enclosing transaction.
-async fn a_win_in_a_rolled_back_savepoint_never_commits<DB: TestBackend>(db: Db<DB>)
-where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
-    for<'s, 'c> &'s mut Savepoint<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
-    i64: Key<DB>,
-{
-    db.transfers(2).await;
-    let mut tx = Tx::begin(&db.pool).await.unwrap();
-    let first = won(TransferStatus::start().apply(&mut tx, 1_i64).await.unwrap());
-    let mut savepoint = tx.savepoint().await.unwrap();
-    let second = won(TransferStatus::start()
-        .apply(&mut savepoint, 2_i64)
-        .await
-        .unwrap());
-    savepoint.rollback().await.unwrap();
-    let error = tx.commit((first, second)).await.unwrap_err();
-    assert!(matches!(error, Error::ForeignWin), "{error:?}");
-    // Nothing was committed: the transaction rolled back whole.
-    assert_eq!(db.transfer(1).await, ("pending".to_owned(), 0));
-    assert_eq!(db.transfer(2).await, ("pending".to_owned(), 0));
-}
-
-/// A released savepoint hands its wins to the transaction, and a
-/// nested one to its parent savepoint.
-async fn a_released_savepoint_commits_its_wins_with_the_transaction<DB: TestBackend>(db: Db<DB>)
-where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
-    for<'s, 'c> &'s mut Savepoint<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
-    i64: Key<DB>,
-{
-    db.transfers(3).await;
-    let mut tx = Tx::begin(&db.pool).await.unwrap();
-    let first = won(TransferStatus::start().apply(&mut tx, 1_i64).await.unwrap());
-    let mut outer = tx.savepoint().await.unwrap();
-    let second = won(TransferStatus::start()
-        .apply(&mut outer, 2_i64)
-        .await
-        .unwrap());
-    let mut inner = outer.savepoint().await.unwrap();
-    let third = won(TransferStatus::start()
-        .apply(&mut inner, 3_i64)
-        .await
-        .unwrap());
-    // The inner win is not the outer savepoint's until released.
-    let third = inner.release(third).await.unwrap();
-    let (second, third) = outer.release((second, third)).await.unwrap();
-    let (first, second, third) = tx.commit((first, second, third)).await.unwrap();
-    let keys: Vec<String> = [first, second, third]
-        .iter()
-        .map(|won| won.effect_key())
-        .collect();
-    assert_eq!(
-        keys,
-        [
-            "transfers.status:1:sending:1",
-            "transfers.status:2:sending:1",
-            "transfers.status:3:sending:1"
-        ]
-    );
-    for id in 1..=3 {
-        assert_eq!(db.transfer(id).await, ("sending".to_owned(), 1));
+    impl Tests {
+        "tx_savepoint_rollback" => a_win_in_a_rolled_back_savepoint_never_commits,
+        "tx_savepoint_release" => a_released_savepoint_commits_its_wins_with_the_transaction,
+        "tx_savepoint_foreign" => a_savepoint_releases_only_its_own_wins,
+        "tx_foreign" => a_win_cannot_commit_with_another_transaction,
+        "tx_abandoned_begin" => an_abandoned_begin_leaves_no_transaction_behind,
     }
 }
 
-/// A savepoint cannot release a win that is not its own.
-async fn a_savepoint_releases_only_its_own_wins<DB: TestBackend>(db: Db<DB>)
-where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
-    i64: Key<DB>,
-{
-    db.transfers(1).await;
-    let mut tx = Tx::begin(&db.pool).await.unwrap();
-    let first = won(TransferStatus::start().apply(&mut tx, 1_i64).await.unwrap());
-    let savepoint = tx.savepoint().await.unwrap();
-    let error = savepoint.release(first).await.unwrap_err();
-    assert!(matches!(error, Error::ForeignWin), "{error:?}");
-}
+/// The bodies `backend_tests!` runs on each backend; the bounds they share
+/// are written once, on this block.
+struct Tests<DB>(PhantomData<DB>);
 
-/// `tx.rollback()`, then the win offered to a fresh transaction: it
-/// belongs to the rolled-back one, so it never commits.
-async fn a_win_cannot_commit_with_another_transaction<DB: TestBackend>(db: Db<DB>)
+impl<DB: TestBackend> Tests<DB>
 where
     for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
     for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
+    for<'s, 'c> &'s mut Savepoint<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
     i64: Key<DB>,
 {
-    db.transfers(1).await;
-    let mut tx = Tx::begin(&db.pool).await.unwrap();
-    let staged = won(TransferStatus::start().apply(&mut tx, 1_i64).await.unwrap());
-    tx.rollback().await.unwrap();
-    let other = Tx::begin(&db.pool).await.unwrap();
-    let error = staged.commit(other).await.unwrap_err();
-    assert!(matches!(error, Error::ForeignWin), "{error:?}");
-    assert!(
-        error.to_string().contains("nothing was committed"),
-        "{error}"
-    );
-    assert_eq!(db.transfer(1).await, ("pending".to_owned(), 0));
+    /// A caller stops waiting for `Tx::begin` half-way (a client hung up, a
+    /// timeout fired), at every point from just after it started to just
+    /// before it finished. The pool's one connection must not come back inside
+    /// a transaction that sqlx does not know of: a win through the pool right
+    /// after is committed, seen from another connection. (A `BEGIN` sqlx had
+    /// sent when its future was dropped left the connection in a transaction
+    /// whose later autocommit statements never committed.)
+    async fn an_abandoned_begin_leaves_no_transaction_behind(db: Db<DB>) {
+        let one = sqlx::pool::PoolOptions::<DB>::new()
+            .max_connections(1)
+            .connect_with((*db.pool.connect_options()).clone())
+            .await
+            .unwrap();
+        let (db, one) = (&db, &one);
+        abandon_at_every_poll(
+            |_| Tx::begin(one).into_future(),
+            |at| async move {
+                let id = at.round;
+                db.insert(id, "pending").await;
+                let outcome = PayoutStatus::start().apply(one, id).await.unwrap();
+                assert!(outcome.is_applied(), "{at:?}: {outcome:?}");
+                assert_eq!(
+                    db.status(id).await.as_deref(),
+                    Some("sending"),
+                    "{at:?}: the win through the pool did not commit"
+                );
+            },
+        )
+        .await;
+    }
+
+    /// ROLLBACK TO SAVEPOINT undoes the move: its win must not commit
+    /// with the enclosing transaction.
+    async fn a_win_in_a_rolled_back_savepoint_never_commits(db: Db<DB>) {
+        db.transfers(2).await;
+        let mut tx = Tx::begin(&db.pool).await.unwrap();
+        let first = won(TransferStatus::start().apply(&mut tx, 1_i64).await.unwrap());
+        let mut savepoint = tx.savepoint().await.unwrap();
+        let second = won(TransferStatus::start()
+            .apply(&mut savepoint, 2_i64)
+            .await
+            .unwrap());
+        savepoint.rollback().await.unwrap();
+        let error = tx.commit((first, second)).await.unwrap_err();
+        assert!(matches!(error, Error::ForeignWin), "{error:?}");
+        // Nothing was committed: the transaction rolled back whole.
+        assert_eq!(db.transfer(1).await, ("pending".to_owned(), 0));
+        assert_eq!(db.transfer(2).await, ("pending".to_owned(), 0));
+    }
+
+    /// A released savepoint hands its wins to the transaction, and a
+    /// nested one to its parent savepoint.
+    async fn a_released_savepoint_commits_its_wins_with_the_transaction(db: Db<DB>) {
+        db.transfers(3).await;
+        let mut tx = Tx::begin(&db.pool).await.unwrap();
+        let first = won(TransferStatus::start().apply(&mut tx, 1_i64).await.unwrap());
+        let mut outer = tx.savepoint().await.unwrap();
+        let second = won(TransferStatus::start()
+            .apply(&mut outer, 2_i64)
+            .await
+            .unwrap());
+        let mut inner = outer.savepoint().await.unwrap();
+        let third = won(TransferStatus::start()
+            .apply(&mut inner, 3_i64)
+            .await
+            .unwrap());
+        // The inner win is not the outer savepoint's until released.
+        let third = inner.release(third).await.unwrap();
+        let (second, third) = outer.release((second, third)).await.unwrap();
+        let (first, second, third) = tx.commit((first, second, third)).await.unwrap();
+        let keys: Vec<String> = [first, second, third]
+            .iter()
+            .map(|won| won.effect_key())
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "transfers.status:1:sending:1",
+                "transfers.status:2:sending:1",
+                "transfers.status:3:sending:1"
+            ]
+        );
+        for id in 1..=3 {
+            assert_eq!(db.transfer(id).await, ("sending".to_owned(), 1));
+        }
+    }
+
+    /// A savepoint cannot release a win that is not its own.
+    async fn a_savepoint_releases_only_its_own_wins(db: Db<DB>) {
+        db.transfers(1).await;
+        let mut tx = Tx::begin(&db.pool).await.unwrap();
+        let first = won(TransferStatus::start().apply(&mut tx, 1_i64).await.unwrap());
+        let savepoint = tx.savepoint().await.unwrap();
+        let error = savepoint.release(first).await.unwrap_err();
+        assert!(matches!(error, Error::ForeignWin), "{error:?}");
+    }
+
+    /// `tx.rollback()`, then the win offered to a fresh transaction: it
+    /// belongs to the rolled-back one, so it never commits.
+    async fn a_win_cannot_commit_with_another_transaction(db: Db<DB>) {
+        db.transfers(1).await;
+        let mut tx = Tx::begin(&db.pool).await.unwrap();
+        let staged = won(TransferStatus::start().apply(&mut tx, 1_i64).await.unwrap());
+        tx.rollback().await.unwrap();
+        let other = Tx::begin(&db.pool).await.unwrap();
+        let error = staged.commit(other).await.unwrap_err();
+        assert!(matches!(error, Error::ForeignWin), "{error:?}");
+        assert!(
+            error.to_string().contains("nothing was committed"),
+            "{error}"
+        );
+        assert_eq!(db.transfer(1).await, ("pending".to_owned(), 0));
+    }
 }
 
 /// After `RetryTransaction` the transaction must be retried whole: a caller

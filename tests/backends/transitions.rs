@@ -4,265 +4,242 @@
 
 use crate::common;
 
+use std::marker::PhantomData;
+
 use common::{Db, PayoutStatus, TestBackend, stale_transaction};
 use sqlx::Pool;
 use stateguard::{Committed, Error, Executor, Key, Outcome, Tx, Uncommitted};
 
 // Each body below, as `sqlite::name`, `postgres::name` and `mysql::name`.
 backend_tests! {
-    "start_once" => start_wins_once_then_replays_are_already_in_state,
-    "multi_source" => cancel_starts_from_either_source_state,
-    "conflict" => cancel_after_sent_is_a_conflict,
-    "not_found" => missing_row_is_not_found,
-    "set_columns" => set_columns_are_written_by_the_winning_statement,
-    "on_connection" => apply_on_a_connection,
-    "tx_rollback" => apply_in_a_transaction_that_rolls_back_changes_nothing,
-    "tx_commit" => apply_in_a_transaction_that_commits,
-    "unknown_state" => unknown_status_string_is_an_error_that_names_it,
-}
-
-async fn start_wins_once_then_replays_are_already_in_state<DB: TestBackend>(db: Db<DB>)
-where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    i64: Key<DB>,
-{
-    db.seed(1).await;
-    let won = match PayoutStatus::start().apply(&db.pool, 1_i64).await.unwrap() {
-        Outcome::Applied(won) => won,
-        other => panic!("first attempt must win, got {other:?}"),
-    };
-    assert_eq!(won.state(), PayoutStatus::Sending);
-    assert_eq!(*won.key(), 1);
-    assert_eq!(won.effect_key(), "payouts.status:1:sending:0");
-    for _ in 0..3 {
-        let replay = PayoutStatus::start().apply(&db.pool, 1_i64).await.unwrap();
-        assert_eq!(replay, Outcome::AlreadyInState(PayoutStatus::Sending));
+    impl Tests {
+        "start_once" => start_wins_once_then_replays_are_already_in_state,
+        "multi_source" => cancel_starts_from_either_source_state,
+        "conflict" => cancel_after_sent_is_a_conflict,
+        "not_found" => missing_row_is_not_found,
+        "set_columns" => set_columns_are_written_by_the_winning_statement,
+        "on_connection" => apply_on_a_connection,
+        "tx_rollback" => apply_in_a_transaction_that_rolls_back_changes_nothing,
+        "tx_commit" => apply_in_a_transaction_that_commits,
+        "unknown_state" => unknown_status_string_is_an_error_that_names_it,
     }
-    assert_eq!(db.status(1).await.as_deref(), Some("sending"));
-    // `set(attempts = "attempts + 1")` ran once, with the win only.
-    assert_eq!(db.columns(1).await, (1, false));
 }
 
-async fn cancel_starts_from_either_source_state<DB: TestBackend>(db: Db<DB>)
+/// The bodies `backend_tests!` runs on each backend; the bounds they share
+/// are written once, on this block.
+struct Tests<DB>(PhantomData<DB>);
+
+impl<DB: TestBackend> Tests<DB>
 where
     for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
     i64: Key<DB>,
+    for<'c> &'c mut DB::Connection: Executor<Database = DB, Commit = Committed>,
+    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
 {
-    db.seed(2).await;
-    // Row 1 cancelled from Pending, row 2 from Sending.
-    let from_pending = PayoutStatus::cancel().apply(&db.pool, 1_i64).await.unwrap();
-    assert!(from_pending.is_applied(), "{from_pending:?}");
-    assert!(
-        PayoutStatus::start()
+    async fn start_wins_once_then_replays_are_already_in_state(db: Db<DB>) {
+        db.seed(1).await;
+        let won = match PayoutStatus::start().apply(&db.pool, 1_i64).await.unwrap() {
+            Outcome::Applied(won) => won,
+            other => panic!("first attempt must win, got {other:?}"),
+        };
+        assert_eq!(won.state(), PayoutStatus::Sending);
+        assert_eq!(*won.key(), 1);
+        assert_eq!(won.effect_key(), "payouts.status:1:sending:0");
+        for _ in 0..3 {
+            let replay = PayoutStatus::start().apply(&db.pool, 1_i64).await.unwrap();
+            assert_eq!(replay, Outcome::AlreadyInState(PayoutStatus::Sending));
+        }
+        assert_eq!(db.status(1).await.as_deref(), Some("sending"));
+        // `set(attempts = "attempts + 1")` ran once, with the win only.
+        assert_eq!(db.columns(1).await, (1, false));
+    }
+
+    async fn cancel_starts_from_either_source_state(db: Db<DB>) {
+        db.seed(2).await;
+        // Row 1 cancelled from Pending, row 2 from Sending.
+        let from_pending = PayoutStatus::cancel().apply(&db.pool, 1_i64).await.unwrap();
+        assert!(from_pending.is_applied(), "{from_pending:?}");
+        assert!(
+            PayoutStatus::start()
+                .apply(&db.pool, 2_i64)
+                .await
+                .unwrap()
+                .is_applied()
+        );
+        let from_sending = PayoutStatus::cancel().apply(&db.pool, 2_i64).await.unwrap();
+        assert!(from_sending.is_applied(), "{from_sending:?}");
+        assert_eq!(db.status(1).await.as_deref(), Some("cancelled"));
+        assert_eq!(db.status(2).await.as_deref(), Some("cancelled"));
+        assert_eq!(
+            PayoutStatus::cancel().sources(),
+            &[PayoutStatus::Pending, PayoutStatus::Sending]
+        );
+    }
+
+    async fn cancel_after_sent_is_a_conflict(db: Db<DB>) {
+        db.seed(1).await;
+        assert!(
+            PayoutStatus::start()
+                .apply(&db.pool, 1_i64)
+                .await
+                .unwrap()
+                .is_applied()
+        );
+        assert!(
+            PayoutStatus::confirm()
+                .apply(&db.pool, 1_i64)
+                .await
+                .unwrap()
+                .is_applied()
+        );
+        let late = PayoutStatus::cancel().apply(&db.pool, 1_i64).await.unwrap();
+        assert_eq!(
+            late,
+            Outcome::Conflict {
+                current: PayoutStatus::Sent
+            }
+        );
+        assert_eq!(db.status(1).await.as_deref(), Some("sent"));
+        // A transition that skips a step is a conflict too.
+        let early = PayoutStatus::confirm()
+            .apply(&db.pool, 1_i64)
+            .await
+            .unwrap();
+        assert_eq!(early, Outcome::AlreadyInState(PayoutStatus::Sent));
+        db.insert(2, "pending").await;
+        let skip = PayoutStatus::confirm()
             .apply(&db.pool, 2_i64)
             .await
-            .unwrap()
-            .is_applied()
-    );
-    let from_sending = PayoutStatus::cancel().apply(&db.pool, 2_i64).await.unwrap();
-    assert!(from_sending.is_applied(), "{from_sending:?}");
-    assert_eq!(db.status(1).await.as_deref(), Some("cancelled"));
-    assert_eq!(db.status(2).await.as_deref(), Some("cancelled"));
-    assert_eq!(
-        PayoutStatus::cancel().sources(),
-        &[PayoutStatus::Pending, PayoutStatus::Sending]
-    );
-}
+            .unwrap();
+        assert_eq!(
+            skip,
+            Outcome::Conflict {
+                current: PayoutStatus::Pending
+            }
+        );
+        assert_eq!(db.status(2).await.as_deref(), Some("pending"));
+    }
 
-async fn cancel_after_sent_is_a_conflict<DB: TestBackend>(db: Db<DB>)
-where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    i64: Key<DB>,
-{
-    db.seed(1).await;
-    assert!(
-        PayoutStatus::start()
+    async fn missing_row_is_not_found(db: Db<DB>) {
+        db.seed(1).await;
+        let outcome = PayoutStatus::start()
+            .apply(&db.pool, 404_i64)
+            .await
+            .unwrap();
+        assert_eq!(outcome, Outcome::NotFound);
+        assert_eq!(db.status(404).await, None);
+    }
+
+    async fn set_columns_are_written_by_the_winning_statement(db: Db<DB>) {
+        db.seed(1).await;
+        assert_eq!(db.columns(1).await, (0, false));
+        assert!(
+            PayoutStatus::start()
+                .apply(&db.pool, 1_i64)
+                .await
+                .unwrap()
+                .is_applied()
+        );
+        assert_eq!(db.columns(1).await, (1, false));
+        assert!(
+            PayoutStatus::confirm()
+                .apply(&db.pool, 1_i64)
+                .await
+                .unwrap()
+                .is_applied()
+        );
+        assert_eq!(db.columns(1).await, (1, true));
+        // A lost attempt writes nothing.
+        let replay = PayoutStatus::confirm()
             .apply(&db.pool, 1_i64)
             .await
-            .unwrap()
-            .is_applied()
-    );
-    assert!(
-        PayoutStatus::confirm()
-            .apply(&db.pool, 1_i64)
-            .await
-            .unwrap()
-            .is_applied()
-    );
-    let late = PayoutStatus::cancel().apply(&db.pool, 1_i64).await.unwrap();
-    assert_eq!(
-        late,
-        Outcome::Conflict {
-            current: PayoutStatus::Sent
-        }
-    );
-    assert_eq!(db.status(1).await.as_deref(), Some("sent"));
-    // A transition that skips a step is a conflict too.
-    let early = PayoutStatus::confirm()
-        .apply(&db.pool, 1_i64)
-        .await
-        .unwrap();
-    assert_eq!(early, Outcome::AlreadyInState(PayoutStatus::Sent));
-    db.insert(2, "pending").await;
-    let skip = PayoutStatus::confirm()
-        .apply(&db.pool, 2_i64)
-        .await
-        .unwrap();
-    assert_eq!(
-        skip,
-        Outcome::Conflict {
-            current: PayoutStatus::Pending
-        }
-    );
-    assert_eq!(db.status(2).await.as_deref(), Some("pending"));
-}
+            .unwrap();
+        assert!(!replay.is_applied());
+        assert_eq!(db.columns(1).await, (1, true));
+    }
 
-async fn missing_row_is_not_found<DB: TestBackend>(db: Db<DB>)
-where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    i64: Key<DB>,
-{
-    db.seed(1).await;
-    let outcome = PayoutStatus::start()
-        .apply(&db.pool, 404_i64)
-        .await
-        .unwrap();
-    assert_eq!(outcome, Outcome::NotFound);
-    assert_eq!(db.status(404).await, None);
-}
-
-async fn set_columns_are_written_by_the_winning_statement<DB: TestBackend>(db: Db<DB>)
-where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    i64: Key<DB>,
-{
-    db.seed(1).await;
-    assert_eq!(db.columns(1).await, (0, false));
-    assert!(
-        PayoutStatus::start()
-            .apply(&db.pool, 1_i64)
-            .await
-            .unwrap()
-            .is_applied()
-    );
-    assert_eq!(db.columns(1).await, (1, false));
-    assert!(
-        PayoutStatus::confirm()
-            .apply(&db.pool, 1_i64)
-            .await
-            .unwrap()
-            .is_applied()
-    );
-    assert_eq!(db.columns(1).await, (1, true));
-    // A lost attempt writes nothing.
-    let replay = PayoutStatus::confirm()
-        .apply(&db.pool, 1_i64)
-        .await
-        .unwrap();
-    assert!(!replay.is_applied());
-    assert_eq!(db.columns(1).await, (1, true));
-}
-
-async fn apply_on_a_connection<DB: TestBackend>(db: Db<DB>)
-where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    for<'c> &'c mut DB::Connection: Executor<Database = DB, Commit = Committed>,
-    i64: Key<DB>,
-{
-    db.seed(1).await;
-    let mut conn = db.pool.acquire().await.unwrap();
-    assert!(
-        PayoutStatus::start()
+    async fn apply_on_a_connection(db: Db<DB>) {
+        db.seed(1).await;
+        let mut conn = db.pool.acquire().await.unwrap();
+        assert!(
+            PayoutStatus::start()
+                .apply(&mut *conn, 1_i64)
+                .await
+                .unwrap()
+                .is_applied()
+        );
+        let replay = PayoutStatus::start()
             .apply(&mut *conn, 1_i64)
             .await
-            .unwrap()
-            .is_applied()
-    );
-    let replay = PayoutStatus::start()
-        .apply(&mut *conn, 1_i64)
-        .await
-        .unwrap();
-    assert_eq!(replay, Outcome::AlreadyInState(PayoutStatus::Sending));
-    drop(conn);
-    assert_eq!(db.status(1).await.as_deref(), Some("sending"));
-}
+            .unwrap();
+        assert_eq!(replay, Outcome::AlreadyInState(PayoutStatus::Sending));
+        drop(conn);
+        assert_eq!(db.status(1).await.as_deref(), Some("sending"));
+    }
 
-async fn apply_in_a_transaction_that_rolls_back_changes_nothing<DB: TestBackend>(db: Db<DB>)
-where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
-    i64: Key<DB>,
-{
-    db.seed(1).await;
-    let mut tx = Tx::begin(&db.pool).await.unwrap();
-    assert!(
-        PayoutStatus::start()
-            .apply(&mut tx, 1_i64)
-            .await
-            .unwrap()
-            .is_applied()
-    );
-    // Inside the transaction the move is visible...
-    let again = PayoutStatus::start().apply(&mut tx, 1_i64).await.unwrap();
-    assert_eq!(again, Outcome::AlreadyInState(PayoutStatus::Sending));
-    tx.rollback().await.unwrap();
-    // ...and after the rollback it never happened.
-    assert_eq!(db.status(1).await.as_deref(), Some("pending"));
-    assert_eq!(db.columns(1).await, (0, false));
-}
+    async fn apply_in_a_transaction_that_rolls_back_changes_nothing(db: Db<DB>) {
+        db.seed(1).await;
+        let mut tx = Tx::begin(&db.pool).await.unwrap();
+        assert!(
+            PayoutStatus::start()
+                .apply(&mut tx, 1_i64)
+                .await
+                .unwrap()
+                .is_applied()
+        );
+        // Inside the transaction the move is visible...
+        let again = PayoutStatus::start().apply(&mut tx, 1_i64).await.unwrap();
+        assert_eq!(again, Outcome::AlreadyInState(PayoutStatus::Sending));
+        tx.rollback().await.unwrap();
+        // ...and after the rollback it never happened.
+        assert_eq!(db.status(1).await.as_deref(), Some("pending"));
+        assert_eq!(db.columns(1).await, (0, false));
+    }
 
-async fn apply_in_a_transaction_that_commits<DB: TestBackend>(db: Db<DB>)
-where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
-    i64: Key<DB>,
-{
-    db.seed(1).await;
-    let mut tx = Tx::begin(&db.pool).await.unwrap();
-    assert!(
-        PayoutStatus::start()
-            .apply(&mut tx, 1_i64)
-            .await
-            .unwrap()
-            .is_applied()
-    );
-    assert!(
-        PayoutStatus::confirm()
-            .apply(&mut tx, 1_i64)
-            .await
-            .unwrap()
-            .is_applied()
-    );
-    tx.commit(()).await.unwrap();
-    assert_eq!(db.status(1).await.as_deref(), Some("sent"));
-    assert_eq!(db.columns(1).await, (1, true));
-}
+    async fn apply_in_a_transaction_that_commits(db: Db<DB>) {
+        db.seed(1).await;
+        let mut tx = Tx::begin(&db.pool).await.unwrap();
+        assert!(
+            PayoutStatus::start()
+                .apply(&mut tx, 1_i64)
+                .await
+                .unwrap()
+                .is_applied()
+        );
+        assert!(
+            PayoutStatus::confirm()
+                .apply(&mut tx, 1_i64)
+                .await
+                .unwrap()
+                .is_applied()
+        );
+        tx.commit(()).await.unwrap();
+        assert_eq!(db.status(1).await.as_deref(), Some("sent"));
+        assert_eq!(db.columns(1).await, (1, true));
+    }
 
-async fn unknown_status_string_is_an_error_that_names_it<DB: TestBackend>(db: Db<DB>)
-where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    i64: Key<DB>,
-{
-    db.seed(1).await;
-    db.set_status_raw(1, "exploded").await;
-    let error = PayoutStatus::start()
-        .apply(&db.pool, 1_i64)
-        .await
-        .unwrap_err();
-    let Error::UnknownState(unknown) = &error else {
-        panic!("expected UnknownState, got {error:?}");
-    };
-    assert_eq!(unknown.value(), "exploded");
-    assert_eq!(unknown.machine(), "PayoutStatus");
-    let message = error.to_string();
-    assert!(message.contains("\"exploded\""), "{message}");
-    assert!(message.contains("payouts"), "{message}");
-    // The row is untouched.
-    assert_eq!(db.status(1).await.as_deref(), Some("exploded"));
-    // Decoding the column as the enum fails the same way, without a panic.
-    let decoded = db.status_as_enum(1).await;
-    let message = decoded.unwrap_err().to_string();
-    assert!(message.contains("exploded"), "{message}");
+    async fn unknown_status_string_is_an_error_that_names_it(db: Db<DB>) {
+        db.seed(1).await;
+        db.set_status_raw(1, "exploded").await;
+        let error = PayoutStatus::start()
+            .apply(&db.pool, 1_i64)
+            .await
+            .unwrap_err();
+        let Error::UnknownState(unknown) = &error else {
+            panic!("expected UnknownState, got {error:?}");
+        };
+        assert_eq!(unknown.value(), "exploded");
+        assert_eq!(unknown.machine(), "PayoutStatus");
+        let message = error.to_string();
+        assert!(message.contains("\"exploded\""), "{message}");
+        assert!(message.contains("payouts"), "{message}");
+        // The row is untouched.
+        assert_eq!(db.status(1).await.as_deref(), Some("exploded"));
+        // Decoding the column as the enum fails the same way, without a panic.
+        let decoded = db.status_as_enum(1).await;
+        let message = decoded.unwrap_err().to_string();
+        assert!(message.contains("exploded"), "{message}");
+    }
 }
 
 /// A deferred SQLite transaction that read an old snapshot cannot write: the
