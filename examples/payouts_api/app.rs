@@ -1,5 +1,5 @@
 //! The service: its routes, its tables and its payout machine, on any of
-//! the three backends. `main.rs` serves it; `tests/test_payouts_api.rs`
+//! the three backends. `main.rs` serves it; `tests/examples/payouts_api.rs`
 //! starts it on `127.0.0.1:0` and talks to it over real HTTP.
 
 use std::sync::Arc;

@@ -5,7 +5,7 @@
 //! `sending`; once its lease runs out, any worker takes it over and calls
 //! the bank again with the same key, so the money moves once.
 //!
-//! Shared by `examples/recovery/main.rs` and `tests/test_crash.rs`, and
+//! Shared by `examples/recovery/main.rs` and `tests/examples/crash.rs`, and
 //! written once for every backend: only the few statements that differ
 //! between SQLite, PostgreSQL and MySQL live in [`Store`], as literals per
 //! backend.

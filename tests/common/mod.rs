@@ -180,13 +180,35 @@ macro_rules! open {
 /// `mysql::start_wins_once`, each of which opens the database `"start_once"`
 /// with [`open!`] and awaits `start_wins_once(db)`. Arguments in
 /// parentheses after the name go to `#[tokio::test(…)]`.
+///
+/// `backend_tests! { impl Tests { "start_once" => start_wins_once, } }`
+/// awaits `Tests::start_wins_once(db)` instead: a module's bodies are then
+/// associated functions of one `impl<DB: TestBackend> Tests<DB> where …`
+/// block, which states the bounds they share once rather than on every
+/// body. (A trait cannot state them for its users: Rust implies a trait's
+/// bounds on `Self` only, and `for<'p> &'p Pool<DB>: Executor` is a bound
+/// on the pool.)
 #[macro_export]
 macro_rules! backend_tests {
+    (impl $suite:ident { $($db:literal => $name:ident $(($($tokio:tt)*))?,)* }) => {
+        mod sqlite { $crate::backend_tests!(@in Sqlite, $suite: $($db => $name $(($($tokio)*))?,)*); }
+        mod postgres { $crate::backend_tests!(@in Postgres, $suite: $($db => $name $(($($tokio)*))?,)*); }
+        mod mysql { $crate::backend_tests!(@in Mysql, $suite: $($db => $name $(($($tokio)*))?,)*); }
+    };
     ($($db:literal => $name:ident $(($($tokio:tt)*))?,)*) => {
         mod sqlite { $crate::backend_tests!(@in Sqlite: $($db => $name $(($($tokio)*))?,)*); }
         mod postgres { $crate::backend_tests!(@in Postgres: $($db => $name $(($($tokio)*))?,)*); }
         mod mysql { $crate::backend_tests!(@in Mysql: $($db => $name $(($($tokio)*))?,)*); }
     };
+    (@in $backend:ident, $suite:ident: $($db:literal => $name:ident $(($($tokio:tt)*))?,)*) => {$(
+        #[tokio::test $(($($tokio)*))?]
+        async fn $name() {
+            let Some(db) = $crate::open!($backend, $db) else {
+                return;
+            };
+            super::$suite::$name(db).await;
+        }
+    )*};
     (@in $backend:ident: $($db:literal => $name:ident $(($($tokio:tt)*))?,)*) => {$(
         #[tokio::test $(($($tokio)*))?]
         async fn $name() {

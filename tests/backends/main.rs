@@ -1,0 +1,37 @@
+//! The behaviour tests against real databases, one module per feature:
+//! each writes its test bodies once, generic over `TestBackend`, and runs
+//! them on SQLite, PostgreSQL and MySQL/MariaDB (`backend_tests!`), or on
+//! the one backend a behaviour is specific to.
+//!
+//! One binary, so that the harness in `tests/common` is compiled and the
+//! tests are linked once. `cargo test --test backends transitions::` runs
+//! one module; `cargo test --test backends postgres::` one backend.
+
+#[macro_use]
+#[path = "../common/mod.rs"]
+mod common;
+
+mod binds;
+mod claim;
+mod deadlines;
+mod effects;
+mod errors;
+mod front_deadlines;
+mod guards;
+mod history;
+mod idempotency;
+mod keys;
+mod leases;
+mod many;
+mod metrics;
+mod mysql;
+mod mysql_index;
+mod occurrence;
+mod race;
+mod read_only;
+mod stored_occurrence;
+mod tenant_keys;
+mod tracing;
+mod transactions;
+mod transitions;
+mod tx_deadline;

@@ -1,0 +1,207 @@
+//! Metrics (the `metrics` feature): outcomes, attempts and recovery passes
+//! counted through the `metrics` facade, seen by a recorder of the test's
+//! own.
+
+use crate::common;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use common::TransferStatus;
+use metrics::{
+    Counter, CounterFn, Gauge, GaugeFn, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder,
+    SharedString, Unit,
+};
+
+/// Every counter's total, every gauge's last value and every histogram's
+/// values, by metric name and labels.
+#[derive(Clone, Default)]
+struct Seen(Arc<Mutex<BTreeMap<String, Vec<f64>>>>);
+
+struct Handle {
+    seen: Seen,
+    name: String,
+}
+
+impl Seen {
+    fn handle(&self, key: &Key) -> Arc<Handle> {
+        let mut labels: Vec<String> = key
+            .labels()
+            .map(|l| format!("{}={}", l.key(), l.value()))
+            .collect();
+        labels.sort();
+        Arc::new(Handle {
+            seen: self.clone(),
+            name: format!("{}{{{}}}", key.name(), labels.join(",")),
+        })
+    }
+
+    fn get(&self, name: &str) -> Vec<f64> {
+        self.0
+            .lock()
+            .unwrap()
+            .get(name)
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+impl Handle {
+    fn update(&self, f: impl FnOnce(&mut Vec<f64>)) {
+        f(self
+            .seen
+            .0
+            .lock()
+            .unwrap()
+            .entry(self.name.clone())
+            .or_default());
+    }
+}
+
+impl CounterFn for Handle {
+    fn increment(&self, value: u64) {
+        self.update(|v| match v.first_mut() {
+            Some(total) => *total += value as f64,
+            None => v.push(value as f64),
+        });
+    }
+
+    fn absolute(&self, value: u64) {
+        self.update(|v| *v = vec![value as f64]);
+    }
+}
+
+impl GaugeFn for Handle {
+    fn increment(&self, value: f64) {
+        self.update(|v| v.push(value));
+    }
+
+    fn decrement(&self, value: f64) {
+        self.update(|v| v.push(-value));
+    }
+
+    fn set(&self, value: f64) {
+        self.update(|v| *v = vec![value]);
+    }
+}
+
+impl HistogramFn for Handle {
+    fn record(&self, value: f64) {
+        self.update(|v| v.push(value));
+    }
+}
+
+impl Recorder for Seen {
+    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+
+    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+        Counter::from_arc(self.handle(key))
+    }
+
+    fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
+        Gauge::from_arc(self.handle(key))
+    }
+
+    fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
+        Histogram::from_arc(self.handle(key))
+    }
+}
+
+#[test]
+fn outcomes_attempts_and_recovery_are_counted() {
+    let seen = Seen::default();
+    metrics::with_local_recorder(&seen, || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let Some(db) = open!(Sqlite, "metrics") else {
+                return;
+            };
+            db.transfers(4).await;
+            for id in [1_i64, 1, 2] {
+                let _ = TransferStatus::start().apply(&db.pool, id).await.unwrap();
+            }
+            let claimed = TransferStatus::start()
+                .claim::<_, i64>(&db.pool, 10)
+                .await
+                .unwrap();
+            assert_eq!(claimed.len(), 2);
+            drop(claimed);
+            db.backdate_leases().await;
+            let report = stateguard::recover(
+                &db.pool,
+                TransferStatus::Sending,
+                10,
+                |_: stateguard::Effect<_, i64>| async { stateguard::Verdict::Done },
+            )
+            .await
+            .unwrap();
+            assert_eq!(report.done, 4);
+        });
+    });
+    // Labels sorted by name.
+    let outcome = |outcome: &str| {
+        format!(
+            "stateguard_outcomes_total{{machine=TransferStatus,outcome={outcome},transition=start}}"
+        )
+    };
+    assert_eq!(
+        seen.get(&outcome("applied")),
+        // The two applies; the claim counts its rows as `claimed` only.
+        [2.0]
+    );
+    assert_eq!(seen.get(&outcome("already_in_state")), [1.0]);
+    assert_eq!(seen.get(&outcome("claimed")), [2.0]);
+    assert_eq!(
+        // One per `apply`.
+        seen.get("stateguard_attempts{machine=TransferStatus,transition=start}"),
+        [1.0, 1.0, 1.0]
+    );
+    assert_eq!(
+        seen.get("stateguard_recovered_total{machine=TransferStatus,result=done,state=sending}"),
+        [4.0]
+    );
+    assert_eq!(
+        seen.get("stateguard_recovery_claimed{machine=TransferStatus,state=sending}"),
+        [4.0]
+    );
+}
+
+#[test]
+fn a_batch_counts_each_key_by_its_outcome() {
+    let seen = Seen::default();
+    metrics::with_local_recorder(&seen, || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let Some(db) = open!(Sqlite, "metrics_many") else {
+                return;
+            };
+            db.transfers(3).await;
+            let _ = TransferStatus::start()
+                .apply(&db.pool, 3_i64)
+                .await
+                .unwrap();
+            // 1 and 2 move, the second 2 and the 3 already did, 99 is no row.
+            let outcomes = TransferStatus::start()
+                .apply_many(&db.pool, &[1_i64, 2, 2, 3, 99])
+                .await
+                .unwrap();
+            assert_eq!(outcomes.len(), 5);
+        });
+    });
+    let outcome = |outcome: &str| {
+        seen.get(&format!(
+            "stateguard_outcomes_total{{machine=TransferStatus,outcome={outcome},transition=start}}"
+        ))
+    };
+    assert_eq!(outcome("applied"), [3.0], "the single apply and two keys");
+    assert_eq!(outcome("already_in_state"), [2.0]);
+    assert_eq!(outcome("not_found"), [1.0]);
+}
