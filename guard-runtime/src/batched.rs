@@ -7,7 +7,7 @@ use crate::StateMachine;
 use crate::bind::{self, Values};
 use crate::dialect::{Backend, BoxFuture, Sql, Statement};
 use crate::error::Error;
-use crate::key::{BindError, DecodeKey, ManyKeys, RowKey};
+use crate::machine::key::{BindError, DecodeKey, ManyKeys, RowKey};
 use crate::note::Note;
 use crate::outcome::{Committed, Won};
 use crate::transition::{Params, Transition};

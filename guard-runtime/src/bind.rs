@@ -10,7 +10,7 @@ use core::marker::PhantomData;
 use crate::dialect::Key;
 use crate::dialect::sealed::Dialect;
 use crate::dialect::{Backend, Bind, Statement};
-use crate::key::{BindError, KeyShape, ManyKeys, RowKey};
+use crate::machine::key::{BindError, KeyShape, ManyKeys, RowKey};
 use crate::note::Note;
 
 /// Values a statement takes by position: a key's columns, a call's values,

@@ -20,7 +20,7 @@ use crate::dialect::{Backend, Column};
 use crate::error::Error;
 use crate::executor::Executor;
 use crate::executor::sealed::Run;
-use crate::key::{DecodeKey, ManyKeys, RowKey};
+use crate::machine::key::{DecodeKey, ManyKeys, RowKey};
 use crate::many;
 use crate::note::Note;
 use crate::outcome::{Committed, Uncommitted, Won};

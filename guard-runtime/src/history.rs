@@ -11,7 +11,7 @@ use crate::dialect::Column;
 use crate::dialect::sealed::Dialect;
 use crate::error::Error;
 use crate::executor::Executor;
-use crate::key::{DecodeKey, ManyKeys, RowKey};
+use crate::machine::key::{DecodeKey, ManyKeys, RowKey};
 use crate::machine::{Machine, TransitionDef};
 use crate::note::Note;
 use crate::outcome::{Committed, Outcome, Won};

@@ -18,7 +18,7 @@ use crate::dialect::{Backend, Column, Sql, Statement};
 use crate::error::Error;
 use crate::executor::Executor;
 use crate::executor::sealed::Run;
-use crate::key::{DecodeKey, ManyKeys, RowKey};
+use crate::machine::key::{DecodeKey, ManyKeys, RowKey};
 use crate::note::Note;
 use crate::outcome::{Committed, Outcome, Uncommitted, Won};
 use crate::retry::{MAX_ATTEMPTS, backoff};

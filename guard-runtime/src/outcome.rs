@@ -5,7 +5,7 @@ use core::marker::PhantomData;
 use core::time::Duration;
 
 use crate::StateMachine;
-use crate::key::KeyText;
+use crate::machine::key::KeyText;
 
 /// What one attempt at a transition found.
 ///

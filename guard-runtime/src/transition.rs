@@ -18,7 +18,7 @@ use crate::dialect::{Backend, Column, Statement};
 use crate::error::Error;
 use crate::executor::sealed::Run;
 use crate::executor::{Executor, refuse_open_transaction};
-use crate::key::{BindError, KeyShape, RowKey};
+use crate::machine::key::{BindError, KeyShape, RowKey};
 use crate::machine::{HasVersion, InFlightDef, Machine, TransitionDef};
 use crate::outcome::{Current, Outcome, Won};
 use crate::row::Read;
@@ -535,15 +535,15 @@ impl<S: StateMachine> Transition<S> {
     }
 
     /// A batch's keys that could not be bound.
-    pub(crate) fn keys_error(self, error: crate::key::BindError) -> Error {
+    pub(crate) fn keys_error(self, error: crate::machine::key::BindError) -> Error {
         match error {
-            crate::key::BindError::Key { key, reason } => Error::BatchKey {
+            crate::machine::key::BindError::Key { key, reason } => Error::BatchKey {
                 table: S::MACHINE.table(),
                 transition: self.name(),
                 key,
                 reason,
             },
-            crate::key::BindError::Encode(source) => self.db_error(source),
+            crate::machine::key::BindError::Encode(source) => self.db_error(source),
         }
     }
 

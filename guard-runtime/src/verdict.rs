@@ -259,13 +259,13 @@ impl<DB: Backend> crate::bind::Parts<DB> for ChosenValues<'_, DB> {
         &self,
         n: usize,
         args: &mut <DB as Dialect>::Args,
-    ) -> Result<(), crate::key::BindError> {
+    ) -> Result<(), crate::machine::key::BindError> {
         let bound = (self.binder.bind)(self.values, n, args).unwrap_or_else(|| {
             Err(sqlx::Error::Protocol(format!(
                 "follow-up values are not of type {}",
                 self.binder.expects
             )))
         });
-        bound.map_err(crate::key::BindError::Encode)
+        bound.map_err(crate::machine::key::BindError::Encode)
     }
 }
