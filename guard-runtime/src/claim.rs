@@ -16,19 +16,19 @@ use tracing::Instrument;
 
 use crate::StateMachine;
 use crate::batched::{Applied, Batched, Claim, Claimed, Found, position, sealed};
+use crate::deadline::retry::{MAX_ATTEMPTS, backoff};
 use crate::dialect::{Backend, Column};
 use crate::error::Error;
 use crate::executor::Executor;
 use crate::executor::sealed::Run;
+use crate::executor::tx::Tx;
 use crate::machine::key::{DecodeKey, ManyKeys, RowKey};
 use crate::many;
 use crate::note::Note;
 use crate::outcome::{Committed, Uncommitted, Won};
-use crate::retry::{MAX_ATTEMPTS, backoff};
 use crate::row::Read;
 use crate::telemetry;
 use crate::transition::{Bound, Params, Transition};
-use crate::tx::Tx;
 
 /// The `Batched` impl of one backend: the function that moves a chunk of
 /// keys, and the one that claims rows (with the `BEGIN` of its

@@ -7,13 +7,13 @@ use core::future::Future;
 use tracing::Instrument;
 
 use crate::StateMachine;
+use crate::deadline::retry::Step;
 use crate::error::Error;
 use crate::executor::{Executor, refuse_open_transaction};
 use crate::lease::{self, Settled};
 use crate::machine::InFlightDef;
 use crate::machine::key::{KeyText, RowKey};
 use crate::outcome::{Committed, Won};
-use crate::retry::Step;
 use crate::telemetry;
 use crate::verdict::{Chosen, FollowUpValues, Verdict};
 

@@ -6,7 +6,7 @@ use core::time::Duration;
 
 use crate::StateMachine;
 use crate::batched::Batched;
-use crate::call::{Call, Sent, bounded};
+use crate::deadline::call::{Call, Sent, bounded};
 use crate::dialect::Column;
 use crate::dialect::sealed::Dialect;
 use crate::error::Error;

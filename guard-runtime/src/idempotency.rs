@@ -81,14 +81,14 @@ use std::pin::pin;
 use std::time::Duration;
 
 use crate::bind::{Field, Fields, store_arguments};
-use crate::call::{Call, Sent, bounded};
 use crate::ddl::Dialect as DdlDialect;
+use crate::deadline::call::{Call, Sent, bounded};
 use crate::dialect::{Backend, Sql, Statement};
 use crate::error::Error;
 use crate::executor::Executor;
 use crate::executor::sealed::Run;
+use crate::executor::tx::Tx;
 use crate::outcome::{Committed, Uncommitted};
-use crate::tx::Tx;
 
 /// The store's table, which [`Error::Store`] and [`Error::Timeout`] name.
 pub(crate) const TABLE: &str = crate::error::store::IDEMPOTENCY;
@@ -864,7 +864,7 @@ where
         Ok(answer) => return Ok(answer),
         Err(ticket) => ticket,
     };
-    let tx = crate::tx::begin_in_task(pool, statement, deadline).await;
+    let tx = crate::executor::tx::begin_in_task(pool, statement, deadline).await;
     started(pool, ticket, tx).await
 }
 
@@ -901,7 +901,9 @@ where
         Some(begin_on(&mut conn, request, lease, sent).await)
     };
     let mut claim = pin!(claim);
-    let mut opening = pin!(crate::tx::begin_in_task(pool, statement, deadline));
+    let mut opening = pin!(crate::executor::tx::begin_in_task(
+        pool, statement, deadline
+    ));
     let mut opened = None;
     let claimed = loop {
         tokio::select! {

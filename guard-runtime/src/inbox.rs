@@ -50,14 +50,14 @@
 use std::time::Duration;
 
 use crate::bind::{Field, Fields, store_arguments};
-use crate::call::{Call, Sent, bounded};
 use crate::ddl::Dialect as DdlDialect;
+use crate::deadline::call::{Call, Sent, bounded};
 use crate::dialect::{Backend, Sql, Statement};
 use crate::error::Error;
 use crate::executor::Executor;
+use crate::executor::tx::Tx;
 use crate::idempotency::checked;
 use crate::outcome::{Committed, Uncommitted};
-use crate::tx::Tx;
 
 /// The inbox's table, which [`Error::Store`] and [`Error::Timeout`] name.
 pub(crate) const TABLE: &str = crate::error::store::INBOX;

@@ -12,6 +12,7 @@ use core::future::Future;
 
 use crate::StateMachine;
 use crate::bind::{self, Values};
+use crate::deadline::retry::{MAX_ATTEMPTS, backoff};
 use crate::dialect::Sql;
 use crate::dialect::sealed::Dialect;
 use crate::dialect::{Backend, Column, Statement};
@@ -20,7 +21,6 @@ use crate::executor::Executor;
 use crate::executor::sealed::Run;
 use crate::machine::InFlightDef;
 use crate::machine::key::{BindError, RowKey};
-use crate::retry::{MAX_ATTEMPTS, backoff};
 use crate::row::Read;
 use crate::transition::{Transition, key_arguments};
 use crate::verdict::{Chosen, FollowUpValues};

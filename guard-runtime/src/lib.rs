@@ -14,9 +14,9 @@
 
 mod batched;
 mod bind;
-mod call;
 mod claim;
 pub mod ddl;
+mod deadline;
 mod dialect;
 pub mod docs;
 mod effect;
@@ -31,20 +31,19 @@ mod many;
 mod note;
 mod outcome;
 mod recovery;
-mod retry;
 mod row;
-mod task;
 pub mod telemetry;
 mod transition;
-mod tx;
 mod verdict;
 
 pub use crate::batched::Batched;
-pub use crate::call::Call;
+pub use crate::deadline::call::Call;
+pub use crate::deadline::retry::DEFAULT_DEADLINE;
 pub use crate::dialect::{Backend, Key};
 pub use crate::effect::{Effect, FinishError, Finished};
 pub use crate::error::{Error, ErrorKind};
 pub use crate::executor::Executor;
+pub use crate::executor::tx::{Begin, Savepoint, Staged, Tx};
 pub use crate::history::{HasHistory, HistoryRow, Noted};
 pub use crate::machine::key;
 pub use crate::machine::key::{DecodeKey, KeyShape, KeyText, ManyKeys, RowKey};
@@ -53,9 +52,7 @@ pub use crate::many::APPLY_MANY_CHUNK;
 pub use crate::note::Note;
 pub use crate::outcome::{Committed, Current, Outcome, Uncommitted, Won};
 pub use crate::recovery::{Recovered, SupersededRow, claim_expired, recover, recover_within};
-pub use crate::retry::DEFAULT_DEADLINE;
 pub use crate::transition::{Bound, Params, Transition};
-pub use crate::tx::{Begin, Savepoint, Staged, Tx};
 pub use crate::verdict::{FollowUp, FollowUpValues, Verdict};
 
 /// What a derived machine knows about itself, read through

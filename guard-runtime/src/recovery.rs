@@ -8,7 +8,8 @@ use tracing::Instrument;
 
 use crate::StateMachine;
 use crate::bind::{self, Values};
-use crate::call::{Call, Sent, bounded};
+use crate::deadline::call::{Call, Sent, bounded};
+use crate::deadline::retry::Step;
 use crate::dialect::sealed::Dialect;
 use crate::dialect::{Backend, Column, Statement};
 use crate::effect::{Effect, Finished, follow_up, in_flight_def};
@@ -18,7 +19,6 @@ use crate::lease;
 use crate::machine::InFlightDef;
 use crate::machine::key::{BindError, DecodeKey, KeyText, RowKey};
 use crate::outcome::{Committed, Won};
-use crate::retry::Step;
 use crate::row::Read;
 use crate::telemetry;
 use crate::verdict::{FollowUpValues, Verdict};
@@ -329,7 +329,7 @@ where
         executor,
         state,
         limit,
-        crate::retry::DEFAULT_DEADLINE,
+        crate::deadline::retry::DEFAULT_DEADLINE,
         effect,
     )
     .await

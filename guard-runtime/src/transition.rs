@@ -6,8 +6,8 @@ use core::time::Duration;
 
 use tracing::Instrument;
 
+use crate::deadline::retry::{DEFAULT_DEADLINE, MAX_ATTEMPTS, backoff};
 use crate::note::Note;
-use crate::retry::{DEFAULT_DEADLINE, MAX_ATTEMPTS, backoff};
 use crate::telemetry;
 
 use crate::StateMachine;
@@ -659,8 +659,8 @@ impl<S: StateMachine> Machine<S> {
     {
         crate::Call::new(move |deadline| async move {
             let read = self.read_current(executor, key);
-            let sent = crate::call::Sent::default();
-            crate::call::bounded(self.table(), "load", deadline, &sent, read).await
+            let sent = crate::deadline::call::Sent::default();
+            crate::deadline::call::bounded(self.table(), "load", deadline, &sent, read).await
         })
     }
 
