@@ -24,10 +24,10 @@ use crate::executor::sealed::Run;
 use crate::executor::tx::Tx;
 use crate::machine::key::{DecodeKey, ManyKeys, RowKey};
 use crate::many;
-use crate::note::Note;
 use crate::outcome::{Committed, Uncommitted, Won};
-use crate::row::Read;
 use crate::telemetry;
+use crate::transition::note::Note;
+use crate::transition::row::Read;
 use crate::transition::{Bound, Params, Transition};
 
 /// The `Batched` impl of one backend: the function that moves a chunk of

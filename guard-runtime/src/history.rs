@@ -13,9 +13,9 @@ use crate::error::Error;
 use crate::executor::Executor;
 use crate::machine::key::{DecodeKey, ManyKeys, RowKey};
 use crate::machine::{Machine, TransitionDef};
-use crate::note::Note;
 use crate::outcome::{Committed, Outcome, Won};
-use crate::row::Read;
+use crate::transition::note::Note;
+use crate::transition::row::Read;
 use crate::transition::{Bound, Params, Transition, key_arguments};
 
 /// One move of a row, as its history table records it.

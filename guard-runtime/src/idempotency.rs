@@ -80,7 +80,6 @@
 use std::pin::pin;
 use std::time::Duration;
 
-use crate::bind::{Field, Fields, store_arguments};
 use crate::ddl::Dialect as DdlDialect;
 use crate::deadline::call::{Call, Sent, bounded};
 use crate::dialect::{Backend, Sql, Statement};
@@ -89,6 +88,7 @@ use crate::executor::Executor;
 use crate::executor::sealed::Run;
 use crate::executor::tx::Tx;
 use crate::outcome::{Committed, Uncommitted};
+use crate::transition::bind::{Field, Fields, store_arguments};
 
 /// The store's table, which [`Error::Store`] and [`Error::Timeout`] name.
 pub(crate) const TABLE: &str = crate::error::store::IDEMPOTENCY;
@@ -1094,11 +1094,11 @@ mod plans {
 
     #[test]
     fn every_statement_has_a_plan_entry_per_placeholder() {
-        crate::bind::assert_plans_fit("READ", &READ);
-        crate::bind::assert_plans_fit("CLAIM", &CLAIM);
-        crate::bind::assert_plans_fit("TAKE_OVER", &TAKE_OVER);
-        crate::bind::assert_plans_fit("COMPLETE", &COMPLETE);
-        crate::bind::assert_plans_fit("RELEASE", &RELEASE);
-        crate::bind::assert_plans_fit("PRUNE", &PRUNE);
+        crate::transition::bind::assert_plans_fit("READ", &READ);
+        crate::transition::bind::assert_plans_fit("CLAIM", &CLAIM);
+        crate::transition::bind::assert_plans_fit("TAKE_OVER", &TAKE_OVER);
+        crate::transition::bind::assert_plans_fit("COMPLETE", &COMPLETE);
+        crate::transition::bind::assert_plans_fit("RELEASE", &RELEASE);
+        crate::transition::bind::assert_plans_fit("PRUNE", &PRUNE);
     }
 }

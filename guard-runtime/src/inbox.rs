@@ -49,7 +49,6 @@
 
 use std::time::Duration;
 
-use crate::bind::{Field, Fields, store_arguments};
 use crate::ddl::Dialect as DdlDialect;
 use crate::deadline::call::{Call, Sent, bounded};
 use crate::dialect::{Backend, Sql, Statement};
@@ -58,6 +57,7 @@ use crate::executor::Executor;
 use crate::executor::tx::Tx;
 use crate::idempotency::checked;
 use crate::outcome::{Committed, Uncommitted};
+use crate::transition::bind::{Field, Fields, store_arguments};
 
 /// The inbox's table, which [`Error::Store`] and [`Error::Timeout`] name.
 pub(crate) const TABLE: &str = crate::error::store::INBOX;
@@ -232,7 +232,7 @@ mod plans {
 
     #[test]
     fn every_statement_has_a_plan_entry_per_placeholder() {
-        crate::bind::assert_plans_fit("RECEIVE", &RECEIVE);
-        crate::bind::assert_plans_fit("PRUNE", &PRUNE);
+        crate::transition::bind::assert_plans_fit("RECEIVE", &RECEIVE);
+        crate::transition::bind::assert_plans_fit("PRUNE", &PRUNE);
     }
 }

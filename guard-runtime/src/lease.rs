@@ -11,7 +11,6 @@
 use core::future::Future;
 
 use crate::StateMachine;
-use crate::bind::{self, Values};
 use crate::deadline::retry::{MAX_ATTEMPTS, backoff};
 use crate::dialect::Sql;
 use crate::dialect::sealed::Dialect;
@@ -21,7 +20,8 @@ use crate::executor::Executor;
 use crate::executor::sealed::Run;
 use crate::machine::InFlightDef;
 use crate::machine::key::{BindError, RowKey};
-use crate::row::Read;
+use crate::transition::bind::{self, Values};
+use crate::transition::row::Read;
 use crate::transition::{Transition, key_arguments};
 use crate::verdict::{Chosen, FollowUpValues};
 

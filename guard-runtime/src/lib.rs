@@ -13,7 +13,6 @@
 )]
 
 mod batched;
-mod bind;
 mod claim;
 pub mod ddl;
 mod deadline;
@@ -28,10 +27,8 @@ pub mod inbox;
 mod lease;
 mod machine;
 mod many;
-mod note;
 mod outcome;
 mod recovery;
-mod row;
 pub mod telemetry;
 mod transition;
 mod verdict;
@@ -49,9 +46,9 @@ pub use crate::machine::key;
 pub use crate::machine::key::{DecodeKey, KeyShape, KeyText, ManyKeys, RowKey};
 pub use crate::machine::{HasVersion, StateMachine, UnknownState};
 pub use crate::many::APPLY_MANY_CHUNK;
-pub use crate::note::Note;
 pub use crate::outcome::{Committed, Current, Outcome, Uncommitted, Won};
 pub use crate::recovery::{Recovered, SupersededRow, claim_expired, recover, recover_within};
+pub use crate::transition::note::Note;
 pub use crate::transition::{Bound, Params, Transition};
 pub use crate::verdict::{FollowUp, FollowUpValues, Verdict};
 

@@ -13,7 +13,6 @@ use tracing::Instrument;
 
 use crate::StateMachine;
 use crate::batched::{Batched, Found, position};
-use crate::bind::{self, Values};
 use crate::deadline::retry::{MAX_ATTEMPTS, backoff};
 use crate::dialect::{Backend, Column, Sql, Statement};
 use crate::error::Error;
@@ -21,10 +20,11 @@ use crate::executor::Executor;
 use crate::executor::sealed::Run;
 use crate::executor::tx::Tx;
 use crate::machine::key::{DecodeKey, ManyKeys, RowKey};
-use crate::note::Note;
 use crate::outcome::{Committed, Outcome, Uncommitted, Won};
-use crate::row::Read;
 use crate::telemetry;
+use crate::transition::bind::{self, Values};
+use crate::transition::note::Note;
+use crate::transition::row::Read;
 use crate::transition::{Bound, Params, Transition};
 
 /// Keys sent in one statement; a longer batch is split into chunks of

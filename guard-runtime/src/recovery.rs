@@ -7,7 +7,6 @@ use core::future::Future;
 use tracing::Instrument;
 
 use crate::StateMachine;
-use crate::bind::{self, Values};
 use crate::deadline::call::{Call, Sent, bounded};
 use crate::deadline::retry::Step;
 use crate::dialect::sealed::Dialect;
@@ -19,8 +18,9 @@ use crate::lease;
 use crate::machine::InFlightDef;
 use crate::machine::key::{BindError, DecodeKey, KeyText, RowKey};
 use crate::outcome::{Committed, Won};
-use crate::row::Read;
 use crate::telemetry;
+use crate::transition::bind::{self, Values};
+use crate::transition::row::Read;
 use crate::verdict::{FollowUpValues, Verdict};
 
 /// Takes over rows left in the in-flight `state` past their lease, at most

@@ -11,7 +11,7 @@ use crate::dialect::Key;
 use crate::dialect::sealed::Dialect;
 use crate::dialect::{Backend, Bind, Statement};
 use crate::machine::key::{BindError, KeyShape, ManyKeys, RowKey};
-use crate::note::Note;
+use crate::transition::note::Note;
 
 /// Values a statement takes by position: a key's columns, a call's values,
 /// a batch's key columns.
