@@ -5,7 +5,7 @@
 use core::time::Duration;
 
 use crate::StateMachine;
-use crate::batched::Batched;
+use crate::batch::batched::Batched;
 use crate::deadline::call::{Call, Sent, bounded};
 use crate::dialect::Column;
 use crate::dialect::sealed::Dialect;

@@ -12,8 +12,7 @@
     allow(unused)
 )]
 
-mod batched;
-mod claim;
+mod batch;
 pub mod ddl;
 mod deadline;
 mod dialect;
@@ -26,14 +25,14 @@ pub mod idempotency;
 pub mod inbox;
 mod lease;
 mod machine;
-mod many;
 mod outcome;
 mod recovery;
 pub mod telemetry;
 mod transition;
 mod verdict;
 
-pub use crate::batched::Batched;
+pub use crate::batch::batched::Batched;
+pub use crate::batch::many::APPLY_MANY_CHUNK;
 pub use crate::deadline::call::Call;
 pub use crate::deadline::retry::DEFAULT_DEADLINE;
 pub use crate::dialect::{Backend, Key};
@@ -45,7 +44,6 @@ pub use crate::history::{HasHistory, HistoryRow, Noted};
 pub use crate::machine::key;
 pub use crate::machine::key::{DecodeKey, KeyShape, KeyText, ManyKeys, RowKey};
 pub use crate::machine::{HasVersion, StateMachine, UnknownState};
-pub use crate::many::APPLY_MANY_CHUNK;
 pub use crate::outcome::{Committed, Current, Outcome, Uncommitted, Won};
 pub use crate::recovery::{Recovered, SupersededRow, claim_expired, recover, recover_within};
 pub use crate::transition::note::Note;
