@@ -17,26 +17,27 @@ pub mod ddl;
 mod deadline;
 mod dialect;
 pub mod docs;
-mod effect;
+mod effects;
 mod error;
 mod executor;
 mod history;
 pub mod idempotency;
 pub mod inbox;
-mod lease;
 mod machine;
 mod outcome;
-mod recovery;
 pub mod telemetry;
 mod transition;
-mod verdict;
 
 pub use crate::batch::batched::Batched;
 pub use crate::batch::many::APPLY_MANY_CHUNK;
 pub use crate::deadline::call::Call;
 pub use crate::deadline::retry::DEFAULT_DEADLINE;
 pub use crate::dialect::{Backend, Key};
-pub use crate::effect::{Effect, FinishError, Finished};
+pub use crate::effects::effect::{Effect, FinishError, Finished};
+pub use crate::effects::recovery::{
+    Recovered, SupersededRow, claim_expired, recover, recover_within,
+};
+pub use crate::effects::verdict::{FollowUp, FollowUpValues, Verdict};
 pub use crate::error::{Error, ErrorKind};
 pub use crate::executor::Executor;
 pub use crate::executor::tx::{Begin, Savepoint, Staged, Tx};
@@ -45,10 +46,8 @@ pub use crate::machine::key;
 pub use crate::machine::key::{DecodeKey, KeyShape, KeyText, ManyKeys, RowKey};
 pub use crate::machine::{HasVersion, StateMachine, UnknownState};
 pub use crate::outcome::{Committed, Current, Outcome, Uncommitted, Won};
-pub use crate::recovery::{Recovered, SupersededRow, claim_expired, recover, recover_within};
 pub use crate::transition::note::Note;
 pub use crate::transition::{Bound, Params, Transition};
-pub use crate::verdict::{FollowUp, FollowUpValues, Verdict};
 
 /// What a derived machine knows about itself, read through
 /// [`StateMachine::MACHINE`]: its table and columns, states, transitions,
@@ -134,12 +133,12 @@ pub mod __private {
     pub use sqlx;
 
     pub use crate::dialect::{Bind, Column};
+    pub use crate::effects::verdict::Binder;
+    pub use crate::effects::verdict::construct::binder;
     pub use crate::machine::construct::{
         ddl, in_flight, machine, set_column, sql, state, statement, transition,
     };
     pub use crate::machine::{Machine, StateDef, TransitionDef};
-    pub use crate::verdict::Binder;
-    pub use crate::verdict::construct::binder;
 
     /// How `docs::mermaid` writes a label and a state's quoted
     /// description, for the test that draws arbitrary text with real

@@ -15,6 +15,7 @@ use crate::deadline::retry::{MAX_ATTEMPTS, backoff};
 use crate::dialect::Sql;
 use crate::dialect::sealed::Dialect;
 use crate::dialect::{Backend, Column, Statement};
+use crate::effects::verdict::{Chosen, FollowUpValues};
 use crate::error::Error;
 use crate::executor::Executor;
 use crate::executor::sealed::Run;
@@ -23,7 +24,6 @@ use crate::machine::key::{BindError, RowKey};
 use crate::transition::bind::{self, Values};
 use crate::transition::row::Read;
 use crate::transition::{Transition, key_arguments};
-use crate::verdict::{Chosen, FollowUpValues};
 
 /// What [`Error::Timeout`] names a lease's renewal cut off by a deadline.
 pub(crate) const RENEW: &str = "renew";
