@@ -21,10 +21,9 @@ mod effects;
 mod error;
 mod executor;
 mod history;
-pub mod idempotency;
-pub mod inbox;
 mod machine;
 mod outcome;
+mod stores;
 pub mod telemetry;
 mod transition;
 
@@ -46,6 +45,7 @@ pub use crate::machine::key;
 pub use crate::machine::key::{DecodeKey, KeyShape, KeyText, ManyKeys, RowKey};
 pub use crate::machine::{HasVersion, StateMachine, UnknownState};
 pub use crate::outcome::{Committed, Current, Outcome, Uncommitted, Won};
+pub use crate::stores::{idempotency, inbox};
 pub use crate::transition::note::Note;
 pub use crate::transition::{Bound, Params, Transition};
 

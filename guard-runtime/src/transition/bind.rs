@@ -128,7 +128,7 @@ pub(crate) fn arguments<DB: Backend>(
 }
 
 /// What one placeholder of a fixed-table store's statement binds
-/// (`idempotency.rs`, `inbox.rs`): their statements are written by hand
+/// (`stores/`: the idempotency store, the inbox): their statements are written by hand
 /// in the runtime, each with its plan beside its text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Field {

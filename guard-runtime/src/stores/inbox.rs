@@ -39,7 +39,7 @@
 //! ```
 //!
 //! Limits: a message id is remembered until [`prune`] removes it
-//! ([`DEFAULT_WINDOW`](crate::idempotency::DEFAULT_WINDOW), 24 hours, by
+//! ([`DEFAULT_WINDOW`](crate::stores::idempotency::DEFAULT_WINDOW), 24 hours, by
 //! default); a duplicate delivered later than that is `First`. Consumer
 //! and message id are 1 to 255 characters, compared byte for byte
 //! ([`Error::BadKey`] otherwise).
@@ -55,8 +55,8 @@ use crate::dialect::{Backend, Sql, Statement};
 use crate::error::Error;
 use crate::executor::Executor;
 use crate::executor::tx::Tx;
-use crate::idempotency::checked;
 use crate::outcome::{Committed, Uncommitted};
+use crate::stores::idempotency::checked;
 use crate::transition::bind::{Field, Fields, store_arguments};
 
 /// The inbox's table, which [`Error::Store`] and [`Error::Timeout`] name.
@@ -213,7 +213,7 @@ where
 
 /// Removes up to `limit` messages received more than `window` ago, oldest
 /// first, and returns how many it removed: one bounded statement per
-/// call, as for [`idempotency::prune`](crate::idempotency::prune).
+/// call, as for [`idempotency::prune`](crate::stores::idempotency::prune).
 ///
 /// Deadline: [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE), or
 /// `inbox::prune(&pool, window, limit).within(d)` ([`Call`]); cut off,
@@ -223,7 +223,7 @@ where
     DB: Backend,
     for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
 {
-    crate::idempotency::prune_table::<DB>(pool, &PRUNE, TABLE, window, limit)
+    crate::stores::idempotency::prune_table::<DB>(pool, &PRUNE, TABLE, window, limit)
 }
 
 #[cfg(test)]
