@@ -27,6 +27,10 @@ mod stores;
 pub mod telemetry;
 mod transition;
 
+// Public modules that live in their concept's folder, at their short paths.
+pub use crate::machine::key;
+pub use crate::stores::{idempotency, inbox};
+
 pub use crate::batch::batched::Batched;
 pub use crate::batch::many::APPLY_MANY_CHUNK;
 pub use crate::deadline::call::Call;
@@ -41,11 +45,9 @@ pub use crate::error::{Error, ErrorKind};
 pub use crate::executor::Executor;
 pub use crate::executor::tx::{Begin, Savepoint, Staged, Tx};
 pub use crate::history::{HasHistory, HistoryRow, Noted};
-pub use crate::machine::key;
 pub use crate::machine::key::{DecodeKey, KeyShape, KeyText, ManyKeys, RowKey};
 pub use crate::machine::{HasVersion, StateMachine, UnknownState};
 pub use crate::outcome::{Committed, Current, Outcome, Uncommitted, Won};
-pub use crate::stores::{idempotency, inbox};
 pub use crate::transition::note::Note;
 pub use crate::transition::{Bound, Params, Transition};
 
