@@ -8,7 +8,7 @@
 //! placeholder order.
 //!
 //! **Architecture Invariant:** the runtime binds a statement only through
-//! its plan (`guard-runtime/src/bind.rs`); the numbering rule lives here
+//! its plan (`guard-runtime/src/transition/bind.rs`); the numbering rule lives here
 //! and nowhere else.
 //!
 //! The columns a statement returns are declared the same way: a builder

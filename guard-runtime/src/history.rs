@@ -5,17 +5,17 @@
 use core::time::Duration;
 
 use crate::StateMachine;
-use crate::batched::Batched;
-use crate::call::{Call, Sent, bounded};
+use crate::batch::batched::Batched;
+use crate::deadline::call::{Call, Sent, bounded};
 use crate::dialect::Column;
 use crate::dialect::sealed::Dialect;
 use crate::error::Error;
 use crate::executor::Executor;
-use crate::key::{DecodeKey, ManyKeys, RowKey};
+use crate::machine::key::{DecodeKey, ManyKeys, RowKey};
 use crate::machine::{Machine, TransitionDef};
-use crate::note::Note;
 use crate::outcome::{Committed, Outcome, Won};
-use crate::row::Read;
+use crate::transition::note::Note;
+use crate::transition::row::Read;
 use crate::transition::{Bound, Params, Transition, key_arguments};
 
 /// One move of a row, as its history table records it.

@@ -12,51 +12,44 @@
     allow(unused)
 )]
 
-mod batched;
-mod bind;
-mod call;
-mod claim;
+mod batch;
 pub mod ddl;
+mod deadline;
 mod dialect;
 pub mod docs;
-mod effect;
+mod effects;
 mod error;
 mod executor;
 mod history;
-pub mod idempotency;
-pub mod inbox;
-pub mod key;
-mod lease;
 mod machine;
-mod many;
-mod note;
 mod outcome;
-mod recovery;
-mod retry;
-mod row;
-mod task;
+mod stores;
 pub mod telemetry;
 mod transition;
-mod tx;
-mod verdict;
 
-pub use crate::batched::Batched;
-pub use crate::call::Call;
+// Public modules that live in their concept's folder, at their short paths.
+pub use crate::machine::key;
+pub use crate::stores::{idempotency, inbox};
+
+pub use crate::batch::batched::Batched;
+pub use crate::batch::many::APPLY_MANY_CHUNK;
+pub use crate::deadline::call::Call;
+pub use crate::deadline::retry::DEFAULT_DEADLINE;
 pub use crate::dialect::{Backend, Key};
-pub use crate::effect::{Effect, FinishError, Finished};
+pub use crate::effects::effect::{Effect, FinishError, Finished};
+pub use crate::effects::recovery::{
+    Recovered, SupersededRow, claim_expired, recover, recover_within,
+};
+pub use crate::effects::verdict::{FollowUp, FollowUpValues, Verdict};
 pub use crate::error::{Error, ErrorKind};
 pub use crate::executor::Executor;
+pub use crate::executor::tx::{Begin, Savepoint, Staged, Tx};
 pub use crate::history::{HasHistory, HistoryRow, Noted};
-pub use crate::key::{DecodeKey, KeyShape, KeyText, ManyKeys, RowKey};
+pub use crate::machine::key::{DecodeKey, KeyShape, KeyText, ManyKeys, RowKey};
 pub use crate::machine::{HasVersion, StateMachine, UnknownState};
-pub use crate::many::APPLY_MANY_CHUNK;
-pub use crate::note::Note;
 pub use crate::outcome::{Committed, Current, Outcome, Uncommitted, Won};
-pub use crate::recovery::{Recovered, SupersededRow, claim_expired, recover, recover_within};
-pub use crate::retry::DEFAULT_DEADLINE;
+pub use crate::transition::note::Note;
 pub use crate::transition::{Bound, Params, Transition};
-pub use crate::tx::{Begin, Savepoint, Staged, Tx};
-pub use crate::verdict::{FollowUp, FollowUpValues, Verdict};
 
 /// What a derived machine knows about itself, read through
 /// [`StateMachine::MACHINE`]: its table and columns, states, transitions,
@@ -142,12 +135,12 @@ pub mod __private {
     pub use sqlx;
 
     pub use crate::dialect::{Bind, Column};
+    pub use crate::effects::verdict::Binder;
+    pub use crate::effects::verdict::construct::binder;
     pub use crate::machine::construct::{
         ddl, in_flight, machine, set_column, sql, state, statement, transition,
     };
     pub use crate::machine::{Machine, StateDef, TransitionDef};
-    pub use crate::verdict::Binder;
-    pub use crate::verdict::construct::binder;
 
     /// How `docs::mermaid` writes a label and a state's quoted
     /// description, for the test that draws arbitrary text with real

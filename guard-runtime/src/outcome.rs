@@ -5,7 +5,7 @@ use core::marker::PhantomData;
 use core::time::Duration;
 
 use crate::StateMachine;
-use crate::key::KeyText;
+use crate::machine::key::KeyText;
 
 /// What one attempt at a transition found.
 ///
@@ -122,7 +122,7 @@ pub struct Won<S: StateMachine, K, C = Committed> {
     /// The lease token of a win into an in-flight state (see
     /// `InFlightDef::renew_sql`); 0 otherwise.
     lease: i64,
-    /// The transaction or savepoint the win happened in (see `tx.rs`); 0
+    /// The transaction or savepoint the win happened in (see `executor/tx/`); 0
     /// once committed.
     scope: u64,
     /// How long `finish` may take, the effect included.
@@ -155,7 +155,7 @@ impl<S: StateMachine, K, C> Won<S, K, C> {
             occurrence,
             lease,
             scope,
-            deadline: crate::retry::DEFAULT_DEADLINE,
+            deadline: crate::deadline::retry::DEFAULT_DEADLINE,
             leased_at: LeasedAt(None),
             commit: PhantomData,
         }

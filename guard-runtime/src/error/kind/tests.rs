@@ -34,7 +34,7 @@ impl crate::StateMachine for Lone {
         None,
         construct::sql(NO_DDL, NO_DDL, NO_DDL),
     );
-    type KeyShape = crate::key::shape::One;
+    type KeyShape = crate::machine::key::shape::One;
 
     fn as_str(self) -> &'static str {
         "only"

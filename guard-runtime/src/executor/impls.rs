@@ -1,166 +1,16 @@
-//! What `Transition::apply` accepts: a pool, a connection or a transaction.
+//! The executor impls: one per backend for pools, connections, `Tx` and
+//! `Savepoint`, through the macros that write them.
 
 #[allow(unused_imports)] // unused when no backend feature is enabled
 use sqlx::{Connection, Pool};
 
 #[allow(unused_imports)]
-use crate::tx::{Savepoint, Tx};
+use crate::executor::tx::{Savepoint, Tx};
 
+use super::{ExecutedThenFetched, Executor, Logged, When, sealed};
 use crate::dialect::sealed::Dialect;
 use crate::dialect::{Backend, BoxFuture};
 use crate::outcome::{Committed, Uncommitted};
-
-/// The result of `execute_then_fetch`: the first statement's result and
-/// the second's row.
-pub(crate) type ExecutedThenFetched<DB> = (
-    <DB as sqlx::Database>::QueryResult,
-    Option<<DB as sqlx::Database>::Row>,
-);
-
-/// Whether the second statement of `execute_then_fetch` runs, given the
-/// first one's result ([`Dialect::changed`], [`Dialect::id_lost`]).
-pub(crate) type When<DB> = fn(&<DB as sqlx::Database>::QueryResult) -> bool;
-
-/// Something a transition can run on: `&Pool<DB>`, `&mut DB::Connection`
-/// (a `PgConnection`, `SqliteConnection` or `MySqlConnection`, including
-/// `&mut *pool_connection`), or a stateguard transaction, `&mut Tx<'_, DB>`
-/// or `&mut Savepoint<'_, DB>`.
-///
-/// Inside a transaction, pass the [`Tx`](crate::Tx) itself (`&mut tx`), not
-/// the connection under it (`&mut *tx`): only then can the win wait for
-/// the commit. `apply` refuses a connection that sqlx knows is inside a
-/// transaction ([`Error::ConnectionInTransaction`](crate::Error::ConnectionInTransaction)),
-/// and a plain `sqlx::Transaction` is not an `Executor`: wrap it with
-/// [`Tx::new`](crate::Tx::new), so that its wins are tied to it. A
-/// transaction opened with a raw `BEGIN` statement, or a savepoint made with
-/// a raw `SAVEPOINT` statement, is invisible to sqlx and so to stateguard:
-/// open them with [`Tx::begin`](crate::Tx::begin) and
-/// [`Tx::savepoint`](crate::Tx::savepoint).
-///
-/// On a pool, or on a connection that is not inside a transaction, each
-/// statement commits on its own, so the library retries serialization
-/// failures and deadlocks itself, and a win is [`Committed`]. Inside a
-/// transaction it cannot retry, and returns
-/// [`Error::RetryTransaction`](crate::Error::RetryTransaction) instead; a
-/// win there is [`Uncommitted`] until [`Won::commit`](crate::Won::commit).
-pub trait Executor: sealed::Run {
-    /// [`Committed`] for a pool or connection, [`Uncommitted`] for a
-    /// transaction: whether a win can run its effect at once.
-    type Commit;
-
-    /// Whether the statements run inside a transaction the caller owns.
-    fn in_transaction(&self) -> bool;
-}
-
-pub(crate) mod sealed {
-    use super::{ExecutedThenFetched, Logged, When};
-    use crate::dialect::sealed::Dialect;
-    use crate::dialect::{Backend, BoxFuture};
-
-    /// How the library runs its statements on an executor, out of callers'
-    /// reach.
-    pub trait Run: Send {
-        /// The database the statements run on.
-        type Database: Backend;
-
-        /// A pooled connection of this executor's database, out of any
-        /// transaction (each statement commits on its own): what
-        /// [`Run::try_idle`] hands out.
-        type Idle: Run<Database = Self::Database>;
-
-        /// Whether this executor is itself the caller's transaction, whose
-        /// wins are uncommitted.
-        const IS_TRANSACTION: bool;
-
-        /// Whether each statement takes a connection of its own from a
-        /// pool: a statement that met a read-only server closed its
-        /// connection, and a retry gets a fresh one.
-        const POOLED: bool = false;
-
-        /// A pool's connection that is idle at this moment, without waiting
-        /// for one; `None` for anything but a pool.
-        fn try_idle(&self) -> Option<Self::Idle> {
-            None
-        }
-
-        /// Checks that a pooled connection handed out by `try_idle` is
-        /// alive, as the pool's own `acquire` would have; nothing to check
-        /// on the others.
-        fn ping(&mut self) -> BoxFuture<'_, Result<(), sqlx::Error>> {
-            Box::pin(async { Ok(()) })
-        }
-
-        fn execute(
-            &mut self,
-            sql: &'static str,
-            args: <Self::Database as Dialect>::Args,
-        ) -> BoxFuture<'_, Result<<Self::Database as sqlx::Database>::QueryResult, sqlx::Error>>;
-
-        fn fetch_optional(
-            &mut self,
-            sql: &'static str,
-            args: <Self::Database as Dialect>::Args,
-        ) -> BoxFuture<'_, Result<Option<<Self::Database as sqlx::Database>::Row>, sqlx::Error>>;
-
-        fn fetch_all(
-            &mut self,
-            sql: &'static str,
-            args: <Self::Database as Dialect>::Args,
-        ) -> BoxFuture<'_, Result<Vec<<Self::Database as sqlx::Database>::Row>, sqlx::Error>>;
-
-        /// Runs `sql`, then `then` on the same connection if `when` says
-        /// so of the first one's result (MySQL reads a new lease token,
-        /// and `LAST_INSERT_ID()` with it, this way).
-        fn execute_then_fetch(
-            &mut self,
-            sql: &'static str,
-            args: <Self::Database as Dialect>::Args,
-            then: &'static str,
-            then_args: <Self::Database as Dialect>::Args,
-            when: When<Self::Database>,
-        ) -> BoxFuture<'_, Result<ExecutedThenFetched<Self::Database>, sqlx::Error>>;
-
-        /// Runs `log` (a history row's `INSERT … SELECT`), then `update`
-        /// (fetching its rows when `rows`), then `then`, on one connection
-        /// in one transaction, or in a savepoint inside the caller's: the
-        /// move and its history row stand or fall together.
-        fn logged(
-            &mut self,
-            log: &'static str,
-            log_args: <Self::Database as Dialect>::Args,
-            update: &'static str,
-            args: <Self::Database as Dialect>::Args,
-            rows: bool,
-            then: Option<(&'static str, <Self::Database as Dialect>::Args)>,
-        ) -> BoxFuture<'_, Result<Logged<Self::Database>, sqlx::Error>>;
-
-        /// The transaction or savepoint a win here belongs to; 0 outside
-        /// one.
-        fn scope(&self) -> u64 {
-            0
-        }
-
-        /// A statement was cut off by a deadline and may still complete: a
-        /// transaction must then not commit.
-        fn abandoned(&mut self) {}
-
-        /// Whether this is a transaction that can no longer commit, whose
-        /// statements are refused.
-        fn rolled_back(&self) -> bool {
-            false
-        }
-    }
-}
-
-/// What `Run::logged` did: the rows the update changed (as many as the
-/// history rows written), its rows when asked for, the follow-up read's
-/// row, and the update's `LAST_INSERT_ID` on MySQL.
-pub struct Logged<DB: sqlx::Database> {
-    pub(crate) updated: u64,
-    pub(crate) rows: Vec<DB::Row>,
-    pub(crate) then: Option<DB::Row>,
-    pub(crate) last_id: u64,
-}
 
 /// The body of `Run::logged` on a connection `$conn` (a `&mut` connection,
 /// possibly inside a transaction, where `begin` makes a savepoint).
@@ -406,7 +256,7 @@ macro_rules! in_transaction {
 /// `result`, after recording its error in the transaction's health.
 #[allow(dead_code)] // unused when no backend feature is enabled
 fn noted<DB: Backend, T>(
-    health: &mut crate::tx::Health,
+    health: &mut crate::executor::tx::Health,
     result: Result<T, sqlx::Error>,
 ) -> Result<T, sqlx::Error> {
     match &result {
@@ -526,7 +376,10 @@ macro_rules! executors {
                 };
                 match <$db as Dialect>::EMBEDDED {
                     true => Box::pin(logged),
-                    false => Box::pin(crate::task::see_through("a move and its history", logged)),
+                    false => Box::pin(crate::executor::task::see_through(
+                        "a move and its history",
+                        logged,
+                    )),
                 }
             }
         }
@@ -581,16 +434,3 @@ macro_rules! executors {
 executors!("postgres", sqlx::Postgres, sqlx::PgConnection);
 executors!("sqlite", sqlx::Sqlite, sqlx::SqliteConnection);
 executors!("mysql", sqlx::MySql, sqlx::MySqlConnection);
-
-/// The error for a connection that is inside a transaction it does not
-/// represent (`&mut *tx`): its wins would look committed before the commit;
-/// and for a transaction that can no longer commit.
-pub(crate) fn refuse_open_transaction<E: Executor>(executor: &E) -> Result<(), crate::Error> {
-    if !E::IS_TRANSACTION && executor.in_transaction() {
-        return Err(crate::Error::ConnectionInTransaction);
-    }
-    if executor.rolled_back() {
-        return Err(crate::Error::RolledBack { source: None });
-    }
-    Ok(())
-}

@@ -39,7 +39,7 @@
 //! ```
 //!
 //! Limits: a message id is remembered until [`prune`] removes it
-//! ([`DEFAULT_WINDOW`](crate::idempotency::DEFAULT_WINDOW), 24 hours, by
+//! ([`DEFAULT_WINDOW`](crate::stores::idempotency::DEFAULT_WINDOW), 24 hours, by
 //! default); a duplicate delivered later than that is `First`. Consumer
 //! and message id are 1 to 255 characters, compared byte for byte
 //! ([`Error::BadKey`] otherwise).
@@ -49,15 +49,15 @@
 
 use std::time::Duration;
 
-use crate::bind::{Field, Fields, store_arguments};
-use crate::call::{Call, Sent, bounded};
 use crate::ddl::Dialect as DdlDialect;
+use crate::deadline::call::{Call, Sent, bounded};
 use crate::dialect::{Backend, Sql, Statement};
 use crate::error::Error;
 use crate::executor::Executor;
-use crate::idempotency::checked;
+use crate::executor::tx::Tx;
 use crate::outcome::{Committed, Uncommitted};
-use crate::tx::Tx;
+use crate::stores::idempotency::checked;
+use crate::transition::bind::{Field, Fields, store_arguments};
 
 /// The inbox's table, which [`Error::Store`] and [`Error::Timeout`] name.
 pub(crate) const TABLE: &str = crate::error::store::INBOX;
@@ -213,7 +213,7 @@ where
 
 /// Removes up to `limit` messages received more than `window` ago, oldest
 /// first, and returns how many it removed: one bounded statement per
-/// call, as for [`idempotency::prune`](crate::idempotency::prune).
+/// call, as for [`idempotency::prune`](crate::stores::idempotency::prune).
 ///
 /// Deadline: [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE), or
 /// `inbox::prune(&pool, window, limit).within(d)` ([`Call`]); cut off,
@@ -223,7 +223,7 @@ where
     DB: Backend,
     for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
 {
-    crate::idempotency::prune_table::<DB>(pool, &PRUNE, TABLE, window, limit)
+    crate::stores::idempotency::prune_table::<DB>(pool, &PRUNE, TABLE, window, limit)
 }
 
 #[cfg(test)]
@@ -232,7 +232,7 @@ mod plans {
 
     #[test]
     fn every_statement_has_a_plan_entry_per_placeholder() {
-        crate::bind::assert_plans_fit("RECEIVE", &RECEIVE);
-        crate::bind::assert_plans_fit("PRUNE", &PRUNE);
+        crate::transition::bind::assert_plans_fit("RECEIVE", &RECEIVE);
+        crate::transition::bind::assert_plans_fit("PRUNE", &PRUNE);
     }
 }

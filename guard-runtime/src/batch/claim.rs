@@ -15,20 +15,20 @@ use core::time::Duration;
 use tracing::Instrument;
 
 use crate::StateMachine;
-use crate::batched::{Applied, Batched, Claim, Claimed, Found, position, sealed};
+use crate::batch::batched::{Applied, Batched, Claim, Claimed, Found, position, sealed};
+use crate::batch::{many, run};
+use crate::deadline::retry::{MAX_ATTEMPTS, backoff};
 use crate::dialect::{Backend, Column};
 use crate::error::Error;
 use crate::executor::Executor;
 use crate::executor::sealed::Run;
-use crate::key::{DecodeKey, ManyKeys, RowKey};
-use crate::many;
-use crate::note::Note;
+use crate::executor::tx::Tx;
+use crate::machine::key::{DecodeKey, ManyKeys, RowKey};
 use crate::outcome::{Committed, Uncommitted, Won};
-use crate::retry::{MAX_ATTEMPTS, backoff};
-use crate::row::Read;
 use crate::telemetry;
+use crate::transition::note::Note;
+use crate::transition::row::Read;
 use crate::transition::{Bound, Params, Transition};
-use crate::tx::Tx;
 
 /// The `Batched` impl of one backend: the function that moves a chunk of
 /// keys, and the one that claims rows (with the `BEGIN` of its
@@ -85,16 +85,16 @@ macro_rules! batched {
     };
 }
 
-batched!("postgres", sqlx::Postgres, apply: many::returning, claim: one_statement);
+batched!("postgres", sqlx::Postgres, apply: run::returning, claim: one_statement);
 // SQLite takes the write lock first: the candidates read are then the
 // rows the transaction moves.
 batched!(
     "sqlite", sqlx::Sqlite,
-    apply: many::returning, claim: in_transaction, begin: "BEGIN IMMEDIATE"
+    apply: run::returning, claim: in_transaction, begin: "BEGIN IMMEDIATE"
 );
 batched!(
     "mysql", sqlx::MySql,
-    apply: many::in_transaction, claim: in_transaction, begin: "BEGIN"
+    apply: run::in_transaction, claim: in_transaction, begin: "BEGIN"
 );
 
 impl<S: StateMachine> Transition<S> {
@@ -439,7 +439,7 @@ impl MoveHeld for sqlx::Sqlite {
         P: Params<Self> + 'a,
     {
         Box::pin(
-            async move { many::update_returning(&mut tx, transition, keys, params, note).await },
+            async move { run::update_returning(&mut tx, transition, keys, params, note).await },
         )
     }
 }
@@ -460,7 +460,7 @@ impl MoveHeld for sqlx::MySql {
         K: DecodeKey<Self, S::KeyShape> + ManyKeys<Self, S::KeyShape> + Ord + Send + Sync + 'a,
         P: Params<Self> + 'a,
     {
-        Box::pin(many::lock_and_update(tx, transition, keys, params, note))
+        Box::pin(run::lock_and_update(tx, transition, keys, params, note))
     }
 }
 

@@ -7,15 +7,15 @@ use core::future::Future;
 use tracing::Instrument;
 
 use crate::StateMachine;
+use crate::deadline::retry::Step;
+use crate::effects::lease::{self, Settled};
+use crate::effects::verdict::{Chosen, FollowUpValues, Verdict};
 use crate::error::Error;
 use crate::executor::{Executor, refuse_open_transaction};
-use crate::key::{KeyText, RowKey};
-use crate::lease::{self, Settled};
 use crate::machine::InFlightDef;
+use crate::machine::key::{KeyText, RowKey};
 use crate::outcome::{Committed, Won};
-use crate::retry::Step;
 use crate::telemetry;
-use crate::verdict::{Chosen, FollowUpValues, Verdict};
 
 /// What an effect is told: which row, which state, and the key to make the
 /// external call idempotent with.

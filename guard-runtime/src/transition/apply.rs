@@ -1,123 +1,27 @@
-//! `Transition<S>`: one named move, and `apply`, the compare-and-set that
-//! runs it.
-
-use core::fmt;
-use core::time::Duration;
+//! `apply`: the compare-and-set, its retries and the read that tells a
+//! loser why.
 
 use tracing::Instrument;
 
-use crate::note::Note;
-use crate::retry::{DEFAULT_DEADLINE, MAX_ATTEMPTS, backoff};
+use crate::deadline::retry::{MAX_ATTEMPTS, backoff};
 use crate::telemetry;
+use crate::transition::note::Note;
 
+use super::Transition;
+use super::failure::worth_retrying;
 use crate::StateMachine;
-pub use crate::bind::Params;
-use crate::bind::{self, Values};
 use crate::dialect::sealed::Dialect;
 use crate::dialect::{Backend, Column, Statement};
 use crate::error::Error;
 use crate::executor::sealed::Run;
 use crate::executor::{Executor, refuse_open_transaction};
-use crate::key::{BindError, KeyShape, RowKey};
-use crate::machine::{HasVersion, InFlightDef, Machine, TransitionDef};
-use crate::outcome::{Current, Outcome, Won};
-use crate::row::Read;
-
-/// One named transition of a machine, e.g. `PayoutStatus::start()`.
-///
-/// A small `Copy` value pointing at compile-time metadata and SQL text.
-pub struct Transition<S: 'static> {
-    def: &'static TransitionDef<S>,
-    deadline: Duration,
-    expected: Option<i64>,
-}
+use crate::machine::key::{BindError, KeyShape, RowKey};
+use crate::outcome::{Outcome, Won};
+use crate::transition::bind::Params;
+use crate::transition::bind::{self, Values};
+use crate::transition::row::Read;
 
 impl<S: StateMachine> Transition<S> {
-    pub(crate) const fn from_def(def: &'static TransitionDef<S>) -> Self {
-        Transition {
-            def,
-            deadline: DEFAULT_DEADLINE,
-            expected: None,
-        }
-    }
-
-    /// The occurrence [`Transition::expecting`] set, if any.
-    pub const fn expected(self) -> Option<i64> {
-        self.expected
-    }
-
-    /// The same transition, with `deadline` for [`Transition::apply`]
-    /// instead of [`DEFAULT_DEADLINE`]:
-    /// `PayoutStatus::start().within(Duration::from_secs(2)).apply(&pool, id)`.
-    ///
-    /// A call that runs out of time ends in [`Error::Timeout`], which says
-    /// whether the outcome is known. A win of this transition keeps the
-    /// same deadline for [`Won::finish`].
-    pub const fn within(self, deadline: Duration) -> Self {
-        Transition { deadline, ..self }
-    }
-
-    /// The deadline [`Transition::apply`] keeps.
-    pub const fn deadline(self) -> Duration {
-        self.deadline
-    }
-
-    /// The transition's name, e.g. `start`.
-    pub const fn name(self) -> &'static str {
-        self.def.name()
-    }
-
-    /// The state a win moves the row to.
-    pub const fn target(self) -> S {
-        self.def.target()
-    }
-
-    /// The states it may start from.
-    pub const fn sources(self) -> &'static [S] {
-        self.def.sources()
-    }
-
-    /// The full metadata, including the SQL text for each dialect.
-    pub const fn def(self) -> &'static TransitionDef<S> {
-        self.def
-    }
-
-    /// Runs the compare-and-set on the row whose key is `key`.
-    ///
-    /// One `UPDATE … WHERE key = ? AND status IN (sources)` on the winning
-    /// path. If it changed no row, a fresh `SELECT` of the status tells why:
-    /// the row is already in the target ([`Outcome::AlreadyInState`]),
-    /// somewhere this transition cannot start from ([`Outcome::Conflict`]),
-    /// or absent ([`Outcome::NotFound`]).
-    ///
-    /// `executor` is a `&Pool`, a `&mut` connection, or a `&mut`
-    /// [`Tx`](crate::Tx) or [`Savepoint`](crate::Savepoint).
-    /// On a pool or a connection outside a transaction, serialization
-    /// failures and deadlocks are retried with jittered backoff, and a win
-    /// is [`Committed`](crate::Committed). Inside a transaction they end in
-    /// [`Error::RetryTransaction`], and a win is
-    /// [`Uncommitted`](crate::Uncommitted) until the transaction commits
-    /// through [`Tx::commit`](crate::Tx::commit).
-    ///
-    /// The call keeps a deadline ([`DEFAULT_DEADLINE`], or
-    /// [`Transition::within`]): a lock held elsewhere, or retries that do
-    /// not settle, end in [`Error::Timeout`]. If time ran out while the
-    /// `UPDATE` was in flight, the change may still commit without a win
-    /// (`outcome_known: false`); inside a [`Tx`](crate::Tx) the transaction
-    /// then refuses to commit. The same holds when the caller drops the
-    /// future mid-statement: the `UPDATE` may commit, and no `Won` comes
-    /// out. A row moved into an in-flight state that way is taken over by
-    /// [`recover`](crate::recover) once its lease runs out; any other
-    /// effect is lost unless the caller treats such an error, or a later
-    /// `AlreadyInState`, as an effect possibly owed.
-    pub async fn apply<E, K>(self, executor: E, key: K) -> Result<Outcome<S, K, E::Commit>, Error>
-    where
-        E: Executor,
-        K: RowKey<E::Database, S::KeyShape>,
-    {
-        self.apply_with(executor, key, &(), &Note::NONE).await
-    }
-
     /// [`Transition::apply`], binding `params` into the `set` assignments
     /// that take values per call.
     pub(crate) async fn apply_with<E, K, P>(
@@ -533,182 +437,6 @@ impl<S: StateMachine> Transition<S> {
         tokio::time::sleep(backoff(attempts)).await;
         Ok(())
     }
-
-    /// A batch's keys that could not be bound.
-    pub(crate) fn keys_error(self, error: crate::key::BindError) -> Error {
-        match error {
-            crate::key::BindError::Key { key, reason } => Error::BatchKey {
-                table: S::MACHINE.table(),
-                transition: self.name(),
-                key,
-                reason,
-            },
-            crate::key::BindError::Encode(source) => self.db_error(source),
-        }
-    }
-
-    /// An error of the `BEGIN` of a transaction that the call runs itself
-    /// (a claim, a batch), named after the call: a `BEGIN` cut off by the
-    /// deadline wrote nothing, so the outcome is known.
-    pub(crate) fn begin_error(self, error: Error) -> Error {
-        match error {
-            Error::Timeout { deadline, .. } => Error::Timeout {
-                table: S::MACHINE.table(),
-                transition: self.name(),
-                deadline,
-                outcome_known: true,
-            },
-            other => other,
-        }
-    }
-
-    pub(crate) fn db_error(self, source: sqlx::Error) -> Error {
-        let (table, transition) = (S::MACHINE.table(), self.name());
-        match crate::error::read_only(&source) {
-            true => Error::ReadOnly {
-                table,
-                transition,
-                source,
-            },
-            false => Error::Database {
-                table,
-                transition,
-                source,
-            },
-        }
-    }
-
-    /// A statement's error inside a transaction the call runs itself: a
-    /// deadlock or busy database rolled it back, so the whole transaction
-    /// is tried again.
-    #[cfg(any(feature = "sqlite", feature = "mysql"))]
-    pub(crate) fn tx_error<DB: Backend>(self, source: sqlx::Error) -> Error {
-        match DB::is_retryable(&source) {
-            true => Error::RetryTransaction {
-                table: S::MACHINE.table(),
-                transition: self.name(),
-                source,
-            },
-            false => self.db_error(source),
-        }
-    }
-
-    pub(crate) fn contention(self, attempts: u32, last: Option<sqlx::Error>) -> Error {
-        Error::Contention {
-            table: S::MACHINE.table(),
-            transition: self.name(),
-            attempts,
-            last,
-        }
-    }
-}
-
-impl<S: HasVersion> Transition<S> {
-    /// The same transition, applied only if the row is still at
-    /// `occurrence`, the value of the machine's version column that the
-    /// caller saw ([`Won::occurrence`], [`Current::occurrence`] from
-    /// [`Machine::load`](crate::meta::Machine::load)):
-    /// `PayoutStatus::cancel().expecting(seen).apply(&pool, id)`.
-    ///
-    /// A row that moved on since is [`Outcome::Stale`], with its state and
-    /// occurrence now; the compare-and-set is still one statement. This is
-    /// how an operator acting on a page loaded earlier cannot move a row
-    /// that changed meanwhile, and how a late replay in a machine with a
-    /// cycle (`held → active → held`) is refused instead of winning the
-    /// next pass. Only a machine with a `version` column ([`HasVersion`])
-    /// has an occurrence to expect: elsewhere the call does not compile.
-    pub const fn expecting(self, occurrence: i64) -> Self {
-        Transition {
-            expected: Some(occurrence),
-            ..self
-        }
-    }
-}
-
-/// Whether a fresh autocommit attempt of a statement that failed with
-/// `error` on `E` may get past it: a serialization failure, deadlock or
-/// busy database; or, on a pool, a read-only server (a standby, a primary
-/// demoted by a failover), which wrote nothing and whose connection the
-/// pool closed, so that the next attempt takes a fresh one.
-fn worth_retrying<E: Run>(error: &sqlx::Error) -> bool {
-    <E::Database as Backend>::is_retryable(error) || (E::POOLED && crate::error::read_only(error))
-}
-
-impl<S: StateMachine> TransitionDef<S> {
-    /// This transition as a value that can be applied.
-    pub const fn transition(&'static self) -> Transition<S> {
-        Transition::from_def(self)
-    }
-}
-
-impl<S: StateMachine> Machine<S> {
-    /// Reads the row whose key is `key`: its state and occurrence now, or
-    /// `None` if there is no such row. A page can carry the occurrence to
-    /// the next request and apply with [`Transition::expecting`].
-    ///
-    /// One `SELECT`, a locking read inside a transaction as on the losing
-    /// path of [`Transition::apply`].
-    ///
-    /// Deadline: [`DEFAULT_DEADLINE`], or `PayoutStatus::MACHINE.load(&pool,
-    /// id).within(d)` ([`Call`](crate::Call)); cut off, [`Error::Timeout`]
-    /// (`load`, outcome known: it only reads).
-    pub fn load<'a, E, K>(&'static self, executor: E, key: K) -> crate::Call<'a, Option<Current<S>>>
-    where
-        E: Executor + 'a,
-        K: RowKey<E::Database, S::KeyShape> + 'a,
-    {
-        crate::Call::new(move |deadline| async move {
-            let read = self.read_current(executor, key);
-            let sent = crate::call::Sent::default();
-            crate::call::bounded(self.table(), "load", deadline, &sent, read).await
-        })
-    }
-
-    /// [`Machine::load`], without its deadline.
-    async fn read_current<E, K>(
-        &'static self,
-        mut executor: E,
-        key: K,
-    ) -> Result<Option<Current<S>>, Error>
-    where
-        E: Executor,
-        K: RowKey<E::Database, S::KeyShape>,
-    {
-        let error = |source| Error::Database {
-            table: self.table(),
-            transition: "load",
-            source,
-        };
-        let select =
-            <E::Database as Dialect>::statement(self.select_for(executor.in_transaction()));
-        let args = key_arguments::<E::Database, S::KeyShape, K>(select, &key).map_err(error)?;
-        let Some(row) = executor
-            .fetch_optional(select.text(), args)
-            .await
-            .map_err(error)?
-        else {
-            return Ok(None);
-        };
-        let row = Read::<E::Database>::new(select, &row);
-        let state = status_of::<S, E::Database>(&row, error)?;
-        let occurrence = row.int(Column::Version).map_err(error)?;
-        Ok(Some(Current::new(state, occurrence)))
-    }
-}
-
-impl<S: StateMachine> InFlightDef<S> {
-    /// The transition that ends this state when the effect succeeded.
-    pub const fn done(&self) -> Transition<S> {
-        Transition::from_def(self.done)
-    }
-
-    /// The transition that ends this state when the effect failed for good.
-    pub const fn failed(&self) -> Option<Transition<S>> {
-        match self.failed {
-            Some(def) => Some(Transition::from_def(def)),
-            None => None,
-        }
-    }
 }
 
 /// What a winning compare-and-set changed: the row's new occurrence and,
@@ -746,40 +474,6 @@ pub(crate) fn key_arguments<DB: Backend, Sh: KeyShape, K: RowKey<DB, Sh>>(
         ..Values::NONE
     };
     bind::arguments(statement, &values).map_err(BindError::into_sqlx)
-}
-
-impl<S: StateMachine> Clone for Transition<S> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<S: StateMachine> Copy for Transition<S> {}
-
-impl<S: StateMachine> PartialEq for Transition<S> {
-    fn eq(&self, other: &Self) -> bool {
-        (core::ptr::eq(self.def, other.def) || self.def.name() == other.def.name())
-            && self.deadline == other.deadline
-            && self.expected == other.expected
-    }
-}
-
-impl<S: StateMachine> Eq for Transition<S> {}
-
-impl<S: StateMachine> fmt::Debug for Transition<S> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Transition")
-            .field("name", &self.name())
-            .field("sources", &self.sources())
-            .field("target", &self.target())
-            .finish()
-    }
-}
-
-impl<S: StateMachine> fmt::Display for Transition<S> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
 }
 
 /// What an `apply` in progress tells its caller: whether its `UPDATE` is
@@ -828,69 +522,5 @@ pub(crate) fn status_of<S: StateMachine, DB: Backend>(
             table: S::MACHINE.table(),
             column: S::MACHINE.column(),
         }),
-    }
-}
-
-/// A transition with values bound per call:
-/// `PayoutStatus::confirm(bank_ref)` for
-/// `#[transition(confirm -> Sent, set(bank_ref = bind(String)))]`.
-///
-/// It applies as [`Transition`] does; the values go into the one
-/// compare-and-set statement as bound parameters, never into its text.
-#[derive(Debug, Clone)]
-pub struct Bound<S: StateMachine, P> {
-    transition: Transition<S>,
-    params: P,
-}
-
-impl<S: StateMachine, P> Bound<S, P> {
-    pub(crate) const fn new(transition: Transition<S>, params: P) -> Self {
-        Bound { transition, params }
-    }
-
-    /// The transition, without its values.
-    pub const fn transition(&self) -> Transition<S> {
-        self.transition
-    }
-
-    /// The values it binds.
-    pub const fn params(&self) -> &P {
-        &self.params
-    }
-
-    /// The values it binds, by value.
-    pub fn into_params(self) -> P {
-        self.params
-    }
-
-    /// See [`Transition::within`].
-    pub fn within(self, deadline: Duration) -> Self {
-        Bound {
-            transition: self.transition.within(deadline),
-            ..self
-        }
-    }
-
-    /// See [`Transition::apply`]; the values are bound into the `set`
-    /// assignments of the same statement.
-    pub async fn apply<E, K>(self, executor: E, key: K) -> Result<Outcome<S, K, E::Commit>, Error>
-    where
-        E: Executor,
-        K: RowKey<E::Database, S::KeyShape>,
-        P: Params<E::Database>,
-    {
-        self.transition
-            .apply_with(executor, key, &self.params, &Note::NONE)
-            .await
-    }
-}
-
-impl<S: HasVersion, P> Bound<S, P> {
-    /// See [`Transition::expecting`].
-    pub fn expecting(self, occurrence: i64) -> Self {
-        Bound {
-            transition: self.transition.expecting(occurrence),
-            ..self
-        }
     }
 }

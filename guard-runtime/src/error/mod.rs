@@ -1,8 +1,26 @@
+//! [`Error`]: everything that can go wrong, and what a caller can do
+//! about it ([`Error::kind`]).
+//!
+//! **Architecture Invariant:** every variant is placed in exactly one
+//! [`ErrorKind`], and a test in `kind/tests.rs` holds the placement of
+//! each; a new variant is sorted there before it is returned anywhere.
+//!
+//! **Architecture Invariant:** what a database's error means (a lost
+//! connection, a read-only server, a transient failure) is decided here
+//! (`cause.rs`, `kind.rs`) from the error alone, once for every backend;
+//! callers ask, they do not match on codes themselves.
+
 use crate::machine::UnknownState;
 
+mod cause;
 mod kind;
+mod message;
 
 pub use kind::ErrorKind;
+
+use self::cause::connection_lost;
+pub(crate) use self::cause::{mysql_number, read_only};
+use self::message::timeout_message;
 
 /// Everything that can go wrong while applying a transition.
 ///
@@ -553,144 +571,4 @@ pub(crate) mod store {
     pub(crate) const IDEMPOTENCY: &str = "stateguard_idempotency";
     /// The inbox's table.
     pub(crate) const INBOX: &str = "stateguard_inbox";
-}
-
-/// What [`Error::Timeout`] says: of a transition, of a call of the
-/// idempotency store or the inbox, or (with no table) of a transaction's
-/// own statement, where only a `COMMIT` in flight leaves the outcome open.
-fn timeout_message(
-    table: &str,
-    call: &str,
-    deadline: &core::time::Duration,
-    outcome_known: bool,
-) -> String {
-    if matches!(table, store::IDEMPOTENCY | store::INBOX) {
-        return match outcome_known {
-            true => format!(
-                "`{call}` on table `{table}` ran out of its {deadline:?} deadline; nothing was \
-                 written"
-            ),
-            false => format!(
-                "`{call}` on table `{table}` ran out of its {deadline:?} deadline while its write \
-                 was in flight: it may still be applied"
-            ),
-        };
-    }
-    match (table.is_empty(), outcome_known) {
-        (false, true) => format!(
-            "transition `{call}` on table `{table}` ran out of its {deadline:?} deadline; nothing \
-             was changed"
-        ),
-        (false, false) => format!(
-            "transition `{call}` on table `{table}` ran out of its {deadline:?} deadline; the \
-             UPDATE was in flight and may still commit: apply again to learn the row's state"
-        ),
-        (true, true) => format!(
-            "the transaction's `{call}` ran out of its {deadline:?} deadline; nothing was \
-             committed, and the transaction cannot commit"
-        ),
-        (true, false) => format!(
-            "the transaction's `{call}` ran out of its {deadline:?} deadline while in flight: \
-             the transaction may have committed; read the rows to learn what happened"
-        ),
-    }
-}
-
-/// Whether the server refused `error`'s statement because it only reads
-/// (a standby, a demoted primary): nothing was written, and the connection
-/// stays read-only until it is closed.
-pub(crate) fn read_only(error: &sqlx::Error) -> bool {
-    let sqlx::Error::Database(db) = error else {
-        return false;
-    };
-    db.code().as_deref() == Some("25006")
-        || mysql_number(error).is_some_and(|n| matches!(n, 1290 | 1792 | 1836))
-}
-
-/// Whether `error` ended the session while a statement may have been in
-/// flight.
-fn connection_lost(error: &sqlx::Error) -> bool {
-    match error {
-        sqlx::Error::Io(_) | sqlx::Error::Protocol(_) | sqlx::Error::WorkerCrashed => true,
-        sqlx::Error::Database(db) => {
-            let code = db.code();
-            let code = code.as_deref().unwrap_or_default();
-            // PostgreSQL SQLSTATEs: admin shutdown (also what a session
-            // killed while its COMMIT waited for synchronous replication
-            // gets, after the local commit), crash shutdown, cannot connect
-            // now, and a cancelled statement, counted as unknown to be safe.
-            if matches!(code, "57P01" | "57P02" | "57P03" | "57014") {
-                return true;
-            }
-            mysql_number(error).is_some_and(|n| matches!(n, 1053 | 1927 | 2006 | 2013))
-        }
-        _ => false,
-    }
-}
-
-/// The MySQL/MariaDB error number of `error`, where that backend is built.
-fn mysql_number(error: &sqlx::Error) -> Option<u16> {
-    #[cfg(feature = "mysql")]
-    {
-        error
-            .as_database_error()
-            .and_then(|db| db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>())
-            .map(|db| db.number())
-    }
-    #[cfg(not(feature = "mysql"))]
-    {
-        let _ = error;
-        None
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Error;
-
-    #[test]
-    fn a_broken_connection_leaves_the_outcome_unknown() {
-        let broken = Error::Database {
-            table: "payouts",
-            transition: "start",
-            source: sqlx::Error::Io(std::io::Error::from(std::io::ErrorKind::ConnectionReset)),
-        };
-        assert!(broken.is_outcome_unknown());
-        let refused = Error::Database {
-            table: "payouts",
-            transition: "start",
-            source: sqlx::Error::PoolTimedOut,
-        };
-        assert!(!refused.is_outcome_unknown());
-        assert!(!Error::ConnectionInTransaction.is_outcome_unknown());
-    }
-
-    #[test]
-    fn a_store_timeout_names_the_call_and_whether_a_write_was_in_flight() {
-        let timeout = |table, call, outcome_known| Error::Timeout {
-            table,
-            transition: call,
-            deadline: core::time::Duration::from_secs(2),
-            outcome_known,
-        };
-        let cut = timeout("stateguard_inbox", "receive", false);
-        assert_eq!(
-            cut.to_string(),
-            "`receive` on table `stateguard_inbox` ran out of its 2s deadline while its write \
-             was in flight: it may still be applied"
-        );
-        assert_eq!(cut.kind(), super::ErrorKind::OutcomeUnknown);
-        let read = timeout("stateguard_idempotency", "begin", true);
-        assert_eq!(
-            read.to_string(),
-            "`begin` on table `stateguard_idempotency` ran out of its 2s deadline; nothing was \
-             written"
-        );
-        assert_eq!(read.kind(), super::ErrorKind::Transient);
-        let moved = timeout("payouts", "start", true).to_string();
-        assert!(
-            moved.starts_with("transition `start` on table `payouts`"),
-            "{moved}"
-        );
-    }
 }

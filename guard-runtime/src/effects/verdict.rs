@@ -11,7 +11,7 @@ use crate::dialect::sealed::Dialect;
 use crate::error::Error;
 use crate::history::Noted;
 use crate::machine::{InFlightDef, TransitionDef};
-use crate::note::Note;
+use crate::transition::note::Note;
 use crate::transition::{Bound, Params, Transition};
 
 /// How an effect on an in-flight row ended.
@@ -254,18 +254,18 @@ pub(crate) struct ChosenValues<'a, DB: Backend> {
     binder: Binder<DB>,
 }
 
-impl<DB: Backend> crate::bind::Parts<DB> for ChosenValues<'_, DB> {
+impl<DB: Backend> crate::transition::bind::Parts<DB> for ChosenValues<'_, DB> {
     fn bind_part(
         &self,
         n: usize,
         args: &mut <DB as Dialect>::Args,
-    ) -> Result<(), crate::key::BindError> {
+    ) -> Result<(), crate::machine::key::BindError> {
         let bound = (self.binder.bind)(self.values, n, args).unwrap_or_else(|| {
             Err(sqlx::Error::Protocol(format!(
                 "follow-up values are not of type {}",
                 self.binder.expects
             )))
         });
-        bound.map_err(crate::key::BindError::Encode)
+        bound.map_err(crate::machine::key::BindError::Encode)
     }
 }

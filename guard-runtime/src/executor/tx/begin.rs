@@ -6,9 +6,9 @@ use core::pin::Pin;
 use core::time::Duration;
 
 use super::{Tx, timed_out};
+use crate::deadline::retry::DEFAULT_DEADLINE;
 use crate::dialect::Backend;
 use crate::error::Error;
-use crate::retry::DEFAULT_DEADLINE;
 
 /// A transaction about to begin on a pool: what [`Tx::begin`] and
 /// [`Tx::begin_with`] return. Await it for the [`Tx`]; set its deadline
@@ -92,7 +92,13 @@ pub(crate) async fn begin_in_task<DB: Backend>(
     // until the `BEGIN` answers and then rolls it back.
     let begun = match DB::EMBEDDED {
         true => tokio::time::timeout(deadline, begin).await,
-        false => tokio::time::timeout(deadline, crate::task::see_through("a BEGIN", begin)).await,
+        false => {
+            tokio::time::timeout(
+                deadline,
+                crate::executor::task::see_through("a BEGIN", begin),
+            )
+            .await
+        }
     };
     let inner = begun
         .map_err(|_| timed_out("BEGIN", deadline, true))?

@@ -27,10 +27,10 @@ pub(crate) use self::begin::begin_in_task;
 pub use self::staged::Staged;
 use self::staged::sealed;
 use crate::StateMachine;
+use crate::deadline::retry::DEFAULT_DEADLINE;
 use crate::dialect::Backend;
 use crate::error::Error;
 use crate::outcome::{Committed, Uncommitted, Won};
-use crate::retry::DEFAULT_DEADLINE;
 
 /// Scope numbers; 0 belongs to committed wins.
 static NEXT_SCOPE: AtomicU64 = AtomicU64::new(1);

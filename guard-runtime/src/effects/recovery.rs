@@ -7,21 +7,21 @@ use core::future::Future;
 use tracing::Instrument;
 
 use crate::StateMachine;
-use crate::bind::{self, Values};
-use crate::call::{Call, Sent, bounded};
+use crate::deadline::call::{Call, Sent, bounded};
+use crate::deadline::retry::Step;
 use crate::dialect::sealed::Dialect;
 use crate::dialect::{Backend, Column, Statement};
-use crate::effect::{Effect, Finished, follow_up, in_flight_def};
+use crate::effects::effect::{Effect, Finished, follow_up, in_flight_def};
+use crate::effects::lease;
+use crate::effects::verdict::{FollowUpValues, Verdict};
 use crate::error::Error;
 use crate::executor::{Executor, refuse_open_transaction};
-use crate::key::{BindError, DecodeKey, KeyText, RowKey};
-use crate::lease;
 use crate::machine::InFlightDef;
+use crate::machine::key::{BindError, DecodeKey, KeyText, RowKey};
 use crate::outcome::{Committed, Won};
-use crate::retry::Step;
-use crate::row::Read;
 use crate::telemetry;
-use crate::verdict::{FollowUpValues, Verdict};
+use crate::transition::bind::{self, Values};
+use crate::transition::row::Read;
 
 /// Takes over rows left in the in-flight `state` past their lease, at most
 /// `limit` of them, oldest first.
@@ -329,7 +329,7 @@ where
         executor,
         state,
         limit,
-        crate::retry::DEFAULT_DEADLINE,
+        crate::deadline::retry::DEFAULT_DEADLINE,
         effect,
     )
     .await

@@ -10,8 +10,8 @@ use core::marker::PhantomData;
 use crate::dialect::Key;
 use crate::dialect::sealed::Dialect;
 use crate::dialect::{Backend, Bind, Statement};
-use crate::key::{BindError, KeyShape, ManyKeys, RowKey};
-use crate::note::Note;
+use crate::machine::key::{BindError, KeyShape, ManyKeys, RowKey};
+use crate::transition::note::Note;
 
 /// Values a statement takes by position: a key's columns, a call's values,
 /// a batch's key columns.
@@ -128,7 +128,7 @@ pub(crate) fn arguments<DB: Backend>(
 }
 
 /// What one placeholder of a fixed-table store's statement binds
-/// (`idempotency.rs`, `inbox.rs`): their statements are written by hand
+/// (`stores/`: the idempotency store, the inbox): their statements are written by hand
 /// in the runtime, each with its plan beside its text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Field {

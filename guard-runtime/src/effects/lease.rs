@@ -3,7 +3,7 @@
 //! only the holder may run.
 //!
 //! A lease is named by its token, the row's `since` stamp read as an
-//! integer (`sql.rs`, `lease_token`). Entering the state, a takeover and a
+//! integer (`guard-macros/src/sql/mod.rs`, `lease_token`). Entering the state, a takeover and a
 //! renewal each stamp `since` anew, so a worker whose lease was taken over
 //! holds a token the row no longer has: its follow-up matches nothing and
 //! reads [`Settled::LeaseLost`].
@@ -11,19 +11,19 @@
 use core::future::Future;
 
 use crate::StateMachine;
-use crate::bind::{self, Values};
+use crate::deadline::retry::{MAX_ATTEMPTS, backoff};
 use crate::dialect::Sql;
 use crate::dialect::sealed::Dialect;
 use crate::dialect::{Backend, Column, Statement};
+use crate::effects::verdict::{Chosen, FollowUpValues};
 use crate::error::Error;
 use crate::executor::Executor;
 use crate::executor::sealed::Run;
-use crate::key::{BindError, RowKey};
 use crate::machine::InFlightDef;
-use crate::retry::{MAX_ATTEMPTS, backoff};
-use crate::row::Read;
+use crate::machine::key::{BindError, RowKey};
+use crate::transition::bind::{self, Values};
+use crate::transition::row::Read;
 use crate::transition::{Transition, key_arguments};
-use crate::verdict::{Chosen, FollowUpValues};
 
 /// What [`Error::Timeout`] names a lease's renewal cut off by a deadline.
 pub(crate) const RENEW: &str = "renew";

@@ -4,12 +4,12 @@
 //! `claim` (in `many.rs` and `claim.rs`) call them.
 
 use crate::StateMachine;
-use crate::bind::{self, Values};
 use crate::dialect::{Backend, BoxFuture, Sql, Statement};
 use crate::error::Error;
-use crate::key::{BindError, DecodeKey, ManyKeys, RowKey};
-use crate::note::Note;
+use crate::machine::key::{BindError, DecodeKey, ManyKeys, RowKey};
 use crate::outcome::{Committed, Won};
+use crate::transition::bind::{self, Values};
+use crate::transition::note::Note;
 use crate::transition::{Params, Transition};
 
 /// A backend that can claim rows and apply a transition to many keys

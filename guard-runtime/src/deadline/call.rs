@@ -7,8 +7,8 @@ use core::pin::Pin;
 use core::sync::atomic::{AtomicBool, Ordering};
 use core::time::Duration;
 
+use crate::deadline::retry::DEFAULT_DEADLINE;
 use crate::error::Error;
-use crate::retry::DEFAULT_DEADLINE;
 
 /// The boxed future a [`Call`] runs.
 type Running<'a, T> = Pin<Box<dyn Future<Output = Result<T, Error>> + Send + 'a>>;

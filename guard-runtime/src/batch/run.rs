@@ -1,0 +1,309 @@
+//! What runs a batch's statements on each backend: one `UPDATE …
+//! RETURNING` where the dialect has it, a locking read and an update in a
+//! transaction on MySQL. The `Batched` impls in `claim.rs` call them, for
+//! `apply_many` and for the rows a claim took.
+
+// Each backend uses some of the helpers below; a build with fewer backends
+// leaves some imports unused.
+#![cfg_attr(
+    not(all(feature = "postgres", feature = "sqlite", feature = "mysql")),
+    allow(unused_imports)
+)]
+
+use crate::StateMachine;
+use crate::batch::batched::{Found, position};
+use crate::dialect::{Backend, Column, Sql, Statement};
+use crate::error::Error;
+use crate::executor::Executor;
+use crate::executor::sealed::Run;
+use crate::executor::tx::Tx;
+use crate::machine::key::{DecodeKey, ManyKeys};
+use crate::outcome::{Committed, Uncommitted};
+use crate::transition::bind::{self, Values};
+use crate::transition::note::Note;
+use crate::transition::row::Read;
+use crate::transition::{Params, Transition};
+
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+/// The batch's `[update, read]`: compared by value where the keys allow it
+/// and the dialect has such statements, exactly otherwise.
+fn statements<DB, S, K>(transition: Transition<S>) -> [&'static Sql; 2]
+where
+    DB: Backend,
+    S: StateMachine,
+    K: ManyKeys<DB, S::KeyShape> + Sync,
+{
+    let def = transition.def();
+    let [update, read, _, _] = def.apply_many_sql();
+    let [by_value_update, by_value_read] = def.apply_many_by_value_sql();
+    match K::by_value() && !DB::sql(by_value_update).is_empty() {
+        true => [by_value_update, by_value_read],
+        false => [update, read],
+    }
+}
+
+/// `sql` as `DB` runs it, with the batch's keys, the call's values and
+/// its note bound as the statement's plan takes them.
+fn prepared<DB, S, K, P>(
+    transition: Transition<S>,
+    sql: &Sql,
+    keys: &[&K],
+    params: &P,
+    note: &Note,
+) -> Result<(Statement, DB::Args), Error>
+where
+    DB: Backend,
+    S: StateMachine,
+    K: ManyKeys<DB, S::KeyShape> + Sync,
+    P: Params<DB>,
+{
+    let statement = DB::statement(sql);
+    let (keys, params) = (bind::batch(keys), bind::values(params));
+    let values = Values {
+        keys: Some(&keys),
+        values: Some(&params),
+        note: Some(note),
+        ..Values::NONE
+    };
+    let args = bind::arguments(statement, &values).map_err(|e| transition.keys_error(e))?;
+    Ok((statement, args))
+}
+
+/// A row of `many_read` (`read`): the key, status, version and whether
+/// it meets the guard.
+fn read_row<DB, S, K>(
+    transition: Transition<S>,
+    read: Statement,
+    row: &<DB as sqlx::Database>::Row,
+) -> Result<(K, S, i64, bool), Error>
+where
+    DB: Backend,
+    S: StateMachine,
+    K: DecodeKey<DB, S::KeyShape>,
+{
+    let db_error = |e| transition.db_error(e);
+    let key = K::decode(row).map_err(db_error)?;
+    let row = Read::<DB>::new(read, row);
+    let current = transition.read_status(&row)?;
+    let version = row.int(Column::Version).map_err(db_error)?;
+    let meets = row.int(Column::Meets).map_err(db_error)? != 0;
+    Ok((key, current, version, meets))
+}
+
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+/// PostgreSQL and SQLite: the update with `RETURNING`, then one read of
+/// the keys it did not move.
+pub(crate) async fn returning<DB, S, K, P>(
+    pool: &sqlx::Pool<DB>,
+    transition: Transition<S>,
+    keys: &[&K],
+    params: &P,
+    note: &Note,
+) -> Result<Vec<Found<S, K>>, Error>
+where
+    DB: Backend,
+    for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    S: StateMachine,
+    K: DecodeKey<DB, S::KeyShape> + ManyKeys<DB, S::KeyShape> + Ord + Sync,
+    P: Params<DB>,
+{
+    let mut executor = pool;
+    let mut found = update_returning(&mut executor, transition, keys, params, note).await?;
+    let [_, read] = statements::<DB, S, K>(transition);
+    let db_error = |e| transition.db_error(e);
+    // One read for the rest: only the keys the update did not move.
+    let left: Vec<&K> = keys
+        .iter()
+        .zip(&found)
+        .filter_map(|(k, f)| (!matches!(f, Found::Moved { .. })).then_some(*k))
+        .collect();
+    if left.is_empty() {
+        return Ok(found);
+    }
+    let (read, args) = prepared::<DB, S, K, P>(transition, read, &left, params, note)?;
+    let rows = executor
+        .fetch_all(read.text(), args)
+        .await
+        .map_err(db_error)?;
+    for row in &rows {
+        let (key, current, _, meets) = read_row::<DB, S, K>(transition, read, row)?;
+        if let Some(i) = position(keys, &key) {
+            found[i] = Found::Left { current, meets };
+        }
+    }
+    Ok(found)
+}
+
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+/// The winning statement of [`returning`]: the update with `RETURNING` (on
+/// SQLite with a history table, after the history rows, in one transaction
+/// or savepoint) on `executor`. Keys it did not move are `Missing`.
+pub(crate) async fn update_returning<DB, S, K, P, E>(
+    executor: &mut E,
+    transition: Transition<S>,
+    keys: &[&K],
+    params: &P,
+    note: &Note,
+) -> Result<Vec<Found<S, K>>, Error>
+where
+    DB: Backend,
+    E: Run<Database = DB>,
+    S: StateMachine,
+    K: DecodeKey<DB, S::KeyShape> + ManyKeys<DB, S::KeyShape> + Ord + Sync,
+    P: Params<DB>,
+{
+    let [_, _, _, log] = transition.def().apply_many_sql();
+    let [update, _] = statements::<DB, S, K>(transition);
+    let mut found: Vec<Found<S, K>> = keys.iter().map(|_| Found::Missing).collect();
+    let db_error = |e| transition.db_error(e);
+    let (update, args) = prepared::<DB, S, K, P>(transition, update, keys, params, note)?;
+    let rows = match DB::sql(log).is_empty() {
+        // Without a history table, or on PostgreSQL, which writes the
+        // history rows in the update's statement.
+        true => executor.fetch_all(update.text(), args).await,
+        // SQLite with a history table: the history rows and the update in
+        // one transaction.
+        false => {
+            let (log, log_args) = prepared::<DB, S, K, P>(transition, log, keys, params, note)?;
+            executor
+                .logged(log.text(), log_args, update.text(), args, true, None)
+                .await
+                .map(|logged| logged.rows)
+        }
+    }
+    .map_err(db_error)?;
+    // The keys, then the version and the lease token where they exist.
+    let versioned = S::MACHINE.version().is_some();
+    let leased = transition.def().stamps().is_some();
+    for row in &rows {
+        let key = K::decode(row).map_err(db_error)?;
+        let row = Read::<DB>::new(update, row);
+        let occurrence = match versioned {
+            true => row.int(Column::Version).map_err(db_error)?,
+            false => 0,
+        };
+        let lease = match leased {
+            true => row.int(Column::Token).map_err(db_error)?,
+            false => 0,
+        };
+        if let Some(i) = position(keys, &key) {
+            found[i] = Found::Moved {
+                key,
+                occurrence,
+                lease,
+            };
+        }
+    }
+    Ok(found)
+}
+
+#[cfg(feature = "mysql")]
+/// MySQL: read and lock the rows, update those in a source state that
+/// meet the guard, read their leases, commit.
+pub(crate) async fn in_transaction<DB, S, K, P>(
+    pool: &sqlx::Pool<DB>,
+    transition: Transition<S>,
+    keys: &[&K],
+    params: &P,
+    note: &Note,
+) -> Result<Vec<Found<S, K>>, Error>
+where
+    DB: Backend,
+    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
+    S: StateMachine,
+    K: DecodeKey<DB, S::KeyShape> + ManyKeys<DB, S::KeyShape> + Ord + Sync,
+    P: Params<DB>,
+{
+    let mut tx = Tx::begin(pool)
+        .within(transition.deadline())
+        .await
+        .map_err(|e| transition.begin_error(e))?;
+    let found = lock_and_update(&mut tx, transition, keys, params, note).await?;
+    tx.commit(()).await?;
+    Ok(found)
+}
+
+#[cfg(feature = "mysql")]
+/// The statements of [`in_transaction`] inside `tx`: read and lock the
+/// rows, then the history rows, the update and the leases' read for those
+/// in a source state that meet the guard. An error that rolled the
+/// transaction back says so ([`Error::retries_whole`]): the caller starts
+/// over.
+pub(crate) async fn lock_and_update<DB, S, K, P>(
+    mut tx: &mut Tx<'_, DB>,
+    transition: Transition<S>,
+    keys: &[&K],
+    params: &P,
+    note: &Note,
+) -> Result<Vec<Found<S, K>>, Error>
+where
+    DB: Backend,
+    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
+    S: StateMachine,
+    K: DecodeKey<DB, S::KeyShape> + ManyKeys<DB, S::KeyShape> + Ord + Sync,
+    P: Params<DB>,
+{
+    let [update, read, lease_read, log] = transition.def().apply_many_sql();
+    let mut found: Vec<Found<S, K>> = keys.iter().map(|_| Found::Missing).collect();
+    let retry = |source| transition.tx_error::<DB>(source);
+    let (read, args) = prepared::<DB, S, K, P>(transition, read, keys, params, note)?;
+    let rows = (&mut tx)
+        .fetch_all(read.text(), args)
+        .await
+        .map_err(retry)?;
+    let mut movers: Vec<(usize, K, i64)> = Vec::new();
+    for row in &rows {
+        let (key, current, version, meets) = read_row::<DB, S, K>(transition, read, row)?;
+        let Some(i) = position(keys, &key) else {
+            continue;
+        };
+        if transition.sources().contains(&current) && meets {
+            movers.push((i, key, version));
+        } else {
+            found[i] = Found::Left { current, meets };
+        }
+    }
+    if movers.is_empty() {
+        return Ok(found);
+    }
+    let mover_keys: Vec<&K> = movers.iter().map(|(i, _, _)| keys[*i]).collect();
+    if !DB::sql(log).is_empty() {
+        // The history rows, from the rows locked above, before they move.
+        let (log, args) = prepared::<DB, S, K, P>(transition, log, &mover_keys, params, note)?;
+        (&mut tx).execute(log.text(), args).await.map_err(retry)?;
+    }
+    let (update, args) = prepared::<DB, S, K, P>(transition, update, &mover_keys, params, note)?;
+    (&mut tx)
+        .execute(update.text(), args)
+        .await
+        .map_err(retry)?;
+    // Locked since the read: each moved, from the version read.
+    let mut leases: Vec<i64> = vec![0; keys.len()];
+    if !DB::sql(lease_read).is_empty() {
+        let (lease_read, args) =
+            prepared::<DB, S, K, P>(transition, lease_read, &mover_keys, params, note)?;
+        let rows = (&mut tx)
+            .fetch_all(lease_read.text(), args)
+            .await
+            .map_err(retry)?;
+        for row in &rows {
+            let key = K::decode(row).map_err(|e| transition.db_error(e))?;
+            let lease = Read::<DB>::new(lease_read, row)
+                .int(Column::Token)
+                .map_err(|e| transition.db_error(e))?;
+            if let Some(i) = position(keys, &key) {
+                leases[i] = lease;
+            }
+        }
+    }
+    let versioned = S::MACHINE.version().is_some();
+    for (i, key, version) in movers {
+        let lease = leases[i];
+        found[i] = Found::Moved {
+            key,
+            occurrence: if versioned { version + 1 } else { 0 },
+            lease,
+        };
+    }
+    Ok(found)
+}

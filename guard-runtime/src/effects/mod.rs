@@ -1,0 +1,19 @@
+//! After the win: the side effect only the winner runs (`effect.rs`), the
+//! lease an in-flight row is held by while it runs (`lease.rs`), what the
+//! effect decided and the follow-up that ends the state (`verdict.rs`),
+//! and the recovery of rows whose worker died (`recovery.rs`).
+//!
+//! **Architecture Invariant:** an effect runs only from a committed
+//! `Won`, and its effect key is computed from the row as stored (the state
+//! entered and its occurrence), so the winner, a retry and a recovery all
+//! name the same occurrence with the same key.
+//!
+//! **Architecture Invariant:** every move here is fenced by the lease
+//! token: a worker whose lease ran out or was taken over holds a token the
+//! row no longer has, and its follow-up matches nothing. Recovery takes a
+//! row over only once its lease has run out.
+
+pub(crate) mod effect;
+pub(crate) mod lease;
+pub(crate) mod recovery;
+pub(crate) mod verdict;

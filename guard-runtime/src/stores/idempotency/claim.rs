@@ -1,0 +1,193 @@
+//! Claiming a key: the statements `begin` runs, in each dialect's order.
+
+use std::time::Duration;
+
+use crate::deadline::call::Sent;
+use crate::dialect::Backend;
+use crate::error::Error;
+use crate::executor::sealed::Run;
+use crate::transition::bind::{Fields, store_arguments};
+
+use super::sql::{CLAIM, READ, TAKE_OVER};
+use super::{Begun, Request, Stored, Ticket, keyed, store_error};
+
+/// [`begin`] on `executor`, a pool or a connection out of a transaction;
+/// `sent` learns when the claim goes out.
+pub(super) async fn begin_on<DB, E>(
+    executor: &mut E,
+    request: &Request,
+    lease: Duration,
+    sent: &Sent,
+) -> Result<Begun, Error>
+where
+    DB: Backend,
+    E: Run<Database = DB>,
+{
+    let db_error = |source| store_error("begin", source);
+    let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
+    let new = |lease| {
+        Ok(Begun::New(Ticket {
+            request: request.clone(),
+            lease,
+        }))
+    };
+    // Each pass either answers or sees the row change under it (inserted,
+    // taken over or pruned by another request); three passes see it settle.
+    for _ in 0..3 {
+        // SQLite reads first: its insert would wait for any write
+        // transaction, including a running request's work. The others
+        // claim first, which waits only for a request between its
+        // `complete` and its commit.
+        let found = match DB::EMBEDDED {
+            true => match read(executor, request).await? {
+                Some(row) => Some((row, 0)),
+                None => match claim(executor, request, lease_ms, sent).await? {
+                    Claimed::New => return new(1),
+                    Claimed::Existing(row) => Some((row, 1)),
+                    Claimed::Taken => None,
+                },
+            },
+            false => match claim(executor, request, lease_ms, sent).await? {
+                Claimed::New => return new(1),
+                Claimed::Existing(row) => Some((row, 1)),
+                Claimed::Taken => read(executor, request).await?.map(|row| (row, 0)),
+            },
+        };
+        // Gone between the statements (pruned, or inserted after a read
+        // and before a claim): another pass.
+        let Some((row, at)) = found else {
+            continue;
+        };
+        let fingerprint = DB::text_opt(&row, at).map_err(db_error)?;
+        let state = DB::text_opt(&row, at + 1).map_err(db_error)?;
+        let held = DB::int(&row, at + 2).map_err(db_error)?;
+        let expired = DB::int(&row, at + 5).map_err(db_error)? != 0;
+        if fingerprint.as_deref() != Some(request.fingerprint.as_str()) {
+            return Ok(Begun::Mismatch);
+        }
+        if state.as_deref() == Some("done") {
+            let status = DB::int_opt(&row, at + 3).map_err(db_error)?;
+            let body = DB::bytes_opt(&row, at + 4).map_err(db_error)?;
+            let status = status.and_then(|s| u16::try_from(s).ok());
+            let (Some(status), Some(body)) = (status, body) else {
+                return Err(Error::Store {
+                    table: "stateguard_idempotency",
+                    call: "begin",
+                    source: sqlx::Error::Protocol(format!(
+                        "key {:?} of scope {:?} is done without a response",
+                        request.key, request.scope
+                    )),
+                });
+            };
+            return Ok(Begun::Replay(Stored { status, body }));
+        }
+        if !expired {
+            return Ok(Begun::InProgress);
+        }
+        let take_over = DB::choose(&TAKE_OVER);
+        let fields = Fields {
+            millis: Some(lease_ms),
+            ..super::held(request, held)
+        };
+        let args = store_arguments::<DB>(take_over, fields).map_err(db_error)?;
+        sent.write();
+        let taken = match DB::RETURNING {
+            true => Run::fetch_optional(executor, take_over.text(), args)
+                .await
+                .map_err(db_error)?
+                .map(|row| DB::int(&row, 0))
+                .transpose()
+                .map_err(db_error)?,
+            false => {
+                // The OK packet carries the new lease, or 0 where a trigger
+                // on the table made MariaDB drop it: then it is read back.
+                let (done, row) = Run::execute_then_fetch(
+                    executor,
+                    take_over.text(),
+                    args,
+                    DB::LAST_ID,
+                    Default::default(),
+                    DB::id_lost,
+                )
+                .await
+                .map_err(db_error)?;
+                match (DB::rows_affected(&done) == 1, row) {
+                    (false, _) => None,
+                    (true, Some(row)) => Some(DB::int(&row, 0).map_err(db_error)?),
+                    (true, None) => {
+                        Some(i64::try_from(DB::last_insert_id(&done)).unwrap_or(i64::MAX))
+                    }
+                }
+            }
+        };
+        if let Some(lease) = taken {
+            return new(lease);
+        }
+    }
+    Ok(Begun::InProgress)
+}
+
+/// What [`CLAIM`] found.
+pub(super) enum Claimed<Row> {
+    /// The key was new, and is this request's under lease 1.
+    New,
+    /// The key's row (PostgreSQL), its columns after the flag.
+    Existing(Row),
+    /// The key exists; [`READ`] tells how.
+    Taken,
+}
+
+/// Runs [`CLAIM`].
+pub(super) async fn claim<DB, E>(
+    executor: &mut E,
+    request: &Request,
+    lease_ms: i64,
+    sent: &Sent,
+) -> Result<Claimed<<DB as sqlx::Database>::Row>, Error>
+where
+    DB: Backend,
+    E: Run<Database = DB>,
+{
+    let db_error = |source| store_error("begin", source);
+    let claim = DB::choose(&CLAIM);
+    let fields = Fields {
+        millis: Some(lease_ms),
+        ..keyed(request)
+    };
+    let args = store_arguments::<DB>(claim, fields).map_err(db_error)?;
+    sent.write();
+    if !DB::RETURNING {
+        let done = Run::execute(executor, claim.text(), args)
+            .await
+            .map_err(db_error)?;
+        return Ok(match DB::rows_affected(&done) {
+            1 => Claimed::New,
+            _ => Claimed::Taken,
+        });
+    }
+    let row = Run::fetch_optional(executor, claim.text(), args)
+        .await
+        .map_err(db_error)?;
+    Ok(match row {
+        Some(row) if DB::int(&row, 0).map_err(db_error)? == 1 => Claimed::New,
+        Some(row) => Claimed::Existing(row),
+        None => Claimed::Taken,
+    })
+}
+
+/// Runs [`READ`].
+pub(super) async fn read<DB, E>(
+    executor: &mut E,
+    request: &Request,
+) -> Result<Option<<DB as sqlx::Database>::Row>, Error>
+where
+    DB: Backend,
+    E: Run<Database = DB>,
+{
+    let db_error = |source| store_error("begin", source);
+    let read = DB::choose(&READ);
+    let args = store_arguments::<DB>(read, keyed(request)).map_err(db_error)?;
+    Run::fetch_optional(executor, read.text(), args)
+        .await
+        .map_err(db_error)
+}

@@ -1,0 +1,433 @@
+//! Idempotency keys: a client's retry of a request that creates something
+//! (`POST /payouts` with an `Idempotency-Key` header) gets the first
+//! request's response instead of creating it twice.
+//!
+//! A request [`begin_tx`]s with its scope (whose keys these are: a tenant
+//! and an operation, say `acme:POST /payouts`), the client's key, and a
+//! fingerprint of its parameters that the caller computes (a hash of the
+//! canonical body). The answer is one of four ([`Begun`]):
+//!
+//! - [`Begun::New`]: the key is this request's, with the transaction for
+//!   its work. Do the work in it, store the response with
+//!   [`Ticket::complete`] in it, commit, respond.
+//! - [`Begun::Replay`]: a request with this key completed; answer with its
+//!   stored status and body (HTTP: add `Idempotent-Replayed: true`).
+//! - [`Begun::InProgress`]: a request with this key is running now; answer
+//!   at once (HTTP 409), without waiting on its transaction.
+//! - [`Begun::Mismatch`]: the key was used with other parameters (HTTP 422).
+//!
+//! ```no_run
+//! # async fn handler(pool: sqlx::PgPool, body: Vec<u8>) -> Result<(), stateguard::Error> {
+//! use stateguard::idempotency::{self, Begun, Request};
+//!
+//! let request = Request::new("acme:POST /payouts", "4f1c…", "sha256-of-the-body")?;
+//! match idempotency::begin_tx(&pool, &request, idempotency::DEFAULT_LEASE).await? {
+//!     Begun::New((ticket, mut tx)) => {
+//!         // … INSERT the payout on &mut *tx …
+//!         let response = br#"{"id":42}"#.to_vec();
+//!         ticket.complete(&mut tx, 201, response).await?;
+//!         tx.commit(()).await?;
+//!         // respond 201
+//!     }
+//!     Begun::Replay(stored) => { /* respond stored.status(), stored.body() */ }
+//!     Begun::InProgress => { /* respond 409 */ }
+//!     Begun::Mismatch => { /* respond 422 */ }
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! [`begin`] claims the key alone, for work in a transaction the caller
+//! begins itself (or already has). `begin_tx` begins the transaction at
+//! the same time as the claim, which runs on a second pooled connection
+//! when one is idle, so that a new key adds one round trip to the
+//! request's wait: on PostgreSQL and MySQL the claim of a new key is one
+//! statement, and so is `complete`.
+//!
+//! # Guarantees
+//!
+//! - **One owner at a time.** The claim inserts the key's row in a
+//!   statement of its own (committed at once) with a lease; of any number of
+//!   concurrent requests with one key, one gets `New`, the others
+//!   `InProgress` (or `Replay` once it completed).
+//! - **The response commits with the work.** [`Ticket::complete`] writes
+//!   the response in the caller's transaction, so the work's rows and the
+//!   stored response commit together or not at all. A crash before that
+//!   commit leaves neither, and once the lease has run out a retry gets
+//!   `New` and does the work afresh: no permanent 409.
+//! - **A lost lease cannot complete.** A request whose lease ran out and
+//!   was taken over gets [`Error::IdempotencyLeaseLost`] from `complete`,
+//!   and must roll back (drop its [`Tx`]): only the request holding the
+//!   lease commits its work.
+//! - **Keys are exact and scoped.** The scope and the key compare byte for
+//!   byte (a binary collation), so `abc` and `ABC ` are two keys, and two
+//!   scopes never share one. Each is 1 to 255 characters
+//!   ([`Error::BadKey`], HTTP 400, otherwise).
+//! - **Every call keeps a deadline**,
+//!   [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE) unless `.within(d)` on
+//!   the [`Call`] it returns says otherwise: cut off, it is
+//!   [`Error::Timeout`], whose outcome is unknown once a write was sent.
+//!
+//! Limits: the deduplication lasts as long as the key's row, that is until
+//! [`prune`] removes it ([`DEFAULT_WINDOW`], 24 hours, by default). A
+//! response is replayed as stored: status and body only, no headers.
+//!
+//! # The table
+//!
+//! One table, `stateguard_idempotency`, whose name is fixed so that every
+//! statement is fixed at compile time. [`ddl`] gives its `CREATE TABLE` per
+//! dialect.
+
+use std::time::Duration;
+
+use crate::deadline::call::{Call, Sent, bounded};
+use crate::dialect::{Backend, Sql, Statement};
+use crate::error::Error;
+use crate::executor::Executor;
+use crate::executor::sealed::Run;
+use crate::executor::tx::Tx;
+use crate::outcome::{Committed, Uncommitted};
+use crate::transition::bind::{Field, Fields, store_arguments};
+
+mod claim;
+mod sql;
+mod table;
+mod tx;
+
+use self::claim::begin_on;
+use self::sql::{COMPLETE, PRUNE, RELEASE};
+pub use self::table::ddl;
+pub use self::tx::{begin_tx, begin_tx_with};
+
+/// The store's table, which [`Error::Store`] and [`Error::Timeout`] name.
+pub(crate) const TABLE: &str = crate::error::store::IDEMPOTENCY;
+
+/// How long a request owns its key before another request may take it
+/// over: 60 seconds. Give a longer lease to requests that run longer.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
+
+/// How long a key is kept before [`prune`] may remove it: 24 hours, as
+/// Stripe keeps them.
+pub const DEFAULT_WINDOW: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// The longest scope, key or fingerprint, in characters.
+pub const MAX_LEN: usize = 255;
+
+/// One request's claim on a key: its scope, the client's key and the
+/// fingerprint of its parameters, each 1 to [`MAX_LEN`] characters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    scope: String,
+    key: String,
+    fingerprint: String,
+}
+
+impl Request {
+    /// Checks each part: empty or longer than [`MAX_LEN`] characters is
+    /// [`Error::BadKey`], which an HTTP service answers with 400.
+    pub fn new(
+        scope: impl Into<String>,
+        key: impl Into<String>,
+        fingerprint: impl Into<String>,
+    ) -> Result<Self, Error> {
+        let (scope, key, fingerprint) = (scope.into(), key.into(), fingerprint.into());
+        checked("idempotency scope", &scope)?;
+        checked("idempotency key", &key)?;
+        checked("request fingerprint", &fingerprint)?;
+        Ok(Request {
+            scope,
+            key,
+            fingerprint,
+        })
+    }
+
+    /// The scope.
+    pub fn scope(&self) -> &str {
+        &self.scope
+    }
+
+    /// The client's key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The fingerprint of the request's parameters.
+    pub fn fingerprint(&self) -> &str {
+        &self.fingerprint
+    }
+}
+
+/// `value` is 1 to [`MAX_LEN`] characters long.
+pub(crate) fn checked(field: &'static str, value: &str) -> Result<(), Error> {
+    let length = value.chars().count();
+    match length {
+        1..=MAX_LEN => Ok(()),
+        _ => Err(Error::BadKey { field, length }),
+    }
+}
+
+/// What [`begin`] found ([`begin_tx`]: with the work's transaction in
+/// `New`).
+#[derive(Debug)]
+#[must_use = "each answer needs its response: do the work, replay, 409 or 422"]
+pub enum Begun<N = Ticket> {
+    /// The key is this request's: do the work, then [`Ticket::complete`]
+    /// in the same transaction.
+    New(N),
+    /// A request with this key completed: its response.
+    Replay(Stored),
+    /// A request with this key is running now, and its lease has not run
+    /// out.
+    InProgress,
+    /// The key was used with another fingerprint.
+    Mismatch,
+}
+
+/// A completed request's response, as [`Ticket::complete`] stored it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stored {
+    status: u16,
+    body: Vec<u8>,
+}
+
+impl Stored {
+    /// The status, for example 201.
+    pub fn status(&self) -> u16 {
+        self.status
+    }
+
+    /// The body.
+    pub fn body(&self) -> &[u8] {
+        &self.body
+    }
+
+    /// The body, owned.
+    pub fn into_body(self) -> Vec<u8> {
+        self.body
+    }
+}
+
+/// The lease on a key that [`begin`] gave this request. Dropping it
+/// without [`complete`](Ticket::complete) or [`release`](Ticket::release)
+/// (a crash, an error) leaves the key running until its lease runs out;
+/// then a retry gets [`Begun::New`].
+#[derive(Debug)]
+#[must_use = "complete the ticket in the work's transaction, or release it"]
+pub struct Ticket {
+    request: Request,
+    lease: i64,
+}
+
+impl Ticket {
+    /// The request.
+    pub fn request(&self) -> &Request {
+        &self.request
+    }
+
+    /// Stores `status` and `body` as the key's response, in `tx`, the
+    /// transaction that holds the request's own writes: they commit
+    /// together. Call it last, just before the commit: from here to the
+    /// commit, a retry's `begin` waits for this transaction.
+    ///
+    /// [`Error::IdempotencyLeaseLost`] when the lease ran out and another
+    /// request took the key over: roll `tx` back (drop it), so that only
+    /// the request holding the lease commits its work.
+    ///
+    /// Deadline: [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE), or
+    /// `ticket.complete(&mut tx, status, body).within(d)` ([`Call`]). Cut
+    /// off, [`Error::Timeout`] (`complete`, outcome unknown) and `tx` can
+    /// no longer commit: roll it back.
+    pub fn complete<'t, 'c, DB>(
+        self,
+        tx: &'t mut Tx<'c, DB>,
+        status: u16,
+        body: Vec<u8>,
+    ) -> Call<'t, ()>
+    where
+        DB: Backend,
+        for<'x, 'y> &'x mut Tx<'y, DB>: Executor<Database = DB, Commit = Uncommitted>,
+    {
+        Call::new(move |deadline| async move {
+            let mut tx = tx;
+            let sent = Sent::default();
+            let work = async {
+                let db_error = |source| store_error("complete", source);
+                let complete = DB::choose(&COMPLETE);
+                let fields = Fields {
+                    status: Some(i64::from(status)),
+                    body: Some(body),
+                    ..held(&self.request, self.lease)
+                };
+                let args = store_arguments::<DB>(complete, fields).map_err(db_error)?;
+                sent.write();
+                let done = Run::execute(&mut tx, complete.text(), args)
+                    .await
+                    .map_err(db_error)?;
+                match DB::rows_affected(&done) {
+                    1 => Ok(()),
+                    _ => Err(Error::IdempotencyLeaseLost {
+                        scope: self.request.scope,
+                        key: self.request.key,
+                    }),
+                }
+            };
+            let completed = bounded(TABLE, "complete", deadline, &sent, work).await;
+            if let Err(Error::Timeout { .. }) = completed {
+                // The UPDATE may still run: the transaction must not commit.
+                Run::abandoned(&mut tx);
+            }
+            completed
+        })
+    }
+
+    /// Gives the key up without a response, so that a retry gets
+    /// [`Begun::New`] at once: for a failure the client should be free to
+    /// retry (a 5xx, say). Nothing happens if the lease was lost.
+    ///
+    /// Deadline: [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE), or
+    /// `ticket.release(&pool).within(d)` ([`Call`]); cut off,
+    /// [`Error::Timeout`] (`release`, outcome unknown).
+    pub fn release<DB>(self, pool: &sqlx::Pool<DB>) -> Call<'_, ()>
+    where
+        DB: Backend,
+        for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
+    {
+        Call::new(move |deadline| async move {
+            let sent = Sent::default();
+            let work = async {
+                let db_error = |source| store_error("release", source);
+                let release = DB::choose(&RELEASE);
+                let args = store_arguments::<DB>(release, held(&self.request, self.lease))
+                    .map_err(db_error)?;
+                let mut executor = pool;
+                sent.write();
+                Run::execute(&mut executor, release.text(), args)
+                    .await
+                    .map_err(db_error)?;
+                Ok(())
+            };
+            bounded(TABLE, "release", deadline, &sent, work).await
+        })
+    }
+}
+
+/// What a statement on `request`'s key can bind: scope, key and
+/// fingerprint.
+pub(super) fn keyed(request: &Request) -> Fields<'_> {
+    Fields {
+        scope: Some(&request.scope),
+        key: Some(&request.key),
+        fingerprint: Some(&request.fingerprint),
+        ..Fields::default()
+    }
+}
+
+/// What a statement on `request`'s key held under `lease` can bind.
+pub(super) fn held(request: &Request, lease: i64) -> Fields<'_> {
+    Fields {
+        lease: Some(lease),
+        ..keyed(request)
+    }
+}
+
+pub(super) fn store_error(call: &'static str, source: sqlx::Error) -> Error {
+    Error::Store {
+        table: TABLE,
+        call,
+        source,
+    }
+}
+
+/// Claims `request`'s key for this request, under a lease of `lease`, or
+/// says why not ([`Begun`]). Each statement commits on its own, and a
+/// `New` key's row is committed before the work starts, so a retry finds
+/// the running key at once, without waiting for its work. On PostgreSQL
+/// one statement answers (the claim of a new key also returns an existing
+/// key's row: a replay is one round trip); MySQL claims, then reads an
+/// existing key; SQLite reads, then claims a new key. The only wait is for
+/// a request between its [`complete`](Ticket::complete) and its commit.
+///
+/// A key whose lease ran out (its request crashed, or ran longer than its
+/// lease) is taken over: `New`, under the next lease, and the old holder
+/// can no longer [`complete`](Ticket::complete).
+///
+/// Deadline: [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE) for the whole
+/// call (the wait for a connection included), or
+/// `idempotency::begin(&pool, &request, lease).within(d)` ([`Call`]). Cut
+/// off, [`Error::Timeout`] (`begin`) with the outcome unknown once the
+/// claim may have been sent (the wait for its connection counts): the key
+/// may then be running under a lease nobody holds, and a retry gets
+/// `InProgress` until it runs out.
+pub fn begin<'a, DB>(
+    pool: &'a sqlx::Pool<DB>,
+    request: &'a Request,
+    lease: Duration,
+) -> Call<'a, Begun>
+where
+    DB: Backend,
+    for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
+{
+    Call::new(move |deadline| async move {
+        let sent = Sent::default();
+        let mut executor = pool;
+        let work = begin_on(&mut executor, request, lease, &sent);
+        bounded(TABLE, "begin", deadline, &sent, work).await
+    })
+}
+
+/// Removes up to `limit` keys created more than `window` ago
+/// ([`DEFAULT_WINDOW`]) that no live lease holds, oldest first, and
+/// returns how many it removed. Call it until it returns less than
+/// `limit`, or from a periodic job: each call is one bounded statement.
+/// A pruned key's retry is a new request.
+///
+/// Deadline: [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE), or
+/// `idempotency::prune(&pool, window, limit).within(d)` ([`Call`]); cut
+/// off, [`Error::Timeout`] (`prune`, outcome unknown: some keys may be
+/// gone).
+pub fn prune<DB>(pool: &sqlx::Pool<DB>, window: Duration, limit: u32) -> Call<'_, u64>
+where
+    DB: Backend,
+    for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
+{
+    prune_table::<DB>(pool, &PRUNE, TABLE, window, limit)
+}
+
+/// One bounded `DELETE` of `sql` (placeholders: the window in
+/// milliseconds, the limit), within the call's deadline.
+pub(crate) fn prune_table<'p, DB>(
+    pool: &'p sqlx::Pool<DB>,
+    sql: &'static Sql<Statement<Field>>,
+    table: &'static str,
+    window: Duration,
+    limit: u32,
+) -> Call<'p, u64>
+where
+    DB: Backend,
+    for<'x> &'x sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
+{
+    Call::new(move |deadline| async move {
+        let sent = Sent::default();
+        let work = async {
+            let db_error = |source| Error::Store {
+                table,
+                call: "prune",
+                source,
+            };
+            let window_ms = i64::try_from(window.as_millis()).unwrap_or(i64::MAX);
+            let prune = DB::choose(sql);
+            let fields = Fields {
+                millis: Some(window_ms),
+                limit: Some(i64::from(limit)),
+                ..Fields::default()
+            };
+            let args = store_arguments::<DB>(prune, fields).map_err(db_error)?;
+            let mut executor = pool;
+            sent.write();
+            let done = Run::execute(&mut executor, prune.text(), args)
+                .await
+                .map_err(db_error)?;
+            Ok(DB::rows_affected(&done))
+        };
+        bounded(table, "prune", deadline, &sent, work).await
+    })
+}
