@@ -128,6 +128,14 @@ pub mod __private {
         __stateguard_sqlite as sqlite,
     };
 
+    /// The runtime's clock text per dialect, for the test that holds the
+    /// derive's statements to it (`tests/derive/metadata.rs`).
+    pub const NOW: [&str; 3] = [
+        crate::dialect::NOW.postgres,
+        crate::dialect::NOW.sqlite,
+        crate::dialect::NOW.mysql,
+    ];
+
     /// What a dialect whose backend's feature is off holds.
     pub const NO_STATEMENT: crate::meta::Statement =
         crate::machine::construct::statement("", &[], &[]);

@@ -283,3 +283,21 @@ fn a_renamed_dependency_works_through_crate() {
     assert_eq!(Renamed::go().target(), Renamed::B);
     assert_eq!(<Renamed as StateMachine>::MACHINE.table(), "t");
 }
+
+/// The derive's statements stamp a `since` column with the runtime's clock
+/// text (the one the idempotency and inbox statements use), in every
+/// dialect: the two crates write it apart and must agree.
+#[test]
+fn the_derive_stamps_with_the_runtimes_clock() {
+    let sending = TransferStatus::MACHINE
+        .state(TransferStatus::Sending)
+        .and_then(|s| s.in_flight())
+        .expect("Sending is in flight");
+    let renew = sending.renew_sql();
+    let texts = [renew.postgres(), renew.sqlite(), renew.mysql()];
+    for (text, now) in texts.into_iter().zip(stateguard::__private::NOW) {
+        let quote = if text.contains('`') { '`' } else { '"' };
+        let stamp = format!("SET {quote}sending_since{quote} = {now} WHERE");
+        assert!(text.contains(&stamp), "{text} does not stamp with {now}");
+    }
+}

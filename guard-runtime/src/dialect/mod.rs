@@ -191,6 +191,76 @@ pub(crate) fn db_code(error: &sqlx::Error) -> Option<std::borrow::Cow<'_, str>> 
     }
 }
 
+/// The current time as every statement stores and compares it: the
+/// statement's time (not the transaction's), in UTC, with milliseconds;
+/// SQLite's as text that sorts as it compares. The derive writes the same
+/// text into the machines' statements (`guard-macros/src/sql/mod.rs`,
+/// `Dialect::now`), which `tests/derive/metadata.rs` holds equal to this;
+/// the fixed-table stores' statements use it and no other clock, which
+/// [`assert_clock`] holds.
+pub(crate) const NOW: Sql<&'static str> = Sql {
+    postgres: "statement_timestamp()",
+    sqlite: "strftime('%Y-%m-%d %H:%M:%f', 'now')",
+    mysql: "UTC_TIMESTAMP(3)",
+};
+
+/// Fails if `text`, a statement of `dialect` (`postgres`, `sqlite`,
+/// `mysql`), reads the clock other than through [`NOW`]: another time
+/// function, or the same one at another precision or format.
+#[cfg(test)]
+pub(crate) fn assert_clock(name: &str, dialect: &str, text: &str) {
+    let lower = text.to_lowercase();
+    let (canonical, foreign): (&str, &[&str]) = match dialect {
+        "postgres" => (
+            NOW.postgres,
+            &[
+                "now()",
+                "current_timestamp",
+                "clock_timestamp",
+                "transaction_timestamp",
+                "localtimestamp",
+            ],
+        ),
+        "sqlite" => (
+            "strftime('%y-%m-%d %h:%m:%f', 'now'",
+            &[
+                "datetime(",
+                "julianday(",
+                "current_timestamp",
+                "unixepoch('now'",
+            ],
+        ),
+        _ => (
+            NOW.mysql,
+            &[
+                "now(",
+                "current_timestamp",
+                "sysdate",
+                "localtime",
+                "unix_timestamp",
+            ],
+        ),
+    };
+    for bad in foreign {
+        assert!(
+            !lower.contains(bad),
+            "{name} on {dialect} reads the clock with {bad}: {text}"
+        );
+    }
+    let stem = match dialect {
+        "postgres" => "statement_timestamp",
+        "sqlite" => "strftime(",
+        _ => "utc_timestamp",
+    };
+    let canonical = canonical.to_lowercase();
+    for (at, _) in lower.match_indices(stem) {
+        assert!(
+            lower[at..].starts_with(&canonical),
+            "{name} on {dialect} reads the clock other than as {canonical}: {text}"
+        );
+    }
+}
+
 /// SQL for each dialect, fixed at compile time: one [`Statement`] (the
 /// default), or the enforcement DDL of a machine.
 ///
@@ -226,5 +296,43 @@ impl Sql {
     /// `[postgres, sqlite, mysql]`.
     pub const fn statements(&self) -> [Statement; 3] {
         [self.postgres, self.sqlite, self.mysql]
+    }
+}
+
+#[cfg(test)]
+mod clock {
+    use super::{NOW, assert_clock};
+
+    #[test]
+    fn the_canonical_clock_passes() {
+        assert_clock("now", "postgres", &format!("SELECT {}", NOW.postgres));
+        assert_clock("now", "sqlite", &format!("SELECT {}", NOW.sqlite));
+        assert_clock(
+            "now",
+            "mysql",
+            &format!("SELECT {} - INTERVAL 1 SECOND", NOW.mysql),
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "reads the clock with now(")]
+    fn another_time_function_fails() {
+        assert_clock("now", "mysql", "SELECT NOW(3)");
+    }
+
+    #[test]
+    #[should_panic(expected = "other than as utc_timestamp(3)")]
+    fn another_precision_fails() {
+        assert_clock("now", "mysql", "SELECT UTC_TIMESTAMP()");
+    }
+
+    #[test]
+    #[should_panic(expected = "other than as strftime")]
+    fn another_format_fails() {
+        assert_clock(
+            "now",
+            "sqlite",
+            "SELECT strftime('%Y-%m-%d %H:%M:%S', 'now')",
+        );
     }
 }

@@ -232,6 +232,7 @@ pub(crate) fn assert_plans_fit(name: &str, sql: &crate::dialect::Sql<Statement<F
             "{name} on {dialect}: {}",
             statement.text()
         );
+        crate::dialect::assert_clock(name, dialect, statement.text());
     }
 }
 
