@@ -57,7 +57,7 @@ pub use crate::transition::{Bound, Params, Transition};
 /// [`docs`] renderers and the [`ddl`] generators read it; so can a caller.
 pub mod meta {
     pub use crate::dialect::{Bind, Column, Sql, Statement};
-    pub use crate::machine::{InFlightDef, Machine, SetColumn, StateDef, TransitionDef};
+    pub use crate::machine::{InFlightDef, Machine, ManySql, SetColumn, StateDef, TransitionDef};
 }
 
 /// A statement in generated code, kept only where its backend's feature
@@ -146,7 +146,8 @@ pub mod __private {
     pub use crate::effects::verdict::Binder;
     pub use crate::effects::verdict::construct::binder;
     pub use crate::machine::construct::{
-        ddl, in_flight, machine, set_column, sql, state, statement, transition,
+        DdlParts, InFlightParts, MachineParts, StateParts, TransitionParts, ddl, in_flight,
+        machine, set_column, sql, state, statement, transition,
     };
     pub use crate::machine::{Machine, StateDef, TransitionDef};
 

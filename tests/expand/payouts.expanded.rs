@@ -8,61 +8,61 @@ impl ::stateguard::StateMachine for PayoutStatus {
     type KeyShape = ::stateguard::key::shape::One;
     const MACHINE: &'static ::stateguard::__private::Machine<Self> = {
         static __STATES: [::stateguard::__private::StateDef<PayoutStatus>; 5usize] = [
-            ::stateguard::__private::state(
-                PayoutStatus::Pending,
-                "Pending",
-                "pending",
-                true,
-                ::core::option::Option::None,
-                ::core::option::Option::None,
-                ::core::option::Option::None,
-            ),
-            ::stateguard::__private::state(
-                PayoutStatus::Sending,
-                "Sending",
-                "sending",
-                false,
-                ::core::option::Option::None,
-                ::core::option::Option::None,
-                ::core::option::Option::None,
-            ),
-            ::stateguard::__private::state(
-                PayoutStatus::Sent,
-                "Sent",
-                "sent",
-                false,
-                ::core::option::Option::None,
-                ::core::option::Option::None,
-                ::core::option::Option::None,
-            ),
-            ::stateguard::__private::state(
-                PayoutStatus::Failed,
-                "Failed",
-                "failed",
-                false,
-                ::core::option::Option::None,
-                ::core::option::Option::None,
-                ::core::option::Option::None,
-            ),
-            ::stateguard::__private::state(
-                PayoutStatus::Cancelled,
-                "Cancelled",
-                "cancelled",
-                false,
-                ::core::option::Option::None,
-                ::core::option::Option::None,
-                ::core::option::Option::None,
-            ),
+            ::stateguard::__private::state(::stateguard::__private::StateParts {
+                value: PayoutStatus::Pending,
+                variant: "Pending",
+                db: "pending",
+                initial: true,
+                in_flight: ::core::option::Option::None,
+                stamp: ::core::option::Option::None,
+                timeout_ms: ::core::option::Option::None,
+            }),
+            ::stateguard::__private::state(::stateguard::__private::StateParts {
+                value: PayoutStatus::Sending,
+                variant: "Sending",
+                db: "sending",
+                initial: false,
+                in_flight: ::core::option::Option::None,
+                stamp: ::core::option::Option::None,
+                timeout_ms: ::core::option::Option::None,
+            }),
+            ::stateguard::__private::state(::stateguard::__private::StateParts {
+                value: PayoutStatus::Sent,
+                variant: "Sent",
+                db: "sent",
+                initial: false,
+                in_flight: ::core::option::Option::None,
+                stamp: ::core::option::Option::None,
+                timeout_ms: ::core::option::Option::None,
+            }),
+            ::stateguard::__private::state(::stateguard::__private::StateParts {
+                value: PayoutStatus::Failed,
+                variant: "Failed",
+                db: "failed",
+                initial: false,
+                in_flight: ::core::option::Option::None,
+                stamp: ::core::option::Option::None,
+                timeout_ms: ::core::option::Option::None,
+            }),
+            ::stateguard::__private::state(::stateguard::__private::StateParts {
+                value: PayoutStatus::Cancelled,
+                variant: "Cancelled",
+                db: "cancelled",
+                initial: false,
+                in_flight: ::core::option::Option::None,
+                stamp: ::core::option::Option::None,
+                timeout_ms: ::core::option::Option::None,
+            }),
         ];
         static __TRANSITIONS: [::stateguard::__private::TransitionDef<
             PayoutStatus,
         >; 4usize] = [
-            ::stateguard::__private::transition(
-                "start",
-                &[PayoutStatus::Pending],
-                PayoutStatus::Sending,
-                &[],
-                ::stateguard::__private::sql(
+            ::stateguard::__private::transition(::stateguard::__private::TransitionParts {
+                name: "start",
+                sources: &[PayoutStatus::Pending],
+                target: PayoutStatus::Sending,
+                set: &[],
+                update: ::stateguard::__private::sql(
                     ::stateguard::__private::postgres!(
                         ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('pending') AND (amount_cents <= 95000)",
                         & [::stateguard::__private::Bind::Key(0)], & [])
@@ -77,8 +77,8 @@ impl ::stateguard::StateMachine for PayoutStatus {
                         ::stateguard::__private::Bind::Key(0)], & [])
                     ),
                 ),
-                ::core::option::Option::None,
-                ::stateguard::__private::sql(
+                update_expecting: ::core::option::Option::None,
+                read_back: ::stateguard::__private::sql(
                     ::stateguard::__private::postgres!(
                         ::stateguard::__private::statement("", & [], & [])
                     ),
@@ -89,8 +89,8 @@ impl ::stateguard::StateMachine for PayoutStatus {
                         ::stateguard::__private::statement("", & [], & [])
                     ),
                 ),
-                ::core::option::Option::Some("amount_cents <= 95000"),
-                ::core::option::Option::Some([
+                guard: ::core::option::Option::Some("amount_cents <= 95000"),
+                select_guarded: ::core::option::Option::Some([
                     ::stateguard::__private::sql(
                         ::stateguard::__private::postgres!(
                             ::stateguard::__private::statement("SELECT \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT)",
@@ -140,7 +140,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                         ),
                     ),
                 ]),
-                ::stateguard::__private::sql(
+                claim: ::stateguard::__private::sql(
                     ::stateguard::__private::postgres!(
                         ::stateguard::__private::statement("WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'sending' WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending') AND (amount_cents <= 95000) ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT c0, v, l FROM moved ORDER BY o0",
                         & [::stateguard::__private::Bind::Limit], &
@@ -159,75 +159,73 @@ impl ::stateguard::StateMachine for PayoutStatus {
                         [::stateguard::__private::Column::Key(0)])
                     ),
                 ),
-                ::core::option::Option::None,
-                ::core::option::Option::None,
-                [
-                    ::stateguard::__private::sql(
-                        ::stateguard::__private::postgres!(
-                            ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING \"payouts\".\"id\"",
-                            & [::stateguard::__private::Bind::Keys(0)], &
-                            [::stateguard::__private::Column::Key(0)])
-                        ),
-                        ::stateguard::__private::sqlite!(
-                            ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'sending' FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i WHERE \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING \"payouts\".\"id\"",
-                            & [::stateguard::__private::Bind::Keys(0)], &
-                            [::stateguard::__private::Column::Key(0)])
-                        ),
-                        ::stateguard::__private::mysql!(
-                            ::stateguard::__private::statement("UPDATE JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) SET `status` = 'sending' WHERE `status` IN ('pending') AND CAST(`status` AS BINARY) IN ('pending') AND (amount_cents <= 95000)",
-                            & [::stateguard::__private::Bind::Keys(0)], & [])
-                        ),
+                claim_older: ::core::option::Option::None,
+                log: ::core::option::Option::None,
+                many_update: ::stateguard::__private::sql(
+                    ::stateguard::__private::postgres!(
+                        ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING \"payouts\".\"id\"",
+                        & [::stateguard::__private::Bind::Keys(0)], &
+                        [::stateguard::__private::Column::Key(0)])
                     ),
-                    ::stateguard::__private::sql(
-                        ::stateguard::__private::postgres!(
-                            ::stateguard::__private::statement("SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT)",
-                            & [::stateguard::__private::Bind::Keys(0)], &
-                            [::stateguard::__private::Column::Key(0),
-                            ::stateguard::__private::Column::Status,
-                            ::stateguard::__private::Column::Version,
-                            ::stateguard::__private::Column::Meets])
-                        ),
-                        ::stateguard::__private::sqlite!(
-                            ::stateguard::__private::statement("SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)",
-                            & [::stateguard::__private::Bind::Keys(0)], &
-                            [::stateguard::__private::Column::Key(0),
-                            ::stateguard::__private::Column::Status,
-                            ::stateguard::__private::Column::Version,
-                            ::stateguard::__private::Column::Meets])
-                        ),
-                        ::stateguard::__private::mysql!(
-                            ::stateguard::__private::statement("SELECT `payouts`.`id`, CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS SIGNED) FROM JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) FOR UPDATE",
-                            & [::stateguard::__private::Bind::Keys(0)], &
-                            [::stateguard::__private::Column::Key(0),
-                            ::stateguard::__private::Column::Status,
-                            ::stateguard::__private::Column::Version,
-                            ::stateguard::__private::Column::Meets])
-                        ),
+                    ::stateguard::__private::sqlite!(
+                        ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'sending' FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i WHERE \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING \"payouts\".\"id\"",
+                        & [::stateguard::__private::Bind::Keys(0)], &
+                        [::stateguard::__private::Column::Key(0)])
                     ),
-                    ::stateguard::__private::sql(
-                        ::stateguard::__private::postgres!(
-                            ::stateguard::__private::statement("", & [], & [])
-                        ),
-                        ::stateguard::__private::sqlite!(
-                            ::stateguard::__private::statement("", & [], & [])
-                        ),
-                        ::stateguard::__private::mysql!(
-                            ::stateguard::__private::statement("", & [], & [])
-                        ),
+                    ::stateguard::__private::mysql!(
+                        ::stateguard::__private::statement("UPDATE JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) SET `status` = 'sending' WHERE `status` IN ('pending') AND CAST(`status` AS BINARY) IN ('pending') AND (amount_cents <= 95000)",
+                        & [::stateguard::__private::Bind::Keys(0)], & [])
                     ),
-                    ::stateguard::__private::sql(
-                        ::stateguard::__private::postgres!(
-                            ::stateguard::__private::statement("", & [], & [])
-                        ),
-                        ::stateguard::__private::sqlite!(
-                            ::stateguard::__private::statement("", & [], & [])
-                        ),
-                        ::stateguard::__private::mysql!(
-                            ::stateguard::__private::statement("", & [], & [])
-                        ),
+                ),
+                many_read: ::stateguard::__private::sql(
+                    ::stateguard::__private::postgres!(
+                        ::stateguard::__private::statement("SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT)",
+                        & [::stateguard::__private::Bind::Keys(0)], &
+                        [::stateguard::__private::Column::Key(0),
+                        ::stateguard::__private::Column::Status,
+                        ::stateguard::__private::Column::Version,
+                        ::stateguard::__private::Column::Meets])
                     ),
-                ],
-                [
+                    ::stateguard::__private::sqlite!(
+                        ::stateguard::__private::statement("SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)",
+                        & [::stateguard::__private::Bind::Keys(0)], &
+                        [::stateguard::__private::Column::Key(0),
+                        ::stateguard::__private::Column::Status,
+                        ::stateguard::__private::Column::Version,
+                        ::stateguard::__private::Column::Meets])
+                    ),
+                    ::stateguard::__private::mysql!(
+                        ::stateguard::__private::statement("SELECT `payouts`.`id`, CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS SIGNED) FROM JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) FOR UPDATE",
+                        & [::stateguard::__private::Bind::Keys(0)], &
+                        [::stateguard::__private::Column::Key(0),
+                        ::stateguard::__private::Column::Status,
+                        ::stateguard::__private::Column::Version,
+                        ::stateguard::__private::Column::Meets])
+                    ),
+                ),
+                many_lease_read: ::stateguard::__private::sql(
+                    ::stateguard::__private::postgres!(
+                        ::stateguard::__private::statement("", & [], & [])
+                    ),
+                    ::stateguard::__private::sqlite!(
+                        ::stateguard::__private::statement("", & [], & [])
+                    ),
+                    ::stateguard::__private::mysql!(
+                        ::stateguard::__private::statement("", & [], & [])
+                    ),
+                ),
+                many_log: ::stateguard::__private::sql(
+                    ::stateguard::__private::postgres!(
+                        ::stateguard::__private::statement("", & [], & [])
+                    ),
+                    ::stateguard::__private::sqlite!(
+                        ::stateguard::__private::statement("", & [], & [])
+                    ),
+                    ::stateguard::__private::mysql!(
+                        ::stateguard::__private::statement("", & [], & [])
+                    ),
+                ),
+                many_by_value: [
                     ::stateguard::__private::sql(
                         ::stateguard::__private::postgres!(
                             ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING \"payouts\".\"id\"",
@@ -258,13 +256,13 @@ impl ::stateguard::StateMachine for PayoutStatus {
                         ),
                     ),
                 ],
-            ),
-            ::stateguard::__private::transition(
-                "cancel",
-                &[PayoutStatus::Pending, PayoutStatus::Sending],
-                PayoutStatus::Cancelled,
-                &[],
-                ::stateguard::__private::sql(
+            }),
+            ::stateguard::__private::transition(::stateguard::__private::TransitionParts {
+                name: "cancel",
+                sources: &[PayoutStatus::Pending, PayoutStatus::Sending],
+                target: PayoutStatus::Cancelled,
+                set: &[],
+                update: ::stateguard::__private::sql(
                     ::stateguard::__private::postgres!(
                         ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('pending', 'sending')",
                         & [::stateguard::__private::Bind::Key(0)], & [])
@@ -279,8 +277,8 @@ impl ::stateguard::StateMachine for PayoutStatus {
                         ::stateguard::__private::Bind::Key(0)], & [])
                     ),
                 ),
-                ::core::option::Option::None,
-                ::stateguard::__private::sql(
+                update_expecting: ::core::option::Option::None,
+                read_back: ::stateguard::__private::sql(
                     ::stateguard::__private::postgres!(
                         ::stateguard::__private::statement("", & [], & [])
                     ),
@@ -291,9 +289,9 @@ impl ::stateguard::StateMachine for PayoutStatus {
                         ::stateguard::__private::statement("", & [], & [])
                     ),
                 ),
-                ::core::option::Option::None,
-                ::core::option::Option::None,
-                ::stateguard::__private::sql(
+                guard: ::core::option::Option::None,
+                select_guarded: ::core::option::Option::None,
+                claim: ::stateguard::__private::sql(
                     ::stateguard::__private::postgres!(
                         ::stateguard::__private::statement("WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending', 'sending') ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('pending', 'sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT c0, v, l FROM moved ORDER BY o0",
                         & [::stateguard::__private::Bind::Limit], &
@@ -312,75 +310,73 @@ impl ::stateguard::StateMachine for PayoutStatus {
                         [::stateguard::__private::Column::Key(0)])
                     ),
                 ),
-                ::core::option::Option::None,
-                ::core::option::Option::None,
-                [
-                    ::stateguard::__private::sql(
-                        ::stateguard::__private::postgres!(
-                            ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('pending', 'sending') RETURNING \"payouts\".\"id\"",
-                            & [::stateguard::__private::Bind::Keys(0)], &
-                            [::stateguard::__private::Column::Key(0)])
-                        ),
-                        ::stateguard::__private::sqlite!(
-                            ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'cancelled' FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i WHERE \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB) AND \"status\" IN ('pending', 'sending') RETURNING \"payouts\".\"id\"",
-                            & [::stateguard::__private::Bind::Keys(0)], &
-                            [::stateguard::__private::Column::Key(0)])
-                        ),
-                        ::stateguard::__private::mysql!(
-                            ::stateguard::__private::statement("UPDATE JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) SET `status` = 'cancelled' WHERE `status` IN ('pending', 'sending') AND CAST(`status` AS BINARY) IN ('pending', 'sending')",
-                            & [::stateguard::__private::Bind::Keys(0)], & [])
-                        ),
+                claim_older: ::core::option::Option::None,
+                log: ::core::option::Option::None,
+                many_update: ::stateguard::__private::sql(
+                    ::stateguard::__private::postgres!(
+                        ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('pending', 'sending') RETURNING \"payouts\".\"id\"",
+                        & [::stateguard::__private::Bind::Keys(0)], &
+                        [::stateguard::__private::Column::Key(0)])
                     ),
-                    ::stateguard::__private::sql(
-                        ::stateguard::__private::postgres!(
-                            ::stateguard::__private::statement("SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT)",
-                            & [::stateguard::__private::Bind::Keys(0)], &
-                            [::stateguard::__private::Column::Key(0),
-                            ::stateguard::__private::Column::Status,
-                            ::stateguard::__private::Column::Version,
-                            ::stateguard::__private::Column::Meets])
-                        ),
-                        ::stateguard::__private::sqlite!(
-                            ::stateguard::__private::statement("SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(1 AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)",
-                            & [::stateguard::__private::Bind::Keys(0)], &
-                            [::stateguard::__private::Column::Key(0),
-                            ::stateguard::__private::Column::Status,
-                            ::stateguard::__private::Column::Version,
-                            ::stateguard::__private::Column::Meets])
-                        ),
-                        ::stateguard::__private::mysql!(
-                            ::stateguard::__private::statement("SELECT `payouts`.`id`, CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(1 AS SIGNED) FROM JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) FOR UPDATE",
-                            & [::stateguard::__private::Bind::Keys(0)], &
-                            [::stateguard::__private::Column::Key(0),
-                            ::stateguard::__private::Column::Status,
-                            ::stateguard::__private::Column::Version,
-                            ::stateguard::__private::Column::Meets])
-                        ),
+                    ::stateguard::__private::sqlite!(
+                        ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'cancelled' FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i WHERE \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB) AND \"status\" IN ('pending', 'sending') RETURNING \"payouts\".\"id\"",
+                        & [::stateguard::__private::Bind::Keys(0)], &
+                        [::stateguard::__private::Column::Key(0)])
                     ),
-                    ::stateguard::__private::sql(
-                        ::stateguard::__private::postgres!(
-                            ::stateguard::__private::statement("", & [], & [])
-                        ),
-                        ::stateguard::__private::sqlite!(
-                            ::stateguard::__private::statement("", & [], & [])
-                        ),
-                        ::stateguard::__private::mysql!(
-                            ::stateguard::__private::statement("", & [], & [])
-                        ),
+                    ::stateguard::__private::mysql!(
+                        ::stateguard::__private::statement("UPDATE JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) SET `status` = 'cancelled' WHERE `status` IN ('pending', 'sending') AND CAST(`status` AS BINARY) IN ('pending', 'sending')",
+                        & [::stateguard::__private::Bind::Keys(0)], & [])
                     ),
-                    ::stateguard::__private::sql(
-                        ::stateguard::__private::postgres!(
-                            ::stateguard::__private::statement("", & [], & [])
-                        ),
-                        ::stateguard::__private::sqlite!(
-                            ::stateguard::__private::statement("", & [], & [])
-                        ),
-                        ::stateguard::__private::mysql!(
-                            ::stateguard::__private::statement("", & [], & [])
-                        ),
+                ),
+                many_read: ::stateguard::__private::sql(
+                    ::stateguard::__private::postgres!(
+                        ::stateguard::__private::statement("SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT)",
+                        & [::stateguard::__private::Bind::Keys(0)], &
+                        [::stateguard::__private::Column::Key(0),
+                        ::stateguard::__private::Column::Status,
+                        ::stateguard::__private::Column::Version,
+                        ::stateguard::__private::Column::Meets])
                     ),
-                ],
-                [
+                    ::stateguard::__private::sqlite!(
+                        ::stateguard::__private::statement("SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(1 AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)",
+                        & [::stateguard::__private::Bind::Keys(0)], &
+                        [::stateguard::__private::Column::Key(0),
+                        ::stateguard::__private::Column::Status,
+                        ::stateguard::__private::Column::Version,
+                        ::stateguard::__private::Column::Meets])
+                    ),
+                    ::stateguard::__private::mysql!(
+                        ::stateguard::__private::statement("SELECT `payouts`.`id`, CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(1 AS SIGNED) FROM JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) FOR UPDATE",
+                        & [::stateguard::__private::Bind::Keys(0)], &
+                        [::stateguard::__private::Column::Key(0),
+                        ::stateguard::__private::Column::Status,
+                        ::stateguard::__private::Column::Version,
+                        ::stateguard::__private::Column::Meets])
+                    ),
+                ),
+                many_lease_read: ::stateguard::__private::sql(
+                    ::stateguard::__private::postgres!(
+                        ::stateguard::__private::statement("", & [], & [])
+                    ),
+                    ::stateguard::__private::sqlite!(
+                        ::stateguard::__private::statement("", & [], & [])
+                    ),
+                    ::stateguard::__private::mysql!(
+                        ::stateguard::__private::statement("", & [], & [])
+                    ),
+                ),
+                many_log: ::stateguard::__private::sql(
+                    ::stateguard::__private::postgres!(
+                        ::stateguard::__private::statement("", & [], & [])
+                    ),
+                    ::stateguard::__private::sqlite!(
+                        ::stateguard::__private::statement("", & [], & [])
+                    ),
+                    ::stateguard::__private::mysql!(
+                        ::stateguard::__private::statement("", & [], & [])
+                    ),
+                ),
+                many_by_value: [
                     ::stateguard::__private::sql(
                         ::stateguard::__private::postgres!(
                             ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('pending', 'sending') RETURNING \"payouts\".\"id\"",
@@ -411,16 +407,16 @@ impl ::stateguard::StateMachine for PayoutStatus {
                         ),
                     ),
                 ],
-            ),
-            ::stateguard::__private::transition(
-                "confirm",
-                &[PayoutStatus::Sending],
-                PayoutStatus::Sent,
-                &[
+            }),
+            ::stateguard::__private::transition(::stateguard::__private::TransitionParts {
+                name: "confirm",
+                sources: &[PayoutStatus::Sending],
+                target: PayoutStatus::Sent,
+                set: &[
                     ::stateguard::__private::set_column("sent_at", "CURRENT_TIMESTAMP"),
                     ::stateguard::__private::set_column("bank_ref", "bind(String)"),
                 ],
-                ::stateguard::__private::sql(
+                update: ::stateguard::__private::sql(
                     ::stateguard::__private::postgres!(
                         ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $2 WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('sending')",
                         & [::stateguard::__private::Bind::Key(0),
@@ -438,8 +434,8 @@ impl ::stateguard::StateMachine for PayoutStatus {
                         ::stateguard::__private::Bind::Key(0)], & [])
                     ),
                 ),
-                ::core::option::Option::None,
-                ::stateguard::__private::sql(
+                update_expecting: ::core::option::Option::None,
+                read_back: ::stateguard::__private::sql(
                     ::stateguard::__private::postgres!(
                         ::stateguard::__private::statement("", & [], & [])
                     ),
@@ -450,9 +446,9 @@ impl ::stateguard::StateMachine for PayoutStatus {
                         ::stateguard::__private::statement("", & [], & [])
                     ),
                 ),
-                ::core::option::Option::None,
-                ::core::option::Option::None,
-                ::stateguard::__private::sql(
+                guard: ::core::option::Option::None,
+                select_guarded: ::core::option::Option::None,
+                claim: ::stateguard::__private::sql(
                     ::stateguard::__private::postgres!(
                         ::stateguard::__private::statement("WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $1 WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT $2 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT c0, v, l FROM moved ORDER BY o0",
                         & [::stateguard::__private::Bind::Value(0),
@@ -472,78 +468,76 @@ impl ::stateguard::StateMachine for PayoutStatus {
                         [::stateguard::__private::Column::Key(0)])
                     ),
                 ),
-                ::core::option::Option::None,
-                ::core::option::Option::None,
-                [
-                    ::stateguard::__private::sql(
-                        ::stateguard::__private::postgres!(
-                            ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $2 WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\"",
-                            & [::stateguard::__private::Bind::Keys(0),
-                            ::stateguard::__private::Bind::Value(0)], &
-                            [::stateguard::__private::Column::Key(0)])
-                        ),
-                        ::stateguard::__private::sqlite!(
-                            ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = ?2 FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i WHERE \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\"",
-                            & [::stateguard::__private::Bind::Keys(0),
-                            ::stateguard::__private::Bind::Value(0)], &
-                            [::stateguard::__private::Column::Key(0)])
-                        ),
-                        ::stateguard::__private::mysql!(
-                            ::stateguard::__private::statement("UPDATE JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) SET `sent_at` = (CURRENT_TIMESTAMP), `bank_ref` = ?, `status` = 'sent' WHERE `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending')",
-                            & [::stateguard::__private::Bind::Keys(0),
-                            ::stateguard::__private::Bind::Value(0)], & [])
-                        ),
+                claim_older: ::core::option::Option::None,
+                log: ::core::option::Option::None,
+                many_update: ::stateguard::__private::sql(
+                    ::stateguard::__private::postgres!(
+                        ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $2 WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\"",
+                        & [::stateguard::__private::Bind::Keys(0),
+                        ::stateguard::__private::Bind::Value(0)], &
+                        [::stateguard::__private::Column::Key(0)])
                     ),
-                    ::stateguard::__private::sql(
-                        ::stateguard::__private::postgres!(
-                            ::stateguard::__private::statement("SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT)",
-                            & [::stateguard::__private::Bind::Keys(0)], &
-                            [::stateguard::__private::Column::Key(0),
-                            ::stateguard::__private::Column::Status,
-                            ::stateguard::__private::Column::Version,
-                            ::stateguard::__private::Column::Meets])
-                        ),
-                        ::stateguard::__private::sqlite!(
-                            ::stateguard::__private::statement("SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(1 AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)",
-                            & [::stateguard::__private::Bind::Keys(0)], &
-                            [::stateguard::__private::Column::Key(0),
-                            ::stateguard::__private::Column::Status,
-                            ::stateguard::__private::Column::Version,
-                            ::stateguard::__private::Column::Meets])
-                        ),
-                        ::stateguard::__private::mysql!(
-                            ::stateguard::__private::statement("SELECT `payouts`.`id`, CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(1 AS SIGNED) FROM JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) FOR UPDATE",
-                            & [::stateguard::__private::Bind::Keys(0)], &
-                            [::stateguard::__private::Column::Key(0),
-                            ::stateguard::__private::Column::Status,
-                            ::stateguard::__private::Column::Version,
-                            ::stateguard::__private::Column::Meets])
-                        ),
+                    ::stateguard::__private::sqlite!(
+                        ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = ?2 FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i WHERE \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\"",
+                        & [::stateguard::__private::Bind::Keys(0),
+                        ::stateguard::__private::Bind::Value(0)], &
+                        [::stateguard::__private::Column::Key(0)])
                     ),
-                    ::stateguard::__private::sql(
-                        ::stateguard::__private::postgres!(
-                            ::stateguard::__private::statement("", & [], & [])
-                        ),
-                        ::stateguard::__private::sqlite!(
-                            ::stateguard::__private::statement("", & [], & [])
-                        ),
-                        ::stateguard::__private::mysql!(
-                            ::stateguard::__private::statement("", & [], & [])
-                        ),
+                    ::stateguard::__private::mysql!(
+                        ::stateguard::__private::statement("UPDATE JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) SET `sent_at` = (CURRENT_TIMESTAMP), `bank_ref` = ?, `status` = 'sent' WHERE `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending')",
+                        & [::stateguard::__private::Bind::Keys(0),
+                        ::stateguard::__private::Bind::Value(0)], & [])
                     ),
-                    ::stateguard::__private::sql(
-                        ::stateguard::__private::postgres!(
-                            ::stateguard::__private::statement("", & [], & [])
-                        ),
-                        ::stateguard::__private::sqlite!(
-                            ::stateguard::__private::statement("", & [], & [])
-                        ),
-                        ::stateguard::__private::mysql!(
-                            ::stateguard::__private::statement("", & [], & [])
-                        ),
+                ),
+                many_read: ::stateguard::__private::sql(
+                    ::stateguard::__private::postgres!(
+                        ::stateguard::__private::statement("SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT)",
+                        & [::stateguard::__private::Bind::Keys(0)], &
+                        [::stateguard::__private::Column::Key(0),
+                        ::stateguard::__private::Column::Status,
+                        ::stateguard::__private::Column::Version,
+                        ::stateguard::__private::Column::Meets])
                     ),
-                ],
-                [
+                    ::stateguard::__private::sqlite!(
+                        ::stateguard::__private::statement("SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(1 AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)",
+                        & [::stateguard::__private::Bind::Keys(0)], &
+                        [::stateguard::__private::Column::Key(0),
+                        ::stateguard::__private::Column::Status,
+                        ::stateguard::__private::Column::Version,
+                        ::stateguard::__private::Column::Meets])
+                    ),
+                    ::stateguard::__private::mysql!(
+                        ::stateguard::__private::statement("SELECT `payouts`.`id`, CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(1 AS SIGNED) FROM JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) FOR UPDATE",
+                        & [::stateguard::__private::Bind::Keys(0)], &
+                        [::stateguard::__private::Column::Key(0),
+                        ::stateguard::__private::Column::Status,
+                        ::stateguard::__private::Column::Version,
+                        ::stateguard::__private::Column::Meets])
+                    ),
+                ),
+                many_lease_read: ::stateguard::__private::sql(
+                    ::stateguard::__private::postgres!(
+                        ::stateguard::__private::statement("", & [], & [])
+                    ),
+                    ::stateguard::__private::sqlite!(
+                        ::stateguard::__private::statement("", & [], & [])
+                    ),
+                    ::stateguard::__private::mysql!(
+                        ::stateguard::__private::statement("", & [], & [])
+                    ),
+                ),
+                many_log: ::stateguard::__private::sql(
+                    ::stateguard::__private::postgres!(
+                        ::stateguard::__private::statement("", & [], & [])
+                    ),
+                    ::stateguard::__private::sqlite!(
+                        ::stateguard::__private::statement("", & [], & [])
+                    ),
+                    ::stateguard::__private::mysql!(
+                        ::stateguard::__private::statement("", & [], & [])
+                    ),
+                ),
+                many_by_value: [
                     ::stateguard::__private::sql(
                         ::stateguard::__private::postgres!(
                             ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $2 WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\"",
@@ -575,13 +569,13 @@ impl ::stateguard::StateMachine for PayoutStatus {
                         ),
                     ),
                 ],
-            ),
-            ::stateguard::__private::transition(
-                "fail",
-                &[PayoutStatus::Sending],
-                PayoutStatus::Failed,
-                &[],
-                ::stateguard::__private::sql(
+            }),
+            ::stateguard::__private::transition(::stateguard::__private::TransitionParts {
+                name: "fail",
+                sources: &[PayoutStatus::Sending],
+                target: PayoutStatus::Failed,
+                set: &[],
+                update: ::stateguard::__private::sql(
                     ::stateguard::__private::postgres!(
                         ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('sending')",
                         & [::stateguard::__private::Bind::Key(0)], & [])
@@ -596,8 +590,8 @@ impl ::stateguard::StateMachine for PayoutStatus {
                         ::stateguard::__private::Bind::Key(0)], & [])
                     ),
                 ),
-                ::core::option::Option::None,
-                ::stateguard::__private::sql(
+                update_expecting: ::core::option::Option::None,
+                read_back: ::stateguard::__private::sql(
                     ::stateguard::__private::postgres!(
                         ::stateguard::__private::statement("", & [], & [])
                     ),
@@ -608,9 +602,9 @@ impl ::stateguard::StateMachine for PayoutStatus {
                         ::stateguard::__private::statement("", & [], & [])
                     ),
                 ),
-                ::core::option::Option::None,
-                ::core::option::Option::None,
-                ::stateguard::__private::sql(
+                guard: ::core::option::Option::None,
+                select_guarded: ::core::option::Option::None,
+                claim: ::stateguard::__private::sql(
                     ::stateguard::__private::postgres!(
                         ::stateguard::__private::statement("WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'failed' WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT c0, v, l FROM moved ORDER BY o0",
                         & [::stateguard::__private::Bind::Limit], &
@@ -629,75 +623,73 @@ impl ::stateguard::StateMachine for PayoutStatus {
                         [::stateguard::__private::Column::Key(0)])
                     ),
                 ),
-                ::core::option::Option::None,
-                ::core::option::Option::None,
-                [
-                    ::stateguard::__private::sql(
-                        ::stateguard::__private::postgres!(
-                            ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\"",
-                            & [::stateguard::__private::Bind::Keys(0)], &
-                            [::stateguard::__private::Column::Key(0)])
-                        ),
-                        ::stateguard::__private::sqlite!(
-                            ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'failed' FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i WHERE \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\"",
-                            & [::stateguard::__private::Bind::Keys(0)], &
-                            [::stateguard::__private::Column::Key(0)])
-                        ),
-                        ::stateguard::__private::mysql!(
-                            ::stateguard::__private::statement("UPDATE JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) SET `status` = 'failed' WHERE `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending')",
-                            & [::stateguard::__private::Bind::Keys(0)], & [])
-                        ),
+                claim_older: ::core::option::Option::None,
+                log: ::core::option::Option::None,
+                many_update: ::stateguard::__private::sql(
+                    ::stateguard::__private::postgres!(
+                        ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\"",
+                        & [::stateguard::__private::Bind::Keys(0)], &
+                        [::stateguard::__private::Column::Key(0)])
                     ),
-                    ::stateguard::__private::sql(
-                        ::stateguard::__private::postgres!(
-                            ::stateguard::__private::statement("SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT)",
-                            & [::stateguard::__private::Bind::Keys(0)], &
-                            [::stateguard::__private::Column::Key(0),
-                            ::stateguard::__private::Column::Status,
-                            ::stateguard::__private::Column::Version,
-                            ::stateguard::__private::Column::Meets])
-                        ),
-                        ::stateguard::__private::sqlite!(
-                            ::stateguard::__private::statement("SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(1 AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)",
-                            & [::stateguard::__private::Bind::Keys(0)], &
-                            [::stateguard::__private::Column::Key(0),
-                            ::stateguard::__private::Column::Status,
-                            ::stateguard::__private::Column::Version,
-                            ::stateguard::__private::Column::Meets])
-                        ),
-                        ::stateguard::__private::mysql!(
-                            ::stateguard::__private::statement("SELECT `payouts`.`id`, CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(1 AS SIGNED) FROM JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) FOR UPDATE",
-                            & [::stateguard::__private::Bind::Keys(0)], &
-                            [::stateguard::__private::Column::Key(0),
-                            ::stateguard::__private::Column::Status,
-                            ::stateguard::__private::Column::Version,
-                            ::stateguard::__private::Column::Meets])
-                        ),
+                    ::stateguard::__private::sqlite!(
+                        ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'failed' FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i WHERE \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\"",
+                        & [::stateguard::__private::Bind::Keys(0)], &
+                        [::stateguard::__private::Column::Key(0)])
                     ),
-                    ::stateguard::__private::sql(
-                        ::stateguard::__private::postgres!(
-                            ::stateguard::__private::statement("", & [], & [])
-                        ),
-                        ::stateguard::__private::sqlite!(
-                            ::stateguard::__private::statement("", & [], & [])
-                        ),
-                        ::stateguard::__private::mysql!(
-                            ::stateguard::__private::statement("", & [], & [])
-                        ),
+                    ::stateguard::__private::mysql!(
+                        ::stateguard::__private::statement("UPDATE JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) SET `status` = 'failed' WHERE `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending')",
+                        & [::stateguard::__private::Bind::Keys(0)], & [])
                     ),
-                    ::stateguard::__private::sql(
-                        ::stateguard::__private::postgres!(
-                            ::stateguard::__private::statement("", & [], & [])
-                        ),
-                        ::stateguard::__private::sqlite!(
-                            ::stateguard::__private::statement("", & [], & [])
-                        ),
-                        ::stateguard::__private::mysql!(
-                            ::stateguard::__private::statement("", & [], & [])
-                        ),
+                ),
+                many_read: ::stateguard::__private::sql(
+                    ::stateguard::__private::postgres!(
+                        ::stateguard::__private::statement("SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT)",
+                        & [::stateguard::__private::Bind::Keys(0)], &
+                        [::stateguard::__private::Column::Key(0),
+                        ::stateguard::__private::Column::Status,
+                        ::stateguard::__private::Column::Version,
+                        ::stateguard::__private::Column::Meets])
                     ),
-                ],
-                [
+                    ::stateguard::__private::sqlite!(
+                        ::stateguard::__private::statement("SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(1 AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)",
+                        & [::stateguard::__private::Bind::Keys(0)], &
+                        [::stateguard::__private::Column::Key(0),
+                        ::stateguard::__private::Column::Status,
+                        ::stateguard::__private::Column::Version,
+                        ::stateguard::__private::Column::Meets])
+                    ),
+                    ::stateguard::__private::mysql!(
+                        ::stateguard::__private::statement("SELECT `payouts`.`id`, CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(1 AS SIGNED) FROM JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) FOR UPDATE",
+                        & [::stateguard::__private::Bind::Keys(0)], &
+                        [::stateguard::__private::Column::Key(0),
+                        ::stateguard::__private::Column::Status,
+                        ::stateguard::__private::Column::Version,
+                        ::stateguard::__private::Column::Meets])
+                    ),
+                ),
+                many_lease_read: ::stateguard::__private::sql(
+                    ::stateguard::__private::postgres!(
+                        ::stateguard::__private::statement("", & [], & [])
+                    ),
+                    ::stateguard::__private::sqlite!(
+                        ::stateguard::__private::statement("", & [], & [])
+                    ),
+                    ::stateguard::__private::mysql!(
+                        ::stateguard::__private::statement("", & [], & [])
+                    ),
+                ),
+                many_log: ::stateguard::__private::sql(
+                    ::stateguard::__private::postgres!(
+                        ::stateguard::__private::statement("", & [], & [])
+                    ),
+                    ::stateguard::__private::sqlite!(
+                        ::stateguard::__private::statement("", & [], & [])
+                    ),
+                    ::stateguard::__private::mysql!(
+                        ::stateguard::__private::statement("", & [], & [])
+                    ),
+                ),
+                many_by_value: [
                     ::stateguard::__private::sql(
                         ::stateguard::__private::postgres!(
                             ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\"",
@@ -728,19 +720,19 @@ impl ::stateguard::StateMachine for PayoutStatus {
                         ),
                     ),
                 ],
-            ),
+            }),
         ];
-        static __MACHINE: ::stateguard::__private::Machine<PayoutStatus> = ::stateguard::__private::machine(
-            "PayoutStatus",
-            "payouts",
-            "status",
-            "id",
-            &["id"],
-            ::core::option::Option::None,
-            PayoutStatus::Pending,
-            &__STATES,
-            &__TRANSITIONS,
-            ::stateguard::__private::sql(
+        static __MACHINE: ::stateguard::__private::Machine<PayoutStatus> = ::stateguard::__private::machine(::stateguard::__private::MachineParts {
+            name: "PayoutStatus",
+            table: "payouts",
+            column: "status",
+            key: "id",
+            key_columns: &["id"],
+            version: ::core::option::Option::None,
+            initial: PayoutStatus::Pending,
+            states: &__STATES,
+            transitions: &__TRANSITIONS,
+            select: ::stateguard::__private::sql(
                 ::stateguard::__private::postgres!(
                     ::stateguard::__private::statement("SELECT \"status\"::text, CAST(0 AS BIGINT) FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT)",
                     & [::stateguard::__private::Bind::Key(0)], &
@@ -761,7 +753,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     ::stateguard::__private::Column::Version])
                 ),
             ),
-            ::stateguard::__private::sql(
+            select_in_transaction: ::stateguard::__private::sql(
                 ::stateguard::__private::postgres!(
                     ::stateguard::__private::statement("SELECT \"status\"::text, CAST(0 AS BIGINT) FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) FOR SHARE",
                     & [::stateguard::__private::Bind::Key(0)], &
@@ -782,59 +774,59 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     ::stateguard::__private::Column::Version])
                 ),
             ),
-            ::core::option::Option::None,
-            ::stateguard::__private::sql(
-                ::stateguard::__private::ddl(
-                    "payouts_status_states",
-                    "payouts_status_transitions",
-                    "CONSTRAINT \"payouts_status_states\" CHECK (\"status\" IN ('pending', 'sending', 'sent', 'failed', 'cancelled'))",
-                    &[
+            history: ::core::option::Option::None,
+            ddl: ::stateguard::__private::sql(
+                ::stateguard::__private::ddl(::stateguard::__private::DdlParts {
+                    constraint: "payouts_status_states",
+                    trigger: "payouts_status_transitions",
+                    check_clause: "CONSTRAINT \"payouts_status_states\" CHECK (\"status\" IN ('pending', 'sending', 'sent', 'failed', 'cancelled'))",
+                    up: &[
                         "ALTER TABLE \"payouts\"\n    ADD CONSTRAINT \"payouts_status_states\"\n    CHECK (\"status\" IN ('pending', 'sending', 'sent', 'failed', 'cancelled'))",
                         "CREATE FUNCTION \"payouts_status_transitions\"() RETURNS trigger\nLANGUAGE plpgsql AS $stateguard$\nBEGIN\n    IF NEW.\"status\" IS DISTINCT FROM OLD.\"status\"\n        AND (CASE OLD.\"status\"\n            WHEN 'pending' THEN NEW.\"status\" IN ('sending', 'cancelled')\n            WHEN 'sending' THEN NEW.\"status\" IN ('sent', 'failed', 'cancelled')\n            ELSE false\n        END) IS NOT TRUE\n    THEN\n        RAISE EXCEPTION 'stateguard: illegal transition on payouts: % -> %',\n            OLD.\"status\", NEW.\"status\"\n            USING ERRCODE = 'check_violation';\n    END IF;\n    RETURN NEW;\nEND\n$stateguard$",
                         "CREATE TRIGGER \"payouts_status_transitions\"\n    BEFORE UPDATE OF \"status\" ON \"payouts\"\n    FOR EACH ROW EXECUTE FUNCTION \"payouts_status_transitions\"()",
                     ],
-                    &[
+                    down: &[
                         "DROP TRIGGER IF EXISTS \"payouts_status_transitions\" ON \"payouts\"",
                         "DROP FUNCTION IF EXISTS \"payouts_status_transitions\"()",
                         "ALTER TABLE \"payouts\" DROP CONSTRAINT IF EXISTS \"payouts_status_states\"",
                     ],
-                    "-- stateguard: the states and transitions of PayoutStatus, enforced on payouts.status.\n-- Generated by stateguard::ddl::postgres::<PayoutStatus>(); generate it again when the enum changes.\n\nALTER TABLE \"payouts\"\n    ADD CONSTRAINT \"payouts_status_states\"\n    CHECK (\"status\" IN ('pending', 'sending', 'sent', 'failed', 'cancelled'));\n\nCREATE FUNCTION \"payouts_status_transitions\"() RETURNS trigger\nLANGUAGE plpgsql AS $stateguard$\nBEGIN\n    IF NEW.\"status\" IS DISTINCT FROM OLD.\"status\"\n        AND (CASE OLD.\"status\"\n            WHEN 'pending' THEN NEW.\"status\" IN ('sending', 'cancelled')\n            WHEN 'sending' THEN NEW.\"status\" IN ('sent', 'failed', 'cancelled')\n            ELSE false\n        END) IS NOT TRUE\n    THEN\n        RAISE EXCEPTION 'stateguard: illegal transition on payouts: % -> %',\n            OLD.\"status\", NEW.\"status\"\n            USING ERRCODE = 'check_violation';\n    END IF;\n    RETURN NEW;\nEND\n$stateguard$;\n\nCREATE TRIGGER \"payouts_status_transitions\"\n    BEFORE UPDATE OF \"status\" ON \"payouts\"\n    FOR EACH ROW EXECUTE FUNCTION \"payouts_status_transitions\"();\n",
-                    "-- Removes what stateguard::ddl::postgres::<PayoutStatus>() created on payouts.status.\n\nDROP TRIGGER IF EXISTS \"payouts_status_transitions\" ON \"payouts\";\n\nDROP FUNCTION IF EXISTS \"payouts_status_transitions\"();\n\nALTER TABLE \"payouts\" DROP CONSTRAINT IF EXISTS \"payouts_status_states\";\n",
-                ),
-                ::stateguard::__private::ddl(
-                    "payouts_status_states",
-                    "payouts_status_transitions",
-                    "CONSTRAINT \"payouts_status_states\" CHECK (\"status\" IN ('pending', 'sending', 'sent', 'failed', 'cancelled'))",
-                    &[
+                    migration: "-- stateguard: the states and transitions of PayoutStatus, enforced on payouts.status.\n-- Generated by stateguard::ddl::postgres::<PayoutStatus>(); generate it again when the enum changes.\n\nALTER TABLE \"payouts\"\n    ADD CONSTRAINT \"payouts_status_states\"\n    CHECK (\"status\" IN ('pending', 'sending', 'sent', 'failed', 'cancelled'));\n\nCREATE FUNCTION \"payouts_status_transitions\"() RETURNS trigger\nLANGUAGE plpgsql AS $stateguard$\nBEGIN\n    IF NEW.\"status\" IS DISTINCT FROM OLD.\"status\"\n        AND (CASE OLD.\"status\"\n            WHEN 'pending' THEN NEW.\"status\" IN ('sending', 'cancelled')\n            WHEN 'sending' THEN NEW.\"status\" IN ('sent', 'failed', 'cancelled')\n            ELSE false\n        END) IS NOT TRUE\n    THEN\n        RAISE EXCEPTION 'stateguard: illegal transition on payouts: % -> %',\n            OLD.\"status\", NEW.\"status\"\n            USING ERRCODE = 'check_violation';\n    END IF;\n    RETURN NEW;\nEND\n$stateguard$;\n\nCREATE TRIGGER \"payouts_status_transitions\"\n    BEFORE UPDATE OF \"status\" ON \"payouts\"\n    FOR EACH ROW EXECUTE FUNCTION \"payouts_status_transitions\"();\n",
+                    down_migration: "-- Removes what stateguard::ddl::postgres::<PayoutStatus>() created on payouts.status.\n\nDROP TRIGGER IF EXISTS \"payouts_status_transitions\" ON \"payouts\";\n\nDROP FUNCTION IF EXISTS \"payouts_status_transitions\"();\n\nALTER TABLE \"payouts\" DROP CONSTRAINT IF EXISTS \"payouts_status_states\";\n",
+                }),
+                ::stateguard::__private::ddl(::stateguard::__private::DdlParts {
+                    constraint: "payouts_status_states",
+                    trigger: "payouts_status_transitions",
+                    check_clause: "CONSTRAINT \"payouts_status_states\" CHECK (\"status\" IN ('pending', 'sending', 'sent', 'failed', 'cancelled'))",
+                    up: &[
                         "CREATE TRIGGER \"payouts_status_states_insert\"\nBEFORE INSERT ON \"payouts\"\nFOR EACH ROW WHEN NEW.\"status\" NOT IN ('pending', 'sending', 'sent', 'failed', 'cancelled')\nBEGIN\n    SELECT RAISE(ABORT, 'stateguard: unknown state on payouts: ' || NEW.\"status\");\nEND",
                         "CREATE TRIGGER \"payouts_status_states_update\"\nBEFORE UPDATE OF \"status\" ON \"payouts\"\nFOR EACH ROW WHEN NEW.\"status\" NOT IN ('pending', 'sending', 'sent', 'failed', 'cancelled')\nBEGIN\n    SELECT RAISE(ABORT, 'stateguard: unknown state on payouts: ' || NEW.\"status\");\nEND",
                         "CREATE TRIGGER \"payouts_status_transitions\"\nBEFORE UPDATE OF \"status\" ON \"payouts\"\nFOR EACH ROW WHEN NEW.\"status\" IS NOT OLD.\"status\"\n    AND (CASE OLD.\"status\"\n        WHEN 'pending' THEN NEW.\"status\" IN ('sending', 'cancelled')\n        WHEN 'sending' THEN NEW.\"status\" IN ('sent', 'failed', 'cancelled')\n        ELSE false\n    END) IS NOT TRUE\nBEGIN\n    SELECT RAISE(ABORT, 'stateguard: illegal transition on payouts: '\n        || coalesce(OLD.\"status\", 'NULL') || ' -> ' || coalesce(NEW.\"status\", 'NULL'));\nEND",
                     ],
-                    &[
+                    down: &[
                         "DROP TRIGGER IF EXISTS \"payouts_status_transitions\"",
                         "DROP TRIGGER IF EXISTS \"payouts_status_states_update\"",
                         "DROP TRIGGER IF EXISTS \"payouts_status_states_insert\"",
                     ],
-                    "-- stateguard: the states and transitions of PayoutStatus, enforced on payouts.status.\n-- Generated by stateguard::ddl::sqlite::<PayoutStatus>(); generate it again when the enum changes.\n-- Needs SQLite 3.48 or later. SQLite cannot add a constraint to an existing table,\n-- so two triggers check the states; a new table can have this constraint instead:\n--     CONSTRAINT \"payouts_status_states\" CHECK (\"status\" IN ('pending', 'sending', 'sent', 'failed', 'cancelled'))\n\nCREATE TRIGGER \"payouts_status_states_insert\"\nBEFORE INSERT ON \"payouts\"\nFOR EACH ROW WHEN NEW.\"status\" NOT IN ('pending', 'sending', 'sent', 'failed', 'cancelled')\nBEGIN\n    SELECT RAISE(ABORT, 'stateguard: unknown state on payouts: ' || NEW.\"status\");\nEND;\n\nCREATE TRIGGER \"payouts_status_states_update\"\nBEFORE UPDATE OF \"status\" ON \"payouts\"\nFOR EACH ROW WHEN NEW.\"status\" NOT IN ('pending', 'sending', 'sent', 'failed', 'cancelled')\nBEGIN\n    SELECT RAISE(ABORT, 'stateguard: unknown state on payouts: ' || NEW.\"status\");\nEND;\n\nCREATE TRIGGER \"payouts_status_transitions\"\nBEFORE UPDATE OF \"status\" ON \"payouts\"\nFOR EACH ROW WHEN NEW.\"status\" IS NOT OLD.\"status\"\n    AND (CASE OLD.\"status\"\n        WHEN 'pending' THEN NEW.\"status\" IN ('sending', 'cancelled')\n        WHEN 'sending' THEN NEW.\"status\" IN ('sent', 'failed', 'cancelled')\n        ELSE false\n    END) IS NOT TRUE\nBEGIN\n    SELECT RAISE(ABORT, 'stateguard: illegal transition on payouts: '\n        || coalesce(OLD.\"status\", 'NULL') || ' -> ' || coalesce(NEW.\"status\", 'NULL'));\nEND;\n",
-                    "-- Removes what stateguard::ddl::sqlite::<PayoutStatus>() created on payouts.status.\n\nDROP TRIGGER IF EXISTS \"payouts_status_transitions\";\n\nDROP TRIGGER IF EXISTS \"payouts_status_states_update\";\n\nDROP TRIGGER IF EXISTS \"payouts_status_states_insert\";\n",
-                ),
-                ::stateguard::__private::ddl(
-                    "payouts_status_states",
-                    "payouts_status_transitions",
-                    "CONSTRAINT `payouts_status_states` CHECK (CAST(`status` AS BINARY) IN ('pending', 'sending', 'sent', 'failed', 'cancelled'))",
-                    &[
+                    migration: "-- stateguard: the states and transitions of PayoutStatus, enforced on payouts.status.\n-- Generated by stateguard::ddl::sqlite::<PayoutStatus>(); generate it again when the enum changes.\n-- Needs SQLite 3.48 or later. SQLite cannot add a constraint to an existing table,\n-- so two triggers check the states; a new table can have this constraint instead:\n--     CONSTRAINT \"payouts_status_states\" CHECK (\"status\" IN ('pending', 'sending', 'sent', 'failed', 'cancelled'))\n\nCREATE TRIGGER \"payouts_status_states_insert\"\nBEFORE INSERT ON \"payouts\"\nFOR EACH ROW WHEN NEW.\"status\" NOT IN ('pending', 'sending', 'sent', 'failed', 'cancelled')\nBEGIN\n    SELECT RAISE(ABORT, 'stateguard: unknown state on payouts: ' || NEW.\"status\");\nEND;\n\nCREATE TRIGGER \"payouts_status_states_update\"\nBEFORE UPDATE OF \"status\" ON \"payouts\"\nFOR EACH ROW WHEN NEW.\"status\" NOT IN ('pending', 'sending', 'sent', 'failed', 'cancelled')\nBEGIN\n    SELECT RAISE(ABORT, 'stateguard: unknown state on payouts: ' || NEW.\"status\");\nEND;\n\nCREATE TRIGGER \"payouts_status_transitions\"\nBEFORE UPDATE OF \"status\" ON \"payouts\"\nFOR EACH ROW WHEN NEW.\"status\" IS NOT OLD.\"status\"\n    AND (CASE OLD.\"status\"\n        WHEN 'pending' THEN NEW.\"status\" IN ('sending', 'cancelled')\n        WHEN 'sending' THEN NEW.\"status\" IN ('sent', 'failed', 'cancelled')\n        ELSE false\n    END) IS NOT TRUE\nBEGIN\n    SELECT RAISE(ABORT, 'stateguard: illegal transition on payouts: '\n        || coalesce(OLD.\"status\", 'NULL') || ' -> ' || coalesce(NEW.\"status\", 'NULL'));\nEND;\n",
+                    down_migration: "-- Removes what stateguard::ddl::sqlite::<PayoutStatus>() created on payouts.status.\n\nDROP TRIGGER IF EXISTS \"payouts_status_transitions\";\n\nDROP TRIGGER IF EXISTS \"payouts_status_states_update\";\n\nDROP TRIGGER IF EXISTS \"payouts_status_states_insert\";\n",
+                }),
+                ::stateguard::__private::ddl(::stateguard::__private::DdlParts {
+                    constraint: "payouts_status_states",
+                    trigger: "payouts_status_transitions",
+                    check_clause: "CONSTRAINT `payouts_status_states` CHECK (CAST(`status` AS BINARY) IN ('pending', 'sending', 'sent', 'failed', 'cancelled'))",
+                    up: &[
                         "ALTER TABLE `payouts`\n    ADD CONSTRAINT `payouts_status_states`\n    CHECK (CAST(`status` AS BINARY) IN ('pending', 'sending', 'sent', 'failed', 'cancelled'))",
                         "CREATE TRIGGER `payouts_status_transitions`\nBEFORE UPDATE ON `payouts`\nFOR EACH ROW\nBEGIN\n    DECLARE stateguard_message VARCHAR(128);\n    IF NOT (CAST(NEW.`status` AS BINARY) <=> CAST(OLD.`status` AS BINARY))\n        AND (CASE CAST(OLD.`status` AS BINARY)\n            WHEN 'pending' THEN CAST(NEW.`status` AS BINARY) IN ('sending', 'cancelled')\n            WHEN 'sending' THEN CAST(NEW.`status` AS BINARY) IN ('sent', 'failed', 'cancelled')\n            ELSE FALSE\n        END) IS NOT TRUE\n    THEN\n        SET stateguard_message = LEFT(CONCAT('stateguard: illegal transition on payouts: ',\n            IFNULL(OLD.`status`, 'NULL'), ' -> ', IFNULL(NEW.`status`, 'NULL')), 128);\n        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = stateguard_message;\n    END IF;\nEND",
                     ],
-                    &[
+                    down: &[
                         "DROP TRIGGER IF EXISTS `payouts_status_transitions`",
                         "ALTER TABLE `payouts` DROP CONSTRAINT `payouts_status_states`",
                     ],
-                    "-- stateguard: the states and transitions of PayoutStatus, enforced on payouts.status.\n-- Generated by stateguard::ddl::mysql::<PayoutStatus>(); generate it again when the enum changes.\n-- sqlx runs this file as it is; the mysql command-line client needs DELIMITER around the trigger.\n\nALTER TABLE `payouts`\n    ADD CONSTRAINT `payouts_status_states`\n    CHECK (CAST(`status` AS BINARY) IN ('pending', 'sending', 'sent', 'failed', 'cancelled'));\n\nCREATE TRIGGER `payouts_status_transitions`\nBEFORE UPDATE ON `payouts`\nFOR EACH ROW\nBEGIN\n    DECLARE stateguard_message VARCHAR(128);\n    IF NOT (CAST(NEW.`status` AS BINARY) <=> CAST(OLD.`status` AS BINARY))\n        AND (CASE CAST(OLD.`status` AS BINARY)\n            WHEN 'pending' THEN CAST(NEW.`status` AS BINARY) IN ('sending', 'cancelled')\n            WHEN 'sending' THEN CAST(NEW.`status` AS BINARY) IN ('sent', 'failed', 'cancelled')\n            ELSE FALSE\n        END) IS NOT TRUE\n    THEN\n        SET stateguard_message = LEFT(CONCAT('stateguard: illegal transition on payouts: ',\n            IFNULL(OLD.`status`, 'NULL'), ' -> ', IFNULL(NEW.`status`, 'NULL')), 128);\n        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = stateguard_message;\n    END IF;\nEND;\n",
-                    "-- Removes what stateguard::ddl::mysql::<PayoutStatus>() created on payouts.status.\n\nDROP TRIGGER IF EXISTS `payouts_status_transitions`;\n\nALTER TABLE `payouts` DROP CONSTRAINT `payouts_status_states`;\n",
-                ),
+                    migration: "-- stateguard: the states and transitions of PayoutStatus, enforced on payouts.status.\n-- Generated by stateguard::ddl::mysql::<PayoutStatus>(); generate it again when the enum changes.\n-- sqlx runs this file as it is; the mysql command-line client needs DELIMITER around the trigger.\n\nALTER TABLE `payouts`\n    ADD CONSTRAINT `payouts_status_states`\n    CHECK (CAST(`status` AS BINARY) IN ('pending', 'sending', 'sent', 'failed', 'cancelled'));\n\nCREATE TRIGGER `payouts_status_transitions`\nBEFORE UPDATE ON `payouts`\nFOR EACH ROW\nBEGIN\n    DECLARE stateguard_message VARCHAR(128);\n    IF NOT (CAST(NEW.`status` AS BINARY) <=> CAST(OLD.`status` AS BINARY))\n        AND (CASE CAST(OLD.`status` AS BINARY)\n            WHEN 'pending' THEN CAST(NEW.`status` AS BINARY) IN ('sending', 'cancelled')\n            WHEN 'sending' THEN CAST(NEW.`status` AS BINARY) IN ('sent', 'failed', 'cancelled')\n            ELSE FALSE\n        END) IS NOT TRUE\n    THEN\n        SET stateguard_message = LEFT(CONCAT('stateguard: illegal transition on payouts: ',\n            IFNULL(OLD.`status`, 'NULL'), ' -> ', IFNULL(NEW.`status`, 'NULL')), 128);\n        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = stateguard_message;\n    END IF;\nEND;\n",
+                    down_migration: "-- Removes what stateguard::ddl::mysql::<PayoutStatus>() created on payouts.status.\n\nDROP TRIGGER IF EXISTS `payouts_status_transitions`;\n\nALTER TABLE `payouts` DROP CONSTRAINT `payouts_status_states`;\n",
+                }),
             ),
-        );
+        });
         &__MACHINE
     };
     #[inline]

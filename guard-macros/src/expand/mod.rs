@@ -100,10 +100,21 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
             })
         }));
         quote! {
-            ::core::option::Option::Some(&#private::in_flight(
-                #lease_ms, #since, #done, #failed, #expired, #claim, #take_over, #renew, #lease_read,
-                #follow_up_read, #done_sql, #failed_sql, [#done_log, #failed_log],
-            ))
+            ::core::option::Option::Some(&#private::in_flight(#private::InFlightParts {
+                lease_ms: #lease_ms,
+                since: #since,
+                done: #done,
+                failed: #failed,
+                expired: #expired,
+                claim: #claim,
+                take_over: #take_over,
+                renew: #renew,
+                lease_read: #lease_read,
+                follow_up_read: #follow_up_read,
+                done_sql: #done_sql,
+                failed_sql: #failed_sql,
+                logs: [#done_log, #failed_log],
+            }))
         }
     });
     let version = option(model.version.as_ref());
@@ -162,22 +173,25 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
             quote!(#private::set_column(#col, #written))
         });
         quote! {
-            #private::transition(
-                #name,
-                &[#(#ident::#sources),*],
-                #ident::#target,
-                &[#(#set),*],
-                #update,
-                #update_expecting,
-                #read_back,
-                #guard,
-                #select_guarded,
-                #claim,
-                #claim_older,
-                #log,
-                [#many_update, #many_read, #many_lease, #many_log],
-                [#many_update_by_value, #many_read_by_value],
-            )
+            #private::transition(#private::TransitionParts {
+                name: #name,
+                sources: &[#(#ident::#sources),*],
+                target: #ident::#target,
+                set: &[#(#set),*],
+                update: #update,
+                update_expecting: #update_expecting,
+                read_back: #read_back,
+                guard: #guard,
+                select_guarded: #select_guarded,
+                claim: #claim,
+                claim_older: #claim_older,
+                log: #log,
+                many_update: #many_update,
+                many_read: #many_read,
+                many_lease_read: #many_lease,
+                many_log: #many_log,
+                many_by_value: [#many_update_by_value, #many_read_by_value],
+            })
         }
     });
 
@@ -296,29 +310,35 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
                 // Statics, not constants: the metadata exists once in the
                 // binary, and every use reads it there instead of a copy.
                 static #states_const: [#private::StateDef<#ident>; #n_states] = [
-                    #(#private::state(
-                        #ident::#idents, #variant_names, #dbs, #initials, #in_flights, #stamps,
-                        #timeouts,
-                    )),*
+                    #(#private::state(#private::StateParts {
+                        value: #ident::#idents,
+                        variant: #variant_names,
+                        db: #dbs,
+                        initial: #initials,
+                        in_flight: #in_flights,
+                        stamp: #stamps,
+                        timeout_ms: #timeouts,
+                    })),*
                 ];
                 static #transitions_const: [#private::TransitionDef<#ident>; #n_transitions] = [
                     #(#transition_defs),*
                 ];
-                static #machine_const: #private::Machine<#ident> = #private::machine(
-                    #name,
-                    #table,
-                    #column,
-                    #key,
-                    &[#(#key_columns),*],
-                    #version,
-                    #ident::#initial,
-                    &#states_const,
-                    &#transitions_const,
-                    #select,
-                    #select_in_transaction,
-                    #history,
-                    #ddl,
-                );
+                static #machine_const: #private::Machine<#ident> =
+                    #private::machine(#private::MachineParts {
+                        name: #name,
+                        table: #table,
+                        column: #column,
+                        key: #key,
+                        key_columns: &[#(#key_columns),*],
+                        version: #version,
+                        initial: #ident::#initial,
+                        states: &#states_const,
+                        transitions: &#transitions_const,
+                        select: #select,
+                        select_in_transaction: #select_in_transaction,
+                        history: #history,
+                        ddl: #ddl,
+                    });
                 &#machine_const
             };
 

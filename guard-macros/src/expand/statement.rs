@@ -102,15 +102,15 @@ pub(super) fn ddl_per_dialect(private: &TokenStream, model: &Model) -> TokenStre
             down_migration,
         } = ddl::ddl(model, d);
         quote! {
-            #private::ddl(
-                #constraint,
-                #trigger,
-                #check_clause,
-                &[#(#up),*],
-                &[#(#down),*],
-                #migration,
-                #down_migration,
-            )
+            #private::ddl(#private::DdlParts {
+                constraint: #constraint,
+                trigger: #trigger,
+                check_clause: #check_clause,
+                up: &[#(#up),*],
+                down: &[#(#down),*],
+                migration: #migration,
+                down_migration: #down_migration,
+            })
         }
     });
     quote!(#private::sql(#pg, #lite, #my))

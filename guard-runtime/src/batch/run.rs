@@ -34,7 +34,8 @@ where
     K: ManyKeys<DB, S::KeyShape> + Sync,
 {
     let def = transition.def();
-    let [update, read, _, _] = def.apply_many_sql();
+    let many = def.apply_many_sql();
+    let (update, read) = (many.update(), many.read());
     let [by_value_update, by_value_read] = def.apply_many_by_value_sql();
     match K::by_value() && !DB::sql(by_value_update).is_empty() {
         true => [by_value_update, by_value_read],
@@ -152,7 +153,7 @@ where
     K: DecodeKey<DB, S::KeyShape> + ManyKeys<DB, S::KeyShape> + Ord + Sync,
     P: Params<DB>,
 {
-    let [_, _, _, log] = transition.def().apply_many_sql();
+    let log = transition.def().apply_many_sql().log();
     let [update, _] = statements::<DB, S, K>(transition);
     let mut found: Vec<Found<S, K>> = keys.iter().map(|_| Found::Missing).collect();
     let db_error = |e| transition.db_error(e);
@@ -243,7 +244,9 @@ where
     K: DecodeKey<DB, S::KeyShape> + ManyKeys<DB, S::KeyShape> + Ord + Sync,
     P: Params<DB>,
 {
-    let [update, read, lease_read, log] = transition.def().apply_many_sql();
+    let many = transition.def().apply_many_sql();
+    let (update, read, lease_read, log) =
+        (many.update(), many.read(), many.lease_read(), many.log());
     let mut found: Vec<Found<S, K>> = keys.iter().map(|_| Found::Missing).collect();
     let retry = |source| transition.tx_error::<DB>(source);
     let (read, args) = prepared::<DB, S, K, P>(transition, read, keys, params, note)?;

@@ -8,26 +8,49 @@
 //! methods on the public types. Each one is `const`: the whole machine is a
 //! `const` built at compile time.
 
-use super::{DdlText, InFlightDef, Machine, SetColumn, Sql, StateDef, StateMachine, TransitionDef};
+use super::{
+    DdlText, InFlightDef, Machine, ManySql, SetColumn, Sql, StateDef, StateMachine, TransitionDef,
+};
 use crate::dialect::{Bind, Column, Statement};
 
 /// The `const MACHINE` of `impl StateMachine`: one per enum.
-#[allow(clippy::too_many_arguments)]
-pub const fn machine<S: StateMachine>(
-    name: &'static str,
-    table: &'static str,
-    column: &'static str,
-    key: &'static str,
-    key_columns: &'static [&'static str],
-    version: Option<&'static str>,
-    initial: S,
-    states: &'static [StateDef<S>],
-    transitions: &'static [TransitionDef<S>],
-    select: Sql,
-    select_in_transaction: Sql,
-    history: Option<(&'static str, Sql)>,
-    ddl: Sql<DdlText>,
-) -> Machine<S> {
+///
+/// Each field is the `Machine` field of the same name, documented at its
+/// accessor; the names make the generated code read as a description.
+#[allow(missing_docs)]
+pub struct MachineParts<S: 'static> {
+    pub name: &'static str,
+    pub table: &'static str,
+    pub column: &'static str,
+    pub key: &'static str,
+    pub key_columns: &'static [&'static str],
+    pub version: Option<&'static str>,
+    pub initial: S,
+    pub states: &'static [StateDef<S>],
+    pub transitions: &'static [TransitionDef<S>],
+    pub select: Sql,
+    pub select_in_transaction: Sql,
+    pub history: Option<(&'static str, Sql)>,
+    pub ddl: Sql<DdlText>,
+}
+
+/// The machine, from its parts.
+pub const fn machine<S: StateMachine>(parts: MachineParts<S>) -> Machine<S> {
+    let MachineParts {
+        name,
+        table,
+        column,
+        key,
+        key_columns,
+        version,
+        initial,
+        states,
+        transitions,
+        select,
+        select_in_transaction,
+        history,
+        ddl,
+    } = parts;
     Machine {
         name,
         table,
@@ -46,15 +69,31 @@ pub const fn machine<S: StateMachine>(
 }
 
 /// One variant of the enum.
-pub const fn state<S: Copy>(
-    value: S,
-    variant: &'static str,
-    db: &'static str,
-    initial: bool,
-    in_flight: Option<&'static InFlightDef<S>>,
-    stamp: Option<&'static str>,
-    timeout_ms: Option<u64>,
-) -> StateDef<S> {
+///
+/// Each field is the `StateDef` field of the same name, documented at its
+/// accessor; the names make the generated code read as a description.
+#[allow(missing_docs)]
+pub struct StateParts<S: 'static> {
+    pub value: S,
+    pub variant: &'static str,
+    pub db: &'static str,
+    pub initial: bool,
+    pub in_flight: Option<&'static InFlightDef<S>>,
+    pub stamp: Option<&'static str>,
+    pub timeout_ms: Option<u64>,
+}
+
+/// One state, from its parts.
+pub const fn state<S: Copy>(parts: StateParts<S>) -> StateDef<S> {
+    let StateParts {
+        value,
+        variant,
+        db,
+        initial,
+        in_flight,
+        stamp,
+        timeout_ms,
+    } = parts;
     StateDef {
         value,
         variant,
@@ -69,22 +108,43 @@ pub const fn state<S: Copy>(
 /// The lease, follow-ups and recovery SQL of a
 /// `#[state(in_flight(…))]` variant. `done` and `failed` are elements
 /// of the machine's transitions.
-#[allow(clippy::too_many_arguments)]
-pub const fn in_flight<S>(
-    lease_ms: u64,
-    since: &'static str,
-    done: &'static TransitionDef<S>,
-    failed: Option<&'static TransitionDef<S>>,
-    expired: Sql,
-    claim: Sql,
-    take_over: Sql,
-    renew: Sql,
-    lease_read: Sql,
-    follow_up_read: Sql,
-    done_sql: Sql,
-    failed_sql: Option<Sql>,
-    logs: [Sql; 2],
-) -> InFlightDef<S> {
+///
+/// Each field is the `InFlightDef` field of the same name, documented at its
+/// accessor; the names make the generated code read as a description.
+#[allow(missing_docs)]
+pub struct InFlightParts<S: 'static> {
+    pub lease_ms: u64,
+    pub since: &'static str,
+    pub done: &'static TransitionDef<S>,
+    pub failed: Option<&'static TransitionDef<S>>,
+    pub expired: Sql,
+    pub claim: Sql,
+    pub take_over: Sql,
+    pub renew: Sql,
+    pub lease_read: Sql,
+    pub follow_up_read: Sql,
+    pub done_sql: Sql,
+    pub failed_sql: Option<Sql>,
+    pub logs: [Sql; 2],
+}
+
+/// An in-flight state, from its parts.
+pub const fn in_flight<S>(parts: InFlightParts<S>) -> InFlightDef<S> {
+    let InFlightParts {
+        lease_ms,
+        since,
+        done,
+        failed,
+        expired,
+        claim,
+        take_over,
+        renew,
+        lease_read,
+        follow_up_read,
+        done_sql,
+        failed_sql,
+        logs,
+    } = parts;
     InFlightDef {
         lease_ms,
         since,
@@ -103,23 +163,51 @@ pub const fn in_flight<S>(
 }
 
 /// One named transition, with its compare-and-set statement.
-#[allow(clippy::too_many_arguments)]
-pub const fn transition<S: StateMachine>(
-    name: &'static str,
-    sources: &'static [S],
-    target: S,
-    set: &'static [SetColumn],
-    update: Sql,
-    update_expecting: Option<Sql>,
-    read_back: Sql,
-    guard: Option<&'static str>,
-    select_guarded: Option<[Sql; 2]>,
-    claim: Sql,
-    claim_older: Option<Sql>,
-    log: Option<[Sql; 2]>,
-    many: [Sql; 4],
-    many_by_value: [Sql; 2],
-) -> TransitionDef<S> {
+///
+/// Each field is the `TransitionDef` field of the same name, documented at its
+/// accessor; the names make the generated code read as a description.
+#[allow(missing_docs)]
+pub struct TransitionParts<S: 'static> {
+    pub name: &'static str,
+    pub sources: &'static [S],
+    pub target: S,
+    pub set: &'static [SetColumn],
+    pub update: Sql,
+    pub update_expecting: Option<Sql>,
+    pub read_back: Sql,
+    pub guard: Option<&'static str>,
+    pub select_guarded: Option<[Sql; 2]>,
+    pub claim: Sql,
+    pub claim_older: Option<Sql>,
+    pub log: Option<[Sql; 2]>,
+    pub many_update: Sql,
+    pub many_read: Sql,
+    pub many_lease_read: Sql,
+    pub many_log: Sql,
+    pub many_by_value: [Sql; 2],
+}
+
+/// One transition, from its parts.
+pub const fn transition<S: StateMachine>(parts: TransitionParts<S>) -> TransitionDef<S> {
+    let TransitionParts {
+        name,
+        sources,
+        target,
+        set,
+        update,
+        update_expecting,
+        read_back,
+        guard,
+        select_guarded,
+        claim,
+        claim_older,
+        log,
+        many_update,
+        many_read,
+        many_lease_read,
+        many_log,
+        many_by_value,
+    } = parts;
     TransitionDef {
         name,
         sources,
@@ -133,7 +221,12 @@ pub const fn transition<S: StateMachine>(
         claim,
         claim_older,
         log,
-        many,
+        many: ManySql {
+            update: many_update,
+            read: many_read,
+            lease_read: many_lease_read,
+            log: many_log,
+        },
         many_by_value,
     }
 }
@@ -163,15 +256,31 @@ pub const fn statement(
 }
 
 /// The enforcement DDL of a machine in one dialect.
-pub const fn ddl(
-    constraint: &'static str,
-    trigger: &'static str,
-    check_clause: &'static str,
-    up: &'static [&'static str],
-    down: &'static [&'static str],
-    migration: &'static str,
-    down_migration: &'static str,
-) -> DdlText {
+///
+/// Each field is the `DdlText` field of the same name, documented at its
+/// accessor; the names make the generated code read as a description.
+#[allow(missing_docs)]
+pub struct DdlParts {
+    pub constraint: &'static str,
+    pub trigger: &'static str,
+    pub check_clause: &'static str,
+    pub up: &'static [&'static str],
+    pub down: &'static [&'static str],
+    pub migration: &'static str,
+    pub down_migration: &'static str,
+}
+
+/// One dialect's DDL, from its parts.
+pub const fn ddl(parts: DdlParts) -> DdlText {
+    let DdlParts {
+        constraint,
+        trigger,
+        check_clause,
+        up,
+        down,
+        migration,
+        down_migration,
+    } = parts;
     DdlText {
         constraint,
         trigger,

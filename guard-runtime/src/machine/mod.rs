@@ -349,9 +349,8 @@ pub struct TransitionDef<S: 'static> {
     /// With a history table, on SQLite and MySQL: the history row's insert
     /// before the compare-and-set, `[plain, expecting]`.
     log: Option<[Sql; 2]>,
-    /// `apply_many`: the update, the read, MySQL's lease read, the history
-    /// rows' insert on SQLite and MySQL.
-    many: [Sql; 4],
+    /// `apply_many`'s statements.
+    many: ManySql,
     /// PostgreSQL's update and read of `many` for keys compared by value.
     many_by_value: [Sql; 2],
 }
@@ -422,17 +421,12 @@ impl<S: StateMachine> TransitionDef<S> {
         self.claim_older.as_ref()
     }
 
-    /// What [`Transition::apply_many`](crate::Transition::apply_many) runs:
-    /// `[update, read, lease read, history insert]`. The update moves every row among the
-    /// keys that is in a source state and returns their keys, and versions
-    /// and lease tokens where the machine has them; the read
-    /// gives the others' state, version and guard (on MySQL it comes first,
-    /// locking the rows, and the lease read follows the update).
-    pub const fn apply_many_sql(&self) -> &[Sql; 4] {
+    /// What [`Transition::apply_many`](crate::Transition::apply_many) runs.
+    pub const fn apply_many_sql(&self) -> &ManySql {
         &self.many
     }
 
-    /// `[update, read]` of [`apply_many_sql`](Self::apply_many_sql) for
+    /// `[update, read]` of [`apply_many_sql`](Self::apply_many_sql)'s for
     /// keys that bind as integers or UUIDs, whose equality is exact by
     /// value: on PostgreSQL without the text comparison that keeps text
     /// keys exact under a nondeterministic collation. Empty on SQLite and
@@ -462,5 +456,43 @@ impl<S: StateMachine> TransitionDef<S> {
             .state(self.target)
             .and_then(StateDef::in_flight)
             .map(InFlightDef::since_column)
+    }
+}
+
+/// The statements of [`Transition::apply_many`](crate::Transition::apply_many)
+/// for one transition.
+#[derive(Debug, Clone, Copy)]
+pub struct ManySql {
+    pub(crate) update: Sql,
+    pub(crate) read: Sql,
+    pub(crate) lease_read: Sql,
+    pub(crate) log: Sql,
+}
+
+impl ManySql {
+    /// Moves every row among the keys that is in a source state (and
+    /// meets the guard), and returns their keys, and versions and lease
+    /// tokens where the machine has them.
+    pub const fn update(&self) -> &Sql {
+        &self.update
+    }
+
+    /// The state, version and guard of the rows among the keys: the
+    /// losing part on PostgreSQL and SQLite; on MySQL it comes first,
+    /// locking the rows.
+    pub const fn read(&self) -> &Sql {
+        &self.read
+    }
+
+    /// MySQL, after the update into an in-flight state: the moved rows'
+    /// lease tokens. Empty on the other dialects, which return them.
+    pub const fn lease_read(&self) -> &Sql {
+        &self.lease_read
+    }
+
+    /// SQLite and MySQL, with a history table: the history rows' insert
+    /// just before the update. Empty otherwise.
+    pub const fn log(&self) -> &Sql {
+        &self.log
     }
 }

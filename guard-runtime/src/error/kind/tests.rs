@@ -16,24 +16,32 @@ enum Lone {
 
 const NONE: crate::dialect::Statement = construct::statement("", &[], &[]);
 
-const NO_DDL: DdlText = construct::ddl("", "", "", &[], &[], "", "");
+const NO_DDL: DdlText = construct::ddl(construct::DdlParts {
+    constraint: "",
+    trigger: "",
+    check_clause: "",
+    up: &[],
+    down: &[],
+    migration: "",
+    down_migration: "",
+});
 
 impl crate::StateMachine for Lone {
-    const MACHINE: &'static Machine<Self> = &construct::machine(
-        "Lone",
-        "lones",
-        "status",
-        "id",
-        &["id"],
-        None,
-        Lone::Only,
-        &[],
-        &[],
-        construct::sql(NONE, NONE, NONE),
-        construct::sql(NONE, NONE, NONE),
-        None,
-        construct::sql(NO_DDL, NO_DDL, NO_DDL),
-    );
+    const MACHINE: &'static Machine<Self> = &construct::machine(construct::MachineParts {
+        name: "Lone",
+        table: "lones",
+        column: "status",
+        key: "id",
+        key_columns: &["id"],
+        version: None,
+        initial: Lone::Only,
+        states: &[],
+        transitions: &[],
+        select: construct::sql(NONE, NONE, NONE),
+        select_in_transaction: construct::sql(NONE, NONE, NONE),
+        history: None,
+        ddl: construct::sql(NO_DDL, NO_DDL, NO_DDL),
+    });
     type KeyShape = crate::machine::key::shape::One;
 
     fn as_str(self) -> &'static str {
