@@ -244,9 +244,8 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
         .collect();
     follow_ups.sort_unstable();
     follow_ups.dedup();
-    let follow_up_names = follow_ups
-        .iter()
-        .map(|&i| model.transitions[i].name.unraw().to_string());
+    // Each by its position among the machine's transitions.
+    let follow_up_indexes = follow_ups.iter();
     let follow_up_types: Vec<_> = follow_ups
         .iter()
         .map(|&i| {
@@ -260,7 +259,7 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
         true => quote!(let _ = transition; #no_values),
         false => quote! {
             match transition {
-                #(#follow_up_names => #private::binder::<__DB, #follow_up_types2>(),)*
+                #(#follow_up_indexes => #private::binder::<__DB, #follow_up_types2>(),)*
                 _ => #no_values,
             }
         },
@@ -271,7 +270,7 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
         where
             #(#follow_up_types: #krate::Params<__DB>,)*
         {
-            fn follow_up_values(transition: &str) -> #private::Binder<__DB> {
+            fn follow_up_values(transition: usize) -> #private::Binder<__DB> {
                 #binders
             }
         }
@@ -477,7 +476,7 @@ fn fallback(node: &DeriveInput) -> TokenStream {
 
         #[automatically_derived]
         impl<__DB: #krate::Backend> #krate::FollowUpValues<__DB> for #ident {
-            fn follow_up_values(_: &str) -> #krate::__private::Binder<__DB> {
+            fn follow_up_values(_: usize) -> #krate::__private::Binder<__DB> {
                 ::core::unimplemented!()
             }
         }

@@ -127,9 +127,10 @@ impl<S: StateMachine, P: Send + Sync + 'static> From<Noted<S, P>> for Verdict {
             implement `sqlx::Encode` and `sqlx::Type` for the database"
 )]
 pub trait FollowUpValues<DB: Backend>: StateMachine {
-    /// How the follow-up `transition` binds its values.
+    /// How the follow-up at position `transition` among the machine's
+    /// transitions binds its values.
     #[doc(hidden)]
-    fn follow_up_values(transition: &str) -> Binder<DB>;
+    fn follow_up_values(transition: usize) -> Binder<DB>;
 }
 
 /// Values of any type, as a verdict carries them.
@@ -219,7 +220,14 @@ impl<S: StateMachine> Chosen<S> {
     where
         S: FollowUpValues<DB>,
     {
-        let binder = S::follow_up_values(self.transition.name());
+        // The follow-up's position among the machine's transitions, which
+        // the metadata holds as one static array.
+        let position = S::MACHINE
+            .transitions()
+            .iter()
+            .position(|t| core::ptr::eq(t, self.transition))
+            .unwrap_or(usize::MAX);
+        let binder = S::follow_up_values(position);
         match (binder.fits)(&*self.values) {
             true => Ok(ChosenValues {
                 values: &*self.values,
