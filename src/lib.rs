@@ -332,8 +332,8 @@ pub use guard_runtime::{
 };
 // What `apply` runs on.
 pub use guard_runtime::{
-    APPLY_MANY_CHUNK, Backend, Batched, DecodeKey, Executor, Key, KeyShape, KeyText, ManyKeys,
-    Params, RowKey, key,
+    APPLY_MANY_CHUNK, Backend, BatchKey, Batched, DecodeKey, Executor, Key, KeyShape, KeyText,
+    ManyKeys, Params, RowKey, key,
 };
 // Metadata, and what is generated from it.
 pub use guard_runtime::{ddl, docs, meta, telemetry};

@@ -11,7 +11,7 @@ use crate::dialect::Column;
 use crate::dialect::sealed::Dialect;
 use crate::error::Error;
 use crate::executor::Executor;
-use crate::machine::key::{DecodeKey, ManyKeys, RowKey};
+use crate::machine::key::{BatchKey, DecodeKey, ManyKeys, RowKey};
 use crate::machine::{Machine, TransitionDef};
 use crate::outcome::{Committed, Outcome, Won};
 use crate::transition::note::Note;
@@ -257,12 +257,7 @@ impl<S: StateMachine, P> Noted<S, P> {
     ) -> Result<Vec<Won<S, K, Committed>>, Error>
     where
         DB: Batched,
-        K: RowKey<DB, S::KeyShape>
-            + DecodeKey<DB, S::KeyShape>
-            + ManyKeys<DB, S::KeyShape>
-            + Ord
-            + Send
-            + Sync,
+        K: BatchKey<DB, S::KeyShape>,
         P: Params<DB>,
     {
         self.recorded()?;
@@ -289,12 +284,7 @@ impl<S: StateMachine, P> Noted<S, P> {
     ) -> Result<Vec<Won<S, K, Committed>>, Error>
     where
         DB: Batched,
-        K: RowKey<DB, S::KeyShape>
-            + DecodeKey<DB, S::KeyShape>
-            + ManyKeys<DB, S::KeyShape>
-            + Ord
-            + Send
-            + Sync,
+        K: BatchKey<DB, S::KeyShape>,
         P: Params<DB>,
     {
         self.recorded()?;
@@ -312,12 +302,7 @@ impl<S: StateMachine, P> Noted<S, P> {
     ) -> Result<Vec<Won<S, K, Committed>>, Error>
     where
         DB: Batched,
-        K: RowKey<DB, S::KeyShape>
-            + DecodeKey<DB, S::KeyShape>
-            + ManyKeys<DB, S::KeyShape>
-            + Ord
-            + Send
-            + Sync,
+        K: BatchKey<DB, S::KeyShape>,
         P: Params<DB>,
     {
         self.recorded()?;

@@ -45,7 +45,7 @@ pub use crate::error::{Error, ErrorKind};
 pub use crate::executor::Executor;
 pub use crate::executor::tx::{Begin, Savepoint, Staged, Tx};
 pub use crate::history::{HasHistory, HistoryRow, Noted};
-pub use crate::machine::key::{DecodeKey, KeyShape, KeyText, ManyKeys, RowKey};
+pub use crate::machine::key::{BatchKey, DecodeKey, KeyShape, KeyText, ManyKeys, RowKey};
 pub use crate::machine::{HasVersion, StateMachine, UnknownState};
 pub use crate::outcome::{Committed, Current, Outcome, Uncommitted, Won};
 pub use crate::transition::note::Note;

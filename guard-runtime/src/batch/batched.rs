@@ -6,7 +6,7 @@
 use crate::StateMachine;
 use crate::dialect::{Backend, BoxFuture, Sql, Statement};
 use crate::error::Error;
-use crate::machine::key::{BindError, DecodeKey, ManyKeys, RowKey};
+use crate::machine::key::{BatchKey, BindError};
 use crate::outcome::{Committed, Won};
 use crate::transition::bind::{self, Values};
 use crate::transition::note::Note;
@@ -32,13 +32,7 @@ pub trait Batched: Backend + sealed::Sealed {
     ) -> Claimed<'a, S, K>
     where
         S: StateMachine,
-        K: RowKey<Self, S::KeyShape>
-            + DecodeKey<Self, S::KeyShape>
-            + ManyKeys<Self, S::KeyShape>
-            + Ord
-            + Send
-            + Sync
-            + 'a,
+        K: BatchKey<Self, S::KeyShape> + 'a,
         P: Params<Self> + 'a;
 
     /// Runs one chunk of `apply_many`.
@@ -52,7 +46,7 @@ pub trait Batched: Backend + sealed::Sealed {
     ) -> Applied<'a, S, K>
     where
         S: StateMachine,
-        K: DecodeKey<Self, S::KeyShape> + ManyKeys<Self, S::KeyShape> + Ord + Send + Sync + 'a,
+        K: BatchKey<Self, S::KeyShape> + 'a,
         P: Params<Self> + 'a;
 }
 

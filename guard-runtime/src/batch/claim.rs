@@ -23,7 +23,7 @@ use crate::error::Error;
 use crate::executor::Executor;
 use crate::executor::sealed::Run;
 use crate::executor::tx::Tx;
-use crate::machine::key::{DecodeKey, ManyKeys, RowKey};
+use crate::machine::key::{BatchKey, DecodeKey, RowKey};
 use crate::outcome::{Committed, Uncommitted, Won};
 use crate::telemetry;
 use crate::transition::note::Note;
@@ -49,12 +49,7 @@ macro_rules! batched {
             ) -> Applied<'a, S, K>
             where
                 S: StateMachine,
-                K: DecodeKey<Self, S::KeyShape>
-                    + ManyKeys<Self, S::KeyShape>
-                    + Ord
-                    + Send
-                    + Sync
-                    + 'a,
+                K: BatchKey<Self, S::KeyShape> + 'a,
                 P: Params<Self> + 'a,
             {
                 Box::pin($apply(pool, transition, keys, params, note))
@@ -70,13 +65,7 @@ macro_rules! batched {
             ) -> Claimed<'a, S, K>
             where
                 S: StateMachine,
-                K: RowKey<Self, S::KeyShape>
-            + DecodeKey<Self, S::KeyShape>
-            + ManyKeys<Self, S::KeyShape>
-            + Ord
-            + Send
-            + Sync
-            + 'a,
+                K: BatchKey<Self, S::KeyShape> + 'a,
                 P: Params<Self> + 'a,
             {
                 Box::pin($claim(pool, $($begin,)? transition, params, claim, limit, note))
@@ -133,12 +122,7 @@ impl<S: StateMachine> Transition<S> {
     ) -> Result<Vec<Won<S, K, Committed>>, Error>
     where
         DB: Batched,
-        K: RowKey<DB, S::KeyShape>
-            + DecodeKey<DB, S::KeyShape>
-            + ManyKeys<DB, S::KeyShape>
-            + Ord
-            + Send
-            + Sync,
+        K: BatchKey<DB, S::KeyShape>,
     {
         self.claim_with(pool, &(), None, limit, &Note::NONE).await
     }
@@ -164,12 +148,7 @@ impl<S: StateMachine> Transition<S> {
     ) -> Result<Vec<Won<S, K, Committed>>, Error>
     where
         DB: Batched,
-        K: RowKey<DB, S::KeyShape>
-            + DecodeKey<DB, S::KeyShape>
-            + ManyKeys<DB, S::KeyShape>
-            + Ord
-            + Send
-            + Sync,
+        K: BatchKey<DB, S::KeyShape>,
     {
         self.claim_with(pool, &(), Some(age), limit, &Note::NONE)
             .await
@@ -186,12 +165,7 @@ impl<S: StateMachine> Transition<S> {
     ) -> Result<Vec<Won<S, K, Committed>>, Error>
     where
         DB: Batched,
-        K: RowKey<DB, S::KeyShape>
-            + DecodeKey<DB, S::KeyShape>
-            + ManyKeys<DB, S::KeyShape>
-            + Ord
-            + Send
-            + Sync,
+        K: BatchKey<DB, S::KeyShape>,
     {
         let age = self.timeout()?;
         self.claim_with(pool, &(), Some(age), limit, &Note::NONE)
@@ -221,12 +195,7 @@ impl<S: StateMachine> Transition<S> {
     ) -> Result<Vec<Won<S, K, Committed>>, Error>
     where
         DB: Batched,
-        K: RowKey<DB, S::KeyShape>
-            + DecodeKey<DB, S::KeyShape>
-            + ManyKeys<DB, S::KeyShape>
-            + Ord
-            + Send
-            + Sync,
+        K: BatchKey<DB, S::KeyShape>,
         P: Params<DB>,
     {
         if self.expected().is_some() {
@@ -296,12 +265,7 @@ impl<S: StateMachine, P> Bound<S, P> {
     ) -> Result<Vec<Won<S, K, Committed>>, Error>
     where
         DB: Batched,
-        K: RowKey<DB, S::KeyShape>
-            + DecodeKey<DB, S::KeyShape>
-            + ManyKeys<DB, S::KeyShape>
-            + Ord
-            + Send
-            + Sync,
+        K: BatchKey<DB, S::KeyShape>,
         P: Params<DB>,
     {
         let transition = self.transition();
@@ -381,7 +345,7 @@ where
     DB: MoveHeld,
     for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
     S: StateMachine,
-    K: DecodeKey<DB, S::KeyShape> + ManyKeys<DB, S::KeyShape> + Ord + Send + Sync,
+    K: BatchKey<DB, S::KeyShape>,
     P: Params<DB>,
 {
     let mut attempts = 0;
@@ -418,7 +382,7 @@ trait MoveHeld: Backend {
     ) -> Applied<'a, S, K>
     where
         S: StateMachine,
-        K: DecodeKey<Self, S::KeyShape> + ManyKeys<Self, S::KeyShape> + Ord + Send + Sync + 'a,
+        K: BatchKey<Self, S::KeyShape> + 'a,
         P: Params<Self> + 'a;
 }
 
@@ -435,7 +399,7 @@ impl MoveHeld for sqlx::Sqlite {
     ) -> Applied<'a, S, K>
     where
         S: StateMachine,
-        K: DecodeKey<Self, S::KeyShape> + ManyKeys<Self, S::KeyShape> + Ord + Send + Sync + 'a,
+        K: BatchKey<Self, S::KeyShape> + 'a,
         P: Params<Self> + 'a,
     {
         Box::pin(
@@ -457,7 +421,7 @@ impl MoveHeld for sqlx::MySql {
     ) -> Applied<'a, S, K>
     where
         S: StateMachine,
-        K: DecodeKey<Self, S::KeyShape> + ManyKeys<Self, S::KeyShape> + Ord + Send + Sync + 'a,
+        K: BatchKey<Self, S::KeyShape> + 'a,
         P: Params<Self> + 'a,
     {
         Box::pin(run::lock_and_update(tx, transition, keys, params, note))
@@ -478,7 +442,7 @@ where
     DB: MoveHeld,
     for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
     S: StateMachine,
-    K: DecodeKey<DB, S::KeyShape> + ManyKeys<DB, S::KeyShape> + Ord + Send + Sync,
+    K: BatchKey<DB, S::KeyShape>,
     P: Params<DB>,
 {
     let mut tx = Tx::begin_with(pool, begin)

@@ -16,7 +16,7 @@ use crate::batch::batched::{Batched, Found};
 use crate::deadline::retry::{MAX_ATTEMPTS, backoff};
 use crate::error::Error;
 use crate::executor::Executor;
-use crate::machine::key::{DecodeKey, ManyKeys, RowKey};
+use crate::machine::key::{BatchKey, DecodeKey, ManyKeys, RowKey};
 use crate::outcome::{Committed, Outcome, Won};
 use crate::telemetry;
 use crate::transition::note::Note;
@@ -212,12 +212,7 @@ impl<S: StateMachine> Transition<S> {
     ) -> Result<Vec<Found<S, K>>, Error>
     where
         DB: Batched,
-        K: RowKey<DB, S::KeyShape>
-            + DecodeKey<DB, S::KeyShape>
-            + ManyKeys<DB, S::KeyShape>
-            + Ord
-            + Send
-            + Sync,
+        K: BatchKey<DB, S::KeyShape>,
         P: Params<DB>,
     {
         let mut attempts = 0;

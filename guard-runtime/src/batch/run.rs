@@ -17,7 +17,7 @@ use crate::error::Error;
 use crate::executor::Executor;
 use crate::executor::sealed::Run;
 use crate::executor::tx::Tx;
-use crate::machine::key::{DecodeKey, ManyKeys};
+use crate::machine::key::{BatchKey, DecodeKey, ManyKeys};
 use crate::outcome::{Committed, Uncommitted};
 use crate::transition::bind::{self, Values};
 use crate::transition::note::Note;
@@ -105,7 +105,7 @@ where
     DB: Backend,
     for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
     S: StateMachine,
-    K: DecodeKey<DB, S::KeyShape> + ManyKeys<DB, S::KeyShape> + Ord + Sync,
+    K: BatchKey<DB, S::KeyShape>,
     P: Params<DB>,
 {
     let mut executor = pool;
@@ -150,7 +150,7 @@ where
     DB: Backend,
     E: Run<Database = DB>,
     S: StateMachine,
-    K: DecodeKey<DB, S::KeyShape> + ManyKeys<DB, S::KeyShape> + Ord + Sync,
+    K: BatchKey<DB, S::KeyShape>,
     P: Params<DB>,
 {
     let log = transition.def().apply_many_sql().log();
@@ -212,7 +212,7 @@ where
     DB: Backend,
     for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
     S: StateMachine,
-    K: DecodeKey<DB, S::KeyShape> + ManyKeys<DB, S::KeyShape> + Ord + Sync,
+    K: BatchKey<DB, S::KeyShape>,
     P: Params<DB>,
 {
     let mut tx = Tx::begin(pool)
@@ -241,7 +241,7 @@ where
     DB: Backend,
     for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
     S: StateMachine,
-    K: DecodeKey<DB, S::KeyShape> + ManyKeys<DB, S::KeyShape> + Ord + Sync,
+    K: BatchKey<DB, S::KeyShape>,
     P: Params<DB>,
 {
     let many = transition.def().apply_many_sql();

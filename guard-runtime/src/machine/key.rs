@@ -149,6 +149,32 @@ pub trait ManyKeys<DB: Backend, Shape: KeyShape>: Sized {
     }
 }
 
+/// A key that [`claim`](crate::Transition::claim),
+/// [`apply_many`](crate::Transition::apply_many) and the sweeps can take
+/// for a machine of shape `Shape` on `DB`: bound as one row's key
+/// ([`RowKey`]), read back from a row ([`DecodeKey`]), sent as a batch
+/// ([`ManyKeys`]), ordered (a batch locks its rows in key order) and shared
+/// across tasks. One name for the bound every batch entry point spells;
+/// implemented for every type that meets it.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a batch key of this machine on `{DB}`",
+    note = "claims and batches bind, read back and order their keys: the key must be an \
+            owned `RowKey + DecodeKey + ManyKeys + Ord + Send + Sync` (`i64`, `String`, a tuple \
+            of them for several key columns)"
+)]
+pub trait BatchKey<DB: Backend, Shape: KeyShape>:
+    RowKey<DB, Shape> + DecodeKey<DB, Shape> + ManyKeys<DB, Shape> + Ord + Send + Sync
+{
+}
+
+impl<DB, Shape, K> BatchKey<DB, Shape> for K
+where
+    DB: Backend,
+    Shape: KeyShape,
+    K: RowKey<DB, Shape> + DecodeKey<DB, Shape> + ManyKeys<DB, Shape> + Ord + Send + Sync,
+{
+}
+
 /// Why a statement's values could not be bound.
 #[doc(hidden)]
 #[derive(Debug)]

@@ -23,7 +23,9 @@ impl<S: StateMachine> Transition<S> {
 
     /// An error of the `BEGIN` of a transaction that the call runs itself
     /// (a claim, a batch), named after the call: a `BEGIN` cut off by the
-    /// deadline wrote nothing, so the outcome is known.
+    /// deadline wrote nothing, so the outcome is known. Only SQLite and
+    /// MySQL run such a transaction.
+    #[cfg(any(feature = "sqlite", feature = "mysql"))]
     pub(crate) fn begin_error(self, error: Error) -> Error {
         match error {
             Error::Timeout { deadline, .. } => Error::Timeout {
