@@ -118,6 +118,115 @@ macro_rules! __stateguard_mysql {
     };
 }
 
+/// One statement in each dialect, as the derive writes it:
+///
+/// ```text
+/// sql! {
+///     "SELECT … WHERE \"id\" = $1" on postgres, binds = [Key(0)], reads = [Status, Version];
+///     "SELECT … WHERE \"id\" = ?1" on sqlite, binds = [Key(0)], reads = [Status, Version];
+///     "SELECT … WHERE `id` = ? AND …" on mysql, binds = [Key(0), Key(0)], reads = [Status, Version];
+/// }
+/// ```
+///
+/// Each dialect's text, with what each placeholder binds ([`meta::Bind`])
+/// and what each result column holds ([`meta::Column`]). A dialect left
+/// out has no such statement; one whose backend's feature is off is not
+/// kept.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __stateguard_sql {
+    ($(
+        $text:literal on $dialect:ident
+        $(, binds = [$($bind:ident $(($bn:literal))?),*])?
+        $(, reads = [$($read:ident $(($rn:literal))?),*])?;
+    )*) => {
+        $crate::__private::Statements::NONE
+            $(.$dialect($crate::__private::$dialect!($crate::__private::statement(
+                $text,
+                &[$($($crate::__private::Bind::$bind $(($bn))?),*)?],
+                &[$($($crate::__private::Column::$read $(($rn))?),*)?],
+            ))))*
+            .sql()
+    };
+}
+
+/// What the derive implements for a machine's enum besides
+/// `StateMachine`: `Display` and `FromStr` by the states' database text,
+/// and sqlx's `Type`, `Encode` and `Decode` as that text, so that a status
+/// binds and decodes like the column it lives in.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __stateguard_text {
+    ($machine:ident) => {
+        #[automatically_derived]
+        impl ::core::fmt::Display for $machine {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                f.write_str($crate::StateMachine::as_str(*self))
+            }
+        }
+
+        #[automatically_derived]
+        impl ::core::str::FromStr for $machine {
+            type Err = $crate::UnknownState;
+
+            fn from_str(value: &str) -> ::core::result::Result<Self, Self::Err> {
+                <Self as $crate::StateMachine>::parse_db_str(value)
+            }
+        }
+
+        #[automatically_derived]
+        impl<__DB: $crate::__private::sqlx::Database> $crate::__private::sqlx::Type<__DB>
+            for $machine
+        where
+            str: $crate::__private::sqlx::Type<__DB>,
+        {
+            fn type_info() -> <__DB as $crate::__private::sqlx::Database>::TypeInfo {
+                <str as $crate::__private::sqlx::Type<__DB>>::type_info()
+            }
+
+            fn compatible(ty: &<__DB as $crate::__private::sqlx::Database>::TypeInfo) -> bool {
+                <str as $crate::__private::sqlx::Type<__DB>>::compatible(ty)
+            }
+        }
+
+        #[automatically_derived]
+        impl<'__q, __DB: $crate::__private::sqlx::Database>
+            $crate::__private::sqlx::Encode<'__q, __DB> for $machine
+        where
+            &'__q str: $crate::__private::sqlx::Encode<'__q, __DB>,
+        {
+            fn encode_by_ref(
+                &self,
+                buf: &mut <__DB as $crate::__private::sqlx::Database>::ArgumentBuffer,
+            ) -> ::core::result::Result<
+                $crate::__private::sqlx::encode::IsNull,
+                $crate::__private::sqlx::error::BoxDynError,
+            > {
+                <&'__q str as $crate::__private::sqlx::Encode<'__q, __DB>>::encode(
+                    $crate::StateMachine::as_str(*self),
+                    buf,
+                )
+            }
+        }
+
+        #[automatically_derived]
+        impl<'__r, __DB: $crate::__private::sqlx::Database>
+            $crate::__private::sqlx::Decode<'__r, __DB> for $machine
+        where
+            &'__r str: $crate::__private::sqlx::Decode<'__r, __DB>,
+        {
+            fn decode(
+                value: <__DB as $crate::__private::sqlx::Database>::ValueRef<'__r>,
+            ) -> ::core::result::Result<Self, $crate::__private::sqlx::error::BoxDynError> {
+                let text =
+                    <&'__r str as $crate::__private::sqlx::Decode<'__r, __DB>>::decode(value)?;
+                <Self as $crate::StateMachine>::from_db_str(text)
+                    .ok_or_else(|| $crate::__private::unknown_state::<Self>(text))
+            }
+        }
+    };
+}
+
 /// Items the derive's generated code names. Not part of the public API.
 #[doc(hidden)]
 pub mod __private {
@@ -127,6 +236,12 @@ pub mod __private {
         __stateguard_mysql as mysql, __stateguard_postgres as postgres,
         __stateguard_sqlite as sqlite,
     };
+
+    /// One statement in each dialect.
+    pub use crate::__stateguard_sql as sql;
+    /// `Display`, `FromStr` and the sqlx impls of a machine's enum.
+    pub use crate::__stateguard_text as text;
+    pub use crate::machine::construct::Statements;
 
     /// The runtime's clock text per dialect, for the test that holds the
     /// derive's statements to it (`tests/derive/metadata.rs`).
@@ -146,8 +261,8 @@ pub mod __private {
     pub use crate::effects::verdict::Binder;
     pub use crate::effects::verdict::construct::binder;
     pub use crate::machine::construct::{
-        DdlParts, InFlightParts, MachineParts, StateParts, TransitionParts, ddl, in_flight,
-        machine, set_column, sql, state, statement, transition,
+        DdlParts, InFlightParts, MachineParts, PerDialect, SetParts, StateParts, TransitionParts,
+        ddl, in_flight, machine, per_dialect, set_column, state, statement, transition,
     };
     pub use crate::machine::{Machine, StateDef, TransitionDef};
 

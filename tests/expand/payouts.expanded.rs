@@ -7,776 +7,357 @@
 impl ::stateguard::StateMachine for PayoutStatus {
     type KeyShape = ::stateguard::key::shape::One;
     const MACHINE: &'static ::stateguard::__private::Machine<Self> = {
-        static __STATES: [::stateguard::__private::StateDef<PayoutStatus>; 5usize] = [
-            ::stateguard::__private::state(::stateguard::__private::StateParts {
+        use ::stateguard::__private as __sg;
+        use ::core::option::Option::{None, Some};
+        static __STATES: [__sg::StateDef<PayoutStatus>; 5] = [
+            __sg::state(__sg::StateParts {
                 value: PayoutStatus::Pending,
                 variant: "Pending",
                 db: "pending",
                 initial: true,
-                in_flight: ::core::option::Option::None,
-                stamp: ::core::option::Option::None,
-                timeout_ms: ::core::option::Option::None,
+                in_flight: None,
+                stamp: None,
+                timeout_ms: None,
             }),
-            ::stateguard::__private::state(::stateguard::__private::StateParts {
+            __sg::state(__sg::StateParts {
                 value: PayoutStatus::Sending,
                 variant: "Sending",
                 db: "sending",
                 initial: false,
-                in_flight: ::core::option::Option::None,
-                stamp: ::core::option::Option::None,
-                timeout_ms: ::core::option::Option::None,
+                in_flight: None,
+                stamp: None,
+                timeout_ms: None,
             }),
-            ::stateguard::__private::state(::stateguard::__private::StateParts {
+            __sg::state(__sg::StateParts {
                 value: PayoutStatus::Sent,
                 variant: "Sent",
                 db: "sent",
                 initial: false,
-                in_flight: ::core::option::Option::None,
-                stamp: ::core::option::Option::None,
-                timeout_ms: ::core::option::Option::None,
+                in_flight: None,
+                stamp: None,
+                timeout_ms: None,
             }),
-            ::stateguard::__private::state(::stateguard::__private::StateParts {
+            __sg::state(__sg::StateParts {
                 value: PayoutStatus::Failed,
                 variant: "Failed",
                 db: "failed",
                 initial: false,
-                in_flight: ::core::option::Option::None,
-                stamp: ::core::option::Option::None,
-                timeout_ms: ::core::option::Option::None,
+                in_flight: None,
+                stamp: None,
+                timeout_ms: None,
             }),
-            ::stateguard::__private::state(::stateguard::__private::StateParts {
+            __sg::state(__sg::StateParts {
                 value: PayoutStatus::Cancelled,
                 variant: "Cancelled",
                 db: "cancelled",
                 initial: false,
-                in_flight: ::core::option::Option::None,
-                stamp: ::core::option::Option::None,
-                timeout_ms: ::core::option::Option::None,
+                in_flight: None,
+                stamp: None,
+                timeout_ms: None,
             }),
         ];
-        static __TRANSITIONS: [::stateguard::__private::TransitionDef<
-            PayoutStatus,
-        >; 4usize] = [
-            ::stateguard::__private::transition(::stateguard::__private::TransitionParts {
+        static __TRANSITIONS: [__sg::TransitionDef<PayoutStatus>; 4] = [
+            __sg::transition(__sg::TransitionParts {
                 name: "start",
                 sources: &[PayoutStatus::Pending],
                 target: PayoutStatus::Sending,
                 set: &[],
-                update: ::stateguard::__private::sql(
-                    ::stateguard::__private::postgres!(
-                        ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('pending') AND (amount_cents <= 95000)",
-                        & [::stateguard::__private::Bind::Key(0)], & [])
-                    ),
-                    ::stateguard::__private::sqlite!(
-                        ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB) AND \"status\" IN ('pending') AND (amount_cents <= 95000)",
-                        & [::stateguard::__private::Bind::Key(0)], & [])
-                    ),
-                    ::stateguard::__private::mysql!(
-                        ::stateguard::__private::statement("UPDATE `payouts` SET `status` = 'sending' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('pending') AND CAST(`status` AS BINARY) IN ('pending') AND (amount_cents <= 95000)",
-                        & [::stateguard::__private::Bind::Key(0),
-                        ::stateguard::__private::Bind::Key(0)], & [])
-                    ),
+                update: __sg::sql! {
+                    "UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('pending') AND (amount_cents <= 95000)"
+                    on postgres, binds = [Key(0)];
+                    "UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB) AND \"status\" IN ('pending') AND (amount_cents <= 95000)"
+                    on sqlite, binds = [Key(0)];
+                    "UPDATE `payouts` SET `status` = 'sending' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('pending') AND CAST(`status` AS BINARY) IN ('pending') AND (amount_cents <= 95000)"
+                    on mysql, binds = [Key(0), Key(0)];
+                },
+                update_expecting: None,
+                read_back: None,
+                guard: Some("amount_cents <= 95000"),
+                guarded_select: Some(
+                    __sg::sql! {
+                        "SELECT \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT)"
+                        on postgres, binds = [Key(0)], reads = [Status, Version, Meets];
+                        "SELECT \"status\", CAST(0 AS INTEGER), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS INTEGER) FROM \"payouts\" WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB)"
+                        on sqlite, binds = [Key(0)], reads = [Status, Version, Meets];
+                        "SELECT CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS SIGNED) FROM `payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) LOCK IN SHARE MODE"
+                        on mysql, binds = [Key(0), Key(0)], reads = [Status, Version,
+                        Meets];
+                    },
                 ),
-                update_expecting: ::core::option::Option::None,
-                read_back: ::stateguard::__private::sql(
-                    ::stateguard::__private::postgres!(
-                        ::stateguard::__private::statement("", & [], & [])
-                    ),
-                    ::stateguard::__private::sqlite!(
-                        ::stateguard::__private::statement("", & [], & [])
-                    ),
-                    ::stateguard::__private::mysql!(
-                        ::stateguard::__private::statement("", & [], & [])
-                    ),
+                guarded_select_in_transaction: Some(
+                    __sg::sql! {
+                        "SELECT \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) FOR SHARE"
+                        on postgres, binds = [Key(0)], reads = [Status, Version, Meets];
+                        "SELECT \"status\", CAST(0 AS INTEGER), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS INTEGER) FROM \"payouts\" WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB)"
+                        on sqlite, binds = [Key(0)], reads = [Status, Version, Meets];
+                        "SELECT CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS SIGNED) FROM `payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) LOCK IN SHARE MODE"
+                        on mysql, binds = [Key(0), Key(0)], reads = [Status, Version,
+                        Meets];
+                    },
                 ),
-                guard: ::core::option::Option::Some("amount_cents <= 95000"),
-                select_guarded: ::core::option::Option::Some([
-                    ::stateguard::__private::sql(
-                        ::stateguard::__private::postgres!(
-                            ::stateguard::__private::statement("SELECT \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT)",
-                            & [::stateguard::__private::Bind::Key(0)], &
-                            [::stateguard::__private::Column::Status,
-                            ::stateguard::__private::Column::Version,
-                            ::stateguard::__private::Column::Meets])
-                        ),
-                        ::stateguard::__private::sqlite!(
-                            ::stateguard::__private::statement("SELECT \"status\", CAST(0 AS INTEGER), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS INTEGER) FROM \"payouts\" WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB)",
-                            & [::stateguard::__private::Bind::Key(0)], &
-                            [::stateguard::__private::Column::Status,
-                            ::stateguard::__private::Column::Version,
-                            ::stateguard::__private::Column::Meets])
-                        ),
-                        ::stateguard::__private::mysql!(
-                            ::stateguard::__private::statement("SELECT CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS SIGNED) FROM `payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) LOCK IN SHARE MODE",
-                            & [::stateguard::__private::Bind::Key(0),
-                            ::stateguard::__private::Bind::Key(0)], &
-                            [::stateguard::__private::Column::Status,
-                            ::stateguard::__private::Column::Version,
-                            ::stateguard::__private::Column::Meets])
-                        ),
-                    ),
-                    ::stateguard::__private::sql(
-                        ::stateguard::__private::postgres!(
-                            ::stateguard::__private::statement("SELECT \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) FOR SHARE",
-                            & [::stateguard::__private::Bind::Key(0)], &
-                            [::stateguard::__private::Column::Status,
-                            ::stateguard::__private::Column::Version,
-                            ::stateguard::__private::Column::Meets])
-                        ),
-                        ::stateguard::__private::sqlite!(
-                            ::stateguard::__private::statement("SELECT \"status\", CAST(0 AS INTEGER), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS INTEGER) FROM \"payouts\" WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB)",
-                            & [::stateguard::__private::Bind::Key(0)], &
-                            [::stateguard::__private::Column::Status,
-                            ::stateguard::__private::Column::Version,
-                            ::stateguard::__private::Column::Meets])
-                        ),
-                        ::stateguard::__private::mysql!(
-                            ::stateguard::__private::statement("SELECT CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS SIGNED) FROM `payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) LOCK IN SHARE MODE",
-                            & [::stateguard::__private::Bind::Key(0),
-                            ::stateguard::__private::Bind::Key(0)], &
-                            [::stateguard::__private::Column::Status,
-                            ::stateguard::__private::Column::Version,
-                            ::stateguard::__private::Column::Meets])
-                        ),
-                    ),
-                ]),
-                claim: ::stateguard::__private::sql(
-                    ::stateguard::__private::postgres!(
-                        ::stateguard::__private::statement("WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'sending' WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending') AND (amount_cents <= 95000) ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT c0, v, l FROM moved ORDER BY o0",
-                        & [::stateguard::__private::Bind::Limit], &
-                        [::stateguard::__private::Column::Key(0),
-                        ::stateguard::__private::Column::Version,
-                        ::stateguard::__private::Column::Token])
-                    ),
-                    ::stateguard::__private::sqlite!(
-                        ::stateguard::__private::statement("SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending') AND (amount_cents <= 95000) ORDER BY \"id\" LIMIT ?1",
-                        & [::stateguard::__private::Bind::Limit], &
-                        [::stateguard::__private::Column::Key(0)])
-                    ),
-                    ::stateguard::__private::mysql!(
-                        ::stateguard::__private::statement("SELECT `id` FROM `payouts` WHERE `status` IN ('pending') AND CAST(`status` AS BINARY) IN ('pending') AND (amount_cents <= 95000) ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED",
-                        & [::stateguard::__private::Bind::Limit], &
-                        [::stateguard::__private::Column::Key(0)])
-                    ),
-                ),
-                claim_older: ::core::option::Option::None,
-                log: ::core::option::Option::None,
-                many_update: ::stateguard::__private::sql(
-                    ::stateguard::__private::postgres!(
-                        ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING \"payouts\".\"id\"",
-                        & [::stateguard::__private::Bind::Keys(0)], &
-                        [::stateguard::__private::Column::Key(0)])
-                    ),
-                    ::stateguard::__private::sqlite!(
-                        ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'sending' FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i WHERE \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING \"payouts\".\"id\"",
-                        & [::stateguard::__private::Bind::Keys(0)], &
-                        [::stateguard::__private::Column::Key(0)])
-                    ),
-                    ::stateguard::__private::mysql!(
-                        ::stateguard::__private::statement("UPDATE JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) SET `status` = 'sending' WHERE `status` IN ('pending') AND CAST(`status` AS BINARY) IN ('pending') AND (amount_cents <= 95000)",
-                        & [::stateguard::__private::Bind::Keys(0)], & [])
-                    ),
-                ),
-                many_read: ::stateguard::__private::sql(
-                    ::stateguard::__private::postgres!(
-                        ::stateguard::__private::statement("SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT)",
-                        & [::stateguard::__private::Bind::Keys(0)], &
-                        [::stateguard::__private::Column::Key(0),
-                        ::stateguard::__private::Column::Status,
-                        ::stateguard::__private::Column::Version,
-                        ::stateguard::__private::Column::Meets])
-                    ),
-                    ::stateguard::__private::sqlite!(
-                        ::stateguard::__private::statement("SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)",
-                        & [::stateguard::__private::Bind::Keys(0)], &
-                        [::stateguard::__private::Column::Key(0),
-                        ::stateguard::__private::Column::Status,
-                        ::stateguard::__private::Column::Version,
-                        ::stateguard::__private::Column::Meets])
-                    ),
-                    ::stateguard::__private::mysql!(
-                        ::stateguard::__private::statement("SELECT `payouts`.`id`, CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS SIGNED) FROM JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) FOR UPDATE",
-                        & [::stateguard::__private::Bind::Keys(0)], &
-                        [::stateguard::__private::Column::Key(0),
-                        ::stateguard::__private::Column::Status,
-                        ::stateguard::__private::Column::Version,
-                        ::stateguard::__private::Column::Meets])
-                    ),
-                ),
-                many_lease_read: ::stateguard::__private::sql(
-                    ::stateguard::__private::postgres!(
-                        ::stateguard::__private::statement("", & [], & [])
-                    ),
-                    ::stateguard::__private::sqlite!(
-                        ::stateguard::__private::statement("", & [], & [])
-                    ),
-                    ::stateguard::__private::mysql!(
-                        ::stateguard::__private::statement("", & [], & [])
-                    ),
-                ),
-                many_log: ::stateguard::__private::sql(
-                    ::stateguard::__private::postgres!(
-                        ::stateguard::__private::statement("", & [], & [])
-                    ),
-                    ::stateguard::__private::sqlite!(
-                        ::stateguard::__private::statement("", & [], & [])
-                    ),
-                    ::stateguard::__private::mysql!(
-                        ::stateguard::__private::statement("", & [], & [])
-                    ),
-                ),
-                many_by_value: [
-                    ::stateguard::__private::sql(
-                        ::stateguard::__private::postgres!(
-                            ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING \"payouts\".\"id\"",
-                            & [::stateguard::__private::Bind::Keys(0)], &
-                            [::stateguard::__private::Column::Key(0)])
-                        ),
-                        ::stateguard::__private::sqlite!(
-                            ::stateguard::__private::statement("", & [], & [])
-                        ),
-                        ::stateguard::__private::mysql!(
-                            ::stateguard::__private::statement("", & [], & [])
-                        ),
-                    ),
-                    ::stateguard::__private::sql(
-                        ::stateguard::__private::postgres!(
-                            ::stateguard::__private::statement("SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0",
-                            & [::stateguard::__private::Bind::Keys(0)], &
-                            [::stateguard::__private::Column::Key(0),
-                            ::stateguard::__private::Column::Status,
-                            ::stateguard::__private::Column::Version,
-                            ::stateguard::__private::Column::Meets])
-                        ),
-                        ::stateguard::__private::sqlite!(
-                            ::stateguard::__private::statement("", & [], & [])
-                        ),
-                        ::stateguard::__private::mysql!(
-                            ::stateguard::__private::statement("", & [], & [])
-                        ),
-                    ),
-                ],
+                claim: __sg::sql! {
+                    "WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'sending' WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending') AND (amount_cents <= 95000) ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT c0, v, l FROM moved ORDER BY o0"
+                    on postgres, binds = [Limit], reads = [Key(0), Version, Token];
+                    "SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending') AND (amount_cents <= 95000) ORDER BY \"id\" LIMIT ?1"
+                    on sqlite, binds = [Limit], reads = [Key(0)];
+                    "SELECT `id` FROM `payouts` WHERE `status` IN ('pending') AND CAST(`status` AS BINARY) IN ('pending') AND (amount_cents <= 95000) ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
+                    on mysql, binds = [Limit], reads = [Key(0)];
+                },
+                claim_older: None,
+                log: None,
+                log_expecting: None,
+                many_update: __sg::sql! {
+                    "UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING \"payouts\".\"id\""
+                    on postgres, binds = [Keys(0)], reads = [Key(0)];
+                    "UPDATE \"payouts\" SET \"status\" = 'sending' FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i WHERE \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING \"payouts\".\"id\""
+                    on sqlite, binds = [Keys(0)], reads = [Key(0)];
+                    "UPDATE JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) SET `status` = 'sending' WHERE `status` IN ('pending') AND CAST(`status` AS BINARY) IN ('pending') AND (amount_cents <= 95000)"
+                    on mysql, binds = [Keys(0)];
+                },
+                many_read: __sg::sql! {
+                    "SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT)"
+                    on postgres, binds = [Keys(0)], reads = [Key(0), Status, Version,
+                    Meets];
+                    "SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)"
+                    on sqlite, binds = [Keys(0)], reads = [Key(0), Status, Version,
+                    Meets];
+                    "SELECT `payouts`.`id`, CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS SIGNED) FROM JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) FOR UPDATE"
+                    on mysql, binds = [Keys(0)], reads = [Key(0), Status, Version,
+                    Meets];
+                },
+                many_lease_read: None,
+                many_log: None,
+                many_update_by_value: __sg::sql! {
+                    "UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING \"payouts\".\"id\""
+                    on postgres, binds = [Keys(0)], reads = [Key(0)];
+                },
+                many_read_by_value: __sg::sql! {
+                    "SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0"
+                    on postgres, binds = [Keys(0)], reads = [Key(0), Status, Version,
+                    Meets];
+                },
             }),
-            ::stateguard::__private::transition(::stateguard::__private::TransitionParts {
+            __sg::transition(__sg::TransitionParts {
                 name: "cancel",
                 sources: &[PayoutStatus::Pending, PayoutStatus::Sending],
                 target: PayoutStatus::Cancelled,
                 set: &[],
-                update: ::stateguard::__private::sql(
-                    ::stateguard::__private::postgres!(
-                        ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('pending', 'sending')",
-                        & [::stateguard::__private::Bind::Key(0)], & [])
-                    ),
-                    ::stateguard::__private::sqlite!(
-                        ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB) AND \"status\" IN ('pending', 'sending')",
-                        & [::stateguard::__private::Bind::Key(0)], & [])
-                    ),
-                    ::stateguard::__private::mysql!(
-                        ::stateguard::__private::statement("UPDATE `payouts` SET `status` = 'cancelled' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('pending', 'sending') AND CAST(`status` AS BINARY) IN ('pending', 'sending')",
-                        & [::stateguard::__private::Bind::Key(0),
-                        ::stateguard::__private::Bind::Key(0)], & [])
-                    ),
-                ),
-                update_expecting: ::core::option::Option::None,
-                read_back: ::stateguard::__private::sql(
-                    ::stateguard::__private::postgres!(
-                        ::stateguard::__private::statement("", & [], & [])
-                    ),
-                    ::stateguard::__private::sqlite!(
-                        ::stateguard::__private::statement("", & [], & [])
-                    ),
-                    ::stateguard::__private::mysql!(
-                        ::stateguard::__private::statement("", & [], & [])
-                    ),
-                ),
-                guard: ::core::option::Option::None,
-                select_guarded: ::core::option::Option::None,
-                claim: ::stateguard::__private::sql(
-                    ::stateguard::__private::postgres!(
-                        ::stateguard::__private::statement("WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending', 'sending') ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('pending', 'sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT c0, v, l FROM moved ORDER BY o0",
-                        & [::stateguard::__private::Bind::Limit], &
-                        [::stateguard::__private::Column::Key(0),
-                        ::stateguard::__private::Column::Version,
-                        ::stateguard::__private::Column::Token])
-                    ),
-                    ::stateguard::__private::sqlite!(
-                        ::stateguard::__private::statement("SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending', 'sending') ORDER BY \"id\" LIMIT ?1",
-                        & [::stateguard::__private::Bind::Limit], &
-                        [::stateguard::__private::Column::Key(0)])
-                    ),
-                    ::stateguard::__private::mysql!(
-                        ::stateguard::__private::statement("SELECT `id` FROM `payouts` WHERE `status` IN ('pending', 'sending') AND CAST(`status` AS BINARY) IN ('pending', 'sending') ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED",
-                        & [::stateguard::__private::Bind::Limit], &
-                        [::stateguard::__private::Column::Key(0)])
-                    ),
-                ),
-                claim_older: ::core::option::Option::None,
-                log: ::core::option::Option::None,
-                many_update: ::stateguard::__private::sql(
-                    ::stateguard::__private::postgres!(
-                        ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('pending', 'sending') RETURNING \"payouts\".\"id\"",
-                        & [::stateguard::__private::Bind::Keys(0)], &
-                        [::stateguard::__private::Column::Key(0)])
-                    ),
-                    ::stateguard::__private::sqlite!(
-                        ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'cancelled' FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i WHERE \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB) AND \"status\" IN ('pending', 'sending') RETURNING \"payouts\".\"id\"",
-                        & [::stateguard::__private::Bind::Keys(0)], &
-                        [::stateguard::__private::Column::Key(0)])
-                    ),
-                    ::stateguard::__private::mysql!(
-                        ::stateguard::__private::statement("UPDATE JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) SET `status` = 'cancelled' WHERE `status` IN ('pending', 'sending') AND CAST(`status` AS BINARY) IN ('pending', 'sending')",
-                        & [::stateguard::__private::Bind::Keys(0)], & [])
-                    ),
-                ),
-                many_read: ::stateguard::__private::sql(
-                    ::stateguard::__private::postgres!(
-                        ::stateguard::__private::statement("SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT)",
-                        & [::stateguard::__private::Bind::Keys(0)], &
-                        [::stateguard::__private::Column::Key(0),
-                        ::stateguard::__private::Column::Status,
-                        ::stateguard::__private::Column::Version,
-                        ::stateguard::__private::Column::Meets])
-                    ),
-                    ::stateguard::__private::sqlite!(
-                        ::stateguard::__private::statement("SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(1 AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)",
-                        & [::stateguard::__private::Bind::Keys(0)], &
-                        [::stateguard::__private::Column::Key(0),
-                        ::stateguard::__private::Column::Status,
-                        ::stateguard::__private::Column::Version,
-                        ::stateguard::__private::Column::Meets])
-                    ),
-                    ::stateguard::__private::mysql!(
-                        ::stateguard::__private::statement("SELECT `payouts`.`id`, CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(1 AS SIGNED) FROM JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) FOR UPDATE",
-                        & [::stateguard::__private::Bind::Keys(0)], &
-                        [::stateguard::__private::Column::Key(0),
-                        ::stateguard::__private::Column::Status,
-                        ::stateguard::__private::Column::Version,
-                        ::stateguard::__private::Column::Meets])
-                    ),
-                ),
-                many_lease_read: ::stateguard::__private::sql(
-                    ::stateguard::__private::postgres!(
-                        ::stateguard::__private::statement("", & [], & [])
-                    ),
-                    ::stateguard::__private::sqlite!(
-                        ::stateguard::__private::statement("", & [], & [])
-                    ),
-                    ::stateguard::__private::mysql!(
-                        ::stateguard::__private::statement("", & [], & [])
-                    ),
-                ),
-                many_log: ::stateguard::__private::sql(
-                    ::stateguard::__private::postgres!(
-                        ::stateguard::__private::statement("", & [], & [])
-                    ),
-                    ::stateguard::__private::sqlite!(
-                        ::stateguard::__private::statement("", & [], & [])
-                    ),
-                    ::stateguard::__private::mysql!(
-                        ::stateguard::__private::statement("", & [], & [])
-                    ),
-                ),
-                many_by_value: [
-                    ::stateguard::__private::sql(
-                        ::stateguard::__private::postgres!(
-                            ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('pending', 'sending') RETURNING \"payouts\".\"id\"",
-                            & [::stateguard::__private::Bind::Keys(0)], &
-                            [::stateguard::__private::Column::Key(0)])
-                        ),
-                        ::stateguard::__private::sqlite!(
-                            ::stateguard::__private::statement("", & [], & [])
-                        ),
-                        ::stateguard::__private::mysql!(
-                            ::stateguard::__private::statement("", & [], & [])
-                        ),
-                    ),
-                    ::stateguard::__private::sql(
-                        ::stateguard::__private::postgres!(
-                            ::stateguard::__private::statement("SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0",
-                            & [::stateguard::__private::Bind::Keys(0)], &
-                            [::stateguard::__private::Column::Key(0),
-                            ::stateguard::__private::Column::Status,
-                            ::stateguard::__private::Column::Version,
-                            ::stateguard::__private::Column::Meets])
-                        ),
-                        ::stateguard::__private::sqlite!(
-                            ::stateguard::__private::statement("", & [], & [])
-                        ),
-                        ::stateguard::__private::mysql!(
-                            ::stateguard::__private::statement("", & [], & [])
-                        ),
-                    ),
-                ],
+                update: __sg::sql! {
+                    "UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('pending', 'sending')"
+                    on postgres, binds = [Key(0)];
+                    "UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB) AND \"status\" IN ('pending', 'sending')"
+                    on sqlite, binds = [Key(0)];
+                    "UPDATE `payouts` SET `status` = 'cancelled' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('pending', 'sending') AND CAST(`status` AS BINARY) IN ('pending', 'sending')"
+                    on mysql, binds = [Key(0), Key(0)];
+                },
+                update_expecting: None,
+                read_back: None,
+                guard: None,
+                guarded_select: None,
+                guarded_select_in_transaction: None,
+                claim: __sg::sql! {
+                    "WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending', 'sending') ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('pending', 'sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT c0, v, l FROM moved ORDER BY o0"
+                    on postgres, binds = [Limit], reads = [Key(0), Version, Token];
+                    "SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending', 'sending') ORDER BY \"id\" LIMIT ?1"
+                    on sqlite, binds = [Limit], reads = [Key(0)];
+                    "SELECT `id` FROM `payouts` WHERE `status` IN ('pending', 'sending') AND CAST(`status` AS BINARY) IN ('pending', 'sending') ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
+                    on mysql, binds = [Limit], reads = [Key(0)];
+                },
+                claim_older: None,
+                log: None,
+                log_expecting: None,
+                many_update: __sg::sql! {
+                    "UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('pending', 'sending') RETURNING \"payouts\".\"id\""
+                    on postgres, binds = [Keys(0)], reads = [Key(0)];
+                    "UPDATE \"payouts\" SET \"status\" = 'cancelled' FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i WHERE \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB) AND \"status\" IN ('pending', 'sending') RETURNING \"payouts\".\"id\""
+                    on sqlite, binds = [Keys(0)], reads = [Key(0)];
+                    "UPDATE JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) SET `status` = 'cancelled' WHERE `status` IN ('pending', 'sending') AND CAST(`status` AS BINARY) IN ('pending', 'sending')"
+                    on mysql, binds = [Keys(0)];
+                },
+                many_read: __sg::sql! {
+                    "SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT)"
+                    on postgres, binds = [Keys(0)], reads = [Key(0), Status, Version,
+                    Meets];
+                    "SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(1 AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)"
+                    on sqlite, binds = [Keys(0)], reads = [Key(0), Status, Version,
+                    Meets];
+                    "SELECT `payouts`.`id`, CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(1 AS SIGNED) FROM JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) FOR UPDATE"
+                    on mysql, binds = [Keys(0)], reads = [Key(0), Status, Version,
+                    Meets];
+                },
+                many_lease_read: None,
+                many_log: None,
+                many_update_by_value: __sg::sql! {
+                    "UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('pending', 'sending') RETURNING \"payouts\".\"id\""
+                    on postgres, binds = [Keys(0)], reads = [Key(0)];
+                },
+                many_read_by_value: __sg::sql! {
+                    "SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0"
+                    on postgres, binds = [Keys(0)], reads = [Key(0), Status, Version,
+                    Meets];
+                },
             }),
-            ::stateguard::__private::transition(::stateguard::__private::TransitionParts {
+            __sg::transition(__sg::TransitionParts {
                 name: "confirm",
                 sources: &[PayoutStatus::Sending],
                 target: PayoutStatus::Sent,
                 set: &[
-                    ::stateguard::__private::set_column("sent_at", "CURRENT_TIMESTAMP"),
-                    ::stateguard::__private::set_column("bank_ref", "bind(String)"),
+                    __sg::set_column(__sg::SetParts {
+                        column: "sent_at",
+                        expr: "CURRENT_TIMESTAMP",
+                    }),
+                    __sg::set_column(__sg::SetParts {
+                        column: "bank_ref",
+                        expr: "bind(String)",
+                    }),
                 ],
-                update: ::stateguard::__private::sql(
-                    ::stateguard::__private::postgres!(
-                        ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $2 WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('sending')",
-                        & [::stateguard::__private::Bind::Key(0),
-                        ::stateguard::__private::Bind::Value(0)], & [])
-                    ),
-                    ::stateguard::__private::sqlite!(
-                        ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = ?2 WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB) AND \"status\" IN ('sending')",
-                        & [::stateguard::__private::Bind::Key(0),
-                        ::stateguard::__private::Bind::Value(0)], & [])
-                    ),
-                    ::stateguard::__private::mysql!(
-                        ::stateguard::__private::statement("UPDATE `payouts` SET `sent_at` = (CURRENT_TIMESTAMP), `bank_ref` = ?, `status` = 'sent' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending')",
-                        & [::stateguard::__private::Bind::Value(0),
-                        ::stateguard::__private::Bind::Key(0),
-                        ::stateguard::__private::Bind::Key(0)], & [])
-                    ),
-                ),
-                update_expecting: ::core::option::Option::None,
-                read_back: ::stateguard::__private::sql(
-                    ::stateguard::__private::postgres!(
-                        ::stateguard::__private::statement("", & [], & [])
-                    ),
-                    ::stateguard::__private::sqlite!(
-                        ::stateguard::__private::statement("", & [], & [])
-                    ),
-                    ::stateguard::__private::mysql!(
-                        ::stateguard::__private::statement("", & [], & [])
-                    ),
-                ),
-                guard: ::core::option::Option::None,
-                select_guarded: ::core::option::Option::None,
-                claim: ::stateguard::__private::sql(
-                    ::stateguard::__private::postgres!(
-                        ::stateguard::__private::statement("WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $1 WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT $2 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT c0, v, l FROM moved ORDER BY o0",
-                        & [::stateguard::__private::Bind::Value(0),
-                        ::stateguard::__private::Bind::Limit], &
-                        [::stateguard::__private::Column::Key(0),
-                        ::stateguard::__private::Column::Version,
-                        ::stateguard::__private::Column::Token])
-                    ),
-                    ::stateguard::__private::sqlite!(
-                        ::stateguard::__private::statement("SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT ?1",
-                        & [::stateguard::__private::Bind::Limit], &
-                        [::stateguard::__private::Column::Key(0)])
-                    ),
-                    ::stateguard::__private::mysql!(
-                        ::stateguard::__private::statement("SELECT `id` FROM `payouts` WHERE `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending') ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED",
-                        & [::stateguard::__private::Bind::Limit], &
-                        [::stateguard::__private::Column::Key(0)])
-                    ),
-                ),
-                claim_older: ::core::option::Option::None,
-                log: ::core::option::Option::None,
-                many_update: ::stateguard::__private::sql(
-                    ::stateguard::__private::postgres!(
-                        ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $2 WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\"",
-                        & [::stateguard::__private::Bind::Keys(0),
-                        ::stateguard::__private::Bind::Value(0)], &
-                        [::stateguard::__private::Column::Key(0)])
-                    ),
-                    ::stateguard::__private::sqlite!(
-                        ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = ?2 FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i WHERE \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\"",
-                        & [::stateguard::__private::Bind::Keys(0),
-                        ::stateguard::__private::Bind::Value(0)], &
-                        [::stateguard::__private::Column::Key(0)])
-                    ),
-                    ::stateguard::__private::mysql!(
-                        ::stateguard::__private::statement("UPDATE JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) SET `sent_at` = (CURRENT_TIMESTAMP), `bank_ref` = ?, `status` = 'sent' WHERE `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending')",
-                        & [::stateguard::__private::Bind::Keys(0),
-                        ::stateguard::__private::Bind::Value(0)], & [])
-                    ),
-                ),
-                many_read: ::stateguard::__private::sql(
-                    ::stateguard::__private::postgres!(
-                        ::stateguard::__private::statement("SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT)",
-                        & [::stateguard::__private::Bind::Keys(0)], &
-                        [::stateguard::__private::Column::Key(0),
-                        ::stateguard::__private::Column::Status,
-                        ::stateguard::__private::Column::Version,
-                        ::stateguard::__private::Column::Meets])
-                    ),
-                    ::stateguard::__private::sqlite!(
-                        ::stateguard::__private::statement("SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(1 AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)",
-                        & [::stateguard::__private::Bind::Keys(0)], &
-                        [::stateguard::__private::Column::Key(0),
-                        ::stateguard::__private::Column::Status,
-                        ::stateguard::__private::Column::Version,
-                        ::stateguard::__private::Column::Meets])
-                    ),
-                    ::stateguard::__private::mysql!(
-                        ::stateguard::__private::statement("SELECT `payouts`.`id`, CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(1 AS SIGNED) FROM JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) FOR UPDATE",
-                        & [::stateguard::__private::Bind::Keys(0)], &
-                        [::stateguard::__private::Column::Key(0),
-                        ::stateguard::__private::Column::Status,
-                        ::stateguard::__private::Column::Version,
-                        ::stateguard::__private::Column::Meets])
-                    ),
-                ),
-                many_lease_read: ::stateguard::__private::sql(
-                    ::stateguard::__private::postgres!(
-                        ::stateguard::__private::statement("", & [], & [])
-                    ),
-                    ::stateguard::__private::sqlite!(
-                        ::stateguard::__private::statement("", & [], & [])
-                    ),
-                    ::stateguard::__private::mysql!(
-                        ::stateguard::__private::statement("", & [], & [])
-                    ),
-                ),
-                many_log: ::stateguard::__private::sql(
-                    ::stateguard::__private::postgres!(
-                        ::stateguard::__private::statement("", & [], & [])
-                    ),
-                    ::stateguard::__private::sqlite!(
-                        ::stateguard::__private::statement("", & [], & [])
-                    ),
-                    ::stateguard::__private::mysql!(
-                        ::stateguard::__private::statement("", & [], & [])
-                    ),
-                ),
-                many_by_value: [
-                    ::stateguard::__private::sql(
-                        ::stateguard::__private::postgres!(
-                            ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $2 WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\"",
-                            & [::stateguard::__private::Bind::Keys(0),
-                            ::stateguard::__private::Bind::Value(0)], &
-                            [::stateguard::__private::Column::Key(0)])
-                        ),
-                        ::stateguard::__private::sqlite!(
-                            ::stateguard::__private::statement("", & [], & [])
-                        ),
-                        ::stateguard::__private::mysql!(
-                            ::stateguard::__private::statement("", & [], & [])
-                        ),
-                    ),
-                    ::stateguard::__private::sql(
-                        ::stateguard::__private::postgres!(
-                            ::stateguard::__private::statement("SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0",
-                            & [::stateguard::__private::Bind::Keys(0)], &
-                            [::stateguard::__private::Column::Key(0),
-                            ::stateguard::__private::Column::Status,
-                            ::stateguard::__private::Column::Version,
-                            ::stateguard::__private::Column::Meets])
-                        ),
-                        ::stateguard::__private::sqlite!(
-                            ::stateguard::__private::statement("", & [], & [])
-                        ),
-                        ::stateguard::__private::mysql!(
-                            ::stateguard::__private::statement("", & [], & [])
-                        ),
-                    ),
-                ],
+                update: __sg::sql! {
+                    "UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $2 WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('sending')"
+                    on postgres, binds = [Key(0), Value(0)];
+                    "UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = ?2 WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB) AND \"status\" IN ('sending')"
+                    on sqlite, binds = [Key(0), Value(0)];
+                    "UPDATE `payouts` SET `sent_at` = (CURRENT_TIMESTAMP), `bank_ref` = ?, `status` = 'sent' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending')"
+                    on mysql, binds = [Value(0), Key(0), Key(0)];
+                },
+                update_expecting: None,
+                read_back: None,
+                guard: None,
+                guarded_select: None,
+                guarded_select_in_transaction: None,
+                claim: __sg::sql! {
+                    "WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $1 WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT $2 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT c0, v, l FROM moved ORDER BY o0"
+                    on postgres, binds = [Value(0), Limit], reads = [Key(0), Version,
+                    Token];
+                    "SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT ?1"
+                    on sqlite, binds = [Limit], reads = [Key(0)];
+                    "SELECT `id` FROM `payouts` WHERE `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending') ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
+                    on mysql, binds = [Limit], reads = [Key(0)];
+                },
+                claim_older: None,
+                log: None,
+                log_expecting: None,
+                many_update: __sg::sql! {
+                    "UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $2 WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\""
+                    on postgres, binds = [Keys(0), Value(0)], reads = [Key(0)];
+                    "UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = ?2 FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i WHERE \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\""
+                    on sqlite, binds = [Keys(0), Value(0)], reads = [Key(0)];
+                    "UPDATE JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) SET `sent_at` = (CURRENT_TIMESTAMP), `bank_ref` = ?, `status` = 'sent' WHERE `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending')"
+                    on mysql, binds = [Keys(0), Value(0)];
+                },
+                many_read: __sg::sql! {
+                    "SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT)"
+                    on postgres, binds = [Keys(0)], reads = [Key(0), Status, Version,
+                    Meets];
+                    "SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(1 AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)"
+                    on sqlite, binds = [Keys(0)], reads = [Key(0), Status, Version,
+                    Meets];
+                    "SELECT `payouts`.`id`, CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(1 AS SIGNED) FROM JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) FOR UPDATE"
+                    on mysql, binds = [Keys(0)], reads = [Key(0), Status, Version,
+                    Meets];
+                },
+                many_lease_read: None,
+                many_log: None,
+                many_update_by_value: __sg::sql! {
+                    "UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $2 WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\""
+                    on postgres, binds = [Keys(0), Value(0)], reads = [Key(0)];
+                },
+                many_read_by_value: __sg::sql! {
+                    "SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0"
+                    on postgres, binds = [Keys(0)], reads = [Key(0), Status, Version,
+                    Meets];
+                },
             }),
-            ::stateguard::__private::transition(::stateguard::__private::TransitionParts {
+            __sg::transition(__sg::TransitionParts {
                 name: "fail",
                 sources: &[PayoutStatus::Sending],
                 target: PayoutStatus::Failed,
                 set: &[],
-                update: ::stateguard::__private::sql(
-                    ::stateguard::__private::postgres!(
-                        ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('sending')",
-                        & [::stateguard::__private::Bind::Key(0)], & [])
-                    ),
-                    ::stateguard::__private::sqlite!(
-                        ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB) AND \"status\" IN ('sending')",
-                        & [::stateguard::__private::Bind::Key(0)], & [])
-                    ),
-                    ::stateguard::__private::mysql!(
-                        ::stateguard::__private::statement("UPDATE `payouts` SET `status` = 'failed' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending')",
-                        & [::stateguard::__private::Bind::Key(0),
-                        ::stateguard::__private::Bind::Key(0)], & [])
-                    ),
-                ),
-                update_expecting: ::core::option::Option::None,
-                read_back: ::stateguard::__private::sql(
-                    ::stateguard::__private::postgres!(
-                        ::stateguard::__private::statement("", & [], & [])
-                    ),
-                    ::stateguard::__private::sqlite!(
-                        ::stateguard::__private::statement("", & [], & [])
-                    ),
-                    ::stateguard::__private::mysql!(
-                        ::stateguard::__private::statement("", & [], & [])
-                    ),
-                ),
-                guard: ::core::option::Option::None,
-                select_guarded: ::core::option::Option::None,
-                claim: ::stateguard::__private::sql(
-                    ::stateguard::__private::postgres!(
-                        ::stateguard::__private::statement("WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'failed' WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT c0, v, l FROM moved ORDER BY o0",
-                        & [::stateguard::__private::Bind::Limit], &
-                        [::stateguard::__private::Column::Key(0),
-                        ::stateguard::__private::Column::Version,
-                        ::stateguard::__private::Column::Token])
-                    ),
-                    ::stateguard::__private::sqlite!(
-                        ::stateguard::__private::statement("SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT ?1",
-                        & [::stateguard::__private::Bind::Limit], &
-                        [::stateguard::__private::Column::Key(0)])
-                    ),
-                    ::stateguard::__private::mysql!(
-                        ::stateguard::__private::statement("SELECT `id` FROM `payouts` WHERE `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending') ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED",
-                        & [::stateguard::__private::Bind::Limit], &
-                        [::stateguard::__private::Column::Key(0)])
-                    ),
-                ),
-                claim_older: ::core::option::Option::None,
-                log: ::core::option::Option::None,
-                many_update: ::stateguard::__private::sql(
-                    ::stateguard::__private::postgres!(
-                        ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\"",
-                        & [::stateguard::__private::Bind::Keys(0)], &
-                        [::stateguard::__private::Column::Key(0)])
-                    ),
-                    ::stateguard::__private::sqlite!(
-                        ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'failed' FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i WHERE \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\"",
-                        & [::stateguard::__private::Bind::Keys(0)], &
-                        [::stateguard::__private::Column::Key(0)])
-                    ),
-                    ::stateguard::__private::mysql!(
-                        ::stateguard::__private::statement("UPDATE JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) SET `status` = 'failed' WHERE `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending')",
-                        & [::stateguard::__private::Bind::Keys(0)], & [])
-                    ),
-                ),
-                many_read: ::stateguard::__private::sql(
-                    ::stateguard::__private::postgres!(
-                        ::stateguard::__private::statement("SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT)",
-                        & [::stateguard::__private::Bind::Keys(0)], &
-                        [::stateguard::__private::Column::Key(0),
-                        ::stateguard::__private::Column::Status,
-                        ::stateguard::__private::Column::Version,
-                        ::stateguard::__private::Column::Meets])
-                    ),
-                    ::stateguard::__private::sqlite!(
-                        ::stateguard::__private::statement("SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(1 AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)",
-                        & [::stateguard::__private::Bind::Keys(0)], &
-                        [::stateguard::__private::Column::Key(0),
-                        ::stateguard::__private::Column::Status,
-                        ::stateguard::__private::Column::Version,
-                        ::stateguard::__private::Column::Meets])
-                    ),
-                    ::stateguard::__private::mysql!(
-                        ::stateguard::__private::statement("SELECT `payouts`.`id`, CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(1 AS SIGNED) FROM JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) FOR UPDATE",
-                        & [::stateguard::__private::Bind::Keys(0)], &
-                        [::stateguard::__private::Column::Key(0),
-                        ::stateguard::__private::Column::Status,
-                        ::stateguard::__private::Column::Version,
-                        ::stateguard::__private::Column::Meets])
-                    ),
-                ),
-                many_lease_read: ::stateguard::__private::sql(
-                    ::stateguard::__private::postgres!(
-                        ::stateguard::__private::statement("", & [], & [])
-                    ),
-                    ::stateguard::__private::sqlite!(
-                        ::stateguard::__private::statement("", & [], & [])
-                    ),
-                    ::stateguard::__private::mysql!(
-                        ::stateguard::__private::statement("", & [], & [])
-                    ),
-                ),
-                many_log: ::stateguard::__private::sql(
-                    ::stateguard::__private::postgres!(
-                        ::stateguard::__private::statement("", & [], & [])
-                    ),
-                    ::stateguard::__private::sqlite!(
-                        ::stateguard::__private::statement("", & [], & [])
-                    ),
-                    ::stateguard::__private::mysql!(
-                        ::stateguard::__private::statement("", & [], & [])
-                    ),
-                ),
-                many_by_value: [
-                    ::stateguard::__private::sql(
-                        ::stateguard::__private::postgres!(
-                            ::stateguard::__private::statement("UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\"",
-                            & [::stateguard::__private::Bind::Keys(0)], &
-                            [::stateguard::__private::Column::Key(0)])
-                        ),
-                        ::stateguard::__private::sqlite!(
-                            ::stateguard::__private::statement("", & [], & [])
-                        ),
-                        ::stateguard::__private::mysql!(
-                            ::stateguard::__private::statement("", & [], & [])
-                        ),
-                    ),
-                    ::stateguard::__private::sql(
-                        ::stateguard::__private::postgres!(
-                            ::stateguard::__private::statement("SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0",
-                            & [::stateguard::__private::Bind::Keys(0)], &
-                            [::stateguard::__private::Column::Key(0),
-                            ::stateguard::__private::Column::Status,
-                            ::stateguard::__private::Column::Version,
-                            ::stateguard::__private::Column::Meets])
-                        ),
-                        ::stateguard::__private::sqlite!(
-                            ::stateguard::__private::statement("", & [], & [])
-                        ),
-                        ::stateguard::__private::mysql!(
-                            ::stateguard::__private::statement("", & [], & [])
-                        ),
-                    ),
-                ],
+                update: __sg::sql! {
+                    "UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('sending')"
+                    on postgres, binds = [Key(0)];
+                    "UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB) AND \"status\" IN ('sending')"
+                    on sqlite, binds = [Key(0)];
+                    "UPDATE `payouts` SET `status` = 'failed' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending')"
+                    on mysql, binds = [Key(0), Key(0)];
+                },
+                update_expecting: None,
+                read_back: None,
+                guard: None,
+                guarded_select: None,
+                guarded_select_in_transaction: None,
+                claim: __sg::sql! {
+                    "WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'failed' WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT c0, v, l FROM moved ORDER BY o0"
+                    on postgres, binds = [Limit], reads = [Key(0), Version, Token];
+                    "SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT ?1"
+                    on sqlite, binds = [Limit], reads = [Key(0)];
+                    "SELECT `id` FROM `payouts` WHERE `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending') ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
+                    on mysql, binds = [Limit], reads = [Key(0)];
+                },
+                claim_older: None,
+                log: None,
+                log_expecting: None,
+                many_update: __sg::sql! {
+                    "UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\""
+                    on postgres, binds = [Keys(0)], reads = [Key(0)];
+                    "UPDATE \"payouts\" SET \"status\" = 'failed' FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i WHERE \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\""
+                    on sqlite, binds = [Keys(0)], reads = [Key(0)];
+                    "UPDATE JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) SET `status` = 'failed' WHERE `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending')"
+                    on mysql, binds = [Keys(0)];
+                },
+                many_read: __sg::sql! {
+                    "SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT)"
+                    on postgres, binds = [Keys(0)], reads = [Key(0), Status, Version,
+                    Meets];
+                    "SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(1 AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)"
+                    on sqlite, binds = [Keys(0)], reads = [Key(0), Status, Version,
+                    Meets];
+                    "SELECT `payouts`.`id`, CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(1 AS SIGNED) FROM JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) FOR UPDATE"
+                    on mysql, binds = [Keys(0)], reads = [Key(0), Status, Version,
+                    Meets];
+                },
+                many_lease_read: None,
+                many_log: None,
+                many_update_by_value: __sg::sql! {
+                    "UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\""
+                    on postgres, binds = [Keys(0)], reads = [Key(0)];
+                },
+                many_read_by_value: __sg::sql! {
+                    "SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0"
+                    on postgres, binds = [Keys(0)], reads = [Key(0), Status, Version,
+                    Meets];
+                },
             }),
         ];
-        static __MACHINE: ::stateguard::__private::Machine<PayoutStatus> = ::stateguard::__private::machine(::stateguard::__private::MachineParts {
+        static __MACHINE: __sg::Machine<PayoutStatus> = __sg::machine(__sg::MachineParts {
             name: "PayoutStatus",
             table: "payouts",
             column: "status",
             key: "id",
             key_columns: &["id"],
-            version: ::core::option::Option::None,
+            version: None,
             initial: PayoutStatus::Pending,
             states: &__STATES,
             transitions: &__TRANSITIONS,
-            select: ::stateguard::__private::sql(
-                ::stateguard::__private::postgres!(
-                    ::stateguard::__private::statement("SELECT \"status\"::text, CAST(0 AS BIGINT) FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT)",
-                    & [::stateguard::__private::Bind::Key(0)], &
-                    [::stateguard::__private::Column::Status,
-                    ::stateguard::__private::Column::Version])
-                ),
-                ::stateguard::__private::sqlite!(
-                    ::stateguard::__private::statement("SELECT \"status\", CAST(0 AS INTEGER) FROM \"payouts\" WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB)",
-                    & [::stateguard::__private::Bind::Key(0)], &
-                    [::stateguard::__private::Column::Status,
-                    ::stateguard::__private::Column::Version])
-                ),
-                ::stateguard::__private::mysql!(
-                    ::stateguard::__private::statement("SELECT CAST(`status` AS CHAR), CAST(0 AS SIGNED) FROM `payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) LOCK IN SHARE MODE",
-                    & [::stateguard::__private::Bind::Key(0),
-                    ::stateguard::__private::Bind::Key(0)], &
-                    [::stateguard::__private::Column::Status,
-                    ::stateguard::__private::Column::Version])
-                ),
-            ),
-            select_in_transaction: ::stateguard::__private::sql(
-                ::stateguard::__private::postgres!(
-                    ::stateguard::__private::statement("SELECT \"status\"::text, CAST(0 AS BIGINT) FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) FOR SHARE",
-                    & [::stateguard::__private::Bind::Key(0)], &
-                    [::stateguard::__private::Column::Status,
-                    ::stateguard::__private::Column::Version])
-                ),
-                ::stateguard::__private::sqlite!(
-                    ::stateguard::__private::statement("SELECT \"status\", CAST(0 AS INTEGER) FROM \"payouts\" WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB)",
-                    & [::stateguard::__private::Bind::Key(0)], &
-                    [::stateguard::__private::Column::Status,
-                    ::stateguard::__private::Column::Version])
-                ),
-                ::stateguard::__private::mysql!(
-                    ::stateguard::__private::statement("SELECT CAST(`status` AS CHAR), CAST(0 AS SIGNED) FROM `payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) LOCK IN SHARE MODE",
-                    & [::stateguard::__private::Bind::Key(0),
-                    ::stateguard::__private::Bind::Key(0)], &
-                    [::stateguard::__private::Column::Status,
-                    ::stateguard::__private::Column::Version])
-                ),
-            ),
-            history: ::core::option::Option::None,
-            ddl: ::stateguard::__private::sql(
-                ::stateguard::__private::ddl(::stateguard::__private::DdlParts {
+            select: __sg::sql! {
+                "SELECT \"status\"::text, CAST(0 AS BIGINT) FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT)"
+                on postgres, binds = [Key(0)], reads = [Status, Version];
+                "SELECT \"status\", CAST(0 AS INTEGER) FROM \"payouts\" WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB)"
+                on sqlite, binds = [Key(0)], reads = [Status, Version];
+                "SELECT CAST(`status` AS CHAR), CAST(0 AS SIGNED) FROM `payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) LOCK IN SHARE MODE"
+                on mysql, binds = [Key(0), Key(0)], reads = [Status, Version];
+            },
+            select_in_transaction: __sg::sql! {
+                "SELECT \"status\"::text, CAST(0 AS BIGINT) FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) FOR SHARE"
+                on postgres, binds = [Key(0)], reads = [Status, Version];
+                "SELECT \"status\", CAST(0 AS INTEGER) FROM \"payouts\" WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB)"
+                on sqlite, binds = [Key(0)], reads = [Status, Version];
+                "SELECT CAST(`status` AS CHAR), CAST(0 AS SIGNED) FROM `payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) LOCK IN SHARE MODE"
+                on mysql, binds = [Key(0), Key(0)], reads = [Status, Version];
+            },
+            history: None,
+            history_read: None,
+            ddl: __sg::per_dialect(__sg::PerDialect {
+                postgres: __sg::ddl(__sg::DdlParts {
                     constraint: "payouts_status_states",
                     trigger: "payouts_status_transitions",
                     check_clause: "CONSTRAINT \"payouts_status_states\" CHECK (\"status\" IN ('pending', 'sending', 'sent', 'failed', 'cancelled'))",
@@ -793,7 +374,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     migration: "-- stateguard: the states and transitions of PayoutStatus, enforced on payouts.status.\n-- Generated by stateguard::ddl::postgres::<PayoutStatus>(); generate it again when the enum changes.\n\nALTER TABLE \"payouts\"\n    ADD CONSTRAINT \"payouts_status_states\"\n    CHECK (\"status\" IN ('pending', 'sending', 'sent', 'failed', 'cancelled'));\n\nCREATE FUNCTION \"payouts_status_transitions\"() RETURNS trigger\nLANGUAGE plpgsql AS $stateguard$\nBEGIN\n    IF NEW.\"status\" IS DISTINCT FROM OLD.\"status\"\n        AND (CASE OLD.\"status\"\n            WHEN 'pending' THEN NEW.\"status\" IN ('sending', 'cancelled')\n            WHEN 'sending' THEN NEW.\"status\" IN ('sent', 'failed', 'cancelled')\n            ELSE false\n        END) IS NOT TRUE\n    THEN\n        RAISE EXCEPTION 'stateguard: illegal transition on payouts: % -> %',\n            OLD.\"status\", NEW.\"status\"\n            USING ERRCODE = 'check_violation';\n    END IF;\n    RETURN NEW;\nEND\n$stateguard$;\n\nCREATE TRIGGER \"payouts_status_transitions\"\n    BEFORE UPDATE OF \"status\" ON \"payouts\"\n    FOR EACH ROW EXECUTE FUNCTION \"payouts_status_transitions\"();\n",
                     down_migration: "-- Removes what stateguard::ddl::postgres::<PayoutStatus>() created on payouts.status.\n\nDROP TRIGGER IF EXISTS \"payouts_status_transitions\" ON \"payouts\";\n\nDROP FUNCTION IF EXISTS \"payouts_status_transitions\"();\n\nALTER TABLE \"payouts\" DROP CONSTRAINT IF EXISTS \"payouts_status_states\";\n",
                 }),
-                ::stateguard::__private::ddl(::stateguard::__private::DdlParts {
+                sqlite: __sg::ddl(__sg::DdlParts {
                     constraint: "payouts_status_states",
                     trigger: "payouts_status_transitions",
                     check_clause: "CONSTRAINT \"payouts_status_states\" CHECK (\"status\" IN ('pending', 'sending', 'sent', 'failed', 'cancelled'))",
@@ -810,7 +391,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     migration: "-- stateguard: the states and transitions of PayoutStatus, enforced on payouts.status.\n-- Generated by stateguard::ddl::sqlite::<PayoutStatus>(); generate it again when the enum changes.\n-- Needs SQLite 3.48 or later. SQLite cannot add a constraint to an existing table,\n-- so two triggers check the states; a new table can have this constraint instead:\n--     CONSTRAINT \"payouts_status_states\" CHECK (\"status\" IN ('pending', 'sending', 'sent', 'failed', 'cancelled'))\n\nCREATE TRIGGER \"payouts_status_states_insert\"\nBEFORE INSERT ON \"payouts\"\nFOR EACH ROW WHEN NEW.\"status\" NOT IN ('pending', 'sending', 'sent', 'failed', 'cancelled')\nBEGIN\n    SELECT RAISE(ABORT, 'stateguard: unknown state on payouts: ' || NEW.\"status\");\nEND;\n\nCREATE TRIGGER \"payouts_status_states_update\"\nBEFORE UPDATE OF \"status\" ON \"payouts\"\nFOR EACH ROW WHEN NEW.\"status\" NOT IN ('pending', 'sending', 'sent', 'failed', 'cancelled')\nBEGIN\n    SELECT RAISE(ABORT, 'stateguard: unknown state on payouts: ' || NEW.\"status\");\nEND;\n\nCREATE TRIGGER \"payouts_status_transitions\"\nBEFORE UPDATE OF \"status\" ON \"payouts\"\nFOR EACH ROW WHEN NEW.\"status\" IS NOT OLD.\"status\"\n    AND (CASE OLD.\"status\"\n        WHEN 'pending' THEN NEW.\"status\" IN ('sending', 'cancelled')\n        WHEN 'sending' THEN NEW.\"status\" IN ('sent', 'failed', 'cancelled')\n        ELSE false\n    END) IS NOT TRUE\nBEGIN\n    SELECT RAISE(ABORT, 'stateguard: illegal transition on payouts: '\n        || coalesce(OLD.\"status\", 'NULL') || ' -> ' || coalesce(NEW.\"status\", 'NULL'));\nEND;\n",
                     down_migration: "-- Removes what stateguard::ddl::sqlite::<PayoutStatus>() created on payouts.status.\n\nDROP TRIGGER IF EXISTS \"payouts_status_transitions\";\n\nDROP TRIGGER IF EXISTS \"payouts_status_states_update\";\n\nDROP TRIGGER IF EXISTS \"payouts_status_states_insert\";\n",
                 }),
-                ::stateguard::__private::ddl(::stateguard::__private::DdlParts {
+                mysql: __sg::ddl(__sg::DdlParts {
                     constraint: "payouts_status_states",
                     trigger: "payouts_status_transitions",
                     check_clause: "CONSTRAINT `payouts_status_states` CHECK (CAST(`status` AS BINARY) IN ('pending', 'sending', 'sent', 'failed', 'cancelled'))",
@@ -825,7 +406,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     migration: "-- stateguard: the states and transitions of PayoutStatus, enforced on payouts.status.\n-- Generated by stateguard::ddl::mysql::<PayoutStatus>(); generate it again when the enum changes.\n-- sqlx runs this file as it is; the mysql command-line client needs DELIMITER around the trigger.\n\nALTER TABLE `payouts`\n    ADD CONSTRAINT `payouts_status_states`\n    CHECK (CAST(`status` AS BINARY) IN ('pending', 'sending', 'sent', 'failed', 'cancelled'));\n\nCREATE TRIGGER `payouts_status_transitions`\nBEFORE UPDATE ON `payouts`\nFOR EACH ROW\nBEGIN\n    DECLARE stateguard_message VARCHAR(128);\n    IF NOT (CAST(NEW.`status` AS BINARY) <=> CAST(OLD.`status` AS BINARY))\n        AND (CASE CAST(OLD.`status` AS BINARY)\n            WHEN 'pending' THEN CAST(NEW.`status` AS BINARY) IN ('sending', 'cancelled')\n            WHEN 'sending' THEN CAST(NEW.`status` AS BINARY) IN ('sent', 'failed', 'cancelled')\n            ELSE FALSE\n        END) IS NOT TRUE\n    THEN\n        SET stateguard_message = LEFT(CONCAT('stateguard: illegal transition on payouts: ',\n            IFNULL(OLD.`status`, 'NULL'), ' -> ', IFNULL(NEW.`status`, 'NULL')), 128);\n        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = stateguard_message;\n    END IF;\nEND;\n",
                     down_migration: "-- Removes what stateguard::ddl::mysql::<PayoutStatus>() created on payouts.status.\n\nDROP TRIGGER IF EXISTS `payouts_status_transitions`;\n\nALTER TABLE `payouts` DROP CONSTRAINT `payouts_status_states`;\n",
                 }),
-            ),
+            }),
         });
         &__MACHINE
     };
@@ -909,75 +490,4 @@ impl PayoutStatus {
         <Self as ::stateguard::StateMachine>::MACHINE.transitions()[3usize].transition()
     }
 }
-#[automatically_derived]
-impl ::core::fmt::Display for PayoutStatus {
-    fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
-        f.write_str(::stateguard::StateMachine::as_str(*self))
-    }
-}
-#[automatically_derived]
-impl ::core::str::FromStr for PayoutStatus {
-    type Err = ::stateguard::UnknownState;
-    fn from_str(value: &str) -> ::core::result::Result<Self, Self::Err> {
-        <Self as ::stateguard::StateMachine>::parse_db_str(value)
-    }
-}
-#[automatically_derived]
-impl<
-    __DB: ::stateguard::__private::sqlx::Database,
-> ::stateguard::__private::sqlx::Type<__DB> for PayoutStatus
-where
-    str: ::stateguard::__private::sqlx::Type<__DB>,
-{
-    fn type_info() -> <__DB as ::stateguard::__private::sqlx::Database>::TypeInfo {
-        <str as ::stateguard::__private::sqlx::Type<__DB>>::type_info()
-    }
-    fn compatible(
-        ty: &<__DB as ::stateguard::__private::sqlx::Database>::TypeInfo,
-    ) -> bool {
-        <str as ::stateguard::__private::sqlx::Type<__DB>>::compatible(ty)
-    }
-}
-#[automatically_derived]
-impl<
-    '__q,
-    __DB: ::stateguard::__private::sqlx::Database,
-> ::stateguard::__private::sqlx::Encode<'__q, __DB> for PayoutStatus
-where
-    &'__q str: ::stateguard::__private::sqlx::Encode<'__q, __DB>,
-{
-    fn encode_by_ref(
-        &self,
-        buf: &mut <__DB as ::stateguard::__private::sqlx::Database>::ArgumentBuffer,
-    ) -> ::core::result::Result<
-        ::stateguard::__private::sqlx::encode::IsNull,
-        ::stateguard::__private::sqlx::error::BoxDynError,
-    > {
-        <&'__q str as ::stateguard::__private::sqlx::Encode<
-            '__q,
-            __DB,
-        >>::encode(::stateguard::StateMachine::as_str(*self), buf)
-    }
-}
-#[automatically_derived]
-impl<
-    '__r,
-    __DB: ::stateguard::__private::sqlx::Database,
-> ::stateguard::__private::sqlx::Decode<'__r, __DB> for PayoutStatus
-where
-    &'__r str: ::stateguard::__private::sqlx::Decode<'__r, __DB>,
-{
-    fn decode(
-        value: <__DB as ::stateguard::__private::sqlx::Database>::ValueRef<'__r>,
-    ) -> ::core::result::Result<
-        Self,
-        ::stateguard::__private::sqlx::error::BoxDynError,
-    > {
-        let __text = <&'__r str as ::stateguard::__private::sqlx::Decode<
-            '__r,
-            __DB,
-        >>::decode(value)?;
-        <Self as ::stateguard::StateMachine>::from_db_str(__text)
-            .ok_or_else(|| ::stateguard::__private::unknown_state::<Self>(__text))
-    }
-}
+::stateguard::__private::text!(PayoutStatus);

@@ -8,7 +8,7 @@ use syn::ext::IdentExt;
 use crate::ast::Input;
 use crate::check;
 use crate::ctxt::Ctxt;
-use crate::dialect::DIALECTS;
+use crate::dialect::{DIALECTS, Dialect};
 use crate::model::Model;
 use crate::sql::Match;
 
@@ -46,8 +46,36 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
         None => quote!(::stateguard),
     };
     let private = quote!(#krate::__private);
-    let sqlx = quote!(#private::sqlx);
     let ident = model.ident;
+    // Inside the `MACHINE` block the metadata names the runtime's hidden
+    // items through a short alias, and `Option`'s variants bare, so that
+    // it reads as a description of the machine. An enum named like one of
+    // those keeps the full paths.
+    let short = !matches!(ident.unraw().to_string().as_str(), "None" | "Some" | "__sg");
+    let (sg, prelude) = match short {
+        true => (
+            quote!(__sg),
+            quote! {
+                use #private as __sg;
+                use ::core::option::Option::{None, Some};
+            },
+        ),
+        false => (private.clone(), TokenStream::new()),
+    };
+    let option = |value: Option<TokenStream>| match (value, short) {
+        (Some(value), true) => quote!(Some(#value)),
+        (None, true) => quote!(None),
+        (value, false) => option(value),
+    };
+    // `Some(sql! { … })`, or `None` where no dialect has the statement.
+    let sql_if_any = |build: &dyn Fn(Dialect) -> String| {
+        option(
+            DIALECTS
+                .iter()
+                .any(|d| !build(*d).is_empty())
+                .then(|| sql_per_dialect(&sg, build)),
+        )
+    };
     let vis = &input.original.vis;
     let name = ident.unraw().to_string();
     let (table, column) = (&model.table, &model.column);
@@ -63,44 +91,43 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
     let dbs: Vec<_> = model.states.iter().map(|s| s.db.as_str()).collect();
     let variant_names: Vec<_> = idents.iter().map(|i| i.unraw().to_string()).collect();
     let initials: Vec<_> = (0..idents.len()).map(|i| i == model.initial).collect();
-    let stamps = model
-        .states
-        .iter()
-        .map(|state| option(state.stamp.as_ref().filter(|_| state.in_flight.is_none())));
-    let timeouts = model.states.iter().map(|state| option(state.timeout_ms));
+    let stamps = model.states.iter().map(|state| {
+        option(
+            (state.stamp.as_ref())
+                .filter(|_| state.in_flight.is_none())
+                .map(|stamp| quote!(#stamp)),
+        )
+    });
+    let timeouts =
+        (model.states.iter()).map(|state| option(state.timeout_ms.map(|ms| quote!(#ms))));
     let in_flights = model.states.iter().map(|state| {
         let Some(f) = &state.in_flight else {
-            return quote!(::core::option::Option::None);
+            return option(None);
         };
         let (lease_ms, since, done) = (f.lease_ms, &f.since, f.done);
         let transitions = format_ident!("__TRANSITIONS");
         let done = quote!(&#transitions[#done]);
         let failed = option(f.failed.map(|i| quote!(&#transitions[#i])));
-        let expired = sql_per_dialect(&private, |d| d.expired(model, state, f));
-        let claim = sql_per_dialect(&private, |d| d.claim(model, state, f));
-        let take_over = sql_per_dialect(&private, |d| d.take_over(model, state, f));
-        let renew = sql_per_dialect(&private, |d| d.renew(model, state, f));
-        let lease_read = sql_per_dialect(&private, |d| d.lease_read(model, f));
-        let follow_up_read = sql_per_dialect(&private, |d| d.follow_up_read(model, f));
-        let done_sql = sql_per_dialect(&private, |d| {
-            d.follow_up(model, state, f, &model.transitions[f.done])
-        });
-        let done_log = sql_per_dialect(&private, |d| {
-            d.follow_up_log(model, state, f, &model.transitions[f.done])
-        });
-        let failed_log = match f.failed {
-            Some(i) => sql_per_dialect(&private, |d| {
-                d.follow_up_log(model, state, f, &model.transitions[i])
-            }),
-            None => sql_per_dialect(&private, |_| String::new()),
+        let expired = sql_per_dialect(&sg, |d| d.expired(model, state, f));
+        let claim = sql_per_dialect(&sg, |d| d.claim(model, state, f));
+        let take_over = sql_per_dialect(&sg, |d| d.take_over(model, state, f));
+        let renew = sql_per_dialect(&sg, |d| d.renew(model, state, f));
+        let lease_read = sql_per_dialect(&sg, |d| d.lease_read(model, f));
+        let follow_up_read = sql_per_dialect(&sg, |d| d.follow_up_read(model, f));
+        let follow_up = |i: usize| {
+            sql_per_dialect(&sg, |d| d.follow_up(model, state, f, &model.transitions[i]))
         };
-        let failed_sql = option(f.failed.map(|i| {
-            sql_per_dialect(&private, |d| {
-                d.follow_up(model, state, f, &model.transitions[i])
-            })
-        }));
-        quote! {
-            ::core::option::Option::Some(&#private::in_flight(#private::InFlightParts {
+        let follow_up_log =
+            |i: usize| sql_if_any(&|d| d.follow_up_log(model, state, f, &model.transitions[i]));
+        let done_sql = follow_up(f.done);
+        let done_log = follow_up_log(f.done);
+        let failed_sql = option(f.failed.map(follow_up));
+        let failed_log = match f.failed {
+            Some(i) => follow_up_log(i),
+            None => option(None),
+        };
+        let in_flight = quote! {
+            #sg::in_flight(#sg::InFlightParts {
                 lease_ms: #lease_ms,
                 since: #since,
                 done: #done,
@@ -113,67 +140,61 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
                 follow_up_read: #follow_up_read,
                 done_sql: #done_sql,
                 failed_sql: #failed_sql,
-                logs: [#done_log, #failed_log],
-            }))
-        }
+                done_log: #done_log,
+                failed_log: #failed_log,
+            })
+        };
+        option(Some(quote!(&#in_flight)))
     });
-    let version = option(model.version.as_ref());
+    let version = option(model.version.as_ref().map(|version| quote!(#version)));
     let initial = idents[model.initial];
 
-    let select = sql_per_dialect(&private, |d| d.select(model, false));
-    let history = option(model.history.as_ref().map(|table| {
-        let read = sql_per_dialect(&private, |d| d.history_read(model));
-        quote!((#table, #read))
-    }));
-    let select_in_transaction = sql_per_dialect(&private, |d| d.select(model, true));
-    let ddl = ddl_per_dialect(&private, model);
+    let select = sql_per_dialect(&sg, |d| d.select(model, false));
+    let select_in_transaction = sql_per_dialect(&sg, |d| d.select(model, true));
+    let history = option(model.history.as_ref().map(|table| quote!(#table)));
+    let history_read = sql_if_any(&|d| d.history_read(model));
+    let ddl = ddl_per_dialect(&sg, model);
 
     let transition_defs = model.transitions.iter().map(|t| {
         let name = t.name.unraw().to_string();
         let sources = t.sources.iter().map(|&i| idents[i]);
         let target = idents[t.target];
-        let update = sql_per_dialect(&private, |d| d.update_logged(model, t, false));
+        let update = sql_per_dialect(&sg, |d| d.update_logged(model, t, false));
         let update_expecting = option(
             (model.version.as_ref())
-                .map(|_| sql_per_dialect(&private, |d| d.update_logged(model, t, true))),
+                .map(|_| sql_per_dialect(&sg, |d| d.update_logged(model, t, true))),
         );
-        let read_back = sql_per_dialect(&private, |d| d.read_back(model, t));
-        let claim = sql_per_dialect(&private, |d| d.claim_next(model, t));
-        let log = option(model.history.as_ref().map(|_| {
-            let plain = sql_per_dialect(&private, |d| d.log(model, t, false));
-            let expecting = sql_per_dialect(&private, |d| d.log(model, t, true));
-            quote!([#plain, #expecting])
-        }));
+        let read_back = sql_if_any(&|d| d.read_back(model, t));
+        let claim = sql_per_dialect(&sg, |d| d.claim_next(model, t));
+        let log = sql_if_any(&|d| d.log(model, t, false));
+        let log_expecting = sql_if_any(&|d| d.log(model, t, true));
+        // Only where every dialect can claim by age.
         let claim_older = option(
             DIALECTS
                 .iter()
                 .all(|d| !d.claim_older(model, t).is_empty())
-                .then(|| sql_per_dialect(&private, |d| d.claim_older(model, t))),
+                .then(|| sql_per_dialect(&sg, |d| d.claim_older(model, t))),
         );
-        let many_update = sql_per_dialect(&private, |d| d.many_update(model, t, Match::Exact));
-        let many_read = sql_per_dialect(&private, |d| d.many_read(model, t, Match::Exact));
+        let many_update = sql_per_dialect(&sg, |d| d.many_update(model, t, Match::Exact));
+        let many_read = sql_per_dialect(&sg, |d| d.many_read(model, t, Match::Exact));
         let many_update_by_value =
-            sql_per_dialect(&private, |d| d.many_update(model, t, Match::ByValue));
-        let many_read_by_value =
-            sql_per_dialect(&private, |d| d.many_read(model, t, Match::ByValue));
-        let many_lease = sql_per_dialect(&private, |d| d.many_lease(model, t));
-        let many_log = sql_per_dialect(&private, |d| d.many_log(model, t));
-        let guard = option(t.guard.as_ref().map(|guard| &guard.text));
-        let select_guarded = option(t.guard.as_ref().map(|_| {
-            let plain = sql_per_dialect(&private, |d| {
-                d.select_guarded(model, t, false).unwrap_or_default()
-            });
-            let locked = sql_per_dialect(&private, |d| {
-                d.select_guarded(model, t, true).unwrap_or_default()
-            });
-            quote!([#plain, #locked])
+            sql_per_dialect(&sg, |d| d.many_update(model, t, Match::ByValue));
+        let many_read_by_value = sql_per_dialect(&sg, |d| d.many_read(model, t, Match::ByValue));
+        let many_lease_read = sql_if_any(&|d| d.many_lease(model, t));
+        let many_log = sql_if_any(&|d| d.many_log(model, t));
+        let guard = option(t.guard.as_ref().map(|guard| {
+            let text = &guard.text;
+            quote!(#text)
         }));
+        let guarded_select = sql_if_any(&|d| d.select_guarded(model, t, false).unwrap_or_default());
+        let guarded_select_in_transaction =
+            sql_if_any(&|d| d.select_guarded(model, t, true).unwrap_or_default());
         let set = t.set.iter().map(|(col, value)| {
             let written = value.written();
-            quote!(#private::set_column(#col, #written))
+            quote!(#sg::set_column(#sg::SetParts { column: #col, expr: #written }))
         });
         quote! {
-            #private::transition(#private::TransitionParts {
+            #sg::transition(#sg::TransitionParts {
                 name: #name,
                 sources: &[#(#ident::#sources),*],
                 target: #ident::#target,
@@ -182,15 +203,18 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
                 update_expecting: #update_expecting,
                 read_back: #read_back,
                 guard: #guard,
-                select_guarded: #select_guarded,
+                guarded_select: #guarded_select,
+                guarded_select_in_transaction: #guarded_select_in_transaction,
                 claim: #claim,
                 claim_older: #claim_older,
                 log: #log,
+                log_expecting: #log_expecting,
                 many_update: #many_update,
                 many_read: #many_read,
-                many_lease_read: #many_lease,
+                many_lease_read: #many_lease_read,
                 many_log: #many_log,
-                many_by_value: [#many_update_by_value, #many_read_by_value],
+                many_update_by_value: #many_update_by_value,
+                many_read_by_value: #many_read_by_value,
             })
         }
     });
@@ -293,8 +317,8 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
         }
     });
 
-    let n_states = idents.len();
-    let n_transitions = model.transitions.len();
+    let n_states = proc_macro2::Literal::usize_unsuffixed(idents.len());
+    let n_transitions = proc_macro2::Literal::usize_unsuffixed(model.transitions.len());
     // Scoped inside the `MACHINE` block, so fixed names cannot clash.
     let states_const = format_ident!("__STATES");
     let transitions_const = format_ident!("__TRANSITIONS");
@@ -306,10 +330,11 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
             type KeyShape = #krate::key::shape::#key_shape;
 
             const MACHINE: &'static #private::Machine<Self> = {
+                #prelude
                 // Statics, not constants: the metadata exists once in the
                 // binary, and every use reads it there instead of a copy.
-                static #states_const: [#private::StateDef<#ident>; #n_states] = [
-                    #(#private::state(#private::StateParts {
+                static #states_const: [#sg::StateDef<#ident>; #n_states] = [
+                    #(#sg::state(#sg::StateParts {
                         value: #ident::#idents,
                         variant: #variant_names,
                         db: #dbs,
@@ -319,11 +344,11 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
                         timeout_ms: #timeouts,
                     })),*
                 ];
-                static #transitions_const: [#private::TransitionDef<#ident>; #n_transitions] = [
+                static #transitions_const: [#sg::TransitionDef<#ident>; #n_transitions] = [
                     #(#transition_defs),*
                 ];
-                static #machine_const: #private::Machine<#ident> =
-                    #private::machine(#private::MachineParts {
+                static #machine_const: #sg::Machine<#ident> =
+                    #sg::machine(#sg::MachineParts {
                         name: #name,
                         table: #table,
                         column: #column,
@@ -336,6 +361,7 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
                         select: #select,
                         select_in_transaction: #select_in_transaction,
                         history: #history,
+                        history_read: #history_read,
                         ddl: #ddl,
                     });
                 &#machine_const
@@ -372,65 +398,7 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
             #(#constructors)*
         }
 
-        #[automatically_derived]
-        impl ::core::fmt::Display for #ident {
-            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
-                f.write_str(#krate::StateMachine::as_str(*self))
-            }
-        }
-
-        #[automatically_derived]
-        impl ::core::str::FromStr for #ident {
-            type Err = #krate::UnknownState;
-
-            fn from_str(value: &str) -> ::core::result::Result<Self, Self::Err> {
-                <Self as #krate::StateMachine>::parse_db_str(value)
-            }
-        }
-
-        #[automatically_derived]
-        impl<__DB: #sqlx::Database> #sqlx::Type<__DB> for #ident
-        where
-            str: #sqlx::Type<__DB>,
-        {
-            fn type_info() -> <__DB as #sqlx::Database>::TypeInfo {
-                <str as #sqlx::Type<__DB>>::type_info()
-            }
-
-            fn compatible(ty: &<__DB as #sqlx::Database>::TypeInfo) -> bool {
-                <str as #sqlx::Type<__DB>>::compatible(ty)
-            }
-        }
-
-        #[automatically_derived]
-        impl<'__q, __DB: #sqlx::Database> #sqlx::Encode<'__q, __DB> for #ident
-        where
-            &'__q str: #sqlx::Encode<'__q, __DB>,
-        {
-            fn encode_by_ref(
-                &self,
-                buf: &mut <__DB as #sqlx::Database>::ArgumentBuffer,
-            ) -> ::core::result::Result<#sqlx::encode::IsNull, #sqlx::error::BoxDynError> {
-                <&'__q str as #sqlx::Encode<'__q, __DB>>::encode(
-                    #krate::StateMachine::as_str(*self),
-                    buf,
-                )
-            }
-        }
-
-        #[automatically_derived]
-        impl<'__r, __DB: #sqlx::Database> #sqlx::Decode<'__r, __DB> for #ident
-        where
-            &'__r str: #sqlx::Decode<'__r, __DB>,
-        {
-            fn decode(
-                value: <__DB as #sqlx::Database>::ValueRef<'__r>,
-            ) -> ::core::result::Result<Self, #sqlx::error::BoxDynError> {
-                let __text = <&'__r str as #sqlx::Decode<'__r, __DB>>::decode(value)?;
-                <Self as #krate::StateMachine>::from_db_str(__text)
-                    .ok_or_else(|| #private::unknown_state::<Self>(__text))
-            }
-        }
+        #private::text!(#ident);
     }
 }
 

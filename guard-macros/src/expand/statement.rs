@@ -10,82 +10,92 @@ use crate::dialect::{DIALECTS, Dialect};
 use crate::model::Model;
 use crate::plan::{self, Col, Rendered, Slot};
 
-/// `sql(postgres, sqlite, mysql)`: one statement per dialect, each a
-/// literal with its bind plan (`plan.rs`).
+/// `sql! { "…" on postgres, …; "…" on sqlite, …; … }`: one statement per
+/// dialect, each a literal with its bind plan and result columns
+/// (`plan.rs`). A dialect without the statement (an empty text) is left
+/// out.
 pub(super) fn sql_per_dialect(
     private: &TokenStream,
     build: impl Fn(Dialect) -> String,
 ) -> TokenStream {
-    let [pg, lite, my] = DIALECTS.map(|d| match plan::render(d, &build(d)) {
-        // Kept by the runtime only where the dialect's backend is on.
-        Ok(Rendered {
-            text,
-            plan,
-            returns,
-        }) => {
-            let binds = plan.iter().map(|slot| bind(private, *slot));
-            let columns = returns.iter().map(|col| column(private, *col));
-            let kept = format_ident!("{}", d.name());
-            quote! {
-                #private::#kept!(#private::statement(#text, &[#(#binds),*], &[#(#columns),*]))
+    let mut entries = Vec::new();
+    for d in DIALECTS {
+        let source = build(d);
+        if source.is_empty() {
+            continue;
+        }
+        match plan::render(d, &source) {
+            Ok(Rendered {
+                text,
+                plan,
+                returns,
+            }) => {
+                let dialect = format_ident!("{}", d.name());
+                let binds = (!plan.is_empty()).then(|| {
+                    let binds = plan.iter().map(|slot| bind(*slot));
+                    quote!(, binds = [#(#binds),*])
+                });
+                let reads = (!returns.is_empty()).then(|| {
+                    let columns = returns.iter().map(|col| column(*col));
+                    quote!(, reads = [#(#columns),*])
+                });
+                entries.push(quote!(#text on #dialect #binds #reads;));
+            }
+            // A builder that wrote a placeholder of its own: a bug here,
+            // said at the derive rather than at run time.
+            Err(message) => {
+                let message = format!("stateguard: a generated statement is malformed: {message}");
+                return quote!(::core::compile_error!(#message));
             }
         }
-        // A builder that wrote a placeholder of its own: a bug here, said
-        // at the derive rather than at run time.
-        Err(message) => {
-            let message = format!("stateguard: a generated statement is malformed: {message}");
-            quote!(::core::compile_error!(#message))
-        }
-    });
-    quote!(#private::sql(#pg, #lite, #my))
+    }
+    quote!(#private::sql! { #(#entries)* })
 }
 
-/// The runtime's `Column` for `col`.
-pub(super) fn column(private: &TokenStream, col: Col) -> TokenStream {
-    let column = quote!(#private::Column);
+/// How the generated code names `col` of the runtime's `Column`.
+pub(super) fn column(col: Col) -> TokenStream {
     match col {
         Col::Key(n) => {
             let n = proc_macro2::Literal::u8_unsuffixed(n);
-            quote!(#column::Key(#n))
+            quote!(Key(#n))
         }
-        Col::Status => quote!(#column::Status),
-        Col::Version => quote!(#column::Version),
-        Col::Meets => quote!(#column::Meets),
-        Col::Token => quote!(#column::Token),
-        Col::Transition => quote!(#column::Transition),
-        Col::From => quote!(#column::From),
-        Col::To => quote!(#column::To),
-        Col::At => quote!(#column::At),
-        Col::Actor => quote!(#column::Actor),
-        Col::Reason => quote!(#column::Reason),
-        Col::Details => quote!(#column::Details),
+        Col::Status => quote!(Status),
+        Col::Version => quote!(Version),
+        Col::Meets => quote!(Meets),
+        Col::Token => quote!(Token),
+        Col::Transition => quote!(Transition),
+        Col::From => quote!(From),
+        Col::To => quote!(To),
+        Col::At => quote!(At),
+        Col::Actor => quote!(Actor),
+        Col::Reason => quote!(Reason),
+        Col::Details => quote!(Details),
     }
 }
 
-/// The runtime's `Bind` for `slot`.
-pub(super) fn bind(private: &TokenStream, slot: Slot) -> TokenStream {
-    let bind = quote!(#private::Bind);
-    let column = |n: u8| proc_macro2::Literal::u8_unsuffixed(n);
+/// How the generated code names `slot` of the runtime's `Bind`.
+pub(super) fn bind(slot: Slot) -> TokenStream {
+    let n = |n: u8| proc_macro2::Literal::u8_unsuffixed(n);
     match slot {
-        Slot::Keys(n) => {
-            let n = column(n);
-            quote!(#bind::Keys(#n))
+        Slot::Keys(k) => {
+            let k = n(k);
+            quote!(Keys(#k))
         }
-        Slot::Key(n) => {
-            let n = column(n);
-            quote!(#bind::Key(#n))
+        Slot::Key(k) => {
+            let k = n(k);
+            quote!(Key(#k))
         }
-        Slot::Value(n) => {
-            let n = column(n);
-            quote!(#bind::Value(#n))
+        Slot::Value(v) => {
+            let v = n(v);
+            quote!(Value(#v))
         }
-        Slot::Age => quote!(#bind::Age),
-        Slot::Expected => quote!(#bind::Expected),
-        Slot::Token => quote!(#bind::Token),
-        Slot::Limit => quote!(#bind::Limit),
-        Slot::Actor => quote!(#bind::Actor),
-        Slot::Reason => quote!(#bind::Reason),
-        Slot::Details => quote!(#bind::Details),
+        Slot::Age => quote!(Age),
+        Slot::Expected => quote!(Expected),
+        Slot::Token => quote!(Token),
+        Slot::Limit => quote!(Limit),
+        Slot::Actor => quote!(Actor),
+        Slot::Reason => quote!(Reason),
+        Slot::Details => quote!(Details),
     }
 }
 
@@ -113,5 +123,5 @@ pub(super) fn ddl_per_dialect(private: &TokenStream, model: &Model) -> TokenStre
             })
         }
     });
-    quote!(#private::sql(#pg, #lite, #my))
+    quote!(#private::per_dialect(#private::PerDialect { postgres: #pg, sqlite: #lite, mysql: #my }))
 }

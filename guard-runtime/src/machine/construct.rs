@@ -30,7 +30,8 @@ pub struct MachineParts<S: 'static> {
     pub transitions: &'static [TransitionDef<S>],
     pub select: Sql,
     pub select_in_transaction: Sql,
-    pub history: Option<(&'static str, Sql)>,
+    pub history: Option<&'static str>,
+    pub history_read: Option<Sql>,
     pub ddl: Sql<DdlText>,
 }
 
@@ -49,8 +50,13 @@ pub const fn machine<S: StateMachine>(parts: MachineParts<S>) -> Machine<S> {
         select,
         select_in_transaction,
         history,
+        history_read,
         ddl,
     } = parts;
+    let history = match (history, history_read) {
+        (Some(table), Some(read)) => Some((table, read)),
+        _ => None,
+    };
     Machine {
         name,
         table,
@@ -125,7 +131,8 @@ pub struct InFlightParts<S: 'static> {
     pub follow_up_read: Sql,
     pub done_sql: Sql,
     pub failed_sql: Option<Sql>,
-    pub logs: [Sql; 2],
+    pub done_log: Option<Sql>,
+    pub failed_log: Option<Sql>,
 }
 
 /// An in-flight state, from its parts.
@@ -143,7 +150,8 @@ pub const fn in_flight<S>(parts: InFlightParts<S>) -> InFlightDef<S> {
         follow_up_read,
         done_sql,
         failed_sql,
-        logs,
+        done_log,
+        failed_log,
     } = parts;
     InFlightDef {
         lease_ms,
@@ -158,7 +166,7 @@ pub const fn in_flight<S>(parts: InFlightParts<S>) -> InFlightDef<S> {
         follow_up_read,
         done_sql,
         failed_sql,
-        logs,
+        logs: [or_none(done_log), or_none(failed_log)],
     }
 }
 
@@ -174,17 +182,20 @@ pub struct TransitionParts<S: 'static> {
     pub set: &'static [SetColumn],
     pub update: Sql,
     pub update_expecting: Option<Sql>,
-    pub read_back: Sql,
+    pub read_back: Option<Sql>,
     pub guard: Option<&'static str>,
-    pub select_guarded: Option<[Sql; 2]>,
+    pub guarded_select: Option<Sql>,
+    pub guarded_select_in_transaction: Option<Sql>,
     pub claim: Sql,
     pub claim_older: Option<Sql>,
-    pub log: Option<[Sql; 2]>,
+    pub log: Option<Sql>,
+    pub log_expecting: Option<Sql>,
     pub many_update: Sql,
     pub many_read: Sql,
-    pub many_lease_read: Sql,
-    pub many_log: Sql,
-    pub many_by_value: [Sql; 2],
+    pub many_lease_read: Option<Sql>,
+    pub many_log: Option<Sql>,
+    pub many_update_by_value: Sql,
+    pub many_read_by_value: Sql,
 }
 
 /// One transition, from its parts.
@@ -198,16 +209,27 @@ pub const fn transition<S: StateMachine>(parts: TransitionParts<S>) -> Transitio
         update_expecting,
         read_back,
         guard,
-        select_guarded,
+        guarded_select,
+        guarded_select_in_transaction,
         claim,
         claim_older,
         log,
+        log_expecting,
         many_update,
         many_read,
         many_lease_read,
         many_log,
-        many_by_value,
+        many_update_by_value,
+        many_read_by_value,
     } = parts;
+    let select_guarded = match (guarded_select, guarded_select_in_transaction) {
+        (Some(plain), Some(locking)) => Some([plain, locking]),
+        _ => None,
+    };
+    let log = match (log, log_expecting) {
+        (Some(plain), Some(expecting)) => Some([plain, expecting]),
+        _ => None,
+    };
     TransitionDef {
         name,
         sources,
@@ -215,7 +237,7 @@ pub const fn transition<S: StateMachine>(parts: TransitionParts<S>) -> Transitio
         set,
         update,
         update_expecting,
-        read_back,
+        read_back: or_none(read_back),
         guard,
         select_guarded,
         claim,
@@ -224,20 +246,93 @@ pub const fn transition<S: StateMachine>(parts: TransitionParts<S>) -> Transitio
         many: ManySql {
             update: many_update,
             read: many_read,
-            lease_read: many_lease_read,
-            log: many_log,
+            lease_read: or_none(many_lease_read),
+            log: or_none(many_log),
         },
-        many_by_value,
+        many_by_value: [many_update_by_value, many_read_by_value],
     }
 }
 
 /// `set(column = "expr")` of a transition.
-pub const fn set_column(column: &'static str, expr: &'static str) -> SetColumn {
+#[allow(missing_docs)]
+pub struct SetParts {
+    pub column: &'static str,
+    pub expr: &'static str,
+}
+
+/// One `set` assignment, from its parts.
+pub const fn set_column(parts: SetParts) -> SetColumn {
+    let SetParts { column, expr } = parts;
     SetColumn { column, expr }
 }
 
+/// A statement the machine does not have: empty in every dialect, the
+/// metadata's own spelling of absence (the generated code says `None`).
+const fn or_none(sql: Option<Sql>) -> Sql {
+    match sql {
+        Some(sql) => sql,
+        None => NONE,
+    }
+}
+
+const NONE: Sql = Sql {
+    postgres: Statement::returning("", &[], &[]),
+    sqlite: Statement::returning("", &[], &[]),
+    mysql: Statement::returning("", &[], &[]),
+};
+
+/// A statement, dialect by dialect: what `sql!` builds.
+pub struct Statements(Sql);
+
+impl Statements {
+    /// No dialect has it yet.
+    pub const NONE: Statements = Statements(NONE);
+
+    /// PostgreSQL's text.
+    pub const fn postgres(self, statement: Statement) -> Self {
+        Statements(Sql {
+            postgres: statement,
+            ..self.0
+        })
+    }
+
+    /// SQLite's text.
+    pub const fn sqlite(self, statement: Statement) -> Self {
+        Statements(Sql {
+            sqlite: statement,
+            ..self.0
+        })
+    }
+
+    /// MySQL's text.
+    pub const fn mysql(self, statement: Statement) -> Self {
+        Statements(Sql {
+            mysql: statement,
+            ..self.0
+        })
+    }
+
+    /// The statement.
+    pub const fn sql(self) -> Sql {
+        self.0
+    }
+}
+
 /// One statement, or one machine's DDL, in every dialect.
-pub const fn sql<T: 'static>(postgres: T, sqlite: T, mysql: T) -> Sql<T> {
+#[allow(missing_docs)]
+pub struct PerDialect<T: 'static> {
+    pub postgres: T,
+    pub sqlite: T,
+    pub mysql: T,
+}
+
+/// The dialects' members, from their parts.
+pub const fn per_dialect<T: Copy + 'static>(parts: PerDialect<T>) -> Sql<T> {
+    let PerDialect {
+        postgres,
+        sqlite,
+        mysql,
+    } = parts;
     Sql {
         postgres,
         sqlite,

@@ -37,10 +37,23 @@ impl crate::StateMachine for Lone {
         initial: Lone::Only,
         states: &[],
         transitions: &[],
-        select: construct::sql(NONE, NONE, NONE),
-        select_in_transaction: construct::sql(NONE, NONE, NONE),
+        select: construct::per_dialect(construct::PerDialect {
+            postgres: NONE,
+            sqlite: NONE,
+            mysql: NONE,
+        }),
+        select_in_transaction: construct::per_dialect(construct::PerDialect {
+            postgres: NONE,
+            sqlite: NONE,
+            mysql: NONE,
+        }),
         history: None,
-        ddl: construct::sql(NO_DDL, NO_DDL, NO_DDL),
+        history_read: None,
+        ddl: construct::per_dialect(construct::PerDialect {
+            postgres: NO_DDL,
+            sqlite: NO_DDL,
+            mysql: NO_DDL,
+        }),
     });
     type KeyShape = crate::machine::key::shape::One;
 
