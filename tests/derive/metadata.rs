@@ -301,3 +301,48 @@ fn the_derive_stamps_with_the_runtimes_clock() {
         assert!(text.contains(&stamp), "{text} does not stamp with {now}");
     }
 }
+
+/// Machines named like what the generated metadata names bare (`None`,
+/// `Some`) or through its alias (`__sg`): the derive spells those in full
+/// for them, so they build and read back as any other machine.
+mod names_the_expansion_uses {
+    #![allow(non_camel_case_types)]
+
+    use stateguard::StateMachine;
+
+    #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+    #[state_machine(table = "nones", column = "status", key = "id")]
+    pub enum None {
+        #[state(initial)]
+        #[transition(close -> Closed)]
+        Open,
+        Closed,
+    }
+
+    #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+    #[state_machine(table = "somes", column = "status", key = "id")]
+    pub enum Some {
+        #[state(initial)]
+        #[transition(close -> Closed)]
+        Open,
+        Closed,
+    }
+
+    #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+    #[state_machine(table = "sgs", column = "status", key = "id")]
+    pub enum __sg {
+        #[state(initial)]
+        #[transition(close -> Closed)]
+        Open,
+        Closed,
+    }
+
+    #[test]
+    fn machines_named_none_some_and_the_alias_build() {
+        assert_eq!(None::close().target(), None::Closed);
+        assert_eq!(None::MACHINE.initial(), None::Open);
+        assert_eq!(Some::MACHINE.table(), "somes");
+        assert_eq!(__sg::MACHINE.states().len(), 2);
+        assert!(None::MACHINE.transitions()[0].update_sql().sqlite().contains("'closed'"));
+    }
+}
