@@ -34,7 +34,7 @@ pub struct State<'a> {
     pub db: String,
     pub in_flight: Option<InFlight>,
     /// `#[state(since = "…")]`: stamped by every transition into the state.
-    pub stamp: Option<String>,
+    pub since: Option<String>,
     /// `#[state(timeout = "…")]`, in milliseconds.
     pub timeout_ms: Option<u64>,
 }
@@ -42,10 +42,10 @@ pub struct State<'a> {
 impl State<'_> {
     /// The column every transition into the state stamps with the current
     /// time: an in-flight state's `since`, or `#[state(since = "…")]`.
-    pub fn since(&self) -> Option<&str> {
+    pub fn since_column(&self) -> Option<&str> {
         match &self.in_flight {
             Some(in_flight) => Some(&in_flight.since),
-            None => self.stamp.as_deref(),
+            None => self.since.as_deref(),
         }
     }
 }

@@ -343,6 +343,11 @@ mod names_the_expansion_uses {
         assert_eq!(None::MACHINE.initial(), None::Open);
         assert_eq!(Some::MACHINE.table(), "somes");
         assert_eq!(__sg::MACHINE.states().len(), 2);
-        assert!(None::MACHINE.transitions()[0].update_sql().sqlite().contains("'closed'"));
+        assert!(
+            None::MACHINE.transitions()[0]
+                .update_sql()
+                .sqlite()
+                .contains("'closed'")
+        );
     }
 }

@@ -16,7 +16,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 db: "pending",
                 initial: true,
                 in_flight: None,
-                stamp: None,
+                since: None,
                 timeout_ms: None,
             }),
             __sg::state(__sg::StateParts {
@@ -25,7 +25,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 db: "sending",
                 initial: false,
                 in_flight: None,
-                stamp: None,
+                since: None,
                 timeout_ms: None,
             }),
             __sg::state(__sg::StateParts {
@@ -34,7 +34,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 db: "sent",
                 initial: false,
                 in_flight: None,
-                stamp: None,
+                since: None,
                 timeout_ms: None,
             }),
             __sg::state(__sg::StateParts {
@@ -43,7 +43,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 db: "failed",
                 initial: false,
                 in_flight: None,
-                stamp: None,
+                since: None,
                 timeout_ms: None,
             }),
             __sg::state(__sg::StateParts {
@@ -52,7 +52,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 db: "cancelled",
                 initial: false,
                 in_flight: None,
-                stamp: None,
+                since: None,
                 timeout_ms: None,
             }),
         ];
@@ -104,8 +104,8 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     on mysql, binds = [Limit], reads = [Key(0)];
                 },
                 claim_older: None,
-                log: None,
-                log_expecting: None,
+                history_insert: None,
+                history_insert_expecting: None,
                 many_update: __sg::sql! {
                     "UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING \"payouts\".\"id\""
                     on postgres, binds = [Keys(0)], reads = [Key(0)];
@@ -126,7 +126,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     Meets];
                 },
                 many_lease_read: None,
-                many_log: None,
+                many_history_insert: None,
                 many_update_by_value: __sg::sql! {
                     "UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING \"payouts\".\"id\""
                     on postgres, binds = [Keys(0)], reads = [Key(0)];
@@ -164,8 +164,8 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     on mysql, binds = [Limit], reads = [Key(0)];
                 },
                 claim_older: None,
-                log: None,
-                log_expecting: None,
+                history_insert: None,
+                history_insert_expecting: None,
                 many_update: __sg::sql! {
                     "UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('pending', 'sending') RETURNING \"payouts\".\"id\""
                     on postgres, binds = [Keys(0)], reads = [Key(0)];
@@ -186,7 +186,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     Meets];
                 },
                 many_lease_read: None,
-                many_log: None,
+                many_history_insert: None,
                 many_update_by_value: __sg::sql! {
                     "UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('pending', 'sending') RETURNING \"payouts\".\"id\""
                     on postgres, binds = [Keys(0)], reads = [Key(0)];
@@ -234,8 +234,8 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     on mysql, binds = [Limit], reads = [Key(0)];
                 },
                 claim_older: None,
-                log: None,
-                log_expecting: None,
+                history_insert: None,
+                history_insert_expecting: None,
                 many_update: __sg::sql! {
                     "UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $2 WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\""
                     on postgres, binds = [Keys(0), Value(0)], reads = [Key(0)];
@@ -256,7 +256,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     Meets];
                 },
                 many_lease_read: None,
-                many_log: None,
+                many_history_insert: None,
                 many_update_by_value: __sg::sql! {
                     "UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $2 WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\""
                     on postgres, binds = [Keys(0), Value(0)], reads = [Key(0)];
@@ -294,8 +294,8 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     on mysql, binds = [Limit], reads = [Key(0)];
                 },
                 claim_older: None,
-                log: None,
-                log_expecting: None,
+                history_insert: None,
+                history_insert_expecting: None,
                 many_update: __sg::sql! {
                     "UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\""
                     on postgres, binds = [Keys(0)], reads = [Key(0)];
@@ -316,7 +316,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     Meets];
                 },
                 many_lease_read: None,
-                many_log: None,
+                many_history_insert: None,
                 many_update_by_value: __sg::sql! {
                     "UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\""
                     on postgres, binds = [Keys(0)], reads = [Key(0)];

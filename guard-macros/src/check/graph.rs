@@ -65,7 +65,7 @@ pub(super) fn check_states<'a>(cx: &mut Ctxt, input: &'a Input) -> Option<Vec<St
             ident: variant.ident,
             db,
             in_flight: None,
-            stamp: None,
+            since: None,
             timeout_ms: None,
         });
     }

@@ -153,7 +153,7 @@ pub(super) fn check_in_flight(
 
 /// `#[state(since = "…", timeout = "…")]` of states that are not in
 /// flight.
-pub(super) fn check_stamps(
+pub(super) fn check_since_columns(
     cx: &mut Ctxt,
     input: &Input,
     reserved: &[(&str, &str)],
@@ -179,7 +179,7 @@ pub(super) fn check_stamps(
                      version column",
                 );
             } else {
-                states[i].stamp = Some(value);
+                states[i].since = Some(value);
             }
         }
         let Some(lit) = &variant.timeout else {

@@ -24,7 +24,7 @@ use crate::ctxt::Ctxt;
 use crate::model::Model;
 
 use graph::{check_acyclic, check_initial, check_reachable, check_states, check_transitions};
-use in_flight::{check_in_flight, check_stamps};
+use in_flight::{check_in_flight, check_since_columns};
 use names::{check_history, check_names, check_order, check_version};
 
 pub fn check<'a>(cx: &mut Ctxt, input: &'a Input<'a>) -> Option<Model<'a>> {
@@ -91,7 +91,7 @@ pub fn check<'a>(cx: &mut Ctxt, input: &'a Input<'a>) -> Option<Model<'a>> {
     }
     if let (Some(states), Some(transitions)) = (&mut states, &transitions) {
         check_in_flight(cx, input, &reserved, states, transitions);
-        check_stamps(cx, input, &reserved, states);
+        check_since_columns(cx, input, &reserved, states);
     }
 
     let (table, column, key) = names?;

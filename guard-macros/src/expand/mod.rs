@@ -91,11 +91,11 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
     let dbs: Vec<_> = model.states.iter().map(|s| s.db.as_str()).collect();
     let variant_names: Vec<_> = idents.iter().map(|i| i.unraw().to_string()).collect();
     let initials: Vec<_> = (0..idents.len()).map(|i| i == model.initial).collect();
-    let stamps = model.states.iter().map(|state| {
+    let sinces = model.states.iter().map(|state| {
         option(
-            (state.stamp.as_ref())
+            (state.since.as_ref())
                 .filter(|_| state.in_flight.is_none())
-                .map(|stamp| quote!(#stamp)),
+                .map(|since| quote!(#since)),
         )
     });
     let timeouts =
@@ -117,13 +117,14 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
         let follow_up = |i: usize| {
             sql_per_dialect(&sg, |d| d.follow_up(model, state, f, &model.transitions[i]))
         };
-        let follow_up_log =
-            |i: usize| sql_if_any(&|d| d.follow_up_log(model, state, f, &model.transitions[i]));
+        let follow_up_history_insert = |i: usize| {
+            sql_if_any(&|d| d.follow_up_history_insert(model, state, f, &model.transitions[i]))
+        };
         let done_sql = follow_up(f.done);
-        let done_log = follow_up_log(f.done);
+        let done_history_insert = follow_up_history_insert(f.done);
         let failed_sql = option(f.failed.map(follow_up));
-        let failed_log = match f.failed {
-            Some(i) => follow_up_log(i),
+        let failed_history_insert = match f.failed {
+            Some(i) => follow_up_history_insert(i),
             None => option(None),
         };
         let in_flight = quote! {
@@ -140,8 +141,8 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
                 follow_up_read: #follow_up_read,
                 done_sql: #done_sql,
                 failed_sql: #failed_sql,
-                done_log: #done_log,
-                failed_log: #failed_log,
+                done_history_insert: #done_history_insert,
+                failed_history_insert: #failed_history_insert,
             })
         };
         option(Some(quote!(&#in_flight)))
@@ -159,15 +160,15 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
         let name = t.name.unraw().to_string();
         let sources = t.sources.iter().map(|&i| idents[i]);
         let target = idents[t.target];
-        let update = sql_per_dialect(&sg, |d| d.update_logged(model, t, false));
+        let update = sql_per_dialect(&sg, |d| d.update_with_history(model, t, false));
         let update_expecting = option(
             (model.version.as_ref())
-                .map(|_| sql_per_dialect(&sg, |d| d.update_logged(model, t, true))),
+                .map(|_| sql_per_dialect(&sg, |d| d.update_with_history(model, t, true))),
         );
         let read_back = sql_if_any(&|d| d.read_back(model, t));
         let claim = sql_per_dialect(&sg, |d| d.claim_next(model, t));
-        let log = sql_if_any(&|d| d.log(model, t, false));
-        let log_expecting = sql_if_any(&|d| d.log(model, t, true));
+        let history_insert = sql_if_any(&|d| d.history_insert(model, t, false));
+        let history_insert_expecting = sql_if_any(&|d| d.history_insert(model, t, true));
         // Only where every dialect can claim by age.
         let claim_older = option(
             DIALECTS
@@ -181,7 +182,7 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
             sql_per_dialect(&sg, |d| d.many_update(model, t, Match::ByValue));
         let many_read_by_value = sql_per_dialect(&sg, |d| d.many_read(model, t, Match::ByValue));
         let many_lease_read = sql_if_any(&|d| d.many_lease(model, t));
-        let many_log = sql_if_any(&|d| d.many_log(model, t));
+        let many_history_insert = sql_if_any(&|d| d.many_history_insert(model, t));
         let guard = option(t.guard.as_ref().map(|guard| {
             let text = &guard.text;
             quote!(#text)
@@ -207,12 +208,12 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
                 guarded_select_in_transaction: #guarded_select_in_transaction,
                 claim: #claim,
                 claim_older: #claim_older,
-                log: #log,
-                log_expecting: #log_expecting,
+                history_insert: #history_insert,
+                history_insert_expecting: #history_insert_expecting,
                 many_update: #many_update,
                 many_read: #many_read,
                 many_lease_read: #many_lease_read,
-                many_log: #many_log,
+                many_history_insert: #many_history_insert,
                 many_update_by_value: #many_update_by_value,
                 many_read_by_value: #many_read_by_value,
             })
@@ -340,7 +341,7 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
                         db: #dbs,
                         initial: #initials,
                         in_flight: #in_flights,
-                        stamp: #stamps,
+                        since: #sinces,
                         timeout_ms: #timeouts,
                     })),*
                 ];

@@ -29,7 +29,10 @@ impl Dialect {
     /// Empty unless every source state stamps one `since` column (a NULL
     /// stamp is never old: give the column a default).
     pub fn claim_older(&self, model: &Model, transition: &Transition) -> String {
-        let mut since = transition.sources.iter().map(|&s| model.states[s].since());
+        let mut since = transition
+            .sources
+            .iter()
+            .map(|&s| model.states[s].since_column());
         let Some(Some(first)) = since.next() else {
             return String::new();
         };

@@ -69,7 +69,7 @@ impl Dialect {
             d.now().to_owned(),
         ]);
         if note {
-            let (note_columns, note_values) = d.note();
+            let (note_columns, note_values) = d.note_columns();
             columns.push(note_columns);
             values.push(note_values);
         }
@@ -79,7 +79,7 @@ impl Dialect {
     /// The note's columns and placeholders: the actor, the reason, and the
     /// details as JSON (parsed by the database, so that a document that is
     /// not JSON is refused with the move).
-    pub(super) fn note(self) -> (String, String) {
+    pub(super) fn note_columns(self) -> (String, String) {
         let d = self;
         let details = match d {
             Dialect::Postgres => format!("CAST({} AS JSONB)", Slot::Details.mark()),
@@ -102,21 +102,26 @@ impl Dialect {
     /// before it. The same `WHERE`, so it inserts a row exactly when the
     /// update moves one; on MySQL it locks the row (`FOR UPDATE`), so
     /// nothing moves it in between. Empty on PostgreSQL, whose
-    /// [`Self::update_logged`] does both in one statement.
-    pub fn log(&self, model: &Model, transition: &Transition, expecting: bool) -> String {
+    /// [`Self::update_with_history`] does both in one statement.
+    pub fn history_insert(
+        &self,
+        model: &Model,
+        transition: &Transition,
+        expecting: bool,
+    ) -> String {
         let d = *self;
         let (Some(history), false) = (&model.history, d == Dialect::Postgres) else {
             return String::new();
         };
         let predicate = d.move_predicate(model, transition, expecting);
-        d.log_insert(model, history, transition, &predicate)
+        d.history_row_insert(model, history, transition, &predicate)
     }
 
     /// SQLite and MySQL: the history row of `transition` for the row that
     /// `predicate` finds, inserted from it; on MySQL the row is locked
     /// (`FOR UPDATE`), so nothing moves it before the statement that
     /// follows in the same transaction.
-    pub(super) fn log_insert(
+    pub(super) fn history_row_insert(
         self,
         model: &Model,
         history: &str,

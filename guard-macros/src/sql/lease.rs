@@ -75,7 +75,7 @@ impl Dialect {
     /// SQLite and MySQL, for a machine with a history table: the history
     /// row of a follow-up, inserted just before it in one transaction
     /// (see [`Self::log`]).
-    pub fn follow_up_log(
+    pub fn follow_up_history_insert(
         &self,
         model: &Model,
         state: &State,
@@ -87,7 +87,7 @@ impl Dialect {
             return String::new();
         };
         let predicate = d.leased(model, state, in_flight);
-        d.log_insert(model, history, transition, &predicate)
+        d.history_row_insert(model, history, transition, &predicate)
     }
 
     /// Renews the caller's lease on a row of an in-flight state: a

@@ -232,7 +232,7 @@ impl Dialect {
     /// rows of `apply_many`'s update, inserted just before it in one
     /// transaction, from the same rows (on MySQL already locked by
     /// [`Self::many_read`]).
-    pub fn many_log(&self, model: &Model, transition: &Transition) -> String {
+    pub fn many_history_insert(&self, model: &Model, transition: &Transition) -> String {
         let d = *self;
         let (Some(history), false) = (&model.history, d == Dialect::Postgres) else {
             return String::new();

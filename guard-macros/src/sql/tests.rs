@@ -27,7 +27,7 @@ fn with_model(check: impl FnOnce(&Model)) {
         ident,
         db: db.to_owned(),
         in_flight: None,
-        stamp: None,
+        since: None,
         timeout_ms: None,
     };
     let mut states = vec![

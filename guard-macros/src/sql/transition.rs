@@ -45,7 +45,7 @@ impl Dialect {
             Dialect::Postgres | Dialect::Sqlite => [status].into_iter().chain(sets).collect(),
         }
         .join(", ");
-        if let Some(since) = target.since() {
+        if let Some(since) = target.since_column() {
             assignments.push_str(&format!(", {} = {}", d.quote(since), d.now()));
         }
         if let Some(version) = &model.version {
@@ -176,7 +176,12 @@ impl Dialect {
     /// version of a row another transaction just changed), so the state
     /// recorded as left is the one the row really left; `PostgreSQL` 15 has
     /// no `OLD` in `RETURNING`. Returns what [`Self::update`] returns.
-    pub fn update_logged(&self, model: &Model, transition: &Transition, expecting: bool) -> String {
+    pub fn update_with_history(
+        &self,
+        model: &Model,
+        transition: &Transition,
+        expecting: bool,
+    ) -> String {
         let d = *self;
         let (Dialect::Postgres, Some(history)) = (d, &model.history) else {
             return d.update(model, transition, expecting);

@@ -76,16 +76,16 @@ pub const DIAGRAM_END: &str = "<!-- stateguard:diagram:end -->";
 /// the expected content instead of failing, when set to `1`.
 pub const BLESS_VAR: &str = "STATEGUARD_BLESS";
 
+mod checked_in;
 mod diff;
 mod dot;
-mod fresh;
 mod markdown;
 pub(crate) mod mermaid;
 
-pub use self::dot::dot;
-pub use self::fresh::{
+pub use self::checked_in::{
     assert_fresh, assert_fresh_diagram, assert_fresh_file, assert_fresh_section,
 };
+pub use self::dot::dot;
 pub use self::markdown::{history_markdown, markdown};
 pub use self::mermaid::{mermaid, mermaid_block};
 
@@ -148,7 +148,7 @@ fn edge_label<S: crate::StateMachine>(transition: &crate::machine::TransitionDef
 mod tests {
     use super::diff::diff;
     use super::dot::dot_str;
-    use super::fresh::section;
+    use super::checked_in::section;
     use super::markdown::code;
     use super::mermaid::{mermaid_quoted, mermaid_text};
     use super::*;

@@ -158,7 +158,7 @@ macro_rules! in_transaction {
                     let (conn, health) = self.parts();
                     health.refuse()?;
                     let done = sqlx::Executor::execute(conn, sqlx::query_with(sql, args)).await;
-                    noted::<$db, _>(health, done)
+                    recorded::<$db, _>(health, done)
                 })
             }
 
@@ -172,7 +172,7 @@ macro_rules! in_transaction {
                     health.refuse()?;
                     let row =
                         sqlx::Executor::fetch_optional(conn, sqlx::query_with(sql, args)).await;
-                    noted::<$db, _>(health, row)
+                    recorded::<$db, _>(health, row)
                 })
             }
 
@@ -185,7 +185,7 @@ macro_rules! in_transaction {
                     let (conn, health) = self.parts();
                     health.refuse()?;
                     let rows = sqlx::Executor::fetch_all(conn, sqlx::query_with(sql, args)).await;
-                    noted::<$db, _>(health, rows)
+                    recorded::<$db, _>(health, rows)
                 })
             }
 
@@ -205,7 +205,7 @@ macro_rules! in_transaction {
                     let both =
                         sealed::Run::execute_then_fetch(&mut on, sql, args, then, then_args, when)
                             .await;
-                    noted::<$db, _>(health, both)
+                    recorded::<$db, _>(health, both)
                 })
             }
 
@@ -225,7 +225,7 @@ macro_rules! in_transaction {
                         logged_on!($db, &mut *conn, log, log_args, update, args, rows, then)
                     }
                     .await;
-                    noted::<$db, _>(health, done)
+                    recorded::<$db, _>(health, done)
                 })
             }
 
@@ -255,13 +255,13 @@ macro_rules! in_transaction {
 
 /// `result`, after recording its error in the transaction's health.
 #[allow(dead_code)] // unused when no backend feature is enabled
-fn noted<DB: Backend, T>(
+fn recorded<DB: Backend, T>(
     health: &mut crate::executor::tx::Health,
     result: Result<T, sqlx::Error>,
 ) -> Result<T, sqlx::Error> {
     match &result {
         Ok(_) => health.succeeded(),
-        Err(error) => health.note::<DB>(error),
+        Err(error) => health.failed::<DB>(error),
     }
     result
 }
@@ -376,7 +376,7 @@ macro_rules! executors {
                 };
                 match <$db as Dialect>::EMBEDDED {
                     true => Box::pin(logged),
-                    false => Box::pin(crate::executor::task::see_through(
+                    false => Box::pin(crate::executor::task::run_to_completion(
                         "a move and its history",
                         logged,
                     )),

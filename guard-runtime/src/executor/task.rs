@@ -13,7 +13,7 @@ use core::future::Future;
 /// its output; a caller that stops waiting leaves the task to finish. A
 /// panic in it goes on in the caller; a task cancelled with its runtime is
 /// an I/O error saying that `what` was cut off.
-pub(crate) async fn see_through<T, W>(what: &'static str, work: W) -> Result<T, sqlx::Error>
+pub(crate) async fn run_to_completion<T, W>(what: &'static str, work: W) -> Result<T, sqlx::Error>
 where
     T: Send + 'static,
     W: Future<Output = Result<T, sqlx::Error>> + Send + 'static,

@@ -85,7 +85,7 @@ pub struct StateParts<S: 'static> {
     pub db: &'static str,
     pub initial: bool,
     pub in_flight: Option<&'static InFlightDef<S>>,
-    pub stamp: Option<&'static str>,
+    pub since: Option<&'static str>,
     pub timeout_ms: Option<u64>,
 }
 
@@ -97,7 +97,7 @@ pub const fn state<S: Copy>(parts: StateParts<S>) -> StateDef<S> {
         db,
         initial,
         in_flight,
-        stamp,
+        since,
         timeout_ms,
     } = parts;
     StateDef {
@@ -106,7 +106,7 @@ pub const fn state<S: Copy>(parts: StateParts<S>) -> StateDef<S> {
         db,
         initial,
         in_flight,
-        stamp,
+        stamp: since,
         timeout_ms,
     }
 }
@@ -131,8 +131,8 @@ pub struct InFlightParts<S: 'static> {
     pub follow_up_read: Sql,
     pub done_sql: Sql,
     pub failed_sql: Option<Sql>,
-    pub done_log: Option<Sql>,
-    pub failed_log: Option<Sql>,
+    pub done_history_insert: Option<Sql>,
+    pub failed_history_insert: Option<Sql>,
 }
 
 /// An in-flight state, from its parts.
@@ -150,8 +150,8 @@ pub const fn in_flight<S>(parts: InFlightParts<S>) -> InFlightDef<S> {
         follow_up_read,
         done_sql,
         failed_sql,
-        done_log,
-        failed_log,
+        done_history_insert,
+        failed_history_insert,
     } = parts;
     InFlightDef {
         lease_ms,
@@ -166,7 +166,7 @@ pub const fn in_flight<S>(parts: InFlightParts<S>) -> InFlightDef<S> {
         follow_up_read,
         done_sql,
         failed_sql,
-        logs: [or_none(done_log), or_none(failed_log)],
+        logs: [or_none(done_history_insert), or_none(failed_history_insert)],
     }
 }
 
@@ -188,12 +188,12 @@ pub struct TransitionParts<S: 'static> {
     pub guarded_select_in_transaction: Option<Sql>,
     pub claim: Sql,
     pub claim_older: Option<Sql>,
-    pub log: Option<Sql>,
-    pub log_expecting: Option<Sql>,
+    pub history_insert: Option<Sql>,
+    pub history_insert_expecting: Option<Sql>,
     pub many_update: Sql,
     pub many_read: Sql,
     pub many_lease_read: Option<Sql>,
-    pub many_log: Option<Sql>,
+    pub many_history_insert: Option<Sql>,
     pub many_update_by_value: Sql,
     pub many_read_by_value: Sql,
 }
@@ -213,12 +213,12 @@ pub const fn transition<S: StateMachine>(parts: TransitionParts<S>) -> Transitio
         guarded_select_in_transaction,
         claim,
         claim_older,
-        log,
-        log_expecting,
+        history_insert,
+        history_insert_expecting,
         many_update,
         many_read,
         many_lease_read,
-        many_log,
+        many_history_insert,
         many_update_by_value,
         many_read_by_value,
     } = parts;
@@ -226,7 +226,7 @@ pub const fn transition<S: StateMachine>(parts: TransitionParts<S>) -> Transitio
         (Some(plain), Some(locking)) => Some([plain, locking]),
         _ => None,
     };
-    let log = match (log, log_expecting) {
+    let log = match (history_insert, history_insert_expecting) {
         (Some(plain), Some(expecting)) => Some([plain, expecting]),
         _ => None,
     };
@@ -247,7 +247,7 @@ pub const fn transition<S: StateMachine>(parts: TransitionParts<S>) -> Transitio
             update: many_update,
             read: many_read,
             lease_read: or_none(many_lease_read),
-            log: or_none(many_log),
+            log: or_none(many_history_insert),
         },
         many_by_value: [many_update_by_value, many_read_by_value],
     }

@@ -95,7 +95,7 @@ pub(crate) async fn begin_in_task<DB: Backend>(
         false => {
             tokio::time::timeout(
                 deadline,
-                crate::executor::task::see_through("a BEGIN", begin),
+                crate::executor::task::run_to_completion("a BEGIN", begin),
             )
             .await
         }

@@ -69,7 +69,7 @@ impl Health {
     /// or busy database the library answers [`Error::RetryTransaction`],
     /// and MySQL has already rolled the whole transaction back: either way
     /// the transaction must not commit.
-    pub(crate) fn note<DB: Backend>(&mut self, error: &sqlx::Error) {
+    pub(crate) fn failed<DB: Backend>(&mut self, error: &sqlx::Error) {
         self.verified = false;
         if DB::is_retryable(error) {
             self.rolled_back = true;
