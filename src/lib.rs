@@ -317,30 +317,30 @@
 
 /// Derives [`StateMachine`](trait@StateMachine): see the [crate
 /// documentation](crate) for the attributes.
-pub use guard_macros::StateMachine;
+pub use stateguard_macros::StateMachine;
 // Transitions and what they return.
-pub use guard_runtime::{
+pub use stateguard_runtime::{
     Bound, Call, Committed, Current, DEFAULT_DEADLINE, Error, ErrorKind, HasHistory, HasVersion,
     HistoryRow, Note, Noted, Outcome, StateMachine, Transition, Uncommitted, UnknownState, Won,
 };
 // Transactions whose wins wait for the commit.
-pub use guard_runtime::{Begin, Savepoint, Staged, Tx};
+pub use stateguard_runtime::{Begin, Savepoint, Staged, Tx};
 // Effects, in-flight states and their recovery.
-pub use guard_runtime::{
+pub use stateguard_runtime::{
     Effect, FinishError, Finished, FollowUp, FollowUpValues, Recovered, SupersededRow, Verdict,
     claim_expired, recover, recover_within,
 };
 // What `apply` runs on.
-pub use guard_runtime::{
+pub use stateguard_runtime::{
     APPLY_MANY_CHUNK, Backend, BatchKey, Batched, DecodeKey, Executor, Key, KeyShape, KeyText,
     ManyKeys, Params, RowKey, key,
 };
 // Metadata, and what is generated from it.
-pub use guard_runtime::{ddl, docs, meta, telemetry};
+pub use stateguard_runtime::{ddl, docs, meta, telemetry};
 // Exactly once at the front doors: idempotency keys and a consumer's inbox.
-pub use guard_runtime::{idempotency, inbox};
+pub use stateguard_runtime::{idempotency, inbox};
 
 #[doc(hidden)]
 pub mod __private {
-    pub use guard_runtime::__private::*;
+    pub use stateguard_runtime::__private::*;
 }

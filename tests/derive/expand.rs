@@ -1,7 +1,7 @@
 //! `tests/expand/payouts.expanded.rs` is the derive's output for the payout
 //! enum of `examples/payouts/status.rs`, formatted, for reviewers to read.
-//! guard-macros' unit tests keep it fresh (`STATEGUARD_BLESS=1 cargo test -p
-//! guard-macros` rewrites it); this test proves that it is real code: it
+//! stateguard-macros' unit tests keep it fresh (`STATEGUARD_BLESS=1 cargo
+//! test -p stateguard-macros` rewrites it); this test proves that it is real code: it
 //! compiles on a copy of the enum without the derive, and its metadata and
 //! SQL are the derived enum's, literal for literal.
 
