@@ -106,6 +106,9 @@ pub trait ApiBackend: Backend {
     const READ: &'static str;
     /// The dialect of the stores' DDL.
     const DIALECT: stateguard::ddl::Dialect;
+    /// How many tables named `$1` the connection's database (or, on
+    /// PostgreSQL, its current schema) holds: 0 or 1.
+    const EXISTS: &'static str;
 }
 
 impl ApiBackend for sqlx::Sqlite {
@@ -118,6 +121,8 @@ impl ApiBackend for sqlx::Sqlite {
     const INSERT: &'static str =
         "INSERT INTO api_payouts (id, amount_cents, currency, recipient) VALUES (?1, ?2, ?3, ?4)";
     const READ: &'static str = "SELECT status, version FROM api_payouts WHERE id = ?1";
+    const EXISTS: &'static str =
+        "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?1";
 }
 
 impl ApiBackend for sqlx::Postgres {
@@ -130,6 +135,8 @@ impl ApiBackend for sqlx::Postgres {
     const INSERT: &'static str =
         "INSERT INTO api_payouts (id, amount_cents, currency, recipient) VALUES ($1, $2, $3, $4)";
     const READ: &'static str = "SELECT status, version FROM api_payouts WHERE id = $1";
+    const EXISTS: &'static str = "SELECT COUNT(*) FROM information_schema.tables \
+         WHERE table_schema = current_schema() AND table_name = $1";
 }
 
 impl ApiBackend for sqlx::MySql {
@@ -143,24 +150,62 @@ impl ApiBackend for sqlx::MySql {
     const INSERT: &'static str =
         "INSERT INTO api_payouts (id, amount_cents, currency, recipient) VALUES (?, ?, ?, ?)";
     const READ: &'static str = "SELECT status, version FROM api_payouts WHERE id = ?";
+    const EXISTS: &'static str = "SELECT COUNT(*) FROM information_schema.tables \
+         WHERE table_schema = DATABASE() AND table_name = ?";
 }
 
-/// Creates the service's tables.
-pub async fn create_schema<DB: ApiBackend>(pool: &Pool<DB>) -> Result<(), sqlx::Error>
+/// The service's tables, each with the statements that create it: its
+/// payouts, and the two stores' fixed-name tables.
+fn tables<DB: ApiBackend>() -> [(&'static str, &'static [&'static str]); 3] {
+    [
+        ("api_payouts", DB::SCHEMA),
+        ("stateguard_idempotency", idempotency::ddl(DB::DIALECT)),
+        ("stateguard_inbox", inbox::ddl(DB::DIALECT)),
+    ]
+}
+
+/// What `--reset` drops: the service's three tables, and nothing else of
+/// the database.
+const DROP: [&str; 3] = [
+    "DROP TABLE IF EXISTS api_payouts",
+    "DROP TABLE IF EXISTS stateguard_idempotency",
+    "DROP TABLE IF EXISTS stateguard_inbox",
+];
+
+/// Creates the service's tables that are missing, keeping those that
+/// exist and what they hold; with `reset`, drops the three first. Returns
+/// the names of the tables it created.
+pub async fn prepare<DB: ApiBackend>(
+    pool: &Pool<DB>,
+    reset: bool,
+) -> Result<Vec<&'static str>, sqlx::Error>
 where
     for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
     DB::Arguments: sqlx::IntoArguments<DB>,
+    i64: sqlx::Type<DB> + for<'r> sqlx::Decode<'r, DB>,
+    String: Key<DB>,
+    usize: sqlx::ColumnIndex<DB::Row>,
 {
-    let dialect = DB::DIALECT;
-    for statement in DB::SCHEMA
-        .iter()
-        .chain(idempotency::ddl(dialect))
-        .chain(inbox::ddl(dialect))
-    {
-        let mut conn = pool.acquire().await?;
-        sqlx::query(*statement).execute(&mut *conn).await?;
+    let mut conn = pool.acquire().await?;
+    if reset {
+        for statement in DROP {
+            sqlx::query(statement).execute(&mut *conn).await?;
+        }
     }
-    Ok(())
+    let mut created = Vec::new();
+    for (table, ddl) in tables::<DB>() {
+        let (present,): (i64,) = sqlx::query_as(DB::EXISTS)
+            .bind(table.to_owned())
+            .fetch_one(&mut *conn)
+            .await?;
+        if present == 0 {
+            for statement in ddl {
+                sqlx::query(*statement).execute(&mut *conn).await?;
+            }
+            created.push(table);
+        }
+    }
+    Ok(created)
 }
 
 /// The routes.

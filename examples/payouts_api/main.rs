@@ -7,14 +7,22 @@
 //! cargo run --example payouts_api                  # embedded SQLite, no setup
 //! DATABASE_URL=postgres://postgres@127.0.0.1:5432/test cargo run --example payouts_api
 //! DATABASE_URL=mysql://root@127.0.0.1:3306/test cargo run --example payouts_api
+//! cargo run --example payouts_api -- --reset       # start from empty tables
 //! ```
 //!
 //! It listens on `127.0.0.1:3000` (`ADDR` changes it); a request owns its
-//! `Idempotency-Key` for 60 s (`IDEMPOTENCY_LEASE_MS` changes it). On PostgreSQL it
-//! works in a schema of its own, on MySQL and MariaDB in a database of its
-//! own, both called `stateguard_api`, made anew on each start unless
-//! `KEEP_DATA=1`; on SQLite in `payouts_api.db` in the system's temporary
-//! directory (`SQLITE_PATH` changes it).
+//! `Idempotency-Key` for 60 s (`IDEMPOTENCY_LEASE_MS` changes it).
+//!
+//! Its data: three tables, `api_payouts`, `stateguard_idempotency` and
+//! `stateguard_inbox`, in the database `DATABASE_URL` names (on PostgreSQL
+//! in the connection's current schema: the first of its `search_path`,
+//! which the URL can set with `?options=-c%20search_path%3Dmy_schema`);
+//! without `DATABASE_URL`, in the SQLite file `payouts_api.db` in the
+//! working directory (`SQLITE_PATH` changes it). It creates a table that is
+//! missing and keeps those that exist, with what they hold, across
+//! restarts: a service that restarts after a crash still knows every
+//! payout and every key. Only `--reset` drops the three tables first
+//! (and nothing else in the database).
 //!
 //! ```text
 //! curl -i -X POST localhost:3000/payouts -H 'Idempotency-Key: 7c1f' \
@@ -23,81 +31,60 @@
 
 use std::str::FromStr;
 
-use sqlx::Pool;
-
 mod app;
 
 use app::App;
 
+const USAGE: &str = "usage: payouts_api [--reset]";
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut reset = false;
+    for arg in std::env::args().skip(1) {
+        match arg.as_str() {
+            "--reset" => reset = true,
+            "--help" | "-h" => {
+                println!("{USAGE}");
+                return Ok(());
+            }
+            other => return Err(format!("unknown argument {other:?}; {USAGE}").into()),
+        }
+    }
     let addr = std::env::var("ADDR").unwrap_or_else(|_| "127.0.0.1:3000".to_owned());
-    let keep = std::env::var("KEEP_DATA").is_ok_and(|v| v == "1");
     let listener = tokio::net::TcpListener::bind(&addr).await?;
     let url = std::env::var("DATABASE_URL").ok();
-    let router = match url.as_deref() {
+    let (router, created) = match url.as_deref() {
         Some(url) if url.starts_with("postgres") => {
-            let admin = sqlx::PgPool::connect(url).await?;
-            if !keep {
-                sqlx::query("DROP SCHEMA IF EXISTS stateguard_api CASCADE")
-                    .execute(&admin)
-                    .await?;
-            }
-            let fresh = sqlx::query("CREATE SCHEMA stateguard_api")
-                .execute(&admin)
-                .await
-                .is_ok();
-            admin.close().await;
-            let options = sqlx::postgres::PgConnectOptions::from_str(url)?
-                .options([("search_path", "stateguard_api")]);
+            let options = sqlx::postgres::PgConnectOptions::from_str(url)?;
             let pool = sqlx::postgres::PgPoolOptions::new()
                 .max_connections(16)
                 .connect_with(options)
                 .await?;
-            if fresh {
-                app::create_schema(&pool).await?;
-            }
-            app::router(App::from_env(pool))
+            let created = app::prepare(&pool, reset).await?;
+            (app::router(App::from_env(pool)), created)
         }
         Some(url) if url.starts_with("mysql") || url.starts_with("mariadb") => {
-            let admin = sqlx::MySqlPool::connect(url).await?;
-            if !keep {
-                sqlx::query("DROP DATABASE IF EXISTS stateguard_api")
-                    .execute(&admin)
-                    .await?;
+            let options = sqlx::mysql::MySqlConnectOptions::from_str(url)?;
+            if options.get_database().is_none() {
+                return Err(format!(
+                    "DATABASE_URL {url:?} names no database: add one, as in \
+                     mysql://root@127.0.0.1:3306/payouts"
+                )
+                .into());
             }
-            let fresh = sqlx::query("CREATE DATABASE stateguard_api")
-                .execute(&admin)
-                .await
-                .is_ok();
-            admin.close().await;
-            let options =
-                sqlx::mysql::MySqlConnectOptions::from_str(url)?.database("stateguard_api");
-            let pool: Pool<sqlx::MySql> = sqlx::mysql::MySqlPoolOptions::new()
+            let pool = sqlx::mysql::MySqlPoolOptions::new()
                 .max_connections(16)
                 .connect_with(options)
                 .await?;
-            if fresh {
-                app::create_schema(&pool).await?;
-            }
-            app::router(App::from_env(pool))
+            let created = app::prepare(&pool, reset).await?;
+            (app::router(App::from_env(pool)), created)
         }
         Some(other) => {
             return Err(format!("DATABASE_URL {other:?} is not postgres or mysql").into());
         }
         None => {
-            let path = std::env::var("SQLITE_PATH").map_or_else(
-                |_| std::env::temp_dir().join("payouts_api.db"),
-                std::path::PathBuf::from,
-            );
-            if !keep {
-                for suffix in ["", "-wal", "-shm"] {
-                    let mut file = path.clone().into_os_string();
-                    file.push(suffix);
-                    let _ = std::fs::remove_file(file);
-                }
-            }
-            let fresh = !path.exists();
+            let path = std::env::var("SQLITE_PATH")
+                .map_or_else(|_| "payouts_api.db".into(), std::path::PathBuf::from);
             let options = sqlx::sqlite::SqliteConnectOptions::new()
                 .filename(&path)
                 .create_if_missing(true)
@@ -107,12 +94,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .max_connections(8)
                 .connect_with(options)
                 .await?;
-            if fresh {
-                app::create_schema(&pool).await?;
-            }
-            app::router(App::from_env(pool))
+            let created = app::prepare(&pool, reset).await?;
+            println!("data in {}", path.display());
+            (app::router(App::from_env(pool)), created)
         }
     };
+    match created.is_empty() {
+        true => println!("tables kept as they were"),
+        false => println!("created tables: {}", created.join(", ")),
+    }
     println!("listening on http://{}", listener.local_addr()?);
     axum::serve(listener, router).await?;
     Ok(())

@@ -35,7 +35,13 @@ where
     i64: for<'q> sqlx::Encode<'q, DB> + for<'r> sqlx::Decode<'r, DB> + sqlx::Type<DB>,
     usize: sqlx::ColumnIndex<DB::Row>,
 {
-    app::create_schema(&db.pool).await.unwrap();
+    // The fixture's database is empty: the service creates its three
+    // tables.
+    let created = app::prepare(&db.pool, false).await.unwrap();
+    assert_eq!(
+        created,
+        ["api_payouts", "stateguard_idempotency", "stateguard_inbox"]
+    );
     let router = app::router(App {
         pool: db.pool.clone(),
         lease: stateguard::idempotency::DEFAULT_LEASE,

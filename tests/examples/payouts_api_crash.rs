@@ -8,6 +8,9 @@
 //! payouts_api`), started with `ADDR=127.0.0.1:0`, a short
 //! `IDEMPOTENCY_LEASE_MS` and `PAYOUTS_API_CRASH`, at which point it prints
 //! `crash point …` and waits for the kill.
+//!
+//! It also holds what the service promises about its data: a restart keeps
+//! every payout and key, and only `--reset` drops its tables.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::ExitStatusExt;
@@ -44,12 +47,24 @@ struct Service {
     child: Child,
     lines: Receiver<String>,
     base: String,
+    /// What it printed before it listened: which tables it created.
+    preamble: Vec<String>,
 }
 
 impl Service {
     fn start(binary: &std::path::Path, env: &[(&str, String)], crash: Option<&str>) -> Self {
+        Service::start_with(binary, env, crash, &[])
+    }
+
+    fn start_with(
+        binary: &std::path::Path,
+        env: &[(&str, String)],
+        crash: Option<&str>,
+        args: &[&str],
+    ) -> Self {
         let mut command = Command::new(binary);
         command
+            .args(args)
             .env("ADDR", "127.0.0.1:0")
             .env("IDEMPOTENCY_LEASE_MS", LEASE_MS.to_string())
             .env_remove("PAYOUTS_API_CRASH")
@@ -77,10 +92,27 @@ impl Service {
             child,
             lines,
             base: String::new(),
+            preamble: Vec::new(),
         };
-        let line = service.wait_for("listening on ");
-        service.base = line.trim_start_matches("listening on ").to_owned();
-        service
+        loop {
+            let line = service.wait_for("");
+            match line.strip_prefix("listening on ") {
+                Some(base) => {
+                    service.base = base.to_owned();
+                    return service;
+                }
+                None => service.preamble.push(line),
+            }
+        }
+    }
+
+    /// Whether it said it created the tables `tables` (all of them, or
+    /// none: "tables kept as they were").
+    fn created(&self) -> &str {
+        self.preamble
+            .iter()
+            .find(|line| line.starts_with("created tables") || line.starts_with("tables kept"))
+            .map_or("", String::as_str)
     }
 
     /// The first line that starts with `prefix`, within 60 seconds.
@@ -150,6 +182,19 @@ fn post(base: &str, key: &str) -> (u16, bool, String) {
         .expect("an answer")
 }
 
+/// `GET /payouts/{id}` of the payout `body` describes: the status code.
+fn get_status(base: &str, body: &str) -> u16 {
+    let id = serde_json::from_str::<serde_json::Value>(body).expect("a JSON body")["id"]
+        .as_str()
+        .expect("an id")
+        .to_owned();
+    let url = format!("{base}/payouts/{id}");
+    runtime().block_on(async {
+        let response = reqwest::get(url).await.expect("GET the payout");
+        response.status().as_u16()
+    })
+}
+
 fn count_payouts(base: &str, body: &str) -> String {
     let id = serde_json::from_str::<serde_json::Value>(body).expect("a JSON body")["id"]
         .as_str()
@@ -166,11 +211,8 @@ fn count_payouts(base: &str, body: &str) -> String {
 /// Both kills, then the retries, against the database `env` points at.
 fn kill_mid_request_then_retry(env: Vec<(&str, String)>) {
     let binary = service_binary();
-    let restart: Vec<(&str, String)> = env
-        .iter()
-        .cloned()
-        .chain([("KEEP_DATA", "1".to_owned())])
-        .collect();
+    // A restart keeps the data: no flag is needed.
+    let restart = env.clone();
 
     // 1. Killed between the insert and the commit: nothing committed.
     let mut service = Service::start(&binary, &env, Some("before_commit"));
@@ -209,11 +251,55 @@ fn kill_mid_request_then_retry(env: Vec<(&str, String)>) {
     service.sigkill();
 }
 
+const ALL: &str = "created tables: api_payouts, stateguard_idempotency, stateguard_inbox";
+const KEPT: &str = "tables kept as they were";
+
+/// Started twice and a third time with `--reset`, on the database `env`
+/// points at (empty at first): the restart keeps the payout and its key,
+/// and only `--reset` drops them.
+fn restart_keeps_data(env: Vec<(&str, String)>) {
+    let binary = service_binary();
+    let service = Service::start(&binary, &env, None);
+    assert_eq!(service.created(), ALL);
+    let (status, replayed, first) = post(&service.base, "restart-1");
+    assert_eq!((status, replayed), (201, false), "{first}");
+    service.sigkill();
+
+    let service = Service::start(&binary, &env, None);
+    assert_eq!(service.created(), KEPT);
+    assert_eq!(get_status(&service.base, &first), 200);
+    let (status, replayed, again) = post(&service.base, "restart-1");
+    assert_eq!(
+        (status, replayed, again.as_str()),
+        (201, true, first.as_str())
+    );
+    service.sigkill();
+
+    let service = Service::start_with(&binary, &env, None, &["--reset"]);
+    assert_eq!(service.created(), ALL);
+    assert_eq!(get_status(&service.base, &first), 404);
+    let (status, replayed, fresh) = post(&service.base, "restart-1");
+    assert_eq!((status, replayed), (201, false), "{fresh}");
+    assert_ne!(fresh, first);
+    service.sigkill();
+}
+
+/// A path for the service's SQLite file in a directory of the test's own.
+fn sqlite_env(dir: &tempfile::TempDir) -> Vec<(&'static str, String)> {
+    let path = dir.path().join("payouts_api.db");
+    vec![("SQLITE_PATH", path.display().to_string())]
+}
+
 #[test]
 fn sqlite_service_survives_kills_mid_request() {
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let path = dir.path().join("payouts_api.db");
-    kill_mid_request_then_retry(vec![("SQLITE_PATH", path.display().to_string())]);
+    kill_mid_request_then_retry(sqlite_env(&dir));
+}
+
+#[test]
+fn sqlite_service_keeps_its_data_across_restarts() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    restart_keeps_data(sqlite_env(&dir));
 }
 
 fn server(var: &str, test: &str) -> Option<String> {
@@ -230,12 +316,80 @@ fn server(var: &str, test: &str) -> Option<String> {
     }
 }
 
+/// An empty schema of the test's own, `drop` then `create` run on `url`'s
+/// database, and the URL that makes it the connection's current schema.
+fn postgres_schema(url: &str, name: &str, drop: &'static str, create: &'static str) -> String {
+    runtime().block_on(async {
+        let pool = sqlx::PgPool::connect(url)
+            .await
+            .expect("connect to PostgreSQL");
+        sqlx::query(drop)
+            .execute(&pool)
+            .await
+            .expect("drop the schema");
+        sqlx::query(create)
+            .execute(&pool)
+            .await
+            .expect("create the schema");
+        pool.close().await;
+    });
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}options=-c%20search_path%3D{name}")
+}
+
+/// An empty database of the test's own on `url`'s server, and the URL
+/// that names it.
+fn mariadb_database(url: &str, name: &str, drop: &'static str, create: &'static str) -> String {
+    runtime().block_on(async {
+        let pool = sqlx::MySqlPool::connect(url)
+            .await
+            .expect("connect to MariaDB");
+        sqlx::query(drop)
+            .execute(&pool)
+            .await
+            .expect("drop the database");
+        sqlx::query(create)
+            .execute(&pool)
+            .await
+            .expect("create the database");
+        pool.close().await;
+    });
+    let (server, query) = url
+        .split_once('?')
+        .map_or((url, None), |(s, q)| (s, Some(q)));
+    let root = server.rsplit_once('/').map_or(server, |(root, _)| root);
+    match query {
+        Some(query) => format!("{root}/{name}?{query}"),
+        None => format!("{root}/{name}"),
+    }
+}
+
 #[test]
 fn postgres_service_survives_kills_mid_request() {
     let Some(url) = server("STATEGUARD_POSTGRES_URL", "postgres_service_survives_kills") else {
         return;
     };
+    let url = postgres_schema(
+        &url,
+        "sg_api_crash",
+        "DROP SCHEMA IF EXISTS sg_api_crash CASCADE",
+        "CREATE SCHEMA sg_api_crash",
+    );
     kill_mid_request_then_retry(vec![("DATABASE_URL", url)]);
+}
+
+#[test]
+fn postgres_service_keeps_its_data_across_restarts() {
+    let Some(url) = server("STATEGUARD_POSTGRES_URL", "postgres_service_keeps_its_data") else {
+        return;
+    };
+    let url = postgres_schema(
+        &url,
+        "sg_api_restart",
+        "DROP SCHEMA IF EXISTS sg_api_restart CASCADE",
+        "CREATE SCHEMA sg_api_restart",
+    );
+    restart_keeps_data(vec![("DATABASE_URL", url)]);
 }
 
 #[test]
@@ -243,5 +397,45 @@ fn mariadb_service_survives_kills_mid_request() {
     let Some(url) = server("STATEGUARD_MYSQL_URL", "mariadb_service_survives_kills") else {
         return;
     };
+    let url = mariadb_database(
+        &url,
+        "sg_api_crash",
+        "DROP DATABASE IF EXISTS sg_api_crash",
+        "CREATE DATABASE sg_api_crash",
+    );
     kill_mid_request_then_retry(vec![("DATABASE_URL", url)]);
+}
+
+#[test]
+fn mariadb_service_keeps_its_data_across_restarts() {
+    let Some(url) = server("STATEGUARD_MYSQL_URL", "mariadb_service_keeps_its_data") else {
+        return;
+    };
+    let url = mariadb_database(
+        &url,
+        "sg_api_restart",
+        "DROP DATABASE IF EXISTS sg_api_restart",
+        "CREATE DATABASE sg_api_restart",
+    );
+    restart_keeps_data(vec![("DATABASE_URL", url)]);
+}
+
+#[test]
+fn a_mariadb_url_without_a_database_is_refused() {
+    let Some(url) = server("STATEGUARD_MYSQL_URL", "a_mariadb_url_without_a_database") else {
+        return;
+    };
+    let root = url
+        .split('?')
+        .next()
+        .and_then(|u| u.rsplit_once('/'))
+        .map_or(url.as_str(), |(root, _)| root);
+    let output = Command::new(service_binary())
+        .env("ADDR", "127.0.0.1:0")
+        .env("DATABASE_URL", root)
+        .output()
+        .expect("run the service");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("names no database"), "{stderr}");
 }

@@ -146,9 +146,9 @@ fn edge_label<S: crate::StateMachine>(transition: &crate::machine::TransitionDef
 
 #[cfg(test)]
 mod tests {
+    use super::checked_in::section;
     use super::diff::diff;
     use super::dot::dot_str;
-    use super::checked_in::section;
     use super::markdown::code;
     use super::mermaid::{mermaid_quoted, mermaid_text};
     use super::*;
