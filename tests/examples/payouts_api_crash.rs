@@ -209,7 +209,7 @@ fn count_payouts(base: &str, body: &str) -> String {
 }
 
 /// Both kills, then the retries, against the database `env` points at.
-fn kill_mid_request_then_retry(env: Vec<(&str, String)>) {
+fn kill_mid_request_then_retry(env: Vec<(&'static str, String)>) {
     let binary = service_binary();
     // A restart keeps the data: no flag is needed.
     let restart = env.clone();
@@ -257,7 +257,7 @@ const KEPT: &str = "tables kept as they were";
 /// Started twice and a third time with `--reset`, on the database `env`
 /// points at (empty at first): the restart keeps the payout and its key,
 /// and only `--reset` drops them.
-fn restart_keeps_data(env: Vec<(&str, String)>) {
+fn restart_keeps_data(env: Vec<(&'static str, String)>) {
     let binary = service_binary();
     let service = Service::start(&binary, &env, None);
     assert_eq!(service.created(), ALL);
@@ -364,60 +364,87 @@ fn mariadb_database(url: &str, name: &str, drop: &'static str, create: &'static 
     }
 }
 
+/// `body` on a PostgreSQL schema of its own (`drop`, then `create`, name
+/// it), skipped without a server.
+fn on_postgres(
+    test: &str,
+    schema: &str,
+    [drop, create]: [&'static str; 2],
+    body: fn(Vec<(&'static str, String)>),
+) {
+    if let Some(url) = server("STATEGUARD_POSTGRES_URL", test) {
+        body(vec![(
+            "DATABASE_URL",
+            postgres_schema(&url, schema, drop, create),
+        )]);
+    }
+}
+
+/// `body` on a MariaDB database of its own, skipped without a server.
+fn on_mariadb(
+    test: &str,
+    database: &str,
+    [drop, create]: [&'static str; 2],
+    body: fn(Vec<(&'static str, String)>),
+) {
+    if let Some(url) = server("STATEGUARD_MYSQL_URL", test) {
+        body(vec![(
+            "DATABASE_URL",
+            mariadb_database(&url, database, drop, create),
+        )]);
+    }
+}
+
 #[test]
 fn postgres_service_survives_kills_mid_request() {
-    let Some(url) = server("STATEGUARD_POSTGRES_URL", "postgres_service_survives_kills") else {
-        return;
-    };
-    let url = postgres_schema(
-        &url,
+    on_postgres(
+        "postgres_service_survives_kills",
         "sg_api_crash",
-        "DROP SCHEMA IF EXISTS sg_api_crash CASCADE",
-        "CREATE SCHEMA sg_api_crash",
+        [
+            "DROP SCHEMA IF EXISTS sg_api_crash CASCADE",
+            "CREATE SCHEMA sg_api_crash",
+        ],
+        kill_mid_request_then_retry,
     );
-    kill_mid_request_then_retry(vec![("DATABASE_URL", url)]);
 }
 
 #[test]
 fn postgres_service_keeps_its_data_across_restarts() {
-    let Some(url) = server("STATEGUARD_POSTGRES_URL", "postgres_service_keeps_its_data") else {
-        return;
-    };
-    let url = postgres_schema(
-        &url,
+    on_postgres(
+        "postgres_service_keeps_its_data",
         "sg_api_restart",
-        "DROP SCHEMA IF EXISTS sg_api_restart CASCADE",
-        "CREATE SCHEMA sg_api_restart",
+        [
+            "DROP SCHEMA IF EXISTS sg_api_restart CASCADE",
+            "CREATE SCHEMA sg_api_restart",
+        ],
+        restart_keeps_data,
     );
-    restart_keeps_data(vec![("DATABASE_URL", url)]);
 }
 
 #[test]
 fn mariadb_service_survives_kills_mid_request() {
-    let Some(url) = server("STATEGUARD_MYSQL_URL", "mariadb_service_survives_kills") else {
-        return;
-    };
-    let url = mariadb_database(
-        &url,
+    on_mariadb(
+        "mariadb_service_survives_kills",
         "sg_api_crash",
-        "DROP DATABASE IF EXISTS sg_api_crash",
-        "CREATE DATABASE sg_api_crash",
+        [
+            "DROP DATABASE IF EXISTS sg_api_crash",
+            "CREATE DATABASE sg_api_crash",
+        ],
+        kill_mid_request_then_retry,
     );
-    kill_mid_request_then_retry(vec![("DATABASE_URL", url)]);
 }
 
 #[test]
 fn mariadb_service_keeps_its_data_across_restarts() {
-    let Some(url) = server("STATEGUARD_MYSQL_URL", "mariadb_service_keeps_its_data") else {
-        return;
-    };
-    let url = mariadb_database(
-        &url,
+    on_mariadb(
+        "mariadb_service_keeps_its_data",
         "sg_api_restart",
-        "DROP DATABASE IF EXISTS sg_api_restart",
-        "CREATE DATABASE sg_api_restart",
+        [
+            "DROP DATABASE IF EXISTS sg_api_restart",
+            "CREATE DATABASE sg_api_restart",
+        ],
+        restart_keeps_data,
     );
-    restart_keeps_data(vec![("DATABASE_URL", url)]);
 }
 
 #[test]
