@@ -10,9 +10,15 @@
 //! DATABASE_URL=mysql://root@127.0.0.1:3306/test cargo run --example payouts   # MariaDB or MySQL
 //! ```
 //!
-//! On PostgreSQL it works in a schema of its own, on MySQL and MariaDB in a
-//! database of its own, both called `stateguard_example`, which it drops and
-//! creates anew on each run.
+//! Each run adds its own 100 payouts after those of earlier runs, so the
+//! data of a run stays for the next one to find. On PostgreSQL they live in
+//! a schema of the example's own, `stateguard_example`, in the database the
+//! URL names; on MySQL and MariaDB in the database the URL names, in a
+//! `payouts` table beside a `stateguard_example` marker table (the example
+//! refuses to touch a `payouts` table it did not create); on SQLite in a
+//! file in a temporary directory, removed after the run. Each table is
+//! created when it is missing; only `--reset` drops the example's own
+//! schema (PostgreSQL) or its two tables (MySQL and MariaDB) first.
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -54,6 +60,7 @@ impl Bank {
 #[derive(Default)]
 struct Report {
     sent: AtomicUsize,
+    sent_in_run: AtomicUsize,
     lost_races: AtomicUsize,
     found_sent: AtomicUsize,
     found_cancelled: AtomicUsize,
@@ -62,17 +69,32 @@ struct Report {
     replays_already_sent: AtomicUsize,
 }
 
+const USAGE: &str = "usage: payouts [--reset]";
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut reset = false;
+    for arg in std::env::args().skip(1) {
+        match arg.as_str() {
+            "--reset" => reset = true,
+            "--help" | "-h" => {
+                println!("{USAGE}");
+                return Ok(());
+            }
+            other => return Err(format!("unknown argument {other:?}; {USAGE}").into()),
+        }
+    }
     let url = std::env::var("DATABASE_URL").ok();
     match url.as_deref() {
         Some(url) if url.starts_with("postgres") => {
-            // The example keeps to a schema of its own, made anew each run.
+            // A schema of the example's own, kept across runs.
             let admin = PgPool::connect(url).await?;
-            sqlx::query("DROP SCHEMA IF EXISTS stateguard_example CASCADE")
-                .execute(&admin)
-                .await?;
-            sqlx::query("CREATE SCHEMA stateguard_example")
+            if reset {
+                sqlx::query("DROP SCHEMA IF EXISTS stateguard_example CASCADE")
+                    .execute(&admin)
+                    .await?;
+            }
+            sqlx::query("CREATE SCHEMA IF NOT EXISTS stateguard_example")
                 .execute(&admin)
                 .await?;
             admin.close().await;
@@ -82,53 +104,91 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .max_connections(WORKERS as u32)
                 .connect_with(options)
                 .await?;
-            for statement in [
-                "CREATE TABLE payouts (
+            sqlx::query(
+                "CREATE TABLE IF NOT EXISTS payouts (
                     id BIGINT PRIMARY KEY,
                     amount_cents BIGINT NOT NULL,
                     status TEXT NOT NULL DEFAULT 'pending',
                     sent_at TIMESTAMPTZ,
                     bank_ref TEXT
                 )",
+            )
+            .execute(&pool)
+            .await?;
+            let first = next_id(&pool, "SELECT COALESCE(MAX(id), 0) + 1 FROM payouts").await?;
+            sqlx::query(
                 "INSERT INTO payouts (id, amount_cents)
-                 SELECT g, 1000 * g FROM generate_series(1, 100) g",
-            ] {
-                sqlx::query(statement).execute(&pool).await?;
-            }
-            run(pool, "PostgreSQL").await
+                 SELECT $1 + g - 1, 1000 * g FROM generate_series(1, 100) g",
+            )
+            .bind(first)
+            .execute(&pool)
+            .await?;
+            run(pool, "PostgreSQL", first).await
         }
         Some(url) if url.starts_with("mysql") || url.starts_with("mariadb") => {
-            // The example keeps to a database of its own, made anew each run.
             let url = url.replacen("mariadb://", "mysql://", 1);
-            let admin = sqlx::MySqlPool::connect(&url).await?;
-            sqlx::query("DROP DATABASE IF EXISTS stateguard_example")
-                .execute(&admin)
-                .await?;
-            sqlx::query("CREATE DATABASE stateguard_example")
-                .execute(&admin)
-                .await?;
-            admin.close().await;
-            let options =
-                sqlx::mysql::MySqlConnectOptions::from_str(&url)?.database("stateguard_example");
+            let options = sqlx::mysql::MySqlConnectOptions::from_str(&url)?;
+            if options.get_database().is_none() {
+                return Err(format!(
+                    "DATABASE_URL {url:?} names no database: add one, as in \
+                     mysql://root@127.0.0.1:3306/test"
+                )
+                .into());
+            }
             let pool = sqlx::mysql::MySqlPoolOptions::new()
                 .max_connections(WORKERS as u32)
                 .connect_with(options)
                 .await?;
+            // The marker says that `payouts` is the example's: a database
+            // with a `payouts` table of its own is left alone.
+            let tables = |name: &'static str| {
+                sqlx::query_scalar::<_, i64>(
+                    "SELECT COUNT(*) FROM information_schema.tables
+                     WHERE table_schema = DATABASE() AND table_name = ?",
+                )
+                .bind(name)
+            };
+            let marked = tables("stateguard_example").fetch_one(&pool).await? == 1;
+            let payouts = tables("payouts").fetch_one(&pool).await? == 1;
+            if payouts && !marked {
+                return Err(
+                    "the database already has a `payouts` table that this example \
+                            did not create: point DATABASE_URL at another database"
+                        .into(),
+                );
+            }
+            if reset {
+                for statement in [
+                    "DROP TABLE IF EXISTS payouts",
+                    "DROP TABLE IF EXISTS stateguard_example",
+                ] {
+                    sqlx::query(statement).execute(&pool).await?;
+                }
+            }
             for statement in [
-                "CREATE TABLE payouts (
+                "CREATE TABLE IF NOT EXISTS stateguard_example (
+                    note VARCHAR(128) NOT NULL
+                )",
+                "CREATE TABLE IF NOT EXISTS payouts (
                     id BIGINT PRIMARY KEY,
                     amount_cents BIGINT NOT NULL,
                     status VARCHAR(32) NOT NULL DEFAULT 'pending',
                     sent_at DATETIME(3) NULL,
                     bank_ref VARCHAR(64) NULL
                 )",
-                "INSERT INTO payouts (id, amount_cents)
-                 WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE i < 100)
-                 SELECT i, 1000 * i FROM g",
             ] {
                 sqlx::query(statement).execute(&pool).await?;
             }
-            run(pool, "MySQL/MariaDB").await
+            let first = next_id(&pool, "SELECT COALESCE(MAX(id), 0) + 1 FROM payouts").await?;
+            sqlx::query(
+                "INSERT INTO payouts (id, amount_cents)
+                 WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE i < 100)
+                 SELECT ? + i - 1, 1000 * i FROM g",
+            )
+            .bind(first)
+            .execute(&pool)
+            .await?;
+            run(pool, "MySQL/MariaDB", first).await
         }
         Some(other) => Err(format!(
             "DATABASE_URL must start with postgres:// or mysql:// (or be unset for SQLite), \
@@ -160,14 +220,31 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             ] {
                 sqlx::query(statement).execute(&pool).await?;
             }
-            let result = run::<sqlx::Sqlite>(pool, "SQLite (embedded)").await;
+            let result = run::<sqlx::Sqlite>(pool, "SQLite (embedded)", 1).await;
             std::fs::remove_dir_all(&dir).ok();
             result
         }
     }
 }
 
-async fn run<DB: Batched>(pool: Pool<DB>, label: &str) -> Result<(), Box<dyn std::error::Error>>
+/// The first id of this run's payouts: after every earlier run's.
+async fn next_id<DB: sqlx::Database>(pool: &Pool<DB>, sql: &'static str) -> Result<i64, sqlx::Error>
+where
+    for<'c> &'c Pool<DB>: sqlx::Executor<'c, Database = DB>,
+    i64: for<'r> sqlx::Decode<'r, DB> + sqlx::Type<DB>,
+    (i64,): for<'r> sqlx::FromRow<'r, DB::Row>,
+    DB::Arguments: sqlx::IntoArguments<DB>,
+{
+    sqlx::query_scalar(sql).fetch_one(pool).await
+}
+
+/// The run over payouts `first ..= first + 99`: payout `first + i - 1` is
+/// for `i * 1000` cents.
+async fn run<DB: Batched>(
+    pool: Pool<DB>,
+    label: &str,
+    first: i64,
+) -> Result<(), Box<dyn std::error::Error>>
 where
     for<'p> &'p Pool<DB>: stateguard::Executor<Database = DB>,
     i64: for<'q> sqlx::Encode<'q, DB>
@@ -181,8 +258,13 @@ where
 
     // Some owners cancel before the run.
     let mut cancelled = 0;
-    for id in (CANCEL_EVERY..=PAYOUTS).step_by(CANCEL_EVERY as usize) {
-        if PayoutStatus::cancel().apply(&pool, id).await?.is_applied() {
+    let ids = first..first + PAYOUTS;
+    for i in (CANCEL_EVERY..=PAYOUTS).step_by(CANCEL_EVERY as usize) {
+        if PayoutStatus::cancel()
+            .apply(&pool, first + i - 1)
+            .await?
+            .is_applied()
+        {
             cancelled += 1;
         }
     }
@@ -191,7 +273,7 @@ where
     // no two workers get the same payout, so none chases another's.
     let mut workers = Vec::new();
     for _ in 0..WORKERS {
-        let (pool, bank, report) = (pool.clone(), bank.clone(), report.clone());
+        let (pool, bank, report, ids) = (pool.clone(), bank.clone(), report.clone(), ids.clone());
         workers.push(tokio::spawn(async move {
             let mut claimed = Vec::new();
             loop {
@@ -212,6 +294,11 @@ where
                         .is_applied()
                     {
                         report.sent.fetch_add(1, Ordering::SeqCst);
+                        // A payout an interrupted earlier run left pending
+                        // is sent too, and counted apart.
+                        if ids.contains(&id) {
+                            report.sent_in_run.fetch_add(1, Ordering::SeqCst);
+                        }
                     }
                 }
             }
@@ -233,7 +320,7 @@ where
     for worker in 0..WORKERS {
         let offset = worker as i64 * PAYOUTS / WORKERS as i64;
         for i in 0..PAYOUTS {
-            let id = (i + offset) % PAYOUTS + 1;
+            let id = first + (i + offset) % PAYOUTS;
             send_payout(&pool, &bank, &report, id).await?;
         }
     }
@@ -241,7 +328,7 @@ where
     // The bank's confirmation webhook is delivered again for every payout,
     // carrying a reference of its own: the loser writes nothing, so the
     // stored reference stays the one the winning confirm wrote.
-    for id in 1..=PAYOUTS {
+    for id in ids.clone() {
         if let Outcome::AlreadyInState(PayoutStatus::Sent) =
             PayoutStatus::confirm(format!("replayed_{id}"))
                 .apply(&pool, id)
@@ -289,9 +376,13 @@ where
         report.replays_already_sent.load(Ordering::SeqCst)
     );
     let over_limit = (1..=PAYOUTS)
-        .filter(|id| id * 1000 > LIMIT_CENTS && id % CANCEL_EVERY != 0)
+        .filter(|i| i * 1000 > LIMIT_CENTS && i % CANCEL_EVERY != 0)
         .count() as i64;
-    if claimed_twice != 0 || transfers != sent || sent as i64 != PAYOUTS - cancelled - over_limit {
+    let sent_in_run = report.sent_in_run.load(Ordering::SeqCst);
+    if claimed_twice != 0
+        || transfers != sent
+        || sent_in_run as i64 != PAYOUTS - cancelled - over_limit
+    {
         return Err(format!("{transfers} bank transfers for {sent} payouts sent").into());
     }
     println!("  every payout sent exactly once: ok");
@@ -321,6 +412,8 @@ where
                 .is_applied()
             {
                 report.sent.fetch_add(1, Ordering::SeqCst);
+                // Only this run's payouts are replayed.
+                report.sent_in_run.fetch_add(1, Ordering::SeqCst);
             }
         }
         Outcome::AlreadyInState(_) => {

@@ -80,7 +80,7 @@ fn require_servers() -> bool {
 }
 
 /// The server URL in `var`, or `None` after saying why the test is skipped.
-fn server_url(var: &str, test: &str) -> Option<String> {
+pub fn server_url(var: &str, test: &str) -> Option<String> {
     match std::env::var(var) {
         Ok(url) if !url.is_empty() => Some(url),
         _ => {

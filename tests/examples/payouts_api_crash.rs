@@ -12,34 +12,37 @@
 //! It also holds what the service promises about its data: a restart keeps
 //! every payout and key, and only `--reset` drops its tables.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::time::Duration;
 
+use crate::common::server_url;
+
 const LEASE_MS: u64 = 1000;
 const BODY: &str = r#"{"amount_cents":1000,"currency":"EUR","recipient":"acct_1"}"#;
 
-fn say(message: &str) {
-    let _ = writeln!(std::io::stderr(), "{message}");
+/// The service's binary, built (or found up to date) by cargo.
+fn service_binary() -> std::path::PathBuf {
+    example_binary("payouts_api")
 }
 
-/// The example's binary, built (or found up to date) by cargo.
-fn service_binary() -> std::path::PathBuf {
+/// An example's binary, built (or found up to date) by cargo.
+fn example_binary(name: &str) -> std::path::PathBuf {
     let status = Command::new(env!("CARGO"))
-        .args(["build", "--quiet", "--example", "payouts_api"])
+        .args(["build", "--quiet", "--example", name])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .status()
         .expect("run cargo build");
-    assert!(status.success(), "cargo build --example payouts_api failed");
+    assert!(status.success(), "cargo build --example {name} failed");
     let exe = std::env::current_exe().expect("the test binary's path");
     // target/<profile>/deps/<test> → target/<profile>/examples/payouts_api
     let profile = exe
         .parent()
         .and_then(|deps| deps.parent())
         .expect("target dir");
-    profile.join("examples").join("payouts_api")
+    profile.join("examples").join(name)
 }
 
 /// The service process, killed and reaped if the test panics.
@@ -302,20 +305,6 @@ fn sqlite_service_keeps_its_data_across_restarts() {
     restart_keeps_data(sqlite_env(&dir));
 }
 
-fn server(var: &str, test: &str) -> Option<String> {
-    match std::env::var(var) {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            assert!(
-                std::env::var("STATEGUARD_REQUIRE_SERVERS").map_or(true, |v| v != "1"),
-                "{var} is unset but STATEGUARD_REQUIRE_SERVERS=1: `{test}` needs that server"
-            );
-            say(&format!("skipped `{test}`: {var} is unset"));
-            None
-        }
-    }
-}
-
 /// An empty schema of the test's own, `drop` then `create` run on `url`'s
 /// database, and the URL that makes it the connection's current schema.
 fn postgres_schema(url: &str, name: &str, drop: &'static str, create: &'static str) -> String {
@@ -372,7 +361,7 @@ fn on_postgres(
     [drop, create]: [&'static str; 2],
     body: fn(Vec<(&'static str, String)>),
 ) {
-    if let Some(url) = server("STATEGUARD_POSTGRES_URL", test) {
+    if let Some(url) = server_url("STATEGUARD_POSTGRES_URL", test) {
         body(vec![(
             "DATABASE_URL",
             postgres_schema(&url, schema, drop, create),
@@ -387,7 +376,7 @@ fn on_mariadb(
     [drop, create]: [&'static str; 2],
     body: fn(Vec<(&'static str, String)>),
 ) {
-    if let Some(url) = server("STATEGUARD_MYSQL_URL", test) {
+    if let Some(url) = server_url("STATEGUARD_MYSQL_URL", test) {
         body(vec![(
             "DATABASE_URL",
             mariadb_database(&url, database, drop, create),
@@ -449,7 +438,7 @@ fn mariadb_service_keeps_its_data_across_restarts() {
 
 #[test]
 fn a_mariadb_url_without_a_database_is_refused() {
-    let Some(url) = server("STATEGUARD_MYSQL_URL", "a_mariadb_url_without_a_database") else {
+    let Some(url) = server_url("STATEGUARD_MYSQL_URL", "a_mariadb_url_without_a_database") else {
         return;
     };
     let root = url
@@ -465,4 +454,94 @@ fn a_mariadb_url_without_a_database_is_refused() {
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("names no database"), "{stderr}");
+}
+
+/// The payout run (`examples/payouts`) pointed at a MariaDB database that
+/// holds a `payouts` table of someone else's: it refuses, with and without
+/// `--reset`, and the table keeps its rows.
+#[test]
+fn the_payouts_example_leaves_a_foreign_payouts_table_alone() {
+    let Some(url) = server_url("STATEGUARD_MYSQL_URL", "the_payouts_example_leaves") else {
+        return;
+    };
+    let url = mariadb_database(
+        &url,
+        "sg_foreign_payouts",
+        "DROP DATABASE IF EXISTS sg_foreign_payouts",
+        "CREATE DATABASE sg_foreign_payouts",
+    );
+    let count = |url: &str| {
+        runtime().block_on(async {
+            let pool = sqlx::MySqlPool::connect(url).await.expect("connect");
+            let rows: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM payouts WHERE status = 'pending' AND owner = 'theirs'",
+            )
+            .fetch_one(&pool)
+            .await
+            .expect("count their payouts");
+            pool.close().await;
+            rows
+        })
+    };
+    runtime().block_on(async {
+        let pool = sqlx::MySqlPool::connect(&url).await.expect("connect");
+        for statement in [
+            "CREATE TABLE payouts (id BIGINT PRIMARY KEY, amount_cents BIGINT NOT NULL, \
+             status VARCHAR(32) NOT NULL, owner VARCHAR(16) NOT NULL)",
+            "INSERT INTO payouts VALUES (1, 1000, 'pending', 'theirs'), \
+             (2, 2000, 'pending', 'theirs'), (3, 3000, 'pending', 'theirs')",
+        ] {
+            sqlx::query(statement)
+                .execute(&pool)
+                .await
+                .expect("their table");
+        }
+        pool.close().await;
+    });
+    let binary = example_binary("payouts");
+    for args in [&[][..], &["--reset"][..]] {
+        let output = Command::new(&binary)
+            .args(args)
+            .env("DATABASE_URL", &url)
+            .output()
+            .expect("run the example");
+        assert!(!output.status.success(), "{args:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("did not create"), "{args:?}: {stderr}");
+        assert_eq!(count(&url), 3, "{args:?}");
+    }
+}
+
+/// The payout run on PostgreSQL keeps earlier runs' payouts: each run adds
+/// its own hundred, and only `--reset` starts from none.
+#[test]
+fn the_payouts_example_keeps_earlier_runs() {
+    let Some(url) = server_url("STATEGUARD_POSTGRES_URL", "the_payouts_example_keeps") else {
+        return;
+    };
+    let binary = example_binary("payouts");
+    let run = |args: &[&str]| {
+        let output = Command::new(&binary)
+            .args(args)
+            .env("DATABASE_URL", &url)
+            .output()
+            .expect("run the example");
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        runtime().block_on(async {
+            let pool = sqlx::PgPool::connect(&url).await.expect("connect");
+            let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM stateguard_example.payouts")
+                .fetch_one(&pool)
+                .await
+                .expect("count the payouts");
+            pool.close().await;
+            rows
+        })
+    };
+    assert_eq!(run(&["--reset"]), 100);
+    assert_eq!(run(&[]), 200);
+    assert_eq!(run(&["--reset"]), 100);
 }
