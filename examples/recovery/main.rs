@@ -10,10 +10,16 @@
 //! DATABASE_URL=mysql://root@127.0.0.1:3306/test cargo run --example recovery   # MariaDB or MySQL
 //! ```
 //!
-//! On PostgreSQL it works in a schema of its own, on MySQL and MariaDB in a
-//! database of its own, both called `stateguard_recovery`, which it drops
-//! and creates anew on each run. The workflow itself is in
-//! `workflow.rs`, shared with the crash test that SIGKILLs real processes.
+//! Each run adds its own 50 payouts after those of earlier runs, and keeps
+//! them: on PostgreSQL in a schema of the example's own,
+//! `stateguard_recovery`, in the database the URL names; on MySQL and
+//! MariaDB in the database the URL names (tables `recovery_payouts`,
+//! `bank_calls`, `bank_transfers`), beside a `stateguard_recovery`
+//! marker table (it refuses tables of the same names it did not create);
+//! on SQLite in a file in a temporary directory, removed after the run.
+//! Only `--reset` drops the example's own schema (PostgreSQL) or tables
+//! (MySQL and MariaDB) first. The workflow itself is in `workflow.rs`,
+//! shared with the crash test that SIGKILLs real processes.
 
 mod workflow;
 
@@ -29,18 +35,52 @@ const PAYOUTS: i64 = 50;
 const WORKERS: usize = 4;
 const BANK_LATENCY: Duration = Duration::from_millis(1);
 
+const USAGE: &str = "usage: recovery [--reset]";
+
+/// The example's tables on MySQL and MariaDB, dropped by `--reset`.
+const TABLES: [&str; 5] = [
+    "DROP TABLE IF EXISTS recovery_payout_history",
+    "DROP TABLE IF EXISTS recovery_payouts",
+    "DROP TABLE IF EXISTS bank_calls",
+    "DROP TABLE IF EXISTS bank_transfers",
+    "DROP TABLE IF EXISTS stateguard_recovery",
+];
+
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
+    let mut reset = false;
+    for arg in std::env::args().skip(1) {
+        match arg.as_str() {
+            "--reset" => reset = true,
+            "--help" | "-h" => {
+                println!("{USAGE}");
+                return Ok(());
+            }
+            other => return Err(format!("unknown argument {other:?}; {USAGE}").into()),
+        }
+    }
     let url = std::env::var("DATABASE_URL").ok();
     match url.as_deref() {
         Some(url) if url.starts_with("postgres") => {
             let admin = sqlx::PgPool::connect(url).await?;
-            sqlx::query("DROP SCHEMA IF EXISTS stateguard_recovery CASCADE")
-                .execute(&admin)
-                .await?;
-            sqlx::query("CREATE SCHEMA stateguard_recovery")
-                .execute(&admin)
-                .await?;
+            // The example's four tables in its schema: all of them, or a
+            // schema to make (anew, if an interrupted first run left part).
+            let tables: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM information_schema.tables \
+                 WHERE table_schema = 'stateguard_recovery' AND table_name IN \
+                 ('recovery_payouts', 'recovery_payout_history', 'bank_calls', 'bank_transfers')",
+            )
+            .fetch_one(&admin)
+            .await?;
+            let made = reset || tables < 4;
+            if made {
+                for statement in [
+                    "DROP SCHEMA IF EXISTS stateguard_recovery CASCADE",
+                    "CREATE SCHEMA stateguard_recovery",
+                ] {
+                    sqlx::query(statement).execute(&admin).await?;
+                }
+            }
             admin.close().await;
             let options = sqlx::postgres::PgConnectOptions::from_str(url)?
                 .options([("search_path", "stateguard_recovery")]);
@@ -48,25 +88,63 @@ async fn main() -> Result<(), BoxError> {
                 .max_connections(2 * WORKERS as u32)
                 .connect_with(options)
                 .await?;
-            run(pool, "PostgreSQL").await
+            if made {
+                sqlx::Postgres::create_tables(&pool).await?;
+            }
+            let first: i64 =
+                sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) + 1 FROM recovery_payouts")
+                    .fetch_one(&pool)
+                    .await?;
+            run(pool, "PostgreSQL", first).await
         }
         Some(url) if url.starts_with("mysql") || url.starts_with("mariadb") => {
             let url = url.replacen("mariadb://", "mysql://", 1);
-            let admin = sqlx::MySqlPool::connect(&url).await?;
-            sqlx::query("DROP DATABASE IF EXISTS stateguard_recovery")
-                .execute(&admin)
-                .await?;
-            sqlx::query("CREATE DATABASE stateguard_recovery")
-                .execute(&admin)
-                .await?;
-            admin.close().await;
-            let options =
-                sqlx::mysql::MySqlConnectOptions::from_str(&url)?.database("stateguard_recovery");
+            let options = sqlx::mysql::MySqlConnectOptions::from_str(&url)?;
+            if options.get_database().is_none() {
+                return Err(format!(
+                    "DATABASE_URL {url:?} names no database: add one, as in \
+                     mysql://root@127.0.0.1:3306/test"
+                )
+                .into());
+            }
             let pool = sqlx::mysql::MySqlPoolOptions::new()
                 .max_connections(2 * WORKERS as u32)
                 .connect_with(options)
                 .await?;
-            run(pool, "MySQL/MariaDB").await
+            // How many of the example's tables, and its marker, exist.
+            let (tables, marked): (i64, i64) = sqlx::query_as(
+                "SELECT COUNT(CASE WHEN table_name <> 'stateguard_recovery' THEN 1 END),
+                        COUNT(CASE WHEN table_name = 'stateguard_recovery' THEN 1 END)
+                 FROM information_schema.tables WHERE table_schema = DATABASE()
+                 AND table_name IN ('recovery_payouts', 'recovery_payout_history', 'bank_calls',
+                                    'bank_transfers', 'stateguard_recovery')",
+            )
+            .fetch_one(&pool)
+            .await?;
+            if tables > 0 && marked == 0 {
+                return Err(
+                    "the database already has a `recovery_payouts`, `recovery_payout_history`, `bank_calls` or \
+                            `bank_transfers` table that this example did not create: point \
+                            DATABASE_URL at another database"
+                        .into(),
+                );
+            }
+            // Made anew when asked, or when a first run was interrupted
+            // part-way (the marker is made first, so the tables are ours).
+            if reset || tables < 4 {
+                for statement in TABLES {
+                    sqlx::query(statement).execute(&pool).await?;
+                }
+                sqlx::query("CREATE TABLE stateguard_recovery (note VARCHAR(128) NOT NULL)")
+                    .execute(&pool)
+                    .await?;
+                sqlx::MySql::create_tables(&pool).await?;
+            }
+            let first: i64 =
+                sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) + 1 FROM recovery_payouts")
+                    .fetch_one(&pool)
+                    .await?;
+            run(pool, "MySQL/MariaDB", first).await
         }
         Some(other) => Err(format!(
             "DATABASE_URL must start with postgres:// or mysql:// (or be unset for SQLite), got \
@@ -86,14 +164,16 @@ async fn main() -> Result<(), BoxError> {
                 .max_connections(2 * WORKERS as u32)
                 .connect_with(options)
                 .await?;
-            let result = run(pool, "SQLite (embedded)").await;
+            sqlx::Sqlite::create_tables(&pool).await?;
+            let result = run(pool, "SQLite (embedded)", 1).await;
             std::fs::remove_dir_all(&dir).ok();
             result
         }
     }
 }
 
-async fn run<DB: Store>(pool: Pool<DB>, label: &str) -> Result<(), BoxError>
+/// The run over payouts `first ..= first + 49`, on tables that exist.
+async fn run<DB: Store>(pool: Pool<DB>, label: &str, first: i64) -> Result<(), BoxError>
 where
     for<'p> &'p Pool<DB>: stateguard::Executor<Database = DB, Commit = stateguard::Committed>,
     i64: for<'q> sqlx::Encode<'q, DB>
@@ -101,12 +181,11 @@ where
         + sqlx::Type<DB>
         + stateguard::ManyKeys<DB, stateguard::key::shape::One>,
 {
-    DB::create_tables(&pool).await?;
-    DB::seed(&pool, 1, PAYOUTS).await?;
+    DB::seed(&pool, first, first + PAYOUTS - 1).await?;
     let bank = Bank::new(pool.clone(), BANK_LATENCY);
 
-    crash_before_the_bank_call(&pool, 1).await?;
-    crash_after_the_bank_call(&pool, &bank, 2).await?;
+    crash_before_the_bank_call(&pool, first).await?;
+    crash_after_the_bank_call(&pool, &bank, first + 1).await?;
 
     // The workers that come up after the crash.
     let started = Instant::now();

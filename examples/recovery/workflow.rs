@@ -21,11 +21,11 @@ pub type BoxError = Box<dyn Error + Send + Sync>;
 
 #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
 #[state_machine(
-    table = "payouts",
+    table = "recovery_payouts",
     column = "status",
     key = "id",
     version = "version",
-    history = "payout_history"
+    history = "recovery_payout_history"
 )]
 pub enum PayoutStatus {
     #[state(initial)]
@@ -113,14 +113,14 @@ macro_rules! tally {
                         COUNT(CASE WHEN status = 'sending' THEN 1 END),
                         COUNT(CASE WHEN status = 'sent' THEN 1 END),
                         COUNT(CASE WHEN status = 'failed' THEN 1 END)
-                 FROM payouts",
+                 FROM recovery_payouts",
         )
         .fetch_one($pool)
         .await?;
         let (raw_calls, transfers, not_exactly_once): (i64, i64, i64) = sqlx::query_as(
             "SELECT (SELECT COUNT(*) FROM bank_calls),
                     (SELECT COUNT(*) FROM bank_transfers),
-                    (SELECT COUNT(*) FROM payouts p
+                    (SELECT COUNT(*) FROM recovery_payouts p
                      WHERE (SELECT COUNT(*) FROM bank_transfers t WHERE t.payout_id = p.id) <> 1)",
         )
         .fetch_one($pool)
@@ -143,14 +143,14 @@ impl Store for Sqlite {
 
     async fn create_tables(pool: &SqlitePool) -> sqlx::Result<()> {
         for statement in [
-            "CREATE TABLE payouts (
+            "CREATE TABLE recovery_payouts (
                 id INTEGER PRIMARY KEY,
                 status TEXT NOT NULL DEFAULT 'pending',
                 version INTEGER NOT NULL DEFAULT 0,
                 sending_since TEXT,
                 sent_at TEXT
             )",
-            "CREATE INDEX payouts_by_status ON payouts (status, id)",
+            "CREATE INDEX recovery_payouts_by_status ON recovery_payouts (status, id)",
             "CREATE TABLE bank_calls (
                 call_id INTEGER PRIMARY KEY,
                 effect_key TEXT NOT NULL,
@@ -174,7 +174,7 @@ impl Store for Sqlite {
     async fn seed(pool: &SqlitePool, first: i64, last: i64) -> sqlx::Result<()> {
         sqlx::query(
             "WITH RECURSIVE g(i) AS (SELECT ?1 UNION ALL SELECT i + 1 FROM g WHERE i < ?2)
-             INSERT INTO payouts (id) SELECT i FROM g",
+             INSERT INTO recovery_payouts (id) SELECT i FROM g",
         )
         .bind(first)
         .bind(last)
@@ -184,9 +184,11 @@ impl Store for Sqlite {
     }
 
     async fn unfinished(pool: &SqlitePool) -> sqlx::Result<i64> {
-        sqlx::query_scalar("SELECT COUNT(*) FROM payouts WHERE status NOT IN ('sent', 'failed')")
-            .fetch_one(pool)
-            .await
+        sqlx::query_scalar(
+            "SELECT COUNT(*) FROM recovery_payouts WHERE status NOT IN ('sent', 'failed')",
+        )
+        .fetch_one(pool)
+        .await
     }
 
     async fn bank_transfer(pool: &SqlitePool, effect_key: &str, payout: i64) -> sqlx::Result<()> {
@@ -219,14 +221,14 @@ impl Store for Postgres {
 
     async fn create_tables(pool: &PgPool) -> sqlx::Result<()> {
         for statement in [
-            "CREATE TABLE payouts (
+            "CREATE TABLE recovery_payouts (
                 id BIGINT PRIMARY KEY,
                 status TEXT NOT NULL DEFAULT 'pending',
                 version INT NOT NULL DEFAULT 0,
                 sending_since TIMESTAMPTZ,
                 sent_at TIMESTAMPTZ
             )",
-            "CREATE INDEX payouts_by_status ON payouts (status, id)",
+            "CREATE INDEX recovery_payouts_by_status ON recovery_payouts (status, id)",
             "CREATE TABLE bank_calls (
                 call_id BIGSERIAL PRIMARY KEY,
                 effect_key TEXT NOT NULL,
@@ -248,18 +250,22 @@ impl Store for Postgres {
     }
 
     async fn seed(pool: &PgPool, first: i64, last: i64) -> sqlx::Result<()> {
-        sqlx::query("INSERT INTO payouts (id) SELECT g FROM generate_series($1::BIGINT, $2) g")
-            .bind(first)
-            .bind(last)
-            .execute(pool)
-            .await?;
+        sqlx::query(
+            "INSERT INTO recovery_payouts (id) SELECT g FROM generate_series($1::BIGINT, $2) g",
+        )
+        .bind(first)
+        .bind(last)
+        .execute(pool)
+        .await?;
         Ok(())
     }
 
     async fn unfinished(pool: &PgPool) -> sqlx::Result<i64> {
-        sqlx::query_scalar("SELECT COUNT(*) FROM payouts WHERE status NOT IN ('sent', 'failed')")
-            .fetch_one(pool)
-            .await
+        sqlx::query_scalar(
+            "SELECT COUNT(*) FROM recovery_payouts WHERE status NOT IN ('sent', 'failed')",
+        )
+        .fetch_one(pool)
+        .await
     }
 
     async fn bank_transfer(pool: &PgPool, effect_key: &str, payout: i64) -> sqlx::Result<()> {
@@ -290,14 +296,14 @@ impl Store for MySql {
 
     async fn create_tables(pool: &MySqlPool) -> sqlx::Result<()> {
         for statement in [
-            "CREATE TABLE payouts (
+            "CREATE TABLE recovery_payouts (
                 id BIGINT PRIMARY KEY,
                 status VARCHAR(32) NOT NULL DEFAULT 'pending',
                 version INT NOT NULL DEFAULT 0,
                 sending_since DATETIME(3) NULL,
                 sent_at DATETIME(3) NULL
             )",
-            "CREATE INDEX payouts_by_status ON payouts (status, id)",
+            "CREATE INDEX recovery_payouts_by_status ON recovery_payouts (status, id)",
             "CREATE TABLE bank_calls (
                 call_id BIGINT AUTO_INCREMENT PRIMARY KEY,
                 effect_key VARCHAR(255) NOT NULL,
@@ -320,7 +326,7 @@ impl Store for MySql {
 
     async fn seed(pool: &MySqlPool, first: i64, last: i64) -> sqlx::Result<()> {
         sqlx::query(
-            "INSERT INTO payouts (id)
+            "INSERT INTO recovery_payouts (id)
              WITH RECURSIVE g(i) AS (SELECT ? UNION ALL SELECT i + 1 FROM g WHERE i < ?)
              SELECT i FROM g",
         )
@@ -332,9 +338,11 @@ impl Store for MySql {
     }
 
     async fn unfinished(pool: &MySqlPool) -> sqlx::Result<i64> {
-        sqlx::query_scalar("SELECT COUNT(*) FROM payouts WHERE status NOT IN ('sent', 'failed')")
-            .fetch_one(pool)
-            .await
+        sqlx::query_scalar(
+            "SELECT COUNT(*) FROM recovery_payouts WHERE status NOT IN ('sent', 'failed')",
+        )
+        .fetch_one(pool)
+        .await
     }
 
     async fn bank_transfer(pool: &MySqlPool, effect_key: &str, payout: i64) -> sqlx::Result<()> {

@@ -9,8 +9,9 @@
 //! `IDEMPOTENCY_LEASE_MS` and `PAYOUTS_API_CRASH`, at which point it prints
 //! `crash point …` and waits for the kill.
 //!
-//! It also holds what the service promises about its data: a restart keeps
-//! every payout and key, and only `--reset` drops its tables.
+//! It also holds what every example promises about data: a restart keeps
+//! it, only `--reset` drops it, and only what the example made (the
+//! service, `examples/payouts` and `examples/recovery`).
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::ExitStatusExt;
@@ -544,4 +545,74 @@ fn the_payouts_example_keeps_earlier_runs() {
     assert_eq!(run(&["--reset"]), 100);
     assert_eq!(run(&[]), 200);
     assert_eq!(run(&["--reset"]), 100);
+}
+
+/// The crash-recovery run (`examples/recovery`) on a MariaDB database of
+/// its own: it refuses a `bank_calls` table it did not make, then keeps
+/// earlier runs' payouts, and only `--reset` starts from none.
+#[test]
+fn the_recovery_example_keeps_earlier_runs_and_others_tables() {
+    let Some(url) = server_url("STATEGUARD_MYSQL_URL", "the_recovery_example_keeps") else {
+        return;
+    };
+    let url = mariadb_database(
+        &url,
+        "sg_recovery_runs",
+        "DROP DATABASE IF EXISTS sg_recovery_runs",
+        "CREATE DATABASE sg_recovery_runs",
+    );
+    let execute = |sql: &'static str| {
+        runtime().block_on(async {
+            let pool = sqlx::MySqlPool::connect(&url).await.expect("connect");
+            sqlx::query(sql).execute(&pool).await.expect(sql);
+            pool.close().await;
+        })
+    };
+    let binary = example_binary("recovery");
+    let run = |args: &[&str]| {
+        Command::new(&binary)
+            .args(args)
+            .env("DATABASE_URL", &url)
+            .output()
+            .expect("run the example")
+    };
+    execute("CREATE TABLE bank_calls (call_id BIGINT PRIMARY KEY, note TEXT)");
+    execute("INSERT INTO bank_calls VALUES (7, 'theirs')");
+    for args in [&[][..], &["--reset"][..]] {
+        let output = run(args);
+        assert!(!output.status.success(), "{args:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("did not create"), "{args:?}: {stderr}");
+    }
+    let theirs = runtime().block_on(async {
+        let pool = sqlx::MySqlPool::connect(&url).await.expect("connect");
+        let note: String = sqlx::query_scalar("SELECT note FROM bank_calls WHERE call_id = 7")
+            .fetch_one(&pool)
+            .await
+            .expect("their row");
+        pool.close().await;
+        note
+    });
+    assert_eq!(theirs, "theirs");
+    execute("DROP TABLE bank_calls");
+    let payouts = |args: &[&str]| {
+        let output = run(args);
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        runtime().block_on(async {
+            let pool = sqlx::MySqlPool::connect(&url).await.expect("connect");
+            let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM recovery_payouts")
+                .fetch_one(&pool)
+                .await
+                .expect("count the payouts");
+            pool.close().await;
+            rows
+        })
+    };
+    assert_eq!(payouts(&[]), 50);
+    assert_eq!(payouts(&[]), 100);
+    assert_eq!(payouts(&["--reset"]), 50);
 }
