@@ -53,6 +53,14 @@ pub(crate) type When<DB> = fn(&<DB as sqlx::Database>::QueryResult) -> bool;
 /// transaction it cannot retry, and returns
 /// [`Error::RetryTransaction`](crate::Error::RetryTransaction) instead; a
 /// win there is [`Uncommitted`](crate::Uncommitted) until [`Won::commit`](crate::Won::commit).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not something stateguard can run a transition on",
+    label = "not a stateguard executor",
+    note = "pass `&pool` (a `&sqlx::Pool`), a connection (`&mut conn`), or a stateguard \
+            transaction: `let mut tx = stateguard::Tx::begin(&pool).await?;` and then `&mut tx`",
+    note = "a `sqlx::Transaction` you already hold becomes one with `stateguard::Tx::new(tx)`, \
+            so that a win waits for its commit"
+)]
 pub trait Executor: sealed::Run {
     /// [`Committed`](crate::Committed) for a pool or connection, [`Uncommitted`](crate::Uncommitted) for a
     /// transaction: whether a win can run its effect at once.
@@ -69,6 +77,15 @@ pub(crate) mod sealed {
 
     /// How the library runs its statements on an executor, out of callers'
     /// reach.
+    #[diagnostic::on_unimplemented(
+        message = "`{Self}` is not something stateguard can run a transition on",
+        label = "not a stateguard executor",
+        note = "pass `&pool` (a `&sqlx::Pool`), a connection (`&mut conn`), or a stateguard \
+                transaction: `let mut tx = stateguard::Tx::begin(&pool).await?;` and then \
+                `&mut tx`",
+        note = "a `sqlx::Transaction` you already hold becomes one with \
+                `stateguard::Tx::new(tx)`, so that a win waits for its commit"
+    )]
     pub trait Run: Send {
         /// The database the statements run on.
         type Database: Backend;
