@@ -616,3 +616,75 @@ fn the_recovery_example_keeps_earlier_runs_and_others_tables() {
     assert_eq!(payouts(&[]), 100);
     assert_eq!(payouts(&["--reset"]), 50);
 }
+
+/// The minimal PostgreSQL service (`examples/payouts_pg`): 32 racing
+/// `send`s of one payout give one `200` and 31 `409`s, and the bank is
+/// called once; a restart keeps the payout.
+#[test]
+fn the_minimal_postgres_service_sends_each_payout_once() {
+    let Some(url) = server_url("STATEGUARD_POSTGRES_URL", "the_minimal_postgres_service") else {
+        return;
+    };
+    let url = postgres_schema(
+        &url,
+        "sg_api_minimal",
+        "DROP SCHEMA IF EXISTS sg_api_minimal CASCADE",
+        "CREATE SCHEMA sg_api_minimal",
+    );
+    let binary = example_binary("payouts_pg");
+    let env = vec![("DATABASE_URL", url)];
+    let service = Service::start(&binary, &env, None);
+    let base = service.base.clone();
+    let (created, statuses, view) = runtime().block_on(async {
+        let client = reqwest::Client::new();
+        let created = client
+            .post(format!("{base}/payouts/7"))
+            .send()
+            .await
+            .expect("create")
+            .status()
+            .as_u16();
+        let mut sends = tokio::task::JoinSet::new();
+        for _ in 0..32 {
+            let request = client.post(format!("{base}/payouts/7/send")).send();
+            sends.spawn(async move { request.await.expect("send").status().as_u16() });
+        }
+        let statuses = sends.join_all().await;
+        let view = client
+            .get(format!("{base}/payouts/7"))
+            .send()
+            .await
+            .expect("read")
+            .text()
+            .await
+            .expect("a body");
+        (created, statuses, view)
+    });
+    assert_eq!(created, 201);
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 200).count(),
+        1,
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 409).count(),
+        31,
+        "{statuses:?}"
+    );
+    let view: serde_json::Value = serde_json::from_str(&view).expect("JSON");
+    assert_eq!(view["status"], "sent");
+    assert_eq!(view["bank_calls"], 1);
+    service.sigkill();
+
+    let service = Service::start(&binary, &env, None);
+    let base = service.base.clone();
+    let status = runtime().block_on(async {
+        let response = reqwest::get(format!("{base}/payouts/7"))
+            .await
+            .expect("read");
+        let view: serde_json::Value = response.json().await.expect("JSON");
+        view["status"].as_str().map(str::to_owned)
+    });
+    assert_eq!(status.as_deref(), Some("sent"));
+    service.sigkill();
+}
