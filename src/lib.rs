@@ -338,6 +338,7 @@ pub use guard_runtime::{
 // Metadata, and what is generated from it.
 pub use guard_runtime::{ddl, docs, meta, telemetry};
 // Exactly once at the front doors: idempotency keys and a consumer's inbox.
+pub use guard_runtime::pooler;
 pub use guard_runtime::{idempotency, inbox};
 
 #[doc(hidden)]
