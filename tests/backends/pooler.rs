@@ -212,12 +212,39 @@ async fn transaction_pooling_is_refused_under_load() {
 }
 
 /// A pooler in statement mode refuses the probe's transaction: that is
-/// multiplexing too, not an error of the check.
+/// multiplexing too, not an error of the check. `start.sh` has that
+/// instance hand sessions out round robin, so that with two or more idle
+/// the probe's two connections read different ones and it gets as far as
+/// the `BEGIN`.
 #[tokio::test]
 async fn statement_pooling_is_refused() {
     let Some(pool) = pool(STATEMENT, "statement_pooling_is_refused", 4).await else {
         return;
     };
+    // Four server sessions, held at once, then idle.
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let pool = pool.clone();
+        held.push(tokio::spawn(async move {
+            sqlx::raw_sql("SELECT pg_sleep(0.2)")
+                .execute(&pool)
+                .await
+                .expect("hold a server session");
+        }));
+    }
+    for task in held {
+        task.await.expect("holder");
+    }
+    let error = pooler::check(&pool)
+        .await
+        .expect_err("statement pooling passed");
+    let Error::Multiplexed {
+        seen: seen @ Multiplexing::NoTransactions { .. },
+    } = &error
+    else {
+        panic!("not the refused transaction: {error:?}");
+    };
+    assert_real(seen).await;
     for _ in 0..CHECKS {
         assert_refused(&pool).await;
     }
@@ -277,15 +304,20 @@ async fn session_pooling_passes() {
 }
 
 /// A deadline that runs out is a `Timeout` naming the check, whose outcome
-/// is known: the probe writes nothing.
+/// is known: the probe writes nothing. The pool's one connection is held
+/// elsewhere, so the check waits for it (the pool would wait a minute)
+/// until its own deadline ends the wait.
 #[tokio::test]
 async fn the_check_keeps_its_deadline() {
-    let Some(pool) = pool(TRANSACTION, "pooler_deadline", 2).await else {
+    let Some(pool) = pool(TRANSACTION, "pooler_deadline", 1).await else {
         return;
     };
-    let check = pooler::check(&pool).within(Duration::ZERO);
-    assert_eq!(check.deadline(), Duration::ZERO);
-    let error = check.await.expect_err("no time to check in");
+    let deadline = Duration::from_millis(200);
+    let taken = pool.acquire().await.expect("the pool's only connection");
+    let check = pooler::check(&pool).within(deadline);
+    assert_eq!(check.deadline(), deadline);
+    let error = check.await.expect_err("the check ran without a connection");
+    drop(taken);
     let Error::Timeout {
         table,
         transition,
@@ -297,7 +329,7 @@ async fn the_check_keeps_its_deadline() {
     };
     assert_eq!(
         (*table, *transition, deadline, outcome_known),
-        ("", "pooler_check", &Duration::ZERO, &true)
+        ("", "pooler_check", &Duration::from_millis(200), &true)
     );
     assert_eq!(error.kind(), ErrorKind::Transient);
     // Cut off, it left nothing behind: the next check runs and refuses.

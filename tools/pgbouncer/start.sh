@@ -4,7 +4,8 @@
 #
 #   port 6442: pool_mode = transaction (the setup the pooler check refuses)
 #   port 6443: pool_mode = session     (the setup it accepts)
-#   port 6444: pool_mode = statement   (refused too: no transactions at all)
+#   port 6444: pool_mode = statement   (refused too: no transactions at all),
+#              server_round_robin = 1
 #
 #   tools/pgbouncer/start.sh DIR    config, logs and pid files go in DIR
 #   tools/pgbouncer/stop.sh DIR     stops them again
@@ -54,8 +55,8 @@ fi
 # With trust, PgBouncer checks no password, but the user must be listed.
 printf '"%s" ""\n' "$user" >"$dir/userlist.txt"
 
-start() { # start MODE PORT
-  local mode=$1 port=$2 ini="$dir/$1.ini"
+start() { # start MODE PORT ROUND_ROBIN
+  local mode=$1 port=$2 round_robin=$3 ini="$dir/$1.ini"
   if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
     echo "error: something already listens on port $port; stop it or set PGBOUNCER_${mode^^}_PORT" >&2
     return 1
@@ -71,6 +72,7 @@ unix_socket_dir =
 auth_type = trust
 auth_file = $dir/userlist.txt
 pool_mode = $mode
+server_round_robin = $round_robin
 default_pool_size = $pool_size
 max_client_conn = 500
 ; sqlx sends extra_float_digits at start-up, which PgBouncer refuses
@@ -93,9 +95,11 @@ INI
   return 1
 }
 
-start transaction "$transaction_port"
-start session "$session_port"
-start statement "$statement_port"
+# The statement-mode one hands server sessions out round robin, the others
+# reuse the one released last (PgBouncer's default): the tests meet both.
+start transaction "$transaction_port" 0
+start session "$session_port" 0
+start statement "$statement_port" 1
 
 echo "STATEGUARD_PGBOUNCER_TRANSACTION_URL=postgres://$user@127.0.0.1:$transaction_port/$database"
 echo "STATEGUARD_PGBOUNCER_SESSION_URL=postgres://$user@127.0.0.1:$session_port/$database"
