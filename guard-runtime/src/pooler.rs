@@ -143,7 +143,11 @@
 //! second connection is closed afterwards (a pool's idle one too: it was
 //! inside the probe's transactions), so the pool opens another when it
 //! needs one. Behind a transaction-mode pooler the first round usually
-//! decides, and the check stops there.
+//! decides, and the check stops there. Under session pooling a second
+//! connection the check opens needs a server session of its own: with
+//! the pooler's pool full it waits for one, until the check's deadline.
+//! Run the check before the pool is busy, or with an idle connection in
+//! it.
 
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
