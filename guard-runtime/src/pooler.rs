@@ -71,15 +71,41 @@
 //! client side:
 //! `PgConnectOptions::new().extra_float_digits(None)`. The same goes for
 //! `options` (sqlx's [`PgConnectOptions::options`](sqlx::postgres::PgConnectOptions::options)):
-//! PgBouncer before 1.20 refuses it.
+//! PgBouncer 1.18 refuses it (`unsupported startup parameter: options`),
+//! and one that ignores it does not pass it on, so a `search_path` given
+//! that way never reaches the server.
 //!
 //! **Schema-qualify the tables.** Under transaction pooling a session
 //! setting such as `SET search_path` sticks to whichever server session ran
 //! it, not to the client, so the next transaction may run with another
 //! search path. Give the tables with their schema:
-//! `#[state_machine(table = "payments.payouts", history =
-//! "payments.payout_transitions", …)]`; both accept a schema-qualified
-//! name. A `search_path` set per role or per database
+//! both `table = …` and `history = …` accept a schema-qualified name, and
+//! every statement then names the schema:
+//!
+//! ```
+//! use stateguard::StateMachine;
+//!
+//! #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+//! #[state_machine(
+//!     table = "payments.payouts",
+//!     column = "status",
+//!     key = "id",
+//!     history = "payments.payout_transitions"
+//! )]
+//! pub enum PayoutStatus {
+//!     #[state(initial)]
+//!     #[transition(start -> Sending)]
+//!     Pending,
+//!     Sending,
+//! }
+//!
+//! let machine = PayoutStatus::MACHINE;
+//! assert_eq!(machine.table(), "payments.payouts");
+//! assert_eq!(machine.history_table(), Some("payments.payout_transitions"));
+//! assert!(machine.select_sql().postgres().contains(r#""payments"."payouts""#));
+//! ```
+//!
+//! A `search_path` set per role or per database
 //! (`ALTER ROLE … SET search_path`) holds on every server session and is
 //! safe. The idempotency store and the inbox use fixed table names
 //! (`stateguard_idempotency`, `stateguard_inbox`) and are found through the
