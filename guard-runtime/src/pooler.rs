@@ -430,11 +430,17 @@ mod postgres {
     }
 
     /// The server session `conn` runs `sql` on.
+    ///
+    /// Read to the end of the answer, not to its first row: a connection
+    /// that moved on (or closed) before the server's `ReadyForQuery`
+    /// leaves a transaction-mode PgBouncer a server session that is not
+    /// ready, which it then closes.
     async fn session(
         conn: &mut PgConnection,
         sql: &'static str,
     ) -> Result<ServerSession, sqlx::Error> {
-        let row: PgRow = sqlx::raw_sql(sql).fetch_one(&mut *conn).await?;
+        let rows: Vec<PgRow> = sqlx::raw_sql(sql).fetch_all(&mut *conn).await?;
+        let row = rows.first().ok_or(sqlx::Error::RowNotFound)?;
         Ok(ServerSession {
             pid: row.try_get(0)?,
             server_started: row.try_get(1)?,
