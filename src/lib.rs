@@ -338,6 +338,7 @@ pub use stateguard_runtime::{
 // Metadata, and what is generated from it.
 pub use stateguard_runtime::{ddl, docs, meta, telemetry};
 // Exactly once at the front doors: idempotency keys and a consumer's inbox.
+pub use stateguard_runtime::pooler;
 pub use stateguard_runtime::{idempotency, inbox};
 
 #[doc(hidden)]

@@ -23,6 +23,7 @@ mod executor;
 mod history;
 mod machine;
 mod outcome;
+pub mod pooler;
 mod stores;
 pub mod telemetry;
 mod transition;

@@ -27,6 +27,7 @@ mod metrics;
 mod mysql;
 mod mysql_index;
 mod occurrence;
+mod pooler;
 mod race;
 mod read_only;
 mod stored_occurrence;

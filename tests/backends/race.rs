@@ -25,8 +25,8 @@ struct Tally {
 
 /// Spawns `ATTEMPTS_PER_ROW` attempts of `start` for each of the `ROWS`
 /// rows, releases them all at once, and counts what they got and how many
-/// side effects ran.
-async fn race<DB: TestBackend>(db: Db<DB>)
+/// side effects ran. `pooler.rs` runs it behind PgBouncer.
+pub(crate) async fn race<DB: TestBackend>(db: Db<DB>)
 where
     for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
     i64: Key<DB>,

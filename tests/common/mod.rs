@@ -10,9 +10,13 @@
 //! `#[tokio::test]` per backend.
 //!
 //! Server-backed tests read `STATEGUARD_POSTGRES_URL` and
-//! `STATEGUARD_MYSQL_URL`. Without them they print why they were skipped
-//! and pass, unless `STATEGUARD_REQUIRE_SERVERS=1` (set by CI) turns a
-//! missing server into a failure.
+//! `STATEGUARD_MYSQL_URL`, and the pooler tests the PgBouncer instances'
+//! `STATEGUARD_PGBOUNCER_TRANSACTION_URL`,
+//! `STATEGUARD_PGBOUNCER_SESSION_URL` and
+//! `STATEGUARD_PGBOUNCER_STATEMENT_URL` (`tools/pgbouncer/start.sh`). Without
+//! them they print why they were skipped and pass, unless
+//! `STATEGUARD_REQUIRE_SERVERS=1` (set by CI) turns a missing server into a
+//! failure.
 
 #![allow(dead_code)] // each test file uses its own part of the harness
 
@@ -650,6 +654,16 @@ impl<DB: TestBackend> Db<DB> {
             .await
             .expect("create table");
         Some(db)
+    }
+
+    /// A handle on `pool`, whose connections already find the test's own
+    /// schema or database, with the `payouts` table made there.
+    pub async fn on_pool(pool: Pool<DB>) -> Self {
+        let db = Db { pool, _dir: None };
+        db.execute(DB::CREATE_PAYOUTS, &[])
+            .await
+            .expect("create table");
+        db
     }
 
     /// Runs a helper statement on a connection of the pool.

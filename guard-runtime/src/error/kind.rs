@@ -73,7 +73,8 @@ impl Error {
             | Error::Begin { source }
             | Error::Commit { source }
             | Error::Store { source, .. }
-            | Error::Recovery { source, .. } => {
+            | Error::Recovery { source, .. }
+            | Error::PoolerCheck { source } => {
                 if transient(source) {
                     ErrorKind::Transient
                 } else {
@@ -106,6 +107,9 @@ impl Error {
             Error::IdempotencyLeaseLost { .. } | Error::RowVanished { .. } => {
                 ErrorKind::Superseded
             }
+            // The deployment, not the code or a row: a retry meets the
+            // same pooler.
+            Error::Multiplexed { .. } => ErrorKind::Database,
         }
     }
 

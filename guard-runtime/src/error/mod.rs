@@ -15,8 +15,10 @@ use crate::machine::UnknownState;
 mod cause;
 mod kind;
 mod message;
+mod multiplexing;
 
 pub use kind::ErrorKind;
+pub use multiplexing::{Multiplexing, ServerSession};
 
 use self::cause::connection_lost;
 pub(crate) use self::cause::{mysql_number, read_only};
@@ -31,12 +33,12 @@ use self::message::timeout_message;
 ///
 /// | kind | what to do | variants |
 /// | --- | --- | --- |
-/// | [`Transient`](ErrorKind::Transient) | call again (the whole transaction, inside one), after a pause | `RetryTransaction`, `RolledBack`, `Contention`, `ReadOnly`, `Timeout` with nothing in flight; `Database`, `Begin`, `Commit`, `Store`, `Recovery` when the database's error is transient (see below) |
+/// | [`Transient`](ErrorKind::Transient) | call again (the whole transaction, inside one), after a pause | `RetryTransaction`, `RolledBack`, `Contention`, `ReadOnly`, `Timeout` with nothing in flight; `Database`, `Begin`, `Commit`, `Store`, `Recovery`, `PoolerCheck` when the database's error is transient (see below) |
 /// | [`OutcomeUnknown`](ErrorKind::OutcomeUnknown) | apply again to learn the row's state; an effect may be owed | whatever [`Error::is_outcome_unknown`] says: a broken connection or ended session while a statement or `COMMIT` was in flight, `Timeout` with the `UPDATE` in flight |
 /// | [`Misuse`](ErrorKind::Misuse) | fix the calling code: the same call fails again | `NoVersionColumn` (a compile error on a derived machine), `ForeignWin`, `ConnectionInTransaction`, `NestedTransaction`, `NotInFlight`, `NoFailedTransition`, `NotAFollowUp`, `FollowUpValues`, `ExpectingMany`, `BatchKey`, `NoSinceColumn`, `NoTimeout`, `NoHistory` |
 /// | [`Data`](ErrorKind::Data) | reject the input, or repair the row | `BadKey`, `UnknownState`, `NullStatus`, `AmbiguousKey`, `UnknownTransition`, `HistoryDetails` |
 /// | [`Superseded`](ErrorKind::Superseded) | roll back and stop: someone else holds the work | `IdempotencyLeaseLost`, `RowVanished` |
-/// | [`Database`](ErrorKind::Database) | report it: a retry does not cure it (constraint, syntax, missing table, decode, closed pool, …) | `Database`, `Begin`, `Commit`, `Store`, `Recovery` with any other database error |
+/// | [`Database`](ErrorKind::Database) | report it: a retry does not cure it (constraint, syntax, missing table, decode, closed pool, …) | `Multiplexed` (the deployment needs changing); `Database`, `Begin`, `Commit`, `Store`, `Recovery`, `PoolerCheck` with any other database error |
 ///
 /// A database's error is transient when a fresh attempt may get past it:
 /// a serialization failure, deadlock, lock wait timeout or busy database,
@@ -115,7 +117,8 @@ pub enum Error {
         /// The table of the machine; `stateguard_idempotency` or
         /// `stateguard_inbox` for a call of the idempotency store or the
         /// inbox; empty for a statement of a [`Tx`](crate::Tx) or
-        /// [`Savepoint`](crate::Savepoint) itself.
+        /// [`Savepoint`](crate::Savepoint) itself, and for
+        /// [`pooler::check`](crate::pooler::check).
         table: &'static str,
         /// The transition that was being applied (`load` for
         /// [`Machine::load`](crate::meta::Machine::load), `history` for
@@ -490,6 +493,45 @@ pub enum Error {
         table: &'static str,
         /// The follow-up transition.
         transition: &'static str,
+    },
+
+    /// [`pooler::check`](crate::pooler::check) found that the pool's
+    /// connections are multiplexed onto shared server sessions: a
+    /// connection pooler in transaction or statement mode (PgBouncer's
+    /// `pool_mode = transaction`, or the like) stands between the pool and
+    /// PostgreSQL. sqlx prepares a named statement in one round trip and
+    /// runs it in the next; a pooler that hands the server session to
+    /// another client in between, or lets two clients' statement names
+    /// meet on one session, makes the server run another client's
+    /// statement with this call's values, so a call could be told it won
+    /// a move it did not make. Nothing was moved.
+    ///
+    /// Use session pooling (`pool_mode = session`) or a direct
+    /// connection. A pooler that tracks each client's prepared statements
+    /// (PgBouncer 1.21 or later with `max_prepared_statements` above 0) is
+    /// safe: say so with
+    /// [`Check::acknowledge`](crate::pooler::Check::acknowledge).
+    #[error(
+        "the PostgreSQL pool is multiplexed by a connection pooler in transaction or statement \
+         mode ({seen}): sqlx's prepared statements can then run on another client's server \
+         session, and a call could be told it won a move it did not make. Use session pooling \
+         (PgBouncer `pool_mode = session`) or a direct connection; or, with PgBouncer 1.21 or \
+         later and `max_prepared_statements` above 0, acknowledge it with \
+         `pooler::check(&pool).acknowledge(Acknowledgement::PgBouncerTracksPreparedStatements)`"
+    )]
+    Multiplexed {
+        /// What the check saw.
+        seen: Multiplexing,
+    },
+
+    /// A statement of [`pooler::check`](crate::pooler::check) failed, or
+    /// it could not open the connection it probes with. Nothing was
+    /// written.
+    #[error("the connection pooler check could not run: {source}")]
+    PoolerCheck {
+        /// The database's error.
+        #[source]
+        source: sqlx::Error,
     },
 
     /// Listing or taking over expired in-flight rows failed.

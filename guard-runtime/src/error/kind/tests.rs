@@ -187,6 +187,8 @@ fn every_variant() -> Vec<(String, Error, ErrorKind)> {
                 .unwrap_or(sqlx::Error::RowNotFound)
         };
         add(what, Error::Begin { source: source() }, kind);
+        // The pooler check writes nothing: its kind is its source's.
+        add(what, Error::PoolerCheck { source: source() }, kind);
         let store = Error::Store {
             table: "stateguard_idempotency",
             call: "begin",
@@ -388,6 +390,27 @@ fn every_variant() -> Vec<(String, Error, ErrorKind)> {
         source: coded("25006"),
     };
     add("ReadOnly", read_only, Transient);
+    let session = |pid| crate::error::ServerSession {
+        pid,
+        server_started: "2026-01-01 00:00:00+00".into(),
+    };
+    let moved = crate::error::Multiplexing::Moved {
+        before: session(7),
+        after: session(8),
+    };
+    add(
+        "Multiplexed, moved",
+        Error::Multiplexed { seen: moved },
+        Database,
+    );
+    let shared = crate::error::Multiplexing::Shared {
+        backend: session(7),
+    };
+    add(
+        "Multiplexed, shared",
+        Error::Multiplexed { seen: shared },
+        Database,
+    );
     all
 }
 
@@ -427,10 +450,12 @@ fn variant(error: &Error) -> usize {
         Error::Recovery { .. } => 28,
         Error::HistoryDetails { .. } => 29,
         Error::ReadOnly { .. } => 30,
+        Error::Multiplexed { .. } => 31,
+        Error::PoolerCheck { .. } => 32,
     }
 }
 
-const VARIANTS: usize = 31;
+const VARIANTS: usize = 33;
 
 #[test]
 fn every_variant_is_in_its_kind() {

@@ -1,0 +1,504 @@
+//! A start-up check that a PostgreSQL pool is not multiplexed by a
+//! connection pooler in transaction mode: [`check`].
+//!
+//! # Behind a connection pooler
+//!
+//! sqlx runs a statement as a *named* prepared statement: it prepares it in
+//! one round trip and executes it in the next, whether its statement cache
+//! is on or off. A pooler that hands the server session to another client
+//! between those two trips, or that lets two clients' statement names
+//! (`sqlx_s_1`, …) meet on one server session, makes PostgreSQL run
+//! *another client's statement* with this call's values. The library then
+//! reads that statement's row as its own: it could report a win it did not
+//! make, and another caller's `Applied` for the same row would run the
+//! effect twice. No check inside the library can make that safe, so the
+//! pool must not be set up that way.
+//!
+//! | between the pool and PostgreSQL | safe |
+//! | --- | --- |
+//! | nothing: a direct connection | yes |
+//! | PgBouncer (any version), `pool_mode = session` | yes |
+//! | PgBouncer 1.21 or later, `pool_mode = transaction`, `max_prepared_statements` above 0 | yes: it tracks each client's prepared statements; acknowledge it (below) |
+//! | PgBouncer before 1.21, `pool_mode = transaction` | **no** |
+//! | PgBouncer 1.21 or later, `max_prepared_statements = 0`, `pool_mode = transaction` | **no** |
+//! | PgBouncer, `pool_mode = statement` | **no**: no transactions at all |
+//!
+//! Other poolers that multiplex clients onto shared sessions are unsafe
+//! in the same way unless they track prepared statements per client.
+//! Nothing else in the library is tied to a session: it sets no session
+//! variable, takes no advisory lock, uses no `LISTEN` or temporary table,
+//! and its pre-commit check runs inside the transaction.
+//!
+//! **Check at start-up.** [`check`] finds out, before the first move,
+//! whether the pool's connections are multiplexed, and refuses with
+//! [`Error::Multiplexed`](crate::Error::Multiplexed) if they are:
+//!
+//! ```no_run
+//! # async fn start(pool: sqlx::PgPool) -> Result<(), stateguard::Error> {
+//! use std::time::Duration;
+//! use stateguard::pooler;
+//!
+//! // Err(Error::Multiplexed { .. }) behind a transaction-mode pooler.
+//! pooler::check(&pool).within(Duration::from_secs(5)).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Behind PgBouncer 1.21 or later with `max_prepared_statements` above 0,
+//! say that it tracks prepared statements, and the check lets the pool
+//! through and reports what it saw:
+//!
+//! ```no_run
+//! # async fn start(pool: sqlx::PgPool) -> Result<(), stateguard::Error> {
+//! use stateguard::pooler::{self, Acknowledgement, Pooling};
+//!
+//! let pooling = pooler::check(&pool)
+//!     .acknowledge(Acknowledgement::PgBouncerTracksPreparedStatements)
+//!     .await?;
+//! if let Pooling::Multiplexed { seen, .. } = &pooling {
+//!     tracing::info!("behind a transaction-mode pooler: {seen}");
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! The acknowledgement is the caller's word: the check does not read the
+//! pooler's version or settings (PgBouncer shows them only on its admin
+//! console).
+//!
+//! **Start-up parameters.** sqlx sends `extra_float_digits` when it
+//! connects, which PgBouncer refuses (`unsupported startup parameter`)
+//! unless its configuration says
+//! `ignore_startup_parameters = extra_float_digits`. Or leave it out on the
+//! client side:
+//! `PgConnectOptions::new().extra_float_digits(None)`. The same goes for
+//! `options` (sqlx's [`PgConnectOptions::options`](sqlx::postgres::PgConnectOptions::options)):
+//! PgBouncer 1.18 refuses it (`unsupported startup parameter: options`),
+//! and one that ignores it does not pass it on, so a `search_path` given
+//! that way never reaches the server.
+//!
+//! **Schema-qualify the tables.** Under transaction pooling a session
+//! setting such as `SET search_path` sticks to whichever server session ran
+//! it, not to the client, so the next transaction may run with another
+//! search path. Give the tables with their schema:
+//! both `table = …` and `history = …` accept a schema-qualified name, and
+//! every statement then names the schema:
+//!
+//! ```
+//! use stateguard::StateMachine;
+//!
+//! #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+//! #[state_machine(
+//!     table = "payments.payouts",
+//!     column = "status",
+//!     key = "id",
+//!     history = "payments.payout_transitions"
+//! )]
+//! pub enum PayoutStatus {
+//!     #[state(initial)]
+//!     #[transition(start -> Sending)]
+//!     Pending,
+//!     Sending,
+//! }
+//!
+//! let machine = PayoutStatus::MACHINE;
+//! assert_eq!(machine.table(), "payments.payouts");
+//! assert_eq!(machine.history_table(), Some("payments.payout_transitions"));
+//! assert!(machine.select_sql().postgres().contains(r#""payments"."payouts""#));
+//! ```
+//!
+//! A `search_path` set per role or per database
+//! (`ALTER ROLE … SET search_path`) holds on every server session and is
+//! safe. The idempotency store and the inbox use fixed table names
+//! (`stateguard_idempotency`, `stateguard_inbox`) and are found through the
+//! search path.
+//!
+//! **Size the pooler's pool with the deadlines.** Every call keeps a
+//! deadline ([`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE) unless set), and the time it waits for a
+//! server session counts against it. With PgBouncer's `default_pool_size`
+//! below the number of client connections that run at once, a call queues
+//! in PgBouncer, where sqlx's pool cannot see it, and can run out of its
+//! deadline there ([`Error::Timeout`](crate::Error::Timeout), with `outcome_known` false once the
+//! `UPDATE` was sent). Under session pooling each sqlx connection holds a
+//! server session for its whole life: give `default_pool_size` at least the
+//! sum of every process's `max_connections`, or a pool's connection waits
+//! in PgBouncer until another client disconnects. Under transaction
+//! pooling keep `default_pool_size` at least the number of moves you run
+//! at once, and PgBouncer's `query_wait_timeout` above the longest
+//! deadline, so that the deadline, not PgBouncer, decides.
+//!
+//! # The probe
+//!
+//! A direct connection, and a client connection under session pooling, is
+//! one server session for its whole life, and two such connections open at
+//! once are two sessions. The check watches `pg_backend_pid()` (with
+//! `pg_postmaster_start_time()`, which tells two servers apart) on two
+//! client connections that stay open throughout: one of the pool's, which
+//! only ever runs autocommit statements, and a second one, taken idle from
+//! the pool (and closed afterwards) or opened with the pool's options. In
+//! each of [`ROUNDS`] rounds:
+//!
+//! 1. the pool's connection reads its session;
+//! 2. the second connection reads its session;
+//! 3. the second connection begins a transaction and reads its session in
+//!    the same message, and the transaction holds that session;
+//! 4. the pool's connection reads its session again, while the other holds
+//!    one;
+//! 5. the second connection rolls back.
+//!
+//! A connection whose session changed ([`Multiplexing::Moved`]), or two
+//! connections on one session ([`Multiplexing::Shared`]), is multiplexed;
+//! neither can happen without a pooler in between, so the check never
+//! refuses a direct connection or session pooling. A pooler that reuses
+//! the server session released last (PgBouncer's default,
+//! `server_round_robin = 0`) gives step 2 the session step 1 just
+//! released, and the first round sees it; one that hands sessions out
+//! round robin moves a connection from one round's reads to the next, or
+//! the pool's connection in step 4, when step 3 holds the session it had.
+//! A pooler in statement mode refuses step 3's transaction
+//! ([`Multiplexing::NoTransactions`]). All statements go through the
+//! simple query protocol (`sqlx::raw_sql`), so the probe's own statements
+//! cannot be mixed up with another client's, and none writes.
+//!
+//! The check proves multiplexing when it sees it; it cannot prove its
+//! absence beyond what the rounds saw. A pooler with several idle server
+//! sessions and other clients taking them in between could, in principle,
+//! hand each connection back its own session every time.
+//!
+//! **Cost.** Once per pool, at start-up: at most [`ROUNDS`] × 5 round
+//! trips (four reads, one of them with the `BEGIN`, and the `ROLLBACK`),
+//! plus opening one connection when the pool has none idle, and nothing written. The
+//! second connection is closed afterwards (a pool's idle one too: it was
+//! inside the probe's transactions), so the pool opens another when it
+//! needs one. Behind a transaction-mode pooler the first round usually
+//! decides, and the check stops there. Under session pooling a second
+//! connection the check opens needs a server session of its own: with
+//! the pooler's pool full it waits for one, until the check's deadline.
+//! Run the check before the pool is busy, or with an idle connection in
+//! it.
+
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use self::postgres::{Check, check};
+pub use crate::error::{Multiplexing, ServerSession};
+
+/// How many rounds [`check`] probes before it says the pool is not
+/// multiplexed. See [the probe](crate::pooler#the-probe).
+pub const ROUNDS: u32 = 3;
+
+/// What a caller vouches for when it lets a multiplexed pool through
+/// ([`Check::acknowledge`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Acknowledgement {
+    /// The pooler is PgBouncer 1.21 or later with `max_prepared_statements`
+    /// above 0, so that it tracks each client's prepared statements and
+    /// prepares them anew on whichever server session runs them.
+    PgBouncerTracksPreparedStatements,
+}
+
+/// What [`check`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Pooling {
+    /// Each client connection kept its own server session through every
+    /// round: a direct connection, or session pooling.
+    Dedicated {
+        /// The rounds probed ([`ROUNDS`]).
+        rounds: u32,
+    },
+    /// The connections are multiplexed, and the caller acknowledged that
+    /// the pooler is safe.
+    Multiplexed {
+        /// What the check saw.
+        seen: Multiplexing,
+        /// What the caller vouched for.
+        acknowledged: Acknowledgement,
+    },
+}
+
+/// What needs the PostgreSQL driver: the check and its probe.
+#[cfg(feature = "postgres")]
+mod postgres {
+    use core::future::{Future, IntoFuture};
+    use core::pin::Pin;
+    use core::time::Duration;
+
+    use sqlx::postgres::PgRow;
+    use sqlx::{Connection, PgConnection, PgPool, Row};
+
+    use super::{Acknowledgement, Multiplexing, Pooling, ROUNDS, ServerSession};
+    use crate::deadline::retry::DEFAULT_DEADLINE;
+    use crate::error::Error;
+    /// The server session a connection runs on, read without a prepared
+    /// statement.
+    const SESSION: &str = "SELECT pg_backend_pid(), pg_postmaster_start_time()::text";
+
+    /// A transaction begun, and the server session it holds, in one message:
+    /// both run on the same session whatever pools in between.
+    const BEGIN_SESSION: &str = "BEGIN; SELECT pg_backend_pid(), pg_postmaster_start_time()::text";
+
+    /// The probe's transaction, which wrote nothing, ended.
+    const ROLLBACK: &str = "ROLLBACK";
+
+    /// What the `transition` of the [`Error::Timeout`] of a check says.
+    const CALL: &str = "pooler_check";
+
+    /// Checks whether `pool`'s connections are multiplexed onto shared server
+    /// sessions (a pooler in transaction or statement mode), before the first
+    /// move. Await it; see [the module](crate::pooler) for what it does and costs.
+    ///
+    /// It answers [`Error::Multiplexed`] when they are (unless
+    /// [acknowledged](Check::acknowledge)), [`Error::Timeout`] (`transition`
+    /// `pooler_check`) when its deadline runs out, and
+    /// [`Error::PoolerCheck`] when a statement or the connection fails.
+    pub fn check(pool: &PgPool) -> Check<'_> {
+        Check {
+            pool,
+            deadline: DEFAULT_DEADLINE,
+            acknowledged: None,
+        }
+    }
+
+    /// A check about to run: what [`check`] returns. Await it for its
+    /// [`Pooling`].
+    #[must_use = "a check runs only when awaited"]
+    #[derive(Debug, Clone)]
+    pub struct Check<'a> {
+        pool: &'a PgPool,
+        deadline: Duration,
+        acknowledged: Option<Acknowledgement>,
+    }
+
+    impl<'a> Check<'a> {
+        /// The same check, keeping `deadline` instead of [`DEFAULT_DEADLINE`]:
+        /// waiting for the pool's connection, opening the second one and every
+        /// round count against it.
+        pub fn within(self, deadline: Duration) -> Self {
+            Check { deadline, ..self }
+        }
+
+        /// The same check, letting a multiplexed pool through because the
+        /// pooler is known to be safe: it answers
+        /// [`Pooling::Multiplexed`] instead of [`Error::Multiplexed`].
+        pub fn acknowledge(self, acknowledgement: Acknowledgement) -> Self {
+            Check {
+                acknowledged: Some(acknowledgement),
+                ..self
+            }
+        }
+
+        /// The deadline the check keeps.
+        pub fn deadline(&self) -> Duration {
+            self.deadline
+        }
+    }
+
+    impl<'a> IntoFuture for Check<'a> {
+        type Output = Result<Pooling, Error>;
+        type IntoFuture = Pin<Box<dyn Future<Output = Result<Pooling, Error>> + Send + 'a>>;
+
+        fn into_future(self) -> Self::IntoFuture {
+            Box::pin(async move {
+                let Check {
+                    pool,
+                    deadline,
+                    acknowledged,
+                } = self;
+                let seen = match tokio::time::timeout(deadline, probe(pool)).await {
+                    Err(_) => {
+                        return Err(Error::Timeout {
+                            table: "",
+                            transition: CALL,
+                            deadline,
+                            // The probe writes nothing.
+                            outcome_known: true,
+                        });
+                    }
+                    Ok(Err(source)) => return Err(Error::PoolerCheck { source }),
+                    Ok(Ok(seen)) => seen,
+                };
+                match (seen, acknowledged) {
+                    (None, _) => Ok(Pooling::Dedicated { rounds: ROUNDS }),
+                    (Some(seen), Some(acknowledged)) => {
+                        Ok(Pooling::Multiplexed { seen, acknowledged })
+                    }
+                    (Some(seen), None) => Err(Error::Multiplexed { seen }),
+                }
+            })
+        }
+    }
+
+    /// The sessions the two client connections were last seen on.
+    #[derive(Default)]
+    struct Watch {
+        /// The pool's connection.
+        pooled: Option<ServerSession>,
+        /// The second connection.
+        other: Option<ServerSession>,
+    }
+
+    /// Which of the two connections a reading is of.
+    #[derive(Clone, Copy)]
+    enum Which {
+        Pooled,
+        Other,
+    }
+
+    impl Watch {
+        /// `which` now runs on `session`: what that shows, if anything.
+        fn saw(&mut self, which: Which, session: ServerSession) -> Option<Multiplexing> {
+            let (own, theirs) = match which {
+                Which::Pooled => (&mut self.pooled, &self.other),
+                Which::Other => (&mut self.other, &self.pooled),
+            };
+            if theirs.as_ref() == Some(&session) {
+                return Some(Multiplexing::Shared { backend: session });
+            }
+            match own.take() {
+                Some(before) if before != session => Some(Multiplexing::Moved {
+                    before,
+                    after: session,
+                }),
+                _ => {
+                    *own = Some(session);
+                    None
+                }
+            }
+        }
+    }
+
+    /// The probe: `Some` with the first sign of multiplexing, `None` after
+    /// [`ROUNDS`] rounds without one.
+    async fn probe(pool: &PgPool) -> Result<Option<Multiplexing>, sqlx::Error> {
+        let mut pooled = pool.acquire().await?;
+        // Not the pool's connection: it runs transactions that a cut-off
+        // probe would leave open, so it is closed afterwards, never returned.
+        let mut other = match pool.try_acquire() {
+            Some(idle) => idle.detach(),
+            None => PgConnection::connect_with(&pool.connect_options()).await?,
+        };
+        let mut watch = Watch::default();
+        let mut seen = None;
+        for _ in 0..ROUNDS {
+            seen = round(&mut pooled, &mut other, &mut watch).await?;
+            if seen.is_some() {
+                break;
+            }
+        }
+        other.close().await?;
+        Ok(seen)
+    }
+
+    /// One round of the probe: the steps in [the module's docs](crate::pooler#the-probe).
+    async fn round(
+        pooled: &mut PgConnection,
+        other: &mut PgConnection,
+        watch: &mut Watch,
+    ) -> Result<Option<Multiplexing>, sqlx::Error> {
+        if let Some(seen) = watch.saw(Which::Pooled, session(pooled, SESSION).await?) {
+            return Ok(Some(seen));
+        }
+        if let Some(seen) = watch.saw(Which::Other, session(other, SESSION).await?) {
+            return Ok(Some(seen));
+        }
+        let held = match session(other, BEGIN_SESSION).await {
+            Ok(held) => held,
+            Err(error) => return no_transactions(error).map(Some),
+        };
+        let seen = match watch.saw(Which::Other, held) {
+            Some(seen) => Some(seen),
+            None => watch.saw(Which::Pooled, session(pooled, SESSION).await?),
+        };
+        sqlx::raw_sql(ROLLBACK).execute(&mut *other).await?;
+        Ok(seen)
+    }
+
+    /// A `BEGIN` refused by a pooler in statement mode (PgBouncer answers
+    /// 08P01 `transaction blocks not allowed in statement pooling mode`)
+    /// as what it shows; any other error as itself.
+    fn no_transactions(error: sqlx::Error) -> Result<Multiplexing, sqlx::Error> {
+        match &error {
+            sqlx::Error::Database(db)
+                if db.code().as_deref() == Some("08P01")
+                    && db.message().contains("statement pooling") =>
+            {
+                Ok(Multiplexing::NoTransactions {
+                    refusal: db.message().to_owned(),
+                })
+            }
+            _ => Err(error),
+        }
+    }
+
+    /// The server session `conn` runs `sql` on.
+    ///
+    /// Read to the end of the answer, not to its first row: a connection
+    /// that moved on (or closed) before the server's `ReadyForQuery`
+    /// leaves a transaction-mode PgBouncer a server session that is not
+    /// ready, which it then closes.
+    async fn session(
+        conn: &mut PgConnection,
+        sql: &'static str,
+    ) -> Result<ServerSession, sqlx::Error> {
+        let rows: Vec<PgRow> = sqlx::raw_sql(sql).fetch_all(&mut *conn).await?;
+        let row = rows.first().ok_or(sqlx::Error::RowNotFound)?;
+        Ok(ServerSession {
+            pid: row.try_get(0)?,
+            server_started: row.try_get(1)?,
+        })
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::{Multiplexing, ServerSession, Watch, Which};
+
+        fn at(pid: i32) -> ServerSession {
+            ServerSession {
+                pid,
+                server_started: "2026-01-01 00:00:00+00".into(),
+            }
+        }
+
+        #[test]
+        fn one_session_each_is_not_multiplexed() {
+            let mut watch = Watch::default();
+            for _ in 0..3 {
+                assert_eq!(watch.saw(Which::Pooled, at(1)), None);
+                assert_eq!(watch.saw(Which::Other, at(2)), None);
+            }
+        }
+
+        #[test]
+        fn a_moved_connection_is_multiplexed() {
+            let mut watch = Watch::default();
+            assert_eq!(watch.saw(Which::Pooled, at(1)), None);
+            assert_eq!(
+                watch.saw(Which::Pooled, at(3)),
+                Some(Multiplexing::Moved {
+                    before: at(1),
+                    after: at(3),
+                })
+            );
+        }
+
+        #[test]
+        fn a_shared_session_is_multiplexed() {
+            let mut watch = Watch::default();
+            assert_eq!(watch.saw(Which::Pooled, at(1)), None);
+            assert_eq!(
+                watch.saw(Which::Other, at(1)),
+                Some(Multiplexing::Shared { backend: at(1) })
+            );
+        }
+
+        #[test]
+        fn equal_pids_of_two_servers_are_two_sessions() {
+            let mut watch = Watch::default();
+            let elsewhere = ServerSession {
+                pid: 1,
+                server_started: "2026-02-01 00:00:00+00".into(),
+            };
+            assert_eq!(watch.saw(Which::Pooled, at(1)), None);
+            assert_eq!(watch.saw(Which::Other, elsewhere), None);
+        }
+    }
+}
