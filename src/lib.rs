@@ -287,7 +287,10 @@
 //! - **One address that follows the primary.** sqlx connects to one host:
 //!   put a virtual IP, a DNS name the failover manager moves, or a proxy
 //!   (HAProxy, PgBouncer pointed by the manager) in front, so that a
-//!   connection opened after a failover reaches the new primary.
+//!   connection opened after a failover reaches the new primary. A
+//!   pooler in transaction mode can run one client's prepared statement
+//!   for another: see [`pooler`] for the setups that are safe, and run
+//!   [`pooler::check`] at start-up.
 //! - **Stale connections are dropped.** Pooled connections opened before a
 //!   switchover may still reach the demoted node, which answers writes
 //!   with PostgreSQL's 25006 or MySQL/MariaDB's 1290 or 1792. Nothing was
