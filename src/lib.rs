@@ -321,7 +321,8 @@ pub use guard_macros::StateMachine;
 // Transitions and what they return.
 pub use guard_runtime::{
     Bound, Call, Committed, Current, DEFAULT_DEADLINE, Error, ErrorKind, HasHistory, HasVersion,
-    HistoryRow, Note, Noted, Outcome, StateMachine, Transition, Uncommitted, UnknownState, Won,
+    HistoryRow, Note, NoteSlot, Noted, Outcome, StateMachine, Transition, Uncommitted,
+    UnknownState, Won,
 };
 // Transactions whose wins wait for the commit.
 pub use guard_runtime::{Begin, Savepoint, Staged, Tx};

@@ -26,9 +26,11 @@ use crate::executor::tx::Tx;
 use crate::machine::key::{BatchKey, DecodeKey, RowKey};
 use crate::outcome::{Committed, Uncommitted, Won};
 use crate::telemetry;
-use crate::transition::note::Note;
+#[allow(unused_imports)] // in the docs
+use crate::transition::Bound;
+use crate::transition::note::{Note, NoteSlot};
 use crate::transition::row::Read;
-use crate::transition::{Bound, Params, Transition};
+use crate::transition::{Params, Transition};
 
 /// The `Batched` impl of one backend: the function that moves a chunk of
 /// keys, and the one that claims rows (with the `BEGIN` of its
@@ -86,7 +88,7 @@ batched!(
     apply: run::in_transaction, claim: in_transaction, begin: "BEGIN"
 );
 
-impl<S: StateMachine> Transition<S> {
+impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
     /// Moves up to `limit` rows from this transition's source states to its
     /// target, oldest first in the machine's `order` (`#[state_machine(…,
     /// order = "created_at")]`, by default the key), and returns one
@@ -112,6 +114,9 @@ impl<S: StateMachine> Transition<S> {
     /// [`expecting`](Transition::expecting) names one row's occurrence and
     /// has no meaning here: it is [`Error::ExpectingMany`].
     ///
+    /// Every row claimed gets the same values (a [`Bound`]); noted
+    /// ([`Transition::noted`]), every row's history row records the note.
+    ///
     /// Deadline: the transition's ([`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE),
     /// or [`Transition::within`]) for the whole claim, and each `Won` keeps
     /// it for [`Won::finish`]; cut off, [`Error::Timeout`].
@@ -123,8 +128,12 @@ impl<S: StateMachine> Transition<S> {
     where
         DB: Batched,
         K: BatchKey<DB, S::KeyShape>,
+        P: Params<DB>,
     {
-        self.claim_with(pool, &(), None, limit, &Note::NONE).await
+        self.recorded()?;
+        self.transition()
+            .claim_with(pool, &self.params, None, limit, self.note_or_none())
+            .await
     }
 
     /// [`claim`](Transition::claim) for rows that have sat in a source
@@ -139,6 +148,16 @@ impl<S: StateMachine> Transition<S> {
     /// PayoutStatus::expire().claim_older_than(&pool, Duration::from_secs(86_400), 100).await?
     /// ```
     ///
+    /// Noted, every row's history row records the note: a sweep can say
+    /// why it moved the rows.
+    ///
+    /// ```text
+    /// PayoutStatus::expire()
+    ///     .noted(Note::by("sweeper").because("pending for a day"))
+    ///     .claim_older_than(&pool, Duration::from_secs(86_400), 100)
+    ///     .await?
+    /// ```
+    ///
     /// Deadline: the transition's, as for [`claim`](Transition::claim).
     pub async fn claim_older_than<DB, K>(
         self,
@@ -149,8 +168,11 @@ impl<S: StateMachine> Transition<S> {
     where
         DB: Batched,
         K: BatchKey<DB, S::KeyShape>,
+        P: Params<DB>,
     {
-        self.claim_with(pool, &(), Some(age), limit, &Note::NONE)
+        self.recorded()?;
+        self.transition()
+            .claim_with(pool, &self.params, Some(age), limit, self.note_or_none())
             .await
     }
 
@@ -166,12 +188,18 @@ impl<S: StateMachine> Transition<S> {
     where
         DB: Batched,
         K: BatchKey<DB, S::KeyShape>,
+        P: Params<DB>,
     {
-        let age = self.timeout()?;
-        self.claim_with(pool, &(), Some(age), limit, &Note::NONE)
+        self.recorded()?;
+        let transition = self.transition();
+        let age = transition.timeout()?;
+        transition
+            .claim_with(pool, &self.params, Some(age), limit, self.note_or_none())
             .await
     }
+}
 
+impl<S: StateMachine> Transition<S> {
     /// The shortest `timeout` among the source states.
     pub(crate) fn timeout(self) -> Result<Duration, Error> {
         let timeout = self
@@ -252,26 +280,6 @@ impl<S: StateMachine> Transition<S> {
                 outcome_known: false,
             }),
         }
-    }
-}
-
-impl<S: StateMachine, P> Bound<S, P> {
-    /// See [`Transition::claim`]; every row claimed gets the same values.
-    /// Deadline: the transition's ([`Bound::within`]).
-    pub async fn claim<DB, K>(
-        self,
-        pool: &sqlx::Pool<DB>,
-        limit: u32,
-    ) -> Result<Vec<Won<S, K, Committed>>, Error>
-    where
-        DB: Batched,
-        K: BatchKey<DB, S::KeyShape>,
-        P: Params<DB>,
-    {
-        let transition = self.transition();
-        transition
-            .claim_with(pool, self.params(), None, limit, &Note::NONE)
-            .await
     }
 }
 

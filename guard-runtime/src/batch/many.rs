@@ -19,14 +19,16 @@ use crate::executor::Executor;
 use crate::machine::key::{BatchKey, DecodeKey, ManyKeys, RowKey};
 use crate::outcome::{Committed, Outcome, Won};
 use crate::telemetry;
-use crate::transition::note::Note;
-use crate::transition::{Bound, Params, Transition};
+#[allow(unused_imports)] // in the docs
+use crate::transition::Bound;
+use crate::transition::note::{Note, NoteSlot};
+use crate::transition::{Params, Transition};
 
 /// Keys sent in one statement; a longer batch is split into chunks of
 /// this many distinct keys, each moved by statements of its own.
 pub const APPLY_MANY_CHUNK: usize = 10_000;
 
-impl<S: StateMachine> Transition<S> {
+impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
     /// Applies this transition to every key of `keys`: one outcome per key,
     /// in input order. `Applied(Won)` for each row it moved (committed; one
     /// win at most per row, a repeated key's later occurrences are
@@ -49,7 +51,9 @@ impl<S: StateMachine> Transition<S> {
     /// did not move. MySQL, which has no `UPDATE … RETURNING`, reads and
     /// locks the rows, updates those in a source state and reads their
     /// leases, in one transaction. [`expecting`](Transition::expecting)
-    /// names one row: it is [`Error::ExpectingMany`].
+    /// names one row: it is [`Error::ExpectingMany`]. Every row gets the
+    /// same values (a [`Bound`]); noted ([`Transition::noted`]), the
+    /// history row of every move records the note.
     pub async fn apply_many<DB, K>(
         self,
         pool: &sqlx::Pool<DB>,
@@ -65,10 +69,16 @@ impl<S: StateMachine> Transition<S> {
             + Clone
             + Send
             + Sync,
+        P: Params<DB>,
     {
-        self.apply_many_with(pool, keys, &(), &Note::NONE).await
+        self.recorded()?;
+        self.transition()
+            .apply_many_with(pool, keys, &self.params, self.note_or_none())
+            .await
     }
+}
 
+impl<S: StateMachine> Transition<S> {
     pub(crate) async fn apply_many_with<DB, K, P>(
         self,
         pool: &sqlx::Pool<DB>,
@@ -281,32 +291,5 @@ fn again<S: StateMachine, K>(first: &Outcome<S, K, Committed>) -> Outcome<S, K, 
             occurrence: *occurrence,
         },
         Outcome::Refused { current } => Outcome::Refused { current: *current },
-    }
-}
-
-impl<S: StateMachine, P> Bound<S, P> {
-    /// See [`Transition::apply_many`]; every row gets the same values.
-    /// Deadline: the transition's ([`Bound::within`]).
-    pub async fn apply_many<DB, K>(
-        self,
-        pool: &sqlx::Pool<DB>,
-        keys: &[K],
-    ) -> Result<Vec<Outcome<S, K, Committed>>, Error>
-    where
-        DB: Batched,
-        for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
-        K: RowKey<DB, S::KeyShape>
-            + DecodeKey<DB, S::KeyShape>
-            + ManyKeys<DB, S::KeyShape>
-            + Ord
-            + Clone
-            + Send
-            + Sync,
-        P: Params<DB>,
-    {
-        let transition = self.transition();
-        transition
-            .apply_many_with(pool, keys, self.params(), &Note::NONE)
-            .await
     }
 }
