@@ -13,6 +13,14 @@
 //! `UPDATE … WHERE key = ? AND status IN (sources)` (`apply.rs`); the
 //! losing path is one fresh read. There is no read-then-write anywhere.
 //!
+//! **Architecture Invariant:** the body of `apply` knows neither the
+//! machine nor the types of the key and the values: `Plan::run`
+//! (`apply.rs`) takes the transition's statements and names, the values
+//! erased for binding, and a closure that places a status text, and is
+//! generic over the executor only. What is generic over the machine is a
+//! thin wrapper, so a binary carries the compare-and-set once per
+//! executor, not once per machine and bind tuple.
+//!
 //! **Architecture Invariant:** this folder reads the metadata, the
 //! deadlines and the executors and knows nothing of what is built on it:
 //! batches, claims, history, leases, effects and the stores call in, never
