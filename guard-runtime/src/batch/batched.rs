@@ -8,9 +8,9 @@ use crate::dialect::{Backend, BoxFuture, Sql, Statement};
 use crate::error::Error;
 use crate::machine::key::{BatchKey, BindError};
 use crate::outcome::{Committed, Won};
-use crate::transition::bind::{self, Values};
+use crate::transition::Transition;
+use crate::transition::bind::{self, Parts, Values};
 use crate::transition::note::Note;
-use crate::transition::{Params, Transition};
 
 /// A backend that can claim rows and apply a transition to many keys
 /// ([`Transition::claim`], [`Transition::apply_many`]). Claims: PostgreSQL in one statement
@@ -22,32 +22,30 @@ use crate::transition::{Params, Transition};
 pub trait Batched: Backend + sealed::Sealed {
     /// Runs the claim.
     #[doc(hidden)]
-    fn claim_rows<'a, S, K, P>(
+    fn claim_rows<'a, S, K>(
         pool: &'a sqlx::Pool<Self>,
         transition: Transition<S>,
-        params: &'a P,
+        values: &'a (dyn Parts<Self> + Sync),
         claim: Claim,
         limit: u32,
         note: &'a Note,
     ) -> Claimed<'a, S, K>
     where
         S: StateMachine,
-        K: BatchKey<Self, S::KeyShape> + 'a,
-        P: Params<Self> + 'a;
+        K: BatchKey<Self, S::KeyShape> + 'a;
 
     /// Runs one chunk of `apply_many`.
     #[doc(hidden)]
-    fn apply_rows<'a, S, K, P>(
+    fn apply_rows<'a, S, K>(
         pool: &'a sqlx::Pool<Self>,
         transition: Transition<S>,
         keys: &'a [&'a K],
-        params: &'a P,
+        values: &'a (dyn Parts<Self> + Sync),
         note: &'a Note,
     ) -> Applied<'a, S, K>
     where
         S: StateMachine,
-        K: BatchKey<Self, S::KeyShape> + 'a,
-        P: Params<Self> + 'a;
+        K: BatchKey<Self, S::KeyShape> + 'a;
 }
 
 pub(crate) mod sealed {
@@ -73,16 +71,15 @@ pub struct Claim {
 impl Claim {
     /// The claim's statement as `DB` runs it, with the call's values, the
     /// age, the limit and the note bound as its plan takes them.
-    pub(crate) fn prepared<DB: Backend, P: Params<DB>>(
+    pub(crate) fn prepared<DB: Backend>(
         self,
-        params: &P,
+        params: &(dyn Parts<DB> + Sync),
         limit: u32,
         note: &Note,
     ) -> Result<(Statement, DB::Args), sqlx::Error> {
         let statement = DB::statement(self.sql);
-        let params = bind::values(params);
         let values = Values {
-            values: Some(&params),
+            values: Some(params),
             note: Some(note),
             age: self.older_than,
             limit: Some(i64::from(limit)),

@@ -28,6 +28,7 @@ use crate::outcome::{Committed, Uncommitted, Won};
 use crate::telemetry;
 #[allow(unused_imports)] // in the docs
 use crate::transition::Bound;
+use crate::transition::bind::{self, Parts};
 use crate::transition::note::{Note, NoteSlot};
 use crate::transition::row::Read;
 use crate::transition::{Params, Transition};
@@ -42,25 +43,24 @@ macro_rules! batched {
 
         #[cfg(feature = $feature)]
         impl Batched for $db {
-            fn apply_rows<'a, S, K, P>(
+            fn apply_rows<'a, S, K>(
                 pool: &'a sqlx::Pool<Self>,
                 transition: Transition<S>,
                 keys: &'a [&'a K],
-                params: &'a P,
+                params: &'a (dyn Parts<Self> + Sync),
                 note: &'a Note,
             ) -> Applied<'a, S, K>
             where
                 S: StateMachine,
                 K: BatchKey<Self, S::KeyShape> + 'a,
-                P: Params<Self> + 'a,
             {
                 Box::pin($apply(pool, transition, keys, params, note))
             }
 
-            fn claim_rows<'a, S, K, P>(
+            fn claim_rows<'a, S, K>(
                 pool: &'a sqlx::Pool<Self>,
                 transition: Transition<S>,
-                params: &'a P,
+                params: &'a (dyn Parts<Self> + Sync),
                 claim: Claim,
                 limit: u32,
                 note: &'a Note,
@@ -68,7 +68,6 @@ macro_rules! batched {
             where
                 S: StateMachine,
                 K: BatchKey<Self, S::KeyShape> + 'a,
-                P: Params<Self> + 'a,
             {
                 Box::pin($claim(pool, $($begin,)? transition, params, claim, limit, note))
             }
@@ -132,7 +131,13 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
     {
         self.recorded()?;
         self.transition()
-            .claim_with(pool, &self.params, None, limit, self.note_or_none())
+            .claim_with(
+                pool,
+                &bind::values(&self.params),
+                None,
+                limit,
+                self.note_or_none(),
+            )
             .await
     }
 
@@ -172,7 +177,13 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
     {
         self.recorded()?;
         self.transition()
-            .claim_with(pool, &self.params, Some(age), limit, self.note_or_none())
+            .claim_with(
+                pool,
+                &bind::values(&self.params),
+                Some(age),
+                limit,
+                self.note_or_none(),
+            )
             .await
     }
 
@@ -194,7 +205,13 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
         let transition = self.transition();
         let age = transition.timeout()?;
         transition
-            .claim_with(pool, &self.params, Some(age), limit, self.note_or_none())
+            .claim_with(
+                pool,
+                &bind::values(&self.params),
+                Some(age),
+                limit,
+                self.note_or_none(),
+            )
             .await
     }
 }
@@ -213,10 +230,10 @@ impl<S: StateMachine> Transition<S> {
         })
     }
 
-    pub(crate) async fn claim_with<DB, K, P>(
+    pub(crate) async fn claim_with<DB, K>(
         self,
         pool: &sqlx::Pool<DB>,
-        params: &P,
+        params: &(dyn Parts<DB> + Sync),
         older_than: Option<Duration>,
         limit: u32,
         note: &Note,
@@ -224,7 +241,6 @@ impl<S: StateMachine> Transition<S> {
     where
         DB: Batched,
         K: BatchKey<DB, S::KeyShape>,
-        P: Params<DB>,
     {
         if self.expected().is_some() {
             return Err(Error::ExpectingMany {
@@ -286,10 +302,10 @@ impl<S: StateMachine> Transition<S> {
 #[cfg(feature = "postgres")]
 /// PostgreSQL: the one statement, retried after a serialization failure or
 /// deadlock.
-async fn one_statement<DB, S, K, P>(
+async fn one_statement<DB, S, K>(
     pool: &sqlx::Pool<DB>,
     transition: Transition<S>,
-    params: &P,
+    params: &(dyn Parts<DB> + Sync),
     claim: Claim,
     limit: u32,
     note: &Note,
@@ -299,14 +315,13 @@ where
     for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
     S: StateMachine,
     K: RowKey<DB, S::KeyShape> + DecodeKey<DB, S::KeyShape>,
-    P: Params<DB>,
 {
     let mut executor = pool;
     let mut attempts = 0;
     loop {
         attempts += 1;
         let (sql, args) = claim
-            .prepared::<DB, P>(params, limit, note)
+            .prepared::<DB>(params, limit, note)
             .map_err(|e| transition.db_error(e))?;
         let rows = match executor.fetch_all(sql.text(), args).await {
             Ok(rows) => rows,
@@ -340,11 +355,11 @@ where
 /// SQLite and MySQL: the candidates' `SELECT`, then one `UPDATE` for all
 /// of them, in one short transaction, tried again when the database rolls
 /// it back (a deadlock, a busy database).
-async fn in_transaction<DB, S, K, P>(
+async fn in_transaction<DB, S, K>(
     pool: &sqlx::Pool<DB>,
     begin: &'static str,
     transition: Transition<S>,
-    params: &P,
+    params: &(dyn Parts<DB> + Sync),
     claim: Claim,
     limit: u32,
     note: &Note,
@@ -354,7 +369,6 @@ where
     for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
     S: StateMachine,
     K: BatchKey<DB, S::KeyShape>,
-    P: Params<DB>,
 {
     let mut attempts = 0;
     loop {
@@ -381,34 +395,32 @@ where
 /// winning statements of `apply_many`, once for all of them.
 #[cfg(any(feature = "sqlite", feature = "mysql"))]
 trait MoveHeld: Backend {
-    fn move_held<'a, 'c: 'a, S, K, P>(
+    fn move_held<'a, 'c: 'a, S, K>(
         tx: &'a mut Tx<'c, Self>,
         transition: Transition<S>,
         keys: &'a [&'a K],
-        params: &'a P,
+        params: &'a (dyn Parts<Self> + Sync),
         note: &'a Note,
     ) -> Applied<'a, S, K>
     where
         S: StateMachine,
-        K: BatchKey<Self, S::KeyShape> + 'a,
-        P: Params<Self> + 'a;
+        K: BatchKey<Self, S::KeyShape> + 'a;
 }
 
 /// SQLite: one `UPDATE … RETURNING` (after the history rows, where there
 /// are any), behind the write lock the claim took first.
 #[cfg(feature = "sqlite")]
 impl MoveHeld for sqlx::Sqlite {
-    fn move_held<'a, 'c: 'a, S, K, P>(
+    fn move_held<'a, 'c: 'a, S, K>(
         mut tx: &'a mut Tx<'c, Self>,
         transition: Transition<S>,
         keys: &'a [&'a K],
-        params: &'a P,
+        params: &'a (dyn Parts<Self> + Sync),
         note: &'a Note,
     ) -> Applied<'a, S, K>
     where
         S: StateMachine,
         K: BatchKey<Self, S::KeyShape> + 'a,
-        P: Params<Self> + 'a,
     {
         Box::pin(
             async move { run::update_returning(&mut tx, transition, keys, params, note).await },
@@ -420,28 +432,27 @@ impl MoveHeld for sqlx::Sqlite {
 /// leases' read, for the rows `SKIP LOCKED` handed to this claim.
 #[cfg(feature = "mysql")]
 impl MoveHeld for sqlx::MySql {
-    fn move_held<'a, 'c: 'a, S, K, P>(
+    fn move_held<'a, 'c: 'a, S, K>(
         tx: &'a mut Tx<'c, Self>,
         transition: Transition<S>,
         keys: &'a [&'a K],
-        params: &'a P,
+        params: &'a (dyn Parts<Self> + Sync),
         note: &'a Note,
     ) -> Applied<'a, S, K>
     where
         S: StateMachine,
         K: BatchKey<Self, S::KeyShape> + 'a,
-        P: Params<Self> + 'a,
     {
         Box::pin(run::lock_and_update(tx, transition, keys, params, note))
     }
 }
 
 #[cfg(any(feature = "sqlite", feature = "mysql"))]
-async fn claim_once<DB, S, K, P>(
+async fn claim_once<DB, S, K>(
     pool: &sqlx::Pool<DB>,
     begin: &'static str,
     transition: Transition<S>,
-    params: &P,
+    params: &(dyn Parts<DB> + Sync),
     claim: Claim,
     limit: u32,
     note: &Note,
@@ -451,7 +462,6 @@ where
     for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
     S: StateMachine,
     K: BatchKey<DB, S::KeyShape>,
-    P: Params<DB>,
 {
     let mut tx = Tx::begin_with(pool, begin)
         .within(transition.deadline())
@@ -459,7 +469,7 @@ where
         .map_err(|e| transition.begin_error(e))?;
     // The candidates.
     let (select, args) = claim
-        .prepared::<DB, P>(params, limit, note)
+        .prepared::<DB>(params, limit, note)
         .map_err(|e| transition.db_error(e))?;
     // A deadlock or busy database rolls the transaction back: the whole
     // claim is tried again.

@@ -21,6 +21,7 @@ use crate::outcome::{Committed, Outcome, Won};
 use crate::telemetry;
 #[allow(unused_imports)] // in the docs
 use crate::transition::Bound;
+use crate::transition::bind::{self, Parts};
 use crate::transition::note::{Note, NoteSlot};
 use crate::transition::{Params, Transition};
 
@@ -73,17 +74,17 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
     {
         self.recorded()?;
         self.transition()
-            .apply_many_with(pool, keys, &self.params, self.note_or_none())
+            .apply_many_with(pool, keys, &bind::values(&self.params), self.note_or_none())
             .await
     }
 }
 
 impl<S: StateMachine> Transition<S> {
-    pub(crate) async fn apply_many_with<DB, K, P>(
+    pub(crate) async fn apply_many_with<DB, K>(
         self,
         pool: &sqlx::Pool<DB>,
         keys: &[K],
-        params: &P,
+        params: &(dyn Parts<DB> + Sync),
         note: &Note,
     ) -> Result<Vec<Outcome<S, K, Committed>>, Error>
     where
@@ -96,7 +97,6 @@ impl<S: StateMachine> Transition<S> {
             + Clone
             + Send
             + Sync,
-        P: Params<DB>,
     {
         if self.expected().is_some() {
             return Err(Error::ExpectingMany {
@@ -135,11 +135,11 @@ impl<S: StateMachine> Transition<S> {
         result
     }
 
-    async fn apply_many_traced<DB, K, P>(
+    async fn apply_many_traced<DB, K>(
         self,
         pool: &sqlx::Pool<DB>,
         keys: &[K],
-        params: &P,
+        params: &(dyn Parts<DB> + Sync),
         note: &Note,
     ) -> Result<Vec<Outcome<S, K, Committed>>, Error>
     where
@@ -152,7 +152,6 @@ impl<S: StateMachine> Transition<S> {
             + Clone
             + Send
             + Sync,
-        P: Params<DB>,
     {
         // The distinct keys, in key order; `slot[i]` is the distinct key of
         // input `i`. Keys given sorted and distinct are their own order.
@@ -213,17 +212,16 @@ impl<S: StateMachine> Transition<S> {
     }
 
     /// One chunk, within the deadline, tried again when the database asks.
-    async fn chunk<DB, K, P>(
+    async fn chunk<DB, K>(
         self,
         pool: &sqlx::Pool<DB>,
         keys: &[&K],
-        params: &P,
+        params: &(dyn Parts<DB> + Sync),
         note: &Note,
     ) -> Result<Vec<Found<S, K>>, Error>
     where
         DB: Batched,
         K: BatchKey<DB, S::KeyShape>,
-        P: Params<DB>,
     {
         let mut attempts = 0;
         loop {

@@ -19,10 +19,10 @@ use crate::executor::sealed::Run;
 use crate::executor::tx::Tx;
 use crate::machine::key::{BatchKey, DecodeKey, ManyKeys};
 use crate::outcome::{Committed, Uncommitted};
-use crate::transition::bind::{self, Values};
+use crate::transition::Transition;
+use crate::transition::bind::{self, Parts, Values};
 use crate::transition::note::Note;
 use crate::transition::row::Read;
-use crate::transition::{Params, Transition};
 
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 /// The batch's `[update, read]`: compared by value where the keys allow it
@@ -45,24 +45,23 @@ where
 
 /// `sql` as `DB` runs it, with the batch's keys, the call's values and
 /// its note bound as the statement's plan takes them.
-fn prepared<DB, S, K, P>(
+fn prepared<DB, S, K>(
     transition: Transition<S>,
     sql: &Sql,
     keys: &[&K],
-    params: &P,
+    params: &(dyn Parts<DB> + Sync),
     note: &Note,
 ) -> Result<(Statement, DB::Args), Error>
 where
     DB: Backend,
     S: StateMachine,
     K: ManyKeys<DB, S::KeyShape> + Sync,
-    P: Params<DB>,
 {
     let statement = DB::statement(sql);
-    let (keys, params) = (bind::batch(keys), bind::values(params));
+    let keys = bind::batch(keys);
     let values = Values {
         keys: Some(&keys),
-        values: Some(&params),
+        values: Some(params),
         note: Some(note),
         ..Values::NONE
     };
@@ -94,11 +93,11 @@ where
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 /// PostgreSQL and SQLite: the update with `RETURNING`, then one read of
 /// the keys it did not move.
-pub(crate) async fn returning<DB, S, K, P>(
+pub(crate) async fn returning<DB, S, K>(
     pool: &sqlx::Pool<DB>,
     transition: Transition<S>,
     keys: &[&K],
-    params: &P,
+    params: &(dyn Parts<DB> + Sync),
     note: &Note,
 ) -> Result<Vec<Found<S, K>>, Error>
 where
@@ -106,7 +105,6 @@ where
     for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
     S: StateMachine,
     K: BatchKey<DB, S::KeyShape>,
-    P: Params<DB>,
 {
     let mut executor = pool;
     let mut found = update_returning(&mut executor, transition, keys, params, note).await?;
@@ -121,7 +119,7 @@ where
     if left.is_empty() {
         return Ok(found);
     }
-    let (read, args) = prepared::<DB, S, K, P>(transition, read, &left, params, note)?;
+    let (read, args) = prepared::<DB, S, K>(transition, read, &left, params, note)?;
     let rows = executor
         .fetch_all(read.text(), args)
         .await
@@ -139,11 +137,11 @@ where
 /// The winning statement of [`returning`]: the update with `RETURNING` (on
 /// SQLite with a history table, after the history rows, in one transaction
 /// or savepoint) on `executor`. Keys it did not move are `Missing`.
-pub(crate) async fn update_returning<DB, S, K, P, E>(
+pub(crate) async fn update_returning<DB, S, K, E>(
     executor: &mut E,
     transition: Transition<S>,
     keys: &[&K],
-    params: &P,
+    params: &(dyn Parts<DB> + Sync),
     note: &Note,
 ) -> Result<Vec<Found<S, K>>, Error>
 where
@@ -151,13 +149,12 @@ where
     E: Run<Database = DB>,
     S: StateMachine,
     K: BatchKey<DB, S::KeyShape>,
-    P: Params<DB>,
 {
     let log = transition.def().apply_many_sql().log();
     let [update, _] = statements::<DB, S, K>(transition);
     let mut found: Vec<Found<S, K>> = keys.iter().map(|_| Found::Missing).collect();
     let db_error = |e| transition.db_error(e);
-    let (update, args) = prepared::<DB, S, K, P>(transition, update, keys, params, note)?;
+    let (update, args) = prepared::<DB, S, K>(transition, update, keys, params, note)?;
     let rows = match DB::sql(log).is_empty() {
         // Without a history table, or on PostgreSQL, which writes the
         // history rows in the update's statement.
@@ -165,7 +162,7 @@ where
         // SQLite with a history table: the history rows and the update in
         // one transaction.
         false => {
-            let (log, log_args) = prepared::<DB, S, K, P>(transition, log, keys, params, note)?;
+            let (log, log_args) = prepared::<DB, S, K>(transition, log, keys, params, note)?;
             executor
                 .logged(log.text(), log_args, update.text(), args, true, None)
                 .await
@@ -201,11 +198,11 @@ where
 #[cfg(feature = "mysql")]
 /// MySQL: read and lock the rows, update those in a source state that
 /// meet the guard, read their leases, commit.
-pub(crate) async fn in_transaction<DB, S, K, P>(
+pub(crate) async fn in_transaction<DB, S, K>(
     pool: &sqlx::Pool<DB>,
     transition: Transition<S>,
     keys: &[&K],
-    params: &P,
+    params: &(dyn Parts<DB> + Sync),
     note: &Note,
 ) -> Result<Vec<Found<S, K>>, Error>
 where
@@ -213,7 +210,6 @@ where
     for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
     S: StateMachine,
     K: BatchKey<DB, S::KeyShape>,
-    P: Params<DB>,
 {
     let mut tx = Tx::begin(pool)
         .within(transition.deadline())
@@ -230,11 +226,11 @@ where
 /// in a source state that meet the guard. An error that rolled the
 /// transaction back says so ([`Error::retries_whole`]): the caller starts
 /// over.
-pub(crate) async fn lock_and_update<DB, S, K, P>(
+pub(crate) async fn lock_and_update<DB, S, K>(
     mut tx: &mut Tx<'_, DB>,
     transition: Transition<S>,
     keys: &[&K],
-    params: &P,
+    params: &(dyn Parts<DB> + Sync),
     note: &Note,
 ) -> Result<Vec<Found<S, K>>, Error>
 where
@@ -242,14 +238,13 @@ where
     for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
     S: StateMachine,
     K: BatchKey<DB, S::KeyShape>,
-    P: Params<DB>,
 {
     let many = transition.def().apply_many_sql();
     let (update, read, lease_read, log) =
         (many.update(), many.read(), many.lease_read(), many.log());
     let mut found: Vec<Found<S, K>> = keys.iter().map(|_| Found::Missing).collect();
     let retry = |source| transition.tx_error::<DB>(source);
-    let (read, args) = prepared::<DB, S, K, P>(transition, read, keys, params, note)?;
+    let (read, args) = prepared::<DB, S, K>(transition, read, keys, params, note)?;
     let rows = (&mut tx)
         .fetch_all(read.text(), args)
         .await
@@ -272,10 +267,10 @@ where
     let mover_keys: Vec<&K> = movers.iter().map(|(i, _, _)| keys[*i]).collect();
     if !DB::sql(log).is_empty() {
         // The history rows, from the rows locked above, before they move.
-        let (log, args) = prepared::<DB, S, K, P>(transition, log, &mover_keys, params, note)?;
+        let (log, args) = prepared::<DB, S, K>(transition, log, &mover_keys, params, note)?;
         (&mut tx).execute(log.text(), args).await.map_err(retry)?;
     }
-    let (update, args) = prepared::<DB, S, K, P>(transition, update, &mover_keys, params, note)?;
+    let (update, args) = prepared::<DB, S, K>(transition, update, &mover_keys, params, note)?;
     (&mut tx)
         .execute(update.text(), args)
         .await
@@ -284,7 +279,7 @@ where
     let mut leases: Vec<i64> = vec![0; keys.len()];
     if !DB::sql(lease_read).is_empty() {
         let (lease_read, args) =
-            prepared::<DB, S, K, P>(transition, lease_read, &mover_keys, params, note)?;
+            prepared::<DB, S, K>(transition, lease_read, &mover_keys, params, note)?;
         let rows = (&mut tx)
             .fetch_all(lease_read.text(), args)
             .await

@@ -24,44 +24,47 @@ use super::Transition;
 use super::failure::{Names, worth_retrying};
 use crate::StateMachine;
 use crate::dialect::sealed::Dialect;
-use crate::dialect::{Backend, Column, Sql, Statement};
+use crate::dialect::{Backend, BoxFuture, Column, Sql, Statement};
 use crate::error::Error;
 use crate::executor::sealed::Run;
 use crate::executor::{Executor, refuse_open_transaction};
 use crate::machine::TransitionDef;
 use crate::machine::key::{BindError, KeyShape, RowKey};
 use crate::outcome::{LeasedAt, Outcome, Won};
-use crate::transition::bind::Params;
 use crate::transition::bind::{self, Parts, Values};
 use crate::transition::row::Read;
 
 impl<S: StateMachine> Transition<S> {
-    /// [`Transition::apply`], binding `params` into the `set` assignments
-    /// that take values per call, and `note` into the history row.
-    pub(crate) async fn apply_with<E, K, P>(
+    /// [`Transition::apply`], binding `values` (a call's values,
+    /// [`bind::values`]) into the `set` assignments that take values per
+    /// call, and `note` into the history row.
+    pub(crate) async fn apply_with<E, K>(
         self,
         mut executor: E,
         key: K,
-        params: &P,
+        values: &(dyn Parts<E::Database> + Sync),
         note: &Note,
     ) -> Result<Outcome<S, K, E::Commit>, Error>
     where
         E: Executor,
         K: RowKey<E::Database, S::KeyShape>,
-        P: Params<E::Database>,
     {
         let def = self.def;
         let classify = |text: &str| classify(def, text);
         let raw = {
-            let (parts, values) = (bind::key::<S::KeyShape, K>(&key), bind::values(params));
+            let parts = bind::key::<S::KeyShape, K>(&key);
             let call = Call {
                 key: &parts,
-                values: &values,
+                values,
                 note,
                 shown: &key,
                 classify: &classify,
             };
-            self.plan().run(&mut executor, &call).await?
+            // Boxed: the caller's future holds a pointer to the core's,
+            // not a copy of its state machine, and no call site inlines it.
+            let run: BoxFuture<'_, Result<Raw, Error>> =
+                Box::pin(self.plan().run(&mut executor, &call));
+            run.await?
         };
         Ok(match raw {
             Raw::Applied {

@@ -234,8 +234,9 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
         P: Params<E::Database>,
     {
         self.recorded()?;
+        let values = bind::values(&self.params);
         self.transition()
-            .apply_with(executor, key, &self.params, self.note_or_none())
+            .apply_with(executor, key, &values, self.note_or_none())
             .await
     }
 }
