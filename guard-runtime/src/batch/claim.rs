@@ -15,7 +15,9 @@ use core::time::Duration;
 use tracing::Instrument;
 
 use crate::StateMachine;
-use crate::batch::batched::{Applied, Batched, Claim, Claimed, Found, position, sealed};
+use crate::batch::batched::{
+    Applied, Batch, Batched, Claim, Claimed, Found, Took, position, sealed,
+};
 use crate::batch::{many, run};
 use crate::deadline::retry::{MAX_ATTEMPTS, backoff};
 use crate::dialect::{Backend, Column};
@@ -23,7 +25,7 @@ use crate::error::Error;
 use crate::executor::Executor;
 use crate::executor::sealed::Run;
 use crate::executor::tx::Tx;
-use crate::machine::key::{BatchKey, DecodeKey, RowKey};
+use crate::machine::key::{BatchKey, DecodeKey, KeyShape, RowKey};
 use crate::outcome::{Committed, Uncommitted, Won};
 use crate::telemetry;
 #[allow(unused_imports)] // in the docs
@@ -43,31 +45,31 @@ macro_rules! batched {
 
         #[cfg(feature = $feature)]
         impl Batched for $db {
-            fn apply_rows<'a, S, K>(
+            fn apply_rows<'a, Sh, K>(
                 pool: &'a sqlx::Pool<Self>,
-                transition: Transition<S>,
+                transition: Batch<'a>,
                 keys: &'a [&'a K],
                 params: &'a (dyn Parts<Self> + Sync),
                 note: &'a Note,
-            ) -> Applied<'a, S, K>
+            ) -> Applied<'a, K>
             where
-                S: StateMachine,
-                K: BatchKey<Self, S::KeyShape> + 'a,
+                Sh: KeyShape,
+                K: BatchKey<Self, Sh> + 'a,
             {
                 Box::pin($apply(pool, transition, keys, params, note))
             }
 
-            fn claim_rows<'a, S, K>(
+            fn claim_rows<'a, Sh, K>(
                 pool: &'a sqlx::Pool<Self>,
-                transition: Transition<S>,
+                transition: Batch<'a>,
                 params: &'a (dyn Parts<Self> + Sync),
                 claim: Claim,
                 limit: u32,
                 note: &'a Note,
-            ) -> Claimed<'a, S, K>
+            ) -> Claimed<'a, K>
             where
-                S: StateMachine,
-                K: BatchKey<Self, S::KeyShape> + 'a,
+                Sh: KeyShape,
+                K: BatchKey<Self, Sh> + 'a,
             {
                 Box::pin($claim(pool, $($begin,)? transition, params, claim, limit, note))
             }
@@ -268,7 +270,15 @@ impl<S: StateMachine> Transition<S> {
             },
         };
         let span = telemetry::span!("stateguard.claim", S, DB, "UPDATE", self.name());
-        let claim = DB::claim_rows(pool, self, params, claim, limit, note);
+        let classify = self.classifier();
+        let claim = DB::claim_rows::<S::KeyShape, K>(
+            pool,
+            self.batch(&classify),
+            params,
+            claim,
+            limit,
+            note,
+        );
         let claimed = tokio::time::timeout(self.deadline(), claim)
             .instrument(span.clone())
             .await;
@@ -286,7 +296,13 @@ impl<S: StateMachine> Transition<S> {
             }
         }
         match claimed {
-            Ok(claimed) => claimed,
+            Ok(claimed) => Ok(claimed?
+                .into_iter()
+                .map(|took| {
+                    let won = Won::new(self.target(), took.key, took.occurrence, took.lease, 0);
+                    won.within(self.deadline())
+                })
+                .collect()),
             // Cut off mid-statement: rows may have moved. Rows moved into
             // an in-flight state are recovered once their lease runs out.
             Err(_) => Err(Error::Timeout {
@@ -302,19 +318,19 @@ impl<S: StateMachine> Transition<S> {
 #[cfg(feature = "postgres")]
 /// PostgreSQL: the one statement, retried after a serialization failure or
 /// deadlock.
-async fn one_statement<DB, S, K>(
+async fn one_statement<DB, Sh, K>(
     pool: &sqlx::Pool<DB>,
-    transition: Transition<S>,
+    transition: Batch<'_>,
     params: &(dyn Parts<DB> + Sync),
     claim: Claim,
     limit: u32,
     note: &Note,
-) -> Result<Vec<Won<S, K, Committed>>, Error>
+) -> Result<Vec<Took<K>>, Error>
 where
     DB: Backend,
     for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    S: StateMachine,
-    K: RowKey<DB, S::KeyShape> + DecodeKey<DB, S::KeyShape>,
+    Sh: KeyShape,
+    K: RowKey<DB, Sh> + DecodeKey<DB, Sh>,
 {
     let mut executor = pool;
     let mut attempts = 0;
@@ -338,14 +354,11 @@ where
                 let key = K::decode(row).map_err(|e| transition.db_error(e))?;
                 let row = Read::<DB>::new(sql, row);
                 let int = |column| row.int(column).map_err(|e| transition.db_error(e));
-                let won = Won::new(
-                    transition.target(),
+                Ok(Took {
                     key,
-                    int(Column::Version)?,
-                    int(Column::Token)?,
-                    0,
-                );
-                Ok(won.within(transition.deadline()))
+                    occurrence: int(Column::Version)?,
+                    lease: int(Column::Token)?,
+                })
             })
             .collect();
     }
@@ -355,20 +368,20 @@ where
 /// SQLite and MySQL: the candidates' `SELECT`, then one `UPDATE` for all
 /// of them, in one short transaction, tried again when the database rolls
 /// it back (a deadlock, a busy database).
-async fn in_transaction<DB, S, K>(
+async fn in_transaction<DB, Sh, K>(
     pool: &sqlx::Pool<DB>,
     begin: &'static str,
-    transition: Transition<S>,
+    transition: Batch<'_>,
     params: &(dyn Parts<DB> + Sync),
     claim: Claim,
     limit: u32,
     note: &Note,
-) -> Result<Vec<Won<S, K, Committed>>, Error>
+) -> Result<Vec<Took<K>>, Error>
 where
     DB: MoveHeld,
     for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
-    S: StateMachine,
-    K: BatchKey<DB, S::KeyShape>,
+    Sh: KeyShape,
+    K: BatchKey<DB, Sh>,
 {
     let mut attempts = 0;
     loop {
@@ -381,7 +394,7 @@ where
             return Err(error);
         }
         tracing::debug!(
-            table = S::MACHINE.table(),
+            table = transition.table(),
             transition = transition.name(),
             attempts,
             %error,
@@ -395,32 +408,32 @@ where
 /// winning statements of `apply_many`, once for all of them.
 #[cfg(any(feature = "sqlite", feature = "mysql"))]
 trait MoveHeld: Backend {
-    fn move_held<'a, 'c: 'a, S, K>(
+    fn move_held<'a, 'c: 'a, Sh, K>(
         tx: &'a mut Tx<'c, Self>,
-        transition: Transition<S>,
+        transition: Batch<'a>,
         keys: &'a [&'a K],
         params: &'a (dyn Parts<Self> + Sync),
         note: &'a Note,
-    ) -> Applied<'a, S, K>
+    ) -> Applied<'a, K>
     where
-        S: StateMachine,
-        K: BatchKey<Self, S::KeyShape> + 'a;
+        Sh: KeyShape,
+        K: BatchKey<Self, Sh> + 'a;
 }
 
 /// SQLite: one `UPDATE … RETURNING` (after the history rows, where there
 /// are any), behind the write lock the claim took first.
 #[cfg(feature = "sqlite")]
 impl MoveHeld for sqlx::Sqlite {
-    fn move_held<'a, 'c: 'a, S, K>(
+    fn move_held<'a, 'c: 'a, Sh, K>(
         mut tx: &'a mut Tx<'c, Self>,
-        transition: Transition<S>,
+        transition: Batch<'a>,
         keys: &'a [&'a K],
         params: &'a (dyn Parts<Self> + Sync),
         note: &'a Note,
-    ) -> Applied<'a, S, K>
+    ) -> Applied<'a, K>
     where
-        S: StateMachine,
-        K: BatchKey<Self, S::KeyShape> + 'a,
+        Sh: KeyShape,
+        K: BatchKey<Self, Sh> + 'a,
     {
         Box::pin(
             async move { run::update_returning(&mut tx, transition, keys, params, note).await },
@@ -432,36 +445,36 @@ impl MoveHeld for sqlx::Sqlite {
 /// leases' read, for the rows `SKIP LOCKED` handed to this claim.
 #[cfg(feature = "mysql")]
 impl MoveHeld for sqlx::MySql {
-    fn move_held<'a, 'c: 'a, S, K>(
+    fn move_held<'a, 'c: 'a, Sh, K>(
         tx: &'a mut Tx<'c, Self>,
-        transition: Transition<S>,
+        transition: Batch<'a>,
         keys: &'a [&'a K],
         params: &'a (dyn Parts<Self> + Sync),
         note: &'a Note,
-    ) -> Applied<'a, S, K>
+    ) -> Applied<'a, K>
     where
-        S: StateMachine,
-        K: BatchKey<Self, S::KeyShape> + 'a,
+        Sh: KeyShape,
+        K: BatchKey<Self, Sh> + 'a,
     {
         Box::pin(run::lock_and_update(tx, transition, keys, params, note))
     }
 }
 
 #[cfg(any(feature = "sqlite", feature = "mysql"))]
-async fn claim_once<DB, S, K>(
+async fn claim_once<DB, Sh, K>(
     pool: &sqlx::Pool<DB>,
     begin: &'static str,
-    transition: Transition<S>,
+    transition: Batch<'_>,
     params: &(dyn Parts<DB> + Sync),
     claim: Claim,
     limit: u32,
     note: &Note,
-) -> Result<Vec<Won<S, K, Committed>>, Error>
+) -> Result<Vec<Took<K>>, Error>
 where
     DB: MoveHeld,
     for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
-    S: StateMachine,
-    K: BatchKey<DB, S::KeyShape>,
+    Sh: KeyShape,
+    K: BatchKey<DB, Sh>,
 {
     let mut tx = Tx::begin_with(pool, begin)
         .within(transition.deadline())
@@ -508,8 +521,11 @@ where
             lease,
         } = core::mem::replace(&mut found[i], Found::Missing)
         {
-            let won = Won::new(transition.target(), key, occurrence, lease, 0);
-            wins.push(won.within(transition.deadline()));
+            wins.push(Took {
+                key,
+                occurrence,
+                lease,
+            });
         }
     }
     Ok(wins)

@@ -12,18 +12,18 @@
 use tracing::Instrument;
 
 use crate::StateMachine;
-use crate::batch::batched::{Batched, Found};
+use crate::batch::batched::{Batch, Batched, Found};
 use crate::deadline::retry::{MAX_ATTEMPTS, backoff};
 use crate::error::Error;
 use crate::executor::Executor;
-use crate::machine::key::{BatchKey, DecodeKey, ManyKeys, RowKey};
+use crate::machine::key::{BatchKey, DecodeKey, KeyShape, ManyKeys, RowKey};
 use crate::outcome::{Committed, Outcome, Won};
 use crate::telemetry;
 #[allow(unused_imports)] // in the docs
 use crate::transition::Bound;
 use crate::transition::bind::{self, Parts};
 use crate::transition::note::{Note, NoteSlot};
-use crate::transition::{Params, Transition};
+use crate::transition::{Class, Params, Transition};
 
 /// Keys sent in one statement; a longer batch is split into chunks of
 /// this many distinct keys, each moved by statements of its own.
@@ -174,11 +174,13 @@ impl<S: StateMachine> Transition<S> {
             }
         };
         let mut outcomes: Vec<Outcome<S, K, Committed>> = Vec::with_capacity(distinct.len());
-        for chunk in distinct.chunks(APPLY_MANY_CHUNK) {
-            let chunk_keys: Vec<&K> = chunk.iter().map(|&i| &keys[i]).collect();
-            let found = self.chunk(pool, &chunk_keys, params, note).await?;
+        let classify = self.classifier();
+        let batch = self.batch(&classify);
+        for part in distinct.chunks(APPLY_MANY_CHUNK) {
+            let chunk_keys: Vec<&K> = part.iter().map(|&i| &keys[i]).collect();
+            let found = chunk::<DB, S::KeyShape, K>(pool, batch, &chunk_keys, params, note).await?;
             for (key, found) in chunk_keys.into_iter().zip(found) {
-                let outcome = match self.settled(found) {
+                let outcome = match self.settled(found)? {
                     Some(outcome) => outcome,
                     // In a source state and meeting the guard, yet not
                     // moved: it moved away and back between the
@@ -211,45 +213,10 @@ impl<S: StateMachine> Transition<S> {
         Ok(out)
     }
 
-    /// One chunk, within the deadline, tried again when the database asks.
-    async fn chunk<DB, K>(
-        self,
-        pool: &sqlx::Pool<DB>,
-        keys: &[&K],
-        params: &(dyn Parts<DB> + Sync),
-        note: &Note,
-    ) -> Result<Vec<Found<S, K>>, Error>
-    where
-        DB: Batched,
-        K: BatchKey<DB, S::KeyShape>,
-    {
-        let mut attempts = 0;
-        loop {
-            attempts += 1;
-            let run = DB::apply_rows(pool, self, keys, params, note);
-            let error = match tokio::time::timeout(self.deadline(), run).await {
-                Ok(Ok(found)) => return Ok(found),
-                Ok(Err(error)) => error,
-                Err(_) => {
-                    return Err(Error::Timeout {
-                        table: S::MACHINE.table(),
-                        transition: self.name(),
-                        deadline: self.deadline(),
-                        outcome_known: false,
-                    });
-                }
-            };
-            if !error.retries_whole::<DB>() || attempts >= MAX_ATTEMPTS {
-                return Err(error);
-            }
-            tokio::time::sleep(backoff(attempts)).await;
-        }
-    }
-
     /// What one distinct key's row came to; `None` for a row in a source
     /// state that meets the guard yet did not move.
-    fn settled<K>(self, found: Found<S, K>) -> Option<Outcome<S, K, Committed>> {
-        Some(match found {
+    fn settled<K>(self, found: Found<K>) -> Result<Option<Outcome<S, K, Committed>>, Error> {
+        Ok(Some(match found {
             Found::Moved {
                 key,
                 occurrence,
@@ -259,18 +226,56 @@ impl<S: StateMachine> Transition<S> {
                 Outcome::Applied(won.within(self.deadline()))
             }
             Found::Missing => Outcome::NotFound,
-            Found::Left { current, .. } if current == self.target() => {
-                Outcome::AlreadyInState(current)
-            }
-            Found::Left { current, .. } if !self.sources().contains(&current) => {
-                Outcome::Conflict { current }
-            }
             Found::Left {
                 current,
-                meets: false,
-            } => Outcome::Refused { current },
-            Found::Left { .. } => return None,
-        })
+                class,
+                meets,
+            } => {
+                let current = S::parse_db_str(&current)?;
+                match class {
+                    Class::Target => Outcome::AlreadyInState(current),
+                    Class::Elsewhere => Outcome::Conflict { current },
+                    Class::Source if !meets => Outcome::Refused { current },
+                    Class::Source => return Ok(None),
+                }
+            }
+        }))
+    }
+}
+
+/// One chunk, within the deadline, tried again when the database asks.
+async fn chunk<DB, Sh, K>(
+    pool: &sqlx::Pool<DB>,
+    batch: Batch<'_>,
+    keys: &[&K],
+    params: &(dyn Parts<DB> + Sync),
+    note: &Note,
+) -> Result<Vec<Found<K>>, Error>
+where
+    DB: Batched,
+    Sh: KeyShape,
+    K: BatchKey<DB, Sh>,
+{
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let run = DB::apply_rows::<Sh, K>(pool, batch, keys, params, note);
+        let error = match tokio::time::timeout(batch.deadline(), run).await {
+            Ok(Ok(found)) => return Ok(found),
+            Ok(Err(error)) => error,
+            Err(_) => {
+                return Err(Error::Timeout {
+                    table: batch.table(),
+                    transition: batch.name(),
+                    deadline: batch.deadline(),
+                    outcome_known: false,
+                });
+            }
+        };
+        if !error.retries_whole::<DB>() || attempts >= MAX_ATTEMPTS {
+            return Err(error);
+        }
+        tokio::time::sleep(backoff(attempts)).await;
     }
 }
 

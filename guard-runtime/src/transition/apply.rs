@@ -121,7 +121,10 @@ impl<S: StateMachine> Transition<S> {
 /// Where the status text a losing read found stands for `def`: its target,
 /// one of its sources, or elsewhere; a text that is no state of the
 /// machine is [`Error::UnknownState`].
-fn classify<S: StateMachine>(def: &TransitionDef<S>, text: &str) -> Result<Class, Error> {
+pub(crate) fn classify<S: StateMachine>(
+    def: &TransitionDef<S>,
+    text: &str,
+) -> Result<Class, Error> {
     let current = S::parse_db_str(text)?;
     Ok(if current == def.target() {
         Class::Target
@@ -164,7 +167,8 @@ pub(crate) struct Call<'a, DB: Backend> {
 }
 
 /// Where a row's status stands for the transition.
-pub(crate) enum Class {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
     Target,
     Source,
     Elsewhere,

@@ -40,21 +40,9 @@ impl<S: StateMachine> Transition<S> {
         self.names().keys_error(error)
     }
 
-    /// See [`Names::begin_error`].
-    #[cfg(any(feature = "sqlite", feature = "mysql"))]
-    pub(crate) fn begin_error(self, error: Error) -> Error {
-        self.names().begin_error(error)
-    }
-
     /// See [`Names::db_error`].
     pub(crate) fn db_error(self, source: sqlx::Error) -> Error {
         self.names().db_error(source)
-    }
-
-    /// See [`Names::tx_error`].
-    #[cfg(any(feature = "sqlite", feature = "mysql"))]
-    pub(crate) fn tx_error<DB: Backend>(self, source: sqlx::Error) -> Error {
-        self.names().tx_error::<DB>(source)
     }
 
     /// See [`Names::contention`].

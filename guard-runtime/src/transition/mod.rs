@@ -47,7 +47,8 @@ mod load;
 pub(crate) mod note;
 pub(crate) mod row;
 
-pub(crate) use self::apply::{key_arguments, outcome_label};
+pub(crate) use self::apply::{Class, classify, key_arguments, outcome_label};
+pub(crate) use self::failure::Names;
 use self::note::{Note, NoteSlot};
 
 /// One named transition of a machine, e.g. `PayoutStatus::start()`, with
