@@ -2,21 +2,17 @@
 //! every move appends a row to that table in the same atomic act, and
 //! [`Machine::history`] reads a row's history back.
 
-use core::time::Duration;
-
 use crate::StateMachine;
-use crate::batch::batched::Batched;
 use crate::deadline::call::{Call, Sent, bounded};
 use crate::dialect::Column;
 use crate::dialect::sealed::Dialect;
 use crate::error::Error;
 use crate::executor::Executor;
-use crate::machine::key::{BatchKey, DecodeKey, ManyKeys, RowKey};
+use crate::machine::key::RowKey;
 use crate::machine::{Machine, TransitionDef};
-use crate::outcome::{Committed, Outcome, Won};
 use crate::transition::note::Note;
 use crate::transition::row::Read;
-use crate::transition::{Bound, Params, Transition, key_arguments};
+use crate::transition::{Transition, key_arguments};
 
 /// One move of a row, as its history table records it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -146,13 +142,10 @@ impl<S: StateMachine> Machine<S> {
 }
 
 /// A transition with a [`Note`] for the history row of the move it makes:
-/// made by [`Transition::noted`] or [`Bound::noted`].
-#[derive(Debug, Clone)]
-pub struct Noted<S: StateMachine, P = ()> {
-    transition: Transition<S>,
-    params: P,
-    note: Note,
-}
+/// made by [`Transition::noted`]. A [`Transition`] whose `N` is the note;
+/// it applies and claims as every transition does, and the history row of
+/// each move records the note.
+pub type Noted<S, P = ()> = Transition<S, P, Note>;
 
 /// A machine declared with `history = "…"`, whose moves can carry a
 /// [`Note`]: the derive implements it for such machines only, so that
@@ -178,162 +171,19 @@ pub struct Noted<S: StateMachine, P = ()> {
 /// compile, and the call is refused with [`Error::NoHistory`].
 pub trait HasHistory: StateMachine {}
 
-impl<S: HasHistory> Transition<S> {
+impl<S: HasHistory, P> Transition<S, P> {
     /// This transition, with `note` recorded in the history row of the
-    /// move it makes (`actor`, `reason`, `details`). Only a machine with a
-    /// history table ([`HasHistory`]) takes a note.
-    pub fn noted(self, note: Note) -> Noted<S> {
-        Noted {
-            transition: self,
-            params: (),
-            note,
-        }
-    }
-}
-
-impl<S: HasHistory, P> Bound<S, P> {
-    /// See [`Transition::noted`].
+    /// move it makes (`actor`, `reason`, `details`); with values, as
+    /// `PayoutStatus::confirm(bank_ref).noted(note)`, or from a verdict's
+    /// follow-up. Only a machine with a history table ([`HasHistory`])
+    /// takes a note.
     pub fn noted(self, note: Note) -> Noted<S, P> {
-        Noted {
-            transition: self.transition(),
-            params: self.into_params(),
+        Transition {
+            def: self.def,
+            deadline: self.deadline,
+            expected: self.expected,
+            params: self.params,
             note,
         }
-    }
-}
-
-impl<S: StateMachine, P> Noted<S, P> {
-    pub(crate) fn into_parts(self) -> (Transition<S>, P, Note) {
-        (self.transition, self.params, self.note)
-    }
-
-    /// See [`Transition::within`]: every call of a noted transition keeps
-    /// the transition's deadline, [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE)
-    /// unless set before or after [`Transition::noted`].
-    pub fn within(self, deadline: Duration) -> Self {
-        Noted {
-            transition: self.transition.within(deadline),
-            ..self
-        }
-    }
-
-    /// The deadline its calls keep.
-    pub fn deadline(&self) -> Duration {
-        self.transition.deadline()
-    }
-
-    /// [`Error::NoHistory`] unless the machine has a history table to
-    /// record the note in.
-    fn recorded(&self) -> Result<(), Error> {
-        match S::MACHINE.history_table() {
-            Some(_) => Ok(()),
-            None => Err(Error::NoHistory {
-                machine: S::MACHINE.name(),
-            }),
-        }
-    }
-
-    /// See [`Transition::apply`]; the history row of the move records the
-    /// note. Deadline: the transition's ([`Noted::within`]), as for every
-    /// call of a `Noted`.
-    pub async fn apply<E, K>(self, executor: E, key: K) -> Result<Outcome<S, K, E::Commit>, Error>
-    where
-        E: Executor,
-        K: RowKey<E::Database, S::KeyShape>,
-        P: Params<E::Database>,
-    {
-        self.recorded()?;
-        self.transition
-            .apply_with(executor, key, &self.params, &self.note)
-            .await
-    }
-
-    /// See [`Transition::claim`]; every row's history row records the note.
-    /// Deadline: the transition's ([`Noted::within`]).
-    pub async fn claim<DB, K>(
-        self,
-        pool: &sqlx::Pool<DB>,
-        limit: u32,
-    ) -> Result<Vec<Won<S, K, Committed>>, Error>
-    where
-        DB: Batched,
-        K: BatchKey<DB, S::KeyShape>,
-        P: Params<DB>,
-    {
-        self.recorded()?;
-        self.transition
-            .claim_with(pool, &self.params, None, limit, &self.note)
-            .await
-    }
-
-    /// See [`Transition::claim_older_than`]; every row's history row
-    /// records the note: a sweep can say why it moved the rows. Deadline:
-    /// the transition's ([`Noted::within`]).
-    ///
-    /// ```text
-    /// PayoutStatus::expire()
-    ///     .noted(Note::by("sweeper").because("pending for a day"))
-    ///     .claim_older_than(&pool, Duration::from_secs(86_400), 100)
-    ///     .await?
-    /// ```
-    pub async fn claim_older_than<DB, K>(
-        self,
-        pool: &sqlx::Pool<DB>,
-        age: Duration,
-        limit: u32,
-    ) -> Result<Vec<Won<S, K, Committed>>, Error>
-    where
-        DB: Batched,
-        K: BatchKey<DB, S::KeyShape>,
-        P: Params<DB>,
-    {
-        self.recorded()?;
-        self.transition
-            .claim_with(pool, &self.params, Some(age), limit, &self.note)
-            .await
-    }
-
-    /// See [`Transition::claim_timed_out`]; every row's history row records
-    /// the note. Deadline: the transition's ([`Noted::within`]).
-    pub async fn claim_timed_out<DB, K>(
-        self,
-        pool: &sqlx::Pool<DB>,
-        limit: u32,
-    ) -> Result<Vec<Won<S, K, Committed>>, Error>
-    where
-        DB: Batched,
-        K: BatchKey<DB, S::KeyShape>,
-        P: Params<DB>,
-    {
-        self.recorded()?;
-        let age = self.transition.timeout()?;
-        self.transition
-            .claim_with(pool, &self.params, Some(age), limit, &self.note)
-            .await
-    }
-
-    /// See [`Transition::apply_many`]; the history row of every move
-    /// records the note. Deadline: the transition's ([`Noted::within`]).
-    pub async fn apply_many<DB, K>(
-        self,
-        pool: &sqlx::Pool<DB>,
-        keys: &[K],
-    ) -> Result<Vec<Outcome<S, K, Committed>>, Error>
-    where
-        DB: Batched,
-        for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
-        K: RowKey<DB, S::KeyShape>
-            + DecodeKey<DB, S::KeyShape>
-            + ManyKeys<DB, S::KeyShape>
-            + Ord
-            + Clone
-            + Send
-            + Sync,
-        P: Params<DB>,
-    {
-        self.recorded()?;
-        self.transition
-            .apply_many_with(pool, keys, &self.params, &self.note)
-            .await
     }
 }

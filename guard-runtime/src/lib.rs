@@ -49,7 +49,7 @@ pub use crate::history::{HasHistory, HistoryRow, Noted};
 pub use crate::machine::key::{BatchKey, DecodeKey, KeyShape, KeyText, ManyKeys, RowKey};
 pub use crate::machine::{HasVersion, StateMachine, UnknownState};
 pub use crate::outcome::{Committed, Current, Outcome, Uncommitted, Won};
-pub use crate::transition::note::Note;
+pub use crate::transition::note::{Note, NoteSlot};
 pub use crate::transition::{Bound, Params, Transition};
 
 /// What a derived machine knows about itself, read through
@@ -272,13 +272,13 @@ pub mod __private {
     /// Mermaid.
     pub use crate::docs::mermaid::{mermaid_quoted, mermaid_text};
 
-    /// A transition constructor with `bind(Type)` values returns
-    /// `Bound::new(transition, values)`.
+    /// A transition constructor with `bind(Type)` values returns the
+    /// transition with them.
     pub const fn bound<S: crate::StateMachine, P>(
         transition: crate::Transition<S>,
         params: P,
     ) -> crate::Bound<S, P> {
-        crate::Bound::new(transition, params)
+        transition.bind(params)
     }
 
     /// Decoding a status string inside `sqlx::Decode`.

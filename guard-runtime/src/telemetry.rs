@@ -32,20 +32,39 @@ pub fn record_keys(on: bool) {
 }
 
 /// `span!("stateguard.apply", S, DB, "UPDATE", transition)`: the span of
-/// one call on machine `S` over backend `DB`.
+/// one call on machine `S` over backend `DB`; or with the machine's table
+/// and name given, `span!("stateguard.apply", table = t, machine = m, DB,
+/// "UPDATE", transition)`, in code that knows no machine's type.
 macro_rules! span {
-    ($name:literal, $s:ty, $db:ty, $operation:expr, $transition:expr) => {
+    (
+        $name:literal,
+        table = $table:expr,
+        machine = $machine:expr,
+        $db:ty,
+        $operation:expr,
+        $transition:expr
+    ) => {
         tracing::info_span!(
             $name,
             db.system.name = <$db as $crate::dialect::sealed::Dialect>::SYSTEM,
             db.operation.name = $operation,
-            db.collection.name = <$s as $crate::StateMachine>::MACHINE.table(),
-            stateguard.machine = <$s as $crate::StateMachine>::MACHINE.name(),
+            db.collection.name = $table,
+            stateguard.machine = $machine,
             stateguard.transition = $transition,
             stateguard.outcome = tracing::field::Empty,
             stateguard.attempts = tracing::field::Empty,
             stateguard.rows = tracing::field::Empty,
             stateguard.key = tracing::field::Empty,
+        )
+    };
+    ($name:literal, $s:ty, $db:ty, $operation:expr, $transition:expr) => {
+        $crate::telemetry::span!(
+            $name,
+            table = <$s as $crate::StateMachine>::MACHINE.table(),
+            machine = <$s as $crate::StateMachine>::MACHINE.name(),
+            $db,
+            $operation,
+            $transition
         )
     };
 }

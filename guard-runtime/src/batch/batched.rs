@@ -3,14 +3,18 @@
 //! implementations, one per backend, are in `claim.rs`; `apply_many` and
 //! `claim` (in `many.rs` and `claim.rs`) call them.
 
+use core::time::Duration;
+
 use crate::StateMachine;
-use crate::dialect::{Backend, BoxFuture, Sql, Statement};
+use crate::dialect::{Backend, BoxFuture, Column, Sql, Statement};
 use crate::error::Error;
-use crate::machine::key::{BatchKey, BindError};
-use crate::outcome::{Committed, Won};
-use crate::transition::bind::{self, Values};
+use crate::executor::Executor;
+use crate::machine::ManySql;
+use crate::machine::key::{BatchKey, BindError, KeyShape};
+use crate::transition::bind::{self, Parts, Values};
 use crate::transition::note::Note;
-use crate::transition::{Params, Transition};
+use crate::transition::row::Read;
+use crate::transition::{Class, Names, Transition, classify};
 
 /// A backend that can claim rows and apply a transition to many keys
 /// ([`Transition::claim`], [`Transition::apply_many`]). Claims: PostgreSQL in one statement
@@ -22,43 +26,185 @@ use crate::transition::{Params, Transition};
 pub trait Batched: Backend + sealed::Sealed {
     /// Runs the claim.
     #[doc(hidden)]
-    fn claim_rows<'a, S, K, P>(
+    fn claim_rows<'a, Sh, K>(
         pool: &'a sqlx::Pool<Self>,
-        transition: Transition<S>,
-        params: &'a P,
+        transition: Batch<'a>,
+        values: &'a (dyn Parts<Self> + Sync),
         claim: Claim,
         limit: u32,
         note: &'a Note,
-    ) -> Claimed<'a, S, K>
+    ) -> Claimed<'a, K>
     where
-        S: StateMachine,
-        K: BatchKey<Self, S::KeyShape> + 'a,
-        P: Params<Self> + 'a;
+        Sh: KeyShape,
+        K: BatchKey<Self, Sh> + 'a;
 
     /// Runs one chunk of `apply_many`.
     #[doc(hidden)]
-    fn apply_rows<'a, S, K, P>(
+    fn apply_rows<'a, Sh, K>(
         pool: &'a sqlx::Pool<Self>,
-        transition: Transition<S>,
+        transition: Batch<'a>,
         keys: &'a [&'a K],
-        params: &'a P,
+        values: &'a (dyn Parts<Self> + Sync),
         note: &'a Note,
-    ) -> Applied<'a, S, K>
+    ) -> Applied<'a, K>
     where
-        S: StateMachine,
-        K: BatchKey<Self, S::KeyShape> + 'a,
-        P: Params<Self> + 'a;
+        Sh: KeyShape,
+        K: BatchKey<Self, Sh> + 'a;
 }
 
 pub(crate) mod sealed {
     pub trait Sealed {}
 }
 
-/// A claim's future: committed wins, oldest first.
-pub(crate) type Claimed<'a, S, K> = BoxFuture<'a, Result<Vec<Won<S, K, Committed>>, Error>>;
+/// A claim's future: the rows it moved, committed, oldest first.
+pub(crate) type Claimed<'a, K> = BoxFuture<'a, Result<Vec<Took<K>>, Error>>;
 
 /// One `apply_many` chunk's future: what each key came to.
-pub(crate) type Applied<'a, S, K> = BoxFuture<'a, Result<Vec<Found<S, K>>, Error>>;
+pub(crate) type Applied<'a, K> = BoxFuture<'a, Result<Vec<Found<K>>, Error>>;
+
+/// One transition as claims and batches run it, with no type of the
+/// machine's: its names, deadline and statements, and where a status text
+/// stands for it. The code that runs the statements is generic over the
+/// backend and the key only; `claim` and `apply_many` turn what it found
+/// into wins and outcomes of the machine.
+#[doc(hidden)]
+#[derive(Clone, Copy)]
+// Each backend reads some of it; a build with fewer backends leaves some
+// unread.
+#[cfg_attr(
+    not(all(feature = "postgres", feature = "sqlite", feature = "mysql")),
+    allow(dead_code)
+)]
+pub struct Batch<'a> {
+    names: Names,
+    deadline: Duration,
+    many: &'static ManySql,
+    by_value: &'static [Sql; 2],
+    versioned: bool,
+    leased: bool,
+    classify: &'a (dyn Fn(&str) -> Result<Class, Error> + Sync),
+}
+
+impl<S: StateMachine> Transition<S> {
+    /// Where a status text stands for this transition, for [`Batch`].
+    pub(crate) fn classifier(self) -> impl Fn(&str) -> Result<Class, Error> + Sync {
+        let def = self.def;
+        move |text: &str| classify(def, text)
+    }
+
+    /// This transition as claims and batches run it, placing status texts
+    /// with `classify` (from [`Transition::classifier`]).
+    pub(crate) fn batch(
+        self,
+        classify: &(dyn Fn(&str) -> Result<Class, Error> + Sync),
+    ) -> Batch<'_> {
+        Batch {
+            names: self.names(),
+            deadline: self.deadline,
+            many: self.def.apply_many_sql(),
+            by_value: self.def.apply_many_by_value_sql(),
+            versioned: S::MACHINE.version().is_some(),
+            leased: self.def.stamps().is_some(),
+            classify,
+        }
+    }
+}
+
+#[cfg_attr(
+    not(all(feature = "postgres", feature = "sqlite", feature = "mysql")),
+    allow(dead_code)
+)]
+impl Batch<'_> {
+    /// The transition's name.
+    pub(crate) fn name(&self) -> &'static str {
+        self.names.transition
+    }
+
+    /// The machine's table.
+    pub(crate) fn table(&self) -> &'static str {
+        self.names.table
+    }
+
+    /// The deadline the call keeps.
+    pub(crate) fn deadline(&self) -> Duration {
+        self.deadline
+    }
+
+    /// The statements of `apply_many`.
+    pub(crate) fn many(&self) -> &'static ManySql {
+        self.many
+    }
+
+    /// `[update, read]` of `apply_many`, comparing keys by value.
+    pub(crate) fn by_value(&self) -> &'static [Sql; 2] {
+        self.by_value
+    }
+
+    /// Whether the machine has a version column.
+    pub(crate) fn versioned(&self) -> bool {
+        self.versioned
+    }
+
+    /// Whether the transition enters an in-flight state, whose rows get a
+    /// lease token.
+    pub(crate) fn leased(&self) -> bool {
+        self.leased
+    }
+
+    /// The status `row` holds and where it stands; NULL is an error of its
+    /// own, and so is a text that is no state of the machine.
+    pub(crate) fn read_status<DB: Backend>(
+        &self,
+        row: &Read<'_, DB>,
+    ) -> Result<(String, Class), Error> {
+        match row.text(Column::Status).map_err(|e| self.db_error(e))? {
+            Some(text) => {
+                let class = (self.classify)(&text)?;
+                Ok((text, class))
+            }
+            None => Err(Error::NullStatus {
+                table: self.names.table,
+                column: self.names.column,
+            }),
+        }
+    }
+
+    pub(crate) fn keys_error(&self, error: BindError) -> Error {
+        self.names.keys_error(error)
+    }
+
+    pub(crate) fn db_error(&self, source: sqlx::Error) -> Error {
+        self.names.db_error(source)
+    }
+
+    #[cfg(any(feature = "sqlite", feature = "mysql"))]
+    pub(crate) fn begin_error(&self, error: Error) -> Error {
+        self.names.begin_error(error)
+    }
+
+    #[cfg(any(feature = "sqlite", feature = "mysql"))]
+    pub(crate) fn tx_error<DB: Backend>(&self, source: sqlx::Error) -> Error {
+        self.names.tx_error::<DB>(source)
+    }
+
+    pub(crate) async fn before_retry<E: Executor>(
+        &self,
+        executor: &mut E,
+        error: sqlx::Error,
+        attempts: u32,
+    ) -> Result<(), Error> {
+        self.names.before_retry(executor, error, attempts).await
+    }
+}
+
+/// A row a claim moved: its key as stored, its new occurrence and lease
+/// token.
+#[doc(hidden)]
+pub struct Took<K> {
+    pub(crate) key: K,
+    pub(crate) occurrence: i64,
+    pub(crate) lease: i64,
+}
 
 /// Which claim: every row in a source state, or those whose `since` is
 /// older than an age.
@@ -73,16 +219,15 @@ pub struct Claim {
 impl Claim {
     /// The claim's statement as `DB` runs it, with the call's values, the
     /// age, the limit and the note bound as its plan takes them.
-    pub(crate) fn prepared<DB: Backend, P: Params<DB>>(
+    pub(crate) fn prepared<DB: Backend>(
         self,
-        params: &P,
+        params: &(dyn Parts<DB> + Sync),
         limit: u32,
         note: &Note,
     ) -> Result<(Statement, DB::Args), sqlx::Error> {
         let statement = DB::statement(self.sql);
-        let params = bind::values(params);
         let values = Values {
-            values: Some(&params),
+            values: Some(params),
             note: Some(note),
             age: self.older_than,
             limit: Some(i64::from(limit)),
@@ -95,13 +240,17 @@ impl Claim {
 
 /// What one chunk's statements found for one distinct key.
 #[doc(hidden)]
-pub enum Found<S, K> {
+pub enum Found<K> {
     /// Moved by the winning statement: the key as stored, the new
     /// occurrence and lease token.
     Moved { key: K, occurrence: i64, lease: i64 },
-    /// Not moved; the row is in `current` at `version`, and meets the
-    /// guard or not.
-    Left { current: S, meets: bool },
+    /// Not moved; the row is in `current` (as the database wrote it), which
+    /// stands as `class` for the transition, and meets the guard or not.
+    Left {
+        current: String,
+        class: Class,
+        meets: bool,
+    },
     /// No such row.
     Missing,
 }

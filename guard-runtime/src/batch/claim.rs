@@ -15,7 +15,9 @@ use core::time::Duration;
 use tracing::Instrument;
 
 use crate::StateMachine;
-use crate::batch::batched::{Applied, Batched, Claim, Claimed, Found, position, sealed};
+use crate::batch::batched::{
+    Applied, Batch, Batched, Claim, Claimed, Found, Took, position, sealed,
+};
 use crate::batch::{many, run};
 use crate::deadline::retry::{MAX_ATTEMPTS, backoff};
 use crate::dialect::{Backend, Column};
@@ -23,12 +25,15 @@ use crate::error::Error;
 use crate::executor::Executor;
 use crate::executor::sealed::Run;
 use crate::executor::tx::Tx;
-use crate::machine::key::{BatchKey, DecodeKey, RowKey};
+use crate::machine::key::{BatchKey, DecodeKey, KeyShape, RowKey};
 use crate::outcome::{Committed, Uncommitted, Won};
 use crate::telemetry;
-use crate::transition::note::Note;
+#[allow(unused_imports)] // in the docs
+use crate::transition::Bound;
+use crate::transition::bind::{self, Parts};
+use crate::transition::note::{Note, NoteSlot};
 use crate::transition::row::Read;
-use crate::transition::{Bound, Params, Transition};
+use crate::transition::{Params, Transition};
 
 /// The `Batched` impl of one backend: the function that moves a chunk of
 /// keys, and the one that claims rows (with the `BEGIN` of its
@@ -40,33 +45,31 @@ macro_rules! batched {
 
         #[cfg(feature = $feature)]
         impl Batched for $db {
-            fn apply_rows<'a, S, K, P>(
+            fn apply_rows<'a, Sh, K>(
                 pool: &'a sqlx::Pool<Self>,
-                transition: Transition<S>,
+                transition: Batch<'a>,
                 keys: &'a [&'a K],
-                params: &'a P,
+                params: &'a (dyn Parts<Self> + Sync),
                 note: &'a Note,
-            ) -> Applied<'a, S, K>
+            ) -> Applied<'a, K>
             where
-                S: StateMachine,
-                K: BatchKey<Self, S::KeyShape> + 'a,
-                P: Params<Self> + 'a,
+                Sh: KeyShape,
+                K: BatchKey<Self, Sh> + 'a,
             {
                 Box::pin($apply(pool, transition, keys, params, note))
             }
 
-            fn claim_rows<'a, S, K, P>(
+            fn claim_rows<'a, Sh, K>(
                 pool: &'a sqlx::Pool<Self>,
-                transition: Transition<S>,
-                params: &'a P,
+                transition: Batch<'a>,
+                params: &'a (dyn Parts<Self> + Sync),
                 claim: Claim,
                 limit: u32,
                 note: &'a Note,
-            ) -> Claimed<'a, S, K>
+            ) -> Claimed<'a, K>
             where
-                S: StateMachine,
-                K: BatchKey<Self, S::KeyShape> + 'a,
-                P: Params<Self> + 'a,
+                Sh: KeyShape,
+                K: BatchKey<Self, Sh> + 'a,
             {
                 Box::pin($claim(pool, $($begin,)? transition, params, claim, limit, note))
             }
@@ -86,7 +89,7 @@ batched!(
     apply: run::in_transaction, claim: in_transaction, begin: "BEGIN"
 );
 
-impl<S: StateMachine> Transition<S> {
+impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
     /// Moves up to `limit` rows from this transition's source states to its
     /// target, oldest first in the machine's `order` (`#[state_machine(…,
     /// order = "created_at")]`, by default the key), and returns one
@@ -112,6 +115,9 @@ impl<S: StateMachine> Transition<S> {
     /// [`expecting`](Transition::expecting) names one row's occurrence and
     /// has no meaning here: it is [`Error::ExpectingMany`].
     ///
+    /// Every row claimed gets the same values (a [`Bound`]); noted
+    /// ([`Transition::noted`]), every row's history row records the note.
+    ///
     /// Deadline: the transition's ([`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE),
     /// or [`Transition::within`]) for the whole claim, and each `Won` keeps
     /// it for [`Won::finish`]; cut off, [`Error::Timeout`].
@@ -123,8 +129,18 @@ impl<S: StateMachine> Transition<S> {
     where
         DB: Batched,
         K: BatchKey<DB, S::KeyShape>,
+        P: Params<DB>,
     {
-        self.claim_with(pool, &(), None, limit, &Note::NONE).await
+        self.recorded()?;
+        self.transition()
+            .claim_with(
+                pool,
+                &bind::values(&self.params),
+                None,
+                limit,
+                self.note_or_none(),
+            )
+            .await
     }
 
     /// [`claim`](Transition::claim) for rows that have sat in a source
@@ -139,6 +155,16 @@ impl<S: StateMachine> Transition<S> {
     /// PayoutStatus::expire().claim_older_than(&pool, Duration::from_secs(86_400), 100).await?
     /// ```
     ///
+    /// Noted, every row's history row records the note: a sweep can say
+    /// why it moved the rows.
+    ///
+    /// ```text
+    /// PayoutStatus::expire()
+    ///     .noted(Note::by("sweeper").because("pending for a day"))
+    ///     .claim_older_than(&pool, Duration::from_secs(86_400), 100)
+    ///     .await?
+    /// ```
+    ///
     /// Deadline: the transition's, as for [`claim`](Transition::claim).
     pub async fn claim_older_than<DB, K>(
         self,
@@ -149,8 +175,17 @@ impl<S: StateMachine> Transition<S> {
     where
         DB: Batched,
         K: BatchKey<DB, S::KeyShape>,
+        P: Params<DB>,
     {
-        self.claim_with(pool, &(), Some(age), limit, &Note::NONE)
+        self.recorded()?;
+        self.transition()
+            .claim_with(
+                pool,
+                &bind::values(&self.params),
+                Some(age),
+                limit,
+                self.note_or_none(),
+            )
             .await
     }
 
@@ -166,12 +201,24 @@ impl<S: StateMachine> Transition<S> {
     where
         DB: Batched,
         K: BatchKey<DB, S::KeyShape>,
+        P: Params<DB>,
     {
-        let age = self.timeout()?;
-        self.claim_with(pool, &(), Some(age), limit, &Note::NONE)
+        self.recorded()?;
+        let transition = self.transition();
+        let age = transition.timeout()?;
+        transition
+            .claim_with(
+                pool,
+                &bind::values(&self.params),
+                Some(age),
+                limit,
+                self.note_or_none(),
+            )
             .await
     }
+}
 
+impl<S: StateMachine> Transition<S> {
     /// The shortest `timeout` among the source states.
     pub(crate) fn timeout(self) -> Result<Duration, Error> {
         let timeout = self
@@ -185,10 +232,10 @@ impl<S: StateMachine> Transition<S> {
         })
     }
 
-    pub(crate) async fn claim_with<DB, K, P>(
+    pub(crate) async fn claim_with<DB, K>(
         self,
         pool: &sqlx::Pool<DB>,
-        params: &P,
+        params: &(dyn Parts<DB> + Sync),
         older_than: Option<Duration>,
         limit: u32,
         note: &Note,
@@ -196,7 +243,6 @@ impl<S: StateMachine> Transition<S> {
     where
         DB: Batched,
         K: BatchKey<DB, S::KeyShape>,
-        P: Params<DB>,
     {
         if self.expected().is_some() {
             return Err(Error::ExpectingMany {
@@ -224,7 +270,15 @@ impl<S: StateMachine> Transition<S> {
             },
         };
         let span = telemetry::span!("stateguard.claim", S, DB, "UPDATE", self.name());
-        let claim = DB::claim_rows(pool, self, params, claim, limit, note);
+        let classify = self.classifier();
+        let claim = DB::claim_rows::<S::KeyShape, K>(
+            pool,
+            self.batch(&classify),
+            params,
+            claim,
+            limit,
+            note,
+        );
         let claimed = tokio::time::timeout(self.deadline(), claim)
             .instrument(span.clone())
             .await;
@@ -242,7 +296,13 @@ impl<S: StateMachine> Transition<S> {
             }
         }
         match claimed {
-            Ok(claimed) => claimed,
+            Ok(claimed) => Ok(claimed?
+                .into_iter()
+                .map(|took| {
+                    let won = Won::new(self.target(), took.key, took.occurrence, took.lease, 0);
+                    won.within(self.deadline())
+                })
+                .collect()),
             // Cut off mid-statement: rows may have moved. Rows moved into
             // an in-flight state are recovered once their lease runs out.
             Err(_) => Err(Error::Timeout {
@@ -255,50 +315,29 @@ impl<S: StateMachine> Transition<S> {
     }
 }
 
-impl<S: StateMachine, P> Bound<S, P> {
-    /// See [`Transition::claim`]; every row claimed gets the same values.
-    /// Deadline: the transition's ([`Bound::within`]).
-    pub async fn claim<DB, K>(
-        self,
-        pool: &sqlx::Pool<DB>,
-        limit: u32,
-    ) -> Result<Vec<Won<S, K, Committed>>, Error>
-    where
-        DB: Batched,
-        K: BatchKey<DB, S::KeyShape>,
-        P: Params<DB>,
-    {
-        let transition = self.transition();
-        transition
-            .claim_with(pool, self.params(), None, limit, &Note::NONE)
-            .await
-    }
-}
-
 #[cfg(feature = "postgres")]
 /// PostgreSQL: the one statement, retried after a serialization failure or
 /// deadlock.
-async fn one_statement<DB, S, K, P>(
+async fn one_statement<DB, Sh, K>(
     pool: &sqlx::Pool<DB>,
-    transition: Transition<S>,
-    params: &P,
+    transition: Batch<'_>,
+    params: &(dyn Parts<DB> + Sync),
     claim: Claim,
     limit: u32,
     note: &Note,
-) -> Result<Vec<Won<S, K, Committed>>, Error>
+) -> Result<Vec<Took<K>>, Error>
 where
     DB: Backend,
     for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    S: StateMachine,
-    K: RowKey<DB, S::KeyShape> + DecodeKey<DB, S::KeyShape>,
-    P: Params<DB>,
+    Sh: KeyShape,
+    K: RowKey<DB, Sh> + DecodeKey<DB, Sh>,
 {
     let mut executor = pool;
     let mut attempts = 0;
     loop {
         attempts += 1;
         let (sql, args) = claim
-            .prepared::<DB, P>(params, limit, note)
+            .prepared::<DB>(params, limit, note)
             .map_err(|e| transition.db_error(e))?;
         let rows = match executor.fetch_all(sql.text(), args).await {
             Ok(rows) => rows,
@@ -315,14 +354,11 @@ where
                 let key = K::decode(row).map_err(|e| transition.db_error(e))?;
                 let row = Read::<DB>::new(sql, row);
                 let int = |column| row.int(column).map_err(|e| transition.db_error(e));
-                let won = Won::new(
-                    transition.target(),
+                Ok(Took {
                     key,
-                    int(Column::Version)?,
-                    int(Column::Token)?,
-                    0,
-                );
-                Ok(won.within(transition.deadline()))
+                    occurrence: int(Column::Version)?,
+                    lease: int(Column::Token)?,
+                })
             })
             .collect();
     }
@@ -332,21 +368,20 @@ where
 /// SQLite and MySQL: the candidates' `SELECT`, then one `UPDATE` for all
 /// of them, in one short transaction, tried again when the database rolls
 /// it back (a deadlock, a busy database).
-async fn in_transaction<DB, S, K, P>(
+async fn in_transaction<DB, Sh, K>(
     pool: &sqlx::Pool<DB>,
     begin: &'static str,
-    transition: Transition<S>,
-    params: &P,
+    transition: Batch<'_>,
+    params: &(dyn Parts<DB> + Sync),
     claim: Claim,
     limit: u32,
     note: &Note,
-) -> Result<Vec<Won<S, K, Committed>>, Error>
+) -> Result<Vec<Took<K>>, Error>
 where
     DB: MoveHeld,
     for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
-    S: StateMachine,
-    K: BatchKey<DB, S::KeyShape>,
-    P: Params<DB>,
+    Sh: KeyShape,
+    K: BatchKey<DB, Sh>,
 {
     let mut attempts = 0;
     loop {
@@ -359,7 +394,7 @@ where
             return Err(error);
         }
         tracing::debug!(
-            table = S::MACHINE.table(),
+            table = transition.table(),
             transition = transition.name(),
             attempts,
             %error,
@@ -373,34 +408,32 @@ where
 /// winning statements of `apply_many`, once for all of them.
 #[cfg(any(feature = "sqlite", feature = "mysql"))]
 trait MoveHeld: Backend {
-    fn move_held<'a, 'c: 'a, S, K, P>(
+    fn move_held<'a, 'c: 'a, Sh, K>(
         tx: &'a mut Tx<'c, Self>,
-        transition: Transition<S>,
+        transition: Batch<'a>,
         keys: &'a [&'a K],
-        params: &'a P,
+        params: &'a (dyn Parts<Self> + Sync),
         note: &'a Note,
-    ) -> Applied<'a, S, K>
+    ) -> Applied<'a, K>
     where
-        S: StateMachine,
-        K: BatchKey<Self, S::KeyShape> + 'a,
-        P: Params<Self> + 'a;
+        Sh: KeyShape,
+        K: BatchKey<Self, Sh> + 'a;
 }
 
 /// SQLite: one `UPDATE … RETURNING` (after the history rows, where there
 /// are any), behind the write lock the claim took first.
 #[cfg(feature = "sqlite")]
 impl MoveHeld for sqlx::Sqlite {
-    fn move_held<'a, 'c: 'a, S, K, P>(
+    fn move_held<'a, 'c: 'a, Sh, K>(
         mut tx: &'a mut Tx<'c, Self>,
-        transition: Transition<S>,
+        transition: Batch<'a>,
         keys: &'a [&'a K],
-        params: &'a P,
+        params: &'a (dyn Parts<Self> + Sync),
         note: &'a Note,
-    ) -> Applied<'a, S, K>
+    ) -> Applied<'a, K>
     where
-        S: StateMachine,
-        K: BatchKey<Self, S::KeyShape> + 'a,
-        P: Params<Self> + 'a,
+        Sh: KeyShape,
+        K: BatchKey<Self, Sh> + 'a,
     {
         Box::pin(
             async move { run::update_returning(&mut tx, transition, keys, params, note).await },
@@ -412,38 +445,36 @@ impl MoveHeld for sqlx::Sqlite {
 /// leases' read, for the rows `SKIP LOCKED` handed to this claim.
 #[cfg(feature = "mysql")]
 impl MoveHeld for sqlx::MySql {
-    fn move_held<'a, 'c: 'a, S, K, P>(
+    fn move_held<'a, 'c: 'a, Sh, K>(
         tx: &'a mut Tx<'c, Self>,
-        transition: Transition<S>,
+        transition: Batch<'a>,
         keys: &'a [&'a K],
-        params: &'a P,
+        params: &'a (dyn Parts<Self> + Sync),
         note: &'a Note,
-    ) -> Applied<'a, S, K>
+    ) -> Applied<'a, K>
     where
-        S: StateMachine,
-        K: BatchKey<Self, S::KeyShape> + 'a,
-        P: Params<Self> + 'a,
+        Sh: KeyShape,
+        K: BatchKey<Self, Sh> + 'a,
     {
         Box::pin(run::lock_and_update(tx, transition, keys, params, note))
     }
 }
 
 #[cfg(any(feature = "sqlite", feature = "mysql"))]
-async fn claim_once<DB, S, K, P>(
+async fn claim_once<DB, Sh, K>(
     pool: &sqlx::Pool<DB>,
     begin: &'static str,
-    transition: Transition<S>,
-    params: &P,
+    transition: Batch<'_>,
+    params: &(dyn Parts<DB> + Sync),
     claim: Claim,
     limit: u32,
     note: &Note,
-) -> Result<Vec<Won<S, K, Committed>>, Error>
+) -> Result<Vec<Took<K>>, Error>
 where
     DB: MoveHeld,
     for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
-    S: StateMachine,
-    K: BatchKey<DB, S::KeyShape>,
-    P: Params<DB>,
+    Sh: KeyShape,
+    K: BatchKey<DB, Sh>,
 {
     let mut tx = Tx::begin_with(pool, begin)
         .within(transition.deadline())
@@ -451,7 +482,7 @@ where
         .map_err(|e| transition.begin_error(e))?;
     // The candidates.
     let (select, args) = claim
-        .prepared::<DB, P>(params, limit, note)
+        .prepared::<DB>(params, limit, note)
         .map_err(|e| transition.db_error(e))?;
     // A deadlock or busy database rolls the transaction back: the whole
     // claim is tried again.
@@ -490,8 +521,11 @@ where
             lease,
         } = core::mem::replace(&mut found[i], Found::Missing)
         {
-            let won = Won::new(transition.target(), key, occurrence, lease, 0);
-            wins.push(won.within(transition.deadline()));
+            wins.push(Took {
+                key,
+                occurrence,
+                lease,
+            });
         }
     }
     Ok(wins)

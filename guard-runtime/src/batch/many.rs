@@ -12,21 +12,24 @@
 use tracing::Instrument;
 
 use crate::StateMachine;
-use crate::batch::batched::{Batched, Found};
+use crate::batch::batched::{Batch, Batched, Found};
 use crate::deadline::retry::{MAX_ATTEMPTS, backoff};
 use crate::error::Error;
 use crate::executor::Executor;
-use crate::machine::key::{BatchKey, DecodeKey, ManyKeys, RowKey};
+use crate::machine::key::{BatchKey, DecodeKey, KeyShape, ManyKeys, RowKey};
 use crate::outcome::{Committed, Outcome, Won};
 use crate::telemetry;
-use crate::transition::note::Note;
-use crate::transition::{Bound, Params, Transition};
+#[allow(unused_imports)] // in the docs
+use crate::transition::Bound;
+use crate::transition::bind::{self, Parts};
+use crate::transition::note::{Note, NoteSlot};
+use crate::transition::{Class, Params, Transition};
 
 /// Keys sent in one statement; a longer batch is split into chunks of
 /// this many distinct keys, each moved by statements of its own.
 pub const APPLY_MANY_CHUNK: usize = 10_000;
 
-impl<S: StateMachine> Transition<S> {
+impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
     /// Applies this transition to every key of `keys`: one outcome per key,
     /// in input order. `Applied(Won)` for each row it moved (committed; one
     /// win at most per row, a repeated key's later occurrences are
@@ -49,7 +52,9 @@ impl<S: StateMachine> Transition<S> {
     /// did not move. MySQL, which has no `UPDATE … RETURNING`, reads and
     /// locks the rows, updates those in a source state and reads their
     /// leases, in one transaction. [`expecting`](Transition::expecting)
-    /// names one row: it is [`Error::ExpectingMany`].
+    /// names one row: it is [`Error::ExpectingMany`]. Every row gets the
+    /// same values (a [`Bound`]); noted ([`Transition::noted`]), the
+    /// history row of every move records the note.
     pub async fn apply_many<DB, K>(
         self,
         pool: &sqlx::Pool<DB>,
@@ -65,15 +70,21 @@ impl<S: StateMachine> Transition<S> {
             + Clone
             + Send
             + Sync,
+        P: Params<DB>,
     {
-        self.apply_many_with(pool, keys, &(), &Note::NONE).await
+        self.recorded()?;
+        self.transition()
+            .apply_many_with(pool, keys, &bind::values(&self.params), self.note_or_none())
+            .await
     }
+}
 
-    pub(crate) async fn apply_many_with<DB, K, P>(
+impl<S: StateMachine> Transition<S> {
+    pub(crate) async fn apply_many_with<DB, K>(
         self,
         pool: &sqlx::Pool<DB>,
         keys: &[K],
-        params: &P,
+        params: &(dyn Parts<DB> + Sync),
         note: &Note,
     ) -> Result<Vec<Outcome<S, K, Committed>>, Error>
     where
@@ -86,7 +97,6 @@ impl<S: StateMachine> Transition<S> {
             + Clone
             + Send
             + Sync,
-        P: Params<DB>,
     {
         if self.expected().is_some() {
             return Err(Error::ExpectingMany {
@@ -125,11 +135,11 @@ impl<S: StateMachine> Transition<S> {
         result
     }
 
-    async fn apply_many_traced<DB, K, P>(
+    async fn apply_many_traced<DB, K>(
         self,
         pool: &sqlx::Pool<DB>,
         keys: &[K],
-        params: &P,
+        params: &(dyn Parts<DB> + Sync),
         note: &Note,
     ) -> Result<Vec<Outcome<S, K, Committed>>, Error>
     where
@@ -142,7 +152,6 @@ impl<S: StateMachine> Transition<S> {
             + Clone
             + Send
             + Sync,
-        P: Params<DB>,
     {
         // The distinct keys, in key order; `slot[i]` is the distinct key of
         // input `i`. Keys given sorted and distinct are their own order.
@@ -165,11 +174,13 @@ impl<S: StateMachine> Transition<S> {
             }
         };
         let mut outcomes: Vec<Outcome<S, K, Committed>> = Vec::with_capacity(distinct.len());
-        for chunk in distinct.chunks(APPLY_MANY_CHUNK) {
-            let chunk_keys: Vec<&K> = chunk.iter().map(|&i| &keys[i]).collect();
-            let found = self.chunk(pool, &chunk_keys, params, note).await?;
+        let classify = self.classifier();
+        let batch = self.batch(&classify);
+        for part in distinct.chunks(APPLY_MANY_CHUNK) {
+            let chunk_keys: Vec<&K> = part.iter().map(|&i| &keys[i]).collect();
+            let found = chunk::<DB, S::KeyShape, K>(pool, batch, &chunk_keys, params, note).await?;
             for (key, found) in chunk_keys.into_iter().zip(found) {
-                let outcome = match self.settled(found) {
+                let outcome = match self.settled(found)? {
                     Some(outcome) => outcome,
                     // In a source state and meeting the guard, yet not
                     // moved: it moved away and back between the
@@ -202,46 +213,10 @@ impl<S: StateMachine> Transition<S> {
         Ok(out)
     }
 
-    /// One chunk, within the deadline, tried again when the database asks.
-    async fn chunk<DB, K, P>(
-        self,
-        pool: &sqlx::Pool<DB>,
-        keys: &[&K],
-        params: &P,
-        note: &Note,
-    ) -> Result<Vec<Found<S, K>>, Error>
-    where
-        DB: Batched,
-        K: BatchKey<DB, S::KeyShape>,
-        P: Params<DB>,
-    {
-        let mut attempts = 0;
-        loop {
-            attempts += 1;
-            let run = DB::apply_rows(pool, self, keys, params, note);
-            let error = match tokio::time::timeout(self.deadline(), run).await {
-                Ok(Ok(found)) => return Ok(found),
-                Ok(Err(error)) => error,
-                Err(_) => {
-                    return Err(Error::Timeout {
-                        table: S::MACHINE.table(),
-                        transition: self.name(),
-                        deadline: self.deadline(),
-                        outcome_known: false,
-                    });
-                }
-            };
-            if !error.retries_whole::<DB>() || attempts >= MAX_ATTEMPTS {
-                return Err(error);
-            }
-            tokio::time::sleep(backoff(attempts)).await;
-        }
-    }
-
     /// What one distinct key's row came to; `None` for a row in a source
     /// state that meets the guard yet did not move.
-    fn settled<K>(self, found: Found<S, K>) -> Option<Outcome<S, K, Committed>> {
-        Some(match found {
+    fn settled<K>(self, found: Found<K>) -> Result<Option<Outcome<S, K, Committed>>, Error> {
+        Ok(Some(match found {
             Found::Moved {
                 key,
                 occurrence,
@@ -251,18 +226,56 @@ impl<S: StateMachine> Transition<S> {
                 Outcome::Applied(won.within(self.deadline()))
             }
             Found::Missing => Outcome::NotFound,
-            Found::Left { current, .. } if current == self.target() => {
-                Outcome::AlreadyInState(current)
-            }
-            Found::Left { current, .. } if !self.sources().contains(&current) => {
-                Outcome::Conflict { current }
-            }
             Found::Left {
                 current,
-                meets: false,
-            } => Outcome::Refused { current },
-            Found::Left { .. } => return None,
-        })
+                class,
+                meets,
+            } => {
+                let current = S::parse_db_str(&current)?;
+                match class {
+                    Class::Target => Outcome::AlreadyInState(current),
+                    Class::Elsewhere => Outcome::Conflict { current },
+                    Class::Source if !meets => Outcome::Refused { current },
+                    Class::Source => return Ok(None),
+                }
+            }
+        }))
+    }
+}
+
+/// One chunk, within the deadline, tried again when the database asks.
+async fn chunk<DB, Sh, K>(
+    pool: &sqlx::Pool<DB>,
+    batch: Batch<'_>,
+    keys: &[&K],
+    params: &(dyn Parts<DB> + Sync),
+    note: &Note,
+) -> Result<Vec<Found<K>>, Error>
+where
+    DB: Batched,
+    Sh: KeyShape,
+    K: BatchKey<DB, Sh>,
+{
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let run = DB::apply_rows::<Sh, K>(pool, batch, keys, params, note);
+        let error = match tokio::time::timeout(batch.deadline(), run).await {
+            Ok(Ok(found)) => return Ok(found),
+            Ok(Err(error)) => error,
+            Err(_) => {
+                return Err(Error::Timeout {
+                    table: batch.table(),
+                    transition: batch.name(),
+                    deadline: batch.deadline(),
+                    outcome_known: false,
+                });
+            }
+        };
+        if !error.retries_whole::<DB>() || attempts >= MAX_ATTEMPTS {
+            return Err(error);
+        }
+        tokio::time::sleep(backoff(attempts)).await;
     }
 }
 
@@ -281,32 +294,5 @@ fn again<S: StateMachine, K>(first: &Outcome<S, K, Committed>) -> Outcome<S, K, 
             occurrence: *occurrence,
         },
         Outcome::Refused { current } => Outcome::Refused { current: *current },
-    }
-}
-
-impl<S: StateMachine, P> Bound<S, P> {
-    /// See [`Transition::apply_many`]; every row gets the same values.
-    /// Deadline: the transition's ([`Bound::within`]).
-    pub async fn apply_many<DB, K>(
-        self,
-        pool: &sqlx::Pool<DB>,
-        keys: &[K],
-    ) -> Result<Vec<Outcome<S, K, Committed>>, Error>
-    where
-        DB: Batched,
-        for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
-        K: RowKey<DB, S::KeyShape>
-            + DecodeKey<DB, S::KeyShape>
-            + ManyKeys<DB, S::KeyShape>
-            + Ord
-            + Clone
-            + Send
-            + Sync,
-        P: Params<DB>,
-    {
-        let transition = self.transition();
-        transition
-            .apply_many_with(pool, keys, self.params(), &Note::NONE)
-            .await
     }
 }

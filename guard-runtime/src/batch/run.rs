@@ -10,33 +10,31 @@
     allow(unused_imports)
 )]
 
-use crate::StateMachine;
-use crate::batch::batched::{Found, position};
+use crate::batch::batched::{Batch, Found, position};
 use crate::dialect::{Backend, Column, Sql, Statement};
 use crate::error::Error;
 use crate::executor::Executor;
 use crate::executor::sealed::Run;
 use crate::executor::tx::Tx;
-use crate::machine::key::{BatchKey, DecodeKey, ManyKeys};
+use crate::machine::key::{BatchKey, DecodeKey, KeyShape, ManyKeys};
 use crate::outcome::{Committed, Uncommitted};
-use crate::transition::bind::{self, Values};
+use crate::transition::Class;
+use crate::transition::bind::{self, Parts, Values};
 use crate::transition::note::Note;
 use crate::transition::row::Read;
-use crate::transition::{Params, Transition};
 
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 /// The batch's `[update, read]`: compared by value where the keys allow it
 /// and the dialect has such statements, exactly otherwise.
-fn statements<DB, S, K>(transition: Transition<S>) -> [&'static Sql; 2]
+fn statements<DB, Sh, K>(transition: Batch<'_>) -> [&'static Sql; 2]
 where
     DB: Backend,
-    S: StateMachine,
-    K: ManyKeys<DB, S::KeyShape> + Sync,
+    Sh: KeyShape,
+    K: ManyKeys<DB, Sh> + Sync,
 {
-    let def = transition.def();
-    let many = def.apply_many_sql();
+    let many = transition.many();
     let (update, read) = (many.update(), many.read());
-    let [by_value_update, by_value_read] = def.apply_many_by_value_sql();
+    let [by_value_update, by_value_read] = transition.by_value();
     match K::by_value() && !DB::sql(by_value_update).is_empty() {
         true => [by_value_update, by_value_read],
         false => [update, read],
@@ -45,24 +43,23 @@ where
 
 /// `sql` as `DB` runs it, with the batch's keys, the call's values and
 /// its note bound as the statement's plan takes them.
-fn prepared<DB, S, K, P>(
-    transition: Transition<S>,
+fn prepared<DB, Sh, K>(
+    transition: Batch<'_>,
     sql: &Sql,
     keys: &[&K],
-    params: &P,
+    params: &(dyn Parts<DB> + Sync),
     note: &Note,
 ) -> Result<(Statement, DB::Args), Error>
 where
     DB: Backend,
-    S: StateMachine,
-    K: ManyKeys<DB, S::KeyShape> + Sync,
-    P: Params<DB>,
+    Sh: KeyShape,
+    K: ManyKeys<DB, Sh> + Sync,
 {
     let statement = DB::statement(sql);
-    let (keys, params) = (bind::batch(keys), bind::values(params));
+    let keys = bind::batch(keys);
     let values = Values {
         keys: Some(&keys),
-        values: Some(&params),
+        values: Some(params),
         note: Some(note),
         ..Values::NONE
     };
@@ -70,17 +67,17 @@ where
     Ok((statement, args))
 }
 
-/// A row of `many_read` (`read`): the key, status, version and whether
-/// it meets the guard.
-fn read_row<DB, S, K>(
-    transition: Transition<S>,
+/// A row of `many_read` (`read`): the key, status (and where it stands),
+/// version and whether it meets the guard.
+fn read_row<DB, Sh, K>(
+    transition: Batch<'_>,
     read: Statement,
     row: &<DB as sqlx::Database>::Row,
-) -> Result<(K, S, i64, bool), Error>
+) -> Result<(K, (String, Class), i64, bool), Error>
 where
     DB: Backend,
-    S: StateMachine,
-    K: DecodeKey<DB, S::KeyShape>,
+    Sh: KeyShape,
+    K: DecodeKey<DB, Sh>,
 {
     let db_error = |e| transition.db_error(e);
     let key = K::decode(row).map_err(db_error)?;
@@ -94,23 +91,22 @@ where
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 /// PostgreSQL and SQLite: the update with `RETURNING`, then one read of
 /// the keys it did not move.
-pub(crate) async fn returning<DB, S, K, P>(
+pub(crate) async fn returning<DB, Sh, K>(
     pool: &sqlx::Pool<DB>,
-    transition: Transition<S>,
+    transition: Batch<'_>,
     keys: &[&K],
-    params: &P,
+    params: &(dyn Parts<DB> + Sync),
     note: &Note,
-) -> Result<Vec<Found<S, K>>, Error>
+) -> Result<Vec<Found<K>>, Error>
 where
     DB: Backend,
     for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    S: StateMachine,
-    K: BatchKey<DB, S::KeyShape>,
-    P: Params<DB>,
+    Sh: KeyShape,
+    K: BatchKey<DB, Sh>,
 {
     let mut executor = pool;
     let mut found = update_returning(&mut executor, transition, keys, params, note).await?;
-    let [_, read] = statements::<DB, S, K>(transition);
+    let [_, read] = statements::<DB, Sh, K>(transition);
     let db_error = |e| transition.db_error(e);
     // One read for the rest: only the keys the update did not move.
     let left: Vec<&K> = keys
@@ -121,15 +117,19 @@ where
     if left.is_empty() {
         return Ok(found);
     }
-    let (read, args) = prepared::<DB, S, K, P>(transition, read, &left, params, note)?;
+    let (read, args) = prepared::<DB, Sh, K>(transition, read, &left, params, note)?;
     let rows = executor
         .fetch_all(read.text(), args)
         .await
         .map_err(db_error)?;
     for row in &rows {
-        let (key, current, _, meets) = read_row::<DB, S, K>(transition, read, row)?;
+        let (key, (current, class), _, meets) = read_row::<DB, Sh, K>(transition, read, row)?;
         if let Some(i) = position(keys, &key) {
-            found[i] = Found::Left { current, meets };
+            found[i] = Found::Left {
+                current,
+                class,
+                meets,
+            };
         }
     }
     Ok(found)
@@ -139,25 +139,24 @@ where
 /// The winning statement of [`returning`]: the update with `RETURNING` (on
 /// SQLite with a history table, after the history rows, in one transaction
 /// or savepoint) on `executor`. Keys it did not move are `Missing`.
-pub(crate) async fn update_returning<DB, S, K, P, E>(
+pub(crate) async fn update_returning<DB, Sh, K, E>(
     executor: &mut E,
-    transition: Transition<S>,
+    transition: Batch<'_>,
     keys: &[&K],
-    params: &P,
+    params: &(dyn Parts<DB> + Sync),
     note: &Note,
-) -> Result<Vec<Found<S, K>>, Error>
+) -> Result<Vec<Found<K>>, Error>
 where
     DB: Backend,
     E: Run<Database = DB>,
-    S: StateMachine,
-    K: BatchKey<DB, S::KeyShape>,
-    P: Params<DB>,
+    Sh: KeyShape,
+    K: BatchKey<DB, Sh>,
 {
-    let log = transition.def().apply_many_sql().log();
-    let [update, _] = statements::<DB, S, K>(transition);
-    let mut found: Vec<Found<S, K>> = keys.iter().map(|_| Found::Missing).collect();
+    let log = transition.many().log();
+    let [update, _] = statements::<DB, Sh, K>(transition);
+    let mut found: Vec<Found<K>> = keys.iter().map(|_| Found::Missing).collect();
     let db_error = |e| transition.db_error(e);
-    let (update, args) = prepared::<DB, S, K, P>(transition, update, keys, params, note)?;
+    let (update, args) = prepared::<DB, Sh, K>(transition, update, keys, params, note)?;
     let rows = match DB::sql(log).is_empty() {
         // Without a history table, or on PostgreSQL, which writes the
         // history rows in the update's statement.
@@ -165,7 +164,7 @@ where
         // SQLite with a history table: the history rows and the update in
         // one transaction.
         false => {
-            let (log, log_args) = prepared::<DB, S, K, P>(transition, log, keys, params, note)?;
+            let (log, log_args) = prepared::<DB, Sh, K>(transition, log, keys, params, note)?;
             executor
                 .logged(log.text(), log_args, update.text(), args, true, None)
                 .await
@@ -174,8 +173,8 @@ where
     }
     .map_err(db_error)?;
     // The keys, then the version and the lease token where they exist.
-    let versioned = S::MACHINE.version().is_some();
-    let leased = transition.def().stamps().is_some();
+    let versioned = transition.versioned();
+    let leased = transition.leased();
     for row in &rows {
         let key = K::decode(row).map_err(db_error)?;
         let row = Read::<DB>::new(update, row);
@@ -201,19 +200,18 @@ where
 #[cfg(feature = "mysql")]
 /// MySQL: read and lock the rows, update those in a source state that
 /// meet the guard, read their leases, commit.
-pub(crate) async fn in_transaction<DB, S, K, P>(
+pub(crate) async fn in_transaction<DB, Sh, K>(
     pool: &sqlx::Pool<DB>,
-    transition: Transition<S>,
+    transition: Batch<'_>,
     keys: &[&K],
-    params: &P,
+    params: &(dyn Parts<DB> + Sync),
     note: &Note,
-) -> Result<Vec<Found<S, K>>, Error>
+) -> Result<Vec<Found<K>>, Error>
 where
     DB: Backend,
     for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
-    S: StateMachine,
-    K: BatchKey<DB, S::KeyShape>,
-    P: Params<DB>,
+    Sh: KeyShape,
+    K: BatchKey<DB, Sh>,
 {
     let mut tx = Tx::begin(pool)
         .within(transition.deadline())
@@ -230,40 +228,43 @@ where
 /// in a source state that meet the guard. An error that rolled the
 /// transaction back says so ([`Error::retries_whole`]): the caller starts
 /// over.
-pub(crate) async fn lock_and_update<DB, S, K, P>(
+pub(crate) async fn lock_and_update<DB, Sh, K>(
     mut tx: &mut Tx<'_, DB>,
-    transition: Transition<S>,
+    transition: Batch<'_>,
     keys: &[&K],
-    params: &P,
+    params: &(dyn Parts<DB> + Sync),
     note: &Note,
-) -> Result<Vec<Found<S, K>>, Error>
+) -> Result<Vec<Found<K>>, Error>
 where
     DB: Backend,
     for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
-    S: StateMachine,
-    K: BatchKey<DB, S::KeyShape>,
-    P: Params<DB>,
+    Sh: KeyShape,
+    K: BatchKey<DB, Sh>,
 {
-    let many = transition.def().apply_many_sql();
+    let many = transition.many();
     let (update, read, lease_read, log) =
         (many.update(), many.read(), many.lease_read(), many.log());
-    let mut found: Vec<Found<S, K>> = keys.iter().map(|_| Found::Missing).collect();
+    let mut found: Vec<Found<K>> = keys.iter().map(|_| Found::Missing).collect();
     let retry = |source| transition.tx_error::<DB>(source);
-    let (read, args) = prepared::<DB, S, K, P>(transition, read, keys, params, note)?;
+    let (read, args) = prepared::<DB, Sh, K>(transition, read, keys, params, note)?;
     let rows = (&mut tx)
         .fetch_all(read.text(), args)
         .await
         .map_err(retry)?;
     let mut movers: Vec<(usize, K, i64)> = Vec::new();
     for row in &rows {
-        let (key, current, version, meets) = read_row::<DB, S, K>(transition, read, row)?;
+        let (key, (current, class), version, meets) = read_row::<DB, Sh, K>(transition, read, row)?;
         let Some(i) = position(keys, &key) else {
             continue;
         };
-        if transition.sources().contains(&current) && meets {
+        if class == Class::Source && meets {
             movers.push((i, key, version));
         } else {
-            found[i] = Found::Left { current, meets };
+            found[i] = Found::Left {
+                current,
+                class,
+                meets,
+            };
         }
     }
     if movers.is_empty() {
@@ -272,10 +273,10 @@ where
     let mover_keys: Vec<&K> = movers.iter().map(|(i, _, _)| keys[*i]).collect();
     if !DB::sql(log).is_empty() {
         // The history rows, from the rows locked above, before they move.
-        let (log, args) = prepared::<DB, S, K, P>(transition, log, &mover_keys, params, note)?;
+        let (log, args) = prepared::<DB, Sh, K>(transition, log, &mover_keys, params, note)?;
         (&mut tx).execute(log.text(), args).await.map_err(retry)?;
     }
-    let (update, args) = prepared::<DB, S, K, P>(transition, update, &mover_keys, params, note)?;
+    let (update, args) = prepared::<DB, Sh, K>(transition, update, &mover_keys, params, note)?;
     (&mut tx)
         .execute(update.text(), args)
         .await
@@ -284,7 +285,7 @@ where
     let mut leases: Vec<i64> = vec![0; keys.len()];
     if !DB::sql(lease_read).is_empty() {
         let (lease_read, args) =
-            prepared::<DB, S, K, P>(transition, lease_read, &mover_keys, params, note)?;
+            prepared::<DB, Sh, K>(transition, lease_read, &mover_keys, params, note)?;
         let rows = (&mut tx)
             .fetch_all(lease_read.text(), args)
             .await
@@ -299,7 +300,7 @@ where
             }
         }
     }
-    let versioned = S::MACHINE.version().is_some();
+    let versioned = transition.versioned();
     for (i, key, version) in movers {
         let lease = leases[i];
         found[i] = Found::Moved {

@@ -9,10 +9,9 @@ use crate::StateMachine;
 use crate::dialect::Backend;
 use crate::dialect::sealed::Dialect;
 use crate::error::Error;
-use crate::history::Noted;
 use crate::machine::{InFlightDef, TransitionDef};
-use crate::transition::note::Note;
-use crate::transition::{Bound, Params, Transition};
+use crate::transition::note::{Note, NoteSlot};
+use crate::transition::{Params, Transition};
 
 /// How an effect on an in-flight row ended.
 ///
@@ -94,23 +93,10 @@ impl FollowUp {
     }
 }
 
-impl<S: StateMachine> From<Transition<S>> for Verdict {
-    fn from(transition: Transition<S>) -> Verdict {
-        FollowUp::verdict(transition, (), Note::NONE)
-    }
-}
-
-impl<S: StateMachine, P: Send + Sync + 'static> From<Bound<S, P>> for Verdict {
-    fn from(bound: Bound<S, P>) -> Verdict {
-        let transition = bound.transition();
-        FollowUp::verdict(transition, bound.into_params(), Note::NONE)
-    }
-}
-
-impl<S: StateMachine, P: Send + Sync + 'static> From<Noted<S, P>> for Verdict {
-    fn from(noted: Noted<S, P>) -> Verdict {
-        let (transition, params, note) = noted.into_parts();
-        FollowUp::verdict(transition, params, note)
+impl<S: StateMachine, P: Send + Sync + 'static, N: NoteSlot> From<Transition<S, P, N>> for Verdict {
+    fn from(transition: Transition<S, P, N>) -> Verdict {
+        let plain = transition.transition();
+        FollowUp::verdict(plain, transition.params, transition.note.into_note_slot())
     }
 }
 

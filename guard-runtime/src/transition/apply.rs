@@ -1,5 +1,18 @@
 //! `apply`: the compare-and-set, its retries and the read that tells a
 //! loser why.
+//!
+//! The body runs on a core that knows neither the machine nor the types
+//! of the key and the values ([`Plan::run`]): it takes the statements and
+//! names of one transition ([`Plan`]), the call's values already erased
+//! for binding ([`Call`]), and returns what happened with the status as
+//! the database wrote it ([`Raw`]). [`Transition::apply_with`] is the thin
+//! generic wrapper that turns that into an [`Outcome`], so that a binary
+//! carries one copy of the compare-and-set per executor, not one per
+//! machine and values.
+
+use core::fmt;
+use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use core::time::Duration;
 
 use tracing::Instrument;
 
@@ -8,63 +21,249 @@ use crate::telemetry;
 use crate::transition::note::Note;
 
 use super::Transition;
-use super::failure::worth_retrying;
+use super::failure::{Names, worth_retrying};
 use crate::StateMachine;
 use crate::dialect::sealed::Dialect;
-use crate::dialect::{Backend, Column, Statement};
+use crate::dialect::{Backend, BoxFuture, Column, Sql, Statement};
 use crate::error::Error;
 use crate::executor::sealed::Run;
 use crate::executor::{Executor, refuse_open_transaction};
+use crate::machine::TransitionDef;
 use crate::machine::key::{BindError, KeyShape, RowKey};
-use crate::outcome::{Outcome, Won};
-use crate::transition::bind::Params;
-use crate::transition::bind::{self, Values};
+use crate::outcome::{LeasedAt, Outcome, Won};
+use crate::transition::bind::{self, Parts, Values};
 use crate::transition::row::Read;
 
 impl<S: StateMachine> Transition<S> {
-    /// [`Transition::apply`], binding `params` into the `set` assignments
-    /// that take values per call.
-    pub(crate) async fn apply_with<E, K, P>(
+    /// [`Transition::apply`], binding `values` (a call's values,
+    /// [`bind::values`]) into the `set` assignments that take values per
+    /// call, and `note` into the history row.
+    pub(crate) async fn apply_with<E, K>(
         self,
         mut executor: E,
         key: K,
-        params: &P,
+        values: &(dyn Parts<E::Database> + Sync),
         note: &Note,
     ) -> Result<Outcome<S, K, E::Commit>, Error>
     where
         E: Executor,
         K: RowKey<E::Database, S::KeyShape>,
-        P: Params<E::Database>,
     {
-        let span = telemetry::span!("stateguard.apply", S, E::Database, "UPDATE", self.name());
-        telemetry::key(&span, &key);
-        let writing = core::sync::atomic::AtomicBool::new(false);
-        let tries = core::sync::atomic::AtomicU32::new(0);
+        let def = self.def;
+        let classify = |text: &str| classify(def, text);
+        let raw = {
+            let parts = bind::key::<S::KeyShape, K>(&key);
+            let call = Call {
+                key: &parts,
+                values,
+                note,
+                shown: &key,
+                classify: &classify,
+            };
+            // Boxed: the caller's future holds a pointer to the core's,
+            // not a copy of its state machine, and no call site inlines it.
+            let run: BoxFuture<'_, Result<Raw, Error>> =
+                Box::pin(self.plan().run(&mut executor, &call));
+            run.await?
+        };
+        Ok(match raw {
+            Raw::Applied {
+                occurrence,
+                lease,
+                sent,
+            } => {
+                let won = Won::new(def.target(), key, occurrence, lease, executor.scope());
+                Outcome::Applied(won.within(self.deadline).leased_since(sent))
+            }
+            Raw::NotFound => Outcome::NotFound,
+            Raw::Left { current, left } => {
+                let current = S::parse_db_str(&current)?;
+                match left {
+                    Left::Stale(occurrence) => Outcome::Stale {
+                        current,
+                        occurrence,
+                    },
+                    Left::AlreadyInState => Outcome::AlreadyInState(current),
+                    Left::Conflict => Outcome::Conflict { current },
+                    Left::Refused => Outcome::Refused { current },
+                }
+            }
+        })
+    }
+
+    /// What the core of `apply` needs of this transition.
+    fn plan(self) -> Plan {
+        let (def, machine) = (self.def, S::MACHINE);
+        Plan {
+            names: self.names(),
+            deadline: self.deadline,
+            expected: self.expected,
+            select: match def.select_guarded_sql() {
+                Some([plain, locked]) => [plain, locked],
+                None => [machine.select_for(false), machine.select_for(true)],
+            },
+            update: def.update_sql(),
+            update_expecting: def.update_expecting_sql(),
+            log: def.log_sql(),
+            read_back: def.read_back_sql(),
+            versioned: machine.version().is_some(),
+            leased: def.stamps().is_some(),
+            guarded: def.guard().is_some(),
+        }
+    }
+
+    /// The status `row` holds, parsed; NULL is an error of its own.
+    pub(crate) fn read_status<DB: Backend>(self, row: &Read<'_, DB>) -> Result<S, Error> {
+        status_of::<S, DB>(row, |e| self.db_error(e))
+    }
+}
+
+/// Where the status text a losing read found stands for `def`: its target,
+/// one of its sources, or elsewhere; a text that is no state of the
+/// machine is [`Error::UnknownState`].
+pub(crate) fn classify<S: StateMachine>(
+    def: &TransitionDef<S>,
+    text: &str,
+) -> Result<Class, Error> {
+    let current = S::parse_db_str(text)?;
+    Ok(if current == def.target() {
+        Class::Target
+    } else if def.sources().contains(&current) {
+        Class::Source
+    } else {
+        Class::Elsewhere
+    })
+}
+
+/// One transition's compare-and-set, with no type of the machine's: its
+/// names, deadline and expected occurrence, and its statements.
+#[derive(Clone, Copy)]
+pub(crate) struct Plan {
+    names: Names,
+    deadline: Duration,
+    expected: Option<i64>,
+    /// The losing path's read, `[plain, inside a transaction]`.
+    select: [&'static Sql; 2],
+    update: &'static Sql,
+    update_expecting: Option<&'static Sql>,
+    /// With a history table on SQLite and MySQL: the history row's
+    /// insert, `[plain, expecting]`.
+    log: Option<&'static [Sql; 2]>,
+    read_back: &'static Sql,
+    versioned: bool,
+    leased: bool,
+    guarded: bool,
+}
+
+/// What one call of the core binds and how it reads a status, erased: the
+/// key's columns, the call's values, the note, the key as spans show it,
+/// and where a status text stands.
+pub(crate) struct Call<'a, DB: Backend> {
+    key: &'a (dyn Parts<DB> + Sync),
+    values: &'a (dyn Parts<DB> + Sync),
+    note: &'a Note,
+    shown: &'a (dyn fmt::Debug + Sync),
+    classify: &'a (dyn Fn(&str) -> Result<Class, Error> + Sync),
+}
+
+/// Where a row's status stands for the transition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    Target,
+    Source,
+    Elsewhere,
+}
+
+/// What the core's compare-and-set came to, the status as the database
+/// wrote it.
+pub(crate) enum Raw {
+    /// It won: the row's new occurrence and lease token, and when the
+    /// winning statement was sent.
+    Applied {
+        occurrence: i64,
+        lease: i64,
+        sent: LeasedAt,
+    },
+    NotFound,
+    /// It did not: the row is in `current`.
+    Left {
+        current: String,
+        left: Left,
+    },
+}
+
+/// Why a row in `current` was left where it is.
+pub(crate) enum Left {
+    /// It moved on since the expected occurrence: it is at this one now.
+    Stale(i64),
+    AlreadyInState,
+    Conflict,
+    Refused,
+}
+
+impl Raw {
+    /// The outcome's name in spans and metrics.
+    fn label(&self) -> &'static str {
+        match self {
+            Raw::Applied { .. } => "applied",
+            Raw::NotFound => "not_found",
+            Raw::Left { left, .. } => match left {
+                Left::Stale(_) => "stale",
+                Left::AlreadyInState => "already_in_state",
+                Left::Conflict => "conflict",
+                Left::Refused => "refused",
+            },
+        }
+    }
+}
+
+impl Plan {
+    /// The compare-and-set within its deadline, traced and counted.
+    async fn run<E: Executor>(
+        self,
+        executor: &mut E,
+        call: &Call<'_, E::Database>,
+    ) -> Result<Raw, Error> {
+        let names = self.names;
+        let span = telemetry::span!(
+            "stateguard.apply",
+            table = names.table,
+            machine = names.machine,
+            E::Database,
+            "UPDATE",
+            names.transition
+        );
+        telemetry::key(&span, call.shown);
+        let writing = AtomicBool::new(false);
+        let tries = AtomicU32::new(0);
         let watch = Watch {
             writing: &writing,
             tries: &tries,
             span: &span,
-            note,
         };
-        let attempt = self.apply_watched(&mut executor, key, params, watch);
+        let attempt = self.watched(executor, call, watch);
         let result = tokio::time::timeout(self.deadline, attempt)
             .instrument(span.clone())
             .await;
-        let outcome = outcome_name(&result);
+        let outcome = match &result {
+            Ok(Ok(raw)) => raw.label(),
+            Ok(Err(_)) => "error",
+            Err(_) => "timeout",
+        };
         span.record("stateguard.outcome", outcome);
-        telemetry::outcomes(S::MACHINE.name(), self.name(), outcome, 1);
-        let tries = tries.load(core::sync::atomic::Ordering::Relaxed);
-        telemetry::attempts(S::MACHINE.name(), self.name(), tries);
+        telemetry::outcomes(names.machine, names.transition, outcome, 1);
+        let tries = tries.load(Ordering::Relaxed);
+        telemetry::attempts(names.machine, names.transition, tries);
         match result {
-            Ok(outcome) => outcome,
+            Ok(raw) => raw,
             Err(_) => {
-                let outcome_known = !writing.load(core::sync::atomic::Ordering::Relaxed);
+                let outcome_known = !writing.load(Ordering::Relaxed);
                 if !outcome_known {
                     executor.abandoned();
                 }
                 Err(Error::Timeout {
-                    table: S::MACHINE.table(),
-                    transition: self.name(),
+                    table: names.table,
+                    transition: names.transition,
                     deadline: self.deadline,
                     outcome_known,
                 })
@@ -75,35 +274,25 @@ impl<S: StateMachine> Transition<S> {
     /// The compare-and-set and its losing path, with `writing` true while
     /// the `UPDATE` is in flight, so that a deadline that cuts it off knows
     /// the outcome is open.
-    async fn apply_watched<E, K, P>(
-        self,
+    async fn watched<E: Executor>(
+        &self,
         executor: &mut E,
-        key: K,
-        params: &P,
+        call: &Call<'_, E::Database>,
         watch: Watch<'_>,
-    ) -> Result<Outcome<S, K, E::Commit>, Error>
-    where
-        E: Executor,
-        K: RowKey<E::Database, S::KeyShape>,
-        P: Params<E::Database>,
-    {
+    ) -> Result<Raw, Error> {
         refuse_open_transaction(executor)?;
-        let def = self.def;
-        let machine = S::MACHINE;
+        let names = self.names;
         let in_transaction = executor.in_transaction();
-        let select = <E::Database as Dialect>::statement(match def.select_guarded_sql() {
-            Some([plain, locked]) => [plain, locked][usize::from(in_transaction)],
-            None => machine.select_for(in_transaction),
-        });
-        let update = match (self.expected, def.update_expecting_sql()) {
-            (None, _) => def.update_sql(),
+        let select = <E::Database as Dialect>::statement(self.select[usize::from(in_transaction)]);
+        let update = match (self.expected, self.update_expecting) {
+            (None, _) => self.update,
             (Some(_), Some(update)) => update,
             // Only a hand-written `HasVersion` gets here: the derive
             // implements it only with a version column.
             (Some(_), None) => {
                 return Err(Error::NoVersionColumn {
-                    machine: machine.name(),
-                    transition: def.name(),
+                    machine: names.machine,
+                    transition: names.transition,
                 });
             }
         };
@@ -112,107 +301,91 @@ impl<S: StateMachine> Transition<S> {
         loop {
             attempts += 1;
             watch.span.record("stateguard.attempts", attempts);
-            watch
-                .tries
-                .store(attempts, core::sync::atomic::Ordering::Relaxed);
-            watch
-                .writing
-                .store(true, core::sync::atomic::Ordering::Relaxed);
-            let sent = crate::outcome::LeasedAt(Some(std::time::Instant::now()));
-            let changed = self
-                .attempt(executor, update, &key, params, watch.note, attempts)
-                .await;
-            watch
-                .writing
-                .store(false, core::sync::atomic::Ordering::Relaxed);
+            watch.tries.store(attempts, Ordering::Relaxed);
+            watch.writing.store(true, Ordering::Relaxed);
+            let sent = LeasedAt(Some(std::time::Instant::now()));
+            let changed = self.attempt(executor, update, call, attempts).await;
+            watch.writing.store(false, Ordering::Relaxed);
             let Try::Done(changed) = changed? else {
                 continue;
             };
             if let Some(Changed { occurrence, lease }) = changed {
-                let won = Won::new(def.target(), key, occurrence, lease, executor.scope());
-                return Ok(Outcome::Applied(
-                    won.within(self.deadline).leased_since(sent),
-                ));
+                return Ok(Raw::Applied {
+                    occurrence,
+                    lease,
+                    sent,
+                });
             }
             // Zero rows: read the state with a statement of its own, so that
             // it sees what the racing winner committed.
-            let read = self.fresh_read(executor, select, &key, params, attempts);
+            let read = self.fresh_read(executor, select, call, attempts);
             let Try::Done(row) = read.await? else {
                 continue;
             };
             let Some(row) = row else {
-                return Ok(Outcome::NotFound);
+                return Ok(Raw::NotFound);
             };
             let row = Read::<E::Database>::new(select, &row);
-            let current = self.read_status(&row)?;
+            let current = match row.text(Column::Status).map_err(|e| names.db_error(e))? {
+                Some(text) => text,
+                None => {
+                    return Err(Error::NullStatus {
+                        table: names.table,
+                        column: names.column,
+                    });
+                }
+            };
+            let class = (call.classify)(&current)?;
+            let left = |left| Ok(Raw::Left { current, left });
             if let Some(expected) = self.expected {
-                let version = row.int(Column::Version).map_err(|e| self.db_error(e))?;
+                let version = row.int(Column::Version).map_err(|e| names.db_error(e))?;
                 // Moved on since the caller looked, even if into this very
                 // target: the caller acted on a page that is out of date.
                 if version != expected {
-                    return Ok(Outcome::Stale {
-                        current,
-                        occurrence: version,
-                    });
+                    return left(Left::Stale(version));
                 }
             }
-            if current == def.target() {
-                return Ok(Outcome::AlreadyInState(current));
+            match class {
+                Class::Target => return left(Left::AlreadyInState),
+                Class::Elsewhere => return left(Left::Conflict),
+                Class::Source => {}
             }
-            if !def.sources().contains(&current) {
-                return Ok(Outcome::Conflict { current });
-            }
-            if def.guard().is_some() {
-                let meets = row.int(Column::Meets).map_err(|e| self.db_error(e))?;
+            if self.guarded {
+                let meets = row.int(Column::Meets).map_err(|e| names.db_error(e))?;
                 if meets == 0 {
-                    return Ok(Outcome::Refused { current });
+                    return left(Left::Refused);
                 }
             }
             // The row is in a source state, yet the UPDATE matched nothing:
             // it moved away and back between the two statements. Try again.
             if attempts >= MAX_ATTEMPTS {
-                return Err(self.contention(attempts, None));
+                return Err(names.contention(attempts, None));
             }
             tokio::time::sleep(backoff(attempts)).await;
             tracing::debug!(
-                table = machine.table(),
-                transition = def.name(),
+                table = names.table,
+                transition = names.transition,
                 attempts,
                 "row back in a source state after a lost compare-and-set; retrying"
             );
         }
     }
 
-    /// The status `row` holds, parsed; NULL is an error of its own.
-    pub(crate) fn read_status<DB: Backend>(self, row: &Read<'_, DB>) -> Result<S, Error> {
-        status_of::<S, DB>(row, |e| self.db_error(e))
-    }
-
     /// One compare-and-set: `Done(Some(changed))` when it changed the row,
     /// `Done(None)` when it matched nothing, `Again` after a retryable error
     /// once the backoff has been slept.
-    async fn attempt<E, K, P>(
-        self,
+    async fn attempt<E: Executor>(
+        &self,
         executor: &mut E,
         update: Statement,
-        key: &K,
-        params: &P,
-        note: &Note,
+        call: &Call<'_, E::Database>,
         attempts: u32,
-    ) -> Result<Try<Option<Changed>>, Error>
-    where
-        E: Executor,
-        K: RowKey<E::Database, S::KeyShape>,
-        P: Params<E::Database>,
-    {
-        match self
-            .compare_and_set(executor, update, key, params, note)
-            .await
-        {
+    ) -> Result<Try<Option<Changed>>, Error> {
+        match self.compare_and_set(executor, update, call).await {
             Ok(changed) => Ok(Try::Done(changed)),
             Err(Attempt::Failed(error)) => Err(error),
             Err(Attempt::Retryable(error)) => {
-                self.before_retry(executor, error, attempts).await?;
+                self.names.before_retry(executor, error, attempts).await?;
                 Ok(Try::Again)
             }
         }
@@ -221,33 +394,26 @@ impl<S: StateMachine> Transition<S> {
     /// The losing path's fresh read of the row: `Done(row)` (`None`: no such
     /// row), or `Again` after a retryable error once the backoff has been
     /// slept.
-    async fn fresh_read<E, K, P>(
-        self,
+    async fn fresh_read<E: Executor>(
+        &self,
         executor: &mut E,
         select: Statement,
-        key: &K,
-        params: &P,
+        call: &Call<'_, E::Database>,
         attempts: u32,
-    ) -> Result<Try<Option<<E::Database as sqlx::Database>::Row>>, Error>
-    where
-        E: Executor,
-        K: RowKey<E::Database, S::KeyShape>,
-        P: Params<E::Database>,
-    {
-        let (key, params) = (bind::key(key), bind::values(params));
+    ) -> Result<Try<Option<<E::Database as sqlx::Database>::Row>>, Error> {
         let values = Values {
-            key: Some(&key),
-            values: Some(&params),
+            key: Some(call.key),
+            values: Some(call.values),
             ..Values::NONE
         };
         let row = match bind::arguments(select, &values) {
             Ok(args) => executor.fetch_optional(select.text(), args).await,
-            Err(error) => return Err(self.keys_error(error)),
+            Err(error) => return Err(self.names.keys_error(error)),
         };
         match row {
             Ok(row) => Ok(Try::Done(row)),
             Err(error) => {
-                self.before_retry(executor, error, attempts).await?;
+                self.names.before_retry(executor, error, attempts).await?;
                 Ok(Try::Again)
             }
         }
@@ -255,52 +421,44 @@ impl<S: StateMachine> Transition<S> {
 
     /// The winning-path statement: `Some(changed)` when it changed the row,
     /// `None` when it matched nothing.
-    async fn compare_and_set<E, K, P>(
-        self,
+    async fn compare_and_set<E: Executor>(
+        &self,
         executor: &mut E,
         update: Statement,
-        key: &K,
-        params: &P,
-        note: &Note,
-    ) -> Result<Option<Changed>, Attempt>
-    where
-        E: Executor,
-        K: RowKey<E::Database, S::KeyShape>,
-        P: Params<E::Database>,
-    {
+        call: &Call<'_, E::Database>,
+    ) -> Result<Option<Changed>, Attempt> {
         type DB<E> = <E as Run>::Database;
-        let failed = |e| Attempt::Failed(self.db_error(e));
-        let (key_parts, params) = (bind::key(key), bind::values(params));
+        let names = self.names;
+        let failed = |e| Attempt::Failed(names.db_error(e));
         // One set of values for every statement of the move: each binds
         // what its plan names.
         let values = Values {
-            key: Some(&key_parts),
-            values: Some(&params),
-            note: Some(note),
+            key: Some(call.key),
+            values: Some(call.values),
+            note: Some(call.note),
             expected: self.expected,
             ..Values::NONE
         };
         let arguments = |statement| {
             bind::arguments::<DB<E>>(statement, &values)
-                .map_err(|e| Attempt::Failed(self.keys_error(e)))
+                .map_err(|e| Attempt::Failed(names.keys_error(e)))
         };
         let args = arguments(update)?;
         // With a history table on SQLite and MySQL, the history row's
         // insert, run just before the move in one transaction with it.
-        let log = self.def.log_sql().map(|[plain, expecting]| {
+        let log = self.log.map(|[plain, expecting]| {
             <DB<E> as Dialect>::statement(match self.expected {
                 Some(_) => expecting,
                 None => plain,
             })
         });
         let (statement, update) = (update, update.text());
-        let read_back = <DB<E> as Dialect>::statement(self.def.read_back_sql());
+        let read_back = <DB<E> as Dialect>::statement(self.read_back);
         let retryable = |error: sqlx::Error| match worth_retrying::<E>(&error) {
             true => Attempt::Retryable(error),
-            false => Attempt::Failed(self.db_error(error)),
+            false => Attempt::Failed(names.db_error(error)),
         };
-        let versioned = S::MACHINE.version().is_some();
-        let leased = self.def.stamps().is_some();
+        let (versioned, leased) = (self.versioned, self.leased);
         // What the winning statement returned (`RETURNING [version][,
         // lease]`), or MySQL's read-back.
         let changed = |row: Option<Read<'_, DB<E>>>| {
@@ -318,7 +476,7 @@ impl<S: StateMachine> Transition<S> {
         // A version MySQL's OK packet carried, as the signed column holds it.
         let last_id = |id: u64| {
             i64::try_from(id).map_err(|_| {
-                Attempt::Failed(self.db_error(sqlx::Error::Protocol(format!(
+                Attempt::Failed(names.db_error(sqlx::Error::Protocol(format!(
                     "LAST_INSERT_ID {id} does not fit the version column"
                 ))))
             })
@@ -394,48 +552,12 @@ impl<S: StateMachine> Transition<S> {
             0 => Ok(None),
             1 => Ok(Some(changed)),
             rows => Err(Attempt::Failed(Error::AmbiguousKey {
-                table: S::MACHINE.table(),
-                key: S::MACHINE.key(),
-                transition: self.def.name(),
+                table: names.table,
+                key: names.key,
+                transition: names.transition,
                 rows,
             })),
         }
-    }
-
-    /// Decides what a failed statement means: `Ok` after sleeping when a
-    /// fresh autocommit attempt may succeed, the error to return otherwise.
-    pub(crate) async fn before_retry<E: Executor>(
-        self,
-        executor: &mut E,
-        error: sqlx::Error,
-        attempts: u32,
-    ) -> Result<(), Error> {
-        if !worth_retrying::<E>(&error) {
-            return Err(self.db_error(error));
-        }
-        let fresh = !<E::Database as Backend>::is_retryable(&error);
-        if executor.in_transaction() {
-            return Err(Error::RetryTransaction {
-                table: S::MACHINE.table(),
-                transition: self.name(),
-                source: error,
-            });
-        }
-        if attempts >= MAX_ATTEMPTS {
-            return Err(match fresh {
-                true => self.db_error(error),
-                false => self.contention(attempts, Some(error)),
-            });
-        }
-        tracing::debug!(
-            table = S::MACHINE.table(),
-            transition = self.name(),
-            attempts,
-            %error,
-            "retryable database error; backing off"
-        );
-        tokio::time::sleep(backoff(attempts)).await;
-        Ok(())
     }
 }
 
@@ -481,22 +603,9 @@ pub(crate) fn key_arguments<DB: Backend, Sh: KeyShape, K: RowKey<DB, Sh>>(
 /// many attempts it made, and its span.
 #[derive(Clone, Copy)]
 struct Watch<'a> {
-    writing: &'a core::sync::atomic::AtomicBool,
-    tries: &'a core::sync::atomic::AtomicU32,
+    writing: &'a AtomicBool,
+    tries: &'a AtomicU32,
     span: &'a tracing::Span,
-    note: &'a Note,
-}
-
-/// The `stateguard.outcome` of a span: the outcome's name, `error` or
-/// `timeout`.
-fn outcome_name<S: StateMachine, K, C, T>(
-    result: &Result<Result<Outcome<S, K, C>, Error>, T>,
-) -> &'static str {
-    match result {
-        Ok(Ok(outcome)) => outcome_label(outcome),
-        Ok(Err(_)) => "error",
-        Err(_) => "timeout",
-    }
 }
 
 /// An outcome's name in spans and metrics.

@@ -14,8 +14,10 @@ use crate::machine::key::{BindError, KeyShape, ManyKeys, RowKey};
 use crate::transition::note::Note;
 
 /// Values a statement takes by position: a key's columns, a call's values,
-/// a batch's key columns.
-pub(crate) trait Parts<DB: Backend> {
+/// a batch's key columns. Public only in name, for the hidden methods of
+/// the sealed `Batched` that take a call's values erased; unreachable
+/// outside the crate.
+pub trait Parts<DB: Backend> {
     /// Adds value `n` to `args`.
     fn bind_part(&self, n: usize, args: &mut <DB as Dialect>::Args) -> Result<(), BindError>;
 }

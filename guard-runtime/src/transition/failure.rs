@@ -3,21 +3,75 @@
 
 use super::Transition;
 use crate::StateMachine;
+use crate::deadline::retry::{MAX_ATTEMPTS, backoff};
 use crate::dialect::Backend;
 use crate::error::Error;
+use crate::executor::Executor;
 use crate::executor::sealed::Run;
+use crate::machine::key::BindError;
+
+/// The names a transition's errors carry, with no type of the machine's.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Names {
+    pub(crate) machine: &'static str,
+    pub(crate) table: &'static str,
+    pub(crate) key: &'static str,
+    pub(crate) column: &'static str,
+    pub(crate) transition: &'static str,
+}
+
+impl<S: StateMachine, P, N> Transition<S, P, N> {
+    /// The names its errors carry.
+    pub(crate) fn names(&self) -> Names {
+        let machine = S::MACHINE;
+        Names {
+            machine: machine.name(),
+            table: machine.table(),
+            key: machine.key(),
+            column: machine.column(),
+            transition: self.name(),
+        }
+    }
+}
 
 impl<S: StateMachine> Transition<S> {
+    /// See [`Names::keys_error`].
+    pub(crate) fn keys_error(self, error: BindError) -> Error {
+        self.names().keys_error(error)
+    }
+
+    /// See [`Names::db_error`].
+    pub(crate) fn db_error(self, source: sqlx::Error) -> Error {
+        self.names().db_error(source)
+    }
+
+    /// See [`Names::contention`].
+    pub(crate) fn contention(self, attempts: u32, last: Option<sqlx::Error>) -> Error {
+        self.names().contention(attempts, last)
+    }
+
+    /// See [`Names::before_retry`].
+    pub(crate) async fn before_retry<E: Executor>(
+        self,
+        executor: &mut E,
+        error: sqlx::Error,
+        attempts: u32,
+    ) -> Result<(), Error> {
+        self.names().before_retry(executor, error, attempts).await
+    }
+}
+
+impl Names {
     /// A batch's keys that could not be bound.
-    pub(crate) fn keys_error(self, error: crate::machine::key::BindError) -> Error {
+    pub(crate) fn keys_error(self, error: BindError) -> Error {
         match error {
-            crate::machine::key::BindError::Key { key, reason } => Error::BatchKey {
-                table: S::MACHINE.table(),
-                transition: self.name(),
+            BindError::Key { key, reason } => Error::BatchKey {
+                table: self.table,
+                transition: self.transition,
                 key,
                 reason,
             },
-            crate::machine::key::BindError::Encode(source) => self.db_error(source),
+            BindError::Encode(source) => self.db_error(source),
         }
     }
 
@@ -29,8 +83,8 @@ impl<S: StateMachine> Transition<S> {
     pub(crate) fn begin_error(self, error: Error) -> Error {
         match error {
             Error::Timeout { deadline, .. } => Error::Timeout {
-                table: S::MACHINE.table(),
-                transition: self.name(),
+                table: self.table,
+                transition: self.transition,
                 deadline,
                 outcome_known: true,
             },
@@ -39,7 +93,7 @@ impl<S: StateMachine> Transition<S> {
     }
 
     pub(crate) fn db_error(self, source: sqlx::Error) -> Error {
-        let (table, transition) = (S::MACHINE.table(), self.name());
+        let (table, transition) = (self.table, self.transition);
         match crate::error::read_only(&source) {
             true => Error::ReadOnly {
                 table,
@@ -61,8 +115,8 @@ impl<S: StateMachine> Transition<S> {
     pub(crate) fn tx_error<DB: Backend>(self, source: sqlx::Error) -> Error {
         match DB::is_retryable(&source) {
             true => Error::RetryTransaction {
-                table: S::MACHINE.table(),
-                transition: self.name(),
+                table: self.table,
+                transition: self.transition,
                 source,
             },
             false => self.db_error(source),
@@ -71,11 +125,47 @@ impl<S: StateMachine> Transition<S> {
 
     pub(crate) fn contention(self, attempts: u32, last: Option<sqlx::Error>) -> Error {
         Error::Contention {
-            table: S::MACHINE.table(),
-            transition: self.name(),
+            table: self.table,
+            transition: self.transition,
             attempts,
             last,
         }
+    }
+
+    /// Decides what a failed statement means: `Ok` after sleeping when a
+    /// fresh autocommit attempt may succeed, the error to return otherwise.
+    pub(crate) async fn before_retry<E: Executor>(
+        self,
+        executor: &mut E,
+        error: sqlx::Error,
+        attempts: u32,
+    ) -> Result<(), Error> {
+        if !worth_retrying::<E>(&error) {
+            return Err(self.db_error(error));
+        }
+        let fresh = !<E::Database as Backend>::is_retryable(&error);
+        if executor.in_transaction() {
+            return Err(Error::RetryTransaction {
+                table: self.table,
+                transition: self.transition,
+                source: error,
+            });
+        }
+        if attempts >= MAX_ATTEMPTS {
+            return Err(match fresh {
+                true => self.db_error(error),
+                false => self.contention(attempts, Some(error)),
+            });
+        }
+        tracing::debug!(
+            table = self.table,
+            transition = self.transition,
+            attempts,
+            %error,
+            "retryable database error; backing off"
+        );
+        tokio::time::sleep(backoff(attempts)).await;
+        Ok(())
     }
 }
 

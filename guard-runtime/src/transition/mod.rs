@@ -1,10 +1,25 @@
-//! `Transition<S>`: one named move, and `apply`, the compare-and-set that
-//! runs it, with what it binds (`bind.rs`), how it reads the row back
+//! `Transition<S, P, N>`: one named move, and `apply`, the compare-and-set
+//! that runs it, with what it binds (`bind.rs`), how it reads the row back
 //! (`row.rs`) and the note it carries into history (`note.rs`).
+//!
+//! **Architecture Invariant:** one builder. The values a call binds (`P`),
+//! its note (`N`), the occurrence it expects and its deadline are options
+//! of the one `Transition` type, so each entry point (`apply` here,
+//! `apply_many` and the claims in `batch/`) is written once, for every
+//! `P` and `N`; what a type cannot take (a note without history, an
+//! occurrence without a version column) is a method its impl lacks.
 //!
 //! **Architecture Invariant:** the winning path of `apply` is one
 //! `UPDATE … WHERE key = ? AND status IN (sources)` (`apply.rs`); the
 //! losing path is one fresh read. There is no read-then-write anywhere.
+//!
+//! **Architecture Invariant:** the body of `apply` knows neither the
+//! machine nor the types of the key and the values: `Plan::run`
+//! (`apply.rs`) takes the transition's statements and names, the values
+//! erased for binding, and a closure that places a status text, and is
+//! generic over the executor only. What is generic over the machine is a
+//! thin wrapper, so a binary carries the compare-and-set once per
+//! executor, not once per machine and bind tuple.
 //!
 //! **Architecture Invariant:** this folder reads the metadata, the
 //! deadlines and the executors and knows nothing of what is built on it:
@@ -27,24 +42,45 @@ use crate::outcome::Outcome;
 
 mod apply;
 pub(crate) mod bind;
-mod bound;
 mod failure;
 mod load;
 pub(crate) mod note;
 pub(crate) mod row;
 
-pub(crate) use self::apply::{key_arguments, outcome_label};
-pub use self::bound::Bound;
-use self::note::Note;
+pub(crate) use self::apply::{Class, classify, key_arguments, outcome_label};
+pub(crate) use self::failure::Names;
+use self::note::{Note, NoteSlot};
 
-/// One named transition of a machine, e.g. `PayoutStatus::start()`.
+/// One named transition of a machine, e.g. `PayoutStatus::start()`, with
+/// what a call of it carries: the values it binds (`P`), the note for its
+/// history row (`N`), the occurrence it expects and its deadline.
 ///
-/// A small `Copy` value pointing at compile-time metadata and SQL text.
-pub struct Transition<S: 'static> {
-    def: &'static TransitionDef<S>,
-    deadline: Duration,
-    expected: Option<i64>,
+/// `PayoutStatus::start()` is a `Transition<PayoutStatus>`: a small `Copy`
+/// value pointing at compile-time metadata and SQL text. A transition with
+/// `set(bank_ref = bind(String))` is made with its values,
+/// `PayoutStatus::confirm(bank_ref)`, a [`Bound`]`<PayoutStatus,
+/// (String,)>`; [`noted`](Transition::noted) adds a [`Note`], making a
+/// [`Noted`](crate::Noted). Each is the same type, with the same calls:
+/// [`apply`](Transition::apply), [`apply_many`](Transition::apply_many),
+/// [`claim`](Transition::claim),
+/// [`claim_older_than`](Transition::claim_older_than) and
+/// [`claim_timed_out`](Transition::claim_timed_out). The values go into the
+/// one compare-and-set statement as bound parameters, never into its text.
+pub struct Transition<S: 'static, P = (), N = ()> {
+    pub(crate) def: &'static TransitionDef<S>,
+    pub(crate) deadline: Duration,
+    pub(crate) expected: Option<i64>,
+    pub(crate) params: P,
+    pub(crate) note: N,
 }
+
+/// A transition with values bound per call:
+/// `PayoutStatus::confirm(bank_ref)` for
+/// `#[transition(confirm -> Sent, set(bank_ref = bind(String)))]`.
+///
+/// A [`Transition`] whose `P` holds the values, in declaration order; it
+/// applies as every transition does.
+pub type Bound<S, P> = Transition<S, P>;
 
 impl<S: StateMachine> Transition<S> {
     pub(crate) const fn from_def(def: &'static TransitionDef<S>) -> Self {
@@ -52,48 +88,113 @@ impl<S: StateMachine> Transition<S> {
             def,
             deadline: DEFAULT_DEADLINE,
             expected: None,
+            params: (),
+            note: (),
         }
     }
 
+    /// This transition, binding `params` into its `set(column =
+    /// bind(Type))` assignments.
+    pub(crate) const fn bind<P>(self, params: P) -> Transition<S, P> {
+        Transition {
+            def: self.def,
+            deadline: self.deadline,
+            expected: self.expected,
+            params,
+            note: (),
+        }
+    }
+}
+
+impl<S: StateMachine, P, N> Transition<S, P, N> {
     /// The occurrence [`Transition::expecting`] set, if any.
-    pub const fn expected(self) -> Option<i64> {
+    pub const fn expected(&self) -> Option<i64> {
         self.expected
     }
 
-    /// The same transition, with `deadline` for [`Transition::apply`]
-    /// instead of [`DEFAULT_DEADLINE`]:
+    /// The same transition, with `deadline` for its calls instead of
+    /// [`DEFAULT_DEADLINE`]:
     /// `PayoutStatus::start().within(Duration::from_secs(2)).apply(&pool, id)`.
     ///
     /// A call that runs out of time ends in [`Error::Timeout`](crate::Error::Timeout), which says
     /// whether the outcome is known. A win of this transition keeps the
-    /// same deadline for [`Won::finish`](crate::Won::finish).
-    pub const fn within(self, deadline: Duration) -> Self {
+    /// same deadline for [`Won::finish`](crate::Won::finish). Set before or
+    /// after [`noted`](Transition::noted) or
+    /// [`expecting`](Transition::expecting), the same.
+    pub fn within(self, deadline: Duration) -> Self {
         Transition { deadline, ..self }
     }
 
-    /// The deadline [`Transition::apply`] keeps.
-    pub const fn deadline(self) -> Duration {
+    /// The deadline its calls keep.
+    pub const fn deadline(&self) -> Duration {
         self.deadline
     }
 
     /// The transition's name, e.g. `start`.
-    pub const fn name(self) -> &'static str {
+    pub const fn name(&self) -> &'static str {
         self.def.name()
     }
 
     /// The state a win moves the row to.
-    pub const fn target(self) -> S {
+    pub const fn target(&self) -> S {
         self.def.target()
     }
 
     /// The states it may start from.
-    pub const fn sources(self) -> &'static [S] {
+    pub const fn sources(&self) -> &'static [S] {
         self.def.sources()
     }
 
     /// The full metadata, including the SQL text for each dialect.
-    pub const fn def(self) -> &'static TransitionDef<S> {
+    pub const fn def(&self) -> &'static TransitionDef<S> {
         self.def
+    }
+
+    /// The transition, without its values or note (with its deadline and
+    /// expected occurrence).
+    pub const fn transition(&self) -> Transition<S> {
+        Transition {
+            def: self.def,
+            deadline: self.deadline,
+            expected: self.expected,
+            params: (),
+            note: (),
+        }
+    }
+
+    /// The values it binds.
+    pub const fn params(&self) -> &P {
+        &self.params
+    }
+
+    /// The values it binds, by value.
+    pub fn into_params(self) -> P {
+        self.params
+    }
+}
+
+impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
+    /// The note the history row of its move records, if it was
+    /// [`noted`](Transition::noted).
+    pub fn note(&self) -> Option<&Note> {
+        self.note.note_slot()
+    }
+
+    /// The note to bind: NULLs without one.
+    pub(crate) fn note_or_none(&self) -> &Note {
+        self.note.note_slot().unwrap_or(&Note::NONE)
+    }
+
+    /// [`Error::NoHistory`](crate::Error::NoHistory) for a noted call on a
+    /// machine without a history table to record the note in (one that
+    /// implements [`HasHistory`](crate::HasHistory) by hand).
+    pub(crate) fn recorded(&self) -> Result<(), Error> {
+        match (self.note.note_slot(), S::MACHINE.history_table()) {
+            (Some(_), None) => Err(Error::NoHistory {
+                machine: S::MACHINE.name(),
+            }),
+            _ => Ok(()),
+        }
     }
 
     /// Runs the compare-and-set on the row whose key is `key`.
@@ -102,7 +203,10 @@ impl<S: StateMachine> Transition<S> {
     /// path. If it changed no row, a fresh `SELECT` of the status tells why:
     /// the row is already in the target ([`Outcome::AlreadyInState`]),
     /// somewhere this transition cannot start from ([`Outcome::Conflict`]),
-    /// or absent ([`Outcome::NotFound`]).
+    /// or absent ([`Outcome::NotFound`]). The values a [`Bound`] carries
+    /// are bound into the `set` assignments of the same statement; the
+    /// note of a [`Noted`](crate::Noted) goes into the history row of the
+    /// move.
     ///
     /// `executor` is a `&Pool`, a `&mut` connection, or a `&mut`
     /// [`Tx`](crate::Tx) or [`Savepoint`](crate::Savepoint).
@@ -128,12 +232,17 @@ impl<S: StateMachine> Transition<S> {
     where
         E: Executor,
         K: RowKey<E::Database, S::KeyShape>,
+        P: Params<E::Database>,
     {
-        self.apply_with(executor, key, &(), &Note::NONE).await
+        self.recorded()?;
+        let values = bind::values(&self.params);
+        self.transition()
+            .apply_with(executor, key, &values, self.note_or_none())
+            .await
     }
 }
 
-impl<S: HasVersion> Transition<S> {
+impl<S: HasVersion, P, N> Transition<S, P, N> {
     /// The same transition, applied only if the row is still at
     /// `occurrence`, the value of the machine's version column that the
     /// caller saw ([`Won::occurrence`](crate::Won::occurrence), [`Current::occurrence`](crate::Current::occurrence) from
@@ -147,7 +256,7 @@ impl<S: HasVersion> Transition<S> {
     /// cycle (`held → active → held`) is refused instead of winning the
     /// next pass. Only a machine with a `version` column ([`HasVersion`])
     /// has an occurrence to expect: elsewhere the call does not compile.
-    pub const fn expecting(self, occurrence: i64) -> Self {
+    pub fn expecting(self, occurrence: i64) -> Self {
         Transition {
             expected: Some(occurrence),
             ..self
@@ -177,35 +286,50 @@ impl<S: StateMachine> InFlightDef<S> {
     }
 }
 
-impl<S: StateMachine> Clone for Transition<S> {
+impl<S: StateMachine, P: Clone, N: Clone> Clone for Transition<S, P, N> {
     fn clone(&self) -> Self {
-        *self
+        Transition {
+            def: self.def,
+            deadline: self.deadline,
+            expected: self.expected,
+            params: self.params.clone(),
+            note: self.note.clone(),
+        }
     }
 }
 
-impl<S: StateMachine> Copy for Transition<S> {}
+impl<S: StateMachine, P: Copy, N: Copy> Copy for Transition<S, P, N> {}
 
-impl<S: StateMachine> PartialEq for Transition<S> {
+impl<S: StateMachine, P: PartialEq, N: PartialEq> PartialEq for Transition<S, P, N> {
     fn eq(&self, other: &Self) -> bool {
         (core::ptr::eq(self.def, other.def) || self.def.name() == other.def.name())
             && self.deadline == other.deadline
             && self.expected == other.expected
+            && self.params == other.params
+            && self.note == other.note
     }
 }
 
-impl<S: StateMachine> Eq for Transition<S> {}
+impl<S: StateMachine, P: Eq, N: Eq> Eq for Transition<S, P, N> {}
 
-impl<S: StateMachine> fmt::Debug for Transition<S> {
+impl<S: StateMachine, P: fmt::Debug, N: NoteSlot> fmt::Debug for Transition<S, P, N> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Transition")
-            .field("name", &self.name())
+        let mut out = f.debug_struct("Transition");
+        out.field("name", &self.name())
             .field("sources", &self.sources())
-            .field("target", &self.target())
-            .finish()
+            .field("target", &self.target());
+        // A transition without values shows none.
+        if core::mem::size_of::<P>() != 0 {
+            out.field("params", &self.params);
+        }
+        if let Some(note) = self.note() {
+            out.field("note", note);
+        }
+        out.finish()
     }
 }
 
-impl<S: StateMachine> fmt::Display for Transition<S> {
+impl<S: StateMachine, P, N> fmt::Display for Transition<S, P, N> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
     }

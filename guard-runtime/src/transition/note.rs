@@ -2,8 +2,8 @@
 
 /// Who moved a row and why, recorded in its history row: an actor, a
 /// reason and a JSON document of details, each optional. Attach one with
-/// [`Transition::noted`](crate::Transition::noted) (or
-/// [`Bound::noted`](crate::Bound::noted)); moves without one record NULLs.
+/// [`Transition::noted`](crate::Transition::noted); moves without one
+/// record NULLs.
 ///
 /// ```text
 /// PayoutStatus::cancel()
@@ -65,4 +65,46 @@ impl Note {
     pub fn detail_json(&self) -> Option<&str> {
         self.details.as_deref()
     }
+}
+
+/// What a [`Transition`](crate::Transition) holds for its history row: `()`
+/// for no note, a [`Note`] once [noted](crate::Transition::noted).
+/// Implemented for these two only; it cannot be implemented outside this
+/// crate.
+pub trait NoteSlot: sealed::Sealed + Send + Sync + 'static {
+    /// The note, if any.
+    #[doc(hidden)]
+    fn note_slot(&self) -> Option<&Note>;
+
+    /// The note, [`Note::NONE`] for none.
+    #[doc(hidden)]
+    fn into_note_slot(self) -> Note;
+}
+
+impl NoteSlot for () {
+    fn note_slot(&self) -> Option<&Note> {
+        None
+    }
+
+    fn into_note_slot(self) -> Note {
+        Note::NONE
+    }
+}
+
+impl NoteSlot for Note {
+    fn note_slot(&self) -> Option<&Note> {
+        Some(self)
+    }
+
+    fn into_note_slot(self) -> Note {
+        self
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+
+    impl Sealed for () {}
+
+    impl Sealed for super::Note {}
 }
