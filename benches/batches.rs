@@ -389,7 +389,7 @@ fn logged_sql() -> (
 ) {
     let advance = Logged::MACHINE.transition("advance").unwrap();
     (
-        advance.log_sql().map(|[plain, _]| plain),
+        advance.history_insert_sql().map(|[plain, _]| plain),
         advance.update_sql(),
     )
 }

@@ -59,7 +59,7 @@ pub enum Col {
     /// The status, as text.
     Status,
     /// The row's occurrence (its version column, 0 without one).
-    Version,
+    Occurrence,
     /// Whether the row meets the transition's guard (1 or 0).
     Meets,
     /// The row's lease token.
@@ -94,7 +94,7 @@ impl Col {
         let (kind, n) = match self {
             Col::Key(n) => ('k', n),
             Col::Status => ('s', 0),
-            Col::Version => ('v', 0),
+            Col::Occurrence => ('v', 0),
             Col::Meets => ('m', 0),
             Col::Token => ('t', 0),
             Col::Transition => ('T', 0),
@@ -115,7 +115,7 @@ impl Col {
         Some(match kind {
             'k' => Col::Key(n),
             's' => Col::Status,
-            'v' => Col::Version,
+            'v' => Col::Occurrence,
             'm' => Col::Meets,
             't' => Col::Token,
             'T' => Col::Transition,
@@ -347,12 +347,12 @@ mod tests {
         let text = format!(
             "SELECT {}, {} FROM t WHERE k = {}",
             Col::Status.of("s"),
-            Col::Version.of("v"),
+            Col::Occurrence.of("v"),
             Slot::Key(0).mark()
         );
         let pg = render(Dialect::Postgres, &text)?;
         assert_eq!(pg.text, "SELECT s, v FROM t WHERE k = $1");
-        assert_eq!(pg.returns, [Col::Status, Col::Version]);
+        assert_eq!(pg.returns, [Col::Status, Col::Occurrence]);
         let twice = format!("SELECT {}, {}", Col::Token.of("a"), Col::Token.of("b"));
         assert!(render(Dialect::MySql, &twice).is_err());
         let late = format!("SELECT {}, {}", Col::Token.of("a"), Col::Key(0).of("k"));

@@ -5,7 +5,7 @@
 use crate::StateMachine;
 use crate::deadline::call::{Call, Sent, bounded};
 use crate::dialect::Column;
-use crate::dialect::sealed::Dialect;
+use crate::dialect::sealed::Driver;
 use crate::error::Error;
 use crate::executor::Executor;
 use crate::machine::key::RowKey;
@@ -87,7 +87,7 @@ impl<S: StateMachine> Machine<S> {
             transition: "history",
             source,
         };
-        let read = <E::Database as Dialect>::statement(sql);
+        let read = <E::Database as Driver>::statement(sql);
         let args = key_arguments::<E::Database, S::KeyShape, K>(read, &key).map_err(error)?;
         let rows = executor.fetch_all(read.text(), args).await.map_err(error)?;
         rows.iter()
@@ -112,7 +112,7 @@ impl<S: StateMachine> Machine<S> {
                             machine: self.name(),
                             name: name.clone(),
                         })?;
-                let occurrence = row.int(Column::Version).map_err(error)?;
+                let occurrence = row.int(Column::Occurrence).map_err(error)?;
                 let details = row.text(Column::Details).map_err(error)?;
                 if let Some(Err(problem)) = details
                     .as_deref()

@@ -46,7 +46,7 @@ macro_rules! span {
     ) => {
         tracing::info_span!(
             $name,
-            db.system.name = <$db as $crate::dialect::sealed::Dialect>::SYSTEM,
+            db.system.name = <$db as $crate::dialect::sealed::Driver>::SYSTEM,
             db.operation.name = $operation,
             db.collection.name = $table,
             stateguard.machine = $machine,

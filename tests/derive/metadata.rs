@@ -201,10 +201,10 @@ fn version_and_in_flight_sql() {
     );
 
     assert_eq!(
-        TransferStatus::start().def().stamps(),
+        TransferStatus::start().def().since_column(),
         Some("sending_since")
     );
-    assert_eq!(TransferStatus::confirm().def().stamps(), None);
+    assert_eq!(TransferStatus::confirm().def().since_column(), None);
     let sending = TransferStatus::MACHINE
         .state(TransferStatus::Sending)
         .and_then(|s| s.in_flight())

@@ -76,28 +76,30 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 guarded_select: Some(
                     __sg::sql! {
                         "SELECT \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT)"
-                        on postgres, binds = [Key(0)], reads = [Status, Version, Meets];
+                        on postgres, binds = [Key(0)], reads = [Status, Occurrence,
+                        Meets];
                         "SELECT \"status\", CAST(0 AS INTEGER), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS INTEGER) FROM \"payouts\" WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB)"
-                        on sqlite, binds = [Key(0)], reads = [Status, Version, Meets];
+                        on sqlite, binds = [Key(0)], reads = [Status, Occurrence, Meets];
                         "SELECT CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS SIGNED) FROM `payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) LOCK IN SHARE MODE"
-                        on mysql, binds = [Key(0), Key(0)], reads = [Status, Version,
+                        on mysql, binds = [Key(0), Key(0)], reads = [Status, Occurrence,
                         Meets];
                     },
                 ),
                 guarded_select_in_transaction: Some(
                     __sg::sql! {
                         "SELECT \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) FOR SHARE"
-                        on postgres, binds = [Key(0)], reads = [Status, Version, Meets];
+                        on postgres, binds = [Key(0)], reads = [Status, Occurrence,
+                        Meets];
                         "SELECT \"status\", CAST(0 AS INTEGER), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS INTEGER) FROM \"payouts\" WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB)"
-                        on sqlite, binds = [Key(0)], reads = [Status, Version, Meets];
+                        on sqlite, binds = [Key(0)], reads = [Status, Occurrence, Meets];
                         "SELECT CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS SIGNED) FROM `payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) LOCK IN SHARE MODE"
-                        on mysql, binds = [Key(0), Key(0)], reads = [Status, Version,
+                        on mysql, binds = [Key(0), Key(0)], reads = [Status, Occurrence,
                         Meets];
                     },
                 ),
                 claim: __sg::sql! {
                     "WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'sending' WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending') AND (amount_cents <= 95000) ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT c0, v, l FROM moved ORDER BY o0"
-                    on postgres, binds = [Limit], reads = [Key(0), Version, Token];
+                    on postgres, binds = [Limit], reads = [Key(0), Occurrence, Token];
                     "SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending') AND (amount_cents <= 95000) ORDER BY \"id\" LIMIT ?1"
                     on sqlite, binds = [Limit], reads = [Key(0)];
                     "SELECT `id` FROM `payouts` WHERE `status` IN ('pending') AND CAST(`status` AS BINARY) IN ('pending') AND (amount_cents <= 95000) ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
@@ -116,13 +118,13 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 },
                 many_read: __sg::sql! {
                     "SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT)"
-                    on postgres, binds = [Keys(0)], reads = [Key(0), Status, Version,
+                    on postgres, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
                     Meets];
                     "SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)"
-                    on sqlite, binds = [Keys(0)], reads = [Key(0), Status, Version,
+                    on sqlite, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
                     Meets];
                     "SELECT `payouts`.`id`, CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS SIGNED) FROM JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) FOR UPDATE"
-                    on mysql, binds = [Keys(0)], reads = [Key(0), Status, Version,
+                    on mysql, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
                     Meets];
                 },
                 many_lease_read: None,
@@ -133,7 +135,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 },
                 many_read_by_value: __sg::sql! {
                     "SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0"
-                    on postgres, binds = [Keys(0)], reads = [Key(0), Status, Version,
+                    on postgres, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
                     Meets];
                 },
             }),
@@ -157,7 +159,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 guarded_select_in_transaction: None,
                 claim: __sg::sql! {
                     "WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending', 'sending') ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('pending', 'sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT c0, v, l FROM moved ORDER BY o0"
-                    on postgres, binds = [Limit], reads = [Key(0), Version, Token];
+                    on postgres, binds = [Limit], reads = [Key(0), Occurrence, Token];
                     "SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending', 'sending') ORDER BY \"id\" LIMIT ?1"
                     on sqlite, binds = [Limit], reads = [Key(0)];
                     "SELECT `id` FROM `payouts` WHERE `status` IN ('pending', 'sending') AND CAST(`status` AS BINARY) IN ('pending', 'sending') ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
@@ -176,13 +178,13 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 },
                 many_read: __sg::sql! {
                     "SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT)"
-                    on postgres, binds = [Keys(0)], reads = [Key(0), Status, Version,
+                    on postgres, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
                     Meets];
                     "SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(1 AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)"
-                    on sqlite, binds = [Keys(0)], reads = [Key(0), Status, Version,
+                    on sqlite, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
                     Meets];
                     "SELECT `payouts`.`id`, CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(1 AS SIGNED) FROM JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) FOR UPDATE"
-                    on mysql, binds = [Keys(0)], reads = [Key(0), Status, Version,
+                    on mysql, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
                     Meets];
                 },
                 many_lease_read: None,
@@ -193,7 +195,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 },
                 many_read_by_value: __sg::sql! {
                     "SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0"
-                    on postgres, binds = [Keys(0)], reads = [Key(0), Status, Version,
+                    on postgres, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
                     Meets];
                 },
             }),
@@ -226,7 +228,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 guarded_select_in_transaction: None,
                 claim: __sg::sql! {
                     "WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $1 WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT $2 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT c0, v, l FROM moved ORDER BY o0"
-                    on postgres, binds = [Value(0), Limit], reads = [Key(0), Version,
+                    on postgres, binds = [Value(0), Limit], reads = [Key(0), Occurrence,
                     Token];
                     "SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT ?1"
                     on sqlite, binds = [Limit], reads = [Key(0)];
@@ -246,13 +248,13 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 },
                 many_read: __sg::sql! {
                     "SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT)"
-                    on postgres, binds = [Keys(0)], reads = [Key(0), Status, Version,
+                    on postgres, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
                     Meets];
                     "SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(1 AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)"
-                    on sqlite, binds = [Keys(0)], reads = [Key(0), Status, Version,
+                    on sqlite, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
                     Meets];
                     "SELECT `payouts`.`id`, CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(1 AS SIGNED) FROM JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) FOR UPDATE"
-                    on mysql, binds = [Keys(0)], reads = [Key(0), Status, Version,
+                    on mysql, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
                     Meets];
                 },
                 many_lease_read: None,
@@ -263,7 +265,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 },
                 many_read_by_value: __sg::sql! {
                     "SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0"
-                    on postgres, binds = [Keys(0)], reads = [Key(0), Status, Version,
+                    on postgres, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
                     Meets];
                 },
             }),
@@ -287,7 +289,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 guarded_select_in_transaction: None,
                 claim: __sg::sql! {
                     "WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'failed' WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT c0, v, l FROM moved ORDER BY o0"
-                    on postgres, binds = [Limit], reads = [Key(0), Version, Token];
+                    on postgres, binds = [Limit], reads = [Key(0), Occurrence, Token];
                     "SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT ?1"
                     on sqlite, binds = [Limit], reads = [Key(0)];
                     "SELECT `id` FROM `payouts` WHERE `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending') ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
@@ -306,13 +308,13 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 },
                 many_read: __sg::sql! {
                     "SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT)"
-                    on postgres, binds = [Keys(0)], reads = [Key(0), Status, Version,
+                    on postgres, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
                     Meets];
                     "SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(1 AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)"
-                    on sqlite, binds = [Keys(0)], reads = [Key(0), Status, Version,
+                    on sqlite, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
                     Meets];
                     "SELECT `payouts`.`id`, CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(1 AS SIGNED) FROM JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) FOR UPDATE"
-                    on mysql, binds = [Keys(0)], reads = [Key(0), Status, Version,
+                    on mysql, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
                     Meets];
                 },
                 many_lease_read: None,
@@ -323,7 +325,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 },
                 many_read_by_value: __sg::sql! {
                     "SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0"
-                    on postgres, binds = [Keys(0)], reads = [Key(0), Status, Version,
+                    on postgres, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
                     Meets];
                 },
             }),
@@ -340,19 +342,19 @@ impl ::stateguard::StateMachine for PayoutStatus {
             transitions: &__TRANSITIONS,
             select: __sg::sql! {
                 "SELECT \"status\"::text, CAST(0 AS BIGINT) FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT)"
-                on postgres, binds = [Key(0)], reads = [Status, Version];
+                on postgres, binds = [Key(0)], reads = [Status, Occurrence];
                 "SELECT \"status\", CAST(0 AS INTEGER) FROM \"payouts\" WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB)"
-                on sqlite, binds = [Key(0)], reads = [Status, Version];
+                on sqlite, binds = [Key(0)], reads = [Status, Occurrence];
                 "SELECT CAST(`status` AS CHAR), CAST(0 AS SIGNED) FROM `payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) LOCK IN SHARE MODE"
-                on mysql, binds = [Key(0), Key(0)], reads = [Status, Version];
+                on mysql, binds = [Key(0), Key(0)], reads = [Status, Occurrence];
             },
             select_in_transaction: __sg::sql! {
                 "SELECT \"status\"::text, CAST(0 AS BIGINT) FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) FOR SHARE"
-                on postgres, binds = [Key(0)], reads = [Status, Version];
+                on postgres, binds = [Key(0)], reads = [Status, Occurrence];
                 "SELECT \"status\", CAST(0 AS INTEGER) FROM \"payouts\" WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB)"
-                on sqlite, binds = [Key(0)], reads = [Status, Version];
+                on sqlite, binds = [Key(0)], reads = [Status, Occurrence];
                 "SELECT CAST(`status` AS CHAR), CAST(0 AS SIGNED) FROM `payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) LOCK IN SHARE MODE"
-                on mysql, binds = [Key(0), Key(0)], reads = [Status, Version];
+                on mysql, binds = [Key(0), Key(0)], reads = [Status, Occurrence];
             },
             history: None,
             history_read: None,

@@ -60,7 +60,7 @@ pub(super) fn column(col: Col) -> TokenStream {
             quote!(Key(#n))
         }
         Col::Status => quote!(Status),
-        Col::Version => quote!(Version),
+        Col::Occurrence => quote!(Occurrence),
         Col::Meets => quote!(Meets),
         Col::Token => quote!(Token),
         Col::Transition => quote!(Transition),

@@ -135,7 +135,7 @@ impl Dialect {
                         returned_order.join(", "),
                         d.quote(history),
                         key_columns(key_aliases.clone()),
-                        Col::Version.of("v"),
+                        Col::Occurrence.of("v"),
                         Col::Token.of("l"),
                         [order_aliases.clone(), key_aliases.clone()]
                             .concat()
@@ -151,7 +151,7 @@ impl Dialect {
                     d.version_read(model.version.as_deref()),
                     returned_order.join(", "),
                     key_columns(key_aliases),
-                    Col::Version.of("v"),
+                    Col::Occurrence.of("v"),
                     Col::Token.of("l"),
                     order_aliases.join(", "),
                 )

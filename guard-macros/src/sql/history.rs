@@ -158,7 +158,7 @@ impl Dialect {
             Col::Transition.of(&d.quote("transition")),
             Col::From.of(&d.quote("from_state")),
             Col::To.of(&d.quote("to_state")),
-            Col::Version.of(&d.int64(&d.quote("occurrence"))),
+            Col::Occurrence.of(&d.int64(&d.quote("occurrence"))),
             Col::At.of(&d.quote("moved_at")),
             Col::Actor.of(&d.quote("actor")),
             Col::Reason.of(&d.quote("reason")),

@@ -125,7 +125,7 @@ impl Dialect {
         format!(
             "SELECT {}, {}, {} FROM {} WHERE {}{}",
             Col::Status.of(&d.status_read(&model.column)),
-            Col::Version.of(&d.version_read(model.version.as_deref())),
+            Col::Occurrence.of(&d.version_read(model.version.as_deref())),
             Col::Token.of(&d.lease_token(&in_flight.since)),
             d.quote(&model.table),
             d.key_match(&model.key),
@@ -145,7 +145,7 @@ impl Dialect {
             "SELECT {}, {} FROM {} WHERE {} AND ({since} IS NULL OR {since} < {}) \
              ORDER BY {since} IS NOT NULL, {since} LIMIT {}",
             key_columns(model.key.iter().map(|k| d.quote(k))),
-            Col::Version.of(&d.version_read(model.version.as_deref())),
+            Col::Occurrence.of(&d.version_read(model.version.as_deref())),
             d.quote(&model.table),
             d.status_is(&d.quote(&model.column), &format!("= '{}'", state.db)),
             d.lease_expiry(in_flight.lease_ms),
@@ -193,7 +193,7 @@ impl Dialect {
             d.version_read(model.version.as_deref()),
             d.lease_token(&in_flight.since),
             key_columns(aliases),
-            Col::Version.of("__sg_v"),
+            Col::Occurrence.of("__sg_v"),
             Col::Token.of("__sg_l"),
         )
     }

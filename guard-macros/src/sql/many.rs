@@ -116,7 +116,7 @@ impl Dialect {
         let mut returning = format!(" RETURNING {marked_keys}");
         if model.version.is_some() {
             let version = d.version_read(model.version.as_deref());
-            returning.push_str(&format!(", {}", Col::Version.of(&version)));
+            returning.push_str(&format!(", {}", Col::Occurrence.of(&version)));
         }
         if let Some(in_flight) = &target.in_flight {
             let token = d.lease_token(&in_flight.since);
@@ -171,7 +171,7 @@ impl Dialect {
                 let aliases: Vec<String> = (0..n).map(|i| format!("__sg_k{i}")).collect();
                 let mut out = vec![key_columns(aliases.clone())];
                 if model.version.is_some() {
-                    out.push(Col::Version.of("__sg_v"));
+                    out.push(Col::Occurrence.of("__sg_v"));
                 }
                 if target.in_flight.is_some() {
                     out.push(Col::Token.of("__sg_l"));
@@ -290,7 +290,7 @@ impl Dialect {
             "{}, {}, {}, {}",
             key_columns(keys),
             Col::Status.of(&d.status_read(&model.column)),
-            Col::Version.of(&d.version_read(model.version.as_deref())),
+            Col::Occurrence.of(&d.version_read(model.version.as_deref())),
             Col::Meets.of(&meets),
         );
         match d {

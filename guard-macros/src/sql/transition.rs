@@ -73,7 +73,7 @@ impl Dialect {
     ) -> String {
         let mut items = Vec::new();
         if version {
-            items.push(Col::Version.of(&self.version_read(model.version.as_deref())));
+            items.push(Col::Occurrence.of(&self.version_read(model.version.as_deref())));
         }
         if let Some(in_flight) = lease_of {
             items.push(Col::Token.of(&self.lease_token(&in_flight.since)));
@@ -135,7 +135,7 @@ impl Dialect {
                 );
                 format!(
                     "SELECT {}, {}",
-                    Col::Version.of(occurrence),
+                    Col::Occurrence.of(occurrence),
                     Col::Token.of(&token)
                 )
             }
@@ -195,7 +195,7 @@ impl Dialect {
         });
         let mut out = Vec::new();
         if model.version.is_some() {
-            out.push(Col::Version.of("__sg_v"));
+            out.push(Col::Occurrence.of("__sg_v"));
         }
         if target.in_flight.is_some() {
             out.push(Col::Token.of("__sg_l"));
@@ -240,7 +240,7 @@ impl Dialect {
         format!(
             "SELECT {}, {} FROM {} WHERE {}{}",
             Col::Status.of(&self.status_read(&model.column)),
-            Col::Version.of(&self.version_read(model.version.as_deref())),
+            Col::Occurrence.of(&self.version_read(model.version.as_deref())),
             self.quote(&model.table),
             self.key_match(&model.key),
             self.read_lock(in_transaction),
@@ -260,7 +260,7 @@ impl Dialect {
         Some(format!(
             "SELECT {}, {}, {} FROM {} WHERE {}{}",
             Col::Status.of(&self.status_read(&model.column)),
-            Col::Version.of(&self.version_read(model.version.as_deref())),
+            Col::Occurrence.of(&self.version_read(model.version.as_deref())),
             Col::Meets.of(&self.int64(&format!("CASE WHEN ({guard}) THEN 1 ELSE 0 END"))),
             self.quote(&model.table),
             self.key_match(&model.key),

@@ -104,7 +104,7 @@ impl<S: StateMachine> Transition<S> {
             many: self.def.apply_many_sql(),
             by_value: self.def.apply_many_by_value_sql(),
             versioned: S::MACHINE.version().is_some(),
-            leased: self.def.stamps().is_some(),
+            leased: self.def.since_column().is_some(),
             classify,
         }
     }

@@ -356,7 +356,7 @@ where
                 let int = |column| row.int(column).map_err(|e| transition.db_error(e));
                 Ok(Took {
                     key,
-                    occurrence: int(Column::Version)?,
+                    occurrence: int(Column::Occurrence)?,
                     lease: int(Column::Token)?,
                 })
             })

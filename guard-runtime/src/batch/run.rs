@@ -83,7 +83,7 @@ where
     let key = K::decode(row).map_err(db_error)?;
     let row = Read::<DB>::new(read, row);
     let current = transition.read_status(&row)?;
-    let version = row.int(Column::Version).map_err(db_error)?;
+    let version = row.int(Column::Occurrence).map_err(db_error)?;
     let meets = row.int(Column::Meets).map_err(db_error)? != 0;
     Ok((key, current, version, meets))
 }
@@ -152,7 +152,7 @@ where
     Sh: KeyShape,
     K: BatchKey<DB, Sh>,
 {
-    let log = transition.many().log();
+    let log = transition.many().history_insert();
     let [update, _] = statements::<DB, Sh, K>(transition);
     let mut found: Vec<Found<K>> = keys.iter().map(|_| Found::Missing).collect();
     let db_error = |e| transition.db_error(e);
@@ -179,7 +179,7 @@ where
         let key = K::decode(row).map_err(db_error)?;
         let row = Read::<DB>::new(update, row);
         let occurrence = match versioned {
-            true => row.int(Column::Version).map_err(db_error)?,
+            true => row.int(Column::Occurrence).map_err(db_error)?,
             false => 0,
         };
         let lease = match leased {
@@ -242,8 +242,12 @@ where
     K: BatchKey<DB, Sh>,
 {
     let many = transition.many();
-    let (update, read, lease_read, log) =
-        (many.update(), many.read(), many.lease_read(), many.log());
+    let (update, read, lease_read, log) = (
+        many.update(),
+        many.read(),
+        many.lease_read(),
+        many.history_insert(),
+    );
     let mut found: Vec<Found<K>> = keys.iter().map(|_| Found::Missing).collect();
     let retry = |source| transition.tx_error::<DB>(source);
     let (read, args) = prepared::<DB, Sh, K>(transition, read, keys, params, note)?;

@@ -36,7 +36,7 @@ where
 
 /// A database that stateguard can run transitions on: `sqlx::Postgres`,
 /// `sqlx::Sqlite` or `sqlx::MySql`, each behind its cargo feature.
-pub trait Backend: sealed::Dialect {
+pub trait Backend: sealed::Driver {
     /// Whether `error` is a serialization failure, deadlock or busy database
     /// that a fresh attempt may get past.
     fn is_retryable(error: &sqlx::Error) -> bool;
@@ -49,7 +49,7 @@ pub(crate) mod sealed {
     /// What the library needs of a database, out of callers' reach: the
     /// dialect's SQL text, and reading rows and binding arguments the same
     /// way on every backend.
-    pub trait Dialect: sqlx::Database {
+    pub trait Driver: sqlx::Database {
         /// `Self::Arguments`, named again so that its `IntoArguments` bound is
         /// known to generic code.
         type Args: sqlx::Arguments<Database = Self> + sqlx::IntoArguments<Self> + Send;
@@ -195,7 +195,7 @@ pub(crate) fn db_code(error: &sqlx::Error) -> Option<std::borrow::Cow<'_, str>> 
 /// statement's time (not the transaction's), in UTC, with milliseconds;
 /// SQLite's as text that sorts as it compares. The derive writes the same
 /// text into the machines' statements (`guard-macros/src/sql/mod.rs`,
-/// `Dialect::now`), which `tests/derive/metadata.rs` holds equal to this;
+/// `Driver::now`), which `tests/derive/metadata.rs` holds equal to this;
 /// the fixed-table stores' statements use it and no other clock, which
 /// [`assert_clock`] holds.
 pub(crate) const NOW: Sql<&'static str> = Sql {

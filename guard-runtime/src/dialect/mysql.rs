@@ -2,10 +2,10 @@ use sqlx::MySql;
 use sqlx::mysql::{MySqlDatabaseError, MySqlQueryResult};
 
 use super::Sql;
-use super::sealed::Dialect;
+use super::sealed::Driver;
 use super::{Backend, BoxFuture};
 
-impl Dialect for MySql {
+impl Driver for MySql {
     type Args = sqlx::mysql::MySqlArguments;
 
     const RETURNING: bool = false;

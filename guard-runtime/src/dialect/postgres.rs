@@ -2,10 +2,10 @@ use sqlx::Postgres;
 use sqlx::postgres::PgQueryResult;
 
 use super::Sql;
-use super::sealed::Dialect;
+use super::sealed::Driver;
 use super::{Backend, BoxFuture, db_code};
 
-impl Dialect for Postgres {
+impl Driver for Postgres {
     type Args = sqlx::postgres::PgArguments;
 
     const RETURNING: bool = true;

@@ -2,10 +2,10 @@ use sqlx::Sqlite;
 use sqlx::sqlite::SqliteQueryResult;
 
 use super::Sql;
-use super::sealed::Dialect;
+use super::sealed::Driver;
 use super::{Backend, BoxFuture, db_code};
 
-impl Dialect for Sqlite {
+impl Driver for Sqlite {
     type Args = sqlx::sqlite::SqliteArguments;
 
     const RETURNING: bool = true;

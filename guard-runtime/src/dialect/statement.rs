@@ -42,7 +42,7 @@ pub enum Column {
     /// The status, as text.
     Status,
     /// The row's occurrence (its version column, 0 without one).
-    Version,
+    Occurrence,
     /// Whether the row meets the transition's guard (1 or 0).
     Meets,
     /// The row's lease token.

@@ -13,7 +13,7 @@ use core::future::Future;
 use crate::StateMachine;
 use crate::deadline::retry::{MAX_ATTEMPTS, backoff};
 use crate::dialect::Sql;
-use crate::dialect::sealed::Dialect;
+use crate::dialect::sealed::Driver;
 use crate::dialect::{Backend, Column, Statement};
 use crate::effects::verdict::{Chosen, FollowUpValues};
 use crate::error::Error;
@@ -87,10 +87,11 @@ where
 {
     type DB<E> = <E as Run>::Database;
     let transition = chosen.transition.transition();
-    let update = <DB<E> as Dialect>::statement(chosen.sql);
-    let read = <DB<E> as Dialect>::statement(in_flight.follow_up_read_sql());
-    let log =
-        <DB<E> as Dialect>::statement(&in_flight.follow_up_log_sql()[usize::from(chosen.failed)]);
+    let update = <DB<E> as Driver>::statement(chosen.sql);
+    let read = <DB<E> as Driver>::statement(in_flight.follow_up_read_sql());
+    let log = <DB<E> as Driver>::statement(
+        &in_flight.follow_up_history_insert_sql()[usize::from(chosen.failed)],
+    );
     let versioned = S::MACHINE.version().is_some();
     // The follow-up, its history row and its losing read each bind what
     // their plans name of these.
@@ -116,7 +117,7 @@ where
             true => executor
                 .execute(update.text(), args)
                 .await
-                .map(|done| <DB<E> as Dialect>::rows_affected(&done)),
+                .map(|done| <DB<E> as Driver>::rows_affected(&done)),
             // With a history table on SQLite and MySQL: the history row
             // and the follow-up in one transaction.
             false => {
@@ -192,7 +193,7 @@ fn found<S: StateMachine, DB: Backend>(
     let int = |column| row.int(column).map_err(|e| transition.db_error(e));
     Ok(Some(Found {
         current,
-        version: int(Column::Version)?,
+        version: int(Column::Occurrence)?,
         token: int(Column::Token)?,
     }))
 }
@@ -210,7 +211,7 @@ where
     E: Executor,
     K: RowKey<E::Database, S::KeyShape>,
 {
-    let read = <E::Database as Dialect>::statement(in_flight.follow_up_read_sql());
+    let read = <E::Database as Driver>::statement(in_flight.follow_up_read_sql());
     let args = key_arguments::<E::Database, S::KeyShape, K>(read, key)
         .map_err(|e| transition.db_error(e))?;
     let row = executor
@@ -227,7 +228,7 @@ pub(crate) async fn stamp<S, K, E>(
     executor: &mut E,
     in_flight: &'static InFlightDef<S>,
     sql: &'static Sql,
-    args: <E::Database as Dialect>::Args,
+    args: <E::Database as Driver>::Args,
     key: &K,
 ) -> Result<Option<i64>, sqlx::Error>
 where
@@ -236,18 +237,18 @@ where
     K: RowKey<E::Database, S::KeyShape>,
 {
     type DB<E> = <E as Run>::Database;
-    let statement = <DB<E> as Dialect>::statement(sql);
+    let statement = <DB<E> as Driver>::statement(sql);
     let token = |read, row: Option<_>| {
         row.map(|row| Read::<DB<E>>::new(read, &row).int(Column::Token))
             .transpose()
     };
-    if <DB<E> as Dialect>::RETURNING {
+    if <DB<E> as Driver>::RETURNING {
         // `RETURNING token`.
         let row = executor.fetch_optional(statement.text(), args).await?;
         return token(statement, row);
     }
     // MySQL: read the new token back on the same connection.
-    let read = <DB<E> as Dialect>::statement(in_flight.lease_read_sql());
+    let read = <DB<E> as Driver>::statement(in_flight.lease_read_sql());
     let key_args = key_arguments::<DB<E>, S::KeyShape, K>(read, key)?;
     let (done, row) = executor
         .execute_then_fetch(
@@ -255,10 +256,10 @@ where
             args,
             read.text(),
             key_args,
-            <DB<E> as Dialect>::changed,
+            <DB<E> as Driver>::changed,
         )
         .await?;
-    if <DB<E> as Dialect>::rows_affected(&done) != 1 {
+    if <DB<E> as Driver>::rows_affected(&done) != 1 {
         return Ok(None);
     }
     token(read, row)
@@ -278,7 +279,7 @@ where
     E: Executor,
     K: RowKey<E::Database, S::KeyShape>,
 {
-    let renew = <E::Database as Dialect>::statement(in_flight.renew_sql());
+    let renew = <E::Database as Driver>::statement(in_flight.renew_sql());
     let args = leased_arguments::<S, E::Database, K>(renew, key, occurrence, lease)?;
     stamp(executor, in_flight, in_flight.renew_sql(), args, key).await
 }

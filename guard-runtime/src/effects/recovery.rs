@@ -9,7 +9,7 @@ use tracing::Instrument;
 use crate::StateMachine;
 use crate::deadline::call::{Call, Sent, bounded};
 use crate::deadline::retry::Step;
-use crate::dialect::sealed::Dialect;
+use crate::dialect::sealed::Driver;
 use crate::dialect::{Backend, Column, Statement};
 use crate::effects::effect::{Effect, Finished, follow_up, in_flight_def};
 use crate::effects::lease;
@@ -80,7 +80,7 @@ where
     let in_flight = in_flight_def(state)?;
     refuse_open_transaction(executor)?;
     // PostgreSQL lists and takes over in one statement, a write.
-    if !<E::Database as Dialect>::sql(in_flight.take_over_sql()).is_empty() {
+    if !<E::Database as Driver>::sql(in_flight.take_over_sql()).is_empty() {
         sent.write();
     }
     if let Some(taken) = take_over::<S, K, E>(executor, in_flight, state, limit).await? {
@@ -114,7 +114,7 @@ where
     E: Executor<Commit = Committed>,
     K: DecodeKey<E::Database, S::KeyShape>,
 {
-    let take_over = <E::Database as Dialect>::statement(in_flight.take_over_sql());
+    let take_over = <E::Database as Driver>::statement(in_flight.take_over_sql());
     if take_over.is_empty() {
         return Ok(None);
     }
@@ -139,7 +139,7 @@ where
         .map(|row| {
             let key = K::decode(row).map_err(db_error)?;
             let row = Read::<E::Database>::new(take_over, row);
-            let occurrence = row.int(Column::Version).map_err(db_error)?;
+            let occurrence = row.int(Column::Occurrence).map_err(db_error)?;
             let lease = row.int(Column::Token).map_err(db_error)?;
             Ok((key, occurrence, lease))
         })
@@ -151,7 +151,7 @@ where
 fn limit_arguments<DB: Backend>(
     statement: Statement,
     limit: u32,
-) -> Result<<DB as Dialect>::Args, sqlx::Error> {
+) -> Result<<DB as Driver>::Args, sqlx::Error> {
     let values = Values::<DB> {
         limit: Some(i64::from(limit)),
         ..Values::NONE
@@ -172,7 +172,7 @@ where
     K: DecodeKey<E::Database, S::KeyShape>,
 {
     let db_error = |source| recovery_error(state, source);
-    let expired = <E::Database as Dialect>::statement(in_flight.expired_sql());
+    let expired = <E::Database as Driver>::statement(in_flight.expired_sql());
     let args = limit_arguments::<E::Database>(expired, limit).map_err(db_error)?;
     let rows = executor
         .fetch_all(expired.text(), args)
@@ -182,7 +182,7 @@ where
         .map(|row| {
             let key = K::decode(row).map_err(db_error)?;
             let occurrence = Read::<E::Database>::new(expired, row)
-                .int(Column::Version)
+                .int(Column::Occurrence)
                 .map_err(db_error)?;
             Ok((key, occurrence))
         })
@@ -207,7 +207,7 @@ where
     K: RowKey<E::Database, S::KeyShape>,
 {
     let db_error = |source| recovery_error(state, source);
-    let claim = <E::Database as Dialect>::statement(in_flight.claim_sql());
+    let claim = <E::Database as Driver>::statement(in_flight.claim_sql());
     let key_parts = bind::key(key);
     let values = Values {
         key: Some(&key_parts),

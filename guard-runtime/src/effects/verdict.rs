@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::StateMachine;
 use crate::dialect::Backend;
-use crate::dialect::sealed::Dialect;
+use crate::dialect::sealed::Driver;
 use crate::error::Error;
 use crate::machine::{InFlightDef, TransitionDef};
 use crate::transition::note::{Note, NoteSlot};
@@ -124,7 +124,7 @@ type Values = dyn Any + Send + Sync;
 
 /// Binds value `n` of `values` into `args`: `None` when they are not of
 /// the declared type.
-type BindFn<DB> = fn(&Values, usize, &mut <DB as Dialect>::Args) -> Option<Result<(), sqlx::Error>>;
+type BindFn<DB> = fn(&Values, usize, &mut <DB as Driver>::Args) -> Option<Result<(), sqlx::Error>>;
 
 /// How one follow-up binds its values: made by the derive for the types
 /// the transition declares.
@@ -252,7 +252,7 @@ impl<DB: Backend> crate::transition::bind::Parts<DB> for ChosenValues<'_, DB> {
     fn bind_part(
         &self,
         n: usize,
-        args: &mut <DB as Dialect>::Args,
+        args: &mut <DB as Driver>::Args,
     ) -> Result<(), crate::machine::key::BindError> {
         let bound = (self.binder.bind)(self.values, n, args).unwrap_or_else(|| {
             Err(sqlx::Error::Protocol(format!(

@@ -20,7 +20,6 @@ mod multiplexing;
 pub use kind::ErrorKind;
 pub use multiplexing::{Multiplexing, ServerSession};
 
-use self::cause::connection_lost;
 pub(crate) use self::cause::{mysql_number, read_only};
 use self::message::timeout_message;
 
@@ -545,58 +544,6 @@ pub enum Error {
         #[source]
         source: sqlx::Error,
     },
-}
-
-impl Error {
-    /// True when the caller must roll back and retry its whole transaction.
-    pub fn is_retry_transaction(&self) -> bool {
-        match self {
-            Error::RetryTransaction { .. } | Error::RolledBack { .. } => true,
-            // A statement not sent in a transaction that can no longer
-            // commit (`apply` says `RolledBack` itself).
-            Error::Database { source, .. } | Error::Store { source, .. } => kind::refused(source),
-            _ => false,
-        }
-    }
-
-    /// True when a transaction the library ran itself (a claim, a batch)
-    /// may be run again from its start: it was rolled back, or could not
-    /// begin, for a deadlock or a busy database.
-    pub(crate) fn retries_whole<DB: crate::Backend>(&self) -> bool {
-        match self {
-            Error::Begin { source } | Error::Database { source, .. } => DB::is_retryable(source),
-            other => other.is_retry_transaction(),
-        }
-    }
-
-    /// True when the change may have been applied although an error came
-    /// back: the connection broke while a statement or a `COMMIT` was in
-    /// flight, so the database may have committed it without the answer
-    /// arriving. Apply the transition again (a committed change then reads
-    /// as `AlreadyInState`) and treat an effect as possibly owed: an effect
-    /// that must not be lost belongs in an in-flight state, whose recovery
-    /// covers exactly this case.
-    ///
-    /// Besides a broken connection, these count: the server ending the
-    /// session (PostgreSQL 57P01 admin shutdown, 57P02 crash shutdown, 57P03
-    /// cannot connect now; MySQL/MariaDB 1053 server shutdown, 1927
-    /// connection killed, 2006 server gone away, 2013 lost connection), and
-    /// a statement or COMMIT cancelled while PostgreSQL waited for its
-    /// synchronous replicas (57014 `query_canceled`: the commit is local
-    /// already).
-    pub fn is_outcome_unknown(&self) -> bool {
-        match self {
-            Error::Database { source, .. }
-            | Error::Recovery { source, .. }
-            | Error::Store { source, .. }
-            | Error::Commit { source }
-            | Error::RolledBack {
-                source: Some(source),
-            } => connection_lost(source),
-            Error::Timeout { outcome_known, .. } => !outcome_known,
-            _ => false,
-        }
-    }
 }
 
 /// The error of a statement that a transaction which can no longer commit

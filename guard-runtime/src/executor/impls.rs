@@ -8,7 +8,7 @@ use sqlx::{Connection, Pool};
 use crate::executor::tx::{Savepoint, Tx};
 
 use super::{ExecutedThenFetched, Executor, Logged, When, sealed};
-use crate::dialect::sealed::Dialect;
+use crate::dialect::sealed::Driver;
 use crate::dialect::{Backend, BoxFuture};
 use crate::outcome::{Committed, Uncommitted};
 
@@ -17,7 +17,7 @@ use crate::outcome::{Committed, Uncommitted};
 macro_rules! logged_on {
     ($db:ty, $conn:expr, $log:expr, $log_args:expr, $update:expr, $args:expr, $rows:expr, $then:expr) => {{
         let mut tx = sqlx::Connection::begin($conn).await?;
-        let logged = <$db as Dialect>::rows_affected(
+        let logged = <$db as Driver>::rows_affected(
             &sqlx::Executor::execute(&mut *tx, sqlx::query_with($log, $log_args)).await?,
         );
         let (updated, rows, last_id) = if $rows {
@@ -26,16 +26,16 @@ macro_rules! logged_on {
             (rows.len() as u64, rows, 0)
         } else {
             let done = sqlx::Executor::execute(&mut *tx, sqlx::query_with($update, $args)).await?;
-            let last_id = match <$db as Dialect>::id_lost(&done) {
+            let last_id = match <$db as Driver>::id_lost(&done) {
                 true => {
-                    let read = sqlx::query(<$db as Dialect>::LAST_ID);
+                    let read = sqlx::query(<$db as Driver>::LAST_ID);
                     let row = sqlx::Executor::fetch_one(&mut *tx, read).await?;
                     // As the OK packet carries it: the same 64 bits.
-                    <$db as Dialect>::int(&row, 0)? as u64
+                    <$db as Driver>::int(&row, 0)? as u64
                 }
-                false => <$db as Dialect>::last_insert_id(&done),
+                false => <$db as Driver>::last_insert_id(&done),
             };
-            (<$db as Dialect>::rows_affected(&done), Vec::new(), last_id)
+            (<$db as Driver>::rows_affected(&done), Vec::new(), last_id)
         };
         let then = match $then {
             Some((sql, args)) if updated > 0 => {
@@ -66,7 +66,7 @@ macro_rules! statements {
         fn execute(
             &mut self,
             sql: &'static str,
-            args: <$db as Dialect>::Args,
+            args: <$db as Driver>::Args,
         ) -> BoxFuture<'_, Result<<$db as sqlx::Database>::QueryResult, sqlx::Error>> {
             let $this = self;
             sqlx::Executor::execute($conn, sqlx::query_with(sql, args))
@@ -75,7 +75,7 @@ macro_rules! statements {
         fn fetch_optional(
             &mut self,
             sql: &'static str,
-            args: <$db as Dialect>::Args,
+            args: <$db as Driver>::Args,
         ) -> BoxFuture<'_, Result<Option<<$db as sqlx::Database>::Row>, sqlx::Error>> {
             let $this = self;
             sqlx::Executor::fetch_optional($conn, sqlx::query_with(sql, args))
@@ -84,7 +84,7 @@ macro_rules! statements {
         fn fetch_all(
             &mut self,
             sql: &'static str,
-            args: <$db as Dialect>::Args,
+            args: <$db as Driver>::Args,
         ) -> BoxFuture<'_, Result<Vec<<$db as sqlx::Database>::Row>, sqlx::Error>> {
             let $this = self;
             sqlx::Executor::fetch_all($conn, sqlx::query_with(sql, args))
@@ -106,7 +106,7 @@ macro_rules! pool_statements {
         fn $method(
             &mut self,
             sql: &'static str,
-            args: <$db as Dialect>::Args,
+            args: <$db as Driver>::Args,
         ) -> BoxFuture<'_, Result<$output, sqlx::Error>> {
             let pool = &**self;
             Box::pin(async move {
@@ -152,7 +152,7 @@ macro_rules! in_transaction {
             fn execute(
                 &mut self,
                 sql: &'static str,
-                args: <$db as Dialect>::Args,
+                args: <$db as Driver>::Args,
             ) -> BoxFuture<'_, Result<<$db as sqlx::Database>::QueryResult, sqlx::Error>> {
                 Box::pin(async move {
                     let (conn, health) = self.parts();
@@ -165,7 +165,7 @@ macro_rules! in_transaction {
             fn fetch_optional(
                 &mut self,
                 sql: &'static str,
-                args: <$db as Dialect>::Args,
+                args: <$db as Driver>::Args,
             ) -> BoxFuture<'_, Result<Option<<$db as sqlx::Database>::Row>, sqlx::Error>> {
                 Box::pin(async move {
                     let (conn, health) = self.parts();
@@ -179,7 +179,7 @@ macro_rules! in_transaction {
             fn fetch_all(
                 &mut self,
                 sql: &'static str,
-                args: <$db as Dialect>::Args,
+                args: <$db as Driver>::Args,
             ) -> BoxFuture<'_, Result<Vec<<$db as sqlx::Database>::Row>, sqlx::Error>> {
                 Box::pin(async move {
                     let (conn, health) = self.parts();
@@ -192,9 +192,9 @@ macro_rules! in_transaction {
             fn execute_then_fetch(
                 &mut self,
                 sql: &'static str,
-                args: <$db as Dialect>::Args,
+                args: <$db as Driver>::Args,
                 then: &'static str,
-                then_args: <$db as Dialect>::Args,
+                then_args: <$db as Driver>::Args,
                 when: When<$db>,
             ) -> BoxFuture<'_, Result<ExecutedThenFetched<$db>, sqlx::Error>> {
                 Box::pin(async move {
@@ -212,11 +212,11 @@ macro_rules! in_transaction {
             fn logged(
                 &mut self,
                 log: &'static str,
-                log_args: <$db as Dialect>::Args,
+                log_args: <$db as Driver>::Args,
                 update: &'static str,
-                args: <$db as Dialect>::Args,
+                args: <$db as Driver>::Args,
                 rows: bool,
-                then: Option<(&'static str, <$db as Dialect>::Args)>,
+                then: Option<(&'static str, <$db as Driver>::Args)>,
             ) -> BoxFuture<'_, Result<Logged<$db>, sqlx::Error>> {
                 Box::pin(async move {
                     let (conn, health) = self.parts();
@@ -277,9 +277,9 @@ macro_rules! on_connection {
         fn execute_then_fetch(
             &mut self,
             sql: &'static str,
-            args: <$db as Dialect>::Args,
+            args: <$db as Driver>::Args,
             then: &'static str,
-            then_args: <$db as Dialect>::Args,
+            then_args: <$db as Driver>::Args,
             when: When<$db>,
         ) -> BoxFuture<'_, Result<ExecutedThenFetched<$db>, sqlx::Error>> {
             Box::pin(async move {
@@ -300,11 +300,11 @@ macro_rules! on_connection {
         fn logged(
             &mut self,
             log: &'static str,
-            log_args: <$db as Dialect>::Args,
+            log_args: <$db as Driver>::Args,
             update: &'static str,
-            args: <$db as Dialect>::Args,
+            args: <$db as Driver>::Args,
             rows: bool,
-            then: Option<(&'static str, <$db as Dialect>::Args)>,
+            then: Option<(&'static str, <$db as Driver>::Args)>,
         ) -> BoxFuture<'_, Result<Logged<$db>, sqlx::Error>> {
             Box::pin(async move {
                 logged_on!($db, &mut **self, log, log_args, update, args, rows, then)
@@ -336,9 +336,9 @@ macro_rules! executors {
             fn execute_then_fetch(
                 &mut self,
                 sql: &'static str,
-                args: <$db as Dialect>::Args,
+                args: <$db as Driver>::Args,
                 then: &'static str,
-                then_args: <$db as Dialect>::Args,
+                then_args: <$db as Driver>::Args,
                 when: When<$db>,
             ) -> BoxFuture<'_, Result<ExecutedThenFetched<$db>, sqlx::Error>> {
                 let pool = &**self;
@@ -356,11 +356,11 @@ macro_rules! executors {
             fn logged(
                 &mut self,
                 log: &'static str,
-                log_args: <$db as Dialect>::Args,
+                log_args: <$db as Driver>::Args,
                 update: &'static str,
-                args: <$db as Dialect>::Args,
+                args: <$db as Driver>::Args,
                 rows: bool,
-                then: Option<(&'static str, <$db as Dialect>::Args)>,
+                then: Option<(&'static str, <$db as Driver>::Args)>,
             ) -> BoxFuture<'_, Result<Logged<$db>, sqlx::Error>> {
                 // On a server the transaction runs in a task of its own
                 // (`task`): a caller that stops waiting cannot leave it
@@ -374,7 +374,7 @@ macro_rules! executors {
                     .await;
                     closed_if_read_only(&mut conn, logged)
                 };
-                match <$db as Dialect>::EMBEDDED {
+                match <$db as Driver>::EMBEDDED {
                     true => Box::pin(logged),
                     false => Box::pin(crate::executor::task::run_to_completion(
                         "a move and its history",

@@ -27,8 +27,8 @@ pub(crate) type ExecutedThenFetched<DB> = (
 );
 
 /// Whether the second statement of `execute_then_fetch` runs, given the
-/// first one's result ([`Dialect::changed`](crate::dialect::sealed::Dialect::changed),
-/// [`Dialect::id_lost`](crate::dialect::sealed::Dialect::id_lost)).
+/// first one's result ([`Driver::changed`](crate::dialect::sealed::Driver::changed),
+/// [`Driver::id_lost`](crate::dialect::sealed::Driver::id_lost)).
 pub(crate) type When<DB> = fn(&<DB as sqlx::Database>::QueryResult) -> bool;
 
 /// Something a transition can run on: `&Pool<DB>`, `&mut DB::Connection`
@@ -72,7 +72,7 @@ pub trait Executor: sealed::Run {
 
 pub(crate) mod sealed {
     use super::{ExecutedThenFetched, Logged, When};
-    use crate::dialect::sealed::Dialect;
+    use crate::dialect::sealed::Driver;
     use crate::dialect::{Backend, BoxFuture};
 
     /// How the library runs its statements on an executor, out of callers'
@@ -120,19 +120,19 @@ pub(crate) mod sealed {
         fn execute(
             &mut self,
             sql: &'static str,
-            args: <Self::Database as Dialect>::Args,
+            args: <Self::Database as Driver>::Args,
         ) -> BoxFuture<'_, Result<<Self::Database as sqlx::Database>::QueryResult, sqlx::Error>>;
 
         fn fetch_optional(
             &mut self,
             sql: &'static str,
-            args: <Self::Database as Dialect>::Args,
+            args: <Self::Database as Driver>::Args,
         ) -> BoxFuture<'_, Result<Option<<Self::Database as sqlx::Database>::Row>, sqlx::Error>>;
 
         fn fetch_all(
             &mut self,
             sql: &'static str,
-            args: <Self::Database as Dialect>::Args,
+            args: <Self::Database as Driver>::Args,
         ) -> BoxFuture<'_, Result<Vec<<Self::Database as sqlx::Database>::Row>, sqlx::Error>>;
 
         /// Runs `sql`, then `then` on the same connection if `when` says
@@ -141,9 +141,9 @@ pub(crate) mod sealed {
         fn execute_then_fetch(
             &mut self,
             sql: &'static str,
-            args: <Self::Database as Dialect>::Args,
+            args: <Self::Database as Driver>::Args,
             then: &'static str,
-            then_args: <Self::Database as Dialect>::Args,
+            then_args: <Self::Database as Driver>::Args,
             when: When<Self::Database>,
         ) -> BoxFuture<'_, Result<ExecutedThenFetched<Self::Database>, sqlx::Error>>;
 
@@ -154,11 +154,11 @@ pub(crate) mod sealed {
         fn logged(
             &mut self,
             log: &'static str,
-            log_args: <Self::Database as Dialect>::Args,
+            log_args: <Self::Database as Driver>::Args,
             update: &'static str,
-            args: <Self::Database as Dialect>::Args,
+            args: <Self::Database as Driver>::Args,
             rows: bool,
-            then: Option<(&'static str, <Self::Database as Dialect>::Args)>,
+            then: Option<(&'static str, <Self::Database as Driver>::Args)>,
         ) -> BoxFuture<'_, Result<Logged<Self::Database>, sqlx::Error>>;
 
         /// The transaction or savepoint a win here belongs to; 0 outside

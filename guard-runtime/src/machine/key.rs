@@ -12,7 +12,7 @@
 
 use core::fmt;
 
-use crate::dialect::sealed::Dialect;
+use crate::dialect::sealed::Driver;
 use crate::dialect::{Backend, Key};
 
 /// The number of key columns, as a type.
@@ -70,7 +70,7 @@ impl KeyShape for shape::Four {
 pub trait RowKey<DB: Backend, Shape: KeyShape>: fmt::Debug + Send + Sync {
     /// Adds the value of key column `n` to `args`, once.
     #[doc(hidden)]
-    fn bind_part(&self, n: usize, args: &mut <DB as Dialect>::Args) -> Result<(), sqlx::Error>;
+    fn bind_part(&self, n: usize, args: &mut <DB as Driver>::Args) -> Result<(), sqlx::Error>;
 
     /// The SQL type each value binds as, column by column (`INTEGER`,
     /// `TEXT`, `BLOB`, …, as sqlx names it).
@@ -128,7 +128,7 @@ pub trait KeyText<Shape: KeyShape> {
 pub trait ManyKeys<DB: Backend, Shape: KeyShape>: Sized {
     /// Adds `keys` to `args` as the statement takes them.
     #[doc(hidden)]
-    fn bind_many(keys: &[&Self], args: &mut <DB as Dialect>::Args) -> Result<(), BindError>;
+    fn bind_many(keys: &[&Self], args: &mut <DB as Driver>::Args) -> Result<(), BindError>;
 
     /// Adds what placeholder [`Bind::Keys(n)`](crate::meta::Bind::Keys)
     /// takes to `args`: key column `n`'s values as an array on PostgreSQL,
@@ -137,7 +137,7 @@ pub trait ManyKeys<DB: Backend, Shape: KeyShape>: Sized {
     fn bind_column(
         keys: &[&Self],
         n: usize,
-        args: &mut <DB as Dialect>::Args,
+        args: &mut <DB as Driver>::Args,
     ) -> Result<(), BindError>;
 
     /// Whether every value binds as a type whose equality is exact by
@@ -345,7 +345,7 @@ macro_rules! json_many_keys {
         impl<Sh: KeyShape, K: KeyText<Sh> + RowKey<$db, Sh>> ManyKeys<$db, Sh> for K {
             fn bind_many(
                 keys: &[&Self],
-                args: &mut <$db as Dialect>::Args,
+                args: &mut <$db as Driver>::Args,
             ) -> Result<(), BindError> {
                 let parts = json_parts(K::part_types(), $backend)?;
                 let json = json_keys::<Sh, K>(keys, &parts, $numbers)?;
@@ -356,7 +356,7 @@ macro_rules! json_many_keys {
             fn bind_column(
                 keys: &[&Self],
                 _: usize,
-                args: &mut <$db as Dialect>::Args,
+                args: &mut <$db as Driver>::Args,
             ) -> Result<(), BindError> {
                 Self::bind_many(keys, args)
             }
@@ -373,9 +373,9 @@ mod postgres {
     use sqlx::postgres::PgHasArrayType;
 
     use super::{BindError, Key, ManyKeys, shape};
-    use crate::dialect::sealed::Dialect;
+    use crate::dialect::sealed::Driver;
 
-    fn add<T>(args: &mut <Postgres as Dialect>::Args, column: Vec<&T>) -> Result<(), BindError>
+    fn add<T>(args: &mut <Postgres as Driver>::Args, column: Vec<&T>) -> Result<(), BindError>
     where
         T: Key<Postgres> + PgHasArrayType,
     {
@@ -393,7 +393,7 @@ mod postgres {
     impl<T: Key<Postgres> + PgHasArrayType> ManyKeys<Postgres, shape::One> for T {
         fn bind_many(
             keys: &[&Self],
-            args: &mut <Postgres as Dialect>::Args,
+            args: &mut <Postgres as Driver>::Args,
         ) -> Result<(), BindError> {
             add(args, keys.to_vec())
         }
@@ -401,7 +401,7 @@ mod postgres {
         fn bind_column(
             keys: &[&Self],
             _: usize,
-            args: &mut <Postgres as Dialect>::Args,
+            args: &mut <Postgres as Driver>::Args,
         ) -> Result<(), BindError> {
             add(args, keys.to_vec())
         }
@@ -418,7 +418,7 @@ mod postgres {
             {
                 fn bind_many(
                     keys: &[&Self],
-                    args: &mut <Postgres as Dialect>::Args,
+                    args: &mut <Postgres as Driver>::Args,
                 ) -> Result<(), BindError> {
                     $(add(args, keys.iter().map(|k| &k.$i).collect())?;)+
                     Ok(())
@@ -427,7 +427,7 @@ mod postgres {
                 fn bind_column(
                     keys: &[&Self],
                     n: usize,
-                    args: &mut <Postgres as Dialect>::Args,
+                    args: &mut <Postgres as Driver>::Args,
                 ) -> Result<(), BindError> {
                     match n {
                         $($i => add(args, keys.iter().map(|k| &k.$i).collect()),)+
@@ -455,7 +455,7 @@ fn no_column(n: usize) -> sqlx::Error {
 }
 
 impl<DB: Backend, T: Key<DB> + fmt::Debug> RowKey<DB, shape::One> for T {
-    fn bind_part(&self, n: usize, args: &mut <DB as Dialect>::Args) -> Result<(), sqlx::Error> {
+    fn bind_part(&self, n: usize, args: &mut <DB as Driver>::Args) -> Result<(), sqlx::Error> {
         match n {
             0 => sqlx::Arguments::add(args, self).map_err(sqlx::Error::Encode),
             n => Err(no_column(n)),
@@ -505,7 +505,7 @@ macro_rules! tuple_keys {
             fn bind_part(
                 &self,
                 n: usize,
-                args: &mut <DB as Dialect>::Args,
+                args: &mut <DB as Driver>::Args,
             ) -> Result<(), sqlx::Error> {
                 match n {
                     $($i => sqlx::Arguments::add(args, &self.$i).map_err(sqlx::Error::Encode),)+

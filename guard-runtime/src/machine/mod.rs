@@ -307,7 +307,7 @@ impl<S> InFlightDef<S> {
     /// With a history table, on SQLite and MySQL: the history row's insert
     /// before the `done` and the `failed` follow-up, `[done, failed]`
     /// (empty without one, and on PostgreSQL, whose follow-up writes it).
-    pub const fn follow_up_log_sql(&self) -> &[Sql; 2] {
+    pub const fn follow_up_history_insert_sql(&self) -> &[Sql; 2] {
         &self.logs
     }
 }
@@ -409,7 +409,7 @@ impl<S: StateMachine> TransitionDef<S> {
     /// in one transaction with it, `[plain, expecting an occurrence]`
     /// (empty on PostgreSQL, whose compare-and-set writes the history row
     /// itself).
-    pub const fn log_sql(&self) -> Option<&[Sql; 2]> {
+    pub const fn history_insert_sql(&self) -> Option<&[Sql; 2]> {
         self.log.as_ref()
     }
 
@@ -451,7 +451,7 @@ impl<S: StateMachine> TransitionDef<S> {
 
     /// The `since` column this transition stamps: its target's, when the
     /// target is in flight.
-    pub fn stamps(&self) -> Option<&'static str> {
+    pub fn since_column(&self) -> Option<&'static str> {
         S::MACHINE
             .state(self.target)
             .and_then(StateDef::in_flight)
@@ -492,7 +492,7 @@ impl ManySql {
 
     /// SQLite and MySQL, with a history table: the history rows' insert
     /// just before the update. Empty otherwise.
-    pub const fn log(&self) -> &Sql {
+    pub const fn history_insert(&self) -> &Sql {
         &self.log
     }
 }

@@ -8,7 +8,7 @@
 use core::marker::PhantomData;
 
 use crate::dialect::Key;
-use crate::dialect::sealed::Dialect;
+use crate::dialect::sealed::Driver;
 use crate::dialect::{Backend, Bind, Statement};
 use crate::machine::key::{BindError, KeyShape, ManyKeys, RowKey};
 use crate::transition::note::Note;
@@ -19,7 +19,7 @@ use crate::transition::note::Note;
 /// outside the crate.
 pub trait Parts<DB: Backend> {
     /// Adds value `n` to `args`.
-    fn bind_part(&self, n: usize, args: &mut <DB as Dialect>::Args) -> Result<(), BindError>;
+    fn bind_part(&self, n: usize, args: &mut <DB as Driver>::Args) -> Result<(), BindError>;
 }
 
 /// A row key's columns, [`Bind::Key`].
@@ -31,7 +31,7 @@ pub(crate) fn key<Sh, K>(key: &K) -> KeyParts<'_, Sh, K> {
 }
 
 impl<DB: Backend, Sh: KeyShape, K: RowKey<DB, Sh>> Parts<DB> for KeyParts<'_, Sh, K> {
-    fn bind_part(&self, n: usize, args: &mut <DB as Dialect>::Args) -> Result<(), BindError> {
+    fn bind_part(&self, n: usize, args: &mut <DB as Driver>::Args) -> Result<(), BindError> {
         self.0.bind_part(n, args).map_err(BindError::Encode)
     }
 }
@@ -45,7 +45,7 @@ pub(crate) fn values<P>(values: &P) -> ValueParts<'_, P> {
 }
 
 impl<DB: Backend, P: Params<DB>> Parts<DB> for ValueParts<'_, P> {
-    fn bind_part(&self, n: usize, args: &mut <DB as Dialect>::Args) -> Result<(), BindError> {
+    fn bind_part(&self, n: usize, args: &mut <DB as Driver>::Args) -> Result<(), BindError> {
         self.0.bind_range(args, n..n + 1).map_err(BindError::Encode)
     }
 }
@@ -59,7 +59,7 @@ pub(crate) fn batch<'a, Sh, K>(keys: &'a [&'a K]) -> BatchParts<'a, Sh, K> {
 }
 
 impl<DB: Backend, Sh: KeyShape, K: ManyKeys<DB, Sh>> Parts<DB> for BatchParts<'_, Sh, K> {
-    fn bind_part(&self, n: usize, args: &mut <DB as Dialect>::Args) -> Result<(), BindError> {
+    fn bind_part(&self, n: usize, args: &mut <DB as Driver>::Args) -> Result<(), BindError> {
         K::bind_column(self.0, n, args)
     }
 }
@@ -96,8 +96,8 @@ impl<DB: Backend> Values<'_, DB> {
 pub(crate) fn arguments<DB: Backend>(
     statement: Statement,
     values: &Values<'_, DB>,
-) -> Result<<DB as Dialect>::Args, BindError> {
-    let mut args = <DB as Dialect>::Args::default();
+) -> Result<<DB as Driver>::Args, BindError> {
+    let mut args = <DB as Driver>::Args::default();
     for &bind in statement.binds() {
         let part = |parts: Option<&(dyn Parts<DB> + Sync)>, n: u8, args: &mut _| match parts {
             Some(parts) => parts.bind_part(usize::from(n), args),
@@ -171,8 +171,8 @@ pub(crate) struct Fields<'a> {
 pub(crate) fn store_arguments<DB: Backend>(
     statement: Statement<Field>,
     mut fields: Fields<'_>,
-) -> Result<<DB as Dialect>::Args, sqlx::Error> {
-    let mut args = <DB as Dialect>::Args::default();
+) -> Result<<DB as Driver>::Args, sqlx::Error> {
+    let mut args = <DB as Driver>::Args::default();
     for &field in statement.binds() {
         let missing = || {
             sqlx::Error::Protocol(format!(
@@ -258,7 +258,7 @@ fn missing(bind: Bind) -> BindError {
 pub trait Params<DB: Backend>: Send + Sync {
     /// Adds the values to `args`, in order.
     #[doc(hidden)]
-    fn bind(&self, args: &mut <DB as Dialect>::Args) -> Result<(), sqlx::Error> {
+    fn bind(&self, args: &mut <DB as Driver>::Args) -> Result<(), sqlx::Error> {
         self.bind_range(args, 0..usize::MAX)
     }
 
@@ -266,7 +266,7 @@ pub trait Params<DB: Backend>: Send + Sync {
     #[doc(hidden)]
     fn bind_range(
         &self,
-        args: &mut <DB as Dialect>::Args,
+        args: &mut <DB as Driver>::Args,
         range: core::ops::Range<usize>,
     ) -> Result<(), sqlx::Error>;
 }
@@ -274,7 +274,7 @@ pub trait Params<DB: Backend>: Send + Sync {
 impl<DB: Backend> Params<DB> for () {
     fn bind_range(
         &self,
-        _: &mut <DB as Dialect>::Args,
+        _: &mut <DB as Driver>::Args,
         _: core::ops::Range<usize>,
     ) -> Result<(), sqlx::Error> {
         Ok(())
@@ -287,7 +287,7 @@ macro_rules! params_tuple {
             #[allow(non_snake_case)]
             fn bind_range(
                 &self,
-                args: &mut <DB as Dialect>::Args,
+                args: &mut <DB as Driver>::Args,
                 range: core::ops::Range<usize>,
             ) -> Result<(), sqlx::Error> {
                 let ($($t,)+) = self;

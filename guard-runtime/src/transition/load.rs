@@ -3,7 +3,7 @@
 use super::apply::{key_arguments, status_of};
 use crate::StateMachine;
 use crate::dialect::Column;
-use crate::dialect::sealed::Dialect;
+use crate::dialect::sealed::Driver;
 use crate::error::Error;
 use crate::executor::Executor;
 use crate::machine::Machine;
@@ -49,8 +49,7 @@ impl<S: StateMachine> Machine<S> {
             transition: "load",
             source,
         };
-        let select =
-            <E::Database as Dialect>::statement(self.select_for(executor.in_transaction()));
+        let select = <E::Database as Driver>::statement(self.select_for(executor.in_transaction()));
         let args = key_arguments::<E::Database, S::KeyShape, K>(select, &key).map_err(error)?;
         let Some(row) = executor
             .fetch_optional(select.text(), args)
@@ -61,7 +60,7 @@ impl<S: StateMachine> Machine<S> {
         };
         let row = Read::<E::Database>::new(select, &row);
         let state = status_of::<S, E::Database>(&row, error)?;
-        let occurrence = row.int(Column::Version).map_err(error)?;
+        let occurrence = row.int(Column::Occurrence).map_err(error)?;
         Ok(Some(Current::new(state, occurrence)))
     }
 }

@@ -42,6 +42,7 @@ use crate::outcome::Outcome;
 
 mod apply;
 pub(crate) mod bind;
+mod cas;
 mod failure;
 mod load;
 pub(crate) mod note;
