@@ -457,6 +457,70 @@ fn a_mariadb_url_without_a_database_is_refused() {
     assert!(stderr.contains("names no database"), "{stderr}");
 }
 
+/// `statements` on the MariaDB database `url` names, then the integer
+/// `read` finds.
+fn on_mariadb_url(url: &str, statements: &[&'static str], read: &'static str) -> i64 {
+    runtime().block_on(async {
+        let pool = sqlx::MySqlPool::connect(url)
+            .await
+            .expect("connect to MariaDB");
+        for statement in statements {
+            sqlx::query(*statement)
+                .execute(&pool)
+                .await
+                .expect(statement);
+        }
+        let value: i64 = sqlx::query_scalar(read).fetch_one(&pool).await.expect(read);
+        pool.close().await;
+        value
+    })
+}
+
+/// The integer `read` finds on PostgreSQL at `url`.
+fn on_postgres_url(url: &str, read: &'static str) -> i64 {
+    runtime().block_on(async {
+        let pool = sqlx::PgPool::connect(url)
+            .await
+            .expect("connect to PostgreSQL");
+        let value: i64 = sqlx::query_scalar(read).fetch_one(&pool).await.expect(read);
+        pool.close().await;
+        value
+    })
+}
+
+/// The example `binary` run to its end with `args` on `url`.
+fn run_example(binary: &std::path::Path, url: &str, args: &[&str]) -> std::process::Output {
+    Command::new(binary)
+        .args(args)
+        .env("DATABASE_URL", url)
+        .output()
+        .expect("run the example")
+}
+
+/// Run with and without `--reset`, the example refuses: it did not create
+/// a table of that name. `untouched` reads what must not change.
+fn refuses_both_ways(binary: &std::path::Path, url: &str, untouched: impl Fn() -> i64) {
+    let before = untouched();
+    for args in [&[][..], &["--reset"][..]] {
+        let output = run_example(binary, url, args);
+        assert!(!output.status.success(), "{args:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("did not create"), "{args:?}: {stderr}");
+        assert_eq!(untouched(), before, "{args:?}");
+    }
+}
+
+/// Runs the example `binary` on `url` and returns the rows `count` finds.
+fn rows_after(binary: &std::path::Path, url: &str, args: &[&str], count: impl Fn() -> i64) -> i64 {
+    let output = run_example(binary, url, args);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    count()
+}
+
 /// The payout run (`examples/payouts`) pointed at a MariaDB database that
 /// holds a `payouts` table of someone else's: it refuses, with and without
 /// `--reset`, and the table keeps its rows.
@@ -471,46 +535,22 @@ fn the_payouts_example_leaves_a_foreign_payouts_table_alone() {
         "DROP DATABASE IF EXISTS sg_foreign_payouts",
         "CREATE DATABASE sg_foreign_payouts",
     );
-    let count = |url: &str| {
-        runtime().block_on(async {
-            let pool = sqlx::MySqlPool::connect(url).await.expect("connect");
-            let rows: i64 = sqlx::query_scalar(
-                "SELECT COUNT(*) FROM payouts WHERE status = 'pending' AND owner = 'theirs'",
-            )
-            .fetch_one(&pool)
-            .await
-            .expect("count their payouts");
-            pool.close().await;
-            rows
-        })
-    };
-    runtime().block_on(async {
-        let pool = sqlx::MySqlPool::connect(&url).await.expect("connect");
-        for statement in [
+    const THEIRS: &str =
+        "SELECT COUNT(*) FROM payouts WHERE status = 'pending' AND owner = 'theirs'";
+    let made = on_mariadb_url(
+        &url,
+        &[
             "CREATE TABLE payouts (id BIGINT PRIMARY KEY, amount_cents BIGINT NOT NULL, \
              status VARCHAR(32) NOT NULL, owner VARCHAR(16) NOT NULL)",
             "INSERT INTO payouts VALUES (1, 1000, 'pending', 'theirs'), \
              (2, 2000, 'pending', 'theirs'), (3, 3000, 'pending', 'theirs')",
-        ] {
-            sqlx::query(statement)
-                .execute(&pool)
-                .await
-                .expect("their table");
-        }
-        pool.close().await;
+        ],
+        THEIRS,
+    );
+    assert_eq!(made, 3);
+    refuses_both_ways(&example_binary("payouts"), &url, || {
+        on_mariadb_url(&url, &[], THEIRS)
     });
-    let binary = example_binary("payouts");
-    for args in [&[][..], &["--reset"][..]] {
-        let output = Command::new(&binary)
-            .args(args)
-            .env("DATABASE_URL", &url)
-            .output()
-            .expect("run the example");
-        assert!(!output.status.success(), "{args:?}");
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(stderr.contains("did not create"), "{args:?}: {stderr}");
-        assert_eq!(count(&url), 3, "{args:?}");
-    }
 }
 
 /// The payout run on PostgreSQL keeps earlier runs' payouts: each run adds
@@ -521,30 +561,10 @@ fn the_payouts_example_keeps_earlier_runs() {
         return;
     };
     let binary = example_binary("payouts");
-    let run = |args: &[&str]| {
-        let output = Command::new(&binary)
-            .args(args)
-            .env("DATABASE_URL", &url)
-            .output()
-            .expect("run the example");
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        runtime().block_on(async {
-            let pool = sqlx::PgPool::connect(&url).await.expect("connect");
-            let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM stateguard_example.payouts")
-                .fetch_one(&pool)
-                .await
-                .expect("count the payouts");
-            pool.close().await;
-            rows
-        })
-    };
-    assert_eq!(run(&["--reset"]), 100);
-    assert_eq!(run(&[]), 200);
-    assert_eq!(run(&["--reset"]), 100);
+    let count = || on_postgres_url(&url, "SELECT COUNT(*) FROM stateguard_example.payouts");
+    assert_eq!(rows_after(&binary, &url, &["--reset"], count), 100);
+    assert_eq!(rows_after(&binary, &url, &[], count), 200);
+    assert_eq!(rows_after(&binary, &url, &["--reset"], count), 100);
 }
 
 /// The crash-recovery run (`examples/recovery`) on a MariaDB database of
@@ -561,60 +581,29 @@ fn the_recovery_example_keeps_earlier_runs_and_others_tables() {
         "DROP DATABASE IF EXISTS sg_recovery_runs",
         "CREATE DATABASE sg_recovery_runs",
     );
-    let execute = |sql: &'static str| {
-        runtime().block_on(async {
-            let pool = sqlx::MySqlPool::connect(&url).await.expect("connect");
-            sqlx::query(sql).execute(&pool).await.expect(sql);
-            pool.close().await;
-        })
-    };
+    const THEIRS: &str = "SELECT COUNT(*) FROM bank_calls WHERE call_id = 7 AND note = 'theirs'";
+    let made = on_mariadb_url(
+        &url,
+        &[
+            "CREATE TABLE bank_calls (call_id BIGINT PRIMARY KEY, note TEXT)",
+            "INSERT INTO bank_calls VALUES (7, 'theirs')",
+        ],
+        THEIRS,
+    );
+    assert_eq!(made, 1);
     let binary = example_binary("recovery");
-    let run = |args: &[&str]| {
-        Command::new(&binary)
-            .args(args)
-            .env("DATABASE_URL", &url)
-            .output()
-            .expect("run the example")
-    };
-    execute("CREATE TABLE bank_calls (call_id BIGINT PRIMARY KEY, note TEXT)");
-    execute("INSERT INTO bank_calls VALUES (7, 'theirs')");
-    for args in [&[][..], &["--reset"][..]] {
-        let output = run(args);
-        assert!(!output.status.success(), "{args:?}");
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(stderr.contains("did not create"), "{args:?}: {stderr}");
-    }
-    let theirs = runtime().block_on(async {
-        let pool = sqlx::MySqlPool::connect(&url).await.expect("connect");
-        let note: String = sqlx::query_scalar("SELECT note FROM bank_calls WHERE call_id = 7")
-            .fetch_one(&pool)
-            .await
-            .expect("their row");
-        pool.close().await;
-        note
-    });
-    assert_eq!(theirs, "theirs");
-    execute("DROP TABLE bank_calls");
-    let payouts = |args: &[&str]| {
-        let output = run(args);
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        runtime().block_on(async {
-            let pool = sqlx::MySqlPool::connect(&url).await.expect("connect");
-            let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM recovery_payouts")
-                .fetch_one(&pool)
-                .await
-                .expect("count the payouts");
-            pool.close().await;
-            rows
-        })
-    };
-    assert_eq!(payouts(&[]), 50);
-    assert_eq!(payouts(&[]), 100);
-    assert_eq!(payouts(&["--reset"]), 50);
+    refuses_both_ways(&binary, &url, || on_mariadb_url(&url, &[], THEIRS));
+    let left = on_mariadb_url(
+        &url,
+        &["DROP TABLE bank_calls"],
+        "SELECT COUNT(*) FROM information_schema.tables \
+         WHERE table_schema = DATABASE() AND table_name = 'bank_calls'",
+    );
+    assert_eq!(left, 0);
+    let count = || on_mariadb_url(&url, &[], "SELECT COUNT(*) FROM recovery_payouts");
+    assert_eq!(rows_after(&binary, &url, &[], count), 50);
+    assert_eq!(rows_after(&binary, &url, &[], count), 100);
+    assert_eq!(rows_after(&binary, &url, &["--reset"], count), 50);
 }
 
 /// The minimal PostgreSQL service (`examples/payouts_pg`): 32 racing
