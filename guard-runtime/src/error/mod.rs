@@ -117,7 +117,7 @@ pub enum Error {
         /// `stateguard_inbox` for a call of the idempotency store or the
         /// inbox; empty for a statement of a [`Tx`](crate::Tx) or
         /// [`Savepoint`](crate::Savepoint) itself, and for
-        /// [`pooler::check`](crate::pooler::check).
+        /// `stateguard::pooler::check`.
         table: &'static str,
         /// The transition that was being applied (`load` for
         /// [`Machine::load`](crate::meta::Machine::load), `history` for
@@ -494,7 +494,7 @@ pub enum Error {
         transition: &'static str,
     },
 
-    /// [`pooler::check`](crate::pooler::check) found that the pool's
+    /// `stateguard::pooler::check` found that the pool's
     /// connections are multiplexed onto shared server sessions: a
     /// connection pooler in transaction or statement mode (PgBouncer's
     /// `pool_mode = transaction`, or the like) stands between the pool and
@@ -509,7 +509,7 @@ pub enum Error {
     /// connection. A pooler that tracks each client's prepared statements
     /// (PgBouncer 1.21 or later with `max_prepared_statements` above 0) is
     /// safe: say so with
-    /// [`Check::acknowledge`](crate::pooler::Check::acknowledge).
+    /// `Check::acknowledge` (in `stateguard::pooler`).
     #[error(
         "the PostgreSQL pool is multiplexed by a connection pooler in transaction or statement \
          mode ({seen}): sqlx's prepared statements can then run on another client's server \
@@ -523,7 +523,7 @@ pub enum Error {
         seen: Multiplexing,
     },
 
-    /// A statement of [`pooler::check`](crate::pooler::check) failed, or
+    /// A statement of `stateguard::pooler::check` failed, or
     /// it could not open the connection it probes with. Nothing was
     /// written.
     #[error("the connection pooler check could not run: {source}")]

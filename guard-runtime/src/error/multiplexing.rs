@@ -1,4 +1,4 @@
-//! [`Multiplexing`]: what [`pooler::check`](crate::pooler::check) saw that
+//! [`Multiplexing`]: what `stateguard::pooler::check` saw that
 //! shows a pool's connections are multiplexed onto shared server sessions.
 
 use core::fmt;
