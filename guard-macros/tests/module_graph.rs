@@ -2,8 +2,10 @@
 //! `crate::`, `super::` or `self::` path, a module that reaches it back.
 //! A cycle between two files usually means a type lives in the wrong one.
 //!
-//! Every path in code counts, those in macro bodies and invocations too;
-//! comments (doc links among them) and `#[cfg(test)]` modules do not.
+//! Every path in code counts, those in macro bodies and invocations too,
+//! and so do the paths of doc links (`[x](crate::a::X)`, `[crate::a::X]`):
+//! a doc that links into a module depends on it as much as code does.
+//! Plain comments and `#[cfg(test)]` modules do not count.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -28,6 +30,20 @@ fn a_cycle_is_found() {
         ("a".to_owned(), "use crate::b::X; pub struct Y;".to_owned()),
         ("b".to_owned(), "pub struct X(crate::a::Y);".to_owned()),
         ("c".to_owned(), "use super::a;".to_owned()),
+    ]);
+    let cycles = cycles(&graph(&modules));
+    assert_eq!(cycles, [vec!["a".to_owned(), "b".to_owned()]]);
+}
+
+/// A doc link back is a cycle too.
+#[test]
+fn a_cycle_through_a_doc_link_is_found() {
+    let modules = BTreeMap::from([
+        ("a".to_owned(), "use crate::b::X; pub struct Y;".to_owned()),
+        (
+            "b".to_owned(),
+            "/// Made by [`Y`](crate::a::Y).\npub struct X;".to_owned(),
+        ),
     ]);
     let cycles = cycles(&graph(&modules));
     assert_eq!(cycles, [vec!["a".to_owned(), "b".to_owned()]]);
@@ -175,9 +191,56 @@ impl<'ast> Visit<'ast> for Paths {
         use_tree(&mut Vec::new(), &item.tree, &mut self.found);
     }
 
+    fn visit_attribute(&mut self, attr: &'ast syn::Attribute) {
+        if let syn::Meta::NameValue(doc) = &attr.meta
+            && doc.path.is_ident("doc")
+            && let syn::Expr::Lit(syn::ExprLit {
+                lit: syn::Lit::Str(text),
+                ..
+            }) = &doc.value
+        {
+            doc_links(&text.value(), &mut self.found);
+        }
+        syn::visit::visit_attribute(self, attr);
+    }
+
     fn visit_macro(&mut self, mac: &'ast syn::Macro) {
         tokens(mac.tokens.clone(), &mut self.found);
         syn::visit::visit_macro(self, mac);
+    }
+}
+
+/// The paths that doc links in `text` name: a `crate::`, `super::` or
+/// `self::` path right after a link's `(` or `[` (or a backtick inside
+/// one).
+fn doc_links(text: &str, found: &mut Vec<Vec<String>>) {
+    for start in [
+        "(crate::",
+        "[crate::",
+        "[`crate::",
+        "(super::",
+        "[super::",
+        "[`super::",
+        "(self::",
+        "[self::",
+        "[`self::",
+    ] {
+        // The delimiters before the path's first segment.
+        let delimiters = start.len() - start.trim_start_matches(['(', '[', '`']).len();
+        let mut rest = text;
+        while let Some(at) = rest.find(start) {
+            let path: String = rest[at + delimiters..]
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
+                .collect();
+            let segments: Vec<String> = path
+                .split("::")
+                .filter(|segment| !segment.is_empty())
+                .map(str::to_owned)
+                .collect();
+            found.push(segments);
+            rest = &rest[at + start.len()..];
+        }
     }
 }
 
