@@ -131,16 +131,7 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
         K: BatchKey<DB, S::KeyShape>,
         P: Params<DB>,
     {
-        self.recorded()?;
-        self.transition()
-            .claim_with(
-                pool,
-                &bind::values(&self.params),
-                None,
-                limit,
-                self.note_or_none(),
-            )
-            .await
+        self.claim_aged(pool, None, limit).await
     }
 
     /// [`claim`](Transition::claim) for rows that have sat in a source
@@ -177,16 +168,7 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
         K: BatchKey<DB, S::KeyShape>,
         P: Params<DB>,
     {
-        self.recorded()?;
-        self.transition()
-            .claim_with(
-                pool,
-                &bind::values(&self.params),
-                Some(age),
-                limit,
-                self.note_or_none(),
-            )
-            .await
+        self.claim_aged(pool, Some(age), limit).await
     }
 
     /// [`claim_older_than`](Transition::claim_older_than) with the
@@ -203,14 +185,30 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
         K: BatchKey<DB, S::KeyShape>,
         P: Params<DB>,
     {
+        // A noted call on a machine without history is refused first.
         self.recorded()?;
-        let transition = self.transition();
-        let age = transition.timeout()?;
-        transition
+        let age = self.transition().timeout()?;
+        self.claim_aged(pool, Some(age), limit).await
+    }
+
+    /// The one body of the three claims: rows older than `age` when given.
+    async fn claim_aged<DB, K>(
+        self,
+        pool: &sqlx::Pool<DB>,
+        age: Option<Duration>,
+        limit: u32,
+    ) -> Result<Vec<Won<S, K, Committed>>, Error>
+    where
+        DB: Batched,
+        K: BatchKey<DB, S::KeyShape>,
+        P: Params<DB>,
+    {
+        self.recorded()?;
+        self.transition()
             .claim_with(
                 pool,
                 &bind::values(&self.params),
-                Some(age),
+                age,
                 limit,
                 self.note_or_none(),
             )

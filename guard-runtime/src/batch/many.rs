@@ -16,7 +16,7 @@ use crate::batch::batched::{Batch, Batched, Found};
 use crate::deadline::retry::{MAX_ATTEMPTS, backoff};
 use crate::error::Error;
 use crate::executor::Executor;
-use crate::machine::key::{BatchKey, DecodeKey, KeyShape, ManyKeys, RowKey};
+use crate::machine::key::{BatchKey, KeyShape};
 use crate::outcome::{Committed, Outcome, Won};
 use crate::telemetry;
 #[allow(unused_imports)] // in the docs
@@ -63,13 +63,7 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
     where
         DB: Batched,
         for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
-        K: RowKey<DB, S::KeyShape>
-            + DecodeKey<DB, S::KeyShape>
-            + ManyKeys<DB, S::KeyShape>
-            + Ord
-            + Clone
-            + Send
-            + Sync,
+        K: BatchKey<DB, S::KeyShape> + Clone,
         P: Params<DB>,
     {
         self.recorded()?;
@@ -90,13 +84,7 @@ impl<S: StateMachine> Transition<S> {
     where
         DB: Batched,
         for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
-        K: RowKey<DB, S::KeyShape>
-            + DecodeKey<DB, S::KeyShape>
-            + ManyKeys<DB, S::KeyShape>
-            + Ord
-            + Clone
-            + Send
-            + Sync,
+        K: BatchKey<DB, S::KeyShape> + Clone,
     {
         if self.expected().is_some() {
             return Err(Error::ExpectingMany {
@@ -145,13 +133,7 @@ impl<S: StateMachine> Transition<S> {
     where
         DB: Batched,
         for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
-        K: RowKey<DB, S::KeyShape>
-            + DecodeKey<DB, S::KeyShape>
-            + ManyKeys<DB, S::KeyShape>
-            + Ord
-            + Clone
-            + Send
-            + Sync,
+        K: BatchKey<DB, S::KeyShape> + Clone,
     {
         // The distinct keys, in key order; `slot[i]` is the distinct key of
         // input `i`. Keys given sorted and distinct are their own order.

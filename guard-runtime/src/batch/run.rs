@@ -152,21 +152,29 @@ where
     Sh: KeyShape,
     K: BatchKey<DB, Sh>,
 {
-    let log = transition.many().history_insert();
+    let history_insert = transition.many().history_insert();
     let [update, _] = statements::<DB, Sh, K>(transition);
     let mut found: Vec<Found<K>> = keys.iter().map(|_| Found::Missing).collect();
     let db_error = |e| transition.db_error(e);
     let (update, args) = prepared::<DB, Sh, K>(transition, update, keys, params, note)?;
-    let rows = match DB::sql(log).is_empty() {
+    let rows = match DB::sql(history_insert).is_empty() {
         // Without a history table, or on PostgreSQL, which writes the
         // history rows in the update's statement.
         true => executor.fetch_all(update.text(), args).await,
         // SQLite with a history table: the history rows and the update in
         // one transaction.
         false => {
-            let (log, log_args) = prepared::<DB, Sh, K>(transition, log, keys, params, note)?;
+            let (history_insert, history_args) =
+                prepared::<DB, Sh, K>(transition, history_insert, keys, params, note)?;
             executor
-                .logged(log.text(), log_args, update.text(), args, true, None)
+                .logged(
+                    history_insert.text(),
+                    history_args,
+                    update.text(),
+                    args,
+                    true,
+                    None,
+                )
                 .await
                 .map(|logged| logged.rows)
         }
@@ -242,7 +250,7 @@ where
     K: BatchKey<DB, Sh>,
 {
     let many = transition.many();
-    let (update, read, lease_read, log) = (
+    let (update, read, lease_read, history_insert) = (
         many.update(),
         many.read(),
         many.lease_read(),
@@ -275,10 +283,14 @@ where
         return Ok(found);
     }
     let mover_keys: Vec<&K> = movers.iter().map(|(i, _, _)| keys[*i]).collect();
-    if !DB::sql(log).is_empty() {
+    if !DB::sql(history_insert).is_empty() {
         // The history rows, from the rows locked above, before they move.
-        let (log, args) = prepared::<DB, Sh, K>(transition, log, &mover_keys, params, note)?;
-        (&mut tx).execute(log.text(), args).await.map_err(retry)?;
+        let (history_insert, args) =
+            prepared::<DB, Sh, K>(transition, history_insert, &mover_keys, params, note)?;
+        (&mut tx)
+            .execute(history_insert.text(), args)
+            .await
+            .map_err(retry)?;
     }
     let (update, args) = prepared::<DB, Sh, K>(transition, update, &mover_keys, params, note)?;
     (&mut tx)

@@ -89,7 +89,7 @@ where
     let transition = chosen.transition.transition();
     let update = <DB<E> as Driver>::statement(chosen.sql);
     let read = <DB<E> as Driver>::statement(in_flight.follow_up_read_sql());
-    let log = <DB<E> as Driver>::statement(
+    let history_insert = <DB<E> as Driver>::statement(
         &in_flight.follow_up_history_insert_sql()[usize::from(chosen.failed)],
     );
     let versioned = S::MACHINE.version().is_some();
@@ -111,7 +111,7 @@ where
     loop {
         attempts += 1;
         let args = arguments(update)?;
-        let moved = match log.is_empty() {
+        let moved = match history_insert.is_empty() {
             // Without a history table, or on PostgreSQL, whose follow-up
             // writes the history row in the same statement.
             true => executor
@@ -121,9 +121,16 @@ where
             // With a history table on SQLite and MySQL: the history row
             // and the follow-up in one transaction.
             false => {
-                let log_args = arguments(log)?;
+                let history_args = arguments(history_insert)?;
                 executor
-                    .logged(log.text(), log_args, update.text(), args, false, None)
+                    .logged(
+                        history_insert.text(),
+                        history_args,
+                        update.text(),
+                        args,
+                        false,
+                        None,
+                    )
                     .await
                     .map(|logged| logged.updated)
             }

@@ -226,7 +226,7 @@ pub const fn transition<S: StateMachine>(parts: TransitionParts<S>) -> Transitio
         (Some(plain), Some(locking)) => Some([plain, locking]),
         _ => None,
     };
-    let log = match (history_insert, history_insert_expecting) {
+    let history_insert = match (history_insert, history_insert_expecting) {
         (Some(plain), Some(expecting)) => Some([plain, expecting]),
         _ => None,
     };
@@ -242,12 +242,12 @@ pub const fn transition<S: StateMachine>(parts: TransitionParts<S>) -> Transitio
         select_guarded,
         claim,
         claim_older,
-        log,
+        history_insert,
         many: ManySql {
             update: many_update,
             read: many_read,
             lease_read: or_none(many_lease_read),
-            log: or_none(many_history_insert),
+            history_insert: or_none(many_history_insert),
         },
         many_by_value: [many_update_by_value, many_read_by_value],
     }

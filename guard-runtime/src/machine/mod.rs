@@ -348,7 +348,7 @@ pub struct TransitionDef<S: 'static> {
     claim_older: Option<Sql>,
     /// With a history table, on SQLite and MySQL: the history row's insert
     /// before the compare-and-set, `[plain, expecting]`.
-    log: Option<[Sql; 2]>,
+    history_insert: Option<[Sql; 2]>,
     /// `apply_many`'s statements.
     many: ManySql,
     /// PostgreSQL's update and read of `many` for keys compared by value.
@@ -410,7 +410,7 @@ impl<S: StateMachine> TransitionDef<S> {
     /// (empty on PostgreSQL, whose compare-and-set writes the history row
     /// itself).
     pub const fn history_insert_sql(&self) -> Option<&[Sql; 2]> {
-        self.log.as_ref()
+        self.history_insert.as_ref()
     }
 
     /// What [`Transition::claim_older_than`](crate::Transition::claim_older_than)
@@ -466,7 +466,7 @@ pub struct ManySql {
     pub(crate) update: Sql,
     pub(crate) read: Sql,
     pub(crate) lease_read: Sql,
-    pub(crate) log: Sql,
+    pub(crate) history_insert: Sql,
 }
 
 impl ManySql {
@@ -493,6 +493,6 @@ impl ManySql {
     /// SQLite and MySQL, with a history table: the history rows' insert
     /// just before the update. Empty otherwise.
     pub const fn history_insert(&self) -> &Sql {
-        &self.log
+        &self.history_insert
     }
 }

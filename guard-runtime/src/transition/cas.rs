@@ -39,7 +39,7 @@ pub(crate) struct Plan {
     pub(crate) update_expecting: Option<&'static Sql>,
     /// With a history table on SQLite and MySQL: the history row's
     /// insert, `[plain, expecting]`.
-    pub(crate) log: Option<&'static [Sql; 2]>,
+    pub(crate) history_insert: Option<&'static [Sql; 2]>,
     pub(crate) read_back: &'static Sql,
     pub(crate) versioned: bool,
     pub(crate) leased: bool,
@@ -337,7 +337,7 @@ impl Plan {
         let args = arguments(update)?;
         // With a history table on SQLite and MySQL, the history row's
         // insert, run just before the move in one transaction with it.
-        let log = self.log.map(|[plain, expecting]| {
+        let history_insert = self.history_insert.map(|[plain, expecting]| {
             <DB<E> as Driver>::statement(match self.expected {
                 Some(_) => expecting,
                 None => plain,
@@ -376,11 +376,13 @@ impl Plan {
         // connection: the lease token of the row by its key.
         let read_back_args =
             || Ok::<_, StatementFailure>((read_back.text(), arguments(read_back)?));
-        let (rows, changed) = if let Some(log) = log.filter(|log| !log.is_empty()) {
+        let (rows, changed) = if let Some(history_insert) =
+            history_insert.filter(|history_insert| !history_insert.is_empty())
+        {
             // With a history table on SQLite and MySQL: the history row's
             // insert and the compare-and-set, in one transaction.
-            let log_args = arguments(log)?;
-            let log = log.text();
+            let history_args = arguments(history_insert)?;
+            let history_insert = history_insert.text();
             let returns_rows = (versioned || leased) && <DB<E> as Driver>::RETURNING;
             // MySQL reads a lease back; a version comes with the update.
             let then = match leased && !<DB<E> as Driver>::RETURNING {
@@ -388,7 +390,14 @@ impl Plan {
                 false => None,
             };
             let logged = executor
-                .logged(log, log_args, update, args, returns_rows, then)
+                .logged(
+                    history_insert,
+                    history_args,
+                    update,
+                    args,
+                    returns_rows,
+                    then,
+                )
                 .await
                 .map_err(retryable)?;
             let row = match logged.rows.first() {
