@@ -16,6 +16,17 @@
 //! reads, and [`render`] strips them and records their order, so the
 //! runtime reads a row by what a column holds, never by a bare index.
 //!
+//! Every PostgreSQL statement also proves, row by row, that it is the one
+//! that ran: [`render`] makes its first result column a literal, its
+//! [`Col::Tag`], that names the statement and no other (a digest of its
+//! text), and a statement that returns nothing else returns the tag
+//! (`RETURNING`), one row per row it changed. A connection pooler that
+//! hands a named prepared statement to the wrong server session makes the
+//! server run another statement with this call's values; the runtime
+//! checks the tag of every row before it believes it
+//! (`guard-runtime/src/transition/row.rs`), and counts rows changed by
+//! their tagged rows, never by the command's own count.
+//!
 //! PostgreSQL (`$n`) and SQLite (`?n`) number each distinct slot once, in
 //! the order of [`Slot`]'s declaration, so a value used twice (a key in
 //! its exact match) is bound once. MySQL's `?` are positional: the plan
@@ -54,6 +65,9 @@ pub enum Slot {
 /// What one column of a statement's result holds.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Col {
+    /// The statement's tag, PostgreSQL's first column: see the module
+    /// docs.
+    Tag,
     /// Key column `n` of the row.
     Key(u8),
     /// The status, as text.
@@ -92,6 +106,7 @@ impl Col {
     /// `expr` as the result column that holds this.
     pub fn of(self, expr: &str) -> String {
         let (kind, n) = match self {
+            Col::Tag => ('g', 0),
             Col::Key(n) => ('k', n),
             Col::Status => ('s', 0),
             Col::Occurrence => ('v', 0),
@@ -113,6 +128,7 @@ impl Col {
         let kind = chars.next()?;
         let n: u8 = chars.as_str().parse().ok()?;
         Some(match kind {
+            'g' => Col::Tag,
             'k' => Col::Key(n),
             's' => Col::Status,
             'v' => Col::Occurrence,
@@ -151,10 +167,15 @@ fn columns(text: &str) -> Result<(String, Vec<Col>), String> {
         rest = &rest[close + 1..];
     }
     out.push_str(rest);
-    // The runtime decodes a key from the first columns of a row.
+    // The tag comes first, where a row of any statement has a column; the
+    // runtime decodes a key from the columns right after it.
+    let tagged = usize::from(columns.first() == Some(&Col::Tag));
+    if columns.iter().skip(tagged).any(|c| *c == Col::Tag) {
+        return Err(format!("the tag not first in {text:?}"));
+    }
     let keys = columns.iter().filter(|c| matches!(c, Col::Key(_))).count();
     let first = (0..keys).map(|i| Col::Key(i as u8));
-    if !columns.iter().take(keys).copied().eq(first) {
+    if !columns.iter().skip(tagged).take(keys).copied().eq(first) {
         return Err(format!("key columns not first and in order in {text:?}"));
     }
     Ok((out, columns))
@@ -198,20 +219,51 @@ impl Slot {
     }
 }
 
-/// A statement in one dialect: its text, its plan and the columns it
-/// returns.
+/// A statement in one dialect: its text, its plan, the columns it
+/// returns and, on PostgreSQL, its tag.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Rendered {
     pub text: String,
     pub plan: Vec<Slot>,
     pub returns: Vec<Col>,
+    pub tag: Option<String>,
+}
+
+/// Where a builder puts a statement's tag itself ([`Col::Tag`]`.of(TAG)`),
+/// for a result that would otherwise have no column; [`render`] writes the
+/// literal in its place.
+pub const TAG: &str = "\u{5}";
+
+/// PostgreSQL: `marked` with its tag as the first column of its result
+/// (before the first marked column), or returned by a statement that
+/// returns nothing else (` RETURNING tag`), and the tag: a digest of the
+/// statement's text, so that no two statements share one.
+fn tagged(marked: &str) -> (String, String) {
+    let tag_column = Col::Tag.of(TAG);
+    let mut with_tag = match (marked.contains(&tag_column), marked.find(COLUMN)) {
+        (true, _) => marked.to_owned(),
+        (false, Some(first)) => format!("{}{tag_column}, {}", &marked[..first], &marked[first..]),
+        (false, None) => format!("{marked} RETURNING {tag_column}"),
+    };
+    let mut digest = fnv::FnvHasher::default();
+    std::hash::Hasher::write(&mut digest, with_tag.as_bytes());
+    let tag = format!("stateguard {:016x}", std::hash::Hasher::finish(&digest));
+    with_tag = with_tag.replace(TAG, &format!("'{tag}'::text"));
+    (with_tag, tag)
 }
 
 /// `marked`'s slots turned into `d`'s placeholders, and the plan that
 /// binds them; an error (a bug of a builder) when the text's placeholders
 /// and the plan do not match.
 pub fn render(d: Dialect, marked: &str) -> Result<Rendered, String> {
-    let (marked, returns) = columns(marked)?;
+    let (marked, tag) = match d {
+        Dialect::Postgres => {
+            let (marked, tag) = tagged(marked);
+            (marked, Some(tag))
+        }
+        Dialect::Sqlite | Dialect::MySql => (marked.to_owned(), None),
+    };
+    let (marked, returns) = columns(&marked)?;
     let marked = marked.as_str();
     let mut slots = Vec::new();
     let mut pieces = Vec::new();
@@ -260,6 +312,7 @@ pub fn render(d: Dialect, marked: &str) -> Result<Rendered, String> {
         text,
         plan,
         returns,
+        tag,
     })
 }
 
@@ -307,9 +360,13 @@ mod tests {
     #[test]
     fn numbered_dialects_bind_each_slot_once_in_slot_order() -> Result<(), String> {
         let pg = render(Dialect::Postgres, &marked())?;
+        let tag = pg.tag.clone().unwrap_or_default();
         assert_eq!(
             pg.text,
-            "UPDATE t SET b = $2 WHERE k = $1 AND CAST(k AS TEXT) = $1 AND p = '$[*]?'"
+            format!(
+                "UPDATE t SET b = $2 WHERE k = $1 AND CAST(k AS TEXT) = $1 AND p = '$[*]?' \
+                 RETURNING '{tag}'::text"
+            )
         );
         assert_eq!(pg.plan, [Slot::Key(0), Slot::Value(0)]);
         let lite = render(Dialect::Sqlite, &marked())?;
@@ -350,13 +407,60 @@ mod tests {
             Col::Occurrence.of("v"),
             Slot::Key(0).mark()
         );
-        let pg = render(Dialect::Postgres, &text)?;
-        assert_eq!(pg.text, "SELECT s, v FROM t WHERE k = $1");
-        assert_eq!(pg.returns, [Col::Status, Col::Occurrence]);
+        let lite = render(Dialect::Sqlite, &text)?;
+        assert_eq!(lite.text, "SELECT s, v FROM t WHERE k = ?1");
+        assert_eq!(lite.returns, [Col::Status, Col::Occurrence]);
         let twice = format!("SELECT {}, {}", Col::Token.of("a"), Col::Token.of("b"));
         assert!(render(Dialect::MySql, &twice).is_err());
         let late = format!("SELECT {}, {}", Col::Token.of("a"), Col::Key(0).of("k"));
         assert!(render(Dialect::MySql, &late).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn postgres_statements_return_their_tag_first() -> Result<(), String> {
+        let select = format!(
+            "WITH m AS (SELECT k FROM t) SELECT {}, {} FROM m WHERE k = {}",
+            Col::Key(0).of("k"),
+            Col::Status.of("s"),
+            Slot::Key(0).mark()
+        );
+        let pg = render(Dialect::Postgres, &select)?;
+        let tag = pg.tag.clone().unwrap_or_default();
+        assert!(tag.starts_with("stateguard ") && tag.len() == 27, "{tag}");
+        assert_eq!(
+            pg.text,
+            format!("WITH m AS (SELECT k FROM t) SELECT '{tag}'::text, k, s FROM m WHERE k = $1")
+        );
+        assert_eq!(pg.returns, [Col::Tag, Col::Key(0), Col::Status]);
+        // A statement that returns nothing else returns its tag, once per
+        // row it changes.
+        let update = render(Dialect::Postgres, "UPDATE t SET s = 'b'")?;
+        let tag = update.tag.clone().unwrap_or_default();
+        assert_eq!(
+            update.text,
+            format!("UPDATE t SET s = 'b' RETURNING '{tag}'::text")
+        );
+        assert_eq!(update.returns, [Col::Tag]);
+        // A builder may place it itself, where nothing else is returned.
+        let placed = format!(
+            "WITH m AS (UPDATE t SET s = 'b') SELECT {} FROM m",
+            Col::Tag.of(TAG)
+        );
+        let placed = render(Dialect::Postgres, &placed)?;
+        let tag = placed.tag.clone().unwrap_or_default();
+        assert_eq!(
+            placed.text,
+            format!("WITH m AS (UPDATE t SET s = 'b') SELECT '{tag}'::text FROM m")
+        );
+        // No two statements share a tag; the other dialects have none.
+        assert_ne!(update.tag, pg.tag);
+        assert_ne!(update.tag, placed.tag);
+        assert_eq!(render(Dialect::Sqlite, &select)?.tag, None);
+        assert_eq!(render(Dialect::MySql, &select)?.tag, None);
+        // Only first.
+        let late = format!("SELECT {}, {}", Col::Status.of("s"), Col::Tag.of(TAG));
+        assert!(render(Dialect::Sqlite, &late).is_err());
         Ok(())
     }
 

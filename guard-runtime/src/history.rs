@@ -8,6 +8,7 @@ use crate::dialect::Column;
 use crate::dialect::sealed::Driver;
 use crate::error::Error;
 use crate::executor::Executor;
+use crate::executor::proven::Proven;
 use crate::machine::key::RowKey;
 use crate::machine::{Machine, TransitionDef};
 use crate::transition::note::Note;
@@ -82,14 +83,10 @@ impl<S: StateMachine> Machine<S> {
                 machine: self.name(),
             });
         };
-        let error = |source| Error::Database {
-            table: self.table(),
-            transition: "history",
-            source,
-        };
+        let error = |source| Error::database(self.table(), "history", source);
         let read = <E::Database as Driver>::statement(sql);
         let args = key_arguments::<E::Database, S::KeyShape, K>(read, &key).map_err(error)?;
-        let rows = executor.fetch_all(read.text(), args).await.map_err(error)?;
+        let rows = executor.rows(read, args).await.map_err(error)?;
         rows.iter()
             .enumerate()
             .map(|(index, row)| {

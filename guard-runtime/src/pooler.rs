@@ -8,11 +8,25 @@
 //! is on or off. A pooler that hands the server session to another client
 //! between those two trips, or that lets two clients' statement names
 //! (`sqlx_s_1`, …) meet on one server session, makes PostgreSQL run
-//! *another client's statement* with this call's values. The library then
-//! reads that statement's row as its own: it could report a win it did not
-//! make, and another caller's `Applied` for the same row would run the
-//! effect twice. No check inside the library can make that safe, so the
-//! pool must not be set up that way.
+//! *another client's statement* with this call's values, and sqlx decodes
+//! that statement's row with this statement's columns.
+//!
+//! **Every statement proves its rows.** Each PostgreSQL statement of a
+//! machine and of the fixed-table stores returns, as the first column of
+//! every row, a literal that names it and no other
+//! ([`Statement::tag`](crate::meta::Statement::tag)), and a statement that
+//! changes rows returns one such row per row changed: the library never
+//! counts a command's `UPDATE 1`, which another statement could have
+//! sent. A row without the statement's tag is not believed: the call
+//! returns [`Error::StatementMixUp`](crate::Error::StatementMixUp) (outcome
+//! unknown) instead of a win, a loss or a missing row. A mixed-up
+//! statement PostgreSQL refuses outright (`prepared statement "sqlx_s_1"
+//! already exists`, 42P05; `does not exist`, 26000; a bind message with
+//! another number of values, 08P01) is an
+//! [`Error::Database`](crate::Error::Database) that ran nothing. So a
+//! race behind such a pooler gives no false `Applied`; but most calls
+//! fail, and the statement that ran in another's place may have been
+//! someone else's write. The pool must not be set up that way.
 //!
 //! | between the pool and PostgreSQL | safe |
 //! | --- | --- |
@@ -178,7 +192,7 @@
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use self::postgres::{Check, check};
-pub use crate::error::{Multiplexing, ServerSession};
+pub use crate::error::{Multiplexing, ServerSession, StatementMixUp};
 
 /// How many rounds [`check`] probes before it says the pool is not
 /// multiplexed. See [the probe](crate::pooler#the-probe).

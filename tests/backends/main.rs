@@ -24,6 +24,7 @@ mod keys;
 mod leases;
 mod many;
 mod metrics;
+mod mix_up;
 mod mysql;
 mod mysql_index;
 mod occurrence;

@@ -105,6 +105,10 @@ where
     db.transfers(6).await;
     let capture = Capture::default();
     let _default = tracing::subscriber::set_default(capture.clone());
+    // A callsite that another test's thread hit for the first time while
+    // this subscriber was being set may have cached "never" for it; ask
+    // every callsite again, now that the subscriber is in place.
+    tracing::callsite::rebuild_interest_cache();
 
     let won = TransferStatus::start()
         .apply(&db.pool, 1_i64)

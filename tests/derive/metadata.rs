@@ -90,12 +90,24 @@ fn transitions_carry_sources_target_and_set_columns() {
     );
 }
 
+/// `sql`'s PostgreSQL text with its tag written `TAG`: the first column
+/// of its result, or what it returns where nothing else.
+fn pg(sql: &stateguard::meta::Sql) -> String {
+    let [postgres, sqlite, mysql] = sql.statements();
+    assert_eq!((sqlite.tag(), mysql.tag()), (None, None));
+    let tag = postgres
+        .tag()
+        .expect("every PostgreSQL statement has a tag");
+    assert!(tag.starts_with("stateguard "), "{tag}");
+    postgres.text().replace(&format!("'{tag}'::text"), "TAG")
+}
+
 #[test]
 fn sql_text_per_dialect() {
     let cancel = PayoutStatus::cancel().def().update_sql();
     assert_eq!(
-        cancel.postgres(),
-        r#"UPDATE "billing"."payouts" SET "status" = 'cancelled' WHERE "id" = $1 AND CAST("id" AS TEXT) COLLATE "C" = CAST($1 AS TEXT) AND "status" IN ('pending', 'sending')"#
+        pg(cancel),
+        r#"UPDATE "billing"."payouts" SET "status" = 'cancelled' WHERE "id" = $1 AND CAST("id" AS TEXT) COLLATE "C" = CAST($1 AS TEXT) AND "status" IN ('pending', 'sending') RETURNING TAG"#
     );
     assert_eq!(
         cancel.sqlite(),
@@ -106,13 +118,13 @@ fn sql_text_per_dialect() {
         "UPDATE `billing`.`payouts` SET `status` = 'cancelled' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('pending', 'sending') AND CAST(`status` AS BINARY) IN ('pending', 'sending')"
     );
     assert_eq!(
-        PayoutStatus::confirm().def().update_sql().postgres(),
-        r#"UPDATE "billing"."payouts" SET "status" = 'sent', "sent_at" = (CURRENT_TIMESTAMP), "type" = ('wire') WHERE "id" = $1 AND CAST("id" AS TEXT) COLLATE "C" = CAST($1 AS TEXT) AND "status" IN ('sending')"#
+        pg(PayoutStatus::confirm().def().update_sql()),
+        r#"UPDATE "billing"."payouts" SET "status" = 'sent', "sent_at" = (CURRENT_TIMESTAMP), "type" = ('wire') WHERE "id" = $1 AND CAST("id" AS TEXT) COLLATE "C" = CAST($1 AS TEXT) AND "status" IN ('sending') RETURNING TAG"#
     );
     let select = PayoutStatus::MACHINE.select_sql();
     assert_eq!(
-        select.postgres(),
-        r#"SELECT "status"::text, CAST(0 AS BIGINT) FROM "billing"."payouts" WHERE "id" = $1 AND CAST("id" AS TEXT) COLLATE "C" = CAST($1 AS TEXT)"#
+        pg(select),
+        r#"SELECT TAG, "status"::text, CAST(0 AS BIGINT) FROM "billing"."payouts" WHERE "id" = $1 AND CAST("id" AS TEXT) COLLATE "C" = CAST($1 AS TEXT)"#
     );
     assert_eq!(
         select.sqlite(),
@@ -126,8 +138,8 @@ fn sql_text_per_dialect() {
     // that it sees the latest row or fails with 40001, not a snapshot.
     let select = PayoutStatus::MACHINE.select_in_transaction_sql();
     assert_eq!(
-        select.postgres(),
-        r#"SELECT "status"::text, CAST(0 AS BIGINT) FROM "billing"."payouts" WHERE "id" = $1 AND CAST("id" AS TEXT) COLLATE "C" = CAST($1 AS TEXT) FOR SHARE"#
+        pg(select),
+        r#"SELECT TAG, "status"::text, CAST(0 AS BIGINT) FROM "billing"."payouts" WHERE "id" = $1 AND CAST("id" AS TEXT) COLLATE "C" = CAST($1 AS TEXT) FOR SHARE"#
     );
     assert_eq!(select.sqlite(), PayoutStatus::MACHINE.select_sql().sqlite());
     assert_eq!(select.mysql(), PayoutStatus::MACHINE.select_sql().mysql());
@@ -183,8 +195,8 @@ enum TransferStatus {
 fn version_and_in_flight_sql() {
     let start = TransferStatus::start().def().update_sql();
     assert_eq!(
-        start.postgres(),
-        r#"UPDATE "transfers" SET "status" = 'sending', "sending_since" = statement_timestamp(), "version" = COALESCE("version", 0) + 1 WHERE "id" = $1 AND CAST("id" AS TEXT) COLLATE "C" = CAST($1 AS TEXT) AND "status" IN ('pending') RETURNING CAST(COALESCE("version", 0) AS BIGINT), COALESCE(CAST(EXTRACT(EPOCH FROM "sending_since") * 1000000 AS BIGINT), 0)"#
+        pg(start),
+        r#"UPDATE "transfers" SET "status" = 'sending', "sending_since" = statement_timestamp(), "version" = COALESCE("version", 0) + 1 WHERE "id" = $1 AND CAST("id" AS TEXT) COLLATE "C" = CAST($1 AS TEXT) AND "status" IN ('pending') RETURNING TAG, CAST(COALESCE("version", 0) AS BIGINT), COALESCE(CAST(EXTRACT(EPOCH FROM "sending_since") * 1000000 AS BIGINT), 0)"#
     );
     assert_eq!(
         start.sqlite(),
@@ -196,8 +208,8 @@ fn version_and_in_flight_sql() {
     );
     // Leaving the in-flight state does not stamp it.
     assert_eq!(
-        TransferStatus::confirm().def().update_sql().postgres(),
-        r#"UPDATE "transfers" SET "status" = 'sent', "version" = COALESCE("version", 0) + 1 WHERE "id" = $1 AND CAST("id" AS TEXT) COLLATE "C" = CAST($1 AS TEXT) AND "status" IN ('sending') RETURNING CAST(COALESCE("version", 0) AS BIGINT)"#
+        pg(TransferStatus::confirm().def().update_sql()),
+        r#"UPDATE "transfers" SET "status" = 'sent', "version" = COALESCE("version", 0) + 1 WHERE "id" = $1 AND CAST("id" AS TEXT) COLLATE "C" = CAST($1 AS TEXT) AND "status" IN ('sending') RETURNING TAG, CAST(COALESCE("version", 0) AS BIGINT)"#
     );
 
     assert_eq!(
@@ -214,8 +226,8 @@ fn version_and_in_flight_sql() {
     assert_eq!(sending.done(), TransferStatus::confirm());
     assert_eq!(sending.failed(), Some(TransferStatus::fail()));
     assert_eq!(
-        sending.expired_sql().postgres(),
-        r#"SELECT "id", CAST(COALESCE("version", 0) AS BIGINT) FROM "transfers" WHERE "status" = 'sending' AND ("sending_since" IS NULL OR "sending_since" < statement_timestamp() - INTERVAL '1500 milliseconds') ORDER BY "sending_since" IS NOT NULL, "sending_since" LIMIT $1"#
+        pg(sending.expired_sql()),
+        r#"SELECT TAG, "id", CAST(COALESCE("version", 0) AS BIGINT) FROM "transfers" WHERE "status" = 'sending' AND ("sending_since" IS NULL OR "sending_since" < statement_timestamp() - INTERVAL '1500 milliseconds') ORDER BY "sending_since" IS NOT NULL, "sending_since" LIMIT $1"#
     );
     assert_eq!(
         sending.claim_sql().sqlite(),
@@ -224,8 +236,8 @@ fn version_and_in_flight_sql() {
     // The follow-ups and the renewal are tied to the occurrence and to the
     // lease token: a worker whose lease was taken over cannot move the row.
     assert_eq!(
-        sending.done_sql().postgres(),
-        r#"UPDATE "transfers" SET "status" = 'sent', "version" = COALESCE("version", 0) + 1 WHERE "id" = $1 AND CAST("id" AS TEXT) COLLATE "C" = CAST($1 AS TEXT) AND "status" = 'sending' AND COALESCE("version", 0) = $2 AND COALESCE(CAST(EXTRACT(EPOCH FROM "sending_since") * 1000000 AS BIGINT), 0) = $3"#
+        pg(sending.done_sql()),
+        r#"UPDATE "transfers" SET "status" = 'sent', "version" = COALESCE("version", 0) + 1 WHERE "id" = $1 AND CAST("id" AS TEXT) COLLATE "C" = CAST($1 AS TEXT) AND "status" = 'sending' AND COALESCE("version", 0) = $2 AND COALESCE(CAST(EXTRACT(EPOCH FROM "sending_since") * 1000000 AS BIGINT), 0) = $3 RETURNING TAG"#
     );
     assert_eq!(
         sending.renew_sql().sqlite(),
@@ -240,8 +252,8 @@ fn version_and_in_flight_sql() {
         "SELECT COALESCE(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', `sending_since`), 0) FROM `transfers` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY)"
     );
     assert_eq!(
-        sending.follow_up_read_sql().postgres(),
-        r#"SELECT "status"::text, CAST(COALESCE("version", 0) AS BIGINT), COALESCE(CAST(EXTRACT(EPOCH FROM "sending_since") * 1000000 AS BIGINT), 0) FROM "transfers" WHERE "id" = $1 AND CAST("id" AS TEXT) COLLATE "C" = CAST($1 AS TEXT)"#
+        pg(sending.follow_up_read_sql()),
+        r#"SELECT TAG, "status"::text, CAST(COALESCE("version", 0) AS BIGINT), COALESCE(CAST(EXTRACT(EPOCH FROM "sending_since") * 1000000 AS BIGINT), 0) FROM "transfers" WHERE "id" = $1 AND CAST("id" AS TEXT) COLLATE "C" = CAST($1 AS TEXT)"#
     );
     assert_eq!(
         TransferStatus::start().def().read_back_sql().mysql(),

@@ -63,8 +63,8 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 target: PayoutStatus::Sending,
                 set: &[],
                 update: __sg::sql! {
-                    "UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('pending') AND (amount_cents <= 95000)"
-                    on postgres, binds = [Key(0)];
+                    "UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING 'stateguard 494b64a4c7b54d33'::text"
+                    on postgres, binds = [Key(0)], tag = "stateguard 494b64a4c7b54d33";
                     "UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB) AND \"status\" IN ('pending') AND (amount_cents <= 95000)"
                     on sqlite, binds = [Key(0)];
                     "UPDATE `payouts` SET `status` = 'sending' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('pending') AND CAST(`status` AS BINARY) IN ('pending') AND (amount_cents <= 95000)"
@@ -75,8 +75,9 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 guard: Some("amount_cents <= 95000"),
                 guarded_select: Some(
                     __sg::sql! {
-                        "SELECT \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT)"
-                        on postgres, binds = [Key(0)], reads = [Status, Occurrence,
+                        "SELECT 'stateguard d6121b5532992b3c'::text, \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT)"
+                        on postgres, binds = [Key(0)], tag =
+                        "stateguard d6121b5532992b3c", reads = [Status, Occurrence,
                         Meets];
                         "SELECT \"status\", CAST(0 AS INTEGER), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS INTEGER) FROM \"payouts\" WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB)"
                         on sqlite, binds = [Key(0)], reads = [Status, Occurrence, Meets];
@@ -87,8 +88,9 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 ),
                 guarded_select_in_transaction: Some(
                     __sg::sql! {
-                        "SELECT \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) FOR SHARE"
-                        on postgres, binds = [Key(0)], reads = [Status, Occurrence,
+                        "SELECT 'stateguard 7e75589679ee1174'::text, \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) FOR SHARE"
+                        on postgres, binds = [Key(0)], tag =
+                        "stateguard 7e75589679ee1174", reads = [Status, Occurrence,
                         Meets];
                         "SELECT \"status\", CAST(0 AS INTEGER), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS INTEGER) FROM \"payouts\" WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB)"
                         on sqlite, binds = [Key(0)], reads = [Status, Occurrence, Meets];
@@ -98,8 +100,9 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     },
                 ),
                 claim: __sg::sql! {
-                    "WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'sending' WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending') AND (amount_cents <= 95000) ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT c0, v, l FROM moved ORDER BY o0"
-                    on postgres, binds = [Limit], reads = [Key(0), Occurrence, Token];
+                    "WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'sending' WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending') AND (amount_cents <= 95000) ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT 'stateguard 7715385f475c2f3b'::text, c0, v, l FROM moved ORDER BY o0"
+                    on postgres, binds = [Limit], tag = "stateguard 7715385f475c2f3b",
+                    reads = [Key(0), Occurrence, Token];
                     "SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending') AND (amount_cents <= 95000) ORDER BY \"id\" LIMIT ?1"
                     on sqlite, binds = [Limit], reads = [Key(0)];
                     "SELECT `id` FROM `payouts` WHERE `status` IN ('pending') AND CAST(`status` AS BINARY) IN ('pending') AND (amount_cents <= 95000) ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
@@ -109,17 +112,18 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 history_insert: None,
                 history_insert_expecting: None,
                 many_update: __sg::sql! {
-                    "UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING \"payouts\".\"id\""
-                    on postgres, binds = [Keys(0)], reads = [Key(0)];
+                    "UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING 'stateguard 5439a7f824cfda39'::text, \"payouts\".\"id\""
+                    on postgres, binds = [Keys(0)], tag = "stateguard 5439a7f824cfda39",
+                    reads = [Key(0)];
                     "UPDATE \"payouts\" SET \"status\" = 'sending' FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i WHERE \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING \"payouts\".\"id\""
                     on sqlite, binds = [Keys(0)], reads = [Key(0)];
                     "UPDATE JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) SET `status` = 'sending' WHERE `status` IN ('pending') AND CAST(`status` AS BINARY) IN ('pending') AND (amount_cents <= 95000)"
                     on mysql, binds = [Keys(0)];
                 },
                 many_read: __sg::sql! {
-                    "SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT)"
-                    on postgres, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
-                    Meets];
+                    "SELECT 'stateguard 4f30e69c6011c3ff'::text, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT)"
+                    on postgres, binds = [Keys(0)], tag = "stateguard 4f30e69c6011c3ff",
+                    reads = [Key(0), Status, Occurrence, Meets];
                     "SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)"
                     on sqlite, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
                     Meets];
@@ -130,13 +134,14 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 many_lease_read: None,
                 many_history_insert: None,
                 many_update_by_value: __sg::sql! {
-                    "UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING \"payouts\".\"id\""
-                    on postgres, binds = [Keys(0)], reads = [Key(0)];
+                    "UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING 'stateguard 655f23d5c85b9419'::text, \"payouts\".\"id\""
+                    on postgres, binds = [Keys(0)], tag = "stateguard 655f23d5c85b9419",
+                    reads = [Key(0)];
                 },
                 many_read_by_value: __sg::sql! {
-                    "SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0"
-                    on postgres, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
-                    Meets];
+                    "SELECT 'stateguard 2269cb6bba1b2198'::text, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0"
+                    on postgres, binds = [Keys(0)], tag = "stateguard 2269cb6bba1b2198",
+                    reads = [Key(0), Status, Occurrence, Meets];
                 },
             }),
             __sg::transition(__sg::TransitionParts {
@@ -145,8 +150,8 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 target: PayoutStatus::Cancelled,
                 set: &[],
                 update: __sg::sql! {
-                    "UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('pending', 'sending')"
-                    on postgres, binds = [Key(0)];
+                    "UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('pending', 'sending') RETURNING 'stateguard 425baf609737e2a1'::text"
+                    on postgres, binds = [Key(0)], tag = "stateguard 425baf609737e2a1";
                     "UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB) AND \"status\" IN ('pending', 'sending')"
                     on sqlite, binds = [Key(0)];
                     "UPDATE `payouts` SET `status` = 'cancelled' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('pending', 'sending') AND CAST(`status` AS BINARY) IN ('pending', 'sending')"
@@ -158,8 +163,9 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 guarded_select: None,
                 guarded_select_in_transaction: None,
                 claim: __sg::sql! {
-                    "WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending', 'sending') ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('pending', 'sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT c0, v, l FROM moved ORDER BY o0"
-                    on postgres, binds = [Limit], reads = [Key(0), Occurrence, Token];
+                    "WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending', 'sending') ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('pending', 'sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT 'stateguard df7b2629d8e2ff18'::text, c0, v, l FROM moved ORDER BY o0"
+                    on postgres, binds = [Limit], tag = "stateguard df7b2629d8e2ff18",
+                    reads = [Key(0), Occurrence, Token];
                     "SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending', 'sending') ORDER BY \"id\" LIMIT ?1"
                     on sqlite, binds = [Limit], reads = [Key(0)];
                     "SELECT `id` FROM `payouts` WHERE `status` IN ('pending', 'sending') AND CAST(`status` AS BINARY) IN ('pending', 'sending') ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
@@ -169,17 +175,18 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 history_insert: None,
                 history_insert_expecting: None,
                 many_update: __sg::sql! {
-                    "UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('pending', 'sending') RETURNING \"payouts\".\"id\""
-                    on postgres, binds = [Keys(0)], reads = [Key(0)];
+                    "UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('pending', 'sending') RETURNING 'stateguard 1384e5b485f4d90d'::text, \"payouts\".\"id\""
+                    on postgres, binds = [Keys(0)], tag = "stateguard 1384e5b485f4d90d",
+                    reads = [Key(0)];
                     "UPDATE \"payouts\" SET \"status\" = 'cancelled' FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i WHERE \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB) AND \"status\" IN ('pending', 'sending') RETURNING \"payouts\".\"id\""
                     on sqlite, binds = [Keys(0)], reads = [Key(0)];
                     "UPDATE JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) SET `status` = 'cancelled' WHERE `status` IN ('pending', 'sending') AND CAST(`status` AS BINARY) IN ('pending', 'sending')"
                     on mysql, binds = [Keys(0)];
                 },
                 many_read: __sg::sql! {
-                    "SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT)"
-                    on postgres, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
-                    Meets];
+                    "SELECT 'stateguard 743010078e607674'::text, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT)"
+                    on postgres, binds = [Keys(0)], tag = "stateguard 743010078e607674",
+                    reads = [Key(0), Status, Occurrence, Meets];
                     "SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(1 AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)"
                     on sqlite, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
                     Meets];
@@ -190,13 +197,14 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 many_lease_read: None,
                 many_history_insert: None,
                 many_update_by_value: __sg::sql! {
-                    "UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('pending', 'sending') RETURNING \"payouts\".\"id\""
-                    on postgres, binds = [Keys(0)], reads = [Key(0)];
+                    "UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('pending', 'sending') RETURNING 'stateguard 6ac8633defe685dd'::text, \"payouts\".\"id\""
+                    on postgres, binds = [Keys(0)], tag = "stateguard 6ac8633defe685dd",
+                    reads = [Key(0)];
                 },
                 many_read_by_value: __sg::sql! {
-                    "SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0"
-                    on postgres, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
-                    Meets];
+                    "SELECT 'stateguard 628d65a3569e6a07'::text, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0"
+                    on postgres, binds = [Keys(0)], tag = "stateguard 628d65a3569e6a07",
+                    reads = [Key(0), Status, Occurrence, Meets];
                 },
             }),
             __sg::transition(__sg::TransitionParts {
@@ -214,8 +222,9 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     }),
                 ],
                 update: __sg::sql! {
-                    "UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $2 WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('sending')"
-                    on postgres, binds = [Key(0), Value(0)];
+                    "UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $2 WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('sending') RETURNING 'stateguard 8172fe8674389c7d'::text"
+                    on postgres, binds = [Key(0), Value(0)], tag =
+                    "stateguard 8172fe8674389c7d";
                     "UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = ?2 WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB) AND \"status\" IN ('sending')"
                     on sqlite, binds = [Key(0), Value(0)];
                     "UPDATE `payouts` SET `sent_at` = (CURRENT_TIMESTAMP), `bank_ref` = ?, `status` = 'sent' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending')"
@@ -227,9 +236,9 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 guarded_select: None,
                 guarded_select_in_transaction: None,
                 claim: __sg::sql! {
-                    "WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $1 WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT $2 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT c0, v, l FROM moved ORDER BY o0"
-                    on postgres, binds = [Value(0), Limit], reads = [Key(0), Occurrence,
-                    Token];
+                    "WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $1 WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT $2 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT 'stateguard c3c1911b4e736bff'::text, c0, v, l FROM moved ORDER BY o0"
+                    on postgres, binds = [Value(0), Limit], tag =
+                    "stateguard c3c1911b4e736bff", reads = [Key(0), Occurrence, Token];
                     "SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT ?1"
                     on sqlite, binds = [Limit], reads = [Key(0)];
                     "SELECT `id` FROM `payouts` WHERE `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending') ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
@@ -239,17 +248,18 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 history_insert: None,
                 history_insert_expecting: None,
                 many_update: __sg::sql! {
-                    "UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $2 WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\""
-                    on postgres, binds = [Keys(0), Value(0)], reads = [Key(0)];
+                    "UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $2 WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('sending') RETURNING 'stateguard f70e9e72c9126767'::text, \"payouts\".\"id\""
+                    on postgres, binds = [Keys(0), Value(0)], tag =
+                    "stateguard f70e9e72c9126767", reads = [Key(0)];
                     "UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = ?2 FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i WHERE \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\""
                     on sqlite, binds = [Keys(0), Value(0)], reads = [Key(0)];
                     "UPDATE JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) SET `sent_at` = (CURRENT_TIMESTAMP), `bank_ref` = ?, `status` = 'sent' WHERE `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending')"
                     on mysql, binds = [Keys(0), Value(0)];
                 },
                 many_read: __sg::sql! {
-                    "SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT)"
-                    on postgres, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
-                    Meets];
+                    "SELECT 'stateguard 743010078e607674'::text, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT)"
+                    on postgres, binds = [Keys(0)], tag = "stateguard 743010078e607674",
+                    reads = [Key(0), Status, Occurrence, Meets];
                     "SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(1 AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)"
                     on sqlite, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
                     Meets];
@@ -260,13 +270,14 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 many_lease_read: None,
                 many_history_insert: None,
                 many_update_by_value: __sg::sql! {
-                    "UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $2 WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\""
-                    on postgres, binds = [Keys(0), Value(0)], reads = [Key(0)];
+                    "UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $2 WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('sending') RETURNING 'stateguard 998b61f024ddf5d3'::text, \"payouts\".\"id\""
+                    on postgres, binds = [Keys(0), Value(0)], tag =
+                    "stateguard 998b61f024ddf5d3", reads = [Key(0)];
                 },
                 many_read_by_value: __sg::sql! {
-                    "SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0"
-                    on postgres, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
-                    Meets];
+                    "SELECT 'stateguard 628d65a3569e6a07'::text, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0"
+                    on postgres, binds = [Keys(0)], tag = "stateguard 628d65a3569e6a07",
+                    reads = [Key(0), Status, Occurrence, Meets];
                 },
             }),
             __sg::transition(__sg::TransitionParts {
@@ -275,8 +286,8 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 target: PayoutStatus::Failed,
                 set: &[],
                 update: __sg::sql! {
-                    "UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('sending')"
-                    on postgres, binds = [Key(0)];
+                    "UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('sending') RETURNING 'stateguard c65b6cfcb4aec2bc'::text"
+                    on postgres, binds = [Key(0)], tag = "stateguard c65b6cfcb4aec2bc";
                     "UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB) AND \"status\" IN ('sending')"
                     on sqlite, binds = [Key(0)];
                     "UPDATE `payouts` SET `status` = 'failed' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending')"
@@ -288,8 +299,9 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 guarded_select: None,
                 guarded_select_in_transaction: None,
                 claim: __sg::sql! {
-                    "WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'failed' WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT c0, v, l FROM moved ORDER BY o0"
-                    on postgres, binds = [Limit], reads = [Key(0), Occurrence, Token];
+                    "WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'failed' WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT 'stateguard b08deab792f7a030'::text, c0, v, l FROM moved ORDER BY o0"
+                    on postgres, binds = [Limit], tag = "stateguard b08deab792f7a030",
+                    reads = [Key(0), Occurrence, Token];
                     "SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT ?1"
                     on sqlite, binds = [Limit], reads = [Key(0)];
                     "SELECT `id` FROM `payouts` WHERE `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending') ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
@@ -299,17 +311,18 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 history_insert: None,
                 history_insert_expecting: None,
                 many_update: __sg::sql! {
-                    "UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\""
-                    on postgres, binds = [Keys(0)], reads = [Key(0)];
+                    "UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('sending') RETURNING 'stateguard 3e3f42dff2cb3874'::text, \"payouts\".\"id\""
+                    on postgres, binds = [Keys(0)], tag = "stateguard 3e3f42dff2cb3874",
+                    reads = [Key(0)];
                     "UPDATE \"payouts\" SET \"status\" = 'failed' FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i WHERE \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\""
                     on sqlite, binds = [Keys(0)], reads = [Key(0)];
                     "UPDATE JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) SET `status` = 'failed' WHERE `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending')"
                     on mysql, binds = [Keys(0)];
                 },
                 many_read: __sg::sql! {
-                    "SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT)"
-                    on postgres, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
-                    Meets];
+                    "SELECT 'stateguard 743010078e607674'::text, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT)"
+                    on postgres, binds = [Keys(0)], tag = "stateguard 743010078e607674",
+                    reads = [Key(0), Status, Occurrence, Meets];
                     "SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(1 AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)"
                     on sqlite, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
                     Meets];
@@ -320,13 +333,14 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 many_lease_read: None,
                 many_history_insert: None,
                 many_update_by_value: __sg::sql! {
-                    "UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\""
-                    on postgres, binds = [Keys(0)], reads = [Key(0)];
+                    "UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('sending') RETURNING 'stateguard 81f8872ec6bf1ed4'::text, \"payouts\".\"id\""
+                    on postgres, binds = [Keys(0)], tag = "stateguard 81f8872ec6bf1ed4",
+                    reads = [Key(0)];
                 },
                 many_read_by_value: __sg::sql! {
-                    "SELECT \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0"
-                    on postgres, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
-                    Meets];
+                    "SELECT 'stateguard 628d65a3569e6a07'::text, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0"
+                    on postgres, binds = [Keys(0)], tag = "stateguard 628d65a3569e6a07",
+                    reads = [Key(0), Status, Occurrence, Meets];
                 },
             }),
         ];
@@ -341,16 +355,18 @@ impl ::stateguard::StateMachine for PayoutStatus {
             states: &__STATES,
             transitions: &__TRANSITIONS,
             select: __sg::sql! {
-                "SELECT \"status\"::text, CAST(0 AS BIGINT) FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT)"
-                on postgres, binds = [Key(0)], reads = [Status, Occurrence];
+                "SELECT 'stateguard dc5e003f92147217'::text, \"status\"::text, CAST(0 AS BIGINT) FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT)"
+                on postgres, binds = [Key(0)], tag = "stateguard dc5e003f92147217", reads
+                = [Status, Occurrence];
                 "SELECT \"status\", CAST(0 AS INTEGER) FROM \"payouts\" WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB)"
                 on sqlite, binds = [Key(0)], reads = [Status, Occurrence];
                 "SELECT CAST(`status` AS CHAR), CAST(0 AS SIGNED) FROM `payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) LOCK IN SHARE MODE"
                 on mysql, binds = [Key(0), Key(0)], reads = [Status, Occurrence];
             },
             select_in_transaction: __sg::sql! {
-                "SELECT \"status\"::text, CAST(0 AS BIGINT) FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) FOR SHARE"
-                on postgres, binds = [Key(0)], reads = [Status, Occurrence];
+                "SELECT 'stateguard 5d4276729f09718b'::text, \"status\"::text, CAST(0 AS BIGINT) FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) FOR SHARE"
+                on postgres, binds = [Key(0)], tag = "stateguard 5d4276729f09718b", reads
+                = [Status, Occurrence];
                 "SELECT \"status\", CAST(0 AS INTEGER) FROM \"payouts\" WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB)"
                 on sqlite, binds = [Key(0)], reads = [Status, Occurrence];
                 "SELECT CAST(`status` AS CHAR), CAST(0 AS SIGNED) FROM `payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) LOCK IN SHARE MODE"

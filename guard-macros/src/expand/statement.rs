@@ -29,17 +29,22 @@ pub(super) fn sql_per_dialect(
                 text,
                 plan,
                 returns,
+                tag,
             }) => {
                 let dialect = format_ident!("{}", d.name());
                 let binds = (!plan.is_empty()).then(|| {
                     let binds = plan.iter().map(|slot| bind(*slot));
                     quote!(, binds = [#(#binds),*])
                 });
+                // The tag, where there is one, is the first column: `sql!`
+                // reads it from `tag`.
+                let returns = &returns[usize::from(tag.is_some())..];
                 let reads = (!returns.is_empty()).then(|| {
                     let columns = returns.iter().map(|col| column(*col));
                     quote!(, reads = [#(#columns),*])
                 });
-                entries.push(quote!(#text on #dialect #binds #reads;));
+                let tag = tag.map(|tag| quote!(, tag = #tag));
+                entries.push(quote!(#text on #dialect #binds #tag #reads;));
             }
             // A builder that wrote a placeholder of its own: a bug here,
             // said at the derive rather than at run time.
@@ -55,6 +60,7 @@ pub(super) fn sql_per_dialect(
 /// How the generated code names `col` of the runtime's `Column`.
 pub(super) fn column(col: Col) -> TokenStream {
     match col {
+        Col::Tag => quote!(Tag),
         Col::Key(n) => {
             let n = proc_macro2::Literal::u8_unsuffixed(n);
             quote!(Key(#n))

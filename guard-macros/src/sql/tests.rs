@@ -7,9 +7,16 @@ use crate::dialect::{DIALECTS, Dialect};
 use crate::model::{InFlight, Model, State, Transition};
 use crate::plan::{Slot, render};
 
-/// A statement's text in `d`, or what is wrong with its placeholders.
+/// A statement's text in `d`, with its tag (PostgreSQL's) written `TAG`,
+/// or what is wrong with its placeholders.
 fn text(d: Dialect, marked: String) -> String {
-    render(d, &marked).map_or_else(|error| error, |statement| statement.text)
+    render(d, &marked).map_or_else(
+        |error| error,
+        |statement| match statement.tag {
+            Some(tag) => statement.text.replace(&format!("'{tag}'::text"), "TAG"),
+            None => statement.text,
+        },
+    )
 }
 
 /// `pending -start-> sending (in flight) -confirm-> sent`, on
@@ -84,7 +91,7 @@ fn the_compare_and_set_in_every_dialect() {
             "UPDATE \"billing\".\"payouts\" SET \"status\" = 'sending', \"sending_since\" = \
              statement_timestamp(), \"version\" = COALESCE(\"version\", 0) + 1 WHERE \"id\" = \
              $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN \
-             ('pending') RETURNING CAST(COALESCE(\"version\", 0) AS BIGINT), \
+             ('pending') RETURNING TAG, CAST(COALESCE(\"version\", 0) AS BIGINT), \
              COALESCE(CAST(EXTRACT(EPOCH FROM \"sending_since\") * 1000000 AS BIGINT), 0)"
         );
         assert_eq!(
@@ -149,7 +156,7 @@ fn the_losing_read_locks_where_a_snapshot_would_lie() {
         let select = |d: Dialect, tx| text(d, d.select(model, tx));
         assert_eq!(
             select(Dialect::Postgres, false),
-            "SELECT \"status\"::text, CAST(COALESCE(\"version\", 0) AS BIGINT) FROM \
+            "SELECT TAG, \"status\"::text, CAST(COALESCE(\"version\", 0) AS BIGINT) FROM \
              \"billing\".\"payouts\" WHERE \"id\" = $1 AND \
              CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT)"
         );
@@ -200,7 +207,7 @@ fn leases_and_their_placeholders() {
         assert!(
             done.ends_with(
                 "AND COALESCE(\"version\", 0) = $2 AND COALESCE(CAST(EXTRACT(EPOCH FROM \
-                 \"sending_since\") * 1000000 AS BIGINT), 0) = $3"
+                 \"sending_since\") * 1000000 AS BIGINT), 0) = $3 RETURNING TAG"
             ),
             "{done}"
         );
@@ -219,8 +226,8 @@ fn leases_and_their_placeholders() {
             renew.starts_with(
                 "UPDATE \"billing\".\"payouts\" SET \"sending_since\" = statement_timestamp()"
             ) && renew.ends_with(
-                " RETURNING COALESCE(CAST(EXTRACT(EPOCH FROM \"sending_since\") * 1000000 AS \
-                 BIGINT), 0)"
+                " RETURNING TAG, COALESCE(CAST(EXTRACT(EPOCH FROM \"sending_since\") * 1000000 \
+                 AS BIGINT), 0)"
             ),
             "{renew}"
         );

@@ -211,9 +211,9 @@ impl Dialect {
         let last = model.table.rsplit('.').next().unwrap_or(&model.table);
         // The final SELECT gives what `update` returns: the version and the
         // lease token where they exist, or, without either, one row per row
-        // moved (its count is the rows affected).
+        // moved (its count is the rows affected), holding the tag.
         let select = match out.is_empty() {
-            true => "1".to_owned(),
+            true => Col::Tag.of(crate::plan::TAG),
             false => out.join(", "),
         };
         format!(

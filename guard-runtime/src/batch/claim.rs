@@ -23,7 +23,7 @@ use crate::deadline::retry::{MAX_ATTEMPTS, backoff};
 use crate::dialect::{Backend, Column};
 use crate::error::Error;
 use crate::executor::Executor;
-use crate::executor::sealed::Run;
+use crate::executor::proven::Proven;
 use crate::executor::tx::Tx;
 use crate::machine::key::{BatchKey, DecodeKey, KeyShape, RowKey};
 use crate::outcome::{Committed, Uncommitted, Won};
@@ -337,7 +337,7 @@ where
         let (sql, args) = claim
             .prepared::<DB>(params, limit, note)
             .map_err(|e| transition.db_error(e))?;
-        let rows = match executor.fetch_all(sql.text(), args).await {
+        let rows = match executor.rows(sql, args).await {
             Ok(rows) => rows,
             Err(error) => {
                 transition
@@ -349,8 +349,8 @@ where
         return rows
             .iter()
             .map(|row| {
-                let key = K::decode(row).map_err(|e| transition.db_error(e))?;
                 let row = Read::<DB>::new(sql, row);
+                let key = row.key::<K, Sh>().map_err(|e| transition.db_error(e))?;
                 let int = |column| row.int(column).map_err(|e| transition.db_error(e));
                 Ok(Took {
                     key,
@@ -485,12 +485,16 @@ where
     // A deadlock or busy database rolls the transaction back: the whole
     // claim is tried again.
     let rows = (&mut tx)
-        .fetch_all(select.text(), args)
+        .rows(select, args)
         .await
         .map_err(|e| transition.tx_error::<DB>(e))?;
     let candidates = rows
         .iter()
-        .map(|row| K::decode(row).map_err(|e| transition.db_error(e)))
+        .map(|row| {
+            Read::<DB>::new(select, row)
+                .key::<K, Sh>()
+                .map_err(|e| transition.db_error(e))
+        })
         .collect::<Result<Vec<K>, Error>>()?;
     if candidates.is_empty() {
         tx.commit(()).await?;

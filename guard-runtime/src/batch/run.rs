@@ -14,6 +14,7 @@ use crate::batch::batched::{Batch, Found, position};
 use crate::dialect::{Backend, Column, Sql, Statement};
 use crate::error::Error;
 use crate::executor::Executor;
+use crate::executor::proven::{Proven, prove_all};
 use crate::executor::sealed::Run;
 use crate::executor::tx::Tx;
 use crate::machine::key::{BatchKey, DecodeKey, KeyShape, ManyKeys};
@@ -80,8 +81,8 @@ where
     K: DecodeKey<DB, Sh>,
 {
     let db_error = |e| transition.db_error(e);
-    let key = K::decode(row).map_err(db_error)?;
     let row = Read::<DB>::new(read, row);
+    let key = row.key::<K, Sh>().map_err(db_error)?;
     let current = transition.read_status(&row)?;
     let version = row.int(Column::Occurrence).map_err(db_error)?;
     let meets = row.int(Column::Meets).map_err(db_error)? != 0;
@@ -118,10 +119,7 @@ where
         return Ok(found);
     }
     let (read, args) = prepared::<DB, Sh, K>(transition, read, &left, params, note)?;
-    let rows = executor
-        .fetch_all(read.text(), args)
-        .await
-        .map_err(db_error)?;
+    let rows = executor.rows(read, args).await.map_err(db_error)?;
     for row in &rows {
         let (key, (current, class), _, meets) = read_row::<DB, Sh, K>(transition, read, row)?;
         if let Some(i) = position(keys, &key) {
@@ -160,7 +158,7 @@ where
     let rows = match DB::sql(history_insert).is_empty() {
         // Without a history table, or on PostgreSQL, which writes the
         // history rows in the update's statement.
-        true => executor.fetch_all(update.text(), args).await,
+        true => executor.rows(update, args).await,
         // SQLite with a history table: the history rows and the update in
         // one transaction.
         false => {
@@ -176,7 +174,10 @@ where
                     None,
                 )
                 .await
-                .map(|logged| logged.rows)
+                .and_then(|logged| {
+                    prove_all::<DB>(update, &logged.rows)?;
+                    Ok(logged.rows)
+                })
         }
     }
     .map_err(db_error)?;
@@ -184,8 +185,8 @@ where
     let versioned = transition.versioned();
     let leased = transition.leased();
     for row in &rows {
-        let key = K::decode(row).map_err(db_error)?;
         let row = Read::<DB>::new(update, row);
+        let key = row.key::<K, Sh>().map_err(db_error)?;
         let occurrence = match versioned {
             true => row.int(Column::Occurrence).map_err(db_error)?,
             false => 0,
@@ -259,10 +260,7 @@ where
     let mut found: Vec<Found<K>> = keys.iter().map(|_| Found::Missing).collect();
     let retry = |source| transition.tx_error::<DB>(source);
     let (read, args) = prepared::<DB, Sh, K>(transition, read, keys, params, note)?;
-    let rows = (&mut tx)
-        .fetch_all(read.text(), args)
-        .await
-        .map_err(retry)?;
+    let rows = (&mut tx).rows(read, args).await.map_err(retry)?;
     let mut movers: Vec<(usize, K, i64)> = Vec::new();
     for row in &rows {
         let (key, (current, class), version, meets) = read_row::<DB, Sh, K>(transition, read, row)?;
@@ -288,29 +286,22 @@ where
         let (history_insert, args) =
             prepared::<DB, Sh, K>(transition, history_insert, &mover_keys, params, note)?;
         (&mut tx)
-            .execute(history_insert.text(), args)
+            .changed(history_insert, args)
             .await
             .map_err(retry)?;
     }
     let (update, args) = prepared::<DB, Sh, K>(transition, update, &mover_keys, params, note)?;
-    (&mut tx)
-        .execute(update.text(), args)
-        .await
-        .map_err(retry)?;
+    (&mut tx).changed(update, args).await.map_err(retry)?;
     // Locked since the read: each moved, from the version read.
     let mut leases: Vec<i64> = vec![0; keys.len()];
     if !DB::sql(lease_read).is_empty() {
         let (lease_read, args) =
             prepared::<DB, Sh, K>(transition, lease_read, &mover_keys, params, note)?;
-        let rows = (&mut tx)
-            .fetch_all(lease_read.text(), args)
-            .await
-            .map_err(retry)?;
+        let rows = (&mut tx).rows(lease_read, args).await.map_err(retry)?;
         for row in &rows {
-            let key = K::decode(row).map_err(|e| transition.db_error(e))?;
-            let lease = Read::<DB>::new(lease_read, row)
-                .int(Column::Token)
-                .map_err(|e| transition.db_error(e))?;
+            let row = Read::<DB>::new(lease_read, row);
+            let key = row.key::<K, Sh>().map_err(|e| transition.db_error(e))?;
+            let lease = row.int(Column::Token).map_err(|e| transition.db_error(e))?;
             if let Some(i) = position(keys, &key) {
                 leases[i] = lease;
             }

@@ -37,6 +37,10 @@ pub enum Bind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Column {
+    /// The statement's tag, a literal naming the statement and no other
+    /// ([`Statement::tag`]): the first column of every PostgreSQL
+    /// statement's result.
+    Tag,
     /// Key column `n` of the row.
     Key(u8),
     /// The status, as text.
@@ -75,6 +79,7 @@ pub struct Statement<B: 'static = Bind> {
     text: &'static str,
     binds: &'static [B],
     returns: &'static [Column],
+    tag: Option<&'static str>,
 }
 
 impl<B> Statement<B> {
@@ -85,6 +90,7 @@ impl<B> Statement<B> {
             text,
             binds,
             returns: &[],
+            tag: None,
         }
     }
 
@@ -97,6 +103,17 @@ impl<B> Statement<B> {
             text,
             binds,
             returns,
+            tag: None,
+        }
+    }
+
+    /// The statement with `tag`, the literal its first result column holds
+    /// in every row ([`Column::Tag`]).
+    #[doc(hidden)]
+    pub const fn tagged(self, tag: &'static str) -> Self {
+        Statement {
+            tag: Some(tag),
+            ..self
         }
     }
 
@@ -116,6 +133,31 @@ impl<B> Statement<B> {
     /// What each column of the statement's result holds, in order.
     pub const fn returns(&self) -> &'static [Column] {
         self.returns
+    }
+
+    /// The literal that every row of the statement's result holds in its
+    /// first column ([`Column::Tag`]), so that a row can be told from one
+    /// of another statement: each PostgreSQL statement of a machine and of
+    /// the fixed-table stores has one, none on SQLite and MySQL.
+    ///
+    /// A connection pooler that multiplexes server sessions without
+    /// tracking each client's prepared statements (PgBouncer in
+    /// transaction mode before 1.21, or with `max_prepared_statements = 0`)
+    /// can make PostgreSQL run another client's statement with this call's
+    /// values; its rows then carry another tag, or none, and the library
+    /// returns [`Error::StatementMixUp`](crate::Error::StatementMixUp)
+    /// instead of believing them.
+    pub const fn tag(&self) -> Option<&'static str> {
+        self.tag
+    }
+
+    /// Where the columns of the statement's own result begin: after its
+    /// tag, if it has one. For the stores' statements, read by position.
+    pub(crate) const fn after_tag(&self) -> usize {
+        match self.tag {
+            Some(_) => 1,
+            None => 0,
+        }
     }
 
     /// The position of `column` in the statement's result, if it returns

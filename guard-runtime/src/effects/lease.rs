@@ -18,6 +18,7 @@ use crate::dialect::{Backend, Column, Statement};
 use crate::effects::verdict::{Chosen, FollowUpValues};
 use crate::error::Error;
 use crate::executor::Executor;
+use crate::executor::proven::Proven;
 use crate::executor::sealed::Run;
 use crate::machine::InFlightDef;
 use crate::machine::key::{BindError, RowKey};
@@ -114,10 +115,7 @@ where
         let moved = match history_insert.is_empty() {
             // Without a history table, or on PostgreSQL, whose follow-up
             // writes the history row in the same statement.
-            true => executor
-                .execute(update.text(), args)
-                .await
-                .map(|done| <DB<E> as Driver>::rows_affected(&done)),
+            true => executor.changed(update, args).await,
             // With a history table on SQLite and MySQL: the history row
             // and the follow-up in one transaction.
             false => {
@@ -145,7 +143,7 @@ where
         }
         // No row matched: read the row with a statement of its own.
         let args = arguments(read)?;
-        let row = match executor.fetch_optional(read.text(), args).await {
+        let row = match executor.row(read, args).await {
             Ok(row) => row,
             Err(error) => {
                 transition.before_retry(executor, error, attempts).await?;
@@ -222,7 +220,7 @@ where
     let args = key_arguments::<E::Database, S::KeyShape, K>(read, key)
         .map_err(|e| transition.db_error(e))?;
     let row = executor
-        .fetch_optional(read.text(), args)
+        .row(read, args)
         .await
         .map_err(|e| transition.db_error(e))?;
     found::<S, E::Database>(transition, read, row)
@@ -251,7 +249,7 @@ where
     };
     if <DB<E> as Driver>::RETURNING {
         // `RETURNING token`.
-        let row = executor.fetch_optional(statement.text(), args).await?;
+        let row = executor.row(statement, args).await?;
         return token(statement, row);
     }
     // MySQL: read the new token back on the same connection.

@@ -15,6 +15,7 @@ use crate::effects::effect::{Effect, Finished, follow_up, in_flight_def};
 use crate::effects::lease;
 use crate::effects::verdict::{FollowUpValues, Verdict};
 use crate::error::Error;
+use crate::executor::proven::Proven;
 use crate::executor::{Executor, refuse_open_transaction};
 use crate::machine::InFlightDef;
 use crate::machine::key::{BindError, DecodeKey, KeyText, RowKey};
@@ -120,7 +121,7 @@ where
     }
     let db_error = |source| recovery_error(state, source);
     let args = limit_arguments::<E::Database>(take_over, limit).map_err(db_error)?;
-    let rows = match executor.fetch_all(take_over.text(), args).await {
+    let rows = match executor.rows(take_over, args).await {
         Ok(rows) => rows,
         // A serialization failure or busy database: a later pass sees the
         // rows again, as a row-by-row claim would.
@@ -137,8 +138,8 @@ where
     };
     rows.iter()
         .map(|row| {
-            let key = K::decode(row).map_err(db_error)?;
             let row = Read::<E::Database>::new(take_over, row);
+            let key = row.key::<K, S::KeyShape>().map_err(db_error)?;
             let occurrence = row.int(Column::Occurrence).map_err(db_error)?;
             let lease = row.int(Column::Token).map_err(db_error)?;
             Ok((key, occurrence, lease))
@@ -174,16 +175,12 @@ where
     let db_error = |source| recovery_error(state, source);
     let expired = <E::Database as Driver>::statement(in_flight.expired_sql());
     let args = limit_arguments::<E::Database>(expired, limit).map_err(db_error)?;
-    let rows = executor
-        .fetch_all(expired.text(), args)
-        .await
-        .map_err(db_error)?;
+    let rows = executor.rows(expired, args).await.map_err(db_error)?;
     rows.iter()
         .map(|row| {
-            let key = K::decode(row).map_err(db_error)?;
-            let occurrence = Read::<E::Database>::new(expired, row)
-                .int(Column::Occurrence)
-                .map_err(db_error)?;
+            let row = Read::<E::Database>::new(expired, row);
+            let key = row.key::<K, S::KeyShape>().map_err(db_error)?;
+            let occurrence = row.int(Column::Occurrence).map_err(db_error)?;
             Ok((key, occurrence))
         })
         .collect()
@@ -236,11 +233,11 @@ where
 const RECOVER: &str = "recover";
 
 fn recovery_error<S: StateMachine>(state: S, source: sqlx::Error) -> Error {
-    Error::Recovery {
+    crate::error::mix_up(source).unwrap_or_else(|source| Error::Recovery {
         table: S::MACHINE.table(),
         state: state.as_str(),
         source,
-    }
+    })
 }
 
 /// A row that [`recover`] ran the effect for, but that had left the

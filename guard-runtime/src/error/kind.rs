@@ -1,7 +1,7 @@
 //! What a caller can do about an [`Error`]: its [`ErrorKind`].
 
 use super::cause::connection_lost;
-use super::{Error, mysql_number};
+use super::{Error, StatementMixUp, mysql_number};
 use crate::dialect::Backend;
 
 /// What a caller can do about an [`Error`], as [`Error::kind`] sorts it.
@@ -111,6 +111,8 @@ impl Error {
             // The deployment, not the code or a row: a retry meets the
             // same pooler.
             Error::Multiplexed { .. } => ErrorKind::Database,
+            // Sorted by `is_outcome_unknown` above.
+            Error::StatementMixUp(_) => ErrorKind::OutcomeUnknown,
         }
     }
 
@@ -234,6 +236,9 @@ impl Error {
     /// a statement or COMMIT cancelled while PostgreSQL waited for its
     /// synchronous replicas (57014 `query_canceled`: the commit is local
     /// already).
+    ///
+    /// So does [`Error::StatementMixUp`]: the server ran another statement
+    /// in this one's place, which may have written.
     pub fn is_outcome_unknown(&self) -> bool {
         match self {
             Error::Database { source, .. }
@@ -242,8 +247,9 @@ impl Error {
             | Error::Commit { source }
             | Error::RolledBack {
                 source: Some(source),
-            } => connection_lost(source),
+            } => connection_lost(source) || StatementMixUp::of(source).is_some(),
             Error::Timeout { outcome_known, .. } => !outcome_known,
+            Error::StatementMixUp(_) => true,
             _ => false,
         }
     }

@@ -15,9 +15,11 @@ use crate::machine::UnknownState;
 mod cause;
 mod kind;
 mod message;
+mod mix_up;
 mod multiplexing;
 
 pub use kind::ErrorKind;
+pub use mix_up::StatementMixUp;
 pub use multiplexing::{Multiplexing, ServerSession};
 
 pub(crate) use self::cause::{mysql_number, read_only};
@@ -33,7 +35,7 @@ use self::message::timeout_message;
 /// | kind | what to do | variants |
 /// | --- | --- | --- |
 /// | [`Transient`](ErrorKind::Transient) | call again (the whole transaction, inside one), after a pause | `RetryTransaction`, `RolledBack`, `Contention`, `ReadOnly`, `Timeout` with nothing in flight; `Database`, `Begin`, `Commit`, `Store`, `Recovery`, `PoolerCheck` when the database's error is transient (see below) |
-/// | [`OutcomeUnknown`](ErrorKind::OutcomeUnknown) | apply again to learn the row's state; an effect may be owed | whatever [`Error::is_outcome_unknown`] says: a broken connection or ended session while a statement or `COMMIT` was in flight, `Timeout` with the `UPDATE` in flight |
+/// | [`OutcomeUnknown`](ErrorKind::OutcomeUnknown) | apply again to learn the row's state; an effect may be owed | whatever [`Error::is_outcome_unknown`] says: a broken connection or ended session while a statement or `COMMIT` was in flight, `Timeout` with the `UPDATE` in flight, `StatementMixUp` |
 /// | [`Misuse`](ErrorKind::Misuse) | fix the calling code: the same call fails again | `NoVersionColumn` (a compile error on a derived machine), `ForeignWin`, `ConnectionInTransaction`, `NestedTransaction`, `NotInFlight`, `NoFailedTransition`, `NotAFollowUp`, `FollowUpValues`, `ExpectingMany`, `BatchKey`, `NoSinceColumn`, `NoTimeout`, `NoHistory` |
 /// | [`Data`](ErrorKind::Data) | reject the input, or repair the row | `BadKey`, `UnknownState`, `NullStatus`, `AmbiguousKey`, `UnknownTransition`, `HistoryDetails` |
 /// | [`Superseded`](ErrorKind::Superseded) | roll back and stop: someone else holds the work | `IdempotencyLeaseLost`, `RowVanished` |
@@ -533,6 +535,12 @@ pub enum Error {
         source: sqlx::Error,
     },
 
+    /// PostgreSQL answered a statement with the rows of another: a
+    /// connection pooler is mixing prepared statements between clients.
+    /// The outcome is unknown; see [`StatementMixUp`].
+    #[error(transparent)]
+    StatementMixUp(StatementMixUp),
+
     /// Listing or taking over expired in-flight rows failed.
     #[error("recovering in-flight `{state}` rows of table `{table}` failed: {source}")]
     Recovery {
@@ -544,6 +552,41 @@ pub enum Error {
         #[source]
         source: sqlx::Error,
     },
+}
+
+impl Error {
+    /// [`Error::Database`] for `source`, or the [`Error::StatementMixUp`]
+    /// it reports.
+    pub(crate) fn database(
+        table: &'static str,
+        transition: &'static str,
+        source: sqlx::Error,
+    ) -> Error {
+        mix_up(source).unwrap_or_else(|source| Error::Database {
+            table,
+            transition,
+            source,
+        })
+    }
+
+    /// [`Error::Store`] for `source`, or the [`Error::StatementMixUp`] it
+    /// reports.
+    pub(crate) fn store(table: &'static str, call: &'static str, source: sqlx::Error) -> Error {
+        mix_up(source).unwrap_or_else(|source| Error::Store {
+            table,
+            call,
+            source,
+        })
+    }
+}
+
+/// `source` as [`Error::StatementMixUp`] when it is one; otherwise
+/// `source` back, for the caller to wrap.
+pub(crate) fn mix_up(source: sqlx::Error) -> Result<Error, sqlx::Error> {
+    match StatementMixUp::of(&source) {
+        Some(mix_up) => Ok(Error::StatementMixUp(mix_up.clone())),
+        None => Err(source),
+    }
 }
 
 /// The error of a statement that a transaction which can no longer commit

@@ -13,6 +13,7 @@
 //! connection that met a read-only server is not kept (`impls.rs`).
 
 mod impls;
+pub(crate) mod proven;
 pub(crate) mod task;
 pub(crate) mod tx;
 

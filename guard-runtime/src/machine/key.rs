@@ -85,9 +85,9 @@ pub trait RowKey<DB: Backend, Shape: KeyShape>: fmt::Debug + Send + Sync {
             `sqlx::Decode` and `sqlx::Type` for the database, and be owned (`String`, not `&str`)"
 )]
 pub trait DecodeKey<DB: Backend, Shape: KeyShape>: Sized {
-    /// The key in the first columns of `row`.
+    /// The key in the columns of `row` from `first` on.
     #[doc(hidden)]
-    fn decode(row: &<DB as sqlx::Database>::Row) -> Result<Self, sqlx::Error>;
+    fn decode(row: &<DB as sqlx::Database>::Row, first: usize) -> Result<Self, sqlx::Error>;
 }
 
 /// A key as it appears in an effect key: its `Display` text for one
@@ -475,8 +475,8 @@ impl<DB: Backend, T> DecodeKey<DB, shape::One> for T
 where
     T: for<'r> sqlx::Decode<'r, DB> + sqlx::Type<DB>,
 {
-    fn decode(row: &<DB as sqlx::Database>::Row) -> Result<Self, sqlx::Error> {
-        DB::column(row, 0)
+    fn decode(row: &<DB as sqlx::Database>::Row, first: usize) -> Result<Self, sqlx::Error> {
+        DB::column(row, first)
     }
 }
 
@@ -522,8 +522,8 @@ macro_rules! tuple_keys {
         where
             $($t: for<'r> sqlx::Decode<'r, DB> + sqlx::Type<DB>,)+
         {
-            fn decode(row: &<DB as sqlx::Database>::Row) -> Result<Self, sqlx::Error> {
-                Ok(($(DB::column::<$t>(row, $i)?,)+))
+            fn decode(row: &<DB as sqlx::Database>::Row, first: usize) -> Result<Self, sqlx::Error> {
+                Ok(($(DB::column::<$t>(row, first + $i)?,)+))
             }
         }
 

@@ -107,9 +107,11 @@ pub fn ddl(dialect: DdlDialect) -> &'static [&'static str] {
 const RECEIVE: Sql<Statement<Field>> = Sql {
     postgres: Statement::new(
         "INSERT INTO stateguard_inbox (consumer, message_id, received_at) VALUES ($1, $2, \
-               statement_timestamp()) ON CONFLICT (consumer, message_id) DO NOTHING",
+               statement_timestamp()) ON CONFLICT (consumer, message_id) DO NOTHING RETURNING \
+               'stateguard 1e291bd415d26cf6'::text",
         &[Field::Scope, Field::Key],
-    ),
+    )
+    .tagged("stateguard 1e291bd415d26cf6"),
     sqlite: Statement::new(
         "INSERT INTO stateguard_inbox (consumer, message_id, received_at) VALUES (?1, ?2, \
              strftime('%Y-%m-%d %H:%M:%f', 'now')) ON CONFLICT (consumer, message_id) DO NOTHING",
@@ -129,9 +131,10 @@ const PRUNE: Sql<Statement<Field>> = Sql {
         "DELETE FROM stateguard_inbox WHERE (consumer, message_id) IN (SELECT consumer, \
                message_id FROM stateguard_inbox WHERE received_at < statement_timestamp() - \
                CAST($1 AS BIGINT) * INTERVAL '1 millisecond' ORDER BY received_at LIMIT $2 FOR \
-               UPDATE SKIP LOCKED)",
+               UPDATE SKIP LOCKED) RETURNING 'stateguard 83de7c51cf2339ad'::text",
         &[Field::Millis, Field::Limit],
-    ),
+    )
+    .tagged("stateguard 83de7c51cf2339ad"),
     sqlite: Statement::new(
         "DELETE FROM stateguard_inbox WHERE rowid IN (SELECT rowid FROM stateguard_inbox \
              WHERE received_at < strftime('%Y-%m-%d %H:%M:%f', 'now', printf('-%.3f seconds', \
@@ -175,17 +178,14 @@ where
     for<'t, 'x> &'t mut Tx<'x, DB>: Executor<Database = DB, Commit = Uncommitted>,
 {
     Call::new(move |deadline| async move {
+        use crate::executor::proven::Proven;
         use crate::executor::sealed::Run;
         let mut tx = tx;
         checked("inbox consumer", consumer)?;
         checked("message id", message_id)?;
         let sent = Sent::default();
         let work = async {
-            let db_error = |source| Error::Store {
-                table: TABLE,
-                call: "receive",
-                source,
-            };
+            let db_error = |source| Error::store(TABLE, "receive", source);
             let statement = DB::choose(&RECEIVE);
             let fields = Fields {
                 scope: Some(consumer),
@@ -194,10 +194,10 @@ where
             };
             let args = store_arguments::<DB>(statement, fields).map_err(db_error)?;
             sent.write();
-            let done = Run::execute(&mut tx, statement.text(), args)
+            let done = Proven::changed(&mut tx, statement, args)
                 .await
                 .map_err(db_error)?;
-            Ok(match DB::rows_affected(&done) {
+            Ok(match done {
                 1 => Received::First,
                 _ => Received::Duplicate,
             })

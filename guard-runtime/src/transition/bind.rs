@@ -236,6 +236,33 @@ pub(crate) fn assert_plans_fit(name: &str, sql: &crate::dialect::Sql<Statement<F
         );
         crate::dialect::assert_clock(name, dialect, statement.text());
     }
+    assert_tagged(name, pg);
+    assert_eq!((lite.tag(), my.tag()), (None, None), "{name}");
+}
+
+/// Fails unless the PostgreSQL statement `pg` of a fixed-table store
+/// returns its tag as its first column, and the tag is the digest of its
+/// text (with `'stateguard'` in the tag's place), so that editing the text
+/// without a new tag fails here.
+#[cfg(test)]
+fn assert_tagged(name: &str, pg: Statement<Field>) {
+    let Some(tag) = pg.tag() else {
+        panic!("{name} on postgres has no tag: {}", pg.text());
+    };
+    let literal = format!("'{tag}'::text");
+    let text = pg.text();
+    let first = ["SELECT ", "RETURNING "]
+        .iter()
+        .filter_map(|clause| text.find(&format!("{clause}{literal}")))
+        .count();
+    assert!(first > 0, "{name}: the tag is not the first column: {text}");
+    let mut digest = fnv::FnvHasher::default();
+    core::hash::Hasher::write(
+        &mut digest,
+        text.replace(&literal, "'stateguard'").as_bytes(),
+    );
+    let digest = format!("stateguard {:016x}", core::hash::Hasher::finish(&digest));
+    assert_eq!(tag, digest, "{name}: the tag does not name this text");
 }
 
 /// A plan that names a value the call does not supply: a statement of

@@ -18,6 +18,7 @@ use crate::StateMachine;
 use crate::dialect::sealed::Driver;
 use crate::dialect::{Backend, Column, Sql, Statement};
 use crate::error::Error;
+use crate::executor::proven::{Proven, prove_all};
 use crate::executor::sealed::Run;
 use crate::executor::{Executor, refuse_open_transaction};
 use crate::machine::key::{BindError, KeyShape, RowKey};
@@ -298,7 +299,7 @@ impl Plan {
             ..Values::NONE
         };
         let row = match bind::arguments(select, &values) {
-            Ok(args) => executor.fetch_optional(select.text(), args).await,
+            Ok(args) => executor.row(select, args).await,
             Err(error) => return Err(self.names.keys_error(error)),
         };
         match row {
@@ -400,6 +401,7 @@ impl Plan {
                 )
                 .await
                 .map_err(retryable)?;
+            prove_all::<DB<E>>(statement, &logged.rows).map_err(failed)?;
             let row = match logged.rows.first() {
                 Some(row) => Some(Read::new(statement, row)),
                 None => logged.then.as_ref().map(|row| Read::new(read_back, row)),
@@ -410,11 +412,12 @@ impl Plan {
             }
             (logged.updated, changed)
         } else if !versioned && !leased {
-            let done = executor.execute(update, args).await.map_err(retryable)?;
-            (<DB<E> as Driver>::rows_affected(&done), changed(None)?)
+            // Counted by its tagged rows on PostgreSQL (`Proven::changed`).
+            let done = executor.changed(statement, args).await.map_err(retryable)?;
+            (done, changed(None)?)
         } else if <DB<E> as Driver>::RETURNING {
             // One row per row changed.
-            let rows = executor.fetch_all(update, args).await.map_err(retryable)?;
+            let rows = executor.rows(statement, args).await.map_err(retryable)?;
             let row = rows.first().map(|row| Read::new(statement, row));
             (rows.len() as u64, changed(row)?)
         } else if !leased {

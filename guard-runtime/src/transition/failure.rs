@@ -94,6 +94,10 @@ impl Names {
 
     pub(crate) fn db_error(self, source: sqlx::Error) -> Error {
         let (table, transition) = (self.table, self.transition);
+        let source = match crate::error::mix_up(source) {
+            Ok(mix_up) => return mix_up,
+            Err(source) => source,
+        };
         match crate::error::read_only(&source) {
             true => Error::ReadOnly {
                 table,

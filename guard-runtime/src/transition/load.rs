@@ -6,6 +6,7 @@ use crate::dialect::Column;
 use crate::dialect::sealed::Driver;
 use crate::error::Error;
 use crate::executor::Executor;
+use crate::executor::proven::Proven;
 use crate::machine::Machine;
 use crate::machine::key::RowKey;
 use crate::outcome::Current;
@@ -44,18 +45,10 @@ impl<S: StateMachine> Machine<S> {
         E: Executor,
         K: RowKey<E::Database, S::KeyShape>,
     {
-        let error = |source| Error::Database {
-            table: self.table(),
-            transition: "load",
-            source,
-        };
+        let error = |source| Error::database(self.table(), "load", source);
         let select = <E::Database as Driver>::statement(self.select_for(executor.in_transaction()));
         let args = key_arguments::<E::Database, S::KeyShape, K>(select, &key).map_err(error)?;
-        let Some(row) = executor
-            .fetch_optional(select.text(), args)
-            .await
-            .map_err(error)?
-        else {
+        let Some(row) = executor.row(select, args).await.map_err(error)? else {
             return Ok(None);
         };
         let row = Read::<E::Database>::new(select, &row);

@@ -2,11 +2,15 @@
 //!
 //! **Architecture Invariant:** a row of a machine's statement is read
 //! through the columns the derive declared beside it
-//! ([`Statement::returns`]), never by a bare index. Keys are the one
-//! exception that needs no lookup: the derive puts them first, in order,
-//! wherever a statement returns them, and `DecodeKey` reads them there.
+//! ([`Statement::returns`]), never by a bare index. A key's columns come
+//! together, in order, after the tag where there is one, and `DecodeKey`
+//! reads them from the first.
+//!
+//! Every row read here was proven to be the statement's own when it was
+//! fetched (`executor/proven.rs`).
 
 use crate::dialect::{Backend, Column, Statement};
+use crate::machine::key::{DecodeKey, KeyShape};
 
 /// A row of `statement`'s result.
 pub(crate) struct Read<'r, DB: Backend> {
@@ -26,6 +30,11 @@ impl<'r, DB: Backend> Read<'r, DB> {
                 self.statement.text()
             ))
         })
+    }
+
+    /// The row's key.
+    pub(crate) fn key<K: DecodeKey<DB, Sh>, Sh: KeyShape>(&self) -> Result<K, sqlx::Error> {
+        K::decode(self.row, self.at(Column::Key(0))?)
     }
 
     /// `column` as an integer.

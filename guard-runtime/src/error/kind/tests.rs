@@ -411,6 +411,28 @@ fn every_variant() -> Vec<(String, Error, ErrorKind)> {
         Error::Multiplexed { seen: shared },
         Database,
     );
+    let mix_up = || {
+        crate::error::StatementMixUp::new(
+            "UPDATE t SET s = 'b' WHERE k = $1 RETURNING 'stateguard 0123456789abcdef'::text",
+            "stateguard 0123456789abcdef",
+            Some("packed".into()),
+        )
+    };
+    add(
+        "StatementMixUp",
+        Error::StatementMixUp(mix_up()),
+        OutcomeUnknown,
+    );
+    // A mix-up that reached a wrapper of a database error is still one.
+    add(
+        "Database, mix-up",
+        Error::Database {
+            table,
+            transition,
+            source: mix_up().into(),
+        },
+        OutcomeUnknown,
+    );
     all
 }
 
@@ -452,10 +474,11 @@ fn variant(error: &Error) -> usize {
         Error::ReadOnly { .. } => 30,
         Error::Multiplexed { .. } => 31,
         Error::PoolerCheck { .. } => 32,
+        Error::StatementMixUp(_) => 33,
     }
 }
 
-const VARIANTS: usize = 33;
+const VARIANTS: usize = 34;
 
 #[test]
 fn every_variant_is_in_its_kind() {

@@ -5,6 +5,7 @@ use std::time::Duration;
 use crate::deadline::call::Sent;
 use crate::dialect::Backend;
 use crate::error::Error;
+use crate::executor::proven::Proven;
 use crate::executor::sealed::Run;
 use crate::transition::bind::{Fields, store_arguments};
 
@@ -40,17 +41,17 @@ where
         // `complete` and its commit.
         let found = match DB::EMBEDDED {
             true => match read(executor, request).await? {
-                Some(row) => Some((row, 0)),
+                Some(found) => Some(found),
                 None => match claim(executor, request, lease_ms, sent).await? {
                     Claimed::New => return new(1),
-                    Claimed::Existing(row) => Some((row, 1)),
+                    Claimed::Existing(row, at) => Some((row, at)),
                     Claimed::Taken => None,
                 },
             },
             false => match claim(executor, request, lease_ms, sent).await? {
                 Claimed::New => return new(1),
-                Claimed::Existing(row) => Some((row, 1)),
-                Claimed::Taken => read(executor, request).await?.map(|row| (row, 0)),
+                Claimed::Existing(row, at) => Some((row, at)),
+                Claimed::Taken => read(executor, request).await?,
             },
         };
         // Gone between the statements (pruned, or inserted after a read
@@ -92,10 +93,10 @@ where
         let args = store_arguments::<DB>(take_over, fields).map_err(db_error)?;
         sent.write();
         let taken = match DB::RETURNING {
-            true => Run::fetch_optional(executor, take_over.text(), args)
+            true => Proven::row(executor, take_over, args)
                 .await
                 .map_err(db_error)?
-                .map(|row| DB::int(&row, 0))
+                .map(|row| DB::int(&row, take_over.after_tag()))
                 .transpose()
                 .map_err(db_error)?,
             false => {
@@ -131,8 +132,9 @@ where
 pub(super) enum Claimed<Row> {
     /// The key was new, and is this request's under lease 1.
     New,
-    /// The key's row (PostgreSQL), its columns after the flag.
-    Existing(Row),
+    /// The key's row (PostgreSQL), and where [`READ`]'s columns begin in
+    /// it: after the tag and the flag.
+    Existing(Row, usize),
     /// The key exists; [`READ`] tells how.
     Taken,
 }
@@ -157,29 +159,29 @@ where
     let args = store_arguments::<DB>(claim, fields).map_err(db_error)?;
     sent.write();
     if !DB::RETURNING {
-        let done = Run::execute(executor, claim.text(), args)
+        let done = Proven::changed(executor, claim, args)
             .await
             .map_err(db_error)?;
-        return Ok(match DB::rows_affected(&done) {
+        return Ok(match done {
             1 => Claimed::New,
             _ => Claimed::Taken,
         });
     }
-    let row = Run::fetch_optional(executor, claim.text(), args)
-        .await
-        .map_err(db_error)?;
+    let row = Proven::row(executor, claim, args).await.map_err(db_error)?;
+    let flag = claim.after_tag();
     Ok(match row {
-        Some(row) if DB::int(&row, 0).map_err(db_error)? == 1 => Claimed::New,
-        Some(row) => Claimed::Existing(row),
+        Some(row) if DB::int(&row, flag).map_err(db_error)? == 1 => Claimed::New,
+        Some(row) => Claimed::Existing(row, flag + 1),
         None => Claimed::Taken,
     })
 }
 
-/// Runs [`READ`].
+/// Runs [`READ`]: the key's row, and where its columns begin in it (after
+/// the tag).
 pub(super) async fn read<DB, E>(
     executor: &mut E,
     request: &Request,
-) -> Result<Option<<DB as sqlx::Database>::Row>, Error>
+) -> Result<Option<(<DB as sqlx::Database>::Row, usize)>, Error>
 where
     DB: Backend,
     E: Run<Database = DB>,
@@ -187,7 +189,6 @@ where
     let db_error = |source| store_error("begin", source);
     let read = DB::choose(&READ);
     let args = store_arguments::<DB>(read, keyed(request)).map_err(db_error)?;
-    Run::fetch_optional(executor, read.text(), args)
-        .await
-        .map_err(db_error)
+    let row = Proven::row(executor, read, args).await.map_err(db_error)?;
+    Ok(row.map(|row| (row, read.after_tag())))
 }

@@ -83,6 +83,7 @@ use crate::deadline::call::{Call, Sent, bounded};
 use crate::dialect::{Backend, Sql, Statement};
 use crate::error::Error;
 use crate::executor::Executor;
+use crate::executor::proven::Proven;
 use crate::executor::sealed::Run;
 use crate::executor::tx::Tx;
 use crate::outcome::{Committed, Uncommitted};
@@ -259,10 +260,10 @@ impl Ticket {
                 };
                 let args = store_arguments::<DB>(complete, fields).map_err(db_error)?;
                 sent.write();
-                let done = Run::execute(&mut tx, complete.text(), args)
+                let done = Proven::changed(&mut tx, complete, args)
                     .await
                     .map_err(db_error)?;
-                match DB::rows_affected(&done) {
+                match done {
                     1 => Ok(()),
                     _ => Err(Error::IdempotencyLeaseLost {
                         scope: self.request.scope,
@@ -300,7 +301,7 @@ impl Ticket {
                     .map_err(db_error)?;
                 let mut executor = pool;
                 sent.write();
-                Run::execute(&mut executor, release.text(), args)
+                Proven::changed(&mut executor, release, args)
                     .await
                     .map_err(db_error)?;
                 Ok(())
@@ -330,11 +331,7 @@ pub(super) fn held(request: &Request, lease: i64) -> Fields<'_> {
 }
 
 pub(super) fn store_error(call: &'static str, source: sqlx::Error) -> Error {
-    Error::Store {
-        table: TABLE,
-        call,
-        source,
-    }
+    Error::store(TABLE, call, source)
 }
 
 /// Claims `request`'s key for this request, under a lease of `lease`, or
@@ -408,11 +405,7 @@ where
     Call::new(move |deadline| async move {
         let sent = Sent::default();
         let work = async {
-            let db_error = |source| Error::Store {
-                table,
-                call: "prune",
-                source,
-            };
+            let db_error = |source| Error::store(table, "prune", source);
             let window_ms = i64::try_from(window.as_millis()).unwrap_or(i64::MAX);
             let prune = DB::choose(sql);
             let fields = Fields {
@@ -423,10 +416,9 @@ where
             let args = store_arguments::<DB>(prune, fields).map_err(db_error)?;
             let mut executor = pool;
             sent.write();
-            let done = Run::execute(&mut executor, prune.text(), args)
+            Proven::changed(&mut executor, prune, args)
                 .await
-                .map_err(db_error)?;
-            Ok(DB::rows_affected(&done))
+                .map_err(db_error)
         };
         bounded(table, "prune", deadline, &sent, work).await
     })

@@ -1,0 +1,98 @@
+//! [`StatementMixUp`]: PostgreSQL answered one statement with the rows of
+//! another.
+
+use core::fmt;
+
+/// PostgreSQL answered a statement with the rows of another statement:
+/// a row came back without the tag the statement returns in every row
+/// ([`Statement::tag`](crate::meta::Statement::tag)).
+///
+/// sqlx prepares a named statement in one round trip and runs it in the
+/// next. A connection pooler that hands the server session to another
+/// client between the two, or lets two clients' statement names meet on
+/// one session (PgBouncer in transaction or statement mode before 1.21,
+/// or with `max_prepared_statements = 0`), makes the server run *another*
+/// statement with this call's values. The library does not believe such
+/// rows: it reports this instead of a win, a loss or a missing row that
+/// the database did not confirm.
+///
+/// The outcome is unknown ([`ErrorKind::OutcomeUnknown`](crate::ErrorKind::OutcomeUnknown)):
+/// the statement that ran may have been another client's write. Apply the
+/// transition again to learn the row's state, and fix the deployment: see
+/// `stateguard::pooler`, whose check refuses such a pool before its first
+/// move.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatementMixUp {
+    statement: &'static str,
+    expected: &'static str,
+    found: Option<String>,
+}
+
+impl StatementMixUp {
+    pub(crate) fn new(
+        statement: &'static str,
+        expected: &'static str,
+        found: Option<String>,
+    ) -> Self {
+        StatementMixUp {
+            statement,
+            expected,
+            found,
+        }
+    }
+
+    /// The text of the statement that was sent.
+    pub fn statement(&self) -> &'static str {
+        self.statement
+    }
+
+    /// The tag the statement's rows carry.
+    pub fn expected(&self) -> &'static str {
+        self.expected
+    }
+
+    /// What the row carried in the tag's place, if it was text: another
+    /// statement's tag (`stateguard …`), or a value of a statement that is
+    /// not the library's.
+    pub fn found(&self) -> Option<&str> {
+        self.found.as_deref()
+    }
+
+    /// The mix-up `error` carries, if it is one.
+    pub(crate) fn of(error: &sqlx::Error) -> Option<&StatementMixUp> {
+        match error {
+            sqlx::Error::Decode(source) => source.downcast_ref(),
+            _ => None,
+        }
+    }
+}
+
+impl From<StatementMixUp> for sqlx::Error {
+    fn from(mix_up: StatementMixUp) -> Self {
+        sqlx::Error::Decode(Box::new(mix_up))
+    }
+}
+
+impl fmt::Display for StatementMixUp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let found = match &self.found {
+            Some(found) if found.starts_with("stateguard ") => {
+                format!("another statement's tag, {found:?}")
+            }
+            Some(_) => "a value of a statement that is not stateguard's".to_owned(),
+            None => "no text".to_owned(),
+        };
+        write!(
+            f,
+            "PostgreSQL answered with the rows of another statement (a row carried {found} \
+             where the statement sent returns {:?}): a connection pooler or proxy is mixing \
+             prepared statements between clients, as PgBouncer in transaction or statement mode \
+             does without max_prepared_statements; the outcome is unknown, apply again to learn \
+             the row's state, and use session pooling, a direct connection, or PgBouncer 1.21+ \
+             with max_prepared_statements above 0 (see stateguard::pooler)",
+            self.expected
+        )
+    }
+}
+
+impl std::error::Error for StatementMixUp {}

@@ -1,0 +1,109 @@
+//! Running a statement so that only its own rows are believed.
+//!
+//! **Architecture Invariant:** a statement with a tag
+//! ([`Statement::tag`], every PostgreSQL statement of a machine and of the
+//! fixed-table stores) runs only through [`Proven`]: each row it returns
+//! is checked to carry the statement's tag before any caller reads it, and
+//! the rows it changed are counted by those rows, never by the command's
+//! own count (`UPDATE 1` says nothing about which statement ran). A row
+//! with another tag, or with none, is a [`StatementMixUp`]; it reaches the caller
+//! as [`Error::StatementMixUp`](crate::Error::StatementMixUp), whose outcome
+//! is unknown.
+
+use super::sealed::Run;
+use crate::dialect::sealed::Driver;
+use crate::dialect::{BoxFuture, Statement};
+use crate::error::StatementMixUp;
+
+type Row<E> = <<E as Run>::Database as sqlx::Database>::Row;
+type Args<E> = <<E as Run>::Database as Driver>::Args;
+
+/// [`Run`]'s statements, with each row proven to be the statement's own.
+pub(crate) trait Proven: Run {
+    /// Every row of `statement`'s result.
+    fn rows<B>(
+        &mut self,
+        statement: Statement<B>,
+        args: Args<Self>,
+    ) -> BoxFuture<'_, Result<Vec<Row<Self>>, sqlx::Error>> {
+        let (text, tag) = (statement.text(), statement.tag());
+        let rows = self.fetch_all(text, args);
+        Box::pin(async move {
+            let rows = rows.await?;
+            if let Some(tag) = tag {
+                for row in &rows {
+                    prove::<Self::Database>(text, tag, row)?;
+                }
+            }
+            Ok(rows)
+        })
+    }
+
+    /// The first row of `statement`'s result, if it returns one.
+    fn row<B>(
+        &mut self,
+        statement: Statement<B>,
+        args: Args<Self>,
+    ) -> BoxFuture<'_, Result<Option<Row<Self>>, sqlx::Error>> {
+        let (text, tag) = (statement.text(), statement.tag());
+        let row = self.fetch_optional(text, args);
+        Box::pin(async move {
+            let row = row.await?;
+            if let (Some(tag), Some(row)) = (tag, &row) {
+                prove::<Self::Database>(text, tag, row)?;
+            }
+            Ok(row)
+        })
+    }
+
+    /// How many rows `statement` changed: its tagged rows where it has a
+    /// tag (one per row changed), the command's own count where it has
+    /// none.
+    fn changed<B>(
+        &mut self,
+        statement: Statement<B>,
+        args: Args<Self>,
+    ) -> BoxFuture<'_, Result<u64, sqlx::Error>> {
+        match statement.tag() {
+            Some(_) => {
+                let rows = self.rows(statement, args);
+                Box::pin(async move { Ok(rows.await?.len() as u64) })
+            }
+            None => {
+                let done = self.execute(statement.text(), args);
+                Box::pin(async move { Ok(<Self::Database as Driver>::rows_affected(&done.await?)) })
+            }
+        }
+    }
+}
+
+impl<E: Run + ?Sized> Proven for E {}
+
+/// Whether `row` is a row of the statement `text`, whose tag is `tag`:
+/// the tag is its first column.
+pub(crate) fn prove<DB: Driver>(
+    text: &'static str,
+    tag: &'static str,
+    row: &DB::Row,
+) -> Result<(), sqlx::Error> {
+    match DB::text_opt(row, 0) {
+        Ok(Some(found)) if found == tag => Ok(()),
+        found => Err(StatementMixUp::new(text, tag, found.ok().flatten()).into()),
+    }
+}
+
+/// [`prove`] for each of `rows`.
+pub(crate) fn prove_all<'r, DB: Driver>(
+    statement: Statement,
+    rows: impl IntoIterator<Item = &'r DB::Row>,
+) -> Result<(), sqlx::Error>
+where
+    DB::Row: 'r,
+{
+    if let Some(tag) = statement.tag() {
+        for row in rows {
+            prove::<DB>(statement.text(), tag, row)?;
+        }
+    }
+    Ok(())
+}

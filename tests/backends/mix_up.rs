@@ -1,0 +1,289 @@
+//! Behind PgBouncer in transaction mode, without prepared-statement
+//! tracking (Debian's 1.18), the server runs other clients' statements in
+//! place of a call's own. Every statement proves that its rows are its own
+//! (`Statement::tag`), so a race there gives no win the database did not
+//! make: each call is told the truth or `Error::StatementMixUp`, and plain
+//! SQL over a direct connection confirms one winner per row.
+//!
+//! The tables are schema-qualified: a per-session `search_path` does not
+//! stick under transaction pooling.
+
+use crate::common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::postgres::PgPoolOptions;
+use sqlx::{Connection, PgConnection, PgPool};
+use stateguard::ddl::Dialect;
+use stateguard::inbox::{self, Received};
+use stateguard::{Error, Outcome, StateMachine, Tx};
+use tokio::sync::Barrier;
+
+const TRANSACTION: &str = "STATEGUARD_PGBOUNCER_TRANSACTION_URL";
+const DIRECT: &str = "STATEGUARD_POSTGRES_URL";
+
+const ROWS: i64 = 100;
+const ATTEMPTS_PER_ROW: usize = 32;
+
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(table = "sg_mix_up.payouts", column = "status", key = "id")]
+enum Payout {
+    #[state(initial)]
+    #[transition(start -> Sending)]
+    Pending,
+    #[transition(confirm -> Sent)]
+    Sending,
+    Sent,
+}
+
+/// The same machine with a version column and a history table: its
+/// compare-and-set returns the new occurrence, and writes the history row
+/// in the same statement.
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(
+    table = "sg_mix_up.transfers",
+    column = "status",
+    key = "id",
+    version = "version",
+    history = "sg_mix_up.transfer_history"
+)]
+enum Transfer {
+    #[state(initial)]
+    #[transition(start -> Sending)]
+    Pending,
+    #[transition(confirm -> Sent)]
+    Sending,
+    Sent,
+}
+
+/// One test at a time: each makes the schema anew.
+static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The tables, made anew over a direct connection; `None` when either
+/// server is not configured.
+async fn setup(test: &str) -> Option<(PgPool, PgConnection)> {
+    let direct = common::server_url(DIRECT, test)?;
+    let pooled = common::server_url(TRANSACTION, test)?;
+    let mut admin = PgConnection::connect(&direct)
+        .await
+        .expect("direct connection");
+    let tables = format!(
+        "DROP SCHEMA IF EXISTS sg_mix_up CASCADE; CREATE SCHEMA sg_mix_up; \
+         CREATE TABLE sg_mix_up.payouts (id BIGINT PRIMARY KEY, status TEXT NOT NULL); \
+         INSERT INTO sg_mix_up.payouts SELECT g, 'pending' FROM generate_series(1, {ROWS}) g; \
+         CREATE TABLE sg_mix_up.transfers (id BIGINT PRIMARY KEY, status TEXT NOT NULL, \
+             version BIGINT NOT NULL DEFAULT 0); \
+         INSERT INTO sg_mix_up.transfers SELECT g, 'pending' FROM generate_series(1, {ROWS}) g"
+    );
+    sqlx::raw_sql(sqlx::AssertSqlSafe(tables))
+        .execute(&mut admin)
+        .await
+        .expect("tables");
+    for statement in stateguard::ddl::generate::<Transfer>(Dialect::Postgres).up() {
+        sqlx::raw_sql(statement)
+            .execute(&mut admin)
+            .await
+            .expect("history table");
+    }
+    // 50 client connections onto PgBouncer's 10 server connections.
+    let pool = PgPoolOptions::new()
+        .max_connections(50)
+        .acquire_timeout(Duration::from_secs(60))
+        .connect(&pooled)
+        .await
+        .expect("transaction-mode PgBouncer");
+    Some((pool, admin))
+}
+
+/// What the calls were told, summed over all of them.
+#[derive(Debug, Default)]
+struct Told {
+    /// Wins per row.
+    applied: BTreeMap<i64, usize>,
+    /// `AlreadyInState`.
+    already: usize,
+    /// `StatementMixUp`.
+    mixed_up: usize,
+    /// PostgreSQL's own refusals of a mixed-up statement, which ran
+    /// nothing.
+    refused: usize,
+}
+
+impl Told {
+    /// Counts an error, which must be a mix-up or PostgreSQL refusing a
+    /// mixed-up statement ([`mixed_names`]).
+    fn error(&mut self, error: Error) {
+        match &error {
+            Error::StatementMixUp(mix_up) => {
+                assert!(mix_up.expected().starts_with("stateguard "), "{mix_up:?}");
+                self.mixed_up += 1;
+            }
+            other => {
+                assert!(mixed_names(other), "not a mix-up: {other}");
+                self.refused += 1;
+            }
+        }
+    }
+}
+
+/// Whether `error` is PostgreSQL refusing to run a statement that a
+/// pooler mixed up: a name another client's statement holds on that
+/// session (42P05), a name the session lacks (26000), or values that do
+/// not fit the other statement that holds the name (08P01, wrong count;
+/// 22P03, wrong binary format).
+fn mixed_names(error: &Error) -> bool {
+    let source = match error {
+        Error::Database { source, .. }
+        | Error::Store { source, .. }
+        | Error::Contention {
+            last: Some(source), ..
+        } => source,
+        _ => return false,
+    };
+    matches!(source, sqlx::Error::Database(db)
+        if matches!(db.code().as_deref(), Some("42P05" | "26000" | "08P01" | "22P03")))
+}
+
+/// Races `ATTEMPTS_PER_ROW` calls of `apply` on each row through the pool.
+async fn race<F, Fut>(pool: &PgPool, apply: F) -> Told
+where
+    F: Fn(PgPool, i64) -> Fut + Copy + Send + 'static,
+    Fut: Future<Output = Result<bool, Error>> + Send,
+{
+    let attempts = ROWS as usize * ATTEMPTS_PER_ROW;
+    let barrier = Arc::new(Barrier::new(attempts));
+    let mut tasks = Vec::with_capacity(attempts);
+    for id in 1..=ROWS {
+        for _ in 0..ATTEMPTS_PER_ROW {
+            let (pool, barrier) = (pool.clone(), barrier.clone());
+            tasks.push(tokio::spawn(async move {
+                barrier.wait().await;
+                (id, apply(pool, id).await)
+            }));
+        }
+    }
+    let mut told = Told::default();
+    for task in tasks {
+        let (id, outcome) = task.await.expect("attempt task");
+        match outcome {
+            Ok(true) => *told.applied.entry(id).or_default() += 1,
+            Ok(false) => told.already += 1,
+            Err(error) => told.error(error),
+        }
+    }
+    told
+}
+
+/// The rows of `table` in `status`, read over the direct connection.
+async fn rows_in(admin: &mut PgConnection, table: &str, status: &str) -> Vec<i64> {
+    let sql = format!("SELECT id FROM {table} WHERE status = $1 ORDER BY id");
+    sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+        .bind(status)
+        .fetch_all(&mut *admin)
+        .await
+        .expect("read back")
+}
+
+/// Each win names a row the database moved, and no row was won twice.
+fn assert_confirmed(what: &str, told: &Told, moved: &[i64]) {
+    for (id, wins) in &told.applied {
+        assert_eq!(*wins, 1, "{what}: row {id} won {wins} times ({told:?})");
+        assert!(
+            moved.binary_search(id).is_ok(),
+            "{what}: row {id} was won, yet the database did not move it"
+        );
+    }
+    common::say(&format!(
+        "{what} behind transaction pooling: {} wins for {} rows moved, {} already, \
+         {} mix-ups caught, {} statement names refused",
+        told.applied.len(),
+        moved.len(),
+        told.already,
+        told.mixed_up,
+        told.refused
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn transaction_pooling_gives_no_false_win() {
+    let _turn = TURN.lock().await;
+    let Some((pool, mut admin)) = setup("transaction_pooling_gives_no_false_win").await else {
+        return;
+    };
+    // Unversioned: the compare-and-set's only answer is its rows.
+    let told = race(&pool, |pool, id| async move {
+        let outcome = Payout::start().apply(&pool, id).await?;
+        Ok(matches!(outcome, Outcome::Applied(_)))
+    })
+    .await;
+    let moved = rows_in(&mut admin, "sg_mix_up.payouts", "sending").await;
+    assert_confirmed("apply", &told, &moved);
+    // Versioned, with history: a win's occurrence is the row's, and its
+    // history row is there.
+    let told = race(&pool, |pool, id| async move {
+        match Transfer::start().apply(&pool, id).await? {
+            Outcome::Applied(won) => {
+                assert_eq!(won.occurrence(), 1, "transfer {id}: a win's occurrence");
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    })
+    .await;
+    let moved = rows_in(&mut admin, "sg_mix_up.transfers", "sending").await;
+    assert_confirmed("apply with history", &told, &moved);
+    let logged: Vec<i64> = sqlx::query_scalar(
+        "SELECT id FROM sg_mix_up.transfer_history WHERE transition = 'start' ORDER BY id",
+    )
+    .fetch_all(&mut admin)
+    .await
+    .expect("history");
+    assert_eq!(logged, moved, "one history row per row moved");
+    pool.close().await;
+}
+
+/// The inbox's `receive` is told `First` once per message at most, and
+/// only for a message the table holds once its transaction committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn transaction_pooling_receives_each_message_once() {
+    let _turn = TURN.lock().await;
+    let test = "transaction_pooling_receives_each_message_once";
+    let Some((pool, mut admin)) = setup(test).await else {
+        return;
+    };
+    // The inbox table's name is fixed: in the schema PgBouncer's sessions
+    // find first, `public`, and only for this test.
+    sqlx::raw_sql("DROP TABLE IF EXISTS public.stateguard_inbox")
+        .execute(&mut admin)
+        .await
+        .expect("clean inbox");
+    for statement in inbox::ddl(Dialect::Postgres) {
+        sqlx::raw_sql(*statement)
+            .execute(&mut admin)
+            .await
+            .expect("inbox table");
+    }
+    let told = race(&pool, |pool, id| async move {
+        let mut tx = Tx::begin(&pool).await?;
+        let message = format!("message-{id}");
+        let received = inbox::receive(&mut tx, "mix-up", &message).await?;
+        tx.commit(()).await?;
+        Ok(received == Received::First)
+    })
+    .await;
+    let stored: Vec<i64> = sqlx::query_scalar(
+        "SELECT CAST(substr(message_id, 9) AS BIGINT) FROM stateguard_inbox \
+         WHERE consumer = 'mix-up' ORDER BY 1",
+    )
+    .fetch_all(&mut admin)
+    .await
+    .expect("inbox");
+    assert_confirmed("inbox receive", &told, &stored);
+    sqlx::raw_sql("DROP TABLE IF EXISTS public.stateguard_inbox")
+        .execute(&mut admin)
+        .await
+        .expect("drop inbox");
+    pool.close().await;
+}
