@@ -70,6 +70,12 @@ pub enum Col {
     Tag,
     /// Key column `n` of the row.
     Key(u8),
+    /// Whether the read found the row (1, or NULL): a PostgreSQL read of
+    /// one row returns a row either way.
+    Found,
+    /// 1 in the row that ends a PostgreSQL batch read, NULL in the rest:
+    /// the read returns that row whatever the keys find.
+    End,
     /// The status, as text.
     Status,
     /// The row's occurrence (its version column, 0 without one).
@@ -107,6 +113,8 @@ impl Col {
     pub fn of(self, expr: &str) -> String {
         let (kind, n) = match self {
             Col::Tag => ('g', 0),
+            Col::Found => ('f', 0),
+            Col::End => ('E', 0),
             Col::Key(n) => ('k', n),
             Col::Status => ('s', 0),
             Col::Occurrence => ('v', 0),
@@ -129,6 +137,8 @@ impl Col {
         let n: u8 = chars.as_str().parse().ok()?;
         Some(match kind {
             'g' => Col::Tag,
+            'f' => Col::Found,
+            'E' => Col::End,
             'k' => Col::Key(n),
             's' => Col::Status,
             'v' => Col::Occurrence,

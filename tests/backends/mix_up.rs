@@ -64,6 +64,8 @@ static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// The tables, made anew over a direct connection; `None` when either
 /// server is not configured.
 async fn setup(test: &str) -> Option<(PgPool, PgConnection)> {
+    let pooled_url = common::server_url(TRANSACTION, test)?;
+    fresh_server_sessions(&pooled_url).await;
     let direct = common::server_url(DIRECT, test)?;
     let pooled = common::server_url(TRANSACTION, test)?;
     let mut admin = PgConnection::connect(&direct)
@@ -97,12 +99,65 @@ async fn setup(test: &str) -> Option<(PgPool, PgConnection)> {
     Some((pool, admin))
 }
 
+/// Makes PgBouncer close its server sessions (its admin console's
+/// `RECONNECT`) and waits until they are gone, so that a race meets
+/// sessions without the prepared statements an earlier race left on them:
+/// on those every name sqlx chooses is taken, and nearly every call is
+/// refused before anything runs.
+async fn fresh_server_sessions(pooled: &str) {
+    let admin = pooled
+        .rsplit_once('/')
+        .map(|(base, _)| format!("{base}/pgbouncer"));
+    let admin = admin.expect("a PgBouncer URL with a database");
+    let mut console = PgConnection::connect(&admin)
+        .await
+        .expect("PgBouncer's console");
+    sqlx::raw_sql("RECONNECT test")
+        .execute(&mut console)
+        .await
+        .expect("RECONNECT");
+    for _ in 0..100 {
+        let servers = sqlx::raw_sql("SHOW SERVERS")
+            .fetch_all(&mut console)
+            .await
+            .expect("SHOW SERVERS");
+        let closing = servers.iter().any(|server| {
+            sqlx::Row::try_get::<i32, _>(server, "close_needed").map_or(true, |c| c != 0)
+        });
+        if !closing {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = console.close().await;
+}
+
+/// What one call was told about one row.
+enum Answer {
+    /// `Applied`.
+    Won,
+    /// Any other answer that names the row's state.
+    Lost,
+    /// `NotFound`: never true here, where every row exists.
+    NotFound,
+}
+
+impl<S: StateMachine, K, C> From<Outcome<S, K, C>> for Answer {
+    fn from(outcome: Outcome<S, K, C>) -> Self {
+        match outcome {
+            Outcome::Applied(_) => Answer::Won,
+            Outcome::NotFound => Answer::NotFound,
+            _ => Answer::Lost,
+        }
+    }
+}
+
 /// What the calls were told, summed over all of them.
 #[derive(Debug, Default)]
 struct Told {
     /// Wins per row.
     applied: BTreeMap<i64, usize>,
-    /// `AlreadyInState`.
+    /// Any other answer that names the row's state.
     already: usize,
     /// `StatementMixUp`.
     mixed_up: usize,
@@ -146,12 +201,16 @@ fn mixed_names(error: &Error) -> bool {
         if matches!(db.code().as_deref(), Some("42P05" | "26000" | "08P01" | "22P03")))
 }
 
-/// Races `ATTEMPTS_PER_ROW` calls of `apply` on each row through the pool.
+/// Races `ATTEMPTS_PER_ROW` calls of `apply` on each row through the pool,
+/// each answering for the rows it names.
 async fn race<F, Fut>(pool: &PgPool, apply: F) -> Told
 where
     F: Fn(PgPool, i64) -> Fut + Copy + Send + 'static,
-    Fut: Future<Output = Result<bool, Error>> + Send,
+    Fut: Future<Output = Result<Vec<(i64, Answer)>, Error>> + Send,
 {
+    if let Ok(url) = std::env::var(TRANSACTION) {
+        fresh_server_sessions(&url).await;
+    }
     let attempts = ROWS as usize * ATTEMPTS_PER_ROW;
     let barrier = Arc::new(Barrier::new(attempts));
     let mut tasks = Vec::with_capacity(attempts);
@@ -166,10 +225,19 @@ where
     }
     let mut told = Told::default();
     for task in tasks {
-        let (id, outcome) = task.await.expect("attempt task");
-        match outcome {
-            Ok(true) => *told.applied.entry(id).or_default() += 1,
-            Ok(false) => told.already += 1,
+        let (id, answers) = task.await.expect("attempt task");
+        match answers {
+            Ok(answers) => {
+                for (row, answer) in answers {
+                    match answer {
+                        Answer::Won => *told.applied.entry(row).or_default() += 1,
+                        Answer::Lost => told.already += 1,
+                        Answer::NotFound => {
+                            panic!("row {row} (call {id}): NotFound, yet it exists")
+                        }
+                    }
+                }
+            }
             Err(error) => told.error(error),
         }
     }
@@ -215,7 +283,7 @@ async fn transaction_pooling_gives_no_false_win() {
     // Unversioned: the compare-and-set's only answer is its rows.
     let told = race(&pool, |pool, id| async move {
         let outcome = Payout::start().apply(&pool, id).await?;
-        Ok(matches!(outcome, Outcome::Applied(_)))
+        Ok(vec![(id, outcome.into())])
     })
     .await;
     let moved = rows_in(&mut admin, "sg_mix_up.payouts", "sending").await;
@@ -223,13 +291,11 @@ async fn transaction_pooling_gives_no_false_win() {
     // Versioned, with history: a win's occurrence is the row's, and its
     // history row is there.
     let told = race(&pool, |pool, id| async move {
-        match Transfer::start().apply(&pool, id).await? {
-            Outcome::Applied(won) => {
-                assert_eq!(won.occurrence(), 1, "transfer {id}: a win's occurrence");
-                Ok(true)
-            }
-            _ => Ok(false),
+        let outcome = Transfer::start().apply(&pool, id).await?;
+        if let Outcome::Applied(won) = &outcome {
+            assert_eq!(won.occurrence(), 1, "transfer {id}: a win's occurrence");
         }
+        Ok(vec![(id, outcome.into())])
     })
     .await;
     let moved = rows_in(&mut admin, "sg_mix_up.transfers", "sending").await;
@@ -241,6 +307,43 @@ async fn transaction_pooling_gives_no_false_win() {
     .await
     .expect("history");
     assert_eq!(logged, moved, "one history row per row moved");
+    pool.close().await;
+}
+
+/// `apply_many` over groups of ten rows and `claim` of up to ten: each row
+/// is won once at most, only if the database moved it, and no call is
+/// told a row it named is missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn transaction_pooling_gives_no_false_batch_win() {
+    let _turn = TURN.lock().await;
+    let test = "transaction_pooling_gives_no_false_batch_win";
+    let Some((pool, mut admin)) = setup(test).await else {
+        return;
+    };
+    let told = race(&pool, |pool, id| async move {
+        let first = (id - 1) / 10 * 10 + 1;
+        let keys: Vec<i64> = (first..first + 10).collect();
+        let outcomes = Payout::start().apply_many(&pool, &keys).await?;
+        Ok(keys
+            .into_iter()
+            .zip(outcomes.into_iter().map(Answer::from))
+            .collect())
+    })
+    .await;
+    let moved = rows_in(&mut admin, "sg_mix_up.payouts", "sending").await;
+    assert_confirmed("apply_many", &told, &moved);
+    let told = race(&pool, |pool, _| async move {
+        let claimed = Transfer::start()
+            .claim::<sqlx::Postgres, i64>(&pool, 10)
+            .await?;
+        Ok(claimed
+            .into_iter()
+            .map(|won| (*won.key(), Answer::Won))
+            .collect())
+    })
+    .await;
+    let moved = rows_in(&mut admin, "sg_mix_up.transfers", "sending").await;
+    assert_confirmed("claim", &told, &moved);
     pool.close().await;
 }
 
@@ -270,7 +373,11 @@ async fn transaction_pooling_receives_each_message_once() {
         let message = format!("message-{id}");
         let received = inbox::receive(&mut tx, "mix-up", &message).await?;
         tx.commit(()).await?;
-        Ok(received == Received::First)
+        let answer = match received {
+            Received::First => Answer::Won,
+            Received::Duplicate => Answer::Lost,
+        };
+        Ok(vec![(id, answer)])
     })
     .await;
     let stored: Vec<i64> = sqlx::query_scalar(

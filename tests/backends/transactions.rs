@@ -392,7 +392,7 @@ async fn postgres_serializable_loser_is_told_to_retry_not_already_in_state() {
         PayoutStatus::MACHINE
             .select_in_transaction_sql()
             .postgres()
-            .ends_with(" FOR SHARE")
+            .contains(" FOR SHARE) AS __sg_r")
     );
 }
 

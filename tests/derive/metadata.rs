@@ -124,7 +124,7 @@ fn sql_text_per_dialect() {
     let select = PayoutStatus::MACHINE.select_sql();
     assert_eq!(
         pg(select),
-        r#"SELECT TAG, "status"::text, CAST(0 AS BIGINT) FROM "billing"."payouts" WHERE "id" = $1 AND CAST("id" AS TEXT) COLLATE "C" = CAST($1 AS TEXT)"#
+        r#"SELECT TAG, __sg_r.__sg_f, __sg_r.__sg_c0, __sg_r.__sg_c1 FROM (SELECT 1) AS __sg_one LEFT JOIN LATERAL (SELECT CAST(1 AS BIGINT) AS __sg_f, "status"::text AS __sg_c0, CAST(0 AS BIGINT) AS __sg_c1 FROM "billing"."payouts" WHERE "id" = $1 AND CAST("id" AS TEXT) COLLATE "C" = CAST($1 AS TEXT)) AS __sg_r ON true"#
     );
     assert_eq!(
         select.sqlite(),
@@ -139,7 +139,7 @@ fn sql_text_per_dialect() {
     let select = PayoutStatus::MACHINE.select_in_transaction_sql();
     assert_eq!(
         pg(select),
-        r#"SELECT TAG, "status"::text, CAST(0 AS BIGINT) FROM "billing"."payouts" WHERE "id" = $1 AND CAST("id" AS TEXT) COLLATE "C" = CAST($1 AS TEXT) FOR SHARE"#
+        r#"SELECT TAG, __sg_r.__sg_f, __sg_r.__sg_c0, __sg_r.__sg_c1 FROM (SELECT 1) AS __sg_one LEFT JOIN LATERAL (SELECT CAST(1 AS BIGINT) AS __sg_f, "status"::text AS __sg_c0, CAST(0 AS BIGINT) AS __sg_c1 FROM "billing"."payouts" WHERE "id" = $1 AND CAST("id" AS TEXT) COLLATE "C" = CAST($1 AS TEXT) FOR SHARE) AS __sg_r ON true"#
     );
     assert_eq!(select.sqlite(), PayoutStatus::MACHINE.select_sql().sqlite());
     assert_eq!(select.mysql(), PayoutStatus::MACHINE.select_sql().mysql());
@@ -253,7 +253,7 @@ fn version_and_in_flight_sql() {
     );
     assert_eq!(
         pg(sending.follow_up_read_sql()),
-        r#"SELECT TAG, "status"::text, CAST(COALESCE("version", 0) AS BIGINT), COALESCE(CAST(EXTRACT(EPOCH FROM "sending_since") * 1000000 AS BIGINT), 0) FROM "transfers" WHERE "id" = $1 AND CAST("id" AS TEXT) COLLATE "C" = CAST($1 AS TEXT)"#
+        r#"SELECT TAG, __sg_r.__sg_f, __sg_r.__sg_c0, __sg_r.__sg_c1, __sg_r.__sg_c2 FROM (SELECT 1) AS __sg_one LEFT JOIN LATERAL (SELECT CAST(1 AS BIGINT) AS __sg_f, "status"::text AS __sg_c0, CAST(COALESCE("version", 0) AS BIGINT) AS __sg_c1, COALESCE(CAST(EXTRACT(EPOCH FROM "sending_since") * 1000000 AS BIGINT), 0) AS __sg_c2 FROM "transfers" WHERE "id" = $1 AND CAST("id" AS TEXT) COLLATE "C" = CAST($1 AS TEXT)) AS __sg_r ON true"#
     );
     assert_eq!(
         TransferStatus::start().def().read_back_sql().mysql(),

@@ -75,10 +75,10 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 guard: Some("amount_cents <= 95000"),
                 guarded_select: Some(
                     __sg::sql! {
-                        "SELECT 'stateguard d6121b5532992b3c'::text, \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT)"
+                        "SELECT 'stateguard f9f638af12814957'::text, __sg_r.__sg_f, __sg_r.__sg_c0, __sg_r.__sg_c1, __sg_r.__sg_c2 FROM (SELECT 1) AS __sg_one LEFT JOIN LATERAL (SELECT CAST(1 AS BIGINT) AS __sg_f, \"status\"::text AS __sg_c0, CAST(0 AS BIGINT) AS __sg_c1, CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) AS __sg_c2 FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT)) AS __sg_r ON true"
                         on postgres, binds = [Key(0)], tag =
-                        "stateguard d6121b5532992b3c", reads = [Status, Occurrence,
-                        Meets];
+                        "stateguard f9f638af12814957", reads = [Found, Status,
+                        Occurrence, Meets];
                         "SELECT \"status\", CAST(0 AS INTEGER), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS INTEGER) FROM \"payouts\" WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB)"
                         on sqlite, binds = [Key(0)], reads = [Status, Occurrence, Meets];
                         "SELECT CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS SIGNED) FROM `payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) LOCK IN SHARE MODE"
@@ -88,10 +88,10 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 ),
                 guarded_select_in_transaction: Some(
                     __sg::sql! {
-                        "SELECT 'stateguard 7e75589679ee1174'::text, \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) FOR SHARE"
+                        "SELECT 'stateguard 29acd9da0389a52b'::text, __sg_r.__sg_f, __sg_r.__sg_c0, __sg_r.__sg_c1, __sg_r.__sg_c2 FROM (SELECT 1) AS __sg_one LEFT JOIN LATERAL (SELECT CAST(1 AS BIGINT) AS __sg_f, \"status\"::text AS __sg_c0, CAST(0 AS BIGINT) AS __sg_c1, CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) AS __sg_c2 FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) FOR SHARE) AS __sg_r ON true"
                         on postgres, binds = [Key(0)], tag =
-                        "stateguard 7e75589679ee1174", reads = [Status, Occurrence,
-                        Meets];
+                        "stateguard 29acd9da0389a52b", reads = [Found, Status,
+                        Occurrence, Meets];
                         "SELECT \"status\", CAST(0 AS INTEGER), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS INTEGER) FROM \"payouts\" WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB)"
                         on sqlite, binds = [Key(0)], reads = [Status, Occurrence, Meets];
                         "SELECT CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS SIGNED) FROM `payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) LOCK IN SHARE MODE"
@@ -121,9 +121,9 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     on mysql, binds = [Keys(0)];
                 },
                 many_read: __sg::sql! {
-                    "SELECT 'stateguard 4f30e69c6011c3ff'::text, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT)"
-                    on postgres, binds = [Keys(0)], tag = "stateguard 4f30e69c6011c3ff",
-                    reads = [Key(0), Status, Occurrence, Meets];
+                    "SELECT 'stateguard 247ad76b4b608c1f'::text, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT), CAST(NULL AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT) UNION ALL SELECT 'stateguard 247ad76b4b608c1f'::text, NULL, NULL, NULL, NULL, 1"
+                    on postgres, binds = [Keys(0)], tag = "stateguard 247ad76b4b608c1f",
+                    reads = [Key(0), Status, Occurrence, Meets, End];
                     "SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)"
                     on sqlite, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
                     Meets];
@@ -139,9 +139,9 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     reads = [Key(0)];
                 },
                 many_read_by_value: __sg::sql! {
-                    "SELECT 'stateguard 2269cb6bba1b2198'::text, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0"
-                    on postgres, binds = [Keys(0)], tag = "stateguard 2269cb6bba1b2198",
-                    reads = [Key(0), Status, Occurrence, Meets];
+                    "SELECT 'stateguard 5389ba8d80927cdc'::text, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT), CAST(NULL AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 UNION ALL SELECT 'stateguard 5389ba8d80927cdc'::text, NULL, NULL, NULL, NULL, 1"
+                    on postgres, binds = [Keys(0)], tag = "stateguard 5389ba8d80927cdc",
+                    reads = [Key(0), Status, Occurrence, Meets, End];
                 },
             }),
             __sg::transition(__sg::TransitionParts {
@@ -184,9 +184,9 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     on mysql, binds = [Keys(0)];
                 },
                 many_read: __sg::sql! {
-                    "SELECT 'stateguard 743010078e607674'::text, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT)"
-                    on postgres, binds = [Keys(0)], tag = "stateguard 743010078e607674",
-                    reads = [Key(0), Status, Occurrence, Meets];
+                    "SELECT 'stateguard 417daec845b30554'::text, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT), CAST(NULL AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT) UNION ALL SELECT 'stateguard 417daec845b30554'::text, NULL, NULL, NULL, NULL, 1"
+                    on postgres, binds = [Keys(0)], tag = "stateguard 417daec845b30554",
+                    reads = [Key(0), Status, Occurrence, Meets, End];
                     "SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(1 AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)"
                     on sqlite, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
                     Meets];
@@ -202,9 +202,9 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     reads = [Key(0)];
                 },
                 many_read_by_value: __sg::sql! {
-                    "SELECT 'stateguard 628d65a3569e6a07'::text, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0"
-                    on postgres, binds = [Keys(0)], tag = "stateguard 628d65a3569e6a07",
-                    reads = [Key(0), Status, Occurrence, Meets];
+                    "SELECT 'stateguard 03345b8b6a196bb3'::text, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT), CAST(NULL AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 UNION ALL SELECT 'stateguard 03345b8b6a196bb3'::text, NULL, NULL, NULL, NULL, 1"
+                    on postgres, binds = [Keys(0)], tag = "stateguard 03345b8b6a196bb3",
+                    reads = [Key(0), Status, Occurrence, Meets, End];
                 },
             }),
             __sg::transition(__sg::TransitionParts {
@@ -257,9 +257,9 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     on mysql, binds = [Keys(0), Value(0)];
                 },
                 many_read: __sg::sql! {
-                    "SELECT 'stateguard 743010078e607674'::text, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT)"
-                    on postgres, binds = [Keys(0)], tag = "stateguard 743010078e607674",
-                    reads = [Key(0), Status, Occurrence, Meets];
+                    "SELECT 'stateguard 417daec845b30554'::text, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT), CAST(NULL AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT) UNION ALL SELECT 'stateguard 417daec845b30554'::text, NULL, NULL, NULL, NULL, 1"
+                    on postgres, binds = [Keys(0)], tag = "stateguard 417daec845b30554",
+                    reads = [Key(0), Status, Occurrence, Meets, End];
                     "SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(1 AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)"
                     on sqlite, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
                     Meets];
@@ -275,9 +275,9 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     "stateguard 998b61f024ddf5d3", reads = [Key(0)];
                 },
                 many_read_by_value: __sg::sql! {
-                    "SELECT 'stateguard 628d65a3569e6a07'::text, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0"
-                    on postgres, binds = [Keys(0)], tag = "stateguard 628d65a3569e6a07",
-                    reads = [Key(0), Status, Occurrence, Meets];
+                    "SELECT 'stateguard 03345b8b6a196bb3'::text, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT), CAST(NULL AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 UNION ALL SELECT 'stateguard 03345b8b6a196bb3'::text, NULL, NULL, NULL, NULL, 1"
+                    on postgres, binds = [Keys(0)], tag = "stateguard 03345b8b6a196bb3",
+                    reads = [Key(0), Status, Occurrence, Meets, End];
                 },
             }),
             __sg::transition(__sg::TransitionParts {
@@ -320,9 +320,9 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     on mysql, binds = [Keys(0)];
                 },
                 many_read: __sg::sql! {
-                    "SELECT 'stateguard 743010078e607674'::text, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT)"
-                    on postgres, binds = [Keys(0)], tag = "stateguard 743010078e607674",
-                    reads = [Key(0), Status, Occurrence, Meets];
+                    "SELECT 'stateguard 417daec845b30554'::text, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT), CAST(NULL AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT) UNION ALL SELECT 'stateguard 417daec845b30554'::text, NULL, NULL, NULL, NULL, 1"
+                    on postgres, binds = [Keys(0)], tag = "stateguard 417daec845b30554",
+                    reads = [Key(0), Status, Occurrence, Meets, End];
                     "SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(1 AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)"
                     on sqlite, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
                     Meets];
@@ -338,9 +338,9 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     reads = [Key(0)];
                 },
                 many_read_by_value: __sg::sql! {
-                    "SELECT 'stateguard 628d65a3569e6a07'::text, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0"
-                    on postgres, binds = [Keys(0)], tag = "stateguard 628d65a3569e6a07",
-                    reads = [Key(0), Status, Occurrence, Meets];
+                    "SELECT 'stateguard 03345b8b6a196bb3'::text, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT), CAST(NULL AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 UNION ALL SELECT 'stateguard 03345b8b6a196bb3'::text, NULL, NULL, NULL, NULL, 1"
+                    on postgres, binds = [Keys(0)], tag = "stateguard 03345b8b6a196bb3",
+                    reads = [Key(0), Status, Occurrence, Meets, End];
                 },
             }),
         ];
@@ -355,18 +355,18 @@ impl ::stateguard::StateMachine for PayoutStatus {
             states: &__STATES,
             transitions: &__TRANSITIONS,
             select: __sg::sql! {
-                "SELECT 'stateguard dc5e003f92147217'::text, \"status\"::text, CAST(0 AS BIGINT) FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT)"
-                on postgres, binds = [Key(0)], tag = "stateguard dc5e003f92147217", reads
-                = [Status, Occurrence];
+                "SELECT 'stateguard 032c9515fb4fac47'::text, __sg_r.__sg_f, __sg_r.__sg_c0, __sg_r.__sg_c1 FROM (SELECT 1) AS __sg_one LEFT JOIN LATERAL (SELECT CAST(1 AS BIGINT) AS __sg_f, \"status\"::text AS __sg_c0, CAST(0 AS BIGINT) AS __sg_c1 FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT)) AS __sg_r ON true"
+                on postgres, binds = [Key(0)], tag = "stateguard 032c9515fb4fac47", reads
+                = [Found, Status, Occurrence];
                 "SELECT \"status\", CAST(0 AS INTEGER) FROM \"payouts\" WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB)"
                 on sqlite, binds = [Key(0)], reads = [Status, Occurrence];
                 "SELECT CAST(`status` AS CHAR), CAST(0 AS SIGNED) FROM `payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) LOCK IN SHARE MODE"
                 on mysql, binds = [Key(0), Key(0)], reads = [Status, Occurrence];
             },
             select_in_transaction: __sg::sql! {
-                "SELECT 'stateguard 5d4276729f09718b'::text, \"status\"::text, CAST(0 AS BIGINT) FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) FOR SHARE"
-                on postgres, binds = [Key(0)], tag = "stateguard 5d4276729f09718b", reads
-                = [Status, Occurrence];
+                "SELECT 'stateguard 2ccb6681191ab2bb'::text, __sg_r.__sg_f, __sg_r.__sg_c0, __sg_r.__sg_c1 FROM (SELECT 1) AS __sg_one LEFT JOIN LATERAL (SELECT CAST(1 AS BIGINT) AS __sg_f, \"status\"::text AS __sg_c0, CAST(0 AS BIGINT) AS __sg_c1 FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) FOR SHARE) AS __sg_r ON true"
+                on postgres, binds = [Key(0)], tag = "stateguard 2ccb6681191ab2bb", reads
+                = [Found, Status, Occurrence];
                 "SELECT \"status\", CAST(0 AS INTEGER) FROM \"payouts\" WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB)"
                 on sqlite, binds = [Key(0)], reads = [Status, Occurrence];
                 "SELECT CAST(`status` AS CHAR), CAST(0 AS SIGNED) FROM `payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) LOCK IN SHARE MODE"

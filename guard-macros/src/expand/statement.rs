@@ -61,6 +61,8 @@ pub(super) fn sql_per_dialect(
 pub(super) fn column(col: Col) -> TokenStream {
     match col {
         Col::Tag => quote!(Tag),
+        Col::Found => quote!(Found),
+        Col::End => quote!(End),
         Col::Key(n) => {
             let n = proc_macro2::Literal::u8_unsuffixed(n);
             quote!(Key(#n))

@@ -122,14 +122,18 @@ impl Dialect {
     /// row apart.
     pub fn follow_up_read(&self, model: &Model, in_flight: &InFlight) -> String {
         let d = *self;
-        format!(
-            "SELECT {}, {}, {} FROM {} WHERE {}{}",
-            Col::Status.of(&d.status_read(&model.column)),
-            Col::Occurrence.of(&d.version_read(model.version.as_deref())),
-            Col::Token.of(&d.lease_token(&in_flight.since)),
-            d.quote(&model.table),
-            d.key_match(&model.key),
-            d.read_lock(false),
+        d.one_row(
+            vec![
+                (Col::Status, d.status_read(&model.column)),
+                (Col::Occurrence, d.version_read(model.version.as_deref())),
+                (Col::Token, d.lease_token(&in_flight.since)),
+            ],
+            &format!(
+                "FROM {} WHERE {}{}",
+                d.quote(&model.table),
+                d.key_match(&model.key),
+                d.read_lock(false),
+            ),
         )
     }
 

@@ -294,7 +294,20 @@ impl Dialect {
             Col::Meets.of(&meets),
         );
         match d {
-            Dialect::Postgres | Dialect::Sqlite => format!(
+            // One more row at the end, whatever the keys found, so that a
+            // result without it is known to be another statement's (see
+            // `plan.rs`): the same tag, NULL elsewhere, and `End`.
+            Dialect::Postgres => format!(
+                "SELECT {}, {columns}, {} FROM {} JOIN {table} ON {} UNION ALL SELECT {}{}, \
+                 NULL, NULL, NULL, 1",
+                Col::Tag.of(crate::plan::TAG),
+                Col::End.of("CAST(NULL AS BIGINT)"),
+                d.many_input(model),
+                d.many_match(model, by),
+                crate::plan::TAG,
+                ", NULL".repeat(model.key.len()),
+            ),
+            Dialect::Sqlite => format!(
                 "SELECT {columns} FROM {} JOIN {table} ON {}",
                 d.many_input(model),
                 d.many_match(model, by),

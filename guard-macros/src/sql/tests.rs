@@ -5,7 +5,7 @@ use syn::Ident;
 
 use crate::dialect::{DIALECTS, Dialect};
 use crate::model::{InFlight, Model, State, Transition};
-use crate::plan::{Slot, render};
+use crate::plan::{Col, Slot, render};
 
 /// A statement's text in `d`, with its tag (PostgreSQL's) written `TAG`,
 /// or what is wrong with its placeholders.
@@ -156,11 +156,26 @@ fn the_losing_read_locks_where_a_snapshot_would_lie() {
         let select = |d: Dialect, tx| text(d, d.select(model, tx));
         assert_eq!(
             select(Dialect::Postgres, false),
-            "SELECT TAG, \"status\"::text, CAST(COALESCE(\"version\", 0) AS BIGINT) FROM \
-             \"billing\".\"payouts\" WHERE \"id\" = $1 AND \
-             CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT)"
+            "SELECT TAG, __sg_r.__sg_f, __sg_r.__sg_c0, __sg_r.__sg_c1 FROM (SELECT 1) AS \
+             __sg_one LEFT JOIN LATERAL (SELECT CAST(1 AS BIGINT) AS __sg_f, \"status\"::text AS __sg_c0, \
+             CAST(COALESCE(\"version\", 0) AS BIGINT) AS __sg_c1 FROM \"billing\".\"payouts\" \
+             WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT)) AS \
+             __sg_r ON true"
         );
-        assert!(select(Dialect::Postgres, true).ends_with(" FOR SHARE"));
+        // One row whether or not the key is there: none at all would be
+        // another statement's answer.
+        let pg = render(Dialect::Postgres, &Dialect::Postgres.select(model, false))
+            .map_err(|e| e.to_string());
+        assert_eq!(
+            pg.map(|pg| pg.returns),
+            Ok(vec![Col::Tag, Col::Found, Col::Status, Col::Occurrence])
+        );
+        let lite = render(Dialect::Sqlite, &Dialect::Sqlite.select(model, false));
+        assert_eq!(
+            lite.map(|lite| lite.returns),
+            Ok(vec![Col::Status, Col::Occurrence])
+        );
+        assert!(select(Dialect::Postgres, true).ends_with(" FOR SHARE) AS __sg_r ON true"));
         assert!(!select(Dialect::Sqlite, true).contains("FOR"));
         assert!(select(Dialect::MySql, false).ends_with(" LOCK IN SHARE MODE"));
         assert!(select(Dialect::MySql, false).starts_with("SELECT CAST(`status` AS CHAR)"));

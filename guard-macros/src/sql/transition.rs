@@ -237,14 +237,53 @@ impl Dialect {
     /// column), with the status read as text, as a
     /// locking read where [`Self::read_lock`] says so.
     pub fn select(self, model: &Model, in_transaction: bool) -> String {
-        format!(
-            "SELECT {}, {} FROM {} WHERE {}{}",
-            Col::Status.of(&self.status_read(&model.column)),
-            Col::Occurrence.of(&self.version_read(model.version.as_deref())),
-            self.quote(&model.table),
-            self.key_match(&model.key),
-            self.read_lock(in_transaction),
+        self.one_row(
+            vec![
+                (Col::Status, self.status_read(&model.column)),
+                (Col::Occurrence, self.version_read(model.version.as_deref())),
+            ],
+            &format!(
+                "FROM {} WHERE {}{}",
+                self.quote(&model.table),
+                self.key_match(&model.key),
+                self.read_lock(in_transaction),
+            ),
         )
+    }
+
+    /// `SELECT columns from_where`: the read of one row by its key. On
+    /// PostgreSQL it returns exactly one row whether or not the key is
+    /// there, [`Col::Found`] saying which, so that a statement that
+    /// returns no row at all is known to be another statement's answer
+    /// (see `plan.rs`): the row is read in a `LATERAL` subquery, joined to
+    /// a row of its own.
+    pub(super) fn one_row(self, columns: Vec<(Col, String)>, from_where: &str) -> String {
+        match self {
+            Dialect::Postgres => {
+                let inner: Vec<String> = columns
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (_, expr))| format!("{expr} AS __sg_c{i}"))
+                    .collect();
+                let outer: Vec<String> = columns
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (col, _))| col.of(&format!("__sg_r.__sg_c{i}")))
+                    .collect();
+                format!(
+                    "SELECT {}, {} FROM (SELECT 1) AS __sg_one LEFT JOIN LATERAL (SELECT {} AS \
+                     __sg_f, {} {from_where}) AS __sg_r ON true",
+                    Col::Found.of("__sg_r.__sg_f"),
+                    outer.join(", "),
+                    self.int64("1"),
+                    inner.join(", "),
+                )
+            }
+            Dialect::Sqlite | Dialect::MySql => {
+                let list: Vec<String> = columns.iter().map(|(col, expr)| col.of(expr)).collect();
+                format!("SELECT {} {from_where}", list.join(", "))
+            }
+        }
     }
 
     /// The losing read of a guarded transition: the status, the version
@@ -257,14 +296,21 @@ impl Dialect {
         in_transaction: bool,
     ) -> Option<String> {
         let guard = transition.guard.as_ref()?.sql(transition.set_binds());
-        Some(format!(
-            "SELECT {}, {}, {} FROM {} WHERE {}{}",
-            Col::Status.of(&self.status_read(&model.column)),
-            Col::Occurrence.of(&self.version_read(model.version.as_deref())),
-            Col::Meets.of(&self.int64(&format!("CASE WHEN ({guard}) THEN 1 ELSE 0 END"))),
-            self.quote(&model.table),
-            self.key_match(&model.key),
-            self.read_lock(in_transaction),
+        Some(self.one_row(
+            vec![
+                (Col::Status, self.status_read(&model.column)),
+                (Col::Occurrence, self.version_read(model.version.as_deref())),
+                (
+                    Col::Meets,
+                    self.int64(&format!("CASE WHEN ({guard}) THEN 1 ELSE 0 END")),
+                ),
+            ],
+            &format!(
+                "FROM {} WHERE {}{}",
+                self.quote(&model.table),
+                self.key_match(&model.key),
+                self.read_lock(in_transaction),
+            ),
         ))
     }
 }

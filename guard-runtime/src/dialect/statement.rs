@@ -43,6 +43,14 @@ pub enum Column {
     Tag,
     /// Key column `n` of the row.
     Key(u8),
+    /// Whether a read of one row by its key found it (1, or NULL): a
+    /// PostgreSQL read of one row returns a row either way, so that no
+    /// row at all is another statement's answer.
+    Found,
+    /// 1 in the row that ends a PostgreSQL batch read, NULL in the rest:
+    /// the read returns that row whatever the keys find, so that a result
+    /// without it is another statement's answer. The library drops it.
+    End,
     /// The status, as text.
     Status,
     /// The row's occurrence (its version column, 0 without one).

@@ -53,7 +53,9 @@ impl StatementMixUp {
 
     /// What the row carried in the tag's place, if it was text: another
     /// statement's tag (`stateguard …`), or a value of a statement that is
-    /// not the library's.
+    /// not the library's. `None` when it held no text, or when no row came
+    /// back from a read of one row, which returns a row whether or not it
+    /// finds one.
     pub fn found(&self) -> Option<&str> {
         self.found.as_deref()
     }
@@ -80,7 +82,7 @@ impl fmt::Display for StatementMixUp {
                 format!("another statement's tag, {found:?}")
             }
             Some(_) => "a value of a statement that is not stateguard's".to_owned(),
-            None => "no text".to_owned(),
+            None => "no tag, or no row came back where it returns one always".to_owned(),
         };
         write!(
             f,

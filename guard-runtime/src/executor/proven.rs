@@ -12,7 +12,7 @@
 
 use super::sealed::Run;
 use crate::dialect::sealed::Driver;
-use crate::dialect::{BoxFuture, Statement};
+use crate::dialect::{BoxFuture, Column, Statement};
 use crate::error::StatementMixUp;
 
 type Row<E> = <<E as Run>::Database as sqlx::Database>::Row;
@@ -20,19 +20,38 @@ type Args<E> = <<E as Run>::Database as Driver>::Args;
 
 /// [`Run`]'s statements, with each row proven to be the statement's own.
 pub(crate) trait Proven: Run {
-    /// Every row of `statement`'s result.
+    /// Every row of `statement`'s result. A batch read that ends with a
+    /// row of its own ([`Column::End`]) must end with it exactly once, and
+    /// it is left out.
     fn rows<B>(
         &mut self,
         statement: Statement<B>,
         args: Args<Self>,
     ) -> BoxFuture<'_, Result<Vec<Row<Self>>, sqlx::Error>> {
         let (text, tag) = (statement.text(), statement.tag());
+        let end = statement.column(Column::End);
         let rows = self.fetch_all(text, args);
         Box::pin(async move {
-            let rows = rows.await?;
+            let mut rows = rows.await?;
             if let Some(tag) = tag {
                 for row in &rows {
                     prove::<Self::Database>(text, tag, row)?;
+                }
+                // A result that ends with a row of its own ends with it
+                // exactly once.
+                if let Some(end) = end {
+                    let mut ends = Vec::new();
+                    for (i, row) in rows.iter().enumerate() {
+                        if <Self::Database as Driver>::int_opt(row, end)?.is_some() {
+                            ends.push(i);
+                        }
+                    }
+                    match ends[..] {
+                        [at] => {
+                            rows.remove(at);
+                        }
+                        _ => return Err(StatementMixUp::new(text, tag, None).into()),
+                    }
                 }
             }
             Ok(rows)
@@ -40,19 +59,34 @@ pub(crate) trait Proven: Run {
     }
 
     /// The first row of `statement`'s result, if it returns one.
+    ///
+    /// A read of one row that says whether it found it
+    /// ([`Column::Found`]) returns a row either way: one that did not find
+    /// it is `None`, and no row at all is another statement's answer.
     fn row<B>(
         &mut self,
         statement: Statement<B>,
         args: Args<Self>,
     ) -> BoxFuture<'_, Result<Option<Row<Self>>, sqlx::Error>> {
         let (text, tag) = (statement.text(), statement.tag());
+        let found = statement.column(Column::Found);
         let row = self.fetch_optional(text, args);
         Box::pin(async move {
             let row = row.await?;
-            if let (Some(tag), Some(row)) = (tag, &row) {
-                prove::<Self::Database>(text, tag, row)?;
+            if let Some(tag) = tag {
+                match (&row, found) {
+                    (Some(row), _) => prove::<Self::Database>(text, tag, row)?,
+                    (None, Some(_)) => return Err(StatementMixUp::new(text, tag, None).into()),
+                    (None, None) => {}
+                }
             }
-            Ok(row)
+            match (row, found) {
+                (Some(row), Some(found)) => {
+                    let found = <Self::Database as Driver>::int_opt(&row, found)?;
+                    Ok(found.is_some_and(|found| found != 0).then_some(row))
+                }
+                (row, _) => Ok(row),
+            }
         })
     }
 
