@@ -584,7 +584,9 @@ async fn postgres(url: &str) {
         )
         .await
         .unwrap();
-    let update = logged_sql().1.postgres();
+    // Without the tag, as the library ran it before every statement
+    // proved its rows: the ratio includes the tag's cost.
+    let update = untagged(logged_sql().1.postgres());
     let hand = |key: i64| {
         let one = one.clone();
         async move {
@@ -915,4 +917,19 @@ async fn main() {
         );
     }
     println!("\ntotal {:.1} s", started.elapsed().as_secs_f64());
+}
+
+/// `text` without its PostgreSQL tag: the statement as the library ran it
+/// before each statement proved its rows, the baseline of the winning
+/// paths, so that their ratio includes what the tag costs.
+pub(crate) fn untagged(text: &'static str) -> &'static str {
+    let Some(at) = text.find("'stateguard ") else {
+        return text;
+    };
+    let literal = &text[at..at + "'stateguard 0123456789abcdef'::text".len()];
+    let bare = text
+        .replace(&format!(" RETURNING {literal}, "), " RETURNING ")
+        .replace(&format!(" RETURNING {literal}"), "")
+        .replace(&format!("SELECT {literal}, "), "SELECT ");
+    Box::leak(bare.into_boxed_str())
 }
