@@ -165,7 +165,7 @@ where
             let (history_insert, history_args) =
                 prepared::<DB, Sh, K>(transition, history_insert, keys, params, note)?;
             executor
-                .logged(
+                .with_history(
                     history_insert.text(),
                     history_args,
                     update.text(),
@@ -174,9 +174,9 @@ where
                     None,
                 )
                 .await
-                .and_then(|logged| {
-                    prove_all::<DB>(update, &logged.rows)?;
-                    Ok(logged.rows)
+                .and_then(|moved| {
+                    prove_all::<DB>(update, &moved.rows)?;
+                    Ok(moved.rows)
                 })
         }
     }

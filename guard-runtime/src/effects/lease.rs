@@ -121,7 +121,7 @@ where
             false => {
                 let history_args = arguments(history_insert)?;
                 executor
-                    .logged(
+                    .with_history(
                         history_insert.text(),
                         history_args,
                         update.text(),
@@ -130,7 +130,7 @@ where
                         None,
                     )
                     .await
-                    .map(|logged| logged.updated)
+                    .map(|moved| moved.updated)
             }
         };
         match moved {

@@ -7,18 +7,19 @@ use sqlx::{Connection, Pool};
 #[allow(unused_imports)]
 use crate::executor::tx::{Savepoint, Tx};
 
-use super::{ExecutedThenFetched, Executor, Logged, When, sealed};
+use super::{ExecutedThenFetched, Executor, When, WithHistory, sealed};
 use crate::dialect::sealed::Driver;
 use crate::dialect::{Backend, BoxFuture};
 use crate::outcome::{Committed, Uncommitted};
 
-/// The body of `Run::logged` on a connection `$conn` (a `&mut` connection,
+/// The body of `Run::with_history` on a connection `$conn` (a `&mut` connection,
 /// possibly inside a transaction, where `begin` makes a savepoint).
-macro_rules! logged_on {
-    ($db:ty, $conn:expr, $log:expr, $log_args:expr, $update:expr, $args:expr, $rows:expr, $then:expr) => {{
+macro_rules! with_history_on {
+    ($db:ty, $conn:expr, $history_insert:expr, $history_args:expr, $update:expr, $args:expr, $rows:expr, $then:expr) => {{
         let mut tx = sqlx::Connection::begin($conn).await?;
-        let logged = <$db as Driver>::rows_affected(
-            &sqlx::Executor::execute(&mut *tx, sqlx::query_with($log, $log_args)).await?,
+        let inserted = <$db as Driver>::rows_affected(
+            &sqlx::Executor::execute(&mut *tx, sqlx::query_with($history_insert, $history_args))
+                .await?,
         );
         let (updated, rows, last_id) = if $rows {
             let rows =
@@ -43,15 +44,15 @@ macro_rules! logged_on {
             }
             _ => None,
         };
-        if logged != updated {
+        if inserted != updated {
             // Dropping the transaction rolls both back.
             return Err(sqlx::Error::Protocol(format!(
-                "the history insert wrote {logged} rows and the move changed {updated}; \
+                "the history insert wrote {inserted} rows and the move changed {updated}; \
                  rolled back"
             )));
         }
         tx.commit().await?;
-        Ok(Logged {
+        Ok(WithHistory {
             updated,
             rows,
             then,
@@ -209,20 +210,29 @@ macro_rules! in_transaction {
                 })
             }
 
-            fn logged(
+            fn with_history(
                 &mut self,
-                log: &'static str,
-                log_args: <$db as Driver>::Args,
+                history_insert: &'static str,
+                history_args: <$db as Driver>::Args,
                 update: &'static str,
                 args: <$db as Driver>::Args,
                 rows: bool,
                 then: Option<(&'static str, <$db as Driver>::Args)>,
-            ) -> BoxFuture<'_, Result<Logged<$db>, sqlx::Error>> {
+            ) -> BoxFuture<'_, Result<WithHistory<$db>, sqlx::Error>> {
                 Box::pin(async move {
                     let (conn, health) = self.parts();
                     health.refuse()?;
                     let done = async {
-                        logged_on!($db, &mut *conn, log, log_args, update, args, rows, then)
+                        with_history_on!(
+                            $db,
+                            &mut *conn,
+                            history_insert,
+                            history_args,
+                            update,
+                            args,
+                            rows,
+                            then
+                        )
                     }
                     .await;
                     recorded::<$db, _>(health, done)
@@ -297,17 +307,26 @@ macro_rules! on_connection {
             })
         }
 
-        fn logged(
+        fn with_history(
             &mut self,
-            log: &'static str,
-            log_args: <$db as Driver>::Args,
+            history_insert: &'static str,
+            history_args: <$db as Driver>::Args,
             update: &'static str,
             args: <$db as Driver>::Args,
             rows: bool,
             then: Option<(&'static str, <$db as Driver>::Args)>,
-        ) -> BoxFuture<'_, Result<Logged<$db>, sqlx::Error>> {
+        ) -> BoxFuture<'_, Result<WithHistory<$db>, sqlx::Error>> {
             Box::pin(async move {
-                logged_on!($db, &mut **self, log, log_args, update, args, rows, then)
+                with_history_on!(
+                    $db,
+                    &mut **self,
+                    history_insert,
+                    history_args,
+                    update,
+                    args,
+                    rows,
+                    then
+                )
             })
         }
     };
@@ -353,32 +372,41 @@ macro_rules! executors {
                 })
             }
 
-            fn logged(
+            fn with_history(
                 &mut self,
-                log: &'static str,
-                log_args: <$db as Driver>::Args,
+                history_insert: &'static str,
+                history_args: <$db as Driver>::Args,
                 update: &'static str,
                 args: <$db as Driver>::Args,
                 rows: bool,
                 then: Option<(&'static str, <$db as Driver>::Args)>,
-            ) -> BoxFuture<'_, Result<Logged<$db>, sqlx::Error>> {
+            ) -> BoxFuture<'_, Result<WithHistory<$db>, sqlx::Error>> {
                 // On a server the transaction runs in a task of its own
                 // (`task`): a caller that stops waiting cannot leave it
                 // half-begun. SQLite's worker needs none (as `Tx::begin`).
                 let pool = (*self).clone();
-                let logged = async move {
+                let moved = async move {
                     let mut conn = pool.acquire().await?;
-                    let logged: Result<Logged<$db>, sqlx::Error> = async {
-                        logged_on!($db, &mut *conn, log, log_args, update, args, rows, then)
+                    let moved: Result<WithHistory<$db>, sqlx::Error> = async {
+                        with_history_on!(
+                            $db,
+                            &mut *conn,
+                            history_insert,
+                            history_args,
+                            update,
+                            args,
+                            rows,
+                            then
+                        )
                     }
                     .await;
-                    closed_if_read_only(&mut conn, logged)
+                    closed_if_read_only(&mut conn, moved)
                 };
                 match <$db as Driver>::EMBEDDED {
-                    true => Box::pin(logged),
+                    true => Box::pin(moved),
                     false => Box::pin(crate::executor::task::run_to_completion(
                         "a move and its history",
-                        logged,
+                        moved,
                     )),
                 }
             }

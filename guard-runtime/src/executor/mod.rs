@@ -72,7 +72,7 @@ pub trait Executor: sealed::Run {
 }
 
 pub(crate) mod sealed {
-    use super::{ExecutedThenFetched, Logged, When};
+    use super::{ExecutedThenFetched, When, WithHistory};
     use crate::dialect::sealed::Driver;
     use crate::dialect::{Backend, BoxFuture};
 
@@ -148,19 +148,19 @@ pub(crate) mod sealed {
             when: When<Self::Database>,
         ) -> BoxFuture<'_, Result<ExecutedThenFetched<Self::Database>, sqlx::Error>>;
 
-        /// Runs `log` (a history row's `INSERT … SELECT`), then `update`
+        /// Runs `history_insert` (a history row's `INSERT … SELECT`), then `update`
         /// (fetching its rows when `rows`), then `then`, on one connection
         /// in one transaction, or in a savepoint inside the caller's: the
         /// move and its history row stand or fall together.
-        fn logged(
+        fn with_history(
             &mut self,
-            log: &'static str,
-            log_args: <Self::Database as Driver>::Args,
+            history_insert: &'static str,
+            history_args: <Self::Database as Driver>::Args,
             update: &'static str,
             args: <Self::Database as Driver>::Args,
             rows: bool,
             then: Option<(&'static str, <Self::Database as Driver>::Args)>,
-        ) -> BoxFuture<'_, Result<Logged<Self::Database>, sqlx::Error>>;
+        ) -> BoxFuture<'_, Result<WithHistory<Self::Database>, sqlx::Error>>;
 
         /// The transaction or savepoint a win here belongs to; 0 outside
         /// one.
@@ -180,10 +180,10 @@ pub(crate) mod sealed {
     }
 }
 
-/// What `Run::logged` did: the rows the update changed (as many as the
+/// What `Run::with_history` did: the rows the update changed (as many as the
 /// history rows written), its rows when asked for, the follow-up read's
 /// row, and the update's `LAST_INSERT_ID` on MySQL.
-pub struct Logged<DB: sqlx::Database> {
+pub struct WithHistory<DB: sqlx::Database> {
     pub(crate) updated: u64,
     pub(crate) rows: Vec<DB::Row>,
     pub(crate) then: Option<DB::Row>,

@@ -390,8 +390,8 @@ impl Plan {
                 true => Some(read_back_args()?),
                 false => None,
             };
-            let logged = executor
-                .logged(
+            let moved = executor
+                .with_history(
                     history_insert,
                     history_args,
                     update,
@@ -401,16 +401,16 @@ impl Plan {
                 )
                 .await
                 .map_err(retryable)?;
-            prove_all::<DB<E>>(statement, &logged.rows).map_err(failed)?;
-            let row = match logged.rows.first() {
+            prove_all::<DB<E>>(statement, &moved.rows).map_err(failed)?;
+            let row = match moved.rows.first() {
                 Some(row) => Some(Read::new(statement, row)),
-                None => logged.then.as_ref().map(|row| Read::new(read_back, row)),
+                None => moved.then.as_ref().map(|row| Read::new(read_back, row)),
             };
             let mut changed = changed(row)?;
             if versioned && !leased && !<DB<E> as Driver>::RETURNING {
-                changed.occurrence = last_id(logged.last_id)?;
+                changed.occurrence = last_id(moved.last_id)?;
             }
-            (logged.updated, changed)
+            (moved.updated, changed)
         } else if !versioned && !leased {
             // Counted by its tagged rows on PostgreSQL (`Proven::changed`).
             let done = executor.changed(statement, args).await.map_err(retryable)?;
