@@ -80,7 +80,7 @@ backend_tests! {
 
 /// The bodies `backend_tests!` runs on each backend; the bounds they share
 /// are written once, on this block.
-struct Tests<DB>(PhantomData<DB>);
+pub(crate) struct Tests<DB>(PhantomData<DB>);
 
 impl<DB: TestBackend + Batched> Tests<DB>
 where
@@ -90,7 +90,7 @@ where
 {
     /// 8 claimers take batches of 50 until the queue is empty: every row is
     /// claimed exactly once.
-    async fn claimers_drain_the_queue_exactly_once(db: Db<DB>) {
+    pub(crate) async fn claimers_drain_the_queue_exactly_once(db: Db<DB>) {
         db.transfers(ROWS).await;
         let mut tasks = Vec::new();
         for _ in 0..CLAIMERS {
@@ -181,7 +181,7 @@ where
     /// A claim into an in-flight state stamps each row's lease: the claimer
     /// finishes its rows, and a claimer that dies leaves its rows to recovery,
     /// under the same effect keys.
-    async fn a_claim_stamps_leases_that_finish_and_recovery_honour(db: Db<DB>) {
+    pub(crate) async fn a_claim_stamps_leases_that_finish_and_recovery_honour(db: Db<DB>) {
         db.transfers(4).await;
         let claimed = Queue::start().claim::<DB, i64>(&db.pool, 2).await.unwrap();
         assert_eq!(claimed.iter().map(|w| *w.key()).collect::<Vec<_>>(), [1, 2]);

@@ -65,7 +65,7 @@ backend_tests! {
 
 /// The bodies `backend_tests!` runs on each backend; the bounds they share
 /// are written once, on this block.
-struct Tests<DB>(PhantomData<DB>);
+pub(crate) struct Tests<DB>(PhantomData<DB>);
 
 impl<DB: TestBackend> Tests<DB>
 where
@@ -200,7 +200,7 @@ where
         assert_eq!(db.transfer(1).await, ("sending".to_owned(), 1));
     }
 
-    async fn finish_runs_the_effect_then_done_or_failed(db: Db<DB>) {
+    pub(crate) async fn finish_runs_the_effect_then_done_or_failed(db: Db<DB>) {
         db.transfers(5).await;
         let mut keys = Vec::new();
         for (id, verdict, expected) in [
@@ -297,7 +297,9 @@ where
         );
     }
 
-    async fn recovery_names_the_rows_that_left_the_in_flight_state_meanwhile(db: Db<DB>) {
+    pub(crate) async fn recovery_names_the_rows_that_left_the_in_flight_state_meanwhile(
+        db: Db<DB>,
+    ) {
         db.transfers(2).await;
         for id in 1..=2 {
             let won = TransferStatus::start().apply(&db.pool, id).await.unwrap();

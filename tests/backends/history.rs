@@ -54,7 +54,7 @@ backend_tests! {
 
 /// The bodies `backend_tests!` runs on each backend; the bounds they share
 /// are written once, on this block.
-struct Tests<DB>(PhantomData<DB>);
+pub(crate) struct Tests<DB>(PhantomData<DB>);
 
 impl<DB: TestBackend + Batched> Tests<DB>
 where
@@ -99,7 +99,7 @@ where
     /// 32 `cancel`s per row race a task that moves the row between its two
     /// sources: every row's history chains, and `cancel` is recorded once,
     /// leaving the state the row was really in.
-    async fn the_history_chains_under_a_race(db: Db<DB>) {
+    pub(crate) async fn the_history_chains_under_a_race(db: Db<DB>) {
         setup(&db, ROWS).await;
         let barrier = Arc::new(Barrier::new(ROWS as usize * (CANCELS + 1)));
         let mut tasks = Vec::new();
@@ -143,7 +143,7 @@ where
 
     /// `apply`, `expecting`, `finish`, recovery, `claim` and `apply_many` all
     /// write history; losing attempts write none.
-    async fn every_way_of_moving_writes_history(db: Db<DB>) {
+    pub(crate) async fn every_way_of_moving_writes_history(db: Db<DB>) {
         setup(&db, 6).await;
         // apply, a replay, and a finish.
         let won = Logged::start().apply(&db.pool, 1_i64).await.unwrap();

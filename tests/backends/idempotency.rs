@@ -95,7 +95,7 @@ fn request(scope: &str, key: &str, fingerprint: &str) -> Request {
 
 /// The bodies `backend_tests!` runs on each backend; the bounds they share
 /// are written once, on this block.
-struct Tests<DB>(PhantomData<DB>);
+pub(crate) struct Tests<DB>(PhantomData<DB>);
 
 impl<DB: TestBackend> Tests<DB>
 where
@@ -105,7 +105,7 @@ where
 {
     /// New, then the stored response for the same key and parameters, 422 for
     /// other parameters; scopes and exact spellings are other keys.
-    async fn a_completed_key_replays_and_refuses_other_parameters(db: Db<DB>) {
+    pub(crate) async fn a_completed_key_replays_and_refuses_other_parameters(db: Db<DB>) {
         tables(&db).await;
         let first = request("acme:POST /payouts", "k1", "amount=100");
         let Begun::New(ticket) = idempotency::begin(&db.pool, &first, idempotency::DEFAULT_LEASE)
@@ -395,7 +395,7 @@ where
     /// 32 requests with one key at once: one creates the payout, the others
     /// are told it is in progress or get its response; afterwards every retry
     /// is the replay.
-    async fn racing_requests_create_one_payout(db: Db<DB>) {
+    pub(crate) async fn racing_requests_create_one_payout(db: Db<DB>) {
         tables(&db).await;
         let barrier = Arc::new(Barrier::new(RACERS));
         let mut tasks = Vec::new();
@@ -576,7 +576,7 @@ where
 
     /// First, then duplicate once committed; a rolled-back receipt did not
     /// receive; consumers and exact spellings are other messages.
-    async fn a_message_is_received_once_and_a_rollback_did_not_receive(db: Db<DB>) {
+    pub(crate) async fn a_message_is_received_once_and_a_rollback_did_not_receive(db: Db<DB>) {
         tables(&db).await;
         let mut tx = Tx::begin(&db.pool).await.unwrap();
         assert_eq!(
@@ -616,7 +616,7 @@ where
     /// One message delivered 20 times at once, each delivery in its own
     /// transaction that records the message, then counts an attempt and starts
     /// the payout: one delivery does both, with one committed win.
-    async fn racing_deliveries_apply_once(db: Db<DB>) {
+    pub(crate) async fn racing_deliveries_apply_once(db: Db<DB>) {
         tables(&db).await;
         db.seed(1).await;
         let barrier = Arc::new(Barrier::new(DELIVERIES));

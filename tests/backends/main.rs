@@ -31,6 +31,7 @@ mod occurrence;
 mod pooler;
 mod race;
 mod read_only;
+mod session;
 mod stored_occurrence;
 mod tenant_keys;
 mod tracing;

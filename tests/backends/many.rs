@@ -54,7 +54,7 @@ backend_tests! {
 
 /// The bodies `backend_tests!` runs on each backend; the bounds they share
 /// are written once, on this block.
-struct Tests<DB>(PhantomData<DB>);
+pub(crate) struct Tests<DB>(PhantomData<DB>);
 
 impl<DB: TestBackend + Batched> Tests<DB>
 where
@@ -63,7 +63,7 @@ where
 {
     /// Keys in a source state, in the target, in another state, missing and
     /// repeated, in one batch; a guard refuses in a batch as it does alone.
-    async fn every_key_gets_its_outcome_in_input_order(db: Db<DB>) {
+    pub(crate) async fn every_key_gets_its_outcome_in_input_order(db: Db<DB>) {
         db.transfers(6).await;
         let mut conn = db.pool.acquire().await.unwrap();
         for statement in [
@@ -170,7 +170,7 @@ where
     /// 8 tasks apply `start` to the same 2,000 keys, each in its own order:
     /// one win per row overall, every other outcome `AlreadyInState`, and no
     /// deadlock reaches a caller.
-    async fn racing_batches_win_each_row_once(db: Db<DB>) {
+    pub(crate) async fn racing_batches_win_each_row_once(db: Db<DB>) {
         db.transfers(RACE_ROWS).await;
         let barrier = Arc::new(Barrier::new(RACERS));
         let mut tasks = Vec::new();

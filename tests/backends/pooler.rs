@@ -32,7 +32,7 @@ const CHECKS: usize = 10;
 
 /// One session-mode test at a time: their connections together must stay
 /// within PgBouncer's `default_pool_size`.
-static SESSION_TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+pub(crate) static SESSION_TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A pool of `max` connections on the server in `var`, or `None` when it is
 /// not configured.

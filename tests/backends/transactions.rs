@@ -39,7 +39,7 @@ backend_tests! {
 
 /// The bodies `backend_tests!` runs on each backend; the bounds they share
 /// are written once, on this block.
-struct Tests<DB>(PhantomData<DB>);
+pub(crate) struct Tests<DB>(PhantomData<DB>);
 
 impl<DB: TestBackend> Tests<DB>
 where
@@ -81,7 +81,7 @@ where
 
     /// ROLLBACK TO SAVEPOINT undoes the move: its win must not commit
     /// with the enclosing transaction.
-    async fn a_win_in_a_rolled_back_savepoint_never_commits(db: Db<DB>) {
+    pub(crate) async fn a_win_in_a_rolled_back_savepoint_never_commits(db: Db<DB>) {
         db.transfers(2).await;
         let mut tx = Tx::begin(&db.pool).await.unwrap();
         let first = won(TransferStatus::start().apply(&mut tx, 1_i64).await.unwrap());
@@ -100,7 +100,7 @@ where
 
     /// A released savepoint hands its wins to the transaction, and a
     /// nested one to its parent savepoint.
-    async fn a_released_savepoint_commits_its_wins_with_the_transaction(db: Db<DB>) {
+    pub(crate) async fn a_released_savepoint_commits_its_wins_with_the_transaction(db: Db<DB>) {
         db.transfers(3).await;
         let mut tx = Tx::begin(&db.pool).await.unwrap();
         let first = won(TransferStatus::start().apply(&mut tx, 1_i64).await.unwrap());
