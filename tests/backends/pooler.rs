@@ -11,12 +11,11 @@
 
 use crate::common;
 
-use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::postgres::PgPoolOptions;
 use sqlx::{Connection, PgConnection, PgPool};
 use stateguard::pooler::{self, Acknowledgement, Multiplexing, Pooling, ServerSession};
 use stateguard::{Error, ErrorKind};
@@ -339,39 +338,16 @@ async fn the_check_keeps_its_deadline() {
 }
 
 /// Under session pooling the check passes and the race of `race.rs` gives
-/// one win, and one effect, per row. The test's schema is its connections'
-/// `search_path`, set per session (which session pooling keeps).
+/// one win, and one effect, per row, on a schema of its own
+/// (`session::on_session`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn session_pooling_keeps_one_win_per_row() {
     let _turn = SESSION_TURN.lock().await;
-    let Some(url) = common::server_url(SESSION, "session_pooling_keeps_one_win_per_row") else {
+    let Some(db) = crate::session::on_session("session_pooling_keeps_one_win_per_row").await else {
         return;
     };
-    let mut admin = PgConnection::connect(&url).await.expect("session pooler");
-    sqlx::raw_sql(
-        "DROP SCHEMA IF EXISTS sg_pooler_session_race CASCADE; \
-         CREATE SCHEMA sg_pooler_session_race",
-    )
-    .execute(&mut admin)
-    .await
-    .expect("schema");
-    admin.close().await.expect("close");
-    let pool = PgPoolOptions::new()
-        .max_connections(8)
-        .acquire_timeout(Duration::from_secs(60))
-        .after_connect(|conn, _| {
-            Box::pin(async move {
-                sqlx::raw_sql("SET search_path TO sg_pooler_session_race")
-                    .execute(conn)
-                    .await?;
-                Ok(())
-            })
-        })
-        .connect_with(PgConnectOptions::from_str(&url).expect("URL"))
-        .await
-        .expect("session pool");
+    let pool = db.pool.clone();
     assert_dedicated(&pool).await;
-    let db = common::Postgres::on_pool(pool.clone()).await;
     crate::race::race(db).await;
     pool.close().await;
 }

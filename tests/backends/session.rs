@@ -22,7 +22,7 @@ const SESSION: &str = "STATEGUARD_PGBOUNCER_SESSION_URL";
 
 /// A handle on schema `sg_session_{test}`, made anew, through the
 /// session-mode PgBouncer; `None` when it is not configured.
-async fn on_session(test: &str) -> Option<Postgres> {
+pub(crate) async fn on_session(test: &str) -> Option<Postgres> {
     let url = common::server_url(SESSION, test)?;
     let schema = format!("sg_session_{test}");
     let mut admin = PgConnection::connect(&url).await.expect("session pooler");
