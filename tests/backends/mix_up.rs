@@ -25,6 +25,11 @@ const TRANSACTION: &str = "STATEGUARD_PGBOUNCER_TRANSACTION_URL";
 const DIRECT: &str = "STATEGUARD_POSTGRES_URL";
 
 const ROWS: i64 = 100;
+
+/// The rows each race moved, as the database has them.
+const MOVED_PAYOUTS: &str = "SELECT id FROM sg_mix_up.payouts WHERE status = 'sending' ORDER BY id";
+const MOVED_TRANSFERS: &str =
+    "SELECT id FROM sg_mix_up.transfers WHERE status = 'sending' ORDER BY id";
 const ATTEMPTS_PER_ROW: usize = 32;
 
 #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,18 +76,25 @@ async fn setup(test: &str) -> Option<(PgPool, PgConnection)> {
     let mut admin = PgConnection::connect(&direct)
         .await
         .expect("direct connection");
-    let tables = format!(
+    sqlx::raw_sql(
         "DROP SCHEMA IF EXISTS sg_mix_up CASCADE; CREATE SCHEMA sg_mix_up; \
          CREATE TABLE sg_mix_up.payouts (id BIGINT PRIMARY KEY, status TEXT NOT NULL); \
-         INSERT INTO sg_mix_up.payouts SELECT g, 'pending' FROM generate_series(1, {ROWS}) g; \
          CREATE TABLE sg_mix_up.transfers (id BIGINT PRIMARY KEY, status TEXT NOT NULL, \
-             version BIGINT NOT NULL DEFAULT 0); \
-         INSERT INTO sg_mix_up.transfers SELECT g, 'pending' FROM generate_series(1, {ROWS}) g"
-    );
-    sqlx::raw_sql(sqlx::AssertSqlSafe(tables))
-        .execute(&mut admin)
-        .await
-        .expect("tables");
+             version BIGINT NOT NULL DEFAULT 0)",
+    )
+    .execute(&mut admin)
+    .await
+    .expect("tables");
+    for seed in [
+        "INSERT INTO sg_mix_up.payouts SELECT g, 'pending' FROM generate_series(1, $1) g",
+        "INSERT INTO sg_mix_up.transfers SELECT g, 'pending' FROM generate_series(1, $1) g",
+    ] {
+        sqlx::query(seed)
+            .bind(ROWS)
+            .execute(&mut admin)
+            .await
+            .expect("rows");
+    }
     for statement in stateguard::ddl::generate::<Transfer>(Dialect::Postgres).up() {
         sqlx::raw_sql(statement)
             .execute(&mut admin)
@@ -244,11 +256,9 @@ where
     told
 }
 
-/// The rows of `table` in `status`, read over the direct connection.
-async fn rows_in(admin: &mut PgConnection, table: &str, status: &str) -> Vec<i64> {
-    let sql = format!("SELECT id FROM {table} WHERE status = $1 ORDER BY id");
-    sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
-        .bind(status)
+/// The ids `sql` reads, in order, over the direct connection.
+async fn ids(admin: &mut PgConnection, sql: &'static str) -> Vec<i64> {
+    sqlx::query_scalar(sql)
         .fetch_all(&mut *admin)
         .await
         .expect("read back")
@@ -286,7 +296,7 @@ async fn transaction_pooling_gives_no_false_win() {
         Ok(vec![(id, outcome.into())])
     })
     .await;
-    let moved = rows_in(&mut admin, "sg_mix_up.payouts", "sending").await;
+    let moved = ids(&mut admin, MOVED_PAYOUTS).await;
     assert_confirmed("apply", &told, &moved);
     // Versioned, with history: a win's occurrence is the row's, and its
     // history row is there.
@@ -298,7 +308,7 @@ async fn transaction_pooling_gives_no_false_win() {
         Ok(vec![(id, outcome.into())])
     })
     .await;
-    let moved = rows_in(&mut admin, "sg_mix_up.transfers", "sending").await;
+    let moved = ids(&mut admin, MOVED_TRANSFERS).await;
     assert_confirmed("apply with history", &told, &moved);
     let logged: Vec<i64> = sqlx::query_scalar(
         "SELECT id FROM sg_mix_up.transfer_history WHERE transition = 'start' ORDER BY id",
@@ -330,7 +340,7 @@ async fn transaction_pooling_gives_no_false_batch_win() {
             .collect())
     })
     .await;
-    let moved = rows_in(&mut admin, "sg_mix_up.payouts", "sending").await;
+    let moved = ids(&mut admin, MOVED_PAYOUTS).await;
     assert_confirmed("apply_many", &told, &moved);
     let told = race(&pool, |pool, _| async move {
         let claimed = Transfer::start()
@@ -342,7 +352,7 @@ async fn transaction_pooling_gives_no_false_batch_win() {
             .collect())
     })
     .await;
-    let moved = rows_in(&mut admin, "sg_mix_up.transfers", "sending").await;
+    let moved = ids(&mut admin, MOVED_TRANSFERS).await;
     assert_confirmed("claim", &told, &moved);
     pool.close().await;
 }

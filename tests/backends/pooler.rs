@@ -343,7 +343,7 @@ async fn the_check_keeps_its_deadline() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn session_pooling_keeps_one_win_per_row() {
     let _turn = SESSION_TURN.lock().await;
-    let Some(db) = crate::session::on_session("session_pooling_keeps_one_win_per_row").await else {
+    let Some(db) = crate::session::on_session!(session_pooling_keeps_one_win_per_row).await else {
         return;
     };
     let pool = db.pool.clone();

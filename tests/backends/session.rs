@@ -20,28 +20,44 @@ use sqlx::{Connection, PgConnection};
 
 const SESSION: &str = "STATEGUARD_PGBOUNCER_SESSION_URL";
 
-/// A handle on schema `sg_session_{test}`, made anew, through the
-/// session-mode PgBouncer; `None` when it is not configured.
-pub(crate) async fn on_session(test: &str) -> Option<Postgres> {
+/// A handle on schema `sg_session_$test`, made anew, through the
+/// session-mode PgBouncer; `None` when it is not configured. The
+/// statements are literals, as every test's SQL is.
+macro_rules! on_session {
+    ($test:ident) => {
+        crate::session::open_session(
+            stringify!($test),
+            concat!(
+                "DROP SCHEMA IF EXISTS sg_session_",
+                stringify!($test),
+                " CASCADE; CREATE SCHEMA sg_session_",
+                stringify!($test)
+            ),
+            concat!("SET search_path TO sg_session_", stringify!($test)),
+        )
+    };
+}
+pub(crate) use on_session;
+
+/// See [`on_session!`]: `fresh` makes the schema, `search_path` finds it.
+pub(crate) async fn open_session(
+    test: &str,
+    fresh: &'static str,
+    search_path: &'static str,
+) -> Option<Postgres> {
     let url = common::server_url(SESSION, test)?;
-    let schema = format!("sg_session_{test}");
     let mut admin = PgConnection::connect(&url).await.expect("session pooler");
-    let fresh = format!("DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}");
-    sqlx::raw_sql(sqlx::AssertSqlSafe(fresh))
+    sqlx::raw_sql(fresh)
         .execute(&mut admin)
         .await
         .expect("schema");
     admin.close().await.expect("close");
-    let search_path = format!("SET search_path TO {schema}");
     let pool = PgPoolOptions::new()
         .max_connections(6)
         .acquire_timeout(Duration::from_secs(60))
         .after_connect(move |conn, _| {
-            let search_path = search_path.clone();
             Box::pin(async move {
-                sqlx::raw_sql(sqlx::AssertSqlSafe(search_path))
-                    .execute(conn)
-                    .await?;
+                sqlx::raw_sql(search_path).execute(conn).await?;
                 Ok(())
             })
         })
@@ -57,7 +73,7 @@ macro_rules! session_tests {
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn $body() {
             let _turn = crate::pooler::SESSION_TURN.lock().await;
-            let Some(db) = on_session(stringify!($body)).await else {
+            let Some(db) = on_session!($body).await else {
                 return;
             };
             let pool = db.pool.clone();
