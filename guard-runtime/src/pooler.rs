@@ -26,7 +26,10 @@
 //! [`Error::Database`](crate::Error::Database) that ran nothing. So a
 //! race behind such a pooler gives no false `Applied`; but most calls
 //! fail, and the statement that ran in another's place may have been
-//! someone else's write. The pool must not be set up that way.
+//! someone else's write: another call's follow-up run with a lease
+//! renewal's values (the same key, occurrence and lease token) moves the
+//! row on before its effect ran, and no check after the fact can undo
+//! that. The pool must not be set up that way.
 //!
 //! | between the pool and PostgreSQL | safe |
 //! | --- | --- |
