@@ -43,9 +43,11 @@ enum Payout {
     Sent,
 }
 
-/// The same machine with a version column and a history table: its
-/// compare-and-set returns the new occurrence, and writes the history row
-/// in the same statement.
+/// The same machine with a version column, a history table and its
+/// effect in flight: its compare-and-set returns the new occurrence and a
+/// lease and writes the history row in the same statement; `finish` moves
+/// it on under the lease, and recovery finishes what a failed call left
+/// there.
 #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
 #[state_machine(
     table = "sg_mix_up.transfers",
@@ -55,24 +57,6 @@ enum Payout {
     history = "sg_mix_up.transfer_history"
 )]
 enum Transfer {
-    #[state(initial)]
-    #[transition(start -> Sending)]
-    Pending,
-    #[transition(confirm -> Sent)]
-    Sending,
-    Sent,
-}
-
-/// A payout whose effect runs in flight: `finish` moves it on under the
-/// lease, and recovery finishes what a failed call left there.
-#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
-#[state_machine(
-    table = "sg_mix_up.flights",
-    column = "status",
-    key = "id",
-    version = "version"
-)]
-enum Flight {
     #[state(initial)]
     #[transition(start -> Sending)]
     Pending,
@@ -101,8 +85,6 @@ async fn setup(test: &str) -> Option<(PgPool, PgConnection)> {
         "DROP SCHEMA IF EXISTS sg_mix_up CASCADE; CREATE SCHEMA sg_mix_up; \
          CREATE TABLE sg_mix_up.payouts (id BIGINT PRIMARY KEY, status TEXT NOT NULL); \
          CREATE TABLE sg_mix_up.transfers (id BIGINT PRIMARY KEY, status TEXT NOT NULL, \
-             version BIGINT NOT NULL DEFAULT 0); \
-         CREATE TABLE sg_mix_up.flights (id BIGINT PRIMARY KEY, status TEXT NOT NULL, \
              version BIGINT NOT NULL DEFAULT 0, sending_since TIMESTAMPTZ)",
     )
     .execute(&mut admin)
@@ -111,7 +93,6 @@ async fn setup(test: &str) -> Option<(PgPool, PgConnection)> {
     for seed in [
         "INSERT INTO sg_mix_up.payouts SELECT g, 'pending' FROM generate_series(1, $1) g",
         "INSERT INTO sg_mix_up.transfers SELECT g, 'pending' FROM generate_series(1, $1) g",
-        "INSERT INTO sg_mix_up.flights SELECT g, 'pending' FROM generate_series(1, $1) g",
     ] {
         sqlx::query(seed)
             .bind(ROWS)
@@ -397,7 +378,7 @@ async fn transaction_pooling_finishes_each_effect_under_one_key() {
     type Keys = Arc<std::sync::Mutex<BTreeMap<i64, Vec<String>>>>;
     let keys: Keys = Arc::default();
     let effect = |keys: Keys| {
-        move |effect: stateguard::Effect<Flight, i64>| {
+        move |effect: stateguard::Effect<Transfer, i64>| {
             let keys = keys.clone();
             async move {
                 let mut keys = keys.lock().unwrap();
@@ -412,7 +393,7 @@ async fn transaction_pooling_finishes_each_effect_under_one_key() {
     let told = race(&pool, move |pool, id| {
         let run = run.clone();
         async move {
-            let outcome = Flight::start().apply(&pool, id).await?;
+            let outcome = Transfer::start().apply(&pool, id).await?;
             let answer = Answer::from(match outcome {
                 Outcome::Applied(won) => {
                     // A finish that fails for a mix-up leaves the row to
@@ -433,7 +414,7 @@ async fn transaction_pooling_finishes_each_effect_under_one_key() {
     })
     .await;
     let moved: Vec<i64> = sqlx::query_scalar(
-        "SELECT id FROM sg_mix_up.flights WHERE status <> 'pending' ORDER BY id",
+        "SELECT id FROM sg_mix_up.transfers WHERE status <> 'pending' ORDER BY id",
     )
     .fetch_all(&mut admin)
     .await
@@ -446,13 +427,13 @@ async fn transaction_pooling_finishes_each_effect_under_one_key() {
         .await
         .expect("direct pool");
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let recovered = stateguard::recover(&direct, Flight::Sending, 1_000, effect(keys.clone()))
+    let recovered = stateguard::recover(&direct, Transfer::Sending, 1_000, effect(keys.clone()))
         .await
         .expect("recover");
     assert!(recovered.errors.is_empty(), "{recovered:?}");
     direct.close().await;
     let sent: Vec<i64> =
-        sqlx::query_scalar("SELECT id FROM sg_mix_up.flights WHERE status = 'sent' ORDER BY id")
+        sqlx::query_scalar("SELECT id FROM sg_mix_up.transfers WHERE status = 'sent' ORDER BY id")
             .fetch_all(&mut admin)
             .await
             .expect("sent");

@@ -175,7 +175,7 @@ where
                 )
                 .await
                 .and_then(|moved| {
-                    prove_all::<DB>(update, &moved.rows)?;
+                    prove_all::<DB, _>(update, &moved.rows)?;
                     Ok(moved.rows)
                 })
         }

@@ -33,10 +33,8 @@ pub(crate) trait Proven: Run {
         let rows = self.fetch_all(text, args);
         Box::pin(async move {
             let mut rows = rows.await?;
+            prove_rows::<Self::Database>(text, tag, &rows)?;
             if let Some(tag) = tag {
-                for row in &rows {
-                    prove::<Self::Database>(text, tag, row)?;
-                }
                 // A result that ends with a row of its own ends with it
                 // exactly once.
                 if let Some(end) = end {
@@ -126,17 +124,30 @@ pub(crate) fn prove<DB: Driver>(
     }
 }
 
-/// [`prove`] for each of `rows`.
-pub(crate) fn prove_all<'r, DB: Driver>(
-    statement: Statement,
+/// [`prove`] for each of `rows`, the rows of `statement`.
+pub(crate) fn prove_all<'r, DB: Driver, B>(
+    statement: Statement<B>,
     rows: impl IntoIterator<Item = &'r DB::Row>,
 ) -> Result<(), sqlx::Error>
 where
     DB::Row: 'r,
 {
-    if let Some(tag) = statement.tag() {
+    prove_rows::<DB>(statement.text(), statement.tag(), rows)
+}
+
+/// [`prove`] for each of `rows`, the rows of the statement `text`, if it
+/// has a tag.
+fn prove_rows<'r, DB: Driver>(
+    text: &'static str,
+    tag: Option<&'static str>,
+    rows: impl IntoIterator<Item = &'r DB::Row>,
+) -> Result<(), sqlx::Error>
+where
+    DB::Row: 'r,
+{
+    if let Some(tag) = tag {
         for row in rows {
-            prove::<DB>(statement.text(), tag, row)?;
+            prove::<DB>(text, tag, row)?;
         }
     }
     Ok(())

@@ -401,7 +401,7 @@ impl Plan {
                 )
                 .await
                 .map_err(retryable)?;
-            prove_all::<DB<E>>(statement, &moved.rows).map_err(failed)?;
+            prove_all::<DB<E>, _>(statement, &moved.rows).map_err(failed)?;
             let row = match moved.rows.first() {
                 Some(row) => Some(Read::new(statement, row)),
                 None => moved.then.as_ref().map(|row| Read::new(read_back, row)),
