@@ -124,16 +124,16 @@ macro_rules! __stateguard_mysql {
 /// ```text
 /// sql! {
 ///     "SELECT 'stateguard 0123456789abcdef'::text, … WHERE \"id\" = $1" on postgres,
-///         binds = [Key(0)], tag = "stateguard 0123456789abcdef", reads = [Status, Version];
-///     "SELECT … WHERE \"id\" = ?1" on sqlite, binds = [Key(0)], reads = [Status, Version];
-///     "SELECT … WHERE `id` = ? AND …" on mysql, binds = [Key(0), Key(0)], reads = [Status, Version];
+///         binds = [Key(0)], reads = [Tag, Status, Occurrence];
+///     "SELECT … WHERE \"id\" = ?1" on sqlite, binds = [Key(0)], reads = [Status, Occurrence];
+///     "SELECT … WHERE `id` = ? AND …" on mysql, binds = [Key(0), Key(0)], reads = [Status, Occurrence];
 /// }
 /// ```
 ///
-/// Each dialect's text, with what each placeholder binds ([`meta::Bind`]),
-/// what each result column holds ([`meta::Column`]) and, on PostgreSQL,
-/// the tag its rows carry in their first column ([`meta::Statement::tag`]),
-/// which `reads` leaves out. A dialect left
+/// Each dialect's text, with what each placeholder binds ([`meta::Bind`])
+/// and what each result column holds ([`meta::Column`]): on PostgreSQL
+/// first the tag its rows carry ([`meta::Statement::tag`]), whose literal
+/// is found in the text. A dialect left
 /// out has no such statement; one whose backend's feature is off is not
 /// kept.
 #[doc(hidden)]
@@ -142,19 +142,14 @@ macro_rules! __stateguard_sql {
     ($(
         $text:literal on $dialect:ident
         $(, binds = [$($bind:ident $(($bn:literal))?),*])?
-        $(, tag = $tag:literal)?
         $(, reads = [$($read:ident $(($rn:literal))?),*])?;
     )*) => {
         $crate::__private::Statements::NONE
             $(.$dialect($crate::__private::$dialect!($crate::__private::statement(
                 $text,
                 &[$($($crate::__private::Bind::$bind $(($bn))?),*)?],
-                // A tag is the first column.
-                &[
-                    $({ let _: &str = $tag; $crate::__private::Column::Tag },)?
-                    $($($crate::__private::Column::$read $(($rn))?),*)?
-                ],
-            )$(.tagged($tag))?)))*
+                &[$($($crate::__private::Column::$read $(($rn))?),*)?],
+            ))))*
             .sql()
     };
 }

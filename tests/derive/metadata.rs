@@ -99,6 +99,11 @@ fn pg(sql: &stateguard::meta::Sql) -> String {
         .tag()
         .expect("every PostgreSQL statement has a tag");
     assert!(tag.starts_with("stateguard "), "{tag}");
+    assert_eq!(
+        postgres.returns().first(),
+        Some(&stateguard::meta::Column::Tag),
+        "the tag is the first column"
+    );
     postgres.text().replace(&format!("'{tag}'::text"), "TAG")
 }
 

@@ -11,49 +11,30 @@ impl ::stateguard::StateMachine for PayoutStatus {
         use ::core::option::Option::{None, Some};
         static __STATES: [__sg::StateDef<PayoutStatus>; 5] = [
             __sg::state(__sg::StateParts {
-                value: PayoutStatus::Pending,
                 variant: "Pending",
                 db: "pending",
                 initial: true,
-                in_flight: None,
-                since: None,
-                timeout_ms: None,
+                ..__sg::StateParts::of(PayoutStatus::Pending)
             }),
             __sg::state(__sg::StateParts {
-                value: PayoutStatus::Sending,
                 variant: "Sending",
                 db: "sending",
-                initial: false,
-                in_flight: None,
-                since: None,
-                timeout_ms: None,
+                ..__sg::StateParts::of(PayoutStatus::Sending)
             }),
             __sg::state(__sg::StateParts {
-                value: PayoutStatus::Sent,
                 variant: "Sent",
                 db: "sent",
-                initial: false,
-                in_flight: None,
-                since: None,
-                timeout_ms: None,
+                ..__sg::StateParts::of(PayoutStatus::Sent)
             }),
             __sg::state(__sg::StateParts {
-                value: PayoutStatus::Failed,
                 variant: "Failed",
                 db: "failed",
-                initial: false,
-                in_flight: None,
-                since: None,
-                timeout_ms: None,
+                ..__sg::StateParts::of(PayoutStatus::Failed)
             }),
             __sg::state(__sg::StateParts {
-                value: PayoutStatus::Cancelled,
                 variant: "Cancelled",
                 db: "cancelled",
-                initial: false,
-                in_flight: None,
-                since: None,
-                timeout_ms: None,
+                ..__sg::StateParts::of(PayoutStatus::Cancelled)
             }),
         ];
         static __TRANSITIONS: [__sg::TransitionDef<PayoutStatus>; 4] = [
@@ -64,7 +45,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 set: &[],
                 update: __sg::sql! {
                     "UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING 'stateguard 494b64a4c7b54d33'::text"
-                    on postgres, binds = [Key(0)], tag = "stateguard 494b64a4c7b54d33";
+                    on postgres, binds = [Key(0)], reads = [Tag];
                     "UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB) AND \"status\" IN ('pending') AND (amount_cents <= 95000)"
                     on sqlite, binds = [Key(0)];
                     "UPDATE `payouts` SET `status` = 'sending' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('pending') AND CAST(`status` AS BINARY) IN ('pending') AND (amount_cents <= 95000)"
@@ -76,8 +57,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 guarded_select: Some(
                     __sg::sql! {
                         "SELECT 'stateguard f9f638af12814957'::text, __sg_r.__sg_f, __sg_r.__sg_c0, __sg_r.__sg_c1, __sg_r.__sg_c2 FROM (SELECT 1) AS __sg_one LEFT JOIN LATERAL (SELECT CAST(1 AS BIGINT) AS __sg_f, \"status\"::text AS __sg_c0, CAST(0 AS BIGINT) AS __sg_c1, CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) AS __sg_c2 FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT)) AS __sg_r ON true"
-                        on postgres, binds = [Key(0)], tag =
-                        "stateguard f9f638af12814957", reads = [Found, Status,
+                        on postgres, binds = [Key(0)], reads = [Tag, Found, Status,
                         Occurrence, Meets];
                         "SELECT \"status\", CAST(0 AS INTEGER), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS INTEGER) FROM \"payouts\" WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB)"
                         on sqlite, binds = [Key(0)], reads = [Status, Occurrence, Meets];
@@ -89,8 +69,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 guarded_select_in_transaction: Some(
                     __sg::sql! {
                         "SELECT 'stateguard 29acd9da0389a52b'::text, __sg_r.__sg_f, __sg_r.__sg_c0, __sg_r.__sg_c1, __sg_r.__sg_c2 FROM (SELECT 1) AS __sg_one LEFT JOIN LATERAL (SELECT CAST(1 AS BIGINT) AS __sg_f, \"status\"::text AS __sg_c0, CAST(0 AS BIGINT) AS __sg_c1, CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) AS __sg_c2 FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) FOR SHARE) AS __sg_r ON true"
-                        on postgres, binds = [Key(0)], tag =
-                        "stateguard 29acd9da0389a52b", reads = [Found, Status,
+                        on postgres, binds = [Key(0)], reads = [Tag, Found, Status,
                         Occurrence, Meets];
                         "SELECT \"status\", CAST(0 AS INTEGER), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS INTEGER) FROM \"payouts\" WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB)"
                         on sqlite, binds = [Key(0)], reads = [Status, Occurrence, Meets];
@@ -101,8 +80,8 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 ),
                 claim: __sg::sql! {
                     "WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'sending' WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending') AND (amount_cents <= 95000) ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT 'stateguard 7715385f475c2f3b'::text, c0, v, l FROM moved ORDER BY o0"
-                    on postgres, binds = [Limit], tag = "stateguard 7715385f475c2f3b",
-                    reads = [Key(0), Occurrence, Token];
+                    on postgres, binds = [Limit], reads = [Tag, Key(0), Occurrence,
+                    Token];
                     "SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending') AND (amount_cents <= 95000) ORDER BY \"id\" LIMIT ?1"
                     on sqlite, binds = [Limit], reads = [Key(0)];
                     "SELECT `id` FROM `payouts` WHERE `status` IN ('pending') AND CAST(`status` AS BINARY) IN ('pending') AND (amount_cents <= 95000) ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
@@ -113,8 +92,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 history_insert_expecting: None,
                 many_update: __sg::sql! {
                     "UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING 'stateguard 5439a7f824cfda39'::text, \"payouts\".\"id\""
-                    on postgres, binds = [Keys(0)], tag = "stateguard 5439a7f824cfda39",
-                    reads = [Key(0)];
+                    on postgres, binds = [Keys(0)], reads = [Tag, Key(0)];
                     "UPDATE \"payouts\" SET \"status\" = 'sending' FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i WHERE \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING \"payouts\".\"id\""
                     on sqlite, binds = [Keys(0)], reads = [Key(0)];
                     "UPDATE JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) SET `status` = 'sending' WHERE `status` IN ('pending') AND CAST(`status` AS BINARY) IN ('pending') AND (amount_cents <= 95000)"
@@ -122,8 +100,8 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 },
                 many_read: __sg::sql! {
                     "SELECT 'stateguard 247ad76b4b608c1f'::text, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT), CAST(NULL AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT) UNION ALL SELECT 'stateguard 247ad76b4b608c1f'::text, NULL, NULL, NULL, NULL, 1"
-                    on postgres, binds = [Keys(0)], tag = "stateguard 247ad76b4b608c1f",
-                    reads = [Key(0), Status, Occurrence, Meets, End];
+                    on postgres, binds = [Keys(0)], reads = [Tag, Key(0), Status,
+                    Occurrence, Meets, End];
                     "SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)"
                     on sqlite, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
                     Meets];
@@ -135,13 +113,12 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 many_history_insert: None,
                 many_update_by_value: __sg::sql! {
                     "UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING 'stateguard 655f23d5c85b9419'::text, \"payouts\".\"id\""
-                    on postgres, binds = [Keys(0)], tag = "stateguard 655f23d5c85b9419",
-                    reads = [Key(0)];
+                    on postgres, binds = [Keys(0)], reads = [Tag, Key(0)];
                 },
                 many_read_by_value: __sg::sql! {
                     "SELECT 'stateguard 5389ba8d80927cdc'::text, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT), CAST(NULL AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 UNION ALL SELECT 'stateguard 5389ba8d80927cdc'::text, NULL, NULL, NULL, NULL, 1"
-                    on postgres, binds = [Keys(0)], tag = "stateguard 5389ba8d80927cdc",
-                    reads = [Key(0), Status, Occurrence, Meets, End];
+                    on postgres, binds = [Keys(0)], reads = [Tag, Key(0), Status,
+                    Occurrence, Meets, End];
                 },
             }),
             __sg::transition(__sg::TransitionParts {
@@ -151,7 +128,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 set: &[],
                 update: __sg::sql! {
                     "UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('pending', 'sending') RETURNING 'stateguard 425baf609737e2a1'::text"
-                    on postgres, binds = [Key(0)], tag = "stateguard 425baf609737e2a1";
+                    on postgres, binds = [Key(0)], reads = [Tag];
                     "UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB) AND \"status\" IN ('pending', 'sending')"
                     on sqlite, binds = [Key(0)];
                     "UPDATE `payouts` SET `status` = 'cancelled' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('pending', 'sending') AND CAST(`status` AS BINARY) IN ('pending', 'sending')"
@@ -164,8 +141,8 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 guarded_select_in_transaction: None,
                 claim: __sg::sql! {
                     "WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending', 'sending') ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('pending', 'sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT 'stateguard df7b2629d8e2ff18'::text, c0, v, l FROM moved ORDER BY o0"
-                    on postgres, binds = [Limit], tag = "stateguard df7b2629d8e2ff18",
-                    reads = [Key(0), Occurrence, Token];
+                    on postgres, binds = [Limit], reads = [Tag, Key(0), Occurrence,
+                    Token];
                     "SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending', 'sending') ORDER BY \"id\" LIMIT ?1"
                     on sqlite, binds = [Limit], reads = [Key(0)];
                     "SELECT `id` FROM `payouts` WHERE `status` IN ('pending', 'sending') AND CAST(`status` AS BINARY) IN ('pending', 'sending') ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
@@ -176,8 +153,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 history_insert_expecting: None,
                 many_update: __sg::sql! {
                     "UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('pending', 'sending') RETURNING 'stateguard 1384e5b485f4d90d'::text, \"payouts\".\"id\""
-                    on postgres, binds = [Keys(0)], tag = "stateguard 1384e5b485f4d90d",
-                    reads = [Key(0)];
+                    on postgres, binds = [Keys(0)], reads = [Tag, Key(0)];
                     "UPDATE \"payouts\" SET \"status\" = 'cancelled' FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i WHERE \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB) AND \"status\" IN ('pending', 'sending') RETURNING \"payouts\".\"id\""
                     on sqlite, binds = [Keys(0)], reads = [Key(0)];
                     "UPDATE JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) SET `status` = 'cancelled' WHERE `status` IN ('pending', 'sending') AND CAST(`status` AS BINARY) IN ('pending', 'sending')"
@@ -185,8 +161,8 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 },
                 many_read: __sg::sql! {
                     "SELECT 'stateguard 417daec845b30554'::text, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT), CAST(NULL AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT) UNION ALL SELECT 'stateguard 417daec845b30554'::text, NULL, NULL, NULL, NULL, 1"
-                    on postgres, binds = [Keys(0)], tag = "stateguard 417daec845b30554",
-                    reads = [Key(0), Status, Occurrence, Meets, End];
+                    on postgres, binds = [Keys(0)], reads = [Tag, Key(0), Status,
+                    Occurrence, Meets, End];
                     "SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(1 AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)"
                     on sqlite, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
                     Meets];
@@ -198,13 +174,12 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 many_history_insert: None,
                 many_update_by_value: __sg::sql! {
                     "UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('pending', 'sending') RETURNING 'stateguard 6ac8633defe685dd'::text, \"payouts\".\"id\""
-                    on postgres, binds = [Keys(0)], tag = "stateguard 6ac8633defe685dd",
-                    reads = [Key(0)];
+                    on postgres, binds = [Keys(0)], reads = [Tag, Key(0)];
                 },
                 many_read_by_value: __sg::sql! {
                     "SELECT 'stateguard 03345b8b6a196bb3'::text, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT), CAST(NULL AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 UNION ALL SELECT 'stateguard 03345b8b6a196bb3'::text, NULL, NULL, NULL, NULL, 1"
-                    on postgres, binds = [Keys(0)], tag = "stateguard 03345b8b6a196bb3",
-                    reads = [Key(0), Status, Occurrence, Meets, End];
+                    on postgres, binds = [Keys(0)], reads = [Tag, Key(0), Status,
+                    Occurrence, Meets, End];
                 },
             }),
             __sg::transition(__sg::TransitionParts {
@@ -223,8 +198,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 ],
                 update: __sg::sql! {
                     "UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $2 WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('sending') RETURNING 'stateguard 8172fe8674389c7d'::text"
-                    on postgres, binds = [Key(0), Value(0)], tag =
-                    "stateguard 8172fe8674389c7d";
+                    on postgres, binds = [Key(0), Value(0)], reads = [Tag];
                     "UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = ?2 WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB) AND \"status\" IN ('sending')"
                     on sqlite, binds = [Key(0), Value(0)];
                     "UPDATE `payouts` SET `sent_at` = (CURRENT_TIMESTAMP), `bank_ref` = ?, `status` = 'sent' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending')"
@@ -237,8 +211,8 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 guarded_select_in_transaction: None,
                 claim: __sg::sql! {
                     "WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $1 WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT $2 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT 'stateguard c3c1911b4e736bff'::text, c0, v, l FROM moved ORDER BY o0"
-                    on postgres, binds = [Value(0), Limit], tag =
-                    "stateguard c3c1911b4e736bff", reads = [Key(0), Occurrence, Token];
+                    on postgres, binds = [Value(0), Limit], reads = [Tag, Key(0),
+                    Occurrence, Token];
                     "SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT ?1"
                     on sqlite, binds = [Limit], reads = [Key(0)];
                     "SELECT `id` FROM `payouts` WHERE `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending') ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
@@ -249,8 +223,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 history_insert_expecting: None,
                 many_update: __sg::sql! {
                     "UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $2 WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('sending') RETURNING 'stateguard f70e9e72c9126767'::text, \"payouts\".\"id\""
-                    on postgres, binds = [Keys(0), Value(0)], tag =
-                    "stateguard f70e9e72c9126767", reads = [Key(0)];
+                    on postgres, binds = [Keys(0), Value(0)], reads = [Tag, Key(0)];
                     "UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = ?2 FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i WHERE \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\""
                     on sqlite, binds = [Keys(0), Value(0)], reads = [Key(0)];
                     "UPDATE JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) SET `sent_at` = (CURRENT_TIMESTAMP), `bank_ref` = ?, `status` = 'sent' WHERE `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending')"
@@ -258,8 +231,8 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 },
                 many_read: __sg::sql! {
                     "SELECT 'stateguard 417daec845b30554'::text, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT), CAST(NULL AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT) UNION ALL SELECT 'stateguard 417daec845b30554'::text, NULL, NULL, NULL, NULL, 1"
-                    on postgres, binds = [Keys(0)], tag = "stateguard 417daec845b30554",
-                    reads = [Key(0), Status, Occurrence, Meets, End];
+                    on postgres, binds = [Keys(0)], reads = [Tag, Key(0), Status,
+                    Occurrence, Meets, End];
                     "SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(1 AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)"
                     on sqlite, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
                     Meets];
@@ -271,13 +244,12 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 many_history_insert: None,
                 many_update_by_value: __sg::sql! {
                     "UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $2 WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('sending') RETURNING 'stateguard 998b61f024ddf5d3'::text, \"payouts\".\"id\""
-                    on postgres, binds = [Keys(0), Value(0)], tag =
-                    "stateguard 998b61f024ddf5d3", reads = [Key(0)];
+                    on postgres, binds = [Keys(0), Value(0)], reads = [Tag, Key(0)];
                 },
                 many_read_by_value: __sg::sql! {
                     "SELECT 'stateguard 03345b8b6a196bb3'::text, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT), CAST(NULL AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 UNION ALL SELECT 'stateguard 03345b8b6a196bb3'::text, NULL, NULL, NULL, NULL, 1"
-                    on postgres, binds = [Keys(0)], tag = "stateguard 03345b8b6a196bb3",
-                    reads = [Key(0), Status, Occurrence, Meets, End];
+                    on postgres, binds = [Keys(0)], reads = [Tag, Key(0), Status,
+                    Occurrence, Meets, End];
                 },
             }),
             __sg::transition(__sg::TransitionParts {
@@ -287,7 +259,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 set: &[],
                 update: __sg::sql! {
                     "UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('sending') RETURNING 'stateguard c65b6cfcb4aec2bc'::text"
-                    on postgres, binds = [Key(0)], tag = "stateguard c65b6cfcb4aec2bc";
+                    on postgres, binds = [Key(0)], reads = [Tag];
                     "UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB) AND \"status\" IN ('sending')"
                     on sqlite, binds = [Key(0)];
                     "UPDATE `payouts` SET `status` = 'failed' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending')"
@@ -300,8 +272,8 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 guarded_select_in_transaction: None,
                 claim: __sg::sql! {
                     "WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'failed' WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT 'stateguard b08deab792f7a030'::text, c0, v, l FROM moved ORDER BY o0"
-                    on postgres, binds = [Limit], tag = "stateguard b08deab792f7a030",
-                    reads = [Key(0), Occurrence, Token];
+                    on postgres, binds = [Limit], reads = [Tag, Key(0), Occurrence,
+                    Token];
                     "SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT ?1"
                     on sqlite, binds = [Limit], reads = [Key(0)];
                     "SELECT `id` FROM `payouts` WHERE `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending') ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
@@ -312,8 +284,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 history_insert_expecting: None,
                 many_update: __sg::sql! {
                     "UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('sending') RETURNING 'stateguard 3e3f42dff2cb3874'::text, \"payouts\".\"id\""
-                    on postgres, binds = [Keys(0)], tag = "stateguard 3e3f42dff2cb3874",
-                    reads = [Key(0)];
+                    on postgres, binds = [Keys(0)], reads = [Tag, Key(0)];
                     "UPDATE \"payouts\" SET \"status\" = 'failed' FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i WHERE \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\""
                     on sqlite, binds = [Keys(0)], reads = [Key(0)];
                     "UPDATE JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) SET `status` = 'failed' WHERE `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending')"
@@ -321,8 +292,8 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 },
                 many_read: __sg::sql! {
                     "SELECT 'stateguard 417daec845b30554'::text, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT), CAST(NULL AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT) UNION ALL SELECT 'stateguard 417daec845b30554'::text, NULL, NULL, NULL, NULL, 1"
-                    on postgres, binds = [Keys(0)], tag = "stateguard 417daec845b30554",
-                    reads = [Key(0), Status, Occurrence, Meets, End];
+                    on postgres, binds = [Keys(0)], reads = [Tag, Key(0), Status,
+                    Occurrence, Meets, End];
                     "SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(1 AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)"
                     on sqlite, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
                     Meets];
@@ -334,13 +305,12 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 many_history_insert: None,
                 many_update_by_value: __sg::sql! {
                     "UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('sending') RETURNING 'stateguard 81f8872ec6bf1ed4'::text, \"payouts\".\"id\""
-                    on postgres, binds = [Keys(0)], tag = "stateguard 81f8872ec6bf1ed4",
-                    reads = [Key(0)];
+                    on postgres, binds = [Keys(0)], reads = [Tag, Key(0)];
                 },
                 many_read_by_value: __sg::sql! {
                     "SELECT 'stateguard 03345b8b6a196bb3'::text, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT), CAST(NULL AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 UNION ALL SELECT 'stateguard 03345b8b6a196bb3'::text, NULL, NULL, NULL, NULL, 1"
-                    on postgres, binds = [Keys(0)], tag = "stateguard 03345b8b6a196bb3",
-                    reads = [Key(0), Status, Occurrence, Meets, End];
+                    on postgres, binds = [Keys(0)], reads = [Tag, Key(0), Status,
+                    Occurrence, Meets, End];
                 },
             }),
         ];
@@ -356,8 +326,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
             transitions: &__TRANSITIONS,
             select: __sg::sql! {
                 "SELECT 'stateguard 032c9515fb4fac47'::text, __sg_r.__sg_f, __sg_r.__sg_c0, __sg_r.__sg_c1 FROM (SELECT 1) AS __sg_one LEFT JOIN LATERAL (SELECT CAST(1 AS BIGINT) AS __sg_f, \"status\"::text AS __sg_c0, CAST(0 AS BIGINT) AS __sg_c1 FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT)) AS __sg_r ON true"
-                on postgres, binds = [Key(0)], tag = "stateguard 032c9515fb4fac47", reads
-                = [Found, Status, Occurrence];
+                on postgres, binds = [Key(0)], reads = [Tag, Found, Status, Occurrence];
                 "SELECT \"status\", CAST(0 AS INTEGER) FROM \"payouts\" WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB)"
                 on sqlite, binds = [Key(0)], reads = [Status, Occurrence];
                 "SELECT CAST(`status` AS CHAR), CAST(0 AS SIGNED) FROM `payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) LOCK IN SHARE MODE"
@@ -365,8 +334,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
             },
             select_in_transaction: __sg::sql! {
                 "SELECT 'stateguard 2ccb6681191ab2bb'::text, __sg_r.__sg_f, __sg_r.__sg_c0, __sg_r.__sg_c1 FROM (SELECT 1) AS __sg_one LEFT JOIN LATERAL (SELECT CAST(1 AS BIGINT) AS __sg_f, \"status\"::text AS __sg_c0, CAST(0 AS BIGINT) AS __sg_c1 FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) FOR SHARE) AS __sg_r ON true"
-                on postgres, binds = [Key(0)], tag = "stateguard 2ccb6681191ab2bb", reads
-                = [Found, Status, Occurrence];
+                on postgres, binds = [Key(0)], reads = [Tag, Found, Status, Occurrence];
                 "SELECT \"status\", CAST(0 AS INTEGER) FROM \"payouts\" WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB)"
                 on sqlite, binds = [Key(0)], reads = [Status, Occurrence];
                 "SELECT CAST(`status` AS CHAR), CAST(0 AS SIGNED) FROM `payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) LOCK IN SHARE MODE"

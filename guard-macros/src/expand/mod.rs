@@ -90,20 +90,25 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
     let idents: Vec<_> = model.states.iter().map(|s| s.ident).collect();
     let dbs: Vec<_> = model.states.iter().map(|s| s.db.as_str()).collect();
     let variant_names: Vec<_> = idents.iter().map(|i| i.unraw().to_string()).collect();
-    let initials: Vec<_> = (0..idents.len()).map(|i| i == model.initial).collect();
+    // Each state names only what differs from a plain state
+    // (`StateParts::of`): its initial flag, in-flight lease, since column
+    // and timeout.
+    let initials = (0..idents.len()).map(|i| (i == model.initial).then(|| quote!(initial: true,)));
     let sinces = model.states.iter().map(|state| {
-        option(
-            (state.since.as_ref())
-                .filter(|_| state.in_flight.is_none())
-                .map(|since| quote!(#since)),
-        )
+        (state.since.as_ref())
+            .filter(|_| state.in_flight.is_none())
+            .map(|since| {
+                let since = option(Some(quote!(#since)));
+                quote!(since: #since,)
+            })
     });
-    let timeouts =
-        (model.states.iter()).map(|state| option(state.timeout_ms.map(|ms| quote!(#ms))));
+    let timeouts = (model.states.iter()).map(|state| {
+        let ms = state.timeout_ms?;
+        let ms = option(Some(quote!(#ms)));
+        Some(quote!(timeout_ms: #ms,))
+    });
     let in_flights = model.states.iter().map(|state| {
-        let Some(f) = &state.in_flight else {
-            return option(None);
-        };
+        let f = state.in_flight.as_ref()?;
         let (lease_ms, since, done) = (f.lease_ms, &f.since, f.done);
         let transitions = format_ident!("__TRANSITIONS");
         let done = quote!(&#transitions[#done]);
@@ -145,7 +150,8 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
                 failed_history_insert: #failed_history_insert,
             })
         };
-        option(Some(quote!(&#in_flight)))
+        let in_flight = option(Some(quote!(&#in_flight)));
+        Some(quote!(in_flight: #in_flight,))
     });
     let version = option(model.version.as_ref().map(|version| quote!(#version)));
     let initial = idents[model.initial];
@@ -336,13 +342,13 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
                 // binary, and every use reads it there instead of a copy.
                 static #states_const: [#sg::StateDef<#ident>; #n_states] = [
                     #(#sg::state(#sg::StateParts {
-                        value: #ident::#idents,
                         variant: #variant_names,
                         db: #dbs,
-                        initial: #initials,
-                        in_flight: #in_flights,
-                        since: #sinces,
-                        timeout_ms: #timeouts,
+                        #initials
+                        #in_flights
+                        #sinces
+                        #timeouts
+                        ..#sg::StateParts::of(#ident::#idents)
                     })),*
                 ];
                 static #transitions_const: [#sg::TransitionDef<#ident>; #n_transitions] = [

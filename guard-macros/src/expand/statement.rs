@@ -29,22 +29,20 @@ pub(super) fn sql_per_dialect(
                 text,
                 plan,
                 returns,
-                tag,
+                ..
             }) => {
                 let dialect = format_ident!("{}", d.name());
                 let binds = (!plan.is_empty()).then(|| {
                     let binds = plan.iter().map(|slot| bind(*slot));
                     quote!(, binds = [#(#binds),*])
                 });
-                // The tag, where there is one, is the first column: `sql!`
-                // reads it from `tag`.
-                let returns = &returns[usize::from(tag.is_some())..];
+                // The tag, where there is one, is the first column; the
+                // runtime finds its literal in the text.
                 let reads = (!returns.is_empty()).then(|| {
                     let columns = returns.iter().map(|col| column(*col));
                     quote!(, reads = [#(#columns),*])
                 });
-                let tag = tag.map(|tag| quote!(, tag = #tag));
-                entries.push(quote!(#text on #dialect #binds #tag #reads;));
+                entries.push(quote!(#text on #dialect #binds #reads;));
             }
             // A builder that wrote a placeholder of its own: a bug here,
             // said at the derive rather than at run time.

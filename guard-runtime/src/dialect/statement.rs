@@ -87,7 +87,18 @@ pub struct Statement<B: 'static = Bind> {
     text: &'static str,
     binds: &'static [B],
     returns: &'static [Column],
-    tag: Option<&'static str>,
+}
+
+/// The tag literal in `text`, `'stateguard ` and 16 hex digits, without
+/// its quotes: the one a tagged statement's rows hold in their first
+/// column.
+fn tag_in(text: &'static str) -> Option<&'static str> {
+    const OPEN: &str = "'stateguard ";
+    let start = text.find(OPEN)? + 1;
+    let tag = text.get(start..start + OPEN.len() - 1 + 16)?;
+    let digits = &tag[OPEN.len() - 1..];
+    let closed = text[start + tag.len()..].starts_with('\'');
+    (closed && digits.bytes().all(|b| b.is_ascii_hexdigit())).then_some(tag)
 }
 
 impl<B> Statement<B> {
@@ -98,7 +109,6 @@ impl<B> Statement<B> {
             text,
             binds,
             returns: &[],
-            tag: None,
         }
     }
 
@@ -111,17 +121,6 @@ impl<B> Statement<B> {
             text,
             binds,
             returns,
-            tag: None,
-        }
-    }
-
-    /// The statement with `tag`, the literal its first result column holds
-    /// in every row ([`Column::Tag`]).
-    #[doc(hidden)]
-    pub const fn tagged(self, tag: &'static str) -> Self {
-        Statement {
-            tag: Some(tag),
-            ..self
         }
     }
 
@@ -155,17 +154,17 @@ impl<B> Statement<B> {
     /// values; its rows then carry another tag, or none, and the library
     /// returns [`Error::StatementMixUp`](crate::Error::StatementMixUp)
     /// instead of believing them.
-    pub const fn tag(&self) -> Option<&'static str> {
-        self.tag
+    ///
+    /// The literal is found in the text, where the derive (or the store)
+    /// wrote it.
+    pub fn tag(&self) -> Option<&'static str> {
+        tag_in(self.text)
     }
 
     /// Where the columns of the statement's own result begin: after its
     /// tag, if it has one. For the stores' statements, read by position.
-    pub(crate) const fn after_tag(&self) -> usize {
-        match self.tag {
-            Some(_) => 1,
-            None => 0,
-        }
+    pub(crate) fn after_tag(&self) -> usize {
+        usize::from(self.tag().is_some())
     }
 
     /// The position of `column` in the statement's result, if it returns
@@ -189,5 +188,32 @@ impl<B> PartialEq<&str> for Statement<B> {
 impl<B> PartialEq<Statement<B>> for &str {
     fn eq(&self, other: &Statement<B>) -> bool {
         *self == other.text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tag_in;
+
+    #[test]
+    fn the_tag_is_found_in_the_text() {
+        let text = "UPDATE t SET s = 'b' RETURNING 'stateguard 0123456789abcdef'::text";
+        assert_eq!(tag_in(text), Some("stateguard 0123456789abcdef"));
+        let first = "SELECT 'stateguard fedcba9876543210'::text, s FROM t";
+        assert_eq!(tag_in(first), Some("stateguard fedcba9876543210"));
+    }
+
+    #[test]
+    fn no_tag_where_the_literal_is_not_whole() {
+        for text in [
+            "UPDATE t SET s = 'b'",
+            "SELECT 'stateguard'",
+            "SELECT 'stateguard 0123'::text",
+            "SELECT 'stateguard 0123456789abcdef0'::text",
+            "SELECT 'stateguard 0123456789abcde",
+            "",
+        ] {
+            assert_eq!(tag_in(text), None, "{text}");
+        }
     }
 }

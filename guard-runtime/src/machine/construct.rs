@@ -89,6 +89,23 @@ pub struct StateParts<S: 'static> {
     pub timeout_ms: Option<u64>,
 }
 
+impl<S: Copy> StateParts<S> {
+    /// The parts of a plain state `value`: not initial, not in flight,
+    /// with no since column and no timeout. The derive names a state's
+    /// variant and text, and what else differs, before `..` this.
+    pub const fn of(value: S) -> Self {
+        StateParts {
+            value,
+            variant: "",
+            db: "",
+            initial: false,
+            in_flight: None,
+            since: None,
+            timeout_ms: None,
+        }
+    }
+}
+
 /// One state, from its parts.
 pub const fn state<S: Copy>(parts: StateParts<S>) -> StateDef<S> {
     let StateParts {

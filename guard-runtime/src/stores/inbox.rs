@@ -110,8 +110,7 @@ const RECEIVE: Sql<Statement<Field>> = Sql {
                statement_timestamp()) ON CONFLICT (consumer, message_id) DO NOTHING RETURNING \
                'stateguard 1e291bd415d26cf6'::text",
         &[Field::Scope, Field::Key],
-    )
-    .tagged("stateguard 1e291bd415d26cf6"),
+    ),
     sqlite: Statement::new(
         "INSERT INTO stateguard_inbox (consumer, message_id, received_at) VALUES (?1, ?2, \
              strftime('%Y-%m-%d %H:%M:%f', 'now')) ON CONFLICT (consumer, message_id) DO NOTHING",
@@ -133,8 +132,7 @@ const PRUNE: Sql<Statement<Field>> = Sql {
                CAST($1 AS BIGINT) * INTERVAL '1 millisecond' ORDER BY received_at LIMIT $2 FOR \
                UPDATE SKIP LOCKED) RETURNING 'stateguard 83de7c51cf2339ad'::text",
         &[Field::Millis, Field::Limit],
-    )
-    .tagged("stateguard 83de7c51cf2339ad"),
+    ),
     sqlite: Statement::new(
         "DELETE FROM stateguard_inbox WHERE rowid IN (SELECT rowid FROM stateguard_inbox \
              WHERE received_at < strftime('%Y-%m-%d %H:%M:%f', 'now', printf('-%.3f seconds', \

@@ -13,7 +13,7 @@ pub(super) const READ: Sql<Statement<Field>> = Sql {
                CAST(CASE WHEN locked_until < statement_timestamp() THEN 1 ELSE 0 END AS BIGINT) \
                FROM stateguard_idempotency WHERE scope = $1 AND idem_key = $2",
         &[Field::Scope, Field::Key],
-    ).tagged("stateguard ea6b00b4791e7fae"),
+    ),
     sqlite: Statement::new(
         "SELECT fingerprint, state, lease, response_status, response_body, \
              CASE WHEN locked_until < strftime('%Y-%m-%d %H:%M:%f', 'now') THEN 1 ELSE 0 END \
@@ -56,7 +56,7 @@ pub(super) const CLAIM: Sql<Statement<Field>> = Sql {
                END AS BIGINT), CAST(NULL AS TEXT) FROM stateguard_idempotency WHERE scope = $1 \
                AND idem_key = $2 AND NOT EXISTS (SELECT 1 FROM __sg_new)",
         &[Field::Scope, Field::Key, Field::Fingerprint, Field::Millis],
-    ).tagged("stateguard 9bc5726a461318b4"),
+    ),
     sqlite: Statement::new(
         "INSERT INTO stateguard_idempotency (scope, idem_key, fingerprint, state, lease, \
              locked_until, created_at) VALUES (?1, ?2, ?3, 'running', 1, strftime('%Y-%m-%d \
@@ -84,7 +84,7 @@ pub(super) const TAKE_OVER: Sql<Statement<Field>> = Sql {
                scope = $1 AND idem_key = $2 AND state = 'running' AND lease = $3 AND \
                locked_until < statement_timestamp() RETURNING 'stateguard ab3297261f68674d'::text, lease",
         &[Field::Scope, Field::Key, Field::Lease, Field::Millis],
-    ).tagged("stateguard ab3297261f68674d"),
+    ),
     sqlite: Statement::new(
         "UPDATE stateguard_idempotency SET lease = lease + 1, locked_until = \
              strftime('%Y-%m-%d %H:%M:%f', 'now', printf('+%.3f seconds', CAST(?4 AS INTEGER) / \
@@ -115,8 +115,7 @@ pub(super) const COMPLETE: Sql<Statement<Field>> = Sql {
             Field::Status,
             Field::Body,
         ],
-    )
-    .tagged("stateguard a5a96a879df33d18"),
+    ),
     sqlite: Statement::new(
         "UPDATE stateguard_idempotency SET state = 'done', response_status = ?4, \
              response_body = ?5, locked_until = NULL, completed_at = strftime('%Y-%m-%d \
@@ -150,8 +149,7 @@ pub(super) const RELEASE: Sql<Statement<Field>> = Sql {
         "DELETE FROM stateguard_idempotency WHERE scope = $1 AND idem_key = $2 AND \
                state = 'running' AND lease = $3 RETURNING 'stateguard f6ab0159f41130b5'::text",
         &[Field::Scope, Field::Key, Field::Lease],
-    )
-    .tagged("stateguard f6ab0159f41130b5"),
+    ),
     sqlite: Statement::new(
         "DELETE FROM stateguard_idempotency WHERE scope = ?1 AND idem_key = ?2 AND \
              state = 'running' AND lease = ?3",
@@ -174,8 +172,7 @@ pub(super) const PRUNE: Sql<Statement<Field>> = Sql {
                locked_until < statement_timestamp()) ORDER BY created_at LIMIT $2 FOR UPDATE \
                SKIP LOCKED) RETURNING 'stateguard 09c1355c593479fc'::text",
         &[Field::Millis, Field::Limit],
-    )
-    .tagged("stateguard 09c1355c593479fc"),
+    ),
     sqlite: Statement::new(
         "DELETE FROM stateguard_idempotency WHERE rowid IN (SELECT rowid FROM \
              stateguard_idempotency WHERE created_at < strftime('%Y-%m-%d %H:%M:%f', 'now', \
