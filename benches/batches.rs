@@ -245,7 +245,6 @@ async fn alternate<T>(
 async fn many_rounds<DB, H, Fut>(pool: &Pool<DB>, hand_label: &str, hand_round: H)
 where
     DB: stateguard::Batched,
-    for<'p> &'p Pool<DB>: stateguard::Executor<Database = DB, Commit = stateguard::Committed>,
     i64: stateguard::Key<DB>
         + for<'r> sqlx::Decode<'r, DB>
         + stateguard::ManyKeys<DB, stateguard::key::shape::One>,
@@ -282,7 +281,6 @@ where
 async fn many_round<DB>(pool: &Pool<DB>, keys: Vec<i64>)
 where
     DB: stateguard::Batched,
-    for<'p> &'p Pool<DB>: stateguard::Executor<Database = DB, Commit = stateguard::Committed>,
     i64: stateguard::Key<DB>
         + for<'r> sqlx::Decode<'r, DB>
         + stateguard::ManyKeys<DB, stateguard::key::shape::One>,
@@ -294,7 +292,6 @@ where
 async fn loop_round<DB>(pool: &Pool<DB>, keys: Vec<i64>)
 where
     DB: stateguard::Backend,
-    for<'p> &'p Pool<DB>: stateguard::Executor<Database = DB, Commit = stateguard::Committed>,
     i64: stateguard::Key<DB>,
 {
     for key in keys {
@@ -314,7 +311,6 @@ where
 async fn history_rounds<DB, H, Fut>(pool: &Pool<DB>, hand: H) -> [Vec<f64>; 3]
 where
     DB: stateguard::Backend,
-    for<'p> &'p Pool<DB>: stateguard::Executor<Database = DB, Commit = stateguard::Committed>,
     i64: stateguard::Key<DB>,
     H: Fn(i64) -> Fut,
     Fut: Future<Output = ()>,

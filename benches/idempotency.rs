@@ -54,7 +54,7 @@ const MYSQL: support::Place = support::Place {
 
 use sqlx::Pool;
 use stateguard::idempotency::{self, Begun, Request};
-use stateguard::{Backend, Committed, Executor, Tx, Uncommitted};
+use stateguard::{Backend, Tx};
 
 /// Requests per round, directly and over the delayed link.
 const REQUESTS: usize = 300;
@@ -140,8 +140,6 @@ where
 /// `Tx::begin`: `true` when it was a replay.
 async fn keyed<DB: Bench>(pool: &Pool<DB>, id: usize, together: bool) -> bool
 where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
     for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
     DB::Arguments: sqlx::IntoArguments<DB>,
     i64: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
@@ -176,8 +174,6 @@ where
 
 async fn run<DB: Bench>(name: &str, pool: Pool<DB>, n: usize)
 where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
     for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
     DB::Arguments: sqlx::IntoArguments<DB>,
     i64: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,

@@ -61,7 +61,7 @@ const MYSQL: support::Place = support::Place {
 
 use sqlx::{Executor as _, Pool};
 use stateguard::meta::Sql;
-use stateguard::{Backend, Committed, Executor, Key, StateMachine, Verdict};
+use stateguard::{Backend, Key, StateMachine, Verdict};
 
 #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
 #[state_machine(table = "m_plain", column = "status", key = "id")]
@@ -358,7 +358,6 @@ where
 
 async fn run<DB: Bench>(pool: Pool<DB>, lines: &mut Vec<Line>)
 where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
     for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
     DB::Arguments: sqlx::IntoArguments<DB>,
     i64: Key<DB> + for<'r> sqlx::Decode<'r, DB>,

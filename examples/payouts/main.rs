@@ -246,7 +246,6 @@ async fn run<DB: Batched>(
     first: i64,
 ) -> Result<(), Box<dyn std::error::Error>>
 where
-    for<'p> &'p Pool<DB>: stateguard::Executor<Database = DB>,
     i64: for<'q> sqlx::Encode<'q, DB>
         + for<'r> sqlx::Decode<'r, DB>
         + sqlx::Type<DB>
@@ -397,7 +396,6 @@ async fn send_payout<DB: Backend>(
     id: i64,
 ) -> Result<(), stateguard::Error>
 where
-    for<'p> &'p Pool<DB>: stateguard::Executor<Database = DB>,
     i64: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
     String: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
 {

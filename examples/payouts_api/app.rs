@@ -15,9 +15,7 @@ use sha2::{Digest, Sha256};
 use sqlx::Pool;
 use stateguard::idempotency::{self, Begun, Request};
 use stateguard::inbox::{self, Received};
-use stateguard::{
-    Backend, Committed, Error, Executor, Key, Outcome, StateMachine, Tx, Uncommitted,
-};
+use stateguard::{Backend, Error, Key, Outcome, StateMachine, Tx};
 
 /// A payout: created `pending`, then `paid` or `failed` as the bank's
 /// first valid webhook says.
@@ -212,8 +210,6 @@ where
 pub fn router<DB>(app: App<DB>) -> Router
 where
     DB: ApiBackend,
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
     for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
     DB::Arguments: sqlx::IntoArguments<DB>,
     String: Key<DB> + for<'r> sqlx::Decode<'r, DB>,
@@ -289,8 +285,6 @@ async fn create_payout<DB>(
 ) -> Response
 where
     DB: ApiBackend,
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
     for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
     DB::Arguments: sqlx::IntoArguments<DB>,
     i64: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
@@ -435,7 +429,6 @@ pub struct BankEvent {
 async fn bank_webhook<DB>(State(app): State<Arc<App<DB>>>, body: Bytes) -> Response
 where
     DB: ApiBackend,
-    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
     String: Key<DB>,
 {
     let event: BankEvent = match serde_json::from_slice(&body) {

@@ -175,7 +175,6 @@ async fn main() -> Result<(), BoxError> {
 /// The run over payouts `first ..= first + 49`, on tables that exist.
 async fn run<DB: Store>(pool: Pool<DB>, label: &str, first: i64) -> Result<(), BoxError>
 where
-    for<'p> &'p Pool<DB>: stateguard::Executor<Database = DB, Commit = stateguard::Committed>,
     i64: for<'q> sqlx::Encode<'q, DB>
         + for<'r> sqlx::Decode<'r, DB>
         + sqlx::Type<DB>
@@ -237,7 +236,6 @@ where
 /// bank.
 async fn crash_before_the_bank_call<DB: Store>(pool: &Pool<DB>, id: i64) -> Result<(), BoxError>
 where
-    for<'p> &'p Pool<DB>: stateguard::Executor<Database = DB, Commit = stateguard::Committed>,
     i64: for<'q> sqlx::Encode<'q, DB> + for<'r> sqlx::Decode<'r, DB> + sqlx::Type<DB>,
 {
     match PayoutStatus::start().apply(pool, id).await? {
@@ -256,7 +254,6 @@ async fn crash_after_the_bank_call<DB: Store>(
     id: i64,
 ) -> Result<(), BoxError>
 where
-    for<'p> &'p Pool<DB>: stateguard::Executor<Database = DB, Commit = stateguard::Committed>,
     i64: for<'q> sqlx::Encode<'q, DB> + for<'r> sqlx::Decode<'r, DB> + sqlx::Type<DB>,
 {
     match PayoutStatus::start().apply(pool, id).await? {

@@ -426,7 +426,6 @@ pub struct Worked {
 /// and any of them may be killed at any moment.
 pub async fn run_worker<DB: Store>(pool: &Pool<DB>, bank: &Bank<DB>) -> Result<Worked, BoxError>
 where
-    for<'p> &'p Pool<DB>: stateguard::Executor<Database = DB, Commit = stateguard::Committed>,
     i64: for<'q> sqlx::Encode<'q, DB>
         + for<'r> sqlx::Decode<'r, DB>
         + sqlx::Type<DB>

@@ -2,14 +2,13 @@
 //! constructor take them, and the winning statement writes them.
 
 use crate::common;
+use crate::common::KeyColumn;
 
 use std::marker::PhantomData;
 
 use common::{Db, TestBackend};
-use sqlx::Pool;
 use stateguard::{
-    Committed, Effect, Error, Executor, FinishError, Finished, Key, Outcome, StateMachine, Verdict,
-    recover,
+    Effect, Error, FinishError, Finished, Key, Outcome, StateMachine, Verdict, recover,
 };
 
 /// A note closed with the reason and the amount the caller gives.
@@ -90,8 +89,7 @@ struct Tests<DB>(PhantomData<DB>);
 
 impl<DB: TestBackend> Tests<DB>
 where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    i64: Key<DB> + for<'r> sqlx::Decode<'r, DB>,
+    i64: KeyColumn<DB>,
     String: Key<DB>,
 {
     /// The values go into the one compare-and-set; a replay with other values

@@ -3,16 +3,14 @@
 //! row.
 
 use crate::common;
+use crate::common::KeyColumn;
 
 use std::collections::HashSet;
 use std::marker::PhantomData;
 
 use common::{Db, TestBackend};
-use sqlx::Pool;
 use stateguard::key::shape::One;
-use stateguard::{
-    Batched, Committed, Effect, Error, Executor, Finished, Key, ManyKeys, StateMachine, recover,
-};
+use stateguard::{Batched, Effect, Error, Finished, Key, ManyKeys, StateMachine, recover};
 
 /// The `transfers` table as a queue: `start` claims a transfer into an
 /// in-flight state.
@@ -84,8 +82,7 @@ pub(crate) struct Tests<DB>(PhantomData<DB>);
 
 impl<DB: TestBackend + Batched> Tests<DB>
 where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    i64: Key<DB> + for<'r> sqlx::Decode<'r, DB> + ManyKeys<DB, One>,
+    i64: KeyColumn<DB> + ManyKeys<DB, One>,
     String: Key<DB>,
 {
     /// 8 claimers take batches of 50 until the queue is empty: every row is

@@ -4,6 +4,7 @@
 //! killed while its recovery statement waits leaves the outcome open too.
 
 use crate::common;
+use crate::common::KeyColumn;
 
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -14,8 +15,7 @@ use sqlx::Pool;
 use sqlx::pool::PoolConnection;
 use stateguard::key::shape::One;
 use stateguard::{
-    Batched, Committed, Effect, Error, Executor, FinishError, Key, ManyKeys, StateMachine, Verdict,
-    recover, recover_within,
+    Batched, Effect, Error, FinishError, ManyKeys, StateMachine, Verdict, recover, recover_within,
 };
 
 /// The `transfers` table with a lease long enough that no renewal runs
@@ -129,8 +129,7 @@ struct Tests<DB>(PhantomData<DB>);
 
 impl<DB: Hold + Batched> Tests<DB>
 where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    i64: Key<DB> + for<'r> sqlx::Decode<'r, DB> + ManyKeys<DB, One>,
+    i64: KeyColumn<DB> + ManyKeys<DB, One>,
 {
     /// Recovery's takeover waits on the lock and is cut off: on PostgreSQL the
     /// pass's one statement (the pass fails), on SQLite and MySQL each row's
@@ -232,9 +231,7 @@ async fn a_killed_takeover_leaves_the_outcome_open<DB: Hold>(
     pid: &'static str,
     kill: &'static str,
 ) where
-    for<'c> &'c mut DB::Connection: Executor<Database = DB, Commit = Committed>,
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    i64: Key<DB> + for<'r> sqlx::Decode<'r, DB>,
+    i64: KeyColumn<DB>,
 {
     db.transfers(1).await;
     let won = TransferStatus::start()
@@ -256,7 +253,7 @@ async fn a_killed_takeover_leaves_the_outcome_open<DB: Hold>(
     });
     let effects = AtomicUsize::new(0);
     let pass = recover(
-        &mut *conn,
+        &mut conn,
         TransferStatus::Sending,
         10,
         |_: Effect<_, i64>| async {

@@ -2,6 +2,7 @@
 //! commit, in-flight states and their recovery.
 
 use crate::common;
+use crate::common::KeyColumn;
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -10,10 +11,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::{Db, TestBackend, TransferStatus};
-use sqlx::Pool;
 use stateguard::{
-    Committed, Effect, Error, Executor, Finished, Key, Outcome, StateMachine, Tx, Uncommitted,
-    Verdict, Won,
+    Committed, Effect, Error, Executor, Finished, Outcome, StateMachine, Uncommitted, Verdict, Won,
 };
 
 /// The same table as `TransferStatus`, with a lease no test outlives.
@@ -69,9 +68,9 @@ pub(crate) struct Tests<DB>(PhantomData<DB>);
 
 impl<DB: TestBackend> Tests<DB>
 where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    i64: Key<DB> + for<'r> sqlx::Decode<'r, DB>,
-    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
+    i64: KeyColumn<DB>,
+    // The bare connection under a transaction (`&mut *tx`), which the
+    // refusal tests pass on purpose.
     for<'c> &'c mut DB::Connection: Executor<Database = DB, Commit = Committed>,
 {
     async fn only_the_winner_runs_the_effect_with_its_key(db: Db<DB>) {

@@ -6,9 +6,8 @@ use crate::common;
 use std::marker::PhantomData;
 
 use common::{Db, TestBackend};
-use sqlx::Pool;
 use stateguard::ddl::Dialect;
-use stateguard::{Committed, Error, ErrorKind, Executor, Key, Note, StateMachine};
+use stateguard::{Error, ErrorKind, Key, Note, StateMachine};
 
 /// The `transfers` table with a history.
 #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,7 +50,6 @@ struct Tests<DB>(PhantomData<DB>);
 
 impl<DB: TestBackend> Tests<DB>
 where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
     i64: Key<DB>,
 {
     /// A history row whose details are not JSON (written by hand into a

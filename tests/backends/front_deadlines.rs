@@ -21,8 +21,7 @@ use sqlx::Pool;
 use stateguard::idempotency::{self, Begun, Request, Ticket};
 use stateguard::inbox::{self, Received};
 use stateguard::{
-    Committed, DEFAULT_DEADLINE, Error, ErrorKind, Executor, HistoryRow, Key, StateMachine, Tx,
-    Uncommitted, claim_expired,
+    DEFAULT_DEADLINE, Error, ErrorKind, HistoryRow, Key, StateMachine, Tx, claim_expired,
 };
 
 /// The deadline under test.
@@ -79,10 +78,7 @@ fn request(key: &str) -> Request {
 }
 
 /// A `New` key's ticket, claimed on `pool`.
-async fn ticket<DB: TestBackend>(pool: &Pool<DB>, key: &str) -> Ticket
-where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-{
+async fn ticket<DB: TestBackend>(pool: &Pool<DB>, key: &str) -> Ticket {
     match idempotency::begin(pool, &request(key), idempotency::DEFAULT_LEASE)
         .await
         .unwrap()
@@ -139,10 +135,7 @@ mod mysql {
 /// one is executed at once instead of waiting for its preparation's
 /// answer; the hold waits for the pool's check of the returned
 /// connection.)
-async fn a_begin_without_an_answer_leaves_the_claim_open<DB: Proxied>(db: Db<DB>)
-where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-{
+async fn a_begin_without_an_answer_leaves_the_claim_open<DB: Proxied>(db: Db<DB>) {
     tables(&db).await;
     let (proxy, through) = proxied(&db.pool).await;
     let _prepared = ticket(&through, "k0").await;
@@ -168,10 +161,7 @@ where
 
 /// The claim of `begin_tx` gets no answer: `Timeout` naming `begin_tx`,
 /// outcome unknown.
-async fn a_begin_tx_without_an_answer_times_out<DB: Proxied>(db: Db<DB>)
-where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-{
+async fn a_begin_tx_without_an_answer_times_out<DB: Proxied>(db: Db<DB>) {
     tables(&db).await;
     let (proxy, through) = proxied(&db.pool).await;
     proxy.hold();
@@ -184,10 +174,7 @@ where
 
 /// With the answers flowing, `begin_tx(..).within(d)` hands out a
 /// transaction that keeps `d`; `begin_tx_with` does the same.
-async fn begin_tx_hands_its_deadline_to_the_transaction<DB: TestBackend>(db: Db<DB>)
-where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-{
+async fn begin_tx_hands_its_deadline_to_the_transaction<DB: TestBackend>(db: Db<DB>) {
     tables(&db).await;
     let longer = Duration::from_secs(7);
     let (first, second) = (request("k1"), request("k2"));
@@ -215,11 +202,7 @@ where
 /// `complete`'s `UPDATE` gets no answer: `Timeout` naming `complete`,
 /// outcome unknown, and the transaction refuses to commit: the response
 /// is never stored.
-async fn a_cut_off_complete_leaves_a_transaction_that_cannot_commit<DB: Proxied>(db: Db<DB>)
-where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
-{
+async fn a_cut_off_complete_leaves_a_transaction_that_cannot_commit<DB: Proxied>(db: Db<DB>) {
     tables(&db).await;
     let (proxy, through) = proxied(&db.pool).await;
     let ticket = ticket(&through, "k1").await;
@@ -239,10 +222,7 @@ where
 
 /// `release`'s `DELETE` gets no answer: `Timeout` naming `release`,
 /// outcome unknown.
-async fn a_release_without_an_answer_times_out<DB: Proxied>(db: Db<DB>)
-where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-{
+async fn a_release_without_an_answer_times_out<DB: Proxied>(db: Db<DB>) {
     tables(&db).await;
     let (proxy, through) = proxied(&db.pool).await;
     let ticket = ticket(&through, "k1").await;
@@ -254,10 +234,7 @@ where
 
 /// Each prune's `DELETE` gets no answer: `Timeout` naming `prune` and its
 /// table, outcome unknown.
-async fn prunes_without_an_answer_time_out<DB: Proxied>(db: Db<DB>)
-where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-{
+async fn prunes_without_an_answer_time_out<DB: Proxied>(db: Db<DB>) {
     tables(&db).await;
     let (proxy, through) = proxied(&db.pool).await;
     proxy.hold();
@@ -276,11 +253,7 @@ where
 /// `receive`'s `INSERT` gets no answer: `Timeout` naming `receive`,
 /// outcome unknown, and the transaction refuses to commit: the message was
 /// not received, and its next delivery is `First`.
-async fn a_cut_off_receive_leaves_a_transaction_that_cannot_commit<DB: Proxied>(db: Db<DB>)
-where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
-{
+async fn a_cut_off_receive_leaves_a_transaction_that_cannot_commit<DB: Proxied>(db: Db<DB>) {
     tables(&db).await;
     let (proxy, through) = proxied(&db.pool).await;
     let mut tx = Tx::begin(&through).await.unwrap();
@@ -304,7 +277,6 @@ where
 /// A transfer left in flight past its lease, for `claim_expired`.
 async fn expired_transfer<DB: TestBackend>(db: &Db<DB>)
 where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
     i64: Key<DB>,
 {
     db.transfers(1).await;
@@ -321,7 +293,6 @@ where
 /// (outcome unknown); MySQL's listing is a read (outcome known).
 async fn a_claim_of_expired_rows_without_an_answer_times_out<DB: Proxied>(db: Db<DB>)
 where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
     i64: Key<DB>,
     for<'r> i64: sqlx::Decode<'r, DB> + sqlx::Type<DB>,
 {
@@ -338,7 +309,6 @@ where
 /// The rows `claim_expired` takes over keep its deadline for `finish`.
 async fn claimed_rows_keep_the_claims_deadline<DB: TestBackend>(db: Db<DB>)
 where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
     i64: Key<DB>,
     for<'r> i64: sqlx::Decode<'r, DB> + sqlx::Type<DB>,
 {
@@ -372,7 +342,6 @@ enum Logged {
 /// known (it only reads).
 async fn a_history_read_without_an_answer_times_out<DB: Proxied>(db: Db<DB>)
 where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
     i64: Key<DB>,
 {
     db.transfers(1).await;
@@ -393,7 +362,6 @@ where
 /// reads), after the deadline set on the call.
 async fn a_load_without_an_answer_times_out<DB: Proxied>(db: Db<DB>)
 where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
     i64: Key<DB>,
 {
     db.transfers(1).await;

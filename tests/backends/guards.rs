@@ -7,8 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::{Db, Isolation, TestBackend};
-use sqlx::Pool;
-use stateguard::{Committed, Executor, Key, Outcome, StateMachine};
+use stateguard::{Key, Outcome, StateMachine};
 use tokio::sync::Barrier;
 
 /// The `payouts` table, where only odd ids pass the guard of `approve`.
@@ -51,7 +50,6 @@ const ATTEMPTS_PER_ROW: usize = 32;
 /// nothing is retried into a contention error.
 async fn guarded_race<DB: TestBackend>(db: Db<DB>)
 where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
     i64: Key<DB>,
 {
     db.seed(ROWS).await;
@@ -206,7 +204,6 @@ async fn request<DB: TestBackend>(
 /// requester wins.
 async fn guard_values_are_bound_per_call<DB: TestBackend>(db: Db<DB>)
 where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
     i64: Key<DB>,
     String: Key<DB>,
 {

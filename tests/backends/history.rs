@@ -2,15 +2,15 @@
 //! the row really left, in the same atomic act; nothing else does.
 
 use crate::common;
+use crate::common::KeyColumn;
 
 use std::marker::PhantomData;
 use std::sync::Arc;
 
 use common::{Db, TestBackend, abandon_at_every_poll};
-use sqlx::Pool;
 use stateguard::{
-    Batched, Committed, Effect, Error, Executor, Finished, HistoryRow, Key, ManyKeys, Note,
-    Outcome, StateMachine, Tx, Verdict,
+    Batched, Effect, Error, Finished, HistoryRow, Key, ManyKeys, Note, Outcome, StateMachine, Tx,
+    Verdict,
 };
 use tokio::sync::Barrier;
 
@@ -58,9 +58,7 @@ pub(crate) struct Tests<DB>(PhantomData<DB>);
 
 impl<DB: TestBackend + Batched> Tests<DB>
 where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    i64: Key<DB> + for<'r> sqlx::Decode<'r, DB> + ManyKeys<DB, stateguard::key::shape::One>,
-    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = stateguard::Uncommitted>,
+    i64: KeyColumn<DB> + ManyKeys<DB, stateguard::key::shape::One>,
 {
     /// A move with history through a pool is a transaction (on SQLite and
     /// MySQL: the history insert, then the move). A caller that stops waiting
@@ -483,7 +481,6 @@ async fn setup<DB: TestBackend>(db: &Db<DB>, n: i64) {
 
 async fn history<DB: TestBackend>(db: &Db<DB>, id: i64) -> Vec<HistoryRow<Logged>>
 where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
     i64: Key<DB>,
 {
     Logged::history(&db.pool, id).await.unwrap()
@@ -494,7 +491,6 @@ where
 /// ends where the row is.
 async fn assert_chain<DB: TestBackend>(db: &Db<DB>, id: i64) -> Vec<HistoryRow<Logged>>
 where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
     i64: Key<DB>,
 {
     let rows = history(db, id).await;
@@ -523,7 +519,6 @@ async fn noted_entering<DB: TestBackend>(
     to: Logged,
 ) -> Option<(Option<String>, Option<String>)>
 where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
     i64: Key<DB>,
 {
     let rows = assert_chain(db, id).await;

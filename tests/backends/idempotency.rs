@@ -12,7 +12,7 @@ use common::{Bind, Db, PayoutStatus, TestBackend};
 use sqlx::Pool;
 use stateguard::idempotency::{self, Begun, Request};
 use stateguard::inbox::{self, Received};
-use stateguard::{Committed, Error, Executor, Key, Tx, Uncommitted};
+use stateguard::{Error, Key, Tx};
 use tokio::sync::Barrier;
 
 backend_tests! {
@@ -99,8 +99,6 @@ pub(crate) struct Tests<DB>(PhantomData<DB>);
 
 impl<DB: TestBackend> Tests<DB>
 where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
     i64: Key<DB>,
 {
     /// New, then the stored response for the same key and parameters, 422 for

@@ -3,16 +3,14 @@
 //! key, however loosely the database would compare keys.
 
 use crate::common;
+use crate::common::KeyColumn;
 
 use std::time::Duration;
 
 use common::{Db, TestBackend, say};
 use sqlx::Pool;
 use stateguard::key::shape;
-use stateguard::{
-    Committed, Error, Executor, Key, ManyKeys, Outcome, StateMachine, Tx, Uncommitted,
-    claim_expired,
-};
+use stateguard::{Error, Key, ManyKeys, Outcome, StateMachine, Tx, claim_expired};
 
 /// An account keyed by a text reference, with an in-flight state.
 #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,8 +56,7 @@ async fn outlive_the_lease() {
 /// the row.
 async fn loose_text_key<DB: TestBackend>(pool: &Pool<DB>, loose: &str, stored: &str)
 where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    String: Key<DB> + for<'r> sqlx::Decode<'r, DB>,
+    String: KeyColumn<DB>,
 {
     let outcome = AccountStatus::open()
         .apply(pool, String::from(loose))
@@ -92,9 +89,8 @@ where
 /// The same for an integer key spelled as text.
 async fn loose_integer_key<DB: TestBackend>(pool: &Pool<DB>, loose: &str)
 where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
     String: Key<DB>,
-    i64: Key<DB> + for<'r> sqlx::Decode<'r, DB>,
+    i64: KeyColumn<DB>,
 {
     let outcome = PayoutStatus::start()
         .apply(pool, String::from(loose))
@@ -233,9 +229,7 @@ async fn postgres_keys_match_exactly_under_a_nondeterministic_collation() {
 /// row whose lease is still fresh, and recovery leaves it alone.
 async fn lease_starts_at_the_statement<DB: TestBackend>(db: Db<DB>)
 where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
-    i64: Key<DB> + for<'r> sqlx::Decode<'r, DB>,
+    i64: KeyColumn<DB>,
 {
     #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
     #[state_machine(
@@ -380,9 +374,8 @@ async fn batch_keys_json_cannot_carry_are_refused<DB: TestBackend + stateguard::
     db: &Db<DB>,
     create: &'static str,
 ) where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    Bytes: Key<DB> + for<'r> sqlx::Decode<'r, DB> + ManyKeys<DB, shape::One>,
-    PayoutId: Key<DB> + for<'r> sqlx::Decode<'r, DB> + ManyKeys<DB, shape::One>,
+    Bytes: KeyColumn<DB> + ManyKeys<DB, shape::One>,
+    PayoutId: KeyColumn<DB> + ManyKeys<DB, shape::One>,
 {
     let mut conn = db.pool.acquire().await.unwrap();
     DB::execute(&mut conn, create, &[]).await.unwrap();
@@ -460,14 +453,7 @@ async fn batches_and_apply_name_the_same_rows<DB, K>(
     keys: &[K],
 ) where
     DB: TestBackend + stateguard::Batched,
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    K: Key<DB>
-        + for<'r> sqlx::Decode<'r, DB>
-        + ManyKeys<DB, shape::One>
-        + std::fmt::Debug
-        + std::fmt::Display
-        + Ord
-        + Clone,
+    K: KeyColumn<DB> + ManyKeys<DB, shape::One> + std::fmt::Debug + std::fmt::Display + Ord + Clone,
 {
     let mut conn = db.pool.acquire().await.unwrap();
     for statement in statements {

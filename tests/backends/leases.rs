@@ -2,16 +2,14 @@
 //! runs, and a worker whose lease was taken over cannot move the row.
 
 use crate::common;
+use crate::common::KeyColumn;
 
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::{Db, TestBackend, TransferStatus};
-use sqlx::Pool;
-use stateguard::{
-    Committed, Effect, Error, Executor, FinishError, Finished, Key, Verdict, claim_expired, recover,
-};
+use stateguard::{Effect, Error, FinishError, Finished, Verdict, claim_expired, recover};
 
 /// The `transfers` table with a 600 ms lease, renewed every 200 ms: only a
 /// stall of 400 ms would let recovery in, however loaded the machine.
@@ -56,8 +54,7 @@ struct Tests<DB>(PhantomData<DB>);
 
 impl<DB: TestBackend> Tests<DB>
 where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    i64: Key<DB> + for<'r> sqlx::Decode<'r, DB>,
+    i64: KeyColumn<DB>,
 {
     /// A recovery pass whose first effect runs long: the rows waiting behind it
     /// (taken over with the pass on PostgreSQL, listed on SQLite and MySQL) see

@@ -2,13 +2,13 @@
 //! in input order, with at most one win per row.
 
 use crate::common;
+use crate::common::KeyColumn;
 
 use std::marker::PhantomData;
 use std::sync::Arc;
 
 use common::{Db, TestBackend};
-use sqlx::Pool;
-use stateguard::{Batched, Committed, Error, Executor, Key, ManyKeys, Outcome, StateMachine};
+use stateguard::{Batched, Error, ManyKeys, Outcome, StateMachine};
 use tokio::sync::Barrier;
 
 /// The `transfers` table: `cancel` from `pending` or `sending`.
@@ -58,8 +58,7 @@ pub(crate) struct Tests<DB>(PhantomData<DB>);
 
 impl<DB: TestBackend + Batched> Tests<DB>
 where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    i64: Key<DB> + for<'r> sqlx::Decode<'r, DB> + ManyKeys<DB, stateguard::key::shape::One>,
+    i64: KeyColumn<DB> + ManyKeys<DB, stateguard::key::shape::One>,
 {
     /// Keys in a source state, in the target, in another state, missing and
     /// repeated, in one batch; a guard refuses in a batch as it does alone.

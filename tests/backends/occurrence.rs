@@ -7,8 +7,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use common::{Db, PayoutStatus, TestBackend, TransferStatus};
-use sqlx::Pool;
-use stateguard::{Committed, Current, Error, Executor, Key, Outcome, StateMachine, Tx};
+use stateguard::{Current, Error, Key, Outcome, StateMachine, Tx};
 
 /// The `transfers` table as a machine with a cycle: a payout put on hold
 /// and released, again and again.
@@ -56,11 +55,7 @@ struct Tests<DB>(PhantomData<DB>);
 
 impl<DB: TestBackend> Tests<DB>
 where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
     i64: Key<DB>,
-    for<'t, 'c> &'t mut stateguard::Tx<'c, DB>: Executor<Database = DB>,
-    for<'c> &'c mut <DB as sqlx::Database>::Connection: Executor<Database = DB>,
-    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = stateguard::Uncommitted>,
 {
     /// Two operators load the same payout and both cancel it with the
     /// occurrence they saw: one wins, the other learns it moved on.
@@ -262,7 +257,7 @@ where
                             .occurrence(),
                         "connection" => {
                             let mut conn = db.pool.acquire().await.unwrap();
-                            let outcome = transition.apply(&mut *conn, id).await.unwrap();
+                            let outcome = transition.apply(&mut conn, id).await.unwrap();
                             outcome.won().unwrap().occurrence()
                         }
                         _ => {

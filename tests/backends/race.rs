@@ -8,8 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::{Db, Isolation, PayoutStatus, TestBackend};
-use sqlx::Pool;
-use stateguard::{Committed, Executor, Key, Outcome};
+use stateguard::{Key, Outcome};
 use tokio::sync::Barrier;
 
 const ROWS: i64 = 200;
@@ -28,7 +27,6 @@ struct Tally {
 /// side effects ran. `pooler.rs` runs it behind PgBouncer.
 pub(crate) async fn race<DB: TestBackend>(db: Db<DB>)
 where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
     i64: Key<DB>,
 {
     db.seed(ROWS).await;

@@ -11,6 +11,7 @@
 //! standby does, while connections opened later write.
 
 use crate::common;
+use crate::common::KeyColumn;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -19,7 +20,7 @@ use common::{Db, TestBackend, TransferStatus};
 use sqlx::Pool;
 use sqlx::pool::PoolOptions;
 use stateguard::ddl::Dialect;
-use stateguard::{Committed, Effect, Error, ErrorKind, Executor, Finished, Key, Verdict};
+use stateguard::{Effect, Error, ErrorKind, Finished, Key, Verdict};
 
 /// Connections per pool.
 const POOL: u32 = 4;
@@ -83,7 +84,6 @@ async fn all_write<DB: TestBackend>(pool: &Pool<DB>) {
 /// node: each lands, each stale connection failed once and was replaced.
 async fn a_stale_pool_heals_and_every_move_lands<DB: TestBackend>(db: Db<DB>)
 where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
     i64: Key<DB>,
 {
     db.transfers(12).await;
@@ -111,8 +111,7 @@ where
 /// finds nothing to run again.
 async fn a_follow_up_after_a_failover_lands<DB: TestBackend>(db: Db<DB>)
 where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    i64: Key<DB> + for<'r> sqlx::Decode<'r, DB>,
+    i64: KeyColumn<DB>,
     TransferStatus: stateguard::FollowUpValues<DB>,
 {
     db.transfers(1).await;
@@ -161,7 +160,6 @@ where
 /// later call may succeed.
 async fn a_read_only_connection_is_a_transient_error<DB: TestBackend>(db: Db<DB>)
 where
-    for<'c> &'c mut <DB as sqlx::Database>::Connection: Executor<Database = DB, Commit = Committed>,
     i64: Key<DB>,
 {
     db.transfers(1).await;
@@ -170,7 +168,7 @@ where
         .await
         .unwrap();
     let error = TransferStatus::cancel()
-        .apply(&mut *conn, 1_i64)
+        .apply(&mut conn, 1_i64)
         .await
         .unwrap_err();
     assert!(matches!(error, Error::ReadOnly { .. }), "{error:?}");

@@ -13,18 +13,15 @@
 //! different.
 
 use crate::common;
+use crate::common::KeyColumn;
 
 use std::collections::HashSet;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use common::{Db, TestBackend};
-use sqlx::Pool;
 use stateguard::ddl::Dialect;
-use stateguard::{
-    Batched, Committed, Effect, Executor, Finished, Key, ManyKeys, Note, StateMachine, Tx,
-    Uncommitted, Verdict, Won,
-};
+use stateguard::{Batched, Effect, Finished, ManyKeys, Note, StateMachine, Tx, Verdict, Won};
 
 /// A transfer that can pass through every state again: a version column,
 /// an in-flight state, a state with a timeout, and a way back to
@@ -131,7 +128,7 @@ macro_rules! win {
             On::Pool => $transition.apply(&db.pool, id).await.unwrap().won(),
             On::Connection => {
                 let mut conn = db.pool.acquire().await.unwrap();
-                $transition.apply(&mut *conn, id).await.unwrap().won()
+                $transition.apply(&mut conn, id).await.unwrap().won()
             }
             On::Tx => {
                 let mut tx = Tx::begin_with(&db.pool, DB::BEGIN_WRITE).await.unwrap();
@@ -156,13 +153,7 @@ macro_rules! matrix {
     ($name:ident, $machine:ident, |$t:ident| $note:expr, $ddl:expr) => {
         async fn $name<DB: TestBackend + Batched>(db: Db<DB>)
         where
-            for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-            for<'c> &'c mut <DB as sqlx::Database>::Connection:
-                Executor<Database = DB, Commit = Committed>,
-            for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
-            for<'t, 'c> &'t mut stateguard::Savepoint<'c, DB>:
-                Executor<Database = DB, Commit = Uncommitted>,
-            i64: Key<DB> + for<'r> sqlx::Decode<'r, DB> + ManyKeys<DB, stateguard::key::shape::One>,
+            i64: KeyColumn<DB> + ManyKeys<DB, stateguard::key::shape::One>,
             $machine: stateguard::FollowUpValues<DB>,
         {
             db.transfers(ROWS).await;
@@ -313,7 +304,7 @@ macro_rules! matrix {
                         .unwrap();
                 let mut conn = db.pool.acquire().await.unwrap();
                 taken.extend(
-                    stateguard::claim_expired::<_, i64, _>(&mut *conn, $machine::Sending, 2)
+                    stateguard::claim_expired::<_, i64, _>(&mut conn, $machine::Sending, 2)
                         .await
                         .unwrap(),
                 );

@@ -3,14 +3,13 @@
 //! and effect keys, recovery and the follow-ups carry every key part.
 
 use crate::common;
+use crate::common::KeyColumn;
 
 use std::marker::PhantomData;
 
 use common::{Db, TestBackend};
-use sqlx::Pool;
 use stateguard::{
-    Batched, Committed, Effect, Executor, Finished, Key, ManyKeys, Outcome, StateMachine,
-    claim_expired, recover,
+    Batched, Effect, Finished, Key, ManyKeys, Outcome, StateMachine, claim_expired, recover,
 };
 
 /// Transfers of many tenants, each numbering its own from 1.
@@ -65,7 +64,6 @@ async fn tenants<DB: TestBackend>(db: &Db<DB>) {
 /// The state and occurrence of `key`, read through `load`.
 async fn state<DB: TestBackend>(db: &Db<DB>, key: TenantKey) -> Option<(TenantTransfer, i64)>
 where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
     i64: Key<DB>,
     String: Key<DB>,
 {
@@ -79,9 +77,8 @@ struct Tests<DB>(PhantomData<DB>);
 
 impl<DB: TestBackend + Batched> Tests<DB>
 where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    i64: Key<DB> + for<'r> sqlx::Decode<'r, DB>,
-    String: Key<DB> + for<'r> sqlx::Decode<'r, DB>,
+    i64: KeyColumn<DB>,
+    String: KeyColumn<DB>,
     TenantKey: ManyKeys<DB, stateguard::key::shape::Two>,
 {
     async fn a_tenant_never_moves_another_tenants_row(db: Db<DB>) {

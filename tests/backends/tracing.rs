@@ -2,14 +2,14 @@
 //! caller opts in.
 
 use crate::common;
+use crate::common::KeyColumn;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use common::{Db, TestBackend, TransferStatus};
-use sqlx::Pool;
-use stateguard::{Batched, Committed, Executor, Key};
+use stateguard::Batched;
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Metadata, Subscriber};
@@ -96,10 +96,7 @@ backend_tests! {
 
 async fn one_span_per_call_with_its_outcome<DB: TestBackend + Batched>(db: Db<DB>)
 where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    i64: Key<DB>
-        + for<'r> sqlx::Decode<'r, DB>
-        + stateguard::ManyKeys<DB, stateguard::key::shape::One>,
+    i64: KeyColumn<DB> + stateguard::ManyKeys<DB, stateguard::key::shape::One>,
 {
     let _serial = RECORD_KEYS.lock().await;
     db.transfers(6).await;

@@ -12,10 +12,7 @@ use common::{
     Db, Isolation, PayoutStatus, TestBackend, TransferStatus, abandon_at_every_poll,
     stale_transaction,
 };
-use sqlx::Pool;
-use stateguard::{
-    Committed, Error, Executor, Key, Outcome, Savepoint, StateMachine, Tx, Uncommitted, Won,
-};
+use stateguard::{Error, Key, Outcome, StateMachine, Tx, Uncommitted, Won};
 
 type Staged = Won<TransferStatus, i64, Uncommitted>;
 
@@ -43,9 +40,6 @@ pub(crate) struct Tests<DB>(PhantomData<DB>);
 
 impl<DB: TestBackend> Tests<DB>
 where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
-    for<'s, 'c> &'s mut Savepoint<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
     i64: Key<DB>,
 {
     /// A caller stops waiting for `Tx::begin` half-way (a client hung up, a
@@ -167,8 +161,6 @@ where
 /// who ignores it cannot commit what came before.
 async fn an_ignored_retry_transaction_error_blocks_the_commit<DB: TestBackend>(db: Db<DB>)
 where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
     i64: Key<DB>,
 {
     let mut tx = stale_transaction(&db).await;

@@ -7,8 +7,7 @@ use crate::common;
 use std::marker::PhantomData;
 
 use common::{Db, PayoutStatus, TestBackend, stale_transaction};
-use sqlx::Pool;
-use stateguard::{Committed, Error, Executor, Key, Outcome, Tx, Uncommitted};
+use stateguard::{Error, Key, Outcome, Tx};
 
 // Each body below, as `sqlite::name`, `postgres::name` and `mysql::name`.
 backend_tests! {
@@ -31,10 +30,7 @@ struct Tests<DB>(PhantomData<DB>);
 
 impl<DB: TestBackend> Tests<DB>
 where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
     i64: Key<DB>,
-    for<'c> &'c mut DB::Connection: Executor<Database = DB, Commit = Committed>,
-    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
 {
     async fn start_wins_once_then_replays_are_already_in_state(db: Db<DB>) {
         db.seed(1).await;
@@ -163,15 +159,12 @@ where
         let mut conn = db.pool.acquire().await.unwrap();
         assert!(
             PayoutStatus::start()
-                .apply(&mut *conn, 1_i64)
+                .apply(&mut conn, 1_i64)
                 .await
                 .unwrap()
                 .is_applied()
         );
-        let replay = PayoutStatus::start()
-            .apply(&mut *conn, 1_i64)
-            .await
-            .unwrap();
+        let replay = PayoutStatus::start().apply(&mut conn, 1_i64).await.unwrap();
         assert_eq!(replay, Outcome::AlreadyInState(PayoutStatus::Sending));
         drop(conn);
         assert_eq!(db.status(1).await.as_deref(), Some("sending"));

@@ -15,10 +15,7 @@ use std::time::Duration;
 
 use common::proxy::{Proxied, Proxy, proxied};
 use common::{Db, PayoutStatus};
-use sqlx::Pool;
-use stateguard::{
-    Committed, DEFAULT_DEADLINE, Error, Executor, Key, Outcome, Savepoint, Tx, Uncommitted, Won,
-};
+use stateguard::{DEFAULT_DEADLINE, Error, Key, Outcome, Tx, Won};
 
 /// The deadline under test.
 const DEADLINE: Duration = Duration::from_millis(300);
@@ -85,7 +82,6 @@ mod mysql {
 /// back outside any transaction: a win through the pool commits.
 async fn a_begin_without_an_answer_times_out<DB: Proxied>(db: Db<DB>)
 where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
     i64: Key<DB>,
 {
     db.seed(1).await;
@@ -126,8 +122,6 @@ async fn waiting_for_a_connection_counts_against_the_deadline<DB: Proxied>(db: D
 /// on a connection of its own, shows what happened: it committed.
 async fn a_commit_without_an_answer_leaves_the_outcome_open<DB: Proxied>(db: Db<DB>)
 where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
     i64: Key<DB>,
 {
     db.seed(1).await;
@@ -153,8 +147,6 @@ where
 /// on its own), its commit is refused, and its earlier move never commits.
 async fn a_cut_off_savepoint_leaves_a_transaction_that_cannot_commit<DB: Proxied>(db: Db<DB>)
 where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
     i64: Key<DB>,
 {
     db.seed(2).await;
@@ -177,7 +169,6 @@ where
 /// connection of its own), and so is a savepoint.
 async fn assert_refused<DB: Proxied>(tx: &mut Tx<'_, DB>, id: i64)
 where
-    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
     i64: Key<DB>,
 {
     let refused = guarded("a move after the cut-off", async {
@@ -199,9 +190,6 @@ where
 /// savepoint's win is gone, and the transaction can no longer commit.
 async fn a_cut_off_release_leaves_a_transaction_that_cannot_commit<DB: Proxied>(db: Db<DB>)
 where
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
-    for<'s, 'c> &'s mut Savepoint<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
     i64: Key<DB>,
 {
     db.seed(2).await;

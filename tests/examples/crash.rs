@@ -156,7 +156,6 @@ fn crash_child() {
 /// One worker, so that a kill interrupts at most one bank call.
 async fn work<DB: Store>(pool: Pool<DB>)
 where
-    for<'p> &'p Pool<DB>: stateguard::Executor<Database = DB, Commit = stateguard::Committed>,
     i64: for<'q> sqlx::Encode<'q, DB>
         + for<'r> sqlx::Decode<'r, DB>
         + sqlx::Type<DB>
@@ -289,7 +288,6 @@ fn kill_delay() -> Duration {
 /// times, let a last child finish, and check the books.
 async fn crash_and_recover<DB: Store>(pool: &Pool<DB>, backend: &str, target: &str)
 where
-    for<'p> &'p Pool<DB>: stateguard::Executor<Database = DB, Commit = stateguard::Committed>,
     i64: stateguard::Key<DB>,
 {
     DB::create_tables(pool).await.expect("create tables");

@@ -2,6 +2,7 @@
 //! `127.0.0.1:0` inside the test, and a real client (reqwest) calls it.
 
 use crate::common;
+use crate::common::KeyColumn;
 
 #[path = "../../examples/payouts_api/app.rs"]
 #[allow(dead_code)]
@@ -13,8 +14,6 @@ use std::sync::Arc;
 use app::{ApiBackend, App, PayoutView};
 use common::{Db, TestBackend};
 use reqwest::StatusCode;
-use sqlx::Pool;
-use stateguard::{Committed, Executor, Key, Tx, Uncommitted};
 use tokio::sync::{Barrier, Semaphore};
 
 backend_tests! {
@@ -27,11 +26,9 @@ backend_tests! {
 async fn serve<DB>(db: &Db<DB>) -> String
 where
     DB: ApiBackend + TestBackend,
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
     for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
     DB::Arguments: sqlx::IntoArguments<DB>,
-    String: Key<DB> + for<'r> sqlx::Decode<'r, DB>,
+    String: KeyColumn<DB>,
     i64: for<'q> sqlx::Encode<'q, DB> + for<'r> sqlx::Decode<'r, DB> + sqlx::Type<DB>,
     usize: sqlx::ColumnIndex<DB::Row>,
 {
@@ -96,11 +93,9 @@ const RACERS: usize = 32;
 async fn racing_posts_create_one_payout<DB>(db: Db<DB>)
 where
     DB: ApiBackend + TestBackend,
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
     for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
     DB::Arguments: sqlx::IntoArguments<DB>,
-    String: Key<DB> + for<'r> sqlx::Decode<'r, DB>,
+    String: KeyColumn<DB>,
     i64: for<'q> sqlx::Encode<'q, DB> + for<'r> sqlx::Decode<'r, DB> + sqlx::Type<DB>,
     usize: sqlx::ColumnIndex<DB::Row>,
 {
@@ -166,11 +161,9 @@ where
 async fn mismatches_and_bad_input_write_nothing<DB>(db: Db<DB>)
 where
     DB: ApiBackend + TestBackend,
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
     for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
     DB::Arguments: sqlx::IntoArguments<DB>,
-    String: Key<DB> + for<'r> sqlx::Decode<'r, DB>,
+    String: KeyColumn<DB>,
     i64: for<'q> sqlx::Encode<'q, DB> + for<'r> sqlx::Decode<'r, DB> + sqlx::Type<DB>,
     usize: sqlx::ColumnIndex<DB::Row>,
 {
@@ -243,11 +236,9 @@ const IN_FLIGHT: usize = 32;
 async fn a_webhook_storm_applies_each_payout_once<DB>(db: Db<DB>)
 where
     DB: ApiBackend + TestBackend,
-    for<'p> &'p Pool<DB>: Executor<Database = DB, Commit = Committed>,
-    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
     for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
     DB::Arguments: sqlx::IntoArguments<DB>,
-    String: Key<DB> + for<'r> sqlx::Decode<'r, DB>,
+    String: KeyColumn<DB>,
     i64: for<'q> sqlx::Encode<'q, DB> + for<'r> sqlx::Decode<'r, DB> + sqlx::Type<DB>,
     usize: sqlx::ColumnIndex<DB::Row>,
 {

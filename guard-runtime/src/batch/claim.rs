@@ -22,11 +22,10 @@ use crate::batch::{many, run};
 use crate::deadline::retry::{MAX_ATTEMPTS, backoff};
 use crate::dialect::{Backend, Column};
 use crate::error::Error;
-use crate::executor::Executor;
 use crate::executor::proven::Proven;
 use crate::executor::tx::Tx;
 use crate::machine::key::{BatchKey, DecodeKey, KeyShape, RowKey};
-use crate::outcome::{Committed, Uncommitted, Won};
+use crate::outcome::{Committed, Won};
 use crate::telemetry;
 #[allow(unused_imports)] // in the docs
 use crate::transition::Bound;
@@ -326,7 +325,6 @@ async fn one_statement<DB, Sh, K>(
 ) -> Result<Vec<Took<K>>, Error>
 where
     DB: Backend,
-    for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
     Sh: KeyShape,
     K: RowKey<DB, Sh> + DecodeKey<DB, Sh>,
 {
@@ -377,7 +375,6 @@ async fn in_transaction<DB, Sh, K>(
 ) -> Result<Vec<Took<K>>, Error>
 where
     DB: MoveHeld,
-    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
     Sh: KeyShape,
     K: BatchKey<DB, Sh>,
 {
@@ -470,7 +467,6 @@ async fn claim_once<DB, Sh, K>(
 ) -> Result<Vec<Took<K>>, Error>
 where
     DB: MoveHeld,
-    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
     Sh: KeyShape,
     K: BatchKey<DB, Sh>,
 {

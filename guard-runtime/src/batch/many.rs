@@ -15,7 +15,6 @@ use crate::StateMachine;
 use crate::batch::batched::{Batch, Batched, Found};
 use crate::deadline::retry::{MAX_ATTEMPTS, backoff};
 use crate::error::Error;
-use crate::executor::Executor;
 use crate::machine::key::{BatchKey, KeyShape};
 use crate::outcome::{Committed, Outcome, Won};
 use crate::telemetry;
@@ -62,7 +61,6 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
     ) -> Result<Vec<Outcome<S, K, Committed>>, Error>
     where
         DB: Batched,
-        for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
         K: BatchKey<DB, S::KeyShape> + Clone,
         P: Params<DB>,
     {
@@ -83,7 +81,6 @@ impl<S: StateMachine> Transition<S> {
     ) -> Result<Vec<Outcome<S, K, Committed>>, Error>
     where
         DB: Batched,
-        for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
         K: BatchKey<DB, S::KeyShape> + Clone,
     {
         if self.expected().is_some() {
@@ -132,7 +129,6 @@ impl<S: StateMachine> Transition<S> {
     ) -> Result<Vec<Outcome<S, K, Committed>>, Error>
     where
         DB: Batched,
-        for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
         K: BatchKey<DB, S::KeyShape> + Clone,
     {
         // The distinct keys, in key order; `slot[i]` is the distinct key of

@@ -13,12 +13,10 @@
 use crate::batch::batched::{Batch, Found, position};
 use crate::dialect::{Backend, Column, Sql, Statement};
 use crate::error::Error;
-use crate::executor::Executor;
 use crate::executor::proven::{Proven, prove_all};
 use crate::executor::sealed::Run;
 use crate::executor::tx::Tx;
 use crate::machine::key::{BatchKey, DecodeKey, KeyShape, ManyKeys};
-use crate::outcome::{Committed, Uncommitted};
 use crate::transition::Class;
 use crate::transition::bind::{self, Parts, Values};
 use crate::transition::note::Note;
@@ -101,7 +99,6 @@ pub(crate) async fn returning<DB, Sh, K>(
 ) -> Result<Vec<Found<K>>, Error>
 where
     DB: Backend,
-    for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
     Sh: KeyShape,
     K: BatchKey<DB, Sh>,
 {
@@ -218,7 +215,6 @@ pub(crate) async fn in_transaction<DB, Sh, K>(
 ) -> Result<Vec<Found<K>>, Error>
 where
     DB: Backend,
-    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
     Sh: KeyShape,
     K: BatchKey<DB, Sh>,
 {
@@ -246,7 +242,6 @@ pub(crate) async fn lock_and_update<DB, Sh, K>(
 ) -> Result<Vec<Found<K>>, Error>
 where
     DB: Backend,
-    for<'t, 'c> &'t mut Tx<'c, DB>: Executor<Database = DB, Commit = Uncommitted>,
     Sh: KeyShape,
     K: BatchKey<DB, Sh>,
 {

@@ -6,6 +6,7 @@ use core::pin::Pin;
 /// The future type sqlx's own executors return.
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
+pub(crate) mod connection;
 mod statement;
 
 pub use statement::{Bind, Column, Statement};
@@ -36,7 +37,7 @@ where
 
 /// A database that stateguard can run transitions on: `sqlx::Postgres`,
 /// `sqlx::Sqlite` or `sqlx::MySql`, each behind its cargo feature.
-pub trait Backend: sealed::Driver {
+pub trait Backend: sealed::Driver + connection::OnConnection {
     /// Whether `error` is a serialization failure, deadlock or busy database
     /// that a fresh attempt may get past.
     fn is_retryable(error: &sqlx::Error) -> bool;

@@ -1,20 +1,26 @@
-//! The executor impls: one per backend for pools, connections, `Tx` and
-//! `Savepoint`, through the macros that write them.
+//! The executor impls. What needs a backend's own connection type (sqlx
+//! implements its `Executor` per connection) is written once per backend,
+//! as [`OnConnection`] and the impls on `&mut PgConnection`,
+//! `&mut SqliteConnection` and `&mut MySqlConnection`. Pools, pooled
+//! connections, `Tx` and `Savepoint` are generic over the backend on top
+//! of it, so that generic code over `DB: Backend` needs no bound of its own
+//! to run a transition on `&Pool<DB>`, `&mut Tx<'_, DB>` or a pooled
+//! connection.
 
-#[allow(unused_imports)] // unused when no backend feature is enabled
+use sqlx::pool::PoolConnection;
 use sqlx::{Connection, Pool};
 
-#[allow(unused_imports)]
 use crate::executor::tx::{Savepoint, Tx};
 
-use super::{ExecutedThenFetched, Executor, When, WithHistory, sealed};
+use super::{Executor, sealed};
+use crate::dialect::connection::{ExecutedThenFetched, OnConnection, When, WithHistory};
 use crate::dialect::sealed::Driver;
 use crate::dialect::{Backend, BoxFuture};
 use crate::outcome::{Committed, Uncommitted};
 
 /// The body of `Run::with_history` on a connection `$conn` (a `&mut` connection,
 /// possibly inside a transaction, where `begin` makes a savepoint).
-macro_rules! with_history_on {
+macro_rules! history_then_move {
     ($db:ty, $conn:expr, $history_insert:expr, $history_args:expr, $update:expr, $args:expr, $rows:expr, $then:expr) => {{
         let mut tx = sqlx::Connection::begin($conn).await?;
         let inserted = <$db as Driver>::rows_affected(
@@ -61,69 +67,512 @@ macro_rules! with_history_on {
     }};
 }
 
-/// The statement methods, given how to reach a connection from `self`.
-macro_rules! statements {
-    ($db:ty, |$this:ident| $conn:expr) => {
+/// The statements on one connection of `$db`, its [`OnConnection`].
+macro_rules! on_connection {
+    ($feature:literal, $db:ty, $conn:ty) => {
+        #[cfg(feature = $feature)]
+        impl OnConnection for $db {
+            fn execute_on<'c>(
+                conn: &'c mut $conn,
+                sql: &'static str,
+                args: <$db as Driver>::Args,
+            ) -> BoxFuture<'c, Result<<$db as sqlx::Database>::QueryResult, sqlx::Error>> {
+                sqlx::Executor::execute(conn, sqlx::query_with(sql, args))
+            }
+
+            fn fetch_optional_on<'c>(
+                conn: &'c mut $conn,
+                sql: &'static str,
+                args: <$db as Driver>::Args,
+            ) -> BoxFuture<'c, Result<Option<<$db as sqlx::Database>::Row>, sqlx::Error>> {
+                sqlx::Executor::fetch_optional(conn, sqlx::query_with(sql, args))
+            }
+
+            fn fetch_all_on<'c>(
+                conn: &'c mut $conn,
+                sql: &'static str,
+                args: <$db as Driver>::Args,
+            ) -> BoxFuture<'c, Result<Vec<<$db as sqlx::Database>::Row>, sqlx::Error>> {
+                sqlx::Executor::fetch_all(conn, sqlx::query_with(sql, args))
+            }
+
+            fn execute_then_fetch_on<'c>(
+                conn: &'c mut $conn,
+                sql: &'static str,
+                args: <$db as Driver>::Args,
+                then: &'static str,
+                then_args: <$db as Driver>::Args,
+                when: When<$db>,
+            ) -> BoxFuture<'c, Result<ExecutedThenFetched<$db>, sqlx::Error>> {
+                Box::pin(async move {
+                    let done =
+                        sqlx::Executor::execute(&mut *conn, sqlx::query_with(sql, args)).await?;
+                    // Nothing to read (a losing attempt stays at its two
+                    // statements, the update and the fresh read).
+                    if !when(&done) {
+                        return Ok((done, None));
+                    }
+                    let row = sqlx::Executor::fetch_optional(
+                        &mut *conn,
+                        sqlx::query_with(then, then_args),
+                    )
+                    .await?;
+                    Ok((done, row))
+                })
+            }
+
+            fn with_history_on<'c>(
+                conn: &'c mut $conn,
+                history_insert: &'static str,
+                history_args: <$db as Driver>::Args,
+                update: &'static str,
+                args: <$db as Driver>::Args,
+                rows: bool,
+                then: Option<(&'static str, <$db as Driver>::Args)>,
+            ) -> BoxFuture<'c, Result<WithHistory<$db>, sqlx::Error>> {
+                Box::pin(async move {
+                    history_then_move!(
+                        $db,
+                        &mut *conn,
+                        history_insert,
+                        history_args,
+                        update,
+                        args,
+                        rows,
+                        then
+                    )
+                })
+            }
+        }
+
+        #[cfg(feature = $feature)]
+        impl sealed::Run for &mut $conn {
+            type Database = $db;
+            type Idle = PoolConnection<$db>;
+            const IS_TRANSACTION: bool = false;
+
+            forwarded!(|this| &mut **this);
+        }
+
+        #[cfg(feature = $feature)]
+        #[cfg_attr(docsrs, doc(cfg(feature = $feature)))]
+        impl Executor for &mut $conn {
+            type Commit = Committed;
+            fn in_transaction(&self) -> bool {
+                Connection::is_in_transaction(&**self)
+            }
+        }
+    };
+}
+
+/// The statement methods of `Run` for an executor that reaches its
+/// connection by `$conn`, forwarded to the backend's
+/// [`OnConnection`].
+macro_rules! forwarded {
+    (|$this:ident| $conn:expr) => {
         fn execute(
             &mut self,
             sql: &'static str,
-            args: <$db as Driver>::Args,
-        ) -> BoxFuture<'_, Result<<$db as sqlx::Database>::QueryResult, sqlx::Error>> {
+            args: <Self::Database as Driver>::Args,
+        ) -> BoxFuture<'_, Result<<Self::Database as sqlx::Database>::QueryResult, sqlx::Error>> {
             let $this = self;
-            sqlx::Executor::execute($conn, sqlx::query_with(sql, args))
+            <Self::Database as OnConnection>::execute_on($conn, sql, args)
         }
 
         fn fetch_optional(
             &mut self,
             sql: &'static str,
-            args: <$db as Driver>::Args,
-        ) -> BoxFuture<'_, Result<Option<<$db as sqlx::Database>::Row>, sqlx::Error>> {
+            args: <Self::Database as Driver>::Args,
+        ) -> BoxFuture<'_, Result<Option<<Self::Database as sqlx::Database>::Row>, sqlx::Error>> {
             let $this = self;
-            sqlx::Executor::fetch_optional($conn, sqlx::query_with(sql, args))
+            <Self::Database as OnConnection>::fetch_optional_on($conn, sql, args)
         }
 
         fn fetch_all(
             &mut self,
             sql: &'static str,
-            args: <$db as Driver>::Args,
-        ) -> BoxFuture<'_, Result<Vec<<$db as sqlx::Database>::Row>, sqlx::Error>> {
+            args: <Self::Database as Driver>::Args,
+        ) -> BoxFuture<'_, Result<Vec<<Self::Database as sqlx::Database>::Row>, sqlx::Error>> {
             let $this = self;
-            sqlx::Executor::fetch_all($conn, sqlx::query_with(sql, args))
+            <Self::Database as OnConnection>::fetch_all_on($conn, sql, args)
+        }
+
+        fn execute_then_fetch(
+            &mut self,
+            sql: &'static str,
+            args: <Self::Database as Driver>::Args,
+            then: &'static str,
+            then_args: <Self::Database as Driver>::Args,
+            when: When<Self::Database>,
+        ) -> BoxFuture<'_, Result<ExecutedThenFetched<Self::Database>, sqlx::Error>> {
+            let $this = self;
+            <Self::Database as OnConnection>::execute_then_fetch_on(
+                $conn, sql, args, then, then_args, when,
+            )
+        }
+
+        fn with_history(
+            &mut self,
+            history_insert: &'static str,
+            history_args: <Self::Database as Driver>::Args,
+            update: &'static str,
+            args: <Self::Database as Driver>::Args,
+            rows: bool,
+            then: Option<(&'static str, <Self::Database as Driver>::Args)>,
+        ) -> BoxFuture<'_, Result<WithHistory<Self::Database>, sqlx::Error>> {
+            let $this = self;
+            <Self::Database as OnConnection>::with_history_on(
+                $conn,
+                history_insert,
+                history_args,
+                update,
+                args,
+                rows,
+                then,
+            )
         }
     };
 }
 
-/// The statement methods on a pool: each takes a connection, and one that
-/// answers that it only reads (a standby, a primary demoted by a failover)
-/// is closed instead of going back to the pool, where every later
-/// statement on it would fail the same way.
-macro_rules! pool_statements {
-    ($db:ty) => {
-        pool_statements!(@one $db, execute, <$db as sqlx::Database>::QueryResult);
-        pool_statements!(@one $db, fetch_optional, Option<<$db as sqlx::Database>::Row>);
-        pool_statements!(@one $db, fetch_all, Vec<<$db as sqlx::Database>::Row>);
-    };
-    (@one $db:ty, $method:ident, $output:ty) => {
-        fn $method(
-            &mut self,
-            sql: &'static str,
-            args: <$db as Driver>::Args,
-        ) -> BoxFuture<'_, Result<$output, sqlx::Error>> {
-            let pool = &**self;
-            Box::pin(async move {
-                let mut conn = pool.acquire().await?;
-                let result = sqlx::Executor::$method(&mut *conn, sqlx::query_with(sql, args)).await;
-                closed_if_read_only(&mut conn, result)
-            })
+on_connection!("postgres", sqlx::Postgres, sqlx::PgConnection);
+on_connection!("sqlite", sqlx::Sqlite, sqlx::SqliteConnection);
+on_connection!("mysql", sqlx::MySql, sqlx::MySqlConnection);
+
+/// On a pool each statement takes a connection, and one that answers that
+/// it only reads (a standby, a primary demoted by a failover) is closed
+/// instead of going back to the pool, where every later statement on it
+/// would fail the same way.
+impl<DB: Backend> sealed::Run for &Pool<DB> {
+    type Database = DB;
+    type Idle = PoolConnection<DB>;
+    const IS_TRANSACTION: bool = false;
+
+    const POOLED: bool = true;
+
+    fn try_idle(&self) -> Option<Self::Idle> {
+        Pool::try_acquire(self)
+    }
+
+    fn execute(
+        &mut self,
+        sql: &'static str,
+        args: DB::Args,
+    ) -> BoxFuture<'_, Result<DB::QueryResult, sqlx::Error>> {
+        let pool = &**self;
+        Box::pin(async move {
+            let mut conn = pool.acquire().await?;
+            let result = DB::execute_on(&mut conn, sql, args).await;
+            closed_if_read_only(&mut conn, result)
+        })
+    }
+
+    fn fetch_optional(
+        &mut self,
+        sql: &'static str,
+        args: DB::Args,
+    ) -> BoxFuture<'_, Result<Option<DB::Row>, sqlx::Error>> {
+        let pool = &**self;
+        Box::pin(async move {
+            let mut conn = pool.acquire().await?;
+            let result = DB::fetch_optional_on(&mut conn, sql, args).await;
+            closed_if_read_only(&mut conn, result)
+        })
+    }
+
+    fn fetch_all(
+        &mut self,
+        sql: &'static str,
+        args: DB::Args,
+    ) -> BoxFuture<'_, Result<Vec<DB::Row>, sqlx::Error>> {
+        let pool = &**self;
+        Box::pin(async move {
+            let mut conn = pool.acquire().await?;
+            let result = DB::fetch_all_on(&mut conn, sql, args).await;
+            closed_if_read_only(&mut conn, result)
+        })
+    }
+
+    fn execute_then_fetch(
+        &mut self,
+        sql: &'static str,
+        args: DB::Args,
+        then: &'static str,
+        then_args: DB::Args,
+        when: When<DB>,
+    ) -> BoxFuture<'_, Result<ExecutedThenFetched<DB>, sqlx::Error>> {
+        let pool = &**self;
+        Box::pin(async move {
+            let mut conn = pool.acquire().await?;
+            let both = DB::execute_then_fetch_on(&mut conn, sql, args, then, then_args, when).await;
+            closed_if_read_only(&mut conn, both)
+        })
+    }
+
+    fn with_history(
+        &mut self,
+        history_insert: &'static str,
+        history_args: DB::Args,
+        update: &'static str,
+        args: DB::Args,
+        rows: bool,
+        then: Option<(&'static str, DB::Args)>,
+    ) -> BoxFuture<'_, Result<WithHistory<DB>, sqlx::Error>> {
+        // On a server the transaction runs in a task of its own
+        // (`task`): a caller that stops waiting cannot leave it
+        // half-begun. SQLite's worker needs none (as `Tx::begin`).
+        let pool = (*self).clone();
+        let moved = async move {
+            let mut conn = pool.acquire().await?;
+            let moved = DB::with_history_on(
+                &mut conn,
+                history_insert,
+                history_args,
+                update,
+                args,
+                rows,
+                then,
+            )
+            .await;
+            closed_if_read_only(&mut conn, moved)
+        };
+        match DB::EMBEDDED {
+            true => Box::pin(moved),
+            false => Box::pin(crate::executor::task::run_to_completion(
+                "a move and its history",
+                moved,
+            )),
         }
-    };
+    }
+}
+
+impl<DB: Backend> Executor for &Pool<DB> {
+    type Commit = Committed;
+    fn in_transaction(&self) -> bool {
+        false
+    }
+}
+
+/// A pooled connection, borrowed: `let mut conn = pool.acquire().await?;`
+/// and then `&mut conn`, as `&mut *conn` would be.
+impl<DB: Backend> sealed::Run for &mut PoolConnection<DB> {
+    type Database = DB;
+    type Idle = PoolConnection<DB>;
+    const IS_TRANSACTION: bool = false;
+
+    forwarded!(|this| &mut ***this);
+}
+
+impl<DB: Backend> Executor for &mut PoolConnection<DB> {
+    type Commit = Committed;
+    fn in_transaction(&self) -> bool {
+        Connection::is_in_transaction(&***self)
+    }
+}
+
+// A pooled connection, owned: what a pool's `try_idle` hands out. Not an
+// `Executor`: only the library runs statements on it.
+impl<DB: Backend> sealed::Run for PoolConnection<DB> {
+    type Database = DB;
+    type Idle = PoolConnection<DB>;
+    const IS_TRANSACTION: bool = false;
+
+    fn ping(&mut self) -> BoxFuture<'_, Result<(), sqlx::Error>> {
+        Box::pin(Connection::ping(&mut **self))
+    }
+
+    forwarded!(|this| &mut **this);
+}
+
+// A stateguard transaction and a savepoint in one: their statements run
+// on their connection, and a failure that ends the transaction is
+// recorded, so that its commit refuses to hand out wins.
+impl<DB: Backend> sealed::Run for &mut Tx<'_, DB> {
+    type Database = DB;
+    type Idle = PoolConnection<DB>;
+    const IS_TRANSACTION: bool = true;
+
+    fn execute(
+        &mut self,
+        sql: &'static str,
+        args: DB::Args,
+    ) -> BoxFuture<'_, Result<DB::QueryResult, sqlx::Error>> {
+        guarded::<DB, _>(self.parts(), move |conn| DB::execute_on(conn, sql, args))
+    }
+
+    fn fetch_optional(
+        &mut self,
+        sql: &'static str,
+        args: DB::Args,
+    ) -> BoxFuture<'_, Result<Option<DB::Row>, sqlx::Error>> {
+        guarded::<DB, _>(self.parts(), move |conn| {
+            DB::fetch_optional_on(conn, sql, args)
+        })
+    }
+
+    fn fetch_all(
+        &mut self,
+        sql: &'static str,
+        args: DB::Args,
+    ) -> BoxFuture<'_, Result<Vec<DB::Row>, sqlx::Error>> {
+        guarded::<DB, _>(self.parts(), move |conn| DB::fetch_all_on(conn, sql, args))
+    }
+
+    fn execute_then_fetch(
+        &mut self,
+        sql: &'static str,
+        args: DB::Args,
+        then: &'static str,
+        then_args: DB::Args,
+        when: When<DB>,
+    ) -> BoxFuture<'_, Result<ExecutedThenFetched<DB>, sqlx::Error>> {
+        guarded::<DB, _>(self.parts(), move |conn| {
+            DB::execute_then_fetch_on(conn, sql, args, then, then_args, when)
+        })
+    }
+
+    fn with_history(
+        &mut self,
+        history_insert: &'static str,
+        history_args: DB::Args,
+        update: &'static str,
+        args: DB::Args,
+        rows: bool,
+        then: Option<(&'static str, DB::Args)>,
+    ) -> BoxFuture<'_, Result<WithHistory<DB>, sqlx::Error>> {
+        guarded::<DB, _>(self.parts(), move |conn| {
+            let (insert, insert_args) = (history_insert, history_args);
+            DB::with_history_on(conn, insert, insert_args, update, args, rows, then)
+        })
+    }
+
+    fn scope(&self) -> u64 {
+        self.scope_id()
+    }
+
+    fn abandoned(&mut self) {
+        self.parts().1.abandon();
+    }
+
+    fn rolled_back(&self) -> bool {
+        self.health().rolled_back()
+    }
+}
+
+impl<DB: Backend> Executor for &mut Tx<'_, DB> {
+    type Commit = Uncommitted;
+    fn in_transaction(&self) -> bool {
+        true
+    }
+}
+
+impl<DB: Backend> sealed::Run for &mut Savepoint<'_, DB> {
+    type Database = DB;
+    type Idle = PoolConnection<DB>;
+    const IS_TRANSACTION: bool = true;
+
+    fn execute(
+        &mut self,
+        sql: &'static str,
+        args: DB::Args,
+    ) -> BoxFuture<'_, Result<DB::QueryResult, sqlx::Error>> {
+        guarded::<DB, _>(self.parts(), move |conn| DB::execute_on(conn, sql, args))
+    }
+
+    fn fetch_optional(
+        &mut self,
+        sql: &'static str,
+        args: DB::Args,
+    ) -> BoxFuture<'_, Result<Option<DB::Row>, sqlx::Error>> {
+        guarded::<DB, _>(self.parts(), move |conn| {
+            DB::fetch_optional_on(conn, sql, args)
+        })
+    }
+
+    fn fetch_all(
+        &mut self,
+        sql: &'static str,
+        args: DB::Args,
+    ) -> BoxFuture<'_, Result<Vec<DB::Row>, sqlx::Error>> {
+        guarded::<DB, _>(self.parts(), move |conn| DB::fetch_all_on(conn, sql, args))
+    }
+
+    fn execute_then_fetch(
+        &mut self,
+        sql: &'static str,
+        args: DB::Args,
+        then: &'static str,
+        then_args: DB::Args,
+        when: When<DB>,
+    ) -> BoxFuture<'_, Result<ExecutedThenFetched<DB>, sqlx::Error>> {
+        guarded::<DB, _>(self.parts(), move |conn| {
+            DB::execute_then_fetch_on(conn, sql, args, then, then_args, when)
+        })
+    }
+
+    fn with_history(
+        &mut self,
+        history_insert: &'static str,
+        history_args: DB::Args,
+        update: &'static str,
+        args: DB::Args,
+        rows: bool,
+        then: Option<(&'static str, DB::Args)>,
+    ) -> BoxFuture<'_, Result<WithHistory<DB>, sqlx::Error>> {
+        guarded::<DB, _>(self.parts(), move |conn| {
+            let (insert, insert_args) = (history_insert, history_args);
+            DB::with_history_on(conn, insert, insert_args, update, args, rows, then)
+        })
+    }
+
+    fn scope(&self) -> u64 {
+        self.scope_id()
+    }
+
+    fn abandoned(&mut self) {
+        self.parts().1.abandon();
+    }
+
+    fn rolled_back(&self) -> bool {
+        self.health().rolled_back()
+    }
+}
+
+impl<DB: Backend> Executor for &mut Savepoint<'_, DB> {
+    type Commit = Uncommitted;
+    fn in_transaction(&self) -> bool {
+        true
+    }
+}
+
+/// `run` on the connection of a transaction or savepoint, unless it can no
+/// longer commit; its error, if any, recorded in the transaction's health.
+fn guarded<'a, DB: Backend, T: Send + 'a>(
+    (conn, health): (&'a mut DB::Connection, &'a mut crate::executor::tx::Health),
+    run: impl FnOnce(&'a mut DB::Connection) -> BoxFuture<'a, Result<T, sqlx::Error>> + Send + 'a,
+) -> BoxFuture<'a, Result<T, sqlx::Error>> {
+    Box::pin(async move {
+        health.refuse()?;
+        let result = run(conn).await;
+        recorded::<DB, _>(health, result)
+    })
+}
+
+/// `result`, after recording its error in the transaction's health.
+fn recorded<DB: Backend, T>(
+    health: &mut crate::executor::tx::Health,
+    result: Result<T, sqlx::Error>,
+) -> Result<T, sqlx::Error> {
+    match &result {
+        Ok(_) => health.succeeded(),
+        Err(error) => health.failed::<DB>(error),
+    }
+    result
 }
 
 /// `result`, after marking `conn` to be closed (not returned to its pool)
 /// when the server answered that it only reads.
-#[allow(dead_code)] // unused when no backend feature is enabled
 fn closed_if_read_only<DB: sqlx::Database, T>(
-    conn: &mut sqlx::pool::PoolConnection<DB>,
+    conn: &mut PoolConnection<DB>,
     result: Result<T, sqlx::Error>,
 ) -> Result<T, sqlx::Error> {
     if let Err(error) = &result
@@ -138,327 +587,3 @@ fn closed_if_read_only<DB: sqlx::Database, T>(
     }
     result
 }
-
-/// The executor of a stateguard transaction or savepoint: its statements
-/// run on its connection, and a failure that ends the transaction is
-/// recorded, so that its commit refuses to hand out wins.
-macro_rules! in_transaction {
-    ($feature:literal, $db:ty, $tx:ty) => {
-        #[cfg(feature = $feature)]
-        impl sealed::Run for &mut $tx {
-            type Database = $db;
-            type Idle = sqlx::pool::PoolConnection<$db>;
-            const IS_TRANSACTION: bool = true;
-
-            fn execute(
-                &mut self,
-                sql: &'static str,
-                args: <$db as Driver>::Args,
-            ) -> BoxFuture<'_, Result<<$db as sqlx::Database>::QueryResult, sqlx::Error>> {
-                Box::pin(async move {
-                    let (conn, health) = self.parts();
-                    health.refuse()?;
-                    let done = sqlx::Executor::execute(conn, sqlx::query_with(sql, args)).await;
-                    recorded::<$db, _>(health, done)
-                })
-            }
-
-            fn fetch_optional(
-                &mut self,
-                sql: &'static str,
-                args: <$db as Driver>::Args,
-            ) -> BoxFuture<'_, Result<Option<<$db as sqlx::Database>::Row>, sqlx::Error>> {
-                Box::pin(async move {
-                    let (conn, health) = self.parts();
-                    health.refuse()?;
-                    let row =
-                        sqlx::Executor::fetch_optional(conn, sqlx::query_with(sql, args)).await;
-                    recorded::<$db, _>(health, row)
-                })
-            }
-
-            fn fetch_all(
-                &mut self,
-                sql: &'static str,
-                args: <$db as Driver>::Args,
-            ) -> BoxFuture<'_, Result<Vec<<$db as sqlx::Database>::Row>, sqlx::Error>> {
-                Box::pin(async move {
-                    let (conn, health) = self.parts();
-                    health.refuse()?;
-                    let rows = sqlx::Executor::fetch_all(conn, sqlx::query_with(sql, args)).await;
-                    recorded::<$db, _>(health, rows)
-                })
-            }
-
-            fn execute_then_fetch(
-                &mut self,
-                sql: &'static str,
-                args: <$db as Driver>::Args,
-                then: &'static str,
-                then_args: <$db as Driver>::Args,
-                when: When<$db>,
-            ) -> BoxFuture<'_, Result<ExecutedThenFetched<$db>, sqlx::Error>> {
-                Box::pin(async move {
-                    let (conn, health) = self.parts();
-                    health.refuse()?;
-                    // The connection's own `execute_then_fetch`.
-                    let mut on: &mut <$db as sqlx::Database>::Connection = conn;
-                    let both =
-                        sealed::Run::execute_then_fetch(&mut on, sql, args, then, then_args, when)
-                            .await;
-                    recorded::<$db, _>(health, both)
-                })
-            }
-
-            fn with_history(
-                &mut self,
-                history_insert: &'static str,
-                history_args: <$db as Driver>::Args,
-                update: &'static str,
-                args: <$db as Driver>::Args,
-                rows: bool,
-                then: Option<(&'static str, <$db as Driver>::Args)>,
-            ) -> BoxFuture<'_, Result<WithHistory<$db>, sqlx::Error>> {
-                Box::pin(async move {
-                    let (conn, health) = self.parts();
-                    health.refuse()?;
-                    let done = async {
-                        with_history_on!(
-                            $db,
-                            &mut *conn,
-                            history_insert,
-                            history_args,
-                            update,
-                            args,
-                            rows,
-                            then
-                        )
-                    }
-                    .await;
-                    recorded::<$db, _>(health, done)
-                })
-            }
-
-            fn scope(&self) -> u64 {
-                self.scope_id()
-            }
-
-            fn abandoned(&mut self) {
-                self.parts().1.abandon();
-            }
-
-            fn rolled_back(&self) -> bool {
-                self.health().rolled_back()
-            }
-        }
-
-        #[cfg(feature = $feature)]
-        #[cfg_attr(docsrs, doc(cfg(feature = $feature)))]
-        impl Executor for &mut $tx {
-            type Commit = Uncommitted;
-            fn in_transaction(&self) -> bool {
-                true
-            }
-        }
-    };
-}
-
-/// `result`, after recording its error in the transaction's health.
-#[allow(dead_code)] // unused when no backend feature is enabled
-fn recorded<DB: Backend, T>(
-    health: &mut crate::executor::tx::Health,
-    result: Result<T, sqlx::Error>,
-) -> Result<T, sqlx::Error> {
-    match &result {
-        Ok(_) => health.succeeded(),
-        Err(error) => health.failed::<DB>(error),
-    }
-    result
-}
-
-/// The statement methods of `Run` on a connection reached by `&mut **self`
-/// (a `&mut` connection, or a pooled one).
-macro_rules! on_connection {
-    ($db:ty) => {
-        statements!($db, |this| &mut **this);
-
-        // Both statements on the one connection (a pool's and a
-        // transaction's `execute_then_fetch` run this on theirs).
-        fn execute_then_fetch(
-            &mut self,
-            sql: &'static str,
-            args: <$db as Driver>::Args,
-            then: &'static str,
-            then_args: <$db as Driver>::Args,
-            when: When<$db>,
-        ) -> BoxFuture<'_, Result<ExecutedThenFetched<$db>, sqlx::Error>> {
-            Box::pin(async move {
-                let conn = &mut **self;
-                let done = sqlx::Executor::execute(&mut *conn, sqlx::query_with(sql, args)).await?;
-                // Nothing to read (a losing attempt stays at its two
-                // statements, the update and the fresh read).
-                if !when(&done) {
-                    return Ok((done, None));
-                }
-                let row =
-                    sqlx::Executor::fetch_optional(&mut *conn, sqlx::query_with(then, then_args))
-                        .await?;
-                Ok((done, row))
-            })
-        }
-
-        fn with_history(
-            &mut self,
-            history_insert: &'static str,
-            history_args: <$db as Driver>::Args,
-            update: &'static str,
-            args: <$db as Driver>::Args,
-            rows: bool,
-            then: Option<(&'static str, <$db as Driver>::Args)>,
-        ) -> BoxFuture<'_, Result<WithHistory<$db>, sqlx::Error>> {
-            Box::pin(async move {
-                with_history_on!(
-                    $db,
-                    &mut **self,
-                    history_insert,
-                    history_args,
-                    update,
-                    args,
-                    rows,
-                    then
-                )
-            })
-        }
-    };
-}
-
-// One impl per backend rather than one generic impl: a generic impl needs a
-// higher-ranked `for<'e> &'e mut DB::Connection: sqlx::Executor<'e>` bound,
-// and such bounds make the `apply` future fail the `Send` check that
-// `tokio::spawn` performs ("implementation is not general enough").
-macro_rules! executors {
-    ($feature:literal, $db:ty, $conn:ty) => {
-        #[cfg(feature = $feature)]
-        impl sealed::Run for &Pool<$db> {
-            type Database = $db;
-            type Idle = sqlx::pool::PoolConnection<$db>;
-            const IS_TRANSACTION: bool = false;
-
-            const POOLED: bool = true;
-
-            fn try_idle(&self) -> Option<Self::Idle> {
-                Pool::try_acquire(self)
-            }
-
-            pool_statements!($db);
-
-            fn execute_then_fetch(
-                &mut self,
-                sql: &'static str,
-                args: <$db as Driver>::Args,
-                then: &'static str,
-                then_args: <$db as Driver>::Args,
-                when: When<$db>,
-            ) -> BoxFuture<'_, Result<ExecutedThenFetched<$db>, sqlx::Error>> {
-                let pool = &**self;
-                Box::pin(async move {
-                    let mut conn = pool.acquire().await?;
-                    let both = {
-                        let mut on: &mut <$db as sqlx::Database>::Connection = &mut conn;
-                        sealed::Run::execute_then_fetch(&mut on, sql, args, then, then_args, when)
-                            .await
-                    };
-                    closed_if_read_only(&mut conn, both)
-                })
-            }
-
-            fn with_history(
-                &mut self,
-                history_insert: &'static str,
-                history_args: <$db as Driver>::Args,
-                update: &'static str,
-                args: <$db as Driver>::Args,
-                rows: bool,
-                then: Option<(&'static str, <$db as Driver>::Args)>,
-            ) -> BoxFuture<'_, Result<WithHistory<$db>, sqlx::Error>> {
-                // On a server the transaction runs in a task of its own
-                // (`task`): a caller that stops waiting cannot leave it
-                // half-begun. SQLite's worker needs none (as `Tx::begin`).
-                let pool = (*self).clone();
-                let moved = async move {
-                    let mut conn = pool.acquire().await?;
-                    let moved: Result<WithHistory<$db>, sqlx::Error> = async {
-                        with_history_on!(
-                            $db,
-                            &mut *conn,
-                            history_insert,
-                            history_args,
-                            update,
-                            args,
-                            rows,
-                            then
-                        )
-                    }
-                    .await;
-                    closed_if_read_only(&mut conn, moved)
-                };
-                match <$db as Driver>::EMBEDDED {
-                    true => Box::pin(moved),
-                    false => Box::pin(crate::executor::task::run_to_completion(
-                        "a move and its history",
-                        moved,
-                    )),
-                }
-            }
-        }
-
-        #[cfg(feature = $feature)]
-        #[cfg_attr(docsrs, doc(cfg(feature = $feature)))]
-        impl Executor for &Pool<$db> {
-            type Commit = Committed;
-            fn in_transaction(&self) -> bool {
-                false
-            }
-        }
-
-        in_transaction!($feature, $db, Tx<'_, $db>);
-        in_transaction!($feature, $db, Savepoint<'_, $db>);
-
-        #[cfg(feature = $feature)]
-        impl sealed::Run for &mut $conn {
-            type Database = $db;
-            type Idle = sqlx::pool::PoolConnection<$db>;
-            const IS_TRANSACTION: bool = false;
-
-            on_connection!($db);
-        }
-
-        #[cfg(feature = $feature)]
-        #[cfg_attr(docsrs, doc(cfg(feature = $feature)))]
-        impl Executor for &mut $conn {
-            type Commit = Committed;
-            fn in_transaction(&self) -> bool {
-                Connection::is_in_transaction(&**self)
-            }
-        }
-
-        // A pooled connection, owned: what a pool's `try_idle` hands out. Not
-        // an `Executor`: only the library runs statements on it.
-        #[cfg(feature = $feature)]
-        impl sealed::Run for sqlx::pool::PoolConnection<$db> {
-            type Database = $db;
-            type Idle = sqlx::pool::PoolConnection<$db>;
-            const IS_TRANSACTION: bool = false;
-
-            fn ping(&mut self) -> BoxFuture<'_, Result<(), sqlx::Error>> {
-                Box::pin(Connection::ping(&mut **self))
-            }
-
-            on_connection!($db);
-        }
-    };
-}
-
-executors!("postgres", sqlx::Postgres, sqlx::PgConnection);
-executors!("sqlite", sqlx::Sqlite, sqlx::SqliteConnection);
-executors!("mysql", sqlx::MySql, sqlx::MySqlConnection);

@@ -20,22 +20,45 @@ pub(crate) mod tx;
 #[allow(unused_imports)]
 use crate::executor::tx::{Savepoint, Tx};
 
-/// The result of `execute_then_fetch`: the first statement's result and
-/// the second's row.
-pub(crate) type ExecutedThenFetched<DB> = (
-    <DB as sqlx::Database>::QueryResult,
-    Option<<DB as sqlx::Database>::Row>,
-);
+pub(crate) use crate::dialect::connection::{ExecutedThenFetched, When, WithHistory};
 
-/// Whether the second statement of `execute_then_fetch` runs, given the
-/// first one's result ([`Driver::changed`](crate::dialect::sealed::Driver::changed),
-/// [`Driver::id_lost`](crate::dialect::sealed::Driver::id_lost)).
-pub(crate) type When<DB> = fn(&<DB as sqlx::Database>::QueryResult) -> bool;
-
-/// Something a transition can run on: `&Pool<DB>`, `&mut DB::Connection`
-/// (a `PgConnection`, `SqliteConnection` or `MySqlConnection`, including
-/// `&mut *pool_connection`), or a stateguard transaction, `&mut Tx<'_, DB>`
-/// or `&mut Savepoint<'_, DB>`.
+/// Something a transition can run on: `&Pool<DB>`, a pooled connection
+/// (`&mut conn` after `let mut conn = pool.acquire().await?`), a
+/// connection of your own (`&mut PgConnection`, `&mut SqliteConnection`
+/// or `&mut MySqlConnection`), or a stateguard transaction,
+/// `&mut Tx<'_, DB>` or `&mut Savepoint<'_, DB>`.
+///
+/// Code generic over the database needs no bound of its own to run a
+/// transition on a pool, a pooled connection or a transaction: each is
+/// an executor for every [`Backend`](crate::Backend). Only the key's own
+/// bound remains:
+///
+/// ```
+/// use sqlx::Pool;
+/// use stateguard::{Backend, Error, Key, Outcome, StateMachine, Tx};
+///
+/// #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+/// #[state_machine(table = "payouts", column = "status", key = "id")]
+/// enum PayoutStatus {
+///     #[state(initial)]
+///     #[transition(start -> Sending)]
+///     Pending,
+///     Sending,
+/// }
+///
+/// /// Starts payout `id`, on any backend, first on the pool and then, for
+/// /// a replay, inside a transaction.
+/// async fn start<DB: Backend>(pool: &Pool<DB>, id: i64) -> Result<bool, Error>
+/// where
+///     i64: Key<DB>,
+/// {
+///     let first = PayoutStatus::start().apply(pool, id).await?;
+///     let mut tx = Tx::begin(pool).await?;
+///     let replay = PayoutStatus::start().apply(&mut tx, id).await?;
+///     tx.commit(()).await?;
+///     Ok(first.is_applied() && matches!(replay, Outcome::AlreadyInState(_)))
+/// }
+/// ```
 ///
 /// Inside a transaction, pass the [`Tx`](crate::Tx) itself (`&mut tx`), not
 /// the connection under it (`&mut *tx`): only then can the win wait for
@@ -178,16 +201,6 @@ pub(crate) mod sealed {
             false
         }
     }
-}
-
-/// What `Run::with_history` did: the rows the update changed (as many as the
-/// history rows written), its rows when asked for, the follow-up read's
-/// row, and the update's `LAST_INSERT_ID` on MySQL.
-pub struct WithHistory<DB: sqlx::Database> {
-    pub(crate) updated: u64,
-    pub(crate) rows: Vec<DB::Row>,
-    pub(crate) then: Option<DB::Row>,
-    pub(crate) last_id: u64,
 }
 
 /// The error for a connection that is inside a transaction it does not

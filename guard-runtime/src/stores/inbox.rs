@@ -53,9 +53,7 @@ use crate::ddl::Dialect as DdlDialect;
 use crate::deadline::call::{Call, Sent, bounded};
 use crate::dialect::{Backend, Sql, Statement};
 use crate::error::Error;
-use crate::executor::Executor;
 use crate::executor::tx::Tx;
-use crate::outcome::{Committed, Uncommitted};
 use crate::stores::idempotency::checked;
 use crate::transition::bind::{Field, Fields, store_arguments};
 
@@ -173,7 +171,6 @@ pub fn receive<'a, 'c, DB>(
 ) -> Call<'a, Received>
 where
     DB: Backend,
-    for<'t, 'x> &'t mut Tx<'x, DB>: Executor<Database = DB, Commit = Uncommitted>,
 {
     Call::new(move |deadline| async move {
         use crate::executor::proven::Proven;
@@ -219,7 +216,6 @@ where
 pub fn prune<DB>(pool: &sqlx::Pool<DB>, window: Duration, limit: u32) -> Call<'_, u64>
 where
     DB: Backend,
-    for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
 {
     crate::stores::idempotency::prune_table::<DB>(pool, &PRUNE, TABLE, window, limit)
 }

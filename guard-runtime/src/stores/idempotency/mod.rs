@@ -82,11 +82,9 @@ use std::time::Duration;
 use crate::deadline::call::{Call, Sent, bounded};
 use crate::dialect::{Backend, Sql, Statement};
 use crate::error::Error;
-use crate::executor::Executor;
 use crate::executor::proven::Proven;
 use crate::executor::sealed::Run;
 use crate::executor::tx::Tx;
-use crate::outcome::{Committed, Uncommitted};
 use crate::transition::bind::{Field, Fields, store_arguments};
 
 mod claim;
@@ -245,7 +243,6 @@ impl Ticket {
     ) -> Call<'t, ()>
     where
         DB: Backend,
-        for<'x, 'y> &'x mut Tx<'y, DB>: Executor<Database = DB, Commit = Uncommitted>,
     {
         Call::new(move |deadline| async move {
             let mut tx = tx;
@@ -290,7 +287,6 @@ impl Ticket {
     pub fn release<DB>(self, pool: &sqlx::Pool<DB>) -> Call<'_, ()>
     where
         DB: Backend,
-        for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
     {
         Call::new(move |deadline| async move {
             let sent = Sent::default();
@@ -361,7 +357,6 @@ pub fn begin<'a, DB>(
 ) -> Call<'a, Begun>
 where
     DB: Backend,
-    for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
 {
     Call::new(move |deadline| async move {
         let sent = Sent::default();
@@ -384,7 +379,6 @@ where
 pub fn prune<DB>(pool: &sqlx::Pool<DB>, window: Duration, limit: u32) -> Call<'_, u64>
 where
     DB: Backend,
-    for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
 {
     prune_table::<DB>(pool, &PRUNE, TABLE, window, limit)
 }
@@ -400,7 +394,6 @@ pub(crate) fn prune_table<'p, DB>(
 ) -> Call<'p, u64>
 where
     DB: Backend,
-    for<'x> &'x sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
 {
     Call::new(move |deadline| async move {
         let sent = Sent::default();

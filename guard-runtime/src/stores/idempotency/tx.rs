@@ -7,10 +7,8 @@ use std::time::Duration;
 use crate::deadline::call::{Call, Sent, bounded};
 use crate::dialect::Backend;
 use crate::error::Error;
-use crate::executor::Executor;
 use crate::executor::sealed::Run;
 use crate::executor::tx::Tx;
-use crate::outcome::Committed;
 
 use super::claim::begin_on;
 use super::{Begun, Request, TABLE, Ticket};
@@ -75,7 +73,6 @@ pub fn begin_tx<'a, DB>(
 ) -> Call<'a, Begun<(Ticket, Tx<'static, DB>)>>
 where
     DB: Backend,
-    for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
 {
     begin_both(pool, request, lease, None)
 }
@@ -95,7 +92,6 @@ pub fn begin_tx_with<'a, DB>(
 ) -> Call<'a, Begun<(Ticket, Tx<'static, DB>)>>
 where
     DB: Backend,
-    for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
 {
     begin_both(pool, request, lease, Some(statement))
 }
@@ -109,7 +105,6 @@ fn begin_both<'a, DB>(
 ) -> Call<'a, Begun<(Ticket, Tx<'static, DB>)>>
 where
     DB: Backend,
-    for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
 {
     Call::new(move |deadline| async move {
         let sent = Sent::default();
@@ -130,7 +125,6 @@ async fn claim_and_begin<DB>(
 ) -> Result<Begun<(Ticket, Tx<'static, DB>)>, Error>
 where
     DB: Backend,
-    for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
 {
     // The claim runs on a connection the pool has idle right now while the
     // transaction begins on another. With none idle, or on SQLite (no round
@@ -178,7 +172,6 @@ async fn alongside<DB, C>(
 where
     DB: Backend,
     C: Run<Database = DB>,
-    for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
 {
     // `try_idle` skips the check the pool's `acquire` makes (the
     // transaction's side makes it, at the same time).
@@ -223,7 +216,6 @@ async fn started<DB>(
 ) -> Result<Begun<(Ticket, Tx<'static, DB>)>, Error>
 where
     DB: Backend,
-    for<'p> &'p sqlx::Pool<DB>: Executor<Database = DB, Commit = Committed>,
 {
     match tx {
         Ok(tx) => Ok(Begun::New((ticket, tx))),

@@ -1,0 +1,76 @@
+//! What a backend runs on one of its connections: the statements every
+//! executor reaches through it (`executor/impls.rs`), and what they
+//! return.
+
+use super::BoxFuture;
+use super::sealed::Driver;
+
+/// The result of `execute_then_fetch`: the first statement's result and
+/// the second's row.
+pub(crate) type ExecutedThenFetched<DB> = (
+    <DB as sqlx::Database>::QueryResult,
+    Option<<DB as sqlx::Database>::Row>,
+);
+
+/// Whether the second statement of `execute_then_fetch` runs, given the
+/// first one's result ([`Driver::changed`](crate::dialect::sealed::Driver::changed),
+/// [`Driver::id_lost`](crate::dialect::sealed::Driver::id_lost)).
+pub(crate) type When<DB> = fn(&<DB as sqlx::Database>::QueryResult) -> bool;
+
+/// What `Run::with_history` did: the rows the update changed (as many as the
+/// history rows written), its rows when asked for, the follow-up read's
+/// row, and the update's `LAST_INSERT_ID` on MySQL.
+pub struct WithHistory<DB: sqlx::Database> {
+    pub(crate) updated: u64,
+    pub(crate) rows: Vec<DB::Row>,
+    pub(crate) then: Option<DB::Row>,
+    pub(crate) last_id: u64,
+}
+
+/// The statements on one connection of a backend, out of callers'
+/// reach: what every executor runs once it has reached its connection.
+/// Implemented per backend, where sqlx's `Executor` is (on its
+/// connection type); the executors are generic over the backend on
+/// top of it.
+pub trait OnConnection: Driver {
+    fn execute_on<'c>(
+        conn: &'c mut Self::Connection,
+        sql: &'static str,
+        args: Self::Args,
+    ) -> BoxFuture<'c, Result<Self::QueryResult, sqlx::Error>>;
+
+    fn fetch_optional_on<'c>(
+        conn: &'c mut Self::Connection,
+        sql: &'static str,
+        args: Self::Args,
+    ) -> BoxFuture<'c, Result<Option<Self::Row>, sqlx::Error>>;
+
+    fn fetch_all_on<'c>(
+        conn: &'c mut Self::Connection,
+        sql: &'static str,
+        args: Self::Args,
+    ) -> BoxFuture<'c, Result<Vec<Self::Row>, sqlx::Error>>;
+
+    /// As the executors' `Run::execute_then_fetch`, on `conn`.
+    fn execute_then_fetch_on<'c>(
+        conn: &'c mut Self::Connection,
+        sql: &'static str,
+        args: Self::Args,
+        then: &'static str,
+        then_args: Self::Args,
+        when: When<Self>,
+    ) -> BoxFuture<'c, Result<ExecutedThenFetched<Self>, sqlx::Error>>;
+
+    /// As the executors' `Run::with_history`, on `conn`: a transaction of its own,
+    /// or a savepoint inside the one `conn` is in.
+    #[allow(clippy::too_many_arguments)]
+    fn with_history_on<'c>(
+        conn: &'c mut Self::Connection,
+        history_insert: &'static str,
+        history_args: Self::Args,
+        update: &'static str,
+        args: Self::Args,
+        rows: bool,
+        then: Option<(&'static str, Self::Args)>,
+    ) -> BoxFuture<'c, Result<WithHistory<Self>, sqlx::Error>>;
+}
