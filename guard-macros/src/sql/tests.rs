@@ -22,6 +22,11 @@ fn text(d: Dialect, marked: String) -> String {
 /// `pending -start-> sending (in flight) -confirm-> sent`, on
 /// `billing.payouts` with a version column; `confirm` sets `sent_at`.
 fn with_model(check: impl FnOnce(&Model)) {
+    with_model_versioned(Some("version"), check);
+}
+
+/// The model of [`with_model`], with `version` as its version column.
+fn with_model_versioned(version: Option<&str>, check: impl FnOnce(&Model)) {
     let ident = |name: &str| Ident::new(name, Span::call_site());
     let (machine, pending, sending, sent) = (
         ident("Payout"),
@@ -55,7 +60,7 @@ fn with_model(check: impl FnOnce(&Model)) {
         key: vec!["id".to_owned()],
         order: vec!["id".to_owned()],
         history: None,
-        version: Some("version".to_owned()),
+        version: version.map(str::to_owned),
         states,
         initial: 0,
         transitions: vec![
@@ -146,6 +151,17 @@ fn only_mysql_reads_back() {
              MICROSECOND, '1970-01-01 00:00:00', `sending_since`), 0) FROM \
              `billing`.`payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) \
              AND COALESCE(`version`, 0) = LAST_INSERT_ID())"
+        );
+    });
+    // Without a version column the occurrence is 0, never a
+    // `LAST_INSERT_ID()` left on the connection by another statement.
+    with_model_versioned(None, |model| {
+        let start = &model.transitions[0];
+        assert_eq!(
+            text(Dialect::MySql, Dialect::MySql.read_back(model, start)),
+            "SELECT CAST(0 AS SIGNED), (SELECT COALESCE(TIMESTAMPDIFF(\
+             MICROSECOND, '1970-01-01 00:00:00', `sending_since`), 0) FROM \
+             `billing`.`payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY))"
         );
     });
 }

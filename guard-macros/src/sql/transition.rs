@@ -116,7 +116,12 @@ impl Dialect {
         if d != Dialect::MySql {
             return String::new();
         }
-        let occurrence = "CAST(LAST_INSERT_ID() AS SIGNED)";
+        // The new version where there is one; an unversioned row's
+        // occurrence is 0, as every other statement reads it.
+        let occurrence = match model.version {
+            Some(_) => "CAST(LAST_INSERT_ID() AS SIGNED)",
+            None => "CAST(0 AS SIGNED)",
+        };
         match &model.states[transition.target].in_flight {
             // The update's own result carries the version.
             None => String::new(),
