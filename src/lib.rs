@@ -343,7 +343,7 @@ pub use stateguard_runtime::{
 pub use stateguard_runtime::{ddl, docs, meta, telemetry};
 // Exactly once at the front doors: idempotency keys and a consumer's inbox.
 pub use stateguard_runtime::pooler;
-pub use stateguard_runtime::{idempotency, inbox};
+pub use stateguard_runtime::{Stores, idempotency, inbox, stores};
 
 #[doc(hidden)]
 pub mod __private {

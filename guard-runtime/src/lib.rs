@@ -30,7 +30,7 @@ mod transition;
 
 // Public modules that live in their concept's folder, at their short paths.
 pub use crate::machine::key;
-pub use crate::stores::{idempotency, inbox};
+pub use crate::stores::{Stores, idempotency, inbox};
 
 pub use crate::batch::batched::Batched;
 pub use crate::batch::many::APPLY_MANY_CHUNK;
@@ -269,6 +269,7 @@ pub mod __private {
         ddl, in_flight, machine, per_dialect, set_column, state, statement, transition,
     };
     pub use crate::machine::{Machine, StateDef, TransitionDef};
+    pub use crate::stores::schema::{StoreTexts, stores};
 
     /// How `docs::mermaid` writes a label and a state's quoted
     /// description, for the test that draws arbitrary text with real

@@ -124,9 +124,22 @@
 //!
 //! A `search_path` set per role or per database
 //! (`ALTER ROLE … SET search_path`) holds on every server session and is
-//! safe. The idempotency store and the inbox use fixed table names
-//! (`stateguard_idempotency`, `stateguard_inbox`) and are found through the
-//! search path.
+//! safe. The idempotency store and the inbox have fixed table names
+//! (`stateguard_idempotency`, `stateguard_inbox`): their free functions
+//! (`idempotency::begin`, `inbox::receive`, …) find them through the search
+//! path, and [`stores!`](crate::stores!) puts them in a schema named at
+//! compile time, whose every statement names it:
+//!
+//! ```
+//! use stateguard::Stores;
+//!
+//! static PAYMENTS: Stores = stateguard::stores!(schema = "payments");
+//!
+//! // PAYMENTS.idempotency().begin(&pool, &request, lease),
+//! // PAYMENTS.inbox().receive(&mut tx, consumer, message_id), …
+//! let create = PAYMENTS.idempotency().ddl(stateguard::ddl::Dialect::Postgres);
+//! assert!(create[0].starts_with(r#"CREATE TABLE "payments".stateguard_idempotency"#));
+//! ```
 //!
 //! **Size the pooler's pool with the deadlines.** Every call keeps a
 //! deadline ([`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE) unless set), and the time it waits for a

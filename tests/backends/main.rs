@@ -32,6 +32,7 @@ mod pooler;
 mod race;
 mod read_only;
 mod session;
+mod store_schema;
 mod stored_occurrence;
 mod tenant_keys;
 mod tracing;

@@ -89,16 +89,25 @@ pub struct Statement<B: 'static = Bind> {
     returns: &'static [Column],
 }
 
-/// The tag literal in `text`, `'stateguard ` and 16 hex digits, without
-/// its quotes: the one a tagged statement's rows hold in their first
-/// column.
+/// The tag literal in `text`, without its quotes: `'stateguard `, 16 hex
+/// digits and, for a store in a schema, a space and the schema's name.
+/// The one a tagged statement's rows hold in their first column.
 fn tag_in(text: &'static str) -> Option<&'static str> {
     const OPEN: &str = "'stateguard ";
     let start = text.find(OPEN)? + 1;
-    let tag = text.get(start..start + OPEN.len() - 1 + 16)?;
-    let digits = &tag[OPEN.len() - 1..];
-    let closed = text[start + tag.len()..].starts_with('\'');
-    (closed && digits.bytes().all(|b| b.is_ascii_hexdigit())).then_some(tag)
+    let rest = &text[start..];
+    let end = rest.find('\'')?;
+    let tag = &rest[..end];
+    let after = OPEN.len() - 1;
+    let digits = tag.get(after..after + 16)?;
+    let schema = &tag[after + 16..];
+    let named = match schema.strip_prefix(' ') {
+        Some(name) => {
+            !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        }
+        None => schema.is_empty(),
+    };
+    (named && digits.bytes().all(|b| b.is_ascii_hexdigit())).then_some(tag)
 }
 
 impl<B> Statement<B> {
@@ -201,6 +210,9 @@ mod tests {
         assert_eq!(tag_in(text), Some("stateguard 0123456789abcdef"));
         let first = "SELECT 'stateguard fedcba9876543210'::text, s FROM t";
         assert_eq!(tag_in(first), Some("stateguard fedcba9876543210"));
+        let schema =
+            "DELETE FROM \"payments\".t RETURNING 'stateguard fedcba9876543210 payments'::text";
+        assert_eq!(tag_in(schema), Some("stateguard fedcba9876543210 payments"));
     }
 
     #[test]
@@ -211,6 +223,8 @@ mod tests {
             "SELECT 'stateguard 0123'::text",
             "SELECT 'stateguard 0123456789abcdef0'::text",
             "SELECT 'stateguard 0123456789abcde",
+            "SELECT 'stateguard 0123456789abcdef '::text",
+            "SELECT 'stateguard 0123456789abcdef pay-ments'::text",
             "",
         ] {
             assert_eq!(tag_in(text), None, "{text}");

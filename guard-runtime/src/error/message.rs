@@ -1,7 +1,5 @@
 //! What [`Error::Timeout`](super::Error::Timeout) says.
 
-use super::store;
-
 /// What [`Error::Timeout`](super::Error::Timeout) says: of a transition, of a call of the
 /// idempotency store or the inbox, or (with no table) of a transaction's
 /// own statement, where only a `COMMIT` in flight leaves the outcome open.
@@ -11,7 +9,7 @@ pub(super) fn timeout_message(
     deadline: &core::time::Duration,
     outcome_known: bool,
 ) -> String {
-    if matches!(table, store::IDEMPOTENCY | store::INBOX) {
+    if is_store(table) {
         return match outcome_known {
             true => format!(
                 "`{call}` on table `{table}` ran out of its {deadline:?} deadline; nothing was \
@@ -41,6 +39,12 @@ pub(super) fn timeout_message(
              the transaction may have committed; read the rows to learn what happened"
         ),
     }
+}
+
+/// Whether `table` is one of the fixed-table stores', in a schema or not.
+fn is_store(table: &str) -> bool {
+    let name = table.rsplit('.').next().unwrap_or(table);
+    matches!(name, "stateguard_idempotency" | "stateguard_inbox")
 }
 
 #[cfg(test)]

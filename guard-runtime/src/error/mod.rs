@@ -595,12 +595,3 @@ pub(crate) fn mix_up(source: sqlx::Error) -> Result<Error, sqlx::Error> {
 pub(crate) const REFUSED: &str = "not sent: the transaction was rolled back or a statement of it \
                                   was cut off, so it can no longer commit; roll it back and retry \
                                   the whole transaction";
-
-/// The tables the library owns (the idempotency store, the inbox): their
-/// names are fixed, so that their statements stay static.
-pub(crate) mod store {
-    /// The idempotency store's table.
-    pub(crate) const IDEMPOTENCY: &str = "stateguard_idempotency";
-    /// The inbox's table.
-    pub(crate) const INBOX: &str = "stateguard_inbox";
-}

@@ -45,104 +45,29 @@
 //! ([`Error::BadKey`] otherwise).
 //!
 //! The table is `stateguard_inbox`; [`ddl`] gives its `CREATE TABLE` per
-//! dialect.
+//! dialect. The free functions find it through the connection's search
+//! path; an [`Inbox`] of [`stores!`](crate::stores!) finds it in a schema
+//! named at compile time (`PAYMENTS.inbox().receive(&mut tx, consumer,
+//! id)`), as a transaction-mode pooler needs.
 
 use std::time::Duration;
 
 use crate::ddl::Dialect as DdlDialect;
 use crate::deadline::call::{Call, Sent, bounded};
-use crate::dialect::{Backend, Sql, Statement};
+use crate::dialect::Backend;
 use crate::error::Error;
 use crate::executor::tx::Tx;
 use crate::stores::idempotency::checked;
-use crate::transition::bind::{Field, Fields, store_arguments};
-
-/// The inbox's table, which [`Error::Store`] and [`Error::Timeout`] name.
-pub(crate) const TABLE: &str = crate::error::store::INBOX;
-
-const DDL_POSTGRES: &[&str] = &[
-    "CREATE TABLE stateguard_inbox (
-    consumer TEXT COLLATE \"C\" NOT NULL,
-    message_id TEXT COLLATE \"C\" NOT NULL,
-    received_at TIMESTAMPTZ NOT NULL,
-    PRIMARY KEY (consumer, message_id)
-)",
-    "CREATE INDEX stateguard_inbox_received_at ON stateguard_inbox (received_at)",
-];
-
-const DDL_SQLITE: &[&str] = &[
-    "CREATE TABLE stateguard_inbox (
-    consumer TEXT NOT NULL,
-    message_id TEXT NOT NULL,
-    received_at TEXT NOT NULL,
-    PRIMARY KEY (consumer, message_id)
-)",
-    "CREATE INDEX stateguard_inbox_received_at ON stateguard_inbox (received_at)",
-];
-
-// Bytes, compared exactly: MySQL's string collations ignore trailing
-// spaces.
-const DDL_MYSQL: &[&str] = &["CREATE TABLE stateguard_inbox (
-    consumer VARBINARY(1020) NOT NULL,
-    message_id VARBINARY(1020) NOT NULL,
-    received_at DATETIME(3) NOT NULL,
-    PRIMARY KEY (consumer, message_id),
-    KEY stateguard_inbox_received_at (received_at)
-)"];
+use crate::stores::schema::DEFAULT;
+pub use crate::stores::schema::Inbox;
+use crate::transition::bind::{Fields, store_arguments};
 
 /// The statements that create the inbox table and its index in
-/// `dialect`, without trailing `;`. Run them once, in a migration.
+/// `dialect`, without trailing `;`. Run them once, in a migration. An
+/// [`Inbox`] in a schema has its own ([`Inbox::ddl`]).
 pub fn ddl(dialect: DdlDialect) -> &'static [&'static str] {
-    match dialect {
-        DdlDialect::Postgres => DDL_POSTGRES,
-        DdlDialect::Sqlite => DDL_SQLITE,
-        DdlDialect::MySql => DDL_MYSQL,
-    }
+    DEFAULT.inbox().ddl(dialect)
 }
-
-/// The message's row; nothing if it is there. MySQL's `INSERT IGNORE` is
-/// safe here: both values were checked to fit.
-const RECEIVE: Sql<Statement<Field>> = Sql {
-    postgres: Statement::new(
-        "INSERT INTO stateguard_inbox (consumer, message_id, received_at) VALUES ($1, $2, \
-               statement_timestamp()) ON CONFLICT (consumer, message_id) DO NOTHING RETURNING \
-               'stateguard 1e291bd415d26cf6'::text",
-        &[Field::Scope, Field::Key],
-    ),
-    sqlite: Statement::new(
-        "INSERT INTO stateguard_inbox (consumer, message_id, received_at) VALUES (?1, ?2, \
-             strftime('%Y-%m-%d %H:%M:%f', 'now')) ON CONFLICT (consumer, message_id) DO NOTHING",
-        &[Field::Scope, Field::Key],
-    ),
-    mysql: Statement::new(
-        "INSERT IGNORE INTO stateguard_inbox (consumer, message_id, received_at) VALUES \
-            (?, ?, UTC_TIMESTAMP(3))",
-        &[Field::Scope, Field::Key],
-    ),
-};
-
-/// Up to `$2` messages received more than `$1` milliseconds ago, oldest
-/// first, removed.
-const PRUNE: Sql<Statement<Field>> = Sql {
-    postgres: Statement::new(
-        "DELETE FROM stateguard_inbox WHERE (consumer, message_id) IN (SELECT consumer, \
-               message_id FROM stateguard_inbox WHERE received_at < statement_timestamp() - \
-               CAST($1 AS BIGINT) * INTERVAL '1 millisecond' ORDER BY received_at LIMIT $2 FOR \
-               UPDATE SKIP LOCKED) RETURNING 'stateguard 83de7c51cf2339ad'::text",
-        &[Field::Millis, Field::Limit],
-    ),
-    sqlite: Statement::new(
-        "DELETE FROM stateguard_inbox WHERE rowid IN (SELECT rowid FROM stateguard_inbox \
-             WHERE received_at < strftime('%Y-%m-%d %H:%M:%f', 'now', printf('-%.3f seconds', \
-             CAST(?1 AS INTEGER) / 1000.0)) ORDER BY received_at LIMIT ?2)",
-        &[Field::Millis, Field::Limit],
-    ),
-    mysql: Statement::new(
-        "DELETE FROM stateguard_inbox WHERE received_at < UTC_TIMESTAMP(3) - INTERVAL \
-            (? * 1000) MICROSECOND ORDER BY received_at LIMIT ?",
-        &[Field::Millis, Field::Limit],
-    ),
-};
 
 /// What [`receive`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -172,38 +97,7 @@ pub fn receive<'a, 'c, DB>(
 where
     DB: Backend,
 {
-    Call::new(move |deadline| async move {
-        use crate::executor::proven::Proven;
-        use crate::executor::sealed::Run;
-        let mut tx = tx;
-        checked("inbox consumer", consumer)?;
-        checked("message id", message_id)?;
-        let sent = Sent::default();
-        let work = async {
-            let db_error = |source| Error::store(TABLE, "receive", source);
-            let statement = DB::choose(&RECEIVE);
-            let fields = Fields {
-                scope: Some(consumer),
-                key: Some(message_id),
-                ..Fields::default()
-            };
-            let args = store_arguments::<DB>(statement, fields).map_err(db_error)?;
-            sent.write();
-            let done = Proven::changed(&mut tx, statement, args)
-                .await
-                .map_err(db_error)?;
-            Ok(match done {
-                1 => Received::First,
-                _ => Received::Duplicate,
-            })
-        };
-        let received = bounded(TABLE, "receive", deadline, &sent, work).await;
-        if let Err(Error::Timeout { .. }) = received {
-            // The INSERT may still run: the transaction must not commit.
-            Run::abandoned(&mut tx);
-        }
-        received
-    })
+    DEFAULT.inbox().receive(tx, consumer, message_id)
 }
 
 /// Removes up to `limit` messages received more than `window` ago, oldest
@@ -217,16 +111,66 @@ pub fn prune<DB>(pool: &sqlx::Pool<DB>, window: Duration, limit: u32) -> Call<'_
 where
     DB: Backend,
 {
-    crate::stores::idempotency::prune_table::<DB>(pool, &PRUNE, TABLE, window, limit)
+    DEFAULT.inbox().prune(pool, window, limit)
 }
 
-#[cfg(test)]
-mod plans {
-    use super::*;
+impl Inbox {
+    /// [`receive`], into this inbox's table.
+    pub fn receive<'a, 'c, DB>(
+        &self,
+        tx: &'a mut Tx<'c, DB>,
+        consumer: &'a str,
+        message_id: &'a str,
+    ) -> Call<'a, Received>
+    where
+        DB: Backend,
+    {
+        let sql = self.sql;
+        Call::new(move |deadline| async move {
+            use crate::executor::proven::Proven;
+            use crate::executor::sealed::Run;
+            let mut tx = tx;
+            checked("inbox consumer", consumer)?;
+            checked("message id", message_id)?;
+            let sent = Sent::default();
+            let work = async {
+                let db_error = |source| Error::store(sql.table, "receive", source);
+                let statement = DB::choose(&sql.receive);
+                let fields = Fields {
+                    scope: Some(consumer),
+                    key: Some(message_id),
+                    ..Fields::default()
+                };
+                let args = store_arguments::<DB>(statement, fields).map_err(db_error)?;
+                sent.write();
+                let done = Proven::changed(&mut tx, statement, args)
+                    .await
+                    .map_err(db_error)?;
+                Ok(match done {
+                    1 => Received::First,
+                    _ => Received::Duplicate,
+                })
+            };
+            let received = bounded(sql.table, "receive", deadline, &sent, work).await;
+            if let Err(Error::Timeout { .. }) = received {
+                // The INSERT may still run: the transaction must not commit.
+                Run::abandoned(&mut tx);
+            }
+            received
+        })
+    }
 
-    #[test]
-    fn every_statement_has_a_plan_entry_per_placeholder() {
-        crate::transition::bind::assert_plans_fit("RECEIVE", &RECEIVE);
-        crate::transition::bind::assert_plans_fit("PRUNE", &PRUNE);
+    /// [`prune`], on this inbox's table.
+    pub fn prune<'p, DB>(
+        &self,
+        pool: &'p sqlx::Pool<DB>,
+        window: Duration,
+        limit: u32,
+    ) -> Call<'p, u64>
+    where
+        DB: Backend,
+    {
+        let sql = self.sql;
+        crate::stores::idempotency::prune_table::<DB>(pool, &sql.prune, sql.table, window, limit)
     }
 }

@@ -9,12 +9,13 @@ use crate::executor::proven::Proven;
 use crate::executor::sealed::Run;
 use crate::transition::bind::{Fields, store_arguments};
 
-use super::sql::{CLAIM, READ, TAKE_OVER};
 use super::{Begun, Request, Stored, Ticket, keyed, store_error};
+use crate::stores::schema::IdempotencySql;
 
 /// [`begin`] on `executor`, a pool or a connection out of a transaction;
 /// `sent` learns when the claim goes out.
 pub(super) async fn begin_on<DB, E>(
+    sql: &'static IdempotencySql,
     executor: &mut E,
     request: &Request,
     lease: Duration,
@@ -24,12 +25,13 @@ where
     DB: Backend,
     E: Run<Database = DB>,
 {
-    let db_error = |source| store_error("begin", source);
+    let db_error = |source| store_error(sql, "begin", source);
     let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
     let new = |lease| {
         Ok(Begun::New(Ticket {
             request: request.clone(),
             lease,
+            sql,
         }))
     };
     // Each pass either answers or sees the row change under it (inserted,
@@ -40,18 +42,18 @@ where
         // claim first, which waits only for a request between its
         // `complete` and its commit.
         let found = match DB::EMBEDDED {
-            true => match read(executor, request).await? {
+            true => match read(sql, executor, request).await? {
                 Some(found) => Some(found),
-                None => match claim(executor, request, lease_ms, sent).await? {
+                None => match claim(sql, executor, request, lease_ms, sent).await? {
                     Claimed::New => return new(1),
                     Claimed::Existing(row, at) => Some((row, at)),
                     Claimed::Taken => None,
                 },
             },
-            false => match claim(executor, request, lease_ms, sent).await? {
+            false => match claim(sql, executor, request, lease_ms, sent).await? {
                 Claimed::New => return new(1),
                 Claimed::Existing(row, at) => Some((row, at)),
-                Claimed::Taken => read(executor, request).await?,
+                Claimed::Taken => read(sql, executor, request).await?,
             },
         };
         // Gone between the statements (pruned, or inserted after a read
@@ -72,7 +74,7 @@ where
             let status = status.and_then(|s| u16::try_from(s).ok());
             let (Some(status), Some(body)) = (status, body) else {
                 return Err(Error::Store {
-                    table: "stateguard_idempotency",
+                    table: sql.table,
                     call: "begin",
                     source: sqlx::Error::Protocol(format!(
                         "key {:?} of scope {:?} is done without a response",
@@ -85,7 +87,7 @@ where
         if !expired {
             return Ok(Begun::InProgress);
         }
-        let take_over = DB::choose(&TAKE_OVER);
+        let take_over = DB::choose(&sql.take_over);
         let fields = Fields {
             millis: Some(lease_ms),
             ..super::held(request, held)
@@ -128,19 +130,20 @@ where
     Ok(Begun::InProgress)
 }
 
-/// What [`CLAIM`] found.
+/// What `claim` found.
 pub(super) enum Claimed<Row> {
     /// The key was new, and is this request's under lease 1.
     New,
-    /// The key's row (PostgreSQL), and where [`READ`]'s columns begin in
+    /// The key's row (PostgreSQL), and where `read`'s columns begin in
     /// it: after the tag and the flag.
     Existing(Row, usize),
-    /// The key exists; [`READ`] tells how.
+    /// The key exists; `read` tells how.
     Taken,
 }
 
-/// Runs [`CLAIM`].
+/// Runs `claim`.
 pub(super) async fn claim<DB, E>(
+    sql: &'static IdempotencySql,
     executor: &mut E,
     request: &Request,
     lease_ms: i64,
@@ -150,8 +153,8 @@ where
     DB: Backend,
     E: Run<Database = DB>,
 {
-    let db_error = |source| store_error("begin", source);
-    let claim = DB::choose(&CLAIM);
+    let db_error = |source| store_error(sql, "begin", source);
+    let claim = DB::choose(&sql.claim);
     let fields = Fields {
         millis: Some(lease_ms),
         ..keyed(request)
@@ -176,9 +179,10 @@ where
     })
 }
 
-/// Runs [`READ`]: the key's row, and where its columns begin in it (after
+/// Runs `read`: the key's row, and where its columns begin in it (after
 /// the tag).
 pub(super) async fn read<DB, E>(
+    sql: &'static IdempotencySql,
     executor: &mut E,
     request: &Request,
 ) -> Result<Option<(<DB as sqlx::Database>::Row, usize)>, Error>
@@ -186,8 +190,8 @@ where
     DB: Backend,
     E: Run<Database = DB>,
 {
-    let db_error = |source| store_error("begin", source);
-    let read = DB::choose(&READ);
+    let db_error = |source| store_error(sql, "begin", source);
+    let read = DB::choose(&sql.read);
     let args = store_arguments::<DB>(read, keyed(request)).map_err(db_error)?;
     let row = Proven::row(executor, read, args).await.map_err(db_error)?;
     Ok(row.map(|row| (row, read.after_tag())))

@@ -75,7 +75,23 @@
 //!
 //! One table, `stateguard_idempotency`, whose name is fixed so that every
 //! statement is fixed at compile time. [`ddl`] gives its `CREATE TABLE` per
-//! dialect.
+//! dialect. The free functions find it through the connection's search
+//! path; a [`Store`] of [`stores!`](crate::stores!) finds it in a schema
+//! named at compile time, as a transaction-mode pooler needs (it does not
+//! keep a session's `SET search_path`):
+//!
+//! ```no_run
+//! # async fn run(pool: sqlx::PgPool, request: stateguard::idempotency::Request) -> Result<(), stateguard::Error> {
+//! use stateguard::idempotency::{self, DEFAULT_LEASE};
+//! use stateguard::Stores;
+//!
+//! static PAYMENTS: Stores = stateguard::stores!(schema = "payments");
+//!
+//! let store = PAYMENTS.idempotency(); // "payments".stateguard_idempotency
+//! let begun = store.begin(&pool, &request, DEFAULT_LEASE).await?;
+//! # let _ = begun;
+//! # Ok(()) }
+//! ```
 
 use std::time::Duration;
 
@@ -85,20 +101,14 @@ use crate::error::Error;
 use crate::executor::proven::Proven;
 use crate::executor::sealed::Run;
 use crate::executor::tx::Tx;
+use crate::stores::schema::{DEFAULT, IdempotencySql};
 use crate::transition::bind::{Field, Fields, store_arguments};
 
 mod claim;
-mod sql;
-mod table;
+mod store;
 mod tx;
 
-use self::claim::begin_on;
-use self::sql::{COMPLETE, PRUNE, RELEASE};
-pub use self::table::ddl;
-pub use self::tx::{begin_tx, begin_tx_with};
-
-/// The store's table, which [`Error::Store`] and [`Error::Timeout`] name.
-pub(crate) const TABLE: &str = crate::error::store::IDEMPOTENCY;
+pub use self::store::Store;
 
 /// How long a request owns its key before another request may take it
 /// over: 60 seconds. Give a longer lease to requests that run longer.
@@ -214,6 +224,7 @@ impl Stored {
 pub struct Ticket {
     request: Request,
     lease: i64,
+    sql: &'static IdempotencySql,
 }
 
 impl Ticket {
@@ -248,8 +259,8 @@ impl Ticket {
             let mut tx = tx;
             let sent = Sent::default();
             let work = async {
-                let db_error = |source| store_error("complete", source);
-                let complete = DB::choose(&COMPLETE);
+                let db_error = |source| store_error(self.sql, "complete", source);
+                let complete = DB::choose(&self.sql.complete);
                 let fields = Fields {
                     status: Some(i64::from(status)),
                     body: Some(body),
@@ -268,7 +279,7 @@ impl Ticket {
                     }),
                 }
             };
-            let completed = bounded(TABLE, "complete", deadline, &sent, work).await;
+            let completed = bounded(self.sql.table, "complete", deadline, &sent, work).await;
             if let Err(Error::Timeout { .. }) = completed {
                 // The UPDATE may still run: the transaction must not commit.
                 Run::abandoned(&mut tx);
@@ -291,8 +302,8 @@ impl Ticket {
         Call::new(move |deadline| async move {
             let sent = Sent::default();
             let work = async {
-                let db_error = |source| store_error("release", source);
-                let release = DB::choose(&RELEASE);
+                let db_error = |source| store_error(self.sql, "release", source);
+                let release = DB::choose(&self.sql.release);
                 let args = store_arguments::<DB>(release, held(&self.request, self.lease))
                     .map_err(db_error)?;
                 let mut executor = pool;
@@ -302,7 +313,7 @@ impl Ticket {
                     .map_err(db_error)?;
                 Ok(())
             };
-            bounded(TABLE, "release", deadline, &sent, work).await
+            bounded(self.sql.table, "release", deadline, &sent, work).await
         })
     }
 }
@@ -326,8 +337,8 @@ pub(super) fn held(request: &Request, lease: i64) -> Fields<'_> {
     }
 }
 
-pub(super) fn store_error(call: &'static str, source: sqlx::Error) -> Error {
-    Error::store(TABLE, call, source)
+pub(super) fn store_error(sql: &IdempotencySql, call: &'static str, source: sqlx::Error) -> Error {
+    Error::store(sql.table, call, source)
 }
 
 /// Claims `request`'s key for this request, under a lease of `lease`, or
@@ -358,12 +369,7 @@ pub fn begin<'a, DB>(
 where
     DB: Backend,
 {
-    Call::new(move |deadline| async move {
-        let sent = Sent::default();
-        let mut executor = pool;
-        let work = begin_on(&mut executor, request, lease, &sent);
-        bounded(TABLE, "begin", deadline, &sent, work).await
-    })
+    DEFAULT.idempotency().begin(pool, request, lease)
 }
 
 /// Removes up to `limit` keys created more than `window` ago
@@ -380,7 +386,41 @@ pub fn prune<DB>(pool: &sqlx::Pool<DB>, window: Duration, limit: u32) -> Call<'_
 where
     DB: Backend,
 {
-    prune_table::<DB>(pool, &PRUNE, TABLE, window, limit)
+    DEFAULT.idempotency().prune(pool, window, limit)
+}
+
+/// The statements that create the store's table and its index in
+/// `dialect`, without trailing `;`. Run them once, in a migration. A
+/// [`Store`] in a schema has its own ([`Store::ddl`]).
+pub fn ddl(dialect: crate::ddl::Dialect) -> &'static [&'static str] {
+    DEFAULT.idempotency().ddl(dialect)
+}
+
+/// [`Store::begin_tx`] on the table found through the search path.
+pub fn begin_tx<'a, DB>(
+    pool: &'a sqlx::Pool<DB>,
+    request: &'a Request,
+    lease: Duration,
+) -> Call<'a, Begun<(Ticket, Tx<'static, DB>)>>
+where
+    DB: Backend,
+{
+    DEFAULT.idempotency().begin_tx(pool, request, lease)
+}
+
+/// [`Store::begin_tx_with`] on the table found through the search path.
+pub fn begin_tx_with<'a, DB>(
+    pool: &'a sqlx::Pool<DB>,
+    request: &'a Request,
+    lease: Duration,
+    statement: &'static str,
+) -> Call<'a, Begun<(Ticket, Tx<'static, DB>)>>
+where
+    DB: Backend,
+{
+    DEFAULT
+        .idempotency()
+        .begin_tx_with(pool, request, lease, statement)
 }
 
 /// One bounded `DELETE` of `sql` (placeholders: the window in

@@ -11,93 +11,99 @@ use crate::executor::sealed::Run;
 use crate::executor::tx::Tx;
 
 use super::claim::begin_on;
-use super::{Begun, Request, TABLE, Ticket};
+use super::{Begun, Request, Store, Ticket};
+use crate::stores::schema::IdempotencySql;
 
-/// [`begin`](crate::idempotency::begin), with the work's transaction begun at the same time, the
-/// claim on a second pooled connection when one is idle: a new key adds
-/// one round trip to the request's wait instead of two. `New` carries the [`Ticket`] and the
-/// open [`Tx`], in which the request does its work, then
-/// [`Ticket::complete`]s and commits:
-///
-/// ```no_run
-/// # async fn handler(pool: sqlx::PgPool) -> Result<(), stateguard::Error> {
-/// use stateguard::idempotency::{self, Begun, Request};
-///
-/// let request = Request::new("acme:POST /payouts", "4f1c…", "sha256-of-the-body")?;
-/// match idempotency::begin_tx(&pool, &request, idempotency::DEFAULT_LEASE).await? {
-///     Begun::New((ticket, mut tx)) => {
-///         // … INSERT the payout on &mut *tx …
-///         ticket.complete(&mut tx, 201, br#"{"id":42}"#.to_vec()).await?;
-///         tx.commit(()).await?;
-///     }
-///     Begun::Replay(stored) => { /* respond stored.status(), stored.body() */ }
-///     Begun::InProgress => { /* respond 409 */ }
-///     Begun::Mismatch => { /* respond 422 */ }
-/// }
-/// # Ok(()) }
-/// ```
-///
-/// The claim takes a connection only if the pool has one idle at that
-/// moment (checked as the pool's `acquire` checks it, when the pool tests
-/// connections before handing them out; the pool's `before_acquire` hook
-/// does not run for it), and gives it back as soon as it answers: a
-/// request never holds one connection while it waits for another, so a
-/// pool that runs out of connections cannot deadlock. Without an idle
-/// connection, or when it turns out dead, the claim runs first and the
-/// transaction begins after it, as with [`begin`](crate::idempotency::begin) and [`Tx::begin`]: a
-/// new key then costs the two round trips it costs there. SQLite has no
-/// round trips to save, and a transaction begun first could hold the write
-/// lock the claim needs: there the claim always runs first, and the
-/// transaction begins only for `New`.
-///
-/// For any answer but `New` the answer does not wait for the transaction:
-/// as everywhere with [`Tx::begin`], its `BEGIN` runs in a task of its own
-/// that sees it through and rolls the transaction back when nobody waits
-/// for it any more. If the transaction cannot begin, the error is
-/// [`Error::Begin`], and a `New` key's claim is released again on a best
-/// effort (a retry gets `New` at once rather than 409 until the lease runs
-/// out), unless the pool itself failed (timed out or closed).
-///
-/// Deadline: [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE) for the whole
-/// call, claim, `BEGIN` and the waits for their connections, or
-/// `idempotency::begin_tx(&pool, &request, lease).within(d)` ([`Call`]);
-/// the transaction keeps the same deadline for its later calls unless
-/// [`Tx::within`] says otherwise. Cut off, [`Error::Timeout`]
-/// (`begin_tx`), with the outcome unknown once the claim may have been
-/// sent, as for [`begin`](crate::idempotency::begin) (a `BEGIN` cut off by its own deadline is
-/// `Timeout` naming `BEGIN`).
-pub fn begin_tx<'a, DB>(
-    pool: &'a sqlx::Pool<DB>,
-    request: &'a Request,
-    lease: Duration,
-) -> Call<'a, Begun<(Ticket, Tx<'static, DB>)>>
-where
-    DB: Backend,
-{
-    begin_both(pool, request, lease, None)
-}
+impl Store {
+    /// [`begin`](Store::begin), with the work's transaction begun at the same time, the
+    /// claim on a second pooled connection when one is idle: a new key adds
+    /// one round trip to the request's wait instead of two. `New` carries the [`Ticket`] and the
+    /// open [`Tx`], in which the request does its work, then
+    /// [`Ticket::complete`]s and commits:
+    ///
+    /// ```no_run
+    /// # async fn handler(pool: sqlx::PgPool) -> Result<(), stateguard::Error> {
+    /// use stateguard::idempotency::{self, Begun, Request};
+    ///
+    /// let request = Request::new("acme:POST /payouts", "4f1c…", "sha256-of-the-body")?;
+    /// match idempotency::begin_tx(&pool, &request, idempotency::DEFAULT_LEASE).await? {
+    ///     Begun::New((ticket, mut tx)) => {
+    ///         // … INSERT the payout on &mut *tx …
+    ///         ticket.complete(&mut tx, 201, br#"{"id":42}"#.to_vec()).await?;
+    ///         tx.commit(()).await?;
+    ///     }
+    ///     Begun::Replay(stored) => { /* respond stored.status(), stored.body() */ }
+    ///     Begun::InProgress => { /* respond 409 */ }
+    ///     Begun::Mismatch => { /* respond 422 */ }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// The claim takes a connection only if the pool has one idle at that
+    /// moment (checked as the pool's `acquire` checks it, when the pool tests
+    /// connections before handing them out; the pool's `before_acquire` hook
+    /// does not run for it), and gives it back as soon as it answers: a
+    /// request never holds one connection while it waits for another, so a
+    /// pool that runs out of connections cannot deadlock. Without an idle
+    /// connection, or when it turns out dead, the claim runs first and the
+    /// transaction begins after it, as with [`begin`](Store::begin) and [`Tx::begin`]: a
+    /// new key then costs the two round trips it costs there. SQLite has no
+    /// round trips to save, and a transaction begun first could hold the write
+    /// lock the claim needs: there the claim always runs first, and the
+    /// transaction begins only for `New`.
+    ///
+    /// For any answer but `New` the answer does not wait for the transaction:
+    /// as everywhere with [`Tx::begin`], its `BEGIN` runs in a task of its own
+    /// that sees it through and rolls the transaction back when nobody waits
+    /// for it any more. If the transaction cannot begin, the error is
+    /// [`Error::Begin`], and a `New` key's claim is released again on a best
+    /// effort (a retry gets `New` at once rather than 409 until the lease runs
+    /// out), unless the pool itself failed (timed out or closed).
+    ///
+    /// Deadline: [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE) for the whole
+    /// call, claim, `BEGIN` and the waits for their connections, or
+    /// `idempotency::begin_tx(&pool, &request, lease).within(d)` ([`Call`]);
+    /// the transaction keeps the same deadline for its later calls unless
+    /// [`Tx::within`] says otherwise. Cut off, [`Error::Timeout`]
+    /// (`begin_tx`), with the outcome unknown once the claim may have been
+    /// sent, as for [`begin`](Store::begin) (a `BEGIN` cut off by its own deadline is
+    /// `Timeout` naming `BEGIN`).
+    pub fn begin_tx<'a, DB>(
+        &self,
+        pool: &'a sqlx::Pool<DB>,
+        request: &'a Request,
+        lease: Duration,
+    ) -> Call<'a, Begun<(Ticket, Tx<'static, DB>)>>
+    where
+        DB: Backend,
+    {
+        begin_both(self.sql, pool, request, lease, None)
+    }
 
-/// [`begin_tx`], with the transaction begun by `statement`, as
-/// [`Tx::begin_with`] does: `"BEGIN ISOLATION LEVEL SERIALIZABLE"` on
-/// PostgreSQL, say, or `"BEGIN IMMEDIATE"` on SQLite. (PostgreSQL takes a
-/// repeatable-read snapshot at the first statement after `BEGIN`, so the
-/// work sees the claim; a MySQL `START TRANSACTION WITH CONSISTENT
-/// SNAPSHOT` may not, which only matters to work that reads the store.)
-/// Its deadline is [`begin_tx`]'s.
-pub fn begin_tx_with<'a, DB>(
-    pool: &'a sqlx::Pool<DB>,
-    request: &'a Request,
-    lease: Duration,
-    statement: &'static str,
-) -> Call<'a, Begun<(Ticket, Tx<'static, DB>)>>
-where
-    DB: Backend,
-{
-    begin_both(pool, request, lease, Some(statement))
+    /// [`begin_tx`](Store::begin_tx), with the transaction begun by `statement`, as
+    /// [`Tx::begin_with`] does: `"BEGIN ISOLATION LEVEL SERIALIZABLE"` on
+    /// PostgreSQL, say, or `"BEGIN IMMEDIATE"` on SQLite. (PostgreSQL takes a
+    /// repeatable-read snapshot at the first statement after `BEGIN`, so the
+    /// work sees the claim; a MySQL `START TRANSACTION WITH CONSISTENT
+    /// SNAPSHOT` may not, which only matters to work that reads the store.)
+    /// Its deadline is [`begin_tx`](Store::begin_tx)'s.
+    pub fn begin_tx_with<'a, DB>(
+        &self,
+        pool: &'a sqlx::Pool<DB>,
+        request: &'a Request,
+        lease: Duration,
+        statement: &'static str,
+    ) -> Call<'a, Begun<(Ticket, Tx<'static, DB>)>>
+    where
+        DB: Backend,
+    {
+        begin_both(self.sql, pool, request, lease, Some(statement))
+    }
 }
 
 /// [`begin_tx`] and [`begin_tx_with`], within the call's deadline.
 fn begin_both<'a, DB>(
+    sql: &'static IdempotencySql,
     pool: &'a sqlx::Pool<DB>,
     request: &'a Request,
     lease: Duration,
@@ -108,14 +114,15 @@ where
 {
     Call::new(move |deadline| async move {
         let sent = Sent::default();
-        let work = claim_and_begin(pool, request, lease, statement, deadline, &sent);
-        bounded(TABLE, "begin_tx", deadline, &sent, work).await
+        let work = claim_and_begin(sql, pool, request, lease, statement, deadline, &sent);
+        bounded(sql.table, "begin_tx", deadline, &sent, work).await
     })
 }
 
 /// The claim and the `BEGIN` of [`begin_both`]; the transaction keeps
 /// `deadline`.
 async fn claim_and_begin<DB>(
+    sql: &'static IdempotencySql,
     pool: &sqlx::Pool<DB>,
     request: &Request,
     lease: Duration,
@@ -136,11 +143,12 @@ where
         false => Run::try_idle(&pool),
     };
     if let Some(conn) = idle
-        && let Some(answer) = alongside(pool, conn, request, lease, statement, deadline, sent).await
+        && let Some(answer) =
+            alongside(sql, pool, conn, request, lease, statement, deadline, sent).await
     {
         return answer;
     }
-    let ticket = match begin_on(&mut &*pool, request, lease, sent)
+    let ticket = match begin_on(sql, &mut &*pool, request, lease, sent)
         .await?
         .answered()
     {
@@ -160,7 +168,9 @@ where
 /// answer but `New` the answer does not wait for the transaction: dropped
 /// half-way, [`Tx::begin`] still sees its `BEGIN` through in a task of its
 /// own, and rolls it back.
+#[allow(clippy::too_many_arguments)]
 async fn alongside<DB, C>(
+    sql: &'static IdempotencySql,
     pool: &sqlx::Pool<DB>,
     mut conn: C,
     request: &Request,
@@ -180,7 +190,7 @@ where
         if test && conn.ping().await.is_err() {
             return None;
         }
-        Some(begin_on(&mut conn, request, lease, sent).await)
+        Some(begin_on(sql, &mut conn, request, lease, sent).await)
     };
     let mut claim = pin!(claim);
     let mut opening = pin!(crate::executor::tx::begin_in_task(

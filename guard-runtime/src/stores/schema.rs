@@ -1,0 +1,476 @@
+//! Where the stores' tables live: found through the connection's search
+//! path ([`Stores::search_path`]), or in a schema named at compile time
+//! ([`stores!`](crate::stores!)).
+//!
+//! Each statement's text is one literal, built by `concat!` from the
+//! pieces in [`__stateguard_store_texts!`](crate::__stateguard_store_texts)
+//! with the schema's quoted name before each table name: the schema is
+//! never formatted into a statement at run time, and a name that is not a
+//! plain identifier fails to compile.
+
+use crate::ddl::Dialect as DdlDialect;
+use crate::dialect::{Sql, Statement};
+use crate::transition::bind::Field;
+
+/// The texts of one schema's statements, as
+/// [`__stateguard_store_texts!`](crate::__stateguard_store_texts) writes
+/// them: per statement, the PostgreSQL, SQLite and MySQL texts.
+#[doc(hidden)]
+#[allow(missing_docs)]
+pub struct StoreTexts {
+    pub schema: Option<&'static str>,
+    pub idempotency_table: &'static str,
+    pub inbox_table: &'static str,
+    /// `READ`, `CLAIM`, `TAKE_OVER`, `COMPLETE`, `RELEASE`, `PRUNE`.
+    pub idempotency: [[&'static str; 3]; 6],
+    pub idempotency_ddl: ([&'static str; 2], [&'static str; 2], [&'static str; 1]),
+    /// `RECEIVE`, `PRUNE`.
+    pub inbox: [[&'static str; 3]; 2],
+    pub inbox_ddl: ([&'static str; 2], [&'static str; 2], [&'static str; 1]),
+}
+
+/// The idempotency store's statements and table in one schema.
+pub(crate) struct IdempotencySql {
+    pub(crate) table: &'static str,
+    /// The key's row: fingerprint, state, lease, response status and body,
+    /// and whether the lease has run out.
+    pub(crate) read: Sql<Statement<Field>>,
+    /// A new key's row, running under lease 1 for `$4` milliseconds, or
+    /// the existing row, with the columns of `read` after a first column
+    /// that says which (1 for a new row). PostgreSQL answers both in this
+    /// one statement; SQLite returns a row only for a new key, and MySQL
+    /// only says how many rows it inserted (its `INSERT IGNORE` is safe
+    /// here: every value was checked to fit), so that `read` follows for
+    /// an existing key.
+    ///
+    /// PostgreSQL commits a new key's row without waiting for its WAL
+    /// flush (`set_config('synchronous_commit', 'off', true)`, for this
+    /// statement's own transaction, in the last column): others see the
+    /// row at once all the same, and it only matters once the work
+    /// commits, whose synchronous commit flushes the WAL up to it, the
+    /// claim included. A crash before that may lose the claim, and then
+    /// there is no work to lose either: a retry starts afresh. One flush
+    /// per request instead of two.
+    pub(crate) claim: Sql<Statement<Field>>,
+    /// A running key whose lease `$3` ran out, taken over under the next
+    /// lease for `$4` milliseconds; returns the new lease (MySQL: through
+    /// `LAST_INSERT_ID`, its placeholders in the order milliseconds,
+    /// scope, key, lease).
+    pub(crate) take_over: Sql<Statement<Field>>,
+    /// The response `$4`, `$5` of the running key held under lease `$3`
+    /// (MySQL: status, body, scope, key, lease).
+    pub(crate) complete: Sql<Statement<Field>>,
+    /// The running key held under lease `$3`, removed.
+    pub(crate) release: Sql<Statement<Field>>,
+    /// Up to `$2` keys created more than `$1` milliseconds ago that no
+    /// lease holds, oldest first, removed.
+    pub(crate) prune: Sql<Statement<Field>>,
+    pub(crate) ddl: ([&'static str; 2], [&'static str; 2], [&'static str; 1]),
+}
+
+/// The inbox's statements and table in one schema.
+pub(crate) struct InboxSql {
+    pub(crate) table: &'static str,
+    /// The message's row; nothing if it is there. MySQL's `INSERT IGNORE`
+    /// is safe here: both values were checked to fit.
+    pub(crate) receive: Sql<Statement<Field>>,
+    /// Up to `$2` messages received more than `$1` milliseconds ago,
+    /// oldest first, removed.
+    pub(crate) prune: Sql<Statement<Field>>,
+    pub(crate) ddl: ([&'static str; 2], [&'static str; 2], [&'static str; 1]),
+}
+
+/// The fixed-table stores, the idempotency keys' and the inbox's, with
+/// their tables in one schema: [`Stores::search_path`] finds them through
+/// the connection's search path, [`stores!`](crate::stores!) names a
+/// schema.
+///
+/// ```
+/// use stateguard::ddl::Dialect;
+/// use stateguard::Stores;
+///
+/// static PAYMENTS: Stores = stateguard::stores!(schema = "payments");
+///
+/// assert_eq!(PAYMENTS.schema(), Some("payments"));
+/// assert_eq!(PAYMENTS.idempotency().table(), "payments.stateguard_idempotency");
+/// assert!(PAYMENTS.inbox().ddl(Dialect::Postgres)[0]
+///     .starts_with(r#"CREATE TABLE "payments".stateguard_inbox ("#));
+/// ```
+pub struct Stores {
+    schema: Option<&'static str>,
+    pub(crate) idempotency: IdempotencySql,
+    pub(crate) inbox: InboxSql,
+}
+
+impl Stores {
+    /// The stores' tables found through the connection's search path (on
+    /// MySQL, in the connection's database; on SQLite, in `main`):
+    /// `stateguard_idempotency` and `stateguard_inbox`, unqualified. What
+    /// `idempotency::begin`, `inbox::receive` and the other free
+    /// functions use.
+    pub const fn search_path() -> &'static Stores {
+        &DEFAULT
+    }
+
+    /// The schema the tables are in; `None` for [`Stores::search_path`].
+    pub const fn schema(&self) -> Option<&'static str> {
+        self.schema
+    }
+
+    /// The idempotency store in these tables.
+    pub const fn idempotency(&'static self) -> Store {
+        Store::new(&self.idempotency)
+    }
+
+    /// The inbox in these tables.
+    pub const fn inbox(&'static self) -> Inbox {
+        Inbox::new(&self.inbox)
+    }
+}
+
+/// The idempotency store in one schema's table:
+/// [`Stores::idempotency`](crate::Stores::idempotency). The module's free
+/// functions are those of [`Stores::search_path`](crate::Stores::search_path)'s,
+/// found through the connection's search path.
+#[derive(Debug, Clone, Copy)]
+pub struct Store {
+    pub(crate) sql: &'static IdempotencySql,
+}
+
+impl Store {
+    pub(crate) const fn new(sql: &'static IdempotencySql) -> Self {
+        Store { sql }
+    }
+
+    /// The table, as errors name it: `stateguard_idempotency`, or
+    /// `payments.stateguard_idempotency` in the schema `payments`.
+    pub const fn table(&self) -> &'static str {
+        self.sql.table
+    }
+
+    /// The statements that create the store's table and its index in
+    /// `dialect`, in this store's schema, without trailing `;`. Run them
+    /// once, in a migration (the schema must exist).
+    pub const fn ddl(&self, dialect: DdlDialect) -> &'static [&'static str] {
+        let (postgres, sqlite, mysql) = &self.sql.ddl;
+        match dialect {
+            DdlDialect::Postgres => postgres,
+            DdlDialect::Sqlite => sqlite,
+            DdlDialect::MySql => mysql,
+        }
+    }
+}
+
+/// The inbox in one schema's table: [`Stores::inbox`](crate::Stores::inbox).
+/// The module's free functions are those of
+/// [`Stores::search_path`](crate::Stores::search_path)'s, found through
+/// the connection's search path.
+#[derive(Debug, Clone, Copy)]
+pub struct Inbox {
+    pub(crate) sql: &'static InboxSql,
+}
+
+impl Inbox {
+    pub(crate) const fn new(sql: &'static InboxSql) -> Self {
+        Inbox { sql }
+    }
+
+    /// The table, as errors name it: `stateguard_inbox`, or
+    /// `payments.stateguard_inbox` in the schema `payments`.
+    pub const fn table(&self) -> &'static str {
+        self.sql.table
+    }
+
+    /// The statements that create the inbox table and its index in
+    /// `dialect`, in this inbox's schema, without trailing `;`. Run them
+    /// once, in a migration (the schema must exist).
+    pub const fn ddl(&self, dialect: DdlDialect) -> &'static [&'static str] {
+        let (postgres, sqlite, mysql) = &self.sql.ddl;
+        match dialect {
+            DdlDialect::Postgres => postgres,
+            DdlDialect::Sqlite => sqlite,
+            DdlDialect::MySql => mysql,
+        }
+    }
+}
+
+// The texts are long: a ticket or a store shows its table.
+impl core::fmt::Debug for IdempotencySql {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("IdempotencySql")
+            .field("table", &self.table)
+            .finish_non_exhaustive()
+    }
+}
+
+impl core::fmt::Debug for InboxSql {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("InboxSql")
+            .field("table", &self.table)
+            .finish_non_exhaustive()
+    }
+}
+
+impl core::fmt::Debug for Stores {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Stores")
+            .field("schema", &self.schema)
+            .finish_non_exhaustive()
+    }
+}
+
+/// [`Stores::search_path`].
+pub(crate) static DEFAULT: Stores = stores(crate::__stateguard_store_texts! {
+    schema = None,
+    pg = [],
+    lite = [],
+    my = [],
+    tag = [],
+    idempotency = "stateguard_idempotency",
+    inbox = "stateguard_inbox",
+});
+
+/// The stores of `texts`, with each statement's bind plan. Fails to
+/// compile (in the `static` it builds) when the schema is not a plain
+/// identifier.
+#[doc(hidden)]
+pub const fn stores(texts: StoreTexts) -> Stores {
+    if let Some(schema) = texts.schema {
+        assert!(
+            plain_identifier(schema),
+            "stateguard::stores!: the schema must be 1 to 63 ASCII letters, digits and `_`, \
+             not starting with a digit"
+        );
+    }
+    let [read, claim, take_over, complete, release, prune] = texts.idempotency;
+    let [receive, inbox_prune] = texts.inbox;
+    Stores {
+        schema: texts.schema,
+        idempotency: IdempotencySql {
+            table: texts.idempotency_table,
+            read: sql(read, [SCOPE_KEY, SCOPE_KEY, SCOPE_KEY]),
+            claim: sql(claim, [CLAIM, CLAIM, CLAIM]),
+            take_over: sql(take_over, [TAKE_OVER, TAKE_OVER, TAKE_OVER_MYSQL]),
+            complete: sql(complete, [COMPLETE, COMPLETE, COMPLETE_MYSQL]),
+            release: sql(release, [HELD, HELD, HELD]),
+            prune: sql(prune, [PRUNE, PRUNE, PRUNE]),
+            ddl: texts.idempotency_ddl,
+        },
+        inbox: InboxSql {
+            table: texts.inbox_table,
+            receive: sql(receive, [SCOPE_KEY, SCOPE_KEY, SCOPE_KEY]),
+            prune: sql(inbox_prune, [PRUNE, PRUNE, PRUNE]),
+            ddl: texts.inbox_ddl,
+        },
+    }
+}
+
+const SCOPE_KEY: &[Field] = &[Field::Scope, Field::Key];
+const CLAIM: &[Field] = &[Field::Scope, Field::Key, Field::Fingerprint, Field::Millis];
+const TAKE_OVER: &[Field] = &[Field::Scope, Field::Key, Field::Lease, Field::Millis];
+const TAKE_OVER_MYSQL: &[Field] = &[Field::Millis, Field::Scope, Field::Key, Field::Lease];
+const COMPLETE: &[Field] = &[
+    Field::Scope,
+    Field::Key,
+    Field::Lease,
+    Field::Status,
+    Field::Body,
+];
+const COMPLETE_MYSQL: &[Field] = &[
+    Field::Status,
+    Field::Body,
+    Field::Scope,
+    Field::Key,
+    Field::Lease,
+];
+const HELD: &[Field] = &[Field::Scope, Field::Key, Field::Lease];
+const PRUNE: &[Field] = &[Field::Millis, Field::Limit];
+
+const fn sql(
+    [postgres, sqlite, mysql]: [&'static str; 3],
+    [pg_binds, lite_binds, my_binds]: [&'static [Field]; 3],
+) -> Sql<Statement<Field>> {
+    Sql {
+        postgres: Statement::new(postgres, pg_binds),
+        sqlite: Statement::new(sqlite, lite_binds),
+        mysql: Statement::new(mysql, my_binds),
+    }
+}
+
+/// Whether `name` can stand quoted in every dialect without escaping, and
+/// unquoted in a PostgreSQL tag: what PostgreSQL takes as an identifier
+/// (at most 63 bytes) in ASCII.
+const fn plain_identifier(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    if bytes.is_empty() || bytes.len() > 63 || bytes[0].is_ascii_digit() {
+        return false;
+    }
+    let mut i = 0;
+    while i < bytes.len() {
+        if !(bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// The fixed-table stores with their tables in schema `$schema`
+/// ([`Stores`]): on PostgreSQL the schema, on MySQL/MariaDB the database,
+/// on SQLite an attached database. Every statement names its table
+/// `"payments".stateguard_idempotency` (MySQL: `` `payments`.… ``), fixed
+/// at compile time, so the tables are found wherever the connection's
+/// search path points: what a transaction-mode pooler, which does not
+/// keep a session's `SET search_path`, needs.
+///
+/// ```
+/// # async fn run(pool: sqlx::PgPool) -> Result<(), stateguard::Error> {
+/// use std::time::Duration;
+/// use stateguard::idempotency::{Begun, Request};
+/// use stateguard::Stores;
+///
+/// static PAYMENTS: Stores = stateguard::stores!(schema = "payments");
+///
+/// let request = Request::new("acme:POST /payouts", "key-1", "fingerprint")?;
+/// match PAYMENTS.idempotency().begin(&pool, &request, Duration::from_secs(60)).await? {
+///     Begun::New(ticket) => { /* do the work, then complete the ticket */ drop(ticket) }
+///     _ => {}
+/// }
+/// # Ok(()) }
+/// ```
+///
+/// A schema that is not 1 to 63 ASCII letters, digits and `_` (not
+/// starting with a digit) fails to compile:
+///
+/// ```compile_fail
+/// static BAD: stateguard::Stores = stateguard::stores!(schema = "pay\"ments");
+/// ```
+#[macro_export]
+macro_rules! stores {
+    (schema = $schema:literal $(,)?) => {
+        $crate::__private::stores($crate::__stateguard_store_texts! {
+            schema = ::core::option::Option::Some($schema),
+            pg = ["\"", $schema, "\".",],
+            lite = ["\"", $schema, "\".",],
+            my = ["`", $schema, "`.",],
+            tag = [" ", $schema,],
+            idempotency = ::core::concat!($schema, ".stateguard_idempotency"),
+            inbox = ::core::concat!($schema, ".stateguard_inbox"),
+        })
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{DEFAULT, Stores, plain_identifier};
+
+    static PAYMENTS: Stores = crate::stores!(schema = "payments");
+
+    #[test]
+    fn every_statement_has_a_plan_entry_per_placeholder() {
+        let (i, b) = (&DEFAULT.idempotency, &DEFAULT.inbox);
+        for (name, sql) in [
+            ("READ", &i.read),
+            ("CLAIM", &i.claim),
+            ("TAKE_OVER", &i.take_over),
+            ("COMPLETE", &i.complete),
+            ("RELEASE", &i.release),
+            ("PRUNE", &i.prune),
+            ("RECEIVE", &b.receive),
+            ("INBOX PRUNE", &b.prune),
+        ] {
+            crate::transition::bind::assert_plans_fit(name, sql);
+        }
+    }
+
+    /// A schema's statement is the default one with the quoted schema
+    /// before each table name, and the schema in its tag.
+    #[test]
+    fn a_schema_names_every_table_and_tags_its_statements() {
+        let pairs = [
+            (&DEFAULT.idempotency.read, &PAYMENTS.idempotency.read),
+            (&DEFAULT.idempotency.claim, &PAYMENTS.idempotency.claim),
+            (
+                &DEFAULT.idempotency.take_over,
+                &PAYMENTS.idempotency.take_over,
+            ),
+            (
+                &DEFAULT.idempotency.complete,
+                &PAYMENTS.idempotency.complete,
+            ),
+            (&DEFAULT.idempotency.release, &PAYMENTS.idempotency.release),
+            (&DEFAULT.idempotency.prune, &PAYMENTS.idempotency.prune),
+            (&DEFAULT.inbox.receive, &PAYMENTS.inbox.receive),
+            (&DEFAULT.inbox.prune, &PAYMENTS.inbox.prune),
+        ];
+        for (plain, schema) in pairs {
+            for (dialect, quoted) in [
+                (0, "\"payments\"."),
+                (1, "\"payments\"."),
+                (2, "`payments`."),
+            ] {
+                let pick = |sql: &crate::dialect::Sql<
+                    crate::dialect::Statement<crate::transition::bind::Field>,
+                >| [sql.postgres, sql.sqlite, sql.mysql][dialect];
+                let (plain, schema) = (pick(plain), pick(schema));
+                let mut expected = plain
+                    .text()
+                    .replace(
+                        "stateguard_idempotency",
+                        &format!("{quoted}stateguard_idempotency"),
+                    )
+                    .replace("stateguard_inbox", &format!("{quoted}stateguard_inbox"));
+                if let Some(tag) = plain.tag() {
+                    expected = expected.replace(&format!("'{tag}'"), &format!("'{tag} payments'"));
+                    assert_eq!(schema.tag(), Some(format!("{tag} payments").as_str()));
+                }
+                assert_eq!(schema.text(), expected);
+                assert_eq!(schema.binds(), plain.binds());
+            }
+        }
+        assert_eq!(
+            PAYMENTS.idempotency.table,
+            "payments.stateguard_idempotency"
+        );
+        assert_eq!(PAYMENTS.inbox.table, "payments.stateguard_inbox");
+    }
+
+    #[test]
+    fn the_ddl_creates_the_tables_in_the_schema() {
+        let (pg, lite, my) = PAYMENTS.idempotency.ddl;
+        assert!(pg[0].starts_with("CREATE TABLE \"payments\".stateguard_idempotency ("));
+        assert_eq!(
+            pg[1],
+            "CREATE INDEX stateguard_idempotency_created_at ON \"payments\".stateguard_idempotency (created_at)"
+        );
+        // SQLite names the index's schema, not its table's.
+        assert_eq!(
+            lite[1],
+            "CREATE INDEX \"payments\".stateguard_idempotency_created_at ON stateguard_idempotency (created_at)"
+        );
+        assert!(my[0].starts_with("CREATE TABLE `payments`.stateguard_idempotency ("));
+        let (pg, ..) = DEFAULT.inbox.ddl;
+        assert!(pg[0].starts_with("CREATE TABLE stateguard_inbox ("));
+    }
+
+    #[test]
+    fn only_a_plain_identifier_is_a_schema() {
+        for good in ["payments", "_p", "p2", "A_b_9"] {
+            assert!(plain_identifier(good), "{good}");
+        }
+        let long = "a".repeat(64);
+        for bad in [
+            "",
+            "2p",
+            "pay ments",
+            "pay\"ments",
+            "pay`ments",
+            "pay.ments",
+            "pay'",
+            "é",
+            &long,
+        ] {
+            assert!(!plain_identifier(bad), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,205 @@
+//! Every statement and table of the fixed-table stores, written once as
+//! `concat!` pieces, with the schema's quoted name before each table name
+//! (`schema.rs` builds the stores of them).
+
+/// The texts of the stores' statements and tables, with each table name
+/// after the schema's prefix in each dialect (`$pg`, `$lite`, `$my`: none,
+/// or `"payments".` and `` `payments`. ``), and the schema in each
+/// PostgreSQL tag (`$tag`: none, or ` payments`). Written once here, for
+/// the tables found through the search path ([`Stores::search_path`](crate::Stores::search_path))
+/// and for [`stores!`](crate::stores!).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __stateguard_store_texts {
+    (
+        schema = $schema:expr,
+        pg = [$($pg:tt)*],
+        lite = [$($lite:tt)*],
+        my = [$($my:tt)*],
+        tag = [$($tag:tt)*],
+        idempotency = $idempotency:expr,
+        inbox = $inbox:expr $(,)?
+    ) => {
+        $crate::__private::StoreTexts {
+            schema: $schema,
+            idempotency_table: $idempotency,
+            inbox_table: $inbox,
+            idempotency: [
+            // READ
+            [
+                concat!("SELECT 'stateguard ea6b00b4791e7fae", $($tag)* "'::text, fingerprint, state, lease, CAST(response_status AS BIGINT), \
+               response_body, \
+               CAST(CASE WHEN locked_until < statement_timestamp() THEN 1 ELSE 0 END AS BIGINT) \
+               FROM ", $($pg)* "stateguard_idempotency WHERE scope = $1 AND idem_key = $2"),
+                concat!("SELECT fingerprint, state, lease, response_status, response_body, \
+             CASE WHEN locked_until < strftime('%Y-%m-%d %H:%M:%f', 'now') THEN 1 ELSE 0 END \
+             FROM ", $($lite)* "stateguard_idempotency WHERE scope = ?1 AND idem_key = ?2"),
+                concat!("SELECT fingerprint, state, lease, CAST(response_status AS SIGNED), response_body, \
+            CAST(CASE WHEN locked_until < UTC_TIMESTAMP(3) THEN 1 ELSE 0 END AS SIGNED) \
+            FROM ", $($my)* "stateguard_idempotency WHERE scope = ? AND idem_key = ?"),
+            ],
+            // CLAIM
+            [
+                concat!("WITH __sg_new AS (INSERT INTO ", $($pg)* "stateguard_idempotency (scope, idem_key, \
+               fingerprint, state, lease, locked_until, created_at) VALUES ($1, $2, $3, \
+               'running', 1, statement_timestamp() + CAST($4 AS BIGINT) * INTERVAL '1 \
+               millisecond', statement_timestamp()) ON CONFLICT (scope, idem_key) DO NOTHING \
+               RETURNING lease) SELECT 'stateguard 9bc5726a461318b4", $($tag)* "'::text, CAST(1 AS BIGINT), CAST(NULL AS TEXT), CAST(NULL AS \
+               TEXT), lease, CAST(NULL AS BIGINT), CAST(NULL AS BYTEA), CAST(0 AS BIGINT), \
+               set_config('synchronous_commit', 'off', true) FROM __sg_new UNION ALL SELECT \
+               'stateguard 9bc5726a461318b4", $($tag)* "'::text, CAST(0 AS BIGINT), fingerprint, state, lease, CAST(response_status AS BIGINT), \
+               response_body, CAST(CASE WHEN locked_until < statement_timestamp() THEN 1 ELSE 0 \
+               END AS BIGINT), CAST(NULL AS TEXT) FROM ", $($pg)* "stateguard_idempotency WHERE scope = $1 \
+               AND idem_key = $2 AND NOT EXISTS (SELECT 1 FROM __sg_new)"),
+                concat!("INSERT INTO ", $($lite)* "stateguard_idempotency (scope, idem_key, fingerprint, state, lease, \
+             locked_until, created_at) VALUES (?1, ?2, ?3, 'running', 1, strftime('%Y-%m-%d \
+             %H:%M:%f', 'now', printf('+%.3f seconds', CAST(?4 AS INTEGER) / 1000.0)), \
+             strftime('%Y-%m-%d %H:%M:%f', 'now')) ON CONFLICT (scope, idem_key) DO NOTHING \
+             RETURNING 1"),
+                concat!("INSERT IGNORE INTO ", $($my)* "stateguard_idempotency (scope, idem_key, fingerprint, state, lease, \
+            locked_until, created_at) VALUES (?, ?, ?, 'running', 1, UTC_TIMESTAMP(3) + INTERVAL \
+            (? * 1000) MICROSECOND, UTC_TIMESTAMP(3))"),
+            ],
+            // TAKE_OVER
+            [
+                concat!("UPDATE ", $($pg)* "stateguard_idempotency SET lease = lease + 1, locked_until = \
+               statement_timestamp() + CAST($4 AS BIGINT) * INTERVAL '1 millisecond' WHERE \
+               scope = $1 AND idem_key = $2 AND state = 'running' AND lease = $3 AND \
+               locked_until < statement_timestamp() RETURNING 'stateguard ab3297261f68674d", $($tag)* "'::text, lease"),
+                concat!("UPDATE ", $($lite)* "stateguard_idempotency SET lease = lease + 1, locked_until = \
+             strftime('%Y-%m-%d %H:%M:%f', 'now', printf('+%.3f seconds', CAST(?4 AS INTEGER) / \
+             1000.0)) WHERE scope = ?1 AND idem_key = ?2 AND state = 'running' AND lease = ?3 \
+             AND locked_until < strftime('%Y-%m-%d %H:%M:%f', 'now') RETURNING lease"),
+                concat!("UPDATE ", $($my)* "stateguard_idempotency SET lease = LAST_INSERT_ID(lease + 1), locked_until = \
+            UTC_TIMESTAMP(3) + INTERVAL (? * 1000) MICROSECOND WHERE scope = ? AND idem_key = ? \
+            AND state = 'running' AND lease = ? AND locked_until < UTC_TIMESTAMP(3)"),
+            ],
+            // COMPLETE
+            [
+                concat!("UPDATE ", $($pg)* "stateguard_idempotency SET state = 'done', response_status = $4, \
+               response_body = $5, locked_until = NULL, completed_at = statement_timestamp() \
+               WHERE scope = $1 AND idem_key = $2 AND state = 'running' AND lease = $3 \
+               RETURNING 'stateguard a5a96a879df33d18", $($tag)* "'::text"),
+                concat!("UPDATE ", $($lite)* "stateguard_idempotency SET state = 'done', response_status = ?4, \
+             response_body = ?5, locked_until = NULL, completed_at = strftime('%Y-%m-%d \
+             %H:%M:%f', 'now') WHERE scope = ?1 AND idem_key = ?2 AND state = 'running' AND \
+             lease = ?3"),
+                concat!("UPDATE ", $($my)* "stateguard_idempotency SET state = 'done', response_status = ?, \
+            response_body = ?, locked_until = NULL, completed_at = UTC_TIMESTAMP(3) WHERE \
+            scope = ? AND idem_key = ? AND state = 'running' AND lease = ?"),
+            ],
+            // RELEASE
+            [
+                concat!("DELETE FROM ", $($pg)* "stateguard_idempotency WHERE scope = $1 AND idem_key = $2 AND \
+               state = 'running' AND lease = $3 RETURNING 'stateguard f6ab0159f41130b5", $($tag)* "'::text"),
+                concat!("DELETE FROM ", $($lite)* "stateguard_idempotency WHERE scope = ?1 AND idem_key = ?2 AND \
+             state = 'running' AND lease = ?3"),
+                concat!("DELETE FROM ", $($my)* "stateguard_idempotency WHERE scope = ? AND idem_key = ? AND \
+            state = 'running' AND lease = ?"),
+            ],
+            // PRUNE
+            [
+                concat!("DELETE FROM ", $($pg)* "stateguard_idempotency WHERE (scope, idem_key) IN (SELECT scope, \
+               idem_key FROM ", $($pg)* "stateguard_idempotency WHERE created_at < statement_timestamp() - \
+               CAST($1 AS BIGINT) * INTERVAL '1 millisecond' AND (state = 'done' OR \
+               locked_until < statement_timestamp()) ORDER BY created_at LIMIT $2 FOR UPDATE \
+               SKIP LOCKED) RETURNING 'stateguard 09c1355c593479fc", $($tag)* "'::text"),
+                concat!("DELETE FROM ", $($lite)* "stateguard_idempotency WHERE rowid IN (SELECT rowid FROM \
+             ", $($lite)* "stateguard_idempotency WHERE created_at < strftime('%Y-%m-%d %H:%M:%f', 'now', \
+             printf('-%.3f seconds', CAST(?1 AS INTEGER) / 1000.0)) AND (state = 'done' OR \
+             locked_until < strftime('%Y-%m-%d %H:%M:%f', 'now')) ORDER BY created_at LIMIT ?2)"),
+                concat!("DELETE FROM ", $($my)* "stateguard_idempotency WHERE created_at < UTC_TIMESTAMP(3) - INTERVAL \
+            (? * 1000) MICROSECOND AND (state = 'done' OR locked_until < UTC_TIMESTAMP(3)) \
+            ORDER BY created_at LIMIT ?"),
+            ],
+            ],
+            idempotency_ddl: (
+            [concat!("CREATE TABLE ", $($pg)* "stateguard_idempotency (
+    scope TEXT COLLATE \"C\" NOT NULL,
+    idem_key TEXT COLLATE \"C\" NOT NULL,
+    fingerprint TEXT COLLATE \"C\" NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('running', 'done')),
+    lease BIGINT NOT NULL,
+    locked_until TIMESTAMPTZ,
+    response_status INTEGER,
+    response_body BYTEA,
+    created_at TIMESTAMPTZ NOT NULL,
+    completed_at TIMESTAMPTZ,
+    PRIMARY KEY (scope, idem_key)
+)"), concat!("CREATE INDEX stateguard_idempotency_created_at ON ", $($pg)* "stateguard_idempotency (created_at)")],
+            [concat!("CREATE TABLE ", $($lite)* "stateguard_idempotency (
+    scope TEXT NOT NULL,
+    idem_key TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('running', 'done')),
+    lease INTEGER NOT NULL,
+    locked_until TEXT,
+    response_status INTEGER,
+    response_body BLOB,
+    created_at TEXT NOT NULL,
+    completed_at TEXT,
+    PRIMARY KEY (scope, idem_key)
+)"), concat!("CREATE INDEX ", $($lite)* "stateguard_idempotency_created_at ON stateguard_idempotency (created_at)")],
+            [concat!("CREATE TABLE ", $($my)* "stateguard_idempotency (
+    scope VARBINARY(1020) NOT NULL,
+    idem_key VARBINARY(1020) NOT NULL,
+    fingerprint VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    state VARCHAR(16) NOT NULL,
+    lease BIGINT NOT NULL,
+    locked_until DATETIME(3) NULL,
+    response_status INT NULL,
+    response_body LONGBLOB NULL,
+    created_at DATETIME(3) NOT NULL,
+    completed_at DATETIME(3) NULL,
+    PRIMARY KEY (scope, idem_key),
+    KEY stateguard_idempotency_created_at (created_at)
+)")],
+            ),
+            inbox: [
+            // RECEIVE
+            [
+                concat!("INSERT INTO ", $($pg)* "stateguard_inbox (consumer, message_id, received_at) VALUES ($1, $2, \
+               statement_timestamp()) ON CONFLICT (consumer, message_id) DO NOTHING RETURNING \
+               'stateguard 1e291bd415d26cf6", $($tag)* "'::text"),
+                concat!("INSERT INTO ", $($lite)* "stateguard_inbox (consumer, message_id, received_at) VALUES (?1, ?2, \
+             strftime('%Y-%m-%d %H:%M:%f', 'now')) ON CONFLICT (consumer, message_id) DO NOTHING"),
+                concat!("INSERT IGNORE INTO ", $($my)* "stateguard_inbox (consumer, message_id, received_at) VALUES \
+            (?, ?, UTC_TIMESTAMP(3))"),
+            ],
+            // PRUNE
+            [
+                concat!("DELETE FROM ", $($pg)* "stateguard_inbox WHERE (consumer, message_id) IN (SELECT consumer, \
+               message_id FROM ", $($pg)* "stateguard_inbox WHERE received_at < statement_timestamp() - \
+               CAST($1 AS BIGINT) * INTERVAL '1 millisecond' ORDER BY received_at LIMIT $2 FOR \
+               UPDATE SKIP LOCKED) RETURNING 'stateguard 83de7c51cf2339ad", $($tag)* "'::text"),
+                concat!("DELETE FROM ", $($lite)* "stateguard_inbox WHERE rowid IN (SELECT rowid FROM ", $($lite)* "stateguard_inbox \
+             WHERE received_at < strftime('%Y-%m-%d %H:%M:%f', 'now', printf('-%.3f seconds', \
+             CAST(?1 AS INTEGER) / 1000.0)) ORDER BY received_at LIMIT ?2)"),
+                concat!("DELETE FROM ", $($my)* "stateguard_inbox WHERE received_at < UTC_TIMESTAMP(3) - INTERVAL \
+            (? * 1000) MICROSECOND ORDER BY received_at LIMIT ?"),
+            ],
+            ],
+            inbox_ddl: (
+            [concat!("CREATE TABLE ", $($pg)* "stateguard_inbox (
+    consumer TEXT COLLATE \"C\" NOT NULL,
+    message_id TEXT COLLATE \"C\" NOT NULL,
+    received_at TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (consumer, message_id)
+)"), concat!("CREATE INDEX stateguard_inbox_received_at ON ", $($pg)* "stateguard_inbox (received_at)")],
+            [concat!("CREATE TABLE ", $($lite)* "stateguard_inbox (
+    consumer TEXT NOT NULL,
+    message_id TEXT NOT NULL,
+    received_at TEXT NOT NULL,
+    PRIMARY KEY (consumer, message_id)
+)"), concat!("CREATE INDEX ", $($lite)* "stateguard_inbox_received_at ON stateguard_inbox (received_at)")],
+            [concat!("CREATE TABLE ", $($my)* "stateguard_inbox (
+    consumer VARBINARY(1020) NOT NULL,
+    message_id VARBINARY(1020) NOT NULL,
+    received_at DATETIME(3) NOT NULL,
+    PRIMARY KEY (consumer, message_id),
+    KEY stateguard_inbox_received_at (received_at)
+)")],
+            ),
+        }
+    };
+}
