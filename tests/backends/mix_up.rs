@@ -17,8 +17,9 @@ use std::time::Duration;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{Connection, PgConnection, PgPool};
 use stateguard::ddl::Dialect;
-use stateguard::inbox::{self, Received};
-use stateguard::{Error, Outcome, StateMachine, Tx};
+use stateguard::idempotency::{self, Begun, Request};
+use stateguard::inbox::Received;
+use stateguard::{Error, Outcome, StateMachine, Stores, Tx};
 use tokio::sync::Barrier;
 
 const TRANSACTION: &str = "STATEGUARD_PGBOUNCER_TRANSACTION_URL";
@@ -67,6 +68,10 @@ enum Transfer {
     Sent,
     Failed,
 }
+
+/// The stores in the tests' schema: behind transaction pooling a
+/// session's `search_path` does not stick, and every statement names it.
+static MIX_UP: Stores = stateguard::stores!(schema = "sg_mix_up");
 
 /// One test at a time: each makes the schema anew.
 static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -469,13 +474,7 @@ async fn transaction_pooling_receives_each_message_once() {
     let Some((pool, mut admin)) = setup(test).await else {
         return;
     };
-    // The inbox table's name is fixed: in the schema PgBouncer's sessions
-    // find first, `public`, and only for this test.
-    sqlx::raw_sql("DROP TABLE IF EXISTS public.stateguard_inbox")
-        .execute(&mut admin)
-        .await
-        .expect("clean inbox");
-    for statement in inbox::ddl(Dialect::Postgres) {
+    for statement in MIX_UP.inbox().ddl(Dialect::Postgres) {
         sqlx::raw_sql(*statement)
             .execute(&mut admin)
             .await
@@ -484,7 +483,7 @@ async fn transaction_pooling_receives_each_message_once() {
     let told = race(&pool, |pool, id| async move {
         let mut tx = Tx::begin(&pool).await?;
         let message = format!("message-{id}");
-        let received = inbox::receive(&mut tx, "mix-up", &message).await?;
+        let received = MIX_UP.inbox().receive(&mut tx, "mix-up", &message).await?;
         tx.commit(()).await?;
         let answer = match received {
             Received::First => Answer::Won,
@@ -494,16 +493,59 @@ async fn transaction_pooling_receives_each_message_once() {
     })
     .await;
     let stored: Vec<i64> = sqlx::query_scalar(
-        "SELECT CAST(substr(message_id, 9) AS BIGINT) FROM stateguard_inbox \
+        "SELECT CAST(substr(message_id, 9) AS BIGINT) FROM sg_mix_up.stateguard_inbox \
          WHERE consumer = 'mix-up' ORDER BY 1",
     )
     .fetch_all(&mut admin)
     .await
     .expect("inbox");
     assert_confirmed("inbox receive", &told, &stored);
-    sqlx::raw_sql("DROP TABLE IF EXISTS public.stateguard_inbox")
-        .execute(&mut admin)
-        .await
-        .expect("drop inbox");
+    pool.close().await;
+}
+
+/// An idempotency key is `New` to one request at most, whose work and
+/// response commit: every other request is told `Replay` or
+/// `InProgress`, and no `New` is one the table does not hold as done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn transaction_pooling_begins_each_key_once() {
+    let _turn = TURN.lock().await;
+    let test = "transaction_pooling_begins_each_key_once";
+    let Some((pool, mut admin)) = setup(test).await else {
+        return;
+    };
+    for statement in MIX_UP.idempotency().ddl(Dialect::Postgres) {
+        sqlx::raw_sql(*statement)
+            .execute(&mut admin)
+            .await
+            .expect("idempotency table");
+    }
+    let told = race(&pool, |pool, id| async move {
+        let request = Request::new("mix-up", format!("key-{id}"), "fingerprint")?;
+        let begun = MIX_UP
+            .idempotency()
+            .begin_tx(&pool, &request, idempotency::DEFAULT_LEASE)
+            .await?;
+        let answer = match begun {
+            Begun::New((ticket, mut tx)) => {
+                ticket.complete(&mut tx, 201, b"created".to_vec()).await?;
+                tx.commit(()).await?;
+                Answer::Won
+            }
+            Begun::Replay(_) | Begun::InProgress => Answer::Lost,
+            Begun::Mismatch => {
+                panic!("key {id}: Mismatch, yet every request sends one fingerprint")
+            }
+        };
+        Ok(vec![(id, answer)])
+    })
+    .await;
+    let done: Vec<i64> = sqlx::query_scalar(
+        "SELECT CAST(substr(idem_key, 5) AS BIGINT) FROM sg_mix_up.stateguard_idempotency \
+         WHERE scope = 'mix-up' AND state = 'done' ORDER BY 1",
+    )
+    .fetch_all(&mut admin)
+    .await
+    .expect("keys");
+    assert_confirmed("idempotency begin_tx", &told, &done);
     pool.close().await;
 }
