@@ -57,6 +57,36 @@ impl<S: StateMachine> Machine<S> {
     /// Deadline: [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE), or
     /// `PayoutStatus::history(&pool, id).within(d)` ([`Call`]); cut off,
     /// [`Error::Timeout`] (`history`, outcome known: it only reads).
+    ///
+    /// ```
+    /// use stateguard::{Note, StateMachine};
+    ///
+    /// #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+    /// #[state_machine(table = "payouts", column = "status", key = "id", history = "payout_history")]
+    /// enum PayoutStatus {
+    ///     #[state(initial)]
+    ///     #[transition(cancel -> Cancelled)]
+    ///     Pending,
+    ///     Cancelled,
+    /// }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let pool = sqlx::SqlitePool::connect("sqlite::memory:").await?;
+    /// # sqlx::query("CREATE TABLE payouts (id INTEGER PRIMARY KEY, status TEXT NOT NULL)")
+    /// #     .execute(&pool).await?;
+    /// # sqlx::query("INSERT INTO payouts VALUES (1, 'pending')").execute(&pool).await?;
+    /// # for statement in stateguard::ddl::generate::<PayoutStatus>(stateguard::ddl::Dialect::Sqlite).up() {
+    /// #     sqlx::raw_sql(statement).execute(&pool).await?;
+    /// # }
+    /// PayoutStatus::cancel()
+    ///     .noted(Note::by("alice").because("duplicate request"))
+    ///     .apply(&pool, 1_i64)
+    ///     .await?;
+    /// let history = PayoutStatus::MACHINE.history(&pool, 1_i64).await?;
+    /// assert_eq!(history.len(), 1);
+    /// assert_eq!(history[0].to, PayoutStatus::Cancelled);
+    /// # Ok(()) }
+    /// ```
     pub fn history<'a, E, K>(&'static self, executor: E, key: K) -> Call<'a, Vec<HistoryRow<S>>>
     where
         E: Executor + 'a,

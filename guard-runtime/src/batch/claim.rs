@@ -120,6 +120,32 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
     /// Deadline: the transition's ([`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE),
     /// or [`Transition::within`]) for the whole claim, and each `Won` keeps
     /// it for [`Won::finish`]; cut off, [`Error::Timeout`].
+    ///
+    /// ```
+    /// # use stateguard::{Outcome, StateMachine, Won};
+    /// # #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+    /// # #[state_machine(table = "payouts", column = "status", key = "id")]
+    /// # enum PayoutStatus {
+    /// #     #[state(initial)]
+    /// #     #[transition(start -> Sending)]
+    /// #     Pending,
+    /// #     Sending,
+    /// # }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let pool = sqlx::SqlitePool::connect("sqlite::memory:").await?;
+    /// # sqlx::query("CREATE TABLE payouts (id INTEGER PRIMARY KEY, status TEXT NOT NULL)")
+    /// #     .execute(&pool).await?;
+    /// # sqlx::query("INSERT INTO payouts VALUES (1, 'pending'), (2, 'pending'), (3, 'pending')")
+    /// #     .execute(&pool).await?;
+    /// // A worker takes up to two pending payouts; the next worker gets the rest.
+    /// let taken: Vec<Won<PayoutStatus, i64>> = PayoutStatus::start().claim(&pool, 2).await?;
+    /// let keys: Vec<i64> = taken.iter().map(|won| *won.key()).collect();
+    /// assert_eq!(keys, [1, 2]);
+    /// let rest: Vec<Won<PayoutStatus, i64>> = PayoutStatus::start().claim(&pool, 2).await?;
+    /// assert_eq!(rest.len(), 1);
+    /// # Ok(()) }
+    /// ```
     pub async fn claim<DB, K>(
         self,
         pool: &sqlx::Pool<DB>,

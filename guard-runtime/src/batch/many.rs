@@ -54,6 +54,30 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
     /// names one row: it is [`Error::ExpectingMany`]. Every row gets the
     /// same values (a [`Bound`]); noted ([`Transition::noted`]), the
     /// history row of every move records the note.
+    ///
+    /// ```
+    /// # use stateguard::{Outcome, StateMachine, Won};
+    /// # #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+    /// # #[state_machine(table = "payouts", column = "status", key = "id")]
+    /// # enum PayoutStatus {
+    /// #     #[state(initial)]
+    /// #     #[transition(start -> Sending)]
+    /// #     Pending,
+    /// #     Sending,
+    /// # }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let pool = sqlx::SqlitePool::connect("sqlite::memory:").await?;
+    /// # sqlx::query("CREATE TABLE payouts (id INTEGER PRIMARY KEY, status TEXT NOT NULL)")
+    /// #     .execute(&pool).await?;
+    /// # sqlx::query("INSERT INTO payouts VALUES (1, 'pending'), (2, 'pending'), (3, 'pending')")
+    /// #     .execute(&pool).await?;
+    /// // One statement for the batch; each key gets its own outcome, in order.
+    /// let outcomes = PayoutStatus::start().apply_many(&pool, &[1_i64, 2, 9]).await?;
+    /// assert!(outcomes[0].is_applied() && outcomes[1].is_applied());
+    /// assert_eq!(outcomes[2], Outcome::NotFound);
+    /// # Ok(()) }
+    /// ```
     pub async fn apply_many<DB, K>(
         self,
         pool: &sqlx::Pool<DB>,

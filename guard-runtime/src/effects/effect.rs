@@ -212,6 +212,43 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
     /// [`Error::Timeout`] whose outcome is unknown, naming the follow-up
     /// under way (`done` while the effect runs), and the row stays in
     /// flight for recovery.
+    ///
+    /// ```
+    /// use stateguard::{Finished, StateMachine, Verdict};
+    ///
+    /// #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+    /// #[state_machine(table = "transfers", column = "status", key = "id")]
+    /// enum TransferStatus {
+    ///     #[state(initial)]
+    ///     #[transition(start -> Sending)]
+    ///     Pending,
+    ///     #[state(in_flight(lease = "30s", since = "sending_since", done = confirm, failed = fail))]
+    ///     #[transition(confirm -> Sent)]
+    ///     #[transition(fail -> Failed)]
+    ///     Sending,
+    ///     Sent,
+    ///     Failed,
+    /// }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let pool = sqlx::SqlitePool::connect("sqlite::memory:").await?;
+    /// # sqlx::query("CREATE TABLE transfers (id INTEGER PRIMARY KEY, status TEXT NOT NULL, sending_since TEXT)")
+    /// #     .execute(&pool).await?;
+    /// # sqlx::query("INSERT INTO transfers (id, status) VALUES (1, 'pending')")
+    /// #     .execute(&pool).await?;
+    /// let outcome = TransferStatus::start().apply(&pool, 1_i64).await?;
+    /// if let Some(won) = outcome.won() {
+    ///     // The effect runs once, under the row's lease; its verdict moves the row.
+    ///     let finished = won
+    ///         .finish(&pool, |effect| async move {
+    ///             let _key = effect.effect_key(); // the bank's idempotency key
+    ///             Verdict::Done
+    ///         })
+    ///         .await?;
+    ///     assert!(matches!(finished, Finished::Done { state: TransferStatus::Sent, .. }));
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn finish<E, F, Fut>(
         self,
         executor: E,

@@ -306,6 +306,43 @@ pub struct Recovered {
 /// `recover`, changed nothing, and all the others may still commit
 /// ([`Error::is_outcome_unknown`]), PostgreSQL's `take_over` of the
 /// whole pass included, which ends the pass.
+///
+/// ```
+/// use stateguard::{Effect, StateMachine, Verdict};
+///
+/// #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+/// #[state_machine(table = "transfers", column = "status", key = "id")]
+/// enum TransferStatus {
+///     #[state(initial)]
+///     #[transition(start -> Sending)]
+///     Pending,
+///     #[state(in_flight(lease = "30s", since = "sending_since", done = confirm, failed = fail))]
+///     #[transition(confirm -> Sent)]
+///     #[transition(fail -> Failed)]
+///     Sending,
+///     Sent,
+///     Failed,
+/// }
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let pool = sqlx::SqlitePool::connect("sqlite::memory:").await?;
+/// # sqlx::query("CREATE TABLE transfers (id INTEGER PRIMARY KEY, status TEXT NOT NULL, sending_since TEXT)")
+/// #     .execute(&pool).await?;
+/// # sqlx::query("INSERT INTO transfers (id, status) VALUES (1, 'pending')")
+/// #     .execute(&pool).await?;
+/// // A worker won the row, then died before its effect: the row is in flight.
+/// let _lost = TransferStatus::start().apply(&pool, 1_i64).await?;
+/// # sqlx::query("UPDATE transfers SET sending_since = '2000-01-01 00:00:00.000'").execute(&pool).await?;
+/// // Once its lease has run out, a recovery pass runs the effect again, with
+/// // the same effect key, and finishes the row.
+/// let pass = stateguard::recover(&pool, TransferStatus::Sending, 10, |effect: Effect<_, i64>| async move {
+///     let _key = effect.effect_key();
+///     Verdict::Done
+/// })
+/// .await?;
+/// assert_eq!((pass.claimed, pass.done), (1, 1));
+/// # Ok(()) }
+/// ```
 pub async fn recover<S, K, E, F, Fut>(
     executor: E,
     state: S,

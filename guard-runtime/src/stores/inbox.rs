@@ -89,6 +89,25 @@ pub enum Received {
 /// `inbox::receive(&mut tx, consumer, id).within(d)` ([`Call`]). Cut off,
 /// [`Error::Timeout`] (`receive`, outcome unknown) and `tx` can no longer
 /// commit: roll it back, and let the message be delivered again.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let pool = sqlx::SqlitePool::connect("sqlite::memory:").await?;
+/// use stateguard::inbox::{self, Received};
+/// use stateguard::Tx;
+///
+/// for statement in inbox::ddl(stateguard::ddl::Dialect::Sqlite) {
+///     sqlx::raw_sql(*statement).execute(&pool).await?;
+/// }
+/// // The webhook arrives twice: only the first delivery does the work.
+/// for expected in [Received::First, Received::Duplicate] {
+///     let mut tx = Tx::begin(&pool).await?;
+///     assert_eq!(inbox::receive(&mut tx, "bank-webhooks", "evt_1").await?, expected);
+///     tx.commit(()).await?;
+/// }
+/// # Ok(()) }
+/// ```
 pub fn receive<'a, 'c, DB>(
     tx: &'a mut Tx<'c, DB>,
     consumer: &'a str,

@@ -229,6 +229,32 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
     /// [`recover`](crate::recover) once its lease runs out; any other
     /// effect is lost unless the caller treats such an error, or a later
     /// `AlreadyInState`, as an effect possibly owed.
+    ///
+    /// ```
+    /// # use stateguard::{Outcome, StateMachine};
+    /// # #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+    /// # #[state_machine(table = "payouts", column = "status", key = "id")]
+    /// # enum PayoutStatus {
+    /// #     #[state(initial)]
+    /// #     #[transition(start -> Sending)]
+    /// #     Pending,
+    /// #     Sending,
+    /// # }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let pool = sqlx::SqlitePool::connect("sqlite::memory:").await?;
+    /// # sqlx::query("CREATE TABLE payouts (id INTEGER PRIMARY KEY, status TEXT NOT NULL)")
+    /// #     .execute(&pool).await?;
+    /// # sqlx::query("INSERT INTO payouts VALUES (1, 'pending'), (2, 'pending'), (3, 'pending')")
+    /// #     .execute(&pool).await?;
+    /// // The same job delivered twice: the first attempt wins, the replay learns
+    /// // the row's state.
+    /// let first = PayoutStatus::start().apply(&pool, 1_i64).await?;
+    /// assert!(first.is_applied()); // the one attempt that may call the bank
+    /// let replay = PayoutStatus::start().apply(&pool, 1_i64).await?;
+    /// assert_eq!(replay, Outcome::AlreadyInState(PayoutStatus::Sending));
+    /// # Ok(()) }
+    /// ```
     pub async fn apply<E, K>(self, executor: E, key: K) -> Result<Outcome<S, K, E::Commit>, Error>
     where
         E: Executor,

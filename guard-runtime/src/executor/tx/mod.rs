@@ -181,6 +181,35 @@ impl<'c, DB: Backend> Tx<'c, DB> {
     /// not commit. Until the `BEGIN` answers (or its connection breaks),
     /// the task keeps the connection out of the pool. On a connection of
     /// your own, wrap the transaction sqlx begins there with [`Tx::new`].
+    ///
+    /// ```
+    /// # use stateguard::{Outcome, StateMachine, Won};
+    /// # #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+    /// # #[state_machine(table = "payouts", column = "status", key = "id")]
+    /// # enum PayoutStatus {
+    /// #     #[state(initial)]
+    /// #     #[transition(start -> Sending)]
+    /// #     Pending,
+    /// #     Sending,
+    /// # }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let pool = sqlx::SqlitePool::connect("sqlite::memory:").await?;
+    /// # sqlx::query("CREATE TABLE payouts (id INTEGER PRIMARY KEY, status TEXT NOT NULL)")
+    /// #     .execute(&pool).await?;
+    /// # sqlx::query("INSERT INTO payouts VALUES (1, 'pending'), (2, 'pending'), (3, 'pending')")
+    /// #     .execute(&pool).await?;
+    /// use stateguard::Tx;
+    ///
+    /// // The move and the caller's own statements commit together; the win
+    /// // waits for the commit.
+    /// let mut tx = Tx::begin(&pool).await?;
+    /// let outcome = PayoutStatus::start().apply(&mut tx, 1_i64).await?;
+    /// sqlx::query("UPDATE payouts SET status = status WHERE id = 1").execute(&mut *tx).await?;
+    /// let won = tx.commit(outcome.won()).await?;
+    /// assert!(won.is_some());
+    /// # Ok(()) }
+    /// ```
     pub fn begin(pool: &sqlx::Pool<DB>) -> Begin<'_, DB> {
         Begin::new(pool, None)
     }

@@ -397,6 +397,32 @@ pub fn ddl(dialect: crate::ddl::Dialect) -> &'static [&'static str] {
 }
 
 /// [`Store::begin_tx`] on the table found through the search path.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let pool = sqlx::SqlitePool::connect("sqlite::memory:").await?;
+/// use stateguard::idempotency::{self, Begun, Request};
+///
+/// for statement in idempotency::ddl(stateguard::ddl::Dialect::Sqlite) {
+///     sqlx::raw_sql(*statement).execute(&pool).await?;
+/// }
+/// // A client retries `POST /payouts` with the same key: the work runs once,
+/// // and the retry gets the stored response.
+/// let request = Request::new("acme:POST /payouts", "key-1", "sha256-of-the-body")?;
+/// for _attempt in 0..2 {
+///     match idempotency::begin_tx(&pool, &request, idempotency::DEFAULT_LEASE).await? {
+///         Begun::New((ticket, mut tx)) => {
+///             // … the work, on &mut *tx …
+///             ticket.complete(&mut tx, 201, b"{\"id\":42}".to_vec()).await?;
+///             tx.commit(()).await?;
+///         }
+///         Begun::Replay(stored) => assert_eq!(stored.status(), 201),
+///         Begun::InProgress | Begun::Mismatch => unreachable!(),
+///     }
+/// }
+/// # Ok(()) }
+/// ```
 pub fn begin_tx<'a, DB>(
     pool: &'a sqlx::Pool<DB>,
     request: &'a Request,
