@@ -345,6 +345,8 @@ pub use stateguard_runtime::{ddl, docs, meta, telemetry};
 pub use stateguard_runtime::pooler;
 pub use stateguard_runtime::{Stores, idempotency, inbox, stores};
 
+pub mod guide;
+
 #[doc(hidden)]
 pub mod __private {
     pub use stateguard_runtime::__private::*;

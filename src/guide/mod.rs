@@ -1,0 +1,24 @@
+//! The guide: one chapter per capability, each with examples that run
+//! (on in-memory SQLite, as `cargo test --doc` runs them).
+//!
+//! - [Claims, sweeps and batches](batches): `claim`, `claim_older_than`,
+//!   `claim_timed_out` and `apply_many`.
+//! - [History and notes](history): the history table, `history`, and
+//!   notes on every way of moving a row.
+//! - [Tracing and metrics](tracing): the spans and their fields, and the
+//!   `metrics` feature.
+//!
+//! The crate documentation covers transitions and outcomes, values bound
+//! per call, guards, keys of several columns, effects, transactions, DDL
+//! and diagrams; the pooler guide is [`pooler`](crate::pooler), the
+//! idempotency keys' and the inbox's are
+//! [`idempotency`](crate::idempotency) and [`inbox`](crate::inbox).
+
+#[doc = include_str!("batches.md")]
+pub mod batches {}
+
+#[doc = include_str!("history.md")]
+pub mod history {}
+
+#[doc = include_str!("tracing.md")]
+pub mod tracing {}
