@@ -1,6 +1,10 @@
 //! The guide: one chapter per capability, each with examples that run
 //! (on in-memory SQLite, as `cargo test --doc` runs them).
 //!
+//! - [Effects, in-flight states and recovery](effects): `Won`, effect
+//!   keys, occurrences, leases, verdicts, `finish` and `recover`.
+//! - [Transactions](transactions): `Tx`, savepoints, and wins that wait
+//!   for the commit.
 //! - [Claims, sweeps and batches](batches): `claim`, `claim_older_than`,
 //!   `claim_timed_out` and `apply_many`.
 //! - [History and notes](history): the history table, `history`, and
@@ -9,10 +13,15 @@
 //!   `metrics` feature.
 //!
 //! The crate documentation covers transitions and outcomes, values bound
-//! per call, guards, keys of several columns, effects, transactions, DDL
-//! and diagrams; the pooler guide is [`pooler`](crate::pooler), the
+//! per call, guards, keys of several columns, DDL and diagrams; the pooler guide is [`pooler`](crate::pooler), the
 //! idempotency keys' and the inbox's are
 //! [`idempotency`](crate::idempotency) and [`inbox`](crate::inbox).
+
+#[doc = include_str!("effects.md")]
+pub mod effects {}
+
+#[doc = include_str!("transactions.md")]
+pub mod transactions {}
 
 #[doc = include_str!("batches.md")]
 pub mod batches {}
