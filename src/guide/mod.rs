@@ -9,13 +9,13 @@
 //!   `claim_timed_out` and `apply_many`.
 //! - [History and notes](history): the history table, `history`, and
 //!   notes on every way of moving a row.
+//! - [Idempotency keys and the inbox](front_doors): `begin_tx`,
+//!   `complete`, `receive`, their tables, and the example service.
 //! - [Tracing and metrics](tracing): the spans and their fields, and the
 //!   `metrics` feature.
 //!
 //! The crate documentation covers transitions and outcomes, values bound
-//! per call, guards, keys of several columns, DDL and diagrams; the pooler guide is [`pooler`](crate::pooler), the
-//! idempotency keys' and the inbox's are
-//! [`idempotency`](crate::idempotency) and [`inbox`](crate::inbox).
+//! per call, guards, keys of several columns, DDL and diagrams; the pooler guide is [`pooler`](crate::pooler).
 
 #[doc = include_str!("effects.md")]
 pub mod effects {}
@@ -28,6 +28,9 @@ pub mod batches {}
 
 #[doc = include_str!("history.md")]
 pub mod history {}
+
+#[doc = include_str!("front_doors.md")]
+pub mod front_doors {}
 
 #[doc = include_str!("tracing.md")]
 pub mod tracing {}
