@@ -347,6 +347,11 @@ pub use stateguard_runtime::{Stores, idempotency, inbox, stores};
 
 pub mod guide;
 
+// Every Rust block of the README compiles as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 #[doc(hidden)]
 pub mod __private {
     pub use stateguard_runtime::__private::*;

@@ -1,6 +1,11 @@
 //! The guide: one chapter per capability, each with examples that run
 //! (on in-memory SQLite, as `cargo test --doc` runs them).
 //!
+//! - [Transitions and outcomes](transitions): what `apply` does, its
+//!   retries, deadlines and errors, and what each backend needs.
+//! - [Values, guards and occurrences](values): `bind(Type)`, `guard`,
+//!   `expecting`.
+//! - [Keys of several columns](keys).
 //! - [Effects, in-flight states and recovery](effects): `Won`, effect
 //!   keys, occurrences, leases, verdicts, `finish` and `recover`.
 //! - [Transactions](transactions): `Tx`, savepoints, and wins that wait
@@ -14,8 +19,17 @@
 //! - [Tracing and metrics](tracing): the spans and their fields, and the
 //!   `metrics` feature.
 //!
-//! The crate documentation covers transitions and outcomes, values bound
-//! per call, guards, keys of several columns, DDL and diagrams; the pooler guide is [`pooler`](crate::pooler).
+//! The crate documentation has the attributes, DDL and diagrams, and the
+//! backends; the pooler guide is [`pooler`](crate::pooler).
+
+#[doc = include_str!("transitions.md")]
+pub mod transitions {}
+
+#[doc = include_str!("values.md")]
+pub mod values {}
+
+#[doc = include_str!("keys.md")]
+pub mod keys {}
 
 #[doc = include_str!("effects.md")]
 pub mod effects {}
