@@ -75,7 +75,9 @@
 //!   `(tenant_id, id)`; see [`RowKey`]).
 //!   Optional: `version = "…"` (an integer column every transition
 //!   increments, the occurrence in effect keys; required when the machine has
-//!   a cycle), `rename_all = "…"` (serde's rule names; default `snake_case`)
+//!   a cycle), `history = "…"` (a table every move appends a row to, in
+//!   the same atomic act: see the [history chapter](crate::guide::history)),
+//!   `rename_all = "…"` (serde's rule names; default `snake_case`)
 //!   and `crate = "…"` for a renamed dependency.
 //! - `#[state(initial)]` on exactly one variant; `#[state(rename = "…")]` to
 //!   choose a state's database string.
