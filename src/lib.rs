@@ -276,7 +276,9 @@
 //! # Backends
 //!
 //! Enable `postgres`, `sqlite` or `mysql` (MySQL 8 and MariaDB), or
-//! several. [`Transition::apply`] takes a
+//! several; `metrics` counts outcomes through the `metrics` facade, and
+//! `serde` makes every machine's enum `Serialize` and `Deserialize` as its
+//! database strings. [`Transition::apply`] takes a
 //! `&Pool`, a `&mut` connection or a `&mut` [`Tx`] / [`Savepoint`] of that backend; see
 //! it for the retry rules inside and outside a transaction.
 //!

@@ -228,7 +228,48 @@ macro_rules! __stateguard_text {
                     .ok_or_else(|| $crate::__private::unknown_state::<Self>(text))
             }
         }
+
+        $crate::__private::serde_impls!($machine);
     };
+}
+
+/// With the `serde` feature, `Serialize` and `Deserialize` for a machine's
+/// enum as its database strings (`"pending"`); a string that is no state
+/// is an error that names it. Without the feature, nothing.
+#[cfg(feature = "serde")]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __stateguard_serde {
+    ($machine:ident) => {
+        #[automatically_derived]
+        impl $crate::__private::serde::Serialize for $machine {
+            fn serialize<__S: $crate::__private::serde::Serializer>(
+                &self,
+                serializer: __S,
+            ) -> ::core::result::Result<__S::Ok, __S::Error> {
+                serializer.serialize_str($crate::StateMachine::as_str(*self))
+            }
+        }
+
+        #[automatically_derived]
+        impl<'__de> $crate::__private::serde::Deserialize<'__de> for $machine {
+            fn deserialize<__D: $crate::__private::serde::Deserializer<'__de>>(
+                deserializer: __D,
+            ) -> ::core::result::Result<Self, __D::Error> {
+                let text: $crate::__private::CowStr<'__de> =
+                    $crate::__private::serde::Deserialize::deserialize(deserializer)?;
+                <Self as $crate::StateMachine>::parse_db_str(&text.0)
+                    .map_err(<__D::Error as $crate::__private::serde::de::Error>::custom)
+            }
+        }
+    };
+}
+
+#[cfg(not(feature = "serde"))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __stateguard_serde {
+    ($machine:ident) => {};
 }
 
 /// Items the derive's generated code names. Not part of the public API.
@@ -241,10 +282,42 @@ pub mod __private {
         __stateguard_sqlite as sqlite,
     };
 
+    /// `Serialize` and `Deserialize`, with the `serde` feature.
+    pub use crate::__stateguard_serde as serde_impls;
     /// One statement in each dialect.
     pub use crate::__stateguard_sql as sql;
     /// `Display`, `FromStr` and the sqlx impls of a machine's enum.
     pub use crate::__stateguard_text as text;
+    #[cfg(feature = "serde")]
+    pub use serde;
+
+    /// A string a deserializer lends, or owns where it must (an escaped
+    /// JSON string): what a state's `Deserialize` reads.
+    #[cfg(feature = "serde")]
+    pub struct CowStr<'de>(pub std::borrow::Cow<'de, str>);
+
+    #[cfg(feature = "serde")]
+    impl<'de> serde::Deserialize<'de> for CowStr<'de> {
+        fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            struct Text;
+            impl<'de> serde::de::Visitor<'de> for Text {
+                type Value = CowStr<'de>;
+                fn expecting(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+                    f.write_str("a state's database string")
+                }
+                fn visit_borrowed_str<E>(self, value: &'de str) -> Result<Self::Value, E> {
+                    Ok(CowStr(std::borrow::Cow::Borrowed(value)))
+                }
+                fn visit_str<E>(self, value: &str) -> Result<Self::Value, E> {
+                    Ok(CowStr(std::borrow::Cow::Owned(value.to_owned())))
+                }
+                fn visit_string<E>(self, value: String) -> Result<Self::Value, E> {
+                    Ok(CowStr(std::borrow::Cow::Owned(value)))
+                }
+            }
+            deserializer.deserialize_str(Text)
+        }
+    }
     pub use crate::machine::construct::Statements;
 
     /// The runtime's clock text per dialect, for the test that holds the

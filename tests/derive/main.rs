@@ -16,3 +16,4 @@ mod ddl;
 mod docs;
 mod expand;
 mod metadata;
+mod serde_strings;
