@@ -77,8 +77,13 @@
 //!   increments, the occurrence in effect keys; required when the machine has
 //!   a cycle), `history = "…"` (a table every move appends a row to, in
 //!   the same atomic act: see the [history chapter](crate::guide::history)),
-//!   `rename_all = "…"` (serde's rule names; default `snake_case`)
-//!   and `crate = "…"` for a renamed dependency.
+//!   `rename_all = "…"` (serde's rule names; default `snake_case`),
+//!   `crate = "…"` for a renamed dependency, and `conversions = false` for
+//!   an enum that has its own `Display`, `FromStr` or sqlx impls: the
+//!   derive then writes none of the `Display`, `FromStr`, sqlx
+//!   `Type`/`Encode`/`Decode` (and, with the `serde` feature,
+//!   `Serialize`/`Deserialize`) impls it writes over the database strings
+//!   otherwise.
 //! - `#[state(initial)]` on exactly one variant; `#[state(rename = "…")]` to
 //!   choose a state's database string.
 //! - `#[transition(name -> Target)]` on each source variant, optionally with

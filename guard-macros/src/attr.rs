@@ -27,6 +27,9 @@ pub struct MachineAttrs {
     pub history: Option<LitStr>,
     pub rename_all: Option<(LitStr, RenameRule)>,
     pub krate: Option<Path>,
+    /// `conversions = false`: no `Display`, `FromStr`, sqlx or serde impls
+    /// for the enum, for one that has its own.
+    pub conversions: Option<bool>,
     /// An attribute failed to parse: what it held is unknown, so a "missing
     /// `table`" would likely be a false report.
     pub incomplete: bool,
@@ -149,6 +152,7 @@ pub fn machine_attrs(cx: &mut Ctxt, attrs: &[Attribute]) -> MachineAttrs {
     let mut history = Attr::none("history");
     let mut rename_all = Attr::none("rename_all");
     let mut krate = Attr::none("crate");
+    let mut conversions = Attr::none("conversions");
     for attr in attrs {
         if !attr.path().is_ident("state_machine") {
             continue;
@@ -200,10 +204,21 @@ pub fn machine_attrs(cx: &mut Ctxt, attrs: &[Attribute]) -> MachineAttrs {
                     )
                 })?;
                 krate.set(cx, &lit, path);
+            // #[state_machine(conversions = false)]
+            } else if meta.path.is_ident("conversions") {
+                let lit: syn::Lit = meta.value()?.parse()?;
+                let syn::Lit::Bool(flag) = &lit else {
+                    return Err(syn::Error::new_spanned(
+                        &lit,
+                        "`conversions` takes `true` or `false`: `conversions = false` leaves \
+                         `Display`, `FromStr` and the sqlx and serde impls to the enum",
+                    ));
+                };
+                conversions.set(cx, &lit, flag.value);
             } else {
                 return Err(meta.error(
                     "unknown state_machine attribute; expected `table`, `column`, `key`, \
-                     `version`, `order`, `history`, `rename_all` or `crate`",
+                     `version`, `order`, `history`, `rename_all`, `crate` or `conversions`",
                 ));
             }
             Ok(())
@@ -223,6 +238,7 @@ pub fn machine_attrs(cx: &mut Ctxt, attrs: &[Attribute]) -> MachineAttrs {
         history: history.get(),
         rename_all: rename_all.get(),
         krate: krate.get(),
+        conversions: conversions.get(),
         incomplete,
     }
 }

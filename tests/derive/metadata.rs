@@ -368,3 +368,61 @@ mod names_the_expansion_uses {
         );
     }
 }
+
+/// An enum with its own `Display` and `FromStr` (or its own sqlx
+/// derive) opts out of the derive's: `conversions = false` keeps them
+/// from clashing, and the machine works on its database strings all the
+/// same.
+mod own_conversions {
+    use std::fmt;
+    use std::str::FromStr;
+
+    use stateguard::StateMachine;
+
+    #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+    #[state_machine(table = "tickets", column = "status", key = "id", conversions = false)]
+    pub enum TicketStatus {
+        #[state(initial)]
+        #[transition(close -> Closed)]
+        Open,
+        Closed,
+    }
+
+    impl fmt::Display for TicketStatus {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(match self {
+                TicketStatus::Open => "Open ticket",
+                TicketStatus::Closed => "Closed ticket",
+            })
+        }
+    }
+
+    impl FromStr for TicketStatus {
+        type Err = ();
+        fn from_str(text: &str) -> Result<Self, ()> {
+            match text {
+                "Open ticket" => Ok(TicketStatus::Open),
+                "Closed ticket" => Ok(TicketStatus::Closed),
+                _ => Err(()),
+            }
+        }
+    }
+
+    #[test]
+    fn the_enums_own_impls_stay_and_the_machine_keeps_its_strings() {
+        assert_eq!(TicketStatus::Open.to_string(), "Open ticket");
+        assert_eq!("Closed ticket".parse(), Ok(TicketStatus::Closed));
+        assert_eq!(TicketStatus::Closed.as_str(), "closed");
+        assert_eq!(
+            TicketStatus::parse_db_str("open").ok(),
+            Some(TicketStatus::Open)
+        );
+        assert!(
+            TicketStatus::close()
+                .def()
+                .update_sql()
+                .sqlite()
+                .contains("'closed'")
+        );
+    }
+}

@@ -307,6 +307,13 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
         }
     };
 
+    // `Display`, `FromStr` and the sqlx (and serde) impls over the database
+    // strings, unless the enum has its own (`conversions = false`).
+    let text = match input.attrs.conversions {
+        Some(false) => TokenStream::new(),
+        _ => quote!(#private::text!(#ident);),
+    };
+
     // Only a machine with a history table takes notes: `noted` asks for it.
     let has_history = model.history.as_ref().map(|_| {
         quote! {
@@ -405,7 +412,7 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
             #(#constructors)*
         }
 
-        #private::text!(#ident);
+        #text
     }
 }
 
