@@ -244,10 +244,10 @@ async fn alternate<T>(
 /// rows of its own.
 async fn many_rounds<DB, H, Fut>(pool: &Pool<DB>, hand_label: &str, hand_round: H)
 where
-    DB: stateguard::Batched,
-    i64: stateguard::Key<DB>
+    DB: stateguard::bounds::Batched,
+    i64: stateguard::bounds::Key<DB>
         + for<'r> sqlx::Decode<'r, DB>
-        + stateguard::ManyKeys<DB, stateguard::key::shape::One>,
+        + stateguard::bounds::ManyKeys<DB, stateguard::key::shape::One>,
     H: Fn(Vec<i64>) -> Fut,
     Fut: Future<Output = ()>,
 {
@@ -280,10 +280,10 @@ where
 
 async fn many_round<DB>(pool: &Pool<DB>, keys: Vec<i64>)
 where
-    DB: stateguard::Batched,
-    i64: stateguard::Key<DB>
+    DB: stateguard::bounds::Batched,
+    i64: stateguard::bounds::Key<DB>
         + for<'r> sqlx::Decode<'r, DB>
-        + stateguard::ManyKeys<DB, stateguard::key::shape::One>,
+        + stateguard::bounds::ManyKeys<DB, stateguard::key::shape::One>,
 {
     let outcomes = Batch::advance().apply_many(pool, &keys).await.unwrap();
     assert!(outcomes.iter().all(Outcome::is_applied));
@@ -292,7 +292,7 @@ where
 async fn loop_round<DB>(pool: &Pool<DB>, keys: Vec<i64>)
 where
     DB: stateguard::Backend,
-    i64: stateguard::Key<DB>,
+    i64: stateguard::bounds::Key<DB>,
 {
     for key in keys {
         assert!(
@@ -311,7 +311,7 @@ where
 async fn history_rounds<DB, H, Fut>(pool: &Pool<DB>, hand: H) -> [Vec<f64>; 3]
 where
     DB: stateguard::Backend,
-    i64: stateguard::Key<DB>,
+    i64: stateguard::bounds::Key<DB>,
     H: Fn(i64) -> Fut,
     Fut: Future<Output = ()>,
 {

@@ -60,8 +60,9 @@ const MYSQL: support::Place = support::Place {
 };
 
 use sqlx::{Executor as _, Pool};
+use stateguard::bounds::Key;
 use stateguard::meta::Sql;
-use stateguard::{Backend, Key, StateMachine, Verdict};
+use stateguard::{Backend, StateMachine, Verdict};
 
 #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
 #[state_machine(table = "m_plain", column = "status", key = "id")]

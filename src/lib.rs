@@ -72,7 +72,7 @@
 //! - `#[state_machine(table = "…", column = "…", key = "…")]` on the enum: the
 //!   table (`table` or `schema.table`), the status column and the key column
 //!   (or up to four, `key = "tenant_id, id"`: `apply` then takes a tuple,
-//!   `(tenant_id, id)`; see [`RowKey`]).
+//!   `(tenant_id, id)`; see [`RowKey`](bounds::RowKey)).
 //!   Optional: `version = "…"` (an integer column every transition
 //!   increments, the occurrence in effect keys; required when the machine has
 //!   a cycle), `history = "…"` (a table every move appends a row to, in
@@ -333,21 +333,28 @@ pub use stateguard_macros::StateMachine;
 // Transitions and what they return.
 pub use stateguard_runtime::{
     Bound, Call, Committed, Current, DEFAULT_DEADLINE, Error, ErrorKind, HasHistory, HasVersion,
-    HistoryRow, Note, NoteSlot, Noted, Outcome, StateMachine, Transition, Uncommitted,
-    UnknownState, Won,
+    HistoryRow, Note, Noted, Outcome, StateMachine, Transition, Uncommitted, UnknownState, Won,
 };
 // Transactions whose wins wait for the commit.
-pub use stateguard_runtime::{Begin, Savepoint, Staged, Tx};
+pub use stateguard_runtime::{Begin, Savepoint, Tx};
 // Effects, in-flight states and their recovery.
 pub use stateguard_runtime::{
-    Effect, FinishError, Finished, FollowUp, FollowUpValues, Recovered, SupersededRow, Verdict,
-    claim_expired, recover, recover_within,
+    Effect, FinishError, Finished, FollowUp, Recovered, SupersededRow, Verdict, claim_expired,
+    recover, recover_within,
 };
 // What `apply` runs on.
-pub use stateguard_runtime::{
-    APPLY_MANY_CHUNK, Backend, BatchKey, Batched, DecodeKey, Executor, Key, KeyShape, KeyText,
-    ManyKeys, Params, RowKey, key,
-};
+pub use stateguard_runtime::{APPLY_MANY_CHUNK, Backend, Executor, key};
+
+/// The traits that say what a key, a value or a database can do: the
+/// bounds of the library's signatures, which code generic over the
+/// database names in its own `where` clauses (`i64: bounds::Key<DB>`), and
+/// nothing else needs to import.
+pub mod bounds {
+    pub use stateguard_runtime::{
+        BatchKey, Batched, DecodeKey, FollowUpValues, Key, KeyShape, KeyText, ManyKeys, NoteSlot,
+        Params, RowKey, Staged,
+    };
+}
 // Metadata, and what is generated from it.
 pub use stateguard_runtime::{ddl, docs, meta, telemetry};
 // Exactly once at the front doors: idempotency keys and a consumer's inbox.

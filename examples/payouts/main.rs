@@ -26,7 +26,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use sqlx::{PgPool, Pool};
-use stateguard::{Backend, Batched, Outcome};
+use stateguard::bounds::Batched;
+use stateguard::{Backend, Outcome};
 
 mod status;
 
@@ -249,7 +250,7 @@ where
     i64: for<'q> sqlx::Encode<'q, DB>
         + for<'r> sqlx::Decode<'r, DB>
         + sqlx::Type<DB>
-        + stateguard::ManyKeys<DB, stateguard::key::shape::One>,
+        + stateguard::bounds::ManyKeys<DB, stateguard::key::shape::One>,
     String: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
 {
     let bank = Arc::new(Bank::default());

@@ -13,9 +13,10 @@ use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use sqlx::Pool;
+use stateguard::bounds::Key;
 use stateguard::idempotency::{self, Begun, Request};
 use stateguard::inbox::{self, Received};
-use stateguard::{Backend, Error, Key, Outcome, StateMachine, Tx};
+use stateguard::{Backend, Error, Outcome, StateMachine, Tx};
 
 /// A payout: created `pending`, then `paid` or `failed` as the bank's
 /// first valid webhook says.

@@ -178,7 +178,7 @@ where
     i64: for<'q> sqlx::Encode<'q, DB>
         + for<'r> sqlx::Decode<'r, DB>
         + sqlx::Type<DB>
-        + stateguard::ManyKeys<DB, stateguard::key::shape::One>,
+        + stateguard::bounds::ManyKeys<DB, stateguard::key::shape::One>,
 {
     DB::seed(&pool, first, first + PAYOUTS - 1).await?;
     let bank = Bank::new(pool.clone(), BANK_LATENCY);

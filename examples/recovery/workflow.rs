@@ -74,7 +74,7 @@ pub struct Tally {
 /// The statements that differ between backends, each a literal.
 ///
 /// The methods return `Send` futures so that workers can be spawned.
-pub trait Store: stateguard::Batched {
+pub trait Store: stateguard::bounds::Batched {
     /// The dialect of `stateguard::ddl` for this backend.
     const DIALECT: stateguard::ddl::Dialect;
 
@@ -429,7 +429,7 @@ where
     i64: for<'q> sqlx::Encode<'q, DB>
         + for<'r> sqlx::Decode<'r, DB>
         + sqlx::Type<DB>
-        + stateguard::ManyKeys<DB, stateguard::key::shape::One>,
+        + stateguard::bounds::ManyKeys<DB, stateguard::key::shape::One>,
 {
     let mut worked = Worked::default();
     loop {

@@ -343,6 +343,8 @@ pub mod __private {
     };
     pub use crate::machine::{Machine, StateDef, TransitionDef};
     pub use crate::stores::schema::{StoreTexts, stores};
+    /// The bounds the derive's `FollowUpValues` impl names.
+    pub use crate::{FollowUpValues, Params};
 
     /// How `docs::mermaid` writes a label and a state's quoted
     /// description, for the test that draws arbitrary text with real

@@ -7,9 +7,8 @@ use crate::common::KeyColumn;
 use std::marker::PhantomData;
 
 use common::{Db, TestBackend};
-use stateguard::{
-    Effect, Error, FinishError, Finished, Key, Outcome, StateMachine, Verdict, recover,
-};
+use stateguard::bounds::Key;
+use stateguard::{Effect, Error, FinishError, Finished, Outcome, StateMachine, Verdict, recover};
 
 /// A note closed with the reason and the amount the caller gives.
 #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,8 +9,9 @@ use std::collections::HashSet;
 use std::marker::PhantomData;
 
 use common::{Db, TestBackend};
+use stateguard::bounds::{Batched, Key, ManyKeys};
 use stateguard::key::shape::One;
-use stateguard::{Batched, Effect, Error, Finished, Key, ManyKeys, StateMachine, recover};
+use stateguard::{Effect, Error, Finished, StateMachine, recover};
 
 /// The `transfers` table as a queue: `start` claims a transfer into an
 /// in-flight state.

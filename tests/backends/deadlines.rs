@@ -13,10 +13,9 @@ use std::time::Duration;
 use common::{Db, TestBackend, TransferStatus};
 use sqlx::Pool;
 use sqlx::pool::PoolConnection;
+use stateguard::bounds::{Batched, ManyKeys};
 use stateguard::key::shape::One;
-use stateguard::{
-    Batched, Effect, Error, FinishError, ManyKeys, StateMachine, Verdict, recover, recover_within,
-};
+use stateguard::{Effect, Error, FinishError, StateMachine, Verdict, recover, recover_within};
 
 /// The `transfers` table with a lease long enough that no renewal runs
 /// while a test waits on a lock.

@@ -6,8 +6,9 @@ use crate::common;
 use std::marker::PhantomData;
 
 use common::{Db, TestBackend};
+use stateguard::bounds::Key;
 use stateguard::ddl::Dialect;
-use stateguard::{Error, ErrorKind, Key, Note, StateMachine};
+use stateguard::{Error, ErrorKind, Note, StateMachine};
 
 /// The `transfers` table with a history.
 #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]

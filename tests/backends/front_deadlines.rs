@@ -18,11 +18,10 @@ use std::time::Duration;
 use common::proxy::{Proxied, proxied};
 use common::{Db, TestBackend, TransferStatus};
 use sqlx::Pool;
+use stateguard::bounds::Key;
 use stateguard::idempotency::{self, Begun, Request, Ticket};
 use stateguard::inbox::{self, Received};
-use stateguard::{
-    DEFAULT_DEADLINE, Error, ErrorKind, HistoryRow, Key, StateMachine, Tx, claim_expired,
-};
+use stateguard::{DEFAULT_DEADLINE, Error, ErrorKind, HistoryRow, StateMachine, Tx, claim_expired};
 
 /// The deadline under test.
 const DEADLINE: Duration = Duration::from_millis(300);

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::{Db, Isolation, TestBackend};
-use stateguard::{Key, Outcome, StateMachine};
+use stateguard::bounds::Key;
+use stateguard::{Outcome, StateMachine};
 use tokio::sync::Barrier;
 
 /// The `payouts` table, where only odd ids pass the guard of `approve`.

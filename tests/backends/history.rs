@@ -8,10 +8,8 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use common::{Db, TestBackend, abandon_at_every_poll};
-use stateguard::{
-    Batched, Effect, Error, Finished, HistoryRow, Key, ManyKeys, Note, Outcome, StateMachine, Tx,
-    Verdict,
-};
+use stateguard::bounds::{Batched, Key, ManyKeys};
+use stateguard::{Effect, Error, Finished, HistoryRow, Note, Outcome, StateMachine, Tx, Verdict};
 use tokio::sync::Barrier;
 
 /// The `transfers` table with a history; `cancel` leaves `pending` or

@@ -10,9 +10,10 @@ use std::time::Duration;
 
 use common::{Bind, Db, PayoutStatus, TestBackend};
 use sqlx::Pool;
+use stateguard::bounds::Key;
 use stateguard::idempotency::{self, Begun, Request};
 use stateguard::inbox::{self, Received};
-use stateguard::{Error, Key, Tx};
+use stateguard::{Error, Tx};
 use tokio::sync::Barrier;
 
 backend_tests! {

@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use common::{Db, TestBackend, say};
 use sqlx::Pool;
+use stateguard::bounds::{Key, ManyKeys};
 use stateguard::key::shape;
-use stateguard::{Error, Key, ManyKeys, Outcome, StateMachine, Tx, claim_expired};
+use stateguard::{Error, Outcome, StateMachine, Tx, claim_expired};
 
 /// An account keyed by a text reference, with an in-flight state.
 #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
@@ -370,7 +371,7 @@ as_inner!(PayoutId(i64));
 /// text is not what a one-row statement binds (bytes, an integer that
 /// displays as something else) is refused before any row moves, while
 /// `apply` takes the same key.
-async fn batch_keys_json_cannot_carry_are_refused<DB: TestBackend + stateguard::Batched>(
+async fn batch_keys_json_cannot_carry_are_refused<DB: TestBackend + stateguard::bounds::Batched>(
     db: &Db<DB>,
     create: &'static str,
 ) where
@@ -452,7 +453,7 @@ async fn batches_and_apply_name_the_same_rows<DB, K>(
     statements: &[&'static str],
     keys: &[K],
 ) where
-    DB: TestBackend + stateguard::Batched,
+    DB: TestBackend + stateguard::bounds::Batched,
     K: KeyColumn<DB> + ManyKeys<DB, shape::One> + std::fmt::Debug + std::fmt::Display + Ord + Clone,
 {
     let mut conn = db.pool.acquire().await.unwrap();

@@ -8,7 +8,8 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use common::{Db, TestBackend};
-use stateguard::{Batched, Error, ManyKeys, Outcome, StateMachine};
+use stateguard::bounds::{Batched, ManyKeys};
+use stateguard::{Error, Outcome, StateMachine};
 use tokio::sync::Barrier;
 
 /// The `transfers` table: `cancel` from `pending` or `sending`.

@@ -7,7 +7,8 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use common::{Db, PayoutStatus, TestBackend, TransferStatus};
-use stateguard::{Current, Error, Key, Outcome, StateMachine, Tx};
+use stateguard::bounds::Key;
+use stateguard::{Current, Error, Outcome, StateMachine, Tx};
 
 /// The `transfers` table as a machine with a cycle: a payout put on hold
 /// and released, again and again.

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::{Db, Isolation, PayoutStatus, TestBackend};
-use stateguard::{Key, Outcome};
+use stateguard::Outcome;
+use stateguard::bounds::Key;
 use tokio::sync::Barrier;
 
 const ROWS: i64 = 200;

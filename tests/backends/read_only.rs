@@ -19,8 +19,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use common::{Db, TestBackend, TransferStatus};
 use sqlx::Pool;
 use sqlx::pool::PoolOptions;
+use stateguard::bounds::Key;
 use stateguard::ddl::Dialect;
-use stateguard::{Effect, Error, ErrorKind, Finished, Key, Verdict};
+use stateguard::{Effect, Error, ErrorKind, Finished, Verdict};
 
 /// Connections per pool.
 const POOL: u32 = 4;
@@ -112,7 +113,7 @@ where
 async fn a_follow_up_after_a_failover_lands<DB: TestBackend>(db: Db<DB>)
 where
     i64: KeyColumn<DB>,
-    TransferStatus: stateguard::FollowUpValues<DB>,
+    TransferStatus: stateguard::bounds::FollowUpValues<DB>,
 {
     db.transfers(1).await;
     let (pool, _) = counted_pool(&db).await;

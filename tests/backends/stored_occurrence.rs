@@ -20,8 +20,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use common::{Db, TestBackend};
+use stateguard::bounds::{Batched, ManyKeys};
 use stateguard::ddl::Dialect;
-use stateguard::{Batched, Effect, Finished, ManyKeys, Note, StateMachine, Tx, Verdict, Won};
+use stateguard::{Effect, Finished, Note, StateMachine, Tx, Verdict, Won};
 
 /// A transfer that can pass through every state again: a version column,
 /// an in-flight state, a state with a timeout, and a way back to
@@ -154,7 +155,7 @@ macro_rules! matrix {
         async fn $name<DB: TestBackend + Batched>(db: Db<DB>)
         where
             i64: KeyColumn<DB> + ManyKeys<DB, stateguard::key::shape::One>,
-            $machine: stateguard::FollowUpValues<DB>,
+            $machine: stateguard::bounds::FollowUpValues<DB>,
         {
             db.transfers(ROWS).await;
             if $ddl {

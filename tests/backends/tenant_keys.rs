@@ -8,9 +8,8 @@ use crate::common::KeyColumn;
 use std::marker::PhantomData;
 
 use common::{Db, TestBackend};
-use stateguard::{
-    Batched, Effect, Finished, Key, ManyKeys, Outcome, StateMachine, claim_expired, recover,
-};
+use stateguard::bounds::{Batched, Key, ManyKeys};
+use stateguard::{Effect, Finished, Outcome, StateMachine, claim_expired, recover};
 
 /// Transfers of many tenants, each numbering its own from 1.
 #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]

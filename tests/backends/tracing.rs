@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use common::{Db, TestBackend, TransferStatus};
-use stateguard::Batched;
+use stateguard::bounds::Batched;
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Metadata, Subscriber};
@@ -96,7 +96,7 @@ backend_tests! {
 
 async fn one_span_per_call_with_its_outcome<DB: TestBackend + Batched>(db: Db<DB>)
 where
-    i64: KeyColumn<DB> + stateguard::ManyKeys<DB, stateguard::key::shape::One>,
+    i64: KeyColumn<DB> + stateguard::bounds::ManyKeys<DB, stateguard::key::shape::One>,
 {
     let _serial = RECORD_KEYS.lock().await;
     db.transfers(6).await;

@@ -12,7 +12,8 @@ use common::{
     Db, Isolation, PayoutStatus, TestBackend, TransferStatus, abandon_at_every_poll,
     stale_transaction,
 };
-use stateguard::{Error, Key, Outcome, StateMachine, Tx, Uncommitted, Won};
+use stateguard::bounds::Key;
+use stateguard::{Error, Outcome, StateMachine, Tx, Uncommitted, Won};
 
 type Staged = Won<TransferStatus, i64, Uncommitted>;
 

@@ -7,7 +7,8 @@ use crate::common;
 use std::marker::PhantomData;
 
 use common::{Db, PayoutStatus, TestBackend, stale_transaction};
-use stateguard::{Error, Key, Outcome, Tx};
+use stateguard::bounds::Key;
+use stateguard::{Error, Outcome, Tx};
 
 // Each body below, as `sqlite::name`, `postgres::name` and `mysql::name`.
 backend_tests! {

@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use common::proxy::{Proxied, Proxy, proxied};
 use common::{Db, PayoutStatus};
-use stateguard::{DEFAULT_DEADLINE, Error, Key, Outcome, Tx, Won};
+use stateguard::bounds::Key;
+use stateguard::{DEFAULT_DEADLINE, Error, Outcome, Tx, Won};
 
 /// The deadline under test.
 const DEADLINE: Duration = Duration::from_millis(300);

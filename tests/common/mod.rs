@@ -30,7 +30,8 @@ use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions, MySqlRow};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow};
 use sqlx::{Connection, Encode, FromRow, Pool, Type};
-use stateguard::{Key, StateMachine, Tx};
+use stateguard::bounds::Key;
+use stateguard::{StateMachine, Tx};
 
 #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
 #[state_machine(table = "payouts", column = "status", key = "id")]

@@ -159,7 +159,7 @@ where
     i64: for<'q> sqlx::Encode<'q, DB>
         + for<'r> sqlx::Decode<'r, DB>
         + sqlx::Type<DB>
-        + stateguard::ManyKeys<DB, stateguard::key::shape::One>,
+        + stateguard::bounds::ManyKeys<DB, stateguard::key::shape::One>,
 {
     println!("{READY}");
     let bank = Bank::new(pool.clone(), BANK_LATENCY);
@@ -288,7 +288,7 @@ fn kill_delay() -> Duration {
 /// times, let a last child finish, and check the books.
 async fn crash_and_recover<DB: Store>(pool: &Pool<DB>, backend: &str, target: &str)
 where
-    i64: stateguard::Key<DB>,
+    i64: stateguard::bounds::Key<DB>,
 {
     DB::create_tables(pool).await.expect("create tables");
     DB::seed(pool, 1, SEED).await.expect("seed");

@@ -419,7 +419,8 @@ impl ::stateguard::StateMachine for PayoutStatus {
     }
 }
 #[automatically_derived]
-impl<__DB: ::stateguard::Backend> ::stateguard::FollowUpValues<__DB> for PayoutStatus {
+impl<__DB: ::stateguard::Backend> ::stateguard::__private::FollowUpValues<__DB>
+for PayoutStatus {
     fn follow_up_values(transition: usize) -> ::stateguard::__private::Binder<__DB> {
         let _ = transition;
         ::stateguard::__private::binder::<__DB, ()>()

@@ -297,9 +297,9 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
     };
     let follow_up_values = quote! {
         #[automatically_derived]
-        impl<__DB: #krate::Backend> #krate::FollowUpValues<__DB> for #ident
+        impl<__DB: #krate::Backend> #private::FollowUpValues<__DB> for #ident
         where
-            #(#follow_up_types: #krate::Params<__DB>,)*
+            #(#follow_up_types: #private::Params<__DB>,)*
         {
             fn follow_up_values(transition: usize) -> #private::Binder<__DB> {
                 #binders
@@ -457,7 +457,7 @@ fn fallback(node: &DeriveInput) -> TokenStream {
         }
 
         #[automatically_derived]
-        impl<__DB: #krate::Backend> #krate::FollowUpValues<__DB> for #ident {
+        impl<__DB: #krate::Backend> #krate::__private::FollowUpValues<__DB> for #ident {
             fn follow_up_values(_: usize) -> #krate::__private::Binder<__DB> {
                 ::core::unimplemented!()
             }

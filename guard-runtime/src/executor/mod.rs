@@ -35,7 +35,8 @@ pub(crate) use crate::dialect::connection::{ExecutedThenFetched, When, WithHisto
 ///
 /// ```
 /// use sqlx::Pool;
-/// use stateguard::{Backend, Error, Key, Outcome, StateMachine, Tx};
+/// use stateguard::{Backend, Error, Outcome, StateMachine, Tx};
+/// use stateguard::bounds::{Key};
 ///
 /// #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
 /// #[state_machine(table = "payouts", column = "status", key = "id")]
