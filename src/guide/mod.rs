@@ -16,11 +16,12 @@
 //!   notes on every way of moving a row.
 //! - [Idempotency keys and the inbox](front_doors): `begin_tx`,
 //!   `complete`, `receive`, their tables, and the example service.
+//! - [DDL and diagrams](ddl): the migration that makes the database
+//!   refuse illegal transitions, and the drawings of the machine.
 //! - [Tracing and metrics](tracing): the spans and their fields, and the
 //!   `metrics` feature.
 //!
-//! The crate documentation has the attributes, DDL and diagrams, and the
-//! backends; the pooler guide is [`pooler`](crate::pooler).
+//! The crate documentation has the attributes and the backends; the pooler guide is [`pooler`](crate::pooler).
 
 #[doc = include_str!("transitions.md")]
 pub mod transitions {}
@@ -45,6 +46,9 @@ pub mod history {}
 
 #[doc = include_str!("front_doors.md")]
 pub mod front_doors {}
+
+#[doc = include_str!("ddl.md")]
+pub mod ddl {}
 
 #[doc = include_str!("tracing.md")]
 pub mod tracing {}
