@@ -77,6 +77,10 @@
 //!   increments, the occurrence in effect keys; required when the machine has
 //!   a cycle), `history = "…"` (a table every move appends a row to, in
 //!   the same atomic act: see the [history chapter](crate::guide::history)),
+//!   `key_type = "i64"` (the Rust type of the key, `"(String, i64)"` for
+//!   two columns: then `claim`, `claim_older_than`, `claim_timed_out`,
+//!   `recover` and `claim_expired` infer the type of the keys they read
+//!   back; without it, name it on the call or the variable),
 //!   `rename_all = "…"` (serde's rule names; default `snake_case`),
 //!   `crate = "…"` for a renamed dependency, and `conversions = false` for
 //!   an enum that has its own `Display`, `FromStr` or sqlx impls: the
@@ -351,8 +355,8 @@ pub use stateguard_runtime::{APPLY_MANY_CHUNK, Backend, Executor, key};
 /// nothing else needs to import.
 pub mod bounds {
     pub use stateguard_runtime::{
-        BatchKey, Batched, DecodeKey, FollowUpValues, Key, KeyShape, KeyText, ManyKeys, NoteSlot,
-        Params, RowKey, Staged,
+        BatchKey, Batched, DecodeKey, FollowUpValues, Key, KeyShape, KeyText, KeyType, ManyKeys,
+        NoteSlot, Params, RowKey, Staged,
     };
 }
 // Metadata, and what is generated from it.

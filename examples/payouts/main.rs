@@ -277,7 +277,7 @@ where
         workers.push(tokio::spawn(async move {
             let mut claimed = Vec::new();
             loop {
-                let batch = PayoutStatus::start().claim::<DB, i64>(&pool, BATCH).await?;
+                let batch = PayoutStatus::start().claim(&pool, BATCH).await?;
                 if batch.is_empty() {
                     return Ok::<_, stateguard::Error>(claimed);
                 }

@@ -5,7 +5,7 @@ use stateguard::StateMachine;
 
 /// Where a payout is: created, being sent to the bank, or settled.
 #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
-#[state_machine(table = "payouts", column = "status", key = "id")]
+#[state_machine(table = "payouts", column = "status", key = "id", key_type = "i64")]
 pub enum PayoutStatus {
     #[state(initial)]
     // Payouts above the limit wait for a person; the limit holds when the

@@ -24,6 +24,7 @@ pub type BoxError = Box<dyn Error + Send + Sync>;
     table = "recovery_payouts",
     column = "status",
     key = "id",
+    key_type = "i64",
     version = "version",
     history = "recovery_payout_history"
 )]
@@ -436,12 +437,9 @@ where
         // Rows whose worker died: the same occurrence, hence the same
         // effect key, so the bank does not move their money again if it
         // already did.
-        let recovered = stateguard::recover::<PayoutStatus, i64, _, _, _>(
-            pool,
-            PayoutStatus::Sending,
-            RECOVER_BATCH,
-            |effect| bank.pay(effect),
-        )
+        let recovered = stateguard::recover(pool, PayoutStatus::Sending, RECOVER_BATCH, |effect| {
+            bank.pay(effect)
+        })
         .await?;
         worked.recovered += recovered.claimed;
         worked.sent += recovered.done;
@@ -451,9 +449,7 @@ where
         // Claim a few pending payouts: their `sending` is committed before
         // the bank hears of them, so from here on a crash leaves rows that
         // recovery finds, each under its lease. No other worker gets them.
-        let claimed = PayoutStatus::start()
-            .claim::<DB, i64>(pool, CLAIM_BATCH)
-            .await?;
+        let claimed = PayoutStatus::start().claim(pool, CLAIM_BATCH).await?;
         if !claimed.is_empty() {
             for won in claimed {
                 worked.started += 1;

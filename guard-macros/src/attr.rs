@@ -27,6 +27,9 @@ pub struct MachineAttrs {
     pub history: Option<LitStr>,
     pub rename_all: Option<(LitStr, RenameRule)>,
     pub krate: Option<Path>,
+    /// `key_type = "i64"`: the Rust type the machine's keys are read back
+    /// as, which `claim` and `recover` then infer.
+    pub key_type: Option<syn::Type>,
     /// `conversions = false`: no `Display`, `FromStr`, sqlx or serde impls
     /// for the enum, for one that has its own.
     pub conversions: Option<bool>,
@@ -153,6 +156,7 @@ pub fn machine_attrs(cx: &mut Ctxt, attrs: &[Attribute]) -> MachineAttrs {
     let mut rename_all = Attr::none("rename_all");
     let mut krate = Attr::none("crate");
     let mut conversions = Attr::none("conversions");
+    let mut key_type = Attr::none("key_type");
     for attr in attrs {
         if !attr.path().is_ident("state_machine") {
             continue;
@@ -204,6 +208,17 @@ pub fn machine_attrs(cx: &mut Ctxt, attrs: &[Attribute]) -> MachineAttrs {
                     )
                 })?;
                 krate.set(cx, &lit, path);
+            // #[state_machine(key_type = "i64")]
+            } else if meta.path.is_ident("key_type") {
+                let lit: LitStr = meta.value()?.parse()?;
+                let ty: syn::Type = lit.parse().map_err(|_| {
+                    syn::Error::new_spanned(
+                        &lit,
+                        "`key_type` must be a Rust type, such as \"i64\" or \"(String, i64)\" \
+                         for a key of two columns",
+                    )
+                })?;
+                key_type.set(cx, &lit, ty);
             // #[state_machine(conversions = false)]
             } else if meta.path.is_ident("conversions") {
                 let lit: syn::Lit = meta.value()?.parse()?;
@@ -218,7 +233,8 @@ pub fn machine_attrs(cx: &mut Ctxt, attrs: &[Attribute]) -> MachineAttrs {
             } else {
                 return Err(meta.error(
                     "unknown state_machine attribute; expected `table`, `column`, `key`, \
-                     `version`, `order`, `history`, `rename_all`, `crate` or `conversions`",
+                     `version`, `order`, `history`, `rename_all`, `crate`, `key_type` or \
+                     `conversions`",
                 ));
             }
             Ok(())
@@ -239,6 +255,7 @@ pub fn machine_attrs(cx: &mut Ctxt, attrs: &[Attribute]) -> MachineAttrs {
         rename_all: rename_all.get(),
         krate: krate.get(),
         conversions: conversions.get(),
+        key_type: key_type.get(),
         incomplete,
     }
 }

@@ -46,7 +46,7 @@ pub use crate::error::{Error, ErrorKind};
 pub use crate::executor::Executor;
 pub use crate::executor::tx::{Begin, Savepoint, Staged, Tx};
 pub use crate::history::{HasHistory, HistoryRow, Noted};
-pub use crate::machine::key::{BatchKey, DecodeKey, KeyShape, KeyText, ManyKeys, RowKey};
+pub use crate::machine::key::{BatchKey, DecodeKey, KeyShape, KeyText, KeyType, ManyKeys, RowKey};
 pub use crate::machine::{HasVersion, StateMachine, UnknownState};
 pub use crate::outcome::{Committed, Current, Outcome, Uncommitted, Won};
 pub use crate::transition::note::{Note, NoteSlot};
@@ -343,8 +343,8 @@ pub mod __private {
     };
     pub use crate::machine::{Machine, StateDef, TransitionDef};
     pub use crate::stores::schema::{StoreTexts, stores};
-    /// The bounds the derive's `FollowUpValues` impl names.
-    pub use crate::{FollowUpValues, Params};
+    /// The bounds the derive's impls name.
+    pub use crate::{FollowUpValues, KeyType, Params};
 
     /// How `docs::mermaid` writes a label and a state's quoted
     /// description, for the test that draws arbitrary text with real

@@ -426,6 +426,8 @@ for PayoutStatus {
         ::stateguard::__private::binder::<__DB, ()>()
     }
 }
+#[automatically_derived]
+impl ::stateguard::__private::KeyType<i64> for PayoutStatus {}
 #[allow(clippy::self_named_constructors)]
 impl PayoutStatus {
     /** Transition `start`: from [`Pending`](Self::Pending) (`'pending'`) to [`Sending`](Self::Sending) (`'sending'`).

@@ -314,6 +314,19 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
         _ => quote!(#private::text!(#ident);),
     };
 
+    // The key type `claim` and `recover` read rows' keys back as: the
+    // declared one alone, so that they infer it, or any.
+    let key_type = match &input.attrs.key_type {
+        Some(ty) => quote! {
+            #[automatically_derived]
+            impl #private::KeyType<#ty> for #ident {}
+        },
+        None => quote! {
+            #[automatically_derived]
+            impl<__K> #private::KeyType<__K> for #ident {}
+        },
+    };
+
     // Only a machine with a history table takes notes: `noted` asks for it.
     let has_history = model.history.as_ref().map(|_| {
         quote! {
@@ -403,6 +416,8 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
 
         #has_version
 
+        #key_type
+
         // No `#[automatically_derived]`: rustc accepts it only on trait
         // impls and is phasing it out elsewhere. A transition may share the
         // enum's name (`Hold::hold()`), which clippy would flag in the
@@ -455,6 +470,9 @@ fn fallback(node: &DeriveInput) -> TokenStream {
                 ::core::unimplemented!()
             }
         }
+
+        #[automatically_derived]
+        impl<__K> #krate::__private::KeyType<__K> for #ident {}
 
         #[automatically_derived]
         impl<__DB: #krate::Backend> #krate::__private::FollowUpValues<__DB> for #ident {

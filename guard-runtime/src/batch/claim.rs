@@ -24,6 +24,7 @@ use crate::dialect::{Backend, Column};
 use crate::error::Error;
 use crate::executor::proven::Proven;
 use crate::executor::tx::Tx;
+use crate::machine::key::KeyType;
 use crate::machine::key::{BatchKey, DecodeKey, KeyShape, RowKey};
 use crate::outcome::{Committed, Won};
 use crate::telemetry;
@@ -154,6 +155,7 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
     where
         DB: Batched,
         K: BatchKey<DB, S::KeyShape>,
+        S: KeyType<K>,
         P: Params<DB>,
     {
         self.claim_aged(pool, None, limit).await
@@ -191,6 +193,7 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
     where
         DB: Batched,
         K: BatchKey<DB, S::KeyShape>,
+        S: KeyType<K>,
         P: Params<DB>,
     {
         self.claim_aged(pool, Some(age), limit).await
@@ -208,6 +211,7 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
     where
         DB: Batched,
         K: BatchKey<DB, S::KeyShape>,
+        S: KeyType<K>,
         P: Params<DB>,
     {
         // A noted call on a machine without history is refused first.

@@ -18,6 +18,7 @@ use crate::error::Error;
 use crate::executor::proven::Proven;
 use crate::executor::{Executor, refuse_open_transaction};
 use crate::machine::InFlightDef;
+use crate::machine::key::KeyType;
 use crate::machine::key::{BindError, DecodeKey, KeyText, RowKey};
 use crate::outcome::{Committed, Won};
 use crate::telemetry;
@@ -48,7 +49,7 @@ pub fn claim_expired<'a, S, K, E>(
     limit: u32,
 ) -> Call<'a, Vec<Won<S, K, Committed>>>
 where
-    S: StateMachine,
+    S: StateMachine + KeyType<K>,
     E: Executor<Commit = Committed> + 'a,
     K: DecodeKey<E::Database, S::KeyShape> + RowKey<E::Database, S::KeyShape> + 'a,
 {
@@ -350,7 +351,7 @@ pub async fn recover<S, K, E, F, Fut>(
     effect: F,
 ) -> Result<Recovered, Error>
 where
-    S: FollowUpValues<E::Database>,
+    S: FollowUpValues<E::Database> + KeyType<K>,
     E: Executor<Commit = Committed>,
     K: KeyText<S::KeyShape>
         + Clone
@@ -380,7 +381,7 @@ pub async fn recover_within<S, K, E, F, Fut>(
     effect: F,
 ) -> Result<Recovered, Error>
 where
-    S: FollowUpValues<E::Database>,
+    S: FollowUpValues<E::Database> + KeyType<K>,
     E: Executor<Commit = Committed>,
     K: KeyText<S::KeyShape>
         + Clone
@@ -417,7 +418,7 @@ async fn recover_traced<S, K, E, F, Fut>(
     effect: F,
 ) -> Result<Recovered, Error>
 where
-    S: FollowUpValues<E::Database>,
+    S: FollowUpValues<E::Database> + KeyType<K>,
     E: Executor<Commit = Committed>,
     K: KeyText<S::KeyShape>
         + Clone
@@ -540,7 +541,7 @@ async fn recover_row<S, K, E, F, Fut>(
     step: &Step,
 ) -> Result<Row<S>, Error>
 where
-    S: FollowUpValues<E::Database>,
+    S: FollowUpValues<E::Database> + KeyType<K>,
     E: Executor<Commit = Committed>,
     K: KeyText<S::KeyShape> + Clone + RowKey<E::Database, S::KeyShape>,
     F: Fn(Effect<S, K>) -> Fut,

@@ -58,6 +58,20 @@ impl KeyShape for shape::Four {
     const COLUMNS: usize = 4;
 }
 
+/// The Rust type a machine's keys are read back as: what `claim`,
+/// `claim_older_than`, `claim_timed_out`, `recover` and `claim_expired`
+/// return in each win. A machine that declares it
+/// (`#[state_machine(…, key_type = "i64")]`) implements this for that type
+/// alone, so those calls infer it; one that does not implements it for
+/// every type, and the call names it (`claim::<_, i64>`, or a type on the
+/// variable the wins go into).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` reads its keys back as another type than `{K}`",
+    label = "not the machine's key type",
+    note = "the machine declares `key_type = \"…\"`: use that type, or leave the call to infer it"
+)]
+pub trait KeyType<K> {}
+
 /// A key that the statements of a machine of shape `Shape` can bind on
 /// `DB`: any [`Key`] value for one column, a tuple of them for several.
 #[diagnostic::on_unimplemented(
