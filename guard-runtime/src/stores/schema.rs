@@ -23,10 +23,10 @@ pub struct StoreTexts {
     pub inbox_table: &'static str,
     /// `READ`, `CLAIM`, `TAKE_OVER`, `COMPLETE`, `RELEASE`, `PRUNE`.
     pub idempotency: [[&'static str; 3]; 6],
-    pub idempotency_ddl: ([&'static str; 2], [&'static str; 2], [&'static str; 1]),
+    pub idempotency_ddl: TableDdl,
     /// `RECEIVE`, `PRUNE`.
     pub inbox: [[&'static str; 3]; 2],
-    pub inbox_ddl: ([&'static str; 2], [&'static str; 2], [&'static str; 1]),
+    pub inbox_ddl: TableDdl,
 }
 
 /// The idempotency store's statements and table in one schema.
@@ -65,7 +65,7 @@ pub(crate) struct IdempotencySql {
     /// Up to `$2` keys created more than `$1` milliseconds ago that no
     /// lease holds, oldest first, removed.
     pub(crate) prune: Sql<Statement<Field>>,
-    pub(crate) ddl: ([&'static str; 2], [&'static str; 2], [&'static str; 1]),
+    pub(crate) ddl: TableDdl,
 }
 
 /// The inbox's statements and table in one schema.
@@ -77,7 +77,7 @@ pub(crate) struct InboxSql {
     /// Up to `$2` messages received more than `$1` milliseconds ago,
     /// oldest first, removed.
     pub(crate) prune: Sql<Statement<Field>>,
-    pub(crate) ddl: ([&'static str; 2], [&'static str; 2], [&'static str; 1]),
+    pub(crate) ddl: TableDdl,
 }
 
 /// The fixed-table stores, the idempotency keys' and the inbox's, with
@@ -152,12 +152,7 @@ impl Store {
     /// `dialect`, in this store's schema, without trailing `;`. Run them
     /// once, in a migration (the schema must exist).
     pub const fn ddl(&self, dialect: DdlDialect) -> &'static [&'static str] {
-        let (postgres, sqlite, mysql) = &self.sql.ddl;
-        match dialect {
-            DdlDialect::Postgres => postgres,
-            DdlDialect::Sqlite => sqlite,
-            DdlDialect::MySql => mysql,
-        }
+        pick(&self.sql.ddl, dialect)
     }
 }
 
@@ -185,12 +180,20 @@ impl Inbox {
     /// `dialect`, in this inbox's schema, without trailing `;`. Run them
     /// once, in a migration (the schema must exist).
     pub const fn ddl(&self, dialect: DdlDialect) -> &'static [&'static str] {
-        let (postgres, sqlite, mysql) = &self.sql.ddl;
-        match dialect {
-            DdlDialect::Postgres => postgres,
-            DdlDialect::Sqlite => sqlite,
-            DdlDialect::MySql => mysql,
-        }
+        pick(&self.sql.ddl, dialect)
+    }
+}
+
+/// One table's DDL per dialect: PostgreSQL's and SQLite's table and
+/// index, MySQL's table with its index inside.
+type TableDdl = ([&'static str; 2], [&'static str; 2], [&'static str; 1]);
+
+/// The statements of `ddl` in `dialect`.
+const fn pick(ddl: &'static TableDdl, dialect: DdlDialect) -> &'static [&'static str] {
+    match dialect {
+        DdlDialect::Postgres => &ddl.0,
+        DdlDialect::Sqlite => &ddl.1,
+        DdlDialect::MySql => &ddl.2,
     }
 }
 
