@@ -61,6 +61,43 @@ pub(crate) use crate::dialect::connection::{ExecutedThenFetched, When, WithHisto
 /// }
 /// ```
 ///
+/// A helper that runs on whatever the caller has, a pool, a connection or
+/// a transaction, takes `E: Executor` (with `Database =` the backend it is
+/// written for), and hands the outcome back with the executor's
+/// [`Commit`](Executor::Commit), so that a win inside a transaction still
+/// waits for its commit:
+///
+/// ```
+/// use sqlx::Postgres;
+/// use stateguard::{Error, Executor, Outcome, StateMachine};
+///
+/// #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+/// #[state_machine(table = "payouts", column = "status", key = "id")]
+/// enum PayoutStatus {
+///     #[state(initial)]
+///     #[transition(cancel -> Cancelled)]
+///     Pending,
+///     Cancelled,
+/// }
+///
+/// /// Cancels payout `id` on `executor`: `&pool`, `&mut conn` or `&mut tx`.
+/// async fn cancel<E>(executor: E, id: i64) -> Result<Outcome<PayoutStatus, i64, E::Commit>, Error>
+/// where
+///     E: Executor<Database = Postgres>,
+/// {
+///     PayoutStatus::cancel().apply(executor, id).await
+/// }
+///
+/// async fn callers(pool: sqlx::PgPool) -> Result<(), Error> {
+///     let on_pool = cancel(&pool, 1).await?; // a committed win
+///     let mut tx = stateguard::Tx::begin(&pool).await?;
+///     let in_tx = cancel(&mut tx, 2).await?; // an uncommitted one
+///     let won = tx.commit(in_tx.won()).await?;
+///     # let _ = (on_pool, won);
+///     Ok(())
+/// }
+/// ```
+///
 /// Inside a transaction, pass the [`Tx`](crate::Tx) itself (`&mut tx`), not
 /// the connection under it (`&mut *tx`): only then can the win wait for
 /// the commit. `apply` refuses a connection that sqlx knows is inside a
