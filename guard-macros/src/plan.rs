@@ -92,6 +92,8 @@ pub enum Col {
     To,
     /// A history row's time, as text.
     At,
+    /// A history row's time, in microseconds since the Unix epoch (UTC).
+    AtMicros,
     /// A history row's actor.
     Actor,
     /// A history row's reason.
@@ -124,6 +126,7 @@ impl Col {
             Col::From => ('F', 0),
             Col::To => ('O', 0),
             Col::At => ('A', 0),
+            Col::AtMicros => ('u', 0),
             Col::Actor => ('a', 0),
             Col::Reason => ('r', 0),
             Col::Details => ('d', 0),
@@ -148,6 +151,7 @@ impl Col {
             'F' => Col::From,
             'O' => Col::To,
             'A' => Col::At,
+            'u' => Col::AtMicros,
             'a' => Col::Actor,
             'r' => Col::Reason,
             'd' => Col::Details,

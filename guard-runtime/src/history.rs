@@ -28,8 +28,13 @@ pub struct HistoryRow<S: 'static> {
     /// version column).
     pub occurrence: i64,
     /// When it moved, by the database's clock, as the database writes
-    /// the time as text.
+    /// the time as text (PostgreSQL's in the session's time zone).
     pub at: String,
+    /// When it moved, by the database's clock, in microseconds since the
+    /// Unix epoch, UTC, on every backend (milliseconds on SQLite, whose
+    /// clock text has no finer part): [`HistoryRow::moved_at`] as a
+    /// number, to compare and store.
+    pub at_unix_micros: i64,
     /// Who moved it, when the move was [noted](Note).
     pub actor: Option<String>,
     /// Why, when the move was noted.
@@ -159,12 +164,26 @@ impl<S: StateMachine> Machine<S> {
                     to: S::parse_db_str(&text(Column::To)?)?,
                     occurrence,
                     at: text(Column::At)?,
+                    at_unix_micros: row.int(Column::AtMicros).map_err(error)?,
                     actor: row.text(Column::Actor).map_err(error)?,
                     reason: row.text(Column::Reason).map_err(error)?,
                     details,
                 })
             })
             .collect()
+    }
+}
+
+impl<S> HistoryRow<S> {
+    /// When the row moved, by the database's clock, as a `SystemTime`
+    /// ([`HistoryRow::at_unix_micros`]); `None` only for a time the
+    /// platform's clock cannot hold.
+    pub fn moved_at(&self) -> Option<std::time::SystemTime> {
+        let micros = std::time::Duration::from_micros(self.at_unix_micros.unsigned_abs());
+        match self.at_unix_micros >= 0 {
+            true => std::time::UNIX_EPOCH.checked_add(micros),
+            false => std::time::UNIX_EPOCH.checked_sub(micros),
+        }
     }
 }
 

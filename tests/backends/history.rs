@@ -165,6 +165,20 @@ where
         let names: Vec<&str> = rows.iter().map(|r| r.transition.name()).collect();
         assert_eq!(names, ["start", "confirm"]);
         assert!(!rows[0].at.is_empty());
+        // The time as a number, UTC on every backend: the moves just
+        // happened, in order, by the database's clock.
+        let now = std::time::SystemTime::now();
+        for row in &rows {
+            let moved = row.moved_at().expect("a time the clock can hold");
+            let apart = now
+                .duration_since(moved)
+                .unwrap_or_else(|early| early.duration());
+            assert!(
+                apart < std::time::Duration::from_secs(600),
+                "{row:?} is {apart:?} from now"
+            );
+        }
+        assert!(rows[0].at_unix_micros <= rows[1].at_unix_micros, "{rows:?}");
         let page = stateguard::docs::history_markdown::<Logged>("Transfer 1", &rows);
         let table: Vec<&str> = page.lines().filter(|l| l.starts_with("| ")).collect();
         assert_eq!(table.len(), 4, "{page}");

@@ -1009,6 +1009,7 @@ fn history_markdown_renders_as_written() {
             to,
             occurrence: i as i64 + 1,
             at: format!("2026-11-30 09:3{i}:07.412 | <b>"),
+            at_unix_micros: 1_764_495_067_412_000 + i as i64 * 60_000_000,
             actor: Some("<script>x</script> **ops** `bot`".to_owned()),
             reason: (i == 0).then(|| "a|b \\ [l](x) _i_ &amp; ~~s~~ #1 $$x$$".to_owned()),
             details: None,

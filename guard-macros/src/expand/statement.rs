@@ -73,6 +73,7 @@ pub(super) fn column(col: Col) -> TokenStream {
         Col::From => quote!(From),
         Col::To => quote!(To),
         Col::At => quote!(At),
+        Col::AtMicros => quote!(AtMicros),
         Col::Actor => quote!(Actor),
         Col::Reason => quote!(Reason),
         Col::Details => quote!(Details),

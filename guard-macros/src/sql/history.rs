@@ -153,13 +153,14 @@ impl Dialect {
             Dialect::Postgres | Dialect::Sqlite => "TEXT",
         };
         format!(
-            "SELECT {}, {}, {}, {}, CAST({} AS {text}), {}, {}, CAST({} AS {text}) FROM {} WHERE \
-             {} ORDER BY {}",
+            "SELECT {}, {}, {}, {}, CAST({} AS {text}), {}, {}, {}, CAST({} AS {text}) FROM {} \
+             WHERE {} ORDER BY {}",
             Col::Transition.of(&d.quote("transition")),
             Col::From.of(&d.quote("from_state")),
             Col::To.of(&d.quote("to_state")),
             Col::Occurrence.of(&d.int64(&d.quote("occurrence"))),
             Col::At.of(&d.quote("moved_at")),
+            Col::AtMicros.of(&d.epoch_micros("moved_at")),
             Col::Actor.of(&d.quote("actor")),
             Col::Reason.of(&d.quote("reason")),
             Col::Details.of(&d.quote("details")),

@@ -194,6 +194,19 @@ impl Dialect {
         }
     }
 
+    /// The time in `column` as microseconds since the Unix epoch, UTC: a
+    /// `TIMESTAMPTZ`, SQLite's UTC text, a `DATETIME(3)` written in UTC.
+    pub(super) fn epoch_micros(self, column: &str) -> String {
+        let c = self.quote(column);
+        match self {
+            Dialect::Postgres => format!("CAST(EXTRACT(EPOCH FROM {c}) * 1000000 AS BIGINT)"),
+            Dialect::Sqlite => {
+                format!("CAST(ROUND(unixepoch({c}, 'subsec') * 1000) AS INTEGER) * 1000")
+            }
+            Dialect::MySql => format!("TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', {c})"),
+        }
+    }
+
     /// The status read as text even from a PostgreSQL enum or a MySQL
     /// ENUM column.
     pub(super) fn status_read(self, column: &str) -> String {

@@ -67,6 +67,8 @@ pub enum Column {
     To,
     /// A history row's time, as text.
     At,
+    /// A history row's time, in microseconds since the Unix epoch (UTC).
+    AtMicros,
     /// A history row's actor.
     Actor,
     /// A history row's reason.
