@@ -383,79 +383,89 @@ impl<DB: Backend> sealed::Run for PoolConnection<DB> {
     forwarded!(|this| &mut **this);
 }
 
+/// The `Run` methods of a transaction or savepoint, written once; each
+/// `impl` header is written out, so that the compiler names both types
+/// when a value is neither (a macro-written header made it list the
+/// macro instead).
+macro_rules! in_transaction {
+    () => {
+        type Database = DB;
+        type Idle = PoolConnection<DB>;
+        const IS_TRANSACTION: bool = true;
+
+        fn execute(
+            &mut self,
+            sql: &'static str,
+            args: DB::Args,
+        ) -> BoxFuture<'_, Result<DB::QueryResult, sqlx::Error>> {
+            guarded::<DB, _>(self.parts(), move |conn| DB::execute_on(conn, sql, args))
+        }
+
+        fn fetch_optional(
+            &mut self,
+            sql: &'static str,
+            args: DB::Args,
+        ) -> BoxFuture<'_, Result<Option<DB::Row>, sqlx::Error>> {
+            guarded::<DB, _>(self.parts(), move |conn| {
+                DB::fetch_optional_on(conn, sql, args)
+            })
+        }
+
+        fn fetch_all(
+            &mut self,
+            sql: &'static str,
+            args: DB::Args,
+        ) -> BoxFuture<'_, Result<Vec<DB::Row>, sqlx::Error>> {
+            guarded::<DB, _>(self.parts(), move |conn| DB::fetch_all_on(conn, sql, args))
+        }
+
+        fn execute_then_fetch(
+            &mut self,
+            sql: &'static str,
+            args: DB::Args,
+            then: &'static str,
+            then_args: DB::Args,
+            when: When<DB>,
+        ) -> BoxFuture<'_, Result<ExecutedThenFetched<DB>, sqlx::Error>> {
+            guarded::<DB, _>(self.parts(), move |conn| {
+                DB::execute_then_fetch_on(conn, sql, args, then, then_args, when)
+            })
+        }
+
+        fn with_history(
+            &mut self,
+            history_insert: &'static str,
+            history_args: DB::Args,
+            update: &'static str,
+            args: DB::Args,
+            rows: bool,
+            then: Option<(&'static str, DB::Args)>,
+        ) -> BoxFuture<'_, Result<WithHistory<DB>, sqlx::Error>> {
+            guarded::<DB, _>(self.parts(), move |conn| {
+                let (insert, insert_args) = (history_insert, history_args);
+                DB::with_history_on(conn, insert, insert_args, update, args, rows, then)
+            })
+        }
+
+        fn scope(&self) -> u64 {
+            self.scope_id()
+        }
+
+        fn abandoned(&mut self) {
+            self.parts().1.abandon();
+        }
+
+        fn rolled_back(&self) -> bool {
+            self.health().rolled_back()
+        }
+    };
+}
+
 // A stateguard transaction and a savepoint in one: their statements run
 // on their connection, and a failure that ends the transaction is
 // recorded, so that its commit refuses to hand out wins.
 impl<DB: Backend> sealed::Run for &mut Tx<'_, DB> {
-    type Database = DB;
-    type Idle = PoolConnection<DB>;
-    const IS_TRANSACTION: bool = true;
-
-    fn execute(
-        &mut self,
-        sql: &'static str,
-        args: DB::Args,
-    ) -> BoxFuture<'_, Result<DB::QueryResult, sqlx::Error>> {
-        guarded::<DB, _>(self.parts(), move |conn| DB::execute_on(conn, sql, args))
-    }
-
-    fn fetch_optional(
-        &mut self,
-        sql: &'static str,
-        args: DB::Args,
-    ) -> BoxFuture<'_, Result<Option<DB::Row>, sqlx::Error>> {
-        guarded::<DB, _>(self.parts(), move |conn| {
-            DB::fetch_optional_on(conn, sql, args)
-        })
-    }
-
-    fn fetch_all(
-        &mut self,
-        sql: &'static str,
-        args: DB::Args,
-    ) -> BoxFuture<'_, Result<Vec<DB::Row>, sqlx::Error>> {
-        guarded::<DB, _>(self.parts(), move |conn| DB::fetch_all_on(conn, sql, args))
-    }
-
-    fn execute_then_fetch(
-        &mut self,
-        sql: &'static str,
-        args: DB::Args,
-        then: &'static str,
-        then_args: DB::Args,
-        when: When<DB>,
-    ) -> BoxFuture<'_, Result<ExecutedThenFetched<DB>, sqlx::Error>> {
-        guarded::<DB, _>(self.parts(), move |conn| {
-            DB::execute_then_fetch_on(conn, sql, args, then, then_args, when)
-        })
-    }
-
-    fn with_history(
-        &mut self,
-        history_insert: &'static str,
-        history_args: DB::Args,
-        update: &'static str,
-        args: DB::Args,
-        rows: bool,
-        then: Option<(&'static str, DB::Args)>,
-    ) -> BoxFuture<'_, Result<WithHistory<DB>, sqlx::Error>> {
-        guarded::<DB, _>(self.parts(), move |conn| {
-            let (insert, insert_args) = (history_insert, history_args);
-            DB::with_history_on(conn, insert, insert_args, update, args, rows, then)
-        })
-    }
-
-    fn scope(&self) -> u64 {
-        self.scope_id()
-    }
-
-    fn abandoned(&mut self) {
-        self.parts().1.abandon();
-    }
-
-    fn rolled_back(&self) -> bool {
-        self.health().rolled_back()
-    }
+    in_transaction!();
 }
 
 impl<DB: Backend> Executor for &mut Tx<'_, DB> {
@@ -466,75 +476,7 @@ impl<DB: Backend> Executor for &mut Tx<'_, DB> {
 }
 
 impl<DB: Backend> sealed::Run for &mut Savepoint<'_, DB> {
-    type Database = DB;
-    type Idle = PoolConnection<DB>;
-    const IS_TRANSACTION: bool = true;
-
-    fn execute(
-        &mut self,
-        sql: &'static str,
-        args: DB::Args,
-    ) -> BoxFuture<'_, Result<DB::QueryResult, sqlx::Error>> {
-        guarded::<DB, _>(self.parts(), move |conn| DB::execute_on(conn, sql, args))
-    }
-
-    fn fetch_optional(
-        &mut self,
-        sql: &'static str,
-        args: DB::Args,
-    ) -> BoxFuture<'_, Result<Option<DB::Row>, sqlx::Error>> {
-        guarded::<DB, _>(self.parts(), move |conn| {
-            DB::fetch_optional_on(conn, sql, args)
-        })
-    }
-
-    fn fetch_all(
-        &mut self,
-        sql: &'static str,
-        args: DB::Args,
-    ) -> BoxFuture<'_, Result<Vec<DB::Row>, sqlx::Error>> {
-        guarded::<DB, _>(self.parts(), move |conn| DB::fetch_all_on(conn, sql, args))
-    }
-
-    fn execute_then_fetch(
-        &mut self,
-        sql: &'static str,
-        args: DB::Args,
-        then: &'static str,
-        then_args: DB::Args,
-        when: When<DB>,
-    ) -> BoxFuture<'_, Result<ExecutedThenFetched<DB>, sqlx::Error>> {
-        guarded::<DB, _>(self.parts(), move |conn| {
-            DB::execute_then_fetch_on(conn, sql, args, then, then_args, when)
-        })
-    }
-
-    fn with_history(
-        &mut self,
-        history_insert: &'static str,
-        history_args: DB::Args,
-        update: &'static str,
-        args: DB::Args,
-        rows: bool,
-        then: Option<(&'static str, DB::Args)>,
-    ) -> BoxFuture<'_, Result<WithHistory<DB>, sqlx::Error>> {
-        guarded::<DB, _>(self.parts(), move |conn| {
-            let (insert, insert_args) = (history_insert, history_args);
-            DB::with_history_on(conn, insert, insert_args, update, args, rows, then)
-        })
-    }
-
-    fn scope(&self) -> u64 {
-        self.scope_id()
-    }
-
-    fn abandoned(&mut self) {
-        self.parts().1.abandon();
-    }
-
-    fn rolled_back(&self) -> bool {
-        self.health().rolled_back()
-    }
+    in_transaction!();
 }
 
 impl<DB: Backend> Executor for &mut Savepoint<'_, DB> {
