@@ -53,7 +53,7 @@ const MYSQL: support::Place = support::Place {
 };
 
 use sqlx::Pool;
-use stateguard::idempotency::{self, Begun, Request};
+use stateguard::idempotency::{self, Begun, Request, Work};
 use stateguard::{Backend, Tx};
 
 /// Requests per round, directly and over the delayed link.
@@ -148,7 +148,7 @@ where
     let lease = idempotency::DEFAULT_LEASE;
     let (ticket, mut tx) = match together {
         true => match idempotency::begin_tx(pool, &request, lease).await.unwrap() {
-            Begun::New(started) => started,
+            Begun::New(Work { ticket, tx }) => (ticket, tx),
             Begun::Replay(_) => return true,
             other => panic!("{other:?}"),
         },

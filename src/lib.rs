@@ -347,7 +347,7 @@ pub use stateguard_runtime::{
     recover, recover_within,
 };
 // What `apply` runs on.
-pub use stateguard_runtime::{APPLY_MANY_CHUNK, Backend, Executor, key};
+pub use stateguard_runtime::{APPLY_MANY_CHUNK, Backend, Runner, key};
 
 /// The traits that say what a key, a value or a database can do: the
 /// bounds of the library's signatures, which code generic over the

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use sqlx::Pool;
 use stateguard::bounds::Key;
-use stateguard::idempotency::{self, Begun, Request};
+use stateguard::idempotency::{self, Begun, Request, Work};
 use stateguard::inbox::{self, Received};
 use stateguard::{Backend, Error, Outcome, StateMachine, Tx};
 
@@ -323,7 +323,7 @@ where
     };
     // The claim and the work's `BEGIN` go out together, on two connections.
     let (ticket, mut tx) = match idempotency::begin_tx(&app.pool, &request, app.lease).await {
-        Ok(Begun::New(started)) => started,
+        Ok(Begun::New(Work { ticket, tx })) => (ticket, tx),
         Ok(Begun::Replay(stored)) => {
             let status = StatusCode::from_u16(stored.status()).unwrap_or(StatusCode::OK);
             return json_response(status, stored.into_body(), true);

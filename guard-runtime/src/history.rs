@@ -7,7 +7,7 @@ use crate::deadline::call::{Call, Sent, bounded};
 use crate::dialect::Column;
 use crate::dialect::sealed::Driver;
 use crate::error::Error;
-use crate::executor::Executor;
+use crate::executor::Runner;
 use crate::executor::proven::Proven;
 use crate::machine::key::RowKey;
 use crate::machine::{Machine, TransitionDef};
@@ -94,7 +94,7 @@ impl<S: StateMachine> Machine<S> {
     /// ```
     pub fn history<'a, E, K>(&'static self, executor: E, key: K) -> Call<'a, Vec<HistoryRow<S>>>
     where
-        E: Executor + 'a,
+        E: Runner + 'a,
         K: RowKey<E::Database, S::KeyShape> + 'a,
     {
         Call::new(move |deadline| async move {
@@ -110,7 +110,7 @@ impl<S: StateMachine> Machine<S> {
         key: K,
     ) -> Result<Vec<HistoryRow<S>>, Error>
     where
-        E: Executor,
+        E: Runner,
         K: RowKey<E::Database, S::KeyShape>,
     {
         let Some(sql) = self.history_sql() else {
@@ -184,6 +184,25 @@ impl<S> HistoryRow<S> {
             true => std::time::UNIX_EPOCH.checked_add(micros),
             false => std::time::UNIX_EPOCH.checked_sub(micros),
         }
+    }
+
+    /// When the row moved, by the database's clock, in UTC
+    /// ([`HistoryRow::at_unix_micros`]); `None` only for a time outside
+    /// the `time` crate's range. With the `time` feature.
+    #[cfg(feature = "time")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "time")))]
+    pub fn moved_at_time(&self) -> Option<time::OffsetDateTime> {
+        time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(self.at_unix_micros) * 1_000)
+            .ok()
+    }
+
+    /// When the row moved, by the database's clock, in UTC
+    /// ([`HistoryRow::at_unix_micros`]); `None` only for a time outside
+    /// `chrono`'s range. With the `chrono` feature.
+    #[cfg(feature = "chrono")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "chrono")))]
+    pub fn moved_at_chrono(&self) -> Option<chrono::DateTime<chrono::Utc>> {
+        chrono::DateTime::from_timestamp_micros(self.at_unix_micros)
     }
 }
 

@@ -43,7 +43,7 @@ pub use crate::effects::recovery::{
 };
 pub use crate::effects::verdict::{FollowUp, FollowUpValues, Verdict};
 pub use crate::error::{Error, ErrorKind};
-pub use crate::executor::Executor;
+pub use crate::executor::Runner;
 pub use crate::executor::tx::{Begin, Savepoint, Staged, Tx};
 pub use crate::history::{HasHistory, HistoryRow, Noted};
 pub use crate::machine::key::{BatchKey, DecodeKey, KeyShape, KeyText, KeyType, ManyKeys, RowKey};

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::{Db, TestBackend, TransferStatus};
 use stateguard::{
-    Committed, Effect, Error, Executor, Finished, Outcome, StateMachine, Uncommitted, Verdict, Won,
+    Committed, Effect, Error, Finished, Outcome, Runner, StateMachine, Uncommitted, Verdict, Won,
 };
 
 /// The same table as `TransferStatus`, with a lease no test outlives.
@@ -71,7 +71,7 @@ where
     i64: KeyColumn<DB>,
     // The bare connection under a transaction (`&mut *tx`), which the
     // refusal tests pass on purpose.
-    for<'c> &'c mut DB::Connection: Executor<Database = DB, Commit = Committed>,
+    for<'c> &'c mut DB::Connection: Runner<Database = DB, Commit = Committed>,
 {
     async fn only_the_winner_runs_the_effect_with_its_key(db: Db<DB>) {
         db.transfers(1).await;

@@ -19,7 +19,7 @@ use common::proxy::{Proxied, proxied};
 use common::{Db, TestBackend, TransferStatus};
 use sqlx::Pool;
 use stateguard::bounds::Key;
-use stateguard::idempotency::{self, Begun, Request, Ticket};
+use stateguard::idempotency::{self, Begun, Request, Ticket, Work};
 use stateguard::inbox::{self, Received};
 use stateguard::{DEFAULT_DEADLINE, Error, ErrorKind, HistoryRow, StateMachine, Tx, claim_expired};
 
@@ -188,7 +188,7 @@ async fn begin_tx_hands_its_deadline_to_the_transaction<DB: TestBackend>(db: Db<
     ];
     for call in calls {
         match call.within(longer).await.unwrap() {
-            Begun::New((ticket, tx)) => {
+            Begun::New(Work { ticket, tx }) => {
                 assert_eq!(tx.deadline(), longer);
                 tx.rollback().await.unwrap();
                 ticket.release(&db.pool).await.unwrap();

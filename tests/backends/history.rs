@@ -177,6 +177,16 @@ where
                 apart < std::time::Duration::from_secs(600),
                 "{row:?} is {apart:?} from now"
             );
+            // The same instant through the `time` and `chrono` features,
+            // in UTC.
+            let at = row.moved_at_time().expect("in the time crate's range");
+            assert_eq!(
+                at.unix_timestamp_nanos(),
+                i128::from(row.at_unix_micros) * 1_000
+            );
+            assert!(at.offset().is_utc(), "{at}");
+            let at = row.moved_at_chrono().expect("in chrono's range");
+            assert_eq!(at.timestamp_micros(), row.at_unix_micros, "{at}");
         }
         assert!(rows[0].at_unix_micros <= rows[1].at_unix_micros, "{rows:?}");
         let page = stateguard::docs::history_markdown::<Logged>("Transfer 1", &rows);

@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::{Bind, Db, PayoutStatus, TestBackend};
 use sqlx::Pool;
 use stateguard::bounds::Key;
-use stateguard::idempotency::{self, Begun, Request};
+use stateguard::idempotency::{self, Begun, Request, Work};
 use stateguard::inbox::{self, Received};
 use stateguard::{Error, Tx};
 use tokio::sync::Barrier;
@@ -166,7 +166,7 @@ where
     async fn begin_tx_hands_over_the_transaction_with_a_new_key(db: Db<DB>) {
         tables(&db).await;
         let first = request("acme:POST /payouts", "tx-1", "amount=100");
-        let Begun::New((ticket, mut tx)) =
+        let Begun::New(Work { ticket, mut tx }) =
             idempotency::begin_tx(&db.pool, &first, idempotency::DEFAULT_LEASE)
                 .await
                 .unwrap()
@@ -207,7 +207,7 @@ where
         // With the custom BEGIN (SQLite: `BEGIN IMMEDIATE`, which a claim
         // racing it would wait for).
         let second = request("acme:POST /payouts", "tx-2", "amount=100");
-        let Begun::New((ticket, mut tx)) =
+        let Begun::New(Work { ticket, mut tx }) =
             idempotency::begin_tx_with(&two, &second, idempotency::DEFAULT_LEASE, DB::BEGIN_WRITE)
                 .await
                 .unwrap()
@@ -274,7 +274,7 @@ where
         let begun = idempotency::begin_tx(&two, &req, idempotency::DEFAULT_LEASE)
             .await
             .unwrap();
-        let Begun::New((ticket, mut tx)) = begun else {
+        let Begun::New(Work { ticket, mut tx }) = begun else {
             panic!("{begun:?}");
         };
         insert_payout(&mut tx, 7).await;
@@ -311,7 +311,7 @@ where
                 .await
                 .unwrap();
                 match begun {
-                    Begun::New((ticket, mut tx)) => {
+                    Begun::New(Work { ticket, mut tx }) => {
                         insert_payout(&mut tx, 1000 + i as i64).await;
                         tokio::time::sleep(Duration::from_millis(20)).await;
                         ticket.complete(&mut tx, 201, Vec::new()).await.unwrap();
@@ -413,7 +413,7 @@ where
                     {
                         Begun::New(ticket) => {
                             let tx = Tx::begin_with(&pool, DB::BEGIN_WRITE).await.unwrap();
-                            Begun::New((ticket, tx))
+                            Begun::New(Work { ticket, tx })
                         }
                         Begun::Replay(stored) => Begun::Replay(stored),
                         Begun::InProgress => Begun::InProgress,
@@ -429,7 +429,7 @@ where
                     .unwrap(),
                 };
                 match begun {
-                    Begun::New((ticket, mut tx)) => {
+                    Begun::New(Work { ticket, mut tx }) => {
                         let id = 100 + i as i64;
                         insert_payout(&mut tx, id).await;
                         tokio::time::sleep(Duration::from_millis(50)).await;

@@ -17,7 +17,7 @@ use std::time::Duration;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{Connection, PgConnection, PgPool};
 use stateguard::ddl::Dialect;
-use stateguard::idempotency::{self, Begun, Request};
+use stateguard::idempotency::{self, Begun, Request, Work};
 use stateguard::inbox::Received;
 use stateguard::{Error, Outcome, StateMachine, Stores, Tx};
 use tokio::sync::Barrier;
@@ -526,7 +526,7 @@ async fn transaction_pooling_begins_each_key_once() {
             .begin_tx(&pool, &request, idempotency::DEFAULT_LEASE)
             .await?;
         let answer = match begun {
-            Begun::New((ticket, mut tx)) => {
+            Begun::New(Work { ticket, mut tx }) => {
                 ticket.complete(&mut tx, 201, b"created".to_vec()).await?;
                 tx.commit(()).await?;
                 Answer::Won

@@ -8,7 +8,7 @@ use core::time::Duration;
 use crate::StateMachine;
 use crate::dialect::{Backend, BoxFuture, Column, Sql, Statement};
 use crate::error::Error;
-use crate::executor::Executor;
+use crate::executor::Runner;
 use crate::machine::ManySql;
 use crate::machine::key::{BatchKey, BindError, KeyShape};
 use crate::transition::bind::{self, Parts, Values};
@@ -187,7 +187,7 @@ impl Batch<'_> {
         self.names.tx_error::<DB>(source)
     }
 
-    pub(crate) async fn before_retry<E: Executor>(
+    pub(crate) async fn before_retry<E: Runner>(
         &self,
         executor: &mut E,
         error: sqlx::Error,

@@ -11,7 +11,7 @@ use crate::deadline::retry::Step;
 use crate::effects::lease::{self, Settled};
 use crate::effects::verdict::{Chosen, FollowUpValues, Verdict};
 use crate::error::Error;
-use crate::executor::{Executor, refuse_open_transaction};
+use crate::executor::{Runner, refuse_open_transaction};
 use crate::machine::InFlightDef;
 use crate::machine::key::{KeyText, RowKey};
 use crate::outcome::{Committed, Won};
@@ -255,7 +255,7 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
         effect: F,
     ) -> Result<Finished<S>, FinishError<S, K>>
     where
-        E: Executor<Commit = Committed>,
+        E: Runner<Commit = Committed>,
         K: KeyText<S::KeyShape> + Clone + RowKey<E::Database, S::KeyShape>,
         S: FollowUpValues<E::Database>,
         F: FnOnce(Effect<S, K>) -> Fut,
@@ -307,7 +307,7 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
         effect: F,
     ) -> Result<Finished<S>, FinishError<S, K>>
     where
-        E: Executor<Commit = Committed>,
+        E: Runner<Commit = Committed>,
         K: KeyText<S::KeyShape> + Clone + RowKey<E::Database, S::KeyShape>,
         S: FollowUpValues<E::Database>,
         F: FnOnce(Effect<S, K>) -> Fut,
@@ -451,7 +451,7 @@ pub(crate) async fn follow_up<S, K, E>(
 ) -> Result<Finished<S>, Error>
 where
     S: StateMachine,
-    E: Executor<Commit = Committed>,
+    E: Runner<Commit = Committed>,
     K: RowKey<E::Database, S::KeyShape>,
     S: FollowUpValues<E::Database>,
 {

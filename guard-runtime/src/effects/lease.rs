@@ -17,7 +17,7 @@ use crate::dialect::sealed::Driver;
 use crate::dialect::{Backend, Column, Statement};
 use crate::effects::verdict::{Chosen, FollowUpValues};
 use crate::error::Error;
-use crate::executor::Executor;
+use crate::executor::Runner;
 use crate::executor::proven::Proven;
 use crate::executor::sealed::Run;
 use crate::machine::InFlightDef;
@@ -83,7 +83,7 @@ pub(crate) async fn settle<S, K, E>(
 ) -> Result<Settled<S>, Error>
 where
     S: FollowUpValues<E::Database>,
-    E: Executor,
+    E: Runner,
     K: RowKey<E::Database, S::KeyShape>,
 {
     type DB<E> = <E as Run>::Database;
@@ -213,7 +213,7 @@ pub(crate) async fn read<S, K, E>(
 ) -> Result<Option<Found<S>>, Error>
 where
     S: StateMachine,
-    E: Executor,
+    E: Runner,
     K: RowKey<E::Database, S::KeyShape>,
 {
     let read = <E::Database as Driver>::statement(in_flight.follow_up_read_sql());
@@ -238,7 +238,7 @@ pub(crate) async fn stamp<S, K, E>(
 ) -> Result<Option<i64>, sqlx::Error>
 where
     S: StateMachine,
-    E: Executor,
+    E: Runner,
     K: RowKey<E::Database, S::KeyShape>,
 {
     type DB<E> = <E as Run>::Database;
@@ -281,7 +281,7 @@ pub(crate) async fn renew<S, K, E>(
 ) -> Result<Option<i64>, sqlx::Error>
 where
     S: StateMachine,
-    E: Executor,
+    E: Runner,
     K: RowKey<E::Database, S::KeyShape>,
 {
     let renew = <E::Database as Driver>::statement(in_flight.renew_sql());
@@ -308,7 +308,7 @@ pub(crate) async fn while_renewing<S, K, E, Fut>(
 ) -> (Fut::Output, i64)
 where
     S: StateMachine,
-    E: Executor,
+    E: Runner,
     K: RowKey<E::Database, S::KeyShape>,
     Fut: Future,
 {

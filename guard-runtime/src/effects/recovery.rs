@@ -16,7 +16,7 @@ use crate::effects::lease;
 use crate::effects::verdict::{FollowUpValues, Verdict};
 use crate::error::Error;
 use crate::executor::proven::Proven;
-use crate::executor::{Executor, refuse_open_transaction};
+use crate::executor::{Runner, refuse_open_transaction};
 use crate::machine::InFlightDef;
 use crate::machine::key::KeyType;
 use crate::machine::key::{BindError, DecodeKey, KeyText, RowKey};
@@ -50,7 +50,7 @@ pub fn claim_expired<'a, S, K, E>(
 ) -> Call<'a, Vec<Won<S, K, Committed>>>
 where
     S: StateMachine + KeyType<K>,
-    E: Executor<Commit = Committed> + 'a,
+    E: Runner<Commit = Committed> + 'a,
     K: DecodeKey<E::Database, S::KeyShape> + RowKey<E::Database, S::KeyShape> + 'a,
 {
     Call::new(move |deadline| async move {
@@ -76,7 +76,7 @@ async fn claim_on<S, K, E>(
 ) -> Result<Vec<Won<S, K, Committed>>, Error>
 where
     S: StateMachine,
-    E: Executor<Commit = Committed>,
+    E: Runner<Commit = Committed>,
     K: DecodeKey<E::Database, S::KeyShape> + RowKey<E::Database, S::KeyShape>,
 {
     let in_flight = in_flight_def(state)?;
@@ -113,7 +113,7 @@ async fn take_over<S, K, E>(
 ) -> Result<Option<Vec<(K, i64, i64)>>, Error>
 where
     S: StateMachine,
-    E: Executor<Commit = Committed>,
+    E: Runner<Commit = Committed>,
     K: DecodeKey<E::Database, S::KeyShape>,
 {
     let take_over = <E::Database as Driver>::statement(in_flight.take_over_sql());
@@ -170,7 +170,7 @@ async fn list_expired<S, K, E>(
 ) -> Result<Vec<(K, i64)>, Error>
 where
     S: StateMachine,
-    E: Executor<Commit = Committed>,
+    E: Runner<Commit = Committed>,
     K: DecodeKey<E::Database, S::KeyShape>,
 {
     let db_error = |source| recovery_error(state, source);
@@ -201,7 +201,7 @@ async fn claim_one<S, K, E>(
 ) -> Result<Option<i64>, Error>
 where
     S: StateMachine,
-    E: Executor<Commit = Committed>,
+    E: Runner<Commit = Committed>,
     K: RowKey<E::Database, S::KeyShape>,
 {
     let db_error = |source| recovery_error(state, source);
@@ -352,7 +352,7 @@ pub async fn recover<S, K, E, F, Fut>(
 ) -> Result<Recovered, Error>
 where
     S: FollowUpValues<E::Database> + KeyType<K>,
-    E: Executor<Commit = Committed>,
+    E: Runner<Commit = Committed>,
     K: KeyText<S::KeyShape>
         + Clone
         + DecodeKey<E::Database, S::KeyShape>
@@ -382,7 +382,7 @@ pub async fn recover_within<S, K, E, F, Fut>(
 ) -> Result<Recovered, Error>
 where
     S: FollowUpValues<E::Database> + KeyType<K>,
-    E: Executor<Commit = Committed>,
+    E: Runner<Commit = Committed>,
     K: KeyText<S::KeyShape>
         + Clone
         + DecodeKey<E::Database, S::KeyShape>
@@ -419,7 +419,7 @@ async fn recover_traced<S, K, E, F, Fut>(
 ) -> Result<Recovered, Error>
 where
     S: FollowUpValues<E::Database> + KeyType<K>,
-    E: Executor<Commit = Committed>,
+    E: Runner<Commit = Committed>,
     K: KeyText<S::KeyShape>
         + Clone
         + DecodeKey<E::Database, S::KeyShape>
@@ -542,7 +542,7 @@ async fn recover_row<S, K, E, F, Fut>(
 ) -> Result<Row<S>, Error>
 where
     S: FollowUpValues<E::Database> + KeyType<K>,
-    E: Executor<Commit = Committed>,
+    E: Runner<Commit = Committed>,
     K: KeyText<S::KeyShape> + Clone + RowKey<E::Database, S::KeyShape>,
     F: Fn(Effect<S, K>) -> Fut,
     Fut: Future<Output = Verdict>,

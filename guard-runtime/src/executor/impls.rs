@@ -1,5 +1,5 @@
 //! The executor impls. What needs a backend's own connection type (sqlx
-//! implements its `Executor` per connection) is written once per backend,
+//! implements its `Runner` per connection) is written once per backend,
 //! as [`OnConnection`] and the impls on `&mut PgConnection`,
 //! `&mut SqliteConnection` and `&mut MySqlConnection`. Pools, pooled
 //! connections, `Tx` and `Savepoint` are generic over the backend on top
@@ -12,7 +12,7 @@ use sqlx::{Connection, Pool};
 
 use crate::executor::tx::{Savepoint, Tx};
 
-use super::{Executor, sealed};
+use super::{Runner, sealed};
 use crate::dialect::connection::{ExecutedThenFetched, OnConnection, When, WithHistory};
 use crate::dialect::sealed::Driver;
 use crate::dialect::{Backend, BoxFuture};
@@ -156,7 +156,7 @@ macro_rules! on_connection {
 
         #[cfg(feature = $feature)]
         #[cfg_attr(docsrs, doc(cfg(feature = $feature)))]
-        impl Executor for &mut $conn {
+        impl Runner for &mut $conn {
             type Commit = Committed;
             fn in_transaction(&self) -> bool {
                 Connection::is_in_transaction(&**self)
@@ -345,7 +345,7 @@ impl<DB: Backend> sealed::Run for &Pool<DB> {
     }
 }
 
-impl<DB: Backend> Executor for &Pool<DB> {
+impl<DB: Backend> Runner for &Pool<DB> {
     type Commit = Committed;
     fn in_transaction(&self) -> bool {
         false
@@ -362,7 +362,7 @@ impl<DB: Backend> sealed::Run for &mut PoolConnection<DB> {
     forwarded!(|this| &mut ***this);
 }
 
-impl<DB: Backend> Executor for &mut PoolConnection<DB> {
+impl<DB: Backend> Runner for &mut PoolConnection<DB> {
     type Commit = Committed;
     fn in_transaction(&self) -> bool {
         Connection::is_in_transaction(&***self)
@@ -370,7 +370,7 @@ impl<DB: Backend> Executor for &mut PoolConnection<DB> {
 }
 
 // A pooled connection, owned: what a pool's `try_idle` hands out. Not an
-// `Executor`: only the library runs statements on it.
+// `Runner`: only the library runs statements on it.
 impl<DB: Backend> sealed::Run for PoolConnection<DB> {
     type Database = DB;
     type Idle = PoolConnection<DB>;
@@ -468,7 +468,7 @@ impl<DB: Backend> sealed::Run for &mut Tx<'_, DB> {
     in_transaction!();
 }
 
-impl<DB: Backend> Executor for &mut Tx<'_, DB> {
+impl<DB: Backend> Runner for &mut Tx<'_, DB> {
     type Commit = Uncommitted;
     fn in_transaction(&self) -> bool {
         true
@@ -479,7 +479,7 @@ impl<DB: Backend> sealed::Run for &mut Savepoint<'_, DB> {
     in_transaction!();
 }
 
-impl<DB: Backend> Executor for &mut Savepoint<'_, DB> {
+impl<DB: Backend> Runner for &mut Savepoint<'_, DB> {
     type Commit = Uncommitted;
     fn in_transaction(&self) -> bool {
         true

@@ -1,7 +1,7 @@
 //! What `Transition::apply` accepts: a pool, a connection or a transaction.
 //!
 //! **Architecture Invariant:** what an executor can do beyond the public
-//! [`Executor`] trait is on the sealed supertrait [`sealed::Run`]; no
+//! [`Runner`] trait is on the sealed supertrait [`sealed::Run`]; no
 //! method is hidden on a public type, and no caller outside the crate can
 //! implement either.
 //!
@@ -28,9 +28,12 @@ pub(crate) use crate::dialect::connection::{ExecutedThenFetched, When, WithHisto
 /// or `&mut MySqlConnection`), or a stateguard transaction,
 /// `&mut Tx<'_, DB>` or `&mut Savepoint<'_, DB>`.
 ///
+/// (It is named `Runner`, not `Executor`, so that it imports beside
+/// `sqlx::Executor` without an alias.)
+///
 /// Code generic over the database needs no bound of its own to run a
 /// transition on a pool, a pooled connection or a transaction: each is
-/// an executor for every [`Backend`](crate::Backend). Only the key's own
+/// a runner for every [`Backend`](crate::Backend). Only the key's own
 /// bound remains:
 ///
 /// ```
@@ -62,14 +65,14 @@ pub(crate) use crate::dialect::connection::{ExecutedThenFetched, When, WithHisto
 /// ```
 ///
 /// A helper that runs on whatever the caller has, a pool, a connection or
-/// a transaction, takes `E: Executor` (with `Database =` the backend it is
-/// written for), and hands the outcome back with the executor's
-/// [`Commit`](Executor::Commit), so that a win inside a transaction still
+/// a transaction, takes `E: Runner` (with `Database =` the backend it is
+/// written for), and hands the outcome back with the runner's
+/// [`Commit`](Runner::Commit), so that a win inside a transaction still
 /// waits for its commit:
 ///
 /// ```
 /// use sqlx::Postgres;
-/// use stateguard::{Error, Executor, Outcome, StateMachine};
+/// use stateguard::{Error, Runner, Outcome, StateMachine};
 ///
 /// #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
 /// #[state_machine(table = "payouts", column = "status", key = "id")]
@@ -83,7 +86,7 @@ pub(crate) use crate::dialect::connection::{ExecutedThenFetched, When, WithHisto
 /// /// Cancels payout `id` on `executor`: `&pool`, `&mut conn` or `&mut tx`.
 /// async fn cancel<E>(executor: E, id: i64) -> Result<Outcome<PayoutStatus, i64, E::Commit>, Error>
 /// where
-///     E: Executor<Database = Postgres>,
+///     E: Runner<Database = Postgres>,
 /// {
 ///     PayoutStatus::cancel().apply(executor, id).await
 /// }
@@ -102,7 +105,7 @@ pub(crate) use crate::dialect::connection::{ExecutedThenFetched, When, WithHisto
 /// the connection under it (`&mut *tx`): only then can the win wait for
 /// the commit. `apply` refuses a connection that sqlx knows is inside a
 /// transaction ([`Error::ConnectionInTransaction`](crate::Error::ConnectionInTransaction)),
-/// and a plain `sqlx::Transaction` is not an `Executor`: wrap it with
+/// and a plain `sqlx::Transaction` is not a `Runner`: wrap it with
 /// [`Tx::new`](crate::Tx::new), so that its wins are tied to it. A
 /// transaction opened with a raw `BEGIN` statement, or a savepoint made with
 /// a raw `SAVEPOINT` statement, is invisible to sqlx and so to stateguard:
@@ -117,13 +120,13 @@ pub(crate) use crate::dialect::connection::{ExecutedThenFetched, When, WithHisto
 /// win there is [`Uncommitted`](crate::Uncommitted) until [`Won::commit`](crate::Won::commit).
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not something stateguard can run a transition on",
-    label = "not a stateguard executor",
+    label = "not something stateguard runs on",
     note = "pass `&pool` (a `&sqlx::Pool`), a connection (`&mut conn`), or a stateguard \
             transaction: `let mut tx = stateguard::Tx::begin(&pool).await?;` and then `&mut tx`",
     note = "a `sqlx::Transaction` you already hold becomes one with `stateguard::Tx::new(tx)`, \
             so that a win waits for its commit"
 )]
-pub trait Executor: sealed::Run {
+pub trait Runner: sealed::Run {
     /// [`Committed`](crate::Committed) for a pool or connection, [`Uncommitted`](crate::Uncommitted) for a
     /// transaction: whether a win can run its effect at once.
     type Commit;
@@ -141,7 +144,7 @@ pub(crate) mod sealed {
     /// reach.
     #[diagnostic::on_unimplemented(
         message = "`{Self}` is not something stateguard can run a transition on",
-        label = "not a stateguard executor",
+        label = "not something stateguard runs on",
         note = "pass `&pool` (a `&sqlx::Pool`), a connection (`&mut conn`), or a stateguard \
                 transaction: `let mut tx = stateguard::Tx::begin(&pool).await?;` and then \
                 `&mut tx`",
@@ -244,7 +247,7 @@ pub(crate) mod sealed {
 /// The error for a connection that is inside a transaction it does not
 /// represent (`&mut *tx`): its wins would look committed before the commit;
 /// and for a transaction that can no longer commit.
-pub(crate) fn refuse_open_transaction<E: Executor>(executor: &E) -> Result<(), crate::Error> {
+pub(crate) fn refuse_open_transaction<E: Runner>(executor: &E) -> Result<(), crate::Error> {
     if !E::IS_TRANSACTION && executor.in_transaction() {
         return Err(crate::Error::ConnectionInTransaction);
     }

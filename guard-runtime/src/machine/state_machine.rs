@@ -39,7 +39,7 @@ pub trait StateMachine: Copy + Eq + Debug + Send + Sync + 'static {
     /// `PayoutStatus::history(&pool, 42).within(d)`.
     fn history<'a, E, K>(executor: E, key: K) -> crate::Call<'a, Vec<crate::HistoryRow<Self>>>
     where
-        E: crate::Executor + 'a,
+        E: crate::Runner + 'a,
         K: crate::machine::key::RowKey<E::Database, Self::KeyShape> + 'a,
     {
         Self::MACHINE.history(executor, key)

@@ -16,7 +16,7 @@ use super::Transition;
 use crate::StateMachine;
 use crate::dialect::{Backend, BoxFuture};
 use crate::error::Error;
-use crate::executor::Executor;
+use crate::executor::Runner;
 use crate::machine::TransitionDef;
 use crate::machine::key::RowKey;
 use crate::outcome::{Outcome, Won};
@@ -39,7 +39,7 @@ impl<S: StateMachine> Transition<S> {
         note: &Note,
     ) -> Result<Outcome<S, K, E::Commit>, Error>
     where
-        E: Executor,
+        E: Runner,
         K: RowKey<E::Database, S::KeyShape>,
     {
         let def = self.def;

@@ -20,7 +20,7 @@ use crate::dialect::{Backend, Column, Sql, Statement};
 use crate::error::Error;
 use crate::executor::proven::{Proven, prove_all};
 use crate::executor::sealed::Run;
-use crate::executor::{Executor, refuse_open_transaction};
+use crate::executor::{Runner, refuse_open_transaction};
 use crate::machine::key::{BindError, KeyShape, RowKey};
 use crate::outcome::{LeasedAt, Outcome};
 use crate::transition::bind::{self, Parts, Values};
@@ -111,7 +111,7 @@ impl Raw {
 
 impl Plan {
     /// The compare-and-set within its deadline, traced and counted.
-    pub(crate) async fn run<E: Executor>(
+    pub(crate) async fn run<E: Runner>(
         self,
         executor: &mut E,
         call: &Call<'_, E::Database>,
@@ -166,7 +166,7 @@ impl Plan {
     /// The compare-and-set and its losing path, with `writing` true while
     /// the `UPDATE` is in flight, so that a deadline that cuts it off knows
     /// the outcome is open.
-    async fn watched<E: Executor>(
+    async fn watched<E: Runner>(
         &self,
         executor: &mut E,
         call: &Call<'_, E::Database>,
@@ -266,7 +266,7 @@ impl Plan {
     /// One compare-and-set: `Done(Some(changed))` when it changed the row,
     /// `Done(None)` when it matched nothing, `Again` after a retryable error
     /// once the backoff has been slept.
-    async fn attempt<E: Executor>(
+    async fn attempt<E: Runner>(
         &self,
         executor: &mut E,
         update: Statement,
@@ -286,7 +286,7 @@ impl Plan {
     /// The losing path's fresh read of the row: `Done(row)` (`None`: no such
     /// row), or `Again` after a retryable error once the backoff has been
     /// slept.
-    async fn fresh_read<E: Executor>(
+    async fn fresh_read<E: Runner>(
         &self,
         executor: &mut E,
         select: Statement,
@@ -313,7 +313,7 @@ impl Plan {
 
     /// The winning-path statement: `Some(changed)` when it changed the row,
     /// `None` when it matched nothing.
-    async fn compare_and_set<E: Executor>(
+    async fn compare_and_set<E: Runner>(
         &self,
         executor: &mut E,
         update: Statement,

@@ -6,7 +6,7 @@ use crate::StateMachine;
 use crate::deadline::retry::{MAX_ATTEMPTS, backoff};
 use crate::dialect::Backend;
 use crate::error::Error;
-use crate::executor::Executor;
+use crate::executor::Runner;
 use crate::executor::sealed::Run;
 use crate::machine::key::BindError;
 
@@ -51,7 +51,7 @@ impl<S: StateMachine> Transition<S> {
     }
 
     /// See [`Names::before_retry`].
-    pub(crate) async fn before_retry<E: Executor>(
+    pub(crate) async fn before_retry<E: Runner>(
         self,
         executor: &mut E,
         error: sqlx::Error,
@@ -138,7 +138,7 @@ impl Names {
 
     /// Decides what a failed statement means: `Ok` after sleeping when a
     /// fresh autocommit attempt may succeed, the error to return otherwise.
-    pub(crate) async fn before_retry<E: Executor>(
+    pub(crate) async fn before_retry<E: Runner>(
         self,
         executor: &mut E,
         error: sqlx::Error,

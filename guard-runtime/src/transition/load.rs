@@ -5,7 +5,7 @@ use crate::StateMachine;
 use crate::dialect::Column;
 use crate::dialect::sealed::Driver;
 use crate::error::Error;
-use crate::executor::Executor;
+use crate::executor::Runner;
 use crate::executor::proven::Proven;
 use crate::machine::Machine;
 use crate::machine::key::RowKey;
@@ -25,7 +25,7 @@ impl<S: StateMachine> Machine<S> {
     /// (`load`, outcome known: it only reads).
     pub fn load<'a, E, K>(&'static self, executor: E, key: K) -> crate::Call<'a, Option<Current<S>>>
     where
-        E: Executor + 'a,
+        E: Runner + 'a,
         K: RowKey<E::Database, S::KeyShape> + 'a,
     {
         crate::Call::new(move |deadline| async move {
@@ -42,7 +42,7 @@ impl<S: StateMachine> Machine<S> {
         key: K,
     ) -> Result<Option<Current<S>>, Error>
     where
-        E: Executor,
+        E: Runner,
         K: RowKey<E::Database, S::KeyShape>,
     {
         let error = |source| Error::database(self.table(), "load", source);

@@ -35,7 +35,7 @@ use crate::deadline::retry::DEFAULT_DEADLINE;
 pub use self::bind::Params;
 use crate::StateMachine;
 use crate::error::Error;
-use crate::executor::Executor;
+use crate::executor::Runner;
 use crate::machine::key::RowKey;
 use crate::machine::{HasVersion, InFlightDef, TransitionDef};
 use crate::outcome::Outcome;
@@ -257,7 +257,7 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
     /// ```
     pub async fn apply<E, K>(self, executor: E, key: K) -> Result<Outcome<S, K, E::Commit>, Error>
     where
-        E: Executor,
+        E: Runner,
         K: RowKey<E::Database, S::KeyShape>,
         P: Params<E::Database>,
     {

@@ -18,11 +18,11 @@
 //!
 //! ```no_run
 //! # async fn handler(pool: sqlx::PgPool, body: Vec<u8>) -> Result<(), stateguard::Error> {
-//! use stateguard::idempotency::{self, Begun, Request};
+//! use stateguard::idempotency::{self, Begun, Request, Work};
 //!
 //! let request = Request::new("acme:POST /payouts", "4f1c…", "sha256-of-the-body")?;
 //! match idempotency::begin_tx(&pool, &request, idempotency::DEFAULT_LEASE).await? {
-//!     Begun::New((ticket, mut tx)) => {
+//!     Begun::New(Work { ticket, mut tx }) => {
 //!         // … INSERT the payout on &mut *tx …
 //!         let response = br#"{"id":42}"#.to_vec();
 //!         ticket.complete(&mut tx, 201, response).await?;
@@ -175,7 +175,7 @@ pub(crate) fn checked(field: &'static str, value: &str) -> Result<(), Error> {
 }
 
 /// What [`begin`] found ([`begin_tx`]: with the work's transaction in
-/// `New`).
+/// `New`, a [`Work`]).
 #[derive(Debug)]
 #[must_use = "each answer needs its response: do the work, replay, 409 or 422"]
 pub enum Begun<N = Ticket> {
@@ -189,6 +189,19 @@ pub enum Begun<N = Ticket> {
     InProgress,
     /// The key was used with another fingerprint.
     Mismatch,
+}
+
+/// What [`begin_tx`] hands a new key: its lease, and the open transaction
+/// the request's work runs in. Take it apart in the match,
+/// `Begun::New(Work { ticket, mut tx })`, do the work on `&mut tx`, then
+/// [`Ticket::complete`] in it and commit.
+#[derive(Debug)]
+#[must_use = "do the work in `tx`, complete the ticket in it, and commit"]
+pub struct Work<DB: Backend> {
+    /// The key's lease, completed in `tx`.
+    pub ticket: Ticket,
+    /// The transaction the work runs in.
+    pub tx: Tx<'static, DB>,
 }
 
 /// A completed request's response, as [`Ticket::complete`] stored it.
@@ -402,7 +415,7 @@ pub fn ddl(dialect: crate::ddl::Dialect) -> &'static [&'static str] {
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// # let pool = sqlx::SqlitePool::connect("sqlite::memory:").await?;
-/// use stateguard::idempotency::{self, Begun, Request};
+/// use stateguard::idempotency::{self, Begun, Request, Work};
 ///
 /// for statement in idempotency::ddl(stateguard::ddl::Dialect::Sqlite) {
 ///     sqlx::raw_sql(*statement).execute(&pool).await?;
@@ -412,7 +425,7 @@ pub fn ddl(dialect: crate::ddl::Dialect) -> &'static [&'static str] {
 /// let request = Request::new("acme:POST /payouts", "key-1", "sha256-of-the-body")?;
 /// for _attempt in 0..2 {
 ///     match idempotency::begin_tx(&pool, &request, idempotency::DEFAULT_LEASE).await? {
-///         Begun::New((ticket, mut tx)) => {
+///         Begun::New(Work { ticket, mut tx }) => {
 ///             // … the work, on &mut *tx …
 ///             ticket.complete(&mut tx, 201, b"{\"id\":42}".to_vec()).await?;
 ///             tx.commit(()).await?;
@@ -427,7 +440,7 @@ pub fn begin_tx<'a, DB>(
     pool: &'a sqlx::Pool<DB>,
     request: &'a Request,
     lease: Duration,
-) -> Call<'a, Begun<(Ticket, Tx<'static, DB>)>>
+) -> Call<'a, Begun<Work<DB>>>
 where
     DB: Backend,
 {
@@ -440,7 +453,7 @@ pub fn begin_tx_with<'a, DB>(
     request: &'a Request,
     lease: Duration,
     statement: &'static str,
-) -> Call<'a, Begun<(Ticket, Tx<'static, DB>)>>
+) -> Call<'a, Begun<Work<DB>>>
 where
     DB: Backend,
 {

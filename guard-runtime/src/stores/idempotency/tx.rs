@@ -11,7 +11,7 @@ use crate::executor::sealed::Run;
 use crate::executor::tx::Tx;
 
 use super::claim::begin_on;
-use super::{Begun, Request, Store, Ticket};
+use super::{Begun, Request, Store, Ticket, Work};
 use crate::stores::schema::IdempotencySql;
 
 impl Store {
@@ -23,11 +23,11 @@ impl Store {
     ///
     /// ```no_run
     /// # async fn handler(pool: sqlx::PgPool) -> Result<(), stateguard::Error> {
-    /// use stateguard::idempotency::{self, Begun, Request};
+    /// use stateguard::idempotency::{self, Begun, Request, Work};
     ///
     /// let request = Request::new("acme:POST /payouts", "4f1c…", "sha256-of-the-body")?;
     /// match idempotency::begin_tx(&pool, &request, idempotency::DEFAULT_LEASE).await? {
-    ///     Begun::New((ticket, mut tx)) => {
+    ///     Begun::New(Work { ticket, mut tx }) => {
     ///         // … INSERT the payout on &mut *tx …
     ///         ticket.complete(&mut tx, 201, br#"{"id":42}"#.to_vec()).await?;
     ///         tx.commit(()).await?;
@@ -73,7 +73,7 @@ impl Store {
         pool: &'a sqlx::Pool<DB>,
         request: &'a Request,
         lease: Duration,
-    ) -> Call<'a, Begun<(Ticket, Tx<'static, DB>)>>
+    ) -> Call<'a, Begun<Work<DB>>>
     where
         DB: Backend,
     {
@@ -93,7 +93,7 @@ impl Store {
         request: &'a Request,
         lease: Duration,
         statement: &'static str,
-    ) -> Call<'a, Begun<(Ticket, Tx<'static, DB>)>>
+    ) -> Call<'a, Begun<Work<DB>>>
     where
         DB: Backend,
     {
@@ -108,7 +108,7 @@ fn begin_both<'a, DB>(
     request: &'a Request,
     lease: Duration,
     statement: Option<&'static str>,
-) -> Call<'a, Begun<(Ticket, Tx<'static, DB>)>>
+) -> Call<'a, Begun<Work<DB>>>
 where
     DB: Backend,
 {
@@ -129,7 +129,7 @@ async fn claim_and_begin<DB>(
     statement: Option<&'static str>,
     deadline: Duration,
     sent: &Sent,
-) -> Result<Begun<(Ticket, Tx<'static, DB>)>, Error>
+) -> Result<Begun<Work<DB>>, Error>
 where
     DB: Backend,
 {
@@ -178,7 +178,7 @@ async fn alongside<DB, C>(
     statement: Option<&'static str>,
     deadline: Duration,
     sent: &Sent,
-) -> Option<Result<Begun<(Ticket, Tx<'static, DB>)>, Error>>
+) -> Option<Result<Begun<Work<DB>>, Error>>
 where
     DB: Backend,
     C: Run<Database = DB>,
@@ -223,12 +223,12 @@ async fn started<DB>(
     pool: &sqlx::Pool<DB>,
     ticket: Ticket,
     tx: Result<Tx<'static, DB>, Error>,
-) -> Result<Begun<(Ticket, Tx<'static, DB>)>, Error>
+) -> Result<Begun<Work<DB>>, Error>
 where
     DB: Backend,
 {
     match tx {
-        Ok(tx) => Ok(Begun::New((ticket, tx))),
+        Ok(tx) => Ok(Begun::New(Work { ticket, tx })),
         Err(error) => {
             let pool_failed = matches!(
                 &error,
