@@ -364,6 +364,9 @@ pub use stateguard_runtime::{ddl, docs, meta, telemetry};
 // Exactly once at the front doors: idempotency keys and a consumer's inbox.
 pub use stateguard_runtime::pooler;
 pub use stateguard_runtime::{Stores, idempotency, inbox, stores};
+// And at the way out: messages, and the publishers that hand them to a
+// broker.
+pub use stateguard_runtime::outbox;
 
 pub mod guide;
 

@@ -22,6 +22,7 @@ mod error;
 mod executor;
 mod history;
 mod machine;
+pub mod outbox;
 mod outcome;
 pub mod pooler;
 mod stores;

@@ -28,6 +28,7 @@ mod mix_up;
 mod mysql;
 mod mysql_index;
 mod occurrence;
+mod outbox;
 mod pooler;
 mod race;
 mod read_only;
