@@ -1,0 +1,141 @@
+//! What the PostgreSQL statement tag costs on the winning path, measured
+//! finely: one row's compare-and-set, 40 rounds of 250 calls, four ways
+//! in rotation so that the machine's drift falls on each alike:
+//!
+//! - the statement without its tag, by hand (`execute`, the command's
+//!   count), the library's winning path before statements proved their
+//!   rows;
+//! - the tagged statement, by hand, its row fetched and its tag checked;
+//! - the tagged statement, by hand, run with `execute`;
+//! - `Transition::apply`.
+//!
+//! Once with the WAL flushed at each commit, as a server runs by default,
+//! and once with `synchronous_commit = off`, where the flush no longer
+//! hides what the statement and the client cost. PostgreSQL only (no other
+//! backend tags its statements), on `STATEGUARD_POSTGRES_URL`, in the
+//! schema `stateguard_tag`. `cargo bench --bench tag`; the matrix
+//! (`cargo bench --bench matrix`) has the same comparison among its rows,
+//! at 20 rounds.
+
+use std::time::{Duration, Instant};
+
+use sqlx::{Executor as _, Row as _};
+use stateguard::StateMachine;
+
+// One backend of the three the helpers serve.
+#[allow(dead_code)]
+mod support;
+
+const PLACE: support::Place = support::Place {
+    name: "stateguard_tag",
+    fresh: [
+        "DROP SCHEMA IF EXISTS stateguard_tag CASCADE",
+        "CREATE SCHEMA stateguard_tag",
+    ],
+    drop: "DROP SCHEMA stateguard_tag CASCADE",
+    connections: 1,
+    delay: Duration::ZERO,
+};
+
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(table = "t_plain", column = "status", key = "id", key_type = "i64")]
+enum Plain {
+    #[state(initial)]
+    #[transition(advance -> B)]
+    A,
+    B,
+}
+
+const CALLS: i64 = 250;
+const ROUNDS: usize = 40;
+const WAYS: [&str; 4] = [
+    "untagged, execute (baseline)",
+    "tagged, rows fetched, tag checked",
+    "tagged, execute",
+    "Transition::apply",
+];
+
+#[path = "batches.rs"]
+#[allow(dead_code)]
+mod batches;
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    support::on_postgres(PLACE, |pool| async move {
+        let rows = 2 * 4 * ROUNDS as i64 * CALLS;
+        pool.execute("CREATE TABLE t_plain (id BIGINT PRIMARY KEY, status TEXT NOT NULL)")
+            .await
+            .unwrap();
+        sqlx::query("INSERT INTO t_plain SELECT g, 'a' FROM generate_series(1, $1) g")
+            .bind(rows)
+            .execute(&pool)
+            .await
+            .unwrap();
+        let tagged = Plain::MACHINE
+            .transition("advance")
+            .unwrap()
+            .update_sql()
+            .postgres();
+        // The literal's text, between its quotes: `stateguard <16 hex>`.
+        let at = tagged.find("'stateguard ").unwrap() + 1;
+        let tag = &tagged[at..at + "stateguard 0123456789abcdef".len()];
+        let untagged = batches::untagged(tagged);
+        let mut next = 1;
+        for (setting, set) in [
+            ("WAL flushed at each commit", "SET synchronous_commit = on"),
+            ("synchronous_commit = off", "SET synchronous_commit = off"),
+        ] {
+            pool.execute(set).await.unwrap();
+            let mut rates = vec![Vec::new(); WAYS.len()];
+            for round in 0..ROUNDS {
+                for turn in 0..WAYS.len() {
+                    let way = (turn + round) % WAYS.len();
+                    let from = next;
+                    next += CALLS;
+                    let started = Instant::now();
+                    for id in from..from + CALLS {
+                        match way {
+                            0 => {
+                                let done = sqlx::query(untagged).bind(id).execute(&pool).await;
+                                assert_eq!(done.unwrap().rows_affected(), 1);
+                            }
+                            1 => {
+                                let rows = sqlx::query(tagged).bind(id).fetch_all(&pool).await;
+                                let rows = rows.unwrap();
+                                assert_eq!(rows.len(), 1);
+                                assert_eq!(rows[0].try_get::<&str, _>(0).unwrap(), tag);
+                            }
+                            2 => {
+                                let done = sqlx::query(tagged).bind(id).execute(&pool).await;
+                                assert_eq!(done.unwrap().rows_affected(), 1);
+                            }
+                            _ => {
+                                let won = Plain::advance().apply(&pool, id).await.unwrap();
+                                assert!(won.is_applied());
+                            }
+                        }
+                    }
+                    rates[way].push(CALLS as f64 / started.elapsed().as_secs_f64());
+                }
+            }
+            println!("\nPostgreSQL, {setting}: calls per second, median of {ROUNDS} rounds");
+            println!("| way | calls/s | ratio | paired |");
+            println!("| --- | ---: | ---: | ---: |");
+            let base = support::median(rates[0].clone());
+            for (way, name) in WAYS.iter().enumerate() {
+                let rate = support::median(rates[way].clone());
+                let paired: Vec<f64> = rates[way]
+                    .iter()
+                    .zip(&rates[0])
+                    .map(|(a, b)| a / b)
+                    .collect();
+                println!(
+                    "| {name} | {rate:.0} | {:.3} | {:.3} |",
+                    rate / base,
+                    support::median(paired)
+                );
+            }
+        }
+    })
+    .await;
+}
