@@ -68,8 +68,8 @@ impl JetStreamError {
         &self.topic
     }
 
-    /// What `async_nats` said.
-    pub fn source(&self) -> &PublishError {
+    /// What `async_nats` said (also the error's `source()`).
+    pub fn publish_error(&self) -> &PublishError {
         &self.source
     }
 }
