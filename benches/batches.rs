@@ -922,10 +922,16 @@ pub(crate) fn untagged(text: &'static str) -> &'static str {
     let Some(at) = text.find("'stateguard ") else {
         return text;
     };
-    let literal = &text[at..at + "'stateguard 0123456789abcdef'::text".len()];
+    // The tag column: `CASE WHEN $n::text = 'stateguard …' THEN … END`,
+    // which checks the tag bound last; without it the statement takes one
+    // value less.
+    const END: &str = "AS INTEGER)::text END";
+    let start = text[..at].rfind("CASE WHEN ").unwrap();
+    let end = at + text[at..].find(END).unwrap() + END.len();
+    let column = &text[start..end];
     let bare = text
-        .replace(&format!(" RETURNING {literal}, "), " RETURNING ")
-        .replace(&format!(" RETURNING {literal}"), "")
-        .replace(&format!("SELECT {literal}, "), "SELECT ");
+        .replace(&format!(" RETURNING {column}, "), " RETURNING ")
+        .replace(&format!(" RETURNING {column}"), "")
+        .replace(&format!("SELECT {column}, "), "SELECT ");
     Box::leak(bare.into_boxed_str())
 }

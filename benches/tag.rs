@@ -100,13 +100,18 @@ async fn main() {
                                 assert_eq!(done.unwrap().rows_affected(), 1);
                             }
                             1 => {
-                                let rows = sqlx::query(tagged).bind(id).fetch_all(&pool).await;
+                                let rows = sqlx::query(tagged)
+                                    .bind(id)
+                                    .bind(tag)
+                                    .fetch_all(&pool)
+                                    .await;
                                 let rows = rows.unwrap();
                                 assert_eq!(rows.len(), 1);
                                 assert_eq!(rows[0].try_get::<&str, _>(0).unwrap(), tag);
                             }
                             2 => {
-                                let done = sqlx::query(tagged).bind(id).execute(&pool).await;
+                                let done =
+                                    sqlx::query(tagged).bind(id).bind(tag).execute(&pool).await;
                                 assert_eq!(done.unwrap().rows_affected(), 1);
                             }
                             _ => {

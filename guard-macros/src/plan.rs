@@ -24,8 +24,15 @@
 //! hands a named prepared statement to the wrong server session makes the
 //! server run another statement with this call's values; the runtime
 //! checks the tag of every row before it believes it
-//! (`guard-runtime/src/transition/row.rs`), and counts rows changed by
+//! (`guard-runtime/src/executor/proven.rs`), and counts rows changed by
 //! their tagged rows, never by the command's own count.
+//!
+//! Checking rows cannot undo what the other statement wrote, so the tag
+//! column also checks the values: every PostgreSQL statement binds its
+//! own tag last ([`Slot::Tag`]), and its tag column fails the statement,
+//! and with it every write the statement made, unless that value is its
+//! tag. A statement of the library's that runs with another call's values
+//! writes nothing.
 //!
 //! PostgreSQL (`$n`) and SQLite (`?n`) number each distinct slot once, in
 //! the order of [`Slot`]'s declaration, so a value used twice (a key in
@@ -60,6 +67,9 @@ pub enum Slot {
     Reason,
     /// The note's details (JSON).
     Details,
+    /// PostgreSQL: the statement's own tag, bound last, which its tag
+    /// column checks (see the module docs).
+    Tag,
 }
 
 /// What one column of a statement's result holds.
@@ -209,6 +219,7 @@ impl Slot {
             Slot::Actor => ('a', 0),
             Slot::Reason => ('r', 0),
             Slot::Details => ('d', 0),
+            Slot::Tag => ('G', 0),
         };
         format!("{OPEN}{kind}{n}{CLOSE}")
     }
@@ -228,6 +239,7 @@ impl Slot {
             'a' => Slot::Actor,
             'r' => Slot::Reason,
             'd' => Slot::Details,
+            'G' => Slot::Tag,
             _ => return None,
         })
     }
@@ -262,8 +274,32 @@ fn tagged(marked: &str) -> (String, String) {
     let mut digest = fnv::FnvHasher::default();
     std::hash::Hasher::write(&mut digest, with_tag.as_bytes());
     let tag = format!("stateguard {:016x}", std::hash::Hasher::finish(&digest));
-    with_tag = with_tag.replace(TAG, &format!("'{tag}'::text"));
+    with_tag = with_tag.replace(TAG, &checked(&tag));
     (with_tag, tag)
+}
+
+/// The tag column of the statement whose tag is `tag`: the tag, where the
+/// value bound last ([`Slot::Tag`]) is that tag, and an error otherwise,
+/// which undoes whatever the statement wrote.
+///
+/// So a statement that runs with another call's values, which a pooler
+/// mixing prepared statements makes happen, fails before it commits
+/// anything: the values end with the other statement's tag. Checking
+/// rows afterwards cannot undo a write; this does. The error is a failed
+/// cast of a text that names both tags (22P02), which the runtime reads
+/// as a mix-up (`guard-runtime/src/executor/proven.rs`). `concat` makes
+/// it fail on a NULL as well, and the bound value in it keeps PostgreSQL
+/// from evaluating it while planning, where a constant would fail.
+fn checked(tag: &str) -> String {
+    tag_column(tag, &Slot::Tag.mark())
+}
+
+/// The tag column of `tag`, checking the value at `bound`.
+pub fn tag_column(tag: &str, bound: &str) -> String {
+    format!(
+        "CASE WHEN {bound}::text = '{tag}' THEN '{tag}'::text ELSE \
+         CAST(concat('stateguard mix-up: ran {tag} with ', {bound}::text) AS INTEGER)::text END"
+    )
 }
 
 /// `marked`'s slots turned into `d`'s placeholders, and the plan that
@@ -362,6 +398,11 @@ fn placeholders(d: Dialect, text: &str) -> usize {
 mod tests {
     use super::*;
 
+    /// The tag column of `tag`, checking `$n`.
+    fn column(tag: &str, n: usize) -> String {
+        tag_column(tag, &format!("${n}"))
+    }
+
     fn marked() -> String {
         format!(
             "UPDATE t SET b = {} WHERE k = {} AND CAST(k AS TEXT) = {} AND p = '$[*]?'",
@@ -379,16 +420,17 @@ mod tests {
             pg.text,
             format!(
                 "UPDATE t SET b = $2 WHERE k = $1 AND CAST(k AS TEXT) = $1 AND p = '$[*]?' \
-                 RETURNING '{tag}'::text"
+                 RETURNING {}",
+                column(&tag, 3)
             )
         );
-        assert_eq!(pg.plan, [Slot::Key(0), Slot::Value(0)]);
+        assert_eq!(pg.plan, [Slot::Key(0), Slot::Value(0), Slot::Tag]);
         let lite = render(Dialect::Sqlite, &marked())?;
         assert_eq!(
             lite.text,
             "UPDATE t SET b = ?2 WHERE k = ?1 AND CAST(k AS TEXT) = ?1 AND p = '$[*]?'"
         );
-        assert_eq!(lite.plan, pg.plan);
+        assert_eq!(lite.plan, pg.plan[..2]);
         Ok(())
     }
 
@@ -407,7 +449,8 @@ mod tests {
     fn a_placeholder_outside_the_plan_is_refused() {
         let text = format!("SELECT 1 WHERE a = ? AND k = {}", Slot::Key(0).mark());
         assert!(render(Dialect::MySql, &text).is_err());
-        let text = format!("SELECT 1 WHERE a = $2 AND k = {}", Slot::Key(0).mark());
+        // The tag is bound second.
+        let text = format!("SELECT 1 WHERE a = $3 AND k = {}", Slot::Key(0).mark());
         assert!(render(Dialect::Postgres, &text).is_err());
         assert!(render(Dialect::Postgres, "SELECT \u{1}k0").is_err());
         assert!(render(Dialect::Postgres, "SELECT \u{1}x0\u{2}").is_err());
@@ -444,8 +487,12 @@ mod tests {
         assert!(tag.starts_with("stateguard ") && tag.len() == 27, "{tag}");
         assert_eq!(
             pg.text,
-            format!("WITH m AS (SELECT k FROM t) SELECT '{tag}'::text, k, s FROM m WHERE k = $1")
+            format!(
+                "WITH m AS (SELECT k FROM t) SELECT {}, k, s FROM m WHERE k = $1",
+                column(&tag, 2)
+            )
         );
+        assert_eq!(pg.plan, [Slot::Key(0), Slot::Tag]);
         assert_eq!(pg.returns, [Col::Tag, Col::Key(0), Col::Status]);
         // A statement that returns nothing else returns its tag, once per
         // row it changes.
@@ -453,7 +500,7 @@ mod tests {
         let tag = update.tag.clone().unwrap_or_default();
         assert_eq!(
             update.text,
-            format!("UPDATE t SET s = 'b' RETURNING '{tag}'::text")
+            format!("UPDATE t SET s = 'b' RETURNING {}", column(&tag, 1))
         );
         assert_eq!(update.returns, [Col::Tag]);
         // A builder may place it itself, where nothing else is returned.
@@ -465,7 +512,10 @@ mod tests {
         let tag = placed.tag.clone().unwrap_or_default();
         assert_eq!(
             placed.text,
-            format!("WITH m AS (UPDATE t SET s = 'b') SELECT '{tag}'::text FROM m")
+            format!(
+                "WITH m AS (UPDATE t SET s = 'b') SELECT {} FROM m",
+                column(&tag, 1)
+            )
         );
         // No two statements share a tag; the other dialects have none.
         assert_ne!(update.tag, pg.tag);
@@ -491,6 +541,7 @@ mod tests {
             Slot::Actor,
             Slot::Reason,
             Slot::Details,
+            Slot::Tag,
         ];
         for slot in all {
             let text = slot.mark();

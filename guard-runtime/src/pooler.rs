@@ -23,13 +23,23 @@
 //! statement PostgreSQL refuses outright (`prepared statement "sqlx_s_1"
 //! already exists`, 42P05; `does not exist`, 26000; a bind message with
 //! another number of values, 08P01) is an
-//! [`Error::Database`](crate::Error::Database) that ran nothing. So a
-//! race behind such a pooler gives no false `Applied`; but most calls
-//! fail, and the statement that ran in another's place may have been
-//! someone else's write: another call's follow-up run with a lease
-//! renewal's values (the same key, occurrence and lease token) moves the
-//! row on before its effect ran, and no check after the fact can undo
-//! that. The pool must not be set up that way.
+//! [`Error::Database`](crate::Error::Database) that ran nothing.
+//!
+//! **No statement of the library's writes with another call's values.**
+//! Checking rows cannot undo a write, so each of those statements also
+//! binds its own tag as its last value, and its tag column fails the
+//! whole statement, undoing what it wrote, unless that value is its tag.
+//! When the server runs one of the library's statements with another
+//! call's values (another call's follow-up with a lease renewal's, which
+//! would move a row on before its effect ran), the values end with the
+//! other statement's tag: the statement fails with nothing written, and
+//! the call gets [`Error::StatementMixUp`](crate::Error::StatementMixUp).
+//!
+//! So a race behind such a pooler gives no false `Applied` and no write
+//! made with the wrong values; but most calls fail, and a statement of
+//! *your own* code that such a pooler runs with the library's values (or
+//! the other way round) is beyond its reach. The pool must not be set up
+//! that way.
 //!
 //! | between the pool and PostgreSQL | safe |
 //! | --- | --- |

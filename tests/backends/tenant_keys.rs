@@ -455,11 +455,11 @@ fn every_key_column_is_matched_and_numbered_first() {
         .def()
         .update_expecting_sql()
         .unwrap();
-    let tag = sql.statements()[0].tag().unwrap();
+    let tag = common::tag_column(&sql.statements()[0]);
     assert_eq!(
         sql.postgres(),
         format!(
-            r#"UPDATE "tenant_transfers" SET "status" = 'cancelled', "version" = COALESCE("version", 0) + 1 WHERE "tenant_id" = $1 AND CAST("tenant_id" AS TEXT) COLLATE "C" = CAST($1 AS TEXT) AND "id" = $2 AND CAST("id" AS TEXT) COLLATE "C" = CAST($2 AS TEXT) AND "status" IN ('pending') AND (id >= $3) AND COALESCE("version", 0) = $4 RETURNING '{tag}'::text, CAST(COALESCE("version", 0) AS BIGINT)"#
+            r#"UPDATE "tenant_transfers" SET "status" = 'cancelled', "version" = COALESCE("version", 0) + 1 WHERE "tenant_id" = $1 AND CAST("tenant_id" AS TEXT) COLLATE "C" = CAST($1 AS TEXT) AND "id" = $2 AND CAST("id" AS TEXT) COLLATE "C" = CAST($2 AS TEXT) AND "status" IN ('pending') AND (id >= $3) AND COALESCE("version", 0) = $4 RETURNING {tag}, CAST(COALESCE("version", 0) AS BIGINT)"#
         )
     );
     assert_eq!(TenantTransfer::MACHINE.key(), "tenant_id, id");

@@ -84,6 +84,23 @@ fn require_servers() -> bool {
     std::env::var("STATEGUARD_REQUIRE_SERVERS").is_ok_and(|v| v == "1")
 }
 
+/// A PostgreSQL statement's tag column as its text writes it: the tag
+/// where the value bound last is the tag, a failure of the statement
+/// otherwise (`Statement::tag`).
+pub fn tag_column(statement: &stateguard::meta::Statement) -> String {
+    let tag = statement.tag().expect("a PostgreSQL statement has a tag");
+    let bound = format!("${}", statement.binds().len());
+    assert_eq!(
+        statement.binds().last(),
+        Some(&stateguard::meta::Bind::Tag),
+        "the tag is bound last"
+    );
+    format!(
+        "CASE WHEN {bound}::text = '{tag}' THEN '{tag}'::text ELSE CAST(concat('stateguard \
+         mix-up: ran {tag} with ', {bound}::text) AS INTEGER)::text END"
+    )
+}
+
 /// The server URL in `var`, or `None` after saying why the test is skipped.
 pub fn server_url(var: &str, test: &str) -> Option<String> {
     match std::env::var(var) {

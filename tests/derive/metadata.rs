@@ -104,7 +104,9 @@ fn pg(sql: &stateguard::meta::Sql) -> String {
         Some(&stateguard::meta::Column::Tag),
         "the tag is the first column"
     );
-    postgres.text().replace(&format!("'{tag}'::text"), "TAG")
+    postgres
+        .text()
+        .replace(&crate::common::tag_column(&postgres), "TAG")
 }
 
 #[test]

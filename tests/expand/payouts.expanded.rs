@@ -44,8 +44,8 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 target: PayoutStatus::Sending,
                 set: &[],
                 update: __sg::sql! {
-                    "UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING 'stateguard 494b64a4c7b54d33'::text"
-                    on postgres, binds = [Key(0)], reads = [Tag];
+                    "UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING CASE WHEN $2::text = 'stateguard 494b64a4c7b54d33' THEN 'stateguard 494b64a4c7b54d33'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 494b64a4c7b54d33 with ', $2::text) AS INTEGER)::text END"
+                    on postgres, binds = [Key(0), Tag], reads = [Tag];
                     "UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB) AND \"status\" IN ('pending') AND (amount_cents <= 95000)"
                     on sqlite, binds = [Key(0)];
                     "UPDATE `payouts` SET `status` = 'sending' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('pending') AND CAST(`status` AS BINARY) IN ('pending') AND (amount_cents <= 95000)"
@@ -56,8 +56,8 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 guard: Some("amount_cents <= 95000"),
                 guarded_select: Some(
                     __sg::sql! {
-                        "SELECT 'stateguard f9f638af12814957'::text, __sg_r.__sg_f, __sg_r.__sg_c0, __sg_r.__sg_c1, __sg_r.__sg_c2 FROM (SELECT 1) AS __sg_one LEFT JOIN LATERAL (SELECT CAST(1 AS BIGINT) AS __sg_f, \"status\"::text AS __sg_c0, CAST(0 AS BIGINT) AS __sg_c1, CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) AS __sg_c2 FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT)) AS __sg_r ON true"
-                        on postgres, binds = [Key(0)], reads = [Tag, Found, Status,
+                        "SELECT CASE WHEN $2::text = 'stateguard f9f638af12814957' THEN 'stateguard f9f638af12814957'::text ELSE CAST(concat('stateguard mix-up: ran stateguard f9f638af12814957 with ', $2::text) AS INTEGER)::text END, __sg_r.__sg_f, __sg_r.__sg_c0, __sg_r.__sg_c1, __sg_r.__sg_c2 FROM (SELECT 1) AS __sg_one LEFT JOIN LATERAL (SELECT CAST(1 AS BIGINT) AS __sg_f, \"status\"::text AS __sg_c0, CAST(0 AS BIGINT) AS __sg_c1, CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) AS __sg_c2 FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT)) AS __sg_r ON true"
+                        on postgres, binds = [Key(0), Tag], reads = [Tag, Found, Status,
                         Occurrence, Meets];
                         "SELECT \"status\", CAST(0 AS INTEGER), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS INTEGER) FROM \"payouts\" WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB)"
                         on sqlite, binds = [Key(0)], reads = [Status, Occurrence, Meets];
@@ -68,8 +68,8 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 ),
                 guarded_select_in_transaction: Some(
                     __sg::sql! {
-                        "SELECT 'stateguard 29acd9da0389a52b'::text, __sg_r.__sg_f, __sg_r.__sg_c0, __sg_r.__sg_c1, __sg_r.__sg_c2 FROM (SELECT 1) AS __sg_one LEFT JOIN LATERAL (SELECT CAST(1 AS BIGINT) AS __sg_f, \"status\"::text AS __sg_c0, CAST(0 AS BIGINT) AS __sg_c1, CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) AS __sg_c2 FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) FOR SHARE) AS __sg_r ON true"
-                        on postgres, binds = [Key(0)], reads = [Tag, Found, Status,
+                        "SELECT CASE WHEN $2::text = 'stateguard 29acd9da0389a52b' THEN 'stateguard 29acd9da0389a52b'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 29acd9da0389a52b with ', $2::text) AS INTEGER)::text END, __sg_r.__sg_f, __sg_r.__sg_c0, __sg_r.__sg_c1, __sg_r.__sg_c2 FROM (SELECT 1) AS __sg_one LEFT JOIN LATERAL (SELECT CAST(1 AS BIGINT) AS __sg_f, \"status\"::text AS __sg_c0, CAST(0 AS BIGINT) AS __sg_c1, CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT) AS __sg_c2 FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) FOR SHARE) AS __sg_r ON true"
+                        on postgres, binds = [Key(0), Tag], reads = [Tag, Found, Status,
                         Occurrence, Meets];
                         "SELECT \"status\", CAST(0 AS INTEGER), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS INTEGER) FROM \"payouts\" WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB)"
                         on sqlite, binds = [Key(0)], reads = [Status, Occurrence, Meets];
@@ -79,8 +79,8 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     },
                 ),
                 claim: __sg::sql! {
-                    "WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'sending' WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending') AND (amount_cents <= 95000) ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT 'stateguard 7715385f475c2f3b'::text, c0, v, l FROM moved ORDER BY o0"
-                    on postgres, binds = [Limit], reads = [Tag, Key(0), Occurrence,
+                    "WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'sending' WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending') AND (amount_cents <= 95000) ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT CASE WHEN $2::text = 'stateguard 7715385f475c2f3b' THEN 'stateguard 7715385f475c2f3b'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 7715385f475c2f3b with ', $2::text) AS INTEGER)::text END, c0, v, l FROM moved ORDER BY o0"
+                    on postgres, binds = [Limit, Tag], reads = [Tag, Key(0), Occurrence,
                     Token];
                     "SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending') AND (amount_cents <= 95000) ORDER BY \"id\" LIMIT ?1"
                     on sqlite, binds = [Limit], reads = [Key(0)];
@@ -91,16 +91,16 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 history_insert: None,
                 history_insert_expecting: None,
                 many_update: __sg::sql! {
-                    "UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING 'stateguard 5439a7f824cfda39'::text, \"payouts\".\"id\""
-                    on postgres, binds = [Keys(0)], reads = [Tag, Key(0)];
+                    "UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING CASE WHEN $2::text = 'stateguard 5439a7f824cfda39' THEN 'stateguard 5439a7f824cfda39'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 5439a7f824cfda39 with ', $2::text) AS INTEGER)::text END, \"payouts\".\"id\""
+                    on postgres, binds = [Keys(0), Tag], reads = [Tag, Key(0)];
                     "UPDATE \"payouts\" SET \"status\" = 'sending' FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i WHERE \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING \"payouts\".\"id\""
                     on sqlite, binds = [Keys(0)], reads = [Key(0)];
                     "UPDATE JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) SET `status` = 'sending' WHERE `status` IN ('pending') AND CAST(`status` AS BINARY) IN ('pending') AND (amount_cents <= 95000)"
                     on mysql, binds = [Keys(0)];
                 },
                 many_read: __sg::sql! {
-                    "SELECT 'stateguard 247ad76b4b608c1f'::text, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT), CAST(NULL AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT) UNION ALL SELECT 'stateguard 247ad76b4b608c1f'::text, NULL, NULL, NULL, NULL, 1"
-                    on postgres, binds = [Keys(0)], reads = [Tag, Key(0), Status,
+                    "SELECT CASE WHEN $2::text = 'stateguard 247ad76b4b608c1f' THEN 'stateguard 247ad76b4b608c1f'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 247ad76b4b608c1f with ', $2::text) AS INTEGER)::text END, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT), CAST(NULL AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT) UNION ALL SELECT CASE WHEN $2::text = 'stateguard 247ad76b4b608c1f' THEN 'stateguard 247ad76b4b608c1f'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 247ad76b4b608c1f with ', $2::text) AS INTEGER)::text END, NULL, NULL, NULL, NULL, 1"
+                    on postgres, binds = [Keys(0), Tag], reads = [Tag, Key(0), Status,
                     Occurrence, Meets, End];
                     "SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)"
                     on sqlite, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
@@ -112,12 +112,12 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 many_lease_read: None,
                 many_history_insert: None,
                 many_update_by_value: __sg::sql! {
-                    "UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING 'stateguard 655f23d5c85b9419'::text, \"payouts\".\"id\""
-                    on postgres, binds = [Keys(0)], reads = [Tag, Key(0)];
+                    "UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING CASE WHEN $2::text = 'stateguard 655f23d5c85b9419' THEN 'stateguard 655f23d5c85b9419'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 655f23d5c85b9419 with ', $2::text) AS INTEGER)::text END, \"payouts\".\"id\""
+                    on postgres, binds = [Keys(0), Tag], reads = [Tag, Key(0)];
                 },
                 many_read_by_value: __sg::sql! {
-                    "SELECT 'stateguard 5389ba8d80927cdc'::text, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT), CAST(NULL AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 UNION ALL SELECT 'stateguard 5389ba8d80927cdc'::text, NULL, NULL, NULL, NULL, 1"
-                    on postgres, binds = [Keys(0)], reads = [Tag, Key(0), Status,
+                    "SELECT CASE WHEN $2::text = 'stateguard 5389ba8d80927cdc' THEN 'stateguard 5389ba8d80927cdc'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 5389ba8d80927cdc with ', $2::text) AS INTEGER)::text END, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END AS BIGINT), CAST(NULL AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 UNION ALL SELECT CASE WHEN $2::text = 'stateguard 5389ba8d80927cdc' THEN 'stateguard 5389ba8d80927cdc'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 5389ba8d80927cdc with ', $2::text) AS INTEGER)::text END, NULL, NULL, NULL, NULL, 1"
+                    on postgres, binds = [Keys(0), Tag], reads = [Tag, Key(0), Status,
                     Occurrence, Meets, End];
                 },
             }),
@@ -127,8 +127,8 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 target: PayoutStatus::Cancelled,
                 set: &[],
                 update: __sg::sql! {
-                    "UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('pending', 'sending') RETURNING 'stateguard 425baf609737e2a1'::text"
-                    on postgres, binds = [Key(0)], reads = [Tag];
+                    "UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('pending', 'sending') RETURNING CASE WHEN $2::text = 'stateguard 425baf609737e2a1' THEN 'stateguard 425baf609737e2a1'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 425baf609737e2a1 with ', $2::text) AS INTEGER)::text END"
+                    on postgres, binds = [Key(0), Tag], reads = [Tag];
                     "UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB) AND \"status\" IN ('pending', 'sending')"
                     on sqlite, binds = [Key(0)];
                     "UPDATE `payouts` SET `status` = 'cancelled' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('pending', 'sending') AND CAST(`status` AS BINARY) IN ('pending', 'sending')"
@@ -140,8 +140,8 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 guarded_select: None,
                 guarded_select_in_transaction: None,
                 claim: __sg::sql! {
-                    "WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending', 'sending') ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('pending', 'sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT 'stateguard df7b2629d8e2ff18'::text, c0, v, l FROM moved ORDER BY o0"
-                    on postgres, binds = [Limit], reads = [Tag, Key(0), Occurrence,
+                    "WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending', 'sending') ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('pending', 'sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT CASE WHEN $2::text = 'stateguard df7b2629d8e2ff18' THEN 'stateguard df7b2629d8e2ff18'::text ELSE CAST(concat('stateguard mix-up: ran stateguard df7b2629d8e2ff18 with ', $2::text) AS INTEGER)::text END, c0, v, l FROM moved ORDER BY o0"
+                    on postgres, binds = [Limit, Tag], reads = [Tag, Key(0), Occurrence,
                     Token];
                     "SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending', 'sending') ORDER BY \"id\" LIMIT ?1"
                     on sqlite, binds = [Limit], reads = [Key(0)];
@@ -152,16 +152,16 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 history_insert: None,
                 history_insert_expecting: None,
                 many_update: __sg::sql! {
-                    "UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('pending', 'sending') RETURNING 'stateguard 1384e5b485f4d90d'::text, \"payouts\".\"id\""
-                    on postgres, binds = [Keys(0)], reads = [Tag, Key(0)];
+                    "UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('pending', 'sending') RETURNING CASE WHEN $2::text = 'stateguard 1384e5b485f4d90d' THEN 'stateguard 1384e5b485f4d90d'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 1384e5b485f4d90d with ', $2::text) AS INTEGER)::text END, \"payouts\".\"id\""
+                    on postgres, binds = [Keys(0), Tag], reads = [Tag, Key(0)];
                     "UPDATE \"payouts\" SET \"status\" = 'cancelled' FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i WHERE \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB) AND \"status\" IN ('pending', 'sending') RETURNING \"payouts\".\"id\""
                     on sqlite, binds = [Keys(0)], reads = [Key(0)];
                     "UPDATE JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) SET `status` = 'cancelled' WHERE `status` IN ('pending', 'sending') AND CAST(`status` AS BINARY) IN ('pending', 'sending')"
                     on mysql, binds = [Keys(0)];
                 },
                 many_read: __sg::sql! {
-                    "SELECT 'stateguard 417daec845b30554'::text, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT), CAST(NULL AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT) UNION ALL SELECT 'stateguard 417daec845b30554'::text, NULL, NULL, NULL, NULL, 1"
-                    on postgres, binds = [Keys(0)], reads = [Tag, Key(0), Status,
+                    "SELECT CASE WHEN $2::text = 'stateguard 417daec845b30554' THEN 'stateguard 417daec845b30554'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 417daec845b30554 with ', $2::text) AS INTEGER)::text END, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT), CAST(NULL AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT) UNION ALL SELECT CASE WHEN $2::text = 'stateguard 417daec845b30554' THEN 'stateguard 417daec845b30554'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 417daec845b30554 with ', $2::text) AS INTEGER)::text END, NULL, NULL, NULL, NULL, 1"
+                    on postgres, binds = [Keys(0), Tag], reads = [Tag, Key(0), Status,
                     Occurrence, Meets, End];
                     "SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(1 AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)"
                     on sqlite, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
@@ -173,12 +173,12 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 many_lease_read: None,
                 many_history_insert: None,
                 many_update_by_value: __sg::sql! {
-                    "UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('pending', 'sending') RETURNING 'stateguard 6ac8633defe685dd'::text, \"payouts\".\"id\""
-                    on postgres, binds = [Keys(0)], reads = [Tag, Key(0)];
+                    "UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('pending', 'sending') RETURNING CASE WHEN $2::text = 'stateguard 6ac8633defe685dd' THEN 'stateguard 6ac8633defe685dd'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 6ac8633defe685dd with ', $2::text) AS INTEGER)::text END, \"payouts\".\"id\""
+                    on postgres, binds = [Keys(0), Tag], reads = [Tag, Key(0)];
                 },
                 many_read_by_value: __sg::sql! {
-                    "SELECT 'stateguard 03345b8b6a196bb3'::text, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT), CAST(NULL AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 UNION ALL SELECT 'stateguard 03345b8b6a196bb3'::text, NULL, NULL, NULL, NULL, 1"
-                    on postgres, binds = [Keys(0)], reads = [Tag, Key(0), Status,
+                    "SELECT CASE WHEN $2::text = 'stateguard 03345b8b6a196bb3' THEN 'stateguard 03345b8b6a196bb3'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 03345b8b6a196bb3 with ', $2::text) AS INTEGER)::text END, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT), CAST(NULL AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 UNION ALL SELECT CASE WHEN $2::text = 'stateguard 03345b8b6a196bb3' THEN 'stateguard 03345b8b6a196bb3'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 03345b8b6a196bb3 with ', $2::text) AS INTEGER)::text END, NULL, NULL, NULL, NULL, 1"
+                    on postgres, binds = [Keys(0), Tag], reads = [Tag, Key(0), Status,
                     Occurrence, Meets, End];
                 },
             }),
@@ -197,8 +197,8 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     }),
                 ],
                 update: __sg::sql! {
-                    "UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $2 WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('sending') RETURNING 'stateguard 8172fe8674389c7d'::text"
-                    on postgres, binds = [Key(0), Value(0)], reads = [Tag];
+                    "UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $2 WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('sending') RETURNING CASE WHEN $3::text = 'stateguard 8172fe8674389c7d' THEN 'stateguard 8172fe8674389c7d'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 8172fe8674389c7d with ', $3::text) AS INTEGER)::text END"
+                    on postgres, binds = [Key(0), Value(0), Tag], reads = [Tag];
                     "UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = ?2 WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB) AND \"status\" IN ('sending')"
                     on sqlite, binds = [Key(0), Value(0)];
                     "UPDATE `payouts` SET `sent_at` = (CURRENT_TIMESTAMP), `bank_ref` = ?, `status` = 'sent' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending')"
@@ -210,8 +210,8 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 guarded_select: None,
                 guarded_select_in_transaction: None,
                 claim: __sg::sql! {
-                    "WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $1 WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT $2 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT 'stateguard c3c1911b4e736bff'::text, c0, v, l FROM moved ORDER BY o0"
-                    on postgres, binds = [Value(0), Limit], reads = [Tag, Key(0),
+                    "WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $1 WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT $2 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT CASE WHEN $3::text = 'stateguard c3c1911b4e736bff' THEN 'stateguard c3c1911b4e736bff'::text ELSE CAST(concat('stateguard mix-up: ran stateguard c3c1911b4e736bff with ', $3::text) AS INTEGER)::text END, c0, v, l FROM moved ORDER BY o0"
+                    on postgres, binds = [Value(0), Limit, Tag], reads = [Tag, Key(0),
                     Occurrence, Token];
                     "SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT ?1"
                     on sqlite, binds = [Limit], reads = [Key(0)];
@@ -222,16 +222,16 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 history_insert: None,
                 history_insert_expecting: None,
                 many_update: __sg::sql! {
-                    "UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $2 WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('sending') RETURNING 'stateguard f70e9e72c9126767'::text, \"payouts\".\"id\""
-                    on postgres, binds = [Keys(0), Value(0)], reads = [Tag, Key(0)];
+                    "UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $2 WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('sending') RETURNING CASE WHEN $3::text = 'stateguard f70e9e72c9126767' THEN 'stateguard f70e9e72c9126767'::text ELSE CAST(concat('stateguard mix-up: ran stateguard f70e9e72c9126767 with ', $3::text) AS INTEGER)::text END, \"payouts\".\"id\""
+                    on postgres, binds = [Keys(0), Value(0), Tag], reads = [Tag, Key(0)];
                     "UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = ?2 FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i WHERE \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\""
                     on sqlite, binds = [Keys(0), Value(0)], reads = [Key(0)];
                     "UPDATE JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) SET `sent_at` = (CURRENT_TIMESTAMP), `bank_ref` = ?, `status` = 'sent' WHERE `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending')"
                     on mysql, binds = [Keys(0), Value(0)];
                 },
                 many_read: __sg::sql! {
-                    "SELECT 'stateguard 417daec845b30554'::text, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT), CAST(NULL AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT) UNION ALL SELECT 'stateguard 417daec845b30554'::text, NULL, NULL, NULL, NULL, 1"
-                    on postgres, binds = [Keys(0)], reads = [Tag, Key(0), Status,
+                    "SELECT CASE WHEN $2::text = 'stateguard 417daec845b30554' THEN 'stateguard 417daec845b30554'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 417daec845b30554 with ', $2::text) AS INTEGER)::text END, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT), CAST(NULL AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT) UNION ALL SELECT CASE WHEN $2::text = 'stateguard 417daec845b30554' THEN 'stateguard 417daec845b30554'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 417daec845b30554 with ', $2::text) AS INTEGER)::text END, NULL, NULL, NULL, NULL, 1"
+                    on postgres, binds = [Keys(0), Tag], reads = [Tag, Key(0), Status,
                     Occurrence, Meets, End];
                     "SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(1 AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)"
                     on sqlite, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
@@ -243,12 +243,12 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 many_lease_read: None,
                 many_history_insert: None,
                 many_update_by_value: __sg::sql! {
-                    "UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $2 WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('sending') RETURNING 'stateguard 998b61f024ddf5d3'::text, \"payouts\".\"id\""
-                    on postgres, binds = [Keys(0), Value(0)], reads = [Tag, Key(0)];
+                    "UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $2 WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('sending') RETURNING CASE WHEN $3::text = 'stateguard 998b61f024ddf5d3' THEN 'stateguard 998b61f024ddf5d3'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 998b61f024ddf5d3 with ', $3::text) AS INTEGER)::text END, \"payouts\".\"id\""
+                    on postgres, binds = [Keys(0), Value(0), Tag], reads = [Tag, Key(0)];
                 },
                 many_read_by_value: __sg::sql! {
-                    "SELECT 'stateguard 03345b8b6a196bb3'::text, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT), CAST(NULL AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 UNION ALL SELECT 'stateguard 03345b8b6a196bb3'::text, NULL, NULL, NULL, NULL, 1"
-                    on postgres, binds = [Keys(0)], reads = [Tag, Key(0), Status,
+                    "SELECT CASE WHEN $2::text = 'stateguard 03345b8b6a196bb3' THEN 'stateguard 03345b8b6a196bb3'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 03345b8b6a196bb3 with ', $2::text) AS INTEGER)::text END, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT), CAST(NULL AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 UNION ALL SELECT CASE WHEN $2::text = 'stateguard 03345b8b6a196bb3' THEN 'stateguard 03345b8b6a196bb3'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 03345b8b6a196bb3 with ', $2::text) AS INTEGER)::text END, NULL, NULL, NULL, NULL, 1"
+                    on postgres, binds = [Keys(0), Tag], reads = [Tag, Key(0), Status,
                     Occurrence, Meets, End];
                 },
             }),
@@ -258,8 +258,8 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 target: PayoutStatus::Failed,
                 set: &[],
                 update: __sg::sql! {
-                    "UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('sending') RETURNING 'stateguard c65b6cfcb4aec2bc'::text"
-                    on postgres, binds = [Key(0)], reads = [Tag];
+                    "UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('sending') RETURNING CASE WHEN $2::text = 'stateguard c65b6cfcb4aec2bc' THEN 'stateguard c65b6cfcb4aec2bc'::text ELSE CAST(concat('stateguard mix-up: ran stateguard c65b6cfcb4aec2bc with ', $2::text) AS INTEGER)::text END"
+                    on postgres, binds = [Key(0), Tag], reads = [Tag];
                     "UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB) AND \"status\" IN ('sending')"
                     on sqlite, binds = [Key(0)];
                     "UPDATE `payouts` SET `status` = 'failed' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending')"
@@ -271,8 +271,8 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 guarded_select: None,
                 guarded_select_in_transaction: None,
                 claim: __sg::sql! {
-                    "WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'failed' WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT 'stateguard b08deab792f7a030'::text, c0, v, l FROM moved ORDER BY o0"
-                    on postgres, binds = [Limit], reads = [Tag, Key(0), Occurrence,
+                    "WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'failed' WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT CASE WHEN $2::text = 'stateguard b08deab792f7a030' THEN 'stateguard b08deab792f7a030'::text ELSE CAST(concat('stateguard mix-up: ran stateguard b08deab792f7a030 with ', $2::text) AS INTEGER)::text END, c0, v, l FROM moved ORDER BY o0"
+                    on postgres, binds = [Limit, Tag], reads = [Tag, Key(0), Occurrence,
                     Token];
                     "SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT ?1"
                     on sqlite, binds = [Limit], reads = [Key(0)];
@@ -283,16 +283,16 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 history_insert: None,
                 history_insert_expecting: None,
                 many_update: __sg::sql! {
-                    "UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('sending') RETURNING 'stateguard 3e3f42dff2cb3874'::text, \"payouts\".\"id\""
-                    on postgres, binds = [Keys(0)], reads = [Tag, Key(0)];
+                    "UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('sending') RETURNING CASE WHEN $2::text = 'stateguard 3e3f42dff2cb3874' THEN 'stateguard 3e3f42dff2cb3874'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 3e3f42dff2cb3874 with ', $2::text) AS INTEGER)::text END, \"payouts\".\"id\""
+                    on postgres, binds = [Keys(0), Tag], reads = [Tag, Key(0)];
                     "UPDATE \"payouts\" SET \"status\" = 'failed' FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i WHERE \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB) AND \"status\" IN ('sending') RETURNING \"payouts\".\"id\""
                     on sqlite, binds = [Keys(0)], reads = [Key(0)];
                     "UPDATE JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(768) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) SET `status` = 'failed' WHERE `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending')"
                     on mysql, binds = [Keys(0)];
                 },
                 many_read: __sg::sql! {
-                    "SELECT 'stateguard 417daec845b30554'::text, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT), CAST(NULL AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT) UNION ALL SELECT 'stateguard 417daec845b30554'::text, NULL, NULL, NULL, NULL, 1"
-                    on postgres, binds = [Keys(0)], reads = [Tag, Key(0), Status,
+                    "SELECT CASE WHEN $2::text = 'stateguard 417daec845b30554' THEN 'stateguard 417daec845b30554'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 417daec845b30554 with ', $2::text) AS INTEGER)::text END, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT), CAST(NULL AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT) UNION ALL SELECT CASE WHEN $2::text = 'stateguard 417daec845b30554' THEN 'stateguard 417daec845b30554'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 417daec845b30554 with ', $2::text) AS INTEGER)::text END, NULL, NULL, NULL, NULL, 1"
+                    on postgres, binds = [Keys(0), Tag], reads = [Tag, Key(0), Status,
                     Occurrence, Meets, End];
                     "SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(1 AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)"
                     on sqlite, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
@@ -304,12 +304,12 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 many_lease_read: None,
                 many_history_insert: None,
                 many_update_by_value: __sg::sql! {
-                    "UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('sending') RETURNING 'stateguard 81f8872ec6bf1ed4'::text, \"payouts\".\"id\""
-                    on postgres, binds = [Keys(0)], reads = [Tag, Key(0)];
+                    "UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('sending') RETURNING CASE WHEN $2::text = 'stateguard 81f8872ec6bf1ed4' THEN 'stateguard 81f8872ec6bf1ed4'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 81f8872ec6bf1ed4 with ', $2::text) AS INTEGER)::text END, \"payouts\".\"id\""
+                    on postgres, binds = [Keys(0), Tag], reads = [Tag, Key(0)];
                 },
                 many_read_by_value: __sg::sql! {
-                    "SELECT 'stateguard 03345b8b6a196bb3'::text, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT), CAST(NULL AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 UNION ALL SELECT 'stateguard 03345b8b6a196bb3'::text, NULL, NULL, NULL, NULL, 1"
-                    on postgres, binds = [Keys(0)], reads = [Tag, Key(0), Status,
+                    "SELECT CASE WHEN $2::text = 'stateguard 03345b8b6a196bb3' THEN 'stateguard 03345b8b6a196bb3'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 03345b8b6a196bb3 with ', $2::text) AS INTEGER)::text END, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT), CAST(NULL AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 UNION ALL SELECT CASE WHEN $2::text = 'stateguard 03345b8b6a196bb3' THEN 'stateguard 03345b8b6a196bb3'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 03345b8b6a196bb3 with ', $2::text) AS INTEGER)::text END, NULL, NULL, NULL, NULL, 1"
+                    on postgres, binds = [Keys(0), Tag], reads = [Tag, Key(0), Status,
                     Occurrence, Meets, End];
                 },
             }),
@@ -325,16 +325,18 @@ impl ::stateguard::StateMachine for PayoutStatus {
             states: &__STATES,
             transitions: &__TRANSITIONS,
             select: __sg::sql! {
-                "SELECT 'stateguard 032c9515fb4fac47'::text, __sg_r.__sg_f, __sg_r.__sg_c0, __sg_r.__sg_c1 FROM (SELECT 1) AS __sg_one LEFT JOIN LATERAL (SELECT CAST(1 AS BIGINT) AS __sg_f, \"status\"::text AS __sg_c0, CAST(0 AS BIGINT) AS __sg_c1 FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT)) AS __sg_r ON true"
-                on postgres, binds = [Key(0)], reads = [Tag, Found, Status, Occurrence];
+                "SELECT CASE WHEN $2::text = 'stateguard 032c9515fb4fac47' THEN 'stateguard 032c9515fb4fac47'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 032c9515fb4fac47 with ', $2::text) AS INTEGER)::text END, __sg_r.__sg_f, __sg_r.__sg_c0, __sg_r.__sg_c1 FROM (SELECT 1) AS __sg_one LEFT JOIN LATERAL (SELECT CAST(1 AS BIGINT) AS __sg_f, \"status\"::text AS __sg_c0, CAST(0 AS BIGINT) AS __sg_c1 FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT)) AS __sg_r ON true"
+                on postgres, binds = [Key(0), Tag], reads = [Tag, Found, Status,
+                Occurrence];
                 "SELECT \"status\", CAST(0 AS INTEGER) FROM \"payouts\" WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB)"
                 on sqlite, binds = [Key(0)], reads = [Status, Occurrence];
                 "SELECT CAST(`status` AS CHAR), CAST(0 AS SIGNED) FROM `payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) LOCK IN SHARE MODE"
                 on mysql, binds = [Key(0), Key(0)], reads = [Status, Occurrence];
             },
             select_in_transaction: __sg::sql! {
-                "SELECT 'stateguard 2ccb6681191ab2bb'::text, __sg_r.__sg_f, __sg_r.__sg_c0, __sg_r.__sg_c1 FROM (SELECT 1) AS __sg_one LEFT JOIN LATERAL (SELECT CAST(1 AS BIGINT) AS __sg_f, \"status\"::text AS __sg_c0, CAST(0 AS BIGINT) AS __sg_c1 FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) FOR SHARE) AS __sg_r ON true"
-                on postgres, binds = [Key(0)], reads = [Tag, Found, Status, Occurrence];
+                "SELECT CASE WHEN $2::text = 'stateguard 2ccb6681191ab2bb' THEN 'stateguard 2ccb6681191ab2bb'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 2ccb6681191ab2bb with ', $2::text) AS INTEGER)::text END, __sg_r.__sg_f, __sg_r.__sg_c0, __sg_r.__sg_c1 FROM (SELECT 1) AS __sg_one LEFT JOIN LATERAL (SELECT CAST(1 AS BIGINT) AS __sg_f, \"status\"::text AS __sg_c0, CAST(0 AS BIGINT) AS __sg_c1 FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) FOR SHARE) AS __sg_r ON true"
+                on postgres, binds = [Key(0), Tag], reads = [Tag, Found, Status,
+                Occurrence];
                 "SELECT \"status\", CAST(0 AS INTEGER) FROM \"payouts\" WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB)"
                 on sqlite, binds = [Key(0)], reads = [Status, Occurrence];
                 "SELECT CAST(`status` AS CHAR), CAST(0 AS SIGNED) FROM `payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) LOCK IN SHARE MODE"

@@ -103,6 +103,7 @@ pub(super) fn bind(slot: Slot) -> TokenStream {
         Slot::Actor => quote!(Actor),
         Slot::Reason => quote!(Reason),
         Slot::Details => quote!(Details),
+        Slot::Tag => quote!(Tag),
     }
 }
 

@@ -13,7 +13,12 @@ fn text(d: Dialect, marked: String) -> String {
     render(d, &marked).map_or_else(
         |error| error,
         |statement| match statement.tag {
-            Some(tag) => statement.text.replace(&format!("'{tag}'::text"), "TAG"),
+            Some(tag) => {
+                let bound = format!("${}", statement.plan.len());
+                statement
+                    .text
+                    .replace(&crate::plan::tag_column(&tag, &bound), "TAG")
+            }
             None => statement.text,
         },
     )
@@ -214,8 +219,11 @@ fn each_dialect_gets_the_plan_of_its_placeholders() -> Result<(), String> {
         .map_err(|plans| format!("{} dialects", plans.len()))?;
     let (pg, lite, my) = (pg?, lite?, my?);
     // Numbered: each value once, the key first.
-    assert_eq!(pg.plan, [Slot::Key(0), Slot::Expected, Slot::Token]);
-    assert_eq!(lite.plan, pg.plan);
+    assert_eq!(
+        pg.plan,
+        [Slot::Key(0), Slot::Expected, Slot::Token, Slot::Tag]
+    );
+    assert_eq!(lite.plan, pg.plan[..3]);
     // Positional: the key twice, for its exact match.
     assert_eq!(
         my.plan,

@@ -29,6 +29,10 @@ pub enum Bind {
     Reason,
     /// The note's details (JSON).
     Details,
+    /// PostgreSQL: the statement's own [tag](Statement::tag), bound last,
+    /// which its tag column checks: a statement run with the values of
+    /// another call fails, and writes nothing.
+    Tag,
 }
 
 /// What one column of a statement's result holds: declared by the derive
@@ -39,7 +43,9 @@ pub enum Bind {
 pub enum Column {
     /// The statement's tag, a literal naming the statement and no other
     /// ([`Statement::tag`]): the first column of every PostgreSQL
-    /// statement's result.
+    /// statement's result. It holds the tag only where the value bound
+    /// last ([`Bind::Tag`]) is the same tag, and fails the statement
+    /// otherwise.
     Tag,
     /// Key column `n` of the row.
     Key(u8),
@@ -165,6 +171,13 @@ impl<B> Statement<B> {
     /// values; its rows then carry another tag, or none, and the library
     /// returns [`Error::StatementMixUp`](crate::Error::StatementMixUp)
     /// instead of believing them.
+    ///
+    /// Checking rows cannot undo a write the other statement made, so each
+    /// tagged statement also binds its own tag as its last value
+    /// ([`Bind::Tag`]), and its tag column fails the whole statement
+    /// unless that value is its tag: one of the library's statements run
+    /// with another call's values (which end with another tag) writes
+    /// nothing, and the call that sent them gets the same error.
     ///
     /// The literal is found in the text, where the derive (or the store)
     /// wrote it.

@@ -3,9 +3,11 @@
 
 use core::fmt;
 
-/// PostgreSQL answered a statement with the rows of another statement:
-/// a row came back without the tag the statement returns in every row
-/// ([`Statement::tag`](crate::meta::Statement::tag)).
+/// PostgreSQL ran another statement in this one's place: a row came back
+/// without the tag the statement returns in every row
+/// ([`Statement::tag`](crate::meta::Statement::tag)), or one of the
+/// library's statements failed because it ran with this call's values,
+/// which end with another statement's tag, and wrote nothing.
 ///
 /// sqlx prepares a named statement in one round trip and runs it in the
 /// next. A connection pooler that hands the server session to another
@@ -51,11 +53,12 @@ impl StatementMixUp {
         self.expected
     }
 
-    /// What the row carried in the tag's place, if it was text: another
-    /// statement's tag (`stateguard …`), or a value of a statement that is
-    /// not the library's. `None` when it held no text, or when no row came
-    /// back from a read of one row, which returns a row whether or not it
-    /// finds one.
+    /// The tag of the statement that ran instead, where the server says:
+    /// a row's first column, or the statement that failed because it ran
+    /// with this call's values (`stateguard …`); or, from a row, a value
+    /// of a statement that is not the library's. `None` when the row held
+    /// no text in the tag's place, or when no row came back from a read
+    /// of one row, which returns a row whether or not it finds one.
     pub fn found(&self) -> Option<&str> {
         self.found.as_deref()
     }
@@ -79,15 +82,15 @@ impl fmt::Display for StatementMixUp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let found = match &self.found {
             Some(found) if found.starts_with("stateguard ") => {
-                format!("another statement's tag, {found:?}")
+                format!("another statement ran, tagged {found:?}")
             }
-            Some(_) => "a value of a statement that is not stateguard's".to_owned(),
-            None => "no tag, or no row came back where it returns one always".to_owned(),
+            Some(_) => "a row carried a value of a statement that is not stateguard's".to_owned(),
+            None => "a row carried no tag, or no row came back where one always does".to_owned(),
         };
         write!(
             f,
-            "PostgreSQL answered with the rows of another statement (a row carried {found} \
-             where the statement sent returns {:?}): a connection pooler or proxy is mixing \
+            "PostgreSQL ran another statement in place of the one sent ({found}; the statement \
+             sent is tagged {:?}): a connection pooler or proxy is mixing \
              prepared statements between clients, as PgBouncer in transaction or statement mode \
              does without max_prepared_statements; the outcome is unknown, apply again to learn \
              the row's state, and use session pooling, a direct connection, or PgBouncer 1.21+ \

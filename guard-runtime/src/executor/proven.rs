@@ -6,8 +6,11 @@
 //! is checked to carry the statement's tag before any caller reads it, and
 //! the rows it changed are counted by those rows, never by the command's
 //! own count (`UPDATE 1` says nothing about which statement ran). A row
-//! with another tag, or with none, is a [`StatementMixUp`]; it reaches the caller
-//! as [`Error::StatementMixUp`](crate::Error::StatementMixUp), whose outcome
+//! with another tag, or with none, is a [`StatementMixUp`]; so is the
+//! error a tagged statement raises when it runs with another call's values
+//! (its tag column checks the tag bound last, and fails the statement,
+//! undoing its writes). It reaches the caller as
+//! [`Error::StatementMixUp`](crate::Error::StatementMixUp), whose outcome
 //! is unknown.
 
 use super::sealed::Run;
@@ -32,7 +35,7 @@ pub(crate) trait Proven: Run {
         let end = statement.column(Column::End);
         let rows = self.fetch_all(text, args);
         Box::pin(async move {
-            let mut rows = rows.await?;
+            let mut rows = rows.await.map_err(|error| raised(text, tag, error))?;
             prove_rows::<Self::Database>(text, tag, &rows)?;
             if let Some(tag) = tag {
                 // A result that ends with a row of its own ends with it
@@ -70,7 +73,7 @@ pub(crate) trait Proven: Run {
         let found = statement.column(Column::Found);
         let row = self.fetch_optional(text, args);
         Box::pin(async move {
-            let row = row.await?;
+            let row = row.await.map_err(|error| raised(text, tag, error))?;
             if let Some(tag) = tag {
                 match (&row, found) {
                     (Some(row), _) => prove::<Self::Database>(text, tag, row)?,
@@ -110,6 +113,34 @@ pub(crate) trait Proven: Run {
 }
 
 impl<E: Run + ?Sized> Proven for E {}
+
+/// `error`, or the [`StatementMixUp`] it reports.
+///
+/// A tagged statement's tag column fails the statement, undoing its
+/// writes, unless the value bound last is its own tag: a statement run
+/// with the values of another call, which end with the other statement's
+/// tag. The failure is a cast of a text that names the statement that ran
+/// (`invalid input syntax for type integer: "stateguard mix-up: ran
+/// stateguard … with stateguard …"`, 22P02), which the derive writes
+/// (`guard-macros/src/plan.rs`, `checked`) and the stores copy.
+fn raised(text: &'static str, tag: Option<&'static str>, error: sqlx::Error) -> sqlx::Error {
+    const MIX_UP: &str = "stateguard mix-up: ran ";
+    let (Some(tag), sqlx::Error::Database(database)) = (tag, &error) else {
+        return error;
+    };
+    if database.code().as_deref() != Some("22P02") {
+        return error;
+    }
+    let ran = database
+        .message()
+        .split_once(MIX_UP)
+        .and_then(|(_, rest)| rest.split_once(" with "))
+        .map(|(ran, _)| ran.to_owned());
+    match ran {
+        Some(ran) => StatementMixUp::new(text, tag, Some(ran)).into(),
+        None => error,
+    }
+}
 
 /// Whether `row` is a row of the statement `text`, whose tag is `tag`:
 /// the tag is its first column.

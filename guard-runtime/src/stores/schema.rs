@@ -251,26 +251,43 @@ pub const fn stores(texts: StoreTexts) -> Stores {
         schema: texts.schema,
         idempotency: IdempotencySql {
             table: texts.idempotency_table,
-            read: sql(read, [SCOPE_KEY, SCOPE_KEY, SCOPE_KEY]),
-            claim: sql(claim, [CLAIM, CLAIM, CLAIM]),
-            take_over: sql(take_over, [TAKE_OVER, TAKE_OVER, TAKE_OVER_MYSQL]),
-            complete: sql(complete, [COMPLETE, COMPLETE, COMPLETE_MYSQL]),
-            release: sql(release, [HELD, HELD, HELD]),
-            prune: sql(prune, [PRUNE, PRUNE, PRUNE]),
+            read: sql(read, [SCOPE_KEY_PG, SCOPE_KEY, SCOPE_KEY]),
+            claim: sql(claim, [CLAIM_PG, CLAIM, CLAIM]),
+            take_over: sql(take_over, [TAKE_OVER_PG, TAKE_OVER, TAKE_OVER_MYSQL]),
+            complete: sql(complete, [COMPLETE_PG, COMPLETE, COMPLETE_MYSQL]),
+            release: sql(release, [HELD_PG, HELD, HELD]),
+            prune: sql(prune, [PRUNE_PG, PRUNE, PRUNE]),
             ddl: texts.idempotency_ddl,
         },
         inbox: InboxSql {
             table: texts.inbox_table,
-            receive: sql(receive, [SCOPE_KEY, SCOPE_KEY, SCOPE_KEY]),
-            prune: sql(inbox_prune, [PRUNE, PRUNE, PRUNE]),
+            receive: sql(receive, [SCOPE_KEY_PG, SCOPE_KEY, SCOPE_KEY]),
+            prune: sql(inbox_prune, [PRUNE_PG, PRUNE, PRUNE]),
             ddl: texts.inbox_ddl,
         },
     }
 }
 
+// Each PostgreSQL statement binds its own tag last, which its tag column
+// checks (`Statement::tag`).
 const SCOPE_KEY: &[Field] = &[Field::Scope, Field::Key];
+const SCOPE_KEY_PG: &[Field] = &[Field::Scope, Field::Key, Field::Tag];
 const CLAIM: &[Field] = &[Field::Scope, Field::Key, Field::Fingerprint, Field::Millis];
+const CLAIM_PG: &[Field] = &[
+    Field::Scope,
+    Field::Key,
+    Field::Fingerprint,
+    Field::Millis,
+    Field::Tag,
+];
 const TAKE_OVER: &[Field] = &[Field::Scope, Field::Key, Field::Lease, Field::Millis];
+const TAKE_OVER_PG: &[Field] = &[
+    Field::Scope,
+    Field::Key,
+    Field::Lease,
+    Field::Millis,
+    Field::Tag,
+];
 const TAKE_OVER_MYSQL: &[Field] = &[Field::Millis, Field::Scope, Field::Key, Field::Lease];
 const COMPLETE: &[Field] = &[
     Field::Scope,
@@ -278,6 +295,14 @@ const COMPLETE: &[Field] = &[
     Field::Lease,
     Field::Status,
     Field::Body,
+];
+const COMPLETE_PG: &[Field] = &[
+    Field::Scope,
+    Field::Key,
+    Field::Lease,
+    Field::Status,
+    Field::Body,
+    Field::Tag,
 ];
 const COMPLETE_MYSQL: &[Field] = &[
     Field::Status,
@@ -287,7 +312,9 @@ const COMPLETE_MYSQL: &[Field] = &[
     Field::Lease,
 ];
 const HELD: &[Field] = &[Field::Scope, Field::Key, Field::Lease];
+const HELD_PG: &[Field] = &[Field::Scope, Field::Key, Field::Lease, Field::Tag];
 const PRUNE: &[Field] = &[Field::Millis, Field::Limit];
+const PRUNE_PG: &[Field] = &[Field::Millis, Field::Limit, Field::Tag];
 
 const fn sql(
     [postgres, sqlite, mysql]: [&'static str; 3],
@@ -424,7 +451,7 @@ mod tests {
                     )
                     .replace("stateguard_inbox", &format!("{quoted}stateguard_inbox"));
                 if let Some(tag) = plain.tag() {
-                    expected = expected.replace(&format!("'{tag}'"), &format!("'{tag} payments'"));
+                    expected = expected.replace(tag, &format!("{tag} payments"));
                     assert_eq!(schema.tag(), Some(format!("{tag} payments").as_str()));
                 }
                 assert_eq!(schema.text(), expected);

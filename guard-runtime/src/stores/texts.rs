@@ -2,6 +2,24 @@
 //! `concat!` pieces, with the schema's quoted name before each table name
 //! (`schema.rs` builds the stores of them).
 
+/// A store statement's tag column on PostgreSQL, `$hex` its digest and
+/// `$bound` the placeholder that binds the tag last: the tag where the
+/// value bound there is the tag, a failure of the whole statement
+/// otherwise. The same column as a machine's statements have, which
+/// `guard-macros/src/plan.rs` (`checked`) writes and explains, and
+/// `executor/proven.rs` reads.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __stateguard_store_tag {
+    ($hex:literal, [$($tag:tt)*], $bound:literal) => {
+        concat!(
+            "CASE WHEN ", $bound, "::text = 'stateguard ", $hex, $($tag)* "' THEN 'stateguard ",
+            $hex, $($tag)* "'::text ELSE CAST(concat('stateguard mix-up: ran stateguard ",
+            $hex, $($tag)* " with ', ", $bound, "::text) AS INTEGER)::text END"
+        )
+    };
+}
+
 /// The texts of the stores' statements and tables, with each table name
 /// after the schema's prefix in each dialect (`$pg`, `$lite`, `$my`: none,
 /// or `"payments".` and `` `payments`. ``), and the schema in each
@@ -27,7 +45,7 @@ macro_rules! __stateguard_store_texts {
             idempotency: [
             // READ
             [
-                concat!("SELECT 'stateguard ea6b00b4791e7fae", $($tag)* "'::text, fingerprint, state, lease, CAST(response_status AS BIGINT), \
+                concat!("SELECT ", $crate::__stateguard_store_tag!("b5fba244985a0196", [$($tag)*], "$3"), ", fingerprint, state, lease, CAST(response_status AS BIGINT), \
                response_body, \
                CAST(CASE WHEN locked_until < statement_timestamp() THEN 1 ELSE 0 END AS BIGINT) \
                FROM ", $($pg)* "stateguard_idempotency WHERE scope = $1 AND idem_key = $2"),
@@ -44,10 +62,10 @@ macro_rules! __stateguard_store_texts {
                fingerprint, state, lease, locked_until, created_at) VALUES ($1, $2, $3, \
                'running', 1, statement_timestamp() + CAST($4 AS BIGINT) * INTERVAL '1 \
                millisecond', statement_timestamp()) ON CONFLICT (scope, idem_key) DO NOTHING \
-               RETURNING lease) SELECT 'stateguard 9bc5726a461318b4", $($tag)* "'::text, CAST(1 AS BIGINT), CAST(NULL AS TEXT), CAST(NULL AS \
+               RETURNING lease) SELECT ", $crate::__stateguard_store_tag!("9fcea6c2fb62e26c", [$($tag)*], "$5"), ", CAST(1 AS BIGINT), CAST(NULL AS TEXT), CAST(NULL AS \
                TEXT), lease, CAST(NULL AS BIGINT), CAST(NULL AS BYTEA), CAST(0 AS BIGINT), \
                set_config('synchronous_commit', 'off', true) FROM __sg_new UNION ALL SELECT \
-               'stateguard 9bc5726a461318b4", $($tag)* "'::text, CAST(0 AS BIGINT), fingerprint, state, lease, CAST(response_status AS BIGINT), \
+               ", $crate::__stateguard_store_tag!("9fcea6c2fb62e26c", [$($tag)*], "$5"), ", CAST(0 AS BIGINT), fingerprint, state, lease, CAST(response_status AS BIGINT), \
                response_body, CAST(CASE WHEN locked_until < statement_timestamp() THEN 1 ELSE 0 \
                END AS BIGINT), CAST(NULL AS TEXT) FROM ", $($pg)* "stateguard_idempotency WHERE scope = $1 \
                AND idem_key = $2 AND NOT EXISTS (SELECT 1 FROM __sg_new)"),
@@ -65,7 +83,7 @@ macro_rules! __stateguard_store_texts {
                 concat!("UPDATE ", $($pg)* "stateguard_idempotency SET lease = lease + 1, locked_until = \
                statement_timestamp() + CAST($4 AS BIGINT) * INTERVAL '1 millisecond' WHERE \
                scope = $1 AND idem_key = $2 AND state = 'running' AND lease = $3 AND \
-               locked_until < statement_timestamp() RETURNING 'stateguard ab3297261f68674d", $($tag)* "'::text, lease"),
+               locked_until < statement_timestamp() RETURNING ", $crate::__stateguard_store_tag!("1190baf70b829cdd", [$($tag)*], "$5"), ", lease"),
                 concat!("UPDATE ", $($lite)* "stateguard_idempotency SET lease = lease + 1, locked_until = \
              strftime('%Y-%m-%d %H:%M:%f', 'now', printf('+%.3f seconds', CAST(?4 AS INTEGER) / \
              1000.0)) WHERE scope = ?1 AND idem_key = ?2 AND state = 'running' AND lease = ?3 \
@@ -79,7 +97,7 @@ macro_rules! __stateguard_store_texts {
                 concat!("UPDATE ", $($pg)* "stateguard_idempotency SET state = 'done', response_status = $4, \
                response_body = $5, locked_until = NULL, completed_at = statement_timestamp() \
                WHERE scope = $1 AND idem_key = $2 AND state = 'running' AND lease = $3 \
-               RETURNING 'stateguard a5a96a879df33d18", $($tag)* "'::text"),
+               RETURNING ", $crate::__stateguard_store_tag!("d12a9dd3d4f38e52", [$($tag)*], "$6"), ""),
                 concat!("UPDATE ", $($lite)* "stateguard_idempotency SET state = 'done', response_status = ?4, \
              response_body = ?5, locked_until = NULL, completed_at = strftime('%Y-%m-%d \
              %H:%M:%f', 'now') WHERE scope = ?1 AND idem_key = ?2 AND state = 'running' AND \
@@ -91,7 +109,7 @@ macro_rules! __stateguard_store_texts {
             // RELEASE
             [
                 concat!("DELETE FROM ", $($pg)* "stateguard_idempotency WHERE scope = $1 AND idem_key = $2 AND \
-               state = 'running' AND lease = $3 RETURNING 'stateguard f6ab0159f41130b5", $($tag)* "'::text"),
+               state = 'running' AND lease = $3 RETURNING ", $crate::__stateguard_store_tag!("a2703f3d6b1b237d", [$($tag)*], "$4"), ""),
                 concat!("DELETE FROM ", $($lite)* "stateguard_idempotency WHERE scope = ?1 AND idem_key = ?2 AND \
              state = 'running' AND lease = ?3"),
                 concat!("DELETE FROM ", $($my)* "stateguard_idempotency WHERE scope = ? AND idem_key = ? AND \
@@ -103,7 +121,7 @@ macro_rules! __stateguard_store_texts {
                idem_key FROM ", $($pg)* "stateguard_idempotency WHERE created_at < statement_timestamp() - \
                CAST($1 AS BIGINT) * INTERVAL '1 millisecond' AND (state = 'done' OR \
                locked_until < statement_timestamp()) ORDER BY created_at LIMIT $2 FOR UPDATE \
-               SKIP LOCKED) RETURNING 'stateguard 09c1355c593479fc", $($tag)* "'::text"),
+               SKIP LOCKED) RETURNING ", $crate::__stateguard_store_tag!("580e7309826c83fe", [$($tag)*], "$3"), ""),
                 concat!("DELETE FROM ", $($lite)* "stateguard_idempotency WHERE rowid IN (SELECT rowid FROM \
              ", $($lite)* "stateguard_idempotency WHERE created_at < strftime('%Y-%m-%d %H:%M:%f', 'now', \
              printf('-%.3f seconds', CAST(?1 AS INTEGER) / 1000.0)) AND (state = 'done' OR \
@@ -160,7 +178,7 @@ macro_rules! __stateguard_store_texts {
             [
                 concat!("INSERT INTO ", $($pg)* "stateguard_inbox (consumer, message_id, received_at) VALUES ($1, $2, \
                statement_timestamp()) ON CONFLICT (consumer, message_id) DO NOTHING RETURNING \
-               'stateguard 1e291bd415d26cf6", $($tag)* "'::text"),
+               ", $crate::__stateguard_store_tag!("71961e9b53b7904c", [$($tag)*], "$3"), ""),
                 concat!("INSERT INTO ", $($lite)* "stateguard_inbox (consumer, message_id, received_at) VALUES (?1, ?2, \
              strftime('%Y-%m-%d %H:%M:%f', 'now')) ON CONFLICT (consumer, message_id) DO NOTHING"),
                 concat!("INSERT IGNORE INTO ", $($my)* "stateguard_inbox (consumer, message_id, received_at) VALUES \
@@ -171,7 +189,7 @@ macro_rules! __stateguard_store_texts {
                 concat!("DELETE FROM ", $($pg)* "stateguard_inbox WHERE (consumer, message_id) IN (SELECT consumer, \
                message_id FROM ", $($pg)* "stateguard_inbox WHERE received_at < statement_timestamp() - \
                CAST($1 AS BIGINT) * INTERVAL '1 millisecond' ORDER BY received_at LIMIT $2 FOR \
-               UPDATE SKIP LOCKED) RETURNING 'stateguard 83de7c51cf2339ad", $($tag)* "'::text"),
+               UPDATE SKIP LOCKED) RETURNING ", $crate::__stateguard_store_tag!("b2b0dfff9c583ed1", [$($tag)*], "$3"), ""),
                 concat!("DELETE FROM ", $($lite)* "stateguard_inbox WHERE rowid IN (SELECT rowid FROM ", $($lite)* "stateguard_inbox \
              WHERE received_at < strftime('%Y-%m-%d %H:%M:%f', 'now', printf('-%.3f seconds', \
              CAST(?1 AS INTEGER) / 1000.0)) ORDER BY received_at LIMIT ?2)"),

@@ -124,9 +124,24 @@ pub(crate) fn arguments<DB: Backend>(
             Bind::Actor => note(Note::actor, &mut args)?,
             Bind::Reason => note(Note::reason, &mut args)?,
             Bind::Details => note(Note::detail_json, &mut args)?,
+            Bind::Tag => bind_tag::<DB, _>(statement, &mut args).map_err(BindError::Encode)?,
         }
     }
     Ok(args)
+}
+
+/// Binds `statement`'s own tag ([`Bind::Tag`], [`Field::Tag`]).
+fn bind_tag<DB: Backend, B>(
+    statement: Statement<B>,
+    args: &mut <DB as Driver>::Args,
+) -> Result<(), sqlx::Error> {
+    match statement.tag() {
+        Some(tag) => DB::bind_text(args, Some(tag.to_owned())),
+        None => Err(sqlx::Error::Protocol(format!(
+            "the statement binds its tag, but has none: {}",
+            statement.text()
+        ))),
+    }
 }
 
 /// What one placeholder of a fixed-table store's statement binds
@@ -150,6 +165,9 @@ pub(crate) enum Field {
     Body,
     /// How many rows at most.
     Limit,
+    /// PostgreSQL: the statement's own tag, as a machine's statements bind
+    /// it ([`Bind::Tag`]).
+    Tag,
 }
 
 /// The values one store call supplies; each statement takes what its plan
@@ -189,6 +207,7 @@ pub(crate) fn store_arguments<DB: Backend>(
             Field::Status => DB::bind_int(&mut args, fields.status.ok_or_else(missing)?)?,
             Field::Body => DB::bind_bytes(&mut args, fields.body.take().ok_or_else(missing)?)?,
             Field::Limit => DB::bind_int(&mut args, fields.limit.ok_or_else(missing)?)?,
+            Field::Tag => bind_tag::<DB, _>(statement, &mut args)?,
         }
     }
     Ok(args)
@@ -241,26 +260,35 @@ pub(crate) fn assert_plans_fit(name: &str, sql: &crate::dialect::Sql<Statement<F
 }
 
 /// Fails unless the PostgreSQL statement `pg` of a fixed-table store
-/// returns its tag as its first column, and the tag is the digest of its
-/// text (with `'stateguard'` in the tag's place), so that editing the text
-/// without a new tag fails here.
+/// returns its tag column first, binds its tag last, and the tag is the
+/// digest of its text (with `stateguard` in each of the tag's places), so
+/// that editing the text without a new tag fails here.
 #[cfg(test)]
 fn assert_tagged(name: &str, pg: Statement<Field>) {
     let Some(tag) = pg.tag() else {
         panic!("{name} on postgres has no tag: {}", pg.text());
     };
-    let literal = format!("'{tag}'::text");
     let text = pg.text();
+    let bound = format!("${}", pg.binds().len());
+    assert_eq!(
+        pg.binds().last(),
+        Some(&Field::Tag),
+        "{name}: the tag is not bound last"
+    );
+    let column = format!(
+        "CASE WHEN {bound}::text = '{tag}' THEN '{tag}'::text ELSE CAST(concat('stateguard \
+         mix-up: ran {tag} with ', {bound}::text) AS INTEGER)::text END"
+    );
     let first = ["SELECT ", "RETURNING "]
         .iter()
-        .filter_map(|clause| text.find(&format!("{clause}{literal}")))
+        .filter_map(|clause| text.find(&format!("{clause}{column}")))
         .count();
-    assert!(first > 0, "{name}: the tag is not the first column: {text}");
-    let mut digest = fnv::FnvHasher::default();
-    core::hash::Hasher::write(
-        &mut digest,
-        text.replace(&literal, "'stateguard'").as_bytes(),
+    assert!(
+        first > 0,
+        "{name}: the tag column is not the first column: {text}"
     );
+    let mut digest = fnv::FnvHasher::default();
+    core::hash::Hasher::write(&mut digest, text.replace(tag, "stateguard").as_bytes());
     let digest = format!("stateguard {:016x}", core::hash::Hasher::finish(&digest));
     assert_eq!(tag, digest, "{name}: the tag does not name this text");
 }
