@@ -29,6 +29,7 @@ mod mysql;
 mod mysql_index;
 mod occurrence;
 mod outbox;
+mod outbox_table;
 mod pooler;
 mod race;
 mod read_only;

@@ -11,6 +11,7 @@ use sqlx::Pool;
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
 use stateguard::idempotency::{self, Begun, Request};
 use stateguard::inbox::Received;
+use stateguard::outbox::{Enqueued, Message};
 use stateguard::{Stores, Tx};
 
 /// The schema the tests' stores live in. Fixed at compile time, as in an
@@ -18,29 +19,37 @@ use stateguard::{Stores, Tx};
 /// first.
 static SCHEMA: Stores = stateguard::stores!(schema = "sg_store_schema");
 
-/// The stores' rows in the schema: keys, then messages.
+/// The stores' rows in the schema: keys, messages received, messages to
+/// publish.
 const COUNTS: &str = "SELECT (SELECT CAST(COUNT(*) AS BIGINT) FROM \"sg_store_schema\".stateguard_idempotency), \
-                      (SELECT CAST(COUNT(*) AS BIGINT) FROM \"sg_store_schema\".stateguard_inbox)";
+                      (SELECT CAST(COUNT(*) AS BIGINT) FROM \"sg_store_schema\".stateguard_inbox), \
+                      (SELECT CAST(COUNT(*) AS BIGINT) FROM \"sg_store_schema\".stateguard_outbox)";
 const COUNTS_MYSQL: &str = "SELECT (SELECT CAST(COUNT(*) AS SIGNED) FROM `sg_store_schema`.stateguard_idempotency), \
-                            (SELECT CAST(COUNT(*) AS SIGNED) FROM `sg_store_schema`.stateguard_inbox)";
+                            (SELECT CAST(COUNT(*) AS SIGNED) FROM `sg_store_schema`.stateguard_inbox), \
+                            (SELECT CAST(COUNT(*) AS SIGNED) FROM `sg_store_schema`.stateguard_outbox)";
 
 /// The same, of the tables found through the search path: the test's own
 /// schema or database, SQLite's `main`.
 const SEARCH_PATH_POSTGRES: &str = "SELECT (SELECT CAST(COUNT(*) AS BIGINT) FROM sg_store_in_schema.stateguard_idempotency), \
-                                    (SELECT CAST(COUNT(*) AS BIGINT) FROM sg_store_in_schema.stateguard_inbox)";
+                                    (SELECT CAST(COUNT(*) AS BIGINT) FROM sg_store_in_schema.stateguard_inbox), \
+                                    (SELECT CAST(COUNT(*) AS BIGINT) FROM sg_store_in_schema.stateguard_outbox)";
 const SEARCH_PATH_MYSQL: &str = "SELECT (SELECT CAST(COUNT(*) AS SIGNED) FROM sg_store_in_schema.stateguard_idempotency), \
-                                 (SELECT CAST(COUNT(*) AS SIGNED) FROM sg_store_in_schema.stateguard_inbox)";
+                                 (SELECT CAST(COUNT(*) AS SIGNED) FROM sg_store_in_schema.stateguard_inbox), \
+                                 (SELECT CAST(COUNT(*) AS SIGNED) FROM sg_store_in_schema.stateguard_outbox)";
 const SEARCH_PATH_SQLITE: &str = "SELECT (SELECT COUNT(*) FROM main.stateguard_idempotency), \
-                                  (SELECT COUNT(*) FROM main.stateguard_inbox)";
+                                  (SELECT COUNT(*) FROM main.stateguard_inbox), \
+                                  (SELECT COUNT(*) FROM main.stateguard_outbox)";
 
-/// Claims, completes and replays a key, receives a message twice, and
-/// prunes both, all through `SCHEMA`; the same tables found through the
-/// search path (made here too) stay empty.
+/// Claims, completes and replays a key, receives a message twice, writes
+/// a message to publish, and prunes the keys and the received messages,
+/// all through `SCHEMA`; the same tables found through the search path
+/// (made here too) stay empty.
 async fn the_stores_live_in_their_schema<DB: TestBackend>(
     pool: &Pool<DB>,
     unqualified: &'static str,
 ) {
-    let (store, inbox) = (SCHEMA.idempotency(), SCHEMA.inbox());
+    let (store, inbox, outbox) = (SCHEMA.idempotency(), SCHEMA.inbox(), SCHEMA.outbox());
+    assert_eq!(outbox.table(), "sg_store_schema.stateguard_outbox");
     assert_eq!(store.table(), "sg_store_schema.stateguard_idempotency");
     let mut conn = pool.acquire().await.unwrap();
     let search_path = Stores::search_path();
@@ -49,6 +58,8 @@ async fn the_stores_live_in_their_schema<DB: TestBackend>(
         .flat_map(|s| s.ddl(DB::DIALECT))
         .chain(inbox.ddl(DB::DIALECT))
         .chain(search_path.inbox().ddl(DB::DIALECT))
+        .chain(outbox.ddl(DB::DIALECT))
+        .chain(search_path.outbox().ddl(DB::DIALECT))
     {
         DB::execute(&mut conn, statement, &[]).await.unwrap();
     }
@@ -66,6 +77,15 @@ async fn the_stores_live_in_their_schema<DB: TestBackend>(
     assert_eq!(
         inbox.receive(&mut tx, "bank", "event-1").await.unwrap(),
         Received::First
+    );
+    let message = Message {
+        id: "payout:1:created:0",
+        topic: "payout.created",
+        payload: b"{}",
+    };
+    assert_eq!(
+        outbox.enqueue(&mut tx, "1", message).await.unwrap(),
+        Enqueued::New
     );
     ticket
         .complete(&mut tx, 201, b"created".to_vec())
@@ -95,18 +115,22 @@ async fn the_stores_live_in_their_schema<DB: TestBackend>(
         _ => COUNTS,
     };
     let mut conn = pool.acquire().await.unwrap();
-    let rows: (i64, i64) = DB::fetch_one(&mut conn, counts, &[]).await.unwrap();
-    assert_eq!(rows, (1, 1), "one key and one message, in the schema");
+    let rows: (i64, i64, i64) = DB::fetch_one(&mut conn, counts, &[]).await.unwrap();
+    assert_eq!(rows, (1, 1, 1), "one key and two messages, in the schema");
 
-    let rows: (i64, i64) = DB::fetch_one(&mut conn, unqualified, &[]).await.unwrap();
-    assert_eq!(rows, (0, 0), "nothing in the tables of the search path");
+    let rows: (i64, i64, i64) = DB::fetch_one(&mut conn, unqualified, &[]).await.unwrap();
+    assert_eq!(rows, (0, 0, 0), "nothing in the tables of the search path");
     drop(conn);
 
     assert_eq!(store.prune(pool, Duration::ZERO, 10).await.unwrap(), 1);
     assert_eq!(inbox.prune(pool, Duration::ZERO, 10).await.unwrap(), 1);
     let mut conn = pool.acquire().await.unwrap();
-    let rows: (i64, i64) = DB::fetch_one(&mut conn, counts, &[]).await.unwrap();
-    assert_eq!(rows, (0, 0));
+    let rows: (i64, i64, i64) = DB::fetch_one(&mut conn, counts, &[]).await.unwrap();
+    assert_eq!(
+        rows,
+        (0, 0, 1),
+        "the message to publish waits for its relay"
+    );
 }
 
 #[tokio::test]
@@ -117,7 +141,8 @@ async fn postgres() {
     let mut conn = db.pool.acquire().await.unwrap();
     for statement in [
         "CREATE SCHEMA IF NOT EXISTS sg_store_schema",
-        "DROP TABLE IF EXISTS sg_store_schema.stateguard_idempotency, sg_store_schema.stateguard_inbox",
+        "DROP TABLE IF EXISTS sg_store_schema.stateguard_idempotency, sg_store_schema.stateguard_inbox, \
+         sg_store_schema.stateguard_outbox",
     ] {
         <sqlx::Postgres as TestBackend>::execute(&mut conn, statement, &[])
             .await
@@ -135,7 +160,8 @@ async fn mysql() {
     let mut conn = db.pool.acquire().await.unwrap();
     for statement in [
         "CREATE DATABASE IF NOT EXISTS sg_store_schema",
-        "DROP TABLE IF EXISTS sg_store_schema.stateguard_idempotency, sg_store_schema.stateguard_inbox",
+        "DROP TABLE IF EXISTS sg_store_schema.stateguard_idempotency, sg_store_schema.stateguard_inbox, \
+         sg_store_schema.stateguard_outbox",
     ] {
         <sqlx::MySql as TestBackend>::execute(&mut conn, statement, &[])
             .await

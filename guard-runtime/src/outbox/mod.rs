@@ -1,5 +1,11 @@
-//! The outbox's way out: a message, and the [`Publisher`] that hands it to
-//! a broker.
+//! The outbox: messages written in the transaction of the work they
+//! announce ([`enqueue`], into the table of [`ddl`]), and the way out, the
+//! [`Publisher`] that hands each to a broker.
+//!
+//! A message written with the work leaves only if the work commits: no
+//! message about a payout that rolled back, and none lost for a payout
+//! that committed, whatever crashes in between. A relay (not there yet)
+//! reads the table and publishes what is due.
 //!
 //! A message carries an id that names it for good: the same message
 //! published again carries the same id, so a broker that drops a repeated
@@ -38,9 +44,11 @@
 
 #[cfg(feature = "nats")]
 mod nats;
+mod store;
 
 #[cfg(feature = "nats")]
 pub use self::nats::{JetStream, JetStreamError};
+pub use self::store::{Enqueued, Outbox, ddl, enqueue};
 
 use std::future::Future;
 

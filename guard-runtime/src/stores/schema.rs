@@ -27,6 +27,10 @@ pub struct StoreTexts {
     /// `RECEIVE`, `PRUNE`.
     pub inbox: [[&'static str; 3]; 2],
     pub inbox_ddl: TableDdl,
+    pub outbox_table: &'static str,
+    /// `ENQUEUE`.
+    pub outbox: [[&'static str; 3]; 1],
+    pub outbox_ddl: OutboxDdl,
 }
 
 /// The idempotency store's statements and table in one schema.
@@ -80,6 +84,16 @@ pub(crate) struct InboxSql {
     pub(crate) ddl: TableDdl,
 }
 
+/// The outbox's statements and table in one schema.
+pub(crate) struct OutboxSql {
+    pub(crate) table: &'static str,
+    /// The message's row, due at once; nothing if a message with its id is
+    /// there. MySQL's `INSERT IGNORE` is safe here: the id, the order key
+    /// and the topic were checked to fit, and the payload is a `LONGBLOB`.
+    pub(crate) enqueue: Sql<Statement<Field>>,
+    pub(crate) ddl: OutboxDdl,
+}
+
 /// The fixed-table stores, the idempotency keys' and the inbox's, with
 /// their tables in one schema: [`Stores::search_path`] finds them through
 /// the connection's search path, [`stores!`](crate::stores!) names a
@@ -100,6 +114,7 @@ pub struct Stores {
     schema: Option<&'static str>,
     pub(crate) idempotency: IdempotencySql,
     pub(crate) inbox: InboxSql,
+    pub(crate) outbox: OutboxSql,
 }
 
 impl Stores {
@@ -125,6 +140,12 @@ impl Stores {
     /// The inbox in these tables.
     pub const fn inbox(&'static self) -> Inbox {
         Inbox::new(&self.inbox)
+    }
+
+    /// The outbox in these tables: `stateguard_outbox`, the messages
+    /// waiting to be published.
+    pub const fn outbox(&'static self) -> Outbox {
+        Outbox { sql: &self.outbox }
     }
 }
 
@@ -184,12 +205,41 @@ impl Inbox {
     }
 }
 
+/// The outbox in one schema's table: [`Stores::outbox`]. The free
+/// functions of `stateguard::outbox` are those of
+/// [`Stores::search_path`]'s, found through the connection's search path.
+#[derive(Debug, Clone, Copy)]
+pub struct Outbox {
+    pub(crate) sql: &'static OutboxSql,
+}
+
+impl Outbox {
+    /// The table, as errors name it: `stateguard_outbox`, or
+    /// `payments.stateguard_outbox` in the schema `payments`.
+    pub const fn table(&self) -> &'static str {
+        self.sql.table
+    }
+
+    /// The statements that create the outbox table and its indexes in
+    /// `dialect`, in this outbox's schema, without trailing `;`. Run them
+    /// once, in a migration (the schema must exist).
+    pub const fn ddl(&self, dialect: DdlDialect) -> &'static [&'static str] {
+        pick(&self.sql.ddl, dialect)
+    }
+}
+
 /// One table's DDL per dialect: PostgreSQL's and SQLite's table and
 /// index, MySQL's table with its index inside.
 type TableDdl = ([&'static str; 2], [&'static str; 2], [&'static str; 1]);
 
+/// The outbox table's DDL per dialect: with two indexes.
+type OutboxDdl = ([&'static str; 3], [&'static str; 3], [&'static str; 1]);
+
 /// The statements of `ddl` in `dialect`.
-const fn pick(ddl: &'static TableDdl, dialect: DdlDialect) -> &'static [&'static str] {
+const fn pick<const P: usize, const L: usize>(
+    ddl: &'static ([&'static str; P], [&'static str; L], [&'static str; 1]),
+    dialect: DdlDialect,
+) -> &'static [&'static str] {
     match dialect {
         DdlDialect::Postgres => &ddl.0,
         DdlDialect::Sqlite => &ddl.1,
@@ -214,6 +264,14 @@ impl core::fmt::Debug for InboxSql {
     }
 }
 
+impl core::fmt::Debug for OutboxSql {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("OutboxSql")
+            .field("table", &self.table)
+            .finish_non_exhaustive()
+    }
+}
+
 impl core::fmt::Debug for Stores {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Stores")
@@ -231,6 +289,7 @@ pub(crate) static DEFAULT: Stores = stores(crate::__stateguard_store_texts! {
     tag = [],
     idempotency = "stateguard_idempotency",
     inbox = "stateguard_inbox",
+    outbox = "stateguard_outbox",
 });
 
 /// The stores of `texts`, with each statement's bind plan. Fails to
@@ -247,6 +306,7 @@ pub const fn stores(texts: StoreTexts) -> Stores {
     }
     let [read, claim, take_over, complete, release, prune] = texts.idempotency;
     let [receive, inbox_prune] = texts.inbox;
+    let [enqueue] = texts.outbox;
     Stores {
         schema: texts.schema,
         idempotency: IdempotencySql {
@@ -264,6 +324,11 @@ pub const fn stores(texts: StoreTexts) -> Stores {
             receive: sql(receive, [SCOPE_KEY_PG, SCOPE_KEY, SCOPE_KEY]),
             prune: sql(inbox_prune, [PRUNE_PG, PRUNE, PRUNE]),
             ddl: texts.inbox_ddl,
+        },
+        outbox: OutboxSql {
+            table: texts.outbox_table,
+            enqueue: sql(enqueue, [ENQUEUE_PG, ENQUEUE, ENQUEUE]),
+            ddl: texts.outbox_ddl,
         },
     }
 }
@@ -315,6 +380,14 @@ const HELD: &[Field] = &[Field::Scope, Field::Key, Field::Lease];
 const HELD_PG: &[Field] = &[Field::Scope, Field::Key, Field::Lease, Field::Tag];
 const PRUNE: &[Field] = &[Field::Millis, Field::Limit];
 const PRUNE_PG: &[Field] = &[Field::Millis, Field::Limit, Field::Tag];
+const ENQUEUE: &[Field] = &[Field::Key, Field::Scope, Field::Topic, Field::Body];
+const ENQUEUE_PG: &[Field] = &[
+    Field::Key,
+    Field::Scope,
+    Field::Topic,
+    Field::Body,
+    Field::Tag,
+];
 
 const fn sql(
     [postgres, sqlite, mysql]: [&'static str; 3],
@@ -386,6 +459,7 @@ macro_rules! stores {
             tag = [" ", $schema,],
             idempotency = ::core::concat!($schema, ".stateguard_idempotency"),
             inbox = ::core::concat!($schema, ".stateguard_inbox"),
+            outbox = ::core::concat!($schema, ".stateguard_outbox"),
         })
     };
 }
@@ -408,6 +482,7 @@ mod tests {
             ("PRUNE", &i.prune),
             ("RECEIVE", &b.receive),
             ("INBOX PRUNE", &b.prune),
+            ("ENQUEUE", &DEFAULT.outbox.enqueue),
         ] {
             crate::transition::bind::assert_plans_fit(name, sql);
         }
@@ -432,6 +507,7 @@ mod tests {
             (&DEFAULT.idempotency.prune, &PAYMENTS.idempotency.prune),
             (&DEFAULT.inbox.receive, &PAYMENTS.inbox.receive),
             (&DEFAULT.inbox.prune, &PAYMENTS.inbox.prune),
+            (&DEFAULT.outbox.enqueue, &PAYMENTS.outbox.enqueue),
         ];
         for (plain, schema) in pairs {
             for (dialect, quoted) in [
@@ -449,7 +525,8 @@ mod tests {
                         "stateguard_idempotency",
                         &format!("{quoted}stateguard_idempotency"),
                     )
-                    .replace("stateguard_inbox", &format!("{quoted}stateguard_inbox"));
+                    .replace("stateguard_inbox", &format!("{quoted}stateguard_inbox"))
+                    .replace("stateguard_outbox", &format!("{quoted}stateguard_outbox"));
                 if let Some(tag) = plain.tag() {
                     expected = expected.replace(tag, &format!("{tag} payments"));
                     assert_eq!(schema.tag(), Some(format!("{tag} payments").as_str()));
@@ -463,6 +540,7 @@ mod tests {
             "payments.stateguard_idempotency"
         );
         assert_eq!(PAYMENTS.inbox.table, "payments.stateguard_inbox");
+        assert_eq!(PAYMENTS.outbox.table, "payments.stateguard_outbox");
     }
 
     #[test]
@@ -481,6 +559,19 @@ mod tests {
         assert!(my[0].starts_with("CREATE TABLE `payments`.stateguard_idempotency ("));
         let (pg, ..) = DEFAULT.inbox.ddl;
         assert!(pg[0].starts_with("CREATE TABLE stateguard_inbox ("));
+        let (pg, lite, my) = PAYMENTS.outbox.ddl;
+        assert!(pg[0].starts_with("CREATE TABLE \"payments\".stateguard_outbox ("));
+        assert!(
+            pg[1..]
+                .iter()
+                .all(|index| index.contains(" ON \"payments\".stateguard_outbox ("))
+        );
+        assert!(
+            lite[1..]
+                .iter()
+                .all(|index| index.starts_with("CREATE INDEX \"payments\"."))
+        );
+        assert!(my[0].starts_with("CREATE TABLE `payments`.stateguard_outbox ("));
     }
 
     #[test]

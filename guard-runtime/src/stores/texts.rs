@@ -36,12 +36,14 @@ macro_rules! __stateguard_store_texts {
         my = [$($my:tt)*],
         tag = [$($tag:tt)*],
         idempotency = $idempotency:expr,
-        inbox = $inbox:expr $(,)?
+        inbox = $inbox:expr,
+        outbox = $outbox:expr $(,)?
     ) => {
         $crate::__private::StoreTexts {
             schema: $schema,
             idempotency_table: $idempotency,
             inbox_table: $inbox,
+            outbox_table: $outbox,
             idempotency: [
             // READ
             [
@@ -216,6 +218,74 @@ macro_rules! __stateguard_store_texts {
     received_at DATETIME(3) NOT NULL,
     PRIMARY KEY (consumer, message_id),
     KEY stateguard_inbox_received_at (received_at)
+)")],
+            ),
+            outbox: [
+            // ENQUEUE
+            [
+                concat!("INSERT INTO ", $($pg)* "stateguard_outbox (message_id, order_key, topic, payload, \
+               created_at, next_attempt_at) VALUES ($1, $2, $3, $4, statement_timestamp(), \
+               statement_timestamp()) ON CONFLICT (message_id) DO NOTHING RETURNING \
+               ", $crate::__stateguard_store_tag!("2a8183e698eb2586", [$($tag)*], "$5"), ""),
+                concat!("INSERT INTO ", $($lite)* "stateguard_outbox (message_id, order_key, topic, payload, \
+             created_at, next_attempt_at) VALUES (?1, ?2, ?3, ?4, strftime('%Y-%m-%d %H:%M:%f', \
+             'now'), strftime('%Y-%m-%d %H:%M:%f', 'now')) ON CONFLICT (message_id) DO NOTHING"),
+                concat!("INSERT IGNORE INTO ", $($my)* "stateguard_outbox (message_id, order_key, topic, payload, \
+            created_at, next_attempt_at) VALUES (?, ?, ?, ?, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3))"),
+            ],
+            ],
+            outbox_ddl: (
+            [concat!("CREATE TABLE ", $($pg)* "stateguard_outbox (
+    seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    message_id TEXT COLLATE \"C\" NOT NULL UNIQUE,
+    order_key TEXT COLLATE \"C\" NOT NULL,
+    topic TEXT NOT NULL,
+    payload BYTEA NOT NULL,
+    created_at TIMESTAMPTZ NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at TIMESTAMPTZ NOT NULL,
+    last_error TEXT,
+    lease BIGINT NOT NULL DEFAULT 0,
+    locked_until TIMESTAMPTZ,
+    published_at TIMESTAMPTZ,
+    dead_at TIMESTAMPTZ
+)"), concat!("CREATE INDEX stateguard_outbox_order ON ", $($pg)* "stateguard_outbox (order_key, seq)"),
+            concat!("CREATE INDEX stateguard_outbox_due ON ", $($pg)* "stateguard_outbox (next_attempt_at) \
+WHERE published_at IS NULL AND dead_at IS NULL")],
+            [concat!("CREATE TABLE ", $($lite)* "stateguard_outbox (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    message_id TEXT NOT NULL UNIQUE,
+    order_key TEXT NOT NULL,
+    topic TEXT NOT NULL,
+    payload BLOB NOT NULL,
+    created_at TEXT NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at TEXT NOT NULL,
+    last_error TEXT,
+    lease INTEGER NOT NULL DEFAULT 0,
+    locked_until TEXT,
+    published_at TEXT,
+    dead_at TEXT
+)"), concat!("CREATE INDEX ", $($lite)* "stateguard_outbox_order ON stateguard_outbox (order_key, seq)"),
+            concat!("CREATE INDEX ", $($lite)* "stateguard_outbox_due ON stateguard_outbox (next_attempt_at) \
+WHERE published_at IS NULL AND dead_at IS NULL")],
+            [concat!("CREATE TABLE ", $($my)* "stateguard_outbox (
+    seq BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    message_id VARBINARY(1020) NOT NULL,
+    order_key VARBINARY(1020) NOT NULL,
+    topic VARBINARY(1020) NOT NULL,
+    payload LONGBLOB NOT NULL,
+    created_at DATETIME(3) NOT NULL,
+    attempts INT NOT NULL DEFAULT 0,
+    next_attempt_at DATETIME(3) NOT NULL,
+    last_error TEXT,
+    lease BIGINT NOT NULL DEFAULT 0,
+    locked_until DATETIME(3) NULL,
+    published_at DATETIME(3) NULL,
+    dead_at DATETIME(3) NULL,
+    UNIQUE KEY stateguard_outbox_message_id (message_id),
+    KEY stateguard_outbox_order (order_key, seq),
+    KEY stateguard_outbox_due (published_at, dead_at, next_attempt_at)
 )")],
             ),
         }

@@ -149,10 +149,12 @@ fn bind_tag<DB: Backend, B>(
 /// in the runtime, each with its plan beside its text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Field {
-    /// The key's scope; the inbox's consumer.
+    /// The key's scope; the inbox's consumer; the outbox's order key.
     Scope,
-    /// The client's key; the inbox's message id.
+    /// The client's key; the inbox's and the outbox's message id.
     Key,
+    /// The outbox message's topic.
+    Topic,
     /// The request's fingerprint.
     Fingerprint,
     /// The lease the caller holds.
@@ -161,7 +163,7 @@ pub(crate) enum Field {
     Millis,
     /// The response's status.
     Status,
-    /// The response's body.
+    /// The response's body; the outbox message's payload.
     Body,
     /// How many rows at most.
     Limit,
@@ -177,6 +179,7 @@ pub(crate) struct Fields<'a> {
     pub(crate) scope: Option<&'a str>,
     pub(crate) key: Option<&'a str>,
     pub(crate) fingerprint: Option<&'a str>,
+    pub(crate) topic: Option<&'a str>,
     pub(crate) lease: Option<i64>,
     pub(crate) millis: Option<i64>,
     pub(crate) status: Option<i64>,
@@ -202,6 +205,7 @@ pub(crate) fn store_arguments<DB: Backend>(
             Field::Scope => DB::bind_text(&mut args, Some(text(fields.scope)?))?,
             Field::Key => DB::bind_text(&mut args, Some(text(fields.key)?))?,
             Field::Fingerprint => DB::bind_text(&mut args, Some(text(fields.fingerprint)?))?,
+            Field::Topic => DB::bind_text(&mut args, Some(text(fields.topic)?))?,
             Field::Lease => DB::bind_int(&mut args, fields.lease.ok_or_else(missing)?)?,
             Field::Millis => DB::bind_int(&mut args, fields.millis.ok_or_else(missing)?)?,
             Field::Status => DB::bind_int(&mut args, fields.status.ok_or_else(missing)?)?,
