@@ -12,7 +12,7 @@ use crate::common::server_url;
 /// A stream of its own on the server of `STATEGUARD_NATS_URL`, covering
 /// `<name>.>`, with a two-minute duplicate window; `None` when the URL is
 /// unset (skipped, with the reason printed).
-async fn stream_of_its_own(test: &str) -> Option<(jetstream::Context, String)> {
+pub(crate) async fn stream_of_its_own(test: &str) -> Option<(jetstream::Context, String)> {
     let url = server_url("STATEGUARD_NATS_URL", test)?;
     let client = async_nats::connect(url).await.expect("the NATS server");
     let context = jetstream::new(client);

@@ -1,7 +1,9 @@
 //! The outbox table: `outbox::enqueue` writes a message in the
 //! transaction of the work it announces, on every backend. A message
 //! commits with its work and only then; a rollback writes nothing; an id
-//! written before is a duplicate.
+//! written before is a duplicate. The relay publishes what is due to the
+//! real NATS JetStream server, each message once and each order key's in
+//! order, and gives up on (and requeues) what a publisher refuses.
 
 use crate::common;
 
@@ -10,7 +12,7 @@ use std::sync::Arc;
 use common::{Db, PayoutStatus, TestBackend};
 use stateguard::bounds::Key;
 use stateguard::ddl::Dialect;
-use stateguard::outbox::{self, Enqueued, Message};
+use stateguard::outbox::{self, Enqueued, JetStream, Message, Published, Publisher, Relay};
 use stateguard::{Error, Outcome, Tx};
 use tokio::sync::Barrier;
 
@@ -19,6 +21,9 @@ backend_tests! {
         "outbox_once" => a_message_commits_with_its_work_once,
         "outbox_race" => only_committed_wins_leave_a_message (flavor = "multi_thread", worker_threads = 4),
         "outbox_bad_input" => bad_messages_are_refused_before_anything_is_written,
+        "outbox_relay" => the_relay_publishes_each_message_once_in_order,
+        "outbox_dead" => a_refused_message_is_given_up_and_requeued,
+        "outbox_relays" => racing_relays_publish_each_message_once (flavor = "multi_thread", worker_threads = 4),
     }
 }
 
@@ -207,5 +212,207 @@ where
         }
         tx.commit(()).await.unwrap();
         assert_eq!(messages(&db, None).await, 0);
+    }
+
+    /// 20 messages of 5 order keys, four each, relayed to a JetStream
+    /// stream: each pass takes at most one message per key (the earliest
+    /// unpublished), the stream ends with every id once and each key's in
+    /// the order written, every row is marked published, and a pass after
+    /// that takes nothing.
+    async fn the_relay_publishes_each_message_once_in_order(db: Db<DB>) {
+        let test = format!(
+            "outbox_table::the_relay_publishes_each_message_once_{:?}",
+            DB::DIALECT
+        );
+        let Some((context, name)) = crate::outbox::stream_of_its_own(&test).await else {
+            return;
+        };
+        table(&db).await;
+        let topic = format!("{name}.payout");
+        let mut tx = Tx::begin(&db.pool).await.unwrap();
+        for n in 0..4 {
+            for key in 0..5 {
+                let (id, payload) = (format!("payout:{key}:{n}"), format!("{key}:{n}"));
+                let message = Message {
+                    id: &id,
+                    topic: &topic,
+                    payload: payload.as_bytes(),
+                };
+                let order_key = key.to_string();
+                let enqueued = outbox::enqueue(&mut tx, &order_key, message);
+                assert_eq!(enqueued.await.unwrap(), Enqueued::New);
+            }
+        }
+        tx.commit(()).await.unwrap();
+        let relay = Relay::new(JetStream::new(context.clone()));
+        let mut passes = Vec::new();
+        loop {
+            let pass = relay.pass(&db.pool).await.unwrap();
+            if pass.taken() == 0 {
+                break;
+            }
+            assert_eq!(pass.published(), pass.taken(), "{pass:?}");
+            passes.push(pass.published());
+        }
+        assert_eq!(passes, [5, 5, 5, 5], "one message per key and pass");
+        let mut stream = context.get_stream(&name).await.unwrap();
+        assert_eq!(stream.info().await.unwrap().state.messages, 20);
+        let mut seen: Vec<Vec<u32>> = vec![Vec::new(); 5];
+        for sequence in 1..=20 {
+            let stored = stream.get_raw_message(sequence).await.unwrap();
+            let payload = String::from_utf8(stored.payload.to_vec()).unwrap();
+            let (key, n) = payload.split_once(':').unwrap();
+            seen[key.parse::<usize>().unwrap()].push(n.parse().unwrap());
+        }
+        assert!(seen.iter().all(|ns| ns == &[0, 1, 2, 3]), "{seen:?}");
+        let unpublished = match DB::DIALECT {
+            Dialect::MySql => {
+                "SELECT CAST(COUNT(*) AS SIGNED) FROM stateguard_outbox WHERE published_at IS NULL"
+            }
+            _ => {
+                "SELECT CAST(COUNT(*) AS BIGINT) FROM stateguard_outbox WHERE published_at IS NULL"
+            }
+        };
+        let mut conn = db.pool.acquire().await.unwrap();
+        let (left,): (i64,) = DB::fetch_one(&mut conn, unpublished, &[]).await.unwrap();
+        assert_eq!(left, 0);
+        context.delete_stream(&name).await.unwrap();
+    }
+
+    /// A publisher that refuses every message: with three attempts and no
+    /// delay, the message is retried twice and given up at the third, a
+    /// later message of its key waits behind it, and after a requeue a
+    /// publisher that accepts sends both, in order.
+    async fn a_refused_message_is_given_up_and_requeued(db: Db<DB>) {
+        table(&db).await;
+        let mut tx = Tx::begin(&db.pool).await.unwrap();
+        for id in ["payout:1:0", "payout:1:1"] {
+            let message = Message {
+                id,
+                topic: "payout.sent",
+                payload: b"{}",
+            };
+            outbox::enqueue(&mut tx, "1", message).await.unwrap();
+        }
+        tx.commit(()).await.unwrap();
+        let refusing = Relay::new(Refuse)
+            .attempts(3)
+            .retry(std::time::Duration::ZERO, std::time::Duration::ZERO);
+        let passes: Vec<(usize, usize, usize)> = {
+            let mut passes = Vec::new();
+            for _ in 0..4 {
+                let pass = refusing.pass(&db.pool).await.unwrap();
+                passes.push((pass.taken(), pass.retried(), pass.given_up()));
+            }
+            passes
+        };
+        assert_eq!(passes, [(1, 1, 0), (1, 1, 0), (1, 0, 1), (0, 0, 0)]);
+        assert!(
+            !refusing.requeue(&db.pool, "payout:1:1").await.unwrap(),
+            "not given up"
+        );
+        assert!(refusing.requeue(&db.pool, "payout:1:0").await.unwrap());
+        let sent = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let accepting = Relay::new(Record(sent.clone()));
+        for expected in [1, 1, 0] {
+            assert_eq!(
+                accepting.pass(&db.pool).await.unwrap().published(),
+                expected
+            );
+        }
+        assert_eq!(*sent.lock().unwrap(), ["payout:1:0", "payout:1:1"]);
+    }
+
+    /// Four relays race over 200 messages of 20 order keys, through one
+    /// JetStream publisher each: the stream ends with every id once, no
+    /// relay published a message another had, and each key's messages are
+    /// in the stream in the order written.
+    async fn racing_relays_publish_each_message_once(db: Db<DB>) {
+        const KEYS: usize = 20;
+        const PER_KEY: usize = 10;
+        let test = format!("outbox_table::racing_relays_{:?}", DB::DIALECT);
+        let Some((context, name)) = crate::outbox::stream_of_its_own(&test).await else {
+            return;
+        };
+        table(&db).await;
+        let topic = format!("{name}.payout");
+        let mut tx = Tx::begin(&db.pool).await.unwrap();
+        for n in 0..PER_KEY {
+            for key in 0..KEYS {
+                let (id, payload) = (format!("payout:{key}:{n}"), format!("{key}:{n}"));
+                let message = Message {
+                    id: &id,
+                    topic: &topic,
+                    payload: payload.as_bytes(),
+                };
+                let order_key = key.to_string();
+                outbox::enqueue(&mut tx, &order_key, message).await.unwrap();
+            }
+        }
+        tx.commit(()).await.unwrap();
+        let mut relays = Vec::new();
+        for _ in 0..4 {
+            let (pool, context) = (db.pool.clone(), context.clone());
+            relays.push(tokio::spawn(async move {
+                let relay = Relay::new(JetStream::new(context)).batch(7);
+                let (mut published, mut duplicates, mut idle) = (0, 0, 0);
+                // Until no pass of this relay has found anything for a
+                // while: the others may hold the rest.
+                while idle < 20 {
+                    let pass = relay.pass(&pool).await.unwrap();
+                    assert_eq!(pass.lost(), 0, "{pass:?}");
+                    published += pass.published();
+                    duplicates += pass.duplicates();
+                    idle = if pass.taken() == 0 { idle + 1 } else { 0 };
+                    if pass.taken() == 0 {
+                        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                    }
+                }
+                (published, duplicates)
+            }));
+        }
+        let (mut published, mut duplicates) = (0, 0);
+        for relay in relays {
+            let (p, d) = relay.await.unwrap();
+            published += p;
+            duplicates += d;
+        }
+        assert_eq!((published, duplicates), (KEYS * PER_KEY, 0));
+        let mut stream = context.get_stream(&name).await.unwrap();
+        let stored = stream.info().await.unwrap().state.messages;
+        assert_eq!(stored, (KEYS * PER_KEY) as u64);
+        let mut seen: Vec<Vec<usize>> = vec![Vec::new(); KEYS];
+        for sequence in 1..=stored {
+            let message = stream.get_raw_message(sequence).await.unwrap();
+            let payload = String::from_utf8(message.payload.to_vec()).unwrap();
+            let (key, n) = payload.split_once(':').unwrap();
+            seen[key.parse::<usize>().unwrap()].push(n.parse().unwrap());
+        }
+        let in_order: Vec<usize> = (0..PER_KEY).collect();
+        assert!(seen.iter().all(|ns| ns == &in_order), "{seen:?}");
+        context.delete_stream(&name).await.unwrap();
+    }
+}
+
+/// A publisher that refuses every message, as a broker that is down.
+struct Refuse;
+
+impl Publisher for Refuse {
+    type Error = std::io::Error;
+
+    async fn publish(&self, _: Message<'_>) -> Result<Published, Self::Error> {
+        Err(std::io::Error::other("the broker is down"))
+    }
+}
+
+/// A publisher that accepts every message and records its id.
+struct Record(Arc<std::sync::Mutex<Vec<String>>>);
+
+impl Publisher for Record {
+    type Error = std::convert::Infallible;
+
+    async fn publish(&self, message: Message<'_>) -> Result<Published, Self::Error> {
+        self.0.lock().unwrap().push(message.id.to_owned());
+        Ok(Published::new(false))
     }
 }

@@ -50,17 +50,25 @@ impl Step {
 /// Full jitter: a uniform delay between zero and an exponentially growing
 /// cap, so that racing retries spread out instead of colliding again.
 pub(crate) fn backoff(attempt: u32) -> Duration {
-    use std::hash::{BuildHasher, Hasher};
-    let ceiling = BACKOFF_BASE
-        .saturating_mul(1 << attempt.min(16))
-        .min(BACKOFF_CAP);
-    // Each RandomState is freshly keyed, which is all the randomness jitter
-    // needs.
-    let random = std::collections::hash_map::RandomState::new()
-        .build_hasher()
-        .finish();
+    jittered(BACKOFF_BASE, BACKOFF_CAP, attempt)
+}
+
+/// Full jitter from `first`, doubling per `attempt`, up to `max`: a
+/// uniform delay between zero and that cap.
+pub(crate) fn jittered(first: Duration, max: Duration, attempt: u32) -> Duration {
+    let ceiling = first.saturating_mul(1 << attempt.min(16)).min(max);
     let nanos = u64::try_from(ceiling.as_nanos()).unwrap_or(u64::MAX);
-    Duration::from_nanos(random % nanos.max(1))
+    Duration::from_nanos(random() % nanos.max(1))
+}
+
+/// A random number, for jitter and for tokens that must not repeat
+/// between processes: each `RandomState` is freshly keyed, which is all
+/// the randomness either needs.
+pub(crate) fn random() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish()
 }
 
 #[cfg(test)]

@@ -4,8 +4,8 @@
 //!
 //! A message written with the work leaves only if the work commits: no
 //! message about a payout that rolled back, and none lost for a payout
-//! that committed, whatever crashes in between. A relay (not there yet)
-//! reads the table and publishes what is due.
+//! that committed, whatever crashes in between. A [`Relay`] reads the
+//! table and publishes what is due.
 //!
 //! A message carries an id that names it for good: the same message
 //! published again carries the same id, so a broker that drops a repeated
@@ -44,10 +44,12 @@
 
 #[cfg(feature = "nats")]
 mod nats;
+mod relay;
 mod store;
 
 #[cfg(feature = "nats")]
 pub use self::nats::{JetStream, JetStreamError};
+pub use self::relay::{Pass, Relay};
 pub use self::store::{Enqueued, Outbox, ddl, enqueue};
 
 use std::future::Future;

@@ -28,8 +28,8 @@ pub struct StoreTexts {
     pub inbox: [[&'static str; 3]; 2],
     pub inbox_ddl: TableDdl,
     pub outbox_table: &'static str,
-    /// `ENQUEUE`.
-    pub outbox: [[&'static str; 3]; 1],
+    /// `ENQUEUE`, `CLAIM`, `TAKEN`, `PUBLISHED`, `FAILED`, `REQUEUE`.
+    pub outbox: [[&'static str; 3]; 6],
     pub outbox_ddl: OutboxDdl,
 }
 
@@ -91,6 +91,20 @@ pub(crate) struct OutboxSql {
     /// there. MySQL's `INSERT IGNORE` is safe here: the id, the order key
     /// and the topic were checked to fit, and the payload is a `LONGBLOB`.
     pub(crate) enqueue: Sql<Statement<Field>>,
+    /// Up to `$1` due messages, each the earliest unpublished of its order
+    /// key, leased for `$2` milliseconds under the relay's claim `$3`:
+    /// their seq, new lease, id, topic, payload and attempts so far, this
+    /// one counted (MySQL returns nothing; `taken` reads them).
+    pub(crate) claim: Sql<Statement<Field>>,
+    /// The unpublished messages of claim `$1`, as `claim` returns them.
+    pub(crate) taken: Sql<Statement<Field>>,
+    /// Message `$1`, still under lease `$2`, published.
+    pub(crate) published: Sql<Statement<Field>>,
+    /// Message `$1`, still under lease `$2`, failed with `$3`: due again
+    /// in `$4` milliseconds, or given up once it has had `$5` attempts.
+    pub(crate) failed: Sql<Statement<Field>>,
+    /// The given-up message `$1`, due again with no attempts.
+    pub(crate) requeue: Sql<Statement<Field>>,
     pub(crate) ddl: OutboxDdl,
 }
 
@@ -306,7 +320,7 @@ pub const fn stores(texts: StoreTexts) -> Stores {
     }
     let [read, claim, take_over, complete, release, prune] = texts.idempotency;
     let [receive, inbox_prune] = texts.inbox;
-    let [enqueue] = texts.outbox;
+    let [enqueue, claim_due, taken, published, failed, requeue] = texts.outbox;
     Stores {
         schema: texts.schema,
         idempotency: IdempotencySql {
@@ -328,6 +342,11 @@ pub const fn stores(texts: StoreTexts) -> Stores {
         outbox: OutboxSql {
             table: texts.outbox_table,
             enqueue: sql(enqueue, [ENQUEUE_PG, ENQUEUE, ENQUEUE]),
+            claim: sql(claim_due, [DUE_PG, DUE, DUE_MYSQL]),
+            taken: sql(taken, [TAKEN_PG, TAKEN, TAKEN]),
+            published: sql(published, [HELD_MESSAGE_PG, HELD_MESSAGE, HELD_MESSAGE]),
+            failed: sql(failed, [FAILED_PG, FAILED, FAILED_MYSQL]),
+            requeue: sql(requeue, [MESSAGE_PG, MESSAGE, MESSAGE]),
             ddl: texts.outbox_ddl,
         },
     }
@@ -381,6 +400,37 @@ const HELD_PG: &[Field] = &[Field::Scope, Field::Key, Field::Lease, Field::Tag];
 const PRUNE: &[Field] = &[Field::Millis, Field::Limit];
 const PRUNE_PG: &[Field] = &[Field::Millis, Field::Limit, Field::Tag];
 const ENQUEUE: &[Field] = &[Field::Key, Field::Scope, Field::Topic, Field::Body];
+const DUE: &[Field] = &[Field::Limit, Field::Millis, Field::Claim];
+const DUE_PG: &[Field] = &[Field::Limit, Field::Millis, Field::Claim, Field::Tag];
+const DUE_MYSQL: &[Field] = &[Field::Limit, Field::Claim, Field::Millis];
+const TAKEN: &[Field] = &[Field::Claim];
+const TAKEN_PG: &[Field] = &[Field::Claim, Field::Tag];
+const HELD_MESSAGE: &[Field] = &[Field::Seq, Field::Lease];
+const HELD_MESSAGE_PG: &[Field] = &[Field::Seq, Field::Lease, Field::Tag];
+const FAILED: &[Field] = &[
+    Field::Seq,
+    Field::Lease,
+    Field::Reason,
+    Field::Millis,
+    Field::Attempts,
+];
+const FAILED_PG: &[Field] = &[
+    Field::Seq,
+    Field::Lease,
+    Field::Reason,
+    Field::Millis,
+    Field::Attempts,
+    Field::Tag,
+];
+const FAILED_MYSQL: &[Field] = &[
+    Field::Reason,
+    Field::Millis,
+    Field::Attempts,
+    Field::Seq,
+    Field::Lease,
+];
+const MESSAGE: &[Field] = &[Field::Key];
+const MESSAGE_PG: &[Field] = &[Field::Key, Field::Tag];
 const ENQUEUE_PG: &[Field] = &[
     Field::Key,
     Field::Scope,
@@ -483,6 +533,11 @@ mod tests {
             ("RECEIVE", &b.receive),
             ("INBOX PRUNE", &b.prune),
             ("ENQUEUE", &DEFAULT.outbox.enqueue),
+            ("CLAIM DUE", &DEFAULT.outbox.claim),
+            ("TAKEN", &DEFAULT.outbox.taken),
+            ("PUBLISHED", &DEFAULT.outbox.published),
+            ("FAILED", &DEFAULT.outbox.failed),
+            ("REQUEUE", &DEFAULT.outbox.requeue),
         ] {
             crate::transition::bind::assert_plans_fit(name, sql);
         }
@@ -508,6 +563,11 @@ mod tests {
             (&DEFAULT.inbox.receive, &PAYMENTS.inbox.receive),
             (&DEFAULT.inbox.prune, &PAYMENTS.inbox.prune),
             (&DEFAULT.outbox.enqueue, &PAYMENTS.outbox.enqueue),
+            (&DEFAULT.outbox.claim, &PAYMENTS.outbox.claim),
+            (&DEFAULT.outbox.taken, &PAYMENTS.outbox.taken),
+            (&DEFAULT.outbox.published, &PAYMENTS.outbox.published),
+            (&DEFAULT.outbox.failed, &PAYMENTS.outbox.failed),
+            (&DEFAULT.outbox.requeue, &PAYMENTS.outbox.requeue),
         ];
         for (plain, schema) in pairs {
             for (dialect, quoted) in [

@@ -233,6 +233,91 @@ macro_rules! __stateguard_store_texts {
                 concat!("INSERT IGNORE INTO ", $($my)* "stateguard_outbox (message_id, order_key, topic, payload, \
             created_at, next_attempt_at) VALUES (?, ?, ?, ?, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3))"),
             ],
+            // CLAIM: up to $1 due messages, each the earliest unpublished
+            // of its order key, leased for $2 milliseconds under claim $3.
+            [
+                concat!("WITH __sg_due AS (SELECT d.seq FROM ", $($pg)* "stateguard_outbox AS d WHERE \
+               d.published_at IS NULL AND d.dead_at IS NULL AND d.next_attempt_at <= \
+               statement_timestamp() AND (d.locked_until IS NULL OR d.locked_until < \
+               statement_timestamp()) AND NOT EXISTS (SELECT 1 FROM ", $($pg)* "stateguard_outbox AS e WHERE \
+               e.order_key = d.order_key AND e.seq < d.seq AND e.published_at IS NULL) ORDER BY \
+               d.seq LIMIT $1 FOR UPDATE OF d SKIP LOCKED) UPDATE ", $($pg)* "stateguard_outbox AS o SET \
+               claim = $3, lease = o.lease + 1, attempts = o.attempts + 1, locked_until = \
+               statement_timestamp() + CAST($2 AS BIGINT) * INTERVAL '1 millisecond' FROM \
+               __sg_due WHERE o.seq = __sg_due.seq AND o.published_at IS NULL AND \
+               (o.locked_until IS NULL OR o.locked_until < statement_timestamp()) RETURNING ",
+               $crate::__stateguard_store_tag!("ce8ece4d5131978d", [$($tag)*], "$4"), ", o.seq, o.lease, \
+               o.message_id, o.topic, o.payload, CAST(o.attempts AS BIGINT)"),
+                concat!("UPDATE ", $($lite)* "stateguard_outbox SET claim = ?3, lease = lease + 1, attempts = \
+             attempts + 1, locked_until = strftime('%Y-%m-%d %H:%M:%f', 'now', printf('+%.3f \
+             seconds', CAST(?2 AS INTEGER) / 1000.0)) WHERE seq IN (SELECT d.seq FROM ", $($lite)* "stateguard_outbox \
+             AS d WHERE d.published_at IS NULL AND d.dead_at IS NULL AND d.next_attempt_at <= \
+             strftime('%Y-%m-%d %H:%M:%f', 'now') AND (d.locked_until IS NULL OR \
+             d.locked_until < strftime('%Y-%m-%d %H:%M:%f', 'now')) AND NOT EXISTS (SELECT 1 \
+             FROM ", $($lite)* "stateguard_outbox AS e WHERE e.order_key = d.order_key AND e.seq < d.seq AND \
+             e.published_at IS NULL) ORDER BY d.seq LIMIT ?1) RETURNING seq, lease, message_id, \
+             topic, payload, attempts"),
+                concat!("UPDATE ", $($my)* "stateguard_outbox AS o JOIN (SELECT d.seq FROM ", $($my)* "stateguard_outbox AS d \
+            WHERE d.published_at IS NULL AND d.dead_at IS NULL AND d.next_attempt_at <= \
+            UTC_TIMESTAMP(3) AND (d.locked_until IS NULL OR d.locked_until < UTC_TIMESTAMP(3)) \
+            AND NOT EXISTS (SELECT 1 FROM ", $($my)* "stateguard_outbox AS e WHERE e.order_key = d.order_key \
+            AND e.seq < d.seq AND e.published_at IS NULL) ORDER BY d.seq LIMIT ?) AS __sg_due ON \
+            o.seq = __sg_due.seq SET o.claim = ?, o.lease = o.lease + 1, o.attempts = \
+            o.attempts + 1, o.locked_until = UTC_TIMESTAMP(3) + INTERVAL (? * 1000) MICROSECOND \
+            WHERE o.published_at IS NULL AND (o.locked_until IS NULL OR o.locked_until < \
+            UTC_TIMESTAMP(3))"),
+            ],
+            // TAKEN: the messages claim $1 holds (MySQL, whose UPDATE
+            // returns no rows).
+            [
+                concat!("SELECT ", $crate::__stateguard_store_tag!("062f1c2d9786e69a", [$($tag)*], "$2"), ", \
+               seq, lease, message_id, topic, payload, CAST(attempts AS BIGINT) FROM ", $($pg)* "stateguard_outbox \
+               WHERE claim = $1 AND published_at IS NULL ORDER BY seq"),
+                concat!("SELECT seq, lease, message_id, topic, payload, attempts FROM ", $($lite)* "stateguard_outbox \
+             WHERE claim = ?1 AND published_at IS NULL ORDER BY seq"),
+                concat!("SELECT seq, lease, CAST(message_id AS CHAR), CAST(topic AS CHAR), payload, \
+            CAST(attempts AS SIGNED) FROM ", $($my)* "stateguard_outbox WHERE claim = ? AND published_at IS \
+            NULL ORDER BY seq"),
+            ],
+            // PUBLISHED: message $1, still under lease $2, published.
+            [
+                concat!("UPDATE ", $($pg)* "stateguard_outbox SET published_at = statement_timestamp(), \
+               locked_until = NULL WHERE seq = $1 AND lease = $2 AND published_at IS NULL \
+               RETURNING ", $crate::__stateguard_store_tag!("d1f53ed24accd7d3", [$($tag)*], "$3"), ""),
+                concat!("UPDATE ", $($lite)* "stateguard_outbox SET published_at = strftime('%Y-%m-%d %H:%M:%f', \
+             'now'), locked_until = NULL WHERE seq = ?1 AND lease = ?2 AND published_at IS NULL"),
+                concat!("UPDATE ", $($my)* "stateguard_outbox SET published_at = UTC_TIMESTAMP(3), locked_until = \
+            NULL WHERE seq = ? AND lease = ? AND published_at IS NULL"),
+            ],
+            // FAILED: message $1, still under lease $2, failed with $3:
+            // due again in $4 milliseconds, or given up after $5 attempts.
+            [
+                concat!("UPDATE ", $($pg)* "stateguard_outbox SET last_error = $3, locked_until = NULL, \
+               next_attempt_at = statement_timestamp() + CAST($4 AS BIGINT) * INTERVAL '1 \
+               millisecond', dead_at = CASE WHEN attempts >= $5 THEN statement_timestamp() END \
+               WHERE seq = $1 AND lease = $2 AND published_at IS NULL RETURNING ",
+               $crate::__stateguard_store_tag!("acdbab41d6447ce0", [$($tag)*], "$6"), ""),
+                concat!("UPDATE ", $($lite)* "stateguard_outbox SET last_error = ?3, locked_until = NULL, \
+             next_attempt_at = strftime('%Y-%m-%d %H:%M:%f', 'now', printf('+%.3f seconds', \
+             CAST(?4 AS INTEGER) / 1000.0)), dead_at = CASE WHEN attempts >= ?5 THEN \
+             strftime('%Y-%m-%d %H:%M:%f', 'now') END WHERE seq = ?1 AND lease = ?2 AND \
+             published_at IS NULL"),
+                concat!("UPDATE ", $($my)* "stateguard_outbox SET last_error = ?, locked_until = NULL, \
+            next_attempt_at = UTC_TIMESTAMP(3) + INTERVAL (? * 1000) MICROSECOND, dead_at = \
+            CASE WHEN attempts >= ? THEN UTC_TIMESTAMP(3) END WHERE seq = ? AND lease = ? AND \
+            published_at IS NULL"),
+            ],
+            // REQUEUE: the given-up message $1, due again with no attempts.
+            [
+                concat!("UPDATE ", $($pg)* "stateguard_outbox SET dead_at = NULL, attempts = 0, last_error = \
+               NULL, next_attempt_at = statement_timestamp() WHERE message_id = $1 AND dead_at \
+               IS NOT NULL RETURNING ", $crate::__stateguard_store_tag!("6d3836f02e80c314", [$($tag)*], "$2"), ""),
+                concat!("UPDATE ", $($lite)* "stateguard_outbox SET dead_at = NULL, attempts = 0, last_error = \
+             NULL, next_attempt_at = strftime('%Y-%m-%d %H:%M:%f', 'now') WHERE message_id = ?1 \
+             AND dead_at IS NOT NULL"),
+                concat!("UPDATE ", $($my)* "stateguard_outbox SET dead_at = NULL, attempts = 0, last_error = \
+            NULL, next_attempt_at = UTC_TIMESTAMP(3) WHERE message_id = ? AND dead_at IS NOT NULL"),
+            ],
             ],
             outbox_ddl: (
             [concat!("CREATE TABLE ", $($pg)* "stateguard_outbox (
@@ -246,6 +331,7 @@ macro_rules! __stateguard_store_texts {
     next_attempt_at TIMESTAMPTZ NOT NULL,
     last_error TEXT,
     lease BIGINT NOT NULL DEFAULT 0,
+    claim BIGINT,
     locked_until TIMESTAMPTZ,
     published_at TIMESTAMPTZ,
     dead_at TIMESTAMPTZ
@@ -263,6 +349,7 @@ WHERE published_at IS NULL AND dead_at IS NULL")],
     next_attempt_at TEXT NOT NULL,
     last_error TEXT,
     lease INTEGER NOT NULL DEFAULT 0,
+    claim INTEGER,
     locked_until TEXT,
     published_at TEXT,
     dead_at TEXT
@@ -280,12 +367,14 @@ WHERE published_at IS NULL AND dead_at IS NULL")],
     next_attempt_at DATETIME(3) NOT NULL,
     last_error TEXT,
     lease BIGINT NOT NULL DEFAULT 0,
+    claim BIGINT NULL,
     locked_until DATETIME(3) NULL,
     published_at DATETIME(3) NULL,
     dead_at DATETIME(3) NULL,
     UNIQUE KEY stateguard_outbox_message_id (message_id),
     KEY stateguard_outbox_order (order_key, seq),
-    KEY stateguard_outbox_due (published_at, dead_at, next_attempt_at)
+    KEY stateguard_outbox_due (published_at, dead_at, next_attempt_at),
+    KEY stateguard_outbox_claim (claim)
 )")],
             ),
         }

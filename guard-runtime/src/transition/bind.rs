@@ -167,6 +167,14 @@ pub(crate) enum Field {
     Body,
     /// How many rows at most.
     Limit,
+    /// An outbox message's place in the table.
+    Seq,
+    /// The claim a relay's pass takes messages under.
+    Claim,
+    /// How many attempts a message may have.
+    Attempts,
+    /// Why a message failed.
+    Reason,
     /// PostgreSQL: the statement's own tag, as a machine's statements bind
     /// it ([`Bind::Tag`]).
     Tag,
@@ -185,6 +193,10 @@ pub(crate) struct Fields<'a> {
     pub(crate) status: Option<i64>,
     pub(crate) body: Option<Vec<u8>>,
     pub(crate) limit: Option<i64>,
+    pub(crate) seq: Option<i64>,
+    pub(crate) claim: Option<i64>,
+    pub(crate) attempts: Option<i64>,
+    pub(crate) reason: Option<&'a str>,
 }
 
 /// The arguments of a store's `statement`, in the order of its plan. The
@@ -211,6 +223,10 @@ pub(crate) fn store_arguments<DB: Backend>(
             Field::Status => DB::bind_int(&mut args, fields.status.ok_or_else(missing)?)?,
             Field::Body => DB::bind_bytes(&mut args, fields.body.take().ok_or_else(missing)?)?,
             Field::Limit => DB::bind_int(&mut args, fields.limit.ok_or_else(missing)?)?,
+            Field::Seq => DB::bind_int(&mut args, fields.seq.ok_or_else(missing)?)?,
+            Field::Claim => DB::bind_int(&mut args, fields.claim.ok_or_else(missing)?)?,
+            Field::Attempts => DB::bind_int(&mut args, fields.attempts.ok_or_else(missing)?)?,
+            Field::Reason => DB::bind_text(&mut args, Some(text(fields.reason)?))?,
             Field::Tag => bind_tag::<DB, _>(statement, &mut args)?,
         }
     }
