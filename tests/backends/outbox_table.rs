@@ -307,11 +307,18 @@ where
             passes
         };
         assert_eq!(passes, [(1, 1, 0), (1, 1, 0), (1, 0, 1), (0, 0, 0)]);
-        assert!(
-            !refusing.requeue(&db.pool, "payout:1:1").await.unwrap(),
-            "not given up"
+        let dead = outbox::dead_letters(&db.pool, 10).await.unwrap();
+        assert_eq!(dead.len(), 1, "{dead:?}");
+        assert_eq!(
+            (dead[0].id(), dead[0].topic(), dead[0].attempts()),
+            ("payout:1:0", "payout.sent", 3)
         );
-        assert!(refusing.requeue(&db.pool, "payout:1:0").await.unwrap());
+        assert_eq!(dead[0].last_error(), Some("the broker is down"));
+        let requeue = |id| outbox::requeue(&db.pool, id);
+        assert!(!requeue("payout:1:1").await.unwrap(), "not given up");
+        assert!(!requeue("payout:7:0").await.unwrap(), "never written");
+        assert!(requeue("payout:1:0").await.unwrap());
+        assert!(outbox::dead_letters(&db.pool, 10).await.unwrap().is_empty());
         let sent = Arc::new(std::sync::Mutex::new(Vec::new()));
         let accepting = Relay::new(Record(sent.clone()));
         for expected in [1, 1, 0] {

@@ -50,7 +50,7 @@ mod store;
 #[cfg(feature = "nats")]
 pub use self::nats::{JetStream, JetStreamError};
 pub use self::relay::{Pass, Relay};
-pub use self::store::{Enqueued, Outbox, ddl, enqueue};
+pub use self::store::{DeadLetter, Enqueued, Outbox, ddl, dead_letters, enqueue, requeue};
 
 use std::future::Future;
 

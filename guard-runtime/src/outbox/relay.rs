@@ -19,7 +19,7 @@ use super::{Message, Publisher};
 /// a batch of due messages under a lease, hands each to the
 /// [`Publisher`], and marks it published; a message the publisher refused
 /// is due again after a jittered, growing delay, and given up (a dead
-/// letter, [`requeue`](Relay::requeue) brings it back) once it has had
+/// letter, [`requeue`](super::requeue) brings it back) once it has had
 /// its last attempt.
 ///
 /// Any number of relays, in any number of processes, may run passes at
@@ -375,34 +375,6 @@ impl<P: Publisher> Relay<P> {
             }
         };
         bounded(table, name, self.deadline, &sent, work).await
-    }
-}
-
-impl<P> Relay<P> {
-    /// Brings the given-up message `message_id` back: due at once, with no
-    /// attempts. Whether there was such a dead letter.
-    pub async fn requeue<DB: Backend>(
-        &self,
-        pool: &sqlx::Pool<DB>,
-        message_id: &str,
-    ) -> Result<bool, Error> {
-        let sql = self.outbox.sql;
-        let statement = DB::choose(&sql.requeue);
-        let fields = Fields {
-            key: Some(message_id),
-            ..Fields::default()
-        };
-        let sent = Sent::default();
-        sent.write();
-        let work = async {
-            let args = store_arguments::<DB>(statement, fields)
-                .map_err(|e| Error::store(sql.table, "requeue", e))?;
-            let mut executor = pool;
-            Proven::changed(&mut executor, statement, args)
-                .await
-                .map_err(|e| Error::store(sql.table, "requeue", e))
-        };
-        Ok(bounded(sql.table, "requeue", self.deadline, &sent, work).await? == 1)
     }
 }
 

@@ -150,3 +150,126 @@ impl Outbox {
         })
     }
 }
+
+/// A message the relay gave up on: published by no pass until
+/// [`requeue`] brings it back, and holding back the later messages of
+/// its order key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetter {
+    id: String,
+    topic: String,
+    attempts: i64,
+    last_error: Option<String>,
+}
+
+impl DeadLetter {
+    /// The message's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Its topic.
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    /// How many times a relay tried to publish it.
+    pub fn attempts(&self) -> i64 {
+        self.attempts
+    }
+
+    /// Why the last attempt failed, as the publisher said.
+    pub fn last_error(&self) -> Option<&str> {
+        self.last_error.as_deref()
+    }
+}
+
+/// Up to `limit` messages the relay gave up on, oldest first.
+///
+/// Deadline: [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE), or
+/// `outbox::dead_letters(&pool, limit).within(d)` ([`Call`]).
+pub fn dead_letters<DB: Backend>(pool: &sqlx::Pool<DB>, limit: u32) -> Call<'_, Vec<DeadLetter>> {
+    DEFAULT.outbox().dead_letters(pool, limit)
+}
+
+/// Brings the given-up message `message_id` back: due at once, with no
+/// attempts, for the next relay pass. `true` if there was such a dead
+/// letter; `false` for a message that is not one (never written, waiting,
+/// or published).
+///
+/// Deadline: [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE), or
+/// `outbox::requeue(&pool, id).within(d)` ([`Call`]); cut off,
+/// [`Error::Timeout`] (`requeue`, outcome unknown).
+pub fn requeue<'p, DB: Backend>(pool: &'p sqlx::Pool<DB>, message_id: &'p str) -> Call<'p, bool> {
+    DEFAULT.outbox().requeue(pool, message_id)
+}
+
+impl Outbox {
+    /// [`dead_letters`], of this outbox's table.
+    pub fn dead_letters<'p, DB: Backend>(
+        &self,
+        pool: &'p sqlx::Pool<DB>,
+        limit: u32,
+    ) -> Call<'p, Vec<DeadLetter>> {
+        let sql = self.sql;
+        Call::new(move |deadline| async move {
+            use crate::executor::proven::Proven;
+            let sent = Sent::default();
+            let work = async {
+                let db_error = |source| Error::store(sql.table, "dead_letters", source);
+                let statement = DB::choose(&sql.dead);
+                let fields = Fields {
+                    limit: Some(i64::from(limit)),
+                    ..Fields::default()
+                };
+                let args = store_arguments::<DB>(statement, fields).map_err(db_error)?;
+                let mut executor = pool;
+                let rows = Proven::rows(&mut executor, statement, args)
+                    .await
+                    .map_err(db_error)?;
+                let at = statement.after_tag();
+                let mut letters = Vec::with_capacity(rows.len());
+                for row in &rows {
+                    let text = |i| DB::text_opt(row, at + i).map(Option::unwrap_or_default);
+                    letters.push(DeadLetter {
+                        id: text(0).map_err(db_error)?,
+                        topic: text(1).map_err(db_error)?,
+                        attempts: DB::int_opt(row, at + 2).map_err(db_error)?.unwrap_or(0),
+                        last_error: DB::text_opt(row, at + 3).map_err(db_error)?,
+                    });
+                }
+                Ok(letters)
+            };
+            bounded(sql.table, "dead_letters", deadline, &sent, work).await
+        })
+    }
+
+    /// [`requeue`], in this outbox's table.
+    pub fn requeue<'p, DB: Backend>(
+        &self,
+        pool: &'p sqlx::Pool<DB>,
+        message_id: &'p str,
+    ) -> Call<'p, bool> {
+        let sql = self.sql;
+        Call::new(move |deadline| async move {
+            use crate::executor::proven::Proven;
+            let sent = Sent::default();
+            let work = async {
+                let db_error = |source| Error::store(sql.table, "requeue", source);
+                let statement = DB::choose(&sql.requeue);
+                let fields = Fields {
+                    key: Some(message_id),
+                    ..Fields::default()
+                };
+                let args = store_arguments::<DB>(statement, fields).map_err(db_error)?;
+                let mut executor = pool;
+                sent.write();
+                let changed = Proven::changed(&mut executor, statement, args)
+                    .await
+                    .map_err(db_error)?;
+                Ok(changed == 1)
+            };
+            bounded(sql.table, "requeue", deadline, &sent, work).await
+        })
+    }
+}

@@ -28,8 +28,9 @@ pub struct StoreTexts {
     pub inbox: [[&'static str; 3]; 2],
     pub inbox_ddl: TableDdl,
     pub outbox_table: &'static str,
-    /// `ENQUEUE`, `CLAIM`, `TAKEN`, `PUBLISHED`, `FAILED`, `REQUEUE`.
-    pub outbox: [[&'static str; 3]; 6],
+    /// `ENQUEUE`, `CLAIM`, `TAKEN`, `PUBLISHED`, `FAILED`, `DEAD`,
+    /// `REQUEUE`.
+    pub outbox: [[&'static str; 3]; 7],
     pub outbox_ddl: OutboxDdl,
 }
 
@@ -103,6 +104,9 @@ pub(crate) struct OutboxSql {
     /// Message `$1`, still under lease `$2`, failed with `$3`: due again
     /// in `$4` milliseconds, or given up once it has had `$5` attempts.
     pub(crate) failed: Sql<Statement<Field>>,
+    /// Up to `$1` given-up messages, oldest first: id, topic, attempts,
+    /// last error.
+    pub(crate) dead: Sql<Statement<Field>>,
     /// The given-up message `$1`, due again with no attempts.
     pub(crate) requeue: Sql<Statement<Field>>,
     pub(crate) ddl: OutboxDdl,
@@ -320,7 +324,7 @@ pub const fn stores(texts: StoreTexts) -> Stores {
     }
     let [read, claim, take_over, complete, release, prune] = texts.idempotency;
     let [receive, inbox_prune] = texts.inbox;
-    let [enqueue, claim_due, taken, published, failed, requeue] = texts.outbox;
+    let [enqueue, claim_due, taken, published, failed, dead, requeue] = texts.outbox;
     Stores {
         schema: texts.schema,
         idempotency: IdempotencySql {
@@ -346,6 +350,7 @@ pub const fn stores(texts: StoreTexts) -> Stores {
             taken: sql(taken, [TAKEN_PG, TAKEN, TAKEN]),
             published: sql(published, [HELD_MESSAGE_PG, HELD_MESSAGE, HELD_MESSAGE]),
             failed: sql(failed, [FAILED_PG, FAILED, FAILED_MYSQL]),
+            dead: sql(dead, [LIMIT_PG, LIMIT, LIMIT]),
             requeue: sql(requeue, [MESSAGE_PG, MESSAGE, MESSAGE]),
             ddl: texts.outbox_ddl,
         },
@@ -430,6 +435,8 @@ const FAILED_MYSQL: &[Field] = &[
     Field::Lease,
 ];
 const MESSAGE: &[Field] = &[Field::Key];
+const LIMIT: &[Field] = &[Field::Limit];
+const LIMIT_PG: &[Field] = &[Field::Limit, Field::Tag];
 const MESSAGE_PG: &[Field] = &[Field::Key, Field::Tag];
 const ENQUEUE_PG: &[Field] = &[
     Field::Key,
@@ -537,6 +544,7 @@ mod tests {
             ("TAKEN", &DEFAULT.outbox.taken),
             ("PUBLISHED", &DEFAULT.outbox.published),
             ("FAILED", &DEFAULT.outbox.failed),
+            ("DEAD", &DEFAULT.outbox.dead),
             ("REQUEUE", &DEFAULT.outbox.requeue),
         ] {
             crate::transition::bind::assert_plans_fit(name, sql);
@@ -567,6 +575,7 @@ mod tests {
             (&DEFAULT.outbox.taken, &PAYMENTS.outbox.taken),
             (&DEFAULT.outbox.published, &PAYMENTS.outbox.published),
             (&DEFAULT.outbox.failed, &PAYMENTS.outbox.failed),
+            (&DEFAULT.outbox.dead, &PAYMENTS.outbox.dead),
             (&DEFAULT.outbox.requeue, &PAYMENTS.outbox.requeue),
         ];
         for (plain, schema) in pairs {

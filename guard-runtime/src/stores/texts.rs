@@ -307,6 +307,16 @@ macro_rules! __stateguard_store_texts {
             CASE WHEN attempts >= ? THEN UTC_TIMESTAMP(3) END WHERE seq = ? AND lease = ? AND \
             published_at IS NULL"),
             ],
+            // DEAD: up to $1 given-up messages, oldest first.
+            [
+                concat!("SELECT ", $crate::__stateguard_store_tag!("d0db3b2b2ee45f60", [$($tag)*], "$2"), ", \
+               message_id, topic, CAST(attempts AS BIGINT), last_error FROM ", $($pg)* "stateguard_outbox \
+               WHERE dead_at IS NOT NULL ORDER BY seq LIMIT $1"),
+                concat!("SELECT message_id, topic, attempts, last_error FROM ", $($lite)* "stateguard_outbox WHERE \
+             dead_at IS NOT NULL ORDER BY seq LIMIT ?1"),
+                concat!("SELECT CAST(message_id AS CHAR), CAST(topic AS CHAR), CAST(attempts AS SIGNED), \
+            last_error FROM ", $($my)* "stateguard_outbox WHERE dead_at IS NOT NULL ORDER BY seq LIMIT ?"),
+            ],
             // REQUEUE: the given-up message $1, due again with no attempts.
             [
                 concat!("UPDATE ", $($pg)* "stateguard_outbox SET dead_at = NULL, attempts = 0, last_error = \
