@@ -24,6 +24,7 @@ backend_tests! {
         "outbox_relay" => the_relay_publishes_each_message_once_in_order,
         "outbox_dead" => a_refused_message_is_given_up_and_requeued,
         "outbox_relays" => racing_relays_publish_each_message_once (flavor = "multi_thread", worker_threads = 4),
+        "outbox_broker_down" => a_broker_down_loses_and_doubles_nothing (flavor = "multi_thread", worker_threads = 2),
     }
 }
 
@@ -399,6 +400,119 @@ where
         assert!(seen.iter().all(|ns| ns == &in_order), "{seen:?}");
         context.delete_stream(&name).await.unwrap();
     }
+
+    /// A NATS server of the test's own, killed while a relay publishes 100
+    /// messages of 10 order keys, and started again on the same storage
+    /// half a second later: every pass returns, what the server did not
+    /// take is retried with the publisher's typed error recorded, and in
+    /// the end the stream holds each id once, each key's in the order
+    /// written, and every row is marked published.
+    async fn a_broker_down_loses_and_doubles_nothing(db: Db<DB>) {
+        const KEYS: usize = 10;
+        const PER_KEY: usize = 10;
+        if common::server_url("STATEGUARD_NATS_URL", "outbox_table::a_broker_down").is_none() {
+            return;
+        }
+        table(&db).await;
+        let mut nats = PrivateNats::start().await;
+        let client = async_nats::ConnectOptions::new()
+            .retry_on_initial_connect()
+            .connect(nats.url())
+            .await
+            .unwrap();
+        let context = async_nats::jetstream::new(client);
+        context
+            .create_stream(async_nats::jetstream::stream::Config {
+                name: "down".into(),
+                subjects: vec!["down.>".into()],
+                duplicate_window: std::time::Duration::from_secs(120),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let mut tx = Tx::begin(&db.pool).await.unwrap();
+        for n in 0..PER_KEY {
+            for key in 0..KEYS {
+                let (id, payload) = (format!("payout:{key}:{n}"), format!("{key}:{n}"));
+                let message = Message {
+                    id: &id,
+                    topic: "down.payout",
+                    payload: payload.as_bytes(),
+                };
+                let order_key = key.to_string();
+                outbox::enqueue(&mut tx, &order_key, message).await.unwrap();
+            }
+        }
+        tx.commit(()).await.unwrap();
+        let relay = Relay::new(JetStream::new(context.clone()))
+            .batch(5)
+            .lease(std::time::Duration::from_millis(500))
+            .attempts(1_000)
+            .retry(
+                std::time::Duration::from_millis(20),
+                std::time::Duration::from_millis(200),
+            );
+        let (mut published, mut retried, mut duplicates, mut down) = (0, 0, 0, false);
+        let unpublished = || async {
+            let sql = match DB::DIALECT {
+                Dialect::MySql => {
+                    "SELECT CAST(COUNT(*) AS SIGNED) FROM stateguard_outbox WHERE published_at IS NULL"
+                }
+                _ => {
+                    "SELECT CAST(COUNT(*) AS BIGINT) FROM stateguard_outbox WHERE published_at IS NULL"
+                }
+            };
+            let mut conn = db.pool.acquire().await.unwrap();
+            let (left,): (i64,) = DB::fetch_one(&mut conn, sql, &[]).await.unwrap();
+            left
+        };
+        for _ in 0..2_000 {
+            let pass = relay.pass(&db.pool).await.unwrap();
+            published += pass.published();
+            retried += pass.retried();
+            duplicates += pass.duplicates();
+            assert_eq!(pass.given_up(), 0, "{pass:?}");
+            if !down && published >= 30 {
+                nats.kill().await;
+                down = true;
+                // Passes while it is down, then it comes back.
+                for _ in 0..2 {
+                    let pass = relay.pass(&db.pool).await.unwrap();
+                    published += pass.published();
+                    retried += pass.retried();
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                nats.restart().await;
+            }
+            if pass.taken() == 0 {
+                if unpublished().await == 0 {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        }
+        assert!(down && retried > 0, "the server went down under the relay");
+        common::say(&format!(
+            "broker down under the relay ({:?}): {retried} publishes retried, {duplicates} \
+             republished ids kept once by the stream",
+            DB::DIALECT
+        ));
+        assert_eq!(unpublished().await, 0);
+        assert_eq!(published, KEYS * PER_KEY);
+        let mut stream = context.get_stream("down").await.unwrap();
+        let stored = stream.info().await.unwrap().state.messages;
+        assert_eq!(stored, (KEYS * PER_KEY) as u64, "each id once");
+        let mut seen: Vec<Vec<usize>> = vec![Vec::new(); KEYS];
+        for sequence in 1..=stored {
+            let message = stream.get_raw_message(sequence).await.unwrap();
+            let payload = String::from_utf8(message.payload.to_vec()).unwrap();
+            let (key, n) = payload.split_once(':').unwrap();
+            seen[key.parse::<usize>().unwrap()].push(n.parse().unwrap());
+        }
+        let in_order: Vec<usize> = (0..PER_KEY).collect();
+        assert!(seen.iter().all(|ns| ns == &in_order), "{seen:?}");
+        nats.kill().await;
+    }
 }
 
 /// A publisher that refuses every message, as a broker that is down.
@@ -421,5 +535,71 @@ impl Publisher for Record {
     async fn publish(&self, message: Message<'_>) -> Result<Published, Self::Error> {
         self.0.lock().unwrap().push(message.id.to_owned());
         Ok(Published::new(false))
+    }
+}
+
+/// A NATS server with JetStream of the test's own, on a free port, its
+/// storage in a temporary folder that outlives a kill, so that a restart
+/// finds its streams again.
+struct PrivateNats {
+    port: u16,
+    store: tempfile::TempDir,
+    child: Option<tokio::process::Child>,
+}
+
+impl PrivateNats {
+    async fn start() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .map(|address| address.port())
+            .unwrap();
+        let mut nats = PrivateNats {
+            port,
+            store: tempfile::tempdir().unwrap(),
+            child: None,
+        };
+        nats.restart().await;
+        nats
+    }
+
+    fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// Starts the server, and waits until it takes connections.
+    async fn restart(&mut self) {
+        let child = tokio::process::Command::new("nats-server")
+            .args([
+                "-a",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-js",
+                "-sd",
+            ])
+            .arg(self.store.path())
+            .kill_on_drop(true)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("nats-server on the PATH");
+        self.child = Some(child);
+        for _ in 0..100 {
+            if tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+                .await
+                .is_ok()
+            {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        panic!("nats-server did not start on port {}", self.port);
+    }
+
+    /// SIGKILLs the server, and waits until it is gone.
+    async fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().await.unwrap();
+        }
     }
 }
