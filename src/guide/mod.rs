@@ -16,6 +16,8 @@
 //!   notes on every way of moving a row.
 //! - [Idempotency keys and the inbox](front_doors): `begin_tx`,
 //!   `complete`, `receive`, their tables, and the example service.
+//! - [The outbox](outbox): messages written with the move, `enqueue`,
+//!   the relay, and what each guarantee holds.
 //! - [DDL and diagrams](ddl): the migration that makes the database
 //!   refuse illegal transitions, and the drawings of the machine.
 //! - [Tracing and metrics](tracing): the spans and their fields, and the
@@ -46,6 +48,9 @@ pub mod history {}
 
 #[doc = include_str!("front_doors.md")]
 pub mod front_doors {}
+
+#[doc = include_str!("outbox.md")]
+pub mod outbox {}
 
 #[doc = include_str!("ddl.md")]
 pub mod ddl {}
