@@ -10,5 +10,6 @@
 mod common;
 
 mod crash;
+mod outbox_crash;
 mod payouts_api;
 mod payouts_api_crash;

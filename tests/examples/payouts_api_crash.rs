@@ -30,7 +30,7 @@ fn service_binary() -> std::path::PathBuf {
 }
 
 /// An example's binary, built (or found up to date) by cargo.
-fn example_binary(name: &str) -> std::path::PathBuf {
+pub(crate) fn example_binary(name: &str) -> std::path::PathBuf {
     let status = Command::new(env!("CARGO"))
         .args(["build", "--quiet", "--example", name])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
@@ -149,7 +149,7 @@ impl Drop for Service {
     }
 }
 
-fn runtime() -> tokio::runtime::Runtime {
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -308,7 +308,12 @@ fn sqlite_service_keeps_its_data_across_restarts() {
 
 /// An empty schema of the test's own, `drop` then `create` run on `url`'s
 /// database, and the URL that makes it the connection's current schema.
-fn postgres_schema(url: &str, name: &str, drop: &'static str, create: &'static str) -> String {
+pub(crate) fn postgres_schema(
+    url: &str,
+    name: &str,
+    drop: &'static str,
+    create: &'static str,
+) -> String {
     runtime().block_on(async {
         let pool = sqlx::PgPool::connect(url)
             .await
@@ -329,7 +334,12 @@ fn postgres_schema(url: &str, name: &str, drop: &'static str, create: &'static s
 
 /// An empty database of the test's own on `url`'s server, and the URL
 /// that names it.
-fn mariadb_database(url: &str, name: &str, drop: &'static str, create: &'static str) -> String {
+pub(crate) fn mariadb_database(
+    url: &str,
+    name: &str,
+    drop: &'static str,
+    create: &'static str,
+) -> String {
     runtime().block_on(async {
         let pool = sqlx::MySqlPool::connect(url)
             .await
