@@ -13,6 +13,7 @@ mod common;
 
 mod binds;
 mod claim;
+mod consumer;
 mod deadlines;
 mod effects;
 mod errors;
