@@ -88,6 +88,48 @@ async fn stored<DB: TestBackend>(db: &Db<DB>, id: &str) -> (String, String, Stri
         .unwrap()
 }
 
+/// `per_key` messages for each of `keys` order keys, `payout:{key}:{n}`
+/// with the payload `{key}:{n}`, written in one transaction.
+async fn enqueue_keys<DB: TestBackend>(db: &Db<DB>, keys: usize, per_key: usize, topic: &str) {
+    let mut tx = Tx::begin(&db.pool).await.unwrap();
+    for n in 0..per_key {
+        for key in 0..keys {
+            let (id, payload) = (format!("payout:{key}:{n}"), format!("{key}:{n}"));
+            let message = Message {
+                id: &id,
+                topic,
+                payload: payload.as_bytes(),
+            };
+            let order_key = key.to_string();
+            let enqueued = outbox::enqueue(&mut tx, &order_key, message);
+            assert_eq!(enqueued.await.unwrap(), Enqueued::New);
+        }
+    }
+    tx.commit(()).await.unwrap();
+}
+
+/// Stream `name` holds the messages of [`enqueue_keys`], each once, and
+/// each key's in the order written.
+async fn assert_each_once_in_order(
+    context: &async_nats::jetstream::Context,
+    name: &str,
+    keys: usize,
+    per_key: usize,
+) {
+    let mut stream = context.get_stream(name).await.unwrap();
+    let stored = stream.info().await.unwrap().state.messages;
+    assert_eq!(stored, (keys * per_key) as u64, "each id once");
+    let mut seen: Vec<Vec<usize>> = vec![Vec::new(); keys];
+    for sequence in 1..=stored {
+        let message = stream.get_raw_message(sequence).await.unwrap();
+        let payload = String::from_utf8(message.payload.to_vec()).unwrap();
+        let (key, n) = payload.split_once(':').unwrap();
+        seen[key.parse::<usize>().unwrap()].push(n.parse().unwrap());
+    }
+    let in_order: Vec<usize> = (0..per_key).collect();
+    assert!(seen.iter().all(|ns| ns == &in_order), "{seen:?}");
+}
+
 struct Tests<DB>(std::marker::PhantomData<DB>);
 
 impl<DB: TestBackend> Tests<DB>
@@ -230,21 +272,7 @@ where
         };
         table(&db).await;
         let topic = format!("{name}.payout");
-        let mut tx = Tx::begin(&db.pool).await.unwrap();
-        for n in 0..4 {
-            for key in 0..5 {
-                let (id, payload) = (format!("payout:{key}:{n}"), format!("{key}:{n}"));
-                let message = Message {
-                    id: &id,
-                    topic: &topic,
-                    payload: payload.as_bytes(),
-                };
-                let order_key = key.to_string();
-                let enqueued = outbox::enqueue(&mut tx, &order_key, message);
-                assert_eq!(enqueued.await.unwrap(), Enqueued::New);
-            }
-        }
-        tx.commit(()).await.unwrap();
+        enqueue_keys(&db, 5, 4, &topic).await;
         let relay = Relay::new(JetStream::new(context.clone()));
         let mut passes = Vec::new();
         loop {
@@ -256,16 +284,7 @@ where
             passes.push(pass.published());
         }
         assert_eq!(passes, [5, 5, 5, 5], "one message per key and pass");
-        let mut stream = context.get_stream(&name).await.unwrap();
-        assert_eq!(stream.info().await.unwrap().state.messages, 20);
-        let mut seen: Vec<Vec<u32>> = vec![Vec::new(); 5];
-        for sequence in 1..=20 {
-            let stored = stream.get_raw_message(sequence).await.unwrap();
-            let payload = String::from_utf8(stored.payload.to_vec()).unwrap();
-            let (key, n) = payload.split_once(':').unwrap();
-            seen[key.parse::<usize>().unwrap()].push(n.parse().unwrap());
-        }
-        assert!(seen.iter().all(|ns| ns == &[0, 1, 2, 3]), "{seen:?}");
+        assert_each_once_in_order(&context, &name, 5, 4).await;
         let unpublished = match DB::DIALECT {
             Dialect::MySql => {
                 "SELECT CAST(COUNT(*) AS SIGNED) FROM stateguard_outbox WHERE published_at IS NULL"
@@ -344,20 +363,7 @@ where
         };
         table(&db).await;
         let topic = format!("{name}.payout");
-        let mut tx = Tx::begin(&db.pool).await.unwrap();
-        for n in 0..PER_KEY {
-            for key in 0..KEYS {
-                let (id, payload) = (format!("payout:{key}:{n}"), format!("{key}:{n}"));
-                let message = Message {
-                    id: &id,
-                    topic: &topic,
-                    payload: payload.as_bytes(),
-                };
-                let order_key = key.to_string();
-                outbox::enqueue(&mut tx, &order_key, message).await.unwrap();
-            }
-        }
-        tx.commit(()).await.unwrap();
+        enqueue_keys(&db, KEYS, PER_KEY, &topic).await;
         let mut relays = Vec::new();
         for _ in 0..4 {
             let (pool, context) = (db.pool.clone(), context.clone());
@@ -386,18 +392,7 @@ where
             duplicates += d;
         }
         assert_eq!((published, duplicates), (KEYS * PER_KEY, 0));
-        let mut stream = context.get_stream(&name).await.unwrap();
-        let stored = stream.info().await.unwrap().state.messages;
-        assert_eq!(stored, (KEYS * PER_KEY) as u64);
-        let mut seen: Vec<Vec<usize>> = vec![Vec::new(); KEYS];
-        for sequence in 1..=stored {
-            let message = stream.get_raw_message(sequence).await.unwrap();
-            let payload = String::from_utf8(message.payload.to_vec()).unwrap();
-            let (key, n) = payload.split_once(':').unwrap();
-            seen[key.parse::<usize>().unwrap()].push(n.parse().unwrap());
-        }
-        let in_order: Vec<usize> = (0..PER_KEY).collect();
-        assert!(seen.iter().all(|ns| ns == &in_order), "{seen:?}");
+        assert_each_once_in_order(&context, &name, KEYS, PER_KEY).await;
         context.delete_stream(&name).await.unwrap();
     }
 
@@ -430,20 +425,7 @@ where
             })
             .await
             .unwrap();
-        let mut tx = Tx::begin(&db.pool).await.unwrap();
-        for n in 0..PER_KEY {
-            for key in 0..KEYS {
-                let (id, payload) = (format!("payout:{key}:{n}"), format!("{key}:{n}"));
-                let message = Message {
-                    id: &id,
-                    topic: "down.payout",
-                    payload: payload.as_bytes(),
-                };
-                let order_key = key.to_string();
-                outbox::enqueue(&mut tx, &order_key, message).await.unwrap();
-            }
-        }
-        tx.commit(()).await.unwrap();
+        enqueue_keys(&db, KEYS, PER_KEY, "down.payout").await;
         let relay = Relay::new(JetStream::new(context.clone()))
             .batch(5)
             .lease(std::time::Duration::from_millis(500))
@@ -499,18 +481,7 @@ where
         ));
         assert_eq!(unpublished().await, 0);
         assert_eq!(published, KEYS * PER_KEY);
-        let mut stream = context.get_stream("down").await.unwrap();
-        let stored = stream.info().await.unwrap().state.messages;
-        assert_eq!(stored, (KEYS * PER_KEY) as u64, "each id once");
-        let mut seen: Vec<Vec<usize>> = vec![Vec::new(); KEYS];
-        for sequence in 1..=stored {
-            let message = stream.get_raw_message(sequence).await.unwrap();
-            let payload = String::from_utf8(message.payload.to_vec()).unwrap();
-            let (key, n) = payload.split_once(':').unwrap();
-            seen[key.parse::<usize>().unwrap()].push(n.parse().unwrap());
-        }
-        let in_order: Vec<usize> = (0..PER_KEY).collect();
-        assert!(seen.iter().all(|ns| ns == &in_order), "{seen:?}");
+        assert_each_once_in_order(&context, "down", KEYS, PER_KEY).await;
         nats.kill().await;
     }
 }

@@ -6,6 +6,7 @@ use crate::deadline::call::{Call, Sent, bounded};
 use crate::dialect::Backend;
 use crate::error::Error;
 use crate::executor::tx::Tx;
+use crate::stores::changed_in_tx;
 use crate::stores::idempotency::checked;
 use crate::stores::schema::DEFAULT;
 pub use crate::stores::schema::Outbox;
@@ -114,39 +115,22 @@ impl Outbox {
     {
         let sql = self.sql;
         Call::new(move |deadline| async move {
-            use crate::executor::proven::Proven;
-            use crate::executor::sealed::Run;
-            let mut tx = tx;
             checked("message id", message.id)?;
             checked("order key", order_key)?;
             checked("topic", message.topic)?;
-            let sent = Sent::default();
-            let work = async {
-                let db_error = |source| Error::store(sql.table, "enqueue", source);
-                let statement = DB::choose(&sql.enqueue);
-                let fields = Fields {
-                    key: Some(message.id),
-                    scope: Some(order_key),
-                    topic: Some(message.topic),
-                    body: Some(message.payload.to_vec()),
-                    ..Fields::default()
-                };
-                let args = store_arguments::<DB>(statement, fields).map_err(db_error)?;
-                sent.write();
-                let done = Proven::changed(&mut tx, statement, args)
-                    .await
-                    .map_err(db_error)?;
-                Ok(match done {
-                    1 => Enqueued::New,
-                    _ => Enqueued::Duplicate,
-                })
+            let fields = Fields {
+                key: Some(message.id),
+                scope: Some(order_key),
+                topic: Some(message.topic),
+                body: Some(message.payload.to_vec()),
+                ..Fields::default()
             };
-            let enqueued = bounded(sql.table, "enqueue", deadline, &sent, work).await;
-            if let Err(Error::Timeout { .. }) = enqueued {
-                // The INSERT may still run: the transaction must not commit.
-                Run::abandoned(&mut tx);
-            }
-            enqueued
+            let changed =
+                changed_in_tx(tx, sql.table, "enqueue", deadline, &sql.enqueue, fields).await?;
+            Ok(match changed {
+                1 => Enqueued::New,
+                _ => Enqueued::Duplicate,
+            })
         })
     }
 }

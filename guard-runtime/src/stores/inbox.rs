@@ -42,7 +42,7 @@
 //! ([`DEFAULT_WINDOW`](crate::stores::idempotency::DEFAULT_WINDOW), 24 hours, by
 //! default); a duplicate delivered later than that is `First`. Consumer
 //! and message id are 1 to 255 characters, compared byte for byte
-//! ([`Error::BadKey`] otherwise).
+//! ([`Error::BadKey`](crate::Error::BadKey) otherwise).
 //!
 //! The table is `stateguard_inbox`; [`ddl`] gives its `CREATE TABLE` per
 //! dialect. The free functions find it through the connection's search
@@ -53,14 +53,14 @@
 use std::time::Duration;
 
 use crate::ddl::Dialect as DdlDialect;
-use crate::deadline::call::{Call, Sent, bounded};
+use crate::deadline::call::Call;
 use crate::dialect::Backend;
-use crate::error::Error;
 use crate::executor::tx::Tx;
+use crate::stores::changed_in_tx;
 use crate::stores::idempotency::checked;
 use crate::stores::schema::DEFAULT;
 pub use crate::stores::schema::Inbox;
-use crate::transition::bind::{Fields, store_arguments};
+use crate::transition::bind::Fields;
 
 /// The statements that create the inbox table and its index in
 /// `dialect`, without trailing `;`. Run them once, in a migration. An
@@ -83,11 +83,11 @@ pub enum Received {
 /// consumer's work: [`Received::First`] the first time, and
 /// [`Received::Duplicate`] when a committed transaction recorded it
 /// before. An empty or over-long consumer or message id is
-/// [`Error::BadKey`], and nothing is written.
+/// [`Error::BadKey`](crate::Error::BadKey), and nothing is written.
 ///
 /// Deadline: [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE), or
 /// `inbox::receive(&mut tx, consumer, id).within(d)` ([`Call`]). Cut off,
-/// [`Error::Timeout`] (`receive`, outcome unknown) and `tx` can no longer
+/// [`Error::Timeout`](crate::Error::Timeout) (`receive`, outcome unknown) and `tx` can no longer
 /// commit: roll it back, and let the message be delivered again.
 ///
 /// ```
@@ -125,7 +125,7 @@ where
 ///
 /// Deadline: [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE), or
 /// `inbox::prune(&pool, window, limit).within(d)` ([`Call`]); cut off,
-/// [`Error::Timeout`] (`prune`, outcome unknown).
+/// [`Error::Timeout`](crate::Error::Timeout) (`prune`, outcome unknown).
 pub fn prune<DB>(pool: &sqlx::Pool<DB>, window: Duration, limit: u32) -> Call<'_, u64>
 where
     DB: Backend,
@@ -146,36 +146,19 @@ impl Inbox {
     {
         let sql = self.sql;
         Call::new(move |deadline| async move {
-            use crate::executor::proven::Proven;
-            use crate::executor::sealed::Run;
-            let mut tx = tx;
             checked("inbox consumer", consumer)?;
             checked("message id", message_id)?;
-            let sent = Sent::default();
-            let work = async {
-                let db_error = |source| Error::store(sql.table, "receive", source);
-                let statement = DB::choose(&sql.receive);
-                let fields = Fields {
-                    scope: Some(consumer),
-                    key: Some(message_id),
-                    ..Fields::default()
-                };
-                let args = store_arguments::<DB>(statement, fields).map_err(db_error)?;
-                sent.write();
-                let done = Proven::changed(&mut tx, statement, args)
-                    .await
-                    .map_err(db_error)?;
-                Ok(match done {
-                    1 => Received::First,
-                    _ => Received::Duplicate,
-                })
+            let fields = Fields {
+                scope: Some(consumer),
+                key: Some(message_id),
+                ..Fields::default()
             };
-            let received = bounded(sql.table, "receive", deadline, &sent, work).await;
-            if let Err(Error::Timeout { .. }) = received {
-                // The INSERT may still run: the transaction must not commit.
-                Run::abandoned(&mut tx);
-            }
-            received
+            let changed =
+                changed_in_tx(tx, sql.table, "receive", deadline, &sql.receive, fields).await?;
+            Ok(match changed {
+                1 => Received::First,
+                _ => Received::Duplicate,
+            })
         })
     }
 

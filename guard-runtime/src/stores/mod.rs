@@ -21,3 +21,43 @@ pub(crate) mod schema;
 mod texts;
 
 pub use self::schema::Stores;
+
+use std::time::Duration;
+
+use crate::deadline::call::{Sent, bounded};
+use crate::dialect::{Backend, Sql, Statement};
+use crate::error::Error;
+use crate::executor::tx::Tx;
+use crate::transition::bind::{Field, Fields, store_arguments};
+
+/// Runs one write of a fixed-table store in the caller's transaction,
+/// within `deadline`, and returns the rows it changed: the inbox's
+/// `receive`, the outbox's `enqueue`. Cut off, it may still run, so the
+/// transaction is marked as one that must not commit.
+pub(crate) async fn changed_in_tx<DB: Backend>(
+    tx: &mut Tx<'_, DB>,
+    table: &'static str,
+    call: &'static str,
+    deadline: Duration,
+    sql: &'static Sql<Statement<Field>>,
+    fields: Fields<'_>,
+) -> Result<u64, Error> {
+    use crate::executor::proven::Proven;
+    use crate::executor::sealed::Run;
+    let mut tx = tx;
+    let sent = Sent::default();
+    let work = async {
+        let db_error = |source| Error::store(table, call, source);
+        let statement = DB::choose(sql);
+        let args = store_arguments::<DB>(statement, fields).map_err(db_error)?;
+        sent.write();
+        Proven::changed(&mut tx, statement, args)
+            .await
+            .map_err(db_error)
+    };
+    let changed = bounded(table, call, deadline, &sent, work).await;
+    if let Err(Error::Timeout { .. }) = changed {
+        Run::abandoned(&mut tx);
+    }
+    changed
+}
