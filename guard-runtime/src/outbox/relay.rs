@@ -241,7 +241,8 @@ impl<P: Publisher> Relay<P> {
                 };
                 let args = store_arguments::<DB>(statement, fields)?;
                 if <DB as Driver>::RETURNING {
-                    return Proven::rows(&mut pool, statement, args).await;
+                    let rows = Proven::rows(&mut pool, statement, args).await?;
+                    return Ok((statement, rows));
                 }
                 Proven::changed(&mut pool, statement, args).await?;
                 let taken = DB::choose(&sql.taken);
@@ -250,14 +251,16 @@ impl<P: Publisher> Relay<P> {
                     ..Fields::default()
                 };
                 let args = store_arguments::<DB>(taken, fields)?;
-                Proven::rows(&mut pool, taken, args).await
+                Ok((taken, Proven::rows(&mut pool, taken, args).await?))
             })
             .await?;
-        let mut messages = Vec::with_capacity(taken.len());
-        for row in &taken {
+        // Read by the statement that returned them: the claim, or MySQL's
+        // read of what it claimed.
+        let (returned, rows) = taken;
+        let mut messages = Vec::with_capacity(rows.len());
+        for row in &rows {
             messages.push(
-                read::<DB>(statement, row)
-                    .map_err(|e| Error::store(sql.table, "relay claim", e))?,
+                read::<DB>(returned, row).map_err(|e| Error::store(sql.table, "relay claim", e))?,
             );
         }
         messages.sort_by_key(|m| m.seq);
