@@ -96,8 +96,10 @@ enum Leased {
 /// session's `search_path` does not stick, and every statement names it.
 static MIX_UP: Stores = stateguard::stores!(schema = "sg_mix_up");
 
-/// One test at a time: each makes the schema anew.
-static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// One test at a time: each makes the schema anew, and closes the
+/// transaction-mode PgBouncer's server sessions (`RECONNECT`), which the
+/// pooler check's tests hold this for too.
+pub(crate) static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The tables, made anew over a direct connection; `None` when either
 /// server is not configured.

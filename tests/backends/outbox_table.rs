@@ -410,6 +410,9 @@ where
         }
         table(&db).await;
         let mut nats = PrivateNats::start().await;
+        // A name of its own: were another test's server ever on this port
+        // while this one is down, the streams would not mix.
+        let stream = format!("down_{:?}_{}", DB::DIALECT, std::process::id());
         let client = async_nats::ConnectOptions::new()
             .retry_on_initial_connect()
             .connect(nats.url())
@@ -418,14 +421,14 @@ where
         let context = async_nats::jetstream::new(client);
         context
             .create_stream(async_nats::jetstream::stream::Config {
-                name: "down".into(),
-                subjects: vec!["down.>".into()],
+                name: stream.clone(),
+                subjects: vec![format!("{stream}.>")],
                 duplicate_window: std::time::Duration::from_secs(120),
                 ..Default::default()
             })
             .await
             .unwrap();
-        enqueue_keys(&db, KEYS, PER_KEY, "down.payout").await;
+        enqueue_keys(&db, KEYS, PER_KEY, &format!("{stream}.payout")).await;
         let relay = Relay::new(JetStream::new(context.clone()))
             .batch(5)
             .lease(std::time::Duration::from_millis(500))
@@ -473,15 +476,22 @@ where
                 tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             }
         }
-        assert!(down && retried > 0, "the server went down under the relay");
+        assert!(
+            down && retried > 0,
+            "the server went down under the relay: down {down}, {published} published, {retried} retried"
+        );
         common::say(&format!(
             "broker down under the relay ({:?}): {retried} publishes retried, {duplicates} \
              republished ids kept once by the stream",
             DB::DIALECT
         ));
         assert_eq!(unpublished().await, 0);
-        assert_eq!(published, KEYS * PER_KEY);
-        assert_each_once_in_order(&context, "down", KEYS, PER_KEY).await;
+        assert_eq!(
+            published,
+            KEYS * PER_KEY,
+            "{retried} retried, {duplicates} duplicates"
+        );
+        assert_each_once_in_order(&context, &stream, KEYS, PER_KEY).await;
         nats.kill().await;
     }
 }

@@ -103,6 +103,9 @@ async fn assert_real(seen: &Multiplexing) {
 /// The check refuses `pool` with `Error::Multiplexed`, whose message says
 /// what is unsafe and what to do.
 async fn assert_refused(pool: &PgPool) {
+    // The sessions it saw must still be there when `assert_real` looks:
+    // no mix-up test may close them meanwhile.
+    let _turn = crate::mix_up::TURN.lock().await;
     let error = pooler::check(pool)
         .within(Duration::from_secs(30))
         .await
