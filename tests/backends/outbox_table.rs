@@ -66,6 +66,19 @@ async fn messages<DB: TestBackend>(db: &Db<DB>, id: Option<&str>) -> i64 {
     n
 }
 
+/// How many messages the outbox holds unpublished.
+async fn unpublished<DB: TestBackend>(db: &Db<DB>) -> i64 {
+    let sql = match DB::DIALECT {
+        Dialect::MySql => {
+            "SELECT CAST(COUNT(*) AS SIGNED) FROM stateguard_outbox WHERE published_at IS NULL"
+        }
+        _ => "SELECT CAST(COUNT(*) AS BIGINT) FROM stateguard_outbox WHERE published_at IS NULL",
+    };
+    let mut conn = db.pool.acquire().await.unwrap();
+    let (left,): (i64,) = DB::fetch_one(&mut conn, sql, &[]).await.unwrap();
+    left
+}
+
 /// The stored message `id`: order key, topic and payload, each as text.
 async fn stored<DB: TestBackend>(db: &Db<DB>, id: &str) -> (String, String, String) {
     let mut conn = db.pool.acquire().await.unwrap();
@@ -285,17 +298,7 @@ where
         }
         assert_eq!(passes, [5, 5, 5, 5], "one message per key and pass");
         assert_each_once_in_order(&context, &name, 5, 4).await;
-        let unpublished = match DB::DIALECT {
-            Dialect::MySql => {
-                "SELECT CAST(COUNT(*) AS SIGNED) FROM stateguard_outbox WHERE published_at IS NULL"
-            }
-            _ => {
-                "SELECT CAST(COUNT(*) AS BIGINT) FROM stateguard_outbox WHERE published_at IS NULL"
-            }
-        };
-        let mut conn = db.pool.acquire().await.unwrap();
-        let (left,): (i64,) = DB::fetch_one(&mut conn, unpublished, &[]).await.unwrap();
-        assert_eq!(left, 0);
+        assert_eq!(unpublished(&db).await, 0);
         context.delete_stream(&name).await.unwrap();
     }
 
@@ -438,19 +441,6 @@ where
                 std::time::Duration::from_millis(200),
             );
         let (mut published, mut retried, mut duplicates, mut down) = (0, 0, 0, false);
-        let unpublished = || async {
-            let sql = match DB::DIALECT {
-                Dialect::MySql => {
-                    "SELECT CAST(COUNT(*) AS SIGNED) FROM stateguard_outbox WHERE published_at IS NULL"
-                }
-                _ => {
-                    "SELECT CAST(COUNT(*) AS BIGINT) FROM stateguard_outbox WHERE published_at IS NULL"
-                }
-            };
-            let mut conn = db.pool.acquire().await.unwrap();
-            let (left,): (i64,) = DB::fetch_one(&mut conn, sql, &[]).await.unwrap();
-            left
-        };
         for _ in 0..2_000 {
             let pass = relay.pass(&db.pool).await.unwrap();
             published += pass.published();
@@ -470,7 +460,7 @@ where
                 nats.restart().await;
             }
             if pass.taken() == 0 {
-                if unpublished().await == 0 {
+                if unpublished(&db).await == 0 {
                     break;
                 }
                 tokio::time::sleep(std::time::Duration::from_millis(20)).await;
@@ -485,7 +475,7 @@ where
              republished ids kept once by the stream",
             DB::DIALECT
         ));
-        assert_eq!(unpublished().await, 0);
+        assert_eq!(unpublished(&db).await, 0);
         assert_eq!(
             published,
             KEYS * PER_KEY,

@@ -15,7 +15,7 @@ use stateguard::ddl::Dialect;
 use stateguard::outbox::{self, Message};
 
 use crate::common::server_url;
-use crate::payouts_api_crash::{example_binary, mariadb_database, postgres_schema, runtime};
+use crate::payouts_api_crash::{example_binary, on_mariadb, on_postgres, runtime};
 
 const KEYS: usize = 50;
 const PER_KEY: usize = 100;
@@ -182,36 +182,46 @@ fn sqlite_relays_killed_mid_batch_publish_each_message_once() {
 
 #[test]
 fn postgres_relays_killed_mid_batch_publish_each_message_once() {
-    let test = "postgres_relays_killed";
-    let Some(url) = server_url("STATEGUARD_POSTGRES_URL", test) else {
-        return;
-    };
-    let url = postgres_schema(
-        &url,
+    on_postgres(
+        "postgres_relays_killed",
         "sg_relay_crash",
-        "DROP SCHEMA IF EXISTS sg_relay_crash CASCADE",
-        "CREATE SCHEMA sg_relay_crash",
+        [
+            "DROP SCHEMA IF EXISTS sg_relay_crash CASCADE",
+            "CREATE SCHEMA sg_relay_crash",
+        ],
+        |env| on_server(env, Dialect::Postgres, "postgres_relays_killed"),
     );
-    runtime().block_on(async {
-        let pool = PgPool::connect(&url).await.expect("PostgreSQL");
-        kill_relays(pool, Dialect::Postgres, &url, test).await;
-    });
 }
 
 #[test]
 fn mariadb_relays_killed_mid_batch_publish_each_message_once() {
-    let test = "mariadb_relays_killed";
-    let Some(url) = server_url("STATEGUARD_MYSQL_URL", test) else {
-        return;
-    };
-    let url = mariadb_database(
-        &url,
+    on_mariadb(
+        "mariadb_relays_killed",
         "sg_relay_crash",
-        "DROP DATABASE IF EXISTS sg_relay_crash",
-        "CREATE DATABASE sg_relay_crash",
+        [
+            "DROP DATABASE IF EXISTS sg_relay_crash",
+            "CREATE DATABASE sg_relay_crash",
+        ],
+        |env| on_server(env, Dialect::MySql, "mariadb_relays_killed"),
     );
+}
+
+/// [`kill_relays`] on the database of `env`'s `DATABASE_URL`.
+fn on_server(env: Vec<(&'static str, String)>, dialect: Dialect, test: &str) {
+    let url = env
+        .into_iter()
+        .find_map(|(name, value)| (name == "DATABASE_URL").then_some(value))
+        .expect("DATABASE_URL");
     runtime().block_on(async {
-        let pool = MySqlPool::connect(&url).await.expect("MariaDB");
-        kill_relays(pool, Dialect::MySql, &url, test).await;
+        match dialect {
+            Dialect::MySql => {
+                let pool = MySqlPool::connect(&url).await.expect("MariaDB");
+                kill_relays(pool, dialect, &url, test).await;
+            }
+            _ => {
+                let pool = PgPool::connect(&url).await.expect("PostgreSQL");
+                kill_relays(pool, dialect, &url, test).await;
+            }
+        }
     });
 }

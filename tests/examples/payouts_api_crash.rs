@@ -366,7 +366,7 @@ pub(crate) fn mariadb_database(
 
 /// `body` on a PostgreSQL schema of its own (`drop`, then `create`, name
 /// it), skipped without a server.
-fn on_postgres(
+pub(crate) fn on_postgres(
     test: &str,
     schema: &str,
     [drop, create]: [&'static str; 2],
@@ -381,7 +381,7 @@ fn on_postgres(
 }
 
 /// `body` on a MariaDB database of its own, skipped without a server.
-fn on_mariadb(
+pub(crate) fn on_mariadb(
     test: &str,
     database: &str,
     [drop, create]: [&'static str; 2],

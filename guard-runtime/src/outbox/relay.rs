@@ -232,7 +232,7 @@ impl<P: Publisher> Relay<P> {
         let statement = DB::choose(&sql.claim);
         let batch = i64::from(self.batch);
         let taken = self
-            .run(sql.table, "relay claim", pool, move |mut pool| async move {
+            .run("relay claim", pool, move |mut pool| async move {
                 let fields = Fields {
                     limit: Some(batch),
                     millis: Some(lease_ms),
@@ -316,33 +316,31 @@ impl<P: Publisher> Relay<P> {
         reason: Option<&str>,
     ) -> Result<bool, Error> {
         let statement = DB::choose(sql);
-        // Attempts so far, this one counted: the next waits longer.
-        let attempt = u32::try_from(message.attempts.max(1) - 1).unwrap_or(u32::MAX);
-        let retry = jittered(self.first_retry, self.last_retry, attempt);
-        let retry_ms = i64::try_from(retry.as_millis()).unwrap_or(i64::MAX);
+        // A refusal waits before the next attempt, longer for each one so
+        // far (this one counted); a publish binds no delay.
+        let retry_ms = reason.map(|_| {
+            let attempt = u32::try_from(message.attempts.max(1) - 1).unwrap_or(u32::MAX);
+            let retry = jittered(self.first_retry, self.last_retry, attempt);
+            i64::try_from(retry.as_millis()).unwrap_or(i64::MAX)
+        });
         let (seq, lease, attempts) = (message.seq, message.lease, i64::from(self.attempts));
         let name = match reason {
             None => "relay published",
             Some(_) => "relay failed",
         };
         let changed = self
-            .run(
-                self.outbox.sql.table,
-                name,
-                pool,
-                move |mut pool| async move {
-                    let fields = Fields {
-                        seq: Some(seq),
-                        lease: Some(lease),
-                        reason,
-                        millis: Some(retry_ms),
-                        attempts: Some(attempts),
-                        ..Fields::default()
-                    };
-                    let args = store_arguments::<DB>(statement, fields)?;
-                    Proven::changed(&mut pool, statement, args).await
-                },
-            )
+            .run(name, pool, move |mut pool| async move {
+                let fields = Fields {
+                    seq: Some(seq),
+                    lease: Some(lease),
+                    reason,
+                    millis: retry_ms,
+                    attempts: Some(attempts),
+                    ..Fields::default()
+                };
+                let args = store_arguments::<DB>(statement, fields)?;
+                Proven::changed(&mut pool, statement, args).await
+            })
             .await?;
         Ok(changed == 1)
     }
@@ -353,7 +351,6 @@ impl<P: Publisher> Relay<P> {
     /// busy SQLite), as each is one autocommit statement.
     async fn run<'p, DB, T, F, Fut>(
         &self,
-        table: &'static str,
         name: &'static str,
         pool: &'p sqlx::Pool<DB>,
         work: F,
@@ -363,6 +360,7 @@ impl<P: Publisher> Relay<P> {
         F: Fn(&'p sqlx::Pool<DB>) -> Fut,
         Fut: Future<Output = Result<T, sqlx::Error>>,
     {
+        let table = self.outbox.sql.table;
         let sent = Sent::default();
         sent.write();
         let work = async {

@@ -6,10 +6,10 @@ use crate::deadline::call::{Call, Sent, bounded};
 use crate::dialect::Backend;
 use crate::error::Error;
 use crate::executor::tx::Tx;
-use crate::stores::changed_in_tx;
 use crate::stores::idempotency::checked;
 use crate::stores::schema::DEFAULT;
 pub use crate::stores::schema::Outbox;
+use crate::stores::{changed_in_tx, changed_on_pool};
 use crate::transition::bind::{Fields, store_arguments};
 
 use super::Message;
@@ -236,24 +236,13 @@ impl Outbox {
     ) -> Call<'p, bool> {
         let sql = self.sql;
         Call::new(move |deadline| async move {
-            use crate::executor::proven::Proven;
-            let sent = Sent::default();
-            let work = async {
-                let db_error = |source| Error::store(sql.table, "requeue", source);
-                let statement = DB::choose(&sql.requeue);
-                let fields = Fields {
-                    key: Some(message_id),
-                    ..Fields::default()
-                };
-                let args = store_arguments::<DB>(statement, fields).map_err(db_error)?;
-                let mut executor = pool;
-                sent.write();
-                let changed = Proven::changed(&mut executor, statement, args)
-                    .await
-                    .map_err(db_error)?;
-                Ok(changed == 1)
+            let fields = Fields {
+                key: Some(message_id),
+                ..Fields::default()
             };
-            bounded(sql.table, "requeue", deadline, &sent, work).await
+            let changed =
+                changed_on_pool(pool, sql.table, "requeue", deadline, &sql.requeue, fields).await?;
+            Ok(changed == 1)
         })
     }
 }

@@ -42,22 +42,54 @@ pub(crate) async fn changed_in_tx<DB: Backend>(
     sql: &'static Sql<Statement<Field>>,
     fields: Fields<'_>,
 ) -> Result<u64, Error> {
-    use crate::executor::proven::Proven;
     use crate::executor::sealed::Run;
     let mut tx = tx;
-    let sent = Sent::default();
-    let work = async {
-        let db_error = |source| Error::store(table, call, source);
-        let statement = DB::choose(sql);
-        let args = store_arguments::<DB>(statement, fields).map_err(db_error)?;
-        sent.write();
-        Proven::changed(&mut tx, statement, args)
-            .await
-            .map_err(db_error)
-    };
-    let changed = bounded(table, call, deadline, &sent, work).await;
+    let changed = changed_on(&mut tx, table, call, deadline, sql, fields).await;
     if let Err(Error::Timeout { .. }) = changed {
         Run::abandoned(&mut tx);
     }
     changed
+}
+
+/// Runs one write of a fixed-table store on `pool`, in autocommit, within
+/// `deadline`, and returns the rows it changed: the bounded prunes, the
+/// outbox's `requeue`.
+pub(crate) async fn changed_on_pool<DB: Backend>(
+    pool: &sqlx::Pool<DB>,
+    table: &'static str,
+    call: &'static str,
+    deadline: Duration,
+    sql: &'static Sql<Statement<Field>>,
+    fields: Fields<'_>,
+) -> Result<u64, Error> {
+    let mut executor = pool;
+    changed_on(&mut executor, table, call, deadline, sql, fields).await
+}
+
+/// `sql`'s statement for `E`'s database, bound to `fields` and run on
+/// `executor` within `deadline`: the rows it changed, its error the
+/// store's.
+async fn changed_on<E: crate::executor::sealed::Run>(
+    executor: &mut E,
+    table: &'static str,
+    call: &'static str,
+    deadline: Duration,
+    sql: &'static Sql<Statement<Field>>,
+    fields: Fields<'_>,
+) -> Result<u64, Error>
+where
+    E::Database: Backend,
+{
+    use crate::executor::proven::Proven;
+    let sent = Sent::default();
+    let work = async {
+        let db_error = |source| Error::store(table, call, source);
+        let statement = <E::Database as crate::dialect::sealed::Driver>::choose(sql);
+        let args = store_arguments::<E::Database>(statement, fields).map_err(db_error)?;
+        sent.write();
+        Proven::changed(executor, statement, args)
+            .await
+            .map_err(db_error)
+    };
+    bounded(table, call, deadline, &sent, work).await
 }

@@ -475,23 +475,11 @@ where
     DB: Backend,
 {
     Call::new(move |deadline| async move {
-        let sent = Sent::default();
-        let work = async {
-            let db_error = |source| Error::store(table, "prune", source);
-            let window_ms = i64::try_from(window.as_millis()).unwrap_or(i64::MAX);
-            let prune = DB::choose(sql);
-            let fields = Fields {
-                millis: Some(window_ms),
-                limit: Some(i64::from(limit)),
-                ..Fields::default()
-            };
-            let args = store_arguments::<DB>(prune, fields).map_err(db_error)?;
-            let mut executor = pool;
-            sent.write();
-            Proven::changed(&mut executor, prune, args)
-                .await
-                .map_err(db_error)
+        let fields = Fields {
+            millis: Some(i64::try_from(window.as_millis()).unwrap_or(i64::MAX)),
+            limit: Some(i64::from(limit)),
+            ..Fields::default()
         };
-        bounded(table, "prune", deadline, &sent, work).await
+        crate::stores::changed_on_pool(pool, table, "prune", deadline, sql, fields).await
     })
 }
