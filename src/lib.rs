@@ -111,6 +111,11 @@
 //!   records when a row entered it, for [`Transition::claim_older_than`]
 //!   and [`Transition::claim_timed_out`]; `order = "…"` on the enum: the
 //!   columns [`Transition::claim`] takes rows in.
+//! - `emit("topic", payload(column, …))` on a transition: each winning move
+//!   writes a message to the outbox in the same atomic act, on every path
+//!   (needs `version = "…"`); `outbox = "…"` on the enum names its table,
+//!   `stateguard_outbox` by default. See the
+//!   [outbox chapter](crate::guide::outbox).
 //!
 //! Mistakes are compile errors pointing at the offending token, all reported
 //! at once.

@@ -25,6 +25,9 @@ pub struct MachineAttrs {
     pub order: Option<LitStr>,
     /// `history = "…"`: the table every transition appends a row to.
     pub history: Option<LitStr>,
+    /// `outbox = "…"`: the table a transition's `emit(…)` writes its
+    /// message to, `stateguard_outbox` by default.
+    pub outbox: Option<LitStr>,
     pub rename_all: Option<(LitStr, RenameRule)>,
     pub krate: Option<Path>,
     /// `key_type = "i64"`: the Rust type the machine's keys are read back
@@ -76,6 +79,18 @@ pub struct TransitionAttr {
     pub set: Vec<SetItem>,
     /// `guard = "SQL condition"`, or `guard("SQL condition", name = bind(Type), …)`
     pub guard: Option<GuardAttr>,
+    /// `emit("topic")` or `emit("topic", payload(column, …))`
+    pub emit: Option<EmitAttr>,
+}
+
+/// `emit("payout.sent", payload(amount_cents, bank_ref))`: the message a
+/// winning move writes to the outbox.
+pub struct EmitAttr {
+    /// The `emit` token.
+    pub token: kw::emit,
+    pub topic: LitStr,
+    /// The columns the payload holds besides the key's.
+    pub payload: Vec<Ident>,
 }
 
 /// A guard's condition and the values it binds per call.
@@ -153,6 +168,7 @@ pub fn machine_attrs(cx: &mut Ctxt, attrs: &[Attribute]) -> MachineAttrs {
     let mut version = Attr::none("version");
     let mut order = Attr::none("order");
     let mut history = Attr::none("history");
+    let mut outbox = Attr::none("outbox");
     let mut rename_all = Attr::none("rename_all");
     let mut krate = Attr::none("crate");
     let mut conversions = Attr::none("conversions");
@@ -183,6 +199,9 @@ pub fn machine_attrs(cx: &mut Ctxt, attrs: &[Attribute]) -> MachineAttrs {
             // #[state_machine(history = "payout_transitions")]
             } else if meta.path.is_ident("history") {
                 history.set_lit(cx, meta.value()?.parse()?);
+            // #[state_machine(outbox = "stateguard_outbox")]
+            } else if meta.path.is_ident("outbox") {
+                outbox.set_lit(cx, meta.value()?.parse()?);
             // #[state_machine(rename_all = "snake_case")]
             } else if meta.path.is_ident("rename_all") {
                 let lit: LitStr = meta.value()?.parse()?;
@@ -233,8 +252,8 @@ pub fn machine_attrs(cx: &mut Ctxt, attrs: &[Attribute]) -> MachineAttrs {
             } else {
                 return Err(meta.error(
                     "unknown state_machine attribute; expected `table`, `column`, `key`, \
-                     `version`, `order`, `history`, `rename_all`, `crate`, `key_type` or \
-                     `conversions`",
+                     `version`, `order`, `history`, `outbox`, `rename_all`, `crate`, \
+                     `key_type` or `conversions`",
                 ));
             }
             Ok(())
@@ -252,6 +271,7 @@ pub fn machine_attrs(cx: &mut Ctxt, attrs: &[Attribute]) -> MachineAttrs {
         version: version.get(),
         order: order.get(),
         history: history.get(),
+        outbox: outbox.get(),
         rename_all: rename_all.get(),
         krate: krate.get(),
         conversions: conversions.get(),
@@ -381,6 +401,8 @@ pub mod kw {
     syn::custom_keyword!(set);
     syn::custom_keyword!(guard);
     syn::custom_keyword!(bind);
+    syn::custom_keyword!(emit);
+    syn::custom_keyword!(payload);
 }
 
 impl Parse for TransitionAttr {
@@ -392,6 +414,7 @@ impl Parse for TransitionAttr {
         let target: Ident = input.parse()?;
         let mut set = None;
         let mut guard: Option<GuardAttr> = None;
+        let mut emit: Option<EmitAttr> = None;
         while !input.is_empty() {
             input.parse::<Token![,]>()?;
             if input.is_empty() {
@@ -431,13 +454,26 @@ impl Parse for TransitionAttr {
                 guard = Some(condition);
                 continue;
             }
+            // emit("payout.sent")
+            // emit("payout.sent", payload(amount_cents, bank_ref))
+            if lookahead.peek(kw::emit) {
+                let parsed: EmitAttr = input.parse()?;
+                if emit.is_some() {
+                    return Err(syn::Error::new_spanned(
+                        parsed.token,
+                        "duplicate `emit`; a transition writes one message",
+                    ));
+                }
+                emit = Some(parsed);
+                continue;
+            }
             if !lookahead.peek(kw::set) {
                 let unknown: Ident = input.parse().map_err(|_| lookahead.error())?;
                 return Err(syn::Error::new_spanned(
                     unknown,
                     "unknown transition option; expected `set(column = \"SQL expression\", …)`, \
-                     `guard = \"SQL condition\"` or `guard(\"SQL condition with :name\", name = \
-                     bind(Type))`",
+                     `guard = \"SQL condition\"`, `guard(\"SQL condition with :name\", name = \
+                     bind(Type))` or `emit(\"topic\", payload(column, …))`",
                 ));
             }
             let keyword: kw::set = input.parse()?;
@@ -457,6 +493,54 @@ impl Parse for TransitionAttr {
             target,
             set: set.unwrap_or_default(),
             guard,
+            emit,
+        })
+    }
+}
+
+impl Parse for EmitAttr {
+    // emit("payout.sent")
+    // emit("payout.sent", payload(amount_cents, bank_ref))
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let token: kw::emit = input.parse()?;
+        if !input.peek(syn::token::Paren) {
+            return Err(syn::Error::new_spanned(
+                token,
+                "expected `emit(\"topic\")` or `emit(\"topic\", payload(column, …))`",
+            ));
+        }
+        let content;
+        parenthesized!(content in input);
+        let topic: LitStr = content.parse()?;
+        let mut payload = None;
+        while !content.is_empty() {
+            content.parse::<Token![,]>()?;
+            if content.is_empty() {
+                break;
+            }
+            if !content.peek(kw::payload) {
+                return Err(syn::Error::new(
+                    content.span(),
+                    "expected `payload(column, …)`: the columns the message carries besides \
+                     the key",
+                ));
+            }
+            let keyword: kw::payload = content.parse()?;
+            let columns;
+            parenthesized!(columns in content);
+            let list = Punctuated::<Ident, Token![,]>::parse_terminated(&columns)?;
+            if payload.is_some() {
+                return Err(syn::Error::new_spanned(
+                    keyword,
+                    "duplicate `payload(...)`; list every column in one `payload`",
+                ));
+            }
+            payload = Some(list.into_iter().collect());
+        }
+        Ok(EmitAttr {
+            token,
+            topic,
+            payload: payload.unwrap_or_default(),
         })
     }
 }

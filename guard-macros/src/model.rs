@@ -17,6 +17,9 @@ pub struct Model<'a> {
     pub order: Vec<String>,
     /// `history = "…"`: the table each move appends a row to.
     pub history: Option<String>,
+    /// The table `emit(…)` writes to: `outbox = "…"`, by default
+    /// `stateguard_outbox`.
+    pub outbox: String,
     pub states: Vec<State<'a>>,
     pub initial: usize,
     pub transitions: Vec<Transition<'a>>,
@@ -102,6 +105,16 @@ pub struct Transition<'a> {
     pub set: Vec<(String, Assign)>,
     /// `guard = "…"`: a condition the row must meet, in the `WHERE`.
     pub guard: Option<Guard>,
+    /// `emit("…")`: the message a winning move writes to the outbox.
+    pub emit: Option<Emit>,
+}
+
+/// `emit("topic", payload(column, …))`, checked: the topic, and the
+/// columns the payload holds after the key's.
+#[derive(PartialEq, Eq)]
+pub struct Emit {
+    pub topic: String,
+    pub payload: Vec<String>,
 }
 
 /// A guard: its condition as written, and the values it binds per call,

@@ -16,6 +16,7 @@ mod claim;
 mod consumer;
 mod deadlines;
 mod effects;
+mod emit;
 mod errors;
 mod front_deadlines;
 mod guards;

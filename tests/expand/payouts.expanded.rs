@@ -90,6 +90,9 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 claim_older: None,
                 history_insert: None,
                 history_insert_expecting: None,
+                emit: None,
+                outbox_insert: None,
+                outbox_insert_expecting: None,
                 many_update: __sg::sql! {
                     "UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING CASE WHEN $2::text = 'stateguard 5439a7f824cfda39' THEN 'stateguard 5439a7f824cfda39'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 5439a7f824cfda39 with ', $2::text) AS INTEGER)::text END, \"payouts\".\"id\""
                     on postgres, binds = [Keys(0), Tag], reads = [Tag, Key(0)];
@@ -111,6 +114,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 },
                 many_lease_read: None,
                 many_history_insert: None,
+                many_outbox_insert: None,
                 many_update_by_value: __sg::sql! {
                     "UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING CASE WHEN $2::text = 'stateguard 655f23d5c85b9419' THEN 'stateguard 655f23d5c85b9419'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 655f23d5c85b9419 with ', $2::text) AS INTEGER)::text END, \"payouts\".\"id\""
                     on postgres, binds = [Keys(0), Tag], reads = [Tag, Key(0)];
@@ -151,6 +155,9 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 claim_older: None,
                 history_insert: None,
                 history_insert_expecting: None,
+                emit: None,
+                outbox_insert: None,
+                outbox_insert_expecting: None,
                 many_update: __sg::sql! {
                     "UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('pending', 'sending') RETURNING CASE WHEN $2::text = 'stateguard 1384e5b485f4d90d' THEN 'stateguard 1384e5b485f4d90d'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 1384e5b485f4d90d with ', $2::text) AS INTEGER)::text END, \"payouts\".\"id\""
                     on postgres, binds = [Keys(0), Tag], reads = [Tag, Key(0)];
@@ -172,6 +179,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 },
                 many_lease_read: None,
                 many_history_insert: None,
+                many_outbox_insert: None,
                 many_update_by_value: __sg::sql! {
                     "UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('pending', 'sending') RETURNING CASE WHEN $2::text = 'stateguard 6ac8633defe685dd' THEN 'stateguard 6ac8633defe685dd'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 6ac8633defe685dd with ', $2::text) AS INTEGER)::text END, \"payouts\".\"id\""
                     on postgres, binds = [Keys(0), Tag], reads = [Tag, Key(0)];
@@ -221,6 +229,9 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 claim_older: None,
                 history_insert: None,
                 history_insert_expecting: None,
+                emit: None,
+                outbox_insert: None,
+                outbox_insert_expecting: None,
                 many_update: __sg::sql! {
                     "UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $2 WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('sending') RETURNING CASE WHEN $3::text = 'stateguard f70e9e72c9126767' THEN 'stateguard f70e9e72c9126767'::text ELSE CAST(concat('stateguard mix-up: ran stateguard f70e9e72c9126767 with ', $3::text) AS INTEGER)::text END, \"payouts\".\"id\""
                     on postgres, binds = [Keys(0), Value(0), Tag], reads = [Tag, Key(0)];
@@ -242,6 +253,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 },
                 many_lease_read: None,
                 many_history_insert: None,
+                many_outbox_insert: None,
                 many_update_by_value: __sg::sql! {
                     "UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $2 WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('sending') RETURNING CASE WHEN $3::text = 'stateguard 998b61f024ddf5d3' THEN 'stateguard 998b61f024ddf5d3'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 998b61f024ddf5d3 with ', $3::text) AS INTEGER)::text END, \"payouts\".\"id\""
                     on postgres, binds = [Keys(0), Value(0), Tag], reads = [Tag, Key(0)];
@@ -282,6 +294,9 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 claim_older: None,
                 history_insert: None,
                 history_insert_expecting: None,
+                emit: None,
+                outbox_insert: None,
+                outbox_insert_expecting: None,
                 many_update: __sg::sql! {
                     "UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('sending') RETURNING CASE WHEN $2::text = 'stateguard 3e3f42dff2cb3874' THEN 'stateguard 3e3f42dff2cb3874'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 3e3f42dff2cb3874 with ', $2::text) AS INTEGER)::text END, \"payouts\".\"id\""
                     on postgres, binds = [Keys(0), Tag], reads = [Tag, Key(0)];
@@ -303,6 +318,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 },
                 many_lease_read: None,
                 many_history_insert: None,
+                many_outbox_insert: None,
                 many_update_by_value: __sg::sql! {
                     "UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('sending') RETURNING CASE WHEN $2::text = 'stateguard 81f8872ec6bf1ed4' THEN 'stateguard 81f8872ec6bf1ed4'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 81f8872ec6bf1ed4 with ', $2::text) AS INTEGER)::text END, \"payouts\".\"id\""
                     on postgres, binds = [Keys(0), Tag], reads = [Tag, Key(0)];

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use quote::ToTokens;
 use syn::{Ident, LitStr};
 
+use super::emit::check_emit;
 use super::set::{check_guard, check_set};
 use crate::ast::Input;
 use crate::attr::TransitionAttr;
@@ -107,6 +108,7 @@ pub(super) fn check_transitions<'a>(
     reserved: &[(&str, &str)],
     since_columns: &[String],
     written: &[(&str, &str)],
+    key: &[String],
 ) -> Option<Vec<Transition<'a>>> {
     let index_of = |ident: &Ident| input.variants.iter().position(|v| v.ident == ident);
     let mut ok = true;
@@ -167,6 +169,16 @@ pub(super) fn check_transitions<'a>(
                     }
                 },
             };
+            let emit = match &attr.emit {
+                None => None,
+                Some(emit) => match check_emit(cx, emit, key) {
+                    Some(emit) => Some(emit),
+                    None => {
+                        ok = false;
+                        continue;
+                    }
+                },
+            };
             let Some(i) = out.iter().position(|t| *t.name == attr.name) else {
                 out.push(Transition {
                     name: &attr.name,
@@ -174,6 +186,7 @@ pub(super) fn check_transitions<'a>(
                     target,
                     set,
                     guard,
+                    emit,
                 });
                 firsts.push(attr);
                 continue;
@@ -228,6 +241,23 @@ pub(super) fn check_transitions<'a>(
                         "transition `{}` has another guard here than where it is first \
                          declared; it is one statement, so give every declaration the same \
                          `guard`",
+                        attr.name
+                    ),
+                    &first.name,
+                    "first declared here",
+                );
+            } else if known.emit != emit {
+                ok = false;
+                let at = match &attr.emit {
+                    Some(emit) => emit.token.to_token_stream(),
+                    None => attr.name.to_token_stream(),
+                };
+                cx.duplicate(
+                    at,
+                    format!(
+                        "transition `{}` emits another message here than where it is first \
+                         declared; it is one statement, so give every declaration the same \
+                         `emit`",
                         attr.name
                     ),
                     &first.name,

@@ -11,7 +11,9 @@
 //!   reachable).
 //! - `set.rs`: `set(...)` assignments and guards.
 //! - `in_flight.rs`: in-flight states, their leases and `since` stamps.
+//! - `emit.rs`: the messages winning moves write to the outbox.
 
+mod emit;
 mod graph;
 mod in_flight;
 mod names;
@@ -25,7 +27,7 @@ use crate::model::Model;
 
 use graph::{check_acyclic, check_initial, check_reachable, check_states, check_transitions};
 use in_flight::{check_in_flight, check_since_columns};
-use names::{check_history, check_names, check_order, check_version};
+use names::{check_history, check_names, check_order, check_outbox, check_version};
 
 pub fn check<'a>(cx: &mut Ctxt, input: &'a Input<'a>) -> Option<Model<'a>> {
     let node = input.original;
@@ -81,7 +83,24 @@ pub fn check<'a>(cx: &mut Ctxt, input: &'a Input<'a>) -> Option<Model<'a>> {
     if let Some(version) = &version {
         written.push((version, "the version column"));
     }
-    let transitions = check_transitions(cx, input, &reserved, &since_columns, &written);
+    let key: &[String] = match &names {
+        Some((_, _, key)) => key,
+        None => &[],
+    };
+    let transitions = check_transitions(cx, input, &reserved, &since_columns, &written, key);
+    // The message id names the occurrence, which only a version column
+    // counts: without one, two passes through a state would share an id.
+    if input.attrs.version.is_none() {
+        for attr in input.variants.iter().flat_map(|v| &v.transitions) {
+            if let Some(emit) = &attr.emit {
+                cx.error(
+                    emit.token,
+                    "`emit` needs a version column: the message id names the occurrence it \
+                     counts (add `version = \"…\"` to #[state_machine(...)])",
+                );
+            }
+        }
+    }
     let all_parsed = !input.variants.iter().any(|v| v.transitions_incomplete);
     if let (Some(initial), Some(transitions), true) = (initial, &transitions, all_parsed) {
         check_reachable(cx, input, initial, transitions);
@@ -103,6 +122,10 @@ pub fn check<'a>(cx: &mut Ctxt, input: &'a Input<'a>) -> Option<Model<'a>> {
         Some(lit) => Some(check_history(cx, lit, &key, &table)?),
         None => None,
     };
+    let outbox = match &input.attrs.outbox {
+        Some(lit) => check_outbox(cx, lit, &table, history.as_deref())?,
+        None => "stateguard_outbox".to_owned(),
+    };
     Some(Model {
         ident: input.ident,
         table,
@@ -111,6 +134,7 @@ pub fn check<'a>(cx: &mut Ctxt, input: &'a Input<'a>) -> Option<Model<'a>> {
         version,
         order,
         history,
+        outbox,
         states: states?,
         initial: initial?,
         transitions: transitions?,

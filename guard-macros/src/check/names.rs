@@ -73,6 +73,42 @@ pub const HISTORY_COLUMNS: &[&str] = &[
     "details",
 ];
 
+/// `outbox = "billing.stateguard_outbox"`: a valid table name, neither the
+/// machine's table nor its history table, that the relay reads.
+pub(super) fn check_outbox(
+    cx: &mut Ctxt,
+    lit: &LitStr,
+    table: &str,
+    history: Option<&str>,
+) -> Option<String> {
+    let value = lit.value();
+    if let Err(why) = ident::check_table(&value) {
+        cx.error(
+            lit,
+            format!("outbox {value:?} is not a valid SQL table name: it {why}"),
+        );
+        return None;
+    }
+    if value.eq_ignore_ascii_case(table) || history.is_some_and(|h| value.eq_ignore_ascii_case(h)) {
+        cx.error(lit, "the outbox must be a table of its own");
+        return None;
+    }
+    // The relay reads `stateguard_outbox`, on the search path or in the
+    // schema of `stores!`: a message written anywhere else would never
+    // leave.
+    if value.rsplit('.').next() != Some("stateguard_outbox") {
+        cx.error(
+            lit,
+            format!(
+                "the relay reads a table named `stateguard_outbox`; write `outbox = \
+                 \"schema.stateguard_outbox\"` for the one in a schema of `stores!`, not {value:?}"
+            ),
+        );
+        return None;
+    }
+    Some(value)
+}
+
 /// `history = "payout_transitions"`: a valid table name of its own, whose
 /// fixed columns no key column shares.
 pub(super) fn check_history(

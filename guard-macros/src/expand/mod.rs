@@ -125,12 +125,16 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
         let follow_up_history_insert = |i: usize| {
             sql_if_any(&|d| d.follow_up_history_insert(model, state, f, &model.transitions[i]))
         };
+        let follow_up_outbox_insert = |i: usize| {
+            sql_if_any(&|d| d.follow_up_outbox_insert(model, state, f, &model.transitions[i]))
+        };
         let done_sql = follow_up(f.done);
         let done_history_insert = follow_up_history_insert(f.done);
+        let done_outbox_insert = follow_up_outbox_insert(f.done);
         let failed_sql = option(f.failed.map(follow_up));
-        let failed_history_insert = match f.failed {
-            Some(i) => follow_up_history_insert(i),
-            None => option(None),
+        let (failed_history_insert, failed_outbox_insert) = match f.failed {
+            Some(i) => (follow_up_history_insert(i), follow_up_outbox_insert(i)),
+            None => (option(None), option(None)),
         };
         let in_flight = quote! {
             #sg::in_flight(#sg::InFlightParts {
@@ -148,6 +152,8 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
                 failed_sql: #failed_sql,
                 done_history_insert: #done_history_insert,
                 failed_history_insert: #failed_history_insert,
+                done_outbox_insert: #done_outbox_insert,
+                failed_outbox_insert: #failed_outbox_insert,
             })
         };
         let in_flight = option(Some(quote!(&#in_flight)));
@@ -175,6 +181,12 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
         let claim = sql_per_dialect(&sg, |d| d.claim_next(model, t));
         let history_insert = sql_if_any(&|d| d.history_insert(model, t, false));
         let history_insert_expecting = sql_if_any(&|d| d.history_insert(model, t, true));
+        let outbox_insert = sql_if_any(&|d| d.outbox_insert(model, t, false));
+        let outbox_insert_expecting = sql_if_any(&|d| d.outbox_insert(model, t, true));
+        let emit = option(t.emit.as_ref().map(|emit| {
+            let topic = &emit.topic;
+            quote!(#topic)
+        }));
         // Only where every dialect can claim by age.
         let claim_older = option(
             DIALECTS
@@ -189,6 +201,7 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
         let many_read_by_value = sql_per_dialect(&sg, |d| d.many_read(model, t, Match::ByValue));
         let many_lease_read = sql_if_any(&|d| d.many_lease(model, t));
         let many_history_insert = sql_if_any(&|d| d.many_history_insert(model, t));
+        let many_outbox_insert = sql_if_any(&|d| d.many_outbox_insert(model, t));
         let guard = option(t.guard.as_ref().map(|guard| {
             let text = &guard.text;
             quote!(#text)
@@ -216,10 +229,14 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
                 claim_older: #claim_older,
                 history_insert: #history_insert,
                 history_insert_expecting: #history_insert_expecting,
+                emit: #emit,
+                outbox_insert: #outbox_insert,
+                outbox_insert_expecting: #outbox_insert_expecting,
                 many_update: #many_update,
                 many_read: #many_read,
                 many_lease_read: #many_lease_read,
                 many_history_insert: #many_history_insert,
+                many_outbox_insert: #many_outbox_insert,
                 many_update_by_value: #many_update_by_value,
                 many_read_by_value: #many_read_by_value,
             })

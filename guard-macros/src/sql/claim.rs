@@ -102,6 +102,9 @@ impl Dialect {
                     (0..model.key.len()).map(|i| format!("c{i}")).collect();
                 let order_aliases: Vec<String> =
                     (0..order.len()).map(|i| format!("o{i}")).collect();
+                // The message of each row moved, where the transition emits one.
+                let payload = d.payload_item(model, transition);
+                let outbox = d.outbox_cte(model, transition, "moved", &key_aliases, "v");
                 if let Some(history) = &model.history {
                     // The candidates with the state each leaves, locked, then
                     // moved, then their history rows, in one statement.
@@ -123,9 +126,9 @@ impl Dialect {
                         "WITH __sg_old AS (SELECT {}, {} AS __sg_from FROM {table} WHERE \
                          {status}{guard} ORDER BY {order_by} LIMIT {limit} FOR UPDATE SKIP LOCKED), \
                          moved AS (UPDATE {table} SET {} FROM __sg_old WHERE {} RETURNING {}, {} AS \
-                         v, {lease} AS l, {}, __sg_old.__sg_from), __sg_log AS (INSERT INTO {} \
-                         ({columns}) SELECT {values} FROM moved) SELECT {}, {}, {} FROM moved ORDER \
-                         BY {}",
+                         v, {lease} AS l, {}, __sg_old.__sg_from{payload}), __sg_log AS (INSERT \
+                         INTO {} ({columns}) SELECT {values} FROM moved){outbox} SELECT {}, {}, {} \
+                         FROM moved ORDER BY {}",
                         d.key_aliases(model, None, "__sg_k"),
                         d.status_read(&model.column),
                         d.assignments(model, transition),
@@ -145,7 +148,7 @@ impl Dialect {
                 format!(
                     "WITH moved AS (UPDATE {table} SET {} WHERE ({keys}) IN ({candidates} FOR \
                      UPDATE SKIP LOCKED) AND {status}{guard} RETURNING {}, {} AS v, {lease} AS l, \
-                     {}) SELECT {}, {}, {} FROM moved ORDER BY {}",
+                     {}{payload}){outbox} SELECT {}, {}, {} FROM moved ORDER BY {}",
                     d.assignments(model, transition),
                     returned_keys,
                     d.version_read(model.version.as_deref()),

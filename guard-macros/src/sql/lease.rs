@@ -48,13 +48,27 @@ impl Dialect {
             d.assignments(model, transition),
             d.leased(model, state, in_flight),
         );
-        // PostgreSQL writes the history row in the same statement; the
-        // row left `state`, which the lease check pins.
-        let (Dialect::Postgres, Some(history)) = (d, &model.history) else {
+        // PostgreSQL writes the history row and the message in the same
+        // statement; the row left `state`, which the lease check pins.
+        if d != Dialect::Postgres || (model.history.is_none() && transition.emit.is_none()) {
             return update;
-        };
+        }
         let table = d.quote(&model.table);
-        let aliases = (0..model.key.len()).map(|i| format!("__sg_k{i}")).collect();
+        let aliases: Vec<String> = (0..model.key.len()).map(|i| format!("__sg_k{i}")).collect();
+        let moved = format!(
+            "WITH __sg_moved AS ({update} RETURNING {}, {} AS __sg_v{})",
+            d.key_aliases(model, Some(&table), "__sg_k"),
+            d.version_read(model.version.as_deref()),
+            d.payload_item(model, transition),
+        );
+        let outbox = d.outbox_cte(model, transition, "__sg_moved", &aliases, "__sg_v");
+        let Some(history) = &model.history else {
+            // One row per row moved, holding the tag.
+            return format!(
+                "{moved}{outbox} SELECT {} FROM __sg_moved",
+                Col::Tag.of(crate::plan::TAG)
+            );
+        };
         let (columns, values) = d.history_row(
             model,
             transition,
@@ -64,10 +78,7 @@ impl Dialect {
             true,
         );
         format!(
-            "WITH __sg_moved AS ({update} RETURNING {}, {} AS __sg_v) INSERT INTO {} ({columns}) \
-             SELECT {values} FROM __sg_moved",
-            d.key_aliases(model, Some(&table), "__sg_k"),
-            d.version_read(model.version.as_deref()),
+            "{moved}{outbox} INSERT INTO {} ({columns}) SELECT {values} FROM __sg_moved",
             d.quote(history),
         )
     }
@@ -88,6 +99,20 @@ impl Dialect {
         };
         let predicate = d.leased(model, state, in_flight);
         d.history_row_insert(model, history, transition, &predicate)
+    }
+
+    /// SQLite and MySQL, for a follow-up that emits a message: its outbox
+    /// row, inserted just before it in one transaction, as
+    /// [`Self::follow_up_history_insert`] inserts the history row.
+    pub fn follow_up_outbox_insert(
+        &self,
+        model: &Model,
+        state: &State,
+        in_flight: &InFlight,
+        transition: &Transition,
+    ) -> String {
+        let predicate = self.leased(model, state, in_flight);
+        self.outbox_row_insert(model, transition, &predicate)
     }
 
     /// Renews the caller's lease on a row of an in-flight state: a

@@ -162,24 +162,29 @@ impl Dialect {
                 )
             }
         };
+        // PostgreSQL with a history table or a message to emit: the moved
+        // rows' keys, version and lease as the CTEs read them, and what the
+        // statement returns of them.
+        let n = model.key.len();
+        let old = d.key_aliases(model, Some(&table), "__sg_k");
+        let aliases: Vec<String> = (0..n).map(|i| format!("__sg_k{i}")).collect();
+        let mut out = vec![key_columns(aliases.clone())];
+        if model.version.is_some() {
+            out.push(Col::Occurrence.of("__sg_v"));
+        }
+        if target.in_flight.is_some() {
+            out.push(Col::Token.of("__sg_l"));
+        }
+        let lease = match &target.in_flight {
+            Some(in_flight) => d.lease_token(&in_flight.since),
+            None => d.int64("0"),
+        };
+        let payload = d.payload_item(model, transition);
+        let outbox = d.outbox_cte(model, transition, "__sg_moved", &aliases, "__sg_v");
         match (d, &model.history) {
             // With a history table: the rows read and locked in key order
             // first, so the state each row leaves is the one recorded.
             (Dialect::Postgres, Some(history)) => {
-                let n = model.key.len();
-                let old = d.key_aliases(model, Some(&table), "__sg_k");
-                let aliases: Vec<String> = (0..n).map(|i| format!("__sg_k{i}")).collect();
-                let mut out = vec![key_columns(aliases.clone())];
-                if model.version.is_some() {
-                    out.push(Col::Occurrence.of("__sg_v"));
-                }
-                if target.in_flight.is_some() {
-                    out.push(Col::Token.of("__sg_l"));
-                }
-                let lease = match &target.in_flight {
-                    Some(in_flight) => d.lease_token(&in_flight.since),
-                    None => d.int64("0"),
-                };
                 let (columns, values) = d.history_row(
                     model,
                     transition,
@@ -193,8 +198,8 @@ impl Dialect {
                     "WITH __sg_old AS (SELECT {}, {} AS __sg_from FROM {table} WHERE {pg_keys} AND \
                      {status}{guard} ORDER BY {keys} FOR UPDATE OF {}), __sg_moved AS (UPDATE \
                      {table} SET {assignments} FROM __sg_old WHERE {} RETURNING {}, {} AS __sg_v, \
-                     {lease} AS __sg_l, __sg_old.__sg_from), __sg_log AS (INSERT INTO {} ({columns}) \
-                     SELECT {values} FROM __sg_moved) SELECT {} FROM __sg_moved",
+                     {lease} AS __sg_l, __sg_old.__sg_from{payload}), __sg_log AS (INSERT INTO {} \
+                     ({columns}) SELECT {values} FROM __sg_moved){outbox} SELECT {} FROM __sg_moved",
                     old,
                     d.status_read(&model.column),
                     d.quote(last),
@@ -205,6 +210,13 @@ impl Dialect {
                     out.join(", "),
                 )
             }
+            (Dialect::Postgres, None) if transition.emit.is_some() => format!(
+                "WITH __sg_moved AS (UPDATE {table} SET {assignments} WHERE {pg_keys} AND \
+                 {status}{guard} RETURNING {old}, {} AS __sg_v, {lease} AS __sg_l{payload}){outbox} \
+                 SELECT {} FROM __sg_moved",
+                d.version_read(model.version.as_deref()),
+                out.join(", "),
+            ),
             (Dialect::Postgres, None) => {
                 format!(
                     "UPDATE {table} SET {assignments} WHERE {pg_keys} AND {status}{guard}{returning}"
@@ -237,29 +249,34 @@ impl Dialect {
         let (Some(history), false) = (&model.history, d == Dialect::Postgres) else {
             return String::new();
         };
+        let (columns, values) = d.history_columns(model, transition, true);
+        format!(
+            "INSERT INTO {} ({columns}) SELECT {values} {}",
+            d.quote(history),
+            d.many_rows(model, transition),
+        )
+    }
+
+    /// SQLite and MySQL: `FROM … WHERE …`, the rows among the keys that
+    /// `apply_many`'s update is about to move: in a source state, meeting
+    /// the guard.
+    pub(super) fn many_rows(self, model: &Model, transition: &Transition) -> String {
+        let d = self;
         let table = d.quote(&model.table);
         let status = d.in_sources(model, transition);
         let guard = match &transition.guard {
             Some(guard) => format!(" AND ({})", guard.sql(transition.set_binds())),
             None => String::new(),
         };
-        let (columns, values) = d.history_columns(model, transition, true);
-        match d {
-            Dialect::MySql => format!(
-                "INSERT INTO {} ({columns}) SELECT {values} FROM {} STRAIGHT_JOIN {table} ON {} \
-                 WHERE {status}{guard}",
-                d.quote(history),
-                d.many_input(model),
-                d.many_match(model, Match::Exact),
-            ),
-            Dialect::Sqlite | Dialect::Postgres => format!(
-                "INSERT INTO {} ({columns}) SELECT {values} FROM {} JOIN {table} ON {} WHERE \
-                 {status}{guard}",
-                d.quote(history),
-                d.many_input(model),
-                d.many_match(model, Match::Exact),
-            ),
-        }
+        let join = match d {
+            Dialect::MySql => "STRAIGHT_JOIN",
+            Dialect::Sqlite | Dialect::Postgres => "JOIN",
+        };
+        format!(
+            "FROM {} {join} {table} ON {} WHERE {status}{guard}",
+            d.many_input(model),
+            d.many_match(model, Match::Exact),
+        )
     }
 
     /// `apply_many`'s read of the rows among the keys: their keys, status,

@@ -37,6 +37,7 @@ mod claim;
 mod history;
 mod lease;
 mod many;
+mod outbox;
 mod transition;
 
 impl Dialect {

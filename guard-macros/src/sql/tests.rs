@@ -65,6 +65,7 @@ fn with_model_versioned(version: Option<&str>, check: impl FnOnce(&Model)) {
         key: vec!["id".to_owned()],
         order: vec!["id".to_owned()],
         history: None,
+        outbox: "stateguard_outbox".to_owned(),
         version: version.map(str::to_owned),
         states,
         initial: 0,
@@ -75,6 +76,7 @@ fn with_model_versioned(version: Option<&str>, check: impl FnOnce(&Model)) {
                 target: 1,
                 set: Vec::new(),
                 guard: None,
+                emit: None,
             },
             Transition {
                 name: &confirm,
@@ -85,6 +87,7 @@ fn with_model_versioned(version: Option<&str>, check: impl FnOnce(&Model)) {
                     crate::model::Assign::Expr("CURRENT_TIMESTAMP".to_owned()),
                 )],
                 guard: None,
+                emit: None,
             },
         ],
     };

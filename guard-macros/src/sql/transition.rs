@@ -175,12 +175,14 @@ impl Dialect {
         )
     }
 
-    /// PostgreSQL, for a machine with a history table: the compare-and-set
-    /// and its history row in one statement. The row is read and locked
-    /// first (`FOR UPDATE`, which under READ COMMITTED re-reads the latest
-    /// version of a row another transaction just changed), so the state
-    /// recorded as left is the one the row really left; `PostgreSQL` 15 has
-    /// no `OLD` in `RETURNING`. Returns what [`Self::update`] returns.
+    /// PostgreSQL, for a machine with a history table or a transition
+    /// that emits a message: the compare-and-set, its history row and its
+    /// outbox row in one statement. With a history table the row is read
+    /// and locked first (`FOR UPDATE`, which under READ COMMITTED re-reads
+    /// the latest version of a row another transaction just changed), so
+    /// the state recorded as left is the one the row really left;
+    /// `PostgreSQL` 15 has no `OLD` in `RETURNING`. Returns what
+    /// [`Self::update`] returns.
     pub fn update_with_history(
         &self,
         model: &Model,
@@ -188,9 +190,9 @@ impl Dialect {
         expecting: bool,
     ) -> String {
         let d = *self;
-        let (Dialect::Postgres, Some(history)) = (d, &model.history) else {
+        if d != Dialect::Postgres || (model.history.is_none() && transition.emit.is_none()) {
             return d.update(model, transition, expecting);
-        };
+        }
         let table = d.quote(&model.table);
         let target = &model.states[transition.target];
         let mut returned = vec![d.version_read(model.version.as_deref()) + " AS __sg_v"];
@@ -205,15 +207,9 @@ impl Dialect {
         if target.in_flight.is_some() {
             out.push(Col::Token.of("__sg_l"));
         }
-        let (columns, values) = d.history_row(
-            model,
-            transition,
-            (0..model.key.len()).map(|i| format!("__sg_k{i}")).collect(),
-            "__sg_from".to_owned(),
-            "__sg_v".to_owned(),
-            true,
-        );
-        let last = model.table.rsplit('.').next().unwrap_or(&model.table);
+        let aliases: Vec<String> = (0..model.key.len()).map(|i| format!("__sg_k{i}")).collect();
+        let outbox = d.outbox_cte(model, transition, "__sg_moved", &aliases, "__sg_v");
+        let payload = d.payload_item(model, transition);
         // The final SELECT gives what `update` returns: the version and the
         // lease token where they exist, or, without either, one row per row
         // moved (its count is the rows affected), holding the tag.
@@ -221,11 +217,30 @@ impl Dialect {
             true => Col::Tag.of(crate::plan::TAG),
             false => out.join(", "),
         };
+        let Some(history) = &model.history else {
+            return format!(
+                "WITH __sg_moved AS (UPDATE {table} SET {} WHERE {} RETURNING {}, {}{payload}){outbox} \
+                 SELECT {select} FROM __sg_moved",
+                d.assignments(model, transition),
+                d.move_predicate(model, transition, expecting),
+                d.key_aliases(model, Some(&table), "__sg_k"),
+                returned.join(", "),
+            );
+        };
+        let (columns, values) = d.history_row(
+            model,
+            transition,
+            aliases,
+            "__sg_from".to_owned(),
+            "__sg_v".to_owned(),
+            true,
+        );
+        let last = model.table.rsplit('.').next().unwrap_or(&model.table);
         format!(
             "WITH __sg_old AS (SELECT {}, {} AS __sg_from FROM {table} WHERE {} FOR UPDATE OF {}), \
              __sg_moved AS (UPDATE {table} SET {} FROM __sg_old WHERE {} RETURNING {}, __sg_from, \
-             {}), __sg_log AS (INSERT INTO {} ({columns}) SELECT {values} FROM __sg_moved) SELECT \
-             {select} FROM __sg_moved",
+             {}{payload}), __sg_log AS (INSERT INTO {} ({columns}) SELECT {values} FROM \
+             __sg_moved){outbox} SELECT {select} FROM __sg_moved",
             d.key_aliases(model, None, "__sg_k"),
             d.status_read(&model.column),
             d.move_predicate(model, transition, expecting),

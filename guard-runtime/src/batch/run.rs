@@ -147,29 +147,32 @@ where
     Sh: KeyShape,
     K: BatchKey<DB, Sh>,
 {
-    let history_insert = transition.many().history_insert();
+    let many = transition.many();
+    let inserts: Vec<&Sql> = [many.history_insert(), many.outbox_insert()]
+        .into_iter()
+        .filter(|insert| !DB::sql(insert).is_empty())
+        .collect();
     let [update, _] = statements::<DB, Sh, K>(transition);
     let mut found: Vec<Found<K>> = keys.iter().map(|_| Found::Missing).collect();
     let db_error = |e| transition.db_error(e);
     let (update, args) = prepared::<DB, Sh, K>(transition, update, keys, params, note)?;
-    let rows = match DB::sql(history_insert).is_empty() {
-        // Without a history table, or on PostgreSQL, which writes the
-        // history rows in the update's statement.
+    let rows = match inserts.is_empty() {
+        // Without a history table or a message, or on PostgreSQL, which
+        // writes them in the update's statement.
         true => executor.rows(update, args).await,
-        // SQLite with a history table: the history rows and the update in
-        // one transaction.
+        // SQLite with a history table or a message: the history rows, the
+        // messages and the update in one transaction.
         false => {
-            let (history_insert, history_args) =
-                prepared::<DB, Sh, K>(transition, history_insert, keys, params, note)?;
+            let inserts = inserts
+                .into_iter()
+                .map(|insert| {
+                    let (insert, args) =
+                        prepared::<DB, Sh, K>(transition, insert, keys, params, note)?;
+                    Ok((insert.text(), args))
+                })
+                .collect::<Result<Vec<_>, Error>>()?;
             executor
-                .with_history(
-                    history_insert.text(),
-                    history_args,
-                    update.text(),
-                    args,
-                    true,
-                    None,
-                )
+                .with_history(inserts, update.text(), args, true, None)
                 .await
                 .and_then(|moved| {
                     prove_all::<DB, _>(update, &moved.rows)?;
@@ -246,12 +249,7 @@ where
     K: BatchKey<DB, Sh>,
 {
     let many = transition.many();
-    let (update, read, lease_read, history_insert) = (
-        many.update(),
-        many.read(),
-        many.lease_read(),
-        many.history_insert(),
-    );
+    let (update, read, lease_read) = (many.update(), many.read(), many.lease_read());
     let mut found: Vec<Found<K>> = keys.iter().map(|_| Found::Missing).collect();
     let retry = |source| transition.tx_error::<DB>(source);
     let (read, args) = prepared::<DB, Sh, K>(transition, read, keys, params, note)?;
@@ -276,14 +274,20 @@ where
         return Ok(found);
     }
     let mover_keys: Vec<&K> = movers.iter().map(|(i, _, _)| keys[*i]).collect();
-    if !DB::sql(history_insert).is_empty() {
-        // The history rows, from the rows locked above, before they move.
-        let (history_insert, args) =
-            prepared::<DB, Sh, K>(transition, history_insert, &mover_keys, params, note)?;
-        (&mut tx)
-            .changed(history_insert, args)
-            .await
-            .map_err(retry)?;
+    // The history rows and the messages, from the rows locked above,
+    // before they move: one each per row.
+    for insert in [many.history_insert(), many.outbox_insert()] {
+        if DB::sql(insert).is_empty() {
+            continue;
+        }
+        let (insert, args) = prepared::<DB, Sh, K>(transition, insert, &mover_keys, params, note)?;
+        let written = (&mut tx).changed(insert, args).await.map_err(retry)?;
+        if written != mover_keys.len() as u64 {
+            return Err(transition.db_error(sqlx::Error::Protocol(format!(
+                "an insert beside the move wrote {written} rows for {} rows locked to move",
+                mover_keys.len()
+            ))));
+        }
     }
     let (update, args) = prepared::<DB, Sh, K>(transition, update, &mover_keys, params, note)?;
     (&mut tx).changed(update, args).await.map_err(retry)?;

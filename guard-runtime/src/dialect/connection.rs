@@ -17,6 +17,10 @@ pub(crate) type ExecutedThenFetched<DB> = (
 /// [`Driver::id_lost`](crate::dialect::sealed::Driver::id_lost)).
 pub(crate) type When<DB> = fn(&<DB as sqlx::Database>::QueryResult) -> bool;
 
+/// The inserts `Run::with_history` runs before the move, each with its
+/// values: the history row's, the outbox row's, or both.
+pub(crate) type Inserts<DB> = Vec<(&'static str, <DB as super::sealed::Driver>::Args)>;
+
 /// What `Run::with_history` did: the rows the update changed (as many as the
 /// history rows written), its rows when asked for, the follow-up read's
 /// row, and the update's `LAST_INSERT_ID` on MySQL.
@@ -66,8 +70,7 @@ pub trait OnConnection: Driver {
     #[allow(clippy::too_many_arguments)]
     fn with_history_on<'c>(
         conn: &'c mut Self::Connection,
-        history_insert: &'static str,
-        history_args: Self::Args,
+        inserts: Inserts<Self>,
         update: &'static str,
         args: Self::Args,
         rows: bool,

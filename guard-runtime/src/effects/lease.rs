@@ -90,9 +90,16 @@ where
     let transition = chosen.transition.transition();
     let update = <DB<E> as Driver>::statement(chosen.sql);
     let read = <DB<E> as Driver>::statement(in_flight.follow_up_read_sql());
-    let history_insert = <DB<E> as Driver>::statement(
+    // With a history table or a message to emit on SQLite and MySQL: the
+    // inserts that run just before the follow-up, in one transaction.
+    let inserts: Vec<Statement> = [
         &in_flight.follow_up_history_insert_sql()[usize::from(chosen.failed)],
-    );
+        &in_flight.follow_up_outbox_insert_sql()[usize::from(chosen.failed)],
+    ]
+    .into_iter()
+    .map(<DB<E> as Driver>::statement)
+    .filter(|insert| !insert.is_empty())
+    .collect();
     let versioned = S::MACHINE.version().is_some();
     // The follow-up, its history row and its losing read each bind what
     // their plans name of these.
@@ -112,23 +119,19 @@ where
     loop {
         attempts += 1;
         let args = arguments(update)?;
-        let moved = match history_insert.is_empty() {
-            // Without a history table, or on PostgreSQL, whose follow-up
-            // writes the history row in the same statement.
+        let moved = match inserts.is_empty() {
+            // Without a history table or a message, or on PostgreSQL, whose
+            // follow-up writes them in the same statement.
             true => executor.changed(update, args).await,
-            // With a history table on SQLite and MySQL: the history row
-            // and the follow-up in one transaction.
+            // On SQLite and MySQL: the history row, the message and the
+            // follow-up in one transaction.
             false => {
-                let history_args = arguments(history_insert)?;
+                let inserts = inserts
+                    .iter()
+                    .map(|insert| Ok((insert.text(), arguments(*insert)?)))
+                    .collect::<Result<Vec<_>, Error>>()?;
                 executor
-                    .with_history(
-                        history_insert.text(),
-                        history_args,
-                        update.text(),
-                        args,
-                        false,
-                        None,
-                    )
+                    .with_history(inserts, update.text(), args, false, None)
                     .await
                     .map(|moved| moved.updated)
             }

@@ -13,7 +13,7 @@ use sqlx::{Connection, Pool};
 use crate::executor::tx::{Savepoint, Tx};
 
 use super::{Runner, sealed};
-use crate::dialect::connection::{ExecutedThenFetched, OnConnection, When, WithHistory};
+use crate::dialect::connection::{ExecutedThenFetched, Inserts, OnConnection, When, WithHistory};
 use crate::dialect::sealed::Driver;
 use crate::dialect::{Backend, BoxFuture};
 use crate::outcome::{Committed, Uncommitted};
@@ -21,12 +21,14 @@ use crate::outcome::{Committed, Uncommitted};
 /// The body of `Run::with_history` on a connection `$conn` (a `&mut` connection,
 /// possibly inside a transaction, where `begin` makes a savepoint).
 macro_rules! history_then_move {
-    ($db:ty, $conn:expr, $history_insert:expr, $history_args:expr, $update:expr, $args:expr, $rows:expr, $then:expr) => {{
+    ($db:ty, $conn:expr, $inserts:expr, $update:expr, $args:expr, $rows:expr, $then:expr) => {{
         let mut tx = sqlx::Connection::begin($conn).await?;
-        let inserted = <$db as Driver>::rows_affected(
-            &sqlx::Executor::execute(&mut *tx, sqlx::query_with($history_insert, $history_args))
-                .await?,
-        );
+        let mut inserted = Vec::new();
+        for (insert, insert_args) in $inserts {
+            let done =
+                sqlx::Executor::execute(&mut *tx, sqlx::query_with(insert, insert_args)).await?;
+            inserted.push(<$db as Driver>::rows_affected(&done));
+        }
         let (updated, rows, last_id) = if $rows {
             let rows =
                 sqlx::Executor::fetch_all(&mut *tx, sqlx::query_with($update, $args)).await?;
@@ -50,11 +52,11 @@ macro_rules! history_then_move {
             }
             _ => None,
         };
-        if inserted != updated {
-            // Dropping the transaction rolls both back.
+        if let Some(inserted) = inserted.into_iter().find(|&inserted| inserted != updated) {
+            // Dropping the transaction rolls them all back.
             return Err(sqlx::Error::Protocol(format!(
-                "the history insert wrote {inserted} rows and the move changed {updated}; \
-                 rolled back"
+                "an insert beside the move wrote {inserted} rows and the move changed \
+                 {updated}; rolled back"
             )));
         }
         tx.commit().await?;
@@ -123,24 +125,14 @@ macro_rules! on_connection {
 
             fn with_history_on<'c>(
                 conn: &'c mut $conn,
-                history_insert: &'static str,
-                history_args: <$db as Driver>::Args,
+                inserts: Inserts<$db>,
                 update: &'static str,
                 args: <$db as Driver>::Args,
                 rows: bool,
                 then: Option<(&'static str, <$db as Driver>::Args)>,
             ) -> BoxFuture<'c, Result<WithHistory<$db>, sqlx::Error>> {
                 Box::pin(async move {
-                    history_then_move!(
-                        $db,
-                        &mut *conn,
-                        history_insert,
-                        history_args,
-                        update,
-                        args,
-                        rows,
-                        then
-                    )
+                    history_then_move!($db, &mut *conn, inserts, update, args, rows, then)
                 })
             }
         }
@@ -213,8 +205,7 @@ macro_rules! forwarded {
 
         fn with_history(
             &mut self,
-            history_insert: &'static str,
-            history_args: <Self::Database as Driver>::Args,
+            inserts: Inserts<Self::Database>,
             update: &'static str,
             args: <Self::Database as Driver>::Args,
             rows: bool,
@@ -222,13 +213,7 @@ macro_rules! forwarded {
         ) -> BoxFuture<'_, Result<WithHistory<Self::Database>, sqlx::Error>> {
             let $this = self;
             <Self::Database as OnConnection>::with_history_on(
-                $conn,
-                history_insert,
-                history_args,
-                update,
-                args,
-                rows,
-                then,
+                $conn, inserts, update, args, rows, then,
             )
         }
     };
@@ -310,8 +295,7 @@ impl<DB: Backend> sealed::Run for &Pool<DB> {
 
     fn with_history(
         &mut self,
-        history_insert: &'static str,
-        history_args: DB::Args,
+        inserts: Inserts<DB>,
         update: &'static str,
         args: DB::Args,
         rows: bool,
@@ -323,16 +307,7 @@ impl<DB: Backend> sealed::Run for &Pool<DB> {
         let pool = (*self).clone();
         let moved = async move {
             let mut conn = pool.acquire().await?;
-            let moved = DB::with_history_on(
-                &mut conn,
-                history_insert,
-                history_args,
-                update,
-                args,
-                rows,
-                then,
-            )
-            .await;
+            let moved = DB::with_history_on(&mut conn, inserts, update, args, rows, then).await;
             closed_if_read_only(&mut conn, moved)
         };
         match DB::EMBEDDED {
@@ -434,16 +409,14 @@ macro_rules! in_transaction {
 
         fn with_history(
             &mut self,
-            history_insert: &'static str,
-            history_args: DB::Args,
+            inserts: Inserts<DB>,
             update: &'static str,
             args: DB::Args,
             rows: bool,
             then: Option<(&'static str, DB::Args)>,
         ) -> BoxFuture<'_, Result<WithHistory<DB>, sqlx::Error>> {
             guarded::<DB, _>(self.parts(), move |conn| {
-                let (insert, insert_args) = (history_insert, history_args);
-                DB::with_history_on(conn, insert, insert_args, update, args, rows, then)
+                DB::with_history_on(conn, inserts, update, args, rows, then)
             })
         }
 

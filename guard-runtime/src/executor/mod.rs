@@ -20,7 +20,7 @@ pub(crate) mod tx;
 #[allow(unused_imports)]
 use crate::executor::tx::{Savepoint, Tx};
 
-pub(crate) use crate::dialect::connection::{ExecutedThenFetched, When, WithHistory};
+pub(crate) use crate::dialect::connection::{ExecutedThenFetched, Inserts, When, WithHistory};
 
 /// Something a transition can run on: `&Pool<DB>`, a pooled connection
 /// (`&mut conn` after `let mut conn = pool.acquire().await?`), a
@@ -136,7 +136,7 @@ pub trait Runner: sealed::Run {
 }
 
 pub(crate) mod sealed {
-    use super::{ExecutedThenFetched, When, WithHistory};
+    use super::{ExecutedThenFetched, Inserts, When, WithHistory};
     use crate::dialect::sealed::Driver;
     use crate::dialect::{Backend, BoxFuture};
 
@@ -212,14 +212,15 @@ pub(crate) mod sealed {
             when: When<Self::Database>,
         ) -> BoxFuture<'_, Result<ExecutedThenFetched<Self::Database>, sqlx::Error>>;
 
-        /// Runs `history_insert` (a history row's `INSERT … SELECT`), then `update`
-        /// (fetching its rows when `rows`), then `then`, on one connection
-        /// in one transaction, or in a savepoint inside the caller's: the
-        /// move and its history row stand or fall together.
+        /// Runs `inserts` (a history row's and an outbox row's `INSERT …
+        /// SELECT`), then `update` (fetching its rows when `rows`), then
+        /// `then`, on one connection in one transaction, or in a savepoint
+        /// inside the caller's: the move and its rows stand or fall
+        /// together, and each insert must write as many rows as the move
+        /// changed.
         fn with_history(
             &mut self,
-            history_insert: &'static str,
-            history_args: <Self::Database as Driver>::Args,
+            inserts: Inserts<Self::Database>,
             update: &'static str,
             args: <Self::Database as Driver>::Args,
             rows: bool,

@@ -150,6 +150,8 @@ pub struct InFlightParts<S: 'static> {
     pub failed_sql: Option<Sql>,
     pub done_history_insert: Option<Sql>,
     pub failed_history_insert: Option<Sql>,
+    pub done_outbox_insert: Option<Sql>,
+    pub failed_outbox_insert: Option<Sql>,
 }
 
 /// An in-flight state, from its parts.
@@ -169,6 +171,8 @@ pub const fn in_flight<S>(parts: InFlightParts<S>) -> InFlightDef<S> {
         failed_sql,
         done_history_insert,
         failed_history_insert,
+        done_outbox_insert,
+        failed_outbox_insert,
     } = parts;
     InFlightDef {
         lease_ms,
@@ -184,6 +188,7 @@ pub const fn in_flight<S>(parts: InFlightParts<S>) -> InFlightDef<S> {
         done_sql,
         failed_sql,
         logs: [or_none(done_history_insert), or_none(failed_history_insert)],
+        messages: [or_none(done_outbox_insert), or_none(failed_outbox_insert)],
     }
 }
 
@@ -207,10 +212,14 @@ pub struct TransitionParts<S: 'static> {
     pub claim_older: Option<Sql>,
     pub history_insert: Option<Sql>,
     pub history_insert_expecting: Option<Sql>,
+    pub emit: Option<&'static str>,
+    pub outbox_insert: Option<Sql>,
+    pub outbox_insert_expecting: Option<Sql>,
     pub many_update: Sql,
     pub many_read: Sql,
     pub many_lease_read: Option<Sql>,
     pub many_history_insert: Option<Sql>,
+    pub many_outbox_insert: Option<Sql>,
     pub many_update_by_value: Sql,
     pub many_read_by_value: Sql,
 }
@@ -232,10 +241,14 @@ pub const fn transition<S: StateMachine>(parts: TransitionParts<S>) -> Transitio
         claim_older,
         history_insert,
         history_insert_expecting,
+        emit,
+        outbox_insert,
+        outbox_insert_expecting,
         many_update,
         many_read,
         many_lease_read,
         many_history_insert,
+        many_outbox_insert,
         many_update_by_value,
         many_read_by_value,
     } = parts;
@@ -244,6 +257,10 @@ pub const fn transition<S: StateMachine>(parts: TransitionParts<S>) -> Transitio
         _ => None,
     };
     let history_insert = match (history_insert, history_insert_expecting) {
+        (Some(plain), Some(expecting)) => Some([plain, expecting]),
+        _ => None,
+    };
+    let outbox_insert = match (outbox_insert, outbox_insert_expecting) {
         (Some(plain), Some(expecting)) => Some([plain, expecting]),
         _ => None,
     };
@@ -260,11 +277,14 @@ pub const fn transition<S: StateMachine>(parts: TransitionParts<S>) -> Transitio
         claim,
         claim_older,
         history_insert,
+        emit,
+        outbox_insert,
         many: ManySql {
             update: many_update,
             read: many_read,
             lease_read: or_none(many_lease_read),
             history_insert: or_none(many_history_insert),
+            outbox_insert: or_none(many_outbox_insert),
         },
         many_by_value: [many_update_by_value, many_read_by_value],
     }

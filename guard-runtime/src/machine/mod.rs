@@ -241,6 +241,9 @@ pub struct InFlightDef<S: 'static> {
     /// With a history table, on SQLite and MySQL: the history rows of the
     /// `done` and `failed` follow-ups, inserted just before them.
     logs: [Sql; 2],
+    /// On SQLite and MySQL: the messages the `done` and `failed`
+    /// follow-ups emit, inserted just before them.
+    messages: [Sql; 2],
 }
 
 impl<S> InFlightDef<S> {
@@ -310,6 +313,14 @@ impl<S> InFlightDef<S> {
     pub const fn follow_up_history_insert_sql(&self) -> &[Sql; 2] {
         &self.logs
     }
+
+    /// On SQLite and MySQL: the outbox row's insert before the `done` and
+    /// the `failed` follow-up, `[done, failed]`, where the follow-up emits
+    /// a message (empty otherwise, and on PostgreSQL, whose follow-up
+    /// writes it).
+    pub const fn follow_up_outbox_insert_sql(&self) -> &[Sql; 2] {
+        &self.messages
+    }
 }
 
 /// A column that a transition writes besides the status:
@@ -349,6 +360,12 @@ pub struct TransitionDef<S: 'static> {
     /// With a history table, on SQLite and MySQL: the history row's insert
     /// before the compare-and-set, `[plain, expecting]`.
     history_insert: Option<[Sql; 2]>,
+    /// `emit("…")`: the topic of the message a winning move writes.
+    emit: Option<&'static str>,
+    /// For a transition that emits a message, on SQLite and MySQL: the
+    /// outbox row's insert before the compare-and-set, `[plain,
+    /// expecting]`.
+    outbox_insert: Option<[Sql; 2]>,
     /// `apply_many`'s statements.
     many: ManySql,
     /// PostgreSQL's update and read of `many` for keys compared by value.
@@ -413,6 +430,22 @@ impl<S: StateMachine> TransitionDef<S> {
         self.history_insert.as_ref()
     }
 
+    /// The topic of the message a winning move writes to the outbox,
+    /// `emit("…")`: in the move's own statement on PostgreSQL, in its
+    /// transaction on SQLite and MySQL.
+    pub const fn emit(&self) -> Option<&'static str> {
+        self.emit
+    }
+
+    /// For a transition that emits a message, on SQLite and MySQL: the
+    /// outbox row's `INSERT … SELECT` that runs just before the
+    /// compare-and-set, in one transaction with it, `[plain, expecting an
+    /// occurrence]` (empty on PostgreSQL, whose compare-and-set writes the
+    /// outbox row itself).
+    pub const fn outbox_insert_sql(&self) -> Option<&[Sql; 2]> {
+        self.outbox_insert.as_ref()
+    }
+
     /// What [`Transition::claim_older_than`](crate::Transition::claim_older_than)
     /// runs: [`claim_sql`](Self::claim_sql) for rows whose `since` stamp is
     /// older than a number of milliseconds bound after the guard's values.
@@ -467,6 +500,7 @@ pub struct ManySql {
     pub(crate) read: Sql,
     pub(crate) lease_read: Sql,
     pub(crate) history_insert: Sql,
+    pub(crate) outbox_insert: Sql,
 }
 
 impl ManySql {
@@ -494,5 +528,11 @@ impl ManySql {
     /// just before the update. Empty otherwise.
     pub const fn history_insert(&self) -> &Sql {
         &self.history_insert
+    }
+
+    /// SQLite and MySQL, for a transition that emits a message: the outbox
+    /// rows' insert just before the update. Empty otherwise.
+    pub const fn outbox_insert(&self) -> &Sql {
+        &self.outbox_insert
     }
 }

@@ -98,6 +98,7 @@ impl<S: StateMachine> Transition<S> {
             update: def.update_sql(),
             update_expecting: def.update_expecting_sql(),
             history_insert: def.history_insert_sql(),
+            outbox_insert: def.outbox_insert_sql(),
             read_back: def.read_back_sql(),
             versioned: machine.version().is_some(),
             leased: def.since_column().is_some(),

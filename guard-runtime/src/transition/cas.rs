@@ -41,6 +41,9 @@ pub(crate) struct Plan {
     /// With a history table on SQLite and MySQL: the history row's
     /// insert, `[plain, expecting]`.
     pub(crate) history_insert: Option<&'static [Sql; 2]>,
+    /// For a transition that emits a message, on SQLite and MySQL: the
+    /// outbox row's insert, `[plain, expecting]`.
+    pub(crate) outbox_insert: Option<&'static [Sql; 2]>,
     pub(crate) read_back: &'static Sql,
     pub(crate) versioned: bool,
     pub(crate) leased: bool,
@@ -336,14 +339,20 @@ impl Plan {
                 .map_err(|e| StatementFailure::Failed(names.keys_error(e)))
         };
         let args = arguments(update)?;
-        // With a history table on SQLite and MySQL, the history row's
-        // insert, run just before the move in one transaction with it.
-        let history_insert = self.history_insert.map(|[plain, expecting]| {
-            <DB<E> as Driver>::statement(match self.expected {
-                Some(_) => expecting,
-                None => plain,
+        // With a history table or a message to emit on SQLite and MySQL,
+        // the history row's and the outbox row's inserts, run just before
+        // the move in one transaction with it.
+        let inserts: Vec<Statement> = [self.history_insert, self.outbox_insert]
+            .into_iter()
+            .flatten()
+            .map(|[plain, expecting]| {
+                <DB<E> as Driver>::statement(match self.expected {
+                    Some(_) => expecting,
+                    None => plain,
+                })
             })
-        });
+            .filter(|insert| !insert.is_empty())
+            .collect();
         let (statement, update) = (update, update.text());
         let read_back = <DB<E> as Driver>::statement(self.read_back);
         let retryable = |error: sqlx::Error| match worth_retrying::<E>(&error) {
@@ -377,13 +386,13 @@ impl Plan {
         // connection: the lease token of the row by its key.
         let read_back_args =
             || Ok::<_, StatementFailure>((read_back.text(), arguments(read_back)?));
-        let (rows, changed) = if let Some(history_insert) =
-            history_insert.filter(|history_insert| !history_insert.is_empty())
-        {
-            // With a history table on SQLite and MySQL: the history row's
-            // insert and the compare-and-set, in one transaction.
-            let history_args = arguments(history_insert)?;
-            let history_insert = history_insert.text();
+        let (rows, changed) = if !inserts.is_empty() {
+            // With a history table or a message on SQLite and MySQL: the
+            // inserts and the compare-and-set, in one transaction.
+            let inserts = inserts
+                .into_iter()
+                .map(|insert| Ok((insert.text(), arguments(insert)?)))
+                .collect::<Result<Vec<_>, StatementFailure>>()?;
             let returns_rows = (versioned || leased) && <DB<E> as Driver>::RETURNING;
             // MySQL reads a lease back; a version comes with the update.
             let then = match leased && !<DB<E> as Driver>::RETURNING {
@@ -391,14 +400,7 @@ impl Plan {
                 false => None,
             };
             let moved = executor
-                .with_history(
-                    history_insert,
-                    history_args,
-                    update,
-                    args,
-                    returns_rows,
-                    then,
-                )
+                .with_history(inserts, update, args, returns_rows, then)
                 .await
                 .map_err(retryable)?;
             prove_all::<DB<E>, _>(statement, &moved.rows).map_err(failed)?;

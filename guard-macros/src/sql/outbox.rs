@@ -1,0 +1,256 @@
+//! Outbox rows: the message a winning move writes with it (`emit(…)`),
+//! in the move's own statement on PostgreSQL and just before it, in one
+//! transaction, on SQLite and MySQL, where it is read from the row the
+//! move is about to change and holds what the move leaves in it.
+
+use crate::dialect::Dialect;
+use crate::model::{Assign, Emit, Model, Transition};
+use crate::plan::Slot;
+
+impl Dialect {
+    /// `a || b || …`, or MySQL's `CONCAT(a, b, …)`.
+    fn concat(self, parts: &[String]) -> String {
+        match self {
+            Dialect::MySql => format!("CONCAT({})", parts.join(", ")),
+            Dialect::Postgres | Dialect::Sqlite => parts.join(" || "),
+        }
+    }
+
+    /// `expr` as text.
+    fn as_text(self, expr: &str) -> String {
+        match self {
+            Dialect::MySql => format!("CAST({expr} AS CHAR)"),
+            Dialect::Postgres | Dialect::Sqlite => format!("CAST({expr} AS TEXT)"),
+        }
+    }
+
+    /// The row's key as effect keys write it: one column's text, or each
+    /// column's with `%` and `/` escaped, joined by `/`
+    /// (`guard-runtime/src/machine/key.rs`, `KeyText`).
+    fn key_text(self, keys: &[String]) -> String {
+        if let [one] = keys {
+            return self.as_text(one);
+        }
+        let mut parts = Vec::new();
+        for (i, k) in keys.iter().enumerate() {
+            if i > 0 {
+                parts.push("'/'".to_owned());
+            }
+            parts.push(format!(
+                "REPLACE(REPLACE({}, '%', '%25'), '/', '%2F')",
+                self.as_text(k)
+            ));
+        }
+        self.concat(&parts)
+    }
+
+    /// A JSON object of `(name, expression)` pairs.
+    fn json_object(self, pairs: &[(String, String)]) -> String {
+        let items: Vec<String> = pairs
+            .iter()
+            .map(|(name, value)| format!("'{name}', {value}"))
+            .collect();
+        let function = match self {
+            Dialect::Postgres => "json_build_object",
+            Dialect::Sqlite => "json_object",
+            Dialect::MySql => "JSON_OBJECT",
+        };
+        format!("{function}({})", items.join(", "))
+    }
+
+    /// The payload's names: the key's columns, then `payload(…)`'s.
+    fn payload_names<'m>(model: &'m Model, emit: &'m Emit) -> impl Iterator<Item = &'m String> {
+        model.key.iter().chain(&emit.payload)
+    }
+
+    /// PostgreSQL: the payload read from the moved row, in the
+    /// `RETURNING` of the move (each column qualified by the table).
+    pub(super) fn payload_returned(self, model: &Model, emit: &Emit) -> String {
+        let table = self.quote(&model.table);
+        let pairs: Vec<(String, String)> = Self::payload_names(model, emit)
+            .map(|c| (c.clone(), format!("{table}.{}", self.quote(c))))
+            .collect();
+        self.json_object(&pairs)
+    }
+
+    /// SQLite and MySQL: the payload as the move will leave the row, read
+    /// from the row before it: the target state, the next version, the
+    /// `since` stamp, each `set` value (a bound value by its placeholder,
+    /// an expression over the row as it is, as the `UPDATE` reads it), and
+    /// the other columns as they are.
+    fn payload_after(self, model: &Model, transition: &Transition, emit: &Emit) -> String {
+        let target = &model.states[transition.target];
+        let since = target.since_column();
+        let value = |column: &str| -> String {
+            let same = |other: &str| other.eq_ignore_ascii_case(column);
+            if same(&model.column) {
+                return format!("'{}'", target.db);
+            }
+            if let Some(version) = model.version.as_deref().filter(|v| same(v)) {
+                return format!("{} + 1", self.version_value(version));
+            }
+            let mut bound = 0;
+            for (col, assign) in &transition.set {
+                match assign {
+                    Assign::Expr(expr) if same(col) => return format!("({expr})"),
+                    Assign::Bind(_) if same(col) => return Slot::Value(bound).mark(),
+                    Assign::Bind(_) => bound += 1,
+                    Assign::Expr(_) => {}
+                }
+            }
+            if since.is_some_and(same) {
+                return self.now().to_owned();
+            }
+            self.quote(column)
+        };
+        let pairs: Vec<(String, String)> = Self::payload_names(model, emit)
+            .map(|c| (c.clone(), value(c)))
+            .collect();
+        self.json_object(&pairs)
+    }
+
+    /// The outbox's columns and the values of `transition`'s message, from
+    /// the row's key expressions, its new occurrence and the payload (a
+    /// JSON object): the message id, which is the win's effect key
+    /// (`table.column:key:state:occurrence`), the order key that keeps a
+    /// row's messages in order (`table.column:key`), the topic, the
+    /// payload as bytes, and the times.
+    fn outbox_row(
+        self,
+        model: &Model,
+        transition: &Transition,
+        emit: &Emit,
+        keys: &[String],
+        occurrence: &str,
+        payload: &str,
+    ) -> (String, String) {
+        let d = self;
+        let row = format!("'{}.{}:'", model.table, model.column);
+        let key = d.key_text(keys);
+        let id = d.concat(&[
+            row.clone(),
+            key.clone(),
+            format!("':{}:'", model.states[transition.target].db),
+            d.as_text(occurrence),
+        ]);
+        let order_key = d.concat(&[row, key]);
+        let bytes = match d {
+            Dialect::Postgres => format!("convert_to(CAST({payload} AS TEXT), 'UTF8')"),
+            Dialect::Sqlite => format!("CAST({payload} AS BLOB)"),
+            Dialect::MySql => format!("CAST({payload} AS BINARY)"),
+        };
+        let columns = [
+            "message_id",
+            "order_key",
+            "topic",
+            "payload",
+            "created_at",
+            "next_attempt_at",
+        ]
+        .join(", ");
+        let values = [
+            id,
+            order_key,
+            format!("'{}'", emit.topic),
+            bytes,
+            d.now().to_owned(),
+            d.now().to_owned(),
+        ]
+        .join(", ");
+        (columns, values)
+    }
+
+    /// PostgreSQL: `, __sg_out AS (INSERT INTO outbox … SELECT … FROM
+    /// moved)`, the message of each row the CTE `moved` returns, whose
+    /// key columns are `keys`, new occurrence `occurrence` and payload
+    /// `__sg_p`; empty for a transition that emits nothing.
+    pub(super) fn outbox_cte(
+        self,
+        model: &Model,
+        transition: &Transition,
+        moved: &str,
+        keys: &[String],
+        occurrence: &str,
+    ) -> String {
+        let Some(emit) = &transition.emit else {
+            return String::new();
+        };
+        let (columns, values) =
+            self.outbox_row(model, transition, emit, keys, occurrence, "__sg_p");
+        format!(
+            ", __sg_out AS (INSERT INTO {} ({columns}) SELECT {values} FROM {moved})",
+            self.quote(&model.outbox)
+        )
+    }
+
+    /// PostgreSQL: `, payload AS __sg_p` for the move's `RETURNING`, where
+    /// the transition emits a message; empty otherwise.
+    pub(super) fn payload_item(self, model: &Model, transition: &Transition) -> String {
+        match &transition.emit {
+            Some(emit) => format!(", {} AS __sg_p", self.payload_returned(model, emit)),
+            None => String::new(),
+        }
+    }
+
+    /// SQLite and MySQL: the message of `transition` for each row that
+    /// `from_where` (`FROM … WHERE …`) finds, inserted from it just before
+    /// the move, in one transaction with it. Empty for a transition that
+    /// emits nothing.
+    fn outbox_insert_from(
+        self,
+        model: &Model,
+        transition: &Transition,
+        from_where: &str,
+    ) -> String {
+        let (Some(emit), false) = (&transition.emit, self == Dialect::Postgres) else {
+            return String::new();
+        };
+        let keys: Vec<String> = model.key.iter().map(|k| self.quote(k)).collect();
+        let occurrence = match &model.version {
+            Some(version) => format!("{} + 1", self.version_value(version)),
+            None => "0".to_owned(),
+        };
+        let payload = self.payload_after(model, transition, emit);
+        let (columns, values) =
+            self.outbox_row(model, transition, emit, &keys, &occurrence, &payload);
+        format!(
+            "INSERT INTO {} ({columns}) SELECT {values} {from_where}",
+            self.quote(&model.outbox),
+        )
+    }
+
+    /// SQLite and MySQL: the message of `transition` for the row that
+    /// `predicate` finds, inserted from it just before the move (on MySQL
+    /// the row is locked, `FOR UPDATE`, so nothing moves it in between).
+    pub(super) fn outbox_row_insert(
+        self,
+        model: &Model,
+        transition: &Transition,
+        predicate: &str,
+    ) -> String {
+        let from_where = format!(
+            "FROM {} WHERE {predicate}{}",
+            self.quote(&model.table),
+            if self == Dialect::MySql {
+                " FOR UPDATE"
+            } else {
+                ""
+            },
+        );
+        self.outbox_insert_from(model, transition, &from_where)
+    }
+
+    /// SQLite and MySQL: the message of `update` (with `expecting`), as
+    /// [`Self::history_insert`] inserts the history row.
+    pub fn outbox_insert(&self, model: &Model, transition: &Transition, expecting: bool) -> String {
+        let predicate = self.move_predicate(model, transition, expecting);
+        self.outbox_row_insert(model, transition, &predicate)
+    }
+
+    /// SQLite and MySQL: the messages of `apply_many`'s update, from the
+    /// rows it is about to move, as [`Self::many_history_insert`] inserts
+    /// their history rows.
+    pub fn many_outbox_insert(&self, model: &Model, transition: &Transition) -> String {
+        self.outbox_insert_from(model, transition, &self.many_rows(model, transition))
+    }
+}
