@@ -16,10 +16,13 @@ use sqlx::Pool;
 use stateguard::bounds::Key;
 use stateguard::idempotency::{self, Begun, Request, Work};
 use stateguard::inbox::{self, Received};
+use stateguard::outbox::{self, Message};
 use stateguard::{Backend, Error, Outcome, StateMachine, Tx};
 
 /// A payout: created `pending`, then `paid` or `failed` as the bank's
-/// first valid webhook says.
+/// first valid webhook says. Each move announces itself through the
+/// outbox (`payout.paid`, `payout.failed`), in the move's own atomic act;
+/// `POST /payouts` writes `payout.created` in its transaction.
 #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
 #[state_machine(
     table = "api_payouts",
@@ -29,8 +32,10 @@ use stateguard::{Backend, Error, Outcome, StateMachine, Tx};
 )]
 pub enum PayoutStatus {
     #[state(initial)]
-    #[transition(paid -> Paid, set(effects = "effects + 1"))]
-    #[transition(failed -> Failed)]
+    #[transition(paid -> Paid, set(effects = "effects + 1"),
+                 emit("payout.paid", payload(amount_cents, currency, recipient)))]
+    #[transition(failed -> Failed,
+                 emit("payout.failed", payload(amount_cents, currency, recipient)))]
     Pending,
     Paid,
     Failed,
@@ -154,25 +159,27 @@ impl ApiBackend for sqlx::MySql {
 }
 
 /// The service's tables, each with the statements that create it: its
-/// payouts, and the two stores' fixed-name tables.
-fn tables<DB: ApiBackend>() -> [(&'static str, &'static [&'static str]); 3] {
+/// payouts, and the three stores' fixed-name tables.
+fn tables<DB: ApiBackend>() -> [(&'static str, &'static [&'static str]); 4] {
     [
         ("api_payouts", DB::SCHEMA),
         ("stateguard_idempotency", idempotency::ddl(DB::DIALECT)),
         ("stateguard_inbox", inbox::ddl(DB::DIALECT)),
+        ("stateguard_outbox", outbox::ddl(DB::DIALECT)),
     ]
 }
 
-/// What `--reset` drops: the service's three tables, and nothing else of
+/// What `--reset` drops: the service's four tables, and nothing else of
 /// the database.
-const DROP: [&str; 3] = [
+const DROP: [&str; 4] = [
     "DROP TABLE IF EXISTS api_payouts",
     "DROP TABLE IF EXISTS stateguard_idempotency",
     "DROP TABLE IF EXISTS stateguard_inbox",
+    "DROP TABLE IF EXISTS stateguard_outbox",
 ];
 
 /// Creates the service's tables that are missing, keeping those that
-/// exist and what they hold; with `reset`, drops the three first. Returns
+/// exist and what they hold; with `reset`, drops the four first. Returns
 /// the names of the tables it created.
 pub async fn prepare<DB: ApiBackend>(
     pool: &Pool<DB>,
@@ -362,6 +369,24 @@ where
                 call: "insert",
                 source,
             })?;
+        // `payout.created`, with the payout: it leaves if and only if the
+        // payout commits. Its id and order key are those the payout's own
+        // moves use (`emit`), so it goes out before `payout.paid`.
+        let created = serde_json::json!({
+            "id": id,
+            "amount_cents": payout.amount_cents,
+            "currency": payout.currency,
+            "recipient": payout.recipient,
+        })
+        .to_string();
+        let row = format!("api_payouts.status:{id}");
+        let message_id = format!("{row}:pending:0");
+        let message = Message {
+            id: &message_id,
+            topic: "payout.created",
+            payload: created.as_bytes(),
+        };
+        outbox::enqueue(&mut tx, &row, message).await?;
         ticket.complete(&mut tx, 201, response.clone()).await?;
         CrashPoint::reach(app.crash, CrashPoint::BeforeCommit).await;
         tx.commit(()).await?;

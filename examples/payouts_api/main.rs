@@ -13,16 +13,22 @@
 //! It listens on `127.0.0.1:3000` (`ADDR` changes it); a request owns its
 //! `Idempotency-Key` for 60 s (`IDEMPOTENCY_LEASE_MS` changes it).
 //!
-//! Its data: three tables, `api_payouts`, `stateguard_idempotency` and
-//! `stateguard_inbox`, in the database `DATABASE_URL` names (on PostgreSQL
+//! Its data: four tables, `api_payouts`, `stateguard_idempotency`,
+//! `stateguard_inbox` and `stateguard_outbox`, in the database `DATABASE_URL` names (on PostgreSQL
 //! in the connection's current schema: the first of its `search_path`,
 //! which the URL can set with `?options=-c%20search_path%3Dmy_schema`);
 //! without `DATABASE_URL`, in the SQLite file `payouts_api.db` in the
 //! working directory (`SQLITE_PATH` changes it). It creates a table that is
 //! missing and keeps those that exist, with what they hold, across
 //! restarts: a service that restarts after a crash still knows every
-//! payout and every key. Only `--reset` drops the three tables first
+//! payout and every key. Only `--reset` drops the four tables first
 //! (and nothing else in the database).
+//!
+//! Each payout's events (`payout.created`, `payout.paid`,
+//! `payout.failed`) are written to the outbox with the work they announce;
+//! `cargo run --example outbox_relay` publishes them to NATS JetStream, and
+//! `cargo run --example payouts_consumer` receives them (the README shows
+//! the whole loop).
 //!
 //! ```text
 //! curl -i -X POST localhost:3000/payouts -H 'Idempotency-Key: 7c1f' \

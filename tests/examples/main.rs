@@ -11,5 +11,6 @@ mod common;
 
 mod crash;
 mod outbox_crash;
+mod outbox_loop;
 mod payouts_api;
 mod payouts_api_crash;

@@ -32,12 +32,17 @@ where
     i64: for<'q> sqlx::Encode<'q, DB> + for<'r> sqlx::Decode<'r, DB> + sqlx::Type<DB>,
     usize: sqlx::ColumnIndex<DB::Row>,
 {
-    // The fixture's database is empty: the service creates its three
+    // The fixture's database is empty: the service creates its four
     // tables.
     let created = app::prepare(&db.pool, false).await.unwrap();
     assert_eq!(
         created,
-        ["api_payouts", "stateguard_idempotency", "stateguard_inbox"]
+        [
+            "api_payouts",
+            "stateguard_idempotency",
+            "stateguard_inbox",
+            "stateguard_outbox"
+        ]
     );
     let router = app::router(App {
         pool: db.pool.clone(),
@@ -58,11 +63,25 @@ async fn count<DB: TestBackend>(db: &Db<DB>, table: &str) -> i64 {
         (stateguard::ddl::Dialect::MySql, "keys") => {
             "SELECT CAST(COUNT(*) AS SIGNED) FROM stateguard_idempotency"
         }
+        (stateguard::ddl::Dialect::MySql, "created") => {
+            "SELECT CAST(COUNT(*) AS SIGNED) FROM stateguard_outbox WHERE topic = 'payout.created'"
+        }
+        (stateguard::ddl::Dialect::MySql, "moved") => {
+            "SELECT CAST(COUNT(*) AS SIGNED) FROM stateguard_outbox WHERE topic IN \
+             ('payout.paid', 'payout.failed')"
+        }
         (stateguard::ddl::Dialect::MySql, _) => {
             "SELECT CAST(COUNT(*) AS SIGNED) FROM stateguard_inbox"
         }
         (_, "api_payouts") => "SELECT CAST(COUNT(*) AS BIGINT) FROM api_payouts",
         (_, "keys") => "SELECT CAST(COUNT(*) AS BIGINT) FROM stateguard_idempotency",
+        (_, "created") => {
+            "SELECT CAST(COUNT(*) AS BIGINT) FROM stateguard_outbox WHERE topic = 'payout.created'"
+        }
+        (_, "moved") => {
+            "SELECT CAST(COUNT(*) AS BIGINT) FROM stateguard_outbox WHERE topic IN \
+             ('payout.paid', 'payout.failed')"
+        }
         _ => "SELECT CAST(COUNT(*) AS BIGINT) FROM stateguard_inbox",
     };
     let mut conn = db.pool.acquire().await.unwrap();
@@ -153,6 +172,8 @@ where
     assert_eq!(read.status(), StatusCode::OK);
     assert_eq!(read.json::<PayoutView>().await.unwrap(), view);
     assert_eq!(count(&db, "api_payouts").await, 1);
+    // One `payout.created`, written with the one payout.
+    assert_eq!(count(&db, "created").await, 1);
 }
 
 /// The same key with another amount is 422; a missing, empty or over-long
@@ -361,4 +382,7 @@ where
         count(&db, "inbox").await,
         (failed_first + PAYOUTS + PAYOUTS / 2) as i64
     );
+    // One `payout.paid` or `payout.failed` per payout: the one move each
+    // made, however many events raced.
+    assert_eq!(count(&db, "moved").await, PAYOUTS as i64);
 }

@@ -25,7 +25,7 @@ const LEASE_MS: u64 = 1000;
 const BODY: &str = r#"{"amount_cents":1000,"currency":"EUR","recipient":"acct_1"}"#;
 
 /// The service's binary, built (or found up to date) by cargo.
-fn service_binary() -> std::path::PathBuf {
+pub(crate) fn service_binary() -> std::path::PathBuf {
     example_binary("payouts_api")
 }
 
@@ -47,16 +47,20 @@ pub(crate) fn example_binary(name: &str) -> std::path::PathBuf {
 }
 
 /// The service process, killed and reaped if the test panics.
-struct Service {
+pub(crate) struct Service {
     child: Child,
     lines: Receiver<String>,
-    base: String,
+    pub(crate) base: String,
     /// What it printed before it listened: which tables it created.
     preamble: Vec<String>,
 }
 
 impl Service {
-    fn start(binary: &std::path::Path, env: &[(&str, String)], crash: Option<&str>) -> Self {
+    pub(crate) fn start(
+        binary: &std::path::Path,
+        env: &[(&str, String)],
+        crash: Option<&str>,
+    ) -> Self {
         Service::start_with(binary, env, crash, &[])
     }
 
@@ -255,7 +259,8 @@ fn kill_mid_request_then_retry(env: Vec<(&'static str, String)>) {
     service.sigkill();
 }
 
-const ALL: &str = "created tables: api_payouts, stateguard_idempotency, stateguard_inbox";
+const ALL: &str =
+    "created tables: api_payouts, stateguard_idempotency, stateguard_inbox, stateguard_outbox";
 const KEPT: &str = "tables kept as they were";
 
 /// Started twice and a third time with `--reset`, on the database `env`
