@@ -1,15 +1,19 @@
 //! The outbox relay's throughput to the real NATS JetStream server,
-//! against a relay written by hand of the same shape in the same run:
-//! claim a batch of due messages with `FOR UPDATE SKIP LOCKED` (each the
-//! earliest unpublished of its order key, under a lease), publish each
-//! with its id as `Nats-Msg-Id` and wait for the stream's ack, mark each
-//! published under its lease. PostgreSQL, one relay, 2,000 messages of
-//! 100 order keys per round, the two ways in rotation, for batches of 10,
-//! 50 and 200. Messages per second, median of the rounds, and the ratio.
+//! against relays written by hand in the same run. Each claims a batch of
+//! due messages with `FOR UPDATE SKIP LOCKED` (each the earliest
+//! unpublished of its order key, under a lease) and publishes each with
+//! its id as `Nats-Msg-Id`, waiting for the stream's ack; the first hand
+//! relay publishes one message at a time and marks each under its lease,
+//! the second publishes the batch at once and marks it in one statement,
+//! as the library does. PostgreSQL, one relay, 2,000 messages of 100 order
+//! keys per round, the three ways in rotation, for batches of 10, 50 and
+//! 200: messages per second, median of the rounds, and the ratios. Then
+//! the library alone on SQLite and MariaDB, for the same batches.
 //!
-//! `cargo bench --bench outbox`, with `STATEGUARD_POSTGRES_URL` and
-//! `STATEGUARD_NATS_URL`; the schema `stateguard_outbox_bench` and a
-//! stream of the same name are made anew and removed at the end.
+//! `cargo bench --bench outbox`, with `STATEGUARD_NATS_URL` (and
+//! `STATEGUARD_POSTGRES_URL`, `STATEGUARD_MYSQL_URL` for the servers); the
+//! schema or database `stateguard_outbox_bench` and a stream of the same
+//! name are made anew and removed at the end.
 
 use std::time::{Duration, Instant};
 
@@ -53,6 +57,51 @@ const CLAIM: &str = "WITH due AS (SELECT d.seq FROM stateguard_outbox AS d WHERE
 const MARK: &str = "UPDATE stateguard_outbox SET published_at = now(), locked_until = NULL \
     WHERE seq = $1 AND lease = $2 AND published_at IS NULL";
 
+/// The batched hand relay's mark: every message of the batch, each under
+/// its lease, in one statement.
+const MARK_MANY: &str = "UPDATE stateguard_outbox AS o SET published_at = now(), locked_until \
+    = NULL FROM unnest(CAST($1 AS BIGINT[]), CAST($2 AS BIGINT[])) AS m(seq, lease) WHERE \
+    o.seq = m.seq AND o.lease = m.lease AND o.published_at IS NULL";
+
+/// Drains the outbox by hand, publishing a whole batch at once and
+/// marking it in one statement.
+async fn by_hand_batched(pool: &sqlx::PgPool, context: &jetstream::Context, batch: i64) {
+    loop {
+        let rows = sqlx::query(CLAIM)
+            .bind(batch)
+            .fetch_all(pool)
+            .await
+            .unwrap();
+        if rows.is_empty() {
+            return;
+        }
+        let publishes = rows.iter().map(|row| {
+            let (id, topic): (String, String) = (row.get(2), row.get(3));
+            let payload: Vec<u8> = row.get(4);
+            async move {
+                let mut headers = async_nats::HeaderMap::new();
+                headers.insert(async_nats::header::NATS_MESSAGE_ID, id.as_str());
+                context
+                    .publish_with_headers(topic, headers, payload.into())
+                    .await
+                    .unwrap()
+                    .await
+                    .unwrap();
+            }
+        });
+        futures_util::future::join_all(publishes).await;
+        let seqs: Vec<i64> = rows.iter().map(|row| row.get(0)).collect();
+        let leases: Vec<i64> = rows.iter().map(|row| row.get(1)).collect();
+        let done = sqlx::query(MARK_MANY)
+            .bind(&seqs)
+            .bind(&leases)
+            .execute(pool)
+            .await
+            .unwrap();
+        assert_eq!(done.rows_affected(), seqs.len() as u64);
+    }
+}
+
 /// Drains the outbox by hand, one batch of `batch` at a time.
 async fn by_hand(pool: &sqlx::PgPool, context: &jetstream::Context, batch: i64) {
     loop {
@@ -93,7 +142,9 @@ async fn main() {
         println!("skipped, because STATEGUARD_NATS_URL is not set");
         return;
     };
+    let url = nats.clone();
     support::on_postgres(PLACE, |pool| async move {
+        let nats = url;
         for statement in stateguard::outbox::ddl(stateguard::ddl::Dialect::Postgres) {
             sqlx::raw_sql(*statement).execute(&pool).await.unwrap();
         }
@@ -110,16 +161,18 @@ async fn main() {
             .await
             .unwrap();
         println!("PostgreSQL to JetStream: messages per second, median of {ROUNDS} rounds");
-        println!("| batch | library relay | by hand | ratio | paired |");
-        println!("| ---: | ---: | ---: | ---: | ---: |");
+        println!(
+            "| batch | library relay | by hand, one at a time | ratio (paired) | by hand, \
+             batched | ratio (paired) |"
+        );
+        println!("| ---: | ---: | ---: | ---: | ---: | ---: |");
         let mut round_id = 0;
         for batch in [10_u32, 50, 200] {
             let relay = Relay::new(JetStream::new(context.clone())).batch(batch);
-            let (mut ours, mut hand, mut paired) = (Vec::new(), Vec::new(), Vec::new());
+            let mut rates: [Vec<f64>; 3] = Default::default();
             for round in 0..ROUNDS {
-                let mut rates = [0.0; 2];
-                for turn in 0..2 {
-                    let way = (turn + round) % 2;
+                for turn in 0..3 {
+                    let way = (turn + round) % 3;
                     round_id += 1;
                     sqlx::query("TRUNCATE stateguard_outbox")
                         .execute(&pool)
@@ -138,22 +191,129 @@ async fn main() {
                                 break;
                             }
                         },
-                        _ => by_hand(&pool, &context, i64::from(batch)).await,
+                        1 => by_hand(&pool, &context, i64::from(batch)).await,
+                        _ => by_hand_batched(&pool, &context, i64::from(batch)).await,
                     }
-                    rates[way] = MESSAGES as f64 / started.elapsed().as_secs_f64();
+                    rates[way].push(MESSAGES as f64 / started.elapsed().as_secs_f64());
                 }
-                ours.push(rates[0]);
-                hand.push(rates[1]);
-                paired.push(rates[0] / rates[1]);
             }
-            let (ours, hand) = (support::median(ours), support::median(hand));
+            let paired = |other: usize| {
+                let ratios: Vec<f64> = rates[0]
+                    .iter()
+                    .zip(&rates[other])
+                    .map(|(a, b)| a / b)
+                    .collect();
+                support::median(ratios)
+            };
+            let [ours, one, many] = rates.clone().map(support::median);
             println!(
-                "| {batch} | {ours:.0} | {hand:.0} | {:.3} | {:.3} |",
-                ours / hand,
-                support::median(paired)
+                "| {batch} | {ours:.0} | {one:.0} | {:.3} ({:.3}) | {many:.0} | {:.3} ({:.3}) |",
+                ours / one,
+                paired(1),
+                ours / many,
+                paired(2)
             );
         }
         context.delete_stream(PLACE.name).await.unwrap();
     })
     .await;
+    library_alone(&nats).await;
+}
+
+/// The library's relay alone on SQLite and MariaDB: messages per second
+/// for each batch size, median of the rounds.
+async fn library_alone(nats: &str) {
+    let client = async_nats::connect(nats).await.unwrap();
+    let context = jetstream::new(client);
+    let _ = context.delete_stream(PLACE.name).await;
+    context
+        .create_stream(jetstream::stream::Config {
+            name: PLACE.name.into(),
+            subjects: vec![format!("{}.>", PLACE.name)],
+            duplicate_window: Duration::from_secs(60),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let context = &context;
+    support::on_sqlite(4, |pool| async move {
+        drain_rounds(
+            "SQLite",
+            &pool,
+            stateguard::ddl::Dialect::Sqlite,
+            "DELETE FROM stateguard_outbox",
+            "WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE i < ?2) \
+             INSERT INTO stateguard_outbox (message_id, order_key, topic, payload, created_at, \
+             next_attempt_at) SELECT ?1 || i, CAST(i % 100 AS TEXT), \
+             'stateguard_outbox_bench.m', CAST('{}' AS BLOB), strftime('%Y-%m-%d %H:%M:%f', \
+             'now'), strftime('%Y-%m-%d %H:%M:%f', 'now') FROM g",
+            context,
+        )
+        .await;
+    })
+    .await;
+    let place = support::Place {
+        fresh: [
+            "DROP DATABASE IF EXISTS stateguard_outbox_bench",
+            "CREATE DATABASE stateguard_outbox_bench",
+        ],
+        drop: "DROP DATABASE stateguard_outbox_bench",
+        ..PLACE
+    };
+    support::on_mysql(place, |pool| async move {
+        drain_rounds(
+            "MariaDB",
+            &pool,
+            stateguard::ddl::Dialect::MySql,
+            "TRUNCATE stateguard_outbox",
+            "INSERT INTO stateguard_outbox (message_id, order_key, topic, payload, created_at, \
+             next_attempt_at) SELECT CONCAT(?, seq), CAST(seq % 100 AS CHAR), \
+             'stateguard_outbox_bench.m', CAST('{}' AS BINARY), UTC_TIMESTAMP(3), \
+             UTC_TIMESTAMP(3) FROM seq_1_to_2000 WHERE seq <= ?",
+            context,
+        )
+        .await;
+    })
+    .await;
+    context.delete_stream(PLACE.name).await.unwrap();
+}
+
+async fn drain_rounds<DB: stateguard::Backend>(
+    backend: &str,
+    pool: &sqlx::Pool<DB>,
+    dialect: stateguard::ddl::Dialect,
+    empty: &'static str,
+    seed: &'static str,
+    context: &jetstream::Context,
+) where
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    DB::Arguments: sqlx::IntoArguments<DB>,
+    String: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    i64: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    for statement in stateguard::outbox::ddl(dialect) {
+        sqlx::raw_sql(*statement).execute(pool).await.unwrap();
+    }
+    println!(
+        "\n{backend} to JetStream, the library's relay: messages per second, median of {ROUNDS} rounds"
+    );
+    println!("| batch | messages/s |");
+    println!("| ---: | ---: |");
+    for batch in [10_u32, 50, 200] {
+        let relay = Relay::new(JetStream::new(context.clone())).batch(batch);
+        let mut rates = Vec::new();
+        for round in 0..ROUNDS {
+            sqlx::query(empty).execute(pool).await.unwrap();
+            sqlx::query(seed)
+                .bind(format!("{backend}-{batch}-{round}-"))
+                .bind(MESSAGES)
+                .execute(pool)
+                .await
+                .unwrap();
+            let started = Instant::now();
+            while relay.pass(pool).await.unwrap().taken() > 0 {}
+            rates.push(MESSAGES as f64 / started.elapsed().as_secs_f64());
+        }
+        println!("| {batch} | {:.0} |", support::median(rates));
+    }
 }

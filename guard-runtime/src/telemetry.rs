@@ -18,7 +18,11 @@
 //!   compare-and-set attempts of each `apply`;
 //! - `stateguard_recovered_total` (counter; `machine`, `state`, `result`)
 //!   and `stateguard_recovery_claimed` (gauge; `machine`, `state`): what
-//!   each recovery pass took over and how it ended.
+//!   each recovery pass took over and how it ended;
+//! - `stateguard_relayed_total` (counter; `table`, `result`: `published`,
+//!   `duplicate`, `retried`, `given_up`, `lost`): what each outbox relay
+//!   pass did with the messages it took (a duplicate is also counted as
+//!   published).
 
 use core::fmt;
 use core::sync::atomic::{AtomicBool, Ordering};
@@ -139,3 +143,23 @@ pub(crate) fn recovered(machine: &'static str, state: &'static str, report: &cra
 
 #[cfg(not(feature = "metrics"))]
 pub(crate) fn recovered(_: &'static str, _: &'static str, _: &crate::Recovered) {}
+
+/// Records what one outbox relay pass over `table` did.
+#[cfg(feature = "metrics")]
+pub(crate) fn relayed(table: &'static str, pass: &crate::outbox::Pass) {
+    for (result, n) in [
+        ("published", pass.published()),
+        ("duplicate", pass.duplicates()),
+        ("retried", pass.retried()),
+        ("given_up", pass.given_up()),
+        ("lost", pass.lost()),
+    ] {
+        if n > 0 {
+            metrics::counter!("stateguard_relayed_total", "table" => table, "result" => result)
+                .increment(n as u64);
+        }
+    }
+}
+
+#[cfg(not(feature = "metrics"))]
+pub(crate) fn relayed(_: &'static str, _: &crate::outbox::Pass) {}

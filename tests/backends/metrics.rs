@@ -205,3 +205,66 @@ fn a_batch_counts_each_key_by_its_outcome() {
     assert_eq!(outcome("already_in_state"), [2.0]);
     assert_eq!(outcome("not_found"), [1.0]);
 }
+
+/// A publisher that refuses `b`'s message and accepts the rest, the
+/// second of them as a duplicate the broker held already.
+struct Mixed;
+
+impl stateguard::outbox::Publisher for Mixed {
+    type Error = std::io::Error;
+
+    async fn publish(
+        &self,
+        message: stateguard::outbox::Message<'_>,
+    ) -> Result<stateguard::outbox::Published, Self::Error> {
+        match message.id {
+            "b:1" => Err(std::io::Error::other("refused")),
+            id => Ok(stateguard::outbox::Published::new(id == "c:1")),
+        }
+    }
+}
+
+#[test]
+fn a_relay_pass_counts_each_message_by_its_result() {
+    let seen = Seen::default();
+    metrics::with_local_recorder(&seen, || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let Some(db) = open!(Sqlite, "metrics_relay") else {
+                return;
+            };
+            for statement in stateguard::outbox::ddl(stateguard::ddl::Dialect::Sqlite) {
+                sqlx::raw_sql(*statement).execute(&db.pool).await.unwrap();
+            }
+            let mut tx = stateguard::Tx::begin(&db.pool).await.unwrap();
+            for (key, id) in [("a", "a:1"), ("b", "b:1"), ("c", "c:1")] {
+                let message = stateguard::outbox::Message {
+                    id,
+                    topic: "payout.sent",
+                    payload: b"{}",
+                };
+                stateguard::outbox::enqueue(&mut tx, key, message)
+                    .await
+                    .unwrap();
+            }
+            tx.commit(()).await.unwrap();
+            let pass = stateguard::outbox::Relay::new(Mixed)
+                .pass(&db.pool)
+                .await
+                .unwrap();
+            assert_eq!((pass.published(), pass.retried()), (2, 1), "{pass:?}");
+        });
+    });
+    let result = |result: &str| {
+        seen.get(&format!(
+            "stateguard_relayed_total{{result={result},table=stateguard_outbox}}"
+        ))
+    };
+    assert_eq!(result("published"), [2.0]);
+    assert_eq!(result("duplicate"), [1.0]);
+    assert_eq!(result("retried"), [1.0]);
+    assert!(result("lost").is_empty());
+}

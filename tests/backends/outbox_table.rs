@@ -23,6 +23,7 @@ backend_tests! {
         "outbox_bad_input" => bad_messages_are_refused_before_anything_is_written,
         "outbox_relay" => the_relay_publishes_each_message_once_in_order,
         "outbox_dead" => a_refused_message_is_given_up_and_requeued,
+        "outbox_overtaken" => a_pass_that_lost_its_lease_marks_nothing,
         "outbox_relays" => racing_relays_publish_each_message_once (flavor = "multi_thread", worker_threads = 4),
         "outbox_broker_down" => a_broker_down_loses_and_doubles_nothing (flavor = "multi_thread", worker_threads = 2),
     }
@@ -306,6 +307,38 @@ where
     /// delay, the message is retried twice and given up at the third, a
     /// later message of its key waits behind it, and after a requeue a
     /// publisher that accepts sends both, in order.
+    /// A pass whose lease ran out while it published, and whose message
+    /// another pass took over, published and marked, marks nothing of
+    /// that message and counts it lost; it marks the rest, in the one
+    /// statement that marks a batch.
+    async fn a_pass_that_lost_its_lease_marks_nothing(db: Db<DB>) {
+        table(&db).await;
+        let mut tx = Tx::begin(&db.pool).await.unwrap();
+        for (key, id) in [("a", "a:1"), ("b", "b:1"), ("c", "c:1")] {
+            let message = Message {
+                id,
+                topic: "payout.sent",
+                payload: b"{}",
+            };
+            outbox::enqueue(&mut tx, key, message).await.unwrap();
+        }
+        tx.commit(()).await.unwrap();
+        let other = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let overtaken = Relay::new(Overtaken {
+            pool: db.pool.clone(),
+            other: other.clone(),
+        });
+        let pass = overtaken.pass(&db.pool).await.unwrap();
+        assert_eq!(
+            (pass.taken(), pass.published(), pass.lost()),
+            (3, 2, 1),
+            "{pass:?}"
+        );
+        assert_eq!(*other.lock().unwrap(), ["b:1"]);
+        assert_eq!(unpublished(&db).await, 0);
+        assert_eq!(overtaken.pass(&db.pool).await.unwrap().taken(), 0);
+    }
+
     async fn a_refused_message_is_given_up_and_requeued(db: Db<DB>) {
         table(&db).await;
         let mut tx = Tx::begin(&db.pool).await.unwrap();
@@ -494,6 +527,46 @@ impl Publisher for Refuse {
 
     async fn publish(&self, _: Message<'_>) -> Result<Published, Self::Error> {
         Err(std::io::Error::other("the broker is down"))
+    }
+}
+
+/// A publisher that, while it publishes `b:1`, lets that message's lease
+/// run out and has another relay pass take it over, publish and mark it:
+/// a relay that stalled past its lease, as seen from the outside.
+struct Overtaken<DB: TestBackend> {
+    pool: sqlx::Pool<DB>,
+    other: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl<DB: TestBackend> Publisher for Overtaken<DB> {
+    type Error = std::convert::Infallible;
+
+    async fn publish(&self, message: Message<'_>) -> Result<Published, Self::Error> {
+        if message.id == "b:1" {
+            let expire = match DB::DIALECT {
+                Dialect::MySql => {
+                    "UPDATE stateguard_outbox SET locked_until = UTC_TIMESTAMP(3) - INTERVAL 1 \
+                     HOUR WHERE message_id = 'b:1'"
+                }
+                Dialect::Postgres => {
+                    "UPDATE stateguard_outbox SET locked_until = statement_timestamp() - \
+                     INTERVAL '1 hour' WHERE message_id = 'b:1'"
+                }
+                _ => {
+                    "UPDATE stateguard_outbox SET locked_until = strftime('%Y-%m-%d %H:%M:%f', \
+                     'now', '-1 hours') WHERE message_id = 'b:1'"
+                }
+            };
+            let mut conn = self.pool.acquire().await.unwrap();
+            DB::execute(&mut conn, expire, &[]).await.unwrap();
+            drop(conn);
+            let pass = Relay::new(Record(self.other.clone()))
+                .pass(&self.pool)
+                .await
+                .unwrap();
+            assert_eq!((pass.taken(), pass.published()), (1, 1), "{pass:?}");
+        }
+        Ok(Published::new(false))
     }
 }
 

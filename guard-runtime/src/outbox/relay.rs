@@ -16,11 +16,12 @@ use crate::transition::bind::{Field, Fields, store_arguments};
 use super::{Message, Publisher};
 
 /// Publishes what the outbox holds: each [`pass`](Relay::pass) takes up to
-/// a batch of due messages under a lease, hands each to the
-/// [`Publisher`], and marks it published; a message the publisher refused
-/// is due again after a jittered, growing delay, and given up (a dead
-/// letter, [`requeue`](super::requeue) brings it back) once it has had
-/// its last attempt.
+/// a batch of due messages under a lease, hands them to the
+/// [`Publisher`] all at once, and marks those it accepted published, in
+/// one statement fenced by the pass's claim; a message the publisher
+/// refused is due again after a jittered, growing delay, and given up (a
+/// dead letter, [`requeue`](super::requeue) brings it back) once it has
+/// had its last attempt.
 ///
 /// Any number of relays, in any number of processes, may run passes at
 /// once: each message is taken by one pass at a time (`FOR UPDATE SKIP
@@ -191,7 +192,15 @@ impl<P: Publisher> Relay<P> {
         self
     }
 
-    /// Takes up to a batch of due messages, publishes each, and marks it.
+    /// Takes up to a batch of due messages, publishes them, and marks
+    /// them.
+    ///
+    /// The batch is published at once: it holds at most one message of
+    /// each order key, so each key's order holds. The messages the
+    /// publisher accepted are marked published in one statement, each only
+    /// while the pass still holds it (a message another relay took over
+    /// once the lease ran out is [`lost`](Pass::lost)); each refused one
+    /// is marked with its error.
     ///
     /// A statement cut off by the deadline is [`Error::Timeout`], and a
     /// failed one a [`Error::Store`] naming the outbox table: the messages
@@ -201,7 +210,9 @@ impl<P: Publisher> Relay<P> {
     ///
     /// Each pass is a `stateguard.relay` span (the table as
     /// `db.collection.name`), whose `stateguard.outcome` is `relayed` with
-    /// the messages it took in `stateguard.rows`, or `error`.
+    /// the messages it took in `stateguard.rows`, or `error`; with the
+    /// `metrics` feature, `stateguard_relayed_total` counts its messages
+    /// by result ([`telemetry`](crate::telemetry)).
     pub async fn pass<DB: Backend>(&self, pool: &sqlx::Pool<DB>) -> Result<Pass, Error> {
         use tracing::Instrument;
         let span = crate::telemetry::span!(
@@ -264,9 +275,12 @@ impl<P: Publisher> Relay<P> {
             );
         }
         messages.sort_by_key(|m| m.seq);
-        let mut pass = Pass::default();
-        for message in messages {
-            let published = tokio::time::timeout(
+        // The whole batch at once: it holds at most one message of each
+        // order key (none is taken while an earlier one of its key is
+        // unpublished), so publishing them together keeps every key's
+        // order.
+        let publishes = messages.iter().map(|message| {
+            tokio::time::timeout(
                 self.lease,
                 self.publisher.publish(Message {
                     id: &message.id,
@@ -274,15 +288,15 @@ impl<P: Publisher> Relay<P> {
                     payload: &message.payload,
                 }),
             )
-            .await;
-            match published {
-                Ok(Ok(published)) => {
-                    if self.mark(pool, &sql.published, &message, None).await? {
-                        pass.published += 1;
-                        pass.duplicates += usize::from(published.duplicate());
-                    } else {
-                        pass.lost += 1;
-                    }
+        });
+        let results = futures_util::future::join_all(publishes).await;
+        let mut pass = Pass::default();
+        let (mut published, mut duplicates) = (Vec::new(), 0);
+        for (message, result) in messages.iter().zip(results) {
+            match result {
+                Ok(Ok(answer)) => {
+                    published.push(message.seq);
+                    duplicates += usize::from(answer.duplicate());
                 }
                 refused => {
                     let reason = match refused {
@@ -290,10 +304,7 @@ impl<P: Publisher> Relay<P> {
                         _ => format!("not published within the lease of {:?}", self.lease),
                     };
                     let last = message.attempts >= i64::from(self.attempts);
-                    if !self
-                        .mark(pool, &sql.failed, &message, Some(&reason))
-                        .await?
-                    {
+                    if !self.failed(pool, message, &reason).await? {
                         pass.lost += 1;
                     } else if last {
                         pass.given_up += 1;
@@ -303,38 +314,69 @@ impl<P: Publisher> Relay<P> {
                 }
             }
         }
+        if !published.is_empty() {
+            // One statement marks them all, those the pass still holds.
+            let marked = self.published(pool, claim, &published).await?;
+            pass.published = marked;
+            pass.lost += published.len() - marked;
+            pass.duplicates = duplicates.min(marked);
+        }
+        crate::telemetry::relayed(sql.table, &pass);
         Ok(pass)
     }
 
-    /// Marks `message` published (`reason` `None`) or refused, if the
-    /// pass still holds it: whether it did.
-    async fn mark<DB: Backend>(
+    /// Marks the messages at `seqs` published, those that claim `claim`
+    /// still holds: how many it marked.
+    async fn published<DB: Backend>(
         &self,
         pool: &sqlx::Pool<DB>,
-        sql: &'static crate::dialect::Sql<Statement<Field>>,
-        message: &Taken,
-        reason: Option<&str>,
-    ) -> Result<bool, Error> {
-        let statement = DB::choose(sql);
-        // A refusal waits before the next attempt, longer for each one so
-        // far (this one counted); a publish binds no delay.
-        let retry_ms = reason.map(|_| {
-            let attempt = u32::try_from(message.attempts.max(1) - 1).unwrap_or(u32::MAX);
-            let retry = jittered(self.first_retry, self.last_retry, attempt);
-            i64::try_from(retry.as_millis()).unwrap_or(i64::MAX)
-        });
-        let (seq, lease, attempts) = (message.seq, message.lease, i64::from(self.attempts));
-        let name = match reason {
-            None => "relay published",
-            Some(_) => "relay failed",
-        };
+        claim: i64,
+        seqs: &[i64],
+    ) -> Result<usize, Error> {
+        let statement = DB::choose(&self.outbox.sql.published);
+        let seqs = serde_json::to_string(seqs).map_err(|e| {
+            Error::store(
+                self.outbox.sql.table,
+                "relay published",
+                sqlx::Error::Encode(e.into()),
+            )
+        })?;
+        let seqs = seqs.as_str();
         let changed = self
-            .run(name, pool, move |mut pool| async move {
+            .run("relay published", pool, move |mut pool| async move {
+                let fields = Fields {
+                    claim: Some(claim),
+                    seqs: Some(seqs),
+                    ..Fields::default()
+                };
+                let args = store_arguments::<DB>(statement, fields)?;
+                Proven::changed(&mut pool, statement, args).await
+            })
+            .await?;
+        Ok(usize::try_from(changed).unwrap_or(usize::MAX))
+    }
+
+    /// Marks `message` refused with `reason`, if the pass still holds it:
+    /// due again after a delay that grows with its attempts, or given up
+    /// after its last. Whether it did.
+    async fn failed<DB: Backend>(
+        &self,
+        pool: &sqlx::Pool<DB>,
+        message: &Taken,
+        reason: &str,
+    ) -> Result<bool, Error> {
+        let statement = DB::choose(&self.outbox.sql.failed);
+        let attempt = u32::try_from(message.attempts.max(1) - 1).unwrap_or(u32::MAX);
+        let retry = jittered(self.first_retry, self.last_retry, attempt);
+        let retry_ms = i64::try_from(retry.as_millis()).unwrap_or(i64::MAX);
+        let (seq, lease, attempts) = (message.seq, message.lease, i64::from(self.attempts));
+        let changed = self
+            .run("relay failed", pool, move |mut pool| async move {
                 let fields = Fields {
                     seq: Some(seq),
                     lease: Some(lease),
-                    reason,
-                    millis: retry_ms,
+                    reason: Some(reason),
+                    millis: Some(retry_ms),
                     attempts: Some(attempts),
                     ..Fields::default()
                 };

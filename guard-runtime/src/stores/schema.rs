@@ -99,7 +99,8 @@ pub(crate) struct OutboxSql {
     pub(crate) claim: Sql<Statement<Field>>,
     /// The unpublished messages of claim `$1`, as `claim` returns them.
     pub(crate) taken: Sql<Statement<Field>>,
-    /// Message `$1`, still under lease `$2`, published.
+    /// The messages of claim `$1` whose seqs the JSON array `$2` lists,
+    /// published (those still under the claim).
     pub(crate) published: Sql<Statement<Field>>,
     /// Message `$1`, still under lease `$2`, failed with `$3`: due again
     /// in `$4` milliseconds, or given up once it has had `$5` attempts.
@@ -348,7 +349,7 @@ pub const fn stores(texts: StoreTexts) -> Stores {
             enqueue: sql(enqueue, [ENQUEUE_PG, ENQUEUE, ENQUEUE]),
             claim: sql(claim_due, [DUE_PG, DUE, DUE_MYSQL]),
             taken: sql(taken, [TAKEN_PG, TAKEN, TAKEN]),
-            published: sql(published, [HELD_MESSAGE_PG, HELD_MESSAGE, HELD_MESSAGE]),
+            published: sql(published, [CLAIMED_PG, CLAIMED, CLAIMED]),
             failed: sql(failed, [FAILED_PG, FAILED, FAILED_MYSQL]),
             dead: sql(dead, [LIMIT_PG, LIMIT, LIMIT]),
             requeue: sql(requeue, [MESSAGE_PG, MESSAGE, MESSAGE]),
@@ -410,8 +411,8 @@ const DUE_PG: &[Field] = &[Field::Limit, Field::Millis, Field::Claim, Field::Tag
 const DUE_MYSQL: &[Field] = &[Field::Limit, Field::Claim, Field::Millis];
 const TAKEN: &[Field] = &[Field::Claim];
 const TAKEN_PG: &[Field] = &[Field::Claim, Field::Tag];
-const HELD_MESSAGE: &[Field] = &[Field::Seq, Field::Lease];
-const HELD_MESSAGE_PG: &[Field] = &[Field::Seq, Field::Lease, Field::Tag];
+const CLAIMED: &[Field] = &[Field::Claim, Field::Seqs];
+const CLAIMED_PG: &[Field] = &[Field::Claim, Field::Seqs, Field::Tag];
 const FAILED: &[Field] = &[
     Field::Seq,
     Field::Lease,

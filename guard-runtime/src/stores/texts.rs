@@ -279,15 +279,20 @@ macro_rules! __stateguard_store_texts {
             CAST(attempts AS SIGNED) FROM ", $($my)* "stateguard_outbox WHERE claim = ? AND published_at IS \
             NULL ORDER BY seq"),
             ],
-            // PUBLISHED: message $1, still under lease $2, published.
+            // PUBLISHED: the messages of claim $1 whose seqs the JSON
+            // array $2 lists, published: one statement for a pass's
+            // batch, fenced by the claim, which a takeover replaces.
             [
                 concat!("UPDATE ", $($pg)* "stateguard_outbox SET published_at = statement_timestamp(), \
-               locked_until = NULL WHERE seq = $1 AND lease = $2 AND published_at IS NULL \
-               RETURNING ", $crate::__stateguard_store_tag!("d1f53ed24accd7d3", [$($tag)*], "$3"), ""),
+               locked_until = NULL WHERE claim = $1 AND seq IN (SELECT CAST(value AS BIGINT) FROM \
+               json_array_elements_text(CAST($2 AS JSON))) AND published_at IS NULL RETURNING ",
+               $crate::__stateguard_store_tag!("64bcdce62df31e41", [$($tag)*], "$3"), ""),
                 concat!("UPDATE ", $($lite)* "stateguard_outbox SET published_at = strftime('%Y-%m-%d %H:%M:%f', \
-             'now'), locked_until = NULL WHERE seq = ?1 AND lease = ?2 AND published_at IS NULL"),
+             'now'), locked_until = NULL WHERE claim = ?1 AND seq IN (SELECT value FROM \
+             json_each(?2)) AND published_at IS NULL"),
                 concat!("UPDATE ", $($my)* "stateguard_outbox SET published_at = UTC_TIMESTAMP(3), locked_until = \
-            NULL WHERE seq = ? AND lease = ? AND published_at IS NULL"),
+            NULL WHERE claim = ? AND seq IN (SELECT j.seq FROM JSON_TABLE(?, '$[*]' COLUMNS (seq \
+            BIGINT PATH '$')) AS j) AND published_at IS NULL"),
             ],
             // FAILED: message $1, still under lease $2, failed with $3:
             // due again in $4 milliseconds, or given up after $5 attempts.

@@ -169,6 +169,8 @@ pub(crate) enum Field {
     Limit,
     /// An outbox message's place in the table.
     Seq,
+    /// Outbox messages' places, as a JSON array.
+    Seqs,
     /// The claim a relay's pass takes messages under.
     Claim,
     /// How many attempts a message may have.
@@ -194,6 +196,7 @@ pub(crate) struct Fields<'a> {
     pub(crate) body: Option<Vec<u8>>,
     pub(crate) limit: Option<i64>,
     pub(crate) seq: Option<i64>,
+    pub(crate) seqs: Option<&'a str>,
     pub(crate) claim: Option<i64>,
     pub(crate) attempts: Option<i64>,
     pub(crate) reason: Option<&'a str>,
@@ -224,6 +227,7 @@ pub(crate) fn store_arguments<DB: Backend>(
             Field::Body => DB::bind_bytes(&mut args, fields.body.take().ok_or_else(missing)?)?,
             Field::Limit => DB::bind_int(&mut args, fields.limit.ok_or_else(missing)?)?,
             Field::Seq => DB::bind_int(&mut args, fields.seq.ok_or_else(missing)?)?,
+            Field::Seqs => DB::bind_text(&mut args, Some(text(fields.seqs)?))?,
             Field::Claim => DB::bind_int(&mut args, fields.claim.ok_or_else(missing)?)?,
             Field::Attempts => DB::bind_int(&mut args, fields.attempts.ok_or_else(missing)?)?,
             Field::Reason => DB::bind_text(&mut args, Some(text(fields.reason)?))?,
