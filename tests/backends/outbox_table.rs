@@ -24,6 +24,7 @@ backend_tests! {
         "outbox_relay" => the_relay_publishes_each_message_once_in_order,
         "outbox_dead" => a_refused_message_is_given_up_and_requeued,
         "outbox_overtaken" => a_pass_that_lost_its_lease_marks_nothing,
+        "outbox_prune" => published_messages_are_pruned_in_bounded_steps,
         "outbox_relays" => racing_relays_publish_each_message_once (flavor = "multi_thread", worker_threads = 4),
         "outbox_broker_down" => a_broker_down_loses_and_doubles_nothing (flavor = "multi_thread", worker_threads = 2),
     }
@@ -339,6 +340,52 @@ where
         assert_eq!(overtaken.pass(&db.pool).await.unwrap().taken(), 0);
     }
 
+    /// `prune` removes published messages older than its window, at most
+    /// its limit per call, oldest first; given-up and waiting messages
+    /// stay.
+    async fn published_messages_are_pruned_in_bounded_steps(db: Db<DB>) {
+        table(&db).await;
+        let enqueue = |ids: &'static [&'static str]| {
+            let pool = db.pool.clone();
+            async move {
+                let mut tx = Tx::begin(&pool).await.unwrap();
+                for id in ids {
+                    let message = Message {
+                        id,
+                        topic: "payout.sent",
+                        payload: b"{}",
+                    };
+                    outbox::enqueue(&mut tx, id, message).await.unwrap();
+                }
+                tx.commit(()).await.unwrap();
+            }
+        };
+        enqueue(&["a:1", "b:1", "c:1", "d:1", "e:1", "x:1"]).await;
+        let pass = Relay::new(RefuseX)
+            .attempts(1)
+            .pass(&db.pool)
+            .await
+            .unwrap();
+        assert_eq!((pass.published(), pass.given_up()), (5, 1), "{pass:?}");
+        enqueue(&["w:1"]).await;
+        let window = std::time::Duration::from_secs(3600);
+        assert_eq!(outbox::prune(&db.pool, window, 100).await.unwrap(), 0);
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let prune = |limit| outbox::prune(&db.pool, std::time::Duration::ZERO, limit);
+        assert_eq!(prune(2).await.unwrap(), 2);
+        assert_eq!(messages(&db, Some("a:1")).await, 0, "oldest first");
+        assert_eq!(messages(&db, Some("c:1")).await, 1);
+        assert_eq!(prune(10).await.unwrap(), 3);
+        assert_eq!(prune(10).await.unwrap(), 0);
+        assert_eq!(messages(&db, None).await, 2);
+        assert_eq!(outbox::dead_letters(&db.pool, 10).await.unwrap().len(), 1);
+        assert_eq!(
+            unpublished(&db).await,
+            2,
+            "the dead letter and the waiting message"
+        );
+    }
+
     async fn a_refused_message_is_given_up_and_requeued(db: Db<DB>) {
         table(&db).await;
         let mut tx = Tx::begin(&db.pool).await.unwrap();
@@ -567,6 +614,21 @@ impl<DB: TestBackend> Publisher for Overtaken<DB> {
             assert_eq!((pass.taken(), pass.published()), (1, 1), "{pass:?}");
         }
         Ok(Published::new(false))
+    }
+}
+
+/// A publisher that refuses the messages whose id starts with `x` and
+/// accepts the rest.
+struct RefuseX;
+
+impl Publisher for RefuseX {
+    type Error = std::io::Error;
+
+    async fn publish(&self, message: Message<'_>) -> Result<Published, Self::Error> {
+        match message.id.starts_with('x') {
+            true => Err(std::io::Error::other("refused")),
+            false => Ok(Published::new(false)),
+        }
     }
 }
 

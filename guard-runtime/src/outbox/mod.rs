@@ -50,7 +50,7 @@ mod store;
 #[cfg(feature = "nats")]
 pub use self::nats::{JetStream, JetStreamError};
 pub use self::relay::{Pass, Relay};
-pub use self::store::{DeadLetter, Enqueued, Outbox, ddl, dead_letters, enqueue, requeue};
+pub use self::store::{DeadLetter, Enqueued, Outbox, ddl, dead_letters, enqueue, prune, requeue};
 
 use std::future::Future;
 

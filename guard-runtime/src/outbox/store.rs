@@ -188,7 +188,38 @@ pub fn requeue<'p, DB: Backend>(pool: &'p sqlx::Pool<DB>, message_id: &'p str) -
     DEFAULT.outbox().requeue(pool, message_id)
 }
 
+/// Removes up to `limit` messages published more than `window` ago,
+/// oldest first, and returns how many it removed: one bounded statement
+/// per call, as for [`idempotency::prune`](crate::stores::idempotency::prune).
+/// Messages waiting to be published and given-up ones stay.
+///
+/// An id written again after its message was pruned is a new message,
+/// published again: keep the window longer than any retry of the work
+/// that writes it, and the broker's duplicate window.
+///
+/// Deadline: [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE), or
+/// `outbox::prune(&pool, window, limit).within(d)` ([`Call`]); cut off,
+/// [`Error::Timeout`] (`prune`, outcome unknown).
+pub fn prune<DB: Backend>(
+    pool: &sqlx::Pool<DB>,
+    window: std::time::Duration,
+    limit: u32,
+) -> Call<'_, u64> {
+    DEFAULT.outbox().prune(pool, window, limit)
+}
+
 impl Outbox {
+    /// [`prune`], on this outbox's table.
+    pub fn prune<'p, DB: Backend>(
+        &self,
+        pool: &'p sqlx::Pool<DB>,
+        window: std::time::Duration,
+        limit: u32,
+    ) -> Call<'p, u64> {
+        let sql = self.sql;
+        crate::stores::idempotency::prune_table::<DB>(pool, &sql.prune, sql.table, window, limit)
+    }
+
     /// [`dead_letters`], of this outbox's table.
     pub fn dead_letters<'p, DB: Backend>(
         &self,

@@ -29,8 +29,8 @@ pub struct StoreTexts {
     pub inbox_ddl: TableDdl,
     pub outbox_table: &'static str,
     /// `ENQUEUE`, `CLAIM`, `TAKEN`, `PUBLISHED`, `FAILED`, `DEAD`,
-    /// `REQUEUE`.
-    pub outbox: [[&'static str; 3]; 7],
+    /// `REQUEUE`, `PRUNE`.
+    pub outbox: [[&'static str; 3]; 8],
     pub outbox_ddl: OutboxDdl,
 }
 
@@ -110,6 +110,9 @@ pub(crate) struct OutboxSql {
     pub(crate) dead: Sql<Statement<Field>>,
     /// The given-up message `$1`, due again with no attempts.
     pub(crate) requeue: Sql<Statement<Field>>,
+    /// Up to `$2` messages published more than `$1` milliseconds ago,
+    /// oldest first, removed.
+    pub(crate) prune: Sql<Statement<Field>>,
     pub(crate) ddl: OutboxDdl,
 }
 
@@ -325,7 +328,16 @@ pub const fn stores(texts: StoreTexts) -> Stores {
     }
     let [read, claim, take_over, complete, release, prune] = texts.idempotency;
     let [receive, inbox_prune] = texts.inbox;
-    let [enqueue, claim_due, taken, published, failed, dead, requeue] = texts.outbox;
+    let [
+        enqueue,
+        claim_due,
+        taken,
+        published,
+        failed,
+        dead,
+        requeue,
+        prune_published,
+    ] = texts.outbox;
     Stores {
         schema: texts.schema,
         idempotency: IdempotencySql {
@@ -353,6 +365,7 @@ pub const fn stores(texts: StoreTexts) -> Stores {
             failed: sql(failed, [FAILED_PG, FAILED, FAILED_MYSQL]),
             dead: sql(dead, [LIMIT_PG, LIMIT, LIMIT]),
             requeue: sql(requeue, [MESSAGE_PG, MESSAGE, MESSAGE]),
+            prune: sql(prune_published, [PRUNE_PG, PRUNE, PRUNE]),
             ddl: texts.outbox_ddl,
         },
     }
@@ -547,6 +560,7 @@ mod tests {
             ("FAILED", &DEFAULT.outbox.failed),
             ("DEAD", &DEFAULT.outbox.dead),
             ("REQUEUE", &DEFAULT.outbox.requeue),
+            ("OUTBOX PRUNE", &DEFAULT.outbox.prune),
         ] {
             crate::transition::bind::assert_plans_fit(name, sql);
         }
@@ -578,6 +592,7 @@ mod tests {
             (&DEFAULT.outbox.failed, &PAYMENTS.outbox.failed),
             (&DEFAULT.outbox.dead, &PAYMENTS.outbox.dead),
             (&DEFAULT.outbox.requeue, &PAYMENTS.outbox.requeue),
+            (&DEFAULT.outbox.prune, &PAYMENTS.outbox.prune),
         ];
         for (plain, schema) in pairs {
             for (dialect, quoted) in [

@@ -333,6 +333,19 @@ macro_rules! __stateguard_store_texts {
                 concat!("UPDATE ", $($my)* "stateguard_outbox SET dead_at = NULL, attempts = 0, last_error = \
             NULL, next_attempt_at = UTC_TIMESTAMP(3) WHERE message_id = ? AND dead_at IS NOT NULL"),
             ],
+            // PRUNE: up to $2 messages published more than $1 milliseconds
+            // ago, oldest first.
+            [
+                concat!("DELETE FROM ", $($pg)* "stateguard_outbox WHERE seq IN (SELECT seq FROM ", $($pg)* "stateguard_outbox \
+               WHERE published_at < statement_timestamp() - CAST($1 AS BIGINT) * INTERVAL '1 \
+               millisecond' ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING ",
+               $crate::__stateguard_store_tag!("eda10cb020d39791", [$($tag)*], "$3"), ""),
+                concat!("DELETE FROM ", $($lite)* "stateguard_outbox WHERE seq IN (SELECT seq FROM ", $($lite)* "stateguard_outbox \
+             WHERE published_at < strftime('%Y-%m-%d %H:%M:%f', 'now', printf('-%.3f seconds', \
+             CAST(?1 AS INTEGER) / 1000.0)) ORDER BY seq LIMIT ?2)"),
+                concat!("DELETE FROM ", $($my)* "stateguard_outbox WHERE published_at < UTC_TIMESTAMP(3) - INTERVAL \
+            (? * 1000) MICROSECOND ORDER BY seq LIMIT ?"),
+            ],
             ],
             outbox_ddl: (
             [concat!("CREATE TABLE ", $($pg)* "stateguard_outbox (
