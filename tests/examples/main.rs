@@ -12,5 +12,6 @@ mod common;
 mod crash;
 mod outbox_crash;
 mod outbox_loop;
+mod outbox_rabbitmq;
 mod payouts_api;
 mod payouts_api_crash;
