@@ -341,8 +341,9 @@
 pub use stateguard_macros::StateMachine;
 // Transitions and what they return.
 pub use stateguard_runtime::{
-    Bound, Call, Committed, Current, DEFAULT_DEADLINE, Error, ErrorKind, HasHistory, HasVersion,
-    HistoryRow, Note, Noted, Outcome, StateMachine, Transition, Uncommitted, UnknownState, Won,
+    Available, Bound, Call, Choice, Committed, Current, DEFAULT_DEADLINE, Error, ErrorKind,
+    GuardNow, HasHistory, HasVersion, HistoryRow, Note, Noted, Outcome, StateMachine, Transition,
+    Uncommitted, UnknownState, Won,
 };
 // Transactions whose wins wait for the commit.
 pub use stateguard_runtime::{Begin, Savepoint, Tx};

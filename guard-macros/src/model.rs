@@ -25,10 +25,32 @@ pub struct Model<'a> {
     pub transitions: Vec<Transition<'a>>,
 }
 
+/// The most guards `available` answers in one read: the bits of its
+/// 64-bit mask, less the sign.
+pub const MAX_AVAILABLE_GUARDS: usize = 63;
+
 impl Model<'_> {
     /// The key as declared, its columns joined by `, `.
     pub fn key_text(&self) -> String {
         self.key.join(", ")
+    }
+
+    /// Per transition, the bit of `available`'s guard mask that says
+    /// whether its guard passes now: for a guard that binds no values, in
+    /// declaration order; `None` without a guard, or for one that needs
+    /// the call's values.
+    pub fn available_bits(&self) -> Vec<Option<u8>> {
+        let mut next = 0_u8;
+        self.transitions
+            .iter()
+            .map(|t| match &t.guard {
+                Some(guard) if guard.params.is_empty() => {
+                    next += 1;
+                    Some(next - 1)
+                }
+                _ => None,
+            })
+            .collect()
     }
 }
 

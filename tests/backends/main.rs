@@ -11,6 +11,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod available;
 mod binds;
 mod claim;
 mod consumer;

@@ -124,6 +124,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     on postgres, binds = [Keys(0), Tag], reads = [Tag, Key(0), Status,
                     Occurrence, Meets, End];
                 },
+                available_bit: Some(0u8),
             }),
             __sg::transition(__sg::TransitionParts {
                 name: "cancel",
@@ -189,6 +190,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     on postgres, binds = [Keys(0), Tag], reads = [Tag, Key(0), Status,
                     Occurrence, Meets, End];
                 },
+                available_bit: None,
             }),
             __sg::transition(__sg::TransitionParts {
                 name: "confirm",
@@ -263,6 +265,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     on postgres, binds = [Keys(0), Tag], reads = [Tag, Key(0), Status,
                     Occurrence, Meets, End];
                 },
+                available_bit: None,
             }),
             __sg::transition(__sg::TransitionParts {
                 name: "fail",
@@ -328,6 +331,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     on postgres, binds = [Keys(0), Tag], reads = [Tag, Key(0), Status,
                     Occurrence, Meets, End];
                 },
+                available_bit: None,
             }),
         ];
         static __MACHINE: __sg::Machine<PayoutStatus> = __sg::machine(__sg::MachineParts {
@@ -360,6 +364,15 @@ impl ::stateguard::StateMachine for PayoutStatus {
             },
             history: None,
             history_read: None,
+            available: __sg::sql! {
+                "SELECT CASE WHEN $2::text = 'stateguard 4a6ca55525782e08' THEN 'stateguard 4a6ca55525782e08'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 4a6ca55525782e08 with ', $2::text) AS INTEGER)::text END, __sg_r.__sg_f, __sg_r.__sg_c0, __sg_r.__sg_c1, __sg_r.__sg_c2 FROM (SELECT 1) AS __sg_one LEFT JOIN LATERAL (SELECT CAST(1 AS BIGINT) AS __sg_f, \"status\"::text AS __sg_c0, CAST(0 AS BIGINT) AS __sg_c1, CAST((CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END) AS BIGINT) AS __sg_c2 FROM \"payouts\" WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT)) AS __sg_r ON true"
+                on postgres, binds = [Key(0), Tag], reads = [Tag, Found, Status,
+                Occurrence, Meets];
+                "SELECT \"status\", CAST(0 AS INTEGER), CAST((CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END) AS INTEGER) FROM \"payouts\" WHERE \"id\" = ?1 AND CAST(\"id\" AS BLOB) = CAST(?1 AS BLOB)"
+                on sqlite, binds = [Key(0)], reads = [Status, Occurrence, Meets];
+                "SELECT CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST((CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END) AS SIGNED) FROM `payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY)"
+                on mysql, binds = [Key(0), Key(0)], reads = [Status, Occurrence, Meets];
+            },
             ddl: __sg::per_dialect(__sg::PerDialect {
                 postgres: __sg::ddl(__sg::DdlParts {
                     constraint: "payouts_status_states",

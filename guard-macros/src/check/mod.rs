@@ -108,6 +108,22 @@ pub fn check<'a>(cx: &mut Ctxt, input: &'a Input<'a>) -> Option<Model<'a>> {
             check_acyclic(cx, input, transitions);
         }
     }
+    if let Some(transitions) = &transitions {
+        let guards = transitions
+            .iter()
+            .filter(|t| t.guard.as_ref().is_some_and(|g| g.params.is_empty()))
+            .count();
+        if guards > crate::model::MAX_AVAILABLE_GUARDS {
+            cx.error(
+                input.ident,
+                format!(
+                    "{guards} transitions have guards that bind no values; `available` reads at \
+                     most {} of them in one statement",
+                    crate::model::MAX_AVAILABLE_GUARDS
+                ),
+            );
+        }
+    }
     if let (Some(states), Some(transitions)) = (&mut states, &transitions) {
         check_in_flight(cx, input, &reserved, states, transitions);
         check_since_columns(cx, input, &reserved, states);

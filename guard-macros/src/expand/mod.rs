@@ -166,82 +166,92 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
     let select_in_transaction = sql_per_dialect(&sg, |d| d.select(model, true));
     let history = option(model.history.as_ref().map(|table| quote!(#table)));
     let history_read = sql_if_any(&|d| d.history_read(model));
+    let available = sql_per_dialect(&sg, |d| d.available(model));
+    let available_bits = model.available_bits();
     let ddl = ddl_per_dialect(&sg, model);
 
-    let transition_defs = model.transitions.iter().map(|t| {
-        let name = t.name.unraw().to_string();
-        let sources = t.sources.iter().map(|&i| idents[i]);
-        let target = idents[t.target];
-        let update = sql_per_dialect(&sg, |d| d.update_with_history(model, t, false));
-        let update_expecting = option(
-            (model.version.as_ref())
-                .map(|_| sql_per_dialect(&sg, |d| d.update_with_history(model, t, true))),
-        );
-        let read_back = sql_if_any(&|d| d.read_back(model, t));
-        let claim = sql_per_dialect(&sg, |d| d.claim_next(model, t));
-        let history_insert = sql_if_any(&|d| d.history_insert(model, t, false));
-        let history_insert_expecting = sql_if_any(&|d| d.history_insert(model, t, true));
-        let outbox_insert = sql_if_any(&|d| d.outbox_insert(model, t, false));
-        let outbox_insert_expecting = sql_if_any(&|d| d.outbox_insert(model, t, true));
-        let emit = option(t.emit.as_ref().map(|emit| {
-            let topic = &emit.topic;
-            quote!(#topic)
-        }));
-        // Only where every dialect can claim by age.
-        let claim_older = option(
-            DIALECTS
-                .iter()
-                .all(|d| !d.claim_older(model, t).is_empty())
-                .then(|| sql_per_dialect(&sg, |d| d.claim_older(model, t))),
-        );
-        let many_update = sql_per_dialect(&sg, |d| d.many_update(model, t, Match::Exact));
-        let many_read = sql_per_dialect(&sg, |d| d.many_read(model, t, Match::Exact));
-        let many_update_by_value =
-            sql_per_dialect(&sg, |d| d.many_update(model, t, Match::ByValue));
-        let many_read_by_value = sql_per_dialect(&sg, |d| d.many_read(model, t, Match::ByValue));
-        let many_lease_read = sql_if_any(&|d| d.many_lease(model, t));
-        let many_history_insert = sql_if_any(&|d| d.many_history_insert(model, t));
-        let many_outbox_insert = sql_if_any(&|d| d.many_outbox_insert(model, t));
-        let guard = option(t.guard.as_ref().map(|guard| {
-            let text = &guard.text;
-            quote!(#text)
-        }));
-        let guarded_select = sql_if_any(&|d| d.select_guarded(model, t, false).unwrap_or_default());
-        let guarded_select_in_transaction =
-            sql_if_any(&|d| d.select_guarded(model, t, true).unwrap_or_default());
-        let set = t.set.iter().map(|(col, value)| {
-            let written = value.written();
-            quote!(#sg::set_column(#sg::SetParts { column: #col, expr: #written }))
+    let transition_defs = model
+        .transitions
+        .iter()
+        .zip(&available_bits)
+        .map(|(t, bit)| {
+            let available_bit = option(bit.map(|bit| quote!(#bit)));
+            let name = t.name.unraw().to_string();
+            let sources = t.sources.iter().map(|&i| idents[i]);
+            let target = idents[t.target];
+            let update = sql_per_dialect(&sg, |d| d.update_with_history(model, t, false));
+            let update_expecting = option(
+                (model.version.as_ref())
+                    .map(|_| sql_per_dialect(&sg, |d| d.update_with_history(model, t, true))),
+            );
+            let read_back = sql_if_any(&|d| d.read_back(model, t));
+            let claim = sql_per_dialect(&sg, |d| d.claim_next(model, t));
+            let history_insert = sql_if_any(&|d| d.history_insert(model, t, false));
+            let history_insert_expecting = sql_if_any(&|d| d.history_insert(model, t, true));
+            let outbox_insert = sql_if_any(&|d| d.outbox_insert(model, t, false));
+            let outbox_insert_expecting = sql_if_any(&|d| d.outbox_insert(model, t, true));
+            let emit = option(t.emit.as_ref().map(|emit| {
+                let topic = &emit.topic;
+                quote!(#topic)
+            }));
+            // Only where every dialect can claim by age.
+            let claim_older = option(
+                DIALECTS
+                    .iter()
+                    .all(|d| !d.claim_older(model, t).is_empty())
+                    .then(|| sql_per_dialect(&sg, |d| d.claim_older(model, t))),
+            );
+            let many_update = sql_per_dialect(&sg, |d| d.many_update(model, t, Match::Exact));
+            let many_read = sql_per_dialect(&sg, |d| d.many_read(model, t, Match::Exact));
+            let many_update_by_value =
+                sql_per_dialect(&sg, |d| d.many_update(model, t, Match::ByValue));
+            let many_read_by_value =
+                sql_per_dialect(&sg, |d| d.many_read(model, t, Match::ByValue));
+            let many_lease_read = sql_if_any(&|d| d.many_lease(model, t));
+            let many_history_insert = sql_if_any(&|d| d.many_history_insert(model, t));
+            let many_outbox_insert = sql_if_any(&|d| d.many_outbox_insert(model, t));
+            let guard = option(t.guard.as_ref().map(|guard| {
+                let text = &guard.text;
+                quote!(#text)
+            }));
+            let guarded_select =
+                sql_if_any(&|d| d.select_guarded(model, t, false).unwrap_or_default());
+            let guarded_select_in_transaction =
+                sql_if_any(&|d| d.select_guarded(model, t, true).unwrap_or_default());
+            let set = t.set.iter().map(|(col, value)| {
+                let written = value.written();
+                quote!(#sg::set_column(#sg::SetParts { column: #col, expr: #written }))
+            });
+            quote! {
+                #sg::transition(#sg::TransitionParts {
+                    name: #name,
+                    sources: &[#(#ident::#sources),*],
+                    target: #ident::#target,
+                    set: &[#(#set),*],
+                    update: #update,
+                    update_expecting: #update_expecting,
+                    read_back: #read_back,
+                    guard: #guard,
+                    guarded_select: #guarded_select,
+                    guarded_select_in_transaction: #guarded_select_in_transaction,
+                    claim: #claim,
+                    claim_older: #claim_older,
+                    history_insert: #history_insert,
+                    history_insert_expecting: #history_insert_expecting,
+                    emit: #emit,
+                    outbox_insert: #outbox_insert,
+                    outbox_insert_expecting: #outbox_insert_expecting,
+                    many_update: #many_update,
+                    many_read: #many_read,
+                    many_lease_read: #many_lease_read,
+                    many_history_insert: #many_history_insert,
+                    many_outbox_insert: #many_outbox_insert,
+                    many_update_by_value: #many_update_by_value,
+                    many_read_by_value: #many_read_by_value,
+                    available_bit: #available_bit,
+                })
+            }
         });
-        quote! {
-            #sg::transition(#sg::TransitionParts {
-                name: #name,
-                sources: &[#(#ident::#sources),*],
-                target: #ident::#target,
-                set: &[#(#set),*],
-                update: #update,
-                update_expecting: #update_expecting,
-                read_back: #read_back,
-                guard: #guard,
-                guarded_select: #guarded_select,
-                guarded_select_in_transaction: #guarded_select_in_transaction,
-                claim: #claim,
-                claim_older: #claim_older,
-                history_insert: #history_insert,
-                history_insert_expecting: #history_insert_expecting,
-                emit: #emit,
-                outbox_insert: #outbox_insert,
-                outbox_insert_expecting: #outbox_insert_expecting,
-                many_update: #many_update,
-                many_read: #many_read,
-                many_lease_read: #many_lease_read,
-                many_history_insert: #many_history_insert,
-                many_outbox_insert: #many_outbox_insert,
-                many_update_by_value: #many_update_by_value,
-                many_read_by_value: #many_read_by_value,
-            })
-        }
-    });
 
     let constructors = model.transitions.iter().enumerate().map(|(i, t)| {
         let fn_name = t.name;
@@ -406,6 +416,7 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
                         select_in_transaction: #select_in_transaction,
                         history: #history,
                         history_read: #history_read,
+                        available: #available,
                         ddl: #ddl,
                     });
                 &#machine_const

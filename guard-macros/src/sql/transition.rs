@@ -306,6 +306,43 @@ impl Dialect {
         }
     }
 
+    /// `Machine::available`'s read: the row's status and version, and in
+    /// one integer whether each guard that binds no values passes now, bit
+    /// `i` for the `i`-th such transition in declaration order
+    /// ([`Model::available_bits`]); a NULL condition counts as unmet, as
+    /// in the `UPDATE`'s `WHERE`. One row whatever the key finds, on
+    /// PostgreSQL (see [`Self::one_row`]).
+    pub fn available(self, model: &Model) -> String {
+        let terms: Vec<String> = model
+            .transitions
+            .iter()
+            .zip(model.available_bits())
+            .filter_map(|(t, bit)| {
+                let guard = t.guard.as_ref()?.sql(t.set_binds());
+                Some(format!(
+                    "CASE WHEN ({guard}) THEN {} ELSE 0 END",
+                    1_i64 << bit?
+                ))
+            })
+            .collect();
+        let mask = match terms.is_empty() {
+            true => "0".to_owned(),
+            false => terms.join(" + "),
+        };
+        self.one_row(
+            vec![
+                (Col::Status, self.status_read(&model.column)),
+                (Col::Occurrence, self.version_read(model.version.as_deref())),
+                (Col::Meets, self.int64(&format!("({mask})"))),
+            ],
+            &format!(
+                "FROM {} WHERE {}",
+                self.quote(&model.table),
+                self.key_match(&model.key),
+            ),
+        )
+    }
+
     /// The losing read of a guarded transition: the status, the version
     /// and whether the row meets the guard now (1 or 0; a NULL condition
     /// counts as unmet, as it does in the `UPDATE`'s `WHERE`).

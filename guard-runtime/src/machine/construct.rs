@@ -32,6 +32,7 @@ pub struct MachineParts<S: 'static> {
     pub select_in_transaction: Sql,
     pub history: Option<&'static str>,
     pub history_read: Option<Sql>,
+    pub available: Sql,
     pub ddl: Sql<DdlText>,
 }
 
@@ -51,6 +52,7 @@ pub const fn machine<S: StateMachine>(parts: MachineParts<S>) -> Machine<S> {
         select_in_transaction,
         history,
         history_read,
+        available,
         ddl,
     } = parts;
     let history = match (history, history_read) {
@@ -70,6 +72,7 @@ pub const fn machine<S: StateMachine>(parts: MachineParts<S>) -> Machine<S> {
         select,
         select_in_transaction,
         history,
+        available,
         ddl,
     }
 }
@@ -222,6 +225,7 @@ pub struct TransitionParts<S: 'static> {
     pub many_outbox_insert: Option<Sql>,
     pub many_update_by_value: Sql,
     pub many_read_by_value: Sql,
+    pub available_bit: Option<u8>,
 }
 
 /// One transition, from its parts.
@@ -251,6 +255,7 @@ pub const fn transition<S: StateMachine>(parts: TransitionParts<S>) -> Transitio
         many_outbox_insert,
         many_update_by_value,
         many_read_by_value,
+        available_bit,
     } = parts;
     let select_guarded = match (guarded_select, guarded_select_in_transaction) {
         (Some(plain), Some(locking)) => Some([plain, locking]),
@@ -287,6 +292,7 @@ pub const fn transition<S: StateMachine>(parts: TransitionParts<S>) -> Transitio
             outbox_insert: or_none(many_outbox_insert),
         },
         many_by_value: [many_update_by_value, many_read_by_value],
+        available_bit,
     }
 }
 

@@ -50,6 +50,8 @@ pub struct Machine<S: 'static> {
     select_in_transaction: Sql,
     /// `history = "…"`: the table, and the read of a row's history.
     history: Option<(&'static str, Sql)>,
+    /// The read of [`Machine::available`].
+    available: Sql,
     pub(crate) ddl: Sql<DdlText>,
 }
 
@@ -117,6 +119,13 @@ impl<S: StateMachine> Machine<S> {
             true => &self.select_in_transaction,
             false => &self.select,
         }
+    }
+
+    /// What [`Machine::available`] runs: the row's status and version, and
+    /// a mask of which guards (those that bind no values) pass now, bit
+    /// [`TransitionDef::available_bit`] for each.
+    pub const fn available_sql(&self) -> &Sql {
+        &self.available
     }
 
     /// `history = "…"`: the table every move appends a row to.
@@ -370,6 +379,9 @@ pub struct TransitionDef<S: 'static> {
     many: ManySql,
     /// PostgreSQL's update and read of `many` for keys compared by value.
     many_by_value: [Sql; 2],
+    /// The bit of [`Machine::available`]'s guard mask for this
+    /// transition's guard, if it has one that binds no values.
+    available_bit: Option<u8>,
 }
 
 impl<S: StateMachine> TransitionDef<S> {
@@ -396,6 +408,13 @@ impl<S: StateMachine> TransitionDef<S> {
     /// The compare-and-set `UPDATE` for each dialect.
     pub const fn update_sql(&self) -> &Sql {
         &self.update
+    }
+
+    /// The bit of the guard mask that [`Machine::available_sql`] reads
+    /// for this transition: `Some` for a guard that binds no values,
+    /// `None` without a guard or for one that needs the call's values.
+    pub const fn available_bit(&self) -> Option<u8> {
+        self.available_bit
     }
 
     /// The transition's guard, `guard = "…"`: a condition the row must meet

@@ -44,6 +44,18 @@ pub trait StateMachine: Copy + Eq + Debug + Send + Sync + 'static {
     {
         Self::MACHINE.history(executor, key)
     }
+
+    /// The transitions the row whose key is `key` can take now, with its
+    /// guards told against the row: `PayoutStatus::available(&pool, 42)`,
+    /// the same as [`Machine::available`](crate::meta::Machine::available)
+    /// on [`Self::MACHINE`], with the same deadline.
+    fn available<'a, E, K>(executor: E, key: K) -> crate::Call<'a, Option<crate::Available<Self>>>
+    where
+        E: crate::Runner + 'a,
+        K: crate::machine::key::RowKey<E::Database, Self::KeyShape> + 'a,
+    {
+        Self::MACHINE.available(executor, key)
+    }
 }
 
 /// A machine declared with `version = "…"`, whose rows carry an

@@ -41,6 +41,7 @@ use crate::machine::{HasVersion, InFlightDef, TransitionDef};
 use crate::outcome::Outcome;
 
 mod apply;
+pub(crate) mod available;
 pub(crate) mod bind;
 mod cas;
 mod failure;

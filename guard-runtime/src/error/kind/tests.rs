@@ -49,6 +49,11 @@ impl crate::StateMachine for Lone {
         }),
         history: None,
         history_read: None,
+        available: construct::per_dialect(construct::PerDialect {
+            postgres: NONE,
+            sqlite: NONE,
+            mysql: NONE,
+        }),
         ddl: construct::per_dialect(construct::PerDialect {
             postgres: NO_DDL,
             sqlite: NO_DDL,
