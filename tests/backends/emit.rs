@@ -103,6 +103,7 @@ mod isolation {
 struct Stored {
     id: String,
     order_key: String,
+    occurrence: Option<i64>,
     topic: String,
     payload: serde_json::Value,
 }
@@ -113,30 +114,37 @@ async fn stored<DB: TestBackend>(db: &Db<DB>) -> Vec<Stored> {
     let (count, nth) = match DB::DIALECT {
         Dialect::MySql => (
             "SELECT CAST(COUNT(*) AS SIGNED) FROM stateguard_outbox",
-            "SELECT CAST(message_id AS CHAR), CAST(order_key AS CHAR), CAST(topic AS CHAR), \
-             CAST(payload AS CHAR) FROM stateguard_outbox ORDER BY seq LIMIT 1 OFFSET ?",
+            "SELECT CAST(message_id AS CHAR), CAST(order_key AS CHAR), CAST(occurrence AS \
+             SIGNED), CAST(topic AS CHAR), CAST(payload AS CHAR) FROM stateguard_outbox ORDER BY \
+             seq LIMIT 1 OFFSET ?",
         ),
         Dialect::Postgres => (
             "SELECT CAST(COUNT(*) AS BIGINT) FROM stateguard_outbox",
-            "SELECT message_id, order_key, topic, convert_from(payload, 'UTF8') FROM \
+            "SELECT message_id, order_key, occurrence, topic, convert_from(payload, 'UTF8') FROM \
              stateguard_outbox ORDER BY seq LIMIT 1 OFFSET $1",
         ),
         _ => (
             "SELECT CAST(COUNT(*) AS BIGINT) FROM stateguard_outbox",
-            "SELECT message_id, order_key, topic, CAST(payload AS TEXT) FROM stateguard_outbox \
-             ORDER BY seq LIMIT 1 OFFSET ?1",
+            "SELECT message_id, order_key, occurrence, topic, CAST(payload AS TEXT) FROM \
+             stateguard_outbox ORDER BY seq LIMIT 1 OFFSET ?1",
         ),
     };
     let (n,): (i64,) = DB::fetch_one(&mut conn, count, &[]).await.unwrap();
     let mut out = Vec::new();
     for i in 0..n {
-        let (id, order_key, topic, payload): (String, String, String, String) =
-            DB::fetch_one(&mut conn, nth, &[common::Bind::Int(i)])
-                .await
-                .unwrap();
+        let (id, order_key, occurrence, topic, payload): (
+            String,
+            String,
+            Option<i64>,
+            String,
+            String,
+        ) = DB::fetch_one(&mut conn, nth, &[common::Bind::Int(i)])
+            .await
+            .unwrap();
         out.push(Stored {
             id,
             order_key,
+            occurrence,
             topic,
             payload: serde_json::from_str(&payload).unwrap_or_else(|e| panic!("{payload}: {e}")),
         });
@@ -206,6 +214,8 @@ where
         let messages = of(&db, 1).await;
         assert_eq!(messages.len(), 2, "{messages:?}");
         assert_eq!(messages[1].id, "transfers.status:1:sent:2");
+        let occurrences: Vec<Option<i64>> = messages.iter().map(|m| m.occurrence).collect();
+        assert_eq!(occurrences, [Some(1), Some(2)]);
         assert_eq!(messages[1].topic, "wire.sent");
         assert_eq!(
             messages[1].payload,

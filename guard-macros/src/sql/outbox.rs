@@ -113,8 +113,8 @@ impl Dialect {
     /// the row's key expressions, its new occurrence and the payload (a
     /// JSON object): the message id, which is the win's effect key
     /// (`table.column:key:state:occurrence`), the order key that keeps a
-    /// row's messages in order (`table.column:key`), the topic, the
-    /// payload as bytes, and the times.
+    /// row's messages in order (`table.column:key`), the occurrence, the
+    /// topic, the payload as bytes, and the times.
     fn outbox_row(
         self,
         model: &Model,
@@ -142,6 +142,7 @@ impl Dialect {
         let columns = [
             "message_id",
             "order_key",
+            "occurrence",
             "topic",
             "payload",
             "created_at",
@@ -151,6 +152,7 @@ impl Dialect {
         let values = [
             id,
             order_key,
+            occurrence.to_owned(),
             format!("'{}'", emit.topic),
             bytes,
             d.now().to_owned(),

@@ -19,7 +19,9 @@ use super::Message;
 /// [`Outbox`] in a schema has its own ([`Outbox::ddl`]).
 ///
 /// The table, `stateguard_outbox`, holds each message's id (unique), its
-/// order key, topic and payload, when it was written, and what a relay
+/// order key, topic and payload, the occurrence of the move that wrote it
+/// (`emit`; NULL for a message written with [`enqueue`]), when it was
+/// written, and what a relay
 /// keeps about it: its attempts, when it is next due, the last error, the
 /// lease a relay holds it under, and when it was published or given up.
 pub fn ddl(dialect: DdlDialect) -> &'static [&'static str] {
