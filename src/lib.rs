@@ -342,8 +342,8 @@ pub use stateguard_macros::StateMachine;
 // Transitions and what they return.
 pub use stateguard_runtime::{
     Available, Bound, Call, Choice, Committed, Current, DEFAULT_DEADLINE, Error, ErrorKind,
-    GuardNow, HasHistory, HasVersion, HistoryRow, Note, Noted, Outcome, StateMachine, Transition,
-    Uncommitted, UnknownState, Won,
+    GuardNow, HasHistory, HasVersion, HistoryRow, Note, Noted, Outcome, SchemaProblem,
+    StateMachine, Transition, Uncommitted, UnknownState, Won,
 };
 // Transactions whose wins wait for the commit.
 pub use stateguard_runtime::{Begin, Savepoint, Tx};

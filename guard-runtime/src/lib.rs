@@ -28,6 +28,7 @@ pub mod pooler;
 mod stores;
 pub mod telemetry;
 mod transition;
+mod verify;
 
 // Public modules that live in their concept's folder, at their short paths.
 pub use crate::machine::key;
@@ -53,6 +54,7 @@ pub use crate::outcome::{Committed, Current, Outcome, Uncommitted, Won};
 pub use crate::transition::available::{Available, Choice, GuardNow};
 pub use crate::transition::note::{Note, NoteSlot};
 pub use crate::transition::{Bound, Params, Transition};
+pub use crate::verify::SchemaProblem;
 
 /// What a derived machine knows about itself, read through
 /// [`StateMachine::MACHINE`]: its table and columns, states, transitions,

@@ -44,3 +44,4 @@ mod tracing;
 mod transactions;
 mod transitions;
 mod tx_deadline;
+mod verify;

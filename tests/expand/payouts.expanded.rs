@@ -373,6 +373,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 "SELECT CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST((CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END) AS SIGNED) FROM `payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY)"
                 on mysql, binds = [Key(0), Key(0)], reads = [Status, Occurrence, Meets];
             },
+            outbox: "stateguard_outbox",
             ddl: __sg::per_dialect(__sg::PerDialect {
                 postgres: __sg::ddl(__sg::DdlParts {
                     constraint: "payouts_status_states",

@@ -168,6 +168,7 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
     let history_read = sql_if_any(&|d| d.history_read(model));
     let available = sql_per_dialect(&sg, |d| d.available(model));
     let available_bits = model.available_bits();
+    let outbox = &model.outbox;
     let ddl = ddl_per_dialect(&sg, model);
 
     let transition_defs = model
@@ -417,6 +418,7 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
                         history: #history,
                         history_read: #history_read,
                         available: #available,
+                        outbox: #outbox,
                         ddl: #ddl,
                     });
                 &#machine_const

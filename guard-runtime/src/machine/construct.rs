@@ -33,6 +33,7 @@ pub struct MachineParts<S: 'static> {
     pub history: Option<&'static str>,
     pub history_read: Option<Sql>,
     pub available: Sql,
+    pub outbox: &'static str,
     pub ddl: Sql<DdlText>,
 }
 
@@ -53,6 +54,7 @@ pub const fn machine<S: StateMachine>(parts: MachineParts<S>) -> Machine<S> {
         history,
         history_read,
         available,
+        outbox,
         ddl,
     } = parts;
     let history = match (history, history_read) {
@@ -73,6 +75,7 @@ pub const fn machine<S: StateMachine>(parts: MachineParts<S>) -> Machine<S> {
         select_in_transaction,
         history,
         available,
+        outbox,
         ddl,
     }
 }

@@ -52,6 +52,8 @@ pub struct Machine<S: 'static> {
     history: Option<(&'static str, Sql)>,
     /// The read of [`Machine::available`].
     available: Sql,
+    /// The table `emit(…)` writes to.
+    outbox: &'static str,
     pub(crate) ddl: Sql<DdlText>,
 }
 
@@ -126,6 +128,12 @@ impl<S: StateMachine> Machine<S> {
     /// [`TransitionDef::available_bit`] for each.
     pub const fn available_sql(&self) -> &Sql {
         &self.available
+    }
+
+    /// The outbox table the transitions that `emit(…)` write their
+    /// messages to: `outbox = "…"`, by default `stateguard_outbox`.
+    pub const fn outbox_table(&self) -> &'static str {
+        self.outbox
     }
 
     /// `history = "…"`: the table every move appends a row to.

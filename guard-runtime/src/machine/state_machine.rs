@@ -56,6 +56,16 @@ pub trait StateMachine: Copy + Eq + Debug + Send + Sync + 'static {
     {
         Self::MACHINE.available(executor, key)
     }
+
+    /// Every way the database's schema does not fit this machine, read
+    /// from its catalog: `PayoutStatus::verify(&pool)`, the same as
+    /// [`Machine::verify`](crate::meta::Machine::verify) on
+    /// [`Self::MACHINE`], with the same deadline.
+    fn verify<DB: crate::Backend>(
+        pool: &sqlx::Pool<DB>,
+    ) -> crate::Call<'_, Vec<crate::SchemaProblem>> {
+        Self::MACHINE.verify(pool)
+    }
 }
 
 /// A machine declared with `version = "…"`, whose rows carry an

@@ -54,6 +54,7 @@ impl crate::StateMachine for Lone {
             sqlite: NONE,
             mysql: NONE,
         }),
+        outbox: "stateguard_outbox",
         ddl: construct::per_dialect(construct::PerDialect {
             postgres: NO_DDL,
             sqlite: NO_DDL,

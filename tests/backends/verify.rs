@@ -1,0 +1,187 @@
+//! `verify`: the schema read against the machine before the first move.
+//! A schema that fits, the golden migrations included, reports nothing;
+//! each way one does not fit is reported, all at once, naming the table
+//! and column.
+
+use crate::common;
+
+use common::{Db, TestBackend, TransferStatus};
+use stateguard::ddl::Dialect;
+use stateguard::{SchemaProblem, StateMachine};
+
+/// The `transfers` table as `TransferStatus` has it, with a history and
+/// an emitting transition.
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(
+    table = "transfers",
+    column = "status",
+    key = "id",
+    version = "version",
+    history = "transfer_history"
+)]
+enum Logged {
+    #[state(initial)]
+    #[transition(start -> Sending, emit("transfer.sending"))]
+    Pending,
+    #[state(in_flight(lease = "1s", since = "sending_since", done = confirm, failed = fail))]
+    #[transition(confirm -> Sent, set(bank_ref = bind(String)))]
+    #[transition(fail -> Failed)]
+    Sending,
+    Sent,
+    Failed,
+}
+
+/// A table that fits nothing well: no key, a nullable version, a status
+/// too short for two of its states, no `sending_since`.
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(table = "loose", column = "status", key = "id", version = "version")]
+enum Loose {
+    #[state(initial)]
+    #[transition(start -> Sending)]
+    Pending,
+    #[state(in_flight(lease = "1s", since = "sending_since", done = confirm, failed = fail))]
+    #[transition(confirm -> Sent)]
+    #[transition(fail -> Failed)]
+    Sending,
+    Sent,
+    Failed,
+}
+
+/// A machine whose table was never made.
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(table = "nowhere", column = "status", key = "id")]
+enum Nowhere {
+    #[state(initial)]
+    #[transition(go -> Gone)]
+    Here,
+    Gone,
+}
+
+backend_tests! {
+    "verify_fits" => a_schema_that_fits_reports_nothing,
+    "verify_problems" => every_problem_is_reported_at_once,
+}
+
+fn described(problems: &[SchemaProblem]) -> Vec<String> {
+    problems.iter().map(ToString::to_string).collect()
+}
+
+async fn a_schema_that_fits_reports_nothing<DB: TestBackend>(db: Db<DB>) {
+    db.transfers(1).await;
+    assert!(
+        TransferStatus::verify(&db.pool).await.unwrap().is_empty(),
+        "{:?}",
+        described(&TransferStatus::verify(&db.pool).await.unwrap())
+    );
+    // The history table and the outbox are missing until made: as the
+    // golden migrations make them, and as `outbox::ddl` does.
+    let missing = described(&Logged::verify(&db.pool).await.unwrap());
+    assert_eq!(
+        missing,
+        [
+            "transfer_history: the history table does not exist",
+            "stateguard_outbox: the outbox table, which `emit` writes to, does not exist",
+        ]
+    );
+    let mut conn = db.pool.acquire().await.unwrap();
+    for statement in stateguard::ddl::generate::<Logged>(DB::DIALECT).up() {
+        DB::execute(&mut conn, statement, &[]).await.unwrap();
+    }
+    for statement in stateguard::outbox::ddl(DB::DIALECT) {
+        DB::execute(&mut conn, statement, &[]).await.unwrap();
+    }
+    drop(conn);
+    let problems = Logged::verify(&db.pool).await.unwrap();
+    assert!(problems.is_empty(), "{:?}", described(&problems));
+}
+
+async fn every_problem_is_reported_at_once<DB: TestBackend>(db: Db<DB>) {
+    let create = match DB::DIALECT {
+        Dialect::Sqlite => "CREATE TABLE loose (id BIGINT, status TEXT NOT NULL, version BIGINT)",
+        _ => "CREATE TABLE loose (id BIGINT, status VARCHAR(7) NOT NULL, version BIGINT)",
+    };
+    let mut conn = db.pool.acquire().await.unwrap();
+    DB::execute(&mut conn, create, &[]).await.unwrap();
+    drop(conn);
+    let problems = Loose::verify(&db.pool).await.unwrap();
+    let expected = "loose.sending_since: a `since` column, missing from the table";
+    let text = described(&problems);
+    assert_eq!(text[0], expected, "{text:?}");
+    assert!(
+        text.iter()
+            .any(|p| p.starts_with("loose.version: the version column is nullable")),
+        "{text:?}"
+    );
+    assert!(
+        text.iter()
+            .any(|p| p.starts_with("loose: no primary key or unique index on the key (id)")),
+        "{text:?}"
+    );
+    // "pending" and "sending" fit seven characters exactly: no length
+    // problem; a status of 4 would not hold them.
+    assert!(!text.iter().any(|p| p.contains("characters")), "{text:?}");
+    assert_eq!(problems.len(), 3, "{text:?}");
+    for problem in &problems {
+        assert_eq!(problem.table(), "loose");
+    }
+
+    // A status too short, and (MySQL, PostgreSQL) values it cannot hold.
+    let mut conn = db.pool.acquire().await.unwrap();
+    let narrow = match DB::DIALECT {
+        Dialect::Postgres => Some(vec![
+            "DROP TABLE loose",
+            "CREATE TYPE loose_status AS ENUM ('pending', 'sending')",
+            "CREATE TABLE loose (id BIGINT PRIMARY KEY, status loose_status NOT NULL, version \
+             BIGINT NOT NULL DEFAULT 0, sending_since TIMESTAMPTZ)",
+        ]),
+        Dialect::MySql => Some(vec![
+            "DROP TABLE loose",
+            "CREATE TABLE loose (id BIGINT PRIMARY KEY, status ENUM('pending', 'sending') NOT \
+             NULL, version BIGINT NOT NULL DEFAULT 0, sending_since DATETIME(3))",
+        ]),
+        _ => None,
+    };
+    if let Some(statements) = narrow {
+        for statement in statements {
+            DB::execute(&mut conn, statement, &[]).await.unwrap();
+        }
+        drop(conn);
+        let text = described(&Loose::verify(&db.pool).await.unwrap());
+        assert_eq!(text.len(), 2, "{text:?}");
+        for (problem, state) in text.iter().zip(["sent", "failed"]) {
+            let start = format!(
+                "loose.status: the state string {state:?} is not one of the column's values"
+            );
+            assert!(problem.starts_with(&start), "{text:?}");
+        }
+        let mut conn = db.pool.acquire().await.unwrap();
+        for statement in [
+            "DROP TABLE loose",
+            "CREATE TABLE loose (id BIGINT PRIMARY KEY, status VARCHAR(4) NOT NULL, version \
+             BIGINT NOT NULL DEFAULT 0, sending_since TIMESTAMP NULL)",
+        ] {
+            DB::execute(&mut conn, statement, &[]).await.unwrap();
+        }
+        drop(conn);
+        let text = described(&Loose::verify(&db.pool).await.unwrap());
+        assert_eq!(
+            text,
+            [
+                "loose.status: the state string \"pending\" has 7 characters, more than the \
+                 column's 4 (character varying(4))",
+                "loose.status: the state string \"sending\" has 7 characters, more than the \
+                 column's 4 (character varying(4))",
+                "loose.status: the state string \"failed\" has 6 characters, more than the \
+                 column's 4 (character varying(4))",
+            ]
+            .map(|t| match DB::DIALECT {
+                Dialect::MySql => t.replace("character varying(4)", "varchar(4)"),
+                _ => t.to_owned(),
+            })
+        );
+    }
+
+    // No table at all: that one problem.
+    let text = described(&Nowhere::verify(&db.pool).await.unwrap());
+    assert_eq!(text, ["nowhere: the table does not exist"]);
+}
