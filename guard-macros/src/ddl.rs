@@ -31,6 +31,25 @@ pub fn ddl(model: &Model, dialect: Dialect) -> DdlText {
     Gen::new(model, dialect).ddl()
 }
 
+/// What the enforcement DDL enforces, as 16 hex digits: the table, the
+/// status column, the states and the allowed changes. The transitions
+/// trigger carries it in a comment (`-- stateguard fingerprint …`), which
+/// the catalog keeps, so that `Machine::verify` can tell a trigger made
+/// from another version of the enum.
+pub fn fingerprint(model: &Model) -> String {
+    fingerprint_of(&Gen::new(model, Dialect::Postgres))
+}
+
+fn fingerprint_of(g: &Gen) -> String {
+    let mut text = format!("{}\n{}\n{}\n", g.table, g.column, g.states.join("\n"));
+    for (source, targets) in &g.allowed {
+        text.push_str(&format!("{source} -> {}\n", targets.join(" ")));
+    }
+    let mut digest = fnv::FnvHasher::default();
+    std::hash::Hasher::write(&mut digest, text.as_bytes());
+    format!("{:016x}", std::hash::Hasher::finish(&digest))
+}
+
 /// What every dialect's text is made of, read once from the model.
 struct Gen<'a> {
     dialect: Dialect,
@@ -53,6 +72,8 @@ struct Gen<'a> {
     key: &'a [String],
     /// `history = "…"`, as written.
     history: Option<&'a str>,
+    /// The line that carries [`fingerprint`] in the transitions trigger.
+    stamp: String,
 }
 
 impl<'a> Gen<'a> {
@@ -85,7 +106,14 @@ impl<'a> Gen<'a> {
             allowed,
             key: &model.key,
             history: model.history.as_deref(),
+            stamp: String::new(),
         }
+        .stamped()
+    }
+
+    fn stamped(mut self) -> Self {
+        self.stamp = format!("-- stateguard fingerprint {}", fingerprint_of(&self));
+        self
     }
 
     fn ddl(&self) -> DdlText {
@@ -364,8 +392,10 @@ impl<'a> Gen<'a> {
         // The table name goes into RAISE's format string, where `%` is a
         // placeholder; identifiers cannot contain one. The states are
         // arguments, never part of the format.
+        let stamp = &self.stamp;
         let body = format!(
             "BEGIN
+    {stamp}
     IF NEW.{column} IS DISTINCT FROM OLD.{column}
         AND {}
     THEN
@@ -420,9 +450,10 @@ END",
             format!(
                 "CREATE TRIGGER {transitions}\nBEFORE UPDATE OF {column} ON {table}\n\
                  FOR EACH ROW WHEN NEW.{column} IS NOT OLD.{column}\n    AND {}\n\
-                 BEGIN\n    SELECT RAISE(ABORT, 'stateguard: illegal transition on {}: '\n        \
+                 BEGIN\n    {}\n    SELECT RAISE(ABORT, 'stateguard: illegal transition on {}: '\n        \
                  || coalesce(OLD.{column}, 'NULL') || ' -> ' || coalesce(NEW.{column}, 'NULL'));\nEND",
                 self.illegal("    "),
+                self.stamp,
                 self.table,
             ),
         ];
@@ -457,6 +488,7 @@ END",
 BEFORE UPDATE ON {table}
 FOR EACH ROW
 BEGIN
+    {}
     DECLARE stateguard_message VARCHAR({MYSQL_MESSAGE_TEXT});
     IF NOT ({unchanged})
         AND {}
@@ -466,6 +498,7 @@ BEGIN
         SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = stateguard_message;
     END IF;
 END",
+            self.stamp,
             self.illegal("        "),
             self.table,
         );

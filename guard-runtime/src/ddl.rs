@@ -44,6 +44,7 @@
 //! CREATE FUNCTION "payouts_status_transitions"() RETURNS trigger
 //! LANGUAGE plpgsql AS $stateguard$
 //! BEGIN
+//!     -- stateguard fingerprint c3462c94cb3cdd93
 //!     IF NEW."status" IS DISTINCT FROM OLD."status"
 //!         AND (CASE OLD."status"
 //!             WHEN 'pending' THEN NEW."status" IN ('sending', 'cancelled')
@@ -191,6 +192,7 @@ pub fn postgres<T: StateMachine>() -> Ddl {
 ///         ELSE false
 ///     END) IS NOT TRUE
 /// BEGIN
+///     -- stateguard fingerprint c3462c94cb3cdd93
 ///     SELECT RAISE(ABORT, 'stateguard: illegal transition on payouts: '
 ///         || coalesce(OLD."status", 'NULL') || ' -> ' || coalesce(NEW."status", 'NULL'));
 /// END;
@@ -208,6 +210,7 @@ pub fn sqlite<T: StateMachine>() -> Ddl {
 /// BEFORE UPDATE ON `payouts`
 /// FOR EACH ROW
 /// BEGIN
+///     -- stateguard fingerprint c3462c94cb3cdd93
 ///     DECLARE stateguard_message VARCHAR(128);
 ///     IF NOT (CAST(NEW.`status` AS BINARY) <=> CAST(OLD.`status` AS BINARY))
 ///         AND (CASE CAST(OLD.`status` AS BINARY)

@@ -20,6 +20,7 @@ pub struct SchemaProblem {
     table: String,
     column: Option<String>,
     problem: String,
+    enforcement: bool,
 }
 
 impl SchemaProblem {
@@ -28,7 +29,23 @@ impl SchemaProblem {
             table: table.to_owned(),
             column: column.map(str::to_owned),
             problem: problem.into(),
+            enforcement: false,
         }
+    }
+
+    fn enforcement(table: &str, problem: impl Into<String>) -> Self {
+        SchemaProblem {
+            enforcement: true,
+            ..SchemaProblem::new(table, None, problem)
+        }
+    }
+
+    /// Whether the problem is with the enforcement DDL (missing, or made
+    /// from another version of the enum) rather than with the tables the
+    /// moves use: a service that does without enforcement can leave these
+    /// out.
+    pub fn is_enforcement(&self) -> bool {
+        self.enforcement
     }
 
     /// The table, as the machine names it.
@@ -136,6 +153,44 @@ static UNIQUE: Sql<Statement<Field>> = Sql {
         &[Field::Key, Field::Scope],
     ),
 };
+
+/// The definitions that enforce a table's states and transitions: each
+/// trigger's body (`trigger`) and each CHECK constraint's clause
+/// (`check`; on SQLite, whose checks live in the table's `CREATE TABLE`,
+/// that text). Binds as [`COLUMNS`], MySQL's twice.
+static ENFORCEMENT: Sql<Statement<Field>> = Sql {
+    postgres: Statement::new(
+        concat!(
+            "SELECT ",
+            tag!("8c2a44ad9171acb2", "$2"),
+            ", 'trigger', p.prosrc FROM pg_trigger AS t JOIN pg_proc AS p ON p.oid = t.tgfoid \
+             WHERE t.tgrelid = to_regclass($1) AND NOT t.tgisinternal UNION ALL SELECT ",
+            tag!("8c2a44ad9171acb2", "$2"),
+            ", 'check', pg_get_constraintdef(c.oid) FROM pg_constraint AS c WHERE c.conrelid = \
+             to_regclass($1) AND c.contype = 'c'"
+        ),
+        &[Field::Scope, Field::Tag],
+    ),
+    sqlite: Statement::new(
+        "SELECT CASE type WHEN 'trigger' THEN 'trigger' ELSE 'check' END, sql FROM sqlite_master \
+         WHERE tbl_name = ?1 AND type IN ('trigger', 'table')",
+        &[Field::Scope],
+    ),
+    mysql: Statement::new(
+        "SELECT 'trigger', CAST(ACTION_STATEMENT AS CHAR) FROM information_schema.TRIGGERS WHERE \
+         EVENT_OBJECT_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND EVENT_OBJECT_TABLE = ? \
+         UNION ALL SELECT 'check', CAST(cc.CHECK_CLAUSE AS CHAR) FROM \
+         information_schema.TABLE_CONSTRAINTS AS tc JOIN information_schema.CHECK_CONSTRAINTS AS \
+         cc ON cc.CONSTRAINT_SCHEMA = tc.CONSTRAINT_SCHEMA AND cc.CONSTRAINT_NAME = \
+         tc.CONSTRAINT_NAME WHERE tc.CONSTRAINT_TYPE = 'CHECK' AND tc.TABLE_SCHEMA = \
+         COALESCE(NULLIF(?, ''), DATABASE()) AND tc.TABLE_NAME = ?",
+        &[Field::Key, Field::Scope, Field::Key, Field::Scope],
+    ),
+};
+
+/// The marker the generated transitions trigger carries its fingerprint
+/// after.
+const STAMP: &str = "stateguard fingerprint ";
 
 /// Which dialect `DB` speaks: 0 PostgreSQL, 1 SQLite, 2 MySQL.
 fn dialect<DB: Backend>() -> u8 {
@@ -264,6 +319,83 @@ async fn unique_sets<DB: Backend>(
     Ok(out)
 }
 
+/// The problems of the enforcement DDL on the machine's table: none
+/// installed, one made from another version of the enum, or no CHECK
+/// (SQLite: no trigger) that lists the states.
+async fn enforcement<S: StateMachine, DB: Backend>(
+    machine: &'static Machine<S>,
+    pool: &sqlx::Pool<DB>,
+) -> Result<Vec<SchemaProblem>, sqlx::Error> {
+    let table = machine.table();
+    // SQLite's catalog of an attached database is that database's own
+    // `sqlite_master`, which no bound value can name.
+    if dialect::<DB>() == 1 && table.contains('.') {
+        return Ok(Vec::new());
+    }
+    let at = DB::choose(&ENFORCEMENT).after_tag();
+    let (mut triggers, mut checks) = (Vec::new(), Vec::new());
+    for row in rows::<DB>(pool, &ENFORCEMENT, table).await? {
+        let text = DB::text_opt(&row, at + 1)?.unwrap_or_default();
+        match DB::text_opt(&row, at)?.as_deref() {
+            Some("trigger") => triggers.push(text),
+            _ => checks.push(text),
+        }
+    }
+    let fingerprint = machine.enforcement_fingerprint();
+    let stamps: Vec<&str> = triggers
+        .iter()
+        .filter_map(|body| {
+            let at = body.find(STAMP)? + STAMP.len();
+            body.get(at..at + 16)
+        })
+        .collect();
+    let mut problems = Vec::new();
+    if stamps.is_empty() {
+        problems.push(SchemaProblem::enforcement(
+            table,
+            "the enforcement DDL is not installed: no trigger of stateguard's on the table \
+             (install what `stateguard::ddl` generates)",
+        ));
+        return Ok(problems);
+    }
+    if !stamps.contains(&fingerprint) {
+        problems.push(SchemaProblem::enforcement(
+            table,
+            format!(
+                "the enforcement DDL was generated from another version of the enum (fingerprint \
+                 {}, this one's is {fingerprint}): generate it again and install it",
+                stamps[0]
+            ),
+        ));
+    }
+    // The states' check: a CHECK constraint, or SQLite's triggers, that
+    // names every state string.
+    let lists_states = |text: &String| {
+        machine
+            .states()
+            .iter()
+            .all(|state| text.contains(&format!("'{}'", state.value().as_str())))
+    };
+    let states_checked = match dialect::<DB>() {
+        // The states' triggers (`… NOT IN (…)`), or the table's own CHECK;
+        // not the transitions trigger, which names states too.
+        1 => triggers
+            .iter()
+            .filter(|body| body.contains("NOT IN"))
+            .chain(&checks)
+            .any(lists_states),
+        _ => checks.iter().any(lists_states),
+    };
+    if !states_checked {
+        problems.push(SchemaProblem::enforcement(
+            table,
+            "no CHECK constraint lists every state string: install the enforcement DDL's \
+             constraint",
+        ));
+    }
+    Ok(problems)
+}
+
 impl<S: StateMachine> Machine<S> {
     /// Reads the schema of the machine's tables and reports every way it
     /// does not fit the machine, all at once (an empty list when it fits):
@@ -278,12 +410,18 @@ impl<S: StateMachine> Machine<S> {
     /// - every state string fits the status column: its length, and the
     ///   values of a PostgreSQL enum type or a MySQL `ENUM`;
     /// - the history table, where the machine declares one, and the
-    ///   outbox table, where a transition emits, exist.
+    ///   outbox table, where a transition emits, exist;
+    /// - the enforcement DDL ([`ddl`](crate::ddl)) is installed, and was
+    ///   generated from this version of the enum: its transitions trigger
+    ///   carries the machine's [fingerprint](Machine::enforcement_fingerprint),
+    ///   and a CHECK constraint lists every state string. These problems
+    ///   say so ([`SchemaProblem::is_enforcement`]), for a service that
+    ///   does without the DDL to leave out. (SQLite: for a table in the
+    ///   main database only.)
     ///
     /// A few catalog reads: cheap enough for start-up, where a service
     /// should refuse to start on any problem. It does not read the
-    /// columns `set` expressions and guards read, nor whether the
-    /// enforcement DDL is installed.
+    /// columns that `set` expressions and guards read.
     ///
     /// Deadline: [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE), or
     /// `PayoutStatus::MACHINE.verify(&pool).within(d)` ([`Call`]).
@@ -400,6 +538,7 @@ impl<S: StateMachine> Machine<S> {
                     ),
                 ));
             }
+            problems.extend(enforcement::<S, DB>(self, pool).await?);
         }
         let emits = self.transitions().iter().any(|t| t.emit().is_some());
         let mut others: Vec<(&str, &str)> = Vec::new();
@@ -441,6 +580,7 @@ mod tests {
         for (name, sql) in [
             ("VERIFY COLUMNS", &super::COLUMNS),
             ("VERIFY UNIQUE", &super::UNIQUE),
+            ("VERIFY ENFORCEMENT", &super::ENFORCEMENT),
         ] {
             crate::transition::bind::assert_plans_fit(name, sql);
         }

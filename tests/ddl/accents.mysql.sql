@@ -10,6 +10,7 @@ CREATE TRIGGER `labels_status_transitions`
 BEFORE UPDATE ON `labels`
 FOR EACH ROW
 BEGIN
+    -- stateguard fingerprint 61b5795cb5877867
     DECLARE stateguard_message VARCHAR(128);
     IF NOT (CAST(NEW.`status` AS BINARY) <=> CAST(OLD.`status` AS BINARY))
         AND (CASE CAST(OLD.`status` AS BINARY)

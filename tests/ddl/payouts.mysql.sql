@@ -10,6 +10,7 @@ CREATE TRIGGER `payouts_status_transitions`
 BEFORE UPDATE ON `payouts`
 FOR EACH ROW
 BEGIN
+    -- stateguard fingerprint c3462c94cb3cdd93
     DECLARE stateguard_message VARCHAR(128);
     IF NOT (CAST(NEW.`status` AS BINARY) <=> CAST(OLD.`status` AS BINARY))
         AND (CASE CAST(OLD.`status` AS BINARY)

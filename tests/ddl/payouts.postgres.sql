@@ -8,6 +8,7 @@ ALTER TABLE "payouts"
 CREATE FUNCTION "payouts_status_transitions"() RETURNS trigger
 LANGUAGE plpgsql AS $stateguard$
 BEGIN
+    -- stateguard fingerprint c3462c94cb3cdd93
     IF NEW."status" IS DISTINCT FROM OLD."status"
         AND (CASE OLD."status"
             WHEN 'pending' THEN NEW."status" IN ('sending', 'cancelled')

@@ -27,6 +27,7 @@ FOR EACH ROW WHEN NEW."status" IS NOT OLD."status"
         ELSE false
     END) IS NOT TRUE
 BEGIN
+    -- stateguard fingerprint c3462c94cb3cdd93
     SELECT RAISE(ABORT, 'stateguard: illegal transition on payouts: '
         || coalesce(OLD."status", 'NULL') || ' -> ' || coalesce(NEW."status", 'NULL'));
 END;

@@ -10,6 +10,7 @@ CREATE TRIGGER `sg_ddl_qualified`.`payouts_status_transitions`
 BEFORE UPDATE ON `sg_ddl_qualified`.`payouts`
 FOR EACH ROW
 BEGIN
+    -- stateguard fingerprint f850272cb5714267
     DECLARE stateguard_message VARCHAR(128);
     IF NOT (CAST(NEW.`status` AS BINARY) <=> CAST(OLD.`status` AS BINARY))
         AND (CASE CAST(OLD.`status` AS BINARY)

@@ -8,6 +8,7 @@ ALTER TABLE "sg_ddl_qualified"."payouts"
 CREATE FUNCTION "sg_ddl_qualified"."payouts_status_transitions"() RETURNS trigger
 LANGUAGE plpgsql AS $stateguard$
 BEGIN
+    -- stateguard fingerprint f850272cb5714267
     IF NEW."status" IS DISTINCT FROM OLD."status"
         AND (CASE OLD."status"
             WHEN 'pending' THEN NEW."status" IN ('sending', 'cancelled')

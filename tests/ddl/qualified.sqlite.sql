@@ -27,6 +27,7 @@ FOR EACH ROW WHEN NEW."status" IS NOT OLD."status"
         ELSE false
     END) IS NOT TRUE
 BEGIN
+    -- stateguard fingerprint f850272cb5714267
     SELECT RAISE(ABORT, 'stateguard: illegal transition on sg_ddl_qualified.payouts: '
         || coalesce(OLD."status", 'NULL') || ' -> ' || coalesce(NEW."status", 'NULL'));
 END;

@@ -169,6 +169,7 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
     let available = sql_per_dialect(&sg, |d| d.available(model));
     let available_bits = model.available_bits();
     let outbox = &model.outbox;
+    let fingerprint = crate::ddl::fingerprint(model);
     let ddl = ddl_per_dialect(&sg, model);
 
     let transition_defs = model
@@ -419,6 +420,7 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
                         history_read: #history_read,
                         available: #available,
                         outbox: #outbox,
+                        fingerprint: #fingerprint,
                         ddl: #ddl,
                     });
                 &#machine_const

@@ -34,6 +34,7 @@ pub struct MachineParts<S: 'static> {
     pub history_read: Option<Sql>,
     pub available: Sql,
     pub outbox: &'static str,
+    pub fingerprint: &'static str,
     pub ddl: Sql<DdlText>,
 }
 
@@ -55,6 +56,7 @@ pub const fn machine<S: StateMachine>(parts: MachineParts<S>) -> Machine<S> {
         history_read,
         available,
         outbox,
+        fingerprint,
         ddl,
     } = parts;
     let history = match (history, history_read) {
@@ -76,6 +78,7 @@ pub const fn machine<S: StateMachine>(parts: MachineParts<S>) -> Machine<S> {
         history,
         available,
         outbox,
+        fingerprint,
         ddl,
     }
 }

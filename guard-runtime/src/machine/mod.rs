@@ -54,6 +54,9 @@ pub struct Machine<S: 'static> {
     available: Sql,
     /// The table `emit(…)` writes to.
     outbox: &'static str,
+    /// What the enforcement DDL enforces, as its transitions trigger
+    /// carries it.
+    fingerprint: &'static str,
     pub(crate) ddl: Sql<DdlText>,
 }
 
@@ -134,6 +137,15 @@ impl<S: StateMachine> Machine<S> {
     /// messages to: `outbox = "…"`, by default `stateguard_outbox`.
     pub const fn outbox_table(&self) -> &'static str {
         self.outbox
+    }
+
+    /// What the enforcement DDL of this version of the enum enforces, as
+    /// 16 hex digits: the table, the status column, the states and the
+    /// allowed changes. The generated transitions trigger carries it in a
+    /// comment (`-- stateguard fingerprint …`), which
+    /// [`Machine::verify`] reads back.
+    pub const fn enforcement_fingerprint(&self) -> &'static str {
+        self.fingerprint
     }
 
     /// `history = "…"`: the table every move appends a row to.

@@ -55,6 +55,7 @@ impl crate::StateMachine for Lone {
             mysql: NONE,
         }),
         outbox: "stateguard_outbox",
+        fingerprint: "",
         ddl: construct::per_dialect(construct::PerDialect {
             postgres: NO_DDL,
             sqlite: NO_DDL,
