@@ -274,6 +274,33 @@ async fn columns<DB: Backend>(
     Ok(out)
 }
 
+/// What a column the machine uses must hold.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Holds {
+    /// The status: text, or an enum of the state strings.
+    Text,
+    /// The version: an integer.
+    Integer,
+    /// A `since` stamp: a time.
+    Time,
+    /// A key or `set` column: whatever the caller binds.
+    Any,
+}
+
+/// Whether a column of type `type_name` (as the catalog writes it, in
+/// lower case) can hold what `holds` says, on dialect `dialect`. SQLite
+/// stores any value in any column: it passes.
+fn fits(dialect: u8, holds: Holds, type_name: &str, is_enum: bool) -> bool {
+    let t = type_name.to_ascii_lowercase();
+    let any = |words: &[&str]| words.iter().any(|w| t.contains(w));
+    match (dialect, holds) {
+        (1, _) | (_, Holds::Any) => true,
+        (_, Holds::Text) => is_enum || any(&["char", "text"]),
+        (_, Holds::Integer) => any(&["int", "numeric", "decimal"]),
+        (_, Holds::Time) => any(&["timestamp", "datetime"]),
+    }
+}
+
 /// The values of MySQL's `enum('a','b')`, each `''` read as `'`.
 fn mysql_enum(column_type: &str) -> Vec<String> {
     let inner = column_type
@@ -401,7 +428,10 @@ impl<S: StateMachine> Machine<S> {
     /// does not fit the machine, all at once (an empty list when it fits):
     ///
     /// - the table, and every column the machine writes (the status, the
-    ///   key, the version, each `since` stamp and each `set` column), exist;
+    ///   key, the version, each `since` stamp and each `set` column), exist,
+    ///   and the status holds text (or an enum), the version an integer and
+    ///   each `since` a timestamp (SQLite, which stores any value in any
+    ///   column, is not held to types);
     /// - the key's columns are unique together (a primary key or a unique
     ///   index on them, or on some of them): without it one `UPDATE` can
     ///   move several rows, and [`Error::AmbiguousKey`] comes only after
@@ -451,34 +481,61 @@ impl<S: StateMachine> Machine<S> {
             problems.push(SchemaProblem::new(table, None, "the table does not exist"));
         } else {
             let find = |name: &str| present.iter().find(|c| same::<DB>(&c.name, name));
-            // Every column the machine writes, each once.
-            let mut used: Vec<(&str, &str)> = vec![(self.column(), "the status column")];
-            used.extend(self.key_columns().iter().map(|k| (*k, "a key column")));
+            // Every column the machine writes, each once, with what it
+            // must hold.
+            let mut used: Vec<(&str, &str, Holds)> =
+                vec![(self.column(), "the status column", Holds::Text)];
+            used.extend(
+                self.key_columns()
+                    .iter()
+                    .map(|k| (*k, "a key column", Holds::Any)),
+            );
             if let Some(version) = self.version() {
-                used.push((version, "the version column"));
+                used.push((version, "the version column", Holds::Integer));
             }
             for state in self.states() {
                 if let Some(since) = state.since_column() {
-                    used.push((since, "a `since` column"));
+                    used.push((since, "a `since` column", Holds::Time));
                 }
             }
             for transition in self.transitions() {
                 for set in transition.set_columns() {
-                    used.push((set.column(), "a `set` column"));
+                    used.push((set.column(), "a `set` column", Holds::Any));
                 }
             }
             let mut seen: Vec<&str> = Vec::new();
-            for (name, what) in used {
+            for (name, what, holds) in used {
                 if seen.iter().any(|s| same::<DB>(s, name)) {
                     continue;
                 }
                 seen.push(name);
-                if find(name).is_none() {
-                    problems.push(SchemaProblem::new(
+                match find(name) {
+                    None => problems.push(SchemaProblem::new(
                         table,
                         Some(name),
                         format!("{what}, missing from the table"),
-                    ));
+                    )),
+                    Some(column)
+                        if !fits(
+                            dialect::<DB>(),
+                            holds,
+                            &column.type_name,
+                            column.labels.is_some(),
+                        ) =>
+                    {
+                        let wanted = match holds {
+                            Holds::Text => "text or an enum of the state strings",
+                            Holds::Integer => "an integer",
+                            Holds::Time => "a timestamp",
+                            Holds::Any => "a value",
+                        };
+                        problems.push(SchemaProblem::new(
+                            table,
+                            Some(name),
+                            format!("{what} is {}; it must hold {wanted}", column.type_name),
+                        ));
+                    }
+                    Some(_) => {}
                 }
             }
             if let Some(status) = find(self.column()) {
@@ -567,6 +624,33 @@ impl<S: StateMachine> Machine<S> {
 #[cfg(test)]
 mod tests {
     use super::mysql_enum;
+
+    #[test]
+    fn types_that_fit() {
+        use super::{Holds, fits};
+        for (dialect, holds, t) in [
+            (0, Holds::Text, "character varying(32)"),
+            (0, Holds::Text, "text"),
+            (0, Holds::Integer, "bigint"),
+            (0, Holds::Time, "timestamp with time zone"),
+            (2, Holds::Text, "varchar(16)"),
+            (2, Holds::Integer, "bigint(20)"),
+            (2, Holds::Time, "datetime(3)"),
+            (1, Holds::Integer, "TEXT"),
+        ] {
+            assert!(fits(dialect, holds, t, false), "{t}");
+        }
+        for (dialect, holds, t) in [
+            (0, Holds::Text, "bigint"),
+            (0, Holds::Integer, "text"),
+            (0, Holds::Time, "text"),
+            (2, Holds::Integer, "varchar(10)"),
+            (2, Holds::Time, "bigint(20)"),
+        ] {
+            assert!(!fits(dialect, holds, t, false), "{t}");
+        }
+        assert!(fits(0, Holds::Text, "loose_status", true));
+    }
 
     #[test]
     fn mysql_enum_values() {
