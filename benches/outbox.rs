@@ -150,16 +150,7 @@ async fn main() {
         }
         let client = async_nats::connect(&nats).await.unwrap();
         let context = jetstream::new(client);
-        let _ = context.delete_stream(PLACE.name).await;
-        context
-            .create_stream(jetstream::stream::Config {
-                name: PLACE.name.into(),
-                subjects: vec![format!("{}.>", PLACE.name)],
-                duplicate_window: Duration::from_secs(60),
-                ..Default::default()
-            })
-            .await
-            .unwrap();
+        fresh_stream(&context).await;
         println!("PostgreSQL to JetStream: messages per second, median of {ROUNDS} rounds");
         println!(
             "| batch | library relay | by hand, one at a time | ratio (paired) | by hand, \
@@ -220,11 +211,9 @@ async fn main() {
     library_alone(&nats).await;
 }
 
-/// The library's relay alone on SQLite and MariaDB: messages per second
-/// for each batch size, median of the rounds.
-async fn library_alone(nats: &str) {
-    let client = async_nats::connect(nats).await.unwrap();
-    let context = jetstream::new(client);
+/// The bench's stream, made anew: its subjects are the bench's, and a
+/// duplicate window of a minute.
+async fn fresh_stream(context: &jetstream::Context) {
     let _ = context.delete_stream(PLACE.name).await;
     context
         .create_stream(jetstream::stream::Config {
@@ -235,6 +224,14 @@ async fn library_alone(nats: &str) {
         })
         .await
         .unwrap();
+}
+
+/// The library's relay alone on SQLite and MariaDB: messages per second
+/// for each batch size, median of the rounds.
+async fn library_alone(nats: &str) {
+    let client = async_nats::connect(nats).await.unwrap();
+    let context = jetstream::new(client);
+    fresh_stream(&context).await;
     let context = &context;
     support::on_sqlite(4, |pool| async move {
         drain_rounds(

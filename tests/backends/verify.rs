@@ -86,6 +86,16 @@ async fn execute_all<DB: TestBackend>(
     }
 }
 
+/// `Loose`'s problems with its table, the enforcement DDL's left out.
+async fn loose_problems<DB: TestBackend>(db: &Db<DB>) -> Vec<String> {
+    let problems = Loose::verify(&db.pool).await.unwrap();
+    problems
+        .iter()
+        .filter(|p| !p.is_enforcement())
+        .map(ToString::to_string)
+        .collect()
+}
+
 async fn a_schema_that_fits_reports_nothing<DB: TestBackend>(db: Db<DB>)
 where
     for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
@@ -191,7 +201,6 @@ async fn every_problem_is_reported_at_once<DB: TestBackend>(db: Db<DB>) {
     }
 
     // A status too short, and (MySQL, PostgreSQL) values it cannot hold.
-    let mut conn = db.pool.acquire().await.unwrap();
     let narrow = match DB::DIALECT {
         Dialect::Postgres => Some(vec![
             "DROP TABLE loose",
@@ -207,16 +216,8 @@ async fn every_problem_is_reported_at_once<DB: TestBackend>(db: Db<DB>) {
         _ => None,
     };
     if let Some(statements) = narrow {
-        for statement in statements {
-            DB::execute(&mut conn, statement, &[]).await.unwrap();
-        }
-        drop(conn);
-        let problems = Loose::verify(&db.pool).await.unwrap();
-        let text: Vec<String> = problems
-            .iter()
-            .filter(|p| !p.is_enforcement())
-            .map(ToString::to_string)
-            .collect();
+        execute_all(&db, statements).await;
+        let text = loose_problems(&db).await;
         assert_eq!(text.len(), 2, "{text:?}");
         for (problem, state) in text.iter().zip(["sent", "failed"]) {
             let start = format!(
@@ -224,21 +225,13 @@ async fn every_problem_is_reported_at_once<DB: TestBackend>(db: Db<DB>) {
             );
             assert!(problem.starts_with(&start), "{text:?}");
         }
-        let mut conn = db.pool.acquire().await.unwrap();
-        for statement in [
+        let narrower = [
             "DROP TABLE loose",
             "CREATE TABLE loose (id BIGINT PRIMARY KEY, status VARCHAR(4) NOT NULL, version \
              BIGINT NOT NULL DEFAULT 0, sending_since TIMESTAMP NULL)",
-        ] {
-            DB::execute(&mut conn, statement, &[]).await.unwrap();
-        }
-        drop(conn);
-        let problems = Loose::verify(&db.pool).await.unwrap();
-        let text: Vec<String> = problems
-            .iter()
-            .filter(|p| !p.is_enforcement())
-            .map(ToString::to_string)
-            .collect();
+        ];
+        execute_all(&db, narrower).await;
+        let text = loose_problems(&db).await;
         assert_eq!(
             text,
             [
@@ -258,21 +251,13 @@ async fn every_problem_is_reported_at_once<DB: TestBackend>(db: Db<DB>) {
 
     // Columns of the wrong kind (SQLite stores anything anywhere).
     if DB::DIALECT != Dialect::Sqlite {
-        let mut conn = db.pool.acquire().await.unwrap();
-        for statement in [
+        let wrong_kinds = [
             "DROP TABLE loose",
             "CREATE TABLE loose (id BIGINT PRIMARY KEY, status BIGINT NOT NULL, version \
              VARCHAR(10) NOT NULL, sending_since BIGINT)",
-        ] {
-            DB::execute(&mut conn, statement, &[]).await.unwrap();
-        }
-        drop(conn);
-        let problems = Loose::verify(&db.pool).await.unwrap();
-        let text: Vec<String> = problems
-            .iter()
-            .filter(|p| !p.is_enforcement())
-            .map(ToString::to_string)
-            .collect();
+        ];
+        execute_all(&db, wrong_kinds).await;
+        let text = loose_problems(&db).await;
         assert_eq!(text.len(), 3, "{text:?}");
         assert!(
             text[0].starts_with("loose.status: the status column is bigint"),
