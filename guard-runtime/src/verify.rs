@@ -423,6 +423,105 @@ async fn enforcement<S: StateMachine, DB: Backend>(
     Ok(problems)
 }
 
+/// Every statement of `machine`, named: what [`prepared`] plans.
+fn statements<S: StateMachine>(machine: &'static Machine<S>) -> Vec<(String, &'static Sql)> {
+    let mut out: Vec<(String, &'static Sql)> = vec![
+        ("the read of a row".to_owned(), machine.select_sql()),
+        ("`available`".to_owned(), machine.available_sql()),
+    ];
+    if let Some(history) = machine.history_sql() {
+        out.push(("the history read".to_owned(), history));
+    }
+    for t in machine.transitions() {
+        let name = |what: &str| format!("`{}`'s {what}", t.name());
+        out.push((name("compare-and-set"), t.update_sql()));
+        if let Some(sql) = t.update_expecting_sql() {
+            out.push((name("compare-and-set with `expecting`"), sql));
+        }
+        out.push((name("read-back"), t.read_back_sql()));
+        if let Some([plain, locking]) = t.select_guarded_sql() {
+            out.push((name("guard read"), plain));
+            out.push((name("guard read in a transaction"), locking));
+        }
+        out.push((name("claim"), t.claim_sql()));
+        if let Some(sql) = t.claim_older_sql() {
+            out.push((name("claim by age"), sql));
+        }
+        if let Some([plain, expecting]) = t.history_insert_sql() {
+            out.push((name("history insert"), plain));
+            out.push((name("history insert with `expecting`"), expecting));
+        }
+        if let Some([plain, expecting]) = t.outbox_insert_sql() {
+            out.push((name("outbox insert"), plain));
+            out.push((name("outbox insert with `expecting`"), expecting));
+        }
+        let many = t.apply_many_sql();
+        out.push((name("batch update"), many.update()));
+        out.push((name("batch read"), many.read()));
+        out.push((name("batch lease read"), many.lease_read()));
+        out.push((name("batch history insert"), many.history_insert()));
+        out.push((name("batch outbox insert"), many.outbox_insert()));
+    }
+    for state in machine.states() {
+        let Some(f) = state.in_flight() else {
+            continue;
+        };
+        let name = |what: &str| format!("in-flight `{}`'s {what}", state.value().as_str());
+        out.push((name("expired read"), f.expired_sql()));
+        out.push((name("claim"), f.claim_sql()));
+        out.push((name("takeover"), f.take_over_sql()));
+        out.push((name("renewal"), f.renew_sql()));
+        out.push((name("lease read"), f.lease_read_sql()));
+        out.push((name("follow-up read"), f.follow_up_read_sql()));
+        out.push((name("`done`"), f.done_sql()));
+        if let Some(sql) = f.failed_sql() {
+            out.push((name("`failed`"), sql));
+        }
+        let [done, failed] = f.follow_up_history_insert_sql();
+        out.push((name("`done` history insert"), done));
+        out.push((name("`failed` history insert"), failed));
+        let [done, failed] = f.follow_up_outbox_insert_sql();
+        out.push((name("`done` outbox insert"), done));
+        out.push((name("`failed` outbox insert"), failed));
+    }
+    out
+}
+
+/// Each statement of `machine` prepared (planned, not run) on one
+/// connection: what the catalog reads cannot see, such as a column that a
+/// `set` expression or a guard reads, fails here. PostgreSQL's batch
+/// statements, whose key arrays take their type from the call, are left
+/// out; their `set` and guard fragments are the compare-and-set's.
+async fn prepared<S: StateMachine, DB: Backend>(
+    machine: &'static Machine<S>,
+    pool: &sqlx::Pool<DB>,
+) -> Result<Vec<SchemaProblem>, sqlx::Error> {
+    let mut conn = pool.acquire().await?;
+    let mut problems = Vec::new();
+    for (name, sql) in statements(machine) {
+        let statement = DB::choose(sql);
+        let batch = statement
+            .binds()
+            .iter()
+            .any(|b| matches!(b, crate::dialect::Bind::Keys(_)));
+        if statement.is_empty() || (batch && dialect::<DB>() == 0) {
+            continue;
+        }
+        if let Err(error) = DB::prepare_on(&mut conn, statement.text()).await {
+            let error = match &error {
+                sqlx::Error::Database(e) => e.message().to_owned(),
+                other => other.to_string(),
+            };
+            problems.push(SchemaProblem::new(
+                machine.table(),
+                None,
+                format!("{name} does not prepare against the schema: {error}"),
+            ));
+        }
+    }
+    Ok(problems)
+}
+
 impl<S: StateMachine> Machine<S> {
     /// Reads the schema of the machine's tables and reports every way it
     /// does not fit the machine, all at once (an empty list when it fits):
@@ -449,9 +548,16 @@ impl<S: StateMachine> Machine<S> {
     ///   does without the DDL to leave out. (SQLite: for a table in the
     ///   main database only.)
     ///
-    /// A few catalog reads: cheap enough for start-up, where a service
-    /// should refuse to start on any problem. It does not read the
-    /// columns that `set` expressions and guards read.
+    /// Once those fit, every statement of the machine is prepared
+    /// (planned, not run) on one connection, which finds what the catalog
+    /// reads do not: a column that a `set` expression or a guard reads, a
+    /// history or outbox table whose columns are not the generated ones.
+    /// (PostgreSQL's batch statements, whose key arrays take their type
+    /// from the call, are left out; their fragments are the
+    /// compare-and-set's.)
+    ///
+    /// A few catalog reads and one prepare per statement: cheap enough for
+    /// start-up, where a service should refuse to start on any problem.
     ///
     /// Deadline: [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE), or
     /// `PayoutStatus::MACHINE.verify(&pool).within(d)` ([`Call`]).
@@ -598,6 +704,7 @@ impl<S: StateMachine> Machine<S> {
             problems.extend(enforcement::<S, DB>(self, pool).await?);
         }
         let emits = self.transitions().iter().any(|t| t.emit().is_some());
+        let tables_fit = problems.iter().all(SchemaProblem::is_enforcement);
         let mut others: Vec<(&str, &str)> = Vec::new();
         if let Some(history) = self.history_table() {
             others.push((history, "the history table"));
@@ -608,14 +715,21 @@ impl<S: StateMachine> Machine<S> {
                 "the outbox table, which `emit` writes to,",
             ));
         }
+        let mut others_exist = true;
         for (other, what) in others {
             if columns::<DB>(pool, other).await?.is_empty() {
+                others_exist = false;
                 problems.push(SchemaProblem::new(
                     other,
                     None,
                     format!("{what} does not exist"),
                 ));
             }
+        }
+        // Once the tables fit as far as the catalog tells, each statement
+        // must plan (before, every one would fail for the same reason).
+        if tables_fit && others_exist {
+            problems.extend(prepared::<S, DB>(self, pool).await?);
         }
         Ok(problems)
     }

@@ -47,6 +47,18 @@ enum Loose {
     Failed,
 }
 
+/// A guard and a `set` expression that read columns the table lacks.
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(table = "readers", column = "status", key = "id", version = "version")]
+enum Reads {
+    #[state(initial)]
+    #[transition(approve -> Approved, guard = "risk < 50")]
+    #[transition(bump -> Bumped, set(tries = "tries + attempts"))]
+    Open,
+    Approved,
+    Bumped,
+}
+
 /// A machine whose table was never made.
 #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
 #[state_machine(table = "nowhere", column = "status", key = "id")]
@@ -60,6 +72,7 @@ enum Nowhere {
 backend_tests! {
     "verify_fits" => a_schema_that_fits_reports_nothing,
     "verify_problems" => every_problem_is_reported_at_once,
+    "verify_reads" => what_set_and_guards_read_is_prepared,
 }
 
 fn described(problems: &[SchemaProblem]) -> Vec<String> {
@@ -282,4 +295,55 @@ async fn every_problem_is_reported_at_once<DB: TestBackend>(db: Db<DB>) {
     // No table at all: that one problem.
     let text = described(&Nowhere::verify(&db.pool).await.unwrap());
     assert_eq!(text, ["nowhere: the table does not exist"]);
+}
+
+/// A column that only a guard or a `set` expression reads is no column the
+/// machine writes: the catalog reads pass it, and preparing the
+/// statements finds it missing.
+async fn what_set_and_guards_read_is_prepared<DB: TestBackend>(db: Db<DB>) {
+    let with = |extra: &'static str| -> [&'static str; 2] {
+        [
+            "DROP TABLE IF EXISTS readers",
+            match extra {
+                "" => {
+                    "CREATE TABLE readers (id BIGINT PRIMARY KEY, status VARCHAR(16) NOT NULL, \
+                       version BIGINT NOT NULL DEFAULT 0, tries BIGINT NOT NULL DEFAULT 0)"
+                }
+                _ => {
+                    "CREATE TABLE readers (id BIGINT PRIMARY KEY, status VARCHAR(16) NOT NULL, \
+                      version BIGINT NOT NULL DEFAULT 0, tries BIGINT NOT NULL DEFAULT 0, risk \
+                      BIGINT, attempts BIGINT)"
+                }
+            },
+        ]
+    };
+    execute_all(&db, with("")).await;
+    let problems = Reads::verify(&db.pool).await.unwrap();
+    let text: Vec<String> = problems
+        .iter()
+        .filter(|p| !p.is_enforcement())
+        .map(ToString::to_string)
+        .collect();
+    assert!(
+        text.iter()
+            .any(|p| p.starts_with("readers: `approve`'s compare-and-set does not prepare")),
+        "{text:?}"
+    );
+    assert!(
+        text.iter()
+            .any(|p| p.starts_with("readers: `bump`'s compare-and-set does not prepare")),
+        "{text:?}"
+    );
+    assert!(
+        text.iter().all(|p| p.contains("does not prepare")),
+        "{text:?}"
+    );
+    // With the columns, every statement plans.
+    execute_all(&db, with("risk, attempts")).await;
+    let problems = Reads::verify(&db.pool).await.unwrap();
+    assert!(
+        problems.iter().all(SchemaProblem::is_enforcement),
+        "{:?}",
+        described(&problems)
+    );
 }

@@ -37,6 +37,13 @@ pub struct WithHistory<DB: sqlx::Database> {
 /// connection type); the executors are generic over the backend on
 /// top of it.
 pub trait OnConnection: Driver {
+    /// Prepares `sql` on `conn` without running it: whether the database
+    /// can plan it against the schema it has.
+    fn prepare_on<'c>(
+        conn: &'c mut Self::Connection,
+        sql: &'static str,
+    ) -> BoxFuture<'c, Result<(), sqlx::Error>>;
+
     fn execute_on<'c>(
         conn: &'c mut Self::Connection,
         sql: &'static str,

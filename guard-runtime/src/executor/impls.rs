@@ -74,6 +74,17 @@ macro_rules! on_connection {
     ($feature:literal, $db:ty, $conn:ty) => {
         #[cfg(feature = $feature)]
         impl OnConnection for $db {
+            fn prepare_on<'c>(
+                conn: &'c mut $conn,
+                sql: &'static str,
+            ) -> BoxFuture<'c, Result<(), sqlx::Error>> {
+                Box::pin(async move {
+                    sqlx::Executor::prepare(conn, sqlx::SqlSafeStr::into_sql_str(sql))
+                        .await
+                        .map(drop)
+                })
+            }
+
             fn execute_on<'c>(
                 conn: &'c mut $conn,
                 sql: &'static str,
