@@ -6,6 +6,7 @@
 use core::fmt;
 
 use crate::StateMachine;
+use crate::ddl::Dialect;
 use crate::deadline::call::{Call, Sent, bounded};
 use crate::dialect::{Backend, Sql, Statement};
 use crate::error::Error;
@@ -192,12 +193,12 @@ static ENFORCEMENT: Sql<Statement<Field>> = Sql {
 /// after.
 const STAMP: &str = "stateguard fingerprint ";
 
-/// Which dialect `DB` speaks: 0 PostgreSQL, 1 SQLite, 2 MySQL.
-fn dialect<DB: Backend>() -> u8 {
+/// Which dialect `DB` speaks.
+fn dialect<DB: Backend>() -> Dialect {
     DB::choose(&Sql {
-        postgres: 0,
-        sqlite: 1,
-        mysql: 2,
+        postgres: Dialect::Postgres,
+        sqlite: Dialect::Sqlite,
+        mysql: Dialect::MySql,
     })
 }
 
@@ -209,7 +210,7 @@ fn place<DB: Backend>(table: &str) -> (String, String) {
         None => (None, table),
     };
     match dialect::<DB>() {
-        0 => (
+        Dialect::Postgres => (
             table
                 .split('.')
                 .map(|part| format!("\"{part}\""))
@@ -217,7 +218,7 @@ fn place<DB: Backend>(table: &str) -> (String, String) {
                 .join("."),
             String::new(),
         ),
-        1 => (bare.to_owned(), schema.unwrap_or("main").to_owned()),
+        Dialect::Sqlite => (bare.to_owned(), schema.unwrap_or("main").to_owned()),
         _ => (bare.to_owned(), schema.unwrap_or("").to_owned()),
     }
 }
@@ -226,7 +227,7 @@ fn place<DB: Backend>(table: &str) -> (String, String) {
 /// whose quoted names keep their case, without regard to case elsewhere.
 fn same<DB: Backend>(a: &str, b: &str) -> bool {
     match dialect::<DB>() {
-        0 => a == b,
+        Dialect::Postgres => a == b,
         _ => a.eq_ignore_ascii_case(b),
     }
 }
@@ -258,7 +259,7 @@ async fn columns<DB: Backend>(
     for row in rows::<DB>(pool, &COLUMNS, table).await? {
         let labels = match DB::text_opt(&row, at + 3)? {
             None => None,
-            Some(text) if dialect::<DB>() == 2 => Some(mysql_enum(&text)),
+            Some(text) if dialect::<DB>() == Dialect::MySql => Some(mysql_enum(&text)),
             Some(json) => Some(serde_json::from_str(&json).map_err(|e| {
                 sqlx::Error::Protocol(format!("enum values {json:?} are not a JSON array: {e}"))
             })?),
@@ -290,11 +291,11 @@ enum Holds {
 /// Whether a column of type `type_name` (as the catalog writes it, in
 /// lower case) can hold what `holds` says, on dialect `dialect`. SQLite
 /// stores any value in any column: it passes.
-fn fits(dialect: u8, holds: Holds, type_name: &str, is_enum: bool) -> bool {
+fn fits(dialect: Dialect, holds: Holds, type_name: &str, is_enum: bool) -> bool {
     let t = type_name.to_ascii_lowercase();
     let any = |words: &[&str]| words.iter().any(|w| t.contains(w));
     match (dialect, holds) {
-        (1, _) | (_, Holds::Any) => true,
+        (Dialect::Sqlite, _) | (_, Holds::Any) => true,
         (_, Holds::Text) => is_enum || any(&["char", "text"]),
         (_, Holds::Integer) => any(&["int", "numeric", "decimal"]),
         (_, Holds::Time) => any(&["timestamp", "datetime"]),
@@ -356,7 +357,7 @@ async fn enforcement<S: StateMachine, DB: Backend>(
     let table = machine.table();
     // SQLite's catalog of an attached database is that database's own
     // `sqlite_master`, which no bound value can name.
-    if dialect::<DB>() == 1 && table.contains('.') {
+    if dialect::<DB>() == Dialect::Sqlite && table.contains('.') {
         return Ok(Vec::new());
     }
     let at = DB::choose(&ENFORCEMENT).after_tag();
@@ -406,7 +407,7 @@ async fn enforcement<S: StateMachine, DB: Backend>(
     let states_checked = match dialect::<DB>() {
         // The states' triggers (`… NOT IN (…)`), or the table's own CHECK;
         // not the transitions trigger, which names states too.
-        1 => triggers
+        Dialect::Sqlite => triggers
             .iter()
             .filter(|body| body.contains("NOT IN"))
             .chain(&checks)
@@ -504,7 +505,7 @@ async fn prepared<S: StateMachine, DB: Backend>(
             .binds()
             .iter()
             .any(|b| matches!(b, crate::dialect::Bind::Keys(_)));
-        if statement.is_empty() || (batch && dialect::<DB>() == 0) {
+        if statement.is_empty() || (batch && dialect::<DB>() == Dialect::Postgres) {
             continue;
         }
         if let Err(error) = DB::prepare_on(&mut conn, statement.text()).await {
@@ -741,29 +742,31 @@ mod tests {
 
     #[test]
     fn types_that_fit() {
-        use super::{Holds, fits};
+        use super::{Dialect, Holds, fits};
+        const PG: Dialect = Dialect::Postgres;
+        const MY: Dialect = Dialect::MySql;
         for (dialect, holds, t) in [
-            (0, Holds::Text, "character varying(32)"),
-            (0, Holds::Text, "text"),
-            (0, Holds::Integer, "bigint"),
-            (0, Holds::Time, "timestamp with time zone"),
-            (2, Holds::Text, "varchar(16)"),
-            (2, Holds::Integer, "bigint(20)"),
-            (2, Holds::Time, "datetime(3)"),
-            (1, Holds::Integer, "TEXT"),
+            (PG, Holds::Text, "character varying(32)"),
+            (PG, Holds::Text, "text"),
+            (PG, Holds::Integer, "bigint"),
+            (PG, Holds::Time, "timestamp with time zone"),
+            (MY, Holds::Text, "varchar(16)"),
+            (MY, Holds::Integer, "bigint(20)"),
+            (MY, Holds::Time, "datetime(3)"),
+            (Dialect::Sqlite, Holds::Integer, "TEXT"),
         ] {
             assert!(fits(dialect, holds, t, false), "{t}");
         }
         for (dialect, holds, t) in [
-            (0, Holds::Text, "bigint"),
-            (0, Holds::Integer, "text"),
-            (0, Holds::Time, "text"),
-            (2, Holds::Integer, "varchar(10)"),
-            (2, Holds::Time, "bigint(20)"),
+            (PG, Holds::Text, "bigint"),
+            (PG, Holds::Integer, "text"),
+            (PG, Holds::Time, "text"),
+            (MY, Holds::Integer, "varchar(10)"),
+            (MY, Holds::Time, "bigint(20)"),
         ] {
             assert!(!fits(dialect, holds, t, false), "{t}");
         }
-        assert!(fits(0, Holds::Text, "loose_status", true));
+        assert!(fits(PG, Holds::Text, "loose_status", true));
     }
 
     #[test]

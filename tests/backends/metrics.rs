@@ -109,39 +109,45 @@ impl Recorder for Seen {
     }
 }
 
+/// Runs `work` to its end on a runtime of its own, with `seen` as the
+/// metrics recorder.
+fn recorded(seen: &Seen, work: impl std::future::Future<Output = ()>) {
+    metrics::with_local_recorder(seen, || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(work)
+    });
+}
+
 #[test]
 fn outcomes_attempts_and_recovery_are_counted() {
     let seen = Seen::default();
-    metrics::with_local_recorder(&seen, || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async {
-            let Some(db) = open!(Sqlite, "metrics") else {
-                return;
-            };
-            db.transfers(4).await;
-            for id in [1_i64, 1, 2] {
-                let _ = TransferStatus::start().apply(&db.pool, id).await.unwrap();
-            }
-            let claimed = TransferStatus::start()
-                .claim::<_, i64>(&db.pool, 10)
-                .await
-                .unwrap();
-            assert_eq!(claimed.len(), 2);
-            drop(claimed);
-            db.backdate_leases().await;
-            let report = stateguard::recover(
-                &db.pool,
-                TransferStatus::Sending,
-                10,
-                |_: stateguard::Effect<_, i64>| async { stateguard::Verdict::Done },
-            )
+    recorded(&seen, async {
+        let Some(db) = open!(Sqlite, "metrics") else {
+            return;
+        };
+        db.transfers(4).await;
+        for id in [1_i64, 1, 2] {
+            let _ = TransferStatus::start().apply(&db.pool, id).await.unwrap();
+        }
+        let claimed = TransferStatus::start()
+            .claim::<_, i64>(&db.pool, 10)
             .await
             .unwrap();
-            assert_eq!(report.done, 4);
-        });
+        assert_eq!(claimed.len(), 2);
+        drop(claimed);
+        db.backdate_leases().await;
+        let report = stateguard::recover(
+            &db.pool,
+            TransferStatus::Sending,
+            10,
+            |_: stateguard::Effect<_, i64>| async { stateguard::Verdict::Done },
+        )
+        .await
+        .unwrap();
+        assert_eq!(report.done, 4);
     });
     // Labels sorted by name.
     let outcome = |outcome: &str| {
@@ -174,27 +180,21 @@ fn outcomes_attempts_and_recovery_are_counted() {
 #[test]
 fn a_batch_counts_each_key_by_its_outcome() {
     let seen = Seen::default();
-    metrics::with_local_recorder(&seen, || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
+    recorded(&seen, async {
+        let Some(db) = open!(Sqlite, "metrics_many") else {
+            return;
+        };
+        db.transfers(3).await;
+        let _ = TransferStatus::start()
+            .apply(&db.pool, 3_i64)
+            .await
             .unwrap();
-        runtime.block_on(async {
-            let Some(db) = open!(Sqlite, "metrics_many") else {
-                return;
-            };
-            db.transfers(3).await;
-            let _ = TransferStatus::start()
-                .apply(&db.pool, 3_i64)
-                .await
-                .unwrap();
-            // 1 and 2 move, the second 2 and the 3 already did, 99 is no row.
-            let outcomes = TransferStatus::start()
-                .apply_many(&db.pool, &[1_i64, 2, 2, 3, 99])
-                .await
-                .unwrap();
-            assert_eq!(outcomes.len(), 5);
-        });
+        // 1 and 2 move, the second 2 and the 3 already did, 99 is no row.
+        let outcomes = TransferStatus::start()
+            .apply_many(&db.pool, &[1_i64, 2, 2, 3, 99])
+            .await
+            .unwrap();
+        assert_eq!(outcomes.len(), 5);
     });
     let outcome = |outcome: &str| {
         seen.get(&format!(
@@ -227,36 +227,30 @@ impl stateguard::outbox::Publisher for Mixed {
 #[test]
 fn a_relay_pass_counts_each_message_by_its_result() {
     let seen = Seen::default();
-    metrics::with_local_recorder(&seen, || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async {
-            let Some(db) = open!(Sqlite, "metrics_relay") else {
-                return;
+    recorded(&seen, async {
+        let Some(db) = open!(Sqlite, "metrics_relay") else {
+            return;
+        };
+        for statement in stateguard::outbox::ddl(stateguard::ddl::Dialect::Sqlite) {
+            sqlx::raw_sql(*statement).execute(&db.pool).await.unwrap();
+        }
+        let mut tx = stateguard::Tx::begin(&db.pool).await.unwrap();
+        for (key, id) in [("a", "a:1"), ("b", "b:1"), ("c", "c:1")] {
+            let message = stateguard::outbox::Message {
+                id,
+                topic: "payout.sent",
+                payload: b"{}",
             };
-            for statement in stateguard::outbox::ddl(stateguard::ddl::Dialect::Sqlite) {
-                sqlx::raw_sql(*statement).execute(&db.pool).await.unwrap();
-            }
-            let mut tx = stateguard::Tx::begin(&db.pool).await.unwrap();
-            for (key, id) in [("a", "a:1"), ("b", "b:1"), ("c", "c:1")] {
-                let message = stateguard::outbox::Message {
-                    id,
-                    topic: "payout.sent",
-                    payload: b"{}",
-                };
-                stateguard::outbox::enqueue(&mut tx, key, message)
-                    .await
-                    .unwrap();
-            }
-            tx.commit(()).await.unwrap();
-            let pass = stateguard::outbox::Relay::new(Mixed)
-                .pass(&db.pool)
+            stateguard::outbox::enqueue(&mut tx, key, message)
                 .await
                 .unwrap();
-            assert_eq!((pass.published(), pass.retried()), (2, 1), "{pass:?}");
-        });
+        }
+        tx.commit(()).await.unwrap();
+        let pass = stateguard::outbox::Relay::new(Mixed)
+            .pass(&db.pool)
+            .await
+            .unwrap();
+        assert_eq!((pass.published(), pass.retried()), (2, 1), "{pass:?}");
     });
     let result = |result: &str| {
         seen.get(&format!(

@@ -193,6 +193,28 @@ pub(super) fn check_transitions<'a>(
             };
             let first = firsts[i];
             let known = &mut out[i];
+            // What one declaration says of the statement that another does not.
+            let mismatch = if known.set != set {
+                Some((
+                    attr.name.to_token_stream(),
+                    "sets other columns",
+                    "set(...)",
+                ))
+            } else if known.guard != guard {
+                let at = match &attr.guard {
+                    Some(guard) => guard.condition.to_token_stream(),
+                    None => attr.name.to_token_stream(),
+                };
+                Some((at, "has another guard", "guard"))
+            } else if known.emit != emit {
+                let at = match &attr.emit {
+                    Some(emit) => emit.token.to_token_stream(),
+                    None => attr.name.to_token_stream(),
+                };
+                Some((at, "emits another message", "emit"))
+            } else {
+                None
+            };
             if known.target != target {
                 ok = false;
                 cx.duplicate(
@@ -216,48 +238,15 @@ pub(super) fn check_transitions<'a>(
                     &first.name,
                     "first declared here",
                 );
-            } else if known.set != set {
+            } else if let Some((at, differs, option)) = mismatch {
+                // One name is one statement: each declaration must say the
+                // same of what the statement writes, checks and emits.
                 ok = false;
-                cx.duplicate(
-                    &attr.name,
-                    format!(
-                        "transition `{}` sets other columns here than where it is first \
-                         declared; it is one statement, so give every declaration the same \
-                         `set(...)`",
-                        attr.name
-                    ),
-                    &first.name,
-                    "first declared here",
-                );
-            } else if known.guard != guard {
-                ok = false;
-                let at = match &attr.guard {
-                    Some(guard) => guard.condition.to_token_stream(),
-                    None => attr.name.to_token_stream(),
-                };
                 cx.duplicate(
                     at,
                     format!(
-                        "transition `{}` has another guard here than where it is first \
-                         declared; it is one statement, so give every declaration the same \
-                         `guard`",
-                        attr.name
-                    ),
-                    &first.name,
-                    "first declared here",
-                );
-            } else if known.emit != emit {
-                ok = false;
-                let at = match &attr.emit {
-                    Some(emit) => emit.token.to_token_stream(),
-                    None => attr.name.to_token_stream(),
-                };
-                cx.duplicate(
-                    at,
-                    format!(
-                        "transition `{}` emits another message here than where it is first \
-                         declared; it is one statement, so give every declaration the same \
-                         `emit`",
+                        "transition `{}` {differs} here than where it is first declared; it \
+                         is one statement, so give every declaration the same `{option}`",
                         attr.name
                     ),
                     &first.name,

@@ -172,7 +172,7 @@ where
                 })
                 .collect::<Result<Vec<_>, Error>>()?;
             executor
-                .with_history(inserts, update.text(), args, true, None)
+                .with_inserts(inserts, update.text(), args, true, None)
                 .await
                 .and_then(|moved| {
                     prove_all::<DB, _>(update, &moved.rows)?;

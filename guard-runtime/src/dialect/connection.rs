@@ -17,14 +17,14 @@ pub(crate) type ExecutedThenFetched<DB> = (
 /// [`Driver::id_lost`](crate::dialect::sealed::Driver::id_lost)).
 pub(crate) type When<DB> = fn(&<DB as sqlx::Database>::QueryResult) -> bool;
 
-/// The inserts `Run::with_history` runs before the move, each with its
+/// The inserts `Run::with_inserts` runs before the move, each with its
 /// values: the history row's, the outbox row's, or both.
 pub(crate) type Inserts<DB> = Vec<(&'static str, <DB as super::sealed::Driver>::Args)>;
 
-/// What `Run::with_history` did: the rows the update changed (as many as the
-/// history rows written), its rows when asked for, the follow-up read's
+/// What `Run::with_inserts` did: the rows the update changed (as many as
+/// each insert wrote), its rows when asked for, the follow-up read's
 /// row, and the update's `LAST_INSERT_ID` on MySQL.
-pub struct WithHistory<DB: sqlx::Database> {
+pub struct WithInserts<DB: sqlx::Database> {
     pub(crate) updated: u64,
     pub(crate) rows: Vec<DB::Row>,
     pub(crate) then: Option<DB::Row>,
@@ -72,15 +72,15 @@ pub trait OnConnection: Driver {
         when: When<Self>,
     ) -> BoxFuture<'c, Result<ExecutedThenFetched<Self>, sqlx::Error>>;
 
-    /// As the executors' `Run::with_history`, on `conn`: a transaction of its own,
+    /// As the executors' `Run::with_inserts`, on `conn`: a transaction of its own,
     /// or a savepoint inside the one `conn` is in.
     #[allow(clippy::too_many_arguments)]
-    fn with_history_on<'c>(
+    fn with_inserts_on<'c>(
         conn: &'c mut Self::Connection,
         inserts: Inserts<Self>,
         update: &'static str,
         args: Self::Args,
         rows: bool,
         then: Option<(&'static str, Self::Args)>,
-    ) -> BoxFuture<'c, Result<WithHistory<Self>, sqlx::Error>>;
+    ) -> BoxFuture<'c, Result<WithInserts<Self>, sqlx::Error>>;
 }

@@ -131,7 +131,7 @@ where
                     .map(|insert| Ok((insert.text(), arguments(*insert)?)))
                     .collect::<Result<Vec<_>, Error>>()?;
                 executor
-                    .with_history(inserts, update.text(), args, false, None)
+                    .with_inserts(inserts, update.text(), args, false, None)
                     .await
                     .map(|moved| moved.updated)
             }

@@ -13,14 +13,14 @@ use sqlx::{Connection, Pool};
 use crate::executor::tx::{Savepoint, Tx};
 
 use super::{Runner, sealed};
-use crate::dialect::connection::{ExecutedThenFetched, Inserts, OnConnection, When, WithHistory};
+use crate::dialect::connection::{ExecutedThenFetched, Inserts, OnConnection, When, WithInserts};
 use crate::dialect::sealed::Driver;
 use crate::dialect::{Backend, BoxFuture};
 use crate::outcome::{Committed, Uncommitted};
 
-/// The body of `Run::with_history` on a connection `$conn` (a `&mut` connection,
+/// The body of `Run::with_inserts` on a connection `$conn` (a `&mut` connection,
 /// possibly inside a transaction, where `begin` makes a savepoint).
-macro_rules! history_then_move {
+macro_rules! inserts_then_move {
     ($db:ty, $conn:expr, $inserts:expr, $update:expr, $args:expr, $rows:expr, $then:expr) => {{
         let mut tx = sqlx::Connection::begin($conn).await?;
         let mut inserted = Vec::new();
@@ -60,7 +60,7 @@ macro_rules! history_then_move {
             )));
         }
         tx.commit().await?;
-        Ok(WithHistory {
+        Ok(WithInserts {
             updated,
             rows,
             then,
@@ -134,16 +134,16 @@ macro_rules! on_connection {
                 })
             }
 
-            fn with_history_on<'c>(
+            fn with_inserts_on<'c>(
                 conn: &'c mut $conn,
                 inserts: Inserts<$db>,
                 update: &'static str,
                 args: <$db as Driver>::Args,
                 rows: bool,
                 then: Option<(&'static str, <$db as Driver>::Args)>,
-            ) -> BoxFuture<'c, Result<WithHistory<$db>, sqlx::Error>> {
+            ) -> BoxFuture<'c, Result<WithInserts<$db>, sqlx::Error>> {
                 Box::pin(async move {
-                    history_then_move!($db, &mut *conn, inserts, update, args, rows, then)
+                    inserts_then_move!($db, &mut *conn, inserts, update, args, rows, then)
                 })
             }
         }
@@ -214,16 +214,16 @@ macro_rules! forwarded {
             )
         }
 
-        fn with_history(
+        fn with_inserts(
             &mut self,
             inserts: Inserts<Self::Database>,
             update: &'static str,
             args: <Self::Database as Driver>::Args,
             rows: bool,
             then: Option<(&'static str, <Self::Database as Driver>::Args)>,
-        ) -> BoxFuture<'_, Result<WithHistory<Self::Database>, sqlx::Error>> {
+        ) -> BoxFuture<'_, Result<WithInserts<Self::Database>, sqlx::Error>> {
             let $this = self;
-            <Self::Database as OnConnection>::with_history_on(
+            <Self::Database as OnConnection>::with_inserts_on(
                 $conn, inserts, update, args, rows, then,
             )
         }
@@ -304,27 +304,27 @@ impl<DB: Backend> sealed::Run for &Pool<DB> {
         })
     }
 
-    fn with_history(
+    fn with_inserts(
         &mut self,
         inserts: Inserts<DB>,
         update: &'static str,
         args: DB::Args,
         rows: bool,
         then: Option<(&'static str, DB::Args)>,
-    ) -> BoxFuture<'_, Result<WithHistory<DB>, sqlx::Error>> {
+    ) -> BoxFuture<'_, Result<WithInserts<DB>, sqlx::Error>> {
         // On a server the transaction runs in a task of its own
         // (`task`): a caller that stops waiting cannot leave it
         // half-begun. SQLite's worker needs none (as `Tx::begin`).
         let pool = (*self).clone();
         let moved = async move {
             let mut conn = pool.acquire().await?;
-            let moved = DB::with_history_on(&mut conn, inserts, update, args, rows, then).await;
+            let moved = DB::with_inserts_on(&mut conn, inserts, update, args, rows, then).await;
             closed_if_read_only(&mut conn, moved)
         };
         match DB::EMBEDDED {
             true => Box::pin(moved),
             false => Box::pin(crate::executor::task::run_to_completion(
-                "a move and its history",
+                "a move and its history or outbox rows",
                 moved,
             )),
         }
@@ -418,16 +418,16 @@ macro_rules! in_transaction {
             })
         }
 
-        fn with_history(
+        fn with_inserts(
             &mut self,
             inserts: Inserts<DB>,
             update: &'static str,
             args: DB::Args,
             rows: bool,
             then: Option<(&'static str, DB::Args)>,
-        ) -> BoxFuture<'_, Result<WithHistory<DB>, sqlx::Error>> {
+        ) -> BoxFuture<'_, Result<WithInserts<DB>, sqlx::Error>> {
             guarded::<DB, _>(self.parts(), move |conn| {
-                DB::with_history_on(conn, inserts, update, args, rows, then)
+                DB::with_inserts_on(conn, inserts, update, args, rows, then)
             })
         }
 

@@ -20,7 +20,7 @@ pub(crate) mod tx;
 #[allow(unused_imports)]
 use crate::executor::tx::{Savepoint, Tx};
 
-pub(crate) use crate::dialect::connection::{ExecutedThenFetched, Inserts, When, WithHistory};
+pub(crate) use crate::dialect::connection::{ExecutedThenFetched, Inserts, When, WithInserts};
 
 /// Something a transition can run on: `&Pool<DB>`, a pooled connection
 /// (`&mut conn` after `let mut conn = pool.acquire().await?`), a
@@ -136,7 +136,7 @@ pub trait Runner: sealed::Run {
 }
 
 pub(crate) mod sealed {
-    use super::{ExecutedThenFetched, Inserts, When, WithHistory};
+    use super::{ExecutedThenFetched, Inserts, When, WithInserts};
     use crate::dialect::sealed::Driver;
     use crate::dialect::{Backend, BoxFuture};
 
@@ -218,14 +218,14 @@ pub(crate) mod sealed {
         /// inside the caller's: the move and its rows stand or fall
         /// together, and each insert must write as many rows as the move
         /// changed.
-        fn with_history(
+        fn with_inserts(
             &mut self,
             inserts: Inserts<Self::Database>,
             update: &'static str,
             args: <Self::Database as Driver>::Args,
             rows: bool,
             then: Option<(&'static str, <Self::Database as Driver>::Args)>,
-        ) -> BoxFuture<'_, Result<WithHistory<Self::Database>, sqlx::Error>>;
+        ) -> BoxFuture<'_, Result<WithInserts<Self::Database>, sqlx::Error>>;
 
         /// The transaction or savepoint a win here belongs to; 0 outside
         /// one.

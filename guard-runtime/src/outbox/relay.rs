@@ -318,7 +318,7 @@ impl<P: Publisher> Relay<P> {
             // One statement marks them all, those the pass still holds.
             let marked = self.published(pool, claim, &published).await?;
             pass.published = marked;
-            pass.lost += published.len() - marked;
+            pass.lost += published.len().saturating_sub(marked);
             pass.duplicates = duplicates.min(marked);
         }
         crate::telemetry::relayed(sql.table, &pass);

@@ -1,17 +1,13 @@
 //! `Machine::available`: the transitions a row can take now, with their
 //! guards evaluated against it, in one `SELECT`.
 
-use super::apply::{key_arguments, status_of};
 use crate::StateMachine;
 use crate::dialect::Column;
-use crate::dialect::sealed::Driver;
 use crate::error::Error;
 use crate::executor::Runner;
-use crate::executor::proven::Proven;
 use crate::machine::key::RowKey;
 use crate::machine::{Machine, TransitionDef};
 use crate::outcome::Current;
-use crate::transition::row::Read;
 
 /// What [`Machine::available`] says of one transition's guard, for the
 /// row as it was read.
@@ -151,50 +147,31 @@ impl<S: StateMachine> Machine<S> {
         E: Runner + 'a,
         K: RowKey<E::Database, S::KeyShape> + 'a,
     {
-        crate::Call::new(move |deadline| async move {
-            let read = self.read_available(executor, key);
-            let sent = crate::deadline::call::Sent::default();
-            crate::deadline::call::bounded(self.table(), "available", deadline, &sent, read).await
-        })
-    }
-
-    /// [`Machine::available`], without its deadline.
-    async fn read_available<E, K>(
-        &'static self,
-        mut executor: E,
-        key: K,
-    ) -> Result<Option<Available<S>>, Error>
-    where
-        E: Runner,
-        K: RowKey<E::Database, S::KeyShape>,
-    {
-        let error = |source| Error::database(self.table(), "available", source);
-        let select = <E::Database as Driver>::statement(self.available_sql());
-        let args = key_arguments::<E::Database, S::KeyShape, K>(select, &key).map_err(error)?;
-        let Some(row) = executor.row(select, args).await.map_err(error)? else {
-            return Ok(None);
-        };
-        let row = Read::<E::Database>::new(select, &row);
-        let state = status_of::<S, E::Database>(&row, error)?;
-        let occurrence = row.int(Column::Occurrence).map_err(error)?;
-        let mask = row.int(Column::Meets).map_err(error)?;
-        let choices = self
-            .transitions()
-            .iter()
-            .filter(|t| t.sources().contains(&state))
-            .map(|transition| {
-                let guard = match (transition.guard(), transition.available_bit()) {
-                    (None, _) => GuardNow::Unguarded,
-                    (Some(_), None) => GuardNow::NeedsValues,
-                    (Some(_), Some(bit)) if mask & (1_i64 << bit) != 0 => GuardNow::Passes,
-                    (Some(_), Some(_)) => GuardNow::Fails,
-                };
-                Choice { transition, guard }
-            })
-            .collect();
-        Ok(Some(Available {
-            current: Current::new(state, occurrence),
-            choices,
-        }))
+        self.read_row(
+            executor,
+            key,
+            self.available_sql(),
+            "available",
+            |row, current| {
+                let mask = row
+                    .int(Column::Meets)
+                    .map_err(|source| Error::database(self.table(), "available", source))?;
+                let choices = self
+                    .transitions()
+                    .iter()
+                    .filter(|t| t.sources().contains(&current.state()))
+                    .map(|transition| {
+                        let guard = match (transition.guard(), transition.available_bit()) {
+                            (None, _) => GuardNow::Unguarded,
+                            (Some(_), None) => GuardNow::NeedsValues,
+                            (Some(_), Some(bit)) if mask & (1_i64 << bit) != 0 => GuardNow::Passes,
+                            (Some(_), Some(_)) => GuardNow::Fails,
+                        };
+                        Choice { transition, guard }
+                    })
+                    .collect();
+                Ok(Available { current, choices })
+            },
+        )
     }
 }

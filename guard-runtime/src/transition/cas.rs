@@ -400,7 +400,7 @@ impl Plan {
                 false => None,
             };
             let moved = executor
-                .with_history(inserts, update, args, returns_rows, then)
+                .with_inserts(inserts, update, args, returns_rows, then)
                 .await
                 .map_err(retryable)?;
             prove_all::<DB<E>, _>(statement, &moved.rows).map_err(failed)?;

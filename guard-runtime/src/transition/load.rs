@@ -28,32 +28,44 @@ impl<S: StateMachine> Machine<S> {
         E: Runner + 'a,
         K: RowKey<E::Database, S::KeyShape> + 'a,
     {
-        crate::Call::new(move |deadline| async move {
-            let read = self.read_current(executor, key);
-            let sent = crate::deadline::call::Sent::default();
-            crate::deadline::call::bounded(self.table(), "load", deadline, &sent, read).await
-        })
+        // A locking read inside a transaction, as the losing path's.
+        let select = self.select_for(executor.in_transaction());
+        self.read_row(executor, key, select, "load", |_, current| Ok(current))
     }
 
-    /// [`Machine::load`], without its deadline.
-    async fn read_current<E, K>(
+    /// The row whose key is `key`, read with `sql` within the call's
+    /// deadline (`call` names it in errors), or `None` if there is no such
+    /// row: its state and occurrence, and what `more` reads of its other
+    /// columns. A read, so a cut-off call's outcome is known.
+    pub(crate) fn read_row<'a, E, K, T>(
         &'static self,
         mut executor: E,
         key: K,
-    ) -> Result<Option<Current<S>>, Error>
+        sql: &'static crate::dialect::Sql,
+        call: &'static str,
+        more: impl FnOnce(&Read<'_, E::Database>, Current<S>) -> Result<T, Error> + Send + 'a,
+    ) -> crate::Call<'a, Option<T>>
     where
-        E: Runner,
-        K: RowKey<E::Database, S::KeyShape>,
+        E: Runner + 'a,
+        K: RowKey<E::Database, S::KeyShape> + 'a,
+        T: Send + 'a,
     {
-        let error = |source| Error::database(self.table(), "load", source);
-        let select = <E::Database as Driver>::statement(self.select_for(executor.in_transaction()));
-        let args = key_arguments::<E::Database, S::KeyShape, K>(select, &key).map_err(error)?;
-        let Some(row) = executor.row(select, args).await.map_err(error)? else {
-            return Ok(None);
-        };
-        let row = Read::<E::Database>::new(select, &row);
-        let state = status_of::<S, E::Database>(&row, error)?;
-        let occurrence = row.int(Column::Occurrence).map_err(error)?;
-        Ok(Some(Current::new(state, occurrence)))
+        crate::Call::new(move |deadline| async move {
+            let read = async move {
+                let error = |source| Error::database(self.table(), call, source);
+                let select = <E::Database as Driver>::statement(sql);
+                let args =
+                    key_arguments::<E::Database, S::KeyShape, K>(select, &key).map_err(error)?;
+                let Some(row) = executor.row(select, args).await.map_err(error)? else {
+                    return Ok(None);
+                };
+                let row = Read::<E::Database>::new(select, &row);
+                let state = status_of::<S, E::Database>(&row, error)?;
+                let occurrence = row.int(Column::Occurrence).map_err(error)?;
+                more(&row, Current::new(state, occurrence)).map(Some)
+            };
+            let sent = crate::deadline::call::Sent::default();
+            crate::deadline::call::bounded(self.table(), call, deadline, &sent, read).await
+        })
     }
 }
