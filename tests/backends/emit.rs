@@ -327,6 +327,23 @@ where
         ids.sort();
         ids.dedup();
         assert_eq!(ids.len(), all.len());
+        // A message written by hand names no occurrence.
+        let mut tx = Tx::begin_with(&db.pool, DB::BEGIN_WRITE).await.unwrap();
+        let message = outbox::Message {
+            id: "by-hand:1",
+            topic: "wire.note",
+            payload: b"{}",
+        };
+        outbox::enqueue(&mut tx, "by-hand", message).await.unwrap();
+        tx.commit(()).await.unwrap();
+        let all = stored(&db).await;
+        let by_hand = all.iter().find(|m| m.id == "by-hand:1").unwrap();
+        assert_eq!(by_hand.occurrence, None);
+        assert!(
+            all.iter()
+                .filter(|m| m.id != "by-hand:1")
+                .all(|m| m.occurrence.is_some())
+        );
     }
 
     /// With a history table, each move writes its history row and its

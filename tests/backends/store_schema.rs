@@ -11,7 +11,7 @@ use sqlx::Pool;
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
 use stateguard::idempotency::{self, Begun, Request};
 use stateguard::inbox::Received;
-use stateguard::outbox::{Enqueued, Message};
+use stateguard::outbox::{Enqueued, Message, Published, Publisher, Relay};
 use stateguard::{Stores, Tx};
 
 /// The schema the tests' stores live in. Fixed at compile time, as in an
@@ -47,7 +47,9 @@ const SEARCH_PATH_SQLITE: &str = "SELECT (SELECT COUNT(*) FROM main.stateguard_i
 async fn the_stores_live_in_their_schema<DB: TestBackend>(
     pool: &Pool<DB>,
     unqualified: &'static str,
-) {
+) where
+    i64: stateguard::bounds::Key<DB>,
+{
     let (store, inbox, outbox) = (SCHEMA.idempotency(), SCHEMA.inbox(), SCHEMA.outbox());
     assert_eq!(outbox.table(), "sg_store_schema.stateguard_outbox");
     assert_eq!(store.table(), "sg_store_schema.stateguard_idempotency");
@@ -131,6 +133,61 @@ async fn the_stores_live_in_their_schema<DB: TestBackend>(
         (0, 0, 1),
         "the message to publish waits for its relay"
     );
+
+    // A machine whose `outbox = "…"` names the schema's table: its move
+    // writes its message there, and the schema's relay publishes both.
+    for statement in [
+        "DROP TABLE IF EXISTS announced",
+        "CREATE TABLE announced (id BIGINT PRIMARY KEY, status VARCHAR(16) NOT NULL, version \
+         BIGINT NOT NULL DEFAULT 0)",
+        "INSERT INTO announced (id, status) VALUES (1, 'open')",
+    ] {
+        DB::execute(&mut conn, statement, &[]).await.unwrap();
+    }
+    drop(conn);
+    assert!(
+        Announced::close()
+            .apply(pool, 1_i64)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    let mut conn = pool.acquire().await.unwrap();
+    let rows: (i64, i64, i64) = DB::fetch_one(&mut conn, counts, &[]).await.unwrap();
+    assert_eq!(rows, (0, 0, 2), "the move's message, in the schema");
+    let rows: (i64, i64, i64) = DB::fetch_one(&mut conn, unqualified, &[]).await.unwrap();
+    assert_eq!(rows, (0, 0, 0), "nothing in the tables of the search path");
+    drop(conn);
+    let relay = Relay::new(Accept).outbox(SCHEMA.outbox());
+    assert_eq!(relay.pass(pool).await.unwrap().published(), 2);
+    assert_eq!(relay.pass(pool).await.unwrap().taken(), 0);
+}
+
+/// An order closed once, announced in the schema's outbox.
+#[derive(stateguard::StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(
+    table = "announced",
+    column = "status",
+    key = "id",
+    version = "version",
+    outbox = "sg_store_schema.stateguard_outbox"
+)]
+enum Announced {
+    #[state(initial)]
+    #[transition(close -> Closed, emit("order.closed"))]
+    Open,
+    Closed,
+}
+
+/// A publisher that accepts every message.
+struct Accept;
+
+impl Publisher for Accept {
+    type Error = std::convert::Infallible;
+
+    async fn publish(&self, _: Message<'_>) -> Result<Published, Self::Error> {
+        Ok(Published::new(false))
+    }
 }
 
 #[tokio::test]
