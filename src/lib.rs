@@ -349,8 +349,8 @@ pub use stateguard_runtime::{
 pub use stateguard_runtime::{Begin, Savepoint, Tx};
 // Effects, in-flight states and their recovery.
 pub use stateguard_runtime::{
-    Effect, FinishError, Finished, FollowUp, Recovered, SupersededRow, Verdict, claim_expired,
-    recover, recover_within,
+    Effect, FinishError, Finished, FollowUp, Recovered, Retry, SupersededRow, Verdict,
+    claim_expired, recover, recover_within,
 };
 // What `apply` runs on.
 pub use stateguard_runtime::{APPLY_MANY_CHUNK, Backend, Runner, key};

@@ -220,7 +220,14 @@ where
         "  calls the bank deduplicated:        {}",
         tally.raw_calls - tally.transfers
     );
+    println!(
+        "  first requests the bank turned away: {} (each retried after its backoff)",
+        tally.refusals
+    );
     println!("  run after the crash took:           {elapsed:.2?}");
+    if tally.uncounted != 0 {
+        return Err(format!("{} payouts with attempts left uncounted", tally.uncounted).into());
+    }
     if tally.not_exactly_once != 0 || tally.sent != tally.payouts {
         return Err(format!(
             "{} of {} payouts moved money other than exactly once ({} sent)",

@@ -14,7 +14,7 @@ use std::error::Error;
 use std::time::Duration;
 
 use sqlx::{MySql, MySqlPool, PgPool, Pool, Postgres, Sqlite, SqlitePool};
-use stateguard::{Effect, Finished, StateMachine, Verdict};
+use stateguard::{Effect, Finished, Retry, StateMachine, Verdict};
 
 /// Errors of the workflow: the library's, sqlx's, or a task that died.
 pub type BoxError = Box<dyn Error + Send + Sync>;
@@ -34,7 +34,16 @@ pub enum PayoutStatus {
     Pending,
     // Entering `sending` stamps `sending_since`; a row still here 100 ms
     // later belongs to a worker presumed dead, and recovery takes it over.
-    #[state(in_flight(lease = "100ms", since = "sending_since", done = confirm, failed = fail))]
+    // Each attempt at the bank is counted in `attempts`; one the bank
+    // turns away waits 20 ms, then 40, … up to 200 ms (`next_attempt_at`),
+    // and a payout turned away 50 times ends in `failed`.
+    #[state(in_flight(
+        lease = "100ms",
+        since = "sending_since",
+        done = confirm,
+        failed = fail,
+        retry(max = 50, backoff = "20ms..200ms", attempts = "attempts", next_attempt = "next_attempt_at")
+    ))]
     #[transition(confirm -> Sent, set(sent_at = "CURRENT_TIMESTAMP"))]
     #[transition(fail -> Failed)]
     Sending,
@@ -70,6 +79,11 @@ pub struct Tally {
     pub transfers: i64,
     /// Payouts whose money moved other than exactly once.
     pub not_exactly_once: i64,
+    /// Requests the bank turned away before moving money.
+    pub refusals: i64,
+    /// Payouts whose attempts column counts fewer attempts than the bank
+    /// saw (calls and refusals): an attempt that went uncounted.
+    pub uncounted: i64,
 }
 
 /// The statements that differ between backends, each a literal.
@@ -100,6 +114,13 @@ pub trait Store: stateguard::bounds::Batched {
         payout: i64,
     ) -> impl Future<Output = sqlx::Result<()>> + Send;
 
+    /// The bank turning a request for `payout` away before moving money
+    /// (a 503), logged.
+    fn bank_refusal(
+        pool: &Pool<Self>,
+        payout: i64,
+    ) -> impl Future<Output = sqlx::Result<()>> + Send;
+
     fn tally(pool: &Pool<Self>) -> impl Future<Output = sqlx::Result<Tally>> + Send;
 }
 
@@ -118,11 +139,21 @@ macro_rules! tally {
         )
         .fetch_one($pool)
         .await?;
-        let (raw_calls, transfers, not_exactly_once): (i64, i64, i64) = sqlx::query_as(
+        let (raw_calls, transfers, not_exactly_once, refusals, uncounted): (
+            i64,
+            i64,
+            i64,
+            i64,
+            i64,
+        ) = sqlx::query_as(
             "SELECT (SELECT COUNT(*) FROM bank_calls),
                     (SELECT COUNT(*) FROM bank_transfers),
                     (SELECT COUNT(*) FROM recovery_payouts p
-                     WHERE (SELECT COUNT(*) FROM bank_transfers t WHERE t.payout_id = p.id) <> 1)",
+                     WHERE (SELECT COUNT(*) FROM bank_transfers t WHERE t.payout_id = p.id) <> 1),
+                    (SELECT COUNT(*) FROM bank_refusals),
+                    (SELECT COUNT(*) FROM recovery_payouts p
+                     WHERE p.attempts < (SELECT COUNT(*) FROM bank_calls c WHERE c.payout_id = p.id)
+                         + (SELECT COUNT(*) FROM bank_refusals r WHERE r.payout_id = p.id))",
         )
         .fetch_one($pool)
         .await?;
@@ -135,6 +166,8 @@ macro_rules! tally {
             raw_calls,
             transfers,
             not_exactly_once,
+            refusals,
+            uncounted,
         })
     }};
 }
@@ -149,6 +182,8 @@ impl Store for Sqlite {
                 status TEXT NOT NULL DEFAULT 'pending',
                 version INTEGER NOT NULL DEFAULT 0,
                 sending_since TEXT,
+                attempts INTEGER NOT NULL DEFAULT 0,
+                next_attempt_at TEXT,
                 sent_at TEXT
             )",
             "CREATE INDEX recovery_payouts_by_status ON recovery_payouts (status, id)",
@@ -161,6 +196,7 @@ impl Store for Sqlite {
                 effect_key TEXT PRIMARY KEY,
                 payout_id INTEGER NOT NULL
             )",
+            "CREATE TABLE bank_refusals (payout_id INTEGER NOT NULL)",
         ] {
             sqlx::query(statement).execute(pool).await?;
         }
@@ -212,6 +248,14 @@ impl Store for Sqlite {
         tx.commit().await
     }
 
+    async fn bank_refusal(pool: &SqlitePool, payout: i64) -> sqlx::Result<()> {
+        sqlx::query("INSERT INTO bank_refusals (payout_id) VALUES (?1)")
+            .bind(payout)
+            .execute(pool)
+            .await?;
+        Ok(())
+    }
+
     async fn tally(pool: &SqlitePool) -> sqlx::Result<Tally> {
         tally!(pool)
     }
@@ -227,6 +271,8 @@ impl Store for Postgres {
                 status TEXT NOT NULL DEFAULT 'pending',
                 version INT NOT NULL DEFAULT 0,
                 sending_since TIMESTAMPTZ,
+                attempts INT NOT NULL DEFAULT 0,
+                next_attempt_at TIMESTAMPTZ,
                 sent_at TIMESTAMPTZ
             )",
             "CREATE INDEX recovery_payouts_by_status ON recovery_payouts (status, id)",
@@ -239,6 +285,7 @@ impl Store for Postgres {
                 effect_key TEXT PRIMARY KEY,
                 payout_id BIGINT NOT NULL
             )",
+            "CREATE TABLE bank_refusals (payout_id BIGINT NOT NULL)",
         ] {
             sqlx::query(statement).execute(pool).await?;
         }
@@ -287,6 +334,14 @@ impl Store for Postgres {
         tx.commit().await
     }
 
+    async fn bank_refusal(pool: &PgPool, payout: i64) -> sqlx::Result<()> {
+        sqlx::query("INSERT INTO bank_refusals (payout_id) VALUES ($1)")
+            .bind(payout)
+            .execute(pool)
+            .await?;
+        Ok(())
+    }
+
     async fn tally(pool: &PgPool) -> sqlx::Result<Tally> {
         tally!(pool)
     }
@@ -302,6 +357,8 @@ impl Store for MySql {
                 status VARCHAR(32) NOT NULL DEFAULT 'pending',
                 version INT NOT NULL DEFAULT 0,
                 sending_since DATETIME(3) NULL,
+                attempts INT NOT NULL DEFAULT 0,
+                next_attempt_at DATETIME(3) NULL,
                 sent_at DATETIME(3) NULL
             )",
             "CREATE INDEX recovery_payouts_by_status ON recovery_payouts (status, id)",
@@ -314,6 +371,7 @@ impl Store for MySql {
                 effect_key VARCHAR(255) PRIMARY KEY,
                 payout_id BIGINT NOT NULL
             )",
+            "CREATE TABLE bank_refusals (payout_id BIGINT NOT NULL)",
         ] {
             sqlx::query(statement).execute(pool).await?;
         }
@@ -361,6 +419,14 @@ impl Store for MySql {
         tx.commit().await
     }
 
+    async fn bank_refusal(pool: &MySqlPool, payout: i64) -> sqlx::Result<()> {
+        sqlx::query("INSERT INTO bank_refusals (payout_id) VALUES (?)")
+            .bind(payout)
+            .execute(pool)
+            .await?;
+        Ok(())
+    }
+
     async fn tally(pool: &MySqlPool) -> sqlx::Result<Tally> {
         tally!(pool)
     }
@@ -387,6 +453,15 @@ impl<DB: Store> Bank<DB> {
     /// idempotency key.
     pub async fn pay(&self, effect: Effect<PayoutStatus, i64>) -> Verdict {
         tokio::time::sleep(self.latency).await;
+        // The bank turns every fifth payout's first request away, before
+        // moving money: the payout waits its backoff, and a later attempt,
+        // with the same key, goes through.
+        if *effect.key() % 5 == 0 && effect.attempt() == Some(1) {
+            if let Err(error) = DB::bank_refusal(&self.pool, *effect.key()).await {
+                eprintln!("logging a refusal failed: {error}");
+            }
+            return Retry::later().because("the bank answered 503").into();
+        }
         let answer = DB::bank_transfer(&self.pool, effect.effect_key(), *effect.key()).await;
         tokio::time::sleep(self.latency).await;
         match answer {
@@ -457,6 +532,7 @@ where
                     Finished::Done { .. } => worked.sent += 1,
                     Finished::Failed { .. } => worked.failed += 1,
                     Finished::RetryLater => worked.retry_later += 1,
+                    Finished::GaveUp { .. } => worked.failed += 1,
                     // The row left `sending` some other way while the bank
                     // answered (a recovery that took it over after our
                     // lease ran out failed it), or another worker took it

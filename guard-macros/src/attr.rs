@@ -70,6 +70,18 @@ pub struct InFlightAttr {
     pub since: Option<LitStr>,
     pub done: Option<Ident>,
     pub failed: Option<Ident>,
+    /// `retry(…)`: how many times the effect runs, and when again.
+    pub retry: Option<RetryAttr>,
+}
+
+/// `retry(max = 8, backoff = "2s..1h", attempts = "attempts", next_attempt = "retry_at")`
+pub struct RetryAttr {
+    /// The `retry` token.
+    pub token: Ident,
+    pub max: Option<syn::LitInt>,
+    pub backoff: Option<LitStr>,
+    pub attempts: Option<LitStr>,
+    pub next_attempt: Option<LitStr>,
 }
 
 /// `#[transition(name -> Target, set(column = "expr", …))]`
@@ -367,6 +379,7 @@ fn in_flight(
     let mut since = Attr::none("since");
     let mut done = Attr::none("done");
     let mut failed = Attr::none("failed");
+    let mut retry_attr = Attr::none("retry");
     meta.parse_nested_meta(|inner| {
         // lease = "30s"
         if inner.path.is_ident("lease") {
@@ -380,10 +393,14 @@ fn in_flight(
         // failed = fail
         } else if inner.path.is_ident("failed") {
             failed.set_lit(cx, inner.value()?.parse::<Ident>()?);
+        // retry(max = 8, backoff = "2s..1h", attempts = "…", next_attempt = "…")
+        } else if let Some(token) = inner.path.get_ident().filter(|i| *i == "retry") {
+            let parsed = retry(cx, token.clone(), &inner)?;
+            retry_attr.set(cx, parsed.token.clone(), parsed);
         } else {
             return Err(inner.error(
                 "unknown in_flight option; expected `lease = \"…\"`, `since = \"…\"`, \
-                 `done = transition` or `failed = transition`",
+                 `done = transition`, `failed = transition` or `retry(…)`",
             ));
         }
         Ok(())
@@ -394,6 +411,42 @@ fn in_flight(
         since: since.get(),
         done: done.get(),
         failed: failed.get(),
+        retry: retry_attr.get(),
+    })
+}
+
+fn retry(cx: &mut Ctxt, token: Ident, meta: &syn::meta::ParseNestedMeta) -> syn::Result<RetryAttr> {
+    let mut max = Attr::none("max");
+    let mut backoff = Attr::none("backoff");
+    let mut attempts = Attr::none("attempts");
+    let mut next_attempt = Attr::none("next_attempt");
+    meta.parse_nested_meta(|inner| {
+        // max = 8
+        if inner.path.is_ident("max") {
+            max.set_lit(cx, inner.value()?.parse::<syn::LitInt>()?);
+        // backoff = "2s..1h"
+        } else if inner.path.is_ident("backoff") {
+            backoff.set_lit(cx, inner.value()?.parse::<LitStr>()?);
+        // attempts = "attempts"
+        } else if inner.path.is_ident("attempts") {
+            attempts.set_lit(cx, inner.value()?.parse::<LitStr>()?);
+        // next_attempt = "next_attempt_at"
+        } else if inner.path.is_ident("next_attempt") {
+            next_attempt.set_lit(cx, inner.value()?.parse::<LitStr>()?);
+        } else {
+            return Err(inner.error(
+                "unknown retry option; expected `max = n`, `backoff = \"…..…\"`, \
+                 `attempts = \"column\"` or `next_attempt = \"column\"`",
+            ));
+        }
+        Ok(())
+    })?;
+    Ok(RetryAttr {
+        token,
+        max: max.get(),
+        backoff: backoff.get(),
+        attempts: attempts.get(),
+        next_attempt: next_attempt.get(),
     })
 }
 

@@ -118,6 +118,23 @@ pub struct InFlight {
     /// Indices into `Model::transitions`.
     pub done: usize,
     pub failed: Option<usize>,
+    /// `retry(…)`: the effect's attempts are counted, and end in `failed`.
+    pub retry: Option<Retry>,
+}
+
+/// How often an in-flight state's effect runs, and when again.
+pub struct Retry {
+    /// Attempts at most; the one that asks for another ends the row in
+    /// `failed` instead.
+    pub max: u32,
+    /// The backoff after the first attempt, doubled after each next one
+    /// up to `backoff_max_ms`.
+    pub backoff_min_ms: u64,
+    pub backoff_max_ms: u64,
+    /// The integer column counting the attempts of the occurrence.
+    pub attempts: String,
+    /// The timestamp column holding when the next attempt is due.
+    pub next_attempt: String,
 }
 
 pub struct Transition<'a> {

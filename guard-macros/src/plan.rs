@@ -55,6 +55,9 @@ pub enum Slot {
     Value(u8),
     /// A number of milliseconds: how old a claimed row's stamp must be.
     Age,
+    /// A number of milliseconds from now: when an in-flight row's next
+    /// attempt is due.
+    Delay,
     /// The occurrence the row must still be at.
     Expected,
     /// The caller's lease token.
@@ -94,6 +97,8 @@ pub enum Col {
     Meets,
     /// The row's lease token.
     Token,
+    /// The attempt of the effect a takeover starts.
+    Attempt,
     /// A history row's transition.
     Transition,
     /// A history row's state left.
@@ -132,6 +137,7 @@ impl Col {
             Col::Occurrence => ('v', 0),
             Col::Meets => ('m', 0),
             Col::Token => ('t', 0),
+            Col::Attempt => ('n', 0),
             Col::Transition => ('T', 0),
             Col::From => ('F', 0),
             Col::To => ('O', 0),
@@ -157,6 +163,7 @@ impl Col {
             'v' => Col::Occurrence,
             'm' => Col::Meets,
             't' => Col::Token,
+            'n' => Col::Attempt,
             'T' => Col::Transition,
             'F' => Col::From,
             'O' => Col::To,
@@ -213,6 +220,7 @@ impl Slot {
             Slot::Key(n) => ('k', n),
             Slot::Value(n) => ('v', n),
             Slot::Age => ('g', 0),
+            Slot::Delay => ('D', 0),
             Slot::Expected => ('e', 0),
             Slot::Token => ('t', 0),
             Slot::Limit => ('l', 0),
@@ -233,6 +241,7 @@ impl Slot {
             'k' => Slot::Key(n),
             'v' => Slot::Value(n),
             'g' => Slot::Age,
+            'D' => Slot::Delay,
             'e' => Slot::Expected,
             't' => Slot::Token,
             'l' => Slot::Limit,
@@ -535,6 +544,7 @@ mod tests {
             Slot::Key(3),
             Slot::Value(5),
             Slot::Age,
+            Slot::Delay,
             Slot::Expected,
             Slot::Token,
             Slot::Limit,

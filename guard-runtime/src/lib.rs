@@ -43,7 +43,7 @@ pub use crate::effects::effect::{Effect, FinishError, Finished};
 pub use crate::effects::recovery::{
     Recovered, SupersededRow, claim_expired, recover, recover_within,
 };
-pub use crate::effects::verdict::{FollowUp, FollowUpValues, Verdict};
+pub use crate::effects::verdict::{FollowUp, FollowUpValues, Retry, Verdict};
 pub use crate::error::{Error, ErrorKind};
 pub use crate::executor::Runner;
 pub use crate::executor::tx::{Begin, Savepoint, Staged, Tx};
@@ -62,7 +62,9 @@ pub use crate::verify::SchemaProblem;
 /// [`docs`] renderers and the [`ddl`] generators read it; so can a caller.
 pub mod meta {
     pub use crate::dialect::{Bind, Column, Sql, Statement};
-    pub use crate::machine::{InFlightDef, Machine, ManySql, SetColumn, StateDef, TransitionDef};
+    pub use crate::machine::{
+        InFlightDef, Machine, ManySql, RetryDef, SetColumn, StateDef, TransitionDef,
+    };
 }
 
 /// A statement in generated code, kept only where its backend's feature
@@ -342,8 +344,9 @@ pub mod __private {
     pub use crate::effects::verdict::Binder;
     pub use crate::effects::verdict::construct::binder;
     pub use crate::machine::construct::{
-        DdlParts, InFlightParts, MachineParts, PerDialect, SetParts, StateParts, TransitionParts,
-        ddl, in_flight, machine, per_dialect, set_column, state, statement, transition,
+        DdlParts, InFlightParts, MachineParts, PerDialect, RetryParts, SetParts, StateParts,
+        TransitionParts, ddl, in_flight, machine, per_dialect, set_column, state, statement,
+        transition,
     };
     pub use crate::machine::{Machine, StateDef, TransitionDef};
     pub use crate::stores::schema::{StoreTexts, stores};

@@ -129,6 +129,9 @@ pub struct Won<S: StateMachine, K, C = Committed> {
     deadline: Duration,
     /// When the statement that stamped the lease was sent, where known.
     leased_at: LeasedAt,
+    /// The attempt a takeover counted; 0 for a win that entered the state
+    /// (its first attempt).
+    attempt: u32,
     commit: PhantomData<fn() -> C>,
 }
 
@@ -157,6 +160,7 @@ impl<S: StateMachine, K, C> Won<S, K, C> {
             scope,
             deadline: crate::deadline::retry::DEFAULT_DEADLINE,
             leased_at: LeasedAt(None),
+            attempt: 0,
             commit: PhantomData,
         }
     }
@@ -165,6 +169,26 @@ impl<S: StateMachine, K, C> Won<S, K, C> {
     pub(crate) fn leased_since(mut self, sent: LeasedAt) -> Self {
         self.leased_at = sent;
         self
+    }
+
+    /// The same win, at the attempt a takeover counted.
+    pub(crate) fn at_attempt(mut self, attempt: u32) -> Self {
+        self.attempt = attempt;
+        self
+    }
+
+    /// Which attempt at the effect this is, where the in-flight state
+    /// counts them (`retry(…)` in its `#[state(in_flight(...))]`): 1 for
+    /// the win that entered the state, and the count each recovery's
+    /// takeover stored after it. `None` where the state counts no
+    /// attempts.
+    pub fn attempt(&self) -> Option<u32> {
+        let counted = S::MACHINE
+            .state(self.state)
+            .and_then(|s| s.in_flight())
+            .and_then(|f| f.retry())
+            .is_some();
+        counted.then_some(self.attempt.max(1))
     }
 
     /// Whether the lease is younger than `age` for certain.
@@ -205,6 +229,7 @@ impl<S: StateMachine, K, C> Won<S, K, C> {
         Won::new(self.state, self.key, self.occurrence, self.lease, scope)
             .within(self.deadline)
             .leased_since(self.leased_at)
+            .at_attempt(self.attempt)
     }
 
     /// The state the row is in now: the transition's target.

@@ -2,7 +2,8 @@
 //! recovery pass, named `stateguard.<call>`, with OpenTelemetry's database
 //! fields (`db.system.name`, `db.operation.name`, `db.collection.name`)
 //! and stateguard's own (`stateguard.machine`, `stateguard.transition`,
-//! `stateguard.outcome`, `stateguard.attempts`, and, only after
+//! `stateguard.outcome`, `stateguard.attempts`, `stateguard.attempt` (the
+//! attempt at an effect, where its state counts them), and, only after
 //! [`record_keys`]`(true)`, `stateguard.key`). Retries, lease takeovers and
 //! superseded finishes are events inside them.
 //!
@@ -16,6 +17,9 @@
 //!   `superseded`, …);
 //! - `stateguard_attempts` (histogram; `machine`, `transition`): the
 //!   compare-and-set attempts of each `apply`;
+//! - `stateguard_effect_attempt` (histogram; `machine`, `state`): the
+//!   attempt number of each effect run by `finish` or recovery, where its
+//!   in-flight state counts attempts (`retry(…)`);
 //! - `stateguard_recovered_total` (counter; `machine`, `state`, `result`)
 //!   and `stateguard_recovery_claimed` (gauge; `machine`, `state`): what
 //!   each recovery pass took over and how it ended;
@@ -57,6 +61,7 @@ macro_rules! span {
             stateguard.transition = $transition,
             stateguard.outcome = tracing::field::Empty,
             stateguard.attempts = tracing::field::Empty,
+            stateguard.attempt = tracing::field::Empty,
             stateguard.rows = tracing::field::Empty,
             stateguard.key = tracing::field::Empty,
         )
@@ -115,6 +120,20 @@ pub(crate) fn attempts(machine: &'static str, transition: &'static str, attempts
 #[cfg(not(feature = "metrics"))]
 pub(crate) fn attempts(_: &'static str, _: &'static str, _: u32) {}
 
+/// Records the attempt at an effect of `state` about to run.
+#[cfg(feature = "metrics")]
+pub(crate) fn effect_attempt(machine: &'static str, state: &'static str, attempt: u32) {
+    metrics::histogram!(
+        "stateguard_effect_attempt",
+        "machine" => machine,
+        "state" => state,
+    )
+    .record(f64::from(attempt));
+}
+
+#[cfg(not(feature = "metrics"))]
+pub(crate) fn effect_attempt(_: &'static str, _: &'static str, _: u32) {}
+
 /// Records one recovery pass over `state`.
 #[cfg(feature = "metrics")]
 pub(crate) fn recovered(machine: &'static str, state: &'static str, report: &crate::Recovered) {
@@ -124,6 +143,7 @@ pub(crate) fn recovered(machine: &'static str, state: &'static str, report: &cra
         ("done", report.done),
         ("failed", report.failed),
         ("retry_later", report.retry_later),
+        ("gave_up", report.gave_up),
         ("superseded", report.superseded.len()),
         ("lease_lost", report.lease_lost),
         ("lost", report.lost),

@@ -604,6 +604,12 @@ impl<S: StateMachine> Machine<S> {
                 if let Some(since) = state.since_column() {
                     used.push((since, "a `since` column", Holds::Time));
                 }
+                if let Some(retry) = state.in_flight().and_then(|f| f.retry()) {
+                    let attempts = retry.attempts_column();
+                    used.push((attempts, "a retry's attempts column", Holds::Integer));
+                    let next = retry.next_attempt_column();
+                    used.push((next, "a retry's next_attempt column", Holds::Time));
+                }
             }
             for transition in self.transitions() {
                 for set in transition.set_columns() {

@@ -36,6 +36,7 @@ mod outbox_table;
 mod pooler;
 mod race;
 mod read_only;
+mod retry;
 mod session;
 mod store_schema;
 mod stored_occurrence;

@@ -325,13 +325,15 @@ where
 
     say(&format!(
         "crash test on {backend}: {kills} kills of {spawned} children in {kill_phase:.2?}\n  \
-         payouts {}, sent {}, bank raw calls {}, distinct transfers {}, repeated calls {}\n  \
+         payouts {}, sent {}, bank raw calls {}, distinct transfers {}, repeated calls {}, \
+         refusals retried {}\n  \
          final run: {} left in sending and {} pending, all finished in {final_run:.2?} ({})",
         after.payouts,
         after.sent,
         after.raw_calls,
         after.transfers,
         after.raw_calls - after.transfers,
+        after.refusals,
         before.sending,
         before.pending,
         output
@@ -354,6 +356,13 @@ where
         "payouts whose money moved other than exactly once: {after:?}"
     );
     assert_eq!(after.transfers, after.payouts, "one transfer per payout");
+    // Retries ran (the bank turned every fifth payout's first request
+    // away), and every attempt the bank saw was counted, kills or not.
+    assert!(after.refusals > 0, "no retries ran: {after:?}");
+    assert_eq!(
+        after.uncounted, 0,
+        "attempts the bank saw but no row counted: {after:?}"
+    );
     let repeated = after.raw_calls - after.payouts;
     assert!(
         (0..=kills as i64).contains(&repeated),

@@ -4,18 +4,21 @@
 use syn::{Ident, LitStr};
 
 use crate::ast::Input;
+use crate::attr::RetryAttr;
 use crate::ctxt::Ctxt;
 use crate::ident;
-use crate::model::{InFlight, State, Transition};
+use crate::model::{InFlight, Retry, State, Transition};
 
 /// `#[state(in_flight(lease = "…", since = "…", done = t, failed = t))]`
 pub(super) fn check_in_flight(
     cx: &mut Ctxt,
     input: &Input,
     reserved: &[(&str, &str)],
+    since_columns: &[String],
     states: &mut [State],
     transitions: &[Transition],
 ) {
+    let mut retry_seen: Vec<&LitStr> = Vec::new();
     let mut since_seen: Vec<&LitStr> = Vec::new();
     for (i, variant) in input.variants.iter().enumerate() {
         let Some(attr) = &variant.in_flight else {
@@ -124,6 +127,32 @@ pub(super) fn check_in_flight(
             };
         let done = follow_up(&attr.done, "done", true);
         let failed = follow_up(&attr.failed, "failed", true);
+        let retry = match &attr.retry {
+            None => None,
+            Some(retry) => {
+                // Giving up runs `failed` with no verdict to take values
+                // from.
+                if let Some(t) = failed.map(|f| &transitions[f])
+                    && t.set.iter().any(|(_, assign)| assign.bound().is_some())
+                {
+                    cx.error(
+                        &retry.token,
+                        format!(
+                            "`retry` gives up through `{}`, which binds values (`bind(…)`) \
+                             that no verdict supplies when the attempts run out; give that \
+                             transition `set` expressions instead",
+                            t.name
+                        ),
+                    );
+                    continue;
+                }
+                let checked = check_retry(cx, retry, reserved, since_columns, &mut retry_seen);
+                if checked.is_none() {
+                    continue;
+                }
+                checked
+            }
+        };
         if variant.initial.is_some() {
             cx.error(
                 &attr.token,
@@ -146,9 +175,137 @@ pub(super) fn check_in_flight(
                 since,
                 done,
                 failed,
+                retry,
             });
         }
     }
+}
+
+/// `retry(max = 8, backoff = "2s..1h", attempts = "…", next_attempt = "…")`
+fn check_retry<'a>(
+    cx: &mut Ctxt,
+    retry: &'a RetryAttr,
+    reserved: &[(&str, &str)],
+    since_columns: &[String],
+    seen: &mut Vec<&'a LitStr>,
+) -> Option<Retry> {
+    let max = match &retry.max {
+        None => {
+            cx.error(
+                &retry.token,
+                "missing `max = n`: how many times the effect runs before the row ends in \
+                 `failed`",
+            );
+            None
+        }
+        Some(lit) => match lit.base10_parse::<u32>() {
+            Ok(n) if (1..=MAX_ATTEMPTS).contains(&n) => Some(n),
+            _ => {
+                cx.error(
+                    lit,
+                    format!("`max` is a number of attempts from 1 to {MAX_ATTEMPTS}"),
+                );
+                None
+            }
+        },
+    };
+    let backoff = match &retry.backoff {
+        None => {
+            cx.error(
+                &retry.token,
+                "missing `backoff = \"…..…\"`: the wait after the first attempt and the \
+                 longest wait, e.g. `backoff = \"2s..1h\"`",
+            );
+            None
+        }
+        Some(lit) => match parse_backoff(&lit.value()) {
+            Ok(range) => Some(range),
+            Err(why) => {
+                cx.error(lit, why);
+                None
+            }
+        },
+    };
+    let mut column = |lit: &'a Option<LitStr>, what: &str, purpose: &str| {
+        let Some(lit) = lit else {
+            cx.error(
+                &retry.token,
+                format!("missing `{what} = \"…\"`: the {purpose}"),
+            );
+            return None;
+        };
+        let value = lit.value();
+        if let Err(why) = ident::check_ident(&value) {
+            cx.error(
+                lit,
+                format!("{what} {value:?} is not a valid SQL identifier: it {why}"),
+            );
+            return None;
+        }
+        if reserved.iter().any(|(r, _)| r.eq_ignore_ascii_case(&value))
+            || since_columns.iter().any(|c| c.eq_ignore_ascii_case(&value))
+        {
+            cx.error(
+                lit,
+                format!(
+                    "the `{what}` column must be a column of its own, not the status, key, \
+                     version or a `since` column"
+                ),
+            );
+            return None;
+        }
+        if let Some(first) = seen.iter().find(|f| f.value().eq_ignore_ascii_case(&value)) {
+            cx.duplicate(
+                lit,
+                "each retry column is a column of its own, and each in-flight state needs its \
+                 own",
+                first,
+                "also used here",
+            );
+            return None;
+        }
+        seen.push(lit);
+        Some(value)
+    };
+    let attempts = column(
+        &retry.attempts,
+        "attempts",
+        "integer column that counts the effect's attempts",
+    );
+    let next_attempt = column(
+        &retry.next_attempt,
+        "next_attempt",
+        "timestamp column that says when the next attempt is due",
+    );
+    let ((backoff_min_ms, backoff_max_ms), max) = (backoff?, max?);
+    Some(Retry {
+        max,
+        backoff_min_ms,
+        backoff_max_ms,
+        attempts: attempts?,
+        next_attempt: next_attempt?,
+    })
+}
+
+/// The most attempts `retry(max = …)` allows.
+const MAX_ATTEMPTS: u32 = 1_000;
+
+/// `"2s..1h"`: the first and the longest backoff, in milliseconds.
+fn parse_backoff(text: &str) -> Result<(u64, u64), String> {
+    let Some((first, longest)) = text.split_once("..") else {
+        return Err(format!(
+            "backoff {text:?} is not a range; write the first wait and the longest, e.g. \
+             \"2s..1h\""
+        ));
+    };
+    let first = parse_duration("backoff", first)?;
+    let longest = parse_duration("backoff", longest)?;
+    if first > longest {
+        return Err(format!(
+            "backoff {text:?} starts longer than it ends; write the first wait, then the longest"
+        ));
+    }
+    Ok((first, longest))
 }
 
 /// `#[state(since = "…", timeout = "…")]` of states that are not in

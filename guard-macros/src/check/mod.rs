@@ -67,6 +67,30 @@ pub fn check<'a>(cx: &mut Ctxt, input: &'a Input<'a>) -> Option<Model<'a>> {
             "every transition increments the version column itself",
         ));
     }
+    // The retry columns of in-flight states, which the lease statements
+    // write.
+    let base = reserved.len();
+    let retry_columns: Vec<(String, &str)> = input
+        .variants
+        .iter()
+        .filter_map(|v| v.in_flight.as_ref()?.retry.as_ref())
+        .flat_map(|r| {
+            let attempts = r.attempts.as_ref().map(|lit| {
+                (
+                    lit.value(),
+                    "stateguard counts the effect's attempts in this column itself",
+                )
+            });
+            let next = r.next_attempt.as_ref().map(|lit| {
+                (
+                    lit.value(),
+                    "stateguard writes when the next attempt is due in this column itself",
+                )
+            });
+            attempts.into_iter().chain(next)
+        })
+        .collect();
+    reserved.extend(retry_columns.iter().map(|(c, why)| (c.as_str(), *why)));
     let since_columns: Vec<String> = input
         .variants
         .iter()
@@ -125,7 +149,14 @@ pub fn check<'a>(cx: &mut Ctxt, input: &'a Input<'a>) -> Option<Model<'a>> {
         }
     }
     if let (Some(states), Some(transitions)) = (&mut states, &transitions) {
-        check_in_flight(cx, input, &reserved, states, transitions);
+        check_in_flight(
+            cx,
+            input,
+            &reserved[..base],
+            &since_columns,
+            states,
+            transitions,
+        );
         check_since_columns(cx, input, &reserved, states);
     }
 

@@ -136,6 +136,26 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
             Some(i) => (follow_up_history_insert(i), follow_up_outbox_insert(i)),
             None => (option(None), option(None)),
         };
+        let retry = option(f.retry.as_ref().map(|retry| {
+            let crate::model::Retry {
+                max,
+                backoff_min_ms,
+                backoff_max_ms,
+                attempts,
+                next_attempt,
+            } = retry;
+            let postpone = sql_per_dialect(&sg, |d| d.postpone(model, state, f));
+            quote! {
+                #sg::RetryParts {
+                    max: #max,
+                    backoff_min_ms: #backoff_min_ms,
+                    backoff_max_ms: #backoff_max_ms,
+                    attempts: #attempts,
+                    next_attempt: #next_attempt,
+                    postpone: #postpone,
+                }
+            }
+        }));
         let in_flight = quote! {
             #sg::in_flight(#sg::InFlightParts {
                 lease_ms: #lease_ms,
@@ -154,6 +174,7 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
                 failed_history_insert: #failed_history_insert,
                 done_outbox_insert: #done_outbox_insert,
                 failed_outbox_insert: #failed_outbox_insert,
+                retry: #retry,
             })
         };
         let in_flight = option(Some(quote!(&#in_flight)));

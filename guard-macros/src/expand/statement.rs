@@ -68,6 +68,7 @@ pub(super) fn column(col: Col) -> TokenStream {
         Col::Status => quote!(Status),
         Col::Occurrence => quote!(Occurrence),
         Col::Meets => quote!(Meets),
+        Col::Attempt => quote!(Attempt),
         Col::Token => quote!(Token),
         Col::Transition => quote!(Transition),
         Col::From => quote!(From),
@@ -97,6 +98,7 @@ pub(super) fn bind(slot: Slot) -> TokenStream {
             quote!(Value(#v))
         }
         Slot::Age => quote!(Age),
+        Slot::Delay => quote!(Delay),
         Slot::Expected => quote!(Expected),
         Slot::Token => quote!(Token),
         Slot::Limit => quote!(Limit),

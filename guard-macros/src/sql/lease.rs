@@ -134,8 +134,12 @@ impl Dialect {
     /// or a renewal, for want of `RETURNING`.
     pub fn lease_read(&self, model: &Model, in_flight: &InFlight) -> String {
         let d = *self;
+        let attempt = match &in_flight.retry {
+            Some(retry) => format!(", {}", Col::Attempt.of(&d.int64(&d.quote(&retry.attempts)))),
+            None => String::new(),
+        };
         format!(
-            "SELECT {} FROM {} WHERE {}",
+            "SELECT {}{attempt} FROM {} WHERE {}",
             Col::Token.of(&d.lease_token(&in_flight.since)),
             d.quote(&model.table),
             d.key_match(&model.key),
@@ -171,13 +175,13 @@ impl Dialect {
         let d = *self;
         let since = d.quote(&in_flight.since);
         format!(
-            "SELECT {}, {} FROM {} WHERE {} AND ({since} IS NULL OR {since} < {}) \
+            "SELECT {}, {} FROM {} WHERE {} AND {} \
              ORDER BY {since} IS NOT NULL, {since} LIMIT {}",
             key_columns(model.key.iter().map(|k| d.quote(k))),
             Col::Occurrence.of(&d.version_read(model.version.as_deref())),
             d.quote(&model.table),
             d.status_is(&d.quote(&model.column), &format!("= '{}'", state.db)),
-            d.lease_expiry(in_flight.lease_ms),
+            d.due(in_flight),
             Slot::Limit.mark(),
         )
     }
@@ -197,9 +201,9 @@ impl Dialect {
         let since = d.quote(&in_flight.since);
         let n = model.key.len();
         let expired = format!(
-            "{} AND ({since} IS NULL OR {since} < {})",
+            "{} AND {}",
             d.status_is(&d.quote(&model.column), &format!("= '{}'", state.db)),
-            d.lease_expiry(in_flight.lease_ms),
+            d.due(in_flight),
         );
         let same_row: Vec<String> = model
             .key
@@ -208,13 +212,20 @@ impl Dialect {
             .map(|(i, k)| format!("{table}.{} = __sg_o.__sg_k{i}", d.quote(k)))
             .collect();
         let aliases: Vec<String> = (0..n).map(|i| format!("__sg_k{i}")).collect();
+        let (attempt, attempt_column) = match &in_flight.retry {
+            Some(retry) => (
+                format!(", {} AS __sg_n", d.int64(&d.quote(&retry.attempts))),
+                format!(", {}", Col::Attempt.of("__sg_n")),
+            ),
+            None => (String::new(), String::new()),
+        };
         format!(
-            "WITH __sg_taken AS (UPDATE {table} SET {since} = {} FROM (SELECT {}, {since} AS \
+            "WITH __sg_taken AS (UPDATE {table} SET {} FROM (SELECT {}, {since} AS \
              __sg_old FROM {table} WHERE {expired} ORDER BY {since} IS NOT NULL, {since} LIMIT {} \
              FOR UPDATE SKIP LOCKED) AS __sg_o WHERE {} AND {expired} RETURNING {}, {} AS __sg_v, \
-             {} AS __sg_l, __sg_o.__sg_old) SELECT {}, {}, {} FROM __sg_taken ORDER BY \
-             __sg_old IS NOT NULL, __sg_old",
-            d.now(),
+             {} AS __sg_l{attempt}, __sg_o.__sg_old) SELECT {}, {}, {}{attempt_column} FROM \
+             __sg_taken ORDER BY __sg_old IS NOT NULL, __sg_old",
+            d.take_over_assignments(in_flight),
             d.key_aliases(model, None, "__sg_k"),
             Slot::Limit.mark(),
             same_row.join(" AND "),
@@ -231,7 +242,6 @@ impl Dialect {
     /// if it is still in the same occurrence of the in-flight state.
     pub fn claim(&self, model: &Model, state: &State, in_flight: &InFlight) -> String {
         let d = *self;
-        let since = d.quote(&in_flight.since);
         let same_occurrence = match &model.version {
             Some(version) => format!(
                 " AND {} = {}",
@@ -240,15 +250,75 @@ impl Dialect {
             ),
             None => String::new(),
         };
+        let mut returning = d.returning(model, false, Some(in_flight));
+        if let (Some(retry), false) = (&in_flight.retry, returning.is_empty()) {
+            returning.push_str(&format!(
+                ", {}",
+                Col::Attempt.of(&d.int64(&d.quote(&retry.attempts)))
+            ));
+        }
         format!(
-            "UPDATE {} SET {since} = {} WHERE {} AND {} \
-             AND ({since} IS NULL OR {since} < {}){same_occurrence}{}",
+            "UPDATE {} SET {} WHERE {} AND {} AND {}{same_occurrence}{returning}",
             d.quote(&model.table),
-            d.now(),
+            d.take_over_assignments(in_flight),
             d.key_match(&model.key),
             d.status_is(&d.quote(&model.column), &format!("= '{}'", state.db)),
-            d.lease_expiry(in_flight.lease_ms),
-            d.returning(model, false, Some(in_flight)),
+            d.due(in_flight),
+        )
+    }
+
+    /// The rows recovery may take over: past their lease, or, where the
+    /// state counts attempts, whose next attempt is due. A row whose
+    /// effect asked to be tried again has its next attempt set and its
+    /// lease given up; every other row of the state waits out its lease.
+    fn due(self, in_flight: &InFlight) -> String {
+        let d = self;
+        let since = d.quote(&in_flight.since);
+        let expired = format!(
+            "({since} IS NULL OR {since} < {})",
+            d.lease_expiry(in_flight.lease_ms)
+        );
+        match &in_flight.retry {
+            None => expired,
+            Some(retry) => {
+                let next = d.quote(&retry.next_attempt);
+                format!("(({next} IS NULL AND {expired}) OR {next} <= {})", d.now())
+            }
+        }
+    }
+
+    /// What a takeover writes: a new lease and, where the state counts
+    /// attempts, the next attempt, which starts now.
+    fn take_over_assignments(self, in_flight: &InFlight) -> String {
+        let d = self;
+        let lease = format!("{} = {}", d.quote(&in_flight.since), d.now());
+        match &in_flight.retry {
+            None => lease,
+            Some(retry) => {
+                let attempts = d.quote(&retry.attempts);
+                format!(
+                    "{lease}, {attempts} = COALESCE({attempts}, 0) + 1, {} = NULL",
+                    d.quote(&retry.next_attempt)
+                )
+            }
+        }
+    }
+
+    /// Where the state counts attempts: the holder's "try again later",
+    /// `UPDATE t SET next_attempt = now + $delay WHERE` the caller still
+    /// holds the lease. From then on the row waits for that time, not for
+    /// its lease. Empty otherwise.
+    pub fn postpone(&self, model: &Model, state: &State, in_flight: &InFlight) -> String {
+        let d = *self;
+        let Some(retry) = &in_flight.retry else {
+            return String::new();
+        };
+        format!(
+            "UPDATE {} SET {} = {} WHERE {}",
+            d.quote(&model.table),
+            d.quote(&retry.next_attempt),
+            d.later(&Slot::Delay.mark()),
+            d.leased(model, state, in_flight),
         )
     }
 }

@@ -73,6 +73,21 @@ impl Dialect {
         }
     }
 
+    /// The time `ms` (a placeholder for a number of milliseconds) from
+    /// now, in the same form as [`Self::now`].
+    pub(super) fn later(self, ms: &str) -> String {
+        match self {
+            Dialect::Postgres => {
+                format!("statement_timestamp() + CAST({ms} AS BIGINT) * INTERVAL '1 millisecond'")
+            }
+            Dialect::Sqlite => format!(
+                "strftime('%Y-%m-%d %H:%M:%f', 'now', printf('+%.3f seconds', \
+                 CAST({ms} AS INTEGER) / 1000.0))"
+            ),
+            Dialect::MySql => format!("UTC_TIMESTAMP(3) + INTERVAL ({ms} * 1000) MICROSECOND"),
+        }
+    }
+
     /// The time `lease_ms` ago, in the same form as [`Self::now`].
     pub(super) fn lease_expiry(self, lease_ms: u64) -> String {
         match self {

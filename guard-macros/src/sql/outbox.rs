@@ -101,6 +101,14 @@ impl Dialect {
             if since.is_some_and(same) {
                 return self.now().to_owned();
             }
+            if let Some(retry) = target.in_flight.as_ref().and_then(|f| f.retry.as_ref()) {
+                if same(&retry.attempts) {
+                    return "1".to_owned();
+                }
+                if same(&retry.next_attempt) {
+                    return "NULL".to_owned();
+                }
+            }
             self.quote(column)
         };
         let pairs: Vec<(String, String)> = Self::payload_names(model, emit)

@@ -57,6 +57,7 @@ fn with_model_versioned(version: Option<&str>, check: impl FnOnce(&Model)) {
         since: "sending_since".to_owned(),
         done: 1,
         failed: None,
+        retry: None,
     });
     let model = Model {
         ident: &machine,

@@ -48,6 +48,15 @@ impl Dialect {
         if let Some(since) = target.since_column() {
             assignments.push_str(&format!(", {} = {}", d.quote(since), d.now()));
         }
+        // Entering a state that counts its effect's attempts starts the
+        // first one.
+        if let Some(retry) = target.in_flight.as_ref().and_then(|f| f.retry.as_ref()) {
+            assignments.push_str(&format!(
+                ", {} = 1, {} = NULL",
+                d.quote(&retry.attempts),
+                d.quote(&retry.next_attempt)
+            ));
+        }
         if let Some(version) = &model.version {
             let v = d.quote(version);
             let next = format!("{} + 1", d.version_value(version));

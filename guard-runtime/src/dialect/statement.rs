@@ -17,6 +17,9 @@ pub enum Bind {
     Value(u8),
     /// A number of milliseconds: how old a claimed row's stamp must be.
     Age,
+    /// A number of milliseconds from now: when an in-flight row's next
+    /// attempt is due.
+    Delay,
     /// The occurrence the row must still be at.
     Expected,
     /// The caller's lease token.
@@ -65,6 +68,9 @@ pub enum Column {
     Meets,
     /// The row's lease token.
     Token,
+    /// The attempt of the effect that a takeover of an in-flight row
+    /// starts (its attempts column, counted by the takeover).
+    Attempt,
     /// A history row's transition.
     Transition,
     /// A history row's state left.

@@ -8,14 +8,15 @@ use tracing::Instrument;
 
 use crate::StateMachine;
 use crate::deadline::retry::Step;
-use crate::effects::lease::{self, Settled};
-use crate::effects::verdict::{Chosen, FollowUpValues, Verdict};
+use crate::effects::lease::{self, Postponed, Settled};
+use crate::effects::verdict::{Chosen, FollowUpValues, Retry, Verdict};
 use crate::error::Error;
 use crate::executor::{Runner, refuse_open_transaction};
 use crate::machine::InFlightDef;
 use crate::machine::key::{KeyText, RowKey};
 use crate::outcome::{Committed, Won};
 use crate::telemetry;
+use crate::transition::note::Note;
 
 /// What an effect is told: which row, which state, and the key to make the
 /// external call idempotent with.
@@ -25,9 +26,17 @@ pub struct Effect<S: StateMachine, K> {
     key: K,
     occurrence: i64,
     effect_key: String,
+    attempt: Option<u32>,
 }
 
 impl<S: StateMachine, K> Effect<S, K> {
+    /// Which attempt at the effect this is, where the state counts them
+    /// (`retry(…)`): 1 for the win's own, then one more for each
+    /// recovery that took the row over. See [`Won::attempt`].
+    pub fn attempt(&self) -> Option<u32> {
+        self.attempt
+    }
+
     /// The key of the row.
     pub fn key(&self) -> &K {
         &self.key
@@ -140,8 +149,21 @@ pub enum Finished<S> {
         /// The row's occurrence there, as for [`Finished::Done`].
         occurrence: i64,
     },
-    /// The effect asked to be retried; the row stays in flight.
+    /// The effect asked to be retried; the row stays in flight until its
+    /// next attempt is due (its backoff, or its lease without `retry(…)`).
     RetryLater,
+    /// The effect asked to be retried, but this was the last attempt its
+    /// state's `retry(max = …)` allows: the row is in the `failed`
+    /// transition's target, and its history row, where there is one, says
+    /// it gave up.
+    GaveUp {
+        /// The `failed` transition's target.
+        state: S,
+        /// The row's occurrence there, as for [`Finished::Done`].
+        occurrence: i64,
+        /// The attempts made.
+        attempts: u32,
+    },
     /// The row left the in-flight state some other way while the effect
     /// ran (for example it was cancelled): the follow-up found it in
     /// `current`. The effect did run; reconcile it.
@@ -265,6 +287,10 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
         let done = in_flight.as_ref().map_or("", |f| f.done().name());
         let span = telemetry::span!("stateguard.finish", S, E::Database, "UPDATE", done);
         telemetry::key(&span, self.key());
+        if let Some(attempt) = self.attempt() {
+            span.record("stateguard.attempt", attempt);
+            telemetry::effect_attempt(S::MACHINE.name(), self.state().as_str(), attempt);
+        }
         let finished = self
             .finish_traced(in_flight, executor, effect)
             .instrument(span.clone())
@@ -273,6 +299,7 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
             Ok(Finished::Done { .. }) => "done",
             Ok(Finished::Failed { .. }) => "failed",
             Ok(Finished::RetryLater) => "retry_later",
+            Ok(Finished::GaveUp { .. }) => "gave_up",
             Ok(Finished::Superseded { .. }) => "superseded",
             Ok(Finished::LeaseLost { .. }) => "lease_lost",
             Ok(Finished::Skipped { .. }) => "skipped",
@@ -378,6 +405,24 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
                 });
             }
         };
+        let attempt = self.attempt();
+        // A takeover past the last attempt (the one before did not report:
+        // its worker stopped) gives up instead of running the effect again.
+        if let Some(attempts) = exhausted(in_flight, attempt) {
+            let row = Leased {
+                state,
+                key: &key,
+                occurrence,
+                lease,
+                attempt,
+            };
+            let step = Step::new(lease::POSTPONE);
+            let gave_up = give_up_unreported(&mut executor, in_flight, &row, attempts, &step);
+            return match tokio::time::timeout_at(started + deadline, gave_up).await {
+                Ok(finished) => finished.map_err(FinishError::Unfinished),
+                Err(_) => Err(FinishError::Unfinished(timeout(step.name(), false))),
+            };
+        }
         let effect = self.run(effect);
         // The effect, named by `done`, until the verdict chooses the
         // follow-up.
@@ -392,17 +437,14 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
                 effect,
             )
             .await;
-            follow_up(
-                &mut executor,
-                in_flight,
+            let row = Leased {
                 state,
-                &key,
+                key: &key,
                 occurrence,
                 lease,
-                verdict,
-                &step,
-            )
-            .await
+                attempt,
+            };
+            follow_up(&mut executor, in_flight, row, verdict, &step).await
         };
         match tokio::time::timeout_at(started + deadline, rest).await {
             Ok(finished) => finished.map_err(FinishError::Unfinished),
@@ -417,12 +459,14 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
         K: KeyText<S::KeyShape>,
     {
         let effect_key = self.effect_key();
+        let attempt = self.attempt();
         let (state, key, occurrence) = self.into_parts();
         Effect {
             state,
             key,
             occurrence,
             effect_key,
+            attempt,
         }
     }
 }
@@ -438,14 +482,26 @@ pub(crate) fn in_flight_def<S: StateMachine>(state: S) -> Result<&'static InFlig
         })
 }
 
-#[allow(clippy::too_many_arguments)]
+/// A row of an in-flight state under a lease this worker holds, as a
+/// follow-up is fenced on it.
+pub(crate) struct Leased<'k, S, K> {
+    pub(crate) state: S,
+    pub(crate) key: &'k K,
+    pub(crate) occurrence: i64,
+    pub(crate) lease: i64,
+    /// The attempt the effect made, where the state counts them.
+    pub(crate) attempt: Option<u32>,
+}
+
+/// The actor of the history row a row that gave up writes.
+const GAVE_UP: &str = "stateguard retry";
+
+/// Ends the row as the verdict says: its `done` or `failed` follow-up,
+/// a later attempt, or, when the attempts ran out, `failed` for good.
 pub(crate) async fn follow_up<S, K, E>(
     executor: &mut E,
     in_flight: &'static InFlightDef<S>,
-    state: S,
-    key: &K,
-    occurrence: i64,
-    lease: i64,
+    row: Leased<'_, S, K>,
     verdict: Verdict,
     step: &Step,
 ) -> Result<Finished<S>, Error>
@@ -455,23 +511,145 @@ where
     K: RowKey<E::Database, S::KeyShape>,
     S: FollowUpValues<E::Database>,
 {
-    let Some(chosen) = Chosen::of(verdict, in_flight, state)? else {
+    let retry = match verdict {
+        Verdict::RetryLater => Retry::later(),
+        Verdict::Retry(retry) => retry,
+        verdict => {
+            let Some(chosen) = Chosen::of(verdict, in_flight, row.state)? else {
+                return Ok(Finished::RetryLater);
+            };
+            return settle_as(executor, in_flight, &row, &chosen, step, None).await;
+        }
+    };
+    let Some(def) = in_flight.retry() else {
+        // Without `retry(…)`, the lease says when: a time of the effect's
+        // own has nowhere to go.
+        if retry.wait().is_some() {
+            return Err(Error::RetryNotDeclared {
+                machine: S::MACHINE.name(),
+                state: row.state.as_str(),
+            });
+        }
         return Ok(Finished::RetryLater);
     };
+    let attempt = row.attempt.unwrap_or(1);
+    if attempt >= def.max_attempts() {
+        let reason = retry.reason().map(|r| format!("asked to retry: {r}"));
+        let note = gave_up_note(attempt, reason.as_deref());
+        let chosen = Chosen::give_up(in_flight, row.state, note)?;
+        return settle_as(executor, in_flight, &row, &chosen, step, Some(attempt)).await;
+    }
+    let wait = retry.wait().unwrap_or_else(|| def.wait_after(attempt));
+    step.at(lease::POSTPONE);
+    let postponed = lease::postpone(
+        executor,
+        in_flight,
+        def.postpone_sql(),
+        row.state,
+        row.key,
+        row.occurrence,
+        row.lease,
+        wait,
+    );
+    Ok(match postponed.await? {
+        Postponed::Scheduled => Finished::RetryLater,
+        Postponed::Superseded(current) => Finished::Superseded { current },
+        Postponed::LeaseLost(current) => Finished::LeaseLost { current },
+        Postponed::Vanished => {
+            return Err(Error::RowVanished {
+                table: S::MACHINE.table(),
+                transition: lease::POSTPONE,
+            });
+        }
+    })
+}
+
+/// The attempts made, where `attempt` is past the last one the state
+/// allows: a takeover counted it, but no attempt may start.
+pub(crate) fn exhausted<S>(in_flight: &InFlightDef<S>, attempt: Option<u32>) -> Option<u32> {
+    let max = in_flight.retry()?.max_attempts();
+    attempt.filter(|a| *a > max).map(|_| max)
+}
+
+/// Ends a row taken over past its last attempt in `failed`, without
+/// running the effect: the last attempt's worker stopped before its
+/// verdict, so whether it happened is known only to the far side (ask it
+/// by the effect key).
+pub(crate) async fn give_up_unreported<S, K, E>(
+    executor: &mut E,
+    in_flight: &'static InFlightDef<S>,
+    row: &Leased<'_, S, K>,
+    attempts: u32,
+    step: &Step,
+) -> Result<Finished<S>, Error>
+where
+    S: StateMachine,
+    E: Runner<Commit = Committed>,
+    K: RowKey<E::Database, S::KeyShape>,
+    S: FollowUpValues<E::Database>,
+{
+    let note = gave_up_note(
+        attempts,
+        Some("no verdict: its worker stopped; ask the far side by the effect key"),
+    );
+    let chosen = Chosen::give_up(in_flight, row.state, note)?;
+    tracing::warn!(
+        table = S::MACHINE.table(),
+        state = row.state.as_str(),
+        attempts,
+        "an in-flight row was taken over after its last attempt; giving up without running \
+         the effect again"
+    );
+    settle_as(executor, in_flight, row, &chosen, step, Some(attempts)).await
+}
+
+/// The history note of a row whose attempts ran out.
+pub(crate) fn gave_up_note(attempts: u32, reason: Option<&str>) -> Note {
+    let why = match reason {
+        Some(reason) => format!("gave up after {attempts} attempts; the last: {reason}"),
+        None => format!("gave up after {attempts} attempts"),
+    };
+    Note::by(GAVE_UP)
+        .because(why)
+        .details(format!("{{\"attempts\": {attempts}}}"))
+}
+
+/// Runs the follow-up `chosen`, fenced on the row's occurrence and lease;
+/// `gave_up` holds the attempts made when it ends a row whose attempts
+/// ran out.
+pub(crate) async fn settle_as<S, K, E>(
+    executor: &mut E,
+    in_flight: &'static InFlightDef<S>,
+    row: &Leased<'_, S, K>,
+    chosen: &Chosen<S>,
+    step: &Step,
+    gave_up: Option<u32>,
+) -> Result<Finished<S>, Error>
+where
+    S: StateMachine,
+    E: Runner<Commit = Committed>,
+    K: RowKey<E::Database, S::KeyShape>,
+    S: FollowUpValues<E::Database>,
+{
     let (transition, failed) = (chosen.transition.transition(), chosen.failed);
     step.at(transition.name());
     // The follow-up is fenced on the win's occurrence and moves the
     // version on by one: where it lands is known without a read.
     let next = match S::MACHINE.version() {
-        Some(_) => occurrence + 1,
-        None => occurrence,
+        Some(_) => row.occurrence + 1,
+        None => row.occurrence,
     };
-    let settled = |state| match failed {
-        true => Finished::Failed {
+    let settled = |state| match (gave_up, failed) {
+        (Some(attempts), _) => Finished::GaveUp {
+            state,
+            occurrence: next,
+            attempts,
+        },
+        (None, true) => Finished::Failed {
             state,
             occurrence: next,
         },
-        false => Finished::Done {
+        (None, false) => Finished::Done {
             state,
             occurrence: next,
         },
@@ -479,7 +657,8 @@ where
     // Tied to the occurrence and to the lease: a late follow-up must not
     // finish a later pass of the row, nor one that another worker took
     // over.
-    let at = lease::settle(executor, in_flight, state, &chosen, key, occurrence, lease);
+    let (state, key, occurrence, lease) = (row.state, row.key, row.occurrence, row.lease);
+    let at = lease::settle(executor, in_flight, state, chosen, key, occurrence, lease);
     Ok(match at.await? {
         Settled::Applied(target) | Settled::Already(target) => settled(target),
         Settled::Superseded(current) => Finished::Superseded { current },

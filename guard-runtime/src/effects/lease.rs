@@ -229,6 +229,13 @@ where
     found::<S, E::Database>(transition, read, row)
 }
 
+/// A lease just stamped: its token and, from a takeover of a row whose
+/// state counts attempts, the attempt the takeover counted.
+pub(crate) struct Stamped {
+    pub(crate) token: i64,
+    pub(crate) attempt: Option<u32>,
+}
+
 /// Runs a statement that stamps a new lease (a takeover with `sql` =
 /// `claim_sql`, or a renewal with `renew_sql`) and returns the new token,
 /// or `None` when it matched no row.
@@ -238,7 +245,7 @@ pub(crate) async fn stamp<S, K, E>(
     sql: &'static Sql,
     args: <E::Database as Driver>::Args,
     key: &K,
-) -> Result<Option<i64>, sqlx::Error>
+) -> Result<Option<Stamped>, sqlx::Error>
 where
     S: StateMachine,
     E: Runner,
@@ -246,9 +253,19 @@ where
 {
     type DB<E> = <E as Run>::Database;
     let statement = <DB<E> as Driver>::statement(sql);
-    let token = |read, row: Option<_>| {
-        row.map(|row| Read::<DB<E>>::new(read, &row).int(Column::Token))
-            .transpose()
+    let token = |read: Statement, row: Option<_>| {
+        row.map(|row| {
+            let row = Read::<DB<E>>::new(read, &row);
+            let attempt = match read.returns().contains(&Column::Attempt) {
+                true => Some(attempt_of(row.int(Column::Attempt)?)),
+                false => None,
+            };
+            Ok(Stamped {
+                token: row.int(Column::Token)?,
+                attempt,
+            })
+        })
+        .transpose()
     };
     if <DB<E> as Driver>::RETURNING {
         // `RETURNING token`.
@@ -289,7 +306,99 @@ where
 {
     let renew = <E::Database as Driver>::statement(in_flight.renew_sql());
     let args = leased_arguments::<S, E::Database, K>(renew, key, occurrence, lease)?;
-    stamp(executor, in_flight, in_flight.renew_sql(), args, key).await
+    let stamped = stamp(executor, in_flight, in_flight.renew_sql(), args, key).await?;
+    Ok(stamped.map(|stamped| stamped.token))
+}
+
+/// An attempt count as stored: at least 1, as a takeover leaves it.
+pub(crate) fn attempt_of(stored: i64) -> u32 {
+    u32::try_from(stored.max(1)).unwrap_or(u32::MAX)
+}
+
+/// What [`Error::Timeout`] names a "try again later" cut off by a
+/// deadline.
+pub(crate) const POSTPONE: &str = "retry_later";
+
+/// Where a "try again later" left the row.
+pub(crate) enum Postponed<S> {
+    /// Its next attempt is due after the wait.
+    Scheduled,
+    /// Another worker took the lease over and holds the row now.
+    LeaseLost(S),
+    /// The row left the occurrence some other way: it is in this state.
+    Superseded(S),
+    /// The row is gone.
+    Vanished,
+}
+
+/// Sets when the row's next attempt is due, `wait` from now by the
+/// database's clock, only while the row is still in occurrence
+/// `occurrence` of `state` under the lease `lease`: from then on recovery
+/// takes it over at that time, not when the lease runs out.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn postpone<S, K, E>(
+    executor: &mut E,
+    in_flight: &'static InFlightDef<S>,
+    postpone: &'static Sql,
+    state: S,
+    key: &K,
+    occurrence: i64,
+    lease: i64,
+    wait: core::time::Duration,
+) -> Result<Postponed<S>, Error>
+where
+    S: StateMachine,
+    E: Runner,
+    K: RowKey<E::Database, S::KeyShape>,
+{
+    type DB<E> = <E as Run>::Database;
+    // Errors name the effect, which `done` names while it runs.
+    let transition = in_flight.done().transition();
+    let update = <DB<E> as Driver>::statement(postpone);
+    let read = <DB<E> as Driver>::statement(in_flight.follow_up_read_sql());
+    let key_parts = bind::key(key);
+    let values = Values {
+        key: Some(&key_parts),
+        expected: Some(occurrence),
+        token: Some(lease),
+        delay: Some(i64::try_from(wait.as_millis()).unwrap_or(i64::MAX)),
+        ..Values::NONE
+    };
+    let arguments = |statement| {
+        bind::arguments::<DB<E>>(statement, &values).map_err(|e| transition.keys_error(e))
+    };
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        match executor.changed(update, arguments(update)?).await {
+            Ok(1) => return Ok(Postponed::Scheduled),
+            Ok(_) => {}
+            Err(error) => {
+                transition.before_retry(executor, error, attempts).await?;
+                continue;
+            }
+        }
+        let row = match executor.row(read, arguments(read)?).await {
+            Ok(row) => row,
+            Err(error) => {
+                transition.before_retry(executor, error, attempts).await?;
+                continue;
+            }
+        };
+        let Some(found) = found::<S, DB<E>>(transition, read, row)? else {
+            return Ok(Postponed::Vanished);
+        };
+        if found.current != state || found.version != occurrence {
+            return Ok(Postponed::Superseded(found.current));
+        }
+        if found.token != lease {
+            return Ok(Postponed::LeaseLost(found.current));
+        }
+        if attempts >= MAX_ATTEMPTS {
+            return Err(transition.contention(attempts, None));
+        }
+        tokio::time::sleep(backoff(attempts)).await;
+    }
 }
 
 /// Runs `effect` while renewing the lease every third of its length, so

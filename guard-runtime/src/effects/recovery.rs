@@ -11,8 +11,10 @@ use crate::deadline::call::{Call, Sent, bounded};
 use crate::deadline::retry::Step;
 use crate::dialect::sealed::Driver;
 use crate::dialect::{Backend, Column, Statement};
-use crate::effects::effect::{Effect, Finished, follow_up, in_flight_def};
-use crate::effects::lease;
+use crate::effects::effect::{
+    Effect, Finished, Leased, exhausted, follow_up, give_up_unreported, in_flight_def,
+};
+use crate::effects::lease::{self, Stamped};
 use crate::effects::verdict::{FollowUpValues, Verdict};
 use crate::error::Error;
 use crate::executor::proven::Proven;
@@ -88,14 +90,18 @@ where
     if let Some(taken) = take_over::<S, K, E>(executor, in_flight, state, limit).await? {
         return Ok(taken
             .into_iter()
-            .map(|(key, occurrence, lease)| Won::new(state, key, occurrence, lease, 0))
+            .map(|(key, occurrence, stamped)| {
+                Won::new(state, key, occurrence, stamped.token, 0)
+                    .at_attempt(stamped.attempt.unwrap_or(0))
+            })
             .collect());
     }
     let mut claimed = Vec::new();
     for (key, occurrence) in list_expired::<S, K, E>(executor, in_flight, state, limit).await? {
         sent.write();
-        if let Some(lease) = claim_one(executor, in_flight, state, &key, occurrence).await? {
-            claimed.push(Won::new(state, key, occurrence, lease, 0));
+        if let Some(stamped) = claim_one(executor, in_flight, state, &key, occurrence).await? {
+            let won = Won::new(state, key, occurrence, stamped.token, 0);
+            claimed.push(won.at_attempt(stamped.attempt.unwrap_or(0)));
         }
     }
     Ok(claimed)
@@ -103,14 +109,15 @@ where
 
 /// PostgreSQL: takes over up to `limit` expired rows in one statement
 /// ([`InFlightDef::take_over_sql`]), oldest first: each row's key,
-/// occurrence and new lease token. `None` where the dialect has no such
+/// occurrence and new lease (with the attempt it counted, where the state
+/// counts them). `None` where the dialect has no such
 /// statement (SQLite, MySQL), which list and claim row by row.
 async fn take_over<S, K, E>(
     executor: &mut E,
     in_flight: &'static InFlightDef<S>,
     state: S,
     limit: u32,
-) -> Result<Option<Vec<(K, i64, i64)>>, Error>
+) -> Result<Option<Vec<(K, i64, Stamped)>>, Error>
 where
     S: StateMachine,
     E: Runner<Commit = Committed>,
@@ -142,8 +149,14 @@ where
             let row = Read::<E::Database>::new(take_over, row);
             let key = row.key::<K, S::KeyShape>().map_err(db_error)?;
             let occurrence = row.int(Column::Occurrence).map_err(db_error)?;
-            let lease = row.int(Column::Token).map_err(db_error)?;
-            Ok((key, occurrence, lease))
+            let token = row.int(Column::Token).map_err(db_error)?;
+            let attempt = match take_over.returns().contains(&Column::Attempt) {
+                true => Some(lease::attempt_of(
+                    row.int(Column::Attempt).map_err(db_error)?,
+                )),
+                false => None,
+            };
+            Ok((key, occurrence, Stamped { token, attempt }))
         })
         .collect::<Result<Vec<_>, Error>>()
         .map(Some)
@@ -188,7 +201,7 @@ where
 }
 
 /// Takes over one expired row if it is still in the same occurrence of
-/// `state`, stamping a new lease: `Some(token)`, or `None` when another
+/// `state`, stamping a new lease: `Some(lease)`, or `None` when another
 /// recovery took it, its owner finished it, or the database asked to back
 /// off (a serialization failure or busy database): a later pass sees it
 /// again.
@@ -198,7 +211,7 @@ async fn claim_one<S, K, E>(
     state: S,
     key: &K,
     occurrence: i64,
-) -> Result<Option<i64>, Error>
+) -> Result<Option<Stamped>, Error>
 where
     S: StateMachine,
     E: Runner<Commit = Committed>,
@@ -268,6 +281,12 @@ pub struct Recovered {
     pub failed: usize,
     /// Rows whose effect asked to be retried later.
     pub retry_later: usize,
+    /// Rows whose attempts ran out (their state's `retry(max = …)`): each
+    /// moved on through `failed`, its history row saying why. A row taken
+    /// over after its last attempt (whose worker stopped before its
+    /// verdict) gives up without running the effect again: ask the far
+    /// side by its effect key whether that attempt happened.
+    pub gave_up: usize,
     /// Rows that had left the in-flight state some other way while their
     /// effect ran: the effect did run, so reconcile each with the far side
     /// by its effect key.
@@ -443,10 +462,10 @@ where
         .await
         .map_err(|_| timeout(lease::TAKE_OVER, false))??;
     let taken_at = tokio::time::Instant::now();
-    let expired: Vec<(K, i64, Option<i64>)> = match taken {
+    let expired: Vec<(K, i64, Option<Stamped>)> = match taken {
         Some(taken) => taken
             .into_iter()
-            .map(|(key, occurrence, lease)| (key, occurrence, Some(lease)))
+            .map(|(key, occurrence, stamped)| (key, occurrence, Some(stamped)))
             .collect(),
         None => {
             let listing = list_expired::<S, K, E>(&mut executor, in_flight, state, limit);
@@ -482,6 +501,7 @@ where
                     Finished::Done { .. } => report.done += 1,
                     Finished::Failed { .. } => report.failed += 1,
                     Finished::RetryLater => report.retry_later += 1,
+                    Finished::GaveUp { .. } => report.gave_up += 1,
                     Finished::Superseded { current } => report.superseded.push(SupersededRow {
                         effect_key,
                         current: current.as_str(),
@@ -524,7 +544,7 @@ enum Row<S> {
 struct Taken<K> {
     key: K,
     occurrence: i64,
-    lease: Option<i64>,
+    lease: Option<Stamped>,
     taken_at: tokio::time::Instant,
 }
 
@@ -558,32 +578,59 @@ where
         // Rows taken over with the pass wait for the effects before them;
         // one that waited a third of its lease renews it first, and one
         // whose lease another recovery took meanwhile is left to it.
-        Some(lease) if taken_at.elapsed() >= in_flight.lease() / 3 => {
+        Some(stamped) if taken_at.elapsed() >= in_flight.lease() / 3 => {
             step.at(lease::RENEW);
-            lease::renew::<S, K, E>(executor, in_flight, &key, occurrence, lease)
+            lease::renew::<S, K, E>(executor, in_flight, &key, occurrence, stamped.token)
                 .await
                 .map_err(|source| recovery_error(state, source))?
+                .map(|token| Stamped {
+                    token,
+                    attempt: stamped.attempt,
+                })
         }
-        Some(lease) => Some(lease),
+        Some(stamped) => Some(stamped),
     };
-    let Some(lease) = lease else {
+    let Some(Stamped {
+        token: lease,
+        attempt,
+    }) = lease
+    else {
         return Ok(Row::Lost);
     };
-    let won: Won<S, K, Committed> = Won::new(state, key.clone(), occurrence, lease, 0);
+    let won: Won<S, K, Committed> =
+        Won::new(state, key.clone(), occurrence, lease, 0).at_attempt(attempt.unwrap_or(0));
     let effect_key = won.effect_key();
+    let attempt = won.attempt();
+    let row = Leased {
+        state,
+        key: &key,
+        occurrence,
+        lease,
+        attempt,
+    };
+    if let Some(attempts) = exhausted(in_flight, attempt) {
+        let gave_up = give_up_unreported(executor, in_flight, &row, attempts, step).await;
+        return Ok(match gave_up {
+            Ok(finished) => Row::Finished(effect_key, finished),
+            Err(error) => Row::Unfinished(error),
+        });
+    }
     tracing::info!(
         state = state.as_str(),
         occurrence,
-        "took over an in-flight row whose lease ran out"
+        attempt,
+        "took over an in-flight row whose lease ran out or whose next attempt is due"
     );
+    if let Some(attempt) = attempt {
+        telemetry::effect_attempt(S::MACHINE.name(), state.as_str(), attempt);
+    }
     step.at(in_flight.done().name());
     let run = won.run(effect);
     let (verdict, lease) =
         lease::while_renewing::<S, K, E, _>(executor, in_flight, &key, occurrence, lease, run)
             .await;
-    let finished = follow_up(
-        executor, in_flight, state, &key, occurrence, lease, verdict, step,
-    );
+    let row = Leased { lease, ..row };
+    let finished = follow_up(executor, in_flight, row, verdict, step);
     match finished.await {
         Ok(finished) => Ok(Row::Finished(effect_key, finished)),
         Err(error) => Ok(Row::Unfinished(error)),

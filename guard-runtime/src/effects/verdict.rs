@@ -29,15 +29,97 @@ pub enum Verdict {
     /// state's `failed` transition.
     Failed,
     /// It may not have happened and may be tried again (a timeout, a 503):
-    /// leave the row in flight; recovery retries it with the same effect key
-    /// once the lease runs out.
+    /// leave the row in flight; recovery retries it with the same effect
+    /// key once the lease runs out or, where the state declares
+    /// `retry(…)`, once its backoff has passed. The same as
+    /// `Verdict::Retry(Retry::later())`.
     RetryLater,
+    /// [`RetryLater`](Verdict::RetryLater), with a reason or a time of its
+    /// own: `Retry::after(wait).because("bank answered 503").into()`.
+    Retry(Retry),
     /// End the row with this follow-up, the state's `done` or `failed`
     /// transition, and the values it binds: made with `.into()` from the
     /// transition's constructor, or from it [noted](crate::Transition::noted)
     /// (`PayoutStatus::fail().noted(Note::because("account closed")).into()`),
     /// for the history row of the follow-up.
     FollowUp(FollowUp),
+}
+
+/// When, and why, an effect asks to be tried again: see
+/// [`Verdict::Retry`].
+///
+/// An in-flight state that declares
+/// `retry(max = 8, backoff = "2s..1h", attempts = "…", next_attempt = "…")`
+/// counts each attempt, waits out a growing backoff (or the time given
+/// here) before the next, and ends the row in its `failed` follow-up
+/// instead of starting attempt `max + 1`; the reason goes into that
+/// follow-up's history row. A state without `retry(…)` is retried once
+/// its lease runs out, so it refuses a time of its own
+/// ([`Error::RetryNotDeclared`]).
+///
+/// ```
+/// use std::time::Duration;
+/// use stateguard::{Retry, Verdict};
+///
+/// // The provider answered 429 with `Retry-After: 120`.
+/// let verdict: Verdict = Retry::after(Duration::from_secs(120)).because("rate limited").into();
+/// assert!(matches!(verdict, Verdict::Retry(_)));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Retry {
+    after: Option<core::time::Duration>,
+    reason: Option<String>,
+}
+
+impl Retry {
+    /// After the state's backoff (or its lease, without `retry(…)`).
+    pub fn later() -> Retry {
+        Retry::default()
+    }
+
+    /// After `wait`, by the database's clock (for example a provider's
+    /// `Retry-After` in seconds), instead of the state's backoff.
+    pub fn after(wait: core::time::Duration) -> Retry {
+        Retry {
+            after: Some(wait),
+            reason: None,
+        }
+    }
+
+    /// At `when` (for example a provider's `Retry-After` date), turned into
+    /// a wait by this machine's clock; a time already past retries as soon
+    /// as recovery runs.
+    pub fn at(when: std::time::SystemTime) -> Retry {
+        let wait = when
+            .duration_since(std::time::SystemTime::now())
+            .unwrap_or_default();
+        Retry::after(wait)
+    }
+
+    /// The same request, with the reason the effect gives: logged, and
+    /// recorded in the history row when the attempts run out.
+    pub fn because(self, reason: impl Into<String>) -> Retry {
+        Retry {
+            reason: Some(reason.into()),
+            ..self
+        }
+    }
+
+    /// The wait asked for, if not the state's backoff.
+    pub fn wait(&self) -> Option<core::time::Duration> {
+        self.after
+    }
+
+    /// The reason given, if any.
+    pub fn reason(&self) -> Option<&str> {
+        self.reason.as_deref()
+    }
+}
+
+impl From<Retry> for Verdict {
+    fn from(retry: Retry) -> Verdict {
+        Verdict::Retry(retry)
+    }
 }
 
 /// A follow-up transition named by a [`Verdict`], with the values it binds.
@@ -163,7 +245,7 @@ impl<S: StateMachine> Chosen<S> {
             _ => Err(no_failed()),
         };
         let ((transition, sql, is_failed), values, note): (_, Arc<Values>, _) = match verdict {
-            Verdict::RetryLater => return Ok(None),
+            Verdict::RetryLater | Verdict::Retry(_) => return Ok(None),
             Verdict::Done => (done, Arc::new(()), Note::NONE),
             Verdict::Failed => (failed()?, Arc::new(()), Note::NONE),
             Verdict::FollowUp(follow_up) => {
@@ -198,6 +280,32 @@ impl<S: StateMachine> Chosen<S> {
             values,
             note,
         }))
+    }
+
+    /// The state's `failed` follow-up, run because the effect's attempts
+    /// ran out, with `note` for its history row where there is one. The
+    /// derive refuses `retry(…)` on a state whose `failed` binds values.
+    pub(crate) fn give_up(
+        in_flight: &'static InFlightDef<S>,
+        state: S,
+        note: Note,
+    ) -> Result<Chosen<S>, Error> {
+        let (Some(transition), Some(sql)) = (in_flight.failed, in_flight.failed_sql()) else {
+            return Err(Error::NoFailedTransition {
+                machine: S::MACHINE.name(),
+                state: state.as_str(),
+            });
+        };
+        Ok(Chosen {
+            transition,
+            sql,
+            failed: true,
+            values: Arc::new(()),
+            note: match S::MACHINE.history_table() {
+                Some(_) => note,
+                None => Note::NONE,
+            },
+        })
     }
 
     /// The verdict's values, as the follow-up's statements bind them:

@@ -88,6 +88,7 @@ impl Error {
             | Error::NestedTransaction { .. }
             | Error::NotInFlight { .. }
             | Error::NoFailedTransition { .. }
+            | Error::RetryNotDeclared { .. }
             | Error::NotAFollowUp { .. }
             | Error::FollowUpValues { .. }
             | Error::ExpectingMany { .. }

@@ -36,7 +36,7 @@ use self::message::timeout_message;
 /// | --- | --- | --- |
 /// | [`Transient`](ErrorKind::Transient) | call again (the whole transaction, inside one), after a pause | `RetryTransaction`, `RolledBack`, `Contention`, `ReadOnly`, `Timeout` with nothing in flight; `Database`, `Begin`, `Commit`, `Store`, `Recovery`, `PoolerCheck` when the database's error is transient (see below) |
 /// | [`OutcomeUnknown`](ErrorKind::OutcomeUnknown) | apply again to learn the row's state; an effect may be owed | whatever [`Error::is_outcome_unknown`] says: a broken connection or ended session while a statement or `COMMIT` was in flight, `Timeout` with the `UPDATE` in flight, `StatementMixUp` |
-/// | [`Misuse`](ErrorKind::Misuse) | fix the calling code: the same call fails again | `NoVersionColumn` (a compile error on a derived machine), `ForeignWin`, `ConnectionInTransaction`, `NestedTransaction`, `NotInFlight`, `NoFailedTransition`, `NotAFollowUp`, `FollowUpValues`, `ExpectingMany`, `BatchKey`, `NoSinceColumn`, `NoTimeout`, `NoHistory` |
+/// | [`Misuse`](ErrorKind::Misuse) | fix the calling code: the same call fails again | `NoVersionColumn` (a compile error on a derived machine), `ForeignWin`, `ConnectionInTransaction`, `NestedTransaction`, `NotInFlight`, `NoFailedTransition`, `RetryNotDeclared`, `NotAFollowUp`, `FollowUpValues`, `ExpectingMany`, `BatchKey`, `NoSinceColumn`, `NoTimeout`, `NoHistory` |
 /// | [`Data`](ErrorKind::Data) | reject the input, or repair the row | `BadKey`, `UnknownState`, `NullStatus`, `AmbiguousKey`, `UnknownTransition`, `HistoryDetails` |
 /// | [`Superseded`](ErrorKind::Superseded) | roll back and stop: someone else holds the work | `IdempotencyLeaseLost`, `RowVanished` |
 /// | [`Database`](ErrorKind::Database) | report it: a retry does not cure it (constraint, syntax, missing table, decode, closed pool, …) | `Multiplexed` (the deployment needs changing); `Database`, `Begin`, `Commit`, `Store`, `Recovery`, `PoolerCheck` with any other database error |
@@ -281,6 +281,22 @@ pub enum Error {
          `failed = transition` in #[state(in_flight(...))]; the row stays in flight"
     )]
     NoFailedTransition {
+        /// The machine.
+        machine: &'static str,
+        /// The state's database string.
+        state: &'static str,
+    },
+
+    /// An effect asked to be retried at a time of its own
+    /// ([`Retry::after`](crate::Retry::after)), but its state declares no
+    /// `retry(…)`, so there is no column to keep that time: the row stays
+    /// in flight and recovery retries it once its lease runs out.
+    #[error(
+        "the effect for state `{state}` of {machine} asked to be retried at a time of its own, \
+         but the state declares no `retry(…)` in #[state(in_flight(...))] to keep it; the row \
+         stays in flight until its lease runs out"
+    )]
+    RetryNotDeclared {
         /// The machine.
         machine: &'static str,
         /// The state's database string.

@@ -9,7 +9,8 @@
 //! `const` built at compile time.
 
 use super::{
-    DdlText, InFlightDef, Machine, ManySql, SetColumn, Sql, StateDef, StateMachine, TransitionDef,
+    DdlText, InFlightDef, Machine, ManySql, RetryDef, SetColumn, Sql, StateDef, StateMachine,
+    TransitionDef,
 };
 use crate::dialect::{Bind, Column, Statement};
 
@@ -161,6 +162,19 @@ pub struct InFlightParts<S: 'static> {
     pub failed_history_insert: Option<Sql>,
     pub done_outbox_insert: Option<Sql>,
     pub failed_outbox_insert: Option<Sql>,
+    pub retry: Option<RetryParts>,
+}
+
+/// `retry(…)` of an in-flight state: each field is the [`RetryDef`] field
+/// of the same name.
+#[allow(missing_docs)]
+pub struct RetryParts {
+    pub max: u32,
+    pub backoff_min_ms: u64,
+    pub backoff_max_ms: u64,
+    pub attempts: &'static str,
+    pub next_attempt: &'static str,
+    pub postpone: Sql,
 }
 
 /// An in-flight state, from its parts.
@@ -182,6 +196,7 @@ pub const fn in_flight<S>(parts: InFlightParts<S>) -> InFlightDef<S> {
         failed_history_insert,
         done_outbox_insert,
         failed_outbox_insert,
+        retry,
     } = parts;
     InFlightDef {
         lease_ms,
@@ -198,6 +213,24 @@ pub const fn in_flight<S>(parts: InFlightParts<S>) -> InFlightDef<S> {
         failed_sql,
         logs: [or_none(done_history_insert), or_none(failed_history_insert)],
         messages: [or_none(done_outbox_insert), or_none(failed_outbox_insert)],
+        retry: match retry {
+            Some(RetryParts {
+                max,
+                backoff_min_ms,
+                backoff_max_ms,
+                attempts,
+                next_attempt,
+                postpone,
+            }) => Some(RetryDef {
+                max,
+                backoff_min_ms,
+                backoff_max_ms,
+                attempts,
+                next_attempt,
+                postpone,
+            }),
+            None => None,
+        },
     }
 }
 

@@ -273,6 +273,67 @@ pub struct InFlightDef<S: 'static> {
     /// On SQLite and MySQL: the messages the `done` and `failed`
     /// follow-ups emit, inserted just before them.
     messages: [Sql; 2],
+    pub(crate) retry: Option<RetryDef>,
+}
+
+/// `retry(max = …, backoff = "…..…", attempts = "…", next_attempt = "…")`
+/// of an in-flight state: its effect's attempts are counted, a
+/// [`Verdict::RetryLater`](crate::Verdict::RetryLater) waits a growing
+/// backoff, and the attempt that would exceed the maximum ends the row in
+/// the state's `failed` follow-up instead.
+#[derive(Debug)]
+pub struct RetryDef {
+    pub(crate) max: u32,
+    pub(crate) backoff_min_ms: u64,
+    pub(crate) backoff_max_ms: u64,
+    pub(crate) attempts: &'static str,
+    pub(crate) next_attempt: &'static str,
+    pub(crate) postpone: Sql,
+}
+
+impl RetryDef {
+    /// How many times the effect runs at most.
+    pub const fn max_attempts(&self) -> u32 {
+        self.max
+    }
+
+    /// The wait after the first attempt, and the longest wait.
+    pub const fn backoff(&self) -> (core::time::Duration, core::time::Duration) {
+        (
+            core::time::Duration::from_millis(self.backoff_min_ms),
+            core::time::Duration::from_millis(self.backoff_max_ms),
+        )
+    }
+
+    /// The integer column counting the attempts.
+    pub const fn attempts_column(&self) -> &'static str {
+        self.attempts
+    }
+
+    /// The timestamp column holding when the next attempt is due.
+    pub const fn next_attempt_column(&self) -> &'static str {
+        self.next_attempt
+    }
+
+    /// `UPDATE … SET next_attempt = now + $delay WHERE` the caller holds
+    /// the lease.
+    pub const fn postpone_sql(&self) -> &Sql {
+        &self.postpone
+    }
+
+    /// The wait after attempt `attempt` (from 1): the first wait doubled
+    /// per attempt before it, at most the longest, plus up to a quarter
+    /// more at random, so that rows that failed together spread out. Never
+    /// shorter than the backoff declares.
+    pub fn wait_after(&self, attempt: u32) -> core::time::Duration {
+        let (first, longest) = self.backoff();
+        let doublings = attempt.saturating_sub(1).min(40);
+        let base = first.saturating_mul(1 << doublings.min(31)).min(longest);
+        let spread = u64::try_from(base.as_nanos() / 4).unwrap_or(u64::MAX);
+        base + core::time::Duration::from_nanos(
+            crate::deadline::retry::random() % spread.saturating_add(1),
+        )
+    }
 }
 
 impl<S> InFlightDef<S> {
@@ -349,6 +410,11 @@ impl<S> InFlightDef<S> {
     /// writes it).
     pub const fn follow_up_outbox_insert_sql(&self) -> &[Sql; 2] {
         &self.messages
+    }
+
+    /// How the effect is retried, where the state declares `retry(…)`.
+    pub const fn retry(&self) -> Option<&RetryDef> {
+        self.retry.as_ref()
     }
 }
 

@@ -320,6 +320,7 @@ fn every_variant() -> Vec<(String, Error, ErrorKind)> {
         Error::NestedTransaction { depth: 2 },
         Error::NotInFlight { machine, state },
         Error::NoFailedTransition { machine, state },
+        Error::RetryNotDeclared { machine, state },
         Error::NotAFollowUp {
             machine,
             state,
@@ -489,10 +490,11 @@ fn variant(error: &Error) -> usize {
         Error::Multiplexed { .. } => 31,
         Error::PoolerCheck { .. } => 32,
         Error::StatementMixUp(_) => 33,
+        Error::RetryNotDeclared { .. } => 34,
     }
 }
 
-const VARIANTS: usize = 34;
+const VARIANTS: usize = 35;
 
 #[test]
 fn every_variant_is_in_its_kind() {
