@@ -13,7 +13,8 @@
 //!   in-flight state;
 //! - lose: the compare-and-set that changes nothing, then the fresh read;
 //! - finish: a win into the in-flight state, then its `done` follow-up
-//!   under the lease (an effect that returns at once);
+//!   under the lease (an effect that returns at once); and the same on a
+//!   state that declares `retry(…)` against one that does not;
 //! - the lock-then-update pattern (`BEGIN; SELECT … FOR UPDATE; UPDATE;
 //!   COMMIT`, by hand) against the library's win on the same machine
 //!   (target on PostgreSQL and MariaDB: the library at least 1.4×).
@@ -101,6 +102,28 @@ enum Flight {
     Failed,
 }
 
+/// `Flight` with retries declared: entering `sending` also sets the
+/// attempts and clears the next attempt, in the same statement.
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(table = "m_retry", column = "status", key = "id", version = "version")]
+enum Retrying {
+    #[state(initial)]
+    #[transition(send -> Sending)]
+    Pending,
+    #[state(in_flight(
+        lease = "60s",
+        since = "sending_since",
+        done = confirm,
+        failed = fail,
+        retry(max = 8, backoff = "2s..1h", attempts = "attempts", next_attempt = "next_attempt_at")
+    ))]
+    #[transition(confirm -> Sent)]
+    #[transition(fail -> Failed)]
+    Sending,
+    Sent,
+    Failed,
+}
+
 /// Calls per round and side.
 const CALLS: i64 = 250;
 const ROUNDS: i64 = 20;
@@ -136,6 +159,9 @@ impl Bench for sqlx::Sqlite {
          version INTEGER NOT NULL DEFAULT 0)",
         "CREATE TABLE m_flight (id INTEGER PRIMARY KEY, status TEXT NOT NULL, \
          version INTEGER NOT NULL DEFAULT 0, sending_since TEXT)",
+        "CREATE TABLE m_retry (id INTEGER PRIMARY KEY, status TEXT NOT NULL, \
+         version INTEGER NOT NULL DEFAULT 0, sending_since TEXT, \
+         attempts INTEGER NOT NULL DEFAULT 0, next_attempt_at TEXT)",
     ];
     const SEED: &'static [&'static str] = &[
         "WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < ?1) \
@@ -144,6 +170,8 @@ impl Bench for sqlx::Sqlite {
          INSERT INTO m_versioned (id, status) SELECT i, 'a' FROM s",
         "WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < ?1) \
          INSERT INTO m_flight (id, status) SELECT i, 'pending' FROM s",
+        "WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < ?1) \
+         INSERT INTO m_retry (id, status) SELECT i, 'pending' FROM s",
     ];
     // SQLite has no row locks: a write transaction's first read.
     const LOCK: &'static str = "SELECT status FROM m_plain WHERE id = ?1";
@@ -167,11 +195,15 @@ impl Bench for sqlx::Postgres {
          version BIGINT NOT NULL DEFAULT 0)",
         "CREATE TABLE m_flight (id BIGINT PRIMARY KEY, status TEXT NOT NULL, \
          version BIGINT NOT NULL DEFAULT 0, sending_since TIMESTAMPTZ)",
+        "CREATE TABLE m_retry (id BIGINT PRIMARY KEY, status TEXT NOT NULL, \
+         version BIGINT NOT NULL DEFAULT 0, sending_since TIMESTAMPTZ, \
+         attempts INT NOT NULL DEFAULT 0, next_attempt_at TIMESTAMPTZ)",
     ];
     const SEED: &'static [&'static str] = &[
         "INSERT INTO m_plain (id, status) SELECT g, 'a' FROM generate_series(1::bigint, $1) g",
         "INSERT INTO m_versioned (id, status) SELECT g, 'a' FROM generate_series(1::bigint, $1) g",
         "INSERT INTO m_flight (id, status) SELECT g, 'pending' FROM generate_series(1::bigint, $1) g",
+        "INSERT INTO m_retry (id, status) SELECT g, 'pending' FROM generate_series(1::bigint, $1) g",
     ];
     const LOCK: &'static str = "SELECT status FROM m_plain WHERE id = $1 FOR UPDATE";
     const WRITE: &'static str = "UPDATE m_plain SET status = 'b' WHERE id = $1";
@@ -245,6 +277,9 @@ impl Bench for sqlx::MySql {
          version BIGINT NOT NULL DEFAULT 0)",
         "CREATE TABLE m_flight (id BIGINT PRIMARY KEY, status VARCHAR(16) NOT NULL, \
          version BIGINT NOT NULL DEFAULT 0, sending_since DATETIME(3) NULL)",
+        "CREATE TABLE m_retry (id BIGINT PRIMARY KEY, status VARCHAR(16) NOT NULL, \
+         version BIGINT NOT NULL DEFAULT 0, sending_since DATETIME(3) NULL, \
+         attempts INT NOT NULL DEFAULT 0, next_attempt_at DATETIME(3) NULL)",
     ];
     const SEED: &'static [&'static str] = &[
         concat!(
@@ -259,6 +294,11 @@ impl Bench for sqlx::MySql {
         ),
         concat!(
             "INSERT INTO m_flight (id, status) SELECT i, 'pending' FROM ",
+            numbers!(),
+            " WHERE i <= ?"
+        ),
+        concat!(
+            "INSERT INTO m_retry (id, status) SELECT i, 'pending' FROM ",
             numbers!(),
             " WHERE i <= ?"
         ),
@@ -381,10 +421,7 @@ where
 
     // Win, unversioned.
     let advance = Plain::MACHINE.transition("advance").unwrap();
-    let (tagged, update) = (
-        DB::pick(advance.update_sql()),
-        batches::untagged(DB::pick(advance.update_sql())),
-    );
+    let update = batches::untagged(DB::pick(advance.update_sql()));
     let mut next = 1;
     case(
         lines,
@@ -407,24 +444,26 @@ where
     let won_upto = next;
 
     // Lose: rows already in `b`, then the fresh read.
-    let select = DB::pick(Plain::MACHINE.select_sql());
+    // By hand untagged, as the winning paths: the tag column, first, goes.
+    let tagged_select = DB::pick(Plain::MACHINE.select_sql());
+    let select = batches::untagged(tagged_select);
     let status_at = DB::column_of(
         Plain::MACHINE.select_sql(),
         stateguard::meta::Column::Status,
-    );
+    ) - usize::from(select != tagged_select);
     let mut lose_next = 1;
     case(
         lines,
         name,
         "lose (compare-and-set, fresh read)",
-        "same statements by hand",
+        "same statements by hand, untagged",
         &mut lose_next,
         |id| async move {
             let outcome = Plain::advance().apply(pool, id).await.unwrap();
             assert!(!outcome.is_applied());
         },
         |id| async move {
-            let done = bind_key::<DB>(sqlx::query(tagged), id)
+            let done = bind_key::<DB>(sqlx::query(update), id)
                 .execute(pool)
                 .await
                 .unwrap();
@@ -621,6 +660,34 @@ where
                 .await
                 .unwrap();
             assert_eq!(DB::affected(&done), 1);
+        },
+    )
+    .await;
+
+    // Finish with retries declared against the same without: the win
+    // still takes one statement, which also counts the first attempt.
+    // The ids go on from the finish above: `m_flight` rows are used once.
+    case(
+        lines,
+        name,
+        "finish, retry declared",
+        "finish on the same machine without retry",
+        &mut next,
+        |id| async move {
+            let won = Retrying::send()
+                .apply(pool, id)
+                .await
+                .unwrap()
+                .won()
+                .unwrap();
+            assert_eq!(won.attempt(), Some(1));
+            let finished = won.finish(pool, |_| async { Verdict::Done }).await.unwrap();
+            assert!(matches!(finished, stateguard::Finished::Done { .. }));
+        },
+        |id| async move {
+            let won = Flight::send().apply(pool, id).await.unwrap().won().unwrap();
+            let finished = won.finish(pool, |_| async { Verdict::Done }).await.unwrap();
+            assert!(matches!(finished, stateguard::Finished::Done { .. }));
         },
     )
     .await;

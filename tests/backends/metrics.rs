@@ -262,3 +262,88 @@ fn a_relay_pass_counts_each_message_by_its_result() {
     assert_eq!(result("retried"), [1.0]);
     assert!(result("lost").is_empty());
 }
+
+/// A transfer whose effect runs at most twice, a millisecond apart.
+#[derive(stateguard::StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(table = "metered", column = "status", key = "id", version = "version")]
+enum Metered {
+    #[state(initial)]
+    #[transition(start -> Sending)]
+    Pending,
+    #[state(in_flight(
+        lease = "60s",
+        since = "sending_since",
+        done = confirm,
+        failed = fail,
+        retry(max = 2, backoff = "1ms..1ms", attempts = "attempts", next_attempt = "next_at")
+    ))]
+    #[transition(confirm -> Sent)]
+    #[transition(fail -> Failed)]
+    Sending,
+    Sent,
+    Failed,
+}
+
+#[test]
+fn attempts_at_an_effect_and_giving_up_are_counted() {
+    let seen = Seen::default();
+    recorded(&seen, async {
+        let Some(db) = open!(Sqlite, "metrics_retry") else {
+            return;
+        };
+        sqlx::query(
+            "CREATE TABLE metered (id INTEGER PRIMARY KEY, status TEXT NOT NULL DEFAULT 'pending',
+             version INTEGER NOT NULL DEFAULT 0, sending_since TEXT,
+             attempts INTEGER NOT NULL DEFAULT 0, next_at TEXT)",
+        )
+        .execute(&db.pool)
+        .await
+        .unwrap();
+        sqlx::query("INSERT INTO metered (id) VALUES (1)")
+            .execute(&db.pool)
+            .await
+            .unwrap();
+        let won = Metered::start()
+            .apply(&db.pool, 1_i64)
+            .await
+            .unwrap()
+            .won()
+            .unwrap();
+        let later = won
+            .finish(&db.pool, |_| async { stateguard::Verdict::RetryLater })
+            .await
+            .unwrap();
+        assert_eq!(later, stateguard::Finished::RetryLater);
+        let mut gave_up = 0;
+        for _ in 0..200 {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            let pass = stateguard::recover(
+                &db.pool,
+                Metered::Sending,
+                10,
+                |_: stateguard::Effect<_, i64>| async { stateguard::Verdict::RetryLater },
+            )
+            .await
+            .unwrap();
+            gave_up += pass.gave_up;
+            if gave_up > 0 {
+                break;
+            }
+        }
+        assert_eq!(gave_up, 1);
+    });
+    assert_eq!(
+        seen.get("stateguard_effect_attempt{machine=Metered,state=sending}"),
+        [1.0, 2.0]
+    );
+    assert_eq!(
+        seen.get(
+            "stateguard_outcomes_total{machine=Metered,outcome=retry_later,transition=confirm}"
+        ),
+        [1.0]
+    );
+    assert_eq!(
+        seen.get("stateguard_recovered_total{machine=Metered,result=gave_up,state=sending}"),
+        [1.0]
+    );
+}
