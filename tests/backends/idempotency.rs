@@ -133,6 +133,39 @@ where
                 other => panic!("{other:?}"),
             }
         }
+        // Headers stored with the response come back with it, in order,
+        // a repeated name included.
+        let located = request("acme:POST /payouts", "k-located", "amount=100");
+        let Begun::New(ticket) = idempotency::begin(&db.pool, &located, idempotency::DEFAULT_LEASE)
+            .await
+            .unwrap()
+        else {
+            panic!("a new key is new");
+        };
+        let headers = vec![
+            ("location".to_owned(), "/payouts/po_1".to_owned()),
+            ("content-type".to_owned(), "application/json".to_owned()),
+            ("link".to_owned(), "<a>; rel=\"x\", <b>".to_owned()),
+            ("link".to_owned(), "<c>".to_owned()),
+        ];
+        let mut tx = Tx::begin(&db.pool).await.unwrap();
+        ticket
+            .complete_with_headers(&mut tx, 201, headers.clone(), b"{}".to_vec())
+            .await
+            .unwrap();
+        tx.commit(()).await.unwrap();
+        for _ in 0..2 {
+            let replay = idempotency::begin_tx(&db.pool, &located, idempotency::DEFAULT_LEASE)
+                .await
+                .unwrap();
+            let Begun::Replay(stored) = replay else {
+                panic!("{replay:?}");
+            };
+            assert_eq!(
+                (stored.status(), stored.headers()),
+                (201, headers.as_slice())
+            );
+        }
         let other_amount = request("acme:POST /payouts", "k1", "amount=200");
         assert!(matches!(
             idempotency::begin(&db.pool, &other_amount, idempotency::DEFAULT_LEASE)

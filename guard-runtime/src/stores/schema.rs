@@ -398,6 +398,7 @@ const COMPLETE: &[Field] = &[
     Field::Lease,
     Field::Status,
     Field::Body,
+    Field::Headers,
 ];
 const COMPLETE_PG: &[Field] = &[
     Field::Scope,
@@ -405,11 +406,13 @@ const COMPLETE_PG: &[Field] = &[
     Field::Lease,
     Field::Status,
     Field::Body,
+    Field::Headers,
     Field::Tag,
 ];
 const COMPLETE_MYSQL: &[Field] = &[
     Field::Status,
     Field::Body,
+    Field::Headers,
     Field::Scope,
     Field::Key,
     Field::Lease,

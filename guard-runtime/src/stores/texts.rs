@@ -47,16 +47,16 @@ macro_rules! __stateguard_store_texts {
             idempotency: [
             // READ
             [
-                concat!("SELECT ", $crate::__stateguard_store_tag!("b5fba244985a0196", [$($tag)*], "$3"), ", fingerprint, state, lease, CAST(response_status AS BIGINT), \
+                concat!("SELECT ", $crate::__stateguard_store_tag!("3d88c9364f7c4664", [$($tag)*], "$3"), ", fingerprint, state, lease, CAST(response_status AS BIGINT), \
                response_body, \
-               CAST(CASE WHEN locked_until < statement_timestamp() THEN 1 ELSE 0 END AS BIGINT) \
-               FROM ", $($pg)* "stateguard_idempotency WHERE scope = $1 AND idem_key = $2"),
+               CAST(CASE WHEN locked_until < statement_timestamp() THEN 1 ELSE 0 END AS BIGINT), \
+               response_headers FROM ", $($pg)* "stateguard_idempotency WHERE scope = $1 AND idem_key = $2"),
                 concat!("SELECT fingerprint, state, lease, response_status, response_body, \
-             CASE WHEN locked_until < strftime('%Y-%m-%d %H:%M:%f', 'now') THEN 1 ELSE 0 END \
-             FROM ", $($lite)* "stateguard_idempotency WHERE scope = ?1 AND idem_key = ?2"),
+             CASE WHEN locked_until < strftime('%Y-%m-%d %H:%M:%f', 'now') THEN 1 ELSE 0 END, \
+             response_headers FROM ", $($lite)* "stateguard_idempotency WHERE scope = ?1 AND idem_key = ?2"),
                 concat!("SELECT fingerprint, state, lease, CAST(response_status AS SIGNED), response_body, \
-            CAST(CASE WHEN locked_until < UTC_TIMESTAMP(3) THEN 1 ELSE 0 END AS SIGNED) \
-            FROM ", $($my)* "stateguard_idempotency WHERE scope = ? AND idem_key = ?"),
+            CAST(CASE WHEN locked_until < UTC_TIMESTAMP(3) THEN 1 ELSE 0 END AS SIGNED), \
+            response_headers FROM ", $($my)* "stateguard_idempotency WHERE scope = ? AND idem_key = ?"),
             ],
             // CLAIM
             [
@@ -64,12 +64,13 @@ macro_rules! __stateguard_store_texts {
                fingerprint, state, lease, locked_until, created_at) VALUES ($1, $2, $3, \
                'running', 1, statement_timestamp() + CAST($4 AS BIGINT) * INTERVAL '1 \
                millisecond', statement_timestamp()) ON CONFLICT (scope, idem_key) DO NOTHING \
-               RETURNING lease) SELECT ", $crate::__stateguard_store_tag!("9fcea6c2fb62e26c", [$($tag)*], "$5"), ", CAST(1 AS BIGINT), CAST(NULL AS TEXT), CAST(NULL AS \
+               RETURNING lease) SELECT ", $crate::__stateguard_store_tag!("16997da6303b4e50", [$($tag)*], "$5"), ", CAST(1 AS BIGINT), CAST(NULL AS TEXT), CAST(NULL AS \
                TEXT), lease, CAST(NULL AS BIGINT), CAST(NULL AS BYTEA), CAST(0 AS BIGINT), \
-               set_config('synchronous_commit', 'off', true) FROM __sg_new UNION ALL SELECT \
-               ", $crate::__stateguard_store_tag!("9fcea6c2fb62e26c", [$($tag)*], "$5"), ", CAST(0 AS BIGINT), fingerprint, state, lease, CAST(response_status AS BIGINT), \
+               CAST(NULL AS TEXT), set_config('synchronous_commit', 'off', true) FROM __sg_new \
+               UNION ALL SELECT \
+               ", $crate::__stateguard_store_tag!("16997da6303b4e50", [$($tag)*], "$5"), ", CAST(0 AS BIGINT), fingerprint, state, lease, CAST(response_status AS BIGINT), \
                response_body, CAST(CASE WHEN locked_until < statement_timestamp() THEN 1 ELSE 0 \
-               END AS BIGINT), CAST(NULL AS TEXT) FROM ", $($pg)* "stateguard_idempotency WHERE scope = $1 \
+               END AS BIGINT), response_headers, CAST(NULL AS TEXT) FROM ", $($pg)* "stateguard_idempotency WHERE scope = $1 \
                AND idem_key = $2 AND NOT EXISTS (SELECT 1 FROM __sg_new)"),
                 concat!("INSERT INTO ", $($lite)* "stateguard_idempotency (scope, idem_key, fingerprint, state, lease, \
              locked_until, created_at) VALUES (?1, ?2, ?3, 'running', 1, strftime('%Y-%m-%d \
@@ -97,15 +98,15 @@ macro_rules! __stateguard_store_texts {
             // COMPLETE
             [
                 concat!("UPDATE ", $($pg)* "stateguard_idempotency SET state = 'done', response_status = $4, \
-               response_body = $5, locked_until = NULL, completed_at = statement_timestamp() \
-               WHERE scope = $1 AND idem_key = $2 AND state = 'running' AND lease = $3 \
-               RETURNING ", $crate::__stateguard_store_tag!("d12a9dd3d4f38e52", [$($tag)*], "$6"), ""),
+               response_body = $5, response_headers = $6, locked_until = NULL, completed_at = \
+               statement_timestamp() WHERE scope = $1 AND idem_key = $2 AND state = 'running' AND \
+               lease = $3 RETURNING ", $crate::__stateguard_store_tag!("66c62059d5e14d3b", [$($tag)*], "$7"), ""),
                 concat!("UPDATE ", $($lite)* "stateguard_idempotency SET state = 'done', response_status = ?4, \
-             response_body = ?5, locked_until = NULL, completed_at = strftime('%Y-%m-%d \
+             response_body = ?5, response_headers = ?6, locked_until = NULL, completed_at = strftime('%Y-%m-%d \
              %H:%M:%f', 'now') WHERE scope = ?1 AND idem_key = ?2 AND state = 'running' AND \
              lease = ?3"),
                 concat!("UPDATE ", $($my)* "stateguard_idempotency SET state = 'done', response_status = ?, \
-            response_body = ?, locked_until = NULL, completed_at = UTC_TIMESTAMP(3) WHERE \
+            response_body = ?, response_headers = ?, locked_until = NULL, completed_at = UTC_TIMESTAMP(3) WHERE \
             scope = ? AND idem_key = ? AND state = 'running' AND lease = ?"),
             ],
             // RELEASE
@@ -143,6 +144,7 @@ macro_rules! __stateguard_store_texts {
     locked_until TIMESTAMPTZ,
     response_status INTEGER,
     response_body BYTEA,
+    response_headers TEXT,
     created_at TIMESTAMPTZ NOT NULL,
     completed_at TIMESTAMPTZ,
     PRIMARY KEY (scope, idem_key)
@@ -156,6 +158,7 @@ macro_rules! __stateguard_store_texts {
     locked_until TEXT,
     response_status INTEGER,
     response_body BLOB,
+    response_headers TEXT,
     created_at TEXT NOT NULL,
     completed_at TEXT,
     PRIMARY KEY (scope, idem_key)
@@ -169,6 +172,7 @@ macro_rules! __stateguard_store_texts {
     locked_until DATETIME(3) NULL,
     response_status INT NULL,
     response_body LONGBLOB NULL,
+    response_headers LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
     created_at DATETIME(3) NOT NULL,
     completed_at DATETIME(3) NULL,
     PRIMARY KEY (scope, idem_key),

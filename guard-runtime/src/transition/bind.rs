@@ -168,6 +168,9 @@ pub(crate) enum Field {
     Status,
     /// The response's body; the outbox message's payload.
     Body,
+    /// The response's stored headers, as a JSON array of `[name, value]`
+    /// pairs, or NULL.
+    Headers,
     /// How many rows at most.
     Limit,
     /// An outbox message's place in the table.
@@ -197,6 +200,7 @@ pub(crate) struct Fields<'a> {
     pub(crate) millis: Option<i64>,
     pub(crate) status: Option<i64>,
     pub(crate) body: Option<Vec<u8>>,
+    pub(crate) headers: Option<Option<String>>,
     pub(crate) limit: Option<i64>,
     pub(crate) seq: Option<i64>,
     pub(crate) seqs: Option<&'a str>,
@@ -228,6 +232,7 @@ pub(crate) fn store_arguments<DB: Backend>(
             Field::Millis => DB::bind_int(&mut args, fields.millis.ok_or_else(missing)?)?,
             Field::Status => DB::bind_int(&mut args, fields.status.ok_or_else(missing)?)?,
             Field::Body => DB::bind_bytes(&mut args, fields.body.take().ok_or_else(missing)?)?,
+            Field::Headers => DB::bind_text(&mut args, fields.headers.take().ok_or_else(missing)?)?,
             Field::Limit => DB::bind_int(&mut args, fields.limit.ok_or_else(missing)?)?,
             Field::Seq => DB::bind_int(&mut args, fields.seq.ok_or_else(missing)?)?,
             Field::Seqs => DB::bind_text(&mut args, Some(text(fields.seqs)?))?,

@@ -82,7 +82,24 @@ where
                     )),
                 });
             };
-            return Ok(Begun::Replay(Stored { status, body }));
+            let headers = DB::text_opt(&row, at + 6).map_err(db_error)?;
+            let headers = match headers {
+                None => Vec::new(),
+                Some(json) => serde_json::from_str(&json).map_err(|error| Error::Store {
+                    table: sql.table,
+                    call: "begin",
+                    source: sqlx::Error::Protocol(format!(
+                        "key {:?} of scope {:?} stores headers that are not a JSON array of \
+                         [name, value] pairs: {error}",
+                        request.key, request.scope
+                    )),
+                })?,
+            };
+            return Ok(Begun::Replay(Stored {
+                status,
+                headers,
+                body,
+            }));
         }
         if !expired {
             return Ok(Begun::InProgress);

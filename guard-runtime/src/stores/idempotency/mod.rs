@@ -69,7 +69,8 @@
 //!
 //! Limits: the deduplication lasts as long as the key's row, that is until
 //! [`prune`] removes it ([`DEFAULT_WINDOW`], 24 hours, by default). A
-//! response is replayed as stored: status and body only, no headers.
+//! response is replayed as stored: its status, its body, and the headers
+//! given to [`Ticket::complete_with_headers`].
 //!
 //! # The table
 //!
@@ -208,6 +209,7 @@ pub struct Work<DB: Backend> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Stored {
     status: u16,
+    headers: Vec<(String, String)>,
     body: Vec<u8>,
 }
 
@@ -215,6 +217,12 @@ impl Stored {
     /// The status, for example 201.
     pub fn status(&self) -> u16 {
         self.status
+    }
+
+    /// The headers stored with it ([`Ticket::complete_with_headers`]), in
+    /// order, each `(name, value)`; empty when none were.
+    pub fn headers(&self) -> &[(String, String)] {
+        &self.headers
     }
 
     /// The body.
@@ -268,6 +276,28 @@ impl Ticket {
     where
         DB: Backend,
     {
+        self.complete_with_headers(tx, status, Vec::new(), body)
+    }
+
+    /// [`complete`](Ticket::complete), storing `headers` with the status
+    /// and body (a `Location`, a `Content-Type`): a replay's
+    /// [`Stored::headers`] gives them back in the same order. Stored as a
+    /// JSON array of `[name, value]` pairs.
+    pub fn complete_with_headers<'t, 'c, DB>(
+        self,
+        tx: &'t mut Tx<'c, DB>,
+        status: u16,
+        headers: Vec<(String, String)>,
+        body: Vec<u8>,
+    ) -> Call<'t, ()>
+    where
+        DB: Backend,
+    {
+        // Nothing is NULL: a table from before the column reads the same.
+        let headers = match headers.is_empty() {
+            true => None,
+            false => Some(serde_json::to_string(&headers).unwrap_or_default()),
+        };
         Call::new(move |deadline| async move {
             let mut tx = tx;
             let sent = Sent::default();
@@ -277,6 +307,7 @@ impl Ticket {
                 let fields = Fields {
                     status: Some(i64::from(status)),
                     body: Some(body),
+                    headers: Some(headers),
                     ..held(&self.request, self.lease)
                 };
                 let args = store_arguments::<DB>(complete, fields).map_err(db_error)?;
