@@ -7,14 +7,14 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use sqlx::Pool;
 use stateguard::bounds::Key;
-use stateguard::idempotency::{self, Begun, Request, Work};
+use stateguard::idempotency;
+use stateguard::idempotency::layer::{IDEMPOTENT_REPLAYED, Idempotent, IdempotentTx};
 use stateguard::inbox::{self, Received};
 use stateguard::outbox::{self, Message};
 use stateguard::{Backend, Error, Outcome, StateMachine, Tx};
@@ -41,7 +41,8 @@ pub enum PayoutStatus {
     Failed,
 }
 
-/// The idempotency scope of `POST /payouts`.
+/// The idempotency scope of `POST /payouts`: every client shares it (the
+/// example has no accounts).
 const SCOPE: &str = "payouts_api:POST /payouts";
 /// The inbox consumer of the bank's webhooks.
 const CONSUMER: &str = "bank-webhooks";
@@ -224,8 +225,22 @@ where
     i64: for<'q> sqlx::Encode<'q, DB> + for<'r> sqlx::Decode<'r, DB> + sqlx::Type<DB>,
     usize: sqlx::ColumnIndex<DB::Row>,
 {
+    // Only a created payout is stored: a request refused as malformed,
+    // like a failed one, frees its key.
+    let idempotent = Idempotent::new(app.pool.clone(), SCOPE)
+        .lease(app.lease)
+        .store_headers(["location", "content-type"])
+        .store_when(|status| status.is_success());
+    let crash = app.crash;
     Router::new()
-        .route("/payouts", post(create_payout::<DB>))
+        .route(
+            "/payouts",
+            post(create_payout::<DB>)
+                .layer(idempotent)
+                .layer(axum::middleware::from_fn(move |request, next| {
+                    crash_after_commit(crash, request, next)
+                })),
+        )
         .route("/payouts/{id}", get(read_payout::<DB>))
         .route("/webhooks/bank", post(bank_webhook::<DB>))
         .with_state(Arc::new(app))
@@ -258,19 +273,12 @@ fn internal(e: impl std::fmt::Display) -> Response {
     error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
 }
 
-fn json_response(status: StatusCode, body: Vec<u8>, replayed: bool) -> Response {
+fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
     let mut response = (status, body).into_response();
-    let headers = response.headers_mut();
-    headers.insert(
-        axum::http::header::CONTENT_TYPE,
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
-    if replayed {
-        headers.insert(
-            HeaderName::from_static("idempotent-replayed"),
-            HeaderValue::from_static("true"),
-        );
-    }
     response
 }
 
@@ -286,9 +294,12 @@ fn payout_id() -> String {
     format!("po_{:016x}", hasher.finish())
 }
 
+/// `POST /payouts`: its business logic only. The [`Idempotent`] layer in
+/// front of it reads the key, replays a completed request, answers 409 and
+/// 422, and stores this response in `tx` with the payout, committing both.
 async fn create_payout<DB>(
     State(app): State<Arc<App<DB>>>,
-    headers: HeaderMap,
+    mut tx: IdempotentTx<DB>,
     body: Bytes,
 ) -> Response
 where
@@ -298,18 +309,6 @@ where
     i64: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
     String: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
 {
-    let Some(key) = headers.get("idempotency-key") else {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "the Idempotency-Key header is required",
-        );
-    };
-    let Ok(key) = key.to_str() else {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "the Idempotency-Key header is not text",
-        );
-    };
     let payout: NewPayout = match serde_json::from_slice(&body) {
         Ok(payout) => payout,
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("malformed body: {e}")),
@@ -320,49 +319,19 @@ where
             "amount_cents must be positive, currency three letters, recipient not empty",
         );
     }
-    // The canonical parameters: the parsed body written out again.
-    let canonical = serde_json::to_vec(&payout).unwrap_or_default();
-    let fingerprint = format!("{:x}", Sha256::digest(&canonical));
-    let request = match Request::new(SCOPE, key, fingerprint) {
-        Ok(request) => request,
-        Err(e @ Error::BadKey { .. }) => return error(StatusCode::BAD_REQUEST, e.to_string()),
-        Err(e) => return internal(e),
-    };
-    // The claim and the work's `BEGIN` go out together, on two connections.
-    let (ticket, mut tx) = match idempotency::begin_tx(&app.pool, &request, app.lease).await {
-        Ok(Begun::New(Work { ticket, tx })) => (ticket, tx),
-        Ok(Begun::Replay(stored)) => {
-            let status = StatusCode::from_u16(stored.status()).unwrap_or(StatusCode::OK);
-            return json_response(status, stored.into_body(), true);
-        }
-        Ok(Begun::InProgress) => {
-            return error(
-                StatusCode::CONFLICT,
-                "a request with this Idempotency-Key is in progress; retry later",
-            );
-        }
-        Ok(Begun::Mismatch) => {
-            return error(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "this Idempotency-Key was used with other parameters",
-            );
-        }
-        Err(e) => return internal(e),
-    };
     let id = payout_id();
     let view = PayoutView {
         id: id.clone(),
         status: "pending".to_owned(),
         occurrence: 0,
     };
-    let response = serde_json::to_vec(&view).unwrap_or_default();
     let work = async {
         sqlx::query(DB::INSERT)
             .bind(id.clone())
             .bind(payout.amount_cents)
             .bind(payout.currency.clone())
             .bind(payout.recipient.clone())
-            .execute(&mut *tx)
+            .execute(&mut **tx)
             .await
             .map_err(|source| Error::Store {
                 table: "api_payouts",
@@ -386,17 +355,37 @@ where
             topic: "payout.created",
             payload: created.as_bytes(),
         };
-        outbox::enqueue(&mut tx, &row, message).await?;
-        ticket.complete(&mut tx, 201, response.clone()).await?;
-        CrashPoint::reach(app.crash, CrashPoint::BeforeCommit).await;
-        tx.commit(()).await?;
+        outbox::enqueue(&mut *tx, &row, message).await?;
         Ok::<_, Error>(())
     };
     if let Err(e) = work.await {
+        // Not stored: the layer rolls the work back and frees the key.
         return internal(e);
     }
-    CrashPoint::reach(app.crash, CrashPoint::AfterCommit).await;
-    json_response(StatusCode::CREATED, response, false)
+    CrashPoint::reach(app.crash, CrashPoint::BeforeCommit).await;
+    let mut response = json_response(
+        StatusCode::CREATED,
+        serde_json::to_vec(&view).unwrap_or_default(),
+    );
+    if let Ok(location) = HeaderValue::try_from(format!("/payouts/{id}")) {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    response
+}
+
+/// Stops the process after a new payout's commit, before its response
+/// leaves, where `PAYOUTS_API_CRASH=after_commit` asks (the crash test).
+async fn crash_after_commit(
+    crash: Option<CrashPoint>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let response = next.run(request).await;
+    let replayed = response.headers().contains_key(IDEMPOTENT_REPLAYED);
+    if response.status() == StatusCode::CREATED && !replayed {
+        CrashPoint::reach(crash, CrashPoint::AfterCommit).await;
+    }
+    response
 }
 
 async fn read_payout<DB>(State(app): State<Arc<App<DB>>>, Path(id): Path<String>) -> Response

@@ -14,7 +14,7 @@
 //! them: on PostgreSQL in a schema of the example's own,
 //! `stateguard_recovery`, in the database the URL names; on MySQL and
 //! MariaDB in the database the URL names (tables `recovery_payouts`,
-//! `bank_calls`, `bank_transfers`), beside a `stateguard_recovery`
+//! `bank_calls`, `bank_transfers`, `bank_refusals`), beside a `stateguard_recovery`
 //! marker table (it refuses tables of the same names it did not create);
 //! on SQLite in a file in a temporary directory, removed after the run.
 //! Only `--reset` drops the example's own schema (PostgreSQL) or tables
@@ -38,11 +38,12 @@ const BANK_LATENCY: Duration = Duration::from_millis(1);
 const USAGE: &str = "usage: recovery [--reset]";
 
 /// The example's tables on MySQL and MariaDB, dropped by `--reset`.
-const TABLES: [&str; 5] = [
+const TABLES: [&str; 6] = [
     "DROP TABLE IF EXISTS recovery_payout_history",
     "DROP TABLE IF EXISTS recovery_payouts",
     "DROP TABLE IF EXISTS bank_calls",
     "DROP TABLE IF EXISTS bank_transfers",
+    "DROP TABLE IF EXISTS bank_refusals",
     "DROP TABLE IF EXISTS stateguard_recovery",
 ];
 
@@ -63,16 +64,17 @@ async fn main() -> Result<(), BoxError> {
     match url.as_deref() {
         Some(url) if url.starts_with("postgres") => {
             let admin = sqlx::PgPool::connect(url).await?;
-            // The example's four tables in its schema: all of them, or a
+            // The example's five tables in its schema: all of them, or a
             // schema to make (anew, if an interrupted first run left part).
             let tables: i64 = sqlx::query_scalar(
                 "SELECT COUNT(*) FROM information_schema.tables \
                  WHERE table_schema = 'stateguard_recovery' AND table_name IN \
-                 ('recovery_payouts', 'recovery_payout_history', 'bank_calls', 'bank_transfers')",
+                 ('recovery_payouts', 'recovery_payout_history', 'bank_calls', 'bank_transfers', \
+                 'bank_refusals')",
             )
             .fetch_one(&admin)
             .await?;
-            let made = reset || tables < 4;
+            let made = reset || tables < 5;
             if made {
                 for statement in [
                     "DROP SCHEMA IF EXISTS stateguard_recovery CASCADE",
@@ -117,21 +119,21 @@ async fn main() -> Result<(), BoxError> {
                         COUNT(CASE WHEN table_name = 'stateguard_recovery' THEN 1 END)
                  FROM information_schema.tables WHERE table_schema = DATABASE()
                  AND table_name IN ('recovery_payouts', 'recovery_payout_history', 'bank_calls',
-                                    'bank_transfers', 'stateguard_recovery')",
+                                    'bank_transfers', 'bank_refusals', 'stateguard_recovery')",
             )
             .fetch_one(&pool)
             .await?;
             if tables > 0 && marked == 0 {
                 return Err(
-                    "the database already has a `recovery_payouts`, `recovery_payout_history`, `bank_calls` or \
-                            `bank_transfers` table that this example did not create: point \
+                    "the database already has a `recovery_payouts`, `recovery_payout_history`, `bank_calls`, \
+                            `bank_transfers` or `bank_refusals` table that this example did not create: point \
                             DATABASE_URL at another database"
                         .into(),
                 );
             }
             // Made anew when asked, or when a first run was interrupted
             // part-way (the marker is made first, so the tables are ours).
-            if reset || tables < 4 {
+            if reset || tables < 5 {
                 for statement in TABLES {
                     sqlx::query(statement).execute(&pool).await?;
                 }

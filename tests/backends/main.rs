@@ -24,6 +24,7 @@ mod guards;
 mod history;
 mod idempotency;
 mod keys;
+mod layer;
 mod leases;
 mod many;
 mod metrics;

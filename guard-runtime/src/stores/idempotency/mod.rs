@@ -106,6 +106,8 @@ use crate::stores::schema::{DEFAULT, IdempotencySql};
 use crate::transition::bind::{Field, Fields, store_arguments};
 
 mod claim;
+#[cfg(feature = "axum")]
+pub mod layer;
 mod store;
 mod tx;
 

@@ -1,0 +1,702 @@
+//! Idempotent endpoints in one line: a [`tower`](https://docs.rs/tower)
+//! layer for axum services (feature `axum`).
+//!
+//! [`Idempotent`] wraps a route. For each request it reads the
+//! `Idempotency-Key` header, scopes the key by the route and by the caller
+//! the application names, fingerprints the method, the path and the body,
+//! and claims the key ([`begin_tx`](super::begin_tx)):
+//!
+//! | what the claim finds | what the layer does |
+//! | --- | --- |
+//! | a new key | runs the handler with the claim's transaction ([`IdempotentTx`]); stores the response in that transaction and commits them together, or, for a response it does not store (5xx, 409, 429 by default), rolls the work back and frees the key |
+//! | a completed request | answers with the stored status, headers and body, and `Idempotent-Replayed: true`, without running the handler |
+//! | a request in progress | 409 at once, or, with [`wait_for`](Idempotent::wait_for), waits up to that long for it to finish and replays it (409 if it does not finish) |
+//! | the key with other parameters | 422 |
+//! | no key, on a route where it is [optional](Idempotent::optional) | runs the handler untouched |
+//!
+//! Every answer of the layer's own is one JSON shape, [`Problem`]:
+//!
+//! | status | `code` | when |
+//! | --- | --- | --- |
+//! | 400 | `idempotency_key_missing` | no `Idempotency-Key` on a route that requires it |
+//! | 400 | `idempotency_key_invalid` | empty, longer than 255 characters, or not visible ASCII |
+//! | 400 | `body_not_json` | the body does not parse as JSON ([`Fingerprint::Json`], the default) |
+//! | 400 | `scope_too_long` | the caller's identity and the route exceed 255 characters together |
+//! | 401 | `identity_missing` | the [`identity`](Idempotent::identity) function names no caller |
+//! | 409 | `request_in_progress` | another request with the key is running |
+//! | 413 | `body_too_large` | the body exceeds [`body_limit`](Idempotent::body_limit) |
+//! | 422 | `key_reused` | the key was used with other parameters |
+//! | 500 | `store_failed` | the store, the work's commit or the response could not be written |
+//! | 503 | `store_unavailable` | the store's database answered with a transient error: retry |
+//!
+//! An OpenAPI document describes them with one schema, `{error: string,
+//! code: string}`, and the header as a `parameter` of `in: header`; the
+//! guide's front doors chapter shows both.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{FromRequestParts, OptionalFromRequestParts};
+use axum::http::request::Parts;
+use axum::http::{HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use sha2::Digest;
+use tokio::sync::{Mutex, OwnedMutexGuard};
+
+use super::{Begun, DEFAULT_LEASE, MAX_LEN, Request, Stored, Ticket, Work};
+use crate::dialect::Backend;
+use crate::error::{Error, ErrorKind};
+use crate::executor::tx::Tx;
+
+/// The header a client sends its key in.
+pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+
+/// The header a replayed response carries, `true`.
+pub const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
+
+/// The largest body the layer reads by default: 1 MiB.
+pub const DEFAULT_BODY_LIMIT: usize = 1 << 20;
+
+/// How the layer fingerprints a request's parameters: the method, the
+/// path and a canonical form of the body, hashed with SHA-256. The same
+/// key with another fingerprint is 422.
+#[derive(Clone, Default)]
+pub enum Fingerprint {
+    /// The body parsed as JSON and written out again, its object keys
+    /// sorted and without whitespace: `{"b":1, "a":2}` and `{"a":2,"b":1}`
+    /// are the same parameters. A body that is not JSON is 400; an empty
+    /// body is the empty parameters.
+    #[default]
+    Json,
+    /// The body's bytes as they are.
+    Raw,
+    /// The application's own canonical form of the request: what it
+    /// returns is hashed with the method and the path; an `Err` is 400
+    /// with its message.
+    With(Canonical),
+}
+
+/// An application's canonical form of a request's parameters, from its
+/// parts and its body.
+pub type Canonical = Arc<dyn Fn(&Parts, &[u8]) -> Result<Vec<u8>, String> + Send + Sync>;
+
+/// The caller a key belongs to, named from the request's parts (an API
+/// key's account, a tenant); `None` is 401.
+type Identity = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
+
+/// Which response statuses are stored and replayed.
+type Stores = Arc<dyn Fn(StatusCode) -> bool + Send + Sync>;
+
+/// The layer's own answers: one JSON shape, `{"error": "…", "code": "…"}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// A stable, machine-readable code (see the module's table).
+    pub code: &'static str,
+    /// A sentence for people.
+    pub message: String,
+}
+
+impl Problem {
+    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Problem {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    fn store(error: &Error) -> Self {
+        match error.kind() {
+            ErrorKind::Transient => Problem::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store_unavailable",
+                format!("the idempotency store is busy; retry: {error}"),
+            ),
+            _ => Problem::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "store_failed",
+                format!("the idempotency store failed: {error}"),
+            ),
+        }
+    }
+}
+
+impl IntoResponse for Problem {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({ "error": self.message, "code": self.code });
+        let mut response = (self.status, body.to_string()).into_response();
+        response.headers_mut().insert(
+            axum::http::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        response
+    }
+}
+
+/// Makes a route idempotent: see the [module](self).
+///
+/// ```
+/// use std::time::Duration;
+/// use axum::Router;
+/// use axum::routing::post;
+/// use stateguard::idempotency::layer::{Idempotent, IdempotentTx};
+///
+/// async fn create(mut tx: IdempotentTx<sqlx::Sqlite>) -> (axum::http::StatusCode, &'static str) {
+///     sqlx::query("INSERT INTO payouts (amount) VALUES (100)")
+///         .execute(&mut **tx)
+///         .await
+///         .unwrap();
+///     (axum::http::StatusCode::CREATED, r#"{"ok":true}"#)
+/// }
+///
+/// # fn app(pool: sqlx::SqlitePool) -> Router {
+/// Router::new().route(
+///     "/payouts",
+///     post(create).layer(
+///         Idempotent::new(pool, "POST /payouts")
+///             .identity(|parts| {
+///                 let key = parts.headers.get("x-api-key")?;
+///                 key.to_str().ok().map(str::to_owned)
+///             })
+///             .store_headers(["location", "content-type"])
+///             .wait_for(Duration::from_secs(2)),
+///     ),
+/// )
+/// # }
+/// ```
+pub struct Idempotent<DB: Backend> {
+    pool: sqlx::Pool<DB>,
+    route: Arc<str>,
+    required: bool,
+    identity: Option<Identity>,
+    fingerprint: Fingerprint,
+    stored_headers: Arc<[HeaderName]>,
+    stores: Stores,
+    wait: Option<Duration>,
+    lease: Duration,
+    body_limit: usize,
+    begin: Option<&'static str>,
+}
+
+impl<DB: Backend> Clone for Idempotent<DB> {
+    fn clone(&self) -> Self {
+        Idempotent {
+            pool: self.pool.clone(),
+            route: self.route.clone(),
+            required: self.required,
+            identity: self.identity.clone(),
+            fingerprint: self.fingerprint.clone(),
+            stored_headers: self.stored_headers.clone(),
+            stores: self.stores.clone(),
+            wait: self.wait,
+            lease: self.lease,
+            body_limit: self.body_limit,
+            begin: self.begin,
+        }
+    }
+}
+
+/// Whether a response is stored by default: 2xx, and 4xx other than 409
+/// and 429, as Stripe does. 5xx, 409 and 429 free the key, so a retry
+/// runs again.
+pub fn stored_by_default(status: StatusCode) -> bool {
+    status.is_success()
+        || (status.is_client_error()
+            && status != StatusCode::CONFLICT
+            && status != StatusCode::TOO_MANY_REQUESTS)
+}
+
+impl<DB: Backend> Idempotent<DB> {
+    /// The layer of the route named `route` (its method and path, say
+    /// `"POST /payouts"`: keys are scoped by it), claiming keys in `pool`'s
+    /// `stateguard_idempotency` table. The key is required; the caller is
+    /// not identified (every caller shares the route's keys) until
+    /// [`identity`](Self::identity) names one.
+    pub fn new(pool: sqlx::Pool<DB>, route: impl Into<String>) -> Self {
+        Idempotent {
+            pool,
+            route: Arc::from(route.into()),
+            required: true,
+            identity: None,
+            fingerprint: Fingerprint::Json,
+            stored_headers: Arc::from([]),
+            stores: Arc::new(stored_by_default),
+            wait: None,
+            lease: DEFAULT_LEASE,
+            body_limit: DEFAULT_BODY_LIMIT,
+            begin: None,
+        }
+    }
+
+    /// A request without the header runs the handler untouched (its
+    /// [`IdempotentTx`] extractor, if any, as an `Option`, is `None`).
+    pub fn optional(mut self) -> Self {
+        self.required = false;
+        self
+    }
+
+    /// Names the caller a key belongs to (a tenant, an API key's account),
+    /// so that two callers never share a key; a request it names no caller
+    /// for is 401.
+    pub fn identity(
+        mut self,
+        identity: impl Fn(&Parts) -> Option<String> + Send + Sync + 'static,
+    ) -> Self {
+        self.identity = Some(Arc::new(identity));
+        self
+    }
+
+    /// How the request's parameters are fingerprinted; [`Fingerprint::Json`]
+    /// by default.
+    pub fn fingerprint(mut self, fingerprint: Fingerprint) -> Self {
+        self.fingerprint = fingerprint;
+        self
+    }
+
+    /// The response headers stored with the status and body, and given
+    /// back on a replay (`Location`, `Content-Type`).
+    pub fn store_headers<I, N>(mut self, names: I) -> Self
+    where
+        I: IntoIterator<Item = N>,
+        N: AsRef<str>,
+    {
+        let names: Vec<HeaderName> = names
+            .into_iter()
+            .filter_map(|name| HeaderName::try_from(name.as_ref()).ok())
+            .collect();
+        self.stored_headers = Arc::from(names);
+        self
+    }
+
+    /// Which statuses are stored and replayed; the others free the key
+    /// and roll the handler's work back. [`stored_by_default`] otherwise.
+    pub fn store_when(
+        mut self,
+        stores: impl Fn(StatusCode) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.stores = Arc::new(stores);
+        self
+    }
+
+    /// A request that finds its key in progress waits up to `wait` for
+    /// that request to finish, then replays it, or answers 409.
+    pub fn wait_for(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// How long a request owns its key before a retry may take it over:
+    /// longer than the handler may run. [`DEFAULT_LEASE`] otherwise.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// The largest body read, in bytes; a larger one is 413.
+    pub fn body_limit(mut self, bytes: usize) -> Self {
+        self.body_limit = bytes;
+        self
+    }
+
+    /// Begins the work's transaction with `statement` (SQLite's `BEGIN
+    /// IMMEDIATE`), as [`Store::begin_tx_with`](super::Store::begin_tx_with).
+    pub fn begin_with(mut self, statement: &'static str) -> Self {
+        self.begin = Some(statement);
+        self
+    }
+}
+
+impl<S, DB: Backend> tower_layer::Layer<S> for Idempotent<DB> {
+    type Service = IdempotentService<S, DB>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        IdempotentService {
+            inner,
+            config: self.clone(),
+        }
+    }
+}
+
+/// The service [`Idempotent`] wraps a route's handler in.
+pub struct IdempotentService<S, DB: Backend> {
+    inner: S,
+    config: Idempotent<DB>,
+}
+
+impl<S: Clone, DB: Backend> Clone for IdempotentService<S, DB> {
+    fn clone(&self) -> Self {
+        IdempotentService {
+            inner: self.inner.clone(),
+            config: self.config.clone(),
+        }
+    }
+}
+
+/// The claim's transaction, shared with the handler while it runs.
+type Slot<DB> = Arc<Mutex<Option<Tx<'static, DB>>>>;
+
+/// The transaction of the request's work, begun with the claim of its
+/// key: the layer stores the response in it and commits both. An
+/// extractor; `Option<IdempotentTx<DB>>` on an
+/// [optional](Idempotent::optional) route.
+///
+/// It derefs to the [`Tx`]: `&mut *tx` is the transaction
+/// (`transition.apply(&mut *tx, key)`), `&mut **tx` its connection
+/// (`query.execute(&mut **tx)`). Do not commit it: the layer does, after
+/// storing the response.
+pub struct IdempotentTx<DB: Backend> {
+    guard: OwnedMutexGuard<Option<Tx<'static, DB>>>,
+}
+
+impl<DB: Backend> std::ops::Deref for IdempotentTx<DB> {
+    type Target = Tx<'static, DB>;
+
+    fn deref(&self) -> &Self::Target {
+        self.guard
+            .as_ref()
+            .expect("the layer holds the transaction while the handler runs")
+    }
+}
+
+impl<DB: Backend> std::ops::DerefMut for IdempotentTx<DB> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        self.guard
+            .as_mut()
+            .expect("the layer holds the transaction while the handler runs")
+    }
+}
+
+impl<DB: Backend, St: Sync> FromRequestParts<St> for IdempotentTx<DB> {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, _: &St) -> Result<Self, Problem> {
+        let missing = || {
+            Problem::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "store_failed",
+                "the handler takes an IdempotentTx, but the request has none: the route has no \
+                 Idempotent layer, or the key is optional and was not sent",
+            )
+        };
+        let slot = parts
+            .extensions
+            .get::<Slot<DB>>()
+            .cloned()
+            .ok_or_else(missing)?;
+        let guard = slot.lock_owned().await;
+        match guard.is_some() {
+            true => Ok(IdempotentTx { guard }),
+            false => Err(missing()),
+        }
+    }
+}
+
+impl<DB: Backend, St: Sync> OptionalFromRequestParts<St> for IdempotentTx<DB> {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, state: &St) -> Result<Option<Self>, Problem> {
+        match parts.extensions.get::<Slot<DB>>() {
+            None => Ok(None),
+            Some(_) => <Self as FromRequestParts<St>>::from_request_parts(parts, state)
+                .await
+                .map(Some),
+        }
+    }
+}
+
+impl<S, DB> tower_service::Service<axum::extract::Request> for IdempotentService<S, DB>
+where
+    DB: Backend,
+    S: tower_service::Service<axum::extract::Request, Response = Response> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+{
+    type Response = Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: axum::extract::Request) -> Self::Future {
+        // The clone that was made ready runs this request; the one left
+        // behind is made ready for the next (tower's usual swap).
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        let config = self.config.clone();
+        Box::pin(async move { config.handle(inner, request).await })
+    }
+}
+
+impl<DB: Backend> Idempotent<DB> {
+    async fn handle<S>(
+        &self,
+        mut inner: S,
+        request: axum::extract::Request,
+    ) -> Result<Response, S::Error>
+    where
+        S: tower_service::Service<axum::extract::Request, Response = Response>,
+    {
+        let (parts, body) = request.into_parts();
+        let key = match parts.headers.get(&IDEMPOTENCY_KEY) {
+            None if !self.required => {
+                return inner
+                    .call(axum::extract::Request::from_parts(parts, body))
+                    .await;
+            }
+            None => {
+                return Ok(Problem::new(
+                    StatusCode::BAD_REQUEST,
+                    "idempotency_key_missing",
+                    "the Idempotency-Key header is required",
+                )
+                .into_response());
+            }
+            Some(key) => match checked_key(key) {
+                Ok(key) => key,
+                Err(problem) => return Ok(problem.into_response()),
+            },
+        };
+        let request = match self.claim_request(&parts, key, body).await {
+            Ok(request) => request,
+            Err(problem) => return Ok(problem.into_response()),
+        };
+        let (request, body) = request;
+        let deadline = self.wait.map(|wait| tokio::time::Instant::now() + wait);
+        let mut pause = Duration::from_millis(5);
+        let work = loop {
+            let begun = match self.begin {
+                Some(statement) => {
+                    super::DEFAULT
+                        .idempotency()
+                        .begin_tx_with(&self.pool, &request, self.lease, statement)
+                        .await
+                }
+                None => super::begin_tx(&self.pool, &request, self.lease).await,
+            };
+            match begun {
+                Ok(Begun::New(work)) => break work,
+                Ok(Begun::Replay(stored)) => return Ok(replay(stored)),
+                Ok(Begun::Mismatch) => {
+                    return Ok(Problem::new(
+                        StatusCode::UNPROCESSABLE_ENTITY,
+                        "key_reused",
+                        "this Idempotency-Key was used with other parameters",
+                    )
+                    .into_response());
+                }
+                Ok(Begun::InProgress) => {
+                    let now = tokio::time::Instant::now();
+                    match deadline {
+                        Some(deadline) if now < deadline => {
+                            tokio::time::sleep(pause.min(deadline - now)).await;
+                            pause = (pause * 2).min(Duration::from_millis(100));
+                        }
+                        _ => {
+                            return Ok(Problem::new(
+                                StatusCode::CONFLICT,
+                                "request_in_progress",
+                                "a request with this Idempotency-Key is in progress; retry later",
+                            )
+                            .into_response());
+                        }
+                    }
+                }
+                Err(error) => return Ok(Problem::store(&error).into_response()),
+            }
+        };
+        let Work { ticket, tx } = work;
+        let slot: Slot<DB> = Arc::new(Mutex::new(Some(tx)));
+        let mut parts = parts;
+        parts.extensions.insert(slot.clone());
+        let response = inner
+            .call(axum::extract::Request::from_parts(parts, Body::from(body)))
+            .await?;
+        // The handler is done, and its extractor with it: the transaction
+        // is the layer's again.
+        let tx = slot.lock().await.take();
+        Ok(self.settle(ticket, tx, response).await)
+    }
+
+    /// The key's claim: the scope (the caller and the route), the key and
+    /// the fingerprint; and the body, read once.
+    async fn claim_request(
+        &self,
+        parts: &Parts,
+        key: String,
+        body: Body,
+    ) -> Result<(Request, axum::body::Bytes), Problem> {
+        let scope = match &self.identity {
+            None => self.route.to_string(),
+            Some(identity) => match identity(parts) {
+                Some(caller) => format!("{caller} {}", self.route),
+                None => {
+                    return Err(Problem::new(
+                        StatusCode::UNAUTHORIZED,
+                        "identity_missing",
+                        "the request names no caller for its Idempotency-Key",
+                    ));
+                }
+            },
+        };
+        if scope.chars().count() > MAX_LEN {
+            return Err(Problem::new(
+                StatusCode::BAD_REQUEST,
+                "scope_too_long",
+                format!("the caller and the route exceed {MAX_LEN} characters together"),
+            ));
+        }
+        let body = axum::body::to_bytes(body, self.body_limit)
+            .await
+            .map_err(|_| {
+                Problem::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "body_too_large",
+                    format!("the body exceeds {} bytes", self.body_limit),
+                )
+            })?;
+        let canonical = match &self.fingerprint {
+            Fingerprint::Raw => body.to_vec(),
+            Fingerprint::Json if body.is_empty() => Vec::new(),
+            Fingerprint::Json => {
+                let value: serde_json::Value = serde_json::from_slice(&body).map_err(|error| {
+                    Problem::new(
+                        StatusCode::BAD_REQUEST,
+                        "body_not_json",
+                        format!("the body is not JSON: {error}"),
+                    )
+                })?;
+                // serde_json's maps are sorted by key: the same object in
+                // any order, with any whitespace, writes the same bytes.
+                serde_json::to_vec(&value).unwrap_or_default()
+            }
+            Fingerprint::With(canonical) => canonical(parts, &body).map_err(|message| {
+                Problem::new(StatusCode::BAD_REQUEST, "body_not_json", message)
+            })?,
+        };
+        let mut digest = sha2::Sha256::new();
+        digest.update(parts.method.as_str().as_bytes());
+        digest.update(b"\n");
+        digest.update(parts.uri.path().as_bytes());
+        digest.update(b"\n");
+        digest.update(&canonical);
+        let fingerprint: String = digest
+            .finalize()
+            .iter()
+            .map(|byte| format!("{byte:02x}"))
+            .collect();
+        let request = Request::new(scope, key, fingerprint).map_err(|error| {
+            Problem::new(
+                StatusCode::BAD_REQUEST,
+                "idempotency_key_invalid",
+                error.to_string(),
+            )
+        })?;
+        Ok((request, body))
+    }
+
+    /// Stores a response the route stores, with the work, and commits;
+    /// rolls the work back and frees the key otherwise.
+    async fn settle(
+        &self,
+        ticket: Ticket,
+        tx: Option<Tx<'static, DB>>,
+        response: Response,
+    ) -> Response {
+        let status = response.status();
+        let Some(mut tx) = tx.filter(|_| (self.stores)(status)) else {
+            // Not stored: the work rolls back with the dropped transaction,
+            // and a retry runs again.
+            if let Err(error) = ticket.release(&self.pool).await {
+                tracing::warn!(%error, "freeing an idempotency key failed; it frees itself when its lease runs out");
+            }
+            return response;
+        };
+        let (mut parts, body) = response.into_parts();
+        let body = match axum::body::to_bytes(body, usize::MAX).await {
+            Ok(body) => body,
+            Err(error) => {
+                drop(tx);
+                let _ = ticket.release(&self.pool).await;
+                return Problem::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "store_failed",
+                    format!("the response body could not be read: {error}"),
+                )
+                .into_response();
+            }
+        };
+        let headers: Vec<(String, String)> = self
+            .stored_headers
+            .iter()
+            .flat_map(|name| {
+                parts.headers.get_all(name).iter().filter_map(move |value| {
+                    Some((name.as_str().to_owned(), value.to_str().ok()?.to_owned()))
+                })
+            })
+            .collect();
+        let stored = async {
+            ticket
+                .complete_with_headers(&mut tx, status.as_u16(), headers, body.to_vec())
+                .await?;
+            tx.commit(()).await
+        };
+        if let Err(error) = stored.await {
+            // Neither the work nor the response committed.
+            return Problem::store(&error).into_response();
+        }
+        parts.headers.remove(&IDEMPOTENT_REPLAYED);
+        Response::from_parts(parts, Body::from(body))
+    }
+}
+
+/// The key as sent: 1 to 255 visible ASCII characters.
+fn checked_key(value: &HeaderValue) -> Result<String, Problem> {
+    let bytes = value.as_bytes();
+    let visible = bytes.iter().all(|b| (0x21..=0x7e).contains(b));
+    match (bytes.len(), visible) {
+        (1..=MAX_LEN, true) => Ok(String::from_utf8_lossy(bytes).into_owned()),
+        (0, _) => Err(Problem::new(
+            StatusCode::BAD_REQUEST,
+            "idempotency_key_invalid",
+            "the Idempotency-Key header is empty",
+        )),
+        (_, true) => Err(Problem::new(
+            StatusCode::BAD_REQUEST,
+            "idempotency_key_invalid",
+            format!("the Idempotency-Key header is longer than {MAX_LEN} characters"),
+        )),
+        (_, false) => Err(Problem::new(
+            StatusCode::BAD_REQUEST,
+            "idempotency_key_invalid",
+            "the Idempotency-Key header holds characters other than visible ASCII",
+        )),
+    }
+}
+
+/// A completed request's response, as stored, marked replayed.
+fn replay(stored: Stored) -> Response {
+    let status = StatusCode::from_u16(stored.status()).unwrap_or(StatusCode::OK);
+    let mut response = Response::new(Body::empty());
+    *response.status_mut() = status;
+    for (name, value) in stored.headers() {
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::try_from(name.as_str()),
+            HeaderValue::try_from(value.as_str()),
+        ) {
+            response.headers_mut().append(name, value);
+        }
+    }
+    response
+        .headers_mut()
+        .insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+    *response.body_mut() = Body::from(stored.into_body());
+    response
+}
