@@ -24,6 +24,10 @@
 //! rather than the server's work decide); SQLite (a temporary file, WAL)
 //! always.
 //!
+//! - a new key through `idempotency::layer::Idempotent` against the same
+//!   handler doing the layer's work by hand with `begin_tx`, both as axum
+//!   routers called without a socket, alternating, with the paired ratio.
+//!
 //! Run with `cargo bench --bench idempotency`.
 
 use std::time::{Duration, Instant};
@@ -172,6 +176,81 @@ where
     false
 }
 
+/// The same `POST /payouts`, through the layer, and through a handler
+/// that does what the layer does by hand (read the key, hash the
+/// canonical body, `begin_tx`, the answers, `complete_with_headers`,
+/// `COMMIT`): both called as axum routers, without a socket.
+fn routers<DB: Bench>(pool: &Pool<DB>) -> (axum::Router, axum::Router)
+where
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    DB::Arguments: sqlx::IntoArguments<DB>,
+    i64: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    use axum::http::StatusCode;
+    use axum::response::IntoResponse;
+    use stateguard::idempotency::layer::{Idempotent, IdempotentTx};
+
+    let layered = axum::Router::new().route(
+        "/payouts",
+        axum::routing::post(|mut tx: IdempotentTx<DB>, body: axum::body::Bytes| async move {
+            let value: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            sqlx::query(DB::INSERT)
+                .bind(value["id"].as_i64().unwrap())
+                .bind(1000_i64)
+                .execute(&mut **tx)
+                .await
+                .unwrap();
+            (StatusCode::CREATED, [("location", "/payouts/1")], r#"{"id":1}"#)
+        })
+        .layer(Idempotent::new(pool.clone(), "POST /payouts").store_headers(["location"])),
+    );
+    let pool = pool.clone();
+    let by_hand = axum::Router::new().route(
+        "/payouts",
+        axum::routing::post(
+            move |headers: axum::http::HeaderMap, body: axum::body::Bytes| async move {
+                use sha2::Digest;
+                let key = headers["idempotency-key"].to_str().unwrap().to_owned();
+                let value: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                let canonical = serde_json::to_vec(&value).unwrap();
+                let fingerprint = format!("{:x}", sha2::Sha256::digest(&canonical));
+                let request = Request::new("POST /payouts", key, fingerprint).unwrap();
+                let lease = idempotency::DEFAULT_LEASE;
+                let (ticket, mut tx) = match idempotency::begin_tx(&pool, &request, lease).await {
+                    Ok(Begun::New(Work { ticket, tx })) => (ticket, tx),
+                    other => panic!("{other:?}"),
+                };
+                sqlx::query(DB::INSERT)
+                    .bind(value["id"].as_i64().unwrap())
+                    .bind(1000_i64)
+                    .execute(&mut *tx)
+                    .await
+                    .unwrap();
+                let stored = vec![("location".to_owned(), "/payouts/1".to_owned())];
+                ticket
+                    .complete_with_headers(&mut tx, 201, stored, br#"{"id":1}"#.to_vec())
+                    .await
+                    .unwrap();
+                tx.commit(()).await.unwrap();
+                (StatusCode::CREATED, [("location", "/payouts/1")], r#"{"id":1}"#).into_response()
+            },
+        ),
+    );
+    (layered, by_hand)
+}
+
+/// One new-key request through `router`.
+async fn through(router: &axum::Router, id: usize) {
+    use tower_service::Service;
+    let request = axum::http::Request::post("/payouts")
+        .header("idempotency-key", format!("http-{id}"))
+        .header("content-type", "application/json")
+        .body(axum::body::Body::from(format!(r#"{{"amount_cents":1000,"id":{id}}}"#)))
+        .unwrap();
+    let response = router.clone().call(request).await.unwrap();
+    assert_eq!(response.status(), axum::http::StatusCode::CREATED);
+}
+
 async fn run<DB: Bench>(name: &str, pool: Pool<DB>, n: usize)
 where
     for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
@@ -225,7 +304,35 @@ where
             .await,
         );
     }
+    // The layer against the same handler by hand, alternating, paired.
+    let (layered, by_hand) = routers(pool);
+    let (mut ours, mut hand, mut pairs) = (vec![], vec![], vec![]);
+    for round in 0..ROUNDS {
+        let (a, b) = (next, next + n);
+        next += 2 * n;
+        let layer = || timed(a, n, |i| through(&layered, i));
+        let manual = || timed(b, n, |i| through(&by_hand, i));
+        let (x, y) = match round % 2 {
+            0 => {
+                let x = layer().await;
+                (x, manual().await)
+            }
+            _ => {
+                let y = manual().await;
+                (layer().await, y)
+            }
+        };
+        ours.push(x);
+        hand.push(y);
+        pairs.push(x / y);
+    }
+    let (l, h, paired) = (median(ours), median(hand), median(pairs));
     let [p, n, n2, r, r2] = rates.map(median);
+    println!(
+        "  a new key through the layer {l:.0}/s, the same handler calling begin_tx by hand \
+         {h:.0}/s: {:.3}× (paired {paired:.3})",
+        l / h
+    );
     println!(
         "  plain request {p:.0}/s; with a new key: begin_tx {n:.0}/s ({:.3}×), begin {n2:.0}/s \
          ({:.3}×); a replay: begin_tx {r:.0}/s ({:.3}×), begin {r2:.0}/s ({:.3}×)",
