@@ -192,17 +192,26 @@ where
 
     let layered = axum::Router::new().route(
         "/payouts",
-        axum::routing::post(|mut tx: IdempotentTx<DB>, body: axum::body::Bytes| async move {
-            let value: serde_json::Value = serde_json::from_slice(&body).unwrap();
-            sqlx::query(DB::INSERT)
-                .bind(value["id"].as_i64().unwrap())
-                .bind(1000_i64)
-                .execute(&mut **tx)
-                .await
-                .unwrap();
-            (StatusCode::CREATED, [("location", "/payouts/1")], r#"{"id":1}"#)
-        })
-        .layer(Idempotent::new(pool.clone(), "POST /payouts").store_headers(["location"])),
+        axum::routing::post(
+            |mut tx: IdempotentTx<DB>, body: axum::body::Bytes| async move {
+                let value: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                sqlx::query(DB::INSERT)
+                    .bind(value["id"].as_i64().unwrap())
+                    .bind(1000_i64)
+                    .execute(&mut **tx)
+                    .await
+                    .unwrap();
+                (
+                    StatusCode::CREATED,
+                    [("location", "/payouts/1")],
+                    r#"{"id":1}"#,
+                )
+            },
+        )
+        .layer(
+            Idempotent::new(pool.clone(), "POST /payouts")
+                .store_headers([axum::http::header::LOCATION]),
+        ),
     );
     let pool = pool.clone();
     let by_hand = axum::Router::new().route(
@@ -232,7 +241,12 @@ where
                     .await
                     .unwrap();
                 tx.commit(()).await.unwrap();
-                (StatusCode::CREATED, [("location", "/payouts/1")], r#"{"id":1}"#).into_response()
+                (
+                    StatusCode::CREATED,
+                    [("location", "/payouts/1")],
+                    r#"{"id":1}"#,
+                )
+                    .into_response()
             },
         ),
     );
@@ -245,7 +259,9 @@ async fn through(router: &axum::Router, id: usize) {
     let request = axum::http::Request::post("/payouts")
         .header("idempotency-key", format!("http-{id}"))
         .header("content-type", "application/json")
-        .body(axum::body::Body::from(format!(r#"{{"amount_cents":1000,"id":{id}}}"#)))
+        .body(axum::body::Body::from(format!(
+            r#"{{"amount_cents":1000,"id":{id}}}"#
+        )))
         .unwrap();
     let response = router.clone().call(request).await.unwrap();
     assert_eq!(response.status(), axum::http::StatusCode::CREATED);

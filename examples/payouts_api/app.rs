@@ -229,7 +229,7 @@ where
     // like a failed one, frees its key.
     let idempotent = Idempotent::new(app.pool.clone(), SCOPE)
         .lease(app.lease)
-        .store_headers(["location", "content-type"])
+        .store_headers([header::LOCATION, header::CONTENT_TYPE])
         .store_when(|status| status.is_success());
     let crash = app.crash;
     Router::new()

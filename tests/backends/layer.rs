@@ -153,7 +153,7 @@ where
             let key = parts.headers.get("x-api-key")?;
             key.to_str().ok().map(str::to_owned)
         })
-        .store_headers(["location", "content-type"]);
+        .store_headers([header::LOCATION, header::CONTENT_TYPE]);
     let slow_layer = Idempotent::new(db.pool.clone(), "POST /slow").wait_for(wait);
     let optional = Idempotent::new(db.pool.clone(), "POST /optional").optional();
     let (fast, slowed) = (calls.clone(), calls);

@@ -144,6 +144,7 @@ impl IntoResponse for Problem {
 /// ```
 /// use std::time::Duration;
 /// use axum::Router;
+/// use axum::http::header;
 /// use axum::routing::post;
 /// use stateguard::idempotency::layer::{Idempotent, IdempotentTx};
 ///
@@ -164,7 +165,7 @@ impl IntoResponse for Problem {
 ///                 let key = parts.headers.get("x-api-key")?;
 ///                 key.to_str().ok().map(str::to_owned)
 ///             })
-///             .store_headers(["location", "content-type"])
+///             .store_headers([header::LOCATION, header::CONTENT_TYPE])
 ///             .wait_for(Duration::from_secs(2)),
 ///     ),
 /// )
@@ -261,15 +262,8 @@ impl<DB: Backend> Idempotent<DB> {
 
     /// The response headers stored with the status and body, and given
     /// back on a replay (`Location`, `Content-Type`).
-    pub fn store_headers<I, N>(mut self, names: I) -> Self
-    where
-        I: IntoIterator<Item = N>,
-        N: AsRef<str>,
-    {
-        let names: Vec<HeaderName> = names
-            .into_iter()
-            .filter_map(|name| HeaderName::try_from(name.as_ref()).ok())
-            .collect();
+    pub fn store_headers(mut self, names: impl IntoIterator<Item = HeaderName>) -> Self {
+        let names: Vec<HeaderName> = names.into_iter().collect();
         self.stored_headers = Arc::from(names);
         self
     }
@@ -535,8 +529,10 @@ impl<DB: Backend> Idempotent<DB> {
     ) -> Result<(Request, axum::body::Bytes), Problem> {
         let scope = match &self.identity {
             None => self.route.to_string(),
+            // The caller's length first: no caller and route can spell
+            // another pair's scope.
             Some(identity) => match identity(parts) {
-                Some(caller) => format!("{caller} {}", self.route),
+                Some(caller) => format!("{}:{caller} {}", caller.len(), self.route),
                 None => {
                     return Err(Problem::new(
                         StatusCode::UNAUTHORIZED,
@@ -633,15 +629,20 @@ impl<DB: Backend> Idempotent<DB> {
                 .into_response();
             }
         };
-        let headers: Vec<(String, String)> = self
-            .stored_headers
-            .iter()
-            .flat_map(|name| {
-                parts.headers.get_all(name).iter().filter_map(move |value| {
-                    Some((name.as_str().to_owned(), value.to_str().ok()?.to_owned()))
-                })
-            })
-            .collect();
+        let mut headers: Vec<(String, String)> = Vec::new();
+        for name in self.stored_headers.iter() {
+            for value in parts.headers.get_all(name) {
+                match value.to_str() {
+                    Ok(value) => headers.push((name.as_str().to_owned(), value.to_owned())),
+                    // Stored as text: a value of other bytes is left out of
+                    // the replay, and said so.
+                    Err(_) => tracing::warn!(
+                        header = name.as_str(),
+                        "a response header to store is not visible ASCII; its replay will lack it"
+                    ),
+                }
+            }
+        }
         let stored = async {
             ticket
                 .complete_with_headers(&mut tx, status.as_u16(), headers, body.to_vec())
