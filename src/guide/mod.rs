@@ -16,6 +16,8 @@
 //!   notes on every way of moving a row.
 //! - [Idempotency keys and the inbox](front_doors): `begin_tx`,
 //!   `complete`, `receive`, their tables, and the example service.
+//! - [Idempotent routes](idempotent_routes): the axum layer that makes a
+//!   route idempotent in one line, what it answers, and its OpenAPI shape.
 //! - [The outbox](outbox): messages written with the move, `enqueue`,
 //!   the relay, and what each guarantee holds.
 //! - [DDL and diagrams](ddl): the migration that makes the database
@@ -48,6 +50,9 @@ pub mod history {}
 
 #[doc = include_str!("front_doors.md")]
 pub mod front_doors {}
+
+#[doc = include_str!("idempotent_routes.md")]
+pub mod idempotent_routes {}
 
 #[doc = include_str!("outbox.md")]
 pub mod outbox {}

@@ -31,7 +31,7 @@
 //!
 //! An OpenAPI document describes them with one schema, `{error: string,
 //! code: string}`, and the header as a `parameter` of `in: header`; the
-//! guide's front doors chapter shows both.
+//! guide's idempotent routes chapter shows both.
 
 use std::future::Future;
 use std::pin::Pin;
