@@ -99,14 +99,9 @@ async fn setup<DB: TestBackend>(db: &Db<DB>, n: i64) {
     for statement in stateguard::ddl::generate::<Retried>(DB::DIALECT).up() {
         DB::execute(&mut conn, statement, &[]).await.unwrap();
     }
-    let insert = match DB::DIALECT {
-        Dialect::Postgres => "INSERT INTO retried (id) VALUES ($1)",
-        _ => "INSERT INTO retried (id) VALUES (?)",
-    };
+    drop(conn);
     for id in 1..=n {
-        DB::execute(&mut conn, insert, &[Bind::Int(id)])
-            .await
-            .unwrap();
+        db_insert(db, id).await;
     }
 }
 

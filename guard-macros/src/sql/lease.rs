@@ -134,10 +134,7 @@ impl Dialect {
     /// or a renewal, for want of `RETURNING`.
     pub fn lease_read(&self, model: &Model, in_flight: &InFlight) -> String {
         let d = *self;
-        let attempt = match &in_flight.retry {
-            Some(retry) => format!(", {}", Col::Attempt.of(&d.int64(&d.quote(&retry.attempts)))),
-            None => String::new(),
-        };
+        let attempt = d.attempt_column(in_flight);
         format!(
             "SELECT {}{attempt} FROM {} WHERE {}",
             Col::Token.of(&d.lease_token(&in_flight.since)),
@@ -251,11 +248,8 @@ impl Dialect {
             None => String::new(),
         };
         let mut returning = d.returning(model, false, Some(in_flight));
-        if let (Some(retry), false) = (&in_flight.retry, returning.is_empty()) {
-            returning.push_str(&format!(
-                ", {}",
-                Col::Attempt.of(&d.int64(&d.quote(&retry.attempts)))
-            ));
+        if !returning.is_empty() {
+            returning.push_str(&d.attempt_column(in_flight));
         }
         format!(
             "UPDATE {} SET {} WHERE {} AND {} AND {}{same_occurrence}{returning}",
@@ -265,6 +259,18 @@ impl Dialect {
             d.status_is(&d.quote(&model.column), &format!("= '{}'", state.db)),
             d.due(in_flight),
         )
+    }
+
+    /// `, attempts` as the attempt a takeover counted ([`Col::Attempt`]),
+    /// where the state counts attempts; empty otherwise.
+    fn attempt_column(self, in_flight: &InFlight) -> String {
+        match &in_flight.retry {
+            Some(retry) => format!(
+                ", {}",
+                Col::Attempt.of(&self.int64(&self.quote(&retry.attempts)))
+            ),
+            None => String::new(),
+        }
     }
 
     /// The rows recovery may take over: past their lease, or, where the

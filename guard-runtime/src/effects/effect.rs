@@ -8,7 +8,7 @@ use tracing::Instrument;
 
 use crate::StateMachine;
 use crate::deadline::retry::Step;
-use crate::effects::lease::{self, Postponed, Settled};
+use crate::effects::lease::{self, Settled};
 use crate::effects::verdict::{Chosen, FollowUpValues, Retry, Verdict};
 use crate::error::Error;
 use crate::executor::{Runner, refuse_open_transaction};
@@ -552,10 +552,10 @@ where
         wait,
     );
     Ok(match postponed.await? {
-        Postponed::Scheduled => Finished::RetryLater,
-        Postponed::Superseded(current) => Finished::Superseded { current },
-        Postponed::LeaseLost(current) => Finished::LeaseLost { current },
-        Postponed::Vanished => {
+        Settled::Applied(_) | Settled::Already(_) => Finished::RetryLater,
+        Settled::Superseded(current) => Finished::Superseded { current },
+        Settled::LeaseLost(current) => Finished::LeaseLost { current },
+        Settled::Vanished => {
             return Err(Error::RowVanished {
                 table: S::MACHINE.table(),
                 transition: lease::POSTPONE,

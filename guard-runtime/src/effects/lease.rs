@@ -34,7 +34,8 @@ pub(crate) const TAKE_OVER: &str = "take_over";
 
 /// Where a follow-up left the row.
 pub(crate) enum Settled<S> {
-    /// This call moved it to the transition's target.
+    /// This call's write landed: the row is in this state (a follow-up's
+    /// target; for a postponement, still the in-flight state).
     Applied(S),
     /// The same transition had already finished this occurrence.
     Already(S),
@@ -166,11 +167,13 @@ where
         if current == transition.target() && (!versioned || version == occurrence + 1) {
             return Ok(Settled::Already(current));
         }
-        if current != state || version != occurrence {
-            return Ok(Settled::Superseded(current));
-        }
-        if token != lease {
-            return Ok(Settled::LeaseLost(current));
+        let found = Found {
+            current,
+            version,
+            token,
+        };
+        if let Some(missed) = found.missed(state, occurrence, lease) {
+            return Ok(missed);
         }
         // Same state, occurrence and lease, yet nothing matched: it moved
         // away and back in between. Try again, bounded.
@@ -186,6 +189,19 @@ pub(crate) struct Found<S> {
     pub(crate) current: S,
     pub(crate) version: i64,
     pub(crate) token: i64,
+}
+
+impl<S: StateMachine> Found<S> {
+    /// Why a statement fenced on occurrence `occurrence` of `state` under
+    /// `lease` matched nothing: the row left that occurrence, or another
+    /// worker holds it now. `None` when it is still there under the lease
+    /// (it moved away and back in between: try again).
+    fn missed(self, state: S, occurrence: i64, lease: i64) -> Option<Settled<S>> {
+        if self.current != state || self.version != occurrence {
+            return Some(Settled::Superseded(self.current));
+        }
+        (self.token != lease).then_some(Settled::LeaseLost(self.current))
+    }
 }
 
 fn found<S: StateMachine, DB: Backend>(
@@ -319,22 +335,11 @@ pub(crate) fn attempt_of(stored: i64) -> u32 {
 /// deadline.
 pub(crate) const POSTPONE: &str = "retry_later";
 
-/// Where a "try again later" left the row.
-pub(crate) enum Postponed<S> {
-    /// Its next attempt is due after the wait.
-    Scheduled,
-    /// Another worker took the lease over and holds the row now.
-    LeaseLost(S),
-    /// The row left the occurrence some other way: it is in this state.
-    Superseded(S),
-    /// The row is gone.
-    Vanished,
-}
-
 /// Sets when the row's next attempt is due, `wait` from now by the
 /// database's clock, only while the row is still in occurrence
 /// `occurrence` of `state` under the lease `lease`: from then on recovery
 /// takes it over at that time, not when the lease runs out.
+/// [`Settled::Applied`] with `state` when it did.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn postpone<S, K, E>(
     executor: &mut E,
@@ -345,7 +350,7 @@ pub(crate) async fn postpone<S, K, E>(
     occurrence: i64,
     lease: i64,
     wait: core::time::Duration,
-) -> Result<Postponed<S>, Error>
+) -> Result<Settled<S>, Error>
 where
     S: StateMachine,
     E: Runner,
@@ -371,7 +376,7 @@ where
     loop {
         attempts += 1;
         match executor.changed(update, arguments(update)?).await {
-            Ok(1) => return Ok(Postponed::Scheduled),
+            Ok(1) => return Ok(Settled::Applied(state)),
             Ok(_) => {}
             Err(error) => {
                 transition.before_retry(executor, error, attempts).await?;
@@ -386,13 +391,10 @@ where
             }
         };
         let Some(found) = found::<S, DB<E>>(transition, read, row)? else {
-            return Ok(Postponed::Vanished);
+            return Ok(Settled::Vanished);
         };
-        if found.current != state || found.version != occurrence {
-            return Ok(Postponed::Superseded(found.current));
-        }
-        if found.token != lease {
-            return Ok(Postponed::LeaseLost(found.current));
+        if let Some(missed) = found.missed(state, occurrence, lease) {
+            return Ok(missed);
         }
         if attempts >= MAX_ATTEMPTS {
             return Err(transition.contention(attempts, None));

@@ -371,3 +371,24 @@ impl<DB: Backend> crate::transition::bind::Parts<DB> for ChosenValues<'_, DB> {
         bound.map_err(crate::machine::key::BindError::Encode)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Retry;
+    use std::time::{Duration, SystemTime};
+
+    #[test]
+    fn a_time_becomes_a_wait_and_a_past_one_none() {
+        let past = SystemTime::now() - Duration::from_secs(5);
+        assert_eq!(Retry::at(past).wait(), Some(Duration::ZERO));
+        let wait = Retry::at(SystemTime::now() + Duration::from_secs(60))
+            .wait()
+            .unwrap();
+        assert!(
+            wait > Duration::from_secs(55) && wait <= Duration::from_secs(60),
+            "{wait:?}"
+        );
+        let retry = Retry::later().because("503");
+        assert_eq!((retry.wait(), retry.reason()), (None, Some("503")));
+    }
+}

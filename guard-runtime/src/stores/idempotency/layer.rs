@@ -458,23 +458,14 @@ impl<DB: Backend> Idempotent<DB> {
                 Err(problem) => return Ok(problem.into_response()),
             },
         };
-        let request = match self.claim_request(&parts, key, body).await {
-            Ok(request) => request,
+        let (request, body) = match self.claim_request(&parts, key, body).await {
+            Ok(claimed) => claimed,
             Err(problem) => return Ok(problem.into_response()),
         };
-        let (request, body) = request;
         let deadline = self.wait.map(|wait| tokio::time::Instant::now() + wait);
         let mut pause = Duration::from_millis(5);
+        let mut begun = self.begin_tx(&request).await;
         let work = loop {
-            let begun = match self.begin {
-                Some(statement) => {
-                    super::DEFAULT
-                        .idempotency()
-                        .begin_tx_with(&self.pool, &request, self.lease, statement)
-                        .await
-                }
-                None => super::begin_tx(&self.pool, &request, self.lease).await,
-            };
             match begun {
                 Ok(Begun::New(work)) => break work,
                 Ok(Begun::Replay(stored)) => return Ok(replay(stored)),
@@ -488,20 +479,17 @@ impl<DB: Backend> Idempotent<DB> {
                 }
                 Ok(Begun::InProgress) => {
                     let now = tokio::time::Instant::now();
-                    match deadline {
-                        Some(deadline) if now < deadline => {
-                            tokio::time::sleep(pause.min(deadline - now)).await;
-                            pause = (pause * 2).min(Duration::from_millis(100));
-                        }
-                        _ => {
-                            return Ok(Problem::new(
-                                StatusCode::CONFLICT,
-                                "request_in_progress",
-                                "a request with this Idempotency-Key is in progress; retry later",
-                            )
-                            .into_response());
-                        }
-                    }
+                    let Some(left) = deadline.filter(|d| now < *d).map(|d| d - now) else {
+                        return Ok(Problem::new(
+                            StatusCode::CONFLICT,
+                            "request_in_progress",
+                            "a request with this Idempotency-Key is in progress; retry later",
+                        )
+                        .into_response());
+                    };
+                    tokio::time::sleep(pause.min(left)).await;
+                    pause = (pause * 2).min(Duration::from_millis(100));
+                    begun = self.poll(&request).await;
                 }
                 Err(error) => return Ok(Problem::store(&error).into_response()),
             }
@@ -517,6 +505,40 @@ impl<DB: Backend> Idempotent<DB> {
         // is the layer's again.
         let tx = slot.lock().await.take();
         Ok(self.settle(ticket, tx, response).await)
+    }
+
+    /// The claim of the key and the work's transaction, begun together.
+    async fn begin_tx(&self, request: &Request) -> Result<Begun<Work<DB>>, Error> {
+        match self.begin {
+            Some(statement) => {
+                super::begin_tx_with(&self.pool, request, self.lease, statement).await
+            }
+            None => super::begin_tx(&self.pool, request, self.lease).await,
+        }
+    }
+
+    /// A waiting request's next claim: the key alone, and the work's
+    /// transaction only once the key is this request's, so that each poll
+    /// that finds it still running costs one statement.
+    async fn poll(&self, request: &Request) -> Result<Begun<Work<DB>>, Error> {
+        let ticket = match super::begin(&self.pool, request, self.lease).await? {
+            Begun::New(ticket) => ticket,
+            Begun::Replay(stored) => return Ok(Begun::Replay(stored)),
+            Begun::InProgress => return Ok(Begun::InProgress),
+            Begun::Mismatch => return Ok(Begun::Mismatch),
+        };
+        let tx = match self.begin {
+            Some(statement) => Tx::begin_with(&self.pool, statement).await,
+            None => Tx::begin(&self.pool).await,
+        };
+        match tx {
+            Ok(tx) => Ok(Begun::New(Work { ticket, tx })),
+            Err(error) => {
+                // Free the key again at once, as `begin_tx` does.
+                let _ = ticket.release(&self.pool).await;
+                Err(error)
+            }
+        }
     }
 
     /// The key's claim: the scope (the caller and the route), the key and
