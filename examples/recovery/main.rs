@@ -17,7 +17,8 @@
 //! `bank_calls`, `bank_transfers`, `bank_refusals`), beside a `stateguard_recovery`
 //! marker table (it refuses tables of the same names it did not create);
 //! on SQLite in a file in a temporary directory, removed after the run.
-//! Only `--reset` drops the example's own schema (PostgreSQL) or tables
+//! The workers finish their payouts as batches (`finish_many`,
+//! `recover_many`); `--one-by-one` finishes each on its own. Only `--reset` drops the example's own schema (PostgreSQL) or tables
 //! (MySQL and MariaDB) first. The workflow itself is in `workflow.rs`,
 //! shared with the crash test that SIGKILLs real processes.
 
@@ -29,13 +30,13 @@ use std::time::{Duration, Instant};
 use sqlx::Pool;
 use stateguard::Outcome;
 
-use workflow::{Bank, BoxError, PayoutStatus, Store, Worked};
+use workflow::{Bank, BoxError, Finishing, PayoutStatus, Store, Worked};
 
 const PAYOUTS: i64 = 50;
 const WORKERS: usize = 4;
 const BANK_LATENCY: Duration = Duration::from_millis(1);
 
-const USAGE: &str = "usage: recovery [--reset]";
+const USAGE: &str = "usage: recovery [--reset] [--one-by-one]";
 
 /// The example's tables on MySQL and MariaDB, dropped by `--reset`.
 const TABLES: [&str; 6] = [
@@ -50,9 +51,13 @@ const TABLES: [&str; 6] = [
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
     let mut reset = false;
+    // The workers finish their payouts as batches (`finish_many`,
+    // `recover_many`), or with `--one-by-one` each on its own.
+    let mut finishing = Finishing::Batched { concurrency: 4 };
     for arg in std::env::args().skip(1) {
         match arg.as_str() {
             "--reset" => reset = true,
+            "--one-by-one" => finishing = Finishing::OneByOne,
             "--help" | "-h" => {
                 println!("{USAGE}");
                 return Ok(());
@@ -97,7 +102,7 @@ async fn main() -> Result<(), BoxError> {
                 sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) + 1 FROM recovery_payouts")
                     .fetch_one(&pool)
                     .await?;
-            run(pool, "PostgreSQL", first).await
+            run(pool, "PostgreSQL", first, finishing).await
         }
         Some(url) if url.starts_with("mysql") || url.starts_with("mariadb") => {
             let url = url.replacen("mariadb://", "mysql://", 1);
@@ -146,7 +151,7 @@ async fn main() -> Result<(), BoxError> {
                 sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) + 1 FROM recovery_payouts")
                     .fetch_one(&pool)
                     .await?;
-            run(pool, "MySQL/MariaDB", first).await
+            run(pool, "MySQL/MariaDB", first, finishing).await
         }
         Some(other) => Err(format!(
             "DATABASE_URL must start with postgres:// or mysql:// (or be unset for SQLite), got \
@@ -167,7 +172,7 @@ async fn main() -> Result<(), BoxError> {
                 .connect_with(options)
                 .await?;
             sqlx::Sqlite::create_tables(&pool).await?;
-            let result = run(pool, "SQLite (embedded)", 1).await;
+            let result = run(pool, "SQLite (embedded)", 1, finishing).await;
             std::fs::remove_dir_all(&dir).ok();
             result
         }
@@ -175,7 +180,12 @@ async fn main() -> Result<(), BoxError> {
 }
 
 /// The run over payouts `first ..= first + 49`, on tables that exist.
-async fn run<DB: Store>(pool: Pool<DB>, label: &str, first: i64) -> Result<(), BoxError>
+async fn run<DB: Store>(
+    pool: Pool<DB>,
+    label: &str,
+    first: i64,
+    finishing: Finishing,
+) -> Result<(), BoxError>
 where
     i64: for<'q> sqlx::Encode<'q, DB>
         + for<'r> sqlx::Decode<'r, DB>
@@ -195,7 +205,7 @@ where
         let pool = pool.clone();
         workers.push(tokio::spawn(async move {
             let bank = Bank::new(pool.clone(), BANK_LATENCY);
-            workflow::run_worker(&pool, &bank).await
+            workflow::run_worker(&pool, &bank, finishing).await
         }));
     }
     let mut worked = Worked::default();

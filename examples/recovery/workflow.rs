@@ -52,10 +52,20 @@ pub enum PayoutStatus {
 }
 
 /// Rows taken over per recovery pass.
-const RECOVER_BATCH: u32 = 16;
+pub const RECOVER_BATCH: u32 = 16;
 
 /// Pending payouts a worker claims at a time.
-const CLAIM_BATCH: u32 = 4;
+pub const CLAIM_BATCH: u32 = 4;
+
+/// How a worker finishes the payouts it claimed or took over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finishing {
+    /// One after another: `Won::finish` per payout, `recover` per pass.
+    OneByOne,
+    /// `finish_many` and `recover_many`: the bank calls at this
+    /// concurrency, one heartbeat and one follow-up statement per batch.
+    Batched { concurrency: usize },
+}
 
 /// How long a row may stay in `sending` before recovery takes it over.
 fn lease() -> Duration {
@@ -495,12 +505,16 @@ pub struct Worked {
 }
 
 /// The worker loop: recover what others left in flight, claim a few
-/// pending payouts and send them, and repeat until every payout is `sent`
-/// or `failed`.
+/// pending payouts and send them, one by one or as a batch
+/// (`finishing`), and repeat until every payout is `sent` or `failed`.
 ///
 /// Any number of workers may run it at once, in any number of processes,
 /// and any of them may be killed at any moment.
-pub async fn run_worker<DB: Store>(pool: &Pool<DB>, bank: &Bank<DB>) -> Result<Worked, BoxError>
+pub async fn run_worker<DB: Store>(
+    pool: &Pool<DB>,
+    bank: &Bank<DB>,
+    finishing: Finishing,
+) -> Result<Worked, BoxError>
 where
     i64: for<'q> sqlx::Encode<'q, DB>
         + for<'r> sqlx::Decode<'r, DB>
@@ -512,13 +526,19 @@ where
         // Rows whose worker died: the same occurrence, hence the same
         // effect key, so the bank does not move their money again if it
         // already did.
-        let recovered = stateguard::recover(pool, PayoutStatus::Sending, RECOVER_BATCH, |effect| {
-            bank.pay(effect)
-        })
-        .await?;
+        let pay = |effect| bank.pay(effect);
+        let recovered = match finishing {
+            Finishing::OneByOne => {
+                stateguard::recover(pool, PayoutStatus::Sending, RECOVER_BATCH, pay).await?
+            }
+            Finishing::Batched { concurrency } => {
+                let state = PayoutStatus::Sending;
+                stateguard::recover_many(pool, state, RECOVER_BATCH, concurrency, pay).await?
+            }
+        };
         worked.recovered += recovered.claimed;
         worked.sent += recovered.done;
-        worked.failed += recovered.failed;
+        worked.failed += recovered.failed + recovered.gave_up;
         worked.retry_later += recovered.retry_later;
 
         // Claim a few pending payouts: their `sending` is committed before
@@ -526,9 +546,24 @@ where
         // recovery finds, each under its lease. No other worker gets them.
         let claimed = PayoutStatus::start().claim(pool, CLAIM_BATCH).await?;
         if !claimed.is_empty() {
-            for won in claimed {
-                worked.started += 1;
-                match won.finish(pool, |effect| bank.pay(effect)).await? {
+            worked.started += claimed.len();
+            let finished = match finishing {
+                Finishing::OneByOne => {
+                    let mut finished = Vec::with_capacity(claimed.len());
+                    for won in claimed {
+                        finished.push(won.finish(pool, pay).await?);
+                    }
+                    finished
+                }
+                Finishing::Batched { concurrency } => {
+                    let rows = stateguard::finish_many(pool, claimed, concurrency, pay).await?;
+                    rows.into_iter()
+                        .map(|row| row.finished)
+                        .collect::<Result<Vec<_>, _>>()?
+                }
+            };
+            for finished in finished {
+                match finished {
                     Finished::Done { .. } => worked.sent += 1,
                     Finished::Failed { .. } => worked.failed += 1,
                     Finished::RetryLater => worked.retry_later += 1,

@@ -48,6 +48,10 @@ pub enum Slot {
     /// A batch's keys: key column `n`'s values as an array (PostgreSQL),
     /// or every key as one JSON document (`Keys(0)`, SQLite and MySQL).
     Keys(u8),
+    /// PostgreSQL: integer `n` of every row of a fenced batch, as an
+    /// array (0: the occurrence, 1: the lease token, 2: a wait in
+    /// milliseconds). SQLite and MySQL carry them in `Keys(0)`'s rows.
+    Ints(u8),
     /// Key column `n` of the row.
     Key(u8),
     /// The call's value `n`: the `set(… = bind(T))` values first, then the
@@ -217,6 +221,7 @@ impl Slot {
     pub fn mark(self) -> String {
         let (kind, n) = match self {
             Slot::Keys(n) => ('K', n),
+            Slot::Ints(n) => ('I', n),
             Slot::Key(n) => ('k', n),
             Slot::Value(n) => ('v', n),
             Slot::Age => ('g', 0),
@@ -238,6 +243,7 @@ impl Slot {
         let n: u8 = chars.as_str().parse().ok()?;
         Some(match kind {
             'K' => Slot::Keys(n),
+            'I' => Slot::Ints(n),
             'k' => Slot::Key(n),
             'v' => Slot::Value(n),
             'g' => Slot::Age,
@@ -541,6 +547,7 @@ mod tests {
     fn every_slot_survives_its_marker() {
         let all = [
             Slot::Keys(1),
+            Slot::Ints(2),
             Slot::Key(3),
             Slot::Value(5),
             Slot::Age,

@@ -19,6 +19,7 @@ mod deadlines;
 mod effects;
 mod emit;
 mod errors;
+mod finish_many;
 mod front_deadlines;
 mod guards;
 mod history;

@@ -2,8 +2,13 @@
 //! workflow (`examples/recovery/workflow.rs`, which claims pending payouts
 //! a batch at a time) is SIGKILLed at random moments, often in the middle
 //! of a claimed batch, at least 100 times per backend, and a last one is
-//! let run to completion. Every payout must end `sent` with its money moved exactly
-//! once, and every kill may have cost at most one repeated bank call.
+//! let run to completion. Every other child finishes its payouts one by
+//! one (`Won::finish`, `recover`), the others as batches (`finish_many`,
+//! `recover_many`, whose follow-ups wait for the batch). Every payout must
+//! end `sent` with its money moved exactly once, and every kill may have
+//! cost at most the bank calls whose answers were not yet written: one for
+//! a child that finishes one by one, a batch's (at most
+//! `RECOVER_BATCH`) for one that batches.
 //!
 //! How it runs: the parent tests (`crash_sqlite`, `crash_postgres`,
 //! `crash_mysql`) re-execute this test binary with `--exact
@@ -35,12 +40,17 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
 use sqlx::{Connection, Pool};
 
 use stateguard::StateMachine;
-use workflow::{Bank, Store, Tally};
+use workflow::{Bank, Finishing, Store, Tally};
 
 /// Which backend the child runs on; unset in every process but a child.
 const CHILD_ENV: &str = "STATEGUARD_CRASH_CHILD";
 /// The SQLite file or the server's URL the child connects to.
 const CHILD_DB_ENV: &str = "STATEGUARD_CRASH_DB";
+/// Set for every other child: it finishes its payouts as batches
+/// (`finish_many`, `recover_many`), the others one by one.
+const CHILD_BATCHED_ENV: &str = "STATEGUARD_CRASH_BATCHED";
+/// The batched children's bank calls at once.
+const BATCH_CONCURRENCY: usize = 4;
 /// The child test's name, for `--exact`: its path in the `examples` test
 /// binary.
 const CHILD_TEST: &str = "crash::crash_child";
@@ -153,7 +163,8 @@ fn crash_child() {
     });
 }
 
-/// One worker, so that a kill interrupts at most one bank call.
+/// One worker, so that a kill interrupts at most one bank call, or one
+/// batch's.
 async fn work<DB: Store>(pool: Pool<DB>)
 where
     i64: for<'q> sqlx::Encode<'q, DB>
@@ -163,7 +174,13 @@ where
 {
     println!("{READY}");
     let bank = Bank::new(pool.clone(), BANK_LATENCY);
-    let worked = workflow::run_worker(&pool, &bank)
+    let finishing = match std::env::var(CHILD_BATCHED_ENV).is_ok() {
+        true => Finishing::Batched {
+            concurrency: BATCH_CONCURRENCY,
+        },
+        false => Finishing::OneByOne,
+    };
+    let worked = workflow::run_worker(&pool, &bank, finishing)
         .await
         .expect("the worker loop");
     println!(
@@ -179,9 +196,13 @@ struct ChildProcess {
 }
 
 impl ChildProcess {
-    fn spawn(backend: &str, target: &str) -> Self {
+    fn spawn(backend: &str, target: &str, batched: bool) -> Self {
         let exe = std::env::current_exe().expect("path of the test binary");
-        let mut child = Command::new(exe)
+        let mut command = Command::new(exe);
+        if batched {
+            command.env(CHILD_BATCHED_ENV, "1");
+        }
+        let mut child = command
             .args(["--exact", CHILD_TEST, "--nocapture", "--test-threads=1"])
             .env(CHILD_ENV, backend)
             .env(CHILD_DB_ENV, target)
@@ -297,6 +318,7 @@ where
     let started = Instant::now();
     let mut kills = 0;
     let mut spawned = 0;
+    let (mut owed, mut batched_kills) = (0_i64, 0);
     while kills < KILLS && started.elapsed() < KILL_PHASE_BUDGET {
         let tally = DB::tally(pool).await.expect("tally");
         if tally.pending < LOW_WATER {
@@ -305,18 +327,26 @@ where
                 .expect("top up");
             last_id += TOP_UP;
         }
-        let mut child = ChildProcess::spawn(backend, target);
+        let batched = spawned % 2 == 1;
+        let mut child = ChildProcess::spawn(backend, target, batched);
         spawned += 1;
         child.wait_ready();
         std::thread::sleep(kill_delay());
         if child.kill() {
             kills += 1;
+            // What the kill may cost: the bank calls whose answers were
+            // not yet written.
+            owed += match batched {
+                true => i64::from(workflow::RECOVER_BATCH),
+                false => 1,
+            };
+            batched_kills += usize::from(batched);
         }
     }
     let kill_phase = started.elapsed();
 
     let before: Tally = DB::tally(pool).await.expect("tally");
-    let mut last = ChildProcess::spawn(backend, target);
+    let mut last = ChildProcess::spawn(backend, target, true);
     last.wait_ready();
     let final_started = Instant::now();
     let output = last.finish();
@@ -324,7 +354,8 @@ where
     let after: Tally = DB::tally(pool).await.expect("tally");
 
     say(&format!(
-        "crash test on {backend}: {kills} kills of {spawned} children in {kill_phase:.2?}\n  \
+        "crash test on {backend}: {kills} kills ({batched_kills} batching) of {spawned} children \
+         in {kill_phase:.2?}\n  \
          payouts {}, sent {}, bank raw calls {}, distinct transfers {}, repeated calls {}, \
          refusals retried {}\n  \
          final run: {} left in sending and {} pending, all finished in {final_run:.2?} ({})",
@@ -365,8 +396,13 @@ where
     );
     let repeated = after.raw_calls - after.payouts;
     assert!(
-        (0..=kills as i64).contains(&repeated),
-        "{repeated} repeated bank calls for {kills} kills: {after:?}"
+        (0..=owed).contains(&repeated),
+        "{repeated} repeated bank calls for {kills} kills ({batched_kills} of children that \
+         batch), at most {owed} owed: {after:?}"
+    );
+    assert!(
+        batched_kills >= KILLS / 2 - 1,
+        "too few kills of batching children"
     );
     // Every payout's history reads pending -> sending -> sent, with no
     // gap and no duplicate, however often its worker was killed.

@@ -136,6 +136,30 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
             Some(i) => (follow_up_history_insert(i), follow_up_outbox_insert(i)),
             None => (option(None), option(None)),
         };
+        let renew_many = sql_per_dialect(&sg, |d| d.renew_many(model, state, f));
+        let read_many = sql_per_dialect(&sg, |d| d.read_many(model, f));
+        let follow_up_many = |i: usize| {
+            sql_per_dialect(&sg, |d| {
+                d.follow_up_many(model, state, f, &model.transitions[i])
+            })
+        };
+        let follow_up_many_history_insert = |i: usize| {
+            sql_if_any(&|d| d.follow_up_many_history_insert(model, state, f, &model.transitions[i]))
+        };
+        let follow_up_many_outbox_insert = |i: usize| {
+            sql_if_any(&|d| d.follow_up_many_outbox_insert(model, state, f, &model.transitions[i]))
+        };
+        let done_many = follow_up_many(f.done);
+        let done_many_history_insert = follow_up_many_history_insert(f.done);
+        let done_many_outbox_insert = follow_up_many_outbox_insert(f.done);
+        let failed_many = option(f.failed.map(follow_up_many));
+        let (failed_many_history_insert, failed_many_outbox_insert) = match f.failed {
+            Some(i) => (
+                follow_up_many_history_insert(i),
+                follow_up_many_outbox_insert(i),
+            ),
+            None => (option(None), option(None)),
+        };
         let retry = option(f.retry.as_ref().map(|retry| {
             let crate::model::Retry {
                 max,
@@ -145,6 +169,7 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
                 next_attempt,
             } = retry;
             let postpone = sql_per_dialect(&sg, |d| d.postpone(model, state, f));
+            let postpone_many = sql_per_dialect(&sg, |d| d.postpone_many(model, state, f));
             quote! {
                 #sg::RetryParts {
                     max: #max,
@@ -153,6 +178,7 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
                     attempts: #attempts,
                     next_attempt: #next_attempt,
                     postpone: #postpone,
+                    postpone_many: #postpone_many,
                 }
             }
         }));
@@ -174,6 +200,14 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
                 failed_history_insert: #failed_history_insert,
                 done_outbox_insert: #done_outbox_insert,
                 failed_outbox_insert: #failed_outbox_insert,
+                renew_many: #renew_many,
+                read_many: #read_many,
+                done_many: #done_many,
+                failed_many: #failed_many,
+                done_many_history_insert: #done_many_history_insert,
+                failed_many_history_insert: #failed_many_history_insert,
+                done_many_outbox_insert: #done_many_outbox_insert,
+                failed_many_outbox_insert: #failed_many_outbox_insert,
                 retry: #retry,
             })
         };

@@ -89,6 +89,10 @@ pub(super) fn bind(slot: Slot) -> TokenStream {
             let k = n(k);
             quote!(Keys(#k))
         }
+        Slot::Ints(j) => {
+            let j = n(j);
+            quote!(Ints(#j))
+        }
         Slot::Key(k) => {
             let k = n(k);
             quote!(Key(#k))

@@ -34,6 +34,7 @@ fn transition_name(transition: &Transition) -> String {
 }
 
 mod claim;
+mod fenced;
 mod history;
 mod lease;
 mod many;

@@ -206,7 +206,7 @@ impl Dialect {
     /// `from_where` (`FROM … WHERE …`) finds, inserted from it just before
     /// the move, in one transaction with it. Empty for a transition that
     /// emits nothing.
-    fn outbox_insert_from(
+    pub(super) fn outbox_insert_from(
         self,
         model: &Model,
         transition: &Transition,

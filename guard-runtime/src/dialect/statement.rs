@@ -10,6 +10,10 @@ pub enum Bind {
     /// A batch's keys: key column `n`'s values as an array (PostgreSQL),
     /// or every key as one JSON document (`Keys(0)`, SQLite and MySQL).
     Keys(u8),
+    /// PostgreSQL: integer `n` of every row of a fenced batch, as an
+    /// array (0: the occurrence, 1: the lease token, 2: a wait in
+    /// milliseconds); SQLite and MySQL carry them in `Keys(0)`'s rows.
+    Ints(u8),
     /// Key column `n` of the row.
     Key(u8),
     /// The call's value `n`: the `set(… = bind(T))` values first, then the

@@ -30,6 +30,22 @@ pub struct Effect<S: StateMachine, K> {
 }
 
 impl<S: StateMachine, K> Effect<S, K> {
+    pub(crate) fn new(
+        state: S,
+        key: K,
+        occurrence: i64,
+        effect_key: String,
+        attempt: Option<u32>,
+    ) -> Self {
+        Effect {
+            state,
+            key,
+            occurrence,
+            effect_key,
+            attempt,
+        }
+    }
+
     /// Which attempt at the effect this is, where the state counts them
     /// (`retry(…)`): 1 for the win's own, then one more for each
     /// recovery that took the row over. See [`Won::attempt`].

@@ -196,7 +196,7 @@ impl<S: StateMachine> Found<S> {
     /// `lease` matched nothing: the row left that occurrence, or another
     /// worker holds it now. `None` when it is still there under the lease
     /// (it moved away and back in between: try again).
-    fn missed(self, state: S, occurrence: i64, lease: i64) -> Option<Settled<S>> {
+    pub(crate) fn missed(self, state: S, occurrence: i64, lease: i64) -> Option<Settled<S>> {
         if self.current != state || self.version != occurrence {
             return Some(Settled::Superseded(self.current));
         }

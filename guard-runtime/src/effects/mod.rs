@@ -1,7 +1,9 @@
 //! After the win: the side effect only the winner runs (`effect.rs`), the
 //! lease an in-flight row is held by while it runs (`lease.rs`), what the
 //! effect decided and the follow-up that ends the state (`verdict.rs`),
-//! and the recovery of rows whose worker died (`recovery.rs`).
+//! the effects of many wins under one heartbeat with batched follow-ups
+//! (`many.rs`, on the fenced batch statements of `fenced.rs`), and the
+//! recovery of rows whose worker died (`recovery.rs`).
 //!
 //! **Architecture Invariant:** an effect runs only from a committed
 //! `Won`, and its effect key is computed from the row as stored (the state
@@ -14,6 +16,8 @@
 //! row over only once its lease has run out.
 
 pub(crate) mod effect;
+mod fenced;
 pub(crate) mod lease;
+pub(crate) mod many;
 pub(crate) mod recovery;
 pub(crate) mod verdict;

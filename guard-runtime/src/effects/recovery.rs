@@ -15,13 +15,14 @@ use crate::effects::effect::{
     Effect, Finished, Leased, exhausted, follow_up, give_up_unreported, in_flight_def,
 };
 use crate::effects::lease::{self, Stamped};
+use crate::effects::many::finish_many;
 use crate::effects::verdict::{FollowUpValues, Verdict};
 use crate::error::Error;
 use crate::executor::proven::Proven;
 use crate::executor::{Runner, refuse_open_transaction};
 use crate::machine::InFlightDef;
 use crate::machine::key::KeyType;
-use crate::machine::key::{BindError, DecodeKey, KeyText, RowKey};
+use crate::machine::key::{BatchKey, BindError, DecodeKey, KeyText, RowKey};
 use crate::outcome::{Committed, Won};
 use crate::telemetry;
 use crate::transition::bind::{self, Values};
@@ -58,7 +59,8 @@ where
     Call::new(move |deadline| async move {
         let sent = Sent::default();
         let claim = claim_on(&mut executor, state, limit, &sent);
-        let claimed = bounded(S::MACHINE.table(), CLAIM_EXPIRED, deadline, &sent, claim).await?;
+        let (claimed, _lost) =
+            bounded(S::MACHINE.table(), CLAIM_EXPIRED, deadline, &sent, claim).await?;
         Ok(claimed
             .into_iter()
             .map(|won| won.within(deadline))
@@ -70,12 +72,14 @@ where
 /// deadline.
 const CLAIM_EXPIRED: &str = "claim_expired";
 
+/// The rows taken over, and how many expired rows another recovery (or
+/// their owner) got to first.
 async fn claim_on<S, K, E>(
     executor: &mut E,
     state: S,
     limit: u32,
     sent: &Sent,
-) -> Result<Vec<Won<S, K, Committed>>, Error>
+) -> Result<(Vec<Won<S, K, Committed>>, usize), Error>
 where
     S: StateMachine,
     E: Runner<Commit = Committed>,
@@ -88,23 +92,27 @@ where
         sent.write();
     }
     if let Some(taken) = take_over::<S, K, E>(executor, in_flight, state, limit).await? {
-        return Ok(taken
+        let taken = taken
             .into_iter()
             .map(|(key, occurrence, stamped)| {
                 Won::new(state, key, occurrence, stamped.token, 0)
                     .at_attempt(stamped.attempt.unwrap_or(0))
             })
-            .collect());
+            .collect();
+        return Ok((taken, 0));
     }
-    let mut claimed = Vec::new();
+    let (mut claimed, mut lost) = (Vec::new(), 0);
     for (key, occurrence) in list_expired::<S, K, E>(executor, in_flight, state, limit).await? {
         sent.write();
-        if let Some(stamped) = claim_one(executor, in_flight, state, &key, occurrence).await? {
-            let won = Won::new(state, key, occurrence, stamped.token, 0);
-            claimed.push(won.at_attempt(stamped.attempt.unwrap_or(0)));
+        match claim_one(executor, in_flight, state, &key, occurrence).await? {
+            Some(stamped) => {
+                let won = Won::new(state, key, occurrence, stamped.token, 0);
+                claimed.push(won.at_attempt(stamped.attempt.unwrap_or(0)));
+            }
+            None => lost += 1,
         }
     }
-    Ok(claimed)
+    Ok((claimed, lost))
 }
 
 /// PostgreSQL: takes over up to `limit` expired rows in one statement
@@ -415,6 +423,127 @@ where
     let report = recover_traced(in_flight, executor, state, limit, deadline, effect)
         .instrument(span.clone())
         .await;
+    match &report {
+        Ok(report) => {
+            span.record("stateguard.outcome", "recovered");
+            span.record("stateguard.rows", report.claimed);
+            telemetry::recovered(S::MACHINE.name(), state.as_str(), report);
+        }
+        Err(_) => {
+            span.record("stateguard.outcome", "error");
+        }
+    }
+    report
+}
+
+/// [`recover`] at a concurrency the caller sets: takes over at most
+/// `limit` rows whose lease ran out (or whose next attempt is due), then
+/// runs their effects, at most `concurrency` at once, under one heartbeat
+/// per batch and with their follow-ups written a batch at a time
+/// ([`finish_many`](crate::finish_many)), each row fenced by its own lease.
+///
+/// The rows waiting for their turn keep their leases (the batch's
+/// heartbeat renews every row still in hand), so no other pass takes one
+/// over, and no attempt is counted twice. PostgreSQL takes the rows over
+/// in one statement; SQLite and MySQL list them, then take each over.
+///
+/// Deadline: [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE) for the
+/// takeover, and for each row's effect and for each statement of the
+/// batch. Rows whose effect or follow-up failed or was cut off are in
+/// [`Recovered::errors`] and stay in flight for a later pass. Refused as
+/// [`finish_many`](crate::finish_many) refuses (a `concurrency` of 0 is
+/// [`Error::BatchOfWins`]).
+///
+/// ```
+/// use stateguard::{Effect, StateMachine, Verdict};
+///
+/// #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+/// #[state_machine(table = "transfers", column = "status", key = "id")]
+/// enum TransferStatus {
+///     #[state(initial)]
+///     #[transition(start -> Sending)]
+///     Pending,
+///     #[state(in_flight(lease = "30s", since = "sending_since", done = confirm, failed = fail))]
+///     #[transition(confirm -> Sent)]
+///     #[transition(fail -> Failed)]
+///     Sending,
+///     Sent,
+///     Failed,
+/// }
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let pool = sqlx::SqlitePool::connect("sqlite::memory:").await?;
+/// # sqlx::query("CREATE TABLE transfers (id INTEGER PRIMARY KEY, status TEXT NOT NULL, sending_since TEXT)")
+/// #     .execute(&pool).await?;
+/// # sqlx::query("INSERT INTO transfers (id, status, sending_since) VALUES \
+/// #     (1, 'sending', '2000-01-01 00:00:00.000'), (2, 'sending', '2000-01-01 00:00:00.000')")
+/// #     .execute(&pool).await?;
+/// // Rows whose workers died: each effect runs again with its effect key,
+/// // 16 at a time, and their follow-ups go to the database in batches.
+/// let pass = stateguard::recover_many(&pool, TransferStatus::Sending, 500, 16, |effect: Effect<_, i64>| async move {
+///     let _key = effect.effect_key();
+///     Verdict::Done
+/// })
+/// .await?;
+/// assert_eq!((pass.claimed, pass.done), (2, 2));
+/// # Ok(()) }
+/// ```
+pub async fn recover_many<S, K, DB, F, Fut>(
+    pool: &sqlx::Pool<DB>,
+    state: S,
+    limit: u32,
+    concurrency: usize,
+    effect: F,
+) -> Result<Recovered, Error>
+where
+    DB: Backend,
+    S: FollowUpValues<DB> + KeyType<K>,
+    K: KeyText<S::KeyShape> + Clone + BatchKey<DB, S::KeyShape>,
+    F: Fn(Effect<S, K>) -> Fut,
+    Fut: Future<Output = Verdict>,
+{
+    let in_flight = in_flight_def(state);
+    let done = in_flight.as_ref().map_or("", |f| f.done().name());
+    let span = telemetry::span!("stateguard.recover", S, DB, "UPDATE", done);
+    let report = async {
+        in_flight?;
+        if concurrency == 0 {
+            return Err(Error::BatchOfWins {
+                machine: S::MACHINE.name(),
+                reason: "a concurrency of 0 runs no effect",
+            });
+        }
+        let deadline = crate::deadline::retry::DEFAULT_DEADLINE;
+        let mut executor = pool;
+        let sent = Sent::default();
+        let claim = claim_on::<S, K, _>(&mut executor, state, limit, &sent);
+        let (taken, lost) =
+            bounded(S::MACHINE.table(), lease::TAKE_OVER, deadline, &sent, claim).await?;
+        let mut report = Recovered {
+            claimed: taken.len(),
+            lost,
+            ..Recovered::default()
+        };
+        for row in finish_many(pool, taken, concurrency, effect).await? {
+            match row.finished {
+                Ok(Finished::Done { .. }) => report.done += 1,
+                Ok(Finished::Failed { .. }) => report.failed += 1,
+                Ok(Finished::RetryLater) => report.retry_later += 1,
+                Ok(Finished::GaveUp { .. }) => report.gave_up += 1,
+                Ok(Finished::Superseded { current }) => report.superseded.push(SupersededRow {
+                    effect_key: row.effect_key,
+                    current: current.as_str(),
+                }),
+                Ok(Finished::LeaseLost { .. } | Finished::Skipped { .. }) => {
+                    report.lease_lost += 1;
+                }
+                Err(error) => report.errors.push(error),
+            }
+        }
+        Ok(report)
+    }
+    .instrument(span.clone())
+    .await;
     match &report {
         Ok(report) => {
             span.record("stateguard.outcome", "recovered");

@@ -91,6 +91,7 @@ impl Error {
             | Error::RetryNotDeclared { .. }
             | Error::NotAFollowUp { .. }
             | Error::FollowUpValues { .. }
+            | Error::BatchOfWins { .. }
             | Error::ExpectingMany { .. }
             // A key the batch's JSON cannot carry is so by its type (a
             // UUID, a float, a date, …), not by its value: use `apply`.

@@ -36,7 +36,7 @@ use self::message::timeout_message;
 /// | --- | --- | --- |
 /// | [`Transient`](ErrorKind::Transient) | call again (the whole transaction, inside one), after a pause | `RetryTransaction`, `RolledBack`, `Contention`, `ReadOnly`, `Timeout` with nothing in flight; `Database`, `Begin`, `Commit`, `Store`, `Recovery`, `PoolerCheck` when the database's error is transient (see below) |
 /// | [`OutcomeUnknown`](ErrorKind::OutcomeUnknown) | apply again to learn the row's state; an effect may be owed | whatever [`Error::is_outcome_unknown`] says: a broken connection or ended session while a statement or `COMMIT` was in flight, `Timeout` with the `UPDATE` in flight, `StatementMixUp` |
-/// | [`Misuse`](ErrorKind::Misuse) | fix the calling code: the same call fails again | `NoVersionColumn` (a compile error on a derived machine), `ForeignWin`, `ConnectionInTransaction`, `NestedTransaction`, `NotInFlight`, `NoFailedTransition`, `RetryNotDeclared`, `NotAFollowUp`, `FollowUpValues`, `ExpectingMany`, `BatchKey`, `NoSinceColumn`, `NoTimeout`, `NoHistory` |
+/// | [`Misuse`](ErrorKind::Misuse) | fix the calling code: the same call fails again | `NoVersionColumn` (a compile error on a derived machine), `ForeignWin`, `ConnectionInTransaction`, `NestedTransaction`, `NotInFlight`, `NoFailedTransition`, `RetryNotDeclared`, `NotAFollowUp`, `FollowUpValues`, `BatchOfWins`, `ExpectingMany`, `BatchKey`, `NoSinceColumn`, `NoTimeout`, `NoHistory` |
 /// | [`Data`](ErrorKind::Data) | reject the input, or repair the row | `BadKey`, `UnknownState`, `NullStatus`, `AmbiguousKey`, `UnknownTransition`, `HistoryDetails` |
 /// | [`Superseded`](ErrorKind::Superseded) | roll back and stop: someone else holds the work | `IdempotencyLeaseLost`, `RowVanished` |
 /// | [`Database`](ErrorKind::Database) | report it: a retry does not cure it (constraint, syntax, missing table, decode, closed pool, …) | `Multiplexed` (the deployment needs changing); `Database`, `Begin`, `Commit`, `Store`, `Recovery`, `PoolerCheck` with any other database error |
@@ -334,6 +334,18 @@ pub enum Error {
         transition: &'static str,
         /// The type of the values it binds.
         expects: &'static str,
+    },
+
+    /// [`finish_many`](crate::finish_many) was handed wins it cannot
+    /// finish as one batch: of more than one state, the same row twice, or
+    /// a concurrency of 0. No effect ran; finish each state's wins in a
+    /// call of their own.
+    #[error("finish_many on {machine} refused its wins before any effect ran: {reason}")]
+    BatchOfWins {
+        /// The machine.
+        machine: &'static str,
+        /// What is wrong with the batch.
+        reason: &'static str,
     },
 
     /// [`Transition::claim`](crate::Transition::claim) or

@@ -162,6 +162,14 @@ pub struct InFlightParts<S: 'static> {
     pub failed_history_insert: Option<Sql>,
     pub done_outbox_insert: Option<Sql>,
     pub failed_outbox_insert: Option<Sql>,
+    pub renew_many: Sql,
+    pub read_many: Sql,
+    pub done_many: Sql,
+    pub failed_many: Option<Sql>,
+    pub done_many_history_insert: Option<Sql>,
+    pub failed_many_history_insert: Option<Sql>,
+    pub done_many_outbox_insert: Option<Sql>,
+    pub failed_many_outbox_insert: Option<Sql>,
     pub retry: Option<RetryParts>,
 }
 
@@ -175,6 +183,7 @@ pub struct RetryParts {
     pub attempts: &'static str,
     pub next_attempt: &'static str,
     pub postpone: Sql,
+    pub postpone_many: Sql,
 }
 
 /// An in-flight state, from its parts.
@@ -196,6 +205,14 @@ pub const fn in_flight<S>(parts: InFlightParts<S>) -> InFlightDef<S> {
         failed_history_insert,
         done_outbox_insert,
         failed_outbox_insert,
+        renew_many,
+        read_many,
+        done_many,
+        failed_many,
+        done_many_history_insert,
+        failed_many_history_insert,
+        done_many_outbox_insert,
+        failed_many_outbox_insert,
         retry,
     } = parts;
     InFlightDef {
@@ -213,6 +230,17 @@ pub const fn in_flight<S>(parts: InFlightParts<S>) -> InFlightDef<S> {
         failed_sql,
         logs: [or_none(done_history_insert), or_none(failed_history_insert)],
         messages: [or_none(done_outbox_insert), or_none(failed_outbox_insert)],
+        renew_many,
+        read_many,
+        follow_up_many: [done_many, or_none(failed_many)],
+        follow_up_many_logs: [
+            or_none(done_many_history_insert),
+            or_none(failed_many_history_insert),
+        ],
+        follow_up_many_messages: [
+            or_none(done_many_outbox_insert),
+            or_none(failed_many_outbox_insert),
+        ],
         retry: match retry {
             Some(RetryParts {
                 max,
@@ -221,6 +249,7 @@ pub const fn in_flight<S>(parts: InFlightParts<S>) -> InFlightDef<S> {
                 attempts,
                 next_attempt,
                 postpone,
+                postpone_many,
             }) => Some(RetryDef {
                 max,
                 backoff_min_ms,
@@ -228,6 +257,7 @@ pub const fn in_flight<S>(parts: InFlightParts<S>) -> InFlightDef<S> {
                 attempts,
                 next_attempt,
                 postpone,
+                postpone_many,
             }),
             None => None,
         },
@@ -357,7 +387,7 @@ const fn or_none(sql: Option<Sql>) -> Sql {
     }
 }
 
-const NONE: Sql = Sql {
+pub(crate) const NONE: Sql = Sql {
     postgres: Statement::returning("", &[], &[]),
     sqlite: Statement::returning("", &[], &[]),
     mysql: Statement::returning("", &[], &[]),

@@ -154,6 +154,25 @@ pub trait ManyKeys<DB: Backend, Shape: KeyShape>: Sized {
         args: &mut <DB as Driver>::Args,
     ) -> Result<(), BindError>;
 
+    /// Adds what placeholder [`Bind::Keys(n)`](crate::meta::Bind::Keys)
+    /// of a fenced batch (`finish_many`'s) takes: key column `n` as an
+    /// array on PostgreSQL (the integers go apart, [`Self::bind_ints`]),
+    /// and on SQLite and MySQL every row as one JSON document, `[[key…,
+    /// int…], …]`, where `ints[j][i]` is integer `j` of row `i`.
+    #[doc(hidden)]
+    fn bind_rows(
+        keys: &[&Self],
+        ints: &[Vec<i64>],
+        n: usize,
+        args: &mut <DB as Driver>::Args,
+    ) -> Result<(), BindError>;
+
+    /// PostgreSQL: adds one integer of every row of a fenced batch as an
+    /// array ([`Bind::Ints`](crate::meta::Bind::Ints)). The other
+    /// backends carry them in [`Self::bind_rows`]' document.
+    #[doc(hidden)]
+    fn bind_ints(ints: &[i64], args: &mut <DB as Driver>::Args) -> Result<(), BindError>;
+
     /// Whether every value binds as a type whose equality is exact by
     /// value (PostgreSQL's integers and UUIDs), so that the batch needs no
     /// text comparison to match exactly.
@@ -279,7 +298,6 @@ fn json_keys<Sh: KeyShape, K: KeyText<Sh>>(
 ) -> Result<String, BindError> {
     let mut out = String::with_capacity(2 + keys.len() * 8);
     out.push('[');
-    let mut text = String::new();
     for (i, key) in keys.iter().enumerate() {
         if i > 0 {
             out.push(',');
@@ -287,34 +305,82 @@ fn json_keys<Sh: KeyShape, K: KeyText<Sh>>(
         if Sh::COLUMNS > 1 {
             out.push('[');
         }
-        for (j, kind) in parts.iter().enumerate() {
-            if j > 0 {
-                out.push(',');
-            }
-            text.clear();
-            key.write_part(j, &mut text);
-            match kind {
-                Part::Text => json_string(&mut out, &text),
-                Part::Integer if numbers && is_integer(&text) => out.push_str(&text),
-                Part::Integer if !numbers && (is_integer(&text) || is_unsigned(&text)) => {
-                    json_string(&mut out, &text)
-                }
-                Part::Integer => {
-                    return Err(BindError::Key {
-                        reason: "the value binds as an integer, but its `Display` text is not \
-                                 that integer"
-                            .to_owned(),
-                        key: text,
-                    });
-                }
-            }
-        }
+        json_key::<Sh, K>(&mut out, key, parts, numbers)?;
         if Sh::COLUMNS > 1 {
             out.push(']');
         }
     }
     out.push(']');
     Ok(out)
+}
+
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+/// A fenced batch's rows as one JSON array, `[[key…, int…], …]`: each
+/// key as [`json_keys`] writes it, then integer `j` of the row,
+/// `ints[j][i]`, as a number.
+fn json_rows<Sh: KeyShape, K: KeyText<Sh>>(
+    keys: &[&K],
+    ints: &[Vec<i64>],
+    parts: &[Part],
+    numbers: bool,
+) -> Result<String, BindError> {
+    use fmt::Write;
+    let mut out = String::with_capacity(2 + keys.len() * (10 + 22 * ints.len()));
+    out.push('[');
+    for (i, key) in keys.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push('[');
+        json_key::<Sh, K>(&mut out, key, parts, numbers)?;
+        for column in ints {
+            let value = column.get(i).ok_or_else(|| {
+                BindError::Encode(sqlx::Error::Protocol(format!(
+                    "a batch of {} rows with {} integers for one of them",
+                    keys.len(),
+                    column.len()
+                )))
+            })?;
+            let _ = write!(out, ",{value}");
+        }
+        out.push(']');
+    }
+    out.push(']');
+    Ok(out)
+}
+
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+/// One key's values, comma-separated, each as `parts` says.
+fn json_key<Sh: KeyShape, K: KeyText<Sh>>(
+    out: &mut String,
+    key: &K,
+    parts: &[Part],
+    numbers: bool,
+) -> Result<(), BindError> {
+    let mut text = String::new();
+    for (j, kind) in parts.iter().enumerate() {
+        if j > 0 {
+            out.push(',');
+        }
+        text.clear();
+        key.write_part(j, &mut text);
+        match kind {
+            Part::Text => json_string(out, &text),
+            Part::Integer if numbers && is_integer(&text) => out.push_str(&text),
+            Part::Integer if !numbers && (is_integer(&text) || is_unsigned(&text)) => {
+                json_string(out, &text)
+            }
+            Part::Integer => {
+                return Err(BindError::Key {
+                    reason: "the value binds as an integer, but its `Display` text is not \
+                             that integer"
+                        .to_owned(),
+                    key: text,
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(any(feature = "sqlite", feature = "mysql"))]
@@ -374,6 +440,24 @@ macro_rules! json_many_keys {
             ) -> Result<(), BindError> {
                 Self::bind_many(keys, args)
             }
+
+            fn bind_rows(
+                keys: &[&Self],
+                ints: &[Vec<i64>],
+                _: usize,
+                args: &mut <$db as Driver>::Args,
+            ) -> Result<(), BindError> {
+                let parts = json_parts(K::part_types(), $backend)?;
+                let json = json_rows::<Sh, K>(keys, ints, &parts, $numbers)?;
+                sqlx::Arguments::add(args, json)
+                    .map_err(|e| BindError::Encode(sqlx::Error::Encode(e)))
+            }
+
+            fn bind_ints(_: &[i64], _: &mut <$db as Driver>::Args) -> Result<(), BindError> {
+                Err(BindError::Encode(sqlx::Error::Protocol(
+                    concat!($backend, " carries a batch's integers in its rows' JSON").to_owned(),
+                )))
+            }
         }
     };
 }
@@ -394,6 +478,10 @@ mod postgres {
         T: Key<Postgres> + PgHasArrayType,
     {
         sqlx::Arguments::add(args, column).map_err(|e| BindError::Encode(sqlx::Error::Encode(e)))
+    }
+
+    fn ints(args: &mut <Postgres as Driver>::Args, ints: &[i64]) -> Result<(), BindError> {
+        sqlx::Arguments::add(args, ints).map_err(|e| BindError::Encode(sqlx::Error::Encode(e)))
     }
 
     /// `T` binds as a type whose equality is exact by value.
@@ -418,6 +506,22 @@ mod postgres {
             args: &mut <Postgres as Driver>::Args,
         ) -> Result<(), BindError> {
             add(args, keys.to_vec())
+        }
+
+        fn bind_rows(
+            keys: &[&Self],
+            _: &[Vec<i64>],
+            n: usize,
+            args: &mut <Postgres as Driver>::Args,
+        ) -> Result<(), BindError> {
+            Self::bind_column(keys, n, args)
+        }
+
+        fn bind_ints(
+            values: &[i64],
+            args: &mut <Postgres as Driver>::Args,
+        ) -> Result<(), BindError> {
+            ints(args, values)
         }
 
         fn by_value() -> bool {
@@ -447,6 +551,22 @@ mod postgres {
                         $($i => add(args, keys.iter().map(|k| &k.$i).collect()),)+
                         _ => Err(BindError::Encode(super::no_column(n))),
                     }
+                }
+
+                fn bind_rows(
+                    keys: &[&Self],
+                    _: &[Vec<i64>],
+                    n: usize,
+                    args: &mut <Postgres as Driver>::Args,
+                ) -> Result<(), BindError> {
+                    Self::bind_column(keys, n, args)
+                }
+
+                fn bind_ints(
+                    values: &[i64],
+                    args: &mut <Postgres as Driver>::Args,
+                ) -> Result<(), BindError> {
+                    ints(args, values)
                 }
 
                 fn by_value() -> bool {

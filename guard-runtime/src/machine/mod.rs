@@ -273,6 +273,17 @@ pub struct InFlightDef<S: 'static> {
     /// On SQLite and MySQL: the messages the `done` and `failed`
     /// follow-ups emit, inserted just before them.
     messages: [Sql; 2],
+    /// The batch heartbeat of `finish_many`.
+    renew_many: Sql,
+    /// The read of a batch's rows.
+    read_many: Sql,
+    /// The `done` and `failed` follow-ups of a batch, `[done, failed]`:
+    /// empty for one that binds values, and for a missing `failed`.
+    follow_up_many: [Sql; 2],
+    /// On SQLite and MySQL: their history rows' inserts, `[done, failed]`.
+    follow_up_many_logs: [Sql; 2],
+    /// On SQLite and MySQL: their messages' inserts, `[done, failed]`.
+    follow_up_many_messages: [Sql; 2],
     pub(crate) retry: Option<RetryDef>,
 }
 
@@ -289,6 +300,7 @@ pub struct RetryDef {
     pub(crate) attempts: &'static str,
     pub(crate) next_attempt: &'static str,
     pub(crate) postpone: Sql,
+    pub(crate) postpone_many: Sql,
 }
 
 impl RetryDef {
@@ -319,6 +331,12 @@ impl RetryDef {
     /// the lease.
     pub const fn postpone_sql(&self) -> &Sql {
         &self.postpone
+    }
+
+    /// [`postpone_sql`](Self::postpone_sql) for a batch of rows, each with
+    /// a wait of its own.
+    pub const fn postpone_many_sql(&self) -> &Sql {
+        &self.postpone_many
     }
 
     /// The wait after attempt `attempt` (from 1): the first wait doubled
@@ -410,6 +428,38 @@ impl<S> InFlightDef<S> {
     /// writes it).
     pub const fn follow_up_outbox_insert_sql(&self) -> &[Sql; 2] {
         &self.messages
+    }
+
+    /// `UPDATE … SET since = now FROM` a batch of rows `WHERE` each is
+    /// still in its occurrence under its lease `RETURNING key, token`: the
+    /// heartbeat of [`finish_many`](crate::finish_many).
+    pub const fn renew_many_sql(&self) -> &Sql {
+        &self.renew_many
+    }
+
+    /// `SELECT key, status, version, token` of a batch's rows: what a
+    /// batch statement did not move (MySQL: locking them first).
+    pub const fn read_many_sql(&self) -> &Sql {
+        &self.read_many
+    }
+
+    /// The `done` and `failed` follow-ups of a batch of rows, each fenced
+    /// by its own occurrence and lease, `[done, failed]`: empty for one
+    /// that binds values per call (its rows finish one statement each).
+    pub const fn follow_up_many_sql(&self) -> &[Sql; 2] {
+        &self.follow_up_many
+    }
+
+    /// With a history table, on SQLite and MySQL: the history rows'
+    /// inserts before [`Self::follow_up_many_sql`], `[done, failed]`.
+    pub const fn follow_up_many_history_insert_sql(&self) -> &[Sql; 2] {
+        &self.follow_up_many_logs
+    }
+
+    /// On SQLite and MySQL: the messages' inserts before
+    /// [`Self::follow_up_many_sql`], `[done, failed]`.
+    pub const fn follow_up_many_outbox_insert_sql(&self) -> &[Sql; 2] {
+        &self.follow_up_many_messages
     }
 
     /// How the effect is retried, where the state declares `retry(…)`.

@@ -64,12 +64,63 @@ impl<DB: Backend, Sh: KeyShape, K: ManyKeys<DB, Sh>> Parts<DB> for BatchParts<'_
     }
 }
 
+/// A fenced batch's rows (`finish_many`'s): the keys, and integer `j` of
+/// row `i` at `ints[j][i]`, [`Bind::Keys`] and [`Bind::Ints`].
+pub(crate) struct RowsParts<'a, Sh, K> {
+    keys: &'a [&'a K],
+    ints: &'a [Vec<i64>],
+    shape: PhantomData<Sh>,
+}
+
+/// A fenced batch's rows.
+pub(crate) fn rows<'a, Sh, K>(keys: &'a [&'a K], ints: &'a [Vec<i64>]) -> RowsParts<'a, Sh, K> {
+    RowsParts {
+        keys,
+        ints,
+        shape: PhantomData,
+    }
+}
+
+/// The keys of a fenced batch, [`Bind::Keys`].
+pub(crate) struct RowKeys<'a, Sh, K>(&'a RowsParts<'a, Sh, K>);
+
+/// The integers of a fenced batch, [`Bind::Ints`].
+pub(crate) struct RowInts<'a, Sh, K>(&'a RowsParts<'a, Sh, K>);
+
+impl<'a, Sh, K> RowsParts<'a, Sh, K> {
+    pub(crate) fn keys(&'a self) -> RowKeys<'a, Sh, K> {
+        RowKeys(self)
+    }
+
+    pub(crate) fn ints(&'a self) -> RowInts<'a, Sh, K> {
+        RowInts(self)
+    }
+}
+
+impl<DB: Backend, Sh: KeyShape, K: ManyKeys<DB, Sh>> Parts<DB> for RowKeys<'_, Sh, K> {
+    fn bind_part(&self, n: usize, args: &mut <DB as Driver>::Args) -> Result<(), BindError> {
+        K::bind_rows(self.0.keys, self.0.ints, n, args)
+    }
+}
+
+impl<DB: Backend, Sh: KeyShape, K: ManyKeys<DB, Sh>> Parts<DB> for RowInts<'_, Sh, K> {
+    fn bind_part(&self, n: usize, args: &mut <DB as Driver>::Args) -> Result<(), BindError> {
+        match self.0.ints.get(n) {
+            Some(column) => K::bind_ints(column, args),
+            None => Err(BindError::Encode(sqlx::Error::Protocol(format!(
+                "the statement binds the batch's integer {n}, which its rows lack"
+            )))),
+        }
+    }
+}
+
 /// Everything one call may bind into its statements; each statement takes
 /// what its plan names. A plan that names a value the call did not supply
 /// is an error, never a NULL.
 pub(crate) struct Values<'a, DB: Backend> {
     pub(crate) key: Option<&'a (dyn Parts<DB> + Sync)>,
     pub(crate) keys: Option<&'a (dyn Parts<DB> + Sync)>,
+    pub(crate) ints: Option<&'a (dyn Parts<DB> + Sync)>,
     pub(crate) values: Option<&'a (dyn Parts<DB> + Sync)>,
     pub(crate) note: Option<&'a Note>,
     pub(crate) age: Option<i64>,
@@ -84,6 +135,7 @@ impl<DB: Backend> Values<'_, DB> {
     pub(crate) const NONE: Self = Values {
         key: None,
         keys: None,
+        ints: None,
         values: None,
         note: None,
         age: None,
@@ -117,6 +169,7 @@ pub(crate) fn arguments<DB: Backend>(
         };
         match bind {
             Bind::Keys(n) => part(values.keys, n, &mut args)?,
+            Bind::Ints(n) => part(values.ints, n, &mut args)?,
             Bind::Key(n) => part(values.key, n, &mut args)?,
             Bind::Value(n) => part(values.values, n, &mut args)?,
             Bind::Age => int(values.age, &mut args)?,

@@ -77,9 +77,9 @@ impl Names {
 
     /// An error of the `BEGIN` of a transaction that the call runs itself
     /// (a claim, a batch), named after the call: a `BEGIN` cut off by the
-    /// deadline wrote nothing, so the outcome is known. Only SQLite and
-    /// MySQL run such a transaction.
-    #[cfg(any(feature = "sqlite", feature = "mysql"))]
+    /// deadline wrote nothing, so the outcome is known. SQLite's and
+    /// MySQL's claims and batches, and MySQL's `finish_many`, run such a
+    /// transaction.
     pub(crate) fn begin_error(self, error: Error) -> Error {
         match error {
             Error::Timeout { deadline, .. } => Error::Timeout {
@@ -115,7 +115,6 @@ impl Names {
     /// A statement's error inside a transaction the call runs itself: a
     /// deadlock or busy database rolled it back, so the whole transaction
     /// is tried again.
-    #[cfg(any(feature = "sqlite", feature = "mysql"))]
     pub(crate) fn tx_error<DB: Backend>(self, source: sqlx::Error) -> Error {
         match DB::is_retryable(&source) {
             true => Error::RetryTransaction {

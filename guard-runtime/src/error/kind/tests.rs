@@ -336,6 +336,10 @@ fn every_variant() -> Vec<(String, Error, ErrorKind)> {
             transition,
             call: "claim",
         },
+        Error::BatchOfWins {
+            machine,
+            reason: "the same row twice",
+        },
         Error::BatchKey {
             table,
             transition,
@@ -491,10 +495,11 @@ fn variant(error: &Error) -> usize {
         Error::PoolerCheck { .. } => 32,
         Error::StatementMixUp(_) => 33,
         Error::RetryNotDeclared { .. } => 34,
+        Error::BatchOfWins { .. } => 35,
     }
 }
 
-const VARIANTS: usize = 35;
+const VARIANTS: usize = 36;
 
 #[test]
 fn every_variant_is_in_its_kind() {

@@ -1,0 +1,337 @@
+//! `finish_many`: an in-flight state's statements over a batch of rows,
+//! each row fenced by its own occurrence and lease token, as the one-row
+//! statements of `lease.rs` are by theirs: the batch heartbeat, the
+//! batched follow-ups (with their history rows and messages on SQLite and
+//! MySQL), the batched "try again later", and the read of the rows a
+//! batch statement did not move.
+//!
+//! The batch travels as one bound value per column on PostgreSQL (an
+//! array per key column, [`Slot::Keys`], and one per integer,
+//! [`Slot::Ints`]), and as one JSON document of rows
+//! `[key…, occurrence, token(, delay)]` on SQLite and MySQL
+//! ([`Slot::Keys`]`(0)`).
+
+use crate::dialect::Dialect;
+use crate::model::{InFlight, Model, State, Transition};
+use crate::plan::{Col, Slot};
+
+use super::{Match, key_columns};
+
+/// The integers each row of a fenced batch carries after its key, in
+/// order: the occurrence and the lease token, and for a postponement the
+/// wait in milliseconds.
+const FENCE: [&str; 2] = ["__sg_o", "__sg_t"];
+const DELAY: &str = "__sg_d";
+
+impl Dialect {
+    /// The batch's rows, `__sg_i(__sg_k0, …, ints…)`: PostgreSQL's arrays
+    /// unnested side by side, SQLite's `json_each` and MySQL's
+    /// `JSON_TABLE` over rows `[key…, int…]`. On SQLite and MySQL the
+    /// document always carries the fence, which a statement that needs
+    /// fewer integers does not read.
+    fn fenced_input(self, model: &Model, ints: &[&str]) -> String {
+        let n = model.key.len();
+        let keys = (0..n).map(|i| format!("__sg_k{i}"));
+        match self {
+            Dialect::Postgres => {
+                let arrays: Vec<String> = (0..n)
+                    .map(|i| Slot::Keys(i as u8).mark())
+                    .chain((0..ints.len()).map(|j| Slot::Ints(j as u8).mark()))
+                    .collect();
+                let columns: Vec<String> = keys.chain(ints.iter().map(|c| c.to_string())).collect();
+                format!(
+                    "unnest({}) AS __sg_i({})",
+                    arrays.join(", "),
+                    columns.join(", ")
+                )
+            }
+            Dialect::Sqlite => {
+                let columns: Vec<String> = keys
+                    .chain(ints.iter().map(|c| c.to_string()))
+                    .enumerate()
+                    .map(|(i, c)| format!("json_extract(value, '$[{i}]') AS {c}"))
+                    .collect();
+                format!(
+                    "(SELECT {} FROM json_each({})) AS __sg_i",
+                    columns.join(", "),
+                    Slot::Keys(0).mark()
+                )
+            }
+            Dialect::MySql => {
+                let columns: Vec<String> = (0..n)
+                    .map(|i| format!("__sg_k{i} VARCHAR(768) PATH '$[{i}]'"))
+                    .chain(
+                        ints.iter()
+                            .enumerate()
+                            .map(|(j, c)| format!("{c} BIGINT PATH '$[{}]'", n + j)),
+                    )
+                    .collect();
+                format!(
+                    "JSON_TABLE({}, '$[*]' COLUMNS ({})) AS __sg_i",
+                    Slot::Keys(0).mark(),
+                    columns.join(", ")
+                )
+            }
+        }
+    }
+
+    /// Each row still in its own occurrence of the in-flight state, under
+    /// its own lease: [`Self::leased`] with the batch's columns for the
+    /// call's values.
+    fn fenced(self, model: &Model, state: &State, in_flight: &InFlight) -> String {
+        let d = self;
+        let same_occurrence = match &model.version {
+            Some(version) => format!(" AND {} = __sg_i.__sg_o", d.version_value(version)),
+            None => String::new(),
+        };
+        format!(
+            "{} AND {}{same_occurrence} AND {} = __sg_i.__sg_t",
+            d.many_match(model, Match::Exact),
+            d.status_is(&d.quote(&model.column), &format!("= '{}'", state.db)),
+            d.lease_token(&in_flight.since),
+        )
+    }
+
+    /// `UPDATE … FROM rows WHERE fenced` on PostgreSQL and SQLite, a join
+    /// driven by the rows on MySQL (as `apply_many`'s).
+    fn fenced_update(
+        self,
+        model: &Model,
+        state: &State,
+        in_flight: &InFlight,
+        assignments: &str,
+        ints: &[&str],
+    ) -> String {
+        let d = self;
+        let table = d.quote(&model.table);
+        let input = d.fenced_input(model, ints);
+        let fenced = d.fenced(model, state, in_flight);
+        match d {
+            Dialect::Postgres | Dialect::Sqlite => {
+                format!("UPDATE {table} SET {assignments} FROM {input} WHERE {fenced}")
+            }
+            Dialect::MySql => {
+                format!("UPDATE {input} STRAIGHT_JOIN {table} ON {fenced} SET {assignments}")
+            }
+        }
+    }
+
+    /// ` RETURNING key…[, token]`: the rows a fenced batch statement moved
+    /// (PostgreSQL and SQLite; MySQL locks and reads them first, with
+    /// [`Self::read_many`]).
+    fn fenced_returning(self, model: &Model, token: Option<&InFlight>) -> String {
+        let d = self;
+        if d == Dialect::MySql {
+            return String::new();
+        }
+        let table = d.quote(&model.table);
+        let mut items = vec![key_columns(
+            model.key.iter().map(|k| format!("{table}.{}", d.quote(k))),
+        )];
+        if let Some(in_flight) = token {
+            items.push(Col::Token.of(&d.lease_token(&in_flight.since)));
+        }
+        format!(" RETURNING {}", items.join(", "))
+    }
+
+    /// The batch heartbeat: renews every row's lease that its holder still
+    /// has, in one statement, and returns each renewed row's key and new
+    /// token. MySQL, without `RETURNING`, locks the rows first with
+    /// [`Self::read_many`] and reads the tokens back with it.
+    pub fn renew_many(&self, model: &Model, state: &State, in_flight: &InFlight) -> String {
+        let d = *self;
+        let assignments = format!("{} = {}", d.quote(&in_flight.since), d.now());
+        format!(
+            "{}{}",
+            d.fenced_update(model, state, in_flight, &assignments, &FENCE),
+            d.fenced_returning(model, Some(in_flight)),
+        )
+    }
+
+    /// The rows of a batch as they are: key, status, version and lease
+    /// token, which tell a row still held from one finished, superseded
+    /// or taken over. PostgreSQL ends the result with a row of its own
+    /// ([`Col::End`], as `apply_many`'s read); MySQL locks the rows
+    /// (`FOR UPDATE`), as the first statement of a batch's transaction.
+    pub fn read_many(&self, model: &Model, in_flight: &InFlight) -> String {
+        let d = *self;
+        let table = d.quote(&model.table);
+        let keys: Vec<String> = model
+            .key
+            .iter()
+            .map(|k| format!("{table}.{}", d.quote(k)))
+            .collect();
+        let columns = format!(
+            "{}, {}, {}, {}",
+            key_columns(keys),
+            Col::Status.of(&d.status_read(&model.column)),
+            Col::Occurrence.of(&d.version_read(model.version.as_deref())),
+            Col::Token.of(&d.lease_token(&in_flight.since)),
+        );
+        let join = format!(
+            "{} JOIN {table} ON {}",
+            d.fenced_input(model, &[]),
+            d.many_match(model, Match::Exact)
+        );
+        match d {
+            Dialect::Postgres => format!(
+                "SELECT {}, {columns}, {} FROM {join} UNION ALL SELECT {}{}, NULL, NULL, NULL, 1",
+                Col::Tag.of(crate::plan::TAG),
+                Col::End.of("CAST(NULL AS BIGINT)"),
+                crate::plan::TAG,
+                ", NULL".repeat(model.key.len()),
+            ),
+            Dialect::Sqlite => format!("SELECT {columns} FROM {join}"),
+            Dialect::MySql => format!(
+                "SELECT {columns} FROM {} STRAIGHT_JOIN {table} ON {} FOR UPDATE",
+                d.fenced_input(model, &[]),
+                d.many_match(model, Match::Exact)
+            ),
+        }
+    }
+
+    /// The follow-up `transition` (`done` or `failed`) of many rows in one
+    /// statement, each row moving only while its holder still has its
+    /// lease; returns the moved rows' keys (PostgreSQL, SQLite). Empty for
+    /// a follow-up that binds values per call, which each row's verdict
+    /// supplies: such rows finish one statement each.
+    pub fn follow_up_many(
+        &self,
+        model: &Model,
+        state: &State,
+        in_flight: &InFlight,
+        transition: &Transition,
+    ) -> String {
+        let d = *self;
+        if transition.set_binds() > 0 {
+            return String::new();
+        }
+        let update = d.fenced_update(
+            model,
+            state,
+            in_flight,
+            &d.assignments(model, transition),
+            &FENCE,
+        );
+        if d != Dialect::Postgres || (model.history.is_none() && transition.emit.is_none()) {
+            return format!("{update}{}", d.fenced_returning(model, None));
+        }
+        // PostgreSQL writes the history rows and the messages in the same
+        // statement, from the moved rows, and returns their keys.
+        let table = d.quote(&model.table);
+        let aliases: Vec<String> = (0..model.key.len()).map(|i| format!("__sg_k{i}")).collect();
+        let moved = format!(
+            "WITH __sg_moved AS ({update} RETURNING {}, {} AS __sg_v{})",
+            d.key_aliases(model, Some(&table), "__sg_k"),
+            d.version_read(model.version.as_deref()),
+            d.payload_item(model, transition),
+        );
+        let outbox = d.outbox_cte(model, transition, "__sg_moved", &aliases, "__sg_v");
+        let log = match &model.history {
+            Some(history) => {
+                let (columns, values) = d.history_row(
+                    model,
+                    transition,
+                    aliases.clone(),
+                    format!("'{}'", state.db),
+                    "__sg_v".to_owned(),
+                    true,
+                );
+                format!(
+                    ", __sg_log AS (INSERT INTO {} ({columns}) SELECT {values} FROM __sg_moved)",
+                    d.quote(history)
+                )
+            }
+            None => String::new(),
+        };
+        format!(
+            "{moved}{log}{outbox} SELECT {} FROM __sg_moved",
+            key_columns(aliases)
+        )
+    }
+
+    /// `FROM rows JOIN t … WHERE fenced`: the rows a batched follow-up is
+    /// about to move, for its history rows and messages (SQLite, MySQL).
+    fn fenced_rows(self, model: &Model, state: &State, in_flight: &InFlight) -> String {
+        let d = self;
+        let join = match d {
+            Dialect::MySql => "STRAIGHT_JOIN",
+            Dialect::Sqlite | Dialect::Postgres => "JOIN",
+        };
+        format!(
+            "FROM {} {join} {} ON {}",
+            d.fenced_input(model, &FENCE),
+            d.quote(&model.table),
+            d.fenced(model, state, in_flight),
+        )
+    }
+
+    /// SQLite and MySQL, for a machine with a history table: the history
+    /// rows of [`Self::follow_up_many`], inserted just before it in one
+    /// transaction from the same rows.
+    pub fn follow_up_many_history_insert(
+        &self,
+        model: &Model,
+        state: &State,
+        in_flight: &InFlight,
+        transition: &Transition,
+    ) -> String {
+        let d = *self;
+        let (Some(history), false, 0) = (
+            &model.history,
+            d == Dialect::Postgres,
+            transition.set_binds(),
+        ) else {
+            return String::new();
+        };
+        let (columns, values) = d.history_columns(model, transition, true);
+        format!(
+            "INSERT INTO {} ({columns}) SELECT {values} {}",
+            d.quote(history),
+            d.fenced_rows(model, state, in_flight),
+        )
+    }
+
+    /// SQLite and MySQL, for a follow-up that emits a message: the
+    /// messages of [`Self::follow_up_many`], as
+    /// [`Self::follow_up_many_history_insert`] inserts the history rows.
+    pub fn follow_up_many_outbox_insert(
+        &self,
+        model: &Model,
+        state: &State,
+        in_flight: &InFlight,
+        transition: &Transition,
+    ) -> String {
+        if transition.set_binds() > 0 {
+            return String::new();
+        }
+        let from_where = self.fenced_rows(model, state, in_flight);
+        self.outbox_insert_from(model, transition, &from_where)
+    }
+
+    /// Where the state counts attempts: many rows' "try again later", each
+    /// with a wait of its own (milliseconds, the row's third integer),
+    /// fenced by its lease. Empty otherwise.
+    pub fn postpone_many(&self, model: &Model, state: &State, in_flight: &InFlight) -> String {
+        let d = *self;
+        let Some(retry) = &in_flight.retry else {
+            return String::new();
+        };
+        let assignments = format!(
+            "{} = {}",
+            d.quote(&retry.next_attempt),
+            d.later(&format!("__sg_i.{DELAY}"))
+        );
+        format!(
+            "{}{}",
+            d.fenced_update(
+                model,
+                state,
+                in_flight,
+                &assignments,
+                &[FENCE[0], FENCE[1], DELAY]
+            ),
+            d.fenced_returning(model, None),
+        )
+    }
+}

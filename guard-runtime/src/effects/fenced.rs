@@ -1,0 +1,339 @@
+//! The statements of [`finish_many`](crate::finish_many) over a batch of
+//! held rows, each row fenced by its own occurrence and lease token: the
+//! heartbeat, the follow-ups and the postponement, with the read that
+//! tells why a row did not move.
+//!
+//! PostgreSQL and SQLite run the statement and read the moved rows off
+//! its `RETURNING`; MySQL, which has none, locks the batch's rows first in
+//! a short transaction, and moves those its read shows still held: the
+//! lock keeps them so until the commit.
+
+use crate::StateMachine;
+use crate::dialect::sealed::Driver;
+use crate::dialect::{Backend, Column, Sql, Statement};
+use crate::effects::lease::Found;
+use crate::error::Error;
+use crate::executor::Runner;
+use crate::executor::proven::{Proven, prove_all};
+use crate::executor::sealed::Run;
+use crate::executor::tx::Tx;
+use crate::machine::InFlightDef;
+use crate::machine::key::{BatchKey, KeyShape};
+use crate::transition::Transition;
+use crate::transition::bind::{self, Values};
+use crate::transition::note::Note;
+use crate::transition::row::Read;
+
+/// Rows of one in-flight state, sorted by key and distinct, each with the
+/// integers its statements bind: its occurrence, its lease token and,
+/// for a postponement, its wait in milliseconds.
+pub(crate) struct Rows<'a, K> {
+    pub(crate) keys: Vec<&'a K>,
+    /// `[occurrences, tokens]`, or `[occurrences, tokens, delays]`.
+    pub(crate) ints: Vec<Vec<i64>>,
+}
+
+impl<K> Rows<'_, K> {
+    pub(crate) fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    fn occurrence(&self, i: usize) -> i64 {
+        self.ints[0][i]
+    }
+
+    fn token(&self, i: usize) -> i64 {
+        self.ints[1][i]
+    }
+}
+
+/// What a batch statement did to one row.
+pub(crate) enum Moved<S> {
+    /// It moved (for a heartbeat: its lease renewed, with the new token).
+    Yes(Option<i64>),
+    /// It did not: the row as it is now, or `None` when it is gone.
+    No(Option<Found<S>>),
+}
+
+/// A batch statement and the inserts that go before it on SQLite and
+/// MySQL (history rows, messages).
+pub(crate) struct Fenced<'s> {
+    pub(crate) sql: &'s Sql,
+    pub(crate) inserts: [&'s Sql; 2],
+    /// For a heartbeat: read each moved row's new token.
+    pub(crate) tokens: bool,
+}
+
+/// Runs `statement` over `rows` and says what it did to each, in `rows`'
+/// order. Errors name `transition`.
+pub(crate) async fn run<S, K, DB>(
+    pool: &sqlx::Pool<DB>,
+    in_flight: &'static InFlightDef<S>,
+    state: S,
+    transition: Transition<S>,
+    statement: Fenced<'_>,
+    rows: &Rows<'_, K>,
+    deadline: core::time::Duration,
+) -> Result<Vec<Moved<S>>, Error>
+where
+    S: StateMachine,
+    DB: Backend,
+    K: BatchKey<DB, S::KeyShape>,
+{
+    match <DB as Driver>::RETURNING {
+        true => returning(pool, in_flight, transition, statement, rows).await,
+        false => {
+            locked(
+                pool, in_flight, state, transition, statement, rows, deadline,
+            )
+            .await
+        }
+    }
+}
+
+/// The arguments of `statement` for `rows`: their keys and integers, and
+/// no note.
+fn arguments<DB, Sh, K>(
+    transition: Transition<impl StateMachine>,
+    statement: Statement,
+    rows: &Rows<'_, K>,
+) -> Result<DB::Args, Error>
+where
+    DB: Backend,
+    Sh: KeyShape,
+    K: BatchKey<DB, Sh>,
+{
+    let parts = bind::rows::<Sh, K>(&rows.keys, &rows.ints);
+    let (keys, ints) = (parts.keys(), parts.ints());
+    let values = Values {
+        keys: Some(&keys),
+        ints: Some(&ints),
+        note: Some(&Note::NONE),
+        ..Values::NONE
+    };
+    bind::arguments(statement, &values).map_err(|e| transition.keys_error(e))
+}
+
+/// PostgreSQL and SQLite: the statement (on SQLite after its inserts, in
+/// one transaction), then one read of the rows it did not move.
+async fn returning<S, K, DB>(
+    pool: &sqlx::Pool<DB>,
+    in_flight: &'static InFlightDef<S>,
+    transition: Transition<S>,
+    statement: Fenced<'_>,
+    rows: &Rows<'_, K>,
+) -> Result<Vec<Moved<S>>, Error>
+where
+    S: StateMachine,
+    DB: Backend,
+    K: BatchKey<DB, S::KeyShape>,
+{
+    let mut executor = pool;
+    let db_error = |e| transition.db_error(e);
+    let update = DB::statement(statement.sql);
+    let args = arguments::<DB, S::KeyShape, K>(transition, update, rows)?;
+    let inserts: Vec<Statement> = statement
+        .inserts
+        .iter()
+        .map(|sql| DB::statement(sql))
+        .filter(|insert| !insert.is_empty())
+        .collect();
+    let returned = match inserts.is_empty() {
+        true => executor.rows(update, args).await,
+        false => {
+            let inserts = inserts
+                .into_iter()
+                .map(|insert| {
+                    let args = arguments::<DB, S::KeyShape, K>(transition, insert, rows)?;
+                    Ok((insert.text(), args))
+                })
+                .collect::<Result<Vec<_>, Error>>()?;
+            executor
+                .with_inserts(inserts, update.text(), args, true, None)
+                .await
+                .and_then(|moved| {
+                    prove_all::<DB, _>(update, &moved.rows)?;
+                    Ok(moved.rows)
+                })
+        }
+    }
+    .map_err(db_error)?;
+    let mut moved: Vec<Option<Option<i64>>> = vec![None; rows.len()];
+    for row in &returned {
+        let row = Read::<DB>::new(update, row);
+        let key = row.key::<K, S::KeyShape>().map_err(db_error)?;
+        let token = match statement.tokens {
+            true => Some(row.int(Column::Token).map_err(db_error)?),
+            false => None,
+        };
+        if let Some(i) = crate::batch::batched::position(&rows.keys, &key) {
+            moved[i] = Some(token);
+        }
+    }
+    let left: Vec<usize> = (0..rows.len()).filter(|&i| moved[i].is_none()).collect();
+    let mut found: Vec<Option<Found<S>>> = (0..rows.len()).map(|_| None).collect();
+    if !left.is_empty() {
+        let rest = Rows {
+            keys: left.iter().map(|&i| rows.keys[i]).collect(),
+            ints: rows
+                .ints
+                .iter()
+                .map(|column| left.iter().map(|&i| column[i]).collect())
+                .collect(),
+        };
+        for (key, row) in read::<S, K, DB, _>(&mut executor, in_flight, transition, &rest).await? {
+            if let Some(i) = crate::batch::batched::position(&rows.keys, &key) {
+                found[i] = Some(row);
+            }
+        }
+    }
+    Ok(moved
+        .into_iter()
+        .zip(found)
+        .map(|(moved, found)| match moved {
+            Some(token) => Moved::Yes(token),
+            None => Moved::No(found),
+        })
+        .collect())
+}
+
+/// The rows of `rows` as they are: each found row's key and what it holds.
+async fn read<S, K, DB, E>(
+    executor: &mut E,
+    in_flight: &'static InFlightDef<S>,
+    transition: Transition<S>,
+    rows: &Rows<'_, K>,
+) -> Result<Vec<(K, Found<S>)>, Error>
+where
+    S: StateMachine,
+    DB: Backend,
+    E: Runner<Database = DB>,
+    K: BatchKey<DB, S::KeyShape>,
+{
+    let db_error = |e| transition.db_error(e);
+    let read = DB::statement(in_flight.read_many_sql());
+    let args = arguments::<DB, S::KeyShape, K>(transition, read, rows)?;
+    let found = executor.rows(read, args).await.map_err(|e| {
+        // Inside MySQL's transaction, an error that rolled it back says so.
+        match E::IS_TRANSACTION {
+            true => transition.names().tx_error::<DB>(e),
+            false => db_error(e),
+        }
+    })?;
+    found
+        .iter()
+        .map(|row| {
+            let row = Read::<DB>::new(read, row);
+            let key = row.key::<K, S::KeyShape>().map_err(db_error)?;
+            let current = transition.read_status(&row)?;
+            let int = |column| row.int(column).map_err(db_error);
+            Ok((
+                key,
+                Found {
+                    current,
+                    version: int(Column::Occurrence)?,
+                    token: int(Column::Token)?,
+                },
+            ))
+        })
+        .collect()
+}
+
+/// MySQL: in one transaction, the rows locked and read, the inserts and
+/// the statement for those still held, and for a heartbeat their new
+/// tokens.
+async fn locked<S, K, DB>(
+    pool: &sqlx::Pool<DB>,
+    in_flight: &'static InFlightDef<S>,
+    state: S,
+    transition: Transition<S>,
+    statement: Fenced<'_>,
+    rows: &Rows<'_, K>,
+    deadline: core::time::Duration,
+) -> Result<Vec<Moved<S>>, Error>
+where
+    S: StateMachine,
+    DB: Backend,
+    K: BatchKey<DB, S::KeyShape>,
+{
+    let names = transition.names();
+    let mut tx = Tx::begin(pool)
+        .within(deadline)
+        .await
+        .map_err(|e| names.begin_error(e))?;
+    let mut found: Vec<Option<Found<S>>> = (0..rows.len()).map(|_| None).collect();
+    for (key, row) in read::<S, K, DB, _>(&mut &mut tx, in_flight, transition, rows).await? {
+        if let Some(i) = crate::batch::batched::position(&rows.keys, &key) {
+            found[i] = Some(row);
+        }
+    }
+    let held: Vec<usize> = (0..rows.len())
+        .filter(|&i| {
+            found[i].as_ref().is_some_and(|f| {
+                f.current == state && f.version == rows.occurrence(i) && f.token == rows.token(i)
+            })
+        })
+        .collect();
+    let mut moved: Vec<Option<Option<i64>>> = vec![None; rows.len()];
+    if !held.is_empty() {
+        let mine = Rows {
+            keys: held.iter().map(|&i| rows.keys[i]).collect(),
+            ints: rows
+                .ints
+                .iter()
+                .map(|column| held.iter().map(|&i| column[i]).collect())
+                .collect(),
+        };
+        let retry = |e| names.tx_error::<DB>(e);
+        let update = DB::statement(statement.sql);
+        let args = |sql| arguments::<DB, S::KeyShape, K>(transition, sql, &mine);
+        for insert in statement.inserts {
+            let insert = DB::statement(insert);
+            if insert.is_empty() {
+                continue;
+            }
+            let written = (&mut tx)
+                .changed(insert, args(insert)?)
+                .await
+                .map_err(retry)?;
+            if written != mine.len() as u64 {
+                return Err(transition.db_error(sqlx::Error::Protocol(format!(
+                    "an insert beside a batch's follow-up wrote {written} rows for {} rows held",
+                    mine.len()
+                ))));
+            }
+        }
+        (&mut tx)
+            .changed(update, args(update)?)
+            .await
+            .map_err(retry)?;
+        // Locked since the read: each held row moved. A heartbeat reads
+        // the new tokens.
+        let tokens: Vec<Option<i64>> = match statement.tokens {
+            false => vec![None; mine.len()],
+            true => {
+                let mut tokens = vec![None; mine.len()];
+                for (key, row) in
+                    read::<S, K, DB, _>(&mut &mut tx, in_flight, transition, &mine).await?
+                {
+                    if let Some(i) = crate::batch::batched::position(&mine.keys, &key) {
+                        tokens[i] = Some(row.token);
+                    }
+                }
+                tokens
+            }
+        };
+        for (j, &i) in held.iter().enumerate() {
+            moved[i] = Some(tokens[j]);
+        }
+    }
+    tx.commit(()).await?;
+    Ok(moved
+        .into_iter()
+        .zip(found)
+        .map(|(moved, found)| match moved {
+            Some(token) => Moved::Yes(token),
+            None => Moved::No(found),
+        })
+        .collect())
+}

@@ -1,0 +1,860 @@
+//! `finish_many`: the effects of many committed wins at a bounded
+//! concurrency, under one heartbeat per batch, with their follow-ups
+//! written a batch at a time.
+//!
+//! One task runs two loops side by side: the effects, at most
+//! `concurrency` at once, whose verdicts go into a buffer; and the
+//! database loop, which alone sends statements, so that a heartbeat and a
+//! flush never race over a row's token. It flushes the buffer when it
+//! holds [`FLUSH_ROWS`] verdicts, when its oldest has waited
+//! [`FLUSH_AFTER`], or when no effect is left to run, and renews every
+//! lease still in hand every third of the lease.
+
+use core::future::Future;
+use core::time::Duration;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::StateMachine;
+use crate::deadline::retry::{MAX_ATTEMPTS, Step, backoff};
+use crate::dialect::{Backend, Sql};
+use crate::effects::effect::{
+    Effect, Finished, Leased, exhausted, follow_up, give_up_unreported, in_flight_def,
+};
+use crate::effects::fenced::{self, Fenced, Moved, Rows};
+use crate::effects::lease::{self, Found};
+use crate::effects::verdict::{Chosen, FollowUpValues, Verdict};
+use crate::error::Error;
+use crate::machine::InFlightDef;
+use crate::machine::key::{BatchKey, KeyText};
+use crate::outcome::{Committed, Won};
+use crate::telemetry;
+use crate::transition::Transition;
+use crate::transition::note::Note;
+
+/// How many verdicts [`finish_many`] collects at most before it writes
+/// their follow-ups, in one statement per follow-up.
+pub const FLUSH_ROWS: usize = 100;
+
+/// How long [`finish_many`] lets a verdict wait at most for others to
+/// share its follow-up's statement.
+pub const FLUSH_AFTER: Duration = Duration::from_millis(20);
+
+/// One row of [`finish_many`]: its key, the effect key its effect ran
+/// with, and where it ended, or why it is still in flight.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct FinishedRow<S, K> {
+    /// The row's key.
+    pub key: K,
+    /// The effect key (see [`Won::effect_key`]).
+    pub effect_key: String,
+    /// Where the row ended, as [`Won::finish`] reports it; an error
+    /// leaves the row in flight for [`recover`](crate::recover), which
+    /// runs its effect again with the same effect key.
+    pub finished: Result<Finished<S>, Error>,
+}
+
+/// A win of the batch, as the loops hold it.
+struct Row<K> {
+    key: K,
+    occurrence: i64,
+    /// The lease's token, renewed by the heartbeat.
+    token: AtomicI64,
+    attempt: Option<u32>,
+    effect_key: String,
+    deadline: Duration,
+    /// Still this worker's to renew and to finish: not yet settled, and
+    /// no heartbeat found it taken over.
+    in_hand: AtomicBool,
+}
+
+/// Runs the effects of many committed wins of one in-flight state, at
+/// most `concurrency` at once, and finishes each row as its [`Verdict`]
+/// says, as [`Won::finish`] does one: one row per win, in the wins'
+/// order.
+///
+/// What it sends:
+/// - **One heartbeat per batch.** Wins whose lease was stamped a third of
+///   its length ago or more are renewed before their effects, in one
+///   statement (a row another worker took over meanwhile is
+///   [`Finished::Skipped`], and its effect does not run); while effects
+///   run, every lease still in hand is renewed every third of the lease,
+///   in one statement.
+/// - **Batched follow-ups.** Verdicts are collected, and each follow-up
+///   (`done`, `failed`, and with `retry(…)` the postponement) is written
+///   for all of them in one statement, each row fenced by its own
+///   occurrence and lease token: a row another worker took over is
+///   [`Finished::LeaseLost`], one that moved on otherwise
+///   [`Finished::Superseded`]. The buffer is written when it holds
+///   [`FLUSH_ROWS`] verdicts, when its oldest has waited [`FLUSH_AFTER`],
+///   or when no effect is left to run.
+/// - Rows whose follow-up binds values per row (`PayoutStatus::confirm(bank_ref)`),
+///   whose verdict carries a note, or whose attempts ran out, are
+///   finished one statement each, as [`Won::finish`] finishes them.
+///
+/// The guarantee is [`Won::finish`]'s: an effect runs again only when its
+/// row's follow-up did not commit, and always with the same effect key.
+/// A crash re-runs at most the effects whose verdicts were not yet
+/// written: those running (`concurrency`), those buffered, and those of a
+/// flush under way, at most `2 × FLUSH_ROWS + concurrency`.
+///
+/// Effects run in this task, interleaved, not spawned: an effect that
+/// blocks the thread holds up the others and the heartbeat.
+///
+/// Refused before any effect runs: wins of a state that is not in flight
+/// ([`Error::NotInFlight`]); of more than one state, the same row twice,
+/// or a `concurrency` of 0 ([`Error::BatchOfWins`]); a first heartbeat
+/// that failed (its rows stay in flight, for recovery once their leases
+/// run out). Deadlines: each effect keeps its win's deadline
+/// ([`Won::within`]), and each statement the shortest of them; a row
+/// whose effect or follow-up was cut off is an [`Error::Timeout`] in its
+/// [`FinishedRow`], and stays in flight.
+///
+/// ```
+/// use stateguard::{Finished, StateMachine, Verdict, Won};
+///
+/// #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+/// #[state_machine(table = "payouts", column = "status", key = "id")]
+/// enum PayoutStatus {
+///     #[state(initial)]
+///     #[transition(start -> Sending)]
+///     Pending,
+///     #[state(in_flight(lease = "30s", since = "sending_since", done = confirm, failed = fail))]
+///     #[transition(confirm -> Sent)]
+///     #[transition(fail -> Failed)]
+///     Sending,
+///     Sent,
+///     Failed,
+/// }
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let pool = sqlx::SqlitePool::connect("sqlite::memory:").await?;
+/// # sqlx::query("CREATE TABLE payouts (id INTEGER PRIMARY KEY, status TEXT NOT NULL, sending_since TEXT)")
+/// #     .execute(&pool).await?;
+/// # sqlx::query("INSERT INTO payouts (id, status) VALUES (1, 'pending'), (2, 'pending'), (3, 'pending')")
+/// #     .execute(&pool).await?;
+/// // Claim a batch, then send every payout of it, 32 at a time.
+/// let wins: Vec<Won<PayoutStatus, i64>> = PayoutStatus::start().claim(&pool, 50).await?;
+/// let rows = stateguard::finish_many(&pool, wins, 32, |effect| async move {
+///     let _key = effect.effect_key(); // the bank's idempotency key
+///     Verdict::Done
+/// })
+/// .await?;
+/// assert_eq!(rows.len(), 3);
+/// assert!(rows.iter().all(|row| matches!(row.finished, Ok(Finished::Done { .. }))));
+/// # Ok(()) }
+/// ```
+pub async fn finish_many<S, K, DB, F, Fut>(
+    pool: &sqlx::Pool<DB>,
+    wins: Vec<Won<S, K, Committed>>,
+    concurrency: usize,
+    effect: F,
+) -> Result<Vec<FinishedRow<S, K>>, Error>
+where
+    DB: Backend,
+    S: FollowUpValues<DB>,
+    K: KeyText<S::KeyShape> + Clone + BatchKey<DB, S::KeyShape>,
+    F: Fn(Effect<S, K>) -> Fut,
+    Fut: Future<Output = Verdict>,
+{
+    let Some(first) = wins.first() else {
+        return Ok(Vec::new());
+    };
+    let state = first.state();
+    let in_flight = in_flight_def(state);
+    let done = in_flight.as_ref().map_or("", |f| f.done().name());
+    let span = telemetry::span!("stateguard.finish_many", S, DB, "UPDATE", done);
+    let rows = finish_many_traced(pool, in_flight, wins, concurrency, &effect)
+        .instrument(span.clone())
+        .await;
+    match &rows {
+        Ok(rows) => {
+            let mut counts: Vec<(&'static str, u64)> = Vec::with_capacity(8);
+            for row in rows {
+                let label = match &row.finished {
+                    Ok(Finished::Done { .. }) => "done",
+                    Ok(Finished::Failed { .. }) => "failed",
+                    Ok(Finished::RetryLater) => "retry_later",
+                    Ok(Finished::GaveUp { .. }) => "gave_up",
+                    Ok(Finished::Superseded { .. }) => "superseded",
+                    Ok(Finished::LeaseLost { .. }) => "lease_lost",
+                    Ok(Finished::Skipped { .. }) => "skipped",
+                    Err(_) => "unfinished",
+                };
+                match counts.iter_mut().find(|(l, _)| *l == label) {
+                    Some((_, n)) => *n += 1,
+                    None => counts.push((label, 1)),
+                }
+            }
+            span.record("stateguard.outcome", "finished_many");
+            span.record("stateguard.rows", rows.len());
+            for (label, n) in counts {
+                telemetry::outcomes(S::MACHINE.name(), done, label, n);
+            }
+        }
+        Err(_) => {
+            span.record("stateguard.outcome", "refused");
+        }
+    }
+    rows
+}
+
+async fn finish_many_traced<S, K, DB, F, Fut>(
+    pool: &sqlx::Pool<DB>,
+    in_flight: Result<&'static InFlightDef<S>, Error>,
+    wins: Vec<Won<S, K, Committed>>,
+    concurrency: usize,
+    effect: &F,
+) -> Result<Vec<FinishedRow<S, K>>, Error>
+where
+    DB: Backend,
+    S: FollowUpValues<DB>,
+    K: KeyText<S::KeyShape> + Clone + BatchKey<DB, S::KeyShape>,
+    F: Fn(Effect<S, K>) -> Fut,
+    Fut: Future<Output = Verdict>,
+{
+    let in_flight = in_flight?;
+    let state = wins[0].state();
+    let refuse = |reason| Error::BatchOfWins {
+        machine: S::MACHINE.name(),
+        reason,
+    };
+    if concurrency == 0 {
+        return Err(refuse("a concurrency of 0 runs no effect"));
+    }
+    if wins.iter().any(|won| won.state() != state) {
+        return Err(refuse("the wins are of more than one state"));
+    }
+    let deadline = wins.iter().map(Won::deadline).min().unwrap_or_default();
+    let third = in_flight.lease() / 3;
+    let stale: Vec<bool> = wins
+        .iter()
+        .map(|won| !won.lease_younger_than(third))
+        .collect();
+    let rows: Vec<Row<K>> = wins
+        .into_iter()
+        .map(|won| {
+            let (effect_key, attempt) = (won.effect_key(), won.attempt());
+            let (token, deadline) = (won.lease(), won.deadline());
+            let (_, key, occurrence) = won.into_parts();
+            Row {
+                key,
+                occurrence,
+                token: AtomicI64::new(token),
+                attempt,
+                effect_key,
+                deadline,
+                in_hand: AtomicBool::new(true),
+            }
+        })
+        .collect();
+    // The rows in key order, as the batch statements take them.
+    let mut order: Vec<usize> = (0..rows.len()).collect();
+    order.sort_by(|&a, &b| rows[a].key.cmp(&rows[b].key));
+    if order.windows(2).any(|w| rows[w[0]].key == rows[w[1]].key) {
+        return Err(refuse("the same row twice"));
+    }
+    let batch = Batch {
+        pool,
+        in_flight,
+        state,
+        rows: &rows,
+        order: &order,
+        deadline,
+        results: Mutex::new((0..rows.len()).map(|_| None).collect()),
+    };
+    // The leases that may have run out are renewed first, in one
+    // statement; a row taken over meanwhile is skipped.
+    let renew: Vec<usize> = order.iter().copied().filter(|&i| stale[i]).collect();
+    if !renew.is_empty() {
+        for (i, moved) in renew.iter().zip(batch.heartbeat(&renew).await?) {
+            match moved {
+                Moved::Yes(token) => {
+                    if let Some(token) = token {
+                        rows[*i].token.store(token, Ordering::Relaxed);
+                    }
+                }
+                Moved::No(found) => batch.skipped(*i, found),
+            }
+        }
+    }
+    // A takeover past the last attempt gives up without the effect.
+    for (i, row) in rows.iter().enumerate() {
+        if batch.done(i) {
+            continue;
+        }
+        if let Some(attempts) = exhausted(in_flight, row.attempt) {
+            let leased = batch.leased(i);
+            let step = Step::new(lease::POSTPONE);
+            let mut executor = pool;
+            let gave_up = give_up_unreported(&mut executor, in_flight, &leased, attempts, &step);
+            let finished = match tokio::time::timeout(deadline, gave_up).await {
+                Ok(finished) => finished,
+                Err(_) => Err(timeout::<S>(deadline, step.name())),
+            };
+            batch.settle(i, finished);
+        }
+    }
+    let runnable: Vec<usize> = (0..rows.len()).filter(|&i| !batch.done(i)).collect();
+    batch.run(runnable, concurrency, effect).await;
+    let results = batch
+        .results
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner());
+    Ok(rows
+        .into_iter()
+        .zip(results)
+        .map(|(row, finished)| FinishedRow {
+            key: row.key,
+            effect_key: row.effect_key,
+            finished: finished.unwrap_or_else(|| Err(timeout::<S>(deadline, "done"))),
+        })
+        .collect())
+}
+
+/// The error of a row whose effect or follow-up a deadline cut off: it
+/// may have happened, and the row stays in flight.
+fn timeout<S: StateMachine>(deadline: Duration, transition: &'static str) -> Error {
+    Error::Timeout {
+        table: S::MACHINE.table(),
+        transition,
+        deadline,
+        outcome_known: false,
+    }
+}
+
+/// Where a row ended, once it did.
+type Outcome<S> = Result<Finished<S>, Error>;
+
+/// One call's batch: its rows and what became of each.
+struct Batch<'a, S: 'static, K, DB: Backend> {
+    pool: &'a sqlx::Pool<DB>,
+    in_flight: &'static InFlightDef<S>,
+    state: S,
+    rows: &'a [Row<K>],
+    /// The rows' indices in key order.
+    order: &'a [usize],
+    deadline: Duration,
+    results: Mutex<Vec<Option<Outcome<S>>>>,
+}
+
+/// A verdict's follow-up, as a flush groups them.
+enum Bucket {
+    /// `done` (0) or `failed` (1), one statement for the bucket.
+    FollowUp(usize),
+    /// A later attempt, after this many milliseconds.
+    Postpone(i64),
+    /// A statement of its own: values, a note, or the last attempt.
+    Single,
+}
+
+impl<S, K, DB> Batch<'_, S, K, DB>
+where
+    DB: Backend,
+    S: FollowUpValues<DB>,
+    K: KeyText<S::KeyShape> + Clone + BatchKey<DB, S::KeyShape>,
+{
+    fn done(&self, i: usize) -> bool {
+        lock(&self.results)[i].is_some()
+    }
+
+    fn settle(&self, i: usize, finished: Result<Finished<S>, Error>) {
+        self.rows[i].in_hand.store(false, Ordering::Relaxed);
+        lock(&self.results)[i] = Some(finished);
+    }
+
+    fn skipped(&self, i: usize, found: Option<Found<S>>) {
+        let current = found.map(|found| found.current);
+        self.settle(i, Ok(Finished::Skipped { current }));
+    }
+
+    fn leased(&self, i: usize) -> Leased<'_, S, K> {
+        let row = &self.rows[i];
+        Leased {
+            state: self.state,
+            key: &row.key,
+            occurrence: row.occurrence,
+            lease: row.token.load(Ordering::Relaxed),
+            attempt: row.attempt,
+        }
+    }
+
+    /// `indices` (in key order) as a batch statement binds them, with
+    /// `extra` as each row's third integer.
+    fn fenced_rows(&self, indices: &[usize], extra: Option<&[i64]>) -> Rows<'_, K> {
+        let rows = self.rows;
+        let mut ints = vec![
+            indices.iter().map(|&i| rows[i].occurrence).collect(),
+            indices
+                .iter()
+                .map(|&i| rows[i].token.load(Ordering::Relaxed))
+                .collect(),
+        ];
+        if let Some(extra) = extra {
+            ints.push(extra.to_vec());
+        }
+        Rows {
+            keys: indices.iter().map(|&i| &rows[i].key).collect(),
+            ints,
+        }
+    }
+
+    /// Runs `statement` over `indices`, tried again from the start when
+    /// the database rolled it back (a deadlock, a busy database), within
+    /// the deadline.
+    async fn fenced(
+        &self,
+        transition: Transition<S>,
+        statement: &Fenced<'_>,
+        indices: &[usize],
+        extra: Option<&[i64]>,
+    ) -> Result<Vec<Moved<S>>, Error> {
+        let rows = self.fenced_rows(indices, extra);
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let again = Fenced {
+                sql: statement.sql,
+                inserts: statement.inserts,
+                tokens: statement.tokens,
+            };
+            let run = fenced::run(
+                self.pool,
+                self.in_flight,
+                self.state,
+                transition,
+                again,
+                &rows,
+                self.deadline,
+            );
+            let error = match tokio::time::timeout(self.deadline, run).await {
+                Ok(Ok(moved)) => return Ok(moved),
+                Ok(Err(error)) => error,
+                Err(_) => return Err(timeout::<S>(self.deadline, transition.name())),
+            };
+            if !error.retries_whole::<DB>() || attempts >= MAX_ATTEMPTS {
+                return Err(error);
+            }
+            tokio::time::sleep(backoff(attempts)).await;
+        }
+    }
+
+    /// Renews the leases of `indices` (in key order) in one statement.
+    async fn heartbeat(&self, indices: &[usize]) -> Result<Vec<Moved<S>>, Error> {
+        let statement = Fenced {
+            sql: self.in_flight.renew_many_sql(),
+            inserts: [&NONE, &NONE],
+            tokens: true,
+        };
+        // Errors name the effect, which `done` names while it runs.
+        let transition = self.in_flight.done().transition();
+        self.fenced(transition, &statement, indices, None).await
+    }
+
+    /// Runs the effects of `runnable` and the database loop side by side.
+    async fn run<F, Fut>(&self, runnable: Vec<usize>, concurrency: usize, effect: &F)
+    where
+        F: Fn(Effect<S, K>) -> Fut,
+        Fut: Future<Output = Verdict>,
+    {
+        let buffer: Mutex<Vec<(usize, Verdict)>> = Mutex::new(Vec::new());
+        let oldest: Mutex<Option<Instant>> = Mutex::new(None);
+        let finished = AtomicBool::new(runnable.is_empty());
+        let (wake, room) = (Notify::new(), Notify::new());
+        let done_name = self.in_flight.done().name();
+        let effects = async {
+            let mut queue = runnable.into_iter().peekable();
+            let mut running = FuturesUnordered::new();
+            loop {
+                // Start effects while there is room: at most `concurrency`
+                // at once, and none while the buffer waits to be written.
+                while running.len() < concurrency && lock(&buffer).len() < FLUSH_ROWS {
+                    let Some(i) = queue.next() else { break };
+                    let row = &self.rows[i];
+                    let run = effect(Effect::new(
+                        self.state,
+                        row.key.clone(),
+                        row.occurrence,
+                        row.effect_key.clone(),
+                        row.attempt,
+                    ));
+                    if let Some(attempt) = row.attempt {
+                        telemetry::effect_attempt(S::MACHINE.name(), self.state.as_str(), attempt);
+                    }
+                    let deadline = row.deadline;
+                    running.push(async move { (i, tokio::time::timeout(deadline, run).await) });
+                }
+                if running.is_empty() {
+                    if queue.peek().is_none() {
+                        break;
+                    }
+                    room.notified().await;
+                    continue;
+                }
+                let Some((i, verdict)) = running.next().await else {
+                    continue;
+                };
+                match verdict {
+                    Ok(verdict) => {
+                        lock(&buffer).push((i, verdict));
+                        lock(&oldest).get_or_insert_with(Instant::now);
+                    }
+                    // Cut off in the effect: it may have happened in
+                    // part. The row stays in flight.
+                    Err(_) => self.settle(i, Err(timeout::<S>(self.rows[i].deadline, done_name))),
+                }
+                wake.notify_one();
+                // Let the database loop see the verdict.
+                tokio::task::yield_now().await;
+            }
+            finished.store(true, Ordering::Relaxed);
+            wake.notify_one();
+        };
+        let database = async {
+            let period = (self.in_flight.lease() / 3).max(Duration::from_millis(1));
+            let mut beat_at = Instant::now() + period;
+            loop {
+                let waiting = lock(&buffer).len();
+                if finished.load(Ordering::Relaxed) && waiting == 0 {
+                    break;
+                }
+                let now = Instant::now();
+                let flush_at = lock(&oldest).map(|at| at + FLUSH_AFTER);
+                let flush = waiting >= FLUSH_ROWS
+                    || (finished.load(Ordering::Relaxed) && waiting > 0)
+                    || flush_at.is_some_and(|at| at <= now);
+                if flush {
+                    let verdicts = core::mem::take(&mut *lock(&buffer));
+                    *lock(&oldest) = None;
+                    room.notify_one();
+                    self.flush(verdicts).await;
+                    continue;
+                }
+                if beat_at <= now {
+                    self.beat().await;
+                    beat_at = Instant::now() + period;
+                    continue;
+                }
+                let until = flush_at.map_or(beat_at, |at| at.min(beat_at));
+                tokio::select! {
+                    () = wake.notified() => {}
+                    () = tokio::time::sleep_until(until) => {}
+                }
+            }
+        };
+        tokio::join!(effects, database);
+    }
+
+    /// The heartbeat of the leases still in hand; a row another worker
+    /// took over is left to it (its follow-up then reads the lease lost).
+    /// A heartbeat that fails is tried again at the next tick.
+    async fn beat(&self) {
+        let held: Vec<usize> = self
+            .order
+            .iter()
+            .copied()
+            .filter(|&i| self.rows[i].in_hand.load(Ordering::Relaxed))
+            .collect();
+        if held.is_empty() {
+            return;
+        }
+        match self.heartbeat(&held).await {
+            Ok(moved) => {
+                for (&i, moved) in held.iter().zip(moved) {
+                    match moved {
+                        Moved::Yes(Some(token)) => {
+                            self.rows[i].token.store(token, Ordering::Relaxed)
+                        }
+                        Moved::Yes(None) => {}
+                        Moved::No(_) => self.rows[i].in_hand.store(false, Ordering::Relaxed),
+                    }
+                }
+            }
+            Err(error) => tracing::debug!(
+                table = S::MACHINE.table(),
+                %error,
+                "renewing a batch's leases failed; trying again at the next tick"
+            ),
+        }
+    }
+
+    /// Writes the follow-ups of `verdicts`: one statement per follow-up
+    /// for the rows that share it, one each for the rest.
+    async fn flush(&self, verdicts: Vec<(usize, Verdict)>) {
+        let in_flight = self.in_flight;
+        let mut buckets: Vec<(usize, Bucket, Verdict)> = Vec::with_capacity(verdicts.len());
+        for (i, verdict) in verdicts {
+            match self.bucket(i, &verdict) {
+                Ok(Some(bucket)) => buckets.push((i, bucket, verdict)),
+                Ok(None) => self.settle(i, Ok(Finished::RetryLater)),
+                Err(error) => self.settle(i, Err(error)),
+            }
+        }
+        // In key order, as the statements take them.
+        buckets.sort_by(|a, b| self.rows[a.0].key.cmp(&self.rows[b.0].key));
+        for f in [0, 1] {
+            let indices: Vec<usize> = buckets
+                .iter()
+                .filter(|(_, b, _)| matches!(b, Bucket::FollowUp(g) if *g == f))
+                .map(|(i, _, _)| *i)
+                .collect();
+            if indices.is_empty() {
+                continue;
+            }
+            let transition = match (f, in_flight.failed) {
+                (1, Some(failed)) => failed.transition(),
+                _ => in_flight.done().transition(),
+            };
+            let statement = Fenced {
+                sql: &in_flight.follow_up_many_sql()[f],
+                inserts: [
+                    &in_flight.follow_up_many_history_insert_sql()[f],
+                    &in_flight.follow_up_many_outbox_insert_sql()[f],
+                ],
+                tokens: false,
+            };
+            let moved = self.fenced(transition, &statement, &indices, None).await;
+            self.settled(transition, f == 1, &indices, moved, &buckets)
+                .await;
+        }
+        let postponed: Vec<(usize, i64)> = buckets
+            .iter()
+            .filter_map(|(i, b, _)| match b {
+                Bucket::Postpone(ms) => Some((*i, *ms)),
+                _ => None,
+            })
+            .collect();
+        if let (false, Some(retry)) = (postponed.is_empty(), in_flight.retry()) {
+            let indices: Vec<usize> = postponed.iter().map(|(i, _)| *i).collect();
+            let delays: Vec<i64> = postponed.iter().map(|(_, ms)| *ms).collect();
+            let statement = Fenced {
+                sql: retry.postpone_many_sql(),
+                inserts: [&NONE, &NONE],
+                tokens: false,
+            };
+            let transition = in_flight.done().transition();
+            let moved = self
+                .fenced(transition, &statement, &indices, Some(&delays))
+                .await;
+            self.postponed(&indices, moved, &buckets).await;
+        }
+        for (i, bucket, verdict) in buckets {
+            if matches!(bucket, Bucket::Single) {
+                self.one(i, verdict).await;
+            }
+        }
+    }
+
+    /// Which statement writes `verdict`'s follow-up; `None` for a verdict
+    /// that writes nothing (a retry without `retry(…)`).
+    fn bucket(&self, i: usize, verdict: &Verdict) -> Result<Option<Bucket>, Error> {
+        let in_flight = self.in_flight;
+        let retry = match verdict {
+            Verdict::RetryLater => None,
+            Verdict::Retry(retry) => Some(retry),
+            verdict => {
+                let Some(chosen) = Chosen::of(verdict.clone(), in_flight, self.state)? else {
+                    return Ok(None);
+                };
+                let f = usize::from(chosen.failed);
+                let batched = !DB::sql(&in_flight.follow_up_many_sql()[f]).is_empty()
+                    && chosen.note == Note::NONE
+                    && chosen.values::<DB>().is_ok();
+                return Ok(Some(match batched {
+                    true => Bucket::FollowUp(f),
+                    false => Bucket::Single,
+                }));
+            }
+        };
+        let wait = retry.and_then(|retry| retry.wait());
+        let Some(def) = in_flight.retry() else {
+            // Without `retry(…)`, the lease says when.
+            return match wait {
+                Some(_) => Err(Error::RetryNotDeclared {
+                    machine: S::MACHINE.name(),
+                    state: self.state.as_str(),
+                }),
+                None => Ok(None),
+            };
+        };
+        let attempt = self.rows[i].attempt.unwrap_or(1);
+        if attempt >= def.max_attempts() {
+            return Ok(Some(Bucket::Single));
+        }
+        let wait = wait.unwrap_or_else(|| def.wait_after(attempt));
+        Ok(Some(Bucket::Postpone(
+            i64::try_from(wait.as_millis()).unwrap_or(i64::MAX),
+        )))
+    }
+
+    /// What a batched follow-up came to for each of `indices`; a row
+    /// still held yet not moved (it moved away and back in between), and
+    /// every row of a statement that failed, finish one statement each.
+    async fn settled(
+        &self,
+        transition: Transition<S>,
+        failed: bool,
+        indices: &[usize],
+        moved: Result<Vec<Moved<S>>, Error>,
+        buckets: &[(usize, Bucket, Verdict)],
+    ) {
+        let versioned = S::MACHINE.version().is_some();
+        let target = transition.target();
+        let landed = |occurrence: i64| {
+            let occurrence = if versioned {
+                occurrence + 1
+            } else {
+                occurrence
+            };
+            match failed {
+                true => Finished::Failed {
+                    state: target,
+                    occurrence,
+                },
+                false => Finished::Done {
+                    state: target,
+                    occurrence,
+                },
+            }
+        };
+        let moved = match moved {
+            Ok(moved) => moved,
+            Err(error) => {
+                tracing::debug!(
+                    table = S::MACHINE.table(),
+                    %error,
+                    "a batch's follow-up failed; finishing its rows one by one"
+                );
+                for &i in indices {
+                    self.one(i, verdict_of(buckets, i)).await;
+                }
+                return;
+            }
+        };
+        for (&i, moved) in indices.iter().zip(moved) {
+            let row = &self.rows[i];
+            let found = match moved {
+                Moved::Yes(_) => {
+                    self.settle(i, Ok(landed(row.occurrence)));
+                    continue;
+                }
+                Moved::No(None) => {
+                    self.settle(
+                        i,
+                        Err(Error::RowVanished {
+                            table: S::MACHINE.table(),
+                            transition: transition.name(),
+                        }),
+                    );
+                    continue;
+                }
+                Moved::No(Some(found)) => found,
+            };
+            // This very follow-up already finished this occurrence.
+            if found.current == target && (!versioned || found.version == row.occurrence + 1) {
+                self.settle(i, Ok(landed(row.occurrence)));
+                continue;
+            }
+            match found.missed(
+                self.state,
+                row.occurrence,
+                row.token.load(Ordering::Relaxed),
+            ) {
+                Some(missed) => self.settle(i, Ok(missed_finished(missed))),
+                None => self.one(i, verdict_of(buckets, i)).await,
+            }
+        }
+    }
+
+    /// What a batched postponement came to for each of `indices`.
+    async fn postponed(
+        &self,
+        indices: &[usize],
+        moved: Result<Vec<Moved<S>>, Error>,
+        buckets: &[(usize, Bucket, Verdict)],
+    ) {
+        let moved = match moved {
+            Ok(moved) => moved,
+            Err(_) => {
+                for &i in indices {
+                    self.one(i, verdict_of(buckets, i)).await;
+                }
+                return;
+            }
+        };
+        for (&i, moved) in indices.iter().zip(moved) {
+            let row = &self.rows[i];
+            match moved {
+                Moved::Yes(_) => self.settle(i, Ok(Finished::RetryLater)),
+                Moved::No(None) => self.settle(
+                    i,
+                    Err(Error::RowVanished {
+                        table: S::MACHINE.table(),
+                        transition: lease::POSTPONE,
+                    }),
+                ),
+                Moved::No(Some(found)) => {
+                    match found.missed(
+                        self.state,
+                        row.occurrence,
+                        row.token.load(Ordering::Relaxed),
+                    ) {
+                        Some(missed) => self.settle(i, Ok(missed_finished(missed))),
+                        None => self.one(i, verdict_of(buckets, i)).await,
+                    }
+                }
+            }
+        }
+    }
+
+    /// One row's follow-up in a statement of its own, as `finish` writes
+    /// it.
+    async fn one(&self, i: usize, verdict: Verdict) {
+        let mut executor = self.pool;
+        let step = Step::new(self.in_flight.done().name());
+        let row = self.leased(i);
+        let finished = follow_up(&mut executor, self.in_flight, row, verdict, &step);
+        let finished = match tokio::time::timeout(self.deadline, finished).await {
+            Ok(finished) => finished,
+            Err(_) => Err(timeout::<S>(self.deadline, step.name())),
+        };
+        self.settle(i, finished);
+    }
+}
+
+/// `mutex`, locked: no code here panics while holding one, and a
+/// poisoned one still holds whole values.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The verdict row `i` brought to a flush.
+fn verdict_of(buckets: &[(usize, Bucket, Verdict)], i: usize) -> Verdict {
+    buckets
+        .iter()
+        .find(|(j, _, _)| *j == i)
+        .map_or(Verdict::RetryLater, |(_, _, verdict)| verdict.clone())
+}
+
+/// A row that a fenced statement missed, as [`Finished`] says it.
+fn missed_finished<S: StateMachine>(missed: lease::Settled<S>) -> Finished<S> {
+    match missed {
+        lease::Settled::LeaseLost(current) => Finished::LeaseLost { current },
+        lease::Settled::Superseded(current)
+        | lease::Settled::Applied(current)
+        | lease::Settled::Already(current) => Finished::Superseded { current },
+        lease::Settled::Vanished => Finished::Skipped { current: None },
+    }
+}
+
+/// No statement: an insert a batch does not need.
+static NONE: Sql = crate::machine::construct::NONE;

@@ -1,0 +1,741 @@
+//! `finish_many`: the effects of many wins at a bounded concurrency, one
+//! heartbeat per batch, follow-ups a batch at a time, each row fenced by
+//! its own lease.
+
+use crate::common;
+use crate::common::KeyColumn;
+
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use common::{Bind, Db, TestBackend};
+use stateguard::bounds::{Batched as BatchedDb, Key, ManyKeys};
+use stateguard::ddl::Dialect;
+use stateguard::key::shape::One;
+
+use stateguard::{
+    Effect, Error, Finished, FinishedRow, Retry, StateMachine, Verdict, Won, claim_expired,
+    finish_many, recover_many,
+};
+
+/// A payout whose `done` binds nothing: its rows finish a batch at a
+/// time. History, a version column and `retry(…)`.
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(
+    table = "batched",
+    column = "status",
+    key = "id",
+    version = "version",
+    history = "batched_history"
+)]
+enum Batched {
+    #[state(initial)]
+    #[transition(start -> Sending)]
+    Pending,
+    #[state(in_flight(
+        lease = "600ms",
+        since = "sending_since",
+        done = confirm,
+        failed = fail,
+        retry(max = 5, backoff = "1s..1h", attempts = "attempts", next_attempt = "next_attempt_at")
+    ))]
+    #[transition(confirm -> Sent, set(sent_at = "CURRENT_TIMESTAMP"))]
+    #[transition(fail -> Failed)]
+    Sending,
+    Sent,
+    Failed,
+}
+
+/// A payout whose `done` binds the bank's reference, per row.
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(
+    table = "referenced",
+    column = "status",
+    key = "id",
+    version = "version"
+)]
+enum Referenced {
+    #[state(initial)]
+    #[transition(start -> Sending)]
+    Pending,
+    #[state(in_flight(lease = "30s", since = "sending_since", done = confirm, failed = fail))]
+    #[transition(confirm -> Sent, set(bank_ref = bind(String)))]
+    #[transition(fail -> Failed)]
+    Sending,
+    Sent,
+    Failed,
+}
+
+backend_tests! {
+    impl Tests {
+        "many_race" => racing_workers_finish_every_row_once (flavor = "multi_thread", worker_threads = 4),
+        "many_mixed" => mixed_verdicts_land_on_their_rows,
+        "many_values" => per_row_values_land_on_their_rows,
+        "many_fenced" => a_stalled_batch_writes_nothing_for_rows_taken_over,
+        "many_skipped" => rows_taken_over_before_their_effects_are_skipped,
+        "many_refused" => a_batch_it_cannot_finish_is_refused_before_any_effect,
+        "many_recover" => concurrent_recoveries_run_each_effect_once (flavor = "multi_thread", worker_threads = 4),
+    }
+}
+
+/// `CREATE TABLE` for `table` (`batched` or `referenced`), with a
+/// `bank_ref` and the retry columns.
+fn create<DB: TestBackend>(table: &str) -> &'static str {
+    macro_rules! create {
+        ($table:literal) => {
+            match DB::DIALECT {
+                Dialect::Postgres => concat!(
+                    "CREATE TABLE ",
+                    $table,
+                    " (id BIGINT PRIMARY KEY, ",
+                    "status TEXT NOT NULL DEFAULT 'pending', version BIGINT NOT NULL DEFAULT 0, ",
+                    "sending_since TIMESTAMPTZ, sent_at TIMESTAMPTZ, bank_ref TEXT, ",
+                    "attempts INT NOT NULL DEFAULT 0, next_attempt_at TIMESTAMPTZ)"
+                ),
+                Dialect::Sqlite => concat!(
+                    "CREATE TABLE ",
+                    $table,
+                    " (id INTEGER PRIMARY KEY, ",
+                    "status TEXT NOT NULL DEFAULT 'pending', version INTEGER NOT NULL DEFAULT 0, ",
+                    "sending_since TEXT, sent_at TEXT, bank_ref TEXT, ",
+                    "attempts INTEGER NOT NULL DEFAULT 0, next_attempt_at TEXT)"
+                ),
+                _ => concat!(
+                    "CREATE TABLE ",
+                    $table,
+                    " (id BIGINT PRIMARY KEY, ",
+                    "status VARCHAR(32) NOT NULL DEFAULT 'pending', ",
+                    "version BIGINT NOT NULL DEFAULT 0, sending_since DATETIME(3) NULL, ",
+                    "sent_at DATETIME(3) NULL, bank_ref VARCHAR(64) NULL, ",
+                    "attempts INT NOT NULL DEFAULT 0, next_attempt_at DATETIME(3) NULL)"
+                ),
+            }
+        };
+    }
+    match table {
+        "batched" => create!("batched"),
+        _ => create!("referenced"),
+    }
+}
+
+/// Rows `$1..=$2` of `table`, pending.
+fn seed<DB: TestBackend>(table: &str) -> &'static str {
+    macro_rules! seed {
+        ($table:literal) => {
+            match DB::DIALECT {
+                // One row back, so that the helper's fetch runs the insert
+                // to its end.
+                Dialect::Postgres => concat!(
+                    "WITH i AS (INSERT INTO ", $table, " (id) SELECT g FROM ",
+                    "generate_series($1, $2) g RETURNING 1) SELECT COUNT(*) FROM i"
+                ),
+                Dialect::Sqlite => concat!(
+                    "WITH RECURSIVE s(i) AS (SELECT ?1 UNION ALL SELECT i + 1 FROM s WHERE i < ?2) ",
+                    "INSERT INTO ", $table, " (id) SELECT i FROM s"
+                ),
+                // Digits crossed, up to 100,000: MariaDB caps recursion.
+                _ => concat!(
+                    "INSERT INTO ", $table, " (id) SELECT n FROM (SELECT a.d + 10 * b.d + ",
+                    "100 * c.d + 1000 * e.d + 10000 * f.d + 1 AS n FROM ",
+                    "(SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) a, (SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) b, (SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) c, (SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) e, (SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) f) s WHERE n BETWEEN ? AND ?"
+                ),
+            }
+        };
+    }
+    match table {
+        "batched" => seed!("batched"),
+        _ => seed!("referenced"),
+    }
+}
+
+/// The machine's table (and its DDL: history table, triggers) with rows
+/// `1..=n` pending.
+async fn setup<DB: TestBackend, S: StateMachine>(db: &Db<DB>, table: &str, n: i64) {
+    let mut conn = db.pool.acquire().await.unwrap();
+    DB::execute(&mut conn, create::<DB>(table), &[])
+        .await
+        .unwrap();
+    for statement in stateguard::ddl::generate::<S>(DB::DIALECT).up() {
+        DB::execute(&mut conn, statement, &[]).await.unwrap();
+    }
+    for from in (1..=n).step_by(1000) {
+        let to = (from + 999).min(n);
+        DB::execute(
+            &mut conn,
+            seed::<DB>(table),
+            &[Bind::Int(from), Bind::Int(to)],
+        )
+        .await
+        .unwrap();
+    }
+}
+
+/// One number a test statement returns.
+async fn count<DB: TestBackend>(db: &Db<DB>, sql: &'static str) -> i64 {
+    let mut conn = db.pool.acquire().await.unwrap();
+    let (n,): (i64,) = DB::fetch_one(&mut conn, sql, &[]).await.unwrap();
+    n
+}
+
+/// `(status, bank_ref, next_attempt_at IS NOT NULL)` of a row of `batched`
+/// or `referenced`.
+async fn row<DB: TestBackend>(db: &Db<DB>, table: &str, id: i64) -> (String, Option<String>, bool) {
+    let read = match (DB::DIALECT, table) {
+        (Dialect::Postgres, "batched") => {
+            "SELECT status, bank_ref, next_attempt_at IS NOT NULL FROM batched WHERE id = $1"
+        }
+        (Dialect::Postgres, _) => {
+            "SELECT status, bank_ref, next_attempt_at IS NOT NULL FROM referenced WHERE id = $1"
+        }
+        (Dialect::Sqlite, "batched") => {
+            "SELECT status, bank_ref, next_attempt_at IS NOT NULL FROM batched WHERE id = ?"
+        }
+        (Dialect::Sqlite, _) => {
+            "SELECT status, bank_ref, next_attempt_at IS NOT NULL FROM referenced WHERE id = ?"
+        }
+        (_, "batched") => {
+            "SELECT status, bank_ref, CAST(next_attempt_at IS NOT NULL AS SIGNED) FROM batched \
+             WHERE id = ?"
+        }
+        _ => {
+            "SELECT status, bank_ref, CAST(next_attempt_at IS NOT NULL AS SIGNED) FROM referenced \
+             WHERE id = ?"
+        }
+    };
+    let mut conn = db.pool.acquire().await.unwrap();
+    let (status, bank_ref, next): (String, Option<String>, bool) =
+        DB::fetch_one(&mut conn, read, &[Bind::Int(id)])
+            .await
+            .unwrap();
+    (status, bank_ref, next)
+}
+
+/// What the provider saw: how many calls per effect key.
+#[derive(Default)]
+struct Calls(Mutex<HashMap<String, u32>>);
+
+impl Calls {
+    fn record<S: StateMachine>(&self, effect: &Effect<S, i64>) {
+        *self
+            .0
+            .lock()
+            .unwrap()
+            .entry(effect.effect_key().to_owned())
+            .or_default() += 1;
+    }
+
+    fn counts(&self) -> HashMap<String, u32> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+/// Each row's `finished`, by key.
+fn by_key<S: StateMachine>(
+    rows: Vec<FinishedRow<S, i64>>,
+) -> HashMap<i64, Result<Finished<S>, Error>> {
+    rows.into_iter()
+        .map(|row| (row.key, row.finished))
+        .collect()
+}
+
+pub(crate) struct Tests<DB>(PhantomData<DB>);
+
+impl<DB: TestBackend + BatchedDb> Tests<DB>
+where
+    i64: KeyColumn<DB> + ManyKeys<DB, One>,
+    String: Key<DB>,
+{
+    /// Eight workers claim and batch-finish 20,000 rows: every row ends
+    /// `sent` exactly once, each effect key is called once, and every
+    /// row's history is `start` then `confirm`, occurrences 1 and 2.
+    pub(crate) async fn racing_workers_finish_every_row_once(db: Db<DB>) {
+        const ROWS: i64 = 20_000;
+        setup::<DB, Batched>(&db, "batched", ROWS).await;
+        let calls = std::sync::Arc::new(Calls::default());
+        let mut workers = Vec::new();
+        for _ in 0..8 {
+            let (pool, calls) = (db.pool.clone(), calls.clone());
+            workers.push(tokio::spawn(async move {
+                let mut finished = 0_usize;
+                loop {
+                    let wins: Vec<Won<Batched, i64>> =
+                        Batched::start().claim(&pool, 250).await.unwrap();
+                    if wins.is_empty() {
+                        return finished;
+                    }
+                    let rows = finish_many(&pool, wins, 32, |effect: Effect<Batched, i64>| {
+                        calls.record(&effect);
+                        async move {
+                            tokio::task::yield_now().await;
+                            Verdict::Done
+                        }
+                    })
+                    .await
+                    .unwrap();
+                    for row in rows {
+                        match row.finished {
+                            Ok(Finished::Done {
+                                state: Batched::Sent,
+                                occurrence: 2,
+                            }) => finished += 1,
+                            other => panic!("row {} finished as {other:?}", row.key),
+                        }
+                    }
+                }
+            }));
+        }
+        let mut total = 0;
+        for worker in workers {
+            total += worker.await.unwrap();
+        }
+        assert_eq!(total, ROWS as usize);
+        let counts = calls.counts();
+        assert_eq!(counts.len(), ROWS as usize, "one effect key per row");
+        assert!(counts.values().all(|&n| n == 1), "an effect key ran twice");
+        let sent = match DB::DIALECT {
+            Dialect::Postgres => {
+                "SELECT COUNT(*)::BIGINT FROM batched WHERE status = 'sent' AND version = 2 AND sent_at IS NOT NULL"
+            }
+            Dialect::Sqlite => {
+                "SELECT COUNT(*) FROM batched WHERE status = 'sent' AND version = 2 AND sent_at IS NOT NULL"
+            }
+            _ => {
+                "SELECT CAST(COUNT(*) AS SIGNED) FROM batched WHERE status = 'sent' AND version = 2 AND sent_at IS NOT NULL"
+            }
+        };
+        assert_eq!(count(&db, sent).await, ROWS);
+        // Every row's history is the chain start (1), confirm (2).
+        let chained = match DB::DIALECT {
+            Dialect::Postgres => {
+                "SELECT COUNT(*)::BIGINT FROM (SELECT id FROM batched_history GROUP BY id \
+                HAVING COUNT(*) = 2 AND MIN(occurrence) = 1 AND MAX(occurrence) = 2 \
+                AND SUM(CASE WHEN transition = 'confirm' AND from_state = 'sending' AND to_state = 'sent' AND occurrence = 2 THEN 1 ELSE 0 END) = 1) c"
+            }
+            Dialect::Sqlite => {
+                "SELECT COUNT(*) FROM (SELECT id FROM batched_history GROUP BY id \
+                HAVING COUNT(*) = 2 AND MIN(occurrence) = 1 AND MAX(occurrence) = 2 \
+                AND SUM(CASE WHEN transition = 'confirm' AND from_state = 'sending' AND to_state = 'sent' AND occurrence = 2 THEN 1 ELSE 0 END) = 1) c"
+            }
+            _ => {
+                "SELECT CAST(COUNT(*) AS SIGNED) FROM (SELECT id FROM batched_history GROUP BY id \
+                HAVING COUNT(*) = 2 AND MIN(occurrence) = 1 AND MAX(occurrence) = 2 \
+                AND SUM(CASE WHEN transition = 'confirm' AND from_state = 'sending' AND to_state = 'sent' AND occurrence = 2 THEN 1 ELSE 0 END) = 1) c"
+            }
+        };
+        assert_eq!(count(&db, chained).await, ROWS);
+        let history = Batched::history(&db.pool, ROWS).await.unwrap();
+        let moves: Vec<_> = history.iter().map(|h| h.transition.name()).collect();
+        assert_eq!(moves, ["start", "confirm"]);
+    }
+
+    /// One batch, three verdicts: `done`, `failed` and a later attempt.
+    /// Each lands on its own rows, with its history.
+    pub(crate) async fn mixed_verdicts_land_on_their_rows(db: Db<DB>) {
+        setup::<DB, Batched>(&db, "batched", 30).await;
+        let wins: Vec<Won<Batched, i64>> = Batched::start().claim(&db.pool, 30).await.unwrap();
+        assert_eq!(wins.len(), 30);
+        let rows = finish_many(
+            &db.pool,
+            wins,
+            8,
+            |effect: Effect<Batched, i64>| async move {
+                match effect.key() % 3 {
+                    0 => Verdict::Done,
+                    1 => Verdict::Failed,
+                    _ => Retry::after(Duration::from_secs(3600))
+                        .because("bank busy")
+                        .into(),
+                }
+            },
+        )
+        .await
+        .unwrap();
+        let keys: Vec<i64> = rows.iter().map(|row| row.key).collect();
+        assert_eq!(
+            keys,
+            (1..=30).collect::<Vec<_>>(),
+            "rows in the wins' order"
+        );
+        for (id, finished) in by_key(rows) {
+            let (status, _, next) = row(&db, "batched", id).await;
+            let history = Batched::history(&db.pool, id).await.unwrap();
+            let last = history.last().unwrap().transition.name();
+            match id % 3 {
+                0 => {
+                    assert!(matches!(
+                        finished,
+                        Ok(Finished::Done {
+                            state: Batched::Sent,
+                            occurrence: 2
+                        })
+                    ));
+                    assert_eq!((status.as_str(), next, last), ("sent", false, "confirm"));
+                }
+                1 => {
+                    assert!(matches!(
+                        finished,
+                        Ok(Finished::Failed {
+                            state: Batched::Failed,
+                            occurrence: 2
+                        })
+                    ));
+                    assert_eq!((status.as_str(), next, last), ("failed", false, "fail"));
+                }
+                _ => {
+                    assert!(matches!(finished, Ok(Finished::RetryLater)), "{finished:?}");
+                    assert_eq!((status.as_str(), next, last), ("sending", true, "start"));
+                }
+            }
+        }
+        // The postponed rows wait for their hour, not for their lease.
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let due = claim_expired::<_, i64, _>(&db.pool, Batched::Sending, 100)
+            .await
+            .unwrap();
+        assert!(due.is_empty(), "a postponed row was taken over early");
+    }
+
+    /// A follow-up that binds a value per row (the bank's reference)
+    /// writes each row's own, beside `failed` verdicts in the same batch.
+    pub(crate) async fn per_row_values_land_on_their_rows(db: Db<DB>) {
+        setup::<DB, Referenced>(&db, "referenced", 20).await;
+        let wins: Vec<Won<Referenced, i64>> =
+            Referenced::start().claim(&db.pool, 20).await.unwrap();
+        let rows = finish_many(
+            &db.pool,
+            wins,
+            4,
+            |effect: Effect<Referenced, i64>| async move {
+                let id = *effect.key();
+                match id % 4 {
+                    0 => Verdict::Failed,
+                    _ => Referenced::confirm(format!("ref-{id}")).into(),
+                }
+            },
+        )
+        .await
+        .unwrap();
+        for (id, finished) in by_key(rows) {
+            let (status, bank_ref, _) = row(&db, "referenced", id).await;
+            match id % 4 {
+                0 => {
+                    assert!(
+                        matches!(finished, Ok(Finished::Failed { .. })),
+                        "{finished:?}"
+                    );
+                    assert_eq!((status.as_str(), bank_ref), ("failed", None));
+                }
+                _ => {
+                    assert!(
+                        matches!(finished, Ok(Finished::Done { .. })),
+                        "{finished:?}"
+                    );
+                    assert_eq!(
+                        (status.as_str(), bank_ref.as_deref()),
+                        ("sent", Some(format!("ref-{id}").as_str()))
+                    );
+                }
+            }
+        }
+    }
+
+    /// A worker stalls in its effects past the lease, and another takes
+    /// half of its rows over: the heartbeat and the batched follow-up
+    /// write nothing for those rows, and finish the rest.
+    pub(crate) async fn a_stalled_batch_writes_nothing_for_rows_taken_over(db: Db<DB>) {
+        setup::<DB, Batched>(&db, "batched", 10).await;
+        let wins: Vec<Won<Batched, i64>> = Batched::start().claim(&db.pool, 10).await.unwrap();
+        let taken = tokio::sync::Notify::new();
+        let calls = Calls::default();
+        let stalled = finish_many(&db.pool, wins, 10, |effect: Effect<Batched, i64>| {
+            calls.record(&effect);
+            let taken = &taken;
+            async move {
+                // Rows 1..=5 wait until another worker has taken them.
+                if *effect.key() <= 5 {
+                    taken.notified().await;
+                }
+                Verdict::Done
+            }
+        });
+        let thief = async {
+            // Past the lease for rows 1..=5 only: their stamps go back an
+            // hour, as if their worker had stalled that long.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let backdate = match DB::DIALECT {
+                Dialect::Postgres => {
+                    "UPDATE batched SET sending_since = sending_since - INTERVAL '1 hour' WHERE id <= 5"
+                }
+                Dialect::Sqlite => {
+                    "UPDATE batched SET sending_since = strftime('%Y-%m-%d %H:%M:%f', sending_since, '-1 hours') WHERE id <= 5"
+                }
+                _ => {
+                    "UPDATE batched SET sending_since = sending_since - INTERVAL 1 HOUR WHERE id <= 5"
+                }
+            };
+            let mut conn = db.pool.acquire().await.unwrap();
+            DB::execute(&mut conn, backdate, &[]).await.unwrap();
+            drop(conn);
+            let taken_over = claim_expired::<_, i64, _>(&db.pool, Batched::Sending, 10)
+                .await
+                .unwrap();
+            let mut keys: Vec<i64> = taken_over.iter().map(|won| *won.key()).collect();
+            keys.sort();
+            assert_eq!(keys, [1, 2, 3, 4, 5]);
+            // Let a heartbeat find them gone before the effects end.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            for _ in 0..5 {
+                taken.notify_one();
+            }
+            taken_over
+        };
+        let (rows, taken_over) = tokio::join!(stalled, thief);
+        for (id, finished) in by_key(rows.unwrap()) {
+            match id {
+                1..=5 => assert!(
+                    matches!(
+                        finished,
+                        Ok(Finished::LeaseLost {
+                            current: Batched::Sending
+                        })
+                    ),
+                    "row {id}: {finished:?}"
+                ),
+                _ => assert!(
+                    matches!(finished, Ok(Finished::Done { .. })),
+                    "row {id}: {finished:?}"
+                ),
+            }
+        }
+        for id in 1..=10 {
+            let (status, _, _) = row(&db, "batched", id).await;
+            assert_eq!(status, if id <= 5 { "sending" } else { "sent" }, "row {id}");
+        }
+        // The worker that took them over finishes them, under its lease.
+        let rows = finish_many(&db.pool, taken_over, 4, |effect: Effect<Batched, i64>| {
+            calls.record(&effect);
+            async { Verdict::Done }
+        })
+        .await
+        .unwrap();
+        assert!(
+            rows.iter()
+                .all(|row| matches!(row.finished, Ok(Finished::Done { .. })))
+        );
+        // Rows 1..=5 ran twice under one effect key each, the rest once.
+        let counts = calls.counts();
+        assert_eq!(counts.len(), 10);
+        assert_eq!(counts.values().filter(|&&n| n == 2).count(), 5);
+    }
+
+    /// Wins whose leases may have run out are renewed first, in one
+    /// statement; those another worker took meanwhile are skipped, and
+    /// their effects never run.
+    pub(crate) async fn rows_taken_over_before_their_effects_are_skipped(db: Db<DB>) {
+        setup::<DB, Batched>(&db, "batched", 6).await;
+        let wins: Vec<Won<Batched, i64>> = Batched::start().claim(&db.pool, 6).await.unwrap();
+        // A third of the lease goes by: the wins are no longer fresh.
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let backdate = match DB::DIALECT {
+            Dialect::Postgres => {
+                "UPDATE batched SET sending_since = sending_since - INTERVAL '1 hour' WHERE id <= 3"
+            }
+            Dialect::Sqlite => {
+                "UPDATE batched SET sending_since = strftime('%Y-%m-%d %H:%M:%f', sending_since, '-1 hours') WHERE id <= 3"
+            }
+            _ => "UPDATE batched SET sending_since = sending_since - INTERVAL 1 HOUR WHERE id <= 3",
+        };
+        let mut conn = db.pool.acquire().await.unwrap();
+        DB::execute(&mut conn, backdate, &[]).await.unwrap();
+        drop(conn);
+        let taken_over = claim_expired::<_, i64, _>(&db.pool, Batched::Sending, 10)
+            .await
+            .unwrap();
+        assert_eq!(taken_over.len(), 3);
+        let calls = Calls::default();
+        let rows = finish_many(&db.pool, wins, 4, |effect: Effect<Batched, i64>| {
+            calls.record(&effect);
+            async { Verdict::Done }
+        })
+        .await
+        .unwrap();
+        for (id, finished) in by_key(rows) {
+            match id {
+                1..=3 => assert!(
+                    matches!(
+                        finished,
+                        Ok(Finished::Skipped {
+                            current: Some(Batched::Sending)
+                        })
+                    ),
+                    "row {id}: {finished:?}"
+                ),
+                _ => assert!(
+                    matches!(finished, Ok(Finished::Done { .. })),
+                    "row {id}: {finished:?}"
+                ),
+            }
+        }
+        assert_eq!(calls.counts().len(), 3, "only the rows still held ran");
+    }
+
+    /// Wins of two states, of a state that is not in flight, or a
+    /// concurrency of 0, are refused before any effect runs, and the
+    /// wins' rows stay as they were.
+    pub(crate) async fn a_batch_it_cannot_finish_is_refused_before_any_effect(db: Db<DB>) {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        setup::<DB, Batched>(&db, "batched", 3).await;
+        let ran = AtomicUsize::new(0);
+        let effect = |_: Effect<Batched, i64>| {
+            ran.fetch_add(1, Ordering::SeqCst);
+            async { Verdict::Done }
+        };
+        let claim = || async { Batched::start().claim(&db.pool, 3).await.unwrap() };
+        let mut wins: Vec<Won<Batched, i64>> = claim().await;
+        let refused = finish_many(&db.pool, wins, 0, effect).await;
+        assert!(
+            matches!(refused, Err(Error::BatchOfWins { .. })),
+            "{refused:?}"
+        );
+        assert_eq!(refused.unwrap_err().kind(), stateguard::ErrorKind::Misuse);
+        // Row 3 moves on to `sent`: a win of a state that is not in flight.
+        let sent = Batched::confirm().apply(&db.pool, 3_i64).await.unwrap();
+        let sent = match sent {
+            stateguard::Outcome::Applied(won) => won,
+            other => panic!("row 3 not confirmed: {other:?}"),
+        };
+        let refused = finish_many(&db.pool, vec![sent], 4, effect).await;
+        assert!(
+            matches!(refused, Err(Error::NotInFlight { .. })),
+            "{refused:?}"
+        );
+        // Rows 1 and 2, taken over after their leases, beside row 3's win.
+        let mut conn = db.pool.acquire().await.unwrap();
+        let backdate = match DB::DIALECT {
+            Dialect::Postgres => {
+                "UPDATE batched SET sending_since = sending_since - INTERVAL '1 hour'"
+            }
+            Dialect::Sqlite => {
+                "UPDATE batched SET sending_since = strftime('%Y-%m-%d %H:%M:%f', sending_since, '-1 hours')"
+            }
+            _ => "UPDATE batched SET sending_since = sending_since - INTERVAL 1 HOUR",
+        };
+        DB::execute(&mut conn, backdate, &[]).await.unwrap();
+        drop(conn);
+        wins = claim_expired::<_, i64, _>(&db.pool, Batched::Sending, 10)
+            .await
+            .unwrap();
+        assert_eq!(wins.len(), 2);
+        let mixed = Batched::confirm()
+            .apply(&db.pool, 2_i64)
+            .await
+            .unwrap()
+            .won()
+            .unwrap();
+        wins.retain(|won| *won.key() == 1);
+        wins.push(mixed);
+        let refused = finish_many(&db.pool, wins, 4, effect).await;
+        assert!(
+            matches!(refused, Err(Error::BatchOfWins { .. })),
+            "{refused:?}"
+        );
+        assert_eq!(ran.load(Ordering::SeqCst), 0);
+        assert_eq!(row(&db, "batched", 1).await.0, "sending");
+    }
+
+    /// Rows whose workers died, recovered by four concurrent passes, each
+    /// running 16 effects at once: every row ends `sent`, each effect key
+    /// runs once, as attempt 2, and the attempts column counts exactly the
+    /// two attempts made (the rows waiting for their turn keep their
+    /// leases, so no other pass takes one over).
+    pub(crate) async fn concurrent_recoveries_run_each_effect_once(db: Db<DB>) {
+        const ROWS: i64 = 400;
+        setup::<DB, Batched>(&db, "batched", ROWS).await;
+        let wins: Vec<Won<Batched, i64>> =
+            Batched::start().claim(&db.pool, ROWS as u32).await.unwrap();
+        assert_eq!(wins.len(), ROWS as usize);
+        // Their worker dies: the leases run out.
+        drop(wins);
+        let backdate = match DB::DIALECT {
+            Dialect::Postgres => {
+                "UPDATE batched SET sending_since = sending_since - INTERVAL '1 hour'"
+            }
+            Dialect::Sqlite => {
+                "UPDATE batched SET sending_since = strftime('%Y-%m-%d %H:%M:%f', sending_since, '-1 hours')"
+            }
+            _ => "UPDATE batched SET sending_since = sending_since - INTERVAL 1 HOUR",
+        };
+        let mut conn = db.pool.acquire().await.unwrap();
+        DB::execute(&mut conn, backdate, &[]).await.unwrap();
+        drop(conn);
+        let attempts = std::sync::Arc::new(Mutex::new(Vec::new()));
+        let calls = std::sync::Arc::new(Calls::default());
+        let mut passes = Vec::new();
+        for _ in 0..4 {
+            let (pool, calls, attempts) = (db.pool.clone(), calls.clone(), attempts.clone());
+            passes.push(tokio::spawn(async move {
+                recover_many(
+                    &pool,
+                    Batched::Sending,
+                    150,
+                    16,
+                    |effect: Effect<Batched, i64>| {
+                        calls.record(&effect);
+                        attempts.lock().unwrap().push(effect.attempt());
+                        async {
+                            tokio::time::sleep(Duration::from_millis(2)).await;
+                            Verdict::Done
+                        }
+                    },
+                )
+                .await
+                .unwrap()
+            }));
+        }
+        let mut done = 0;
+        for pass in passes {
+            let pass = pass.await.unwrap();
+            assert!(pass.errors.is_empty(), "{:?}", pass.errors);
+            assert_eq!(pass.claimed, pass.done);
+            done += pass.done;
+        }
+        // What the four passes left (at most 600 of 400 rows fit), another
+        // finishes.
+        while done < ROWS as usize {
+            let pass = recover_many(
+                &db.pool,
+                Batched::Sending,
+                150,
+                16,
+                |effect: Effect<Batched, i64>| {
+                    calls.record(&effect);
+                    attempts.lock().unwrap().push(effect.attempt());
+                    async { Verdict::Done }
+                },
+            )
+            .await
+            .unwrap();
+            assert!(pass.claimed > 0, "rows left in flight that no pass takes");
+            done += pass.done;
+        }
+        assert_eq!(done, ROWS as usize);
+        let counts = calls.counts();
+        assert_eq!(counts.len(), ROWS as usize);
+        assert!(counts.values().all(|&n| n == 1), "an effect ran twice");
+        assert!(attempts.lock().unwrap().iter().all(|a| *a == Some(2)));
+        let counted = match DB::DIALECT {
+            Dialect::Postgres => {
+                "SELECT COUNT(*)::BIGINT FROM batched WHERE status = 'sent' AND attempts = 2"
+            }
+            Dialect::Sqlite => {
+                "SELECT COUNT(*) FROM batched WHERE status = 'sent' AND attempts = 2"
+            }
+            _ => {
+                "SELECT CAST(COUNT(*) AS SIGNED) FROM batched WHERE status = 'sent' AND attempts = 2"
+            }
+        };
+        assert_eq!(count(&db, counted).await, ROWS);
+    }
+}
