@@ -5,7 +5,8 @@
 //!
 //! - **No-op effect, 8 workers** (each claims 250 rows at a time and
 //!   finishes them at a concurrency of 32): `finish_many` against a
-//!   per-row `finish` (goal on PostgreSQL: at least 10×), and on
+//!   per-row `finish` by the same 8 workers and by one (goal on
+//!   PostgreSQL: at least 10×), and on
 //!   PostgreSQL against the loop by hand: `FOR UPDATE SKIP LOCKED` claim
 //!   of 250, the effects at the same concurrency, one `UPDATE … FROM
 //!   unnest($1, $2, $3)` per batch with each row's version and lease
@@ -119,7 +120,8 @@ macro_rules! mysql_numbers {
 impl Bench for sqlx::Postgres {
     const LABEL: &'static str = "PostgreSQL";
     const CREATE: &'static str = "CREATE TABLE fm_payouts (id BIGINT PRIMARY KEY, status TEXT \
-        NOT NULL, version BIGINT NOT NULL DEFAULT 0, sending_since TIMESTAMPTZ)";
+        NOT NULL, version BIGINT NOT NULL DEFAULT 0, sending_since TIMESTAMPTZ); \
+        CREATE INDEX fm_payouts_by_status ON fm_payouts (status, id)";
     const CLEAR: &'static str = "TRUNCATE fm_payouts";
     const PENDING: &'static str =
         "INSERT INTO fm_payouts (id, status) SELECT g, 'pending' FROM generate_series(1, $1) g";
@@ -132,7 +134,8 @@ impl Bench for sqlx::Postgres {
 impl Bench for sqlx::Sqlite {
     const LABEL: &'static str = "SQLite";
     const CREATE: &'static str = "CREATE TABLE fm_payouts (id INTEGER PRIMARY KEY, status TEXT \
-        NOT NULL, version INTEGER NOT NULL DEFAULT 0, sending_since TEXT)";
+        NOT NULL, version INTEGER NOT NULL DEFAULT 0, sending_since TEXT); \
+        CREATE INDEX fm_payouts_by_status ON fm_payouts (status, id)";
     const CLEAR: &'static str = "DELETE FROM fm_payouts";
     const PENDING: &'static str = "WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM \
         s WHERE i < ?1) INSERT INTO fm_payouts (id, status) SELECT i, 'pending' FROM s";
@@ -169,12 +172,11 @@ where
     for<'c> &'c Pool<DB>: sqlx::Executor<'c, Database = DB>,
     DB::Arguments: sqlx::IntoArguments<DB>,
 {
-    let query = sqlx::query::<DB>(sql);
-    let query = match n {
-        Some(n) => query.bind(n),
-        None => query,
+    match n {
+        Some(n) => sqlx::query::<DB>(sql).bind(n).execute(pool).await.unwrap(),
+        // Without a value, several statements may run at once.
+        None => sqlx::raw_sql(sql).execute(pool).await.unwrap(),
     };
-    query.execute(pool).await.unwrap();
 }
 
 /// The cases measured so far.
@@ -402,6 +404,29 @@ where
         ours,
         theirs,
         "claim + finish per row",
+    ));
+    // The same batches against a per-row `finish` on one worker, one
+    // call after another, as `cargo bench --bench matrix` measures it.
+    let (ours, theirs) = alternating(
+        ROUNDS,
+        || {
+            timed(pool, DB::PENDING, rows, async {
+                workers(pool, WORKERS, |wins| batched(pool, wins, Duration::ZERO)).await
+            })
+        },
+        || {
+            timed(pool, DB::PENDING, per_row_rows / 2, async {
+                workers(pool, 1, |wins| per_row(pool, wins, Duration::ZERO)).await
+            })
+        },
+    )
+    .await;
+    measured(row(
+        DB::LABEL,
+        "claim + finish_many, no-op effect, 8 workers, concurrency 32",
+        ours,
+        theirs,
+        "claim + finish per row, 1 worker",
     ));
     println!("{}: no-op effect done", DB::LABEL);
     let (ours, theirs) = alternating(

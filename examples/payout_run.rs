@@ -194,6 +194,12 @@ async fn main() -> Result<(), BoxError> {
             )
             .execute(&pool)
             .await?;
+            // Claims find pending rows, oldest first, through this index.
+            sqlx::query(
+                "CREATE INDEX IF NOT EXISTS payout_run_by_status ON payout_run (status, id)",
+            )
+            .execute(&pool)
+            .await?;
             run(pool, "PostgreSQL", plan).await
         }
         Some(url) if url.starts_with("mysql") => {
@@ -254,6 +260,9 @@ async fn main() -> Result<(), BoxError> {
             )
             .execute(&pool)
             .await?;
+            sqlx::query("CREATE INDEX payout_run_by_status ON payout_run (status, id)")
+                .execute(&pool)
+                .await?;
             let result = run(pool, "SQLite (embedded)", plan).await;
             std::fs::remove_dir_all(&dir).ok();
             result

@@ -75,6 +75,7 @@ backend_tests! {
         "many_values" => per_row_values_land_on_their_rows,
         "many_fenced" => a_stalled_batch_writes_nothing_for_rows_taken_over,
         "many_skipped" => rows_taken_over_before_their_effects_are_skipped,
+        "many_waiting" => a_row_taken_over_while_it_waits_for_its_turn_is_skipped,
         "many_refused" => a_batch_it_cannot_finish_is_refused_before_any_effect,
         "many_recover" => concurrent_recoveries_run_each_effect_once (flavor = "multi_thread", worker_threads = 4),
     }
@@ -581,6 +582,70 @@ where
         assert_eq!(calls.counts().len(), 3, "only the rows still held ran");
     }
 
+    /// One effect at a time: row 1's takes longer than a third of the
+    /// lease, and row 3 is taken over while it waits for its turn. The
+    /// heartbeat finds it gone, so its effect never runs here; row 2's
+    /// lease, renewed by the same heartbeat, holds.
+    pub(crate) async fn a_row_taken_over_while_it_waits_for_its_turn_is_skipped(db: Db<DB>) {
+        setup::<DB, Batched>(&db, "batched", 3).await;
+        let wins: Vec<Won<Batched, i64>> = Batched::start().claim(&db.pool, 3).await.unwrap();
+        let calls = Calls::default();
+        let slow = finish_many(&db.pool, wins, 1, |effect: Effect<Batched, i64>| {
+            calls.record(&effect);
+            async move {
+                if *effect.key() == 1 {
+                    tokio::time::sleep(Duration::from_millis(450)).await;
+                }
+                Verdict::Done
+            }
+        });
+        let thief = async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let backdate = match DB::DIALECT {
+                Dialect::Postgres => {
+                    "UPDATE batched SET sending_since = sending_since - INTERVAL '1 hour' WHERE id = 3"
+                }
+                Dialect::Sqlite => {
+                    "UPDATE batched SET sending_since = strftime('%Y-%m-%d %H:%M:%f', sending_since, '-1 hours') WHERE id = 3"
+                }
+                _ => {
+                    "UPDATE batched SET sending_since = sending_since - INTERVAL 1 HOUR WHERE id = 3"
+                }
+            };
+            let mut conn = db.pool.acquire().await.unwrap();
+            DB::execute(&mut conn, backdate, &[]).await.unwrap();
+            drop(conn);
+            let taken = claim_expired::<_, i64, _>(&db.pool, Batched::Sending, 10)
+                .await
+                .unwrap();
+            assert_eq!(taken.len(), 1);
+        };
+        let (rows, ()) = tokio::join!(slow, thief);
+        let rows = by_key(rows.unwrap());
+        assert!(
+            matches!(rows[&1], Ok(Finished::Done { .. })),
+            "{:?}",
+            rows[&1]
+        );
+        assert!(
+            matches!(rows[&2], Ok(Finished::Done { .. })),
+            "{:?}",
+            rows[&2]
+        );
+        assert!(
+            matches!(
+                rows[&3],
+                Ok(Finished::Skipped {
+                    current: Some(Batched::Sending)
+                })
+            ),
+            "{:?}",
+            rows[&3]
+        );
+        assert_eq!(calls.counts().len(), 2, "row 3's effect ran");
+        assert_eq!(row(&db, "batched", 3).await.0, "sending");
+    }
+
     /// Wins of two states, of a state that is not in flight, or a
     /// concurrency of 0, are refused before any effect runs, and the
     /// wins' rows stay as they were.
@@ -737,5 +802,56 @@ where
             }
         };
         assert_eq!(count(&db, counted).await, ROWS);
+    }
+}
+
+/// SQLite without statistics (no `ANALYZE`) would scan an index on the
+/// status column, the one claims want, for every key of a batch. Every
+/// batch statement that keys find is driven by its keys instead: its plan
+/// starts with the keys' `json_each`, and finds each row by its key.
+#[tokio::test]
+async fn sqlite_batches_are_driven_by_their_keys() {
+    let pool = sqlx::SqlitePool::connect("sqlite::memory:").await.unwrap();
+    let create = create::<sqlx::Sqlite>("batched");
+    sqlx::raw_sql(create).execute(&pool).await.unwrap();
+    sqlx::raw_sql("CREATE INDEX batched_by_status ON batched (status, id)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let in_flight = Batched::MACHINE
+        .state(Batched::Sending)
+        .and_then(|state| state.in_flight())
+        .unwrap();
+    let start = Batched::MACHINE.transition("start").unwrap();
+    let statements = [
+        ("apply_many", start.apply_many_sql().update().sqlite()),
+        ("renew_many", in_flight.renew_many_sql().sqlite()),
+        ("done_many", in_flight.follow_up_many_sql()[0].sqlite()),
+        ("failed_many", in_flight.follow_up_many_sql()[1].sqlite()),
+        (
+            "postpone_many",
+            in_flight.retry().unwrap().postpone_many_sql().sqlite(),
+        ),
+    ];
+    for (name, text) in statements {
+        assert!(!text.is_empty(), "{name}");
+        // The library's own statement, explained: a literal for the test's
+        // life.
+        let explain: &'static str = Box::leak(format!("EXPLAIN QUERY PLAN {text}").into());
+        let plan: Vec<(i64, i64, i64, String)> =
+            sqlx::query_as(explain).fetch_all(&pool).await.unwrap();
+        let steps: Vec<&str> = plan
+            .iter()
+            .map(|(_, _, _, step)| step.as_str())
+            .filter(|step| step.starts_with("SCAN") || step.starts_with("SEARCH"))
+            .collect();
+        assert!(
+            steps.first().is_some_and(|s| s.contains("json_each")),
+            "{name} starts with {steps:?}"
+        );
+        assert!(
+            steps.iter().all(|s| !s.contains("batched_by_status")),
+            "{name} scans the status index: {steps:?}"
+        );
     }
 }

@@ -87,7 +87,7 @@ impl Dialect {
         format!(
             "{} AND {}{same_occurrence} AND {} = __sg_i.__sg_t",
             d.many_match(model, Match::Exact),
-            d.status_is(&d.quote(&model.column), &format!("= '{}'", state.db)),
+            d.status_is_keyed(&d.quote(&model.column), &format!("= '{}'", state.db)),
             d.lease_token(&in_flight.since),
         )
     }

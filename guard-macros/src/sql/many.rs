@@ -226,9 +226,10 @@ impl Dialect {
             // as a hand-written `id IN (SELECT value FROM json_each(?1))`
             // does, and is compared exactly on that one row.
             (Dialect::Sqlite, _) => format!(
-                "UPDATE {table} SET {assignments} FROM {} WHERE {} AND {status}{guard}{returning}",
+                "UPDATE {table} SET {assignments} FROM {} WHERE {} AND {}{guard}{returning}",
                 d.many_input(model),
                 d.many_match(model, by),
+                d.in_sources_keyed(model, transition),
             ),
             // A join driven by the keys, not `IN (SELECT …)`: MySQL runs
             // that as a dependent subquery over the whole table.
@@ -263,7 +264,7 @@ impl Dialect {
     pub(super) fn many_rows(self, model: &Model, transition: &Transition) -> String {
         let d = self;
         let table = d.quote(&model.table);
-        let status = d.in_sources(model, transition);
+        let status = d.in_sources_keyed(model, transition);
         let guard = match &transition.guard {
             Some(guard) => format!(" AND ({})", guard.sql(transition.set_binds())),
             None => String::new(),

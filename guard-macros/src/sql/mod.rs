@@ -155,14 +155,40 @@ impl Dialect {
 
     /// The status column among the transition's sources (`IN ('a', 'b')`).
     pub(super) fn in_sources(self, model: &Model, transition: &Transition) -> String {
+        self.status_is(
+            &self.quote(&model.column),
+            &self.sources_in(model, transition),
+        )
+    }
+
+    /// `IN ('a', 'b')`: the transition's sources.
+    fn sources_in(self, model: &Model, transition: &Transition) -> String {
         let sources: Vec<String> = transition
             .sources
             .iter()
             .map(|&s| format!("'{}'", model.states[s].db))
             .collect();
-        self.status_is(
+        format!("IN ({})", sources.join(", "))
+    }
+
+    /// [`Self::status_is`] in a statement whose rows a batch's keys find:
+    /// on SQLite written `+status`, which keeps the planner from scanning
+    /// an index on the status column (the one claims want) for every key
+    /// when the table has no statistics. The keys drive the join, each
+    /// row found by its key.
+    pub(super) fn status_is_keyed(self, column: &str, test: &str) -> String {
+        match self {
+            Dialect::Sqlite => format!("+{column} {test}"),
+            Dialect::Postgres | Dialect::MySql => self.status_is(column, test),
+        }
+    }
+
+    /// [`Self::in_sources`] where a batch's keys find the rows (see
+    /// [`Self::status_is_keyed`]).
+    pub(super) fn in_sources_keyed(self, model: &Model, transition: &Transition) -> String {
+        self.status_is_keyed(
             &self.quote(&model.column),
-            &format!("IN ({})", sources.join(", ")),
+            &self.sources_in(model, transition),
         )
     }
 

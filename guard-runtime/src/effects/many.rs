@@ -5,10 +5,10 @@
 //! One task runs two loops side by side: the effects, at most
 //! `concurrency` at once, whose verdicts go into a buffer; and the
 //! database loop, which alone sends statements, so that a heartbeat and a
-//! flush never race over a row's token. It flushes the buffer when it
-//! holds [`FLUSH_ROWS`] verdicts, when its oldest has waited
-//! [`FLUSH_AFTER`], or when no effect is left to run, and renews every
-//! lease still in hand every third of the lease.
+//! flush never race over a row's token. It flushes the buffer when the
+//! batch's every verdict is in, or when its oldest has waited
+//! [`FLUSH_AFTER`], and renews every lease still in hand every third of
+//! the lease.
 
 use core::future::Future;
 use core::time::Duration;
@@ -37,10 +37,6 @@ use crate::outcome::{Committed, Won};
 use crate::telemetry;
 use crate::transition::Transition;
 use crate::transition::note::Note;
-
-/// How many verdicts [`finish_many`] collects at most before it writes
-/// their follow-ups, in one statement per follow-up.
-pub const FLUSH_ROWS: usize = 100;
 
 /// How long [`finish_many`] lets a verdict wait at most for others to
 /// share its follow-up's statement.
@@ -73,6 +69,8 @@ struct Row<K> {
     /// Still this worker's to renew and to finish: not yet settled, and
     /// no heartbeat found it taken over.
     in_hand: AtomicBool,
+    /// Its effect has started.
+    started: AtomicBool,
 }
 
 /// Runs the effects of many committed wins of one in-flight state, at
@@ -92,9 +90,10 @@ struct Row<K> {
 ///   for all of them in one statement, each row fenced by its own
 ///   occurrence and lease token: a row another worker took over is
 ///   [`Finished::LeaseLost`], one that moved on otherwise
-///   [`Finished::Superseded`]. The buffer is written when it holds
-///   [`FLUSH_ROWS`] verdicts, when its oldest has waited [`FLUSH_AFTER`],
-///   or when no effect is left to run.
+///   [`Finished::Superseded`]. The buffer is written when no effect is
+///   left to run, or when its oldest verdict has waited [`FLUSH_AFTER`]:
+///   quick effects share one statement per follow-up for the whole batch,
+///   slow ones one per [`FLUSH_AFTER`].
 /// - Rows whose follow-up binds values per row (`PayoutStatus::confirm(bank_ref)`),
 ///   whose verdict carries a note, or whose attempts ran out, are
 ///   finished one statement each, as [`Won::finish`] finishes them.
@@ -102,8 +101,9 @@ struct Row<K> {
 /// The guarantee is [`Won::finish`]'s: an effect runs again only when its
 /// row's follow-up did not commit, and always with the same effect key.
 /// A crash re-runs at most the effects whose verdicts were not yet
-/// written: those running (`concurrency`), those buffered, and those of a
-/// flush under way, at most `2 × FLUSH_ROWS + concurrency`.
+/// written: those running (at most `concurrency`), those that ended in
+/// the last [`FLUSH_AFTER`], and those of a flush under way; never more
+/// than the batch.
 ///
 /// Effects run in this task, interleaved, not spawned: an effect that
 /// blocks the thread holds up the others and the heartbeat.
@@ -252,6 +252,7 @@ where
                 effect_key,
                 deadline,
                 in_hand: AtomicBool::new(true),
+                started: AtomicBool::new(false),
             }
         })
         .collect();
@@ -469,15 +470,25 @@ where
         let finished = AtomicBool::new(runnable.is_empty());
         let (wake, room) = (Notify::new(), Notify::new());
         let done_name = self.in_flight.done().name();
+        // The whole batch's verdicts in one statement, as a batch
+        // statement takes them.
+        let flush_rows = runnable
+            .len()
+            .clamp(1, crate::batch::many::APPLY_MANY_CHUNK);
         let effects = async {
             let mut queue = runnable.into_iter().peekable();
             let mut running = FuturesUnordered::new();
             loop {
                 // Start effects while there is room: at most `concurrency`
                 // at once, and none while the buffer waits to be written.
-                while running.len() < concurrency && lock(&buffer).len() < FLUSH_ROWS {
+                while running.len() < concurrency && lock(&buffer).len() < flush_rows {
                     let Some(i) = queue.next() else { break };
+                    // A heartbeat found it taken over before its turn.
+                    if self.done(i) {
+                        continue;
+                    }
                     let row = &self.rows[i];
+                    row.started.store(true, Ordering::Relaxed);
                     let run = effect(Effect::new(
                         self.state,
                         row.key.clone(),
@@ -526,8 +537,15 @@ where
                     break;
                 }
                 let now = Instant::now();
+                // An overdue heartbeat goes first: flushes that follow one
+                // another must not let a lease run out.
+                if beat_at <= now {
+                    self.beat().await;
+                    beat_at = Instant::now() + period;
+                    continue;
+                }
                 let flush_at = lock(&oldest).map(|at| at + FLUSH_AFTER);
-                let flush = waiting >= FLUSH_ROWS
+                let flush = waiting >= flush_rows
                     || (finished.load(Ordering::Relaxed) && waiting > 0)
                     || flush_at.is_some_and(|at| at <= now);
                 if flush {
@@ -535,11 +553,6 @@ where
                     *lock(&oldest) = None;
                     room.notify_one();
                     self.flush(verdicts).await;
-                    continue;
-                }
-                if beat_at <= now {
-                    self.beat().await;
-                    beat_at = Instant::now() + period;
                     continue;
                 }
                 let until = flush_at.map_or(beat_at, |at| at.min(beat_at));
@@ -573,6 +586,11 @@ where
                             self.rows[i].token.store(token, Ordering::Relaxed)
                         }
                         Moved::Yes(None) => {}
+                        // Taken over before its effect started: the effect
+                        // does not run here.
+                        Moved::No(found) if !self.rows[i].started.load(Ordering::Relaxed) => {
+                            self.skipped(i, found);
+                        }
                         Moved::No(_) => self.rows[i].in_hand.store(false, Ordering::Relaxed),
                     }
                 }

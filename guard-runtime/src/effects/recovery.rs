@@ -320,6 +320,10 @@ pub struct Recovered {
 /// MySQL the pass lists the rows, then takes each over just before its
 /// effect. Each row's lease is renewed while its effect runs.
 ///
+/// The effects run one after another; on a pool, [`recover_many`] runs
+/// them at a concurrency the caller sets, under one heartbeat per batch,
+/// and writes their follow-ups a batch at a time.
+///
 /// Listing the rows failing ends the pass with an error; a failure on one
 /// row is recorded in [`Recovered::errors`] and the pass goes on. Rows
 /// whose `since` column is NULL (inserted straight into the state, or
