@@ -361,8 +361,8 @@ pub use stateguard_runtime::{APPLY_MANY_CHUNK, Backend, Runner, key};
 /// nothing else needs to import.
 pub mod bounds {
     pub use stateguard_runtime::{
-        BatchKey, Batched, DecodeKey, FollowUpValues, Key, KeyShape, KeyText, KeyType, ManyKeys,
-        NoteSlot, Params, RowKey, Staged,
+        BatchKey, BatchRunner, Batched, DecodeKey, FollowUpValues, Key, KeyShape, KeyText, KeyType,
+        ManyKeys, NoteSlot, Params, RowKey, Staged,
     };
 }
 // Metadata, and what is generated from it.

@@ -34,7 +34,7 @@ mod verify;
 pub use crate::machine::key;
 pub use crate::stores::{Stores, idempotency, inbox};
 
-pub use crate::batch::batched::Batched;
+pub use crate::batch::batched::{BatchRunner, Batched};
 pub use crate::batch::many::APPLY_MANY_CHUNK;
 pub use crate::deadline::call::Call;
 pub use crate::deadline::retry::DEFAULT_DEADLINE;

@@ -96,7 +96,7 @@ where
             tasks.push(tokio::spawn(async move {
                 let mut mine: Vec<(i64, String)> = Vec::new();
                 loop {
-                    let batch = Queue::start().claim::<DB, i64>(&pool, BATCH).await.unwrap();
+                    let batch = Queue::start().claim::<_, i64>(&pool, BATCH).await.unwrap();
                     if batch.is_empty() {
                         return mine;
                     }
@@ -147,13 +147,13 @@ where
         let keys = |wins: Vec<stateguard::Won<Picked, i64>>| -> Vec<i64> {
             wins.iter().map(|w| *w.key()).collect()
         };
-        let first = Picked::pick().claim::<DB, i64>(&db.pool, 3).await.unwrap();
+        let first = Picked::pick().claim::<_, i64>(&db.pool, 3).await.unwrap();
         assert_eq!(keys(first), [4, 10, 8]);
-        let rest = Picked::pick().claim::<DB, i64>(&db.pool, 10).await.unwrap();
+        let rest = Picked::pick().claim::<_, i64>(&db.pool, 10).await.unwrap();
         assert_eq!(keys(rest), [6, 2]);
         assert!(
             Picked::pick()
-                .claim::<DB, i64>(&db.pool, 10)
+                .claim::<_, i64>(&db.pool, 10)
                 .await
                 .unwrap()
                 .is_empty()
@@ -170,7 +170,7 @@ where
         assert!(matches!(
             Sweep::start()
                 .expecting(0)
-                .claim::<DB, i64>(&db.pool, 1)
+                .claim::<_, i64>(&db.pool, 1)
                 .await,
             Err(Error::ExpectingMany { .. })
         ));
@@ -181,7 +181,7 @@ where
     /// under the same effect keys.
     pub(crate) async fn a_claim_stamps_leases_that_finish_and_recovery_honour(db: Db<DB>) {
         db.transfers(4).await;
-        let claimed = Queue::start().claim::<DB, i64>(&db.pool, 2).await.unwrap();
+        let claimed = Queue::start().claim::<_, i64>(&db.pool, 2).await.unwrap();
         assert_eq!(claimed.iter().map(|w| *w.key()).collect::<Vec<_>>(), [1, 2]);
         for won in claimed {
             let finished = won
@@ -202,7 +202,7 @@ where
             );
         }
         // This claimer dies with its batch.
-        let lost = Queue::start().claim::<DB, i64>(&db.pool, 10).await.unwrap();
+        let lost = Queue::start().claim::<_, i64>(&db.pool, 10).await.unwrap();
         let lost_keys: Vec<String> = lost.iter().map(|w| w.effect_key()).collect();
         assert_eq!(
             lost_keys,
@@ -263,21 +263,21 @@ where
         let day = std::time::Duration::from_secs(86_400);
         assert!(
             Sweep::expire()
-                .claim_older_than::<DB, i64>(&db.pool, day, 10)
+                .claim_older_than::<_, i64>(&db.pool, day, 10)
                 .await
                 .unwrap()
                 .is_empty()
         );
         // The declared timeout, 50 minutes.
         let expired = Sweep::expire()
-            .claim_timed_out::<DB, i64>(&db.pool, 10)
+            .claim_timed_out::<_, i64>(&db.pool, 10)
             .await
             .unwrap();
         assert_eq!(keys(expired), [1, 2]);
         let ten_minutes = std::time::Duration::from_secs(600);
         assert!(
             Sweep::expire()
-                .claim_older_than::<DB, i64>(&db.pool, ten_minutes, 10)
+                .claim_older_than::<_, i64>(&db.pool, ten_minutes, 10)
                 .await
                 .unwrap()
                 .is_empty()
@@ -288,14 +288,12 @@ where
         // `start` leaves `pending`, which records no entry time.
         assert!(matches!(
             Sweep::start()
-                .claim_older_than::<DB, i64>(&db.pool, day, 10)
+                .claim_older_than::<_, i64>(&db.pool, day, 10)
                 .await,
             Err(Error::NoSinceColumn { .. })
         ));
         assert!(matches!(
-            Queue::start()
-                .claim_timed_out::<DB, i64>(&db.pool, 10)
-                .await,
+            Queue::start().claim_timed_out::<_, i64>(&db.pool, 10).await,
             Err(Error::NoTimeout { .. })
         ));
     }

@@ -214,7 +214,7 @@ where
             stateguard::ddl::Dialect::Sqlite => assert_known_timeout(error, "start"),
             _ => assert_open_timeout(error, "start"),
         };
-        let error = start.claim::<DB, i64>(&db.pool, 1).await.unwrap_err();
+        let error = start.claim::<_, i64>(&db.pool, 1).await.unwrap_err();
         cut_off(&error);
         let error = start.apply_many(&db.pool, &[2_i64, 3]).await.unwrap_err();
         assert_open_timeout(&error, "start");

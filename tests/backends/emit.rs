@@ -270,7 +270,7 @@ where
 
         // A claim, then recovery after the claimer died: the claim's
         // messages, then the recovered follow-ups'.
-        let claimed = Wire::start().claim::<DB, i64>(&db.pool, 2).await.unwrap();
+        let claimed = Wire::start().claim::<_, i64>(&db.pool, 2).await.unwrap();
         let keys: Vec<i64> = claimed.iter().map(|w| *w.key()).collect();
         assert_eq!(keys, [4, 5]);
         let claim_keys: Vec<String> = claimed.iter().map(|w| w.effect_key()).collect();
@@ -366,7 +366,7 @@ where
             .await
             .unwrap();
         assert!(matches!(finished, Finished::Done { .. }), "{finished:?}");
-        let claimed = Logged::start().claim::<DB, i64>(&db.pool, 2).await.unwrap();
+        let claimed = Logged::start().claim::<_, i64>(&db.pool, 2).await.unwrap();
         for won in claimed {
             let finished = won
                 .finish(&db.pool, |_: Effect<Logged, i64>| async { Verdict::Failed })

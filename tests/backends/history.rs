@@ -223,7 +223,7 @@ where
         assert_eq!(assert_chain(&db, 2).await.len(), 1);
 
         // A claim, then recovery after the claimer died.
-        let claimed = Logged::start().claim::<DB, i64>(&db.pool, 2).await.unwrap();
+        let claimed = Logged::start().claim::<_, i64>(&db.pool, 2).await.unwrap();
         assert_eq!(claimed.iter().map(|w| *w.key()).collect::<Vec<_>>(), [3, 4]);
         drop(claimed);
         db.backdate_leases().await;
@@ -382,7 +382,7 @@ where
         // A claim: both rows' history rows carry the note.
         let claimed = Logged::start()
             .noted(Note::by("claimer").because("nightly run"))
-            .claim::<DB, i64>(&db.pool, 2)
+            .claim::<_, i64>(&db.pool, 2)
             .await
             .unwrap();
         let ids: Vec<i64> = claimed.iter().map(|w| *w.key()).collect();

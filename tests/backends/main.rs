@@ -14,6 +14,7 @@ mod common;
 mod available;
 mod binds;
 mod claim;
+mod claim_tx;
 mod consumer;
 mod deadlines;
 mod effects;

@@ -466,9 +466,7 @@ async fn transaction_pooling_gives_no_false_batch_win() {
     let moved = ids(&mut admin, MOVED_PAYOUTS).await;
     assert_confirmed("apply_many", &told, &moved);
     let told = race(&pool, |pool, _| async move {
-        let claimed = Transfer::start()
-            .claim::<sqlx::Postgres, i64>(&pool, 10)
-            .await?;
+        let claimed = Transfer::start().claim::<_, i64>(&pool, 10).await?;
         Ok(claimed
             .into_iter()
             .map(|won| (*won.key(), Answer::Won))

@@ -258,7 +258,7 @@ macro_rules! matrix {
                 // pending, so claim them all, and finish each under the
                 // lease the claim stamped.
                 let $t = $machine::start();
-                let claimed = $note.claim::<DB, i64>(&db.pool, ROWS as u32).await.unwrap();
+                let claimed = $note.claim::<_, i64>(&db.pool, ROWS as u32).await.unwrap();
                 assert_eq!(claimed.len(), ROWS as usize, "{path}: claim");
                 for won in claimed {
                     let stored = db.transfer(*won.key()).await;
@@ -269,12 +269,12 @@ macro_rules! matrix {
                 run(db, backdate_sent(DB::DIALECT)).await;
                 let $t = $machine::reopen();
                 let swept = $note
-                    .claim_older_than::<DB, i64>(&db.pool, Duration::from_secs(1800), 8)
+                    .claim_older_than::<_, i64>(&db.pool, Duration::from_secs(1800), 8)
                     .await
                     .unwrap();
                 let $t = $machine::reopen();
                 let timed_out = $note
-                    .claim_timed_out::<DB, i64>(&db.pool, ROWS as u32)
+                    .claim_timed_out::<_, i64>(&db.pool, ROWS as u32)
                     .await
                     .unwrap();
                 assert_eq!(

@@ -174,7 +174,7 @@ where
         // A claim reads every key part back: the pending transfers, in key
         // order (the default order), none of them another tenant's twice.
         let claimed = TenantTransfer::start()
-            .claim::<DB, TenantKey>(&db.pool, 10)
+            .claim::<_, TenantKey>(&db.pool, 10)
             .await
             .unwrap();
         let claimed: Vec<TenantKey> = claimed.iter().map(|w| w.key().clone()).collect();
@@ -372,7 +372,7 @@ where
 
         // A guarded claim: only ids of 3 or more, with the bound value.
         let cancelled = TenantTransfer::cancel(3)
-            .claim::<DB, TenantKey>(&db.pool, 10)
+            .claim::<_, TenantKey>(&db.pool, 10)
             .await
             .unwrap();
         let keys: Vec<TenantKey> = cancelled.iter().map(|w| w.key().clone()).collect();
@@ -382,7 +382,7 @@ where
         let mut claimed = Vec::new();
         for expected in [3, 2, 0] {
             let batch = TenantTransfer::start()
-                .claim::<DB, TenantKey>(&db.pool, 3)
+                .claim::<_, TenantKey>(&db.pool, 3)
                 .await
                 .unwrap();
             assert_eq!(batch.len(), expected);

@@ -118,7 +118,7 @@ where
         .unwrap();
     assert!(!again.is_applied());
     let claimed = TransferStatus::start()
-        .claim::<DB, i64>(&db.pool, 2)
+        .claim::<_, i64>(&db.pool, 2)
         .await
         .unwrap();
     assert_eq!(claimed.len(), 2);

@@ -9,6 +9,7 @@ use crate::StateMachine;
 use crate::dialect::{Backend, BoxFuture, Column, Sql, Statement};
 use crate::error::Error;
 use crate::executor::Runner;
+use crate::executor::tx::{Savepoint, Tx};
 use crate::machine::ManySql;
 use crate::machine::key::{BatchKey, BindError, KeyShape};
 use crate::transition::bind::{self, Parts, Values};
@@ -26,8 +27,8 @@ use crate::transition::{Class, Names, Transition, classify};
 pub trait Batched: Backend + sealed::Sealed {
     /// Runs the claim.
     #[doc(hidden)]
-    fn claim_rows<'a, Sh, K>(
-        pool: &'a sqlx::Pool<Self>,
+    fn claim_rows<'a, E, Sh, K>(
+        executor: &'a mut E,
         transition: Batch<'a>,
         values: &'a (dyn Parts<Self> + Sync),
         claim: Claim,
@@ -35,25 +36,74 @@ pub trait Batched: Backend + sealed::Sealed {
         note: &'a Note,
     ) -> Claimed<'a, K>
     where
+        E: BatchRunner<Database = Self> + 'a,
         Sh: KeyShape,
         K: BatchKey<Self, Sh> + 'a;
 
     /// Runs one chunk of `apply_many`.
     #[doc(hidden)]
-    fn apply_rows<'a, Sh, K>(
-        pool: &'a sqlx::Pool<Self>,
+    fn apply_rows<'a, E, Sh, K>(
+        executor: &'a mut E,
         transition: Batch<'a>,
         keys: &'a [&'a K],
         values: &'a (dyn Parts<Self> + Sync),
         note: &'a Note,
     ) -> Applied<'a, K>
     where
+        E: BatchRunner<Database = Self> + 'a,
         Sh: KeyShape,
         K: BatchKey<Self, Sh> + 'a;
 }
 
+/// What claims, sweeps and [`apply_many`](Transition::apply_many) run on:
+/// a pool (`&pool`), where each claim or chunk runs and commits on its own
+/// and its wins are [`Committed`](crate::Committed), or the caller's
+/// transaction or savepoint (`&mut tx`), where its statements run inside
+/// it and its wins are [`Uncommitted`](crate::Uncommitted) until
+/// [`Tx::commit`](crate::Tx::commit), so that the work that the rows stand
+/// for commits with their move, or neither does.
+///
+/// A bare connection is not one: on SQLite and MySQL a claim needs a
+/// transaction around its statements. Implemented for `&Pool`, `&mut Tx`
+/// and `&mut Savepoint`; it cannot be implemented outside this crate.
+#[diagnostic::on_unimplemented(
+    message = "claims and batches do not run on `{Self}`",
+    label = "not a pool or a stateguard transaction",
+    note = "pass `&pool`, or a stateguard transaction: `let mut tx = \
+            stateguard::Tx::begin(&pool).await?;` and then `&mut tx`"
+)]
+pub trait BatchRunner: Runner + sealed::SealedRunner {
+    /// The pool, where the batch runs on one; `None` inside the caller's
+    /// transaction.
+    #[doc(hidden)]
+    fn pool(&self) -> Option<&sqlx::Pool<Self::Database>>;
+}
+
+impl<DB: Backend> sealed::SealedRunner for &sqlx::Pool<DB> {}
+impl<DB: Backend> BatchRunner for &sqlx::Pool<DB> {
+    fn pool(&self) -> Option<&sqlx::Pool<DB>> {
+        Some(self)
+    }
+}
+
+impl<DB: Backend> sealed::SealedRunner for &mut Tx<'_, DB> {}
+impl<DB: Backend> BatchRunner for &mut Tx<'_, DB> {
+    fn pool(&self) -> Option<&sqlx::Pool<DB>> {
+        None
+    }
+}
+
+impl<DB: Backend> sealed::SealedRunner for &mut Savepoint<'_, DB> {}
+impl<DB: Backend> BatchRunner for &mut Savepoint<'_, DB> {
+    fn pool(&self) -> Option<&sqlx::Pool<DB>> {
+        None
+    }
+}
+
 pub(crate) mod sealed {
     pub trait Sealed {}
+
+    pub trait SealedRunner {}
 }
 
 /// A claim's future: the rows it moved, committed, oldest first.

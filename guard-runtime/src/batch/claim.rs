@@ -16,17 +16,18 @@ use tracing::Instrument;
 
 use crate::StateMachine;
 use crate::batch::batched::{
-    Applied, Batch, Batched, Claim, Claimed, Found, Took, position, sealed,
+    Applied, Batch, BatchRunner, Batched, Claim, Claimed, Found, Took, position, sealed,
 };
 use crate::batch::{many, run};
 use crate::deadline::retry::{MAX_ATTEMPTS, backoff};
 use crate::dialect::{Backend, Column};
 use crate::error::Error;
+use crate::executor::Runner;
 use crate::executor::proven::Proven;
 use crate::executor::tx::Tx;
 use crate::machine::key::KeyType;
 use crate::machine::key::{BatchKey, DecodeKey, KeyShape, RowKey};
-use crate::outcome::{Committed, Won};
+use crate::outcome::Won;
 use crate::telemetry;
 #[allow(unused_imports)] // in the docs
 use crate::transition::Bound;
@@ -45,22 +46,23 @@ macro_rules! batched {
 
         #[cfg(feature = $feature)]
         impl Batched for $db {
-            fn apply_rows<'a, Sh, K>(
-                pool: &'a sqlx::Pool<Self>,
+            fn apply_rows<'a, E, Sh, K>(
+                executor: &'a mut E,
                 transition: Batch<'a>,
                 keys: &'a [&'a K],
                 params: &'a (dyn Parts<Self> + Sync),
                 note: &'a Note,
             ) -> Applied<'a, K>
             where
+                E: BatchRunner<Database = Self> + 'a,
                 Sh: KeyShape,
                 K: BatchKey<Self, Sh> + 'a,
             {
-                Box::pin($apply(pool, transition, keys, params, note))
+                Box::pin($apply(executor, transition, keys, params, note))
             }
 
-            fn claim_rows<'a, Sh, K>(
-                pool: &'a sqlx::Pool<Self>,
+            fn claim_rows<'a, E, Sh, K>(
+                executor: &'a mut E,
                 transition: Batch<'a>,
                 params: &'a (dyn Parts<Self> + Sync),
                 claim: Claim,
@@ -68,10 +70,11 @@ macro_rules! batched {
                 note: &'a Note,
             ) -> Claimed<'a, K>
             where
+                E: BatchRunner<Database = Self> + 'a,
                 Sh: KeyShape,
                 K: BatchKey<Self, Sh> + 'a,
             {
-                Box::pin($claim(pool, $($begin,)? transition, params, claim, limit, note))
+                Box::pin($claim(executor, $($begin,)? transition, params, claim, limit, note))
             }
         }
     };
@@ -118,9 +121,18 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
     /// Every row claimed gets the same values (a [`Bound`]); noted
     /// ([`Transition::noted`]), every row's history row records the note.
     ///
+    /// On a pool (`&pool`) the claim commits on its own and its wins are
+    /// committed; inside the caller's transaction (`&mut tx`, see
+    /// [`BatchRunner`]) its statements run there, its wins are
+    /// [`Uncommitted`](crate::Uncommitted) until
+    /// [`Tx::commit`](crate::Tx::commit), and a deadlock or busy database
+    /// is [`Error::RetryTransaction`], for the caller to run the whole
+    /// transaction again.
+    ///
     /// Deadline: the transition's ([`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE),
     /// or [`Transition::within`]) for the whole claim, and each `Won` keeps
-    /// it for [`Won::finish`]; cut off, [`Error::Timeout`].
+    /// it for [`Won::finish`]; cut off, [`Error::Timeout`] (and the caller's
+    /// transaction can no longer commit).
     ///
     /// ```
     /// # use stateguard::{Outcome, StateMachine, Won};
@@ -147,18 +159,19 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
     /// assert_eq!(rest.len(), 1);
     /// # Ok(()) }
     /// ```
-    pub async fn claim<DB, K>(
+    pub async fn claim<E, K>(
         self,
-        pool: &sqlx::Pool<DB>,
+        executor: E,
         limit: u32,
-    ) -> Result<Vec<Won<S, K, Committed>>, Error>
+    ) -> Result<Vec<Won<S, K, E::Commit>>, Error>
     where
-        DB: Batched,
-        K: BatchKey<DB, S::KeyShape>,
+        E: BatchRunner,
+        E::Database: Batched,
+        K: BatchKey<E::Database, S::KeyShape>,
         S: KeyType<K>,
-        P: Params<DB>,
+        P: Params<E::Database>,
     {
-        self.claim_aged(pool, None, limit).await
+        self.claim_aged(executor, None, limit).await
     }
 
     /// [`claim`](Transition::claim) for rows that have sat in a source
@@ -184,58 +197,61 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
     /// ```
     ///
     /// Deadline: the transition's, as for [`claim`](Transition::claim).
-    pub async fn claim_older_than<DB, K>(
+    pub async fn claim_older_than<E, K>(
         self,
-        pool: &sqlx::Pool<DB>,
+        executor: E,
         age: Duration,
         limit: u32,
-    ) -> Result<Vec<Won<S, K, Committed>>, Error>
+    ) -> Result<Vec<Won<S, K, E::Commit>>, Error>
     where
-        DB: Batched,
-        K: BatchKey<DB, S::KeyShape>,
+        E: BatchRunner,
+        E::Database: Batched,
+        K: BatchKey<E::Database, S::KeyShape>,
         S: KeyType<K>,
-        P: Params<DB>,
+        P: Params<E::Database>,
     {
-        self.claim_aged(pool, Some(age), limit).await
+        self.claim_aged(executor, Some(age), limit).await
     }
 
     /// [`claim_older_than`](Transition::claim_older_than) with the
     /// `#[state(timeout = "…")]` its source states declare (the shortest,
     /// if they differ); [`Error::NoTimeout`] when none declares one.
     /// Deadline: the transition's, as for [`claim`](Transition::claim).
-    pub async fn claim_timed_out<DB, K>(
+    pub async fn claim_timed_out<E, K>(
         self,
-        pool: &sqlx::Pool<DB>,
+        executor: E,
         limit: u32,
-    ) -> Result<Vec<Won<S, K, Committed>>, Error>
+    ) -> Result<Vec<Won<S, K, E::Commit>>, Error>
     where
-        DB: Batched,
-        K: BatchKey<DB, S::KeyShape>,
+        E: BatchRunner,
+        E::Database: Batched,
+        K: BatchKey<E::Database, S::KeyShape>,
         S: KeyType<K>,
-        P: Params<DB>,
+        P: Params<E::Database>,
     {
         // A noted call on a machine without history is refused first.
         self.recorded()?;
         let age = self.transition().timeout()?;
-        self.claim_aged(pool, Some(age), limit).await
+        self.claim_aged(executor, Some(age), limit).await
     }
 
     /// The one body of the three claims: rows older than `age` when given.
-    async fn claim_aged<DB, K>(
+    async fn claim_aged<E, K>(
         self,
-        pool: &sqlx::Pool<DB>,
+        executor: E,
         age: Option<Duration>,
         limit: u32,
-    ) -> Result<Vec<Won<S, K, Committed>>, Error>
+    ) -> Result<Vec<Won<S, K, E::Commit>>, Error>
     where
-        DB: Batched,
-        K: BatchKey<DB, S::KeyShape>,
-        P: Params<DB>,
+        E: BatchRunner,
+        E::Database: Batched,
+        K: BatchKey<E::Database, S::KeyShape>,
+        P: Params<E::Database>,
     {
         self.recorded()?;
         self.transition()
             .claim_with(
-                pool,
+                executor,
                 &bind::values(&self.params),
                 age,
                 limit,
@@ -259,17 +275,18 @@ impl<S: StateMachine> Transition<S> {
         })
     }
 
-    pub(crate) async fn claim_with<DB, K>(
+    pub(crate) async fn claim_with<E, K>(
         self,
-        pool: &sqlx::Pool<DB>,
-        params: &(dyn Parts<DB> + Sync),
+        mut executor: E,
+        params: &(dyn Parts<E::Database> + Sync),
         older_than: Option<Duration>,
         limit: u32,
         note: &Note,
-    ) -> Result<Vec<Won<S, K, Committed>>, Error>
+    ) -> Result<Vec<Won<S, K, E::Commit>>, Error>
     where
-        DB: Batched,
-        K: BatchKey<DB, S::KeyShape>,
+        E: BatchRunner,
+        E::Database: Batched,
+        K: BatchKey<E::Database, S::KeyShape>,
     {
         if self.expected().is_some() {
             return Err(Error::ExpectingMany {
@@ -296,10 +313,10 @@ impl<S: StateMachine> Transition<S> {
                 }
             },
         };
-        let span = telemetry::span!("stateguard.claim", S, DB, "UPDATE", self.name());
+        let span = telemetry::span!("stateguard.claim", S, E::Database, "UPDATE", self.name());
         let classify = self.classifier();
-        let claim = DB::claim_rows::<S::KeyShape, K>(
-            pool,
+        let claim = <E::Database as Batched>::claim_rows::<E, S::KeyShape, K>(
+            &mut executor,
             self.batch(&classify),
             params,
             claim,
@@ -309,6 +326,7 @@ impl<S: StateMachine> Transition<S> {
         let claimed = tokio::time::timeout(self.deadline(), claim)
             .instrument(span.clone())
             .await;
+        let scope = executor.scope();
         match &claimed {
             Ok(Ok(wins)) => {
                 span.record("stateguard.outcome", "claimed");
@@ -326,17 +344,21 @@ impl<S: StateMachine> Transition<S> {
             Ok(claimed) => Ok(claimed?
                 .into_iter()
                 .map(|took| {
-                    let won = Won::new(self.target(), took.key, took.occurrence, took.lease, 0);
+                    let won = Won::new(self.target(), took.key, took.occurrence, took.lease, scope);
                     won.within(self.deadline())
                 })
                 .collect()),
             // Cut off mid-statement: rows may have moved. Rows moved into
-            // an in-flight state are recovered once their lease runs out.
-            Err(_) => Err(Error::Timeout {
-                table: S::MACHINE.table(),
-                transition: self.name(),
-                deadline: self.deadline(),
-                outcome_known: false,
+            // an in-flight state are recovered once their lease runs out;
+            // inside the caller's transaction, it can no longer commit.
+            Err(_) => Err({
+                executor.abandoned();
+                Error::Timeout {
+                    table: S::MACHINE.table(),
+                    transition: self.name(),
+                    deadline: self.deadline(),
+                    outcome_known: false,
+                }
             }),
         }
     }
@@ -345,8 +367,8 @@ impl<S: StateMachine> Transition<S> {
 #[cfg(feature = "postgres")]
 /// PostgreSQL: the one statement, retried after a serialization failure or
 /// deadlock.
-async fn one_statement<DB, Sh, K>(
-    pool: &sqlx::Pool<DB>,
+async fn one_statement<DB, E, Sh, K>(
+    executor: &mut E,
     transition: Batch<'_>,
     params: &(dyn Parts<DB> + Sync),
     claim: Claim,
@@ -355,10 +377,10 @@ async fn one_statement<DB, Sh, K>(
 ) -> Result<Vec<Took<K>>, Error>
 where
     DB: Backend,
+    E: Runner<Database = DB>,
     Sh: KeyShape,
     K: RowKey<DB, Sh> + DecodeKey<DB, Sh>,
 {
-    let mut executor = pool;
     let mut attempts = 0;
     loop {
         attempts += 1;
@@ -368,9 +390,7 @@ where
         let rows = match executor.rows(sql, args).await {
             Ok(rows) => rows,
             Err(error) => {
-                transition
-                    .before_retry(&mut executor, error, attempts)
-                    .await?;
+                transition.before_retry(executor, error, attempts).await?;
                 continue;
             }
         };
@@ -393,9 +413,11 @@ where
 #[cfg(any(feature = "sqlite", feature = "mysql"))]
 /// SQLite and MySQL: the candidates' `SELECT`, then one `UPDATE` for all
 /// of them, in one short transaction, tried again when the database rolls
-/// it back (a deadlock, a busy database).
-async fn in_transaction<DB, Sh, K>(
-    pool: &sqlx::Pool<DB>,
+/// it back (a deadlock, a busy database). Inside the caller's transaction
+/// the statements run in it, and such an error is the caller's to retry
+/// ([`Error::RetryTransaction`]).
+async fn in_transaction<DB, E, Sh, K>(
+    executor: &mut E,
     begin: &'static str,
     transition: Batch<'_>,
     params: &(dyn Parts<DB> + Sync),
@@ -405,13 +427,17 @@ async fn in_transaction<DB, Sh, K>(
 ) -> Result<Vec<Took<K>>, Error>
 where
     DB: MoveHeld,
+    E: BatchRunner<Database = DB>,
     Sh: KeyShape,
     K: BatchKey<DB, Sh>,
 {
+    let Some(pool) = executor.pool().cloned() else {
+        return claim_in(executor, transition, params, claim, limit, note).await;
+    };
     let mut attempts = 0;
     loop {
         attempts += 1;
-        let error = match claim_once(pool, begin, transition, params, claim, limit, note).await {
+        let error = match claim_once(&pool, begin, transition, params, claim, limit, note).await {
             Ok(claimed) => return Ok(claimed),
             Err(error) => error,
         };
@@ -433,14 +459,15 @@ where
 /// winning statements of `apply_many`, once for all of them.
 #[cfg(any(feature = "sqlite", feature = "mysql"))]
 trait MoveHeld: Backend {
-    fn move_held<'a, 'c: 'a, Sh, K>(
-        tx: &'a mut Tx<'c, Self>,
+    fn move_held<'a, E, Sh, K>(
+        executor: &'a mut E,
         transition: Batch<'a>,
         keys: &'a [&'a K],
         params: &'a (dyn Parts<Self> + Sync),
         note: &'a Note,
     ) -> Applied<'a, K>
     where
+        E: Runner<Database = Self> + 'a,
         Sh: KeyShape,
         K: BatchKey<Self, Sh> + 'a;
 }
@@ -449,20 +476,21 @@ trait MoveHeld: Backend {
 /// are any), behind the write lock the claim took first.
 #[cfg(feature = "sqlite")]
 impl MoveHeld for sqlx::Sqlite {
-    fn move_held<'a, 'c: 'a, Sh, K>(
-        mut tx: &'a mut Tx<'c, Self>,
+    fn move_held<'a, E, Sh, K>(
+        executor: &'a mut E,
         transition: Batch<'a>,
         keys: &'a [&'a K],
         params: &'a (dyn Parts<Self> + Sync),
         note: &'a Note,
     ) -> Applied<'a, K>
     where
+        E: Runner<Database = Self> + 'a,
         Sh: KeyShape,
         K: BatchKey<Self, Sh> + 'a,
     {
-        Box::pin(
-            async move { run::update_returning(&mut tx, transition, keys, params, note).await },
-        )
+        Box::pin(run::update_returning(
+            executor, transition, keys, params, note,
+        ))
     }
 }
 
@@ -470,22 +498,26 @@ impl MoveHeld for sqlx::Sqlite {
 /// leases' read, for the rows `SKIP LOCKED` handed to this claim.
 #[cfg(feature = "mysql")]
 impl MoveHeld for sqlx::MySql {
-    fn move_held<'a, 'c: 'a, Sh, K>(
-        tx: &'a mut Tx<'c, Self>,
+    fn move_held<'a, E, Sh, K>(
+        executor: &'a mut E,
         transition: Batch<'a>,
         keys: &'a [&'a K],
         params: &'a (dyn Parts<Self> + Sync),
         note: &'a Note,
     ) -> Applied<'a, K>
     where
+        E: Runner<Database = Self> + 'a,
         Sh: KeyShape,
         K: BatchKey<Self, Sh> + 'a,
     {
-        Box::pin(run::lock_and_update(tx, transition, keys, params, note))
+        Box::pin(run::lock_and_update(
+            executor, transition, keys, params, note,
+        ))
     }
 }
 
 #[cfg(any(feature = "sqlite", feature = "mysql"))]
+/// One attempt of a claim in a transaction of its own.
 async fn claim_once<DB, Sh, K>(
     pool: &sqlx::Pool<DB>,
     begin: &'static str,
@@ -504,13 +536,35 @@ where
         .within(transition.deadline())
         .await
         .map_err(|e| transition.begin_error(e))?;
+    let claimed = claim_in(&mut &mut tx, transition, params, claim, limit, note).await?;
+    tx.commit(()).await?;
+    Ok(claimed)
+}
+
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+/// The claim's statements inside a transaction: the candidates, then one
+/// move for all of them (per chunk of `APPLY_MANY_CHUNK`).
+async fn claim_in<DB, E, Sh, K>(
+    executor: &mut E,
+    transition: Batch<'_>,
+    params: &(dyn Parts<DB> + Sync),
+    claim: Claim,
+    limit: u32,
+    note: &Note,
+) -> Result<Vec<Took<K>>, Error>
+where
+    DB: MoveHeld,
+    E: Runner<Database = DB>,
+    Sh: KeyShape,
+    K: BatchKey<DB, Sh>,
+{
     // The candidates.
     let (select, args) = claim
         .prepared::<DB>(params, limit, note)
         .map_err(|e| transition.db_error(e))?;
     // A deadlock or busy database rolls the transaction back: the whole
     // claim is tried again.
-    let rows = (&mut tx)
+    let rows = executor
         .rows(select, args)
         .await
         .map_err(|e| transition.tx_error::<DB>(e))?;
@@ -523,7 +577,6 @@ where
         })
         .collect::<Result<Vec<K>, Error>>()?;
     if candidates.is_empty() {
-        tx.commit(()).await?;
         return Ok(Vec::new());
     }
     // Locked by this transaction (or, on SQLite, behind its write lock),
@@ -534,9 +587,8 @@ where
     keys.dedup();
     let mut found = Vec::with_capacity(keys.len());
     for chunk in keys.chunks(many::APPLY_MANY_CHUNK) {
-        found.extend(DB::move_held(&mut tx, transition, chunk, params, note).await?);
+        found.extend(DB::move_held(executor, transition, chunk, params, note).await?);
     }
-    tx.commit(()).await?;
     // The wins in the candidates' order.
     let mut wins = Vec::with_capacity(candidates.len());
     for candidate in &candidates {

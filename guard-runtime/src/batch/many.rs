@@ -12,11 +12,11 @@
 use tracing::Instrument;
 
 use crate::StateMachine;
-use crate::batch::batched::{Batch, Batched, Found};
+use crate::batch::batched::{Batch, BatchRunner, Batched, Found};
 use crate::deadline::retry::{MAX_ATTEMPTS, backoff};
 use crate::error::Error;
 use crate::machine::key::{BatchKey, KeyShape};
-use crate::outcome::{Committed, Outcome, Won};
+use crate::outcome::{Outcome, Won};
 use crate::telemetry;
 #[allow(unused_imports)] // in the docs
 use crate::transition::Bound;
@@ -51,7 +51,10 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
     /// did not move. MySQL, which has no `UPDATE … RETURNING`, reads and
     /// locks the rows, updates those in a source state and reads their
     /// leases, in one transaction. [`expecting`](Transition::expecting)
-    /// names one row: it is [`Error::ExpectingMany`]. Every row gets the
+    /// names one row: it is [`Error::ExpectingMany`]. Inside the caller's
+    /// transaction (`&mut tx`, see [`BatchRunner`]) the chunks run there,
+    /// the wins are [`Uncommitted`](crate::Uncommitted) until the commit,
+    /// and a deadlock is [`Error::RetryTransaction`]. Every row gets the
     /// same values (a [`Bound`]); noted ([`Transition::noted`]), the
     /// history row of every move records the note.
     ///
@@ -78,34 +81,41 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
     /// assert_eq!(outcomes[2], Outcome::NotFound);
     /// # Ok(()) }
     /// ```
-    pub async fn apply_many<DB, K>(
+    pub async fn apply_many<E, K>(
         self,
-        pool: &sqlx::Pool<DB>,
+        executor: E,
         keys: &[K],
-    ) -> Result<Vec<Outcome<S, K, Committed>>, Error>
+    ) -> Result<Vec<Outcome<S, K, E::Commit>>, Error>
     where
-        DB: Batched,
-        K: BatchKey<DB, S::KeyShape> + Clone,
-        P: Params<DB>,
+        E: BatchRunner,
+        E::Database: Batched,
+        K: BatchKey<E::Database, S::KeyShape> + Clone,
+        P: Params<E::Database>,
     {
         self.recorded()?;
         self.transition()
-            .apply_many_with(pool, keys, &bind::values(&self.params), self.note_or_none())
+            .apply_many_with(
+                executor,
+                keys,
+                &bind::values(&self.params),
+                self.note_or_none(),
+            )
             .await
     }
 }
 
 impl<S: StateMachine> Transition<S> {
-    pub(crate) async fn apply_many_with<DB, K>(
+    pub(crate) async fn apply_many_with<E, K>(
         self,
-        pool: &sqlx::Pool<DB>,
+        executor: E,
         keys: &[K],
-        params: &(dyn Parts<DB> + Sync),
+        params: &(dyn Parts<E::Database> + Sync),
         note: &Note,
-    ) -> Result<Vec<Outcome<S, K, Committed>>, Error>
+    ) -> Result<Vec<Outcome<S, K, E::Commit>>, Error>
     where
-        DB: Batched,
-        K: BatchKey<DB, S::KeyShape> + Clone,
+        E: BatchRunner,
+        E::Database: Batched,
+        K: BatchKey<E::Database, S::KeyShape> + Clone,
     {
         if self.expected().is_some() {
             return Err(Error::ExpectingMany {
@@ -114,9 +124,15 @@ impl<S: StateMachine> Transition<S> {
                 call: "apply_many",
             });
         }
-        let span = telemetry::span!("stateguard.apply_many", S, DB, "UPDATE", self.name());
+        let span = telemetry::span!(
+            "stateguard.apply_many",
+            S,
+            E::Database,
+            "UPDATE",
+            self.name()
+        );
         let result = self
-            .apply_many_traced(pool, keys, params, note)
+            .apply_many_traced(executor, keys, params, note)
             .instrument(span.clone())
             .await;
         match &result {
@@ -144,16 +160,17 @@ impl<S: StateMachine> Transition<S> {
         result
     }
 
-    async fn apply_many_traced<DB, K>(
+    async fn apply_many_traced<E, K>(
         self,
-        pool: &sqlx::Pool<DB>,
+        mut executor: E,
         keys: &[K],
-        params: &(dyn Parts<DB> + Sync),
+        params: &(dyn Parts<E::Database> + Sync),
         note: &Note,
-    ) -> Result<Vec<Outcome<S, K, Committed>>, Error>
+    ) -> Result<Vec<Outcome<S, K, E::Commit>>, Error>
     where
-        DB: Batched,
-        K: BatchKey<DB, S::KeyShape> + Clone,
+        E: BatchRunner,
+        E::Database: Batched,
+        K: BatchKey<E::Database, S::KeyShape> + Clone,
     {
         // The distinct keys, in key order; `slot[i]` is the distinct key of
         // input `i`. Keys given sorted and distinct are their own order.
@@ -175,19 +192,30 @@ impl<S: StateMachine> Transition<S> {
                 (distinct, Some(slot))
             }
         };
-        let mut outcomes: Vec<Outcome<S, K, Committed>> = Vec::with_capacity(distinct.len());
+        let mut outcomes: Vec<Outcome<S, K, E::Commit>> = Vec::with_capacity(distinct.len());
         let classify = self.classifier();
         let batch = self.batch(&classify);
         for part in distinct.chunks(APPLY_MANY_CHUNK) {
             let chunk_keys: Vec<&K> = part.iter().map(|&i| &keys[i]).collect();
-            let found = chunk::<DB, S::KeyShape, K>(pool, batch, &chunk_keys, params, note).await?;
+            let found = chunk::<E::Database, E, S::KeyShape, K>(
+                &mut executor,
+                batch,
+                &chunk_keys,
+                params,
+                note,
+            )
+            .await?;
+            let scope = executor.scope();
             for (key, found) in chunk_keys.into_iter().zip(found) {
-                let outcome = match self.settled(found)? {
+                let outcome = match self.settled(found, scope)? {
                     Some(outcome) => outcome,
                     // In a source state and meeting the guard, yet not
                     // moved: it moved away and back between the
                     // statements. This one key takes the one-row path.
-                    None => self.apply_with(pool, key.clone(), params, note).await?,
+                    None => {
+                        self.apply_with(&mut executor, key.clone(), params, note)
+                            .await?
+                    }
                 };
                 outcomes.push(outcome);
             }
@@ -197,17 +225,17 @@ impl<S: StateMachine> Transition<S> {
         };
         // Fan out to the input: a repeated key's first occurrence gets its
         // outcome; a later one finds the row where the first left it.
-        let mut repeated: Vec<Option<Outcome<S, K, Committed>>> =
+        let mut repeated: Vec<Option<Outcome<S, K, E::Commit>>> =
             (0..outcomes.len()).map(|_| None).collect();
         for (i, &s) in slot.iter().enumerate() {
             if i != distinct[s] && repeated[s].is_none() {
-                repeated[s] = Some(again::<S, K>(&outcomes[s]));
+                repeated[s] = Some(again::<S, K, E::Commit>(&outcomes[s]));
             }
         }
         let mut out = Vec::with_capacity(keys.len());
         for (i, s) in slot.into_iter().enumerate() {
             out.push(match &repeated[s] {
-                Some(later) if i != distinct[s] => again::<S, K>(later),
+                Some(later) if i != distinct[s] => again::<S, K, E::Commit>(later),
                 // The first occurrence, whose outcome is read nowhere else.
                 _ => std::mem::replace(&mut outcomes[s], Outcome::NotFound),
             });
@@ -217,14 +245,14 @@ impl<S: StateMachine> Transition<S> {
 
     /// What one distinct key's row came to; `None` for a row in a source
     /// state that meets the guard yet did not move.
-    fn settled<K>(self, found: Found<K>) -> Result<Option<Outcome<S, K, Committed>>, Error> {
+    fn settled<K, C>(self, found: Found<K>, scope: u64) -> Result<Option<Outcome<S, K, C>>, Error> {
         Ok(Some(match found {
             Found::Moved {
                 key,
                 occurrence,
                 lease,
             } => {
-                let won = Won::new(self.target(), key, occurrence, lease, 0);
+                let won = Won::new(self.target(), key, occurrence, lease, scope);
                 Outcome::Applied(won.within(self.deadline()))
             }
             Found::Missing => Outcome::NotFound,
@@ -245,9 +273,12 @@ impl<S: StateMachine> Transition<S> {
     }
 }
 
-/// One chunk, within the deadline, tried again when the database asks.
-async fn chunk<DB, Sh, K>(
-    pool: &sqlx::Pool<DB>,
+/// One chunk, within the deadline, tried again when the database asks;
+/// inside the caller's transaction, such an error is the caller's to
+/// retry, and a chunk cut off by the deadline leaves a transaction that
+/// cannot commit.
+async fn chunk<DB, E, Sh, K>(
+    executor: &mut E,
     batch: Batch<'_>,
     keys: &[&K],
     params: &(dyn Parts<DB> + Sync),
@@ -255,17 +286,19 @@ async fn chunk<DB, Sh, K>(
 ) -> Result<Vec<Found<K>>, Error>
 where
     DB: Batched,
+    E: BatchRunner<Database = DB>,
     Sh: KeyShape,
     K: BatchKey<DB, Sh>,
 {
     let mut attempts = 0;
     loop {
         attempts += 1;
-        let run = DB::apply_rows::<Sh, K>(pool, batch, keys, params, note);
+        let run = DB::apply_rows::<E, Sh, K>(executor, batch, keys, params, note);
         let error = match tokio::time::timeout(batch.deadline(), run).await {
             Ok(Ok(found)) => return Ok(found),
             Ok(Err(error)) => error,
             Err(_) => {
+                executor.abandoned();
                 return Err(Error::Timeout {
                     table: batch.table(),
                     transition: batch.name(),
@@ -274,7 +307,8 @@ where
                 });
             }
         };
-        if !error.retries_whole::<DB>() || attempts >= MAX_ATTEMPTS {
+        let own = executor.pool().is_some();
+        if !own || !error.retries_whole::<DB>() || attempts >= MAX_ATTEMPTS {
             return Err(error);
         }
         tokio::time::sleep(backoff(attempts)).await;
@@ -282,7 +316,7 @@ where
 }
 
 /// The outcome of a repeated key's later occurrence.
-fn again<S: StateMachine, K>(first: &Outcome<S, K, Committed>) -> Outcome<S, K, Committed> {
+fn again<S: StateMachine, K, C>(first: &Outcome<S, K, C>) -> Outcome<S, K, C> {
     match first {
         Outcome::Applied(won) => Outcome::AlreadyInState(won.state()),
         Outcome::AlreadyInState(state) => Outcome::AlreadyInState(*state),

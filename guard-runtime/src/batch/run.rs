@@ -10,7 +10,7 @@
     allow(unused_imports)
 )]
 
-use crate::batch::batched::{Batch, Found, position};
+use crate::batch::batched::{Batch, BatchRunner, Found, position};
 use crate::dialect::{Backend, Column, Sql, Statement};
 use crate::error::Error;
 use crate::executor::proven::{Proven, prove_all};
@@ -90,8 +90,8 @@ where
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 /// PostgreSQL and SQLite: the update with `RETURNING`, then one read of
 /// the keys it did not move.
-pub(crate) async fn returning<DB, Sh, K>(
-    pool: &sqlx::Pool<DB>,
+pub(crate) async fn returning<DB, E, Sh, K>(
+    executor: &mut E,
     transition: Batch<'_>,
     keys: &[&K],
     params: &(dyn Parts<DB> + Sync),
@@ -99,11 +99,11 @@ pub(crate) async fn returning<DB, Sh, K>(
 ) -> Result<Vec<Found<K>>, Error>
 where
     DB: Backend,
+    E: Run<Database = DB>,
     Sh: KeyShape,
     K: BatchKey<DB, Sh>,
 {
-    let mut executor = pool;
-    let mut found = update_returning(&mut executor, transition, keys, params, note).await?;
+    let mut found = update_returning(executor, transition, keys, params, note).await?;
     let [_, read] = statements::<DB, Sh, K>(transition);
     let db_error = |e| transition.db_error(e);
     // One read for the rest: only the keys the update did not move.
@@ -209,8 +209,8 @@ where
 #[cfg(feature = "mysql")]
 /// MySQL: read and lock the rows, update those in a source state that
 /// meet the guard, read their leases, commit.
-pub(crate) async fn in_transaction<DB, Sh, K>(
-    pool: &sqlx::Pool<DB>,
+pub(crate) async fn in_transaction<DB, E, Sh, K>(
+    executor: &mut E,
     transition: Batch<'_>,
     keys: &[&K],
     params: &(dyn Parts<DB> + Sync),
@@ -218,14 +218,19 @@ pub(crate) async fn in_transaction<DB, Sh, K>(
 ) -> Result<Vec<Found<K>>, Error>
 where
     DB: Backend,
+    E: BatchRunner<Database = DB>,
     Sh: KeyShape,
     K: BatchKey<DB, Sh>,
 {
-    let mut tx = Tx::begin(pool)
+    // Inside the caller's transaction, its statements run there.
+    let Some(pool) = executor.pool().cloned() else {
+        return lock_and_update(executor, transition, keys, params, note).await;
+    };
+    let mut tx = Tx::begin(&pool)
         .within(transition.deadline())
         .await
         .map_err(|e| transition.begin_error(e))?;
-    let found = lock_and_update(&mut tx, transition, keys, params, note).await?;
+    let found = lock_and_update(&mut &mut tx, transition, keys, params, note).await?;
     tx.commit(()).await?;
     Ok(found)
 }
@@ -236,8 +241,8 @@ where
 /// in a source state that meet the guard. An error that rolled the
 /// transaction back says so ([`Error::retries_whole`]): the caller starts
 /// over.
-pub(crate) async fn lock_and_update<DB, Sh, K>(
-    mut tx: &mut Tx<'_, DB>,
+pub(crate) async fn lock_and_update<DB, E, Sh, K>(
+    tx: &mut E,
     transition: Batch<'_>,
     keys: &[&K],
     params: &(dyn Parts<DB> + Sync),
@@ -245,6 +250,7 @@ pub(crate) async fn lock_and_update<DB, Sh, K>(
 ) -> Result<Vec<Found<K>>, Error>
 where
     DB: Backend,
+    E: Run<Database = DB>,
     Sh: KeyShape,
     K: BatchKey<DB, Sh>,
 {
@@ -253,7 +259,7 @@ where
     let mut found: Vec<Found<K>> = keys.iter().map(|_| Found::Missing).collect();
     let retry = |source| transition.tx_error::<DB>(source);
     let (read, args) = prepared::<DB, Sh, K>(transition, read, keys, params, note)?;
-    let rows = (&mut tx).rows(read, args).await.map_err(retry)?;
+    let rows = tx.rows(read, args).await.map_err(retry)?;
     let mut movers: Vec<(usize, K, i64)> = Vec::new();
     for row in &rows {
         let (key, (current, class), version, meets) = read_row::<DB, Sh, K>(transition, read, row)?;
@@ -281,7 +287,7 @@ where
             continue;
         }
         let (insert, args) = prepared::<DB, Sh, K>(transition, insert, &mover_keys, params, note)?;
-        let written = (&mut tx).changed(insert, args).await.map_err(retry)?;
+        let written = tx.changed(insert, args).await.map_err(retry)?;
         if written != mover_keys.len() as u64 {
             return Err(transition.db_error(sqlx::Error::Protocol(format!(
                 "an insert beside the move wrote {written} rows for {} rows locked to move",
@@ -290,13 +296,13 @@ where
         }
     }
     let (update, args) = prepared::<DB, Sh, K>(transition, update, &mover_keys, params, note)?;
-    (&mut tx).changed(update, args).await.map_err(retry)?;
+    tx.changed(update, args).await.map_err(retry)?;
     // Locked since the read: each moved, from the version read.
     let mut leases: Vec<i64> = vec![0; keys.len()];
     if !DB::sql(lease_read).is_empty() {
         let (lease_read, args) =
             prepared::<DB, Sh, K>(transition, lease_read, &mover_keys, params, note)?;
-        let rows = (&mut tx).rows(lease_read, args).await.map_err(retry)?;
+        let rows = tx.rows(lease_read, args).await.map_err(retry)?;
         for row in &rows {
             let row = Read::<DB>::new(lease_read, row);
             let key = row.key::<K, Sh>().map_err(|e| transition.db_error(e))?;

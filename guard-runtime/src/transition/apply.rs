@@ -33,7 +33,7 @@ impl<S: StateMachine> Transition<S> {
     /// call, and `note` into the history row.
     pub(crate) async fn apply_with<E, K>(
         self,
-        mut executor: E,
+        executor: &mut E,
         key: K,
         values: &(dyn Parts<E::Database> + Sync),
         note: &Note,
@@ -55,8 +55,7 @@ impl<S: StateMachine> Transition<S> {
             };
             // Boxed: the caller's future holds a pointer to the core's,
             // not a copy of its state machine, and no call site inlines it.
-            let run: BoxFuture<'_, Result<Raw, Error>> =
-                Box::pin(self.plan().run(&mut executor, &call));
+            let run: BoxFuture<'_, Result<Raw, Error>> = Box::pin(self.plan().run(executor, &call));
             run.await?
         };
         Ok(match raw {

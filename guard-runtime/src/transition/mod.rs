@@ -256,7 +256,11 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
     /// assert_eq!(replay, Outcome::AlreadyInState(PayoutStatus::Sending));
     /// # Ok(()) }
     /// ```
-    pub async fn apply<E, K>(self, executor: E, key: K) -> Result<Outcome<S, K, E::Commit>, Error>
+    pub async fn apply<E, K>(
+        self,
+        mut executor: E,
+        key: K,
+    ) -> Result<Outcome<S, K, E::Commit>, Error>
     where
         E: Runner,
         K: RowKey<E::Database, S::KeyShape>,
@@ -265,7 +269,7 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
         self.recorded()?;
         let values = bind::values(&self.params);
         self.transition()
-            .apply_with(executor, key, &values, self.note_or_none())
+            .apply_with(&mut executor, key, &values, self.note_or_none())
             .await
     }
 }
