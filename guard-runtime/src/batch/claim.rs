@@ -27,7 +27,7 @@ use crate::executor::proven::Proven;
 use crate::executor::tx::Tx;
 use crate::machine::key::KeyType;
 use crate::machine::key::{BatchKey, DecodeKey, KeyShape, RowKey};
-use crate::outcome::Won;
+use crate::outcome::{LeasedAt, Won};
 use crate::telemetry;
 #[allow(unused_imports)] // in the docs
 use crate::transition::Bound;
@@ -313,6 +313,9 @@ impl<S: StateMachine> Transition<S> {
                 }
             },
         };
+        // Before any statement that stamps a lease: each win's lease is
+        // known to be at most this old.
+        let sent = LeasedAt(Some(std::time::Instant::now()));
         let span = telemetry::span!("stateguard.claim", S, E::Database, "UPDATE", self.name());
         let classify = self.classifier();
         let claim = <E::Database as Batched>::claim_rows::<E, S::KeyShape, K>(
@@ -345,7 +348,7 @@ impl<S: StateMachine> Transition<S> {
                 .into_iter()
                 .map(|took| {
                     let won = Won::new(self.target(), took.key, took.occurrence, took.lease, scope);
-                    won.within(self.deadline())
+                    won.within(self.deadline()).leased_since(sent)
                 })
                 .collect()),
             // Cut off mid-statement: rows may have moved. Rows moved into

@@ -23,7 +23,7 @@ use crate::executor::{Runner, refuse_open_transaction};
 use crate::machine::InFlightDef;
 use crate::machine::key::KeyType;
 use crate::machine::key::{BatchKey, BindError, DecodeKey, KeyText, RowKey};
-use crate::outcome::{Committed, Won};
+use crate::outcome::{Committed, LeasedAt, Won};
 use crate::telemetry;
 use crate::transition::bind::{self, Values};
 use crate::transition::row::Read;
@@ -91,12 +91,16 @@ where
     if !<E::Database as Driver>::sql(in_flight.take_over_sql()).is_empty() {
         sent.write();
     }
+    // Before the statement that stamps the leases: each is at most this
+    // old.
+    let stamped_at = LeasedAt(Some(std::time::Instant::now()));
     if let Some(taken) = take_over::<S, K, E>(executor, in_flight, state, limit).await? {
         let taken = taken
             .into_iter()
             .map(|(key, occurrence, stamped)| {
                 Won::new(state, key, occurrence, stamped.token, 0)
                     .at_attempt(stamped.attempt.unwrap_or(0))
+                    .leased_since(stamped_at)
             })
             .collect();
         return Ok((taken, 0));
@@ -104,10 +108,12 @@ where
     let (mut claimed, mut lost) = (Vec::new(), 0);
     for (key, occurrence) in list_expired::<S, K, E>(executor, in_flight, state, limit).await? {
         sent.write();
+        let stamped_at = LeasedAt(Some(std::time::Instant::now()));
         match claim_one(executor, in_flight, state, &key, occurrence).await? {
             Some(stamped) => {
                 let won = Won::new(state, key, occurrence, stamped.token, 0);
-                claimed.push(won.at_attempt(stamped.attempt.unwrap_or(0)));
+                let won = won.at_attempt(stamped.attempt.unwrap_or(0));
+                claimed.push(won.leased_since(stamped_at));
             }
             None => lost += 1,
         }
