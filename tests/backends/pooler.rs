@@ -100,12 +100,20 @@ async fn assert_real(seen: &Multiplexing) {
     direct.close().await.ok();
 }
 
+/// The turn of a test on the transaction-mode PgBouncer, held from before
+/// its pools connect until it ends: a client that connects meanwhile can
+/// make PgBouncer close its server sessions ("database configuration
+/// changed"), and the sessions a check saw must still be there when
+/// `assert_real` looks. The mix-up tests take the same turn.
+async fn turn() -> tokio::sync::MutexGuard<'static, ()> {
+    crate::mix_up::TURN.lock().await
+}
+
 /// The check refuses `pool` with `Error::Multiplexed`, whose message says
 /// what is unsafe and what to do.
 async fn assert_refused(pool: &PgPool) {
     // The sessions it saw must still be there when `assert_real` looks:
-    // no mix-up test may close them meanwhile.
-    let _turn = crate::mix_up::TURN.lock().await;
+    // the caller holds `mix_up::TURN` for its whole test (see `turn`).
     let error = pooler::check(pool)
         .within(Duration::from_secs(30))
         .await
@@ -152,6 +160,7 @@ async fn assert_dedicated(pool: &PgPool) {
 
 #[tokio::test]
 async fn transaction_pooling_is_refused() {
+    let _turn = turn().await;
     let Some(pool) = pool(TRANSACTION, "transaction_pooling_is_refused", 8).await else {
         return;
     };
@@ -166,6 +175,7 @@ async fn transaction_pooling_is_refused() {
 /// connection: the check opens one of its own, and still sees it.
 #[tokio::test]
 async fn transaction_pooling_is_refused_on_a_pool_of_one() {
+    let _turn = turn().await;
     let Some(pool) = pool(TRANSACTION, "transaction_pooling_pool_of_one", 1).await else {
         return;
     };
@@ -180,6 +190,7 @@ async fn transaction_pooling_is_refused_on_a_pool_of_one() {
 /// runs: it must not mistake the sessions it is handed for its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn transaction_pooling_is_refused_under_load() {
+    let _turn = turn().await;
     let Some(pool) = pool(TRANSACTION, "transaction_pooling_under_load", 4).await else {
         return;
     };
@@ -220,6 +231,7 @@ async fn transaction_pooling_is_refused_under_load() {
 /// the `BEGIN`.
 #[tokio::test]
 async fn statement_pooling_is_refused() {
+    let _turn = turn().await;
     let Some(pool) = pool(STATEMENT, "statement_pooling_is_refused", 4).await else {
         return;
     };
@@ -255,6 +267,7 @@ async fn statement_pooling_is_refused() {
 
 #[tokio::test]
 async fn acknowledged_transaction_pooling_passes() {
+    let _turn = turn().await;
     let Some(pool) = pool(TRANSACTION, "acknowledged_transaction_pooling", 8).await else {
         return;
     };
@@ -311,6 +324,7 @@ async fn session_pooling_passes() {
 /// until its own deadline ends the wait.
 #[tokio::test]
 async fn the_check_keeps_its_deadline() {
+    let _turn = turn().await;
     let Some(pool) = pool(TRANSACTION, "pooler_deadline", 1).await else {
         return;
     };

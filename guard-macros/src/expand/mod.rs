@@ -137,6 +137,8 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
             None => (option(None), option(None)),
         };
         let renew_many = sql_per_dialect(&sg, |d| d.renew_many(model, state, f));
+        let expired_locked = sql_per_dialect(&sg, |d| d.expired_locked(model, state, f));
+        let take_over_keyed = sql_per_dialect(&sg, |d| d.take_over_keyed(model, state, f));
         let read_many = sql_per_dialect(&sg, |d| d.read_many(model, f));
         let follow_up_many = |i: usize| {
             sql_per_dialect(&sg, |d| {
@@ -201,6 +203,8 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
                 done_outbox_insert: #done_outbox_insert,
                 failed_outbox_insert: #failed_outbox_insert,
                 renew_many: #renew_many,
+                expired_locked: #expired_locked,
+                take_over_keyed: #take_over_keyed,
                 read_many: #read_many,
                 done_many: #done_many,
                 failed_many: #failed_many,

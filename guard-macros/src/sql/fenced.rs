@@ -29,7 +29,7 @@ impl Dialect {
     /// `JSON_TABLE` over rows `[key…, int…]`. On SQLite and MySQL the
     /// document always carries the fence, which a statement that needs
     /// fewer integers does not read.
-    fn fenced_input(self, model: &Model, ints: &[&str]) -> String {
+    pub(super) fn fenced_input(self, model: &Model, ints: &[&str]) -> String {
         let n = model.key.len();
         let keys = (0..n).map(|i| format!("__sg_k{i}"));
         match self {
@@ -149,8 +149,8 @@ impl Dialect {
     }
 
     /// The rows of a batch as they are: key, status, version and lease
-    /// token, which tell a row still held from one finished, superseded
-    /// or taken over. PostgreSQL ends the result with a row of its own
+    /// token (and the attempts, where the state counts them), which tell a
+    /// row still held from one finished, superseded or taken over. PostgreSQL ends the result with a row of its own
     /// ([`Col::End`], as `apply_many`'s read); MySQL locks the rows
     /// (`FOR UPDATE`), as the first statement of a batch's transaction.
     pub fn read_many(&self, model: &Model, in_flight: &InFlight) -> String {
@@ -162,11 +162,12 @@ impl Dialect {
             .map(|k| format!("{table}.{}", d.quote(k)))
             .collect();
         let columns = format!(
-            "{}, {}, {}, {}",
+            "{}, {}, {}, {}{}",
             key_columns(keys),
             Col::Status.of(&d.status_read(&model.column)),
             Col::Occurrence.of(&d.version_read(model.version.as_deref())),
             Col::Token.of(&d.lease_token(&in_flight.since)),
+            d.attempt_column(in_flight),
         );
         let join = format!(
             "{} JOIN {table} ON {}",
@@ -175,11 +176,15 @@ impl Dialect {
         );
         match d {
             Dialect::Postgres => format!(
-                "SELECT {}, {columns}, {} FROM {join} UNION ALL SELECT {}{}, NULL, NULL, NULL, 1",
+                "SELECT {}, {columns}, {} FROM {join} UNION ALL SELECT {}{}, NULL, NULL, NULL{}, 1",
                 Col::Tag.of(crate::plan::TAG),
                 Col::End.of("CAST(NULL AS BIGINT)"),
                 crate::plan::TAG,
                 ", NULL".repeat(model.key.len()),
+                match in_flight.retry {
+                    Some(_) => ", NULL",
+                    None => "",
+                },
             ),
             Dialect::Sqlite => format!("SELECT {columns} FROM {join}"),
             Dialect::MySql => format!(
@@ -332,6 +337,41 @@ impl Dialect {
                 &[FENCE[0], FENCE[1], DELAY]
             ),
             d.fenced_returning(model, None),
+        )
+    }
+
+    /// MySQL: up to `?` expired rows of the state, oldest first, locked,
+    /// skipping those another recovery holds: the first statement of a
+    /// takeover in one transaction ([`Self::take_over_keyed`], then
+    /// [`Self::read_many`]). Empty on the other dialects, which take over
+    /// in one statement ([`Self::take_over`]).
+    pub fn expired_locked(&self, model: &Model, state: &State, in_flight: &InFlight) -> String {
+        match self {
+            Dialect::MySql => format!(
+                "{} FOR UPDATE SKIP LOCKED",
+                self.expired(model, state, in_flight)
+            ),
+            Dialect::Postgres | Dialect::Sqlite => String::new(),
+        }
+    }
+
+    /// MySQL: takes over the rows [`Self::expired_locked`] locked, a
+    /// batch of keys (JSON rows `[key…]`), stamping each a new lease (and
+    /// counting its attempt, where the state counts them). Empty on the
+    /// other dialects.
+    pub fn take_over_keyed(&self, model: &Model, state: &State, in_flight: &InFlight) -> String {
+        let d = *self;
+        if d != Dialect::MySql {
+            return String::new();
+        }
+        format!(
+            "UPDATE {} STRAIGHT_JOIN {} ON {} SET {} WHERE {} AND {}",
+            d.fenced_input(model, &[]),
+            d.quote(&model.table),
+            d.many_match(model, Match::Exact),
+            d.take_over_assignments(in_flight),
+            d.status_is(&d.quote(&model.column), &format!("= '{}'", state.db)),
+            d.due(in_flight),
         )
     }
 }

@@ -187,12 +187,16 @@ impl Dialect {
     /// in one statement, oldest first, skipping rows another recovery holds
     /// (`FOR UPDATE SKIP LOCKED`), and returns each one's key, version and
     /// new lease token, in the order of their old stamps: [`Self::expired`]
-    /// and [`Self::claim`] for every row at once. Empty on SQLite and
-    /// MySQL, which list, then claim row by row.
+    /// and [`Self::claim`] for every row at once. SQLite, whose one writer
+    /// leaves nothing to skip, does the same with `UPDATE … WHERE key IN
+    /// (SELECT … LIMIT ?) RETURNING …` ([`Self::take_over_sqlite`]). Empty
+    /// on MySQL, which lists, then claims row by row.
     pub fn take_over(&self, model: &Model, state: &State, in_flight: &InFlight) -> String {
         let d = *self;
-        if d != Dialect::Postgres {
-            return String::new();
+        match d {
+            Dialect::Postgres => {}
+            Dialect::Sqlite => return d.take_over_sqlite(model, state, in_flight),
+            Dialect::MySql => return String::new(),
         }
         let table = d.quote(&model.table);
         let since = d.quote(&in_flight.since);
@@ -235,6 +239,37 @@ impl Dialect {
         )
     }
 
+    /// SQLite: up to `?` expired rows taken over in one statement, oldest
+    /// first; the statement runs under the one write lock, so concurrent
+    /// recoveries take different rows. The rows come back in no set order.
+    fn take_over_sqlite(self, model: &Model, state: &State, in_flight: &InFlight) -> String {
+        let d = self;
+        let table = d.quote(&model.table);
+        let since = d.quote(&in_flight.since);
+        let expired = format!(
+            "{} AND {}",
+            d.status_is(&d.quote(&model.column), &format!("= '{}'", state.db)),
+            d.due(in_flight),
+        );
+        let keys: Vec<String> = model.key.iter().map(|k| d.quote(k)).collect();
+        let keys = keys.join(", ");
+        let returned: Vec<String> = model
+            .key
+            .iter()
+            .map(|k| format!("{table}.{}", d.quote(k)))
+            .collect();
+        format!(
+            "UPDATE {table} SET {} WHERE ({keys}) IN (SELECT {keys} FROM {table} WHERE {expired} \
+             ORDER BY {since} IS NOT NULL, {since} LIMIT {}) AND {expired} RETURNING {}, {}, {}{}",
+            d.take_over_assignments(in_flight),
+            Slot::Limit.mark(),
+            key_columns(returned),
+            Col::Occurrence.of(&d.version_read(model.version.as_deref())),
+            Col::Token.of(&d.lease_token(&in_flight.since)),
+            d.attempt_column(in_flight),
+        )
+    }
+
     /// Takes over one expired row for recovery by renewing its lease, only
     /// if it is still in the same occurrence of the in-flight state.
     pub fn claim(&self, model: &Model, state: &State, in_flight: &InFlight) -> String {
@@ -263,7 +298,7 @@ impl Dialect {
 
     /// `, attempts` as the attempt a takeover counted ([`Col::Attempt`]),
     /// where the state counts attempts; empty otherwise.
-    fn attempt_column(self, in_flight: &InFlight) -> String {
+    pub(super) fn attempt_column(self, in_flight: &InFlight) -> String {
         match &in_flight.retry {
             Some(retry) => format!(
                 ", {}",
@@ -277,7 +312,7 @@ impl Dialect {
     /// state counts attempts, whose next attempt is due. A row whose
     /// effect asked to be tried again has its next attempt set and its
     /// lease given up; every other row of the state waits out its lease.
-    fn due(self, in_flight: &InFlight) -> String {
+    pub(super) fn due(self, in_flight: &InFlight) -> String {
         let d = self;
         let since = d.quote(&in_flight.since);
         let expired = format!(
@@ -295,7 +330,7 @@ impl Dialect {
 
     /// What a takeover writes: a new lease and, where the state counts
     /// attempts, the next attempt, which starts now.
-    fn take_over_assignments(self, in_flight: &InFlight) -> String {
+    pub(super) fn take_over_assignments(self, in_flight: &InFlight) -> String {
         let d = self;
         let lease = format!("{} = {}", d.quote(&in_flight.since), d.now());
         match &in_flight.retry {

@@ -37,8 +37,8 @@ use crate::transition::row::Read;
 /// lease, so concurrent recoveries do not take the same row; all of the
 /// batch's leases start now, so finish the batch within one lease or take
 /// smaller batches ([`recover`] renews each row's lease before its effect
-/// when it has waited). On PostgreSQL one statement lists and takes over
-/// the batch; SQLite and MySQL list, then claim each row.
+/// when it has waited). On PostgreSQL and SQLite one statement lists and
+/// takes over the batch; MySQL lists, then claims each row.
 ///
 /// Deadline: [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE) for the whole
 /// batch, or `claim_expired(&pool, state, limit).within(d)` ([`Call`]);
@@ -121,11 +121,11 @@ where
     Ok((claimed, lost))
 }
 
-/// PostgreSQL: takes over up to `limit` expired rows in one statement
-/// ([`InFlightDef::take_over_sql`]), oldest first: each row's key,
-/// occurrence and new lease (with the attempt it counted, where the state
-/// counts them). `None` where the dialect has no such
-/// statement (SQLite, MySQL), which list and claim row by row.
+/// PostgreSQL and SQLite: takes over up to `limit` expired rows in one
+/// statement ([`InFlightDef::take_over_sql`]), oldest first: each row's
+/// key, occurrence and new lease (with the attempt it counted, where the
+/// state counts them). `None` where the dialect has no such statement
+/// (MySQL), which lists and claims row by row.
 async fn take_over<S, K, E>(
     executor: &mut E,
     in_flight: &'static InFlightDef<S>,
@@ -256,7 +256,7 @@ where
 }
 
 /// What [`Error::Timeout`] names a recovery pass's listing of expired rows
-/// cut off by a deadline (SQLite, MySQL; PostgreSQL takes them over in
+/// cut off by a deadline (MySQL; PostgreSQL and SQLite take them over in
 /// that statement, [`lease::TAKE_OVER`]).
 const RECOVER: &str = "recover";
 
@@ -319,12 +319,12 @@ pub struct Recovered {
 /// ([`Won::finish`]).
 ///
 /// On PostgreSQL one statement lists and takes over the whole pass's rows
-/// (`FOR UPDATE SKIP LOCKED`, so concurrent passes take different rows); a
-/// row that has waited a third of its lease for the effects before it
-/// renews its lease before its own effect, and one whose lease another
-/// recovery took meanwhile is counted in [`Recovered::lost`]. On SQLite and
-/// MySQL the pass lists the rows, then takes each over just before its
-/// effect. Each row's lease is renewed while its effect runs.
+/// (`FOR UPDATE SKIP LOCKED`, so concurrent passes take different rows),
+/// and on SQLite too (its one writer leaves nothing to skip); a row that
+/// has waited a third of its lease for the effects before it renews its
+/// lease before its own effect, and one whose lease another recovery took
+/// meanwhile is counted in [`Recovered::lost`]. On MySQL the pass lists
+/// the rows, then takes each over just before its effect. Each row's lease is renewed while its effect runs.
 ///
 /// The effects run one after another; on a pool, [`recover_many`] runs
 /// them at a concurrency the caller sets, under one heartbeat per batch,
@@ -454,8 +454,8 @@ where
 ///
 /// The rows waiting for their turn keep their leases (the batch's
 /// heartbeat renews every row still in hand), so no other pass takes one
-/// over, and no attempt is counted twice. PostgreSQL takes the rows over
-/// in one statement; SQLite and MySQL list them, then take each over.
+/// over, and no attempt is counted twice. PostgreSQL and SQLite take the
+/// rows over in one statement; MySQL lists them, then takes each over.
 ///
 /// Deadline: [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE) for the
 /// takeover, and for each row's effect and for each statement of the
@@ -523,12 +523,7 @@ where
                 reason: "a concurrency of 0 runs no effect",
             });
         }
-        let deadline = crate::deadline::retry::DEFAULT_DEADLINE;
-        let mut executor = pool;
-        let sent = Sent::default();
-        let claim = claim_on::<S, K, _>(&mut executor, state, limit, &sent);
-        let (taken, lost) =
-            bounded(S::MACHINE.table(), lease::TAKE_OVER, deadline, &sent, claim).await?;
+        let (taken, lost) = take_over_batch::<S, K, DB>(pool, state, limit).await?;
         let mut report = Recovered {
             claimed: taken.len(),
             lost,
@@ -565,6 +560,130 @@ where
         }
     }
     report
+}
+
+/// [`recover_many`]'s takeover, within [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE):
+/// PostgreSQL's and SQLite's one statement; on MySQL the expired rows
+/// locked (`SKIP LOCKED`), taken over by one update and read back, in one
+/// short transaction, tried again when the database rolls it back. The
+/// rows taken over, and those another recovery got to first.
+async fn take_over_batch<S, K, DB>(
+    pool: &sqlx::Pool<DB>,
+    state: S,
+    limit: u32,
+) -> Result<(Vec<Won<S, K, Committed>>, usize), Error>
+where
+    S: StateMachine,
+    DB: Backend,
+    K: BatchKey<DB, S::KeyShape>,
+{
+    let deadline = crate::deadline::retry::DEFAULT_DEADLINE;
+    let in_flight = in_flight_def(state)?;
+    let sent = Sent::default();
+    if DB::statement(in_flight.expired_locked_sql()).is_empty() {
+        let mut executor = pool;
+        let claim = claim_on::<S, K, _>(&mut executor, state, limit, &sent);
+        return bounded(S::MACHINE.table(), lease::TAKE_OVER, deadline, &sent, claim).await;
+    }
+    sent.write();
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let once = take_over_locked::<S, K, DB>(pool, in_flight, state, limit, deadline);
+        let error = match bounded(S::MACHINE.table(), lease::TAKE_OVER, deadline, &sent, once).await
+        {
+            Ok(taken) => return Ok((taken, 0)),
+            Err(error) => error,
+        };
+        if !error.retries_whole::<DB>() || attempts >= crate::deadline::retry::MAX_ATTEMPTS {
+            return Err(error);
+        }
+        tokio::time::sleep(crate::deadline::retry::backoff(attempts)).await;
+    }
+}
+
+/// MySQL: one attempt of [`take_over_batch`]'s transaction.
+async fn take_over_locked<S, K, DB>(
+    pool: &sqlx::Pool<DB>,
+    in_flight: &'static InFlightDef<S>,
+    state: S,
+    limit: u32,
+    deadline: core::time::Duration,
+) -> Result<Vec<Won<S, K, Committed>>, Error>
+where
+    S: StateMachine,
+    DB: Backend,
+    K: BatchKey<DB, S::KeyShape>,
+{
+    // A deadlock or busy database rolled the transaction back: the caller
+    // tries it again whole.
+    let tx_error = |source: sqlx::Error| match DB::is_retryable(&source) {
+        true => Error::RetryTransaction {
+            table: S::MACHINE.table(),
+            transition: lease::TAKE_OVER,
+            source,
+        },
+        false => recovery_error(state, source),
+    };
+    let db_error = |source| recovery_error(state, source);
+    let mut tx = crate::executor::tx::Tx::begin(pool)
+        .within(deadline)
+        .await?;
+    let locked = DB::statement(in_flight.expired_locked_sql());
+    let args = limit_arguments::<DB>(locked, limit).map_err(db_error)?;
+    let rows = (&mut tx).rows(locked, args).await.map_err(tx_error)?;
+    let mut keys = rows
+        .iter()
+        .map(|row| Read::<DB>::new(locked, row).key::<K, S::KeyShape>())
+        .collect::<Result<Vec<K>, _>>()
+        .map_err(db_error)?;
+    if keys.is_empty() {
+        tx.commit(()).await?;
+        return Ok(Vec::new());
+    }
+    keys.sort();
+    keys.dedup();
+    let keys: Vec<&K> = keys.iter().collect();
+    let parts = bind::rows::<S::KeyShape, K>(&keys, &[]);
+    let key_parts = parts.keys();
+    let values = Values {
+        keys: Some(&key_parts),
+        ..Values::NONE
+    };
+    let update = DB::statement(in_flight.take_over_keyed_sql());
+    let args = bind::arguments(update, &values).map_err(|e| db_error(e.into_sqlx()))?;
+    // Before the statement that stamps the leases: each is at most this
+    // old.
+    let stamped_at = LeasedAt(Some(std::time::Instant::now()));
+    let moved = (&mut tx).changed(update, args).await.map_err(tx_error)?;
+    if moved != keys.len() as u64 {
+        return Err(db_error(sqlx::Error::Protocol(format!(
+            "a takeover moved {moved} of the {} rows it locked",
+            keys.len()
+        ))));
+    }
+    // The new leases, and the attempts they counted.
+    let read = DB::statement(in_flight.read_many_sql());
+    let args = bind::arguments(read, &values).map_err(|e| db_error(e.into_sqlx()))?;
+    let rows = (&mut tx).rows(read, args).await.map_err(tx_error)?;
+    let taken = rows
+        .iter()
+        .map(|row| {
+            let row = Read::<DB>::new(read, row);
+            let key = row.key::<K, S::KeyShape>().map_err(db_error)?;
+            let occurrence = row.int(Column::Occurrence).map_err(db_error)?;
+            let token = row.int(Column::Token).map_err(db_error)?;
+            let attempt = match read.returns().contains(&Column::Attempt) {
+                true => lease::attempt_of(row.int(Column::Attempt).map_err(db_error)?),
+                false => 0,
+            };
+            Ok(Won::new(state, key, occurrence, token, 0)
+                .at_attempt(attempt)
+                .leased_since(stamped_at))
+        })
+        .collect::<Result<Vec<_>, Error>>()?;
+    tx.commit(()).await?;
+    Ok(taken)
 }
 
 async fn recover_traced<S, K, E, F, Fut>(

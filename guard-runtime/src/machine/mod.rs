@@ -275,6 +275,10 @@ pub struct InFlightDef<S: 'static> {
     messages: [Sql; 2],
     /// The batch heartbeat of `finish_many`.
     renew_many: Sql,
+    /// MySQL: expired rows, locked, for a takeover in one transaction.
+    expired_locked: Sql,
+    /// MySQL: the takeover of the rows `expired_locked` locked.
+    take_over_keyed: Sql,
     /// The read of a batch's rows.
     read_many: Sql,
     /// The `done` and `failed` follow-ups of a batch, `[done, failed]`:
@@ -378,10 +382,10 @@ impl<S> InFlightDef<S> {
         &self.claim
     }
 
-    /// PostgreSQL: [`expired_sql`](Self::expired_sql) and
+    /// PostgreSQL and SQLite: [`expired_sql`](Self::expired_sql) and
     /// [`claim_sql`](Self::claim_sql) for up to `$1` rows in one statement
-    /// (`FOR UPDATE SKIP LOCKED`), returning each row's key, version and
-    /// new token, oldest first. Empty on SQLite and MySQL.
+    /// (PostgreSQL's `FOR UPDATE SKIP LOCKED`), returning each row's key,
+    /// version and new token (PostgreSQL's oldest first). Empty on MySQL.
     pub const fn take_over_sql(&self) -> &Sql {
         &self.take_over
     }
@@ -435,6 +439,20 @@ impl<S> InFlightDef<S> {
     /// heartbeat of [`finish_many`](crate::finish_many).
     pub const fn renew_many_sql(&self) -> &Sql {
         &self.renew_many
+    }
+
+    /// MySQL: [`expired_sql`](Self::expired_sql) `FOR UPDATE SKIP
+    /// LOCKED`, the first statement of a takeover in one transaction;
+    /// empty on the other dialects, whose [`take_over_sql`](Self::take_over_sql)
+    /// does it all.
+    pub const fn expired_locked_sql(&self) -> &Sql {
+        &self.expired_locked
+    }
+
+    /// MySQL: the takeover of a batch of rows that
+    /// [`expired_locked_sql`](Self::expired_locked_sql) locked.
+    pub const fn take_over_keyed_sql(&self) -> &Sql {
+        &self.take_over_keyed
     }
 
     /// `SELECT key, status, version, token` of a batch's rows: what a
