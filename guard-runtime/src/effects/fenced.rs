@@ -33,9 +33,19 @@ pub(crate) struct Rows<'a, K> {
     pub(crate) ints: Vec<Vec<i64>>,
 }
 
-impl<K> Rows<'_, K> {
+impl<'a, K> Rows<'a, K> {
     pub(crate) fn len(&self) -> usize {
         self.keys.len()
+    }
+
+    /// The rows at `indices`, in that order.
+    fn subset(&self, indices: &[usize]) -> Rows<'a, K> {
+        Rows {
+            keys: indices.iter().map(|&i| self.keys[i]).collect(),
+            ints: (self.ints.iter())
+                .map(|column| indices.iter().map(|&i| column[i]).collect())
+                .collect(),
+        }
     }
 
     fn occurrence(&self, i: usize) -> i64 {
@@ -45,6 +55,19 @@ impl<K> Rows<'_, K> {
     fn token(&self, i: usize) -> i64 {
         self.ints[1][i]
     }
+}
+
+/// Each row's outcome, from whether it moved (with its new token) and, if
+/// not, how it was found.
+fn outcomes<S>(moved: Vec<Option<Option<i64>>>, found: Vec<Option<Found<S>>>) -> Vec<Moved<S>> {
+    moved
+        .into_iter()
+        .zip(found)
+        .map(|(moved, found)| match moved {
+            Some(token) => Moved::Yes(token),
+            None => Moved::No(found),
+        })
+        .collect()
 }
 
 /// What a batch statement did to one row.
@@ -173,28 +196,14 @@ where
     let left: Vec<usize> = (0..rows.len()).filter(|&i| moved[i].is_none()).collect();
     let mut found: Vec<Option<Found<S>>> = (0..rows.len()).map(|_| None).collect();
     if !left.is_empty() {
-        let rest = Rows {
-            keys: left.iter().map(|&i| rows.keys[i]).collect(),
-            ints: rows
-                .ints
-                .iter()
-                .map(|column| left.iter().map(|&i| column[i]).collect())
-                .collect(),
-        };
+        let rest = rows.subset(&left);
         for (key, row) in read::<S, K, DB, _>(&mut executor, in_flight, transition, &rest).await? {
             if let Some(i) = crate::batch::batched::position(&rows.keys, &key) {
                 found[i] = Some(row);
             }
         }
     }
-    Ok(moved
-        .into_iter()
-        .zip(found)
-        .map(|(moved, found)| match moved {
-            Some(token) => Moved::Yes(token),
-            None => Moved::No(found),
-        })
-        .collect())
+    Ok(outcomes(moved, found))
 }
 
 /// The rows of `rows` as they are: each found row's key and what it holds.
@@ -276,14 +285,7 @@ where
         .collect();
     let mut moved: Vec<Option<Option<i64>>> = vec![None; rows.len()];
     if !held.is_empty() {
-        let mine = Rows {
-            keys: held.iter().map(|&i| rows.keys[i]).collect(),
-            ints: rows
-                .ints
-                .iter()
-                .map(|column| held.iter().map(|&i| column[i]).collect())
-                .collect(),
-        };
+        let mine = rows.subset(&held);
         let retry = |e| names.tx_error::<DB>(e);
         let update = DB::statement(statement.sql);
         let args = |sql| arguments::<DB, S::KeyShape, K>(transition, sql, &mine);
@@ -328,12 +330,5 @@ where
         }
     }
     tx.commit(()).await?;
-    Ok(moved
-        .into_iter()
-        .zip(found)
-        .map(|(moved, found)| match moved {
-            Some(token) => Moved::Yes(token),
-            None => Moved::No(found),
-        })
-        .collect())
+    Ok(outcomes(moved, found))
 }
