@@ -45,6 +45,10 @@ use crate::dialect::Dialect;
 /// order of the numbered dialects.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
 pub enum Slot {
+    /// Cell `part` of row `row` of a batch spelled out row by row (a
+    /// follow-up that binds values per row, `finish_many`'s): each row's
+    /// key columns, its occurrence, its lease token, then its values.
+    Row(u8, u8),
     /// A batch's keys: key column `n`'s values as an array (PostgreSQL),
     /// or every key as one JSON document (`Keys(0)`, SQLite and MySQL).
     Keys(u8),
@@ -220,6 +224,7 @@ impl Slot {
     /// The marker that stands for this slot until [`render`].
     pub fn mark(self) -> String {
         let (kind, n) = match self {
+            Slot::Row(row, part) => return format!("{OPEN}R{row}.{part}{CLOSE}"),
             Slot::Keys(n) => ('K', n),
             Slot::Ints(n) => ('I', n),
             Slot::Key(n) => ('k', n),
@@ -238,6 +243,10 @@ impl Slot {
     }
 
     fn parse(marker: &str) -> Option<Slot> {
+        if let Some(cell) = marker.strip_prefix('R') {
+            let (row, part) = cell.split_once('.')?;
+            return Some(Slot::Row(row.parse().ok()?, part.parse().ok()?));
+        }
         let mut chars = marker.chars();
         let kind = chars.next()?;
         let n: u8 = chars.as_str().parse().ok()?;
@@ -546,6 +555,8 @@ mod tests {
     #[test]
     fn every_slot_survives_its_marker() {
         let all = [
+            Slot::Row(0, 0),
+            Slot::Row(63, 7),
             Slot::Keys(1),
             Slot::Ints(2),
             Slot::Key(3),
@@ -563,6 +574,10 @@ mod tests {
         for slot in all {
             let text = slot.mark();
             assert_eq!(Slot::parse(&text[1..text.len() - 1]), Some(slot));
+        }
+        // A row's cell names both numbers, each within a byte.
+        for broken in ["R1", "R1.", "R.1", "R1.x", "R256.0", "R1.2.3"] {
+            assert_eq!(Slot::parse(broken), None, "{broken}");
         }
     }
 }

@@ -148,13 +148,13 @@ macro_rules! __stateguard_mysql {
 macro_rules! __stateguard_sql {
     ($(
         $text:literal on $dialect:ident
-        $(, binds = [$($bind:ident $(($bn:literal))?),*])?
+        $(, binds = [$($bind:ident $(($($bn:literal),+))?),*])?
         $(, reads = [$($read:ident $(($rn:literal))?),*])?;
     )*) => {
         $crate::__private::Statements::NONE
             $(.$dialect($crate::__private::$dialect!($crate::__private::statement(
                 $text,
-                &[$($($crate::__private::Bind::$bind $(($bn))?),*)?],
+                &[$($($crate::__private::Bind::$bind $(($($bn),+))?),*)?],
                 &[$($($crate::__private::Column::$read $(($rn))?),*)?],
             ))))*
             .sql()

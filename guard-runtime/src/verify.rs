@@ -501,10 +501,12 @@ async fn prepared<S: StateMachine, DB: Backend>(
     let mut problems = Vec::new();
     for (name, sql) in statements(machine) {
         let statement = DB::choose(sql);
-        let batch = statement
-            .binds()
-            .iter()
-            .any(|b| matches!(b, crate::dialect::Bind::Keys(_)));
+        let batch = statement.binds().iter().any(|b| {
+            matches!(
+                b,
+                crate::dialect::Bind::Keys(_) | crate::dialect::Bind::Row(..)
+            )
+        });
         if statement.is_empty() || (batch && dialect::<DB>() == Dialect::Postgres) {
             continue;
         }

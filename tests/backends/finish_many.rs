@@ -48,21 +48,28 @@ enum Batched {
     Failed,
 }
 
-/// A payout whose `done` binds the bank's reference, per row.
+/// A payout whose `done` binds values per row: the bank's reference, a
+/// fee that may be NULL and the receipt's bytes, which its history row
+/// and its message accompany.
 #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
 #[state_machine(
     table = "referenced",
     column = "status",
     key = "id",
-    version = "version"
+    version = "version",
+    history = "referenced_history"
 )]
-enum Referenced {
+pub(crate) enum Referenced {
     #[state(initial)]
     #[transition(start -> Sending)]
     Pending,
     #[state(in_flight(lease = "30s", since = "sending_since", done = confirm, failed = fail))]
-    #[transition(confirm -> Sent, set(bank_ref = bind(String)))]
-    #[transition(fail -> Failed)]
+    #[transition(
+        confirm -> Sent,
+        set(bank_ref = bind(String), fee = bind(Option<i64>), receipt = bind(Vec<u8>)),
+        emit("referenced.sent", payload(status, version, bank_ref, fee))
+    )]
+    #[transition(fail -> Failed, emit("referenced.failed"))]
     Sending,
     Sent,
     Failed,
@@ -93,6 +100,7 @@ fn create<DB: TestBackend>(table: &str) -> &'static str {
                     " (id BIGINT PRIMARY KEY, ",
                     "status TEXT NOT NULL DEFAULT 'pending', version BIGINT NOT NULL DEFAULT 0, ",
                     "sending_since TIMESTAMPTZ, sent_at TIMESTAMPTZ, bank_ref TEXT, ",
+                    "fee BIGINT, receipt BYTEA, ",
                     "attempts INT NOT NULL DEFAULT 0, next_attempt_at TIMESTAMPTZ)"
                 ),
                 Dialect::Sqlite => concat!(
@@ -100,7 +108,7 @@ fn create<DB: TestBackend>(table: &str) -> &'static str {
                     $table,
                     " (id INTEGER PRIMARY KEY, ",
                     "status TEXT NOT NULL DEFAULT 'pending', version INTEGER NOT NULL DEFAULT 0, ",
-                    "sending_since TEXT, sent_at TEXT, bank_ref TEXT, ",
+                    "sending_since TEXT, sent_at TEXT, bank_ref TEXT, fee INTEGER, receipt BLOB, ",
                     "attempts INTEGER NOT NULL DEFAULT 0, next_attempt_at TEXT)"
                 ),
                 _ => concat!(
@@ -109,7 +117,9 @@ fn create<DB: TestBackend>(table: &str) -> &'static str {
                     " (id BIGINT PRIMARY KEY, ",
                     "status VARCHAR(32) NOT NULL DEFAULT 'pending', ",
                     "version BIGINT NOT NULL DEFAULT 0, sending_since DATETIME(3) NULL, ",
-                    "sent_at DATETIME(3) NULL, bank_ref VARCHAR(64) NULL, ",
+                    "sent_at DATETIME(3) NULL, ",
+                    "bank_ref VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL, ",
+                    "fee BIGINT NULL, receipt VARBINARY(64) NULL, ",
                     "attempts INT NOT NULL DEFAULT 0, next_attempt_at DATETIME(3) NULL)"
                 ),
             }
@@ -398,35 +408,105 @@ where
         assert!(due.is_empty(), "a postponed row was taken over early");
     }
 
-    /// A follow-up that binds a value per row (the bank's reference)
-    /// writes each row's own, beside `failed` verdicts in the same batch.
-    pub(crate) async fn per_row_values_land_on_their_rows(db: Db<DB>) {
-        setup::<DB, Referenced>(&db, "referenced", 20).await;
-        let wins: Vec<Won<Referenced, i64>> =
-            Referenced::start().claim(&db.pool, 20).await.unwrap();
+    /// A follow-up that binds values per row (the bank's reference, a
+    /// fee that may be NULL, the receipt's bytes) writes each row's own,
+    /// beside `failed` verdicts in the same batch, with each row's
+    /// history row and message: 120 of 150 rows confirmed, so that the
+    /// values go in runs of 64 and the last run is padded. On PostgreSQL a statement
+    /// trigger counts the updates: a batch, not one per row.
+    pub(crate) async fn per_row_values_land_on_their_rows(db: Db<DB>)
+    where
+        Referenced: stateguard::bounds::FollowUpValues<DB>,
+    {
+        const ROWS: i64 = 150;
+        let bank_ref = |id: i64| format!("ref-{id} 'q' \"dq\" \\ ü ✓");
+        let fee = |id: i64| (id % 3 != 0).then_some(id * 100 - 7);
+        let receipt = |id: i64| vec![0, 0xff, id as u8, b'\'', 0x80];
+        setup::<DB, Referenced>(&db, "referenced", ROWS).await;
+        let mut conn = db.pool.acquire().await.unwrap();
+        for statement in stateguard::outbox::ddl(DB::DIALECT) {
+            DB::execute(&mut conn, statement, &[]).await.unwrap();
+        }
+        if DB::DIALECT == Dialect::Postgres {
+            for statement in [
+                "CREATE TABLE referenced_updates (n BIGINT)",
+                "CREATE FUNCTION referenced_updated() RETURNS trigger LANGUAGE plpgsql AS \
+                 $$ BEGIN INSERT INTO referenced_updates VALUES (1); RETURN NULL; END $$",
+                "CREATE TRIGGER referenced_updated AFTER UPDATE ON referenced \
+                 FOR EACH STATEMENT EXECUTE FUNCTION referenced_updated()",
+            ] {
+                DB::execute(&mut conn, statement, &[]).await.unwrap();
+            }
+        }
+        drop(conn);
+        let wins: Vec<Won<Referenced, i64>> = Referenced::start()
+            .claim(&db.pool, ROWS as u32)
+            .await
+            .unwrap();
+        assert_eq!(wins.len(), ROWS as usize);
         let rows = finish_many(
             &db.pool,
             wins,
-            4,
+            16,
             |effect: Effect<Referenced, i64>| async move {
                 let id = *effect.key();
-                match id % 4 {
+                match id % 5 {
                     0 => Verdict::Failed,
-                    _ => Referenced::confirm(format!("ref-{id}")).into(),
+                    _ => Referenced::confirm(bank_ref(id), fee(id), receipt(id)).into(),
                 }
             },
         )
         .await
         .unwrap();
-        for (id, finished) in by_key(rows) {
-            let (status, bank_ref, _) = row(&db, "referenced", id).await;
-            match id % 4 {
+        let read = match DB::DIALECT {
+            Dialect::Postgres => {
+                "SELECT status, bank_ref, fee, receipt FROM referenced WHERE id = $1"
+            }
+            Dialect::Sqlite => "SELECT status, bank_ref, fee, receipt FROM referenced WHERE id = ?",
+            _ => "SELECT CAST(status AS CHAR), bank_ref, fee, receipt FROM referenced WHERE id = ?",
+        };
+        let message = match DB::DIALECT {
+            Dialect::Postgres => {
+                "SELECT topic, convert_from(payload, 'UTF8') FROM stateguard_outbox \
+                 WHERE order_key = $1"
+            }
+            Dialect::Sqlite => {
+                "SELECT topic, CAST(payload AS TEXT) FROM stateguard_outbox WHERE order_key = ?"
+            }
+            _ => {
+                "SELECT CAST(topic AS CHAR), CAST(payload AS CHAR) FROM stateguard_outbox \
+                 WHERE order_key = ?"
+            }
+        };
+        let mut conn = db.pool.acquire().await.unwrap();
+        let finished = by_key(rows);
+        assert_eq!(finished.len(), ROWS as usize);
+        for (id, finished) in finished {
+            let (status, stored_ref, stored_fee, stored_receipt): (
+                String,
+                Option<String>,
+                Option<i64>,
+                Option<Vec<u8>>,
+            ) = DB::fetch_one(&mut conn, read, &[Bind::Int(id)])
+                .await
+                .unwrap();
+            let order_key = format!("referenced.status:{id}");
+            let (topic, payload): (String, String) =
+                DB::fetch_one(&mut conn, message, &[Bind::Text(&order_key)])
+                    .await
+                    .unwrap();
+            let payload: serde_json::Value = serde_json::from_str(&payload).unwrap();
+            match id % 5 {
                 0 => {
                     assert!(
                         matches!(finished, Ok(Finished::Failed { .. })),
                         "{finished:?}"
                     );
-                    assert_eq!((status.as_str(), bank_ref), ("failed", None));
+                    assert_eq!(
+                        (status.as_str(), stored_ref, stored_fee, stored_receipt),
+                        ("failed", None, None, None)
+                    );
+                    assert_eq!(topic, "referenced.failed");
                 }
                 _ => {
                     assert!(
@@ -434,11 +514,57 @@ where
                         "{finished:?}"
                     );
                     assert_eq!(
-                        (status.as_str(), bank_ref.as_deref()),
-                        ("sent", Some(format!("ref-{id}").as_str()))
+                        (status.as_str(), stored_ref, stored_fee, stored_receipt),
+                        ("sent", Some(bank_ref(id)), fee(id), Some(receipt(id))),
+                        "row {id}"
+                    );
+                    assert_eq!(topic, "referenced.sent");
+                    assert_eq!(
+                        payload,
+                        serde_json::json!({
+                            "id": id, "status": "sent", "version": 2,
+                            "bank_ref": bank_ref(id), "fee": fee(id),
+                        })
                     );
                 }
             }
+        }
+        // One message and one follow-up history row per row, no more
+        // (a padded row writes none).
+        let counted = match DB::DIALECT {
+            Dialect::Postgres => {
+                "SELECT (SELECT COUNT(*) FROM stateguard_outbox)::BIGINT * 1000000 + \
+                 (SELECT COUNT(*) FROM referenced_history WHERE transition = 'confirm' \
+                 AND occurrence = 2)::BIGINT * 1000 + \
+                 (SELECT COUNT(*) FROM referenced_history WHERE transition = 'fail' \
+                 AND occurrence = 2)::BIGINT"
+            }
+            Dialect::Sqlite => {
+                "SELECT (SELECT COUNT(*) FROM stateguard_outbox) * 1000000 + \
+                 (SELECT COUNT(*) FROM referenced_history WHERE transition = 'confirm' \
+                 AND occurrence = 2) * 1000 + \
+                 (SELECT COUNT(*) FROM referenced_history WHERE transition = 'fail' \
+                 AND occurrence = 2)"
+            }
+            _ => {
+                "SELECT CAST((SELECT COUNT(*) FROM stateguard_outbox) * 1000000 + \
+                 (SELECT COUNT(*) FROM referenced_history WHERE transition = 'confirm' \
+                 AND occurrence = 2) * 1000 + \
+                 (SELECT COUNT(*) FROM referenced_history WHERE transition = 'fail' \
+                 AND occurrence = 2) AS SIGNED)"
+            }
+        };
+        let failed = ROWS / 5;
+        assert_eq!(
+            count(&db, counted).await,
+            ROWS * 1_000_000 + (ROWS - failed) * 1000 + failed
+        );
+        if DB::DIALECT == Dialect::Postgres {
+            // The claim, then per flush one `fail` and a `confirm` per 64
+            // rows (4 in all when one flush takes the batch): one per row
+            // would be 121.
+            let updates = count(&db, "SELECT COUNT(*)::BIGINT FROM referenced_updates").await;
+            assert!(updates <= 16, "{updates} updates for {ROWS} rows");
         }
     }
 
@@ -812,28 +938,63 @@ where
 #[tokio::test]
 async fn sqlite_batches_are_driven_by_their_keys() {
     let pool = sqlx::SqlitePool::connect("sqlite::memory:").await.unwrap();
-    let create = create::<sqlx::Sqlite>("batched");
-    sqlx::raw_sql(create).execute(&pool).await.unwrap();
-    sqlx::raw_sql("CREATE INDEX batched_by_status ON batched (status, id)")
-        .execute(&pool)
-        .await
-        .unwrap();
+    for table in ["batched", "referenced"] {
+        sqlx::raw_sql(create::<sqlx::Sqlite>(table))
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+    for index in [
+        "CREATE INDEX batched_by_status ON batched (status, id)",
+        "CREATE INDEX referenced_by_status ON referenced (status, id)",
+    ] {
+        sqlx::raw_sql(index).execute(&pool).await.unwrap();
+    }
+    // The history table the valued follow-up's history insert writes.
+    for statement in stateguard::ddl::generate::<Referenced>(Dialect::Sqlite).up() {
+        sqlx::raw_sql(statement).execute(&pool).await.unwrap();
+    }
     let in_flight = Batched::MACHINE
         .state(Batched::Sending)
         .and_then(|state| state.in_flight())
         .unwrap();
+    let valued = Referenced::MACHINE
+        .state(Referenced::Sending)
+        .and_then(|state| state.in_flight())
+        .unwrap();
     let start = Batched::MACHINE.transition("start").unwrap();
+    // The statements that take a JSON document, and those that take their
+    // rows spelled out (a follow-up binding values per row).
     let statements = [
-        ("apply_many", start.apply_many_sql().update().sqlite()),
-        ("renew_many", in_flight.renew_many_sql().sqlite()),
-        ("done_many", in_flight.follow_up_many_sql()[0].sqlite()),
-        ("failed_many", in_flight.follow_up_many_sql()[1].sqlite()),
+        ("apply_many", start.apply_many_sql().update().sqlite(), true),
+        ("renew_many", in_flight.renew_many_sql().sqlite(), true),
+        (
+            "done_many",
+            in_flight.follow_up_many_sql()[0].sqlite(),
+            true,
+        ),
+        (
+            "failed_many",
+            in_flight.follow_up_many_sql()[1].sqlite(),
+            true,
+        ),
         (
             "postpone_many",
             in_flight.retry().unwrap().postpone_many_sql().sqlite(),
+            true,
+        ),
+        (
+            "valued done_many",
+            valued.follow_up_many_sql()[0].sqlite(),
+            false,
+        ),
+        (
+            "valued done_many history",
+            valued.follow_up_many_history_insert_sql()[0].sqlite(),
+            false,
         ),
     ];
-    for (name, text) in statements {
+    for (name, text, json) in statements {
         assert!(!text.is_empty(), "{name}");
         // The library's own statement, explained: a literal for the test's
         // life.
@@ -845,13 +1006,26 @@ async fn sqlite_batches_are_driven_by_their_keys() {
             .map(|(_, _, _, step)| step.as_str())
             .filter(|step| step.starts_with("SCAN") || step.starts_with("SEARCH"))
             .collect();
+        if json {
+            assert!(
+                steps.first().is_some_and(|s| s.contains("json_each")),
+                "{name} starts with {steps:?}"
+            );
+        }
+        // The machine's table is only ever searched by key, never
+        // scanned, nor read through the status index.
+        for table in ["batched", "referenced"] {
+            assert!(
+                steps
+                    .iter()
+                    .all(|s| !s.starts_with(&format!("SCAN {table}"))
+                        && !s.contains(&format!("{table}_by_status"))),
+                "{name} scans {table}: {steps:?}"
+            );
+        }
         assert!(
-            steps.first().is_some_and(|s| s.contains("json_each")),
-            "{name} starts with {steps:?}"
-        );
-        assert!(
-            steps.iter().all(|s| !s.contains("batched_by_status")),
-            "{name} scans the status index: {steps:?}"
+            steps.iter().any(|s| s.starts_with("SEARCH")),
+            "{name} searches no table: {steps:?}"
         );
     }
 }

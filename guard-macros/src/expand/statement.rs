@@ -85,6 +85,10 @@ pub(super) fn column(col: Col) -> TokenStream {
 pub(super) fn bind(slot: Slot) -> TokenStream {
     let n = |n: u8| proc_macro2::Literal::u8_unsuffixed(n);
     match slot {
+        Slot::Row(row, part) => {
+            let (row, part) = (n(row), n(part));
+            quote!(Row(#row, #part))
+        }
         Slot::Keys(k) => {
             let k = n(k);
             quote!(Keys(#k))

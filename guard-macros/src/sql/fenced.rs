@@ -10,6 +10,15 @@
 //! [`Slot::Ints`]), and as one JSON document of rows
 //! `[key…, occurrence, token(, delay)]` on SQLite and MySQL
 //! ([`Slot::Keys`]`(0)`).
+//!
+//! A follow-up that binds values per row (`set(bank_ref = bind(String))`)
+//! takes its batch spelled out instead: [`ROWS`] rows of placeholders
+//! ([`Slot::Row`]), each row's key, occurrence, token and values bound as
+//! the one-row statement binds them, so that a value of any type the
+//! follow-up declares travels exactly as `finish` would send it (a JSON
+//! document could not carry bytes, and an array needs a PostgreSQL array
+//! type). The runtime sends a batch in runs of [`ROWS`], the last one
+//! padded with rows that match nothing (a NULL token).
 
 use crate::dialect::Dialect;
 use crate::model::{InFlight, Model, State, Transition};
@@ -22,6 +31,21 @@ use super::{Match, key_columns};
 /// wait in milliseconds.
 const FENCE: [&str; 2] = ["__sg_o", "__sg_t"];
 const DELAY: &str = "__sg_d";
+
+/// How many rows one statement of a batch spelled out row by row takes
+/// ([`Dialect::cells_input`]).
+pub const ROWS: u8 = 64;
+
+/// Where a fenced statement takes its rows from.
+#[derive(Clone, Copy)]
+enum Input<'a> {
+    /// One value per column (PostgreSQL) or one JSON document (SQLite,
+    /// MySQL), carrying these integers after each key.
+    Batch(&'a [&'a str]),
+    /// [`ROWS`] rows of placeholders, each with this many values after its
+    /// fence.
+    Cells(usize),
+}
 
 impl Dialect {
     /// The batch's rows, `__sg_i(__sg_k0, …, ints…)`: PostgreSQL's arrays
@@ -75,6 +99,40 @@ impl Dialect {
         }
     }
 
+    /// [`ROWS`] rows of placeholders, `__sg_i(__sg_k0, …, __sg_o, __sg_t,
+    /// __sg_v0, …)`: each row's key columns, occurrence, lease token and
+    /// `values` values, one [`Slot::Row`] each, as a `UNION ALL` of
+    /// one-row `SELECT`s (which every dialect takes as a derived table).
+    fn cells_input(self, model: &Model, values: usize) -> String {
+        let names: Vec<String> = (0..model.key.len())
+            .map(|i| format!("__sg_k{i}"))
+            .chain(FENCE.iter().map(|c| c.to_string()))
+            .chain((0..values).map(|v| format!("__sg_v{v}")))
+            .collect();
+        let rows: Vec<String> = (0..ROWS)
+            .map(|row| {
+                let cells: Vec<String> = (names.iter().enumerate())
+                    .map(|(part, name)| {
+                        let cell = Slot::Row(row, part as u8).mark();
+                        match row {
+                            0 => format!("{cell} AS {name}"),
+                            _ => cell,
+                        }
+                    })
+                    .collect();
+                format!("SELECT {}", cells.join(", "))
+            })
+            .collect();
+        format!("({}) AS __sg_i", rows.join(" UNION ALL "))
+    }
+
+    fn input(self, model: &Model, input: Input<'_>) -> String {
+        match input {
+            Input::Batch(ints) => self.fenced_input(model, ints),
+            Input::Cells(values) => self.cells_input(model, values),
+        }
+    }
+
     /// Each row still in its own occurrence of the in-flight state, under
     /// its own lease: [`Self::leased`] with the batch's columns for the
     /// call's values.
@@ -100,11 +158,11 @@ impl Dialect {
         state: &State,
         in_flight: &InFlight,
         assignments: &str,
-        ints: &[&str],
+        input: Input<'_>,
     ) -> String {
         let d = self;
         let table = d.quote(&model.table);
-        let input = d.fenced_input(model, ints);
+        let input = d.input(model, input);
         let fenced = d.fenced(model, state, in_flight);
         match d {
             Dialect::Postgres | Dialect::Sqlite => {
@@ -143,7 +201,7 @@ impl Dialect {
         let assignments = format!("{} = {}", d.quote(&in_flight.since), d.now());
         format!(
             "{}{}",
-            d.fenced_update(model, state, in_flight, &assignments, &FENCE),
+            d.fenced_update(model, state, in_flight, &assignments, Input::Batch(&FENCE)),
             d.fenced_returning(model, Some(in_flight)),
         )
     }
@@ -197,9 +255,9 @@ impl Dialect {
 
     /// The follow-up `transition` (`done` or `failed`) of many rows in one
     /// statement, each row moving only while its holder still has its
-    /// lease; returns the moved rows' keys (PostgreSQL, SQLite). Empty for
-    /// a follow-up that binds values per call, which each row's verdict
-    /// supplies: such rows finish one statement each.
+    /// lease; returns the moved rows' keys (PostgreSQL, SQLite). A
+    /// follow-up that binds values per row takes [`ROWS`] rows spelled out
+    /// ([`Self::cells_input`]), its values read from them.
     pub fn follow_up_many(
         &self,
         model: &Model,
@@ -208,18 +266,19 @@ impl Dialect {
         transition: &Transition,
     ) -> String {
         let d = *self;
-        if transition.set_binds() > 0 {
-            return String::new();
-        }
+        let input = follow_up_input(transition);
         let update = d.fenced_update(
             model,
             state,
             in_flight,
             &d.assignments(model, transition),
-            &FENCE,
+            input,
         );
         if d != Dialect::Postgres || (model.history.is_none() && transition.emit.is_none()) {
-            return format!("{update}{}", d.fenced_returning(model, None));
+            return from_rows(
+                transition,
+                format!("{update}{}", d.fenced_returning(model, None)),
+            );
         }
         // PostgreSQL writes the history rows and the messages in the same
         // statement, from the moved rows, and returns their keys.
@@ -249,15 +308,24 @@ impl Dialect {
             }
             None => String::new(),
         };
-        format!(
-            "{moved}{log}{outbox} SELECT {} FROM __sg_moved",
-            key_columns(aliases)
+        from_rows(
+            transition,
+            format!(
+                "{moved}{log}{outbox} SELECT {} FROM __sg_moved",
+                key_columns(aliases)
+            ),
         )
     }
 
     /// `FROM rows JOIN t … WHERE fenced`: the rows a batched follow-up is
     /// about to move, for its history rows and messages (SQLite, MySQL).
-    fn fenced_rows(self, model: &Model, state: &State, in_flight: &InFlight) -> String {
+    fn fenced_rows(
+        self,
+        model: &Model,
+        state: &State,
+        in_flight: &InFlight,
+        input: Input<'_>,
+    ) -> String {
         let d = self;
         let join = match d {
             Dialect::MySql => "STRAIGHT_JOIN",
@@ -265,7 +333,7 @@ impl Dialect {
         };
         format!(
             "FROM {} {join} {} ON {}",
-            d.fenced_input(model, &FENCE),
+            d.input(model, input),
             d.quote(&model.table),
             d.fenced(model, state, in_flight),
         )
@@ -282,18 +350,17 @@ impl Dialect {
         transition: &Transition,
     ) -> String {
         let d = *self;
-        let (Some(history), false, 0) = (
-            &model.history,
-            d == Dialect::Postgres,
-            transition.set_binds(),
-        ) else {
+        let (Some(history), false) = (&model.history, d == Dialect::Postgres) else {
             return String::new();
         };
         let (columns, values) = d.history_columns(model, transition, true);
-        format!(
-            "INSERT INTO {} ({columns}) SELECT {values} {}",
-            d.quote(history),
-            d.fenced_rows(model, state, in_flight),
+        let rows = d.fenced_rows(model, state, in_flight, follow_up_input(transition));
+        from_rows(
+            transition,
+            format!(
+                "INSERT INTO {} ({columns}) SELECT {values} {rows}",
+                d.quote(history),
+            ),
         )
     }
 
@@ -307,11 +374,11 @@ impl Dialect {
         in_flight: &InFlight,
         transition: &Transition,
     ) -> String {
-        if transition.set_binds() > 0 {
-            return String::new();
-        }
-        let from_where = self.fenced_rows(model, state, in_flight);
-        self.outbox_insert_from(model, transition, &from_where)
+        let from_where = self.fenced_rows(model, state, in_flight, follow_up_input(transition));
+        from_rows(
+            transition,
+            self.outbox_insert_from(model, transition, &from_where),
+        )
     }
 
     /// Where the state counts attempts: many rows' "try again later", each
@@ -334,7 +401,7 @@ impl Dialect {
                 state,
                 in_flight,
                 &assignments,
-                &[FENCE[0], FENCE[1], DELAY]
+                Input::Batch(&[FENCE[0], FENCE[1], DELAY]),
             ),
             d.fenced_returning(model, None),
         )
@@ -374,4 +441,21 @@ impl Dialect {
             d.due(in_flight),
         )
     }
+}
+
+/// Where a follow-up's batch statements take their rows: spelled out when
+/// it binds values per row, one document (or array per column) otherwise.
+fn follow_up_input(transition: &Transition) -> Input<'static> {
+    match transition.set_binds() {
+        0 => Input::Batch(&FENCE),
+        values => Input::Cells(values),
+    }
+}
+
+/// `statement` with the call's values (`set(… = bind(T))`, [`Slot::Value`])
+/// read from each row's cells instead, `__sg_i.__sg_v{n}`.
+fn from_rows(transition: &Transition, statement: String) -> String {
+    (0..transition.set_binds()).fold(statement, |statement, v| {
+        statement.replace(&Slot::Value(v as u8).mark(), &format!("__sg_i.__sg_v{v}"))
+    })
 }

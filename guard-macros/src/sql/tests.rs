@@ -32,6 +32,16 @@ fn with_model(check: impl FnOnce(&Model)) {
 
 /// The model of [`with_model`], with `version` as its version column.
 fn with_model_versioned(version: Option<&str>, check: impl FnOnce(&Model)) {
+    with_model_set(version, Vec::new(), check);
+}
+
+/// The model of [`with_model_versioned`], with `set` added to `confirm`'s
+/// assignments.
+fn with_model_set(
+    version: Option<&str>,
+    set: Vec<(String, crate::model::Assign)>,
+    check: impl FnOnce(&Model),
+) {
     let ident = |name: &str| Ident::new(name, Span::call_site());
     let (machine, pending, sending, sent) = (
         ident("Payout"),
@@ -59,7 +69,7 @@ fn with_model_versioned(version: Option<&str>, check: impl FnOnce(&Model)) {
         failed: None,
         retry: None,
     });
-    let model = Model {
+    let mut model = Model {
         ident: &machine,
         table: "billing.payouts".to_owned(),
         column: "status".to_owned(),
@@ -92,6 +102,7 @@ fn with_model_versioned(version: Option<&str>, check: impl FnOnce(&Model)) {
             },
         ],
     };
+    model.transitions[1].set.extend(set);
     check(&model);
 }
 
@@ -274,5 +285,84 @@ fn leases_and_their_placeholders() {
             ),
             "{renew}"
         );
+    });
+}
+
+/// `confirm` with `bank_ref = bind(String)` beside `sent_at`.
+fn with_valued_confirm(check: impl FnOnce(&Model)) {
+    let string: syn::Type = syn::parse_quote!(String);
+    let bank_ref = crate::model::Assign::Bind(Box::new(string));
+    with_model_set(
+        Some("version"),
+        vec![("bank_ref".to_owned(), bank_ref)],
+        check,
+    );
+}
+
+#[test]
+fn a_follow_up_with_values_spells_out_its_rows() -> Result<(), String> {
+    use super::fenced::ROWS;
+    let mut texts = Vec::new();
+    with_valued_confirm(|model| {
+        let state = &model.states[1];
+        let Some(f) = &state.in_flight else { return };
+        let confirm = &model.transitions[1];
+        texts = DIALECTS
+            .map(|d| d.follow_up_many(model, state, f, confirm))
+            .into_iter()
+            .collect();
+    });
+    assert_eq!(texts.len(), 3);
+    let cells = 1 + 2 + 1; // key, occurrence, token, bank_ref
+    for (d, marked) in DIALECTS.into_iter().zip(&texts) {
+        let statement = render(d, marked)?;
+        // Every value comes from a row's cell, none from the call.
+        assert!(
+            statement
+                .plan
+                .iter()
+                .all(|slot| !matches!(slot, Slot::Value(_))),
+            "{d:?}: {:?}",
+            statement.plan
+        );
+        let rows: Vec<(u8, u8)> = (statement.plan.iter())
+            .filter_map(|slot| match slot {
+                Slot::Row(row, part) => Some((*row, *part)),
+                _ => None,
+            })
+            .collect();
+        // Each cell of each of the ROWS rows, once, row by row: the order
+        // MySQL's positional placeholders need, and the numbered ones take.
+        let expected: Vec<(u8, u8)> = (0..ROWS)
+            .flat_map(|row| (0..cells).map(move |part| (row, part as u8)))
+            .collect();
+        assert_eq!(rows, expected, "{d:?}");
+        assert!(statement.text.contains("__sg_i.__sg_v0"), "{d:?}");
+        assert!(statement.text.contains(" UNION ALL SELECT "), "{d:?}");
+    }
+    // The first row names the columns the statement reads.
+    let lite = text(Dialect::Sqlite, texts[1].clone());
+    assert!(
+        lite.contains("(SELECT ?1 AS __sg_k0, ?2 AS __sg_o, ?3 AS __sg_t, ?4 AS __sg_v0 UNION ALL SELECT ?5, ?6, ?7, ?8 UNION ALL"),
+        "{lite}"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_follow_up_without_values_takes_one_document() {
+    with_model(|model| {
+        let state = &model.states[1];
+        let Some(f) = &state.in_flight else { return };
+        let confirm = &model.transitions[1];
+        for d in DIALECTS {
+            let marked = d.follow_up_many(model, state, f, confirm);
+            let plan = render(d, &marked).map(|s| s.plan).unwrap_or_default();
+            assert!(!plan.is_empty(), "{d:?}");
+            assert!(
+                plan.iter().all(|slot| !matches!(slot, Slot::Row(..))),
+                "{d:?}: {plan:?}"
+            );
+        }
     });
 }

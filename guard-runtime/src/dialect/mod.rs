@@ -122,6 +122,8 @@ pub(crate) mod sealed {
 
         fn bind_int(args: &mut Self::Args, value: i64) -> Result<(), sqlx::Error>;
 
+        fn bind_int_opt(args: &mut Self::Args, value: Option<i64>) -> Result<(), sqlx::Error>;
+
         fn bind_text(args: &mut Self::Args, value: Option<String>) -> Result<(), sqlx::Error>;
 
         fn bytes_opt(row: &Self::Row, index: usize) -> Result<Option<Vec<u8>>, sqlx::Error>;
@@ -157,6 +159,10 @@ macro_rules! row_access {
         }
 
         fn bind_int(args: &mut Self::Args, value: i64) -> Result<(), sqlx::Error> {
+            sqlx::Arguments::add(args, value).map_err(sqlx::Error::Encode)
+        }
+
+        fn bind_int_opt(args: &mut Self::Args, value: Option<i64>) -> Result<(), sqlx::Error> {
             sqlx::Arguments::add(args, value).map_err(sqlx::Error::Encode)
         }
 

@@ -7,6 +7,13 @@
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Bind {
+    /// Cell `part` of row `row` of a batch spelled out row by row (a
+    /// follow-up that binds values per row, in `finish_many`): each row's
+    /// key columns, its occurrence, its lease token, then its values. A
+    /// statement takes as many rows as its highest `row` plus one; rows
+    /// past the batch's end repeat its last row with a NULL token, which
+    /// matches nothing.
+    Row(u8, u8),
     /// A batch's keys: key column `n`'s values as an array (PostgreSQL),
     /// or every key as one JSON document (`Keys(0)`, SQLite and MySQL).
     Keys(u8),

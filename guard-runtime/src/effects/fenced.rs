@@ -10,7 +10,7 @@
 
 use crate::StateMachine;
 use crate::dialect::sealed::Driver;
-use crate::dialect::{Backend, Column, Sql, Statement};
+use crate::dialect::{Backend, Bind, Column, Sql, Statement};
 use crate::effects::lease::Found;
 use crate::error::Error;
 use crate::executor::Runner;
@@ -20,32 +20,56 @@ use crate::executor::tx::Tx;
 use crate::machine::InFlightDef;
 use crate::machine::key::{BatchKey, KeyShape};
 use crate::transition::Transition;
-use crate::transition::bind::{self, Values};
+use crate::transition::bind::{self, Parts, Values};
 use crate::transition::note::Note;
 use crate::transition::row::Read;
 
 /// Rows of one in-flight state, sorted by key and distinct, each with the
 /// integers its statements bind: its occurrence, its lease token and,
-/// for a postponement, its wait in milliseconds.
-pub(crate) struct Rows<'a, K> {
+/// for a postponement, its wait in milliseconds; and for a follow-up that
+/// binds values per row, each row's values.
+pub(crate) struct Rows<'a, K, DB: Backend> {
     pub(crate) keys: Vec<&'a K>,
     /// `[occurrences, tokens]`, or `[occurrences, tokens, delays]`.
     pub(crate) ints: Vec<Vec<i64>>,
+    /// One per row, or none for a statement that binds no values.
+    pub(crate) values: Vec<&'a (dyn Parts<DB> + Sync)>,
 }
 
-impl<'a, K> Rows<'a, K> {
+impl<'a, K, DB: Backend> Rows<'a, K, DB> {
     pub(crate) fn len(&self) -> usize {
         self.keys.len()
     }
 
     /// The rows at `indices`, in that order.
-    fn subset(&self, indices: &[usize]) -> Rows<'a, K> {
+    fn subset(&self, indices: impl Iterator<Item = usize> + Clone) -> Rows<'a, K, DB> {
         Rows {
-            keys: indices.iter().map(|&i| self.keys[i]).collect(),
+            keys: indices.clone().map(|i| self.keys[i]).collect(),
             ints: (self.ints.iter())
-                .map(|column| indices.iter().map(|&i| column[i]).collect())
+                .map(|column| indices.clone().map(|i| column[i]).collect())
                 .collect(),
+            values: match self.values.is_empty() {
+                true => Vec::new(),
+                false => indices.map(|i| self.values[i]).collect(),
+            },
         }
+    }
+
+    /// The rows as `statement` takes them: all at once, or for a batch
+    /// spelled out row by row, in runs of as many rows as it has.
+    fn runs(&self, statement: Statement) -> Vec<Rows<'a, K, DB>> {
+        let per_statement = (statement.binds().iter())
+            .filter_map(|bind| match bind {
+                Bind::Row(row, _) => Some(usize::from(*row) + 1),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(self.len())
+            .max(1);
+        (0..self.len())
+            .step_by(per_statement)
+            .map(|start| self.subset(start..(start + per_statement).min(self.len())))
+            .collect()
     }
 
     fn occurrence(&self, i: usize) -> i64 {
@@ -95,7 +119,7 @@ pub(crate) async fn run<S, K, DB>(
     state: S,
     transition: Transition<S>,
     statement: Fenced<'_>,
-    rows: &Rows<'_, K>,
+    rows: &Rows<'_, K, DB>,
     deadline: core::time::Duration,
 ) -> Result<Vec<Moved<S>>, Error>
 where
@@ -114,12 +138,12 @@ where
     }
 }
 
-/// The arguments of `statement` for `rows`: their keys and integers, and
-/// no note.
+/// The arguments of `statement` for `rows`: their keys, integers and
+/// values, and no note.
 fn arguments<DB, Sh, K>(
     transition: Transition<impl StateMachine>,
     statement: Statement,
-    rows: &Rows<'_, K>,
+    rows: &Rows<'_, K, DB>,
 ) -> Result<DB::Args, Error>
 where
     DB: Backend,
@@ -128,8 +152,10 @@ where
 {
     let parts = bind::rows::<Sh, K>(&rows.keys, &rows.ints);
     let (keys, ints) = (parts.keys(), parts.ints());
+    let cells = bind::cells::<Sh, K, DB>(&rows.keys, &rows.ints, &rows.values);
     let values = Values {
         keys: Some(&keys),
+        cells: Some(&cells),
         ints: Some(&ints),
         note: Some(&Note::NONE),
         ..Values::NONE
@@ -144,7 +170,7 @@ async fn returning<S, K, DB>(
     in_flight: &'static InFlightDef<S>,
     transition: Transition<S>,
     statement: Fenced<'_>,
-    rows: &Rows<'_, K>,
+    rows: &Rows<'_, K, DB>,
 ) -> Result<Vec<Moved<S>>, Error>
 where
     S: StateMachine,
@@ -154,33 +180,36 @@ where
     let mut executor = pool;
     let db_error = |e| transition.db_error(e);
     let update = DB::statement(statement.sql);
-    let args = arguments::<DB, S::KeyShape, K>(transition, update, rows)?;
     let inserts: Vec<Statement> = statement
         .inserts
         .iter()
         .map(|sql| DB::statement(sql))
         .filter(|insert| !insert.is_empty())
         .collect();
-    let returned = match inserts.is_empty() {
-        true => executor.rows(update, args).await,
-        false => {
-            let inserts = inserts
-                .into_iter()
-                .map(|insert| {
-                    let args = arguments::<DB, S::KeyShape, K>(transition, insert, rows)?;
-                    Ok((insert.text(), args))
-                })
-                .collect::<Result<Vec<_>, Error>>()?;
-            executor
-                .with_inserts(inserts, update.text(), args, true, None)
-                .await
-                .and_then(|moved| {
-                    prove_all::<DB, _>(update, &moved.rows)?;
-                    Ok(moved.rows)
-                })
+    let mut returned = Vec::with_capacity(rows.len());
+    for run in rows.runs(update) {
+        let args = arguments::<DB, S::KeyShape, K>(transition, update, &run)?;
+        let rows = match inserts.is_empty() {
+            true => executor.rows(update, args).await,
+            false => {
+                let inserts = (inserts.iter())
+                    .map(|&insert| {
+                        let args = arguments::<DB, S::KeyShape, K>(transition, insert, &run)?;
+                        Ok((insert.text(), args))
+                    })
+                    .collect::<Result<Vec<_>, Error>>()?;
+                executor
+                    .with_inserts(inserts, update.text(), args, true, None)
+                    .await
+                    .and_then(|moved| {
+                        prove_all::<DB, _>(update, &moved.rows)?;
+                        Ok(moved.rows)
+                    })
+            }
         }
+        .map_err(db_error)?;
+        returned.extend(rows);
     }
-    .map_err(db_error)?;
     let mut moved: Vec<Option<Option<i64>>> = vec![None; rows.len()];
     for row in &returned {
         let row = Read::<DB>::new(update, row);
@@ -196,7 +225,7 @@ where
     let left: Vec<usize> = (0..rows.len()).filter(|&i| moved[i].is_none()).collect();
     let mut found: Vec<Option<Found<S>>> = (0..rows.len()).map(|_| None).collect();
     if !left.is_empty() {
-        let rest = rows.subset(&left);
+        let rest = rows.subset(left.iter().copied());
         for (key, row) in read::<S, K, DB, _>(&mut executor, in_flight, transition, &rest).await? {
             if let Some(i) = crate::batch::batched::position(&rows.keys, &key) {
                 found[i] = Some(row);
@@ -211,7 +240,7 @@ async fn read<S, K, DB, E>(
     executor: &mut E,
     in_flight: &'static InFlightDef<S>,
     transition: Transition<S>,
-    rows: &Rows<'_, K>,
+    rows: &Rows<'_, K, DB>,
 ) -> Result<Vec<(K, Found<S>)>, Error>
 where
     S: StateMachine,
@@ -257,7 +286,7 @@ async fn locked<S, K, DB>(
     state: S,
     transition: Transition<S>,
     statement: Fenced<'_>,
-    rows: &Rows<'_, K>,
+    rows: &Rows<'_, K, DB>,
     deadline: core::time::Duration,
 ) -> Result<Vec<Moved<S>>, Error>
 where
@@ -285,30 +314,32 @@ where
         .collect();
     let mut moved: Vec<Option<Option<i64>>> = vec![None; rows.len()];
     if !held.is_empty() {
-        let mine = rows.subset(&held);
+        let mine = rows.subset(held.iter().copied());
         let retry = |e| names.tx_error::<DB>(e);
         let update = DB::statement(statement.sql);
-        let args = |sql| arguments::<DB, S::KeyShape, K>(transition, sql, &mine);
-        for insert in statement.inserts {
-            let insert = DB::statement(insert);
-            if insert.is_empty() {
-                continue;
+        for run in mine.runs(update) {
+            let args = |sql| arguments::<DB, S::KeyShape, K>(transition, sql, &run);
+            for insert in statement.inserts {
+                let insert = DB::statement(insert);
+                if insert.is_empty() {
+                    continue;
+                }
+                let written = (&mut tx)
+                    .changed(insert, args(insert)?)
+                    .await
+                    .map_err(retry)?;
+                if written != run.len() as u64 {
+                    return Err(transition.db_error(sqlx::Error::Protocol(format!(
+                        "an insert beside a batch's follow-up wrote {written} rows for {} rows held",
+                        run.len()
+                    ))));
+                }
             }
-            let written = (&mut tx)
-                .changed(insert, args(insert)?)
+            (&mut tx)
+                .changed(update, args(update)?)
                 .await
                 .map_err(retry)?;
-            if written != mine.len() as u64 {
-                return Err(transition.db_error(sqlx::Error::Protocol(format!(
-                    "an insert beside a batch's follow-up wrote {written} rows for {} rows held",
-                    mine.len()
-                ))));
-            }
         }
-        (&mut tx)
-            .changed(update, args(update)?)
-            .await
-            .map_err(retry)?;
         // Locked since the read: each held row moved. A heartbeat reads
         // the new tokens.
         let tokens: Vec<Option<i64>> = match statement.tokens {

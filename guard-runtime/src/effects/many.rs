@@ -36,6 +36,7 @@ use crate::machine::key::{BatchKey, KeyText};
 use crate::outcome::{Committed, Won};
 use crate::telemetry;
 use crate::transition::Transition;
+use crate::transition::bind::Parts;
 use crate::transition::note::Note;
 
 /// How long [`finish_many`] lets a verdict wait at most for others to
@@ -94,8 +95,12 @@ struct Row<K> {
 ///   left to run, or when its oldest verdict has waited [`FLUSH_AFTER`]:
 ///   quick effects share one statement per follow-up for the whole batch,
 ///   slow ones one per [`FLUSH_AFTER`].
-/// - Rows whose follow-up binds values per row (`PayoutStatus::confirm(bank_ref)`),
-///   whose verdict carries a note, or whose attempts ran out, are
+/// - **Per-row values.** A follow-up that binds values per row
+///   (`PayoutStatus::confirm(bank_ref)`) takes each row's values in the
+///   same statement, bound as [`Won::finish`] binds them, so any type the
+///   transition declares travels unchanged: such a statement takes 64
+///   rows, and a larger buffer is written in runs of 64.
+/// - Rows whose verdict carries a note, or whose attempts ran out, are
 ///   finished one statement each, as [`Won::finish`] finishes them.
 ///
 /// The guarantee is [`Won::finish`]'s: an effect runs again only when its
@@ -388,8 +393,13 @@ where
     }
 
     /// `indices` (in key order) as a batch statement binds them, with
-    /// `extra` as each row's third integer.
-    fn fenced_rows(&self, indices: &[usize], extra: Option<&[i64]>) -> Rows<'_, K> {
+    /// `extra` as each row's third integer and `values` as its values.
+    fn fenced_rows<'v>(
+        &'v self,
+        indices: &[usize],
+        extra: Option<&[i64]>,
+        values: &[&'v (dyn Parts<DB> + Sync)],
+    ) -> Rows<'v, K, DB> {
         let rows = self.rows;
         let mut ints = vec![
             indices.iter().map(|&i| rows[i].occurrence).collect(),
@@ -404,6 +414,7 @@ where
         Rows {
             keys: indices.iter().map(|&i| &rows[i].key).collect(),
             ints,
+            values: values.to_vec(),
         }
     }
 
@@ -416,8 +427,9 @@ where
         statement: &Fenced<'_>,
         indices: &[usize],
         extra: Option<&[i64]>,
+        values: &[&(dyn Parts<DB> + Sync)],
     ) -> Result<Vec<Moved<S>>, Error> {
-        let rows = self.fenced_rows(indices, extra);
+        let rows = self.fenced_rows(indices, extra, values);
         let mut attempts = 0;
         loop {
             attempts += 1;
@@ -456,7 +468,8 @@ where
         };
         // Errors name the effect, which `done` names while it runs.
         let transition = self.in_flight.done().transition();
-        self.fenced(transition, &statement, indices, None).await
+        self.fenced(transition, &statement, indices, None, &[])
+            .await
     }
 
     /// Runs the effects of `runnable` and the database loop side by side.
@@ -623,12 +636,12 @@ where
         // In key order, as the statements take them.
         buckets.sort_by(|a, b| self.rows[a.0].key.cmp(&self.rows[b.0].key));
         for f in [0, 1] {
-            let indices: Vec<usize> = buckets
+            let rows: Vec<(usize, &Verdict)> = buckets
                 .iter()
                 .filter(|(_, b, _)| matches!(b, Bucket::FollowUp(g) if *g == f))
-                .map(|(i, _, _)| *i)
+                .map(|(i, _, verdict)| (*i, verdict))
                 .collect();
-            if indices.is_empty() {
+            if rows.is_empty() {
                 continue;
             }
             let transition = match (f, in_flight.failed) {
@@ -643,7 +656,32 @@ where
                 ],
                 tokens: false,
             };
-            let moved = self.fenced(transition, &statement, &indices, None).await;
+            // Each row's values, as `bucket` found them to fit.
+            let mut chosen = Vec::with_capacity(rows.len());
+            for (i, verdict) in rows {
+                match Chosen::of((*verdict).clone(), in_flight, self.state) {
+                    Ok(Some(one)) => chosen.push((i, one)),
+                    Ok(None) => self.settle(i, Ok(Finished::RetryLater)),
+                    Err(error) => self.settle(i, Err(error)),
+                }
+            }
+            let mut indices = Vec::with_capacity(chosen.len());
+            let mut values = Vec::with_capacity(chosen.len());
+            for (i, one) in &chosen {
+                match one.values::<DB>() {
+                    Ok(bound) => {
+                        indices.push(*i);
+                        values.push(bound);
+                    }
+                    Err(error) => self.settle(*i, Err(error)),
+                }
+            }
+            let values: Vec<&(dyn Parts<DB> + Sync)> = (values.iter())
+                .map(|bound| bound as &(dyn Parts<DB> + Sync))
+                .collect();
+            let moved = self
+                .fenced(transition, &statement, &indices, None, &values)
+                .await;
             self.settled(transition, f == 1, &indices, moved, &buckets)
                 .await;
         }
@@ -664,7 +702,7 @@ where
             };
             let transition = in_flight.done().transition();
             let moved = self
-                .fenced(transition, &statement, &indices, Some(&delays))
+                .fenced(transition, &statement, &indices, Some(&delays), &[])
                 .await;
             self.postponed(&indices, moved, &buckets).await;
         }
@@ -688,8 +726,7 @@ where
                 };
                 let f = usize::from(chosen.failed);
                 let batched = !DB::sql(&in_flight.follow_up_many_sql()[f]).is_empty()
-                    && chosen.note == Note::NONE
-                    && chosen.values::<DB>().is_ok();
+                    && chosen.note == Note::NONE;
                 return Ok(Some(match batched {
                     true => Bucket::FollowUp(f),
                     false => Bucket::Single,

@@ -114,12 +114,99 @@ impl<DB: Backend, Sh: KeyShape, K: ManyKeys<DB, Sh>> Parts<DB> for RowInts<'_, S
     }
 }
 
+/// A batch spelled out row by row, [`Bind::Row`]: one run of a fenced
+/// batch (`finish_many`'s follow-ups that bind values per row).
+pub(crate) trait Cells<DB: Backend> {
+    /// Adds cell `part` of row `row` to `args`.
+    fn bind_cell(
+        &self,
+        row: usize,
+        part: usize,
+        args: &mut <DB as Driver>::Args,
+    ) -> Result<(), BindError>;
+}
+
+/// The rows of a fenced batch with each row's values: key `i`, integer
+/// `j` of it at `ints[j][i]` (the occurrence, the lease token), and its
+/// values.
+pub(crate) struct CellParts<'a, Sh, K, DB: Backend> {
+    keys: &'a [&'a K],
+    ints: &'a [Vec<i64>],
+    values: &'a [&'a (dyn Parts<DB> + Sync)],
+    shape: PhantomData<Sh>,
+}
+
+/// A fenced batch's rows with their values.
+pub(crate) fn cells<'a, Sh, K, DB: Backend>(
+    keys: &'a [&'a K],
+    ints: &'a [Vec<i64>],
+    values: &'a [&'a (dyn Parts<DB> + Sync)],
+) -> CellParts<'a, Sh, K, DB> {
+    CellParts {
+        keys,
+        ints,
+        values,
+        shape: PhantomData,
+    }
+}
+
+impl<DB, Sh, K> Cells<DB> for CellParts<'_, Sh, K, DB>
+where
+    DB: Backend,
+    Sh: KeyShape,
+    K: RowKey<DB, Sh>,
+{
+    /// Row `row`'s key columns, occurrence, token and values, in that
+    /// order. A row past the batch's end (the statement takes a fixed
+    /// number) repeats the last one with a NULL token, which no row's
+    /// lease equals: it moves nothing, and writes no history row.
+    fn bind_cell(
+        &self,
+        row: usize,
+        part: usize,
+        args: &mut <DB as Driver>::Args,
+    ) -> Result<(), BindError> {
+        let Some(last) = self.keys.len().checked_sub(1) else {
+            return Err(BindError::Encode(sqlx::Error::Protocol(
+                "a batch of no rows".to_owned(),
+            )));
+        };
+        let padding = row > last;
+        let i = row.min(last);
+        let int = |j: usize| {
+            (self.ints.get(j).and_then(|column| column.get(i)).copied()).ok_or_else(|| {
+                BindError::Encode(sqlx::Error::Protocol(format!(
+                    "the statement binds integer {j} of row {row}, which the batch lacks"
+                )))
+            })
+        };
+        let columns = Sh::COLUMNS;
+        match part {
+            part if part < columns => self.keys[i]
+                .bind_part(part, args)
+                .map_err(BindError::Encode),
+            part if part == columns => DB::bind_int(args, int(0)?).map_err(BindError::Encode),
+            part if part == columns + 1 => {
+                let token = int(1)?;
+                DB::bind_int_opt(args, (!padding).then_some(token)).map_err(BindError::Encode)
+            }
+            part => match self.values.get(i) {
+                Some(values) => values.bind_part(part - columns - 2, args),
+                None => Err(BindError::Encode(sqlx::Error::Protocol(format!(
+                    "the statement binds the values of row {row}, which the batch lacks"
+                )))),
+            },
+        }
+    }
+}
+
 /// Everything one call may bind into its statements; each statement takes
 /// what its plan names. A plan that names a value the call did not supply
 /// is an error, never a NULL.
 pub(crate) struct Values<'a, DB: Backend> {
     pub(crate) key: Option<&'a (dyn Parts<DB> + Sync)>,
     pub(crate) keys: Option<&'a (dyn Parts<DB> + Sync)>,
+    pub(crate) cells: Option<&'a (dyn Cells<DB> + Sync)>,
     pub(crate) ints: Option<&'a (dyn Parts<DB> + Sync)>,
     pub(crate) values: Option<&'a (dyn Parts<DB> + Sync)>,
     pub(crate) note: Option<&'a Note>,
@@ -135,6 +222,7 @@ impl<DB: Backend> Values<'_, DB> {
     pub(crate) const NONE: Self = Values {
         key: None,
         keys: None,
+        cells: None,
         ints: None,
         values: None,
         note: None,
@@ -168,6 +256,10 @@ pub(crate) fn arguments<DB: Backend>(
             None => Err(missing(bind)),
         };
         match bind {
+            Bind::Row(row, n) => match values.cells {
+                Some(cells) => cells.bind_cell(usize::from(row), usize::from(n), &mut args)?,
+                None => return Err(missing(bind)),
+            },
             Bind::Keys(n) => part(values.keys, n, &mut args)?,
             Bind::Ints(n) => part(values.ints, n, &mut args)?,
             Bind::Key(n) => part(values.key, n, &mut args)?,
