@@ -15,6 +15,9 @@
 //!   against a per-row `finish` (goal: at least 20×).
 //! - **A recovery pass over 10,000 expired rows**: `recover_many` at a
 //!   concurrency of 32 against `recover`.
+//! - **A bank reference per row** (`confirm` binds `bank_ref`, so each
+//!   row's value travels in the batch statement): `finish_many` against
+//!   itself without a value, and against a per-row `finish` binding it.
 //!
 //! Rounds alternate (ABBA…), each on rows of its own; "paired" is the
 //! median of the per-round ratios. SQLite runs always, PostgreSQL with
@@ -26,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use sqlx::Pool;
-use stateguard::bounds::{Batched, Key, ManyKeys};
+use stateguard::bounds::{Batched, FollowUpValues, Key, ManyKeys};
 use stateguard::key::shape::One;
 use stateguard::{
     Effect, Finished, StateMachine, Verdict, Won, finish_many, recover, recover_many,
@@ -49,6 +52,26 @@ enum Payout {
     Pending,
     #[state(in_flight(lease = "30s", since = "sending_since", done = confirm, failed = fail))]
     #[transition(confirm -> Sent)]
+    #[transition(fail -> Failed)]
+    Sending,
+    Sent,
+    Failed,
+}
+
+/// The same rows, whose `confirm` records the bank's reference.
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(
+    table = "fm_payouts",
+    column = "status",
+    key = "id",
+    version = "version"
+)]
+enum Referenced {
+    #[state(initial)]
+    #[transition(start -> Sending)]
+    Pending,
+    #[state(in_flight(lease = "30s", since = "sending_since", done = confirm, failed = fail))]
+    #[transition(confirm -> Sent, set(bank_ref = bind(String)))]
     #[transition(fail -> Failed)]
     Sending,
     Sent,
@@ -120,7 +143,7 @@ macro_rules! mysql_numbers {
 impl Bench for sqlx::Postgres {
     const LABEL: &'static str = "PostgreSQL";
     const CREATE: &'static str = "CREATE TABLE fm_payouts (id BIGINT PRIMARY KEY, status TEXT \
-        NOT NULL, version BIGINT NOT NULL DEFAULT 0, sending_since TIMESTAMPTZ); \
+        NOT NULL, version BIGINT NOT NULL DEFAULT 0, sending_since TIMESTAMPTZ, bank_ref TEXT); \
         CREATE INDEX fm_payouts_by_status ON fm_payouts (status, id)";
     const CLEAR: &'static str = "TRUNCATE fm_payouts";
     const PENDING: &'static str =
@@ -134,7 +157,7 @@ impl Bench for sqlx::Postgres {
 impl Bench for sqlx::Sqlite {
     const LABEL: &'static str = "SQLite";
     const CREATE: &'static str = "CREATE TABLE fm_payouts (id INTEGER PRIMARY KEY, status TEXT \
-        NOT NULL, version INTEGER NOT NULL DEFAULT 0, sending_since TEXT); \
+        NOT NULL, version INTEGER NOT NULL DEFAULT 0, sending_since TEXT, bank_ref TEXT); \
         CREATE INDEX fm_payouts_by_status ON fm_payouts (status, id)";
     const CLEAR: &'static str = "DELETE FROM fm_payouts";
     const PENDING: &'static str = "WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM \
@@ -149,7 +172,7 @@ impl Bench for sqlx::MySql {
     const LABEL: &'static str = "MariaDB/MySQL";
     const CREATE: &'static str = "CREATE TABLE fm_payouts (id BIGINT PRIMARY KEY, status \
         VARCHAR(32) NOT NULL, version BIGINT NOT NULL DEFAULT 0, sending_since DATETIME(3) NULL, \
-        INDEX (status, id))";
+        bank_ref VARCHAR(64) NULL, INDEX (status, id))";
     const CLEAR: &'static str = "TRUNCATE fm_payouts";
     const PENDING: &'static str = concat!(
         "INSERT INTO fm_payouts (id, status) SELECT n, 'pending' FROM ",
@@ -221,10 +244,35 @@ where
     F: Fn(Vec<Won<Payout, i64>>) -> Fut,
     Fut: Future<Output = usize>,
 {
+    let claim = || async { Payout::start().claim(pool, CLAIM).await.unwrap() };
+    claiming(workers, claim, finish).await
+}
+
+/// [`workers`] for [`Referenced`].
+async fn referenced_workers<DB, F, Fut>(pool: &Pool<DB>, workers: usize, finish: F) -> usize
+where
+    DB: Bench,
+    i64: Key<DB> + ManyKeys<DB, One> + for<'r> sqlx::Decode<'r, DB>,
+    F: Fn(Vec<Won<Referenced, i64>>) -> Fut,
+    Fut: Future<Output = usize>,
+{
+    let claim = || async { Referenced::start().claim(pool, CLAIM).await.unwrap() };
+    claiming(workers, claim, finish).await
+}
+
+/// `workers` workers taking batches from `claim` until one is empty, each
+/// finishing its batch with `finish`: the rows they finished.
+async fn claiming<W, C, CFut, F, Fut>(workers: usize, claim: C, finish: F) -> usize
+where
+    C: Fn() -> CFut,
+    CFut: Future<Output = Vec<W>>,
+    F: Fn(Vec<W>) -> Fut,
+    Fut: Future<Output = usize>,
+{
     let worker = || async {
         let mut done = 0;
         loop {
-            let wins: Vec<Won<Payout, i64>> = Payout::start().claim(pool, CLAIM).await.unwrap();
+            let wins = claim().await;
             if wins.is_empty() {
                 return done;
             }
@@ -259,6 +307,55 @@ where
     rows.iter()
         .filter(|row| matches!(row.finished, Ok(Finished::Done { .. })))
         .count()
+}
+
+/// The bank's reference of row `id`.
+fn bank_ref(id: i64) -> String {
+    format!("bank-{id:012}")
+}
+
+/// A batch through `finish_many`, each `confirm` binding its row's bank
+/// reference.
+async fn referenced_batched<DB>(pool: &Pool<DB>, wins: Vec<Won<Referenced, i64>>) -> usize
+where
+    DB: Bench,
+    Referenced: FollowUpValues<DB>,
+    i64: Key<DB> + ManyKeys<DB, One> + for<'r> sqlx::Decode<'r, DB>,
+{
+    let rows = finish_many(
+        pool,
+        wins,
+        CONCURRENCY,
+        |effect: Effect<Referenced, i64>| async move {
+            Referenced::confirm(bank_ref(*effect.key())).into()
+        },
+    )
+    .await
+    .unwrap();
+    rows.iter()
+        .filter(|row| matches!(row.finished, Ok(Finished::Done { .. })))
+        .count()
+}
+
+/// A batch through `finish`, one row after another, each `confirm`
+/// binding its row's bank reference.
+async fn referenced_per_row<DB>(pool: &Pool<DB>, wins: Vec<Won<Referenced, i64>>) -> usize
+where
+    DB: Bench,
+    Referenced: FollowUpValues<DB>,
+    i64: Key<DB> + ManyKeys<DB, One> + for<'r> sqlx::Decode<'r, DB>,
+{
+    let mut done = 0;
+    for won in wins {
+        let finished = won
+            .finish(pool, |effect| async move {
+                Referenced::confirm(bank_ref(*effect.key())).into()
+            })
+            .await
+            .unwrap();
+        done += usize::from(matches!(finished, Finished::Done { .. }));
+    }
+    done
 }
 
 /// A batch through `finish`, one row after another.
@@ -377,6 +474,7 @@ fn row(
 async fn cases<DB>(pool: Pool<DB>)
 where
     DB: Bench,
+    Referenced: FollowUpValues<DB>,
     i64: Key<DB> + ManyKeys<DB, One> + for<'r> sqlx::Decode<'r, DB>,
     for<'c> &'c Pool<DB>: sqlx::Executor<'c, Database = DB>,
     DB::Arguments: sqlx::IntoArguments<DB>,
@@ -482,6 +580,49 @@ where
         "recover",
     ));
     println!("{}: recovery done", DB::LABEL);
+    let (ours, theirs) = alternating(
+        ROUNDS,
+        || {
+            timed(pool, DB::PENDING, rows, async {
+                referenced_workers(pool, WORKERS, |wins| referenced_batched(pool, wins)).await
+            })
+        },
+        || {
+            timed(pool, DB::PENDING, rows, async {
+                workers(pool, WORKERS, |wins| batched(pool, wins, Duration::ZERO)).await
+            })
+        },
+    )
+    .await;
+    measured(row(
+        DB::LABEL,
+        "claim + finish_many, a bank reference per row, 8 workers, concurrency 32",
+        ours,
+        theirs,
+        "claim + finish_many without a value",
+    ));
+    let (ours, theirs) = alternating(
+        ROUNDS,
+        || {
+            timed(pool, DB::PENDING, rows, async {
+                referenced_workers(pool, WORKERS, |wins| referenced_batched(pool, wins)).await
+            })
+        },
+        || {
+            timed(pool, DB::PENDING, per_row_rows, async {
+                referenced_workers(pool, WORKERS, |wins| referenced_per_row(pool, wins)).await
+            })
+        },
+    )
+    .await;
+    measured(row(
+        DB::LABEL,
+        "claim + finish_many, a bank reference per row, 8 workers, concurrency 32",
+        ours,
+        theirs,
+        "claim + finish per row binding it, the same 8 workers",
+    ));
+    println!("{}: bank references done", DB::LABEL);
 }
 
 #[tokio::main]

@@ -15,7 +15,6 @@ use crate::effects::lease::Found;
 use crate::error::Error;
 use crate::executor::Runner;
 use crate::executor::proven::{Proven, prove_all};
-use crate::executor::sealed::Run;
 use crate::executor::tx::Tx;
 use crate::machine::InFlightDef;
 use crate::machine::key::{BatchKey, KeyShape};
@@ -128,7 +127,7 @@ where
     K: BatchKey<DB, S::KeyShape>,
 {
     match <DB as Driver>::RETURNING {
-        true => returning(pool, in_flight, transition, statement, rows).await,
+        true => returning(pool, in_flight, transition, statement, rows, deadline).await,
         false => {
             locked(
                 pool, in_flight, state, transition, statement, rows, deadline,
@@ -164,13 +163,16 @@ where
 }
 
 /// PostgreSQL and SQLite: the statement (on SQLite after its inserts, in
-/// one transaction), then one read of the rows it did not move.
+/// one transaction), then one read of the rows it did not move. A batch
+/// spelled out row by row that takes several statements runs them in one
+/// transaction, so that it commits once, and whole or not at all.
 async fn returning<S, K, DB>(
     pool: &sqlx::Pool<DB>,
     in_flight: &'static InFlightDef<S>,
     transition: Transition<S>,
     statement: Fenced<'_>,
     rows: &Rows<'_, K, DB>,
+    deadline: core::time::Duration,
 ) -> Result<Vec<Moved<S>>, Error>
 where
     S: StateMachine,
@@ -186,30 +188,25 @@ where
         .map(|sql| DB::statement(sql))
         .filter(|insert| !insert.is_empty())
         .collect();
-    let mut returned = Vec::with_capacity(rows.len());
-    for run in rows.runs(update) {
-        let args = arguments::<DB, S::KeyShape, K>(transition, update, &run)?;
-        let rows = match inserts.is_empty() {
-            true => executor.rows(update, args).await,
-            false => {
-                let inserts = (inserts.iter())
-                    .map(|&insert| {
-                        let args = arguments::<DB, S::KeyShape, K>(transition, insert, &run)?;
-                        Ok((insert.text(), args))
-                    })
-                    .collect::<Result<Vec<_>, Error>>()?;
-                executor
-                    .with_inserts(inserts, update.text(), args, true, None)
-                    .await
-                    .and_then(|moved| {
-                        prove_all::<DB, _>(update, &moved.rows)?;
-                        Ok(moved.rows)
-                    })
+    let runs = rows.runs(update);
+    let returned = match runs.as_slice() {
+        [] => Vec::new(),
+        [run] => moved_rows(&mut executor, transition, update, &inserts, run).await?,
+        // Several runs commit together: once, and all or none.
+        runs => {
+            let names = transition.names();
+            let mut tx = Tx::begin(pool)
+                .within(deadline)
+                .await
+                .map_err(|e| names.begin_error(e))?;
+            let mut returned = Vec::with_capacity(rows.len());
+            for run in runs {
+                returned.extend(moved_rows(&mut &mut tx, transition, update, &inserts, run).await?);
             }
+            tx.commit(()).await?;
+            returned
         }
-        .map_err(db_error)?;
-        returned.extend(rows);
-    }
+    };
     let mut moved: Vec<Option<Option<i64>>> = vec![None; rows.len()];
     for row in &returned {
         let row = Read::<DB>::new(update, row);
@@ -233,6 +230,46 @@ where
         }
     }
     Ok(outcomes(moved, found))
+}
+
+/// `update` over `run` (with `inserts` beside it): the rows it returned,
+/// each proven its own.
+async fn moved_rows<S, K, DB, E>(
+    executor: &mut E,
+    transition: Transition<S>,
+    update: Statement,
+    inserts: &[Statement],
+    run: &Rows<'_, K, DB>,
+) -> Result<Vec<<DB as sqlx::Database>::Row>, Error>
+where
+    S: StateMachine,
+    DB: Backend,
+    E: Runner<Database = DB>,
+    K: BatchKey<DB, S::KeyShape>,
+{
+    let args = arguments::<DB, S::KeyShape, K>(transition, update, run)?;
+    let moved = match inserts.is_empty() {
+        true => executor.rows(update, args).await,
+        false => {
+            let inserts = (inserts.iter())
+                .map(|&insert| {
+                    let args = arguments::<DB, S::KeyShape, K>(transition, insert, run)?;
+                    Ok((insert.text(), args))
+                })
+                .collect::<Result<Vec<_>, Error>>()?;
+            executor
+                .with_inserts(inserts, update.text(), args, true, None)
+                .await
+                .and_then(|moved| {
+                    prove_all::<DB, _>(update, &moved.rows)?;
+                    Ok(moved.rows)
+                })
+        }
+    };
+    moved.map_err(|e| match E::IS_TRANSACTION {
+        true => transition.names().tx_error::<DB>(e),
+        false => transition.db_error(e),
+    })
 }
 
 /// The rows of `rows` as they are: each found row's key and what it holds.

@@ -99,7 +99,8 @@ struct Row<K> {
 ///   (`PayoutStatus::confirm(bank_ref)`) takes each row's values in the
 ///   same statement, bound as [`Won::finish`] binds them, so any type the
 ///   transition declares travels unchanged: such a statement takes 64
-///   rows, and a larger buffer is written in runs of 64.
+///   rows, and a larger buffer is written in runs of 64 that commit
+///   together.
 /// - Rows whose verdict carries a note, or whose attempts ran out, are
 ///   finished one statement each, as [`Won::finish`] finishes them.
 ///
@@ -675,6 +676,9 @@ where
                     }
                     Err(error) => self.settle(*i, Err(error)),
                 }
+            }
+            if indices.is_empty() {
+                continue;
             }
             let values: Vec<&(dyn Parts<DB> + Sync)> = (values.iter())
                 .map(|bound| bound as &(dyn Parts<DB> + Sync))
