@@ -13,7 +13,7 @@
 use crate::batch::batched::{Batch, BatchRunner, Found, position};
 use crate::dialect::{Backend, Column, Sql, Statement};
 use crate::error::Error;
-use crate::executor::proven::{Proven, prove_all};
+use crate::executor::proven::Proven;
 use crate::executor::sealed::Run;
 use crate::executor::tx::Tx;
 use crate::machine::key::{BatchKey, DecodeKey, KeyShape, ManyKeys};
@@ -156,31 +156,18 @@ where
     let mut found: Vec<Found<K>> = keys.iter().map(|_| Found::Missing).collect();
     let db_error = |e| transition.db_error(e);
     let (update, args) = prepared::<DB, Sh, K>(transition, update, keys, params, note)?;
-    let rows = match inserts.is_empty() {
-        // Without a history table or a message, or on PostgreSQL, which
-        // writes them in the update's statement.
-        true => executor.rows(update, args).await,
-        // SQLite with a history table or a message: the history rows, the
-        // messages and the update in one transaction.
-        false => {
-            let inserts = inserts
-                .into_iter()
-                .map(|insert| {
-                    let (insert, args) =
-                        prepared::<DB, Sh, K>(transition, insert, keys, params, note)?;
-                    Ok((insert.text(), args))
-                })
-                .collect::<Result<Vec<_>, Error>>()?;
-            executor
-                .with_inserts(inserts, update.text(), args, true, None)
-                .await
-                .and_then(|moved| {
-                    prove_all::<DB, _>(update, &moved.rows)?;
-                    Ok(moved.rows)
-                })
-        }
-    }
-    .map_err(db_error)?;
+    // SQLite's history rows and messages, where the machine has them.
+    let inserts = inserts
+        .into_iter()
+        .map(|insert| {
+            let (insert, args) = prepared::<DB, Sh, K>(transition, insert, keys, params, note)?;
+            Ok((insert.text(), args))
+        })
+        .collect::<Result<Vec<_>, Error>>()?;
+    let rows = executor
+        .rows_after_inserts(update, args, inserts)
+        .await
+        .map_err(db_error)?;
     // The keys, then the version and the lease token where they exist.
     let versioned = transition.versioned();
     let leased = transition.leased();

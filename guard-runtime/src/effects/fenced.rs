@@ -14,7 +14,7 @@ use crate::dialect::{Backend, Bind, Column, Sql, Statement};
 use crate::effects::lease::Found;
 use crate::error::Error;
 use crate::executor::Runner;
-use crate::executor::proven::{Proven, prove_all};
+use crate::executor::proven::Proven;
 use crate::executor::tx::Tx;
 use crate::machine::InFlightDef;
 use crate::machine::key::{BatchKey, KeyShape};
@@ -248,28 +248,26 @@ where
     K: BatchKey<DB, S::KeyShape>,
 {
     let args = arguments::<DB, S::KeyShape, K>(transition, update, run)?;
-    let moved = match inserts.is_empty() {
-        true => executor.rows(update, args).await,
-        false => {
-            let inserts = (inserts.iter())
-                .map(|&insert| {
-                    let args = arguments::<DB, S::KeyShape, K>(transition, insert, run)?;
-                    Ok((insert.text(), args))
-                })
-                .collect::<Result<Vec<_>, Error>>()?;
-            executor
-                .with_inserts(inserts, update.text(), args, true, None)
-                .await
-                .and_then(|moved| {
-                    prove_all::<DB, _>(update, &moved.rows)?;
-                    Ok(moved.rows)
-                })
-        }
-    };
-    moved.map_err(|e| match E::IS_TRANSACTION {
-        true => transition.names().tx_error::<DB>(e),
-        false => transition.db_error(e),
-    })
+    let inserts = (inserts.iter())
+        .map(|&insert| {
+            let args = arguments::<DB, S::KeyShape, K>(transition, insert, run)?;
+            Ok((insert.text(), args))
+        })
+        .collect::<Result<Vec<_>, Error>>()?;
+    (executor.rows_after_inserts(update, args, inserts).await)
+        .map_err(|e| failed::<S, DB, E>(transition, e))
+}
+
+/// `error` of a statement run on `E`: inside a transaction (MySQL's, or a
+/// buffer's runs), an error that rolled it back says so.
+fn failed<S: StateMachine, DB: Backend, E: Runner>(
+    transition: Transition<S>,
+    error: sqlx::Error,
+) -> Error {
+    match E::IS_TRANSACTION {
+        true => transition.names().tx_error::<DB>(error),
+        false => transition.db_error(error),
+    }
 }
 
 /// The rows of `rows` as they are: each found row's key and what it holds.
@@ -288,13 +286,7 @@ where
     let db_error = |e| transition.db_error(e);
     let read = DB::statement(in_flight.read_many_sql());
     let args = arguments::<DB, S::KeyShape, K>(transition, read, rows)?;
-    let found = executor.rows(read, args).await.map_err(|e| {
-        // Inside MySQL's transaction, an error that rolled it back says so.
-        match E::IS_TRANSACTION {
-            true => transition.names().tx_error::<DB>(e),
-            false => db_error(e),
-        }
-    })?;
+    let found = (executor.rows(read, args).await).map_err(|e| failed::<S, DB, E>(transition, e))?;
     found
         .iter()
         .map(|row| {

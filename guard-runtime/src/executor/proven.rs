@@ -13,6 +13,7 @@
 //! [`Error::StatementMixUp`](crate::Error::StatementMixUp), whose outcome
 //! is unknown.
 
+use super::Inserts;
 use super::sealed::Run;
 use crate::dialect::sealed::Driver;
 use crate::dialect::{BoxFuture, Column, Statement};
@@ -88,6 +89,27 @@ pub(crate) trait Proven: Run {
                 }
                 (row, _) => Ok(row),
             }
+        })
+    }
+
+    /// The rows `update` returned: run alone, or after `inserts` in one
+    /// transaction (SQLite's history rows and messages, which PostgreSQL
+    /// writes in the update's own statement); each proven its own.
+    fn rows_after_inserts<B>(
+        &mut self,
+        update: Statement<B>,
+        args: Args<Self>,
+        inserts: Inserts<Self::Database>,
+    ) -> BoxFuture<'_, Result<Vec<Row<Self>>, sqlx::Error>> {
+        if inserts.is_empty() {
+            return self.rows(update, args);
+        }
+        let (text, tag) = (update.text(), update.tag());
+        let moved = self.with_inserts(inserts, text, args, true, None);
+        Box::pin(async move {
+            let moved = moved.await?;
+            prove_rows::<Self::Database>(text, tag, &moved.rows)?;
+            Ok(moved.rows)
         })
     }
 
