@@ -32,6 +32,12 @@ mod verify;
 
 // Public modules that live in their concept's folder, at their short paths.
 pub use crate::machine::key;
+
+/// The fault matrix's hook (feature `fault-injection`): for stateguard's
+/// own test suite, not part of the API and not covered by semver.
+#[cfg(feature = "fault-injection")]
+#[doc(hidden)]
+pub use crate::executor::fault;
 pub use crate::stores::{Stores, idempotency, inbox};
 
 pub use crate::batch::batched::{BatchRunner, Batched};

@@ -20,6 +20,7 @@ mod deadlines;
 mod effects;
 mod emit;
 mod errors;
+mod faults;
 mod finish_many;
 mod front_deadlines;
 mod guards;

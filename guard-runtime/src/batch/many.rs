@@ -15,6 +15,7 @@ use crate::StateMachine;
 use crate::batch::batched::{Batch, BatchRunner, Batched, Found};
 use crate::deadline::retry::{MAX_ATTEMPTS, backoff};
 use crate::error::Error;
+use crate::executor::seam::Seam;
 use crate::machine::key::{BatchKey, KeyShape};
 use crate::outcome::{Outcome, Won};
 use crate::telemetry;
@@ -57,6 +58,17 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
     /// and a deadlock is [`Error::RetryTransaction`]. Every row gets the
     /// same values (a [`Bound`]); noted ([`Transition::noted`]), the
     /// history row of every move records the note.
+    ///
+    /// When a later statement fails after an earlier one moved rows (the
+    /// read after the update, a later chunk, MySQL's read of the leases),
+    /// nothing is hidden: on a pool, where the moves committed, the error
+    /// is [`Error::Unreported`], whose outcome is unknown (apply again to
+    /// learn each row's state; a row moved into an in-flight state is
+    /// recovered after its lease, under the same effect key); inside the
+    /// caller's transaction the error comes as it is, and the transaction
+    /// can no longer commit ([`Tx::commit`](crate::Tx::commit) answers
+    /// [`Error::RolledBack`]), so no move commits without its win. An
+    /// error before anything moved is the statement's own.
     ///
     /// ```
     /// # use stateguard::{Outcome, StateMachine, Won};
@@ -195,6 +207,8 @@ impl<S: StateMachine> Transition<S> {
         let mut outcomes: Vec<Outcome<S, K, E::Commit>> = Vec::with_capacity(distinct.len());
         let classify = self.classifier();
         let batch = self.batch(&classify);
+        // What earlier chunks moved: a later failure must not hide it.
+        let mut seam = Seam::new(S::MACHINE.table(), self.name());
         for part in distinct.chunks(APPLY_MANY_CHUNK) {
             let chunk_keys: Vec<&K> = part.iter().map(|&i| &keys[i]).collect();
             let found = chunk::<E::Database, E, S::KeyShape, K>(
@@ -204,19 +218,25 @@ impl<S: StateMachine> Transition<S> {
                 params,
                 note,
             )
-            .await?;
+            .await
+            .map_err(|e| seam.failed(&mut executor, e))?;
+            seam.changed_if(found.iter().any(|f| matches!(f, Found::Moved { .. })));
             let scope = executor.scope();
             for (key, found) in chunk_keys.into_iter().zip(found) {
-                let outcome = match self.settled(found, scope)? {
+                let settled = self
+                    .settled(found, scope)
+                    .map_err(|e| seam.failed(&mut executor, e))?;
+                let outcome = match settled {
                     Some(outcome) => outcome,
                     // In a source state and meeting the guard, yet not
                     // moved: it moved away and back between the
                     // statements. This one key takes the one-row path.
-                    None => {
-                        self.apply_with(&mut executor, key.clone(), params, note)
-                            .await?
-                    }
+                    None => self
+                        .apply_with(&mut executor, key.clone(), params, note)
+                        .await
+                        .map_err(|e| seam.failed(&mut executor, e))?,
                 };
+                seam.changed_if(outcome.is_applied());
                 outcomes.push(outcome);
             }
         }

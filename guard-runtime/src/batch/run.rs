@@ -15,6 +15,7 @@ use crate::dialect::{Backend, Column, Sql, Statement};
 use crate::error::Error;
 use crate::executor::proven::Proven;
 use crate::executor::sealed::Run;
+use crate::executor::seam::Seam;
 use crate::executor::tx::Tx;
 use crate::machine::key::{BatchKey, DecodeKey, KeyShape, ManyKeys};
 use crate::transition::Class;
@@ -104,16 +105,43 @@ where
     K: BatchKey<DB, Sh>,
 {
     let mut found = update_returning(executor, transition, keys, params, note).await?;
+    // Committed on a pool, waiting in the caller's transaction: a failure
+    // of the read below must not hide these moves.
+    let mut seam = Seam::new(transition.table(), transition.name());
+    seam.changed_if(found.iter().any(|f| matches!(f, Found::Moved { .. })));
+    match read_left(executor, transition, keys, params, note, &mut found).await {
+        Ok(()) => Ok(found),
+        Err(error) => Err(seam.failed(executor, error)),
+    }
+}
+
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+/// The second statement of [`returning`]: one read of the keys the update
+/// did not move, which `found` then records.
+async fn read_left<DB, E, Sh, K>(
+    executor: &mut E,
+    transition: Batch<'_>,
+    keys: &[&K],
+    params: &(dyn Parts<DB> + Sync),
+    note: &Note,
+    found: &mut [Found<K>],
+) -> Result<(), Error>
+where
+    DB: Backend,
+    E: Run<Database = DB>,
+    Sh: KeyShape,
+    K: BatchKey<DB, Sh>,
+{
     let [_, read] = statements::<DB, Sh, K>(transition);
     let db_error = |e| transition.db_error(e);
     // One read for the rest: only the keys the update did not move.
     let left: Vec<&K> = keys
         .iter()
-        .zip(&found)
+        .zip(found.iter())
         .filter_map(|(k, f)| (!matches!(f, Found::Moved { .. })).then_some(*k))
         .collect();
     if left.is_empty() {
-        return Ok(found);
+        return Ok(());
     }
     let (read, args) = prepared::<DB, Sh, K>(transition, read, &left, params, note)?;
     let rows = executor.rows(read, args).await.map_err(db_error)?;
@@ -127,7 +155,7 @@ where
             };
         }
     }
-    Ok(found)
+    Ok(())
 }
 
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
@@ -242,7 +270,7 @@ where
     K: BatchKey<DB, Sh>,
 {
     let many = transition.many();
-    let (update, read, lease_read) = (many.update(), many.read(), many.lease_read());
+    let (update, read) = (many.update(), many.read());
     let mut found: Vec<Found<K>> = keys.iter().map(|_| Found::Missing).collect();
     let retry = |source| transition.tx_error::<DB>(source);
     let (read, args) = prepared::<DB, Sh, K>(transition, read, keys, params, note)?;
@@ -267,6 +295,9 @@ where
         return Ok(found);
     }
     let mover_keys: Vec<&K> = movers.iter().map(|(i, _, _)| keys[*i]).collect();
+    // The inserts and the moves wait in the transaction: a failure after
+    // any of them leaves it unable to commit.
+    let mut seam = Seam::new(transition.table(), transition.name());
     // The history rows and the messages, from the rows locked above,
     // before they move: one each per row.
     for insert in [many.history_insert(), many.outbox_insert()] {
@@ -274,30 +305,31 @@ where
             continue;
         }
         let (insert, args) = prepared::<DB, Sh, K>(transition, insert, &mover_keys, params, note)?;
-        let written = tx.changed(insert, args).await.map_err(retry)?;
+        let written = tx
+            .changed(insert, args)
+            .await
+            .map_err(|e| seam.failed(tx, retry(e)))?;
+        seam.changed_if(written > 0);
         if written != mover_keys.len() as u64 {
-            return Err(transition.db_error(sqlx::Error::Protocol(format!(
+            let error = transition.db_error(sqlx::Error::Protocol(format!(
                 "an insert beside the move wrote {written} rows for {} rows locked to move",
                 mover_keys.len()
-            ))));
+            )));
+            return Err(seam.failed(tx, error));
         }
     }
     let (update, args) = prepared::<DB, Sh, K>(transition, update, &mover_keys, params, note)?;
-    tx.changed(update, args).await.map_err(retry)?;
+    let moved = tx
+        .changed(update, args)
+        .await
+        .map_err(|e| seam.failed(tx, retry(e)))?;
+    seam.changed_if(moved > 0);
     // Locked since the read: each moved, from the version read.
     let mut leases: Vec<i64> = vec![0; keys.len()];
-    if !DB::sql(lease_read).is_empty() {
-        let (lease_read, args) =
-            prepared::<DB, Sh, K>(transition, lease_read, &mover_keys, params, note)?;
-        let rows = tx.rows(lease_read, args).await.map_err(retry)?;
-        for row in &rows {
-            let row = Read::<DB>::new(lease_read, row);
-            let key = row.key::<K, Sh>().map_err(|e| transition.db_error(e))?;
-            let lease = row.int(Column::Token).map_err(|e| transition.db_error(e))?;
-            if let Some(i) = position(keys, &key) {
-                leases[i] = lease;
-            }
-        }
+    if let Err(error) =
+        read_leases(tx, transition, keys, &mover_keys, params, note, &mut leases).await
+    {
+        return Err(seam.failed(tx, error));
     }
     let versioned = transition.versioned();
     for (i, key, version) in movers {
@@ -309,4 +341,42 @@ where
         };
     }
     Ok(found)
+}
+
+#[cfg(feature = "mysql")]
+/// The leases of the rows [`lock_and_update`] moved, into `leases` (by
+/// the position of their key in `keys`).
+async fn read_leases<DB, E, Sh, K>(
+    tx: &mut E,
+    transition: Batch<'_>,
+    keys: &[&K],
+    moved: &[&K],
+    params: &(dyn Parts<DB> + Sync),
+    note: &Note,
+    leases: &mut [i64],
+) -> Result<(), Error>
+where
+    DB: Backend,
+    E: Run<Database = DB>,
+    Sh: KeyShape,
+    K: BatchKey<DB, Sh>,
+{
+    let lease_read = transition.many().lease_read();
+    if DB::sql(lease_read).is_empty() {
+        return Ok(());
+    }
+    let (lease_read, args) = prepared::<DB, Sh, K>(transition, lease_read, moved, params, note)?;
+    let rows = tx
+        .rows(lease_read, args)
+        .await
+        .map_err(|source| transition.tx_error::<DB>(source))?;
+    for row in &rows {
+        let row = Read::<DB>::new(lease_read, row);
+        let key = row.key::<K, Sh>().map_err(|e| transition.db_error(e))?;
+        let lease = row.int(Column::Token).map_err(|e| transition.db_error(e))?;
+        if let Some(i) = position(keys, &key) {
+            leases[i] = lease;
+        }
+    }
+    Ok(())
 }

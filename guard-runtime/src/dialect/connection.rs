@@ -6,11 +6,25 @@ use super::BoxFuture;
 use super::sealed::Driver;
 
 /// The result of `execute_then_fetch`: the first statement's result and
-/// the second's row.
+/// what the second returned, its row or its own error. The second's error
+/// comes apart from the first's: the first has run (and may have changed
+/// rows, committed on their own outside a transaction), so the caller
+/// decides what the failure means (`executor/seam.rs`, or
+/// [`read_back_failed`]).
 pub(crate) type ExecutedThenFetched<DB> = (
     <DB as sqlx::Database>::QueryResult,
-    Option<<DB as sqlx::Database>::Row>,
+    Result<Option<<DB as sqlx::Database>::Row>, sqlx::Error>,
 );
+
+/// The error of a read back after a statement that changed rows: the
+/// change stands, the caller cannot see it, so the outcome is unknown
+/// (an I/O error, as a connection lost before the answer is).
+pub(crate) fn read_back_failed(error: sqlx::Error) -> sqlx::Error {
+    sqlx::Error::Io(std::io::Error::other(format!(
+        "the statement ran, and reading its result back failed, so its outcome is unknown: \
+         {error}"
+    )))
+}
 
 /// Whether the second statement of `execute_then_fetch` runs, given the
 /// first one's result ([`Driver::changed`](crate::dialect::sealed::Driver::changed),

@@ -13,6 +13,7 @@ use core::future::Future;
 use crate::StateMachine;
 use crate::deadline::retry::{MAX_ATTEMPTS, backoff};
 use crate::dialect::Sql;
+use crate::dialect::connection::read_back_failed;
 use crate::dialect::sealed::Driver;
 use crate::dialect::{Backend, Column, Statement};
 use crate::effects::verdict::{Chosen, FollowUpValues};
@@ -303,7 +304,8 @@ where
     if <DB<E> as Driver>::rows_affected(&done) != 1 {
         return Ok(None);
     }
-    token(read, row)
+    // The lease is stamped: a read that fails leaves its token unknown.
+    token(read, row.map_err(read_back_failed)?)
 }
 
 /// Renews the lease `lease` on the row: `Some(new token)`, or `None` when

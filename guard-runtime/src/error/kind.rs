@@ -114,7 +114,7 @@ impl Error {
             // same pooler.
             Error::Multiplexed { .. } => ErrorKind::Database,
             // Sorted by `is_outcome_unknown` above.
-            Error::StatementMixUp(_) => ErrorKind::OutcomeUnknown,
+            Error::StatementMixUp(_) | Error::Unreported { .. } => ErrorKind::OutcomeUnknown,
         }
     }
 
@@ -240,7 +240,9 @@ impl Error {
     /// already).
     ///
     /// So does [`Error::StatementMixUp`]: the server ran another statement
-    /// in this one's place, which may have written.
+    /// in this one's place, which may have written; and
+    /// [`Error::Unreported`]: a call of several statements committed
+    /// changes and failed before it could report them.
     pub fn is_outcome_unknown(&self) -> bool {
         match self {
             Error::Database { source, .. }
@@ -251,7 +253,7 @@ impl Error {
                 source: Some(source),
             } => connection_lost(source) || StatementMixUp::of(source).is_some(),
             Error::Timeout { outcome_known, .. } => !outcome_known,
-            Error::StatementMixUp(_) => true,
+            Error::StatementMixUp(_) | Error::Unreported { .. } => true,
             _ => false,
         }
     }

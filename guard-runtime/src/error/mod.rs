@@ -35,7 +35,7 @@ use self::message::timeout_message;
 /// | kind | what to do | variants |
 /// | --- | --- | --- |
 /// | [`Transient`](ErrorKind::Transient) | call again (the whole transaction, inside one), after a pause | `RetryTransaction`, `RolledBack`, `Contention`, `ReadOnly`, `Timeout` with nothing in flight; `Database`, `Begin`, `Commit`, `Store`, `Recovery`, `PoolerCheck` when the database's error is transient (see below) |
-/// | [`OutcomeUnknown`](ErrorKind::OutcomeUnknown) | apply again to learn the row's state; an effect may be owed | whatever [`Error::is_outcome_unknown`] says: a broken connection or ended session while a statement or `COMMIT` was in flight, `Timeout` with the `UPDATE` in flight, `StatementMixUp` |
+/// | [`OutcomeUnknown`](ErrorKind::OutcomeUnknown) | apply again to learn the row's state; an effect may be owed | whatever [`Error::is_outcome_unknown`] says: a broken connection or ended session while a statement or `COMMIT` was in flight, `Timeout` with the `UPDATE` in flight, `StatementMixUp`, `Unreported` |
 /// | [`Misuse`](ErrorKind::Misuse) | fix the calling code: the same call fails again | `NoVersionColumn` (a compile error on a derived machine), `ForeignWin`, `ConnectionInTransaction`, `NestedTransaction`, `NotInFlight`, `NoFailedTransition`, `RetryNotDeclared`, `NotAFollowUp`, `FollowUpValues`, `BatchOfWins`, `ExpectingMany`, `BatchKey`, `NoSinceColumn`, `NoTimeout`, `NoHistory` |
 /// | [`Data`](ErrorKind::Data) | reject the input, or repair the row | `BadKey`, `UnknownState`, `NullStatus`, `AmbiguousKey`, `UnknownTransition`, `HistoryDetails` |
 /// | [`Superseded`](ErrorKind::Superseded) | roll back and stop: someone else holds the work | `IdempotencyLeaseLost`, `RowVanished` |
@@ -568,6 +568,30 @@ pub enum Error {
     /// The outcome is unknown; see [`StatementMixUp`].
     #[error(transparent)]
     StatementMixUp(StatementMixUp),
+
+    /// A call of several statements changed rows with one statement and
+    /// then failed in a later one, before it could hand the caller what
+    /// it had committed (the wins of an
+    /// [`apply_many`](crate::Transition::apply_many) whose read of the
+    /// other keys failed, say). The changes are committed; which rows
+    /// they were is unknown to the caller, so the outcome is unknown
+    /// ([`Error::is_outcome_unknown`]): apply again to learn each row's
+    /// state (a committed move reads as `AlreadyInState`), and count the
+    /// rows' effects as possibly owed. A row moved into an in-flight state
+    /// is recovered after its lease and runs its effect under the same
+    /// effect key; an effect that must not be lost belongs there.
+    #[error(
+        "`{call}` on table `{table}` committed changes, then failed before it could report          them, so the outcome is unknown (apply again to learn each row's state): {source}"
+    )]
+    Unreported {
+        /// The table of the machine.
+        table: &'static str,
+        /// The transition, or the call.
+        call: &'static str,
+        /// The error of the later statement.
+        #[source]
+        source: Box<Error>,
+    },
 
     /// Listing or taking over expired in-flight rows failed.
     #[error("recovering in-flight `{state}` rows of table `{table}` failed: {source}")]

@@ -12,7 +12,7 @@ use sqlx::{Connection, Pool};
 
 use crate::executor::tx::{Savepoint, Tx};
 
-use super::{Runner, sealed};
+use super::{Runner, fault, sealed};
 use crate::dialect::connection::{ExecutedThenFetched, Inserts, OnConnection, When, WithInserts};
 use crate::dialect::sealed::Driver;
 use crate::dialect::{Backend, BoxFuture};
@@ -22,23 +22,35 @@ use crate::outcome::{Committed, Uncommitted};
 /// possibly inside a transaction, where `begin` makes a savepoint).
 macro_rules! inserts_then_move {
     ($db:ty, $conn:expr, $inserts:expr, $update:expr, $args:expr, $rows:expr, $then:expr) => {{
-        let mut tx = sqlx::Connection::begin($conn).await?;
+        let mut tx = fault::statement("BEGIN", sqlx::Connection::begin($conn)).await?;
         let mut inserted = Vec::new();
         for (insert, insert_args) in $inserts {
-            let done =
-                sqlx::Executor::execute(&mut *tx, sqlx::query_with(insert, insert_args)).await?;
+            let done = fault::statement(
+                insert,
+                sqlx::Executor::execute(&mut *tx, sqlx::query_with(insert, insert_args)),
+            )
+            .await?;
             inserted.push(<$db as Driver>::rows_affected(&done));
         }
         let (updated, rows, last_id) = if $rows {
-            let rows =
-                sqlx::Executor::fetch_all(&mut *tx, sqlx::query_with($update, $args)).await?;
+            let rows = fault::statement(
+                $update,
+                sqlx::Executor::fetch_all(&mut *tx, sqlx::query_with($update, $args)),
+            )
+            .await?;
             (rows.len() as u64, rows, 0)
         } else {
-            let done = sqlx::Executor::execute(&mut *tx, sqlx::query_with($update, $args)).await?;
+            let done = fault::statement(
+                $update,
+                sqlx::Executor::execute(&mut *tx, sqlx::query_with($update, $args)),
+            )
+            .await?;
             let last_id = match <$db as Driver>::id_lost(&done) {
                 true => {
                     let read = sqlx::query(<$db as Driver>::LAST_ID);
-                    let row = sqlx::Executor::fetch_one(&mut *tx, read).await?;
+                    let last = <$db as Driver>::LAST_ID;
+                    let row =
+                        fault::statement(last, sqlx::Executor::fetch_one(&mut *tx, read)).await?;
                     // As the OK packet carries it: the same 64 bits.
                     <$db as Driver>::int(&row, 0)? as u64
                 }
@@ -48,7 +60,11 @@ macro_rules! inserts_then_move {
         };
         let then = match $then {
             Some((sql, args)) if updated > 0 => {
-                sqlx::Executor::fetch_optional(&mut *tx, sqlx::query_with(sql, args)).await?
+                fault::statement(
+                    sql,
+                    sqlx::Executor::fetch_optional(&mut *tx, sqlx::query_with(sql, args)),
+                )
+                .await?
             }
             _ => None,
         };
@@ -59,7 +75,7 @@ macro_rules! inserts_then_move {
                  {updated}; rolled back"
             )));
         }
-        tx.commit().await?;
+        fault::statement("COMMIT", tx.commit()).await?;
         Ok(WithInserts {
             updated,
             rows,
@@ -90,7 +106,10 @@ macro_rules! on_connection {
                 sql: &'static str,
                 args: <$db as Driver>::Args,
             ) -> BoxFuture<'c, Result<<$db as sqlx::Database>::QueryResult, sqlx::Error>> {
-                sqlx::Executor::execute(conn, sqlx::query_with(sql, args))
+                fault::statement(
+                    sql,
+                    sqlx::Executor::execute(conn, sqlx::query_with(sql, args)),
+                )
             }
 
             fn fetch_optional_on<'c>(
@@ -98,7 +117,10 @@ macro_rules! on_connection {
                 sql: &'static str,
                 args: <$db as Driver>::Args,
             ) -> BoxFuture<'c, Result<Option<<$db as sqlx::Database>::Row>, sqlx::Error>> {
-                sqlx::Executor::fetch_optional(conn, sqlx::query_with(sql, args))
+                fault::statement(
+                    sql,
+                    sqlx::Executor::fetch_optional(conn, sqlx::query_with(sql, args)),
+                )
             }
 
             fn fetch_all_on<'c>(
@@ -106,7 +128,10 @@ macro_rules! on_connection {
                 sql: &'static str,
                 args: <$db as Driver>::Args,
             ) -> BoxFuture<'c, Result<Vec<<$db as sqlx::Database>::Row>, sqlx::Error>> {
-                sqlx::Executor::fetch_all(conn, sqlx::query_with(sql, args))
+                fault::statement(
+                    sql,
+                    sqlx::Executor::fetch_all(conn, sqlx::query_with(sql, args)),
+                )
             }
 
             fn execute_then_fetch_on<'c>(
@@ -118,18 +143,24 @@ macro_rules! on_connection {
                 when: When<$db>,
             ) -> BoxFuture<'c, Result<ExecutedThenFetched<$db>, sqlx::Error>> {
                 Box::pin(async move {
-                    let done =
-                        sqlx::Executor::execute(&mut *conn, sqlx::query_with(sql, args)).await?;
+                    let done = fault::statement(
+                        sql,
+                        sqlx::Executor::execute(&mut *conn, sqlx::query_with(sql, args)),
+                    )
+                    .await?;
                     // Nothing to read (a losing attempt stays at its two
                     // statements, the update and the fresh read).
                     if !when(&done) {
-                        return Ok((done, None));
+                        return Ok((done, Ok(None)));
                     }
-                    let row = sqlx::Executor::fetch_optional(
-                        &mut *conn,
-                        sqlx::query_with(then, then_args),
+                    let row = fault::statement(
+                        then,
+                        sqlx::Executor::fetch_optional(
+                            &mut *conn,
+                            sqlx::query_with(then, then_args),
+                        ),
                     )
-                    .await?;
+                    .await;
                     Ok((done, row))
                 })
             }

@@ -12,8 +12,10 @@
 //! commit. A `BEGIN` is never abandoned half-way ([`task`]), and a pool
 //! connection that met a read-only server is not kept (`impls.rs`).
 
+pub mod fault;
 mod impls;
 pub(crate) mod proven;
+pub(crate) mod seam;
 pub(crate) mod task;
 pub(crate) mod tx;
 

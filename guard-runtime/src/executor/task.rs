@@ -18,6 +18,7 @@ where
     T: Send + 'static,
     W: Future<Output = Result<T, sqlx::Error>> + Send + 'static,
 {
+    let work = crate::executor::fault::carried(work);
     match tokio::spawn(tracing::Instrument::in_current_span(work)).await {
         Ok(output) => output,
         Err(failed) if failed.is_panic() => std::panic::resume_unwind(failed.into_panic()),

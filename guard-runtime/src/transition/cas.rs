@@ -20,6 +20,7 @@ use crate::dialect::{Backend, Column, Sql, Statement};
 use crate::error::Error;
 use crate::executor::proven::{Proven, prove_all};
 use crate::executor::sealed::Run;
+use crate::executor::seam::Seam;
 use crate::executor::{Runner, refuse_open_transaction};
 use crate::machine::key::{BindError, KeyShape, RowKey};
 use crate::outcome::{LeasedAt, Outcome};
@@ -360,6 +361,15 @@ impl Plan {
             false => StatementFailure::Failed(names.db_error(error)),
         };
         let (versioned, leased) = (self.versioned, self.leased);
+        // MySQL's read back after the move: a failure there hides a move
+        // that happened, which `Seam` turns into what the caller is told.
+        let read_result = |executor: &mut E, done: &_, row: Result<_, sqlx::Error>| {
+            row.map_err(|error| {
+                let mut seam = Seam::new(names.table, names.transition);
+                seam.changed_if(<DB<E> as Driver>::rows_affected(done) > 0);
+                StatementFailure::Failed(seam.failed(executor, names.db_error(error)))
+            })
+        };
         // What the winning statement returned (`RETURNING [version][,
         // lease]`), or MySQL's read-back.
         let changed = |row: Option<Read<'_, DB<E>>>| {
@@ -437,6 +447,7 @@ impl Plan {
                 )
                 .await
                 .map_err(retryable)?;
+            let row = read_result(executor, &done, row)?;
             let mut changed = changed(None)?;
             changed.occurrence = match row {
                 Some(row) => <DB<E> as Driver>::int(&row, 0).map_err(failed)?,
@@ -451,6 +462,7 @@ impl Plan {
                 .execute_then_fetch(update, args, read, then_args, <DB<E> as Driver>::changed)
                 .await
                 .map_err(retryable)?;
+            let row = read_result(executor, &done, row)?;
             let row = row.as_ref().map(|row| Read::new(read_back, row));
             (<DB<E> as Driver>::rows_affected(&done), changed(row)?)
         };

@@ -452,6 +452,21 @@ fn every_variant() -> Vec<(String, Error, ErrorKind)> {
         },
         OutcomeUnknown,
     );
+    // A known refusal after committed changes hides what committed: the
+    // outcome is unknown, whatever the refusal's own kind.
+    add(
+        "Unreported",
+        Error::Unreported {
+            table,
+            call: transition,
+            source: Box::new(Error::Database {
+                table,
+                transition,
+                source: sqlx::Error::Protocol("refused".into()),
+            }),
+        },
+        OutcomeUnknown,
+    );
     all
 }
 
@@ -496,10 +511,11 @@ fn variant(error: &Error) -> usize {
         Error::StatementMixUp(_) => 33,
         Error::RetryNotDeclared { .. } => 34,
         Error::BatchOfWins { .. } => 35,
+        Error::Unreported { .. } => 36,
     }
 }
 
-const VARIANTS: usize = 36;
+const VARIANTS: usize = 37;
 
 #[test]
 fn every_variant_is_in_its_kind() {

@@ -82,8 +82,10 @@ pub(crate) async fn begin_in_task<DB: Backend>(
     let pool = pool.clone();
     let begin = async move {
         match statement {
-            Some(statement) => pool.begin_with(statement).await,
-            None => pool.begin().await,
+            Some(statement) => {
+                crate::executor::fault::statement(statement, pool.begin_with(statement)).await
+            }
+            None => crate::executor::fault::statement("BEGIN", pool.begin()).await,
         }
     };
     // SQLite's worker sees a command through on its own, and sqlx rolls

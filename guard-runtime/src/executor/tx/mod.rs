@@ -350,7 +350,8 @@ impl<'c, DB: Backend> Tx<'c, DB> {
             }
         }
         let left = deadline.saturating_sub(started.elapsed());
-        tokio::time::timeout(left, self.inner.commit())
+        let commit = crate::executor::fault::statement("COMMIT", self.inner.commit());
+        tokio::time::timeout(left, commit)
             .await
             .map_err(|_| timed_out("COMMIT", deadline, false))?
             .map_err(|source| Error::Commit { source })?;
@@ -403,7 +404,8 @@ impl<'t, DB: Backend> Savepoint<'t, DB> {
             return Err(Error::RolledBack { source: None });
         }
         health.verified = false;
-        let inner = match tokio::time::timeout(deadline, conn.begin()).await {
+        let begin = crate::executor::fault::statement("SAVEPOINT", conn.begin());
+        let inner = match tokio::time::timeout(deadline, begin).await {
             Ok(begun) => begun.map_err(|source| Error::Begin { source })?,
             Err(_) => {
                 // The `SAVEPOINT` may run yet, and what sqlx rolls back
@@ -458,7 +460,8 @@ impl<'t, DB: Backend> Savepoint<'t, DB> {
         }
         self.health.verified = false;
         let deadline = self.deadline;
-        match tokio::time::timeout(deadline, self.inner.commit()).await {
+        let release = crate::executor::fault::statement("RELEASE SAVEPOINT", self.inner.commit());
+        match tokio::time::timeout(deadline, release).await {
             Ok(released) => released.map_err(|source| Error::Commit { source })?,
             Err(_) => {
                 self.health.abandon();

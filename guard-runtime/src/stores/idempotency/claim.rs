@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use crate::deadline::call::Sent;
 use crate::dialect::Backend;
+use crate::dialect::connection::read_back_failed;
 use crate::error::Error;
 use crate::executor::proven::Proven;
 use crate::executor::sealed::Run;
@@ -131,6 +132,9 @@ where
                 )
                 .await
                 .map_err(db_error)?;
+                // Taken over: a read back that fails leaves the lease
+                // unknown.
+                let row = row.map_err(read_back_failed).map_err(db_error)?;
                 match (DB::rows_affected(&done) == 1, row) {
                     (false, _) => None,
                     (true, Some(row)) => Some(DB::int(&row, 0).map_err(db_error)?),

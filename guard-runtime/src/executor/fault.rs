@@ -1,0 +1,207 @@
+//! Faults in the statements a call sends, for the test suite's fault
+//! matrix (`tests/backends/faults.rs`): every statement the library sends
+//! passes [`statement`], which, with the `fault-injection` feature and a
+//! [`Plan`] in scope, counts it and can make it fail. Without the feature
+//! [`statement`] hands the statement's future back untouched.
+//!
+//! A hook inside the library rather than a TCP proxy: it sees SQLite,
+//! which has no wire, it counts statements as the library sends them
+//! (not protocol messages, which differ per backend and per sqlx
+//! version), and it fails the statement the matrix names, whatever
+//! connection or task it runs on.
+//!
+//! **Architecture Invariant:** every statement the library sends on a
+//! connection, a transaction's `BEGIN` and `COMMIT` included, goes
+//! through [`statement`]: `executor/impls.rs` (the statements of
+//! `OnConnection` and of a move with its inserts), `executor/tx/` (begin
+//! and commit), and `executor/task.rs` carries the plan into the task it
+//! spawns.
+
+#[cfg(feature = "fault-injection")]
+pub use self::injected::*;
+
+#[cfg(not(feature = "fault-injection"))]
+/// The statement's future, as it is.
+#[inline(always)]
+pub(crate) fn statement<F>(_sql: &'static str, run: F) -> F {
+    run
+}
+
+#[cfg(not(feature = "fault-injection"))]
+/// `work`, as it is.
+#[inline(always)]
+pub(crate) fn carried<W>(work: W) -> W {
+    work
+}
+
+#[cfg(feature = "fault-injection")]
+mod injected {
+    use core::future::Future;
+    use std::borrow::Cow;
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use crate::dialect::BoxFuture;
+
+    tokio::task_local! {
+        static PLAN: Arc<Plan>;
+    }
+
+    /// What happens to the statement a [`Plan`] fails.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Fault {
+        /// The server refuses it before it runs: a database error whose
+        /// outcome is known (nothing ran).
+        Refuse,
+        /// It runs, and the connection breaks before the answer arrives:
+        /// an I/O error, the outcome unknown.
+        Cut,
+        /// It runs, and no answer comes: the call's deadline runs out
+        /// (after [`Plan::hang`], an I/O error).
+        Hang,
+    }
+
+    /// The statements of one call: counted, and one of them failed.
+    #[derive(Debug)]
+    pub struct Plan {
+        fault: Option<(usize, Fault)>,
+        hang: Duration,
+        sent: Mutex<Vec<&'static str>>,
+    }
+
+    impl Plan {
+        /// Counts the statements, fails none.
+        pub fn count() -> Arc<Plan> {
+            Arc::new(Plan {
+                fault: None,
+                hang: Duration::ZERO,
+                sent: Mutex::new(Vec::new()),
+            })
+        }
+
+        /// Fails statement `index` (from 0) with `fault`; a
+        /// [`Fault::Hang`] waits `hang` before its error.
+        pub fn fail(index: usize, fault: Fault, hang: Duration) -> Arc<Plan> {
+            Arc::new(Plan {
+                fault: Some((index, fault)),
+                hang,
+                sent: Mutex::new(Vec::new()),
+            })
+        }
+
+        /// Runs `call` with this plan over every statement it sends, in
+        /// its task and in the tasks the library spawns for it.
+        pub async fn run<F: Future>(self: &Arc<Self>, call: F) -> F::Output {
+            PLAN.scope(self.clone(), call).await
+        }
+
+        /// The statements sent so far, in order (the faulted one
+        /// included).
+        pub fn sent(&self) -> Vec<&'static str> {
+            self.sent.lock().map(|s| s.clone()).unwrap_or_default()
+        }
+
+        /// What statement `sql`, the next one, meets.
+        fn next(&self, sql: &'static str) -> Option<Fault> {
+            let mut sent = self.sent.lock().ok()?;
+            let index = sent.len();
+            sent.push(sql);
+            match self.fault {
+                Some((at, fault)) if at == index => Some(fault),
+                _ => None,
+            }
+        }
+    }
+
+    /// The statement `sql` whose future is `run`, as the plan in scope
+    /// (if any) says.
+    pub(crate) fn statement<'c, T, F>(
+        sql: &'static str,
+        run: F,
+    ) -> BoxFuture<'c, Result<T, sqlx::Error>>
+    where
+        T: Send + 'c,
+        F: Future<Output = Result<T, sqlx::Error>> + Send + 'c,
+    {
+        let fault = PLAN.try_with(|plan| (plan.next(sql), plan.hang)).ok();
+        Box::pin(async move {
+            match fault {
+                None | Some((None, _)) => run.await,
+                Some((Some(Fault::Refuse), _)) => {
+                    drop(run);
+                    Err(sqlx::Error::Database(Box::new(Refused { sql })))
+                }
+                Some((Some(Fault::Cut), _)) => {
+                    run.await?;
+                    Err(sqlx::Error::Io(std::io::Error::new(
+                        std::io::ErrorKind::ConnectionReset,
+                        "injected fault: the connection broke before the answer",
+                    )))
+                }
+                Some((Some(Fault::Hang), hang)) => {
+                    run.await?;
+                    tokio::time::sleep(hang).await;
+                    Err(sqlx::Error::Io(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "injected fault: the answer never came",
+                    )))
+                }
+            }
+        })
+    }
+
+    /// `work`, with the plan in scope (if any) carried into the task that
+    /// will run it.
+    pub(crate) fn carried<'w, T, W>(work: W) -> BoxFuture<'w, T>
+    where
+        W: Future<Output = T> + Send + 'w,
+    {
+        match PLAN.try_with(Arc::clone) {
+            Ok(plan) => Box::pin(PLAN.scope(plan, work)),
+            Err(_) => Box::pin(work),
+        }
+    }
+
+    /// The server's refusal of a statement it did not run.
+    #[derive(Debug)]
+    struct Refused {
+        sql: &'static str,
+    }
+
+    impl std::fmt::Display for Refused {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            let head: String = self.sql.chars().take(40).collect();
+            write!(f, "injected fault: the server refused `{head}…`")
+        }
+    }
+
+    impl std::error::Error for Refused {}
+
+    impl sqlx::error::DatabaseError for Refused {
+        fn message(&self) -> &str {
+            "injected fault: the server refused the statement"
+        }
+
+        fn code(&self) -> Option<Cow<'_, str>> {
+            // PostgreSQL's internal_error: no backend's retry or session
+            // rule reads it.
+            Some(Cow::Borrowed("XX000"))
+        }
+
+        fn as_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+            self
+        }
+
+        fn as_error_mut(&mut self) -> &mut (dyn std::error::Error + Send + Sync + 'static) {
+            self
+        }
+
+        fn into_error(self: Box<Self>) -> Box<dyn std::error::Error + Send + Sync + 'static> {
+            self
+        }
+
+        fn kind(&self) -> sqlx::error::ErrorKind {
+            sqlx::error::ErrorKind::Other
+        }
+    }
+}

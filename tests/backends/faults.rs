@@ -1,0 +1,304 @@
+//! The fault matrix: each public call that sends more than one statement
+//! runs once to count its statements, then once per statement and fault
+//! with that statement failed: refused by the server before it runs, cut
+//! off after it ran and before its answer, or left without an answer
+//! until the call's deadline. After every run, plain SQL reads which rows
+//! changed, and the rule of G10 must hold: rows changed ⇒ each of them
+//! came back as a win, or the error says the outcome is unknown; and no
+//! win for a row that did not change.
+//!
+//! The faults come from the library's own hook (`stateguard_runtime::fault`,
+//! the `fault-injection` feature the tests build with): it counts the
+//! statements as the library sends them on every backend, SQLite
+//! included, and a statement added to a call is covered without a new
+//! case here.
+
+use crate::common;
+use crate::common::KeyColumn;
+
+use std::collections::BTreeSet;
+use std::marker::PhantomData;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use common::{Bind, Db, PayoutStatus, TestBackend, TransferStatus};
+use stateguard::bounds::{Batched, ManyKeys};
+use stateguard::key::shape::One;
+use stateguard::{Error, Finished, Verdict, Won};
+use stateguard_runtime::fault::{Fault, Plan};
+
+backend_tests! {
+    impl Tests {
+        "faults_apply" => apply,
+        "faults_apply_many" => apply_many,
+        "faults_claim" => claim,
+        "faults_finish" => finish,
+    }
+}
+
+const FAULTS: [Fault; 3] = [Fault::Refuse, Fault::Cut, Fault::Hang];
+/// The calls' deadline: a hung statement runs it out.
+const DEADLINE: Duration = Duration::from_millis(400);
+/// How long a hung statement's answer stays away: past the deadline.
+const HANG: Duration = Duration::from_millis(800);
+
+/// The rows of a table as plain SQL reads them: `(status, version)` per
+/// key, `None` for a key with no row.
+type Rows = Vec<Option<(String, i64)>>;
+
+/// What a run of a call handed back: the keys it reported as won (moved
+/// by this call), or its error.
+type Reported = Result<BTreeSet<i64>, Failure>;
+
+/// Keys `1..=6`: 1–4 can move, 5 and 6 stand elsewhere; key 9 has no row.
+const KEYS: [i64; 7] = [1, 2, 3, 4, 5, 6, 9];
+
+pub(crate) struct Tests<DB>(PhantomData<DB>);
+
+impl<DB: TestBackend + Batched> Tests<DB>
+where
+    i64: KeyColumn<DB> + ManyKeys<DB, One>,
+{
+    /// `apply` into an in-flight state: one statement on PostgreSQL and
+    /// SQLite, the move and its lease's read-back on MySQL.
+    pub(crate) async fn apply(db: Db<DB>) {
+        let call = async |db: &Db<DB>| -> Reported {
+            let outcome = TransferStatus::start()
+                .within(DEADLINE)
+                .apply(&db.pool, 1_i64)
+                .await?;
+            Ok(outcome.won().map(|won| *won.key()).into_iter().collect())
+        };
+        matrix(&db, "apply", reset_transfers::<DB>, call, transfers::<DB>).await;
+    }
+
+    /// `apply_many`: the move, then one read of the keys it did not move
+    /// (MySQL: a locking read, the move and the leases' read in one
+    /// transaction).
+    pub(crate) async fn apply_many(db: Db<DB>) {
+        let call = async |db: &Db<DB>| -> Reported {
+            let outcomes = PayoutStatus::start()
+                .within(DEADLINE)
+                .apply_many(&db.pool, &KEYS)
+                .await?;
+            Ok(outcomes
+                .into_iter()
+                .filter_map(|o| o.won().map(|won| *won.key()))
+                .collect())
+        };
+        matrix(&db, "apply_many", reset_payouts::<DB>, call, payouts::<DB>).await;
+    }
+
+    /// `claim` into an in-flight state (a transaction on SQLite and
+    /// MySQL).
+    pub(crate) async fn claim(db: Db<DB>) {
+        let call = async |db: &Db<DB>| -> Reported {
+            let wins = TransferStatus::start()
+                .within(DEADLINE)
+                .claim(&db.pool, 3)
+                .await?;
+            Ok(wins.iter().map(|won| *won.key()).collect())
+        };
+        matrix(&db, "claim", reset_transfers::<DB>, call, transfers::<DB>).await;
+    }
+
+    /// `finish` of a committed win: its lease's check or renewal, the
+    /// effect, the follow-up and its reads. The win is made by `reset`,
+    /// before the statements count.
+    pub(crate) async fn finish(db: Db<DB>) {
+        let slot: Mutex<Option<Won<TransferStatus, i64>>> = Mutex::new(None);
+        let reset = async |db: &Db<DB>| {
+            reset_transfers(db).await;
+            let outcome = TransferStatus::start()
+                .apply(&db.pool, 1_i64)
+                .await
+                .unwrap();
+            *slot.lock().unwrap() = outcome.won();
+        };
+        let call = async |db: &Db<DB>| -> Reported {
+            let won = slot
+                .lock()
+                .unwrap()
+                .take()
+                .expect("row 1 moved into sending");
+            let done = won
+                .within(DEADLINE)
+                .finish(&db.pool, async |_effect| Verdict::Done)
+                .await;
+            match done {
+                Ok(Finished::Done { .. } | Finished::Failed { .. }) => Ok(BTreeSet::from([1])),
+                Ok(_) => Ok(BTreeSet::new()),
+                Err(error) => Err(Failure::of(error.error())),
+            }
+        };
+        matrix(&db, "finish", reset, call, transfers::<DB>).await;
+    }
+}
+
+/// An error as the rule reads it.
+#[derive(Debug)]
+struct Failure {
+    unknown: bool,
+    text: String,
+}
+
+impl Failure {
+    fn of(error: &Error) -> Failure {
+        Failure {
+            unknown: error.is_outcome_unknown(),
+            text: error.to_string(),
+        }
+    }
+}
+
+impl From<Error> for Failure {
+    fn from(error: Error) -> Failure {
+        Failure::of(&error)
+    }
+}
+
+/// Runs `call` once to count its statements, then once per statement and
+/// fault, from `reset` each time, and holds each run to the rule.
+async fn matrix<DB: TestBackend>(
+    db: &Db<DB>,
+    name: &str,
+    reset: impl AsyncFn(&Db<DB>),
+    call: impl AsyncFn(&Db<DB>) -> Reported,
+    rows: impl AsyncFn(&Db<DB>) -> Rows,
+) {
+    reset(db).await;
+    let before = rows(db).await;
+    let counting = Plan::count();
+    let clean = counting.run(call(db)).await;
+    let won = clean.unwrap_or_else(|e| panic!("{name} without a fault failed: {}", e.text));
+    assert_eq!(
+        changed(&before, &rows(db).await),
+        won,
+        "{name} without a fault"
+    );
+    assert!(!won.is_empty(), "{name} without a fault moved nothing");
+    let sent = counting.sent();
+    assert!(!sent.is_empty(), "{name} sent no statement");
+    let mut runs = 0;
+    for index in 0..sent.len() {
+        for fault in FAULTS {
+            reset(db).await;
+            let before = rows(db).await;
+            let plan = Plan::fail(index, fault, HANG);
+            let reported = plan.run(call(db)).await;
+            if fault == Fault::Hang {
+                // The hung statement's task, where it runs in one, hands
+                // its connection back.
+                tokio::time::sleep(HANG).await;
+            }
+            let moved = changed(&before, &rows(db).await);
+            let what = format!(
+                "{name}, statement {index} of {} ({:?}) {fault:?}",
+                sent.len(),
+                head(sent[index])
+            );
+            match reported {
+                Ok(won) => assert_eq!(
+                    moved, won,
+                    "{what}: the rows that changed are not the wins handed out"
+                ),
+                Err(error) => assert!(
+                    moved.is_empty() || error.unknown,
+                    "{what}: rows {moved:?} changed, and the error says the outcome is \
+                     known: {}",
+                    error.text
+                ),
+            }
+            runs += 1;
+        }
+    }
+    common::say(&format!(
+        "{name}: {} statements, {runs} faulted runs",
+        sent.len()
+    ));
+}
+
+/// The keys whose row differs between `before` and `after`.
+fn changed(before: &Rows, after: &Rows) -> BTreeSet<i64> {
+    KEYS.iter()
+        .zip(before.iter().zip(after))
+        .filter(|(_, (b, a))| b != a)
+        .map(|(k, _)| *k)
+        .collect()
+}
+
+fn head(sql: &str) -> String {
+    sql.split_whitespace().take(6).collect::<Vec<_>>().join(" ")
+}
+
+async fn exec<DB: TestBackend>(db: &Db<DB>, sql: &'static str, binds: &[Bind<'_>]) {
+    let mut conn = db.pool.acquire().await.unwrap();
+    DB::execute(&mut conn, sql, binds).await.unwrap();
+}
+
+/// `payouts` rows 1–4 pending, 5 sending, 6 cancelled.
+async fn reset_payouts<DB: TestBackend>(db: &Db<DB>) {
+    exec(db, "DELETE FROM payouts", &[]).await;
+    db.seed(4).await;
+    db.insert(5, "sending").await;
+    db.insert(6, "cancelled").await;
+}
+
+async fn payouts<DB: TestBackend>(db: &Db<DB>) -> Rows {
+    let mut rows = Vec::new();
+    for key in KEYS {
+        rows.push(db.status(key).await.map(|s| (s, 0)));
+    }
+    rows
+}
+
+/// `transfers` rows 1–4 pending, 5 sending, 6 cancelled (the table made
+/// on first use).
+async fn reset_transfers<DB: TestBackend>(db: &Db<DB>) {
+    let mut conn = db.pool.acquire().await.unwrap();
+    if DB::execute(&mut conn, "DELETE FROM transfers", &[])
+        .await
+        .is_err()
+    {
+        DB::execute(&mut conn, DB::CREATE_TRANSFERS, &[])
+            .await
+            .unwrap();
+    }
+    DB::execute(&mut conn, DB::SEED_TRANSFERS, &[Bind::Int(6)])
+        .await
+        .unwrap();
+    drop(conn);
+    exec(
+        db,
+        set_status::<DB>(),
+        &[Bind::Text("sending"), Bind::Int(5)],
+    )
+    .await;
+    exec(
+        db,
+        set_status::<DB>(),
+        &[Bind::Text("cancelled"), Bind::Int(6)],
+    )
+    .await;
+}
+
+fn set_status<DB: TestBackend>() -> &'static str {
+    match DB::DIALECT {
+        stateguard::ddl::Dialect::Postgres => "UPDATE transfers SET status = $1 WHERE id = $2",
+        stateguard::ddl::Dialect::Sqlite => "UPDATE transfers SET status = ?1 WHERE id = ?2",
+        _ => "UPDATE transfers SET status = ? WHERE id = ?",
+    }
+}
+
+async fn transfers<DB: TestBackend>(db: &Db<DB>) -> Rows {
+    let mut rows = Vec::new();
+    for key in KEYS {
+        let mut conn = db.pool.acquire().await.unwrap();
+        let row: Option<(String, i64)> =
+            DB::fetch_optional(&mut conn, DB::TRANSFER, &[Bind::Int(key)])
+                .await
+                .unwrap();
+        rows.push(row);
+    }
+    rows
+}
