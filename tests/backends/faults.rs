@@ -24,13 +24,14 @@ use std::time::Duration;
 use common::{Bind, Db, PayoutStatus, TestBackend, TransferStatus};
 use stateguard::bounds::{Batched, ManyKeys};
 use stateguard::key::shape::One;
-use stateguard::{Error, Finished, Verdict, Won};
+use stateguard::{Error, Finished, Tx, Uncommitted, Verdict, Won};
 use stateguard_runtime::fault::{Fault, Plan};
 
 backend_tests! {
     impl Tests {
         "faults_apply" => apply,
         "faults_apply_many" => apply_many,
+        "faults_apply_many_tx" => apply_many_in_a_transaction,
         "faults_claim" => claim,
         "faults_finish" => finish,
     }
@@ -87,6 +88,42 @@ where
                 .collect())
         };
         matrix(&db, "apply_many", reset_payouts::<DB>, call, payouts::<DB>).await;
+    }
+
+    /// `apply_many` inside the caller's transaction, and its commit. A
+    /// caller that commits after an error commits nothing the error hid:
+    /// the transaction can no longer commit.
+    pub(crate) async fn apply_many_in_a_transaction(db: Db<DB>) {
+        let call = async |db: &Db<DB>| -> Reported {
+            let mut tx = Tx::begin_with(&db.pool, DB::BEGIN_WRITE)
+                .within(DEADLINE)
+                .await?;
+            let applied = PayoutStatus::start()
+                .within(DEADLINE)
+                .apply_many(&mut tx, &KEYS)
+                .await;
+            match applied {
+                Ok(outcomes) => {
+                    let wins: Vec<Won<PayoutStatus, i64, Uncommitted>> =
+                        outcomes.into_iter().filter_map(|o| o.won()).collect();
+                    let committed = tx.commit(wins).await?;
+                    Ok(committed.iter().map(|won| *won.key()).collect())
+                }
+                Err(error) => {
+                    let none: Vec<Won<PayoutStatus, i64, Uncommitted>> = Vec::new();
+                    let _ = tx.commit(none).await;
+                    Err(Failure::of(&error))
+                }
+            }
+        };
+        matrix(
+            &db,
+            "apply_many in a transaction",
+            reset_payouts::<DB>,
+            call,
+            payouts::<DB>,
+        )
+        .await;
     }
 
     /// `claim` into an in-flight state (a transaction on SQLite and
