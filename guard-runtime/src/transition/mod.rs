@@ -231,6 +231,17 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
     /// effect is lost unless the caller treats such an error, or a later
     /// `AlreadyInState`, as an effect possibly owed.
     ///
+    /// The winning path is one statement, except on MySQL into an
+    /// in-flight state (or on a versioned table with a trigger), where the
+    /// same connection reads the lease and version back after the move.
+    /// If that read fails, the move stands without its win: on a pool the
+    /// error is [`Error::Unreported`], whose outcome is unknown, and inside
+    /// a transaction the transaction can no longer commit. With history or
+    /// `emit` on SQLite and MySQL, the inserts and the move run in one
+    /// transaction of their own (a savepoint in the caller's): a failure
+    /// before its `COMMIT` leaves nothing behind, and a `COMMIT` whose
+    /// answer is lost is outcome-unknown.
+    ///
     /// ```
     /// # use stateguard::{Outcome, StateMachine};
     /// # #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
