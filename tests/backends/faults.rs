@@ -34,6 +34,11 @@ backend_tests! {
         "faults_apply_many_tx" => apply_many_in_a_transaction,
         "faults_claim" => claim,
         "faults_finish" => finish,
+        "faults_claim_tx" => claim_in_a_transaction,
+        "faults_finish_then_recover" => finish_is_recovered,
+        "faults_finish_many" => finish_many_is_recovered,
+        "faults_recover" => recover_is_recovered,
+        "faults_recover_many" => recover_many_is_recovered,
     }
 }
 
@@ -170,6 +175,221 @@ where
         };
         matrix(&db, "finish", reset, call, transfers::<DB>).await;
     }
+}
+
+impl<DB: TestBackend + Batched> Tests<DB>
+where
+    i64: KeyColumn<DB> + ManyKeys<DB, One>,
+{
+    /// `claim` inside the caller's transaction, and its commit.
+    pub(crate) async fn claim_in_a_transaction(db: Db<DB>) {
+        let call = async |db: &Db<DB>| -> Reported {
+            let mut tx = Tx::begin_with(&db.pool, DB::BEGIN_WRITE)
+                .within(DEADLINE)
+                .await?;
+            let claimed = TransferStatus::start()
+                .within(DEADLINE)
+                .claim(&mut tx, 3)
+                .await;
+            match claimed {
+                Ok(wins) => {
+                    let committed = tx.commit(wins).await?;
+                    Ok(committed.iter().map(|won| *won.key()).collect())
+                }
+                Err(error) => {
+                    let none: Vec<Won<TransferStatus, i64, Uncommitted>> = Vec::new();
+                    let _ = tx.commit(none).await;
+                    Err(Failure::of(&error))
+                }
+            }
+        };
+        matrix(
+            &db,
+            "claim in a transaction",
+            reset_transfers::<DB>,
+            call,
+            transfers::<DB>,
+        )
+        .await;
+    }
+
+    /// `finish` failed at any statement: the row is finished then, or
+    /// left in flight for recovery, which runs the effect under the same
+    /// key.
+    pub(crate) async fn finish_is_recovered(db: Db<DB>) {
+        let setup = async |db: &Db<DB>| moved(db, 1).await;
+        let call = async |db: &Db<DB>, wins: Vec<Won<TransferStatus, i64>>, effects: &Effects| {
+            for won in wins {
+                let _ = won
+                    .within(DEADLINE)
+                    .finish(&db.pool, async |effect| effects.run(effect))
+                    .await;
+            }
+        };
+        recovered(&db, "finish", 1, setup, call).await;
+    }
+
+    /// `finish_many` failed at any statement: every row is finished, or
+    /// left in flight for recovery, under the same key.
+    pub(crate) async fn finish_many_is_recovered(db: Db<DB>) {
+        let setup = async |db: &Db<DB>| moved(db, 3).await;
+        let call = async |db: &Db<DB>, wins: Vec<Won<TransferStatus, i64>>, effects: &Effects| {
+            let _ = stateguard::finish_many(&db.pool, wins, 2, async |effect| effects.run(effect))
+                .await;
+        };
+        recovered(&db, "finish_many", 3, setup, call).await;
+    }
+
+    /// `recover` failed at any statement: its rows are finished, or left
+    /// for the next pass, under the same key.
+    pub(crate) async fn recover_is_recovered(db: Db<DB>) {
+        let setup = async |db: &Db<DB>| {
+            drop(moved(db, 3).await);
+            db.backdate_leases().await;
+            Vec::new()
+        };
+        let call = async |db: &Db<DB>, _: Vec<Won<TransferStatus, i64>>, effects: &Effects| {
+            let _ = stateguard::recover(&db.pool, TransferStatus::Sending, 10, async |effect| {
+                effects.run(effect)
+            })
+            .await;
+        };
+        recovered(&db, "recover", 3, setup, call).await;
+    }
+
+    /// `recover_many` failed at any statement: as `recover`.
+    pub(crate) async fn recover_many_is_recovered(db: Db<DB>) {
+        let setup = async |db: &Db<DB>| {
+            drop(moved(db, 3).await);
+            db.backdate_leases().await;
+            Vec::new()
+        };
+        let call = async |db: &Db<DB>, _: Vec<Won<TransferStatus, i64>>, effects: &Effects| {
+            let _ = stateguard::recover_many(
+                &db.pool,
+                TransferStatus::Sending,
+                10,
+                2,
+                async |effect| effects.run(effect),
+            )
+            .await;
+        };
+        recovered(&db, "recover_many", 3, setup, call).await;
+    }
+}
+
+/// The effects that ran: each row's key and effect key, in order.
+#[derive(Default)]
+struct Effects(Mutex<Vec<(i64, String)>>);
+
+impl Effects {
+    fn run(&self, effect: stateguard::Effect<TransferStatus, i64>) -> Verdict {
+        let ran = (*effect.key(), effect.effect_key().to_owned());
+        self.0.lock().unwrap().push(ran);
+        Verdict::Done
+    }
+}
+
+/// `transfers` made anew with rows 1–6 pending, and rows `1..=n` moved
+/// into `sending` by `apply`: their wins.
+async fn moved<DB: TestBackend>(db: &Db<DB>, n: i64) -> Vec<Won<TransferStatus, i64>>
+where
+    i64: KeyColumn<DB>,
+{
+    let mut conn = db.pool.acquire().await.unwrap();
+    if DB::execute(&mut conn, "DELETE FROM transfers", &[])
+        .await
+        .is_err()
+    {
+        DB::execute(&mut conn, DB::CREATE_TRANSFERS, &[])
+            .await
+            .unwrap();
+    }
+    DB::execute(&mut conn, DB::SEED_TRANSFERS, &[Bind::Int(6)])
+        .await
+        .unwrap();
+    drop(conn);
+    let mut wins = Vec::new();
+    for key in 1..=n {
+        let outcome = TransferStatus::start().apply(&db.pool, key).await.unwrap();
+        wins.push(outcome.won().expect("a pending row moves"));
+    }
+    wins
+}
+
+/// Runs `call` on what `setup` made (outside any plan) once to count its
+/// statements, then once per statement and fault; after each run,
+/// recovery passes without faults until no row is in flight. Rows
+/// `1..=rows` must end `sent`, the others `pending`, and every effect of
+/// a row, in the faulted call and in recovery, must have run under one
+/// effect key.
+async fn recovered<DB: TestBackend>(
+    db: &Db<DB>,
+    name: &str,
+    rows: i64,
+    setup: impl AsyncFn(&Db<DB>) -> Vec<Won<TransferStatus, i64>>,
+    call: impl AsyncFn(&Db<DB>, Vec<Won<TransferStatus, i64>>, &Effects),
+) where
+    i64: KeyColumn<DB>,
+{
+    let wins = setup(db).await;
+    let counting = Plan::count();
+    counting.run(call(db, wins, &Effects::default())).await;
+    let sent = counting.sent();
+    assert!(!sent.is_empty(), "{name} sent no statement");
+    let mut runs = 0;
+    for index in 0..sent.len() {
+        for fault in FAULTS {
+            let wins = setup(db).await;
+            let effects = Effects::default();
+            Plan::fail(index, fault, HANG)
+                .run(call(db, wins, &effects))
+                .await;
+            if fault == Fault::Hang {
+                tokio::time::sleep(HANG).await;
+            }
+            let what = format!(
+                "{name}, statement {index} ({:?}) {fault:?}",
+                head(sent[index])
+            );
+            for _ in 0..5 {
+                let in_flight = transfers(db)
+                    .await
+                    .iter()
+                    .any(|row| matches!(row, Some((s, _)) if s == "sending"));
+                if !in_flight {
+                    break;
+                }
+                db.backdate_leases().await;
+                let pass =
+                    stateguard::recover(&db.pool, TransferStatus::Sending, 10, async |effect| {
+                        effects.run(effect)
+                    })
+                    .await;
+                pass.unwrap_or_else(|e| panic!("{what}: recovery after it: {e}"));
+            }
+            let statuses = transfers(db).await;
+            for key in 1..=6_i64 {
+                let status = statuses[key as usize - 1].as_ref().map(|(s, _)| s.as_str());
+                let expected = if key <= rows { "sent" } else { "pending" };
+                assert_eq!(status, Some(expected), "{what}: row {key}");
+            }
+            let ran = effects.0.lock().unwrap().clone();
+            for key in 1..=rows {
+                let keys: BTreeSet<&String> = ran
+                    .iter()
+                    .filter(|(k, _)| *k == key)
+                    .map(|(_, e)| e)
+                    .collect();
+                assert_eq!(keys.len(), 1, "{what}: row {key} ran under {keys:?}");
+            }
+            runs += 1;
+        }
+    }
+    common::say(&format!(
+        "{name}: {} statements, {runs} faulted runs, recovered",
+        sent.len()
+    ));
 }
 
 /// An error as the rule reads it.
