@@ -16,7 +16,7 @@ use crate::batch::batched::{Batch, BatchRunner, Batched, Found};
 use crate::deadline::retry::{MAX_ATTEMPTS, backoff};
 use crate::error::Error;
 use crate::executor::seam::Seam;
-use crate::machine::key::{BatchKey, KeyShape};
+use crate::machine::key::{BatchKey, KeyShape, KeyType};
 use crate::outcome::{Outcome, Won};
 use crate::telemetry;
 #[allow(unused_imports)] // in the docs
@@ -102,6 +102,7 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
         E: BatchRunner,
         E::Database: Batched,
         K: BatchKey<E::Database, S::KeyShape> + Clone,
+        S: KeyType<K>,
         P: Params<E::Database>,
     {
         self.recorded()?;

@@ -58,17 +58,21 @@ impl KeyShape for shape::Four {
     const COLUMNS: usize = 4;
 }
 
-/// The Rust type a machine's keys are read back as: what `claim`,
-/// `claim_older_than`, `claim_timed_out`, `recover` and `claim_expired`
-/// return in each win. A machine that declares it
+/// The Rust type of a machine's keys: what every call that takes a key
+/// takes (`apply`, `apply_many`, `load`, `available`, `history`), and
+/// what `claim`, `claim_older_than`, `claim_timed_out`, `recover` and
+/// `claim_expired` return in each win. A machine that declares it
 /// (`#[state_machine(…, key_type = "i64")]`) implements this for that type
-/// alone, so those calls infer it; one that does not implements it for
-/// every type, and the call names it (`claim::<_, i64>`, or a type on the
-/// variable the wins go into).
+/// alone: a key of another type is a compile error that names both, and
+/// an integer literal (`apply(&pool, 42)`) is of the declared type. One
+/// that does not implements it for every type: each call takes the key
+/// it is given, and a claim names its type (`claim::<_, i64>`, or a type
+/// on the variable the wins go into).
 #[diagnostic::on_unimplemented(
-    message = "`{Self}` reads its keys back as another type than `{K}`",
+    message = "`{Self}` declares another key type than `{K}`",
     label = "not the machine's key type",
-    note = "the machine declares `key_type = \"…\"`: use that type, or leave the call to infer it"
+    note = "the machine declares `key_type = \"…\"`: pass a key of that type, or leave the call \
+            to infer it"
 )]
 pub trait KeyType<K> {}
 

@@ -41,6 +41,7 @@ pub trait StateMachine: Copy + Eq + Debug + Send + Sync + 'static {
     where
         E: crate::Runner + 'a,
         K: crate::machine::key::RowKey<E::Database, Self::KeyShape> + 'a,
+        Self: crate::machine::key::KeyType<K>,
     {
         Self::MACHINE.history(executor, key)
     }
@@ -53,6 +54,7 @@ pub trait StateMachine: Copy + Eq + Debug + Send + Sync + 'static {
     where
         E: crate::Runner + 'a,
         K: crate::machine::key::RowKey<E::Database, Self::KeyShape> + 'a,
+        Self: crate::machine::key::KeyType<K>,
     {
         Self::MACHINE.available(executor, key)
     }

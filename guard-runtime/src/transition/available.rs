@@ -5,7 +5,7 @@ use crate::StateMachine;
 use crate::dialect::Column;
 use crate::error::Error;
 use crate::executor::Runner;
-use crate::machine::key::RowKey;
+use crate::machine::key::{KeyType, RowKey};
 use crate::machine::{Machine, TransitionDef};
 use crate::outcome::Current;
 
@@ -146,6 +146,7 @@ impl<S: StateMachine> Machine<S> {
     where
         E: Runner + 'a,
         K: RowKey<E::Database, S::KeyShape> + 'a,
+        S: KeyType<K>,
     {
         self.read_row(
             executor,

@@ -8,7 +8,7 @@ use crate::error::Error;
 use crate::executor::Runner;
 use crate::executor::proven::Proven;
 use crate::machine::Machine;
-use crate::machine::key::RowKey;
+use crate::machine::key::{KeyType, RowKey};
 use crate::outcome::Current;
 use crate::transition::row::Read;
 
@@ -27,6 +27,7 @@ impl<S: StateMachine> Machine<S> {
     where
         E: Runner + 'a,
         K: RowKey<E::Database, S::KeyShape> + 'a,
+        S: KeyType<K>,
     {
         // A locking read inside a transaction, as the losing path's.
         let select = self.select_for(executor.in_transaction());

@@ -36,7 +36,7 @@ pub use self::bind::Params;
 use crate::StateMachine;
 use crate::error::Error;
 use crate::executor::Runner;
-use crate::machine::key::RowKey;
+use crate::machine::key::{KeyType, RowKey};
 use crate::machine::{HasVersion, InFlightDef, TransitionDef};
 use crate::outcome::Outcome;
 
@@ -275,6 +275,7 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
     where
         E: Runner,
         K: RowKey<E::Database, S::KeyShape>,
+        S: KeyType<K>,
         P: Params<E::Database>,
     {
         self.recorded()?;
