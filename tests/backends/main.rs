@@ -29,6 +29,7 @@ mod idempotency;
 mod keys;
 mod layer;
 mod leases;
+mod limits;
 mod many;
 mod metrics;
 mod mix_up;

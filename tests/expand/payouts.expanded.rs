@@ -79,7 +79,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     },
                 ),
                 claim: __sg::sql! {
-                    "WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'sending' WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending') AND (amount_cents <= 95000) ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT CASE WHEN $2::text = 'stateguard 7715385f475c2f3b' THEN 'stateguard 7715385f475c2f3b'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 7715385f475c2f3b with ', $2::text) AS INTEGER)::text END, c0, v, l FROM moved ORDER BY o0"
+                    "WITH __sg_c AS MATERIALIZED (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending') AND (amount_cents <= 95000) ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED), moved AS (UPDATE \"payouts\" SET \"status\" = 'sending' WHERE (\"id\") IN (SELECT \"id\" FROM __sg_c) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT CASE WHEN $2::text = 'stateguard 119c64b337f9f86c' THEN 'stateguard 119c64b337f9f86c'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 119c64b337f9f86c with ', $2::text) AS INTEGER)::text END, c0, v, l FROM moved ORDER BY o0"
                     on postgres, binds = [Limit, Tag], reads = [Tag, Key(0), Occurrence,
                     Token];
                     "SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending') AND (amount_cents <= 95000) ORDER BY \"id\" LIMIT ?1"
@@ -145,7 +145,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 guarded_select: None,
                 guarded_select_in_transaction: None,
                 claim: __sg::sql! {
-                    "WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending', 'sending') ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('pending', 'sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT CASE WHEN $2::text = 'stateguard df7b2629d8e2ff18' THEN 'stateguard df7b2629d8e2ff18'::text ELSE CAST(concat('stateguard mix-up: ran stateguard df7b2629d8e2ff18 with ', $2::text) AS INTEGER)::text END, c0, v, l FROM moved ORDER BY o0"
+                    "WITH __sg_c AS MATERIALIZED (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending', 'sending') ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED), moved AS (UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE (\"id\") IN (SELECT \"id\" FROM __sg_c) AND \"status\" IN ('pending', 'sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT CASE WHEN $2::text = 'stateguard bd1c59c4979ac6c1' THEN 'stateguard bd1c59c4979ac6c1'::text ELSE CAST(concat('stateguard mix-up: ran stateguard bd1c59c4979ac6c1 with ', $2::text) AS INTEGER)::text END, c0, v, l FROM moved ORDER BY o0"
                     on postgres, binds = [Limit, Tag], reads = [Tag, Key(0), Occurrence,
                     Token];
                     "SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending', 'sending') ORDER BY \"id\" LIMIT ?1"
@@ -220,7 +220,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 guarded_select: None,
                 guarded_select_in_transaction: None,
                 claim: __sg::sql! {
-                    "WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $1 WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT $2 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT CASE WHEN $3::text = 'stateguard c3c1911b4e736bff' THEN 'stateguard c3c1911b4e736bff'::text ELSE CAST(concat('stateguard mix-up: ran stateguard c3c1911b4e736bff with ', $3::text) AS INTEGER)::text END, c0, v, l FROM moved ORDER BY o0"
+                    "WITH __sg_c AS MATERIALIZED (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT $2 FOR UPDATE SKIP LOCKED), moved AS (UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $1 WHERE (\"id\") IN (SELECT \"id\" FROM __sg_c) AND \"status\" IN ('sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT CASE WHEN $3::text = 'stateguard 9e0cfbb30c512ec0' THEN 'stateguard 9e0cfbb30c512ec0'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 9e0cfbb30c512ec0 with ', $3::text) AS INTEGER)::text END, c0, v, l FROM moved ORDER BY o0"
                     on postgres, binds = [Value(0), Limit, Tag], reads = [Tag, Key(0),
                     Occurrence, Token];
                     "SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT ?1"
@@ -286,7 +286,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 guarded_select: None,
                 guarded_select_in_transaction: None,
                 claim: __sg::sql! {
-                    "WITH moved AS (UPDATE \"payouts\" SET \"status\" = 'failed' WHERE (\"id\") IN (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED) AND \"status\" IN ('sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT CASE WHEN $2::text = 'stateguard b08deab792f7a030' THEN 'stateguard b08deab792f7a030'::text ELSE CAST(concat('stateguard mix-up: ran stateguard b08deab792f7a030 with ', $2::text) AS INTEGER)::text END, c0, v, l FROM moved ORDER BY o0"
+                    "WITH __sg_c AS MATERIALIZED (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED), moved AS (UPDATE \"payouts\" SET \"status\" = 'failed' WHERE (\"id\") IN (SELECT \"id\" FROM __sg_c) AND \"status\" IN ('sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT CASE WHEN $2::text = 'stateguard 238dd298d21850fd' THEN 'stateguard 238dd298d21850fd'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 238dd298d21850fd with ', $2::text) AS INTEGER)::text END, c0, v, l FROM moved ORDER BY o0"
                     on postgres, binds = [Limit, Tag], reads = [Tag, Key(0), Occurrence,
                     Token];
                     "SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT ?1"

@@ -12,9 +12,11 @@ impl Dialect {
     /// meeting the guard), in `order`, skipping rows another claimer holds.
     ///
     /// PostgreSQL moves them in one statement and returns their keys,
-    /// versions and lease tokens in order: `WITH moved AS (UPDATE … WHERE
-    /// (k) IN (SELECT k … ORDER BY o LIMIT $n FOR UPDATE SKIP LOCKED) …
-    /// RETURNING …) SELECT … FROM moved ORDER BY o`. SQLite and MySQL have
+    /// versions and lease tokens in order: `WITH __sg_c AS MATERIALIZED
+    /// (SELECT k … ORDER BY o LIMIT $n FOR UPDATE SKIP LOCKED), moved AS
+    /// (UPDATE … WHERE (k) IN (SELECT k FROM __sg_c) … RETURNING …) SELECT
+    /// … FROM moved ORDER BY o`: the candidates are chosen once, whatever
+    /// the plan (see the module's invariant). SQLite and MySQL have
     /// no `UPDATE` in a `WITH`, so this is the candidates' `SELECT` (a
     /// locking `SKIP LOCKED` one on MySQL), run in a short transaction
     /// that then moves them all with the `apply_many` statements.
@@ -123,9 +125,9 @@ impl Dialect {
                         true,
                     );
                     return format!(
-                        "WITH __sg_old AS (SELECT {}, {} AS __sg_from FROM {table} WHERE \
-                         {status}{guard} ORDER BY {order_by} LIMIT {limit} FOR UPDATE SKIP LOCKED), \
-                         moved AS (UPDATE {table} SET {} FROM __sg_old WHERE {} RETURNING {}, {} AS \
+                        "WITH __sg_old AS MATERIALIZED (SELECT {}, {} AS __sg_from FROM {table} \
+                         WHERE {status}{guard} ORDER BY {order_by} LIMIT {limit} FOR UPDATE SKIP \
+                         LOCKED), moved AS (UPDATE {table} SET {} FROM __sg_old WHERE {} RETURNING {}, {} AS \
                          v, {lease} AS l, {}, __sg_old.__sg_from{payload}), __sg_log AS (INSERT \
                          INTO {} ({columns}) SELECT {values} FROM moved){outbox} SELECT {}, {}, {} \
                          FROM moved ORDER BY {}",
@@ -146,9 +148,10 @@ impl Dialect {
                     );
                 }
                 format!(
-                    "WITH moved AS (UPDATE {table} SET {} WHERE ({keys}) IN ({candidates} FOR \
-                     UPDATE SKIP LOCKED) AND {status}{guard} RETURNING {}, {} AS v, {lease} AS l, \
-                     {}{payload}){outbox} SELECT {}, {}, {} FROM moved ORDER BY {}",
+                    "WITH __sg_c AS MATERIALIZED ({candidates} FOR UPDATE SKIP LOCKED), moved AS \
+                     (UPDATE {table} SET {} WHERE ({keys}) IN (SELECT {keys} FROM __sg_c) AND \
+                     {status}{guard} RETURNING {}, {} AS v, {lease} AS l, {}{payload}){outbox} \
+                     SELECT {}, {}, {} FROM moved ORDER BY {}",
                     d.assignments(model, transition),
                     returned_keys,
                     d.version_read(model.version.as_deref()),

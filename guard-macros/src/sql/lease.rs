@@ -221,14 +221,14 @@ impl Dialect {
             None => (String::new(), String::new()),
         };
         format!(
-            "WITH __sg_taken AS (UPDATE {table} SET {} FROM (SELECT {}, {since} AS \
-             __sg_old FROM {table} WHERE {expired} ORDER BY {since} IS NOT NULL, {since} LIMIT {} \
-             FOR UPDATE SKIP LOCKED) AS __sg_o WHERE {} AND {expired} RETURNING {}, {} AS __sg_v, \
-             {} AS __sg_l{attempt}, __sg_o.__sg_old) SELECT {}, {}, {}{attempt_column} FROM \
-             __sg_taken ORDER BY __sg_old IS NOT NULL, __sg_old",
-            d.take_over_assignments(in_flight),
+            "WITH __sg_o AS MATERIALIZED (SELECT {}, {since} AS __sg_old FROM {table} WHERE \
+             {expired} ORDER BY {since} IS NOT NULL, {since} LIMIT {} FOR UPDATE SKIP LOCKED), \
+             __sg_taken AS (UPDATE {table} SET {} FROM __sg_o WHERE {} AND {expired} RETURNING \
+             {}, {} AS __sg_v, {} AS __sg_l{attempt}, __sg_o.__sg_old) SELECT {}, {}, \
+             {}{attempt_column} FROM __sg_taken ORDER BY __sg_old IS NOT NULL, __sg_old",
             d.key_aliases(model, None, "__sg_k"),
             Slot::Limit.mark(),
+            d.take_over_assignments(in_flight),
             same_row.join(" AND "),
             d.key_aliases(model, Some(&table), "__sg_k"),
             d.version_read(model.version.as_deref()),

@@ -183,7 +183,8 @@ impl Dialect {
         let outbox = d.outbox_cte(model, transition, "__sg_moved", &aliases, "__sg_v");
         match (d, &model.history) {
             // With a history table: the rows read and locked in key order
-            // first, so the state each row leaves is the one recorded.
+            // first, so the state each row leaves is the one recorded; once
+            // (`MATERIALIZED`), so that no plan locks them again per row.
             (Dialect::Postgres, Some(history)) => {
                 let (columns, values) = d.history_row(
                     model,
@@ -195,9 +196,9 @@ impl Dialect {
                 );
                 let last = model.table.rsplit('.').next().unwrap_or(&model.table);
                 format!(
-                    "WITH __sg_old AS (SELECT {}, {} AS __sg_from FROM {table} WHERE {pg_keys} AND \
-                     {status}{guard} ORDER BY {keys} FOR UPDATE OF {}), __sg_moved AS (UPDATE \
-                     {table} SET {assignments} FROM __sg_old WHERE {} RETURNING {}, {} AS __sg_v, \
+                    "WITH __sg_old AS MATERIALIZED (SELECT {}, {} AS __sg_from FROM {table} \
+                     WHERE {pg_keys} AND {status}{guard} ORDER BY {keys} FOR UPDATE OF {}), \
+                     __sg_moved AS (UPDATE {table} SET {assignments} FROM __sg_old WHERE {} RETURNING {}, {} AS __sg_v, \
                      {lease} AS __sg_l, __sg_old.__sg_from{payload}), __sg_log AS (INSERT INTO {} \
                      ({columns}) SELECT {values} FROM __sg_moved){outbox} SELECT {} FROM __sg_moved",
                     old,

@@ -2,6 +2,27 @@
 //! validated names. The output is a string literal per dialect: nothing is
 //! formatted into SQL at run time. The dialects' differences in quoting,
 //! placeholders and comparison live in `dialect.rs`; the DDL is in `ddl.rs`.
+//!
+//! **Architecture Invariant:** a `LIMIT`, `SKIP LOCKED` or `ORDER BY` that
+//! chooses the rows of an `UPDATE` or `DELETE` is evaluated once, whatever
+//! plan the database picks, so that "at most `n`" holds. On PostgreSQL
+//! the choice is a `WITH … AS MATERIALIZED (SELECT … LIMIT … FOR UPDATE
+//! SKIP LOCKED)` that the write joins or filters by: a CTE scan reads the
+//! stored rows again on a rescan and never runs its query twice. A plain
+//! subquery is not safe there, neither `FROM (SELECT …)` nor `IN (SELECT
+//! …)`: put on the inner side of a nested loop (or of a semi-join), it runs
+//! again for each outer row, and each run skips the rows the statement
+//! has already moved and takes the next ones. SQLite's `IN (SELECT …
+//! LIMIT ?)` is an uncorrelated subquery, which it evaluates once into a
+//! transient table before the write. MySQL chooses the rows with a
+//! locking `SELECT … LIMIT ? FOR UPDATE SKIP LOCKED` of their own, then
+//! writes by key (`claim.rs`, `fenced.rs`). A CTE that locks rows
+//! without a `LIMIT` is `MATERIALIZED` too where it orders them
+//! (`many.rs`), so that the locks are taken once, in order; one that
+//! locks a single row by its key (`transition.rs`) chooses the same row
+//! however often it runs. `tests/backends/limits.rs`
+//! holds each such statement to its limit, on PostgreSQL also with the
+//! planner pushed into nested loops.
 
 use crate::dialect::Dialect;
 use crate::model::{Model, Transition};

@@ -100,8 +100,10 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
     ///
     /// Concurrent claimers never get the same row, and a claimer does not
     /// wait for rows that another claimer holds: PostgreSQL moves them in
-    /// one statement (`UPDATE … WHERE key IN (SELECT key … ORDER BY …
-    /// LIMIT $n FOR UPDATE SKIP LOCKED) RETURNING …`); MySQL 8 and MariaDB
+    /// one statement (`WITH c AS MATERIALIZED (SELECT key … ORDER BY …
+    /// LIMIT $n FOR UPDATE SKIP LOCKED) UPDATE … WHERE key IN (SELECT key
+    /// FROM c) RETURNING …`, whose candidates are chosen once whatever the
+    /// plan, so that no claim moves more than `limit` rows); MySQL 8 and MariaDB
     /// 10.6+ lock the candidates with `SKIP LOCKED` in a short transaction
     /// and move them all with one `UPDATE`, the statements of
     /// [`apply_many`](Transition::apply_many) (an older server refuses

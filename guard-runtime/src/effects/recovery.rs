@@ -29,7 +29,8 @@ use crate::transition::bind::{self, Values};
 use crate::transition::row::Read;
 
 /// Takes over rows left in the in-flight `state` past their lease, at most
-/// `limit` of them, oldest first.
+/// `limit` of them, oldest first (whatever plan the database picks: the
+/// rows are chosen once, before the takeover writes).
 ///
 /// Each returned `Won` is the same occurrence the original winner held, so
 /// its [`effect_key`](Won::effect_key) is the same: run the effect again

@@ -384,8 +384,10 @@ impl<S> InFlightDef<S> {
 
     /// PostgreSQL and SQLite: [`expired_sql`](Self::expired_sql) and
     /// [`claim_sql`](Self::claim_sql) for up to `$1` rows in one statement
-    /// (PostgreSQL's `FOR UPDATE SKIP LOCKED`), returning each row's key,
-    /// version and new token (PostgreSQL's oldest first). Empty on MySQL.
+    /// (PostgreSQL's `FOR UPDATE SKIP LOCKED`, in a `MATERIALIZED` CTE, so
+    /// that the rows are chosen once whatever the plan), returning each
+    /// row's key, version and new token (PostgreSQL's oldest first). Empty
+    /// on MySQL.
     pub const fn take_over_sql(&self) -> &Sql {
         &self.take_over
     }

@@ -14,6 +14,19 @@
 //! another: a call that uses two pooled connections at once
 //! (`idempotency::begin_tx`) takes the second only if it is idle now
 //! (`Run::try_idle`).
+//!
+//! **Architecture Invariant:** a statement that claims or prunes at most
+//! `limit` rows chooses them once, whatever the plan. On PostgreSQL the
+//! rows are chosen in a `WITH … AS MATERIALIZED (SELECT … LIMIT $n FOR
+//! UPDATE SKIP LOCKED)`, which the write filters or joins by: a plain
+//! subquery (`IN (SELECT …)` or `FROM (SELECT …)`) on the inner side of a
+//! nested loop runs again for each outer row, skips the rows the statement
+//! already wrote, and takes more. SQLite's `IN (SELECT … LIMIT ?)` is
+//! uncorrelated, evaluated once into a transient table. MySQL's
+//! `DELETE … ORDER BY … LIMIT ?` limits the rows it deletes, and the
+//! relay's claim joins a derived table with a `LIMIT`, which MySQL and
+//! MariaDB cannot merge into the update and materialise once. The
+//! backends' `limits` tests hold each to its limit.
 
 pub mod idempotency;
 pub mod inbox;

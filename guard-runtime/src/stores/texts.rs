@@ -120,11 +120,11 @@ macro_rules! __stateguard_store_texts {
             ],
             // PRUNE
             [
-                concat!("DELETE FROM ", $($pg)* "stateguard_idempotency WHERE (scope, idem_key) IN (SELECT scope, \
-               idem_key FROM ", $($pg)* "stateguard_idempotency WHERE created_at < statement_timestamp() - \
-               CAST($1 AS BIGINT) * INTERVAL '1 millisecond' AND (state = 'done' OR \
-               locked_until < statement_timestamp()) ORDER BY created_at LIMIT $2 FOR UPDATE \
-               SKIP LOCKED) RETURNING ", $crate::__stateguard_store_tag!("580e7309826c83fe", [$($tag)*], "$3"), ""),
+                concat!("WITH __sg_p AS MATERIALIZED (SELECT scope, idem_key FROM ", $($pg)* "stateguard_idempotency \
+               WHERE created_at < statement_timestamp() - CAST($1 AS BIGINT) * INTERVAL '1 millisecond' \
+               AND (state = 'done' OR locked_until < statement_timestamp()) ORDER BY created_at \
+               LIMIT $2 FOR UPDATE SKIP LOCKED) DELETE FROM ", $($pg)* "stateguard_idempotency WHERE (scope, \
+               idem_key) IN (SELECT scope, idem_key FROM __sg_p) RETURNING ", $crate::__stateguard_store_tag!("a2895d520b4ff07f", [$($tag)*], "$3"), ""),
                 concat!("DELETE FROM ", $($lite)* "stateguard_idempotency WHERE rowid IN (SELECT rowid FROM \
              ", $($lite)* "stateguard_idempotency WHERE created_at < strftime('%Y-%m-%d %H:%M:%f', 'now', \
              printf('-%.3f seconds', CAST(?1 AS INTEGER) / 1000.0)) AND (state = 'done' OR \
@@ -192,10 +192,10 @@ macro_rules! __stateguard_store_texts {
             ],
             // PRUNE
             [
-                concat!("DELETE FROM ", $($pg)* "stateguard_inbox WHERE (consumer, message_id) IN (SELECT consumer, \
-               message_id FROM ", $($pg)* "stateguard_inbox WHERE received_at < statement_timestamp() - \
-               CAST($1 AS BIGINT) * INTERVAL '1 millisecond' ORDER BY received_at LIMIT $2 FOR \
-               UPDATE SKIP LOCKED) RETURNING ", $crate::__stateguard_store_tag!("b2b0dfff9c583ed1", [$($tag)*], "$3"), ""),
+                concat!("WITH __sg_p AS MATERIALIZED (SELECT consumer, message_id FROM ", $($pg)* "stateguard_inbox \
+               WHERE received_at < statement_timestamp() - CAST($1 AS BIGINT) * INTERVAL '1 \
+               millisecond' ORDER BY received_at LIMIT $2 FOR UPDATE SKIP LOCKED) DELETE FROM ", $($pg)* "stateguard_inbox \
+               WHERE (consumer, message_id) IN (SELECT consumer, message_id FROM __sg_p) RETURNING ", $crate::__stateguard_store_tag!("418f58a46da0fb44", [$($tag)*], "$3"), ""),
                 concat!("DELETE FROM ", $($lite)* "stateguard_inbox WHERE rowid IN (SELECT rowid FROM ", $($lite)* "stateguard_inbox \
              WHERE received_at < strftime('%Y-%m-%d %H:%M:%f', 'now', printf('-%.3f seconds', \
              CAST(?1 AS INTEGER) / 1000.0)) ORDER BY received_at LIMIT ?2)"),
@@ -240,7 +240,7 @@ macro_rules! __stateguard_store_texts {
             // CLAIM: up to $1 due messages, each the earliest unpublished
             // of its order key, leased for $2 milliseconds under claim $3.
             [
-                concat!("WITH __sg_due AS (SELECT d.seq FROM ", $($pg)* "stateguard_outbox AS d WHERE \
+                concat!("WITH __sg_due AS MATERIALIZED (SELECT d.seq FROM ", $($pg)* "stateguard_outbox AS d WHERE \
                d.published_at IS NULL AND d.dead_at IS NULL AND d.next_attempt_at <= \
                statement_timestamp() AND (d.locked_until IS NULL OR d.locked_until < \
                statement_timestamp()) AND NOT EXISTS (SELECT 1 FROM ", $($pg)* "stateguard_outbox AS e WHERE \
@@ -250,7 +250,7 @@ macro_rules! __stateguard_store_texts {
                statement_timestamp() + CAST($2 AS BIGINT) * INTERVAL '1 millisecond' FROM \
                __sg_due WHERE o.seq = __sg_due.seq AND o.published_at IS NULL AND \
                (o.locked_until IS NULL OR o.locked_until < statement_timestamp()) RETURNING ",
-               $crate::__stateguard_store_tag!("ce8ece4d5131978d", [$($tag)*], "$4"), ", o.seq, o.lease, \
+               $crate::__stateguard_store_tag!("0c99d2d54564e824", [$($tag)*], "$4"), ", o.seq, o.lease, \
                o.message_id, o.topic, o.payload, CAST(o.attempts AS BIGINT)"),
                 concat!("UPDATE ", $($lite)* "stateguard_outbox SET claim = ?3, lease = lease + 1, attempts = \
              attempts + 1, locked_until = strftime('%Y-%m-%d %H:%M:%f', 'now', printf('+%.3f \
@@ -340,10 +340,11 @@ macro_rules! __stateguard_store_texts {
             // PRUNE: up to $2 messages published more than $1 milliseconds
             // ago, oldest first.
             [
-                concat!("DELETE FROM ", $($pg)* "stateguard_outbox WHERE seq IN (SELECT seq FROM ", $($pg)* "stateguard_outbox \
-               WHERE published_at < statement_timestamp() - CAST($1 AS BIGINT) * INTERVAL '1 \
-               millisecond' ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING ",
-               $crate::__stateguard_store_tag!("eda10cb020d39791", [$($tag)*], "$3"), ""),
+                concat!("WITH __sg_p AS MATERIALIZED (SELECT seq FROM ", $($pg)* "stateguard_outbox WHERE \
+               published_at < statement_timestamp() - CAST($1 AS BIGINT) * INTERVAL '1 millisecond' \
+               ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED) DELETE FROM ", $($pg)* "stateguard_outbox WHERE seq IN \
+               (SELECT seq FROM __sg_p) RETURNING ",
+               $crate::__stateguard_store_tag!("578370e1809a9880", [$($tag)*], "$3"), ""),
                 concat!("DELETE FROM ", $($lite)* "stateguard_outbox WHERE seq IN (SELECT seq FROM ", $($lite)* "stateguard_outbox \
              WHERE published_at < strftime('%Y-%m-%d %H:%M:%f', 'now', printf('-%.3f seconds', \
              CAST(?1 AS INTEGER) / 1000.0)) ORDER BY seq LIMIT ?2)"),
