@@ -78,6 +78,11 @@ pub enum Slot {
     Reason,
     /// The note's details (JSON).
     Details,
+    /// The row's effect key up to its occurrence, as the runtime computes
+    /// it (`guard-runtime/src/outcome.rs`, `effect_key_prefix`): an
+    /// outbox row's message id is this and the occurrence the move
+    /// writes.
+    EffectKey,
     /// PostgreSQL: the statement's own tag, bound last, which its tag
     /// column checks (see the module docs).
     Tag,
@@ -237,6 +242,7 @@ impl Slot {
             Slot::Actor => ('a', 0),
             Slot::Reason => ('r', 0),
             Slot::Details => ('d', 0),
+            Slot::EffectKey => ('E', 0),
             Slot::Tag => ('G', 0),
         };
         format!("{OPEN}{kind}{n}{CLOSE}")
@@ -263,6 +269,7 @@ impl Slot {
             'a' => Slot::Actor,
             'r' => Slot::Reason,
             'd' => Slot::Details,
+            'E' => Slot::EffectKey,
             'G' => Slot::Tag,
             _ => return None,
         })
@@ -569,6 +576,7 @@ mod tests {
             Slot::Actor,
             Slot::Reason,
             Slot::Details,
+            Slot::EffectKey,
             Slot::Tag,
         ];
         for slot in all {

@@ -258,9 +258,12 @@ impl<S: StateMachine, K: KeyText<S::KeyShape>, C> Won<S, K, C> {
     /// Derived from the table and status column, the row key, the state the
     /// row entered and the occurrence (`payouts.status:42:sending:3`), so it is the same for every retry and every recovery
     /// of this win, and different for the next pass of the row through the
-    /// same state. At most 255 characters: a longer one keeps its first 190
-    /// characters and ends in `~` and the SHA-256 of the whole in hex, so
-    /// that row keys chosen by an attacker cannot make two wins share one.
+    /// same state. At most 255 characters: where `table.column:key:state:`
+    /// is longer than 235 (leaving room for any occurrence), it keeps its
+    /// first 169 characters and `~`, the SHA-256 of the whole in hex and
+    /// `:` stand for the rest, so that row keys chosen by an attacker cannot
+    /// make two wins share one; the occurrence always ends the key as it
+    /// is. The message id `emit(…)` writes is this key.
     pub fn effect_key(&self) -> String {
         effect_key::<S>(&self.key.key_text(), self.state, self.occurrence)
     }
@@ -277,13 +280,27 @@ impl<S: StateMachine, K: fmt::Debug, C> fmt::Debug for Won<S, K, C> {
     }
 }
 
-/// The effect key of one win: `table.column:key:state:occurrence` (the
-/// column keeps two machines on one table apart), or, when that would
-/// exceed [`EFFECT_KEY_LIMIT`] characters, a prefix of it, `~` and the
-/// SHA-256 of the whole in hex.
+/// The effect key of one win: [`effect_key_prefix`] and the occurrence.
 fn effect_key<S: StateMachine>(key: &str, state: S, occurrence: i64) -> String {
+    let mut effect_key = effect_key_prefix::<S>(key, state);
+    effect_key.push_str(&occurrence.to_string());
+    effect_key
+}
+
+/// What an effect key holds before its occurrence:
+/// `table.column:key:state:` (the column keeps two machines on one table
+/// apart), or, when that is longer than [`PREFIX_LIMIT`], a part of it,
+/// `~`, the SHA-256 of the whole in hex and `:`.
+///
+/// **Architecture Invariant:** this is the one definition of an effect
+/// key. `Won::effect_key` appends the occurrence to it, and every
+/// statement that writes an outbox row (`emit(…)`) binds it and appends
+/// the occurrence the move writes, which the statement alone may know
+/// (`guard-macros/src/sql/outbox.rs`), so the message id is the effect
+/// key on every path.
+pub(crate) fn effect_key_prefix<S: StateMachine>(key: &str, state: S) -> String {
     let full = format!(
-        "{}.{}:{key}:{}:{occurrence}",
+        "{}.{}:{key}:{}:",
         S::MACHINE.table(),
         S::MACHINE.column(),
         state.as_str()
@@ -294,34 +311,40 @@ fn effect_key<S: StateMachine>(key: &str, state: S, occurrence: i64) -> String {
 /// The longest effect key: what `Idempotency-Key` headers commonly accept.
 const EFFECT_KEY_LIMIT: usize = 255;
 
+/// The longest prefix: the limit less the longest occurrence, an `i64`'s
+/// 20 characters, so that the decision to shorten is the prefix's alone.
+const PREFIX_LIMIT: usize = EFFECT_KEY_LIMIT - 20;
+
 /// Hex characters of SHA-256 a shortened effect key keeps: all 64. The
 /// key parts often come from input, so the attacker to fear picks two
 /// inputs whose hashes agree (two payouts, one idempotency key), and a
 /// collision of an n-bit hash takes about 2^(n/2) tries: the whole 256
 /// bits leave 2^128, where 128 bits (32 hex characters) would leave 2^64,
-/// which large hashing farms can afford. The prefix still keeps 190
+/// which large hashing farms can afford. The prefix still keeps 169
 /// characters of the readable key.
 const EFFECT_KEY_HASH_HEX: usize = 64;
 
-/// `full` itself if it fits, else its prefix, `~` and its SHA-256.
+/// `full` (ending in `:`) itself if it fits [`PREFIX_LIMIT`], else its
+/// start, `~`, its SHA-256 and `:`, [`PREFIX_LIMIT`] long at most.
 fn shorten(full: String) -> String {
     use core::fmt::Write as _;
     use sha2::Digest as _;
 
-    if full.len() <= EFFECT_KEY_LIMIT {
+    if full.len() <= PREFIX_LIMIT {
         return full;
     }
-    let mut cut = EFFECT_KEY_LIMIT - 1 - EFFECT_KEY_HASH_HEX;
+    let mut cut = PREFIX_LIMIT - 2 - EFFECT_KEY_HASH_HEX;
     while !full.is_char_boundary(cut) {
         cut -= 1;
     }
-    let mut short = String::with_capacity(EFFECT_KEY_LIMIT);
+    let mut short = String::with_capacity(PREFIX_LIMIT);
     short.push_str(&full[..cut]);
     short.push('~');
     for byte in sha2::Sha256::digest(full.as_bytes()) {
         // Writing to a String cannot fail.
         let _ = write!(short, "{byte:02x}");
     }
-    debug_assert_eq!(short.len(), cut + 1 + EFFECT_KEY_HASH_HEX);
+    short.push(':');
+    debug_assert_eq!(short.len(), cut + 2 + EFFECT_KEY_HASH_HEX);
     short
 }

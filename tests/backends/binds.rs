@@ -48,6 +48,7 @@ backend_tests! {
         "binds_written" => the_winning_statement_writes_the_bound_values,
         "binds_follow_up" => the_follow_up_writes_the_verdicts_values,
         "binds_recovered" => recovery_stores_the_winning_verdicts_values,
+        "binds_bare_verdict" => a_bare_verdict_says_what_to_return_and_promises_nothing,
     }
 }
 
@@ -306,6 +307,56 @@ where
         );
         assert_eq!(bank_ref(&db, 2).await, Some("recovered-2".to_owned()));
         assert_eq!(db.transfer(2).await, ("sent".to_owned(), 2));
+    }
+}
+
+impl<DB: TestBackend> Tests<DB>
+where
+    i64: KeyColumn<DB>,
+    String: Key<DB>,
+{
+    /// A bare `Verdict::Done` for a follow-up that binds values fails after
+    /// the effect, in `finish` and in recovery alike (which runs the same
+    /// code): the error names the constructor to return and never says
+    /// that recovery will finish the row, which stays in flight.
+    async fn a_bare_verdict_says_what_to_return_and_promises_nothing(db: Db<DB>) {
+        db.transfers(1).await;
+        let won = Wire::start()
+            .apply(&db.pool, 1_i64)
+            .await
+            .unwrap()
+            .won()
+            .unwrap();
+        let error = won
+            .finish(&db.pool, |_: Effect<Wire, i64>| async { Verdict::Done })
+            .await
+            .unwrap_err();
+        let text = error.to_string();
+        assert!(
+            matches!(error.error(), Error::FollowUpValues { .. }),
+            "{error:?}"
+        );
+        assert_eq!(error.error().kind(), stateguard::ErrorKind::Misuse);
+        assert!(text.contains("`Wire::confirm(…).into()`"), "{text}");
+        assert!(text.contains("`Verdict::Done`"), "{text}");
+        assert!(!text.contains("recovery will"), "{text}");
+        assert!(!text.contains("recovery runs the effect again"), "{text}");
+        assert_eq!(db.transfer(1).await.0, "sending");
+
+        // Recovery runs the same code and fails the same way.
+        db.backdate_leases().await;
+        let report = recover(&db.pool, Wire::Sending, 10, |_: Effect<Wire, i64>| async {
+            Verdict::Done
+        })
+        .await
+        .unwrap();
+        assert_eq!((report.claimed, report.done), (1, 0), "{report:?}");
+        assert!(
+            matches!(report.errors[..], [Error::FollowUpValues { .. }]),
+            "{report:?}"
+        );
+        assert_eq!(db.transfer(1).await.0, "sending");
+        assert_eq!(bank_ref(&db, 1).await, None);
     }
 }
 

@@ -19,6 +19,7 @@ mod consumer;
 mod deadlines;
 mod effects;
 mod emit;
+mod emit_key;
 mod errors;
 mod faults;
 mod finish_many;

@@ -113,6 +113,7 @@ pub(super) fn bind(slot: Slot) -> TokenStream {
         Slot::Actor => quote!(Actor),
         Slot::Reason => quote!(Reason),
         Slot::Details => quote!(Details),
+        Slot::EffectKey => quote!(EffectKey),
         Slot::Tag => quote!(Tag),
     }
 }

@@ -1,6 +1,7 @@
 //! `claim` and `claim_older_than`: up to `n` rows in a source state, taken
 //! in the machine's order, skipping rows another claimer holds.
 
+use super::outbox::MessageId;
 use crate::dialect::Dialect;
 use crate::model::{Model, Transition};
 use crate::plan::{Col, Slot};
@@ -106,7 +107,14 @@ impl Dialect {
                     (0..order.len()).map(|i| format!("o{i}")).collect();
                 // The message of each row moved, where the transition emits one.
                 let payload = d.payload_item(model, transition);
-                let outbox = d.outbox_cte(model, transition, "moved", &key_aliases, "v");
+                let outbox = d.outbox_cte(
+                    model,
+                    transition,
+                    "moved",
+                    &key_aliases,
+                    "v",
+                    MessageId::Columns,
+                );
                 if let Some(history) = &model.history {
                     // The candidates with the state each leaves, locked, then
                     // moved, then their history rows, in one statement.

@@ -20,6 +20,7 @@
 //! type). The runtime sends a batch in runs of [`ROWS`], the last one
 //! padded with rows that match nothing (a NULL token).
 
+use super::outbox::MessageId;
 use crate::dialect::Dialect;
 use crate::model::{InFlight, Model, State, Transition};
 use crate::plan::{Col, Slot};
@@ -290,7 +291,14 @@ impl Dialect {
             d.version_read(model.version.as_deref()),
             d.payload_item(model, transition),
         );
-        let outbox = d.outbox_cte(model, transition, "__sg_moved", &aliases, "__sg_v");
+        let outbox = d.outbox_cte(
+            model,
+            transition,
+            "__sg_moved",
+            &aliases,
+            "__sg_v",
+            MessageId::Columns,
+        );
         let log = match &model.history {
             Some(history) => {
                 let (columns, values) = d.history_row(
@@ -377,7 +385,7 @@ impl Dialect {
         let from_where = self.fenced_rows(model, state, in_flight, follow_up_input(transition));
         from_rows(
             transition,
-            self.outbox_insert_from(model, transition, &from_where),
+            self.outbox_insert_from(model, transition, &from_where, MessageId::Columns),
         )
     }
 

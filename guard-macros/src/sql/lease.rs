@@ -2,6 +2,7 @@
 //! follow-ups' losing read, and recovery's listing and takeover of expired
 //! rows.
 
+use super::outbox::MessageId;
 use crate::dialect::Dialect;
 use crate::model::{InFlight, Model, State, Transition};
 use crate::plan::{Col, Slot};
@@ -61,7 +62,14 @@ impl Dialect {
             d.version_read(model.version.as_deref()),
             d.payload_item(model, transition),
         );
-        let outbox = d.outbox_cte(model, transition, "__sg_moved", &aliases, "__sg_v");
+        let outbox = d.outbox_cte(
+            model,
+            transition,
+            "__sg_moved",
+            &aliases,
+            "__sg_v",
+            MessageId::Bound,
+        );
         let Some(history) = &model.history else {
             // One row per row moved, holding the tag.
             return format!(

@@ -1,6 +1,7 @@
 //! `apply_many`: a batch of keys bound as one value, moved in one
 //! statement, with the read of the rows it did not move.
 
+use super::outbox::MessageId;
 use crate::dialect::Dialect;
 use crate::model::{Model, Transition};
 use crate::plan::{Col, Slot};
@@ -180,7 +181,14 @@ impl Dialect {
             None => d.int64("0"),
         };
         let payload = d.payload_item(model, transition);
-        let outbox = d.outbox_cte(model, transition, "__sg_moved", &aliases, "__sg_v");
+        let outbox = d.outbox_cte(
+            model,
+            transition,
+            "__sg_moved",
+            &aliases,
+            "__sg_v",
+            MessageId::Columns,
+        );
         match (d, &model.history) {
             // With a history table: the rows read and locked in key order
             // first, so the state each row leaves is the one recorded; once

@@ -7,6 +7,30 @@ use crate::dialect::Dialect;
 use crate::model::{Assign, Emit, Model, Transition};
 use crate::plan::Slot;
 
+/// Where a statement's outbox rows take their message id, the win's
+/// effect key, from.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum MessageId {
+    /// The effect key up to its occurrence, bound ([`Slot::EffectKey`]),
+    /// then the occurrence the move writes: a statement that moves one
+    /// row the caller names, whose key the runtime knows.
+    Bound,
+    /// Built from the moved row's key columns: the statements that move a
+    /// batch of rows.
+    Columns,
+}
+
+/// The row a message is written for, as expressions: its key columns, its
+/// new occurrence and its payload (a JSON object), and where its message
+/// id comes from.
+#[derive(Clone, Copy)]
+struct Moved<'a> {
+    keys: &'a [String],
+    occurrence: &'a str,
+    payload: &'a str,
+    message_id: MessageId,
+}
+
 impl Dialect {
     /// `a || b || …`, or MySQL's `CONCAT(a, b, …)`.
     fn concat(self, parts: &[String]) -> String {
@@ -117,9 +141,8 @@ impl Dialect {
         self.json_object(&pairs)
     }
 
-    /// The outbox's columns and the values of `transition`'s message, from
-    /// the row's key expressions, its new occurrence and the payload (a
-    /// JSON object): the message id, which is the win's effect key
+    /// The outbox's columns and the values of `transition`'s message for
+    /// the row `moved`: the message id, which is the win's effect key
     /// (`table.column:key:state:occurrence`), the order key that keeps a
     /// row's messages in order (`table.column:key`), the occurrence, the
     /// topic, the payload as bytes, and the times.
@@ -128,19 +151,26 @@ impl Dialect {
         model: &Model,
         transition: &Transition,
         emit: &Emit,
-        keys: &[String],
-        occurrence: &str,
-        payload: &str,
+        moved: Moved<'_>,
     ) -> (String, String) {
         let d = self;
+        let Moved {
+            keys,
+            occurrence,
+            payload,
+            message_id,
+        } = moved;
         let row = format!("'{}.{}:'", model.table, model.column);
         let key = d.key_text(keys);
-        let id = d.concat(&[
-            row.clone(),
-            key.clone(),
-            format!("':{}:'", model.states[transition.target].db),
-            d.as_text(occurrence),
-        ]);
+        let id = match message_id {
+            MessageId::Bound => d.concat(&[Slot::EffectKey.mark(), d.as_text(occurrence)]),
+            MessageId::Columns => d.concat(&[
+                row.clone(),
+                key.clone(),
+                format!("':{}:'", model.states[transition.target].db),
+                d.as_text(occurrence),
+            ]),
+        };
         let order_key = d.concat(&[row, key]);
         let bytes = match d {
             Dialect::Postgres => format!("convert_to(CAST({payload} AS TEXT), 'UTF8')"),
@@ -181,12 +211,18 @@ impl Dialect {
         moved: &str,
         keys: &[String],
         occurrence: &str,
+        message_id: MessageId,
     ) -> String {
         let Some(emit) = &transition.emit else {
             return String::new();
         };
-        let (columns, values) =
-            self.outbox_row(model, transition, emit, keys, occurrence, "__sg_p");
+        let row = Moved {
+            keys,
+            occurrence,
+            payload: "__sg_p",
+            message_id,
+        };
+        let (columns, values) = self.outbox_row(model, transition, emit, row);
         format!(
             ", __sg_out AS (INSERT INTO {} ({columns}) SELECT {values} FROM {moved})",
             self.quote(&model.outbox)
@@ -211,6 +247,7 @@ impl Dialect {
         model: &Model,
         transition: &Transition,
         from_where: &str,
+        message_id: MessageId,
     ) -> String {
         let (Some(emit), false) = (&transition.emit, self == Dialect::Postgres) else {
             return String::new();
@@ -221,8 +258,13 @@ impl Dialect {
             None => "0".to_owned(),
         };
         let payload = self.payload_after(model, transition, emit);
-        let (columns, values) =
-            self.outbox_row(model, transition, emit, &keys, &occurrence, &payload);
+        let moved = Moved {
+            keys: &keys,
+            occurrence: &occurrence,
+            payload: &payload,
+            message_id,
+        };
+        let (columns, values) = self.outbox_row(model, transition, emit, moved);
         format!(
             "INSERT INTO {} ({columns}) SELECT {values} {from_where}",
             self.quote(&model.outbox),
@@ -247,7 +289,7 @@ impl Dialect {
                 ""
             },
         );
-        self.outbox_insert_from(model, transition, &from_where)
+        self.outbox_insert_from(model, transition, &from_where, MessageId::Bound)
     }
 
     /// SQLite and MySQL: the message of `update` (with `expecting`), as
@@ -261,6 +303,11 @@ impl Dialect {
     /// rows it is about to move, as [`Self::many_history_insert`] inserts
     /// their history rows.
     pub fn many_outbox_insert(&self, model: &Model, transition: &Transition) -> String {
-        self.outbox_insert_from(model, transition, &self.many_rows(model, transition))
+        self.outbox_insert_from(
+            model,
+            transition,
+            &self.many_rows(model, transition),
+            MessageId::Columns,
+        )
     }
 }

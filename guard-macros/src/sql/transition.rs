@@ -2,6 +2,7 @@
 //! losing path's fresh reads and, on PostgreSQL with a history table, the
 //! move and its history row in one statement.
 
+use super::outbox::MessageId;
 use crate::dialect::Dialect;
 use crate::model::{Assign, InFlight, Model, Transition};
 use crate::plan::{Col, Slot};
@@ -217,7 +218,14 @@ impl Dialect {
             out.push(Col::Token.of("__sg_l"));
         }
         let aliases: Vec<String> = (0..model.key.len()).map(|i| format!("__sg_k{i}")).collect();
-        let outbox = d.outbox_cte(model, transition, "__sg_moved", &aliases, "__sg_v");
+        let outbox = d.outbox_cte(
+            model,
+            transition,
+            "__sg_moved",
+            &aliases,
+            "__sg_v",
+            MessageId::Bound,
+        );
         let payload = d.payload_item(model, transition);
         // The final SELECT gives what `update` returns: the version and the
         // lease token where they exist, or, without either, one row per row

@@ -43,6 +43,10 @@ pub enum Bind {
     Reason,
     /// The note's details (JSON).
     Details,
+    /// The row's effect key up to its occurrence, as
+    /// [`Won::effect_key`](crate::Won::effect_key) begins: an outbox row's
+    /// message id is this and the occurrence the move writes.
+    EffectKey,
     /// PostgreSQL: the statement's own [tag](Statement::tag), bound last,
     /// which its tag column checks: a statement run with the values of
     /// another call fails, and writes nothing.

@@ -10,7 +10,7 @@ use crate::StateMachine;
 use crate::deadline::retry::Step;
 use crate::effects::lease::{self, Settled};
 use crate::effects::verdict::{Chosen, FollowUpValues, Retry, Verdict};
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::executor::{Runner, refuse_open_transaction};
 use crate::machine::InFlightDef;
 use crate::machine::key::{KeyText, RowKey};
@@ -89,7 +89,10 @@ pub enum FinishError<S: StateMachine, K> {
     },
     /// The effect ran, or may have run in part (the deadline cut it off),
     /// and the row was not finished: it stays in flight until recovery
-    /// runs the effect again with the same effect key and finishes it.
+    /// runs the effect again with the same effect key and finishes it. An
+    /// error of kind [`Misuse`](ErrorKind::Misuse) (a verdict the state
+    /// cannot take, such as [`Error::FollowUpValues`]) fails recovery the
+    /// same way until the effect's code is fixed.
     Unfinished(Error),
 }
 
@@ -119,10 +122,16 @@ impl<S: StateMachine, K> fmt::Display for FinishError<S, K> {
                     "finish refused before the effect ran (the win is handed back): {error}"
                 )
             }
+            // A misuse (a verdict the state cannot take) fails recovery
+            // too, which runs the same code: promise nothing of it.
+            FinishError::Unfinished(error) if error.kind() == ErrorKind::Misuse => {
+                write!(f, "the row was not finished and stays in flight: {error}")
+            }
             FinishError::Unfinished(error) => {
                 write!(
                     f,
-                    "the row was not finished; recovery will finish it: {error}"
+                    "the row was not finished and stays in flight; recovery runs the effect \
+                     again with the same effect key: {error}"
                 )
             }
         }

@@ -23,6 +23,7 @@ use crate::executor::proven::Proven;
 use crate::executor::sealed::Run;
 use crate::machine::InFlightDef;
 use crate::machine::key::{BindError, RowKey};
+use crate::outcome::effect_key_prefix;
 use crate::transition::bind::{self, Values};
 use crate::transition::row::Read;
 use crate::transition::{Transition, key_arguments};
@@ -90,6 +91,8 @@ where
 {
     type DB<E> = <E as Run>::Database;
     let transition = chosen.transition.transition();
+    let target = chosen.transition.target();
+    let effect = || effect_key_prefix::<S>(&key.key_text(), target);
     let update = <DB<E> as Driver>::statement(chosen.sql);
     let read = <DB<E> as Driver>::statement(in_flight.follow_up_read_sql());
     // With a history table or a message to emit on SQLite and MySQL: the
@@ -112,6 +115,7 @@ where
         note: Some(&chosen.note),
         expected: Some(occurrence),
         token: Some(lease),
+        effect: Some(&effect),
         ..Values::NONE
     };
     let arguments = |statement| {

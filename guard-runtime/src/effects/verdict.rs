@@ -24,9 +24,19 @@ use crate::transition::{Params, Transition};
 #[derive(Debug, Clone)]
 pub enum Verdict {
     /// It happened: run the state's `done` transition.
+    ///
+    /// Only for a `done` transition that binds no values: one with
+    /// `bind(Type)` values needs its constructor with them
+    /// (`PayoutStatus::confirm(bank_ref).into()`), and a bare `Done` ends
+    /// in [`Error::FollowUpValues`](crate::Error::FollowUpValues) after the
+    /// effect ran, leaving the row in flight, where recovery fails the same
+    /// way (the compiler does not catch it).
     Done,
     /// It will never happen (the far side refused for good): run the
     /// state's `failed` transition.
+    ///
+    /// Only for a `failed` transition that binds no values, as with
+    /// [`Done`](Verdict::Done).
     Failed,
     /// It may not have happened and may be tried again (a timeout, a 503):
     /// leave the row in flight; recovery retries it with the same effect

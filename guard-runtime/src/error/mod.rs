@@ -321,11 +321,13 @@ pub enum Error {
     /// A verdict did not carry the values its follow-up binds: for a
     /// follow-up with `bind(Type)` values, return its constructor
     /// (`PayoutStatus::confirm(bank_ref).into()`), not `Verdict::Done`.
-    /// The row stays in flight.
+    /// The row stays in flight, and recovery, which runs the same effect
+    /// code, fails the same way until that code returns the constructor.
     #[error(
-        "the follow-up `{transition}` of {machine} binds values of type `{expects}`, and the \
-         verdict did not carry them (return the transition's constructor, converted with \
-         `.into()`); the row stays in flight"
+        "the follow-up `{transition}` of {machine} binds values of type `{expects}`, which a bare \
+         `Verdict::Done` or `Verdict::Failed` does not carry: return \
+         `{machine}::{transition}(…).into()` with those values instead; the row stays in flight, \
+         and recovery runs the same code, so it fails the same way until the code is fixed"
     )]
     FollowUpValues {
         /// The machine.

@@ -19,7 +19,7 @@ use crate::error::Error;
 use crate::executor::Runner;
 use crate::machine::TransitionDef;
 use crate::machine::key::RowKey;
-use crate::outcome::{Outcome, Won};
+use crate::outcome::{Outcome, Won, effect_key_prefix};
 use crate::transition::bind::{self, Parts};
 use crate::transition::row::Read;
 
@@ -46,11 +46,14 @@ impl<S: StateMachine> Transition<S> {
         let classify = |text: &str| classify(def, text);
         let raw = {
             let parts = bind::key::<S::KeyShape, K>(&key);
+            let target = def.target();
+            let effect = || effect_key_prefix::<S>(&key.key_text(), target);
             let call = Call {
                 key: &parts,
                 values,
                 note,
                 shown: &key,
+                effect: &effect,
                 classify: &classify,
             };
             // Boxed: the caller's future holds a pointer to the core's,

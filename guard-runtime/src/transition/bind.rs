@@ -215,6 +215,9 @@ pub(crate) struct Values<'a, DB: Backend> {
     pub(crate) expected: Option<i64>,
     pub(crate) token: Option<i64>,
     pub(crate) limit: Option<i64>,
+    /// The row's effect key up to its occurrence, computed only for a
+    /// statement that binds it (one that writes an outbox row).
+    pub(crate) effect: Option<&'a (dyn Fn() -> String + Sync)>,
 }
 
 impl<DB: Backend> Values<'_, DB> {
@@ -231,6 +234,7 @@ impl<DB: Backend> Values<'_, DB> {
         expected: None,
         token: None,
         limit: None,
+        effect: None,
     };
 }
 
@@ -272,6 +276,12 @@ pub(crate) fn arguments<DB: Backend>(
             Bind::Actor => note(Note::actor, &mut args)?,
             Bind::Reason => note(Note::reason, &mut args)?,
             Bind::Details => note(Note::detail_json, &mut args)?,
+            Bind::EffectKey => match values.effect {
+                Some(effect) => {
+                    DB::bind_text(&mut args, Some(effect())).map_err(BindError::Encode)?
+                }
+                None => return Err(missing(bind)),
+            },
             Bind::Tag => bind_tag::<DB, _>(statement, &mut args).map_err(BindError::Encode)?,
         }
     }

@@ -59,6 +59,9 @@ pub(crate) struct Call<'a, DB: Backend> {
     pub(crate) values: &'a (dyn Parts<DB> + Sync),
     pub(crate) note: &'a Note,
     pub(crate) shown: &'a (dyn fmt::Debug + Sync),
+    /// The row's effect key up to its occurrence, for the outbox row of
+    /// a transition that emits one.
+    pub(crate) effect: &'a (dyn Fn() -> String + Sync),
     pub(crate) classify: &'a (dyn Fn(&str) -> Result<Class, Error> + Sync),
 }
 
@@ -333,6 +336,7 @@ impl Plan {
             values: Some(call.values),
             note: Some(call.note),
             expected: self.expected,
+            effect: Some(call.effect),
             ..Values::NONE
         };
         let arguments = |statement| {
