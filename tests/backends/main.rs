@@ -28,6 +28,7 @@ mod history;
 mod idempotency;
 mod keys;
 mod layer;
+mod layer_failures;
 mod leases;
 mod many;
 mod metrics;
