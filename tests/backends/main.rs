@@ -12,6 +12,7 @@
 mod common;
 
 mod available;
+mod bad_input;
 mod binds;
 mod claim;
 mod claim_tx;
