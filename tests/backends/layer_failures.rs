@@ -1,14 +1,17 @@
 //! The idempotency layer frees its key on every failure after the claim:
-//! a `COMMIT` the database refuses, a response body that breaks, a
-//! handler that panics and a request whose future is dropped. Each is
-//! answered (where there is anyone to answer) with the layer's JSON shape
-//! in an HTTP client's words, and a retry with the same key runs the
-//! handler again at once instead of meeting 409 until the lease runs out.
+//! a `COMMIT` the database refuses, a response that cannot be stored, a
+//! response body that breaks, a handler that panics and a request whose
+//! future is dropped. Each is answered (where there is anyone to answer)
+//! with the layer's JSON shape in an HTTP client's words, and a retry
+//! with the same key runs the handler again at once instead of meeting
+//! 409 until the lease runs out.
 //!
 //! The refused `COMMIT` is a deferred foreign key, which PostgreSQL and
 //! SQLite have (`DEFERRABLE INITIALLY DEFERRED`); MariaDB checks every
 //! constraint at once, so its `COMMIT` cannot be refused this way, and the
-//! other failures cover it.
+//! other failures cover it. The response cannot be stored in a PostgreSQL
+//! transaction that a failed statement of the handler's aborted; the
+//! other backends keep such a transaction going.
 
 use crate::common;
 
@@ -40,6 +43,7 @@ mod postgres {
         "layer_commit_refused" => a_refused_commit_frees_the_key,
         "layer_body_broken" => a_broken_body_frees_the_key,
         "layer_dropped" => a_dropped_or_panicking_request_frees_its_key,
+        "layer_store_refused" => a_response_that_cannot_be_stored_frees_the_key,
     );
 }
 
@@ -62,6 +66,9 @@ enum First {
     Hang,
     /// Panics.
     Panic,
+    /// Runs a statement that fails, which aborts a PostgreSQL transaction,
+    /// and answers 201 all the same: the response cannot be stored.
+    Aborted,
 }
 
 /// The store's table, and `parents` (row 1) with their `children`,
@@ -116,6 +123,13 @@ where
     match (call, first) {
         (1, First::Hang) => std::future::pending().await,
         (1, First::Panic) => panic!("the handler panics"),
+        (1, First::Aborted) => {
+            let failed = sqlx::query("SELECT CAST('x' AS INTEGER)")
+                .execute(&mut **tx)
+                .await;
+            assert!(failed.is_err());
+            (StatusCode::CREATED, "{}").into_response()
+        }
         (1, First::BrokenBody) => {
             let broken = futures_util::stream::once(async {
                 Err::<Bytes, _>(std::io::Error::other("the body's stream broke"))
@@ -225,6 +239,20 @@ where
         assert_store_failed(broken).await;
         assert_eq!(children(&db).await, 0);
         assert_retry_runs(app, &calls, "k-body", 2).await;
+        assert_eq!(children(&db).await, 1);
+    }
+
+    /// The handler leaves its PostgreSQL transaction aborted and answers
+    /// 201: storing the response fails, 500 `store_failed`, and the retry
+    /// runs.
+    async fn a_response_that_cannot_be_stored_frees_the_key(db: Db<DB>) {
+        tables(&db).await;
+        let calls = Arc::new(AtomicUsize::new(0));
+        let mut app = router(&db, calls.clone(), First::Aborted);
+        let refused = app.call(request("k-aborted")).await.unwrap();
+        assert_store_failed(refused).await;
+        assert_eq!(children(&db).await, 0);
+        assert_retry_runs(app, &calls, "k-aborted", 2).await;
         assert_eq!(children(&db).await, 1);
     }
 
