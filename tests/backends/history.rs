@@ -366,7 +366,7 @@ where
             .apply(&db.pool, 4_i64)
             .await;
         assert!(
-            matches!(refused, Err(Error::Database { .. })),
+            matches!(refused, Err(Error::NoteDetails { .. })),
             "{refused:?}"
         );
         assert_eq!(db.transfer(4).await, ("pending".to_owned(), 0));

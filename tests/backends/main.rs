@@ -12,6 +12,7 @@
 mod common;
 
 mod available;
+mod bad_input;
 mod binds;
 mod claim;
 mod claim_tx;
@@ -29,6 +30,7 @@ mod history;
 mod idempotency;
 mod keys;
 mod layer;
+mod layer_failures;
 mod leases;
 mod limits;
 mod many;

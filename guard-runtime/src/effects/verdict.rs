@@ -280,6 +280,10 @@ impl<S: StateMachine> Chosen<S> {
                         machine: S::MACHINE.name(),
                     });
                 }
+                // Before the follow-up is sent, as `apply` checks its own.
+                follow_up
+                    .note
+                    .checked(S::MACHINE.table(), chosen.0.name())?;
                 (chosen, follow_up.values, follow_up.note)
             }
         };

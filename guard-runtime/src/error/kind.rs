@@ -40,10 +40,24 @@ pub enum ErrorKind {
     /// instead.
     Misuse,
     /// A value is not what the machine accepts: the caller's input (an
-    /// idempotency key too long) or what a row holds (a status that is no
-    /// state, a key column that is not unique, history that names an
-    /// unknown transition or holds details that are not JSON). Reject the
-    /// input, or repair the row.
+    /// idempotency key too long, a note's details that are not JSON) or
+    /// what a row holds (a status that is no state, a key column that is
+    /// not unique, history that names an unknown transition or holds
+    /// details that are not JSON). Reject the input, or repair the row.
+    ///
+    /// A database's error is of this kind when the database refused a
+    /// value a statement bound for what it is: an SQLSTATE of class 22,
+    /// data exception (PostgreSQL 22001 too long for its column, 22003 out
+    /// of range, 22P02 not text of the column's type, 22007 not a date …;
+    /// MySQL/MariaDB 1406, 1264, 1292, which report it too), MySQL/MariaDB
+    /// 1265 (data truncated: an ENUM's unknown label), 1366 (incorrect
+    /// value for the column) and 3140 (invalid JSON text), and SQLite 3091
+    /// (a `STRICT` table's column refusing a value of another type), 20
+    /// and 18. SQLite does not check a length, and MySQL outside strict
+    /// mode cuts a value short with a warning: there such a value is
+    /// stored. A constraint (unique, foreign key, `CHECK`) is
+    /// [`Database`](ErrorKind::Database), and the library's own check of
+    /// a statement's tag is [`Error::StatementMixUp`].
     Data,
     /// Another request or session took the work over (an idempotency key's
     /// lease ran out and a retry holds it) or deleted the row: roll back
@@ -78,6 +92,14 @@ impl Error {
             | Error::PoolerCheck { source } => {
                 if transient(source) {
                     ErrorKind::Transient
+                } else if refused_value(source)
+                    && matches!(
+                        self,
+                        Error::Database { .. } | Error::Store { .. } | Error::Recovery { .. }
+                    )
+                {
+                    // Only a statement binds the caller's values.
+                    ErrorKind::Data
                 } else {
                     ErrorKind::Database
                 }
@@ -106,7 +128,8 @@ impl Error {
             // Like `UnknownState`: a stored string the machine does not
             // know (the enum changed, or the row was written by hand).
             | Error::UnknownTransition { .. }
-            | Error::HistoryDetails { .. } => ErrorKind::Data,
+            | Error::HistoryDetails { .. }
+            | Error::NoteDetails { .. } => ErrorKind::Data,
             Error::IdempotencyLeaseLost { .. } | Error::RowVanished { .. } => {
                 ErrorKind::Superseded
             }
@@ -166,6 +189,31 @@ fn transient(error: &sqlx::Error) -> bool {
         }
         _ => false,
     }
+}
+
+/// Whether the database refused a value a statement bound for what the
+/// value is (see [`ErrorKind::Data`]). Not the library's own check of a
+/// statement's tag, a failed cast that is also 22P02: that is a mix-up.
+fn refused_value(error: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(db) = error else {
+        return false;
+    };
+    if db.message().contains("stateguard mix-up: ran ") {
+        return false;
+    }
+    let code = db.code();
+    let code = code.as_deref().unwrap_or_default();
+    // An SQLSTATE of class 22, data exception (PostgreSQL, and MySQL's
+    // 1406, 1264, 1292, …, whose state it reports): five characters,
+    // where SQLite's codes are numbers of at most four digits.
+    let data_exception = code.len() == 5 && code.starts_with("22");
+    // MySQL/MariaDB: data truncated (an ENUM's unknown label), incorrect
+    // value for the column, invalid JSON text.
+    let mysql = mysql_number(error).is_some_and(|n| matches!(n, 1265 | 1366 | 3140));
+    // SQLite: a STRICT table's column refusing a value of another type,
+    // a datatype mismatch, a string or blob too big.
+    let sqlite = cfg!(feature = "sqlite") && matches!(code, "3091" | "20" | "18");
+    data_exception || mysql || sqlite
 }
 
 /// Whether `error` is a statement that was not sent because its

@@ -37,7 +37,7 @@ use self::message::timeout_message;
 /// | [`Transient`](ErrorKind::Transient) | call again (the whole transaction, inside one), after a pause | `RetryTransaction`, `RolledBack`, `Contention`, `ReadOnly`, `Timeout` with nothing in flight; `Database`, `Begin`, `Commit`, `Store`, `Recovery`, `PoolerCheck` when the database's error is transient (see below) |
 /// | [`OutcomeUnknown`](ErrorKind::OutcomeUnknown) | apply again to learn the row's state; an effect may be owed | whatever [`Error::is_outcome_unknown`] says: a broken connection or ended session while a statement or `COMMIT` was in flight, `Timeout` with the `UPDATE` in flight, `StatementMixUp`, `Unreported` |
 /// | [`Misuse`](ErrorKind::Misuse) | fix the calling code: the same call fails again | `NoVersionColumn` (a compile error on a derived machine), `ForeignWin`, `ConnectionInTransaction`, `NestedTransaction`, `NotInFlight`, `NoFailedTransition`, `RetryNotDeclared`, `NotAFollowUp`, `FollowUpValues`, `BatchOfWins`, `ExpectingMany`, `BatchKey`, `NoSinceColumn`, `NoTimeout`, `NoHistory` |
-/// | [`Data`](ErrorKind::Data) | reject the input, or repair the row | `BadKey`, `UnknownState`, `NullStatus`, `AmbiguousKey`, `UnknownTransition`, `HistoryDetails` |
+/// | [`Data`](ErrorKind::Data) | reject the input, or repair the row | `BadKey`, `UnknownState`, `NullStatus`, `AmbiguousKey`, `UnknownTransition`, `HistoryDetails`, `NoteDetails`; `Database`, `Store`, `Recovery` when the database refused a value for what it is (see below) |
 /// | [`Superseded`](ErrorKind::Superseded) | roll back and stop: someone else holds the work | `IdempotencyLeaseLost`, `RowVanished` |
 /// | [`Database`](ErrorKind::Database) | report it: a retry does not cure it (constraint, syntax, missing table, decode, closed pool, …) | `Multiplexed` (the deployment needs changing); `Database`, `Begin`, `Commit`, `Store`, `Recovery`, `PoolerCheck` with any other database error |
 ///
@@ -49,6 +49,11 @@ use self::message::timeout_message;
 /// [`ErrorKind::Transient`]. So is a statement the library did not send
 /// because its transaction can no longer commit (see
 /// [`Error::RolledBack`]).
+///
+/// A database's error is of kind `Data` when the database refused a value
+/// the call bound for what the value is (a `set(col = bind(T))` value too
+/// long for its column, out of its range, or not text of the column's
+/// type): the codes are listed at [`ErrorKind::Data`].
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -488,6 +493,24 @@ pub enum Error {
         transition: &'static str,
         /// The occurrence the history row records.
         occurrence: i64,
+        /// What the JSON parser found wrong, and where.
+        problem: String,
+    },
+
+    /// A note's details ([`Note::details`](crate::Note::details)) are not
+    /// a JSON document. The call checks them before it sends anything, so
+    /// nothing moved and the error is the same on every backend: fix the
+    /// caller's input. A verdict's note is checked before its follow-up is
+    /// sent; the effect has run by then, and the row stays in flight.
+    #[error(
+        "transition `{transition}` on table `{table}` was not sent: the note's details are not \
+         a JSON document: {problem}"
+    )]
+    NoteDetails {
+        /// The table of the machine.
+        table: &'static str,
+        /// The transition the note was for.
+        transition: &'static str,
         /// What the JSON parser found wrong, and where.
         problem: String,
     },

@@ -189,13 +189,17 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
 
     /// [`Error::NoHistory`](crate::Error::NoHistory) for a noted call on a
     /// machine without a history table to record the note in (one that
-    /// implements [`HasHistory`](crate::HasHistory) by hand).
+    /// implements [`HasHistory`](crate::HasHistory) by hand), and
+    /// [`Error::NoteDetails`](crate::Error::NoteDetails) for a note whose
+    /// details are not JSON: every call that takes a note asks before it
+    /// sends anything.
     pub(crate) fn recorded(&self) -> Result<(), Error> {
         match (self.note.note_slot(), S::MACHINE.history_table()) {
             (Some(_), None) => Err(Error::NoHistory {
                 machine: S::MACHINE.name(),
             }),
-            _ => Ok(()),
+            (Some(note), Some(_)) => note.checked(S::MACHINE.table(), self.def.name()),
+            (None, _) => Ok(()),
         }
     }
 

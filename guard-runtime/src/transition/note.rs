@@ -1,5 +1,7 @@
 //! Who moved a row and why: the note a history row records.
 
+use crate::error::Error;
+
 /// Who moved a row and why, recorded in its history row: an actor, a
 /// reason and a JSON document of details, each optional. Attach one with
 /// [`Transition::noted`](crate::Transition::noted); moves without one
@@ -42,8 +44,10 @@ impl Note {
         }
     }
 
-    /// The same note, with details: a JSON document, which the database
-    /// parses (one that is not JSON refuses the move with it).
+    /// The same note, with details: a JSON document. One that is not JSON
+    /// refuses the move: the call checks it before it sends anything, and
+    /// answers [`Error::NoteDetails`] (of kind
+    /// [`Data`](crate::ErrorKind::Data)) on every backend.
     pub fn details(self, json: impl Into<String>) -> Self {
         Note {
             details: Some(json.into()),
@@ -64,6 +68,29 @@ impl Note {
     /// The details, if any.
     pub fn detail_json(&self) -> Option<&str> {
         self.details.as_deref()
+    }
+
+    /// [`Error::NoteDetails`] when the details are not a JSON document:
+    /// checked before any statement of `transition` on `table` is sent,
+    /// so that every backend refuses them alike and nothing moves.
+    pub(crate) fn checked(
+        &self,
+        table: &'static str,
+        transition: &'static str,
+    ) -> Result<(), Error> {
+        let Some(json) = &self.details else {
+            return Ok(());
+        };
+        // Read as it stands, numbers unconverted: a number beyond `f64`'s
+        // range is JSON too.
+        match serde_json::from_str::<&serde_json::value::RawValue>(json) {
+            Ok(_) => Ok(()),
+            Err(error) => Err(Error::NoteDetails {
+                table,
+                transition,
+                problem: error.to_string(),
+            }),
+        }
     }
 }
 

@@ -190,6 +190,8 @@ fn every_variant() -> Vec<(String, Error, ErrorKind)> {
             | "worker crashed"
             | "PostgreSQL admin shutdown"
             | "PostgreSQL cannot connect now" => OutcomeUnknown,
+            // A statement's value refused for what it is.
+            "PostgreSQL invalid JSON text" => Data,
             _ => kind,
         };
         let source = || {
@@ -258,6 +260,19 @@ fn every_variant() -> Vec<(String, Error, ErrorKind)> {
         Database,
     );
     add("statement syntax error", database(coded("42601")), Database);
+    // A value the database refused for what it is: the caller's input.
+    for code in ["22001", "22003", "22P02"] {
+        add("statement refused value", database(coded(code)), Data);
+    }
+    #[cfg(feature = "sqlite")]
+    add("statement strict column", database(coded("3091")), Data);
+    add(
+        "COMMIT data exception",
+        Error::Commit {
+            source: coded("22001"),
+        },
+        Database,
+    );
     // Not sent: its transaction can no longer commit. Another invalid
     // argument is no such thing.
     let refused = || sqlx::Error::InvalidArgument(crate::error::REFUSED.to_owned());
@@ -389,6 +404,11 @@ fn every_variant() -> Vec<(String, Error, ErrorKind)> {
             occurrence: 1,
             problem: "expected value at line 1 column 1".into(),
         },
+        Error::NoteDetails {
+            table,
+            transition,
+            problem: "expected value at line 1 column 1".into(),
+        },
     ];
     for error in data {
         add("data", error, Data);
@@ -512,10 +532,11 @@ fn variant(error: &Error) -> usize {
         Error::RetryNotDeclared { .. } => 34,
         Error::BatchOfWins { .. } => 35,
         Error::Unreported { .. } => 36,
+        Error::NoteDetails { .. } => 37,
     }
 }
 
-const VARIANTS: usize = 37;
+const VARIANTS: usize = 38;
 
 #[test]
 fn every_variant_is_in_its_kind() {

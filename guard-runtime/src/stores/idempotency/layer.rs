@@ -26,8 +26,41 @@
 //! | 409 | `request_in_progress` | another request with the key is running |
 //! | 413 | `body_too_large` | the body exceeds [`body_limit`](Idempotent::body_limit) |
 //! | 422 | `key_reused` | the key was used with other parameters |
-//! | 500 | `store_failed` | the store, the work's commit or the response could not be written |
+//! | 500 | `store_failed` | the store failed, or the work and its response could not be committed (the key is freed: a retry runs the handler again), or their commit's outcome is unknown (see below) |
 //! | 503 | `store_unavailable` | the store's database answered with a transient error: retry |
+//!
+//! Their `error` speaks to the client, of its request and its key; the
+//! library's error behind a 500 or a 503 is logged (`tracing`, at level
+//! `error`), not sent.
+//!
+//! # When something fails after the claim
+//!
+//! Once a request holds its key, every way it can end without its
+//! response committed frees the key again, so that a retry runs the
+//! handler at once instead of meeting 409 `request_in_progress` until the
+//! lease runs out: a response the route does not store, a response body
+//! that cannot be read, storing the response failing (the lease lost, a
+//! statement of the handler's that left the transaction unable to
+//! commit, the deadline), the `COMMIT` failing (a deferred unique or
+//! foreign key constraint), the inner service's error, and the handler
+//! panicking or the request's future being dropped (a timeout layer, a
+//! client gone away), where a task of its own frees it. The work rolls
+//! back first; the answer is 500 `store_failed` (503
+//! `store_unavailable` when the database's error was transient).
+//!
+//! The key is freed by one statement that deletes it only while it is
+//! still running under this request's lease: the stored response is
+//! written in the work's transaction, so a request whose work committed
+//! has a completed key, which that statement leaves alone. This is what
+//! makes a `COMMIT` whose outcome is unknown safe (the connection lost
+//! while it was in flight, or its deadline reached): the layer frees the
+//! key only if the work did not commit (the statement waits for the
+//! row's lock until the transaction's fate is settled), and answers 500
+//! `store_failed` saying the request may have taken effect. A retry with
+//! the same key then learns which: the stored response, replayed, if the
+//! work committed; the handler run again if not. Freeing fails only if
+//! the store cannot be reached; the key then frees itself when its lease
+//! runs out.
 //!
 //! An OpenAPI document describes them with one schema, `{error: string,
 //! code: string}`, and the header as a `parameter` of `in: header`; the
@@ -111,19 +144,41 @@ impl Problem {
         }
     }
 
+    /// The answer to a request that failed with nothing of it committed:
+    /// its work rolled back, or never ran. `error` is logged, not sent.
     fn store(error: &Error) -> Self {
+        tracing::error!(%error, "an idempotent request failed; nothing of it was committed");
         match error.kind() {
             ErrorKind::Transient => Problem::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "store_unavailable",
-                format!("the idempotency store is busy; retry: {error}"),
+                "the server is busy and nothing of this request was saved; retry it with the \
+                 same Idempotency-Key",
             ),
-            _ => Problem::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "store_failed",
-                format!("the idempotency store failed: {error}"),
-            ),
+            _ => Problem::not_saved(),
         }
+    }
+
+    /// 500 `store_failed`, for a request of which nothing committed.
+    fn not_saved() -> Self {
+        Problem::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "store_failed",
+            "the request failed and nothing of it was saved; retry it with the same \
+             Idempotency-Key",
+        )
+    }
+
+    /// The answer to a request whose work's commit has an unknown outcome.
+    fn maybe_committed(error: &Error) -> Self {
+        tracing::error!(%error, "an idempotent request's commit has an unknown outcome");
+        Problem::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "store_failed",
+            "the request may or may not have taken effect; retry it with the same \
+             Idempotency-Key: the retry answers with this request's response if it took effect, \
+             and runs it again if it did not",
+        )
     }
 }
 
@@ -495,16 +550,28 @@ impl<DB: Backend> Idempotent<DB> {
             }
         };
         let Work { ticket, tx } = work;
+        // From here on, every way out frees the key unless the response
+        // committed: dropped (a panic, a dropped future), the claim frees
+        // it in a task of its own.
+        let claim = Claim::new(ticket, self.pool.clone());
         let slot: Slot<DB> = Arc::new(Mutex::new(Some(tx)));
         let mut parts = parts;
         parts.extensions.insert(slot.clone());
         let response = inner
             .call(axum::extract::Request::from_parts(parts, Body::from(body)))
-            .await?;
+            .await;
         // The handler is done, and its extractor with it: the transaction
         // is the layer's again.
         let tx = slot.lock().await.take();
-        Ok(self.settle(ticket, tx, response).await)
+        match response {
+            Ok(response) => Ok(self.settle(claim, tx, response).await),
+            Err(error) => {
+                // The work rolls back before the key is freed.
+                drop(tx);
+                claim.free().await;
+                Err(error)
+            }
+        }
     }
 
     /// The claim of the key and the work's transaction, begun together.
@@ -621,10 +688,11 @@ impl<DB: Backend> Idempotent<DB> {
     }
 
     /// Stores a response the route stores, with the work, and commits;
-    /// rolls the work back and frees the key otherwise.
+    /// rolls the work back and frees the key otherwise, and whenever
+    /// storing or committing fails (see the [module](self)).
     async fn settle(
         &self,
-        ticket: Ticket,
+        claim: Claim<DB>,
         tx: Option<Tx<'static, DB>>,
         response: Response,
     ) -> Response {
@@ -632,9 +700,7 @@ impl<DB: Backend> Idempotent<DB> {
         let Some(mut tx) = tx.filter(|_| (self.stores)(status)) else {
             // Not stored: the work rolls back with the dropped transaction,
             // and a retry runs again.
-            if let Err(error) = ticket.release(&self.pool).await {
-                tracing::warn!(%error, "freeing an idempotency key failed; it frees itself when its lease runs out");
-            }
+            claim.free().await;
             return response;
         };
         let (mut parts, body) = response.into_parts();
@@ -642,13 +708,9 @@ impl<DB: Backend> Idempotent<DB> {
             Ok(body) => body,
             Err(error) => {
                 drop(tx);
-                let _ = ticket.release(&self.pool).await;
-                return Problem::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "store_failed",
-                    format!("the response body could not be read: {error}"),
-                )
-                .into_response();
+                claim.free().await;
+                tracing::error!(%error, "an idempotent route's response body could not be read");
+                return Problem::not_saved().into_response();
             }
         };
         let mut headers: Vec<(String, String)> = Vec::new();
@@ -665,18 +727,93 @@ impl<DB: Backend> Idempotent<DB> {
                 }
             }
         }
-        let stored = async {
-            ticket
-                .complete_with_headers(&mut tx, status.as_u16(), headers, body.to_vec())
-                .await?;
-            tx.commit(()).await
-        };
-        if let Err(error) = stored.await {
-            // Neither the work nor the response committed.
+        let completed = claim
+            .copy()
+            .complete_with_headers(&mut tx, status.as_u16(), headers, body.to_vec())
+            .await;
+        if let Err(error) = completed {
+            // Nothing committed: the work rolls back, and the key is
+            // freed (unless the lease was lost, when it is not ours).
+            drop(tx);
+            claim.free().await;
             return Problem::store(&error).into_response();
         }
+        if let Err(error) = tx.commit(()).await {
+            // The key is freed only if it is still running: a committed
+            // response completed it, in the same transaction as the work.
+            claim.free().await;
+            return match error.is_outcome_unknown() {
+                true => Problem::maybe_committed(&error),
+                false => Problem::store(&error),
+            }
+            .into_response();
+        }
+        claim.kept();
         parts.headers.remove(&IDEMPOTENT_REPLAYED);
         Response::from_parts(parts, Body::from(body))
+    }
+}
+
+/// A new key's claim, from the claim until its request settles. Dropped
+/// before [`kept`](Claim::kept) or [`free`](Claim::free) (the handler
+/// panicked, or the request's future was dropped), it frees the key in a
+/// task of its own.
+struct Claim<DB: Backend> {
+    ticket: Ticket,
+    pool: sqlx::Pool<DB>,
+    settled: bool,
+}
+
+impl<DB: Backend> Claim<DB> {
+    fn new(ticket: Ticket, pool: sqlx::Pool<DB>) -> Self {
+        Claim {
+            ticket,
+            pool,
+            settled: false,
+        }
+    }
+
+    /// A ticket for the same lease: [`Ticket::complete`] takes one, and
+    /// the claim keeps its own to free the key if the commit fails after.
+    fn copy(&self) -> Ticket {
+        Ticket {
+            request: self.ticket.request.clone(),
+            lease: self.ticket.lease,
+            sql: self.ticket.sql,
+        }
+    }
+
+    /// The response committed: the key is completed, nothing to free.
+    fn kept(mut self) {
+        self.settled = true;
+    }
+
+    /// Frees the key now, if it is still running under this request's
+    /// lease.
+    async fn free(mut self) {
+        self.settled = true;
+        release(&self.pool, self.copy()).await;
+    }
+}
+
+impl<DB: Backend> Drop for Claim<DB> {
+    fn drop(&mut self) {
+        if self.settled {
+            return;
+        }
+        // Outside a runtime (a request dropped as the runtime shuts down)
+        // the lease ends the claim all the same.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let (pool, ticket) = (self.pool.clone(), self.copy());
+            runtime.spawn(async move { release(&pool, ticket).await });
+        }
+    }
+}
+
+/// Releases `ticket`'s key, saying so when it cannot.
+async fn release<DB: Backend>(pool: &sqlx::Pool<DB>, ticket: Ticket) {
+    if let Err(error) = ticket.release(pool).await {
+        tracing::warn!(%error, "freeing an idempotency key failed; it frees itself when its lease runs out");
     }
 }
 
