@@ -338,7 +338,7 @@ async fn recovered<DB: TestBackend>(
     let sent = counting.sent();
     assert!(!sent.is_empty(), "{name} sent no statement");
     let mut runs = 0;
-    for index in 0..sent.len() {
+    for (index, statement) in sent.iter().enumerate() {
         for fault in FAULTS {
             let wins = setup(db).await;
             let effects = Effects::default();
@@ -350,7 +350,7 @@ async fn recovered<DB: TestBackend>(
             }
             let what = format!(
                 "{name}, statement {index} ({:?}) {fault:?}",
-                head(sent[index])
+                head(statement)
             );
             for _ in 0..5 {
                 let in_flight = transfers(db)
@@ -438,7 +438,7 @@ async fn matrix<DB: TestBackend>(
     let sent = counting.sent();
     assert!(!sent.is_empty(), "{name} sent no statement");
     let mut runs = 0;
-    for index in 0..sent.len() {
+    for (index, statement) in sent.iter().enumerate() {
         for fault in FAULTS {
             reset(db).await;
             let before = rows(db).await;
@@ -453,7 +453,7 @@ async fn matrix<DB: TestBackend>(
             let what = format!(
                 "{name}, statement {index} of {} ({:?}) {fault:?}",
                 sent.len(),
-                head(sent[index])
+                head(statement)
             );
             match reported {
                 Ok(won) => assert_eq!(
