@@ -24,7 +24,7 @@ use std::time::Duration;
 use common::{Bind, Db, PayoutStatus, TestBackend, TransferStatus};
 use stateguard::bounds::{Batched, ManyKeys};
 use stateguard::key::shape::One;
-use stateguard::{Error, Finished, Tx, Uncommitted, Verdict, Won};
+use stateguard::{Error, Finished, StateMachine, Tx, Uncommitted, Verdict, Won};
 use stateguard_runtime::fault::{Fault, Plan};
 
 backend_tests! {
@@ -107,19 +107,9 @@ where
                 .within(DEADLINE)
                 .apply_many(&mut tx, &KEYS)
                 .await;
-            match applied {
-                Ok(outcomes) => {
-                    let wins: Vec<Won<PayoutStatus, i64, Uncommitted>> =
-                        outcomes.into_iter().filter_map(|o| o.won()).collect();
-                    let committed = tx.commit(wins).await?;
-                    Ok(committed.iter().map(|won| *won.key()).collect())
-                }
-                Err(error) => {
-                    let none: Vec<Won<PayoutStatus, i64, Uncommitted>> = Vec::new();
-                    let _ = tx.commit(none).await;
-                    Err(Failure::of(&error))
-                }
-            }
+            let wins =
+                applied.map(|outcomes| outcomes.into_iter().filter_map(|o| o.won()).collect());
+            commit_anyway(tx, wins).await
         };
         matrix(
             &db,
@@ -191,17 +181,7 @@ where
                 .within(DEADLINE)
                 .claim(&mut tx, 3)
                 .await;
-            match claimed {
-                Ok(wins) => {
-                    let committed = tx.commit(wins).await?;
-                    Ok(committed.iter().map(|won| *won.key()).collect())
-                }
-                Err(error) => {
-                    let none: Vec<Won<TransferStatus, i64, Uncommitted>> = Vec::new();
-                    let _ = tx.commit(none).await;
-                    Err(Failure::of(&error))
-                }
-            }
+            commit_anyway(tx, claimed).await
         };
         matrix(
             &db,
@@ -391,6 +371,25 @@ async fn recovered<DB: TestBackend>(
         "{name}: {} statements, {runs} faulted runs, recovered",
         sent.len()
     ));
+}
+
+/// Commits `tx` with the wins of a call in it, and reports their keys;
+/// after the call's error, commits all the same, as a careless caller
+/// would, and reports the error: what the error hid must not commit.
+async fn commit_anyway<DB: TestBackend, S: StateMachine>(
+    tx: Tx<'_, DB>,
+    wins: Result<Vec<Won<S, i64, Uncommitted>>, Error>,
+) -> Reported {
+    match wins {
+        Ok(wins) => {
+            let committed = tx.commit(wins).await?;
+            Ok(committed.iter().map(|won| *won.key()).collect())
+        }
+        Err(error) => {
+            let _ = tx.commit(Vec::<Won<S, i64, Uncommitted>>::new()).await;
+            Err(Failure::of(&error))
+        }
+    }
 }
 
 /// An error as the rule reads it.
