@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use common::{Bind, Db, PayoutStatus, TestBackend, TransferStatus};
 use stateguard::bounds::{Batched, ManyKeys};
+use stateguard::idempotency::{self, Begun, Request};
 use stateguard::key::shape::One;
 use stateguard::{Error, Finished, StateMachine, Tx, Uncommitted, Verdict, Won};
 use stateguard_runtime::fault::{Fault, Plan};
@@ -39,6 +40,8 @@ backend_tests! {
         "faults_finish_many" => finish_many_is_recovered,
         "faults_recover" => recover_is_recovered,
         "faults_recover_many" => recover_many_is_recovered,
+        "faults_idempotency_new" => idempotency_claims_a_new_key,
+        "faults_idempotency_expired" => idempotency_takes_an_expired_key_over,
     }
 }
 
@@ -256,6 +259,85 @@ where
         };
         recovered(&db, "recover_many", 3, setup, call).await;
     }
+}
+
+impl<DB: TestBackend + Batched> Tests<DB>
+where
+    i64: KeyColumn<DB> + ManyKeys<DB, One>,
+{
+    /// The idempotency store's claim of a new key: `New` hands the ticket
+    /// out, or the error says the outcome is unknown.
+    pub(crate) async fn idempotency_claims_a_new_key(db: Db<DB>) {
+        let reset = async |db: &Db<DB>| idempotency_table(db).await;
+        matrix(
+            &db,
+            "idempotency begin, new",
+            reset,
+            claim_key,
+            idempotency_row::<DB>,
+        )
+        .await;
+    }
+
+    /// The claim of a key whose lease ran out: the takeover (MySQL reads
+    /// the new lease back).
+    pub(crate) async fn idempotency_takes_an_expired_key_over(db: Db<DB>) {
+        let reset = async |db: &Db<DB>| {
+            idempotency_table(db).await;
+            let first = idempotency::begin(&db.pool, &request(), Duration::from_millis(1)).await;
+            assert!(matches!(first, Ok(Begun::New(_))), "{first:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        matrix(
+            &db,
+            "idempotency begin, expired",
+            reset,
+            claim_key,
+            idempotency_row::<DB>,
+        )
+        .await;
+    }
+}
+
+fn request() -> Request {
+    Request::new("faults", "k", "fingerprint").unwrap()
+}
+
+/// `idempotency::begin` of [`request`]: key 1 when the ticket is this
+/// call's.
+async fn claim_key<DB: TestBackend>(db: &Db<DB>) -> Reported {
+    let begun = idempotency::begin(&db.pool, &request(), idempotency::DEFAULT_LEASE)
+        .within(DEADLINE)
+        .await?;
+    Ok(match begun {
+        Begun::New(_) => BTreeSet::from([1]),
+        _ => BTreeSet::new(),
+    })
+}
+
+/// The store's table, made on first use, empty.
+async fn idempotency_table<DB: TestBackend>(db: &Db<DB>) {
+    let mut conn = db.pool.acquire().await.unwrap();
+    if DB::execute(&mut conn, "DELETE FROM stateguard_idempotency", &[])
+        .await
+        .is_err()
+    {
+        for statement in idempotency::ddl(DB::DIALECT) {
+            DB::execute(&mut conn, statement, &[]).await.unwrap();
+        }
+    }
+}
+
+/// The key's row as key 1: its state and lease.
+async fn idempotency_row<DB: TestBackend>(db: &Db<DB>) -> Rows {
+    let sql = match DB::DIALECT {
+        stateguard::ddl::Dialect::MySql => {
+            "SELECT state, CAST(lease AS SIGNED) FROM stateguard_idempotency WHERE idem_key = 'k'"
+        }
+        _ => "SELECT state, CAST(lease AS BIGINT) FROM stateguard_idempotency WHERE idem_key = 'k'",
+    };
+    let mut conn = db.pool.acquire().await.unwrap();
+    vec![DB::fetch_optional(&mut conn, sql, &[]).await.unwrap()]
 }
 
 /// The effects that ran: each row's key and effect key, in order.
