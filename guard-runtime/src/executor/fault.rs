@@ -1,8 +1,8 @@
 //! Faults in the statements a call sends, for the test suite's fault
 //! matrix (`tests/backends/faults.rs`): every statement the library sends
-//! passes [`statement`], which, with the `fault-injection` feature and a
-//! [`Plan`] in scope, counts it and can make it fail. Without the feature
-//! [`statement`] hands the statement's future back untouched.
+//! passes `statement`, which, with the `fault-injection` feature and a
+//! `Plan` in scope, counts it and can make it fail. Without the feature
+//! `statement` hands the statement's future back untouched.
 //!
 //! A hook inside the library rather than a TCP proxy: it sees SQLite,
 //! which has no wire, it counts statements as the library sends them
@@ -12,7 +12,7 @@
 //!
 //! **Architecture Invariant:** every statement the library sends on a
 //! connection, a transaction's `BEGIN` and `COMMIT` included, goes
-//! through [`statement`]: `executor/impls.rs` (the statements of
+//! through `statement`: `executor/impls.rs` (the statements of
 //! `OnConnection` and of a move with its inserts), `executor/tx/` (begin
 //! and commit), and `executor/task.rs` carries the plan into the task it
 //! spawns.
@@ -57,7 +57,7 @@ mod injected {
         /// an I/O error, the outcome unknown.
         Cut,
         /// It runs, and no answer comes: the call's deadline runs out
-        /// (after [`Plan::hang`], an I/O error).
+        /// (after the plan's `hang`, an I/O error).
         Hang,
     }
 
