@@ -3,8 +3,13 @@
 //! uniqueness, the version column's `NOT NULL`, and room for every state
 //! string in the status column.
 
-use core::fmt;
+mod prepared;
+mod problem;
 
+pub use self::problem::{SchemaProblem, SchemaProblemKind};
+
+use self::prepared::{Present, prepared};
+use self::problem::once;
 use crate::StateMachine;
 use crate::ddl::Dialect;
 use crate::deadline::call::{Call, Sent, bounded};
@@ -13,66 +18,6 @@ use crate::error::Error;
 use crate::executor::proven::Proven;
 use crate::machine::Machine;
 use crate::transition::bind::{Field, Fields, store_arguments};
-
-/// One way the schema does not fit the machine: the table and, where it
-/// concerns one, the column, and what is wrong.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SchemaProblem {
-    table: String,
-    column: Option<String>,
-    problem: String,
-    enforcement: bool,
-}
-
-impl SchemaProblem {
-    fn new(table: &str, column: Option<&str>, problem: impl Into<String>) -> Self {
-        SchemaProblem {
-            table: table.to_owned(),
-            column: column.map(str::to_owned),
-            problem: problem.into(),
-            enforcement: false,
-        }
-    }
-
-    fn enforcement(table: &str, problem: impl Into<String>) -> Self {
-        SchemaProblem {
-            enforcement: true,
-            ..SchemaProblem::new(table, None, problem)
-        }
-    }
-
-    /// Whether the problem is with the enforcement DDL (missing, or made
-    /// from another version of the enum) rather than with the tables the
-    /// moves use: a service that does without enforcement can leave these
-    /// out.
-    pub fn is_enforcement(&self) -> bool {
-        self.enforcement
-    }
-
-    /// The table, as the machine names it.
-    pub fn table(&self) -> &str {
-        &self.table
-    }
-
-    /// The column, where the problem is one column's.
-    pub fn column(&self) -> Option<&str> {
-        self.column.as_deref()
-    }
-
-    /// What is wrong, in words.
-    pub fn problem(&self) -> &str {
-        &self.problem
-    }
-}
-
-impl fmt::Display for SchemaProblem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.column {
-            Some(column) => write!(f, "{}.{}: {}", self.table, column, self.problem),
-            None => write!(f, "{}: {}", self.table, self.problem),
-        }
-    }
-}
 
 /// What the catalog says of one column.
 struct ColumnInfo {
@@ -194,7 +139,7 @@ static ENFORCEMENT: Sql<Statement<Field>> = Sql {
 const STAMP: &str = "stateguard fingerprint ";
 
 /// Which dialect `DB` speaks.
-fn dialect<DB: Backend>() -> Dialect {
+pub(super) fn dialect<DB: Backend>() -> Dialect {
     DB::choose(&Sql {
         postgres: Dialect::Postgres,
         sqlite: Dialect::Sqlite,
@@ -225,7 +170,7 @@ fn place<DB: Backend>(table: &str) -> (String, String) {
 
 /// Whether two column names are the same column: exactly on PostgreSQL,
 /// whose quoted names keep their case, without regard to case elsewhere.
-fn same<DB: Backend>(a: &str, b: &str) -> bool {
+pub(super) fn same<DB: Backend>(a: &str, b: &str) -> bool {
     match dialect::<DB>() {
         Dialect::Postgres => a == b,
         _ => a.eq_ignore_ascii_case(b),
@@ -354,7 +299,7 @@ async fn enforcement<S: StateMachine, DB: Backend>(
     machine: &'static Machine<S>,
     pool: &sqlx::Pool<DB>,
 ) -> Result<Vec<SchemaProblem>, sqlx::Error> {
-    let table = machine.table();
+    let (table, status) = (machine.table(), machine.column());
     // SQLite's catalog of an attached database is that database's own
     // `sqlite_master`, which no bound value can name.
     if dialect::<DB>() == Dialect::Sqlite && table.contains('.') {
@@ -379,16 +324,20 @@ async fn enforcement<S: StateMachine, DB: Backend>(
         .collect();
     let mut problems = Vec::new();
     if stamps.is_empty() {
-        problems.push(SchemaProblem::enforcement(
+        problems.push(SchemaProblem::new(
+            SchemaProblemKind::EnforcementMissing,
             table,
+            Some(status),
             "the enforcement DDL is not installed: no trigger of stateguard's on the table \
              (install what `stateguard::ddl` generates)",
         ));
         return Ok(problems);
     }
     if !stamps.contains(&fingerprint) {
-        problems.push(SchemaProblem::enforcement(
+        problems.push(SchemaProblem::new(
+            SchemaProblemKind::EnforcementStale,
             table,
+            Some(status),
             format!(
                 "the enforcement DDL was generated from another version of the enum (fingerprint \
                  {}, this one's is {fingerprint}): generate it again and install it",
@@ -415,8 +364,10 @@ async fn enforcement<S: StateMachine, DB: Backend>(
         _ => checks.iter().any(lists_states),
     };
     if !states_checked {
-        problems.push(SchemaProblem::enforcement(
+        problems.push(SchemaProblem::new(
+            SchemaProblemKind::StatesUnchecked,
             table,
+            Some(status),
             "no CHECK constraint lists every state string: install the enforcement DDL's \
              constraint",
         ));
@@ -424,146 +375,112 @@ async fn enforcement<S: StateMachine, DB: Backend>(
     Ok(problems)
 }
 
-/// Every statement of `machine`, named: what [`prepared`] plans.
-fn statements<S: StateMachine>(machine: &'static Machine<S>) -> Vec<(String, &'static Sql)> {
-    let mut out: Vec<(String, &'static Sql)> = vec![
-        ("the read of a row".to_owned(), machine.select_sql()),
-        ("`available`".to_owned(), machine.available_sql()),
-    ];
-    if let Some(history) = machine.history_sql() {
-        out.push(("the history read".to_owned(), history));
-    }
-    for t in machine.transitions() {
-        let name = |what: &str| format!("`{}`'s {what}", t.name());
-        out.push((name("compare-and-set"), t.update_sql()));
-        if let Some(sql) = t.update_expecting_sql() {
-            out.push((name("compare-and-set with `expecting`"), sql));
-        }
-        out.push((name("read-back"), t.read_back_sql()));
-        if let Some([plain, locking]) = t.select_guarded_sql() {
-            out.push((name("guard read"), plain));
-            out.push((name("guard read in a transaction"), locking));
-        }
-        out.push((name("claim"), t.claim_sql()));
-        if let Some(sql) = t.claim_older_sql() {
-            out.push((name("claim by age"), sql));
-        }
-        if let Some([plain, expecting]) = t.history_insert_sql() {
-            out.push((name("history insert"), plain));
-            out.push((name("history insert with `expecting`"), expecting));
-        }
-        if let Some([plain, expecting]) = t.outbox_insert_sql() {
-            out.push((name("outbox insert"), plain));
-            out.push((name("outbox insert with `expecting`"), expecting));
-        }
-        let many = t.apply_many_sql();
-        out.push((name("batch update"), many.update()));
-        out.push((name("batch read"), many.read()));
-        out.push((name("batch lease read"), many.lease_read()));
-        out.push((name("batch history insert"), many.history_insert()));
-        out.push((name("batch outbox insert"), many.outbox_insert()));
-    }
-    for state in machine.states() {
-        let Some(f) = state.in_flight() else {
-            continue;
-        };
-        let name = |what: &str| format!("in-flight `{}`'s {what}", state.value().as_str());
-        out.push((name("expired read"), f.expired_sql()));
-        out.push((name("claim"), f.claim_sql()));
-        out.push((name("takeover"), f.take_over_sql()));
-        out.push((name("renewal"), f.renew_sql()));
-        out.push((name("lease read"), f.lease_read_sql()));
-        out.push((name("follow-up read"), f.follow_up_read_sql()));
-        out.push((name("`done`"), f.done_sql()));
-        if let Some(sql) = f.failed_sql() {
-            out.push((name("`failed`"), sql));
-        }
-        let [done, failed] = f.follow_up_history_insert_sql();
-        out.push((name("`done` history insert"), done));
-        out.push((name("`failed` history insert"), failed));
-        let [done, failed] = f.follow_up_outbox_insert_sql();
-        out.push((name("`done` outbox insert"), done));
-        out.push((name("`failed` outbox insert"), failed));
-    }
-    out
-}
-
-/// Each statement of `machine` prepared (planned, not run) on one
-/// connection: what the catalog reads cannot see, such as a column that a
-/// `set` expression or a guard reads, fails here. PostgreSQL's batch
-/// statements, whose key arrays take their type from the call, are left
-/// out; their `set` and guard fragments are the compare-and-set's.
-async fn prepared<S: StateMachine, DB: Backend>(
-    machine: &'static Machine<S>,
-    pool: &sqlx::Pool<DB>,
-) -> Result<Vec<SchemaProblem>, sqlx::Error> {
-    let mut conn = pool.acquire().await?;
-    let mut problems = Vec::new();
-    for (name, sql) in statements(machine) {
-        let statement = DB::choose(sql);
-        let batch = statement.binds().iter().any(|b| {
-            matches!(
-                b,
-                crate::dialect::Bind::Keys(_) | crate::dialect::Bind::Row(..)
-            )
-        });
-        if statement.is_empty() || (batch && dialect::<DB>() == Dialect::Postgres) {
-            continue;
-        }
-        if let Err(error) = DB::prepare_on(&mut conn, statement.text()).await {
-            let error = match &error {
-                sqlx::Error::Database(e) => e.message().to_owned(),
-                other => other.to_string(),
-            };
-            problems.push(SchemaProblem::new(
-                machine.table(),
-                None,
-                format!("{name} does not prepare against the schema: {error}"),
-            ));
-        }
-    }
-    Ok(problems)
-}
-
 impl<S: StateMachine> Machine<S> {
     /// Reads the schema of the machine's tables and reports every way it
-    /// does not fit the machine, all at once (an empty list when it fits):
+    /// does not fit the machine, all at once (an empty list when it fits),
+    /// each a [`SchemaProblem`] whose [kind](SchemaProblem::kind) says
+    /// what to do about it:
     ///
     /// - the table, and every column the machine writes (the status, the
-    ///   key, the version, each `since` stamp and each `set` column), exist,
-    ///   and the status holds text (or an enum), the version an integer and
-    ///   each `since` a timestamp (SQLite, which stores any value in any
-    ///   column, is not held to types);
+    ///   key, the version, each `since` stamp, a retry's columns and each
+    ///   `set` column), exist ([`MissingTable`], [`MissingColumn`]), and
+    ///   the status holds text (or an enum), the version an integer and
+    ///   each `since` a timestamp ([`WrongType`]; SQLite, which stores any
+    ///   value in any column, is not held to types);
     /// - the key's columns are unique together (a primary key or a unique
     ///   index on them, or on some of them): without it one `UPDATE` can
     ///   move several rows, and [`Error::AmbiguousKey`] comes only after
-    ///   they committed;
-    /// - the version column is `NOT NULL`;
-    /// - every state string fits the status column: its length, and the
-    ///   values of a PostgreSQL enum type or a MySQL `ENUM`;
+    ///   they committed ([`KeyNotUnique`]);
+    /// - the version column is `NOT NULL` ([`VersionNullable`]);
+    /// - every state string fits the status column: its length
+    ///   ([`StateTooLong`]), or, for a PostgreSQL enum type or a MySQL
+    ///   `ENUM`, its labels alone ([`StateNotALabel`]; an enum is not held
+    ///   to a length);
     /// - the history table, where the machine declares one, and the
-    ///   outbox table, where a transition emits, exist;
-    /// - the enforcement DDL ([`ddl`](crate::ddl)) is installed, and was
-    ///   generated from this version of the enum: its transitions trigger
-    ///   carries the machine's [fingerprint](Machine::enforcement_fingerprint),
-    ///   and a CHECK constraint lists every state string. These problems
-    ///   say so ([`SchemaProblem::is_enforcement`]), for a service that
-    ///   does without the DDL to leave out. (SQLite: for a table in the
-    ///   main database only.)
+    ///   outbox table, where a transition emits, exist ([`MissingTable`]);
+    /// - the enforcement DDL ([`ddl`](crate::ddl)) is installed
+    ///   ([`EnforcementMissing`]), and was generated from this version of
+    ///   the enum: its transitions trigger carries the machine's
+    ///   [fingerprint](Machine::enforcement_fingerprint)
+    ///   ([`EnforcementStale`]), and a CHECK constraint lists every state
+    ///   string ([`StatesUnchecked`]). These problems say so
+    ///   ([`SchemaProblem::is_enforcement`]), for a service that does
+    ///   without the DDL to leave out. (SQLite: for a table in the main
+    ///   database only.)
     ///
     /// Once those fit, every statement of the machine is prepared
     /// (planned, not run) on one connection, which finds what the catalog
-    /// reads do not: a column that a `set` expression or a guard reads, a
-    /// history or outbox table whose columns are not the generated ones.
-    /// (PostgreSQL's batch statements, whose key arrays take their type
-    /// from the call, are left out; their fragments are the
-    /// compare-and-set's.)
+    /// reads do not ([`DoesNotPrepare`]): a column that a `set` expression
+    /// or a guard reads, a history or outbox table whose columns are not
+    /// the generated ones. (PostgreSQL's batch statements, whose key arrays
+    /// take their type from the call, are left out; their fragments are
+    /// the compare-and-set's.)
+    ///
+    /// **Each defect is reported once.** Two problems are the same defect
+    /// when they have the same kind, table, [column](SchemaProblem::column)
+    /// and [state string](SchemaProblem::state); for a statement that does
+    /// not prepare and whose failure names no column of the machine's
+    /// tables, the database's message stands in for the column. So a
+    /// column that a guard reads, missing, is one problem however many
+    /// statements read it (its words name the first and count the others),
+    /// and each state string missing from an enum is one problem.
     ///
     /// A few catalog reads and one prepare per statement: cheap enough for
     /// start-up, where a service should refuse to start on any problem.
     ///
     /// Deadline: [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE), or
     /// `PayoutStatus::MACHINE.verify(&pool).within(d)` ([`Call`]).
+    ///
+    /// ```
+    /// use stateguard::{SchemaProblemKind, StateMachine};
+    ///
+    /// #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+    /// #[state_machine(table = "payouts", column = "status", key = "id", version = "version")]
+    /// enum PayoutStatus {
+    ///     #[state(initial)]
+    ///     #[transition(pay -> Paid, guard = "amount > 0")]
+    ///     Pending,
+    ///     Paid,
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let pool = sqlx::SqlitePool::connect("sqlite::memory:").await?;
+    /// // No `amount`, which the guard reads; no enforcement DDL.
+    /// sqlx::raw_sql(
+    ///     "CREATE TABLE payouts (id INTEGER PRIMARY KEY, status TEXT NOT NULL, \
+    ///      version INTEGER NOT NULL DEFAULT 0)",
+    /// )
+    /// .execute(&pool)
+    /// .await?;
+    /// let mut missing = Vec::new();
+    /// for problem in PayoutStatus::verify(&pool).await? {
+    ///     match problem.kind() {
+    ///         // This service runs without the enforcement DDL.
+    ///         kind if kind.is_enforcement() => {}
+    ///         SchemaProblemKind::MissingColumn | SchemaProblemKind::DoesNotPrepare => {
+    ///             missing.extend(problem.column().map(str::to_owned));
+    ///         }
+    ///         _ => return Err(problem.to_string().into()),
+    ///     }
+    /// }
+    /// // The guard's column, once, although several statements read it.
+    /// assert_eq!(missing, ["amount"]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// [`MissingTable`]: SchemaProblemKind::MissingTable
+    /// [`MissingColumn`]: SchemaProblemKind::MissingColumn
+    /// [`WrongType`]: SchemaProblemKind::WrongType
+    /// [`KeyNotUnique`]: SchemaProblemKind::KeyNotUnique
+    /// [`VersionNullable`]: SchemaProblemKind::VersionNullable
+    /// [`StateTooLong`]: SchemaProblemKind::StateTooLong
+    /// [`StateNotALabel`]: SchemaProblemKind::StateNotALabel
+    /// [`EnforcementMissing`]: SchemaProblemKind::EnforcementMissing
+    /// [`EnforcementStale`]: SchemaProblemKind::EnforcementStale
+    /// [`StatesUnchecked`]: SchemaProblemKind::StatesUnchecked
+    /// [`DoesNotPrepare`]: SchemaProblemKind::DoesNotPrepare
     pub fn verify<'p, DB: Backend>(
         &'static self,
         pool: &'p sqlx::Pool<DB>,
@@ -587,7 +504,12 @@ impl<S: StateMachine> Machine<S> {
         let mut problems = Vec::new();
         let present = columns::<DB>(pool, table).await?;
         if present.is_empty() {
-            problems.push(SchemaProblem::new(table, None, "the table does not exist"));
+            problems.push(SchemaProblem::new(
+                SchemaProblemKind::MissingTable,
+                table,
+                None,
+                "the table does not exist",
+            ));
         } else {
             let find = |name: &str| present.iter().find(|c| same::<DB>(&c.name, name));
             // Every column the machine writes, each once, with what it
@@ -626,6 +548,7 @@ impl<S: StateMachine> Machine<S> {
                 seen.push(name);
                 match find(name) {
                     None => problems.push(SchemaProblem::new(
+                        SchemaProblemKind::MissingColumn,
                         table,
                         Some(name),
                         format!("{what}, missing from the table"),
@@ -645,6 +568,7 @@ impl<S: StateMachine> Machine<S> {
                             Holds::Any => "a value",
                         };
                         problems.push(SchemaProblem::new(
+                            SchemaProblemKind::WrongType,
                             table,
                             Some(name),
                             format!("{what} is {}; it must hold {wanted}", column.type_name),
@@ -656,32 +580,46 @@ impl<S: StateMachine> Machine<S> {
             if let Some(status) = find(self.column()) {
                 for state in self.states() {
                     let value = state.value().as_str();
-                    if let Some(max) = status.max_chars
-                        && value.chars().count() as i64 > max
-                    {
-                        problems.push(SchemaProblem::new(
-                            table,
-                            Some(self.column()),
-                            format!(
-                                "the state string {value:?} has {} characters, more than the \
-                                 column's {max} ({})",
-                                value.chars().count(),
-                                status.type_name
-                            ),
-                        ));
-                    }
-                    if let Some(labels) = &status.labels
-                        && !labels.iter().any(|l| l == value)
-                    {
-                        problems.push(SchemaProblem::new(
-                            table,
-                            Some(self.column()),
-                            format!(
-                                "the state string {value:?} is not one of the column's values \
-                                 ({})",
-                                status.type_name
-                            ),
-                        ));
+                    match &status.labels {
+                        // An enum holds its labels whatever their length
+                        // (MySQL gives an `ENUM` the length of its longest
+                        // label): a state is held to the labels alone.
+                        Some(labels) if !labels.iter().any(|l| l == value) => {
+                            problems.push(
+                                SchemaProblem::new(
+                                    SchemaProblemKind::StateNotALabel,
+                                    table,
+                                    Some(self.column()),
+                                    format!(
+                                        "the state string {value:?} is not one of the column's \
+                                         values ({})",
+                                        status.type_name
+                                    ),
+                                )
+                                .of_state(value),
+                            );
+                        }
+                        Some(_) => {}
+                        None => {
+                            if let Some(max) = status.max_chars
+                                && value.chars().count() as i64 > max
+                            {
+                                problems.push(
+                                    SchemaProblem::new(
+                                        SchemaProblemKind::StateTooLong,
+                                        table,
+                                        Some(self.column()),
+                                        format!(
+                                            "the state string {value:?} has {} characters, more \
+                                             than the column's {max} ({})",
+                                            value.chars().count(),
+                                            status.type_name
+                                        ),
+                                    )
+                                    .of_state(value),
+                                );
+                            }
+                        }
                     }
                 }
             }
@@ -689,6 +627,7 @@ impl<S: StateMachine> Machine<S> {
                 && !version.not_null
             {
                 problems.push(SchemaProblem::new(
+                    SchemaProblemKind::VersionNullable,
                     table,
                     self.version(),
                     "the version column is nullable; declare it NOT NULL (with DEFAULT 0)",
@@ -701,8 +640,9 @@ impl<S: StateMachine> Machine<S> {
             });
             if !covered {
                 problems.push(SchemaProblem::new(
+                    SchemaProblemKind::KeyNotUnique,
                     table,
-                    None,
+                    Some(self.key()),
                     format!(
                         "no primary key or unique index on the key ({}): one move could change \
                          several rows",
@@ -725,22 +665,32 @@ impl<S: StateMachine> Machine<S> {
             ));
         }
         let mut others_exist = true;
+        let mut tables = vec![Present {
+            table,
+            columns: present.into_iter().map(|c| c.name).collect(),
+        }];
         for (other, what) in others {
-            if columns::<DB>(pool, other).await?.is_empty() {
+            let columns = columns::<DB>(pool, other).await?;
+            if columns.is_empty() {
                 others_exist = false;
                 problems.push(SchemaProblem::new(
+                    SchemaProblemKind::MissingTable,
                     other,
                     None,
                     format!("{what} does not exist"),
                 ));
             }
+            tables.push(Present {
+                table: other,
+                columns: columns.into_iter().map(|c| c.name).collect(),
+            });
         }
         // Once the tables fit as far as the catalog tells, each statement
         // must plan (before, every one would fail for the same reason).
         if tables_fit && others_exist {
-            problems.extend(prepared::<S, DB>(self, pool).await?);
+            problems.extend(prepared::<S, DB>(self, pool, &tables).await?);
         }
-        Ok(problems)
+        Ok(once(problems))
     }
 }
 
