@@ -59,6 +59,17 @@ enum Reads {
     Bumped,
 }
 
+/// A guard that calls a function no database has: every statement that
+/// reads it fails, naming no column.
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(table = "callers", column = "status", key = "id", version = "version")]
+enum Calls {
+    #[state(initial)]
+    #[transition(approve -> Approved, guard = "no_such_function(id) > 0")]
+    Open,
+    Approved,
+}
+
 /// A machine whose table was never made.
 #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
 #[state_machine(table = "nowhere", column = "status", key = "id")]
@@ -170,6 +181,20 @@ where
     execute_all(&db, ddl.down()).await;
     execute_all(&db, stateguard::ddl::generate::<Logged>(DB::DIALECT).up()).await;
     execute_all(&db, stateguard::outbox::ddl(DB::DIALECT).iter().copied()).await;
+    let problems = Logged::verify(&db.pool).await.unwrap();
+    assert!(problems.is_empty(), "{:?}", described(&problems));
+
+    // A history table without a column the history inserts write: the
+    // column, on the history table, once.
+    execute_all(&db, ["ALTER TABLE transfer_history DROP COLUMN reason"]).await;
+    let problems = Logged::verify(&db.pool).await.unwrap();
+    assert_eq!(
+        read(&problems),
+        [(Kind::DoesNotPrepare, "transfer_history", Some("reason"))],
+        "{:?}",
+        described(&problems)
+    );
+    execute_all(&db, ["ALTER TABLE transfer_history ADD reason TEXT"]).await;
     let problems = Logged::verify(&db.pool).await.unwrap();
     assert!(problems.is_empty(), "{:?}", described(&problems));
 
@@ -386,6 +411,32 @@ async fn each_defect_is_reported_once<DB: TestBackend>(db: Db<DB>) {
         ],
         "{:?}",
         described(&problems)
+    );
+
+    // A failure that names no column: once, by the database's message.
+    execute_all(
+        &db,
+        [
+            "CREATE TABLE callers (id BIGINT PRIMARY KEY, status VARCHAR(16) NOT NULL, version \
+             BIGINT NOT NULL DEFAULT 0)",
+        ],
+    )
+    .await;
+    let problems = Calls::verify(&db.pool).await.unwrap();
+    let problems: Vec<SchemaProblem> = problems
+        .into_iter()
+        .filter(|p| !p.is_enforcement())
+        .collect();
+    assert_eq!(
+        read(&problems),
+        [(Kind::DoesNotPrepare, "callers", None)],
+        "{:?}",
+        described(&problems)
+    );
+    let text = described(&problems);
+    assert!(
+        text[0].starts_with("callers: `available` (and "),
+        "{text:?}"
     );
 
     // Two states that are no label of the status's enum, each once (on

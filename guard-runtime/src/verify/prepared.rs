@@ -8,66 +8,98 @@ use crate::ddl::Dialect;
 use crate::dialect::{Backend, Sql};
 use crate::machine::Machine;
 
-/// Every statement of `machine`, named: what [`prepared`] plans.
-fn statements<S: StateMachine>(machine: &'static Machine<S>) -> Vec<(String, &'static Sql)> {
-    let mut out: Vec<(String, &'static Sql)> = vec![
-        ("the read of a row".to_owned(), machine.select_sql()),
-        ("`available`".to_owned(), machine.available_sql()),
+/// Which of the machine's tables a statement is written for: a column
+/// that only statements of the history table or the outbox miss is
+/// theirs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Home {
+    /// The machine's own table.
+    Own,
+    History,
+    Outbox,
+}
+
+/// Every statement of `machine`, named, with its table: what
+/// [`prepared`] plans.
+fn statements<S: StateMachine>(machine: &'static Machine<S>) -> Vec<(String, Home, &'static Sql)> {
+    let mut out: Vec<(String, Home, &'static Sql)> = vec![
+        (
+            "the read of a row".to_owned(),
+            Home::Own,
+            machine.select_sql(),
+        ),
+        ("`available`".to_owned(), Home::Own, machine.available_sql()),
     ];
     if let Some(history) = machine.history_sql() {
-        out.push(("the history read".to_owned(), history));
+        out.push(("the history read".to_owned(), Home::History, history));
     }
     for t in machine.transitions() {
         let name = |what: &str| format!("`{}`'s {what}", t.name());
-        out.push((name("compare-and-set"), t.update_sql()));
+        out.push((name("compare-and-set"), Home::Own, t.update_sql()));
         if let Some(sql) = t.update_expecting_sql() {
-            out.push((name("compare-and-set with `expecting`"), sql));
+            out.push((name("compare-and-set with `expecting`"), Home::Own, sql));
         }
-        out.push((name("read-back"), t.read_back_sql()));
+        out.push((name("read-back"), Home::Own, t.read_back_sql()));
         if let Some([plain, locking]) = t.select_guarded_sql() {
-            out.push((name("guard read"), plain));
-            out.push((name("guard read in a transaction"), locking));
+            out.push((name("guard read"), Home::Own, plain));
+            out.push((name("guard read in a transaction"), Home::Own, locking));
         }
-        out.push((name("claim"), t.claim_sql()));
+        out.push((name("claim"), Home::Own, t.claim_sql()));
         if let Some(sql) = t.claim_older_sql() {
-            out.push((name("claim by age"), sql));
+            out.push((name("claim by age"), Home::Own, sql));
         }
         if let Some([plain, expecting]) = t.history_insert_sql() {
-            out.push((name("history insert"), plain));
-            out.push((name("history insert with `expecting`"), expecting));
+            out.push((name("history insert"), Home::History, plain));
+            out.push((
+                name("history insert with `expecting`"),
+                Home::History,
+                expecting,
+            ));
         }
         if let Some([plain, expecting]) = t.outbox_insert_sql() {
-            out.push((name("outbox insert"), plain));
-            out.push((name("outbox insert with `expecting`"), expecting));
+            out.push((name("outbox insert"), Home::Outbox, plain));
+            out.push((
+                name("outbox insert with `expecting`"),
+                Home::Outbox,
+                expecting,
+            ));
         }
         let many = t.apply_many_sql();
-        out.push((name("batch update"), many.update()));
-        out.push((name("batch read"), many.read()));
-        out.push((name("batch lease read"), many.lease_read()));
-        out.push((name("batch history insert"), many.history_insert()));
-        out.push((name("batch outbox insert"), many.outbox_insert()));
+        out.push((name("batch update"), Home::Own, many.update()));
+        out.push((name("batch read"), Home::Own, many.read()));
+        out.push((name("batch lease read"), Home::Own, many.lease_read()));
+        out.push((
+            name("batch history insert"),
+            Home::History,
+            many.history_insert(),
+        ));
+        out.push((
+            name("batch outbox insert"),
+            Home::Outbox,
+            many.outbox_insert(),
+        ));
     }
     for state in machine.states() {
         let Some(f) = state.in_flight() else {
             continue;
         };
         let name = |what: &str| format!("in-flight `{}`'s {what}", state.value().as_str());
-        out.push((name("expired read"), f.expired_sql()));
-        out.push((name("claim"), f.claim_sql()));
-        out.push((name("takeover"), f.take_over_sql()));
-        out.push((name("renewal"), f.renew_sql()));
-        out.push((name("lease read"), f.lease_read_sql()));
-        out.push((name("follow-up read"), f.follow_up_read_sql()));
-        out.push((name("`done`"), f.done_sql()));
+        out.push((name("expired read"), Home::Own, f.expired_sql()));
+        out.push((name("claim"), Home::Own, f.claim_sql()));
+        out.push((name("takeover"), Home::Own, f.take_over_sql()));
+        out.push((name("renewal"), Home::Own, f.renew_sql()));
+        out.push((name("lease read"), Home::Own, f.lease_read_sql()));
+        out.push((name("follow-up read"), Home::Own, f.follow_up_read_sql()));
+        out.push((name("`done`"), Home::Own, f.done_sql()));
         if let Some(sql) = f.failed_sql() {
-            out.push((name("`failed`"), sql));
+            out.push((name("`failed`"), Home::Own, sql));
         }
         let [done, failed] = f.follow_up_history_insert_sql();
-        out.push((name("`done` history insert"), done));
-        out.push((name("`failed` history insert"), failed));
+        out.push((name("`done` history insert"), Home::History, done));
+        out.push((name("`failed` history insert"), Home::History, failed));
         let [done, failed] = f.follow_up_outbox_insert_sql();
-        out.push((name("`done` outbox insert"), done));
-        out.push((name("`failed` outbox insert"), failed));
+        out.push((name("`done` outbox insert"), Home::Outbox, done));
+        out.push((name("`failed` outbox insert"), Home::Outbox, failed));
     }
     out
 }
@@ -94,10 +126,10 @@ pub(super) async fn prepared<S: StateMachine, DB: Backend>(
     present: &[Present<'_>],
 ) -> Result<Vec<SchemaProblem>, sqlx::Error> {
     let mut conn = pool.acquire().await?;
-    // Each defect, with the first statement that showed it and how many
-    // others did.
-    let mut found: Vec<(SchemaProblem, String, String, usize)> = Vec::new();
-    for (name, sql) in statements(machine) {
+    // Each failure: the statement, its table, the database's message and
+    // the column that message names as missing.
+    let mut failures: Vec<(String, &str, String, Option<Missing>)> = Vec::new();
+    for (name, home, sql) in statements(machine) {
         let statement = DB::choose(sql);
         let batch = statement.binds().iter().any(|b| {
             matches!(
@@ -115,28 +147,57 @@ pub(super) async fn prepared<S: StateMachine, DB: Backend>(
             sqlx::Error::Database(e) => e.message().to_owned(),
             other => other.to_string(),
         };
-        // The table that lacks the column the database names, the
-        // machine's own first.
-        let missing = missing_column(dialect::<DB>(), &message).and_then(|column| {
-            present
+        let home = match home {
+            Home::Own => machine.table(),
+            Home::History => machine.history_table().unwrap_or(machine.table()),
+            Home::Outbox => machine.outbox_table(),
+        };
+        let missing = missing_column(dialect::<DB>(), &message);
+        failures.push((name, home, message, missing));
+    }
+    let lacks = |table: &str, column: &str| {
+        present
+            .iter()
+            .find(|p| p.table == table)
+            .is_some_and(|p| !p.columns.iter().any(|c| same::<DB>(c, column)))
+    };
+    let own = machine.table();
+    // Each defect, with the first statement that showed it and how many
+    // others did.
+    let mut found: Vec<(SchemaProblem, &str, &str, usize)> = Vec::new();
+    for (name, _, message, missing) in &failures {
+        let column = missing.as_ref().map(|m| m.column.as_str());
+        // The table the column is missing from, the same for each
+        // statement that misses it: one the database names, else the
+        // table of the first statement that misses it (the reads of one
+        // table come first), else any of the machine's that lacks it.
+        let table = column.and_then(|column| {
+            let missing_it = failures
                 .iter()
-                .find(|p| !p.columns.iter().any(|c| same::<DB>(c, &column)))
-                .map(|p| (p.table, column))
+                .filter(|(.., m)| m.as_ref().is_some_and(|m| same::<DB>(&m.column, column)));
+            let named = missing_it.clone().filter_map(|(.., m)| {
+                let relation = m.as_ref()?.table.as_deref()?;
+                present
+                    .iter()
+                    .map(|p| p.table)
+                    .find(|t| same::<DB>(t.rsplit('.').next().unwrap_or(t), relation))
+            });
+            let first = missing_it.map(|(_, home, ..)| *home).take(1);
+            named
+                .chain(first)
+                .chain([own])
+                .chain(present.iter().map(|p| p.table))
+                .find(|t| lacks(t, column))
         });
-        let problem = match &missing {
-            Some((table, column)) => SchemaProblem::new(
+        let problem = match (table, column) {
+            (Some(table), Some(column)) => SchemaProblem::new(
                 SchemaProblemKind::DoesNotPrepare,
                 table,
                 Some(column),
                 String::new(),
             ),
-            None => SchemaProblem::new(
-                SchemaProblemKind::DoesNotPrepare,
-                machine.table(),
-                None,
-                String::new(),
-            )
-            .detailed(message.clone()),
+            _ => SchemaProblem::new(SchemaProblemKind::DoesNotPrepare, own, None, String::new())
+                .detailed(message.clone()),
         };
         match found.iter_mut().find(|(p, ..)| p.same_defect(&problem)) {
             Some((.., others)) => *others += 1,
@@ -158,31 +219,49 @@ pub(super) async fn prepared<S: StateMachine, DB: Backend>(
         .collect())
 }
 
+/// A column a statement misses, as the database's message names it.
+#[derive(Debug, PartialEq, Eq)]
+struct Missing {
+    /// Without its table's qualifier.
+    column: String,
+    /// The table the message says lacks it, where it says.
+    table: Option<String>,
+}
+
 /// The column a database's message on a statement that does not prepare
-/// names as missing, without its table's qualifier: PostgreSQL's
-/// `column "c" does not exist` (42703, also `… of relation "t" …`),
-/// SQLite's `no such column: c` and `table t has no column named c`,
-/// MySQL's `Unknown column 'c' in '…'` (1054).
-fn missing_column(dialect: Dialect, message: &str) -> Option<String> {
-    let named = match dialect {
+/// names as missing: PostgreSQL's `column "c" does not exist` (42703,
+/// also `… of relation "t" …`), SQLite's `no such column: c` and `table t
+/// has no column named c`, MySQL's `Unknown column 'c' in '…'` (1054).
+fn missing_column(dialect: Dialect, message: &str) -> Option<Missing> {
+    let (named, table) = match dialect {
         Dialect::Postgres => {
             let rest = message.strip_prefix("column ")?;
-            let end = rest
-                .find(" of relation ")
-                .or_else(|| rest.find(" does not exist"))?;
-            rest[..end].trim_matches('"')
+            match rest.split_once(" of relation ") {
+                Some((column, relation)) => {
+                    let relation = relation.strip_suffix(" does not exist")?;
+                    (column, Some(relation.trim_matches('"')))
+                }
+                None => (rest.strip_suffix(" does not exist")?, None),
+            }
         }
         Dialect::Sqlite => match message.strip_prefix("no such column: ") {
-            Some(rest) => rest,
-            None => message.split_once(" has no column named ")?.1,
+            Some(rest) => (rest, None),
+            None => {
+                let (table, column) = message.split_once(" has no column named ")?;
+                (column, Some(table.strip_prefix("table ")?))
+            }
         },
         _ => {
             let rest = message.strip_prefix("Unknown column '")?;
-            &rest[..rest.find("' in ")?]
+            (&rest[..rest.find("' in ")?], None)
         }
     };
+    let named = named.trim_matches('"');
     let bare = named.rsplit('.').next().unwrap_or(named).trim_matches('"');
-    (!bare.is_empty()).then(|| bare.to_owned())
+    (!bare.is_empty()).then(|| Missing {
+        column: bare.to_owned(),
+        table: table.map(str::to_owned),
+    })
 }
 
 #[cfg(test)]
@@ -191,46 +270,68 @@ mod tests {
 
     #[test]
     fn missing_columns_named() {
-        for (dialect, message, column) in [
+        for (dialect, message, column, table) in [
             (
                 Dialect::Postgres,
                 "column \"risk\" does not exist",
                 Some("risk"),
+                None,
             ),
             (
                 Dialect::Postgres,
                 "column t.risk does not exist",
                 Some("risk"),
+                None,
             ),
             (
                 Dialect::Postgres,
                 "column \"reason\" of relation \"history\" does not exist",
                 Some("reason"),
+                Some("history"),
             ),
-            (Dialect::Postgres, "function f(bigint) does not exist", None),
-            (Dialect::Sqlite, "no such column: risk", Some("risk")),
-            (Dialect::Sqlite, "no such column: t.risk", Some("risk")),
+            (
+                Dialect::Postgres,
+                "function f(bigint) does not exist",
+                None,
+                None,
+            ),
+            (Dialect::Sqlite, "no such column: risk", Some("risk"), None),
+            (
+                Dialect::Sqlite,
+                "no such column: t.risk",
+                Some("risk"),
+                None,
+            ),
             (
                 Dialect::Sqlite,
                 "table h has no column named reason",
                 Some("reason"),
+                Some("h"),
             ),
-            (Dialect::Sqlite, "no such function: f", None),
+            (Dialect::Sqlite, "no such function: f", None, None),
             (
                 Dialect::MySql,
                 "Unknown column 'risk' in 'WHERE'",
                 Some("risk"),
+                None,
             ),
             (
                 Dialect::MySql,
                 "Unknown column 't.risk' in 'SELECT'",
                 Some("risk"),
+                None,
             ),
-            (Dialect::MySql, "FUNCTION test.f does not exist", None),
+            (Dialect::MySql, "FUNCTION test.f does not exist", None, None),
         ] {
+            let missing = missing_column(dialect, message);
             assert_eq!(
-                missing_column(dialect, message).as_deref(),
+                missing.as_ref().map(|m| m.column.as_str()),
                 column,
+                "{message}"
+            );
+            assert_eq!(
+                missing.as_ref().and_then(|m| m.table.as_deref()),
+                table,
                 "{message}"
             );
         }

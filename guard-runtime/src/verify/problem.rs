@@ -46,10 +46,13 @@ pub enum SchemaProblemKind {
     /// A statement of the machine does not prepare against the schema: a
     /// column that a guard or a `set` expression reads is missing, a
     /// history or outbox table has other columns than the generated ones,
-    /// … The column is the one the database names as missing, where it
-    /// names one of the machine's tables' columns; otherwise there is
-    /// none, and the problem's words name the statement and the
-    /// database's message.
+    /// … The column is the one the database names as missing, and the
+    /// table the one that lacks it: the table the database names, else
+    /// the one the first failing statement is written for. Where the
+    /// database names no column that one of the machine's tables lacks,
+    /// there is no column, the table is the machine's, and the problem's
+    /// words give the database's message. Either way they name the first
+    /// statement that fails and count the others.
     DoesNotPrepare,
 }
 
