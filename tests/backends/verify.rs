@@ -85,6 +85,7 @@ backend_tests! {
     "verify_problems" => every_problem_is_reported_at_once,
     "verify_reads" => what_set_and_guards_read_is_prepared,
     "verify_once" => each_defect_is_reported_once,
+    "verify_again" => a_second_verify_sees_the_schema_as_it_is,
 }
 
 fn described(problems: &[SchemaProblem]) -> Vec<String> {
@@ -467,4 +468,45 @@ async fn each_defect_is_reported_once<DB: TestBackend>(db: Db<DB>) {
         described(&problems)
     );
     assert!(problems.iter().all(|p| p.column() == Some("status")));
+}
+
+/// `verify` called again on a connection that prepared the machine's
+/// statements before plans them again: a column dropped since is found.
+async fn a_second_verify_sees_the_schema_as_it_is<DB: TestBackend>(db: Db<DB>)
+where
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+{
+    let options = (*db.pool.connect_options()).clone();
+    let pool = sqlx::pool::PoolOptions::<DB>::new()
+        .max_connections(1)
+        .connect_with(options)
+        .await
+        .unwrap();
+    let run = async |sql: &'static str| {
+        let mut conn = pool.acquire().await.unwrap();
+        sqlx::raw_sql(sql).execute(&mut *conn).await.unwrap();
+    };
+    run(
+        "CREATE TABLE readers (id BIGINT PRIMARY KEY, status VARCHAR(16) NOT NULL, version \
+         BIGINT NOT NULL DEFAULT 0, tries BIGINT NOT NULL DEFAULT 0, risk BIGINT, attempts BIGINT)",
+    )
+    .await;
+    let problems = Reads::verify(&pool).await.unwrap();
+    assert!(
+        problems.iter().all(SchemaProblem::is_enforcement),
+        "{:?}",
+        described(&problems)
+    );
+    run("ALTER TABLE readers DROP COLUMN risk").await;
+    let problems = Reads::verify(&pool).await.unwrap();
+    let problems: Vec<SchemaProblem> = problems
+        .into_iter()
+        .filter(|p| !p.is_enforcement())
+        .collect();
+    assert_eq!(
+        read(&problems),
+        [(Kind::DoesNotPrepare, "readers", Some("risk"))],
+        "{:?}",
+        described(&problems)
+    );
 }

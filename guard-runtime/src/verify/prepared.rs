@@ -1,12 +1,13 @@
 //! `verify`'s last step: every statement of the machine prepared
 //! (planned, not run), which finds what the catalog reads cannot see.
 
+use super::catalog::{dialect, same};
 use super::problem::{SchemaProblem, SchemaProblemKind};
-use super::{dialect, same};
 use crate::StateMachine;
 use crate::ddl::Dialect;
 use crate::dialect::{Backend, Sql};
 use crate::machine::Machine;
+use sqlx::pool::PoolConnection;
 
 /// Which of the machine's tables a statement is written for: a column
 /// that only statements of the history table or the outbox miss is
@@ -122,10 +123,13 @@ pub(super) struct Present<'a> {
 /// failing with one message where the database names no column.
 pub(super) async fn prepared<S: StateMachine, DB: Backend>(
     machine: &'static Machine<S>,
-    pool: &sqlx::Pool<DB>,
+    conn: &mut PoolConnection<DB>,
     present: &[Present<'_>],
 ) -> Result<Vec<SchemaProblem>, sqlx::Error> {
-    let mut conn = pool.acquire().await?;
+    // A statement the connection prepared before comes from its cache,
+    // as it was planned then: each is planned again, against the schema
+    // as it is now.
+    DB::forget_prepared_on(conn).await?;
     // Each failure: the statement, its table, the database's message and
     // the column that message names as missing.
     let mut failures: Vec<(String, &str, String, Option<Missing>)> = Vec::new();
@@ -140,7 +144,7 @@ pub(super) async fn prepared<S: StateMachine, DB: Backend>(
         if statement.is_empty() || (batch && dialect::<DB>() == Dialect::Postgres) {
             continue;
         }
-        let Err(error) = DB::prepare_on(&mut conn, statement.text()).await else {
+        let Err(error) = DB::prepare_on(conn, statement.text()).await else {
             continue;
         };
         let message = match &error {
