@@ -343,7 +343,7 @@ pub use stateguard_macros::StateMachine;
 pub use stateguard_runtime::{
     Available, Bound, Call, Choice, Committed, Current, DEFAULT_DEADLINE, Error, ErrorKind,
     GuardNow, HasHistory, HasVersion, HistoryRow, Note, Noted, Outcome, SchemaProblem,
-    StateMachine, Transition, Uncommitted, UnknownState, Won,
+    SchemaProblemKind, StateMachine, Transition, Uncommitted, UnknownState, Won,
 };
 // Transactions whose wins wait for the commit.
 pub use stateguard_runtime::{Begin, Savepoint, Tx};

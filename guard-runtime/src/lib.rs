@@ -61,7 +61,7 @@ pub use crate::outcome::{Committed, Current, Outcome, Uncommitted, Won};
 pub use crate::transition::available::{Available, Choice, GuardNow};
 pub use crate::transition::note::{Note, NoteSlot};
 pub use crate::transition::{Bound, Params, Transition};
-pub use crate::verify::SchemaProblem;
+pub use crate::verify::{SchemaProblem, SchemaProblemKind};
 
 /// What a derived machine knows about itself, read through
 /// [`StateMachine::MACHINE`]: its table and columns, states, transitions,

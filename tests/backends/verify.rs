@@ -7,7 +7,7 @@ use crate::common;
 
 use common::{Db, TestBackend, TransferStatus};
 use stateguard::ddl::Dialect;
-use stateguard::{SchemaProblem, StateMachine};
+use stateguard::{SchemaProblem, SchemaProblemKind as Kind, StateMachine};
 
 /// The `transfers` table as `TransferStatus` has it, with a history and
 /// an emitting transition.
@@ -59,6 +59,17 @@ enum Reads {
     Bumped,
 }
 
+/// A guard that calls a function no database has: every statement that
+/// reads it fails, naming no column.
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(table = "callers", column = "status", key = "id", version = "version")]
+enum Calls {
+    #[state(initial)]
+    #[transition(approve -> Approved, guard = "no_such_function(id) > 0")]
+    Open,
+    Approved,
+}
+
 /// A machine whose table was never made.
 #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
 #[state_machine(table = "nowhere", column = "status", key = "id")]
@@ -73,10 +84,20 @@ backend_tests! {
     "verify_fits" => a_schema_that_fits_reports_nothing,
     "verify_problems" => every_problem_is_reported_at_once,
     "verify_reads" => what_set_and_guards_read_is_prepared,
+    "verify_once" => each_defect_is_reported_once,
+    "verify_again" => a_second_verify_sees_the_schema_as_it_is,
 }
 
 fn described(problems: &[SchemaProblem]) -> Vec<String> {
     problems.iter().map(ToString::to_string).collect()
+}
+
+/// Each problem as a program reads it: kind, table, column.
+fn read(problems: &[SchemaProblem]) -> Vec<(Kind, &str, Option<&str>)> {
+    problems
+        .iter()
+        .map(|p| (p.kind(), p.table(), p.column()))
+        .collect()
 }
 
 async fn execute_all<DB: TestBackend>(
@@ -100,13 +121,17 @@ async fn execute_all<DB: TestBackend>(
 }
 
 /// `Loose`'s problems with its table, the enforcement DDL's left out.
-async fn loose_problems<DB: TestBackend>(db: &Db<DB>) -> Vec<String> {
+async fn loose_problems<DB: TestBackend>(db: &Db<DB>) -> Vec<SchemaProblem> {
     let problems = Loose::verify(&db.pool).await.unwrap();
     problems
-        .iter()
+        .into_iter()
         .filter(|p| !p.is_enforcement())
-        .map(ToString::to_string)
         .collect()
+}
+
+/// Each problem's kind and state string.
+fn states(problems: &[SchemaProblem]) -> Vec<(Kind, Option<&str>)> {
+    problems.iter().map(|p| (p.kind(), p.state())).collect()
 }
 
 async fn a_schema_that_fits_reports_nothing<DB: TestBackend>(db: Db<DB>)
@@ -116,15 +141,13 @@ where
     db.transfers(1).await;
     // The tables fit; the enforcement DDL is not there yet.
     let problems = TransferStatus::verify(&db.pool).await.unwrap();
-    assert_eq!(problems.len(), 1, "{:?}", described(&problems));
-    assert!(problems[0].is_enforcement());
-    assert!(
-        problems[0]
-            .problem()
-            .starts_with("the enforcement DDL is not installed"),
+    assert_eq!(
+        read(&problems),
+        [(Kind::EnforcementMissing, "transfers", Some("status"))],
         "{:?}",
         described(&problems)
     );
+    assert!(problems[0].is_enforcement());
     // The migration file, run as sqlx runs a migration: one text.
     let ddl = stateguard::ddl::generate::<TransferStatus>(DB::DIALECT);
     let mut conn = db.pool.acquire().await.unwrap();
@@ -138,16 +161,19 @@ where
 
     // Another version of the enum on the same table: its DDL is stale,
     // and the history table and the outbox are missing until made.
-    let missing = described(&Logged::verify(&db.pool).await.unwrap());
-    assert_eq!(missing.len(), 3, "{missing:?}");
-    assert!(
-        missing[0].starts_with(
-            "transfers: the enforcement DDL was generated from another version of the enum"
-        ),
-        "{missing:?}"
+    let problems = Logged::verify(&db.pool).await.unwrap();
+    assert_eq!(
+        read(&problems),
+        [
+            (Kind::EnforcementStale, "transfers", Some("status")),
+            (Kind::MissingTable, "transfer_history", None),
+            (Kind::MissingTable, "stateguard_outbox", None),
+        ],
+        "{:?}",
+        described(&problems)
     );
     assert_eq!(
-        missing[1..],
+        described(&problems)[1..],
         [
             "transfer_history: the history table does not exist",
             "stateguard_outbox: the outbox table, which `emit` writes to, does not exist",
@@ -156,6 +182,20 @@ where
     execute_all(&db, ddl.down()).await;
     execute_all(&db, stateguard::ddl::generate::<Logged>(DB::DIALECT).up()).await;
     execute_all(&db, stateguard::outbox::ddl(DB::DIALECT).iter().copied()).await;
+    let problems = Logged::verify(&db.pool).await.unwrap();
+    assert!(problems.is_empty(), "{:?}", described(&problems));
+
+    // A history table without a column the history inserts write: the
+    // column, on the history table, once.
+    execute_all(&db, ["ALTER TABLE transfer_history DROP COLUMN reason"]).await;
+    let problems = Logged::verify(&db.pool).await.unwrap();
+    assert_eq!(
+        read(&problems),
+        [(Kind::DoesNotPrepare, "transfer_history", Some("reason"))],
+        "{:?}",
+        described(&problems)
+    );
+    execute_all(&db, ["ALTER TABLE transfer_history ADD reason TEXT"]).await;
     let problems = Logged::verify(&db.pool).await.unwrap();
     assert!(problems.is_empty(), "{:?}", described(&problems));
 
@@ -168,14 +208,14 @@ where
         _ => &["ALTER TABLE transfers DROP CONSTRAINT transfers_status_states"],
     };
     execute_all(&db, drop.iter().copied()).await;
-    let problems = described(&Logged::verify(&db.pool).await.unwrap());
+    let problems = Logged::verify(&db.pool).await.unwrap();
     assert_eq!(
-        problems,
-        [
-            "transfers: no CHECK constraint lists every state string: install the enforcement \
-          DDL's constraint"
-        ]
+        read(&problems),
+        [(Kind::StatesUnchecked, "transfers", Some("status"))],
+        "{:?}",
+        described(&problems)
     );
+    assert!(problems[0].is_enforcement());
 }
 
 async fn every_problem_is_reported_at_once<DB: TestBackend>(db: Db<DB>) {
@@ -183,35 +223,25 @@ async fn every_problem_is_reported_at_once<DB: TestBackend>(db: Db<DB>) {
         Dialect::Sqlite => "CREATE TABLE loose (id BIGINT, status TEXT NOT NULL, version BIGINT)",
         _ => "CREATE TABLE loose (id BIGINT, status VARCHAR(7) NOT NULL, version BIGINT)",
     };
-    let mut conn = db.pool.acquire().await.unwrap();
-    DB::execute(&mut conn, create, &[]).await.unwrap();
-    drop(conn);
+    execute_all(&db, [create]).await;
     let problems = Loose::verify(&db.pool).await.unwrap();
-    let expected = "loose.sending_since: a `since` column, missing from the table";
-    let text = described(&problems);
-    assert_eq!(text[0], expected, "{text:?}");
-    assert!(
-        text.iter()
-            .any(|p| p.starts_with("loose.version: the version column is nullable")),
-        "{text:?}"
-    );
-    assert!(
-        text.iter()
-            .any(|p| p.starts_with("loose: no primary key or unique index on the key (id)")),
-        "{text:?}"
-    );
     // "pending" and "sending" fit seven characters exactly: no length
     // problem; a status of 4 would not hold them.
-    assert!(!text.iter().any(|p| p.contains("characters")), "{text:?}");
-    assert!(
-        text.iter()
-            .any(|p| p.starts_with("loose: the enforcement DDL is not installed")),
-        "{text:?}"
+    assert_eq!(
+        read(&problems),
+        [
+            (Kind::MissingColumn, "loose", Some("sending_since")),
+            (Kind::VersionNullable, "loose", Some("version")),
+            (Kind::KeyNotUnique, "loose", Some("id")),
+            (Kind::EnforcementMissing, "loose", Some("status")),
+        ],
+        "{:?}",
+        described(&problems)
     );
-    assert_eq!(problems.len(), 4, "{text:?}");
-    for problem in &problems {
-        assert_eq!(problem.table(), "loose");
-    }
+    assert_eq!(
+        problems[0].to_string(),
+        "loose.sending_since: a `since` column, missing from the table"
+    );
 
     // A status too short, and (MySQL, PostgreSQL) values it cannot hold.
     let narrow = match DB::DIALECT {
@@ -230,35 +260,45 @@ async fn every_problem_is_reported_at_once<DB: TestBackend>(db: Db<DB>) {
     };
     if let Some(statements) = narrow {
         execute_all(&db, statements).await;
-        let text = loose_problems(&db).await;
-        assert_eq!(text.len(), 2, "{text:?}");
-        for (problem, state) in text.iter().zip(["sent", "failed"]) {
-            let start = format!(
-                "loose.status: the state string {state:?} is not one of the column's values"
-            );
-            assert!(problem.starts_with(&start), "{text:?}");
-        }
+        let problems = loose_problems(&db).await;
+        assert_eq!(
+            states(&problems),
+            [
+                (Kind::StateNotALabel, Some("sent")),
+                (Kind::StateNotALabel, Some("failed")),
+            ],
+            "{:?}",
+            described(&problems)
+        );
+        assert!(problems.iter().all(|p| p.column() == Some("status")));
         let narrower = [
             "DROP TABLE loose",
             "CREATE TABLE loose (id BIGINT PRIMARY KEY, status VARCHAR(4) NOT NULL, version \
              BIGINT NOT NULL DEFAULT 0, sending_since TIMESTAMP NULL)",
         ];
         execute_all(&db, narrower).await;
-        let text = loose_problems(&db).await;
+        let problems = loose_problems(&db).await;
         assert_eq!(
-            text,
+            states(&problems),
             [
+                (Kind::StateTooLong, Some("pending")),
+                (Kind::StateTooLong, Some("sending")),
+                (Kind::StateTooLong, Some("failed")),
+            ],
+            "{:?}",
+            described(&problems)
+        );
+        assert!(problems.iter().all(|p| p.column() == Some("status")));
+        let type_name = match DB::DIALECT {
+            Dialect::MySql => "varchar(4)",
+            _ => "character varying(4)",
+        };
+        assert_eq!(
+            problems[0].to_string(),
+            format!(
                 "loose.status: the state string \"pending\" has 7 characters, more than the \
-                 column's 4 (character varying(4))",
-                "loose.status: the state string \"sending\" has 7 characters, more than the \
-                 column's 4 (character varying(4))",
-                "loose.status: the state string \"failed\" has 6 characters, more than the \
-                 column's 4 (character varying(4))",
-            ]
-            .map(|t| match DB::DIALECT {
-                Dialect::MySql => t.replace("character varying(4)", "varchar(4)"),
-                _ => t.to_owned(),
-            })
+                 column's 4 ({type_name})"
+            )
         );
     }
 
@@ -270,31 +310,29 @@ async fn every_problem_is_reported_at_once<DB: TestBackend>(db: Db<DB>) {
              VARCHAR(10) NOT NULL, sending_since BIGINT)",
         ];
         execute_all(&db, wrong_kinds).await;
-        let text = loose_problems(&db).await;
-        assert_eq!(text.len(), 3, "{text:?}");
+        let problems = loose_problems(&db).await;
+        assert_eq!(
+            read(&problems),
+            [
+                (Kind::WrongType, "loose", Some("status")),
+                (Kind::WrongType, "loose", Some("version")),
+                (Kind::WrongType, "loose", Some("sending_since")),
+            ],
+            "{:?}",
+            described(&problems)
+        );
+        let text = described(&problems);
         assert!(
             text[0].starts_with("loose.status: the status column is bigint"),
             "{text:?}"
         );
-        assert!(
-            text[0].ends_with("it must hold text or an enum of the state strings"),
-            "{text:?}"
-        );
-        assert!(
-            text[1].starts_with("loose.version: the version column is "),
-            "{text:?}"
-        );
         assert!(text[1].ends_with("it must hold an integer"), "{text:?}");
-        assert!(
-            text[2].starts_with("loose.sending_since: a `since` column is bigint"),
-            "{text:?}"
-        );
-        assert!(text[2].ends_with("it must hold a timestamp"), "{text:?}");
     }
 
     // No table at all: that one problem.
-    let text = described(&Nowhere::verify(&db.pool).await.unwrap());
-    assert_eq!(text, ["nowhere: the table does not exist"]);
+    let problems = Nowhere::verify(&db.pool).await.unwrap();
+    assert_eq!(read(&problems), [(Kind::MissingTable, "nowhere", None)]);
+    assert_eq!(problems[0].to_string(), "nowhere: the table does not exist");
 }
 
 /// A column that only a guard or a `set` expression reads is no column the
@@ -319,23 +357,28 @@ async fn what_set_and_guards_read_is_prepared<DB: TestBackend>(db: Db<DB>) {
     };
     execute_all(&db, with("")).await;
     let problems = Reads::verify(&db.pool).await.unwrap();
-    let text: Vec<String> = problems
-        .iter()
+    let problems: Vec<SchemaProblem> = problems
+        .into_iter()
         .filter(|p| !p.is_enforcement())
-        .map(ToString::to_string)
         .collect();
+    // Each column once, however many statements read it.
+    assert_eq!(
+        read(&problems),
+        [
+            (Kind::DoesNotPrepare, "readers", Some("risk")),
+            (Kind::DoesNotPrepare, "readers", Some("attempts")),
+        ],
+        "{:?}",
+        described(&problems)
+    );
+    // The words name the first statement and count the others.
+    let text = described(&problems);
     assert!(
-        text.iter()
-            .any(|p| p.starts_with("readers: `approve`'s compare-and-set does not prepare")),
+        text[0].starts_with("readers.risk: `available` (and "),
         "{text:?}"
     );
     assert!(
-        text.iter()
-            .any(|p| p.starts_with("readers: `bump`'s compare-and-set does not prepare")),
-        "{text:?}"
-    );
-    assert!(
-        text.iter().all(|p| p.contains("does not prepare")),
+        text[1].starts_with("readers.attempts: `bump`'s compare-and-set (and "),
         "{text:?}"
     );
     // With the columns, every statement plans.
@@ -343,6 +386,126 @@ async fn what_set_and_guards_read_is_prepared<DB: TestBackend>(db: Db<DB>) {
     let problems = Reads::verify(&db.pool).await.unwrap();
     assert!(
         problems.iter().all(SchemaProblem::is_enforcement),
+        "{:?}",
+        described(&problems)
+    );
+}
+
+/// Each defect once, naming the column it concerns: a key that nothing
+/// makes unique names the key, the enforcement DDL the status column, and
+/// an enum is held to its labels, not to the length of its longest one.
+async fn each_defect_is_reported_once<DB: TestBackend>(db: Db<DB>) {
+    execute_all(
+        &db,
+        [
+            "CREATE TABLE loose (id BIGINT, status VARCHAR(7) NOT NULL, version BIGINT NOT NULL \
+             DEFAULT 0, sending_since TIMESTAMP NULL)",
+        ],
+    )
+    .await;
+    let problems = Loose::verify(&db.pool).await.unwrap();
+    assert_eq!(
+        read(&problems),
+        [
+            (Kind::KeyNotUnique, "loose", Some("id")),
+            (Kind::EnforcementMissing, "loose", Some("status")),
+        ],
+        "{:?}",
+        described(&problems)
+    );
+
+    // A failure that names no column: once, by the database's message.
+    execute_all(
+        &db,
+        [
+            "CREATE TABLE callers (id BIGINT PRIMARY KEY, status VARCHAR(16) NOT NULL, version \
+             BIGINT NOT NULL DEFAULT 0)",
+        ],
+    )
+    .await;
+    let problems = Calls::verify(&db.pool).await.unwrap();
+    let problems: Vec<SchemaProblem> = problems
+        .into_iter()
+        .filter(|p| !p.is_enforcement())
+        .collect();
+    assert_eq!(
+        read(&problems),
+        [(Kind::DoesNotPrepare, "callers", None)],
+        "{:?}",
+        described(&problems)
+    );
+    let text = described(&problems);
+    assert!(
+        text[0].starts_with("callers: `available` (and "),
+        "{text:?}"
+    );
+
+    // Two states that are no label of the status's enum, each once (on
+    // MySQL, not again as longer than the longest label).
+    let labels = match DB::DIALECT {
+        Dialect::Postgres => vec![
+            "DROP TABLE loose",
+            "CREATE TYPE loose_status AS ENUM ('sent', 'failed')",
+            "CREATE TABLE loose (id BIGINT PRIMARY KEY, status loose_status NOT NULL, version \
+             BIGINT NOT NULL DEFAULT 0, sending_since TIMESTAMPTZ)",
+        ],
+        Dialect::MySql => vec![
+            "DROP TABLE loose",
+            "CREATE TABLE loose (id BIGINT PRIMARY KEY, status ENUM('sent', 'failed') NOT NULL, \
+             version BIGINT NOT NULL DEFAULT 0, sending_since DATETIME(3))",
+        ],
+        _ => return,
+    };
+    execute_all(&db, labels).await;
+    let problems = loose_problems(&db).await;
+    assert_eq!(
+        states(&problems),
+        [
+            (Kind::StateNotALabel, Some("pending")),
+            (Kind::StateNotALabel, Some("sending")),
+        ],
+        "{:?}",
+        described(&problems)
+    );
+    assert!(problems.iter().all(|p| p.column() == Some("status")));
+}
+
+/// `verify` called again on a connection that prepared the machine's
+/// statements before plans them again: a column dropped since is found.
+async fn a_second_verify_sees_the_schema_as_it_is<DB: TestBackend>(db: Db<DB>)
+where
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+{
+    let options = (*db.pool.connect_options()).clone();
+    let pool = sqlx::pool::PoolOptions::<DB>::new()
+        .max_connections(1)
+        .connect_with(options)
+        .await
+        .unwrap();
+    let run = async |sql: &'static str| {
+        let mut conn = pool.acquire().await.unwrap();
+        sqlx::raw_sql(sql).execute(&mut *conn).await.unwrap();
+    };
+    run(
+        "CREATE TABLE readers (id BIGINT PRIMARY KEY, status VARCHAR(16) NOT NULL, version \
+         BIGINT NOT NULL DEFAULT 0, tries BIGINT NOT NULL DEFAULT 0, risk BIGINT, attempts BIGINT)",
+    )
+    .await;
+    let problems = Reads::verify(&pool).await.unwrap();
+    assert!(
+        problems.iter().all(SchemaProblem::is_enforcement),
+        "{:?}",
+        described(&problems)
+    );
+    run("ALTER TABLE readers DROP COLUMN risk").await;
+    let problems = Reads::verify(&pool).await.unwrap();
+    let problems: Vec<SchemaProblem> = problems
+        .into_iter()
+        .filter(|p| !p.is_enforcement())
+        .collect();
+    assert_eq!(
+        read(&problems),
+        [(Kind::DoesNotPrepare, "readers", Some("risk"))],
         "{:?}",
         described(&problems)
     );

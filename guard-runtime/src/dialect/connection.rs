@@ -58,6 +58,11 @@ pub trait OnConnection: Driver {
         sql: &'static str,
     ) -> BoxFuture<'c, Result<(), sqlx::Error>>;
 
+    /// Empties `conn`'s cache of prepared statements, so that the next
+    /// [`prepare_on`](Self::prepare_on) of a statement plans it against
+    /// the schema as it is now rather than returning the plan of before.
+    fn forget_prepared_on(conn: &mut Self::Connection) -> BoxFuture<'_, Result<(), sqlx::Error>>;
+
     fn execute_on<'c>(
         conn: &'c mut Self::Connection,
         sql: &'static str,

@@ -101,6 +101,10 @@ macro_rules! on_connection {
                 })
             }
 
+            fn forget_prepared_on(conn: &mut $conn) -> BoxFuture<'_, Result<(), sqlx::Error>> {
+                Box::pin(sqlx::Connection::clear_cached_statements(conn))
+            }
+
             fn execute_on<'c>(
                 conn: &'c mut $conn,
                 sql: &'static str,
