@@ -136,6 +136,13 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
     /// it for [`Won::finish`]; cut off, [`Error::Timeout`] (and the caller's
     /// transaction can no longer commit).
     ///
+    /// A later statement that fails hides nothing: on a pool the claim's
+    /// statements on SQLite and MySQL run in one transaction of their own,
+    /// so a failure before its `COMMIT` leaves every row where it was, and
+    /// a `COMMIT` whose answer is lost is outcome-unknown; inside the
+    /// caller's transaction a failure after the move leaves it unable to
+    /// commit. PostgreSQL's claim is one statement.
+    ///
     /// ```
     /// # use stateguard::{Outcome, StateMachine, Won};
     /// # #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]

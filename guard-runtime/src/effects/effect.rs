@@ -260,6 +260,14 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
     /// under way (`done` while the effect runs), and the row stays in
     /// flight for recovery.
     ///
+    /// Whatever statement fails (the renewal, the follow-up, its history
+    /// or outbox rows, the read that tells why a follow-up moved nothing),
+    /// the row is either finished, with [`Finished`] saying how, or left in
+    /// flight, and recovery runs the effect again under the same effect
+    /// key and finishes it: an error after the effect ran is
+    /// [`FinishError::Unfinished`], never a finish the caller is not told
+    /// of.
+    ///
     /// ```
     /// use stateguard::{Finished, StateMachine, Verdict};
     ///

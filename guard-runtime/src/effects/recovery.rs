@@ -332,7 +332,10 @@ pub struct Recovered {
 /// and writes their follow-ups a batch at a time.
 ///
 /// Listing the rows failing ends the pass with an error; a failure on one
-/// row is recorded in [`Recovered::errors`] and the pass goes on. Rows
+/// row is recorded in [`Recovered::errors`] and the pass goes on. A row
+/// whose takeover, effect or follow-up failed stays in flight, and the
+/// next pass runs its effect again under the same effect key: no row is
+/// finished without its verdict, and none is left for good. Rows
 /// whose `since` column is NULL (inserted straight into the state, or
 /// there before the column was) count as expired.
 ///
