@@ -226,27 +226,17 @@ where
     /// `recover` failed at any statement: its rows are finished, or left
     /// for the next pass, under the same key.
     pub(crate) async fn recover_is_recovered(db: Db<DB>) {
-        let setup = async |db: &Db<DB>| {
-            drop(moved(db, 3).await);
-            db.backdate_leases().await;
-            Vec::new()
-        };
         let call = async |db: &Db<DB>, _: Vec<Won<TransferStatus, i64>>, effects: &Effects| {
             let _ = stateguard::recover(&db.pool, TransferStatus::Sending, 10, async |effect| {
                 effects.run(effect)
             })
             .await;
         };
-        recovered(&db, "recover", 3, setup, call).await;
+        recovered(&db, "recover", 3, expired::<DB>, call).await;
     }
 
     /// `recover_many` failed at any statement: as `recover`.
     pub(crate) async fn recover_many_is_recovered(db: Db<DB>) {
-        let setup = async |db: &Db<DB>| {
-            drop(moved(db, 3).await);
-            db.backdate_leases().await;
-            Vec::new()
-        };
         let call = async |db: &Db<DB>, _: Vec<Won<TransferStatus, i64>>, effects: &Effects| {
             let _ = stateguard::recover_many(
                 &db.pool,
@@ -257,7 +247,7 @@ where
             )
             .await;
         };
-        recovered(&db, "recover_many", 3, setup, call).await;
+        recovered(&db, "recover_many", 3, expired::<DB>, call).await;
     }
 }
 
@@ -377,6 +367,17 @@ where
         wins.push(outcome.won().expect("a pending row moves"));
     }
     wins
+}
+
+/// Rows 1–3 moved into `sending` and left there past their lease, as a
+/// worker that died leaves them: no win to hand a call.
+async fn expired<DB: TestBackend>(db: &Db<DB>) -> Vec<Won<TransferStatus, i64>>
+where
+    i64: KeyColumn<DB>,
+{
+    drop(moved(db, 3).await);
+    db.backdate_leases().await;
+    Vec::new()
 }
 
 /// Runs `call` on what `setup` made (outside any plan) once to count its
