@@ -348,19 +348,7 @@ async fn moved<DB: TestBackend>(db: &Db<DB>, n: i64) -> Vec<Won<TransferStatus, 
 where
     i64: KeyColumn<DB>,
 {
-    let mut conn = db.pool.acquire().await.unwrap();
-    if DB::execute(&mut conn, "DELETE FROM transfers", &[])
-        .await
-        .is_err()
-    {
-        DB::execute(&mut conn, DB::CREATE_TRANSFERS, &[])
-            .await
-            .unwrap();
-    }
-    DB::execute(&mut conn, DB::SEED_TRANSFERS, &[Bind::Int(6)])
-        .await
-        .unwrap();
-    drop(conn);
+    pending_transfers(db).await;
     let mut wins = Vec::new();
     for key in 1..=n {
         let outcome = TransferStatus::start().apply(&db.pool, key).await.unwrap();
@@ -592,9 +580,8 @@ async fn payouts<DB: TestBackend>(db: &Db<DB>) -> Rows {
     rows
 }
 
-/// `transfers` rows 1–4 pending, 5 sending, 6 cancelled (the table made
-/// on first use).
-async fn reset_transfers<DB: TestBackend>(db: &Db<DB>) {
+/// `transfers` rows 1–6, all pending (the table made on first use).
+async fn pending_transfers<DB: TestBackend>(db: &Db<DB>) {
     let mut conn = db.pool.acquire().await.unwrap();
     if DB::execute(&mut conn, "DELETE FROM transfers", &[])
         .await
@@ -608,6 +595,12 @@ async fn reset_transfers<DB: TestBackend>(db: &Db<DB>) {
         .await
         .unwrap();
     drop(conn);
+}
+
+/// `transfers` rows 1–4 pending, 5 sending, 6 cancelled (the table made
+/// on first use).
+async fn reset_transfers<DB: TestBackend>(db: &Db<DB>) {
+    pending_transfers(db).await;
     exec(
         db,
         set_status::<DB>(),
