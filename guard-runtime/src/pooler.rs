@@ -19,11 +19,9 @@
 //! counts a command's `UPDATE 1`, which another statement could have
 //! sent. A row without the statement's tag is not believed: the call
 //! returns [`Error::StatementMixUp`](crate::Error::StatementMixUp) (outcome
-//! unknown) instead of a win, a loss or a missing row. A mixed-up
-//! statement PostgreSQL refuses outright (`prepared statement "sqlx_s_1"
-//! already exists`, 42P05; `does not exist`, 26000; a bind message with
-//! another number of values, 08P01) is an
-//! [`Error::Database`](crate::Error::Database) that ran nothing.
+//! unknown) instead of a win, a loss or a missing row. On a pool that
+//! [`check`] found multiplexed, a server error of such a statement is one
+//! too ([below](#what-a-multiplexed-pool-can-show)).
 //!
 //! **No statement of the library's writes with another call's values.**
 //! Checking rows cannot undo a write, so each of those statements also
@@ -164,6 +162,47 @@
 //! pooling keep `default_pool_size` at least the number of moves you run
 //! at once, and PgBouncer's `query_wait_timeout` above the longest
 //! deadline, so that the deadline, not PgBouncer, decides.
+//!
+//! # What a multiplexed pool can show
+//!
+//! Once [`check`] has seen a pool multiplexed, whether the caller
+//! acknowledged it or not, the library remembers that pool (and its
+//! clones) for the life of the process. On it, and on a [`Tx`](crate::Tx)
+//! begun on it, **any server error of one of the library's statements,
+//! before a row of it showed which statement ran, is
+//! [`Error::StatementMixUp`](crate::Error::StatementMixUp)** (outcome
+//! unknown), with the server's error in
+//! [`server_code`](StatementMixUp::server_code) and
+//! [`server_message`](StatementMixUp::server_message). The error may
+//! belong to another client's statement, run with this call's values, and
+//! that statement may have written before it failed; it may name a table
+//! the call never touches. Seen behind PgBouncer 1.18 in transaction mode:
+//!
+//! | code | what the server says | what happened |
+//! | --- | --- | --- |
+//! | 42P05 | `prepared statement "sqlx_s_1" already exists` | another client's statement holds the name on that session; nothing ran |
+//! | 26000 | `prepared statement "sqlx_s_1" does not exist` | the session lacks the name; nothing ran |
+//! | 08P01 | `bind message supplies 2 parameters, but prepared statement "sqlx_s_1" requires 3` | another statement holds the name; nothing ran |
+//! | 22P03 | `incorrect binary data format in bind parameter 1` | this call's values did not fit another statement; nothing ran |
+//! | 42P01 | `relation "…" does not exist` | another client's statement ran with this call's values |
+//! | 22P02 | `invalid input syntax for type …` | another statement ran with this call's values, or one of the library's ran with another call's and wrote nothing |
+//!
+//! Which of them ran nothing only the server's words tell, and another
+//! client's statement can raise any error at all; so none of them is
+//! reported as a plain [`Error::Database`](crate::Error::Database) whose
+//! outcome is known. Behind a pooler that really tracks prepared
+//! statements none of this happens, and a server error there is the
+//! statement's own: but with the pool marked, it is reported as a mix-up
+//! too, whose outcome is unknown, so apply again to learn the row's
+//! state. A pool the check never saw multiplexed reports the server's
+//! errors as they are.
+//!
+//! The library knows a pool by the pool itself: a connection the caller
+//! acquires (`&mut conn`), or a `sqlx::Transaction` wrapped with
+//! [`Tx::new`](crate::Tx::new), is not tied to it, and its server errors
+//! stay as they are. Run the calls on the pool or on a
+//! [`Tx::begin`](crate::Tx::begin) of it. A pool whose connect options
+//! are replaced (`Pool::set_connect_options`) needs the check again.
 //!
 //! # The probe
 //!
@@ -356,6 +395,9 @@ mod postgres {
                     Ok(Err(source)) => return Err(Error::PoolerCheck { source }),
                     Ok(Ok(seen)) => seen,
                 };
+                if seen.is_some() {
+                    crate::executor::marked::mark(pool);
+                }
                 match (seen, acknowledged) {
                     (None, _) => Ok(Pooling::Dedicated { rounds: ROUNDS }),
                     (Some(seen), Some(acknowledged)) => {

@@ -36,6 +36,7 @@ mod limits;
 mod many;
 mod metrics;
 mod mix_up;
+mod multiplexed;
 mod mysql;
 mod mysql_index;
 mod occurrence;

@@ -7,6 +7,8 @@
 #   port 6444: pool_mode = statement   (refused too: no transactions at all),
 #              server_round_robin = 1
 #
+# Each also serves the database `single`: `test` on one server session.
+#
 #   tools/pgbouncer/start.sh DIR    config, logs and pid files go in DIR
 #   tools/pgbouncer/stop.sh DIR     stops them again
 #
@@ -63,6 +65,8 @@ start() { # start MODE PORT ROUND_ROBIN
   fi
   cat >"$ini" <<INI
 [databases]
+; One server session: every client's statements meet on it.
+single = host=$upstream_host port=$upstream_port dbname=$database pool_size=1
 * = host=$upstream_host port=$upstream_port
 
 [pgbouncer]

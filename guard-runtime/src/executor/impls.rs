@@ -186,7 +186,7 @@ macro_rules! on_connection {
         #[cfg(feature = $feature)]
         impl sealed::Run for &mut $conn {
             type Database = $db;
-            type Idle = PoolConnection<$db>;
+            type Idle = Idle<$db>;
             const IS_TRANSACTION: bool = false;
 
             forwarded!(|this| &mut **this);
@@ -275,13 +275,20 @@ on_connection!("mysql", sqlx::MySql, sqlx::MySqlConnection);
 /// would fail the same way.
 impl<DB: Backend> sealed::Run for &Pool<DB> {
     type Database = DB;
-    type Idle = PoolConnection<DB>;
+    type Idle = Idle<DB>;
     const IS_TRANSACTION: bool = false;
 
     const POOLED: bool = true;
 
     fn try_idle(&self) -> Option<Self::Idle> {
-        Pool::try_acquire(self)
+        Some(Idle {
+            conn: Pool::try_acquire(self)?,
+            multiplexed: self.multiplexed(),
+        })
+    }
+
+    fn multiplexed(&self) -> bool {
+        crate::executor::marked::marked(self)
     }
 
     fn execute(
@@ -377,7 +384,7 @@ impl<DB: Backend> Runner for &Pool<DB> {
 /// and then `&mut conn`, as `&mut *conn` would be.
 impl<DB: Backend> sealed::Run for &mut PoolConnection<DB> {
     type Database = DB;
-    type Idle = PoolConnection<DB>;
+    type Idle = Idle<DB>;
     const IS_TRANSACTION: bool = false;
 
     forwarded!(|this| &mut ***this);
@@ -390,18 +397,28 @@ impl<DB: Backend> Runner for &mut PoolConnection<DB> {
     }
 }
 
-// A pooled connection, owned: what a pool's `try_idle` hands out. Not an
-// `Runner`: only the library runs statements on it.
-impl<DB: Backend> sealed::Run for PoolConnection<DB> {
+/// A pooled connection, owned: what a pool's `try_idle` hands out, with
+/// whether its pool was found multiplexed. Not a `Runner`: only the
+/// library runs statements on it.
+pub struct Idle<DB: Backend> {
+    conn: PoolConnection<DB>,
+    multiplexed: bool,
+}
+
+impl<DB: Backend> sealed::Run for Idle<DB> {
     type Database = DB;
-    type Idle = PoolConnection<DB>;
+    type Idle = Idle<DB>;
     const IS_TRANSACTION: bool = false;
 
     fn ping(&mut self) -> BoxFuture<'_, Result<(), sqlx::Error>> {
-        Box::pin(Connection::ping(&mut **self))
+        Box::pin(Connection::ping(&mut *self.conn))
     }
 
-    forwarded!(|this| &mut **this);
+    fn multiplexed(&self) -> bool {
+        self.multiplexed
+    }
+
+    forwarded!(|this| &mut *this.conn);
 }
 
 /// The `Run` methods of a transaction or savepoint, written once; each
@@ -411,7 +428,7 @@ impl<DB: Backend> sealed::Run for PoolConnection<DB> {
 macro_rules! in_transaction {
     () => {
         type Database = DB;
-        type Idle = PoolConnection<DB>;
+        type Idle = Idle<DB>;
         const IS_TRANSACTION: bool = true;
 
         fn execute(
@@ -476,6 +493,10 @@ macro_rules! in_transaction {
 
         fn rolled_back(&self) -> bool {
             self.health().rolled_back()
+        }
+
+        fn multiplexed(&self) -> bool {
+            self.health().multiplexed
         }
     };
 }

@@ -14,6 +14,7 @@
 
 pub mod fault;
 mod impls;
+pub(crate) mod marked;
 pub(crate) mod proven;
 pub(crate) mod seam;
 pub(crate) mod task;
@@ -242,6 +243,16 @@ pub(crate) mod sealed {
         /// Whether this is a transaction that can no longer commit, whose
         /// statements are refused.
         fn rolled_back(&self) -> bool {
+            false
+        }
+
+        /// Whether `pooler::check` (`executor/marked.rs`) found this executor's
+        /// pool multiplexed: a pool it marked, a transaction begun on one,
+        /// or a connection a marked pool had idle. A server error on a
+        /// tagged statement of such an executor may be another client's
+        /// statement's (`proven.rs`). `false` for a connection the caller
+        /// acquired: nothing ties it to its pool.
+        fn multiplexed(&self) -> bool {
             false
         }
     }

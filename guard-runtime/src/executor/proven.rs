@@ -9,7 +9,9 @@
 //! with another tag, or with none, is a [`StatementMixUp`]; so is the
 //! error a tagged statement raises when it runs with another call's values
 //! (its tag column checks the tag bound last, and fails the statement,
-//! undoing its writes). It reaches the caller as
+//! undoing its writes), and, on a pool the pooler check found
+//! multiplexed, any server error of a tagged statement. It reaches the
+//! caller as
 //! [`Error::StatementMixUp`](crate::Error::StatementMixUp), whose outcome
 //! is unknown.
 
@@ -34,9 +36,12 @@ pub(crate) trait Proven: Run {
     ) -> BoxFuture<'_, Result<Vec<Row<Self>>, sqlx::Error>> {
         let (text, tag) = (statement.text(), statement.tag());
         let end = statement.column(Column::End);
+        let multiplexed = self.multiplexed();
         let rows = self.fetch_all(text, args);
         Box::pin(async move {
-            let mut rows = rows.await.map_err(|error| raised(text, tag, error))?;
+            let mut rows = rows
+                .await
+                .map_err(|error| raised(text, tag, error, multiplexed))?;
             prove_rows::<Self::Database>(text, tag, &rows)?;
             if let Some(tag) = tag {
                 // A result that ends with a row of its own ends with it
@@ -72,9 +77,12 @@ pub(crate) trait Proven: Run {
     ) -> BoxFuture<'_, Result<Option<Row<Self>>, sqlx::Error>> {
         let (text, tag) = (statement.text(), statement.tag());
         let found = statement.column(Column::Found);
+        let multiplexed = self.multiplexed();
         let row = self.fetch_optional(text, args);
         Box::pin(async move {
-            let row = row.await.map_err(|error| raised(text, tag, error))?;
+            let row = row
+                .await
+                .map_err(|error| raised(text, tag, error, multiplexed))?;
             if let Some(tag) = tag {
                 match (&row, found) {
                     (Some(row), _) => prove::<Self::Database>(text, tag, row)?,
@@ -145,22 +153,40 @@ impl<E: Run + ?Sized> Proven for E {}
 /// (`invalid input syntax for type integer: "stateguard mix-up: ran
 /// stateguard … with stateguard …"`, 22P02), which the derive writes
 /// (`guard-macros/src/plan.rs`, `checked`) and the stores copy.
-fn raised(text: &'static str, tag: Option<&'static str>, error: sqlx::Error) -> sqlx::Error {
+///
+/// On an executor whose pool the check found `multiplexed`, any other
+/// server error of a tagged statement is one too: the statement never
+/// confirmed that it was the one that ran, and the error may be another
+/// client's statement's, run with this call's values (`relation … does
+/// not exist`, `incorrect binary data format`), which may have written.
+fn raised(
+    text: &'static str,
+    tag: Option<&'static str>,
+    error: sqlx::Error,
+    multiplexed: bool,
+) -> sqlx::Error {
     const MIX_UP: &str = "stateguard mix-up: ran ";
     let (Some(tag), sqlx::Error::Database(database)) = (tag, &error) else {
         return error;
     };
-    if database.code().as_deref() != Some("22P02") {
-        return error;
-    }
-    let ran = database
-        .message()
-        .split_once(MIX_UP)
-        .and_then(|(_, rest)| rest.split_once(" with "))
-        .map(|(ran, _)| ran.to_owned());
-    match ran {
-        Some(ran) => StatementMixUp::new(text, tag, Some(ran)).into(),
-        None => error,
+    let ran = match database.code().as_deref() {
+        Some("22P02") => database
+            .message()
+            .split_once(MIX_UP)
+            .and_then(|(_, rest)| rest.split_once(" with "))
+            .map(|(ran, _)| ran.to_owned()),
+        _ => None,
+    };
+    match (ran, multiplexed) {
+        (Some(ran), _) => StatementMixUp::new(text, tag, Some(ran)).into(),
+        (None, true) => StatementMixUp::refused(
+            text,
+            tag,
+            database.code().map(|code| code.into_owned()),
+            database.message().to_owned(),
+        )
+        .into(),
+        (None, false) => error,
     }
 }
 

@@ -462,6 +462,18 @@ fn every_variant() -> Vec<(String, Error, ErrorKind)> {
         Error::StatementMixUp(mix_up()),
         OutcomeUnknown,
     );
+    // A server error on a multiplexed pool, which may be another
+    // client's statement's.
+    add(
+        "StatementMixUp, refused",
+        Error::StatementMixUp(crate::error::StatementMixUp::refused(
+            "UPDATE t SET s = 'b' WHERE k = $1 RETURNING 'stateguard 0123456789abcdef'::text",
+            "stateguard 0123456789abcdef",
+            Some("42P01".into()),
+            "relation \"elsewhere\" does not exist".into(),
+        )),
+        OutcomeUnknown,
+    );
     // A mix-up that reached a wrapper of a database error is still one.
     add(
         "Database, mix-up",

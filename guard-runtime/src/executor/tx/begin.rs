@@ -79,6 +79,7 @@ pub(crate) async fn begin_in_task<DB: Backend>(
     statement: Option<&'static str>,
     deadline: Duration,
 ) -> Result<Tx<'static, DB>, Error> {
+    let multiplexed = crate::executor::marked::marked(pool);
     let pool = pool.clone();
     let begin = async move {
         match statement {
@@ -105,5 +106,7 @@ pub(crate) async fn begin_in_task<DB: Backend>(
     let inner = begun
         .map_err(|_| timed_out("BEGIN", deadline, true))?
         .map_err(|source| Error::Begin { source })?;
-    Ok(Tx::new(inner)?.within(deadline))
+    let mut tx = Tx::new(inner)?.within(deadline);
+    tx.health.multiplexed = multiplexed;
+    Ok(tx)
 }

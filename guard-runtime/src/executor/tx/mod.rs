@@ -62,6 +62,10 @@ pub(crate) struct Health {
     /// (`&mut *tx`), which is how its own statements run, and around
     /// savepoints.
     verified: bool,
+    /// The transaction runs on a connection of a pool that
+    /// `pooler::check` found multiplexed
+    /// ([`Run::multiplexed`](crate::executor::sealed::Run::multiplexed)).
+    pub(crate) multiplexed: bool,
 }
 
 impl Health {
