@@ -22,7 +22,9 @@ static ANY: AtomicBool = AtomicBool::new(false);
 /// The connect options of every pool marked, kept alive.
 static MARKED: Mutex<Vec<Arc<dyn Any + Send + Sync>>> = Mutex::new(Vec::new());
 
-/// Records that `pool`'s connections are multiplexed.
+/// Records that `pool`'s connections are multiplexed. Only the
+/// PostgreSQL check finds a pool multiplexed.
+#[cfg(any(feature = "postgres", test))]
 pub(crate) fn mark<DB: Database>(pool: &Pool<DB>) {
     let options = pool.connect_options();
     let mut marked = MARKED
