@@ -23,6 +23,154 @@ fn guard_macros_has_no_module_cycle() {
     assert_acyclic("src");
 }
 
+/// The runtime's folders, bottom to top, as ARCHITECTURE.md draws them:
+/// each uses only those before it in its own list. `crate` (`lib.rs`) and
+/// `__private` sit on top of everything.
+const LAYERS: &[&[&str]] = &[
+    &[
+        "dialect",
+        "machine",
+        "error",
+        "deadline",
+        "outcome",
+        "executor",
+        "transition",
+        "batch",
+        "history",
+        "effects",
+    ],
+    &["dialect", "machine", "ddl", "docs"],
+];
+
+/// Top-level folders that sit on others without a place in one order:
+/// each, with what it may use. Every folder may use `telemetry`, which
+/// records what the others do.
+const ON: &[(&str, &[&str])] = &[
+    (
+        "pooler",
+        // `stores` for a doc link to the `stores!` macro.
+        &[
+            "dialect", "machine", "error", "deadline", "executor", "stores",
+        ],
+    ),
+    (
+        "stores",
+        &[
+            "dialect",
+            "machine",
+            "error",
+            "deadline",
+            "outcome",
+            "executor",
+            "transition",
+            "ddl",
+        ],
+    ),
+    (
+        "outbox",
+        &[
+            "dialect",
+            "machine",
+            "error",
+            "deadline",
+            "outcome",
+            "executor",
+            "transition",
+            "stores",
+            "ddl",
+        ],
+    ),
+    (
+        "verify",
+        &[
+            "dialect",
+            "machine",
+            "error",
+            "deadline",
+            "executor",
+            "transition",
+            "ddl",
+        ],
+    ),
+];
+
+#[test]
+fn guard_runtime_keeps_its_layers() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../guard-runtime/src");
+    let mut modules = BTreeMap::new();
+    read_modules(&root, &root, &mut modules);
+    let wrong = upward(&graph(&modules));
+    assert!(wrong.is_empty(), "uses against the layer order: {wrong:#?}");
+    // A new folder takes its place in the order before it is used.
+    let placed = |top: &str| {
+        ["crate", "__private", "telemetry"].contains(&top)
+            || LAYERS.iter().any(|layer| layer.contains(&top))
+            || ON.iter().any(|(name, _)| *name == top)
+    };
+    let unplaced: BTreeSet<_> = modules
+        .keys()
+        .map(|module| module.split("::").next().unwrap_or(module))
+        .filter(|top| !placed(top))
+        .collect();
+    assert!(
+        unplaced.is_empty(),
+        "folders with no place in the layers: {unplaced:?}"
+    );
+}
+
+/// A use against the order is found: the check can fail.
+#[test]
+fn an_upward_use_is_found() {
+    let modules = BTreeMap::from([
+        ("machine".to_owned(), "use crate::deadline::X;".to_owned()),
+        (
+            "deadline".to_owned(),
+            "use crate::machine::Y; pub struct X;".to_owned(),
+        ),
+        ("stores".to_owned(), "use crate::effects::Z;".to_owned()),
+        ("effects".to_owned(), "pub struct Z;".to_owned()),
+    ]);
+    assert_eq!(
+        upward(&graph(&modules)),
+        [
+            "machine -> deadline".to_owned(),
+            "stores -> effects".to_owned()
+        ]
+    );
+}
+
+/// Each use from one top-level folder of the runtime to another that the
+/// layers do not allow, as `from -> to` (submodules named by their folder).
+fn upward(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
+    let top = |module: &str| module.split("::").next().unwrap_or(module).to_owned();
+    let allowed = |from: &str, to: &str| -> bool {
+        if from == to || from == "crate" || from == "__private" || to == "telemetry" {
+            return true;
+        }
+        if let Some((_, on)) = ON.iter().find(|(name, _)| *name == from) {
+            return on.contains(&to);
+        }
+        let placed: Vec<_> = LAYERS.iter().filter(|l| l.contains(&from)).collect();
+        if placed.is_empty() {
+            return true;
+        }
+        placed.iter().any(|layer| {
+            let at = |name: &str| layer.iter().position(|n| *n == name);
+            matches!((at(from), at(to)), (Some(f), Some(t)) if t < f)
+        })
+    };
+    let mut wrong = BTreeSet::new();
+    for (from, tos) in graph {
+        for to in tos {
+            let (from, to) = (top(from), top(to));
+            if !allowed(&from, &to) {
+                wrong.insert(format!("{from} -> {to}"));
+            }
+        }
+    }
+    wrong.into_iter().collect()
+}
+
 /// A cycle made on purpose is found: the check can fail.
 #[test]
 fn a_cycle_is_found() {

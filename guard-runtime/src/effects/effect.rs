@@ -572,7 +572,9 @@ where
         let chosen = Chosen::give_up(in_flight, row.state, note)?;
         return settle_as(executor, in_flight, &row, &chosen, step, Some(attempt)).await;
     }
-    let wait = retry.wait().unwrap_or_else(|| def.wait_after(attempt));
+    let wait = retry
+        .wait()
+        .unwrap_or_else(|| lease::wait_after(def, attempt));
     step.at(lease::POSTPONE);
     let postponed = lease::postpone(
         executor,

@@ -11,7 +11,7 @@
 use core::future::Future;
 
 use crate::StateMachine;
-use crate::deadline::retry::{MAX_ATTEMPTS, backoff};
+use crate::deadline::retry::{MAX_ATTEMPTS, backoff, random};
 use crate::dialect::Sql;
 use crate::dialect::connection::read_back_failed;
 use crate::dialect::sealed::Driver;
@@ -21,8 +21,8 @@ use crate::error::Error;
 use crate::executor::Runner;
 use crate::executor::proven::Proven;
 use crate::executor::sealed::Run;
-use crate::machine::InFlightDef;
 use crate::machine::key::{BindError, RowKey};
+use crate::machine::{InFlightDef, RetryDef};
 use crate::outcome::effect_key_prefix;
 use crate::transition::bind::{self, Values};
 use crate::transition::row::Read;
@@ -70,6 +70,18 @@ where
         ..Values::NONE
     };
     bind::arguments(statement, &values).map_err(BindError::into_sqlx)
+}
+
+/// The wait after attempt `attempt` (from 1) of a `retry(…)` state: the
+/// first wait doubled per attempt before it, at most the longest, plus up
+/// to a quarter more at random, so that rows that failed together spread
+/// out. Never shorter than the backoff declares.
+pub(crate) fn wait_after(def: &RetryDef, attempt: u32) -> core::time::Duration {
+    let (first, longest) = def.backoff();
+    let doublings = attempt.saturating_sub(1).min(40);
+    let base = first.saturating_mul(1 << doublings.min(31)).min(longest);
+    let spread = u64::try_from(base.as_nanos() / 4).unwrap_or(u64::MAX);
+    base + core::time::Duration::from_nanos(random() % spread.saturating_add(1))
 }
 
 /// Runs the follow-up the verdict chose (the state's `done` or `failed`),

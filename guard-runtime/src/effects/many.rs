@@ -752,7 +752,7 @@ where
         if attempt >= def.max_attempts() {
             return Ok(Some(Bucket::Single));
         }
-        let wait = wait.unwrap_or_else(|| def.wait_after(attempt));
+        let wait = wait.unwrap_or_else(|| crate::effects::lease::wait_after(def, attempt));
         Ok(Some(Bucket::Postpone(
             i64::try_from(wait.as_millis()).unwrap_or(i64::MAX),
         )))

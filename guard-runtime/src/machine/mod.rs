@@ -342,20 +342,6 @@ impl RetryDef {
     pub const fn postpone_many_sql(&self) -> &Sql {
         &self.postpone_many
     }
-
-    /// The wait after attempt `attempt` (from 1): the first wait doubled
-    /// per attempt before it, at most the longest, plus up to a quarter
-    /// more at random, so that rows that failed together spread out. Never
-    /// shorter than the backoff declares.
-    pub fn wait_after(&self, attempt: u32) -> core::time::Duration {
-        let (first, longest) = self.backoff();
-        let doublings = attempt.saturating_sub(1).min(40);
-        let base = first.saturating_mul(1 << doublings.min(31)).min(longest);
-        let spread = u64::try_from(base.as_nanos() / 4).unwrap_or(u64::MAX);
-        base + core::time::Duration::from_nanos(
-            crate::deadline::retry::random() % spread.saturating_add(1),
-        )
-    }
 }
 
 impl<S> InFlightDef<S> {
