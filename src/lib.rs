@@ -107,7 +107,18 @@
 //!   the row must meet, in the same `WHERE`;
 //!   `#[state(in_flight(lease = "…", since = "…", done = …, failed = …))]`:
 //!   a state whose effect must survive a crash (see *Per-call values* and
-//!   *Side effects*); `#[state(since = "…", timeout = "…")]`: a state that
+//!   *Side effects*), with `retry(max = 8, backoff = "2s..1h", attempts =
+//!   "…", next_attempt = "…")` inside `in_flight(…)` for an effect that
+//!   may be tried again: its attempts are counted in `attempts`, the next
+//!   is due at `next_attempt` after a backoff that doubles from the first
+//!   wait to the longest (`ms`, `s`, `m`, `h`), and the attempt past `max`
+//!   ends the row in its `failed` follow-up (see the
+//!   [effects chapter](crate::guide::effects));
+//!   `supersedes_effect` on a transition out of an in-flight state other
+//!   than its `done` and `failed`: such a move may happen while the effect
+//!   runs (a payout `cancelled` during its bank call, whose verdict then
+//!   finds it `Superseded`), and without the word it is a compile error;
+//!   `#[state(since = "…", timeout = "…")]`: a state that
 //!   records when a row entered it, for [`Transition::claim_older_than`]
 //!   and [`Transition::claim_timed_out`]; `order = "…"` on the enum: the
 //!   columns [`Transition::claim`] takes rows in.

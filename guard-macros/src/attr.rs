@@ -93,6 +93,9 @@ pub struct TransitionAttr {
     pub guard: Option<GuardAttr>,
     /// `emit("topic")` or `emit("topic", payload(column, …))`
     pub emit: Option<EmitAttr>,
+    /// `supersedes_effect`: a transition out of an in-flight state, other
+    /// than its follow-ups, that may move the row while the effect runs.
+    pub supersedes_effect: Option<kw::supersedes_effect>,
 }
 
 /// `emit("payout.sent", payload(amount_cents, bank_ref))`: the message a
@@ -456,6 +459,7 @@ pub mod kw {
     syn::custom_keyword!(bind);
     syn::custom_keyword!(emit);
     syn::custom_keyword!(payload);
+    syn::custom_keyword!(supersedes_effect);
 }
 
 impl Parse for TransitionAttr {
@@ -468,12 +472,25 @@ impl Parse for TransitionAttr {
         let mut set = None;
         let mut guard: Option<GuardAttr> = None;
         let mut emit: Option<EmitAttr> = None;
+        let mut supersedes_effect: Option<kw::supersedes_effect> = None;
         while !input.is_empty() {
             input.parse::<Token![,]>()?;
             if input.is_empty() {
                 break;
             }
             let lookahead = input.lookahead1();
+            // cancel -> Cancelled, supersedes_effect
+            if lookahead.peek(kw::supersedes_effect) {
+                let token: kw::supersedes_effect = input.parse()?;
+                if supersedes_effect.is_some() {
+                    return Err(syn::Error::new_spanned(
+                        token,
+                        "duplicate `supersedes_effect`",
+                    ));
+                }
+                supersedes_effect = Some(token);
+                continue;
+            }
             // guard = "amount_cents <= 100000"
             // guard("requested_by <> :approver", approver = bind(String))
             if lookahead.peek(kw::guard) {
@@ -526,7 +543,7 @@ impl Parse for TransitionAttr {
                     unknown,
                     "unknown transition option; expected `set(column = \"SQL expression\", …)`, \
                      `guard = \"SQL condition\"`, `guard(\"SQL condition with :name\", name = \
-                     bind(Type))` or `emit(\"topic\", payload(column, …))`",
+                     bind(Type))`, `emit(\"topic\", payload(column, …))` or `supersedes_effect`",
                 ));
             }
             let keyword: kw::set = input.parse()?;
@@ -547,6 +564,7 @@ impl Parse for TransitionAttr {
             set: set.unwrap_or_default(),
             guard,
             emit,
+            supersedes_effect,
         })
     }
 }

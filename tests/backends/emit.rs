@@ -34,7 +34,7 @@ enum Wire {
     #[state(in_flight(lease = "150ms", since = "sending_since", done = confirm, failed = decline))]
     #[transition(confirm -> Sent, set(bank_ref = bind(String)), emit("wire.sent", payload(status, version, bank_ref)))]
     #[transition(decline -> Failed, emit("wire.failed"))]
-    #[transition(cancel -> Cancelled, emit("wire.cancelled", payload(status, version)))]
+    #[transition(cancel -> Cancelled, emit("wire.cancelled", payload(status, version)), supersedes_effect)]
     Sending,
     Sent,
     Failed,

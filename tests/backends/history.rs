@@ -30,8 +30,8 @@ enum Logged {
     #[state(in_flight(lease = "150ms", since = "sending_since", done = confirm, failed = fail))]
     #[transition(confirm -> Sent)]
     #[transition(fail -> Failed)]
-    #[transition(cancel -> Cancelled)]
-    #[transition(pause -> Pending)]
+    #[transition(cancel -> Cancelled, supersedes_effect)]
+    #[transition(pause -> Pending, supersedes_effect)]
     Sending,
     Sent,
     Failed,

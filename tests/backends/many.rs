@@ -28,7 +28,7 @@ enum Transfer {
     #[state(in_flight(lease = "150ms", since = "sending_since", done = confirm, failed = fail))]
     #[transition(confirm -> Sent)]
     #[transition(fail -> Failed)]
-    #[transition(cancel -> Cancelled)]
+    #[transition(cancel -> Cancelled, supersedes_effect)]
     Sending,
     Sent,
     Failed,

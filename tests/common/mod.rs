@@ -66,7 +66,7 @@ pub enum TransferStatus {
     #[state(in_flight(lease = "150ms", since = "sending_since", done = confirm, failed = fail))]
     #[transition(confirm -> Sent, set(sent_at = "CURRENT_TIMESTAMP"))]
     #[transition(fail -> Failed)]
-    #[transition(cancel -> Cancelled)]
+    #[transition(cancel -> Cancelled, supersedes_effect)]
     Sending,
     Sent,
     #[transition(retry -> Sending)]

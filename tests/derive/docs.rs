@@ -40,7 +40,7 @@ enum OrderStatus {
     ))]
     #[transition(approve -> Authorized, set(authorized_at = "CURRENT_TIMESTAMP"))]
     #[transition(decline -> Declined)]
-    #[transition(cancel -> Cancelled)]
+    #[transition(cancel -> Cancelled, supersedes_effect)]
     Authorizing,
     #[transition(pick -> Picking)]
     #[transition(cancel -> Cancelled)]

@@ -181,6 +181,58 @@ pub(super) fn check_in_flight(
     }
 }
 
+/// A transition out of an in-flight state, other than its `done` and
+/// `failed` follow-ups, moves the row while the effect may be running: a
+/// payout can read `cancelled` while the bank call goes on, and the effect
+/// learns of it only when its verdict finds the row gone (`Superseded`).
+/// It must say so with `supersedes_effect`, which means nothing anywhere
+/// else.
+pub(super) fn check_superseding(cx: &mut Ctxt, input: &Input) {
+    for variant in &input.variants {
+        let follow_ups: Vec<&Ident> = variant
+            .in_flight
+            .iter()
+            .flat_map(|f| [f.done.as_ref(), f.failed.as_ref()])
+            .flatten()
+            .collect();
+        for t in &variant.transitions {
+            let follow_up = follow_ups.iter().any(|f| **f == t.name);
+            match (&variant.in_flight, &t.supersedes_effect) {
+                (Some(_), None) if !follow_up => cx.error(
+                    &t.name,
+                    format!(
+                        "`{name}` leaves `{state}`, an in-flight state, while its effect may be \
+                         running: the row would be in `{target}` while the effect goes on, and \
+                         the effect learns of it only when its verdict finds the row gone \
+                         (`Superseded`); if that is meant, say so: \
+                         `#[transition({name} -> {target}, supersedes_effect)]`",
+                        name = t.name,
+                        state = variant.ident,
+                        target = t.target,
+                    ),
+                ),
+                (Some(_), Some(token)) if follow_up => cx.error(
+                    token,
+                    format!(
+                        "`{}` is a follow-up of `{}`: the effect's own verdict, which \
+                         supersedes nothing; remove `supersedes_effect`",
+                        t.name, variant.ident
+                    ),
+                ),
+                (None, Some(token)) => cx.error(
+                    token,
+                    format!(
+                        "`supersedes_effect` is for a transition out of an in-flight state, and \
+                         `{}` is not one; remove it",
+                        variant.ident
+                    ),
+                ),
+                _ => {}
+            }
+        }
+    }
+}
+
 /// `retry(max = 8, backoff = "2s..1h", attempts = "…", next_attempt = "…")`
 fn check_retry<'a>(
     cx: &mut Ctxt,

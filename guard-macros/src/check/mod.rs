@@ -26,7 +26,7 @@ use crate::ctxt::Ctxt;
 use crate::model::Model;
 
 use graph::{check_acyclic, check_initial, check_reachable, check_states, check_transitions};
-use in_flight::{check_in_flight, check_since_columns};
+use in_flight::{check_in_flight, check_since_columns, check_superseding};
 use names::{check_history, check_names, check_order, check_outbox, check_version};
 
 pub fn check<'a>(cx: &mut Ctxt, input: &'a Input<'a>) -> Option<Model<'a>> {
@@ -159,6 +159,7 @@ pub fn check<'a>(cx: &mut Ctxt, input: &'a Input<'a>) -> Option<Model<'a>> {
         );
         check_since_columns(cx, input, &reserved, states);
     }
+    check_superseding(cx, input);
 
     let (table, column, key) = names?;
     let order = match &input.attrs.order {

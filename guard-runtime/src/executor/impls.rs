@@ -405,6 +405,7 @@ pub struct Idle<DB: Backend> {
     multiplexed: bool,
 }
 
+#[diagnostic::do_not_recommend]
 impl<DB: Backend> sealed::Run for Idle<DB> {
     type Database = DB;
     type Idle = Idle<DB>;

@@ -14,7 +14,7 @@ pub enum PayoutStatus {
     #[transition(confirm -> Sent, guard = "amount_cents > 0")]
     #[transition(fail -> Failed)]
     // One transition is one statement: one guard everywhere.
-    #[transition(cancel -> Cancelled, guard = "amount_cents < 500")]
+    #[transition(cancel -> Cancelled, guard = "amount_cents < 500", supersedes_effect)]
     Sending,
     Held,
     Sent,
