@@ -57,7 +57,7 @@ pub use crate::executor::tx::{Begin, Savepoint, Staged, Tx};
 pub use crate::history::{HasHistory, HistoryRow, Noted};
 pub use crate::machine::key::{BatchKey, DecodeKey, KeyShape, KeyText, KeyType, ManyKeys, RowKey};
 pub use crate::machine::{HasVersion, StateMachine, UnknownState};
-pub use crate::outcome::{Committed, Current, Outcome, Uncommitted, Won};
+pub use crate::outcome::{Committed, Current, MayRun, Outcome, Uncommitted, Won};
 pub use crate::transition::available::{Available, Choice, GuardNow};
 pub use crate::transition::note::{Note, NoteSlot};
 pub use crate::transition::{Bound, Params, Transition};

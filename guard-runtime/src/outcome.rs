@@ -101,6 +101,26 @@ impl<S: Copy> Current<S> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Committed {}
 
+/// What a [`Won`]'s commit marker must be for its effect to run
+/// ([`Won::run`], [`Won::finish`]): [`Committed`], and nothing else. The
+/// bound is there so that calling either on an [`Uncommitted`] win says
+/// to commit first.
+#[diagnostic::on_unimplemented(
+    message = "this win is `Uncommitted`: its effect cannot run before the transaction that won \
+               commits",
+    label = "won inside a transaction that has not committed yet",
+    note = "commit first, and run the effect on the win the commit hands back: \
+            `let won = tx.commit(won).await?;` (or `won.commit(tx)`), then `won.finish(&pool, effect)`"
+)]
+pub trait MayRun: may_run::Sealed {}
+
+impl MayRun for Committed {}
+
+mod may_run {
+    pub trait Sealed {}
+    impl Sealed for super::Committed {}
+}
+
 /// Marks a [`Won`] obtained inside a transaction that has not committed
 /// yet. It cannot run an effect; [`Won::commit`] commits the transaction
 /// and turns it into a committed `Won`.
@@ -149,6 +169,26 @@ impl PartialEq for LeasedAt {
 }
 
 impl Eq for LeasedAt {}
+
+impl<S: StateMachine, K, C> Won<S, K, C> {
+    /// The same win, marked [`Committed`], which `C` can only be.
+    pub(crate) fn into_committed(self) -> Won<S, K, Committed>
+    where
+        C: MayRun,
+    {
+        Won {
+            state: self.state,
+            key: self.key,
+            occurrence: self.occurrence,
+            lease: self.lease,
+            scope: self.scope,
+            deadline: self.deadline,
+            leased_at: self.leased_at,
+            attempt: self.attempt,
+            commit: PhantomData,
+        }
+    }
+}
 
 impl<S: StateMachine, K, C> Won<S, K, C> {
     pub(crate) fn new(state: S, key: K, occurrence: i64, lease: i64, scope: u64) -> Self {

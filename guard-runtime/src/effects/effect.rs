@@ -14,7 +14,7 @@ use crate::error::{Error, ErrorKind};
 use crate::executor::{Runner, refuse_open_transaction};
 use crate::machine::InFlightDef;
 use crate::machine::key::{KeyText, RowKey};
-use crate::outcome::{Committed, Won};
+use crate::outcome::{Committed, MayRun, Won};
 use crate::telemetry;
 use crate::transition::note::Note;
 
@@ -212,18 +212,20 @@ pub enum Finished<S> {
     },
 }
 
-impl<S: StateMachine, K> Won<S, K, Committed> {
+impl<S: StateMachine, K, C> Won<S, K, C> {
     /// Runs the side effect this win guards, once.
     ///
-    /// Only a committed `Won` has this method, so an effect can neither run
-    /// for an attempt that lost nor before the transaction that won commits.
+    /// Only a committed `Won` runs it ([`MayRun`]), so an effect can
+    /// neither run for an attempt that lost nor before the transaction
+    /// that won commits.
     pub async fn run<F, Fut>(self, effect: F) -> Fut::Output
     where
+        C: MayRun,
         K: KeyText<S::KeyShape>,
         F: FnOnce(Effect<S, K>) -> Fut,
         Fut: Future,
     {
-        effect(self.into_effect()).await
+        effect(self.into_committed().into_effect()).await
     }
 
     /// For a win into an in-flight state: runs the effect, then the state's
@@ -310,6 +312,7 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
         effect: F,
     ) -> Result<Finished<S>, FinishError<S, K>>
     where
+        C: MayRun,
         E: Runner<Commit = Committed>,
         K: KeyText<S::KeyShape> + Clone + RowKey<E::Database, S::KeyShape>,
         S: FollowUpValues<E::Database>,
@@ -325,6 +328,7 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
             telemetry::effect_attempt(S::MACHINE.name(), self.state().as_str(), attempt);
         }
         let finished = self
+            .into_committed()
             .finish_traced(in_flight, executor, effect)
             .instrument(span.clone())
             .await;
@@ -359,7 +363,9 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
         }
         finished
     }
+}
 
+impl<S: StateMachine, K> Won<S, K, Committed> {
     async fn finish_traced<E, F, Fut>(
         self,
         in_flight: Result<&'static InFlightDef<S>, Error>,
