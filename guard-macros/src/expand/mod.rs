@@ -538,14 +538,54 @@ fn fallback(node: &DeriveInput) -> TokenStream {
         None => quote!(::stateguard),
     };
     let (ident, vis) = (&node.ident, &node.vis);
-    let mut names: Vec<syn::Ident> = Vec::new();
+    // Each constructor once, with the parameters its first declaration
+    // gives it (`set(col = bind(T))`, then the guard's `name = bind(T)`),
+    // so that calls with arguments meet the signature they will have.
+    let mut constructors: Vec<(syn::Ident, Vec<(syn::Ident, syn::Type)>)> = Vec::new();
     for variant in &data.variants {
         for transition in crate::attr::variant(&mut cx, variant).transitions {
-            if !names.contains(&transition.name) {
-                names.push(transition.name);
+            if constructors
+                .iter()
+                .any(|(name, _)| *name == transition.name)
+            {
+                continue;
             }
+            let set = transition.set.iter().filter_map(|item| match &item.value {
+                crate::attr::SetValue::Bind(ty) => Some((item.column.clone(), (**ty).clone())),
+                crate::attr::SetValue::Expr(_) => None,
+            });
+            let guard = transition
+                .guard
+                .iter()
+                .flat_map(|g| g.params.iter().map(|p| (p.name.clone(), (*p.ty).clone())));
+            constructors.push((transition.name, set.chain(guard).collect()));
         }
     }
+    let constructors = constructors.iter().map(|(name, params)| {
+        if params.is_empty() {
+            return quote! {
+                #vis const fn #name() -> #krate::Transition<Self> {
+                    ::core::unimplemented!()
+                }
+            };
+        }
+        // A name declared twice is an error reported already; the
+        // parameters stay apart.
+        let names = params.iter().enumerate().map(|(i, (name, _))| {
+            match params[..i].iter().any(|(earlier, _)| earlier == name) {
+                true => format_ident!("{}_{}", name, i),
+                false => name.clone(),
+            }
+        });
+        let types = params.iter().map(|(_, ty)| ty);
+        let types2 = params.iter().map(|(_, ty)| ty);
+        quote! {
+            #[allow(unused_variables)]
+            #vis fn #name(#(#names: #types),*) -> #krate::Bound<Self, (#(#types2,)*)> {
+                ::core::unimplemented!()
+            }
+        }
+    });
     quote! {
         #[automatically_derived]
         impl #krate::StateMachine for #ident {
@@ -573,11 +613,7 @@ fn fallback(node: &DeriveInput) -> TokenStream {
         }
 
         impl #ident {
-            #(
-                #vis const fn #names() -> #krate::Transition<Self> {
-                    ::core::unimplemented!()
-                }
-            )*
+            #(#constructors)*
         }
     }
 }
