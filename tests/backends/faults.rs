@@ -42,6 +42,7 @@ backend_tests! {
         "faults_recover_many" => recover_many_is_recovered,
         "faults_idempotency_new" => idempotency_claims_a_new_key,
         "faults_idempotency_expired" => idempotency_takes_an_expired_key_over,
+        "faults_claim_expired" => claim_expired,
     }
 }
 
@@ -233,6 +234,22 @@ where
             .await;
         };
         recovered(&db, "recover", 3, expired::<DB>, call).await;
+    }
+
+    /// `claim_expired` of rows 1–3, left in flight past their lease: one
+    /// statement on PostgreSQL and SQLite; on MySQL the listing, then each
+    /// row's takeover and the read of its new lease. A row taken over
+    /// comes back as a win, or the error says the outcome is unknown.
+    pub(crate) async fn claim_expired(db: Db<DB>) {
+        let reset = async |db: &Db<DB>| drop(expired(db).await);
+        let call = async |db: &Db<DB>| -> Reported {
+            let wins: Vec<Won<TransferStatus, i64>> =
+                stateguard::claim_expired(&db.pool, TransferStatus::Sending, 10)
+                    .within(DEADLINE)
+                    .await?;
+            Ok(wins.iter().map(|won| *won.key()).collect())
+        };
+        matrix(&db, "claim_expired", reset, call, leases::<DB>).await;
     }
 
     /// `recover_many` failed at any statement: as `recover`.
@@ -613,6 +630,35 @@ async fn reset_transfers<DB: TestBackend>(db: &Db<DB>) {
         &[Bind::Text("cancelled"), Bind::Int(6)],
     )
     .await;
+}
+
+/// The transfers as [`transfers`] reads them, with each row's lease (its
+/// `sending_since`) in the status: a takeover changes nothing else.
+async fn leases<DB: TestBackend>(db: &Db<DB>) -> Rows {
+    let sql = match DB::DIALECT {
+        stateguard::ddl::Dialect::Postgres => {
+            "SELECT status || '@' || COALESCE(CAST(sending_since AS TEXT), ''), \
+             CAST(version AS BIGINT) FROM transfers WHERE id = $1"
+        }
+        stateguard::ddl::Dialect::Sqlite => {
+            "SELECT status || '@' || COALESCE(sending_since, ''), version \
+             FROM transfers WHERE id = ?1"
+        }
+        _ => {
+            "SELECT CONCAT(status, '@', COALESCE(CAST(sending_since AS CHAR), '')), \
+             CAST(version AS SIGNED) FROM transfers WHERE id = ?"
+        }
+    };
+    let mut rows = Vec::new();
+    for key in KEYS {
+        let mut conn = db.pool.acquire().await.unwrap();
+        rows.push(
+            DB::fetch_optional(&mut conn, sql, &[Bind::Int(key)])
+                .await
+                .unwrap(),
+        );
+    }
+    rows
 }
 
 fn set_status<DB: TestBackend>() -> &'static str {
