@@ -48,20 +48,20 @@ backend_tests! {
 
 const FAULTS: [Fault; 3] = [Fault::Refuse, Fault::Cut, Fault::Hang];
 /// The calls' deadline: a hung statement runs it out.
-const DEADLINE: Duration = Duration::from_millis(400);
+pub(crate) const DEADLINE: Duration = Duration::from_millis(400);
 /// How long a hung statement's answer stays away: past the deadline.
 const HANG: Duration = Duration::from_millis(800);
 
 /// The rows of a table as plain SQL reads them: `(status, version)` per
 /// key, `None` for a key with no row.
-type Rows = Vec<Option<(String, i64)>>;
+pub(crate) type Rows = Vec<Option<(String, i64)>>;
 
 /// What a run of a call handed back: the keys it reported as won (moved
 /// by this call), or its error.
-type Reported = Result<BTreeSet<i64>, Failure>;
+pub(crate) type Reported = Result<BTreeSet<i64>, Failure>;
 
 /// Keys `1..=6`: 1–4 can move, 5 and 6 stand elsewhere; key 9 has no row.
-const KEYS: [i64; 7] = [1, 2, 3, 4, 5, 6, 9];
+pub(crate) const KEYS: [i64; 7] = [1, 2, 3, 4, 5, 6, 9];
 
 pub(crate) struct Tests<DB>(PhantomData<DB>);
 
@@ -306,7 +306,7 @@ where
     }
 }
 
-fn request() -> Request {
+pub(crate) fn request() -> Request {
     Request::new("faults", "k", "fingerprint").unwrap()
 }
 
@@ -323,7 +323,7 @@ async fn claim_key<DB: TestBackend>(db: &Db<DB>) -> Reported {
 }
 
 /// The store's table, made on first use, empty.
-async fn idempotency_table<DB: TestBackend>(db: &Db<DB>) {
+pub(crate) async fn idempotency_table<DB: TestBackend>(db: &Db<DB>) {
     let mut conn = db.pool.acquire().await.unwrap();
     if DB::execute(&mut conn, "DELETE FROM stateguard_idempotency", &[])
         .await
@@ -336,7 +336,7 @@ async fn idempotency_table<DB: TestBackend>(db: &Db<DB>) {
 }
 
 /// The key's row as key 1: its state and lease.
-async fn idempotency_row<DB: TestBackend>(db: &Db<DB>) -> Rows {
+pub(crate) async fn idempotency_row<DB: TestBackend>(db: &Db<DB>) -> Rows {
     let sql = match DB::DIALECT {
         stateguard::ddl::Dialect::MySql => {
             "SELECT state, CAST(lease AS SIGNED) FROM stateguard_idempotency WHERE idem_key = 'k'"
@@ -482,13 +482,13 @@ async fn commit_anyway<DB: TestBackend, S: StateMachine>(
 
 /// An error as the rule reads it.
 #[derive(Debug)]
-struct Failure {
+pub(crate) struct Failure {
     unknown: bool,
     text: String,
 }
 
 impl Failure {
-    fn of(error: &Error) -> Failure {
+    pub(crate) fn of(error: &Error) -> Failure {
         Failure {
             unknown: error.is_outcome_unknown(),
             text: error.to_string(),
@@ -504,7 +504,7 @@ impl From<Error> for Failure {
 
 /// Runs `call` once to count its statements, then once per statement and
 /// fault, from `reset` each time, and holds each run to the rule.
-async fn matrix<DB: TestBackend>(
+pub(crate) async fn matrix<DB: TestBackend>(
     db: &Db<DB>,
     name: &str,
     reset: impl AsyncFn(&Db<DB>),
