@@ -1,7 +1,7 @@
 //! The fault matrix of the fixed-table stores (`faults.rs` holds the
 //! machines' calls and the matrix itself): the idempotency store's
 //! `begin_tx` and the completion of a key, the inbox's `receive`, the
-//! outbox's `enqueue`, and the three prunes. Each case
+//! outbox's `enqueue` and the relay's pass, and the three prunes. Each case
 //! reads the store's own table with plain SQL, key `n` of `KEYS` naming
 //! the row `mn`, and holds every run to G10: rows changed ⇒ each came back
 //! as a win (a key claimed or completed, a message received, written,
@@ -34,6 +34,7 @@ backend_tests! {
         "faults_st_complete" => idempotency_complete,
         "faults_st_receive" => inbox_receive,
         "faults_st_enqueue" => outbox_enqueue,
+        "faults_st_relay" => relay_pass,
         "faults_st_prunes" => prunes,
     }
 }
@@ -154,6 +155,23 @@ impl<DB: TestBackend> Tests<DB> {
         .await;
     }
 
+    /// A relay pass over messages `m1`–`m3`, each of its own order key,
+    /// whose publisher refuses `m2`: the claim (and MySQL's read of what
+    /// it claimed), `m2` marked refused, then `m1` and `m3` marked
+    /// published. Every message the pass took, and only those, is its win:
+    /// the publisher saw it, and the pass counts it.
+    pub(crate) async fn relay_pass(db: Db<DB>) {
+        let call = async |db: &Db<DB>| -> Reported {
+            let seen = Arc::new(Mutex::new(BTreeSet::new()));
+            let relay = Relay::new(RefuseM2(seen.clone())).within(DEADLINE);
+            let pass = relay.pass(&db.pool).await?;
+            let seen = seen.lock().unwrap().clone();
+            assert_eq!(pass.taken(), seen.len(), "{pass:?} took what it published");
+            Ok(seen)
+        };
+        matrix(&db, "relay pass", waiting::<DB>, call, outbox_rows::<DB>).await;
+    }
+
     /// The prunes of idempotency keys, inbox entries and published outbox
     /// messages, each of rows `m1`–`m3`, all old enough: what a prune
     /// reports removed, oldest first, is its win.
@@ -233,6 +251,23 @@ async fn commit_anyway<DB: TestBackend>(
         Err(error) => {
             let _ = tx.commit(()).await;
             Err(Failure::of(&error))
+        }
+    }
+}
+
+/// A publisher that records each message it is handed (by key) and
+/// refuses `m2`.
+struct RefuseM2(Arc<Mutex<BTreeSet<i64>>>);
+
+impl Publisher for RefuseM2 {
+    type Error = std::io::Error;
+
+    async fn publish(&self, message: Message<'_>) -> Result<Published, Self::Error> {
+        let key = message.id.trim_start_matches('m').parse().unwrap();
+        self.0.lock().unwrap().insert(key);
+        match key {
+            2 => Err(std::io::Error::other("refused")),
+            _ => Ok(Published::new(false)),
         }
     }
 }
