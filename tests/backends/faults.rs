@@ -2,7 +2,10 @@
 //! runs once to count its statements, then once per statement and fault
 //! with that statement failed: refused by the server before it runs, cut
 //! off after it ran and before its answer, or left without an answer
-//! until the call's deadline. After every run, plain SQL reads which rows
+//! until the call's deadline; then once more with every statement from
+//! that one on refused, as by a server that went away and stays away, so
+//! that what a call sends to undo a change after a failure fails too.
+//! After every run, plain SQL reads which rows
 //! changed, and the rule of G10 must hold: rows changed ⇒ each of them
 //! came back as a win, or the error says the outcome is unknown; and no
 //! win for a row that did not change.
@@ -503,7 +506,8 @@ impl From<Error> for Failure {
 }
 
 /// Runs `call` once to count its statements, then once per statement and
-/// fault, from `reset` each time, and holds each run to the rule.
+/// fault, and once more with every statement from that one on refused,
+/// from `reset` each time, and holds each run to the rule.
 pub(crate) async fn matrix<DB: TestBackend>(
     db: &Db<DB>,
     name: &str,
@@ -526,10 +530,15 @@ pub(crate) async fn matrix<DB: TestBackend>(
     assert!(!sent.is_empty(), "{name} sent no statement");
     let mut runs = 0;
     for (index, statement) in sent.iter().enumerate() {
-        for fault in FAULTS {
+        let plans = FAULTS.map(|fault| (Plan::fail(index, fault, HANG), fault, ""));
+        let onward = (
+            Plan::fail_from(index, Fault::Refuse, HANG),
+            Fault::Refuse,
+            " from it on",
+        );
+        for (plan, fault, from) in plans.into_iter().chain([onward]) {
             reset(db).await;
             let before = rows(db).await;
-            let plan = Plan::fail(index, fault, HANG);
             let reported = plan.run(call(db)).await;
             if fault == Fault::Hang {
                 // The hung statement's task, where it runs in one, hands
@@ -538,7 +547,7 @@ pub(crate) async fn matrix<DB: TestBackend>(
             }
             let moved = changed(&before, &rows(db).await);
             let what = format!(
-                "{name}, statement {index} of {} ({:?}) {fault:?}",
+                "{name}, statement {index} of {} ({:?}) {fault:?}{from}",
                 sent.len(),
                 head(statement)
             );
