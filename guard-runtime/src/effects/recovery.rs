@@ -354,8 +354,10 @@ pub struct Recovered {
 /// them at a concurrency the caller sets, under one heartbeat per batch,
 /// and writes their follow-ups a batch at a time.
 ///
-/// Listing the rows failing ends the pass with an error; a failure on one
-/// row is recorded in [`Recovered::errors`] and the pass goes on. A row
+/// Listing the rows failing ends the pass with an error (on PostgreSQL
+/// and SQLite, rows the listing took over but could not read back end it
+/// with [`Error::Unreported`], and wait for a later pass); a failure on
+/// one row is recorded in [`Recovered::errors`] and the pass goes on. A row
 /// whose takeover, effect or follow-up failed stays in flight, and the
 /// next pass runs its effect again under the same effect key: no row is
 /// finished without its verdict, and none is left for good. Rows
