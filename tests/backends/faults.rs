@@ -467,7 +467,7 @@ async fn recovered<DB: TestBackend>(
 /// Commits `tx` with the wins of a call in it, and reports their keys;
 /// after the call's error, commits all the same, as a careless caller
 /// would, and reports the error: what the error hid must not commit.
-async fn commit_anyway<DB: TestBackend, S: StateMachine>(
+pub(crate) async fn commit_anyway<DB: TestBackend, S: StateMachine>(
     tx: Tx<'_, DB>,
     wins: Result<Vec<Won<S, i64, Uncommitted>>, Error>,
 ) -> Reported {
@@ -585,7 +585,7 @@ fn head(sql: &str) -> String {
     sql.split_whitespace().take(6).collect::<Vec<_>>().join(" ")
 }
 
-async fn exec<DB: TestBackend>(db: &Db<DB>, sql: &'static str, binds: &[Bind<'_>]) {
+pub(crate) async fn exec<DB: TestBackend>(db: &Db<DB>, sql: &'static str, binds: &[Bind<'_>]) {
     let mut conn = db.pool.acquire().await.unwrap();
     DB::execute(&mut conn, sql, binds).await.unwrap();
 }
@@ -625,7 +625,7 @@ async fn pending_transfers<DB: TestBackend>(db: &Db<DB>) {
 
 /// `transfers` rows 1–4 pending, 5 sending, 6 cancelled (the table made
 /// on first use).
-async fn reset_transfers<DB: TestBackend>(db: &Db<DB>) {
+pub(crate) async fn reset_transfers<DB: TestBackend>(db: &Db<DB>) {
     pending_transfers(db).await;
     exec(
         db,
@@ -678,7 +678,7 @@ fn set_status<DB: TestBackend>() -> &'static str {
     }
 }
 
-async fn transfers<DB: TestBackend>(db: &Db<DB>) -> Rows {
+pub(crate) async fn transfers<DB: TestBackend>(db: &Db<DB>) -> Rows {
     let mut rows = Vec::new();
     for key in KEYS {
         let mut conn = db.pool.acquire().await.unwrap();
