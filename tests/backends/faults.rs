@@ -2,7 +2,10 @@
 //! runs once to count its statements, then once per statement and fault
 //! with that statement failed: refused by the server before it runs, cut
 //! off after it ran and before its answer, or left without an answer
-//! until the call's deadline. After every run, plain SQL reads which rows
+//! until the call's deadline; then once more with every statement from
+//! that one on refused, as by a server that went away and stays away, so
+//! that what a call sends to undo a change after a failure fails too.
+//! After every run, plain SQL reads which rows
 //! changed, and the rule of G10 must hold: rows changed ⇒ each of them
 //! came back as a win, or the error says the outcome is unknown; and no
 //! win for a row that did not change.
@@ -42,25 +45,26 @@ backend_tests! {
         "faults_recover_many" => recover_many_is_recovered,
         "faults_idempotency_new" => idempotency_claims_a_new_key,
         "faults_idempotency_expired" => idempotency_takes_an_expired_key_over,
+        "faults_claim_expired" => claim_expired,
     }
 }
 
 const FAULTS: [Fault; 3] = [Fault::Refuse, Fault::Cut, Fault::Hang];
 /// The calls' deadline: a hung statement runs it out.
-const DEADLINE: Duration = Duration::from_millis(400);
+pub(crate) const DEADLINE: Duration = Duration::from_millis(400);
 /// How long a hung statement's answer stays away: past the deadline.
 const HANG: Duration = Duration::from_millis(800);
 
 /// The rows of a table as plain SQL reads them: `(status, version)` per
 /// key, `None` for a key with no row.
-type Rows = Vec<Option<(String, i64)>>;
+pub(crate) type Rows = Vec<Option<(String, i64)>>;
 
 /// What a run of a call handed back: the keys it reported as won (moved
 /// by this call), or its error.
-type Reported = Result<BTreeSet<i64>, Failure>;
+pub(crate) type Reported = Result<BTreeSet<i64>, Failure>;
 
 /// Keys `1..=6`: 1–4 can move, 5 and 6 stand elsewhere; key 9 has no row.
-const KEYS: [i64; 7] = [1, 2, 3, 4, 5, 6, 9];
+pub(crate) const KEYS: [i64; 7] = [1, 2, 3, 4, 5, 6, 9];
 
 pub(crate) struct Tests<DB>(PhantomData<DB>);
 
@@ -235,6 +239,22 @@ where
         recovered(&db, "recover", 3, expired::<DB>, call).await;
     }
 
+    /// `claim_expired` of rows 1–3, left in flight past their lease: one
+    /// statement on PostgreSQL and SQLite; on MySQL the listing, then each
+    /// row's takeover and the read of its new lease. A row taken over
+    /// comes back as a win, or the error says the outcome is unknown.
+    pub(crate) async fn claim_expired(db: Db<DB>) {
+        let reset = async |db: &Db<DB>| drop(expired(db).await);
+        let call = async |db: &Db<DB>| -> Reported {
+            let wins: Vec<Won<TransferStatus, i64>> =
+                stateguard::claim_expired(&db.pool, TransferStatus::Sending, 10)
+                    .within(DEADLINE)
+                    .await?;
+            Ok(wins.iter().map(|won| *won.key()).collect())
+        };
+        matrix(&db, "claim_expired", reset, call, leases::<DB>).await;
+    }
+
     /// `recover_many` failed at any statement: as `recover`.
     pub(crate) async fn recover_many_is_recovered(db: Db<DB>) {
         let call = async |db: &Db<DB>, _: Vec<Won<TransferStatus, i64>>, effects: &Effects| {
@@ -289,7 +309,7 @@ where
     }
 }
 
-fn request() -> Request {
+pub(crate) fn request() -> Request {
     Request::new("faults", "k", "fingerprint").unwrap()
 }
 
@@ -306,7 +326,7 @@ async fn claim_key<DB: TestBackend>(db: &Db<DB>) -> Reported {
 }
 
 /// The store's table, made on first use, empty.
-async fn idempotency_table<DB: TestBackend>(db: &Db<DB>) {
+pub(crate) async fn idempotency_table<DB: TestBackend>(db: &Db<DB>) {
     let mut conn = db.pool.acquire().await.unwrap();
     if DB::execute(&mut conn, "DELETE FROM stateguard_idempotency", &[])
         .await
@@ -319,7 +339,7 @@ async fn idempotency_table<DB: TestBackend>(db: &Db<DB>) {
 }
 
 /// The key's row as key 1: its state and lease.
-async fn idempotency_row<DB: TestBackend>(db: &Db<DB>) -> Rows {
+pub(crate) async fn idempotency_row<DB: TestBackend>(db: &Db<DB>) -> Rows {
     let sql = match DB::DIALECT {
         stateguard::ddl::Dialect::MySql => {
             "SELECT state, CAST(lease AS SIGNED) FROM stateguard_idempotency WHERE idem_key = 'k'"
@@ -447,7 +467,7 @@ async fn recovered<DB: TestBackend>(
 /// Commits `tx` with the wins of a call in it, and reports their keys;
 /// after the call's error, commits all the same, as a careless caller
 /// would, and reports the error: what the error hid must not commit.
-async fn commit_anyway<DB: TestBackend, S: StateMachine>(
+pub(crate) async fn commit_anyway<DB: TestBackend, S: StateMachine>(
     tx: Tx<'_, DB>,
     wins: Result<Vec<Won<S, i64, Uncommitted>>, Error>,
 ) -> Reported {
@@ -465,13 +485,13 @@ async fn commit_anyway<DB: TestBackend, S: StateMachine>(
 
 /// An error as the rule reads it.
 #[derive(Debug)]
-struct Failure {
+pub(crate) struct Failure {
     unknown: bool,
     text: String,
 }
 
 impl Failure {
-    fn of(error: &Error) -> Failure {
+    pub(crate) fn of(error: &Error) -> Failure {
         Failure {
             unknown: error.is_outcome_unknown(),
             text: error.to_string(),
@@ -486,8 +506,9 @@ impl From<Error> for Failure {
 }
 
 /// Runs `call` once to count its statements, then once per statement and
-/// fault, from `reset` each time, and holds each run to the rule.
-async fn matrix<DB: TestBackend>(
+/// fault, and once more with every statement from that one on refused,
+/// from `reset` each time, and holds each run to the rule.
+pub(crate) async fn matrix<DB: TestBackend>(
     db: &Db<DB>,
     name: &str,
     reset: impl AsyncFn(&Db<DB>),
@@ -509,10 +530,15 @@ async fn matrix<DB: TestBackend>(
     assert!(!sent.is_empty(), "{name} sent no statement");
     let mut runs = 0;
     for (index, statement) in sent.iter().enumerate() {
-        for fault in FAULTS {
+        let plans = FAULTS.map(|fault| (Plan::fail(index, fault, HANG), fault, ""));
+        let onward = (
+            Plan::fail_from(index, Fault::Refuse, HANG),
+            Fault::Refuse,
+            " from it on",
+        );
+        for (plan, fault, from) in plans.into_iter().chain([onward]) {
             reset(db).await;
             let before = rows(db).await;
-            let plan = Plan::fail(index, fault, HANG);
             let reported = plan.run(call(db)).await;
             if fault == Fault::Hang {
                 // The hung statement's task, where it runs in one, hands
@@ -521,7 +547,7 @@ async fn matrix<DB: TestBackend>(
             }
             let moved = changed(&before, &rows(db).await);
             let what = format!(
-                "{name}, statement {index} of {} ({:?}) {fault:?}",
+                "{name}, statement {index} of {} ({:?}) {fault:?}{from}",
                 sent.len(),
                 head(statement)
             );
@@ -559,7 +585,7 @@ fn head(sql: &str) -> String {
     sql.split_whitespace().take(6).collect::<Vec<_>>().join(" ")
 }
 
-async fn exec<DB: TestBackend>(db: &Db<DB>, sql: &'static str, binds: &[Bind<'_>]) {
+pub(crate) async fn exec<DB: TestBackend>(db: &Db<DB>, sql: &'static str, binds: &[Bind<'_>]) {
     let mut conn = db.pool.acquire().await.unwrap();
     DB::execute(&mut conn, sql, binds).await.unwrap();
 }
@@ -599,7 +625,7 @@ async fn pending_transfers<DB: TestBackend>(db: &Db<DB>) {
 
 /// `transfers` rows 1–4 pending, 5 sending, 6 cancelled (the table made
 /// on first use).
-async fn reset_transfers<DB: TestBackend>(db: &Db<DB>) {
+pub(crate) async fn reset_transfers<DB: TestBackend>(db: &Db<DB>) {
     pending_transfers(db).await;
     exec(
         db,
@@ -615,6 +641,35 @@ async fn reset_transfers<DB: TestBackend>(db: &Db<DB>) {
     .await;
 }
 
+/// The transfers as [`transfers`] reads them, with each row's lease (its
+/// `sending_since`) in the status: a takeover changes nothing else.
+async fn leases<DB: TestBackend>(db: &Db<DB>) -> Rows {
+    let sql = match DB::DIALECT {
+        stateguard::ddl::Dialect::Postgres => {
+            "SELECT status || '@' || COALESCE(CAST(sending_since AS TEXT), ''), \
+             CAST(version AS BIGINT) FROM transfers WHERE id = $1"
+        }
+        stateguard::ddl::Dialect::Sqlite => {
+            "SELECT status || '@' || COALESCE(sending_since, ''), version \
+             FROM transfers WHERE id = ?1"
+        }
+        _ => {
+            "SELECT CONCAT(status, '@', COALESCE(CAST(sending_since AS CHAR), '')), \
+             CAST(version AS SIGNED) FROM transfers WHERE id = ?"
+        }
+    };
+    let mut rows = Vec::new();
+    for key in KEYS {
+        let mut conn = db.pool.acquire().await.unwrap();
+        rows.push(
+            DB::fetch_optional(&mut conn, sql, &[Bind::Int(key)])
+                .await
+                .unwrap(),
+        );
+    }
+    rows
+}
+
 fn set_status<DB: TestBackend>() -> &'static str {
     match DB::DIALECT {
         stateguard::ddl::Dialect::Postgres => "UPDATE transfers SET status = $1 WHERE id = $2",
@@ -623,7 +678,7 @@ fn set_status<DB: TestBackend>() -> &'static str {
     }
 }
 
-async fn transfers<DB: TestBackend>(db: &Db<DB>) -> Rows {
+pub(crate) async fn transfers<DB: TestBackend>(db: &Db<DB>) -> Rows {
     let mut rows = Vec::new();
     for key in KEYS {
         let mut conn = db.pool.acquire().await.unwrap();

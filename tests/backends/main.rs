@@ -23,6 +23,8 @@ mod emit;
 mod emit_key;
 mod errors;
 mod faults;
+mod faults_history;
+mod faults_stores;
 mod finish_many;
 mod front_deadlines;
 mod guards;

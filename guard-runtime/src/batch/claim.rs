@@ -205,7 +205,8 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
     ///     .await?
     /// ```
     ///
-    /// Deadline: the transition's, as for [`claim`](Transition::claim).
+    /// Deadline, and what a statement that fails after the move tells
+    /// the caller: as for [`claim`](Transition::claim).
     pub async fn claim_older_than<E, K>(
         self,
         executor: E,
@@ -225,7 +226,8 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
     /// [`claim_older_than`](Transition::claim_older_than) with the
     /// `#[state(timeout = "…")]` its source states declare (the shortest,
     /// if they differ); [`Error::NoTimeout`] when none declares one.
-    /// Deadline: the transition's, as for [`claim`](Transition::claim).
+    /// Deadline, and what a statement that fails after the move tells
+    /// the caller: as for [`claim`](Transition::claim).
     pub async fn claim_timed_out<E, K>(
         self,
         executor: E,

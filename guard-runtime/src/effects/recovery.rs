@@ -19,6 +19,7 @@ use crate::effects::many::finish_many;
 use crate::effects::verdict::{FollowUpValues, Verdict};
 use crate::error::Error;
 use crate::executor::proven::Proven;
+use crate::executor::seam::Seam;
 use crate::executor::{Runner, refuse_open_transaction};
 use crate::machine::InFlightDef;
 use crate::machine::key::KeyType;
@@ -41,6 +42,14 @@ use crate::transition::row::Read;
 /// when it has waited). On PostgreSQL and SQLite one statement lists and
 /// takes over the batch; MySQL lists, then claims each row.
 ///
+/// When a later statement fails after an earlier takeover committed (on
+/// MySQL, a later row's takeover or the read of its new lease; anywhere,
+/// reading back the rows the one statement took over), nothing is
+/// hidden: the error is [`Error::Unreported`], whose outcome is unknown,
+/// and the rows taken over without a `Won` wait for a later pass, their
+/// lease renewed, to run their effect under the same effect key. An error
+/// before anything was taken over is the statement's own.
+///
 /// Deadline: [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE) for the whole
 /// batch, or `claim_expired(&pool, state, limit).within(d)` ([`Call`]);
 /// each returned `Won` keeps it for [`Won::finish`]. Cut off,
@@ -59,7 +68,7 @@ where
 {
     Call::new(move |deadline| async move {
         let sent = Sent::default();
-        let claim = claim_on(&mut executor, state, limit, &sent);
+        let claim = claim_on(&mut executor, state, limit, &sent, CLAIM_EXPIRED);
         let (claimed, _lost) =
             bounded(S::MACHINE.table(), CLAIM_EXPIRED, deadline, &sent, claim).await?;
         Ok(claimed
@@ -74,12 +83,15 @@ where
 const CLAIM_EXPIRED: &str = "claim_expired";
 
 /// The rows taken over, and how many expired rows another recovery (or
-/// their owner) got to first.
+/// their owner) got to first. `call` names the call in an
+/// [`Error::Unreported`]: a statement that fails after a takeover
+/// committed hides it from the caller.
 async fn claim_on<S, K, E>(
     executor: &mut E,
     state: S,
     limit: u32,
     sent: &Sent,
+    call: &'static str,
 ) -> Result<(Vec<Won<S, K, Committed>>, usize), Error>
 where
     S: StateMachine,
@@ -95,7 +107,7 @@ where
     // Before the statement that stamps the leases: each is at most this
     // old.
     let stamped_at = LeasedAt(Some(std::time::Instant::now()));
-    if let Some(taken) = take_over::<S, K, E>(executor, in_flight, state, limit).await? {
+    if let Some(taken) = take_over::<S, K, E>(executor, in_flight, state, limit, call).await? {
         let taken = taken
             .into_iter()
             .map(|(key, occurrence, stamped)| {
@@ -107,11 +119,16 @@ where
         return Ok((taken, 0));
     }
     let (mut claimed, mut lost) = (Vec::new(), 0);
+    // Each row's takeover commits on its own: once one did, a later
+    // failure must not hide its win.
+    let mut seam = Seam::new(S::MACHINE.table(), call);
     for (key, occurrence) in list_expired::<S, K, E>(executor, in_flight, state, limit).await? {
         sent.write();
         let stamped_at = LeasedAt(Some(std::time::Instant::now()));
-        match claim_one(executor, in_flight, state, &key, occurrence).await? {
+        let taken = claim_one(executor, in_flight, state, &key, occurrence).await;
+        match taken.map_err(|error| seam.failed(executor, error))? {
             Some(stamped) => {
+                seam.changed_if(true);
                 let won = Won::new(state, key, occurrence, stamped.token, 0);
                 let won = won.at_attempt(stamped.attempt.unwrap_or(0));
                 claimed.push(won.leased_since(stamped_at));
@@ -126,12 +143,15 @@ where
 /// statement ([`InFlightDef::take_over_sql`]), oldest first: each row's
 /// key, occurrence and new lease (with the attempt it counted, where the
 /// state counts them). `None` where the dialect has no such statement
-/// (MySQL), which lists and claims row by row.
+/// (MySQL), which lists and claims row by row. Rows it cannot read back
+/// are taken over all the same: the error is [`Error::Unreported`],
+/// naming `call`.
 async fn take_over<S, K, E>(
     executor: &mut E,
     in_flight: &'static InFlightDef<S>,
     state: S,
     limit: u32,
+    call: &'static str,
 ) -> Result<Option<Vec<(K, i64, Stamped)>>, Error>
 where
     S: StateMachine,
@@ -159,6 +179,8 @@ where
         }
         Err(error) => return Err(db_error(error)),
     };
+    let mut seam = Seam::new(S::MACHINE.table(), call);
+    seam.changed_if(!rows.is_empty());
     rows.iter()
         .map(|row| {
             let row = Read::<E::Database>::new(take_over, row);
@@ -175,6 +197,7 @@ where
         })
         .collect::<Result<Vec<_>, Error>>()
         .map(Some)
+        .map_err(|error| seam.failed(executor, error))
 }
 
 /// The arguments of a statement that binds only a limit.
@@ -331,8 +354,10 @@ pub struct Recovered {
 /// them at a concurrency the caller sets, under one heartbeat per batch,
 /// and writes their follow-ups a batch at a time.
 ///
-/// Listing the rows failing ends the pass with an error; a failure on one
-/// row is recorded in [`Recovered::errors`] and the pass goes on. A row
+/// Listing the rows failing ends the pass with an error (on PostgreSQL
+/// and SQLite, rows the listing took over but could not read back end it
+/// with [`Error::Unreported`], and wait for a later pass); a failure on
+/// one row is recorded in [`Recovered::errors`] and the pass goes on. A row
 /// whose takeover, effect or follow-up failed stays in flight, and the
 /// next pass runs its effect again under the same effect key: no row is
 /// finished without its verdict, and none is left for good. Rows
@@ -586,7 +611,7 @@ where
     let sent = Sent::default();
     if DB::statement(in_flight.expired_locked_sql()).is_empty() {
         let mut executor = pool;
-        let claim = claim_on::<S, K, _>(&mut executor, state, limit, &sent);
+        let claim = claim_on::<S, K, _>(&mut executor, state, limit, &sent, lease::TAKE_OVER);
         return bounded(S::MACHINE.table(), lease::TAKE_OVER, deadline, &sent, claim).await;
     }
     sent.write();
@@ -719,7 +744,7 @@ where
     // PostgreSQL takes the rows over in the listing's statement; the others
     // take each over just before its effect. Cut off, that statement may
     // still commit: its rows' leases renewed, they wait for a later pass.
-    let taken = take_over::<S, K, E>(&mut executor, in_flight, state, limit);
+    let taken = take_over::<S, K, E>(&mut executor, in_flight, state, limit, RECOVER);
     let taken = tokio::time::timeout(deadline, taken)
         .await
         .map_err(|_| timeout(lease::TAKE_OVER, false))??;

@@ -604,12 +604,15 @@ pub enum Error {
     /// state (a committed move reads as `AlreadyInState`), and count the
     /// rows' effects as possibly owed. A row moved into an in-flight state
     /// is recovered after its lease and runs its effect under the same
-    /// effect key; an effect that must not be lost belongs there.
+    /// effect key; an effect that must not be lost belongs there. The
+    /// stores' calls say in their docs what stays of theirs (a key
+    /// claimed by `begin_tx`, messages a relay pass took).
     #[error(
-        "`{call}` on table `{table}` committed changes, then failed before it could report          them, so the outcome is unknown (apply again to learn each row's state): {source}"
+        "`{call}` on table `{table}` committed changes, then failed before it could report \
+         them, so the outcome is unknown (read the rows again to learn what changed): {source}"
     )]
     Unreported {
-        /// The table of the machine.
+        /// The table of the machine, or of the store.
         table: &'static str,
         /// The transition, or the call.
         call: &'static str,

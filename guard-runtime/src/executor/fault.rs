@@ -61,10 +61,12 @@ mod injected {
         Hang,
     }
 
-    /// The statements of one call: counted, and one of them failed.
+    /// The statements of one call: counted, and one of them failed (or
+    /// every one from it on).
     #[derive(Debug)]
     pub struct Plan {
         fault: Option<(usize, Fault)>,
+        onward: bool,
         hang: Duration,
         sent: Mutex<Vec<&'static str>>,
     }
@@ -74,6 +76,7 @@ mod injected {
         pub fn count() -> Arc<Plan> {
             Arc::new(Plan {
                 fault: None,
+                onward: false,
                 hang: Duration::ZERO,
                 sent: Mutex::new(Vec::new()),
             })
@@ -84,6 +87,20 @@ mod injected {
         pub fn fail(index: usize, fault: Fault, hang: Duration) -> Arc<Plan> {
             Arc::new(Plan {
                 fault: Some((index, fault)),
+                onward: false,
+                hang,
+                sent: Mutex::new(Vec::new()),
+            })
+        }
+
+        /// Fails statement `index` and every statement after it with
+        /// `fault`: a server that went away stays away, so that what a call
+        /// sends to undo a change after a failure (a release, a rollback)
+        /// fails too.
+        pub fn fail_from(index: usize, fault: Fault, hang: Duration) -> Arc<Plan> {
+            Arc::new(Plan {
+                fault: Some((index, fault)),
+                onward: true,
                 hang,
                 sent: Mutex::new(Vec::new()),
             })
@@ -107,7 +124,7 @@ mod injected {
             let index = sent.len();
             sent.push(sql);
             match self.fault {
-                Some((at, fault)) if at == index => Some(fault),
+                Some((at, fault)) if at == index || (self.onward && index > at) => Some(fault),
                 _ => None,
             }
         }

@@ -10,6 +10,7 @@ use crate::dialect::sealed::Driver;
 use crate::dialect::{Backend, Statement};
 use crate::error::Error;
 use crate::executor::proven::Proven;
+use crate::executor::seam::Seam;
 use crate::stores::schema::{DEFAULT, Outbox};
 use crate::transition::bind::{Field, Fields, store_arguments};
 
@@ -202,11 +203,20 @@ impl<P: Publisher> Relay<P> {
     /// once the lease ran out is [`lost`](Pass::lost)); each refused one
     /// is marked with its error.
     ///
-    /// A statement cut off by the deadline is [`Error::Timeout`], and a
-    /// failed one a [`Error::Store`] naming the outbox table: the messages
-    /// the pass had taken are taken again once their lease has run out,
-    /// and published again under their ids. A publish that does not finish
-    /// within the lease counts as a refusal.
+    /// A publish that does not finish within the lease counts as a
+    /// refusal. The claim cut off by the deadline is [`Error::Timeout`]
+    /// (the outcome unknown: it may still take messages), and a failed
+    /// one an [`Error::Store`] naming the outbox table, which took
+    /// nothing.
+    ///
+    /// When a later statement fails after the claim took messages
+    /// (MySQL's read of what it claimed, marking a refused message,
+    /// marking the published ones), the error is [`Error::Unreported`],
+    /// whose outcome is unknown: what was marked stays marked, and the
+    /// messages left unmarked are taken again once their lease has run
+    /// out, and published again under their ids (a broker that
+    /// deduplicates ids keeps one copy). A claim that took nothing sends
+    /// nothing after it.
     ///
     /// Each pass is a `stateguard.relay` span (the table as
     /// `db.collection.name`), whose `stateguard.outcome` is `relayed` with
@@ -240,39 +250,17 @@ impl<P: Publisher> Relay<P> {
         let sql = self.outbox.sql;
         let claim = random() as i64 & i64::MAX;
         let lease_ms = i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX);
-        let statement = DB::choose(&sql.claim);
-        let batch = i64::from(self.batch);
-        let taken = self
-            .run("relay claim", pool, move |mut pool| async move {
-                let fields = Fields {
-                    limit: Some(batch),
-                    millis: Some(lease_ms),
-                    claim: Some(claim),
-                    ..Fields::default()
-                };
-                let args = store_arguments::<DB>(statement, fields)?;
-                if <DB as Driver>::RETURNING {
-                    let rows = Proven::rows(&mut pool, statement, args).await?;
-                    return Ok((statement, rows));
-                }
-                Proven::changed(&mut pool, statement, args).await?;
-                let taken = DB::choose(&sql.taken);
-                let fields = Fields {
-                    claim: Some(claim),
-                    ..Fields::default()
-                };
-                let args = store_arguments::<DB>(taken, fields)?;
-                Ok((taken, Proven::rows(&mut pool, taken, args).await?))
-            })
-            .await?;
-        // Read by the statement that returned them: the claim, or MySQL's
-        // read of what it claimed.
-        let (returned, rows) = taken;
+        // Once the claim took messages, each later failure passes through
+        // the seam: the messages are taken, and the caller is not told
+        // which.
+        let mut seam = Seam::new(sql.table, PASS);
+        let mut executor = pool;
+        let (returned, rows) = self.claim(pool, claim, lease_ms, &mut seam).await?;
         let mut messages = Vec::with_capacity(rows.len());
         for row in &rows {
-            messages.push(
-                read::<DB>(returned, row).map_err(|e| Error::store(sql.table, "relay claim", e))?,
-            );
+            let message = read::<DB>(returned, row)
+                .map_err(|e| seam.failed(&mut executor, Error::store(sql.table, CLAIM, e)))?;
+            messages.push(message);
         }
         messages.sort_by_key(|m| m.seq);
         // The whole batch at once: it holds at most one message of each
@@ -304,7 +292,8 @@ impl<P: Publisher> Relay<P> {
                         _ => format!("not published within the lease of {:?}", self.lease),
                     };
                     let last = message.attempts >= i64::from(self.attempts);
-                    if !self.failed(pool, message, &reason).await? {
+                    let marked = self.failed(pool, message, &reason).await;
+                    if !marked.map_err(|e| seam.failed(&mut executor, e))? {
                         pass.lost += 1;
                     } else if last {
                         pass.given_up += 1;
@@ -316,13 +305,69 @@ impl<P: Publisher> Relay<P> {
         }
         if !published.is_empty() {
             // One statement marks them all, those the pass still holds.
-            let marked = self.published(pool, claim, &published).await?;
+            let marked = self.published(pool, claim, &published).await;
+            let marked = marked.map_err(|e| seam.failed(&mut executor, e))?;
             pass.published = marked;
             pass.lost += published.len().saturating_sub(marked);
             pass.duplicates = duplicates.min(marked);
         }
         crate::telemetry::relayed(sql.table, &pass);
         Ok(pass)
+    }
+
+    /// Takes up to a batch of due messages under claim `claim` for
+    /// `lease_ms`: their rows, and the statement that returned them (the
+    /// claim, or MySQL's read of what it claimed). `seam` learns whether
+    /// the claim took any.
+    async fn claim<DB: Backend>(
+        &self,
+        pool: &sqlx::Pool<DB>,
+        claim: i64,
+        lease_ms: i64,
+        seam: &mut Seam,
+    ) -> Result<(Statement<Field>, Vec<DB::Row>), Error> {
+        let sql = self.outbox.sql;
+        let statement = DB::choose(&sql.claim);
+        let batch = i64::from(self.batch);
+        let fields = move || Fields {
+            limit: Some(batch),
+            millis: Some(lease_ms),
+            claim: Some(claim),
+            ..Fields::default()
+        };
+        if <DB as Driver>::RETURNING {
+            let rows = self
+                .run(CLAIM, pool, |mut pool| async move {
+                    let args = store_arguments::<DB>(statement, fields())?;
+                    Proven::rows(&mut pool, statement, args).await
+                })
+                .await?;
+            seam.changed_if(!rows.is_empty());
+            return Ok((statement, rows));
+        }
+        let changed = self
+            .run(CLAIM, pool, |mut pool| async move {
+                let args = store_arguments::<DB>(statement, fields())?;
+                Proven::changed(&mut pool, statement, args).await
+            })
+            .await?;
+        let taken = DB::choose(&sql.taken);
+        if changed == 0 {
+            return Ok((taken, Vec::new()));
+        }
+        seam.changed_if(true);
+        let rows = self
+            .run(CLAIM, pool, |mut pool| async move {
+                let fields = Fields {
+                    claim: Some(claim),
+                    ..Fields::default()
+                };
+                let args = store_arguments::<DB>(taken, fields)?;
+                Proven::rows(&mut pool, taken, args).await
+            })
+            .await;
+        let mut executor = pool;
+        Ok((taken, rows.map_err(|e| seam.failed(&mut executor, e))?))
     }
 
     /// Marks the messages at `seqs` published, those that claim `claim`
@@ -420,6 +465,13 @@ impl<P: Publisher> Relay<P> {
         bounded(table, name, self.deadline, &sent, work).await
     }
 }
+
+/// What [`Error::Unreported`] names a pass that failed after its claim
+/// took messages.
+const PASS: &str = "relay pass";
+
+/// What [`Error::Store`] and [`Error::Timeout`] name the claim.
+const CLAIM: &str = "relay claim";
 
 /// A taken message from `row` of `statement`'s result.
 fn read<DB: Backend>(statement: Statement<Field>, row: &DB::Row) -> Result<Taken, sqlx::Error> {

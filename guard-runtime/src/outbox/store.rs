@@ -52,6 +52,11 @@ pub enum Enqueued {
 /// An empty or over-long message id, order key or topic (more than 255
 /// characters) is [`Error::BadKey`], and nothing is written.
 ///
+/// One statement, in `tx`: nothing of it commits before `tx` does.
+/// After any error, roll `tx` back (drop it) and do the work again. An
+/// error whose outcome is unknown ([`Error::is_outcome_unknown`]) may have
+/// written the message in `tx`, which must then not commit.
+///
 /// Deadline: [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE), or
 /// `outbox::enqueue(&mut tx, key, message).within(d)` ([`Call`]). Cut
 /// off, [`Error::Timeout`] (`enqueue`, outcome unknown) and `tx` can no
@@ -198,6 +203,9 @@ pub fn requeue<'p, DB: Backend>(pool: &'p sqlx::Pool<DB>, message_id: &'p str) -
 /// An id written again after its message was pruned is a new message,
 /// published again: keep the window longer than any retry of the work
 /// that writes it, and the broker's duplicate window.
+///
+/// An error removed nothing, unless its outcome is unknown
+/// ([`Error::is_outcome_unknown`]).
 ///
 /// Deadline: [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE), or
 /// `outbox::prune(&pool, window, limit).within(d)` ([`Call`]); cut off,

@@ -85,6 +85,12 @@ pub enum Received {
 /// before. An empty or over-long consumer or message id is
 /// [`Error::BadKey`](crate::Error::BadKey), and nothing is written.
 ///
+/// One statement, in `tx`: nothing of it commits before `tx` does.
+/// After any error, roll `tx` back (drop it) and let the message be
+/// delivered again. An error whose outcome is unknown
+/// ([`Error::is_outcome_unknown`](crate::Error::is_outcome_unknown)) may
+/// have recorded the message in `tx`, which must then not commit.
+///
 /// Deadline: [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE), or
 /// `inbox::receive(&mut tx, consumer, id).within(d)` ([`Call`]). Cut off,
 /// [`Error::Timeout`](crate::Error::Timeout) (`receive`, outcome unknown) and `tx` can no longer
@@ -122,6 +128,8 @@ where
 /// Removes up to `limit` messages received more than `window` ago, oldest
 /// first, and returns how many it removed: one bounded statement per
 /// call, as for [`idempotency::prune`](crate::stores::idempotency::prune).
+/// An error removed nothing, unless its outcome is unknown
+/// ([`Error::is_outcome_unknown`](crate::Error::is_outcome_unknown)).
 ///
 /// Deadline: [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE), or
 /// `inbox::prune(&pool, window, limit).within(d)` ([`Call`]); cut off,

@@ -265,6 +265,12 @@ impl Ticket {
     /// request took the key over: roll `tx` back (drop it), so that only
     /// the request holding the lease commits its work.
     ///
+    /// One statement, in `tx`: nothing of it commits before `tx` does.
+    /// After any error, roll `tx` back (drop it): the work then did not
+    /// happen, and once the lease runs out a retry does it afresh. An
+    /// error whose outcome is unknown ([`Error::is_outcome_unknown`]) may
+    /// have stored the response in `tx`, which must then not commit.
+    ///
     /// Deadline: [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE), or
     /// `ticket.complete(&mut tx, status, body).within(d)` ([`Call`]). Cut
     /// off, [`Error::Timeout`] (`complete`, outcome unknown) and `tx` can
@@ -400,6 +406,14 @@ pub(super) fn store_error(sql: &IdempotencySql, call: &'static str, source: sqlx
 /// lease) is taken over: `New`, under the next lease, and the old holder
 /// can no longer [`complete`](Ticket::complete).
 ///
+/// Only the claim of a new key and the takeover change the row, and
+/// nothing follows the claim; after the takeover, MySQL may read the new
+/// lease back. When that read fails, the key is taken over all the same:
+/// the error's outcome is unknown ([`Error::is_outcome_unknown`]), and
+/// the key runs under a lease nobody holds, so a retry gets `InProgress`
+/// until it runs out. An error before the claim or the takeover changed
+/// nothing.
+///
 /// Deadline: [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE) for the whole
 /// call (the wait for a connection included), or
 /// `idempotency::begin(&pool, &request, lease).within(d)` ([`Call`]). Cut
@@ -422,7 +436,9 @@ where
 /// ([`DEFAULT_WINDOW`]) that no live lease holds, oldest first, and
 /// returns how many it removed. Call it until it returns less than
 /// `limit`, or from a periodic job: each call is one bounded statement.
-/// A pruned key's retry is a new request.
+/// A pruned key's retry is a new request. An error removed nothing,
+/// unless its outcome is unknown ([`Error::is_outcome_unknown`]): then
+/// some keys may be gone.
 ///
 /// Deadline: [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE), or
 /// `idempotency::prune(&pool, window, limit).within(d)` ([`Call`]); cut

@@ -8,6 +8,7 @@ use crate::deadline::call::{Call, Sent, bounded};
 use crate::dialect::Backend;
 use crate::error::Error;
 use crate::executor::sealed::Run;
+use crate::executor::seam::Seam;
 use crate::executor::tx::Tx;
 
 use super::claim::begin_on;
@@ -55,10 +56,13 @@ impl Store {
     /// For any answer but `New` the answer does not wait for the transaction:
     /// as everywhere with [`Tx::begin`], its `BEGIN` runs in a task of its own
     /// that sees it through and rolls the transaction back when nobody waits
-    /// for it any more. If the transaction cannot begin, the error is
-    /// [`Error::Begin`], and a `New` key's claim is released again on a best
-    /// effort (a retry gets `New` at once rather than 409 until the lease runs
-    /// out), unless the pool itself failed (timed out or closed).
+    /// for it any more. If the transaction cannot begin, a `New` key's
+    /// claim, committed already, is released again (a retry gets `New` at
+    /// once rather than 409 until the lease runs out), and the error is
+    /// [`Error::Begin`]. When the claim stays (the pool itself failed,
+    /// timed out or closed, or the release failed too), nothing is hidden:
+    /// the error is [`Error::Unreported`], whose outcome is unknown, and the
+    /// key runs under a lease nobody holds until it runs out.
     ///
     /// Deadline: [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE) for the whole
     /// call, claim, `BEGIN` and the waits for their connections, or
@@ -115,7 +119,7 @@ where
     Call::new(move |deadline| async move {
         let sent = Sent::default();
         let work = claim_and_begin(sql, pool, request, lease, statement, deadline, &sent);
-        bounded(sql.table, "begin_tx", deadline, &sent, work).await
+        bounded(sql.table, BEGIN_TX, deadline, &sent, work).await
     })
 }
 
@@ -218,7 +222,9 @@ where
 /// `New` with the transaction, or the transaction's error after releasing
 /// the new key's claim, which would otherwise stay until its lease runs out
 /// (not when the pool itself failed: the release would wait for it in
-/// vain, and the lease ends the claim all the same).
+/// vain, and the lease ends the claim all the same). A claim that stays
+/// is a change the caller is not handed: the error passes through a
+/// [`Seam`].
 async fn started<DB>(
     pool: &sqlx::Pool<DB>,
     ticket: Ticket,
@@ -230,19 +236,25 @@ where
     match tx {
         Ok(tx) => Ok(Begun::New(Work { ticket, tx })),
         Err(error) => {
+            let mut seam = Seam::new(ticket.sql.table, BEGIN_TX);
             let pool_failed = matches!(
                 &error,
                 Error::Begin {
                     source: sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed
                 }
             );
-            if !pool_failed {
-                let _ = ticket.release(pool).await;
-            }
-            Err(error)
+            let released = match pool_failed {
+                true => false,
+                false => ticket.release(pool).await.is_ok(),
+            };
+            seam.changed_if(!released);
+            Err(seam.failed(&mut &*pool, error))
         }
     }
 }
+
+/// What [`Error::Timeout`] and [`Error::Unreported`] name a `begin_tx`.
+const BEGIN_TX: &str = "begin_tx";
 
 impl Begun {
     /// The answer, for anything but `New`; `New`'s ticket otherwise.
