@@ -25,7 +25,7 @@ use crate::dialect::Dialect;
 use crate::model::{InFlight, Model, State, Transition};
 use crate::plan::{Col, Slot};
 
-use super::{Match, key_columns};
+use super::{MYSQL_KEY, Match, key_columns};
 
 /// The integers each row of a fenced batch carries after its key, in
 /// order: the occurrence and the lease token, and for a postponement the
@@ -84,7 +84,7 @@ impl Dialect {
             }
             Dialect::MySql => {
                 let columns: Vec<String> = (0..n)
-                    .map(|i| format!("__sg_k{i} VARCHAR(768) PATH '$[{i}]'"))
+                    .map(|i| format!("__sg_k{i} {MYSQL_KEY} PATH '$[{i}]'"))
                     .chain(
                         ints.iter()
                             .enumerate()

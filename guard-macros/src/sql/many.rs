@@ -6,7 +6,7 @@ use crate::dialect::Dialect;
 use crate::model::{Model, Transition};
 use crate::plan::{Col, Slot};
 
-use super::{Match, key_columns};
+use super::{MYSQL_KEY, Match, key_columns};
 
 impl Dialect {
     /// `apply_many`'s keys as rows, `__sg_i(__sg_k0, …)`: an array per key
@@ -48,7 +48,7 @@ impl Dialect {
                         } else {
                             format!("$[{i}]")
                         };
-                        format!("__sg_k{i} VARCHAR(768) PATH '{path}'")
+                        format!("__sg_k{i} {MYSQL_KEY} PATH '{path}'")
                     })
                     .collect();
                 format!(
