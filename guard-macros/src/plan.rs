@@ -83,6 +83,16 @@ pub enum Slot {
     /// outbox row's message id is this and the occurrence the move
     /// writes.
     EffectKey,
+    /// A batch's effect keys up to their occurrence, one per row in the
+    /// batch's order, each as [`Slot::EffectKey`]: a text array unnested
+    /// beside the keys on PostgreSQL; on SQLite and MySQL, whose batch is
+    /// one JSON document, that document with each row's ending in it
+    /// (`[key…, int…, prefix]`), which a statement that reads them takes
+    /// in place of `Keys(0)`.
+    EffectKeys,
+    /// Row `n`'s effect key up to its occurrence, in a batch spelled out
+    /// row by row ([`Slot::Row`]).
+    RowEffectKey(u8),
     /// PostgreSQL: the statement's own tag, bound last, which its tag
     /// column checks (see the module docs).
     Tag,
@@ -243,6 +253,8 @@ impl Slot {
             Slot::Reason => ('r', 0),
             Slot::Details => ('d', 0),
             Slot::EffectKey => ('E', 0),
+            Slot::EffectKeys => ('P', 0),
+            Slot::RowEffectKey(n) => ('p', n),
             Slot::Tag => ('G', 0),
         };
         format!("{OPEN}{kind}{n}{CLOSE}")
@@ -270,6 +282,8 @@ impl Slot {
             'r' => Slot::Reason,
             'd' => Slot::Details,
             'E' => Slot::EffectKey,
+            'P' => Slot::EffectKeys,
+            'p' => Slot::RowEffectKey(n),
             'G' => Slot::Tag,
             _ => return None,
         })
@@ -577,6 +591,8 @@ mod tests {
             Slot::Reason,
             Slot::Details,
             Slot::EffectKey,
+            Slot::EffectKeys,
+            Slot::RowEffectKey(63),
             Slot::Tag,
         ];
         for slot in all {

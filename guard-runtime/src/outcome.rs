@@ -334,10 +334,11 @@ fn effect_key<S: StateMachine>(key: &str, state: S, occurrence: i64) -> String {
 ///
 /// **Architecture Invariant:** this is the one definition of an effect
 /// key. `Won::effect_key` appends the occurrence to it, and every
-/// statement that writes an outbox row (`emit(…)`) binds it and appends
-/// the occurrence the move writes, which the statement alone may know
-/// (`guard-macros/src/sql/outbox.rs`), so the message id is the effect
-/// key on every path.
+/// statement that writes an outbox row (`emit(…)`) binds it (a batch,
+/// each row's beside the row's key: `Transition::effect_prefix`) and
+/// appends the occurrence the move writes, which the statement alone may
+/// know (`guard-macros/src/sql/outbox.rs`), so the message id is the
+/// effect key on every path.
 pub(crate) fn effect_key_prefix<S: StateMachine>(key: &str, state: S) -> String {
     let full = format!(
         "{}.{}:{key}:{}:",

@@ -1,9 +1,11 @@
-//! `emit(…)`'s message id is the win's effect key on the paths that move
-//! one row (`apply`, `expecting`, `finish`'s follow-up, recovery's), long
-//! row keys included: the key shortened to 255 characters that ends in a
-//! hash is the id the outbox row carries, and a 1,000-character key moves
-//! (on MariaDB the whole key made the message id too long for its
-//! column).
+//! `emit(…)`'s message id is the win's effect key on every path that
+//! moves rows: one row (`apply`, `expecting`, `finish`'s follow-up,
+//! recovery's) and a batch (`apply_many`, claims, `finish_many`'s
+//! follow-ups, with and without values bound per row, and
+//! `recover_many`'s), long row keys included: the key shortened to 255
+//! characters that ends in a hash is the id the outbox row carries, and a
+//! 1,000-character key moves (on MariaDB the whole key made the message
+//! id too long for its column).
 
 use crate::common;
 
@@ -12,7 +14,10 @@ use std::marker::PhantomData;
 use common::{Db, TestBackend};
 use stateguard::bounds::{BatchKey, Batched, Key};
 use stateguard::ddl::Dialect;
-use stateguard::{Effect, Finished, StateMachine, Verdict, outbox, recover};
+use stateguard::{
+    Effect, Finished, Outcome, StateMachine, Tx, Verdict, Won, finish_many, outbox, recover,
+    recover_many,
+};
 
 /// A table keyed by text of any length, every move of which announces
 /// itself.
@@ -37,9 +42,33 @@ enum Named {
     Cancelled,
 }
 
+/// The same table, with a follow-up that binds a value per row: a batch
+/// of its verdicts goes row by row, each row's cells bound apart.
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(
+    table = "long_keys",
+    column = "status",
+    key = "name",
+    version = "version"
+)]
+pub(crate) enum Noted {
+    #[state(initial)]
+    #[transition(start -> Sending, emit("noted.sending"))]
+    Pending,
+    #[state(in_flight(lease = "150ms", since = "sending_since", done = confirm, failed = decline))]
+    #[transition(confirm -> Sent, set(note = bind(String)), emit("noted.sent", payload(note)))]
+    #[transition(decline -> Failed, emit("noted.failed"))]
+    Sending,
+    Sent,
+    Failed,
+}
+
 backend_tests! {
     impl Tests {
         "emit_key_one" => one_row_paths_write_the_effect_key,
+        "emit_key_many" => apply_many_writes_the_effect_key,
+        "emit_key_claim" => claims_write_the_effect_key,
+        "emit_key_finish_many" => finish_many_writes_the_effect_key,
     }
 }
 
@@ -78,20 +107,20 @@ fn statements<DB: TestBackend>() -> (&'static str, &'static str, &'static str) {
     match DB::DIALECT {
         Dialect::Postgres => (
             "CREATE TABLE long_keys (name TEXT PRIMARY KEY, status TEXT NOT NULL DEFAULT \
-             'pending', version BIGINT NOT NULL DEFAULT 0, sending_since TIMESTAMPTZ)",
+             'pending', version BIGINT NOT NULL DEFAULT 0, sending_since TIMESTAMPTZ, note TEXT)",
             "INSERT INTO long_keys (name) VALUES ($1)",
             "UPDATE long_keys SET sending_since = sending_since - INTERVAL '1 hour'",
         ),
         Dialect::MySql => (
             "CREATE TABLE long_keys (name VARCHAR(1100) CHARACTER SET ascii COLLATE ascii_bin \
              PRIMARY KEY, status VARCHAR(32) NOT NULL DEFAULT 'pending', version BIGINT NOT NULL \
-             DEFAULT 0, sending_since DATETIME(3) NULL)",
+             DEFAULT 0, sending_since DATETIME(3) NULL, note TEXT NULL)",
             "INSERT INTO long_keys (name) VALUES (?)",
             "UPDATE long_keys SET sending_since = sending_since - INTERVAL 1 HOUR",
         ),
         _ => (
             "CREATE TABLE long_keys (name TEXT PRIMARY KEY, status TEXT NOT NULL DEFAULT \
-             'pending', version INTEGER NOT NULL DEFAULT 0, sending_since TEXT)",
+             'pending', version INTEGER NOT NULL DEFAULT 0, sending_since TEXT, note TEXT)",
             "INSERT INTO long_keys (name) VALUES (?1)",
             "UPDATE long_keys SET sending_since = strftime('%Y-%m-%d %H:%M:%f', sending_since, \
              '-1 hours')",
@@ -247,13 +276,236 @@ where
             assert_eq!(key, effect_key_of(&name, Named::Sending, 1));
         }
     }
+
+    /// `apply_many` on a pool and in the caller's transaction: each win's
+    /// message carries its effect key.
+    pub(crate) async fn apply_many_writes_the_effect_key(db: Db<DB>) {
+        let pooled: Vec<String> = LENGTHS.iter().map(|&n| name('a', n)).collect();
+        let in_tx: Vec<String> = LENGTHS.iter().map(|&n| name('b', n)).collect();
+        setup(&db, &[pooled.clone(), in_tx.clone()].concat()).await;
+
+        let outcomes = Named::start().apply_many(&db.pool, &pooled).await.unwrap();
+        let mut keys = Vec::new();
+        for (outcome, name) in outcomes.into_iter().zip(&pooled) {
+            let won = outcome.won().expect("a pending row moves");
+            assert_eq!(won.effect_key(), effect_key_of(name, Named::Sending, 1));
+            keys.push(won.effect_key());
+        }
+        assert_shape(&keys, 1);
+        assert_eq!(sorted(ids(&db, "named.sending").await), sorted(keys));
+
+        let mut tx = Tx::begin_with(&db.pool, DB::BEGIN_WRITE).await.unwrap();
+        let outcomes = Named::cancel().apply_many(&mut tx, &in_tx).await.unwrap();
+        let mut keys = Vec::new();
+        for (outcome, name) in outcomes.iter().zip(&in_tx) {
+            let Outcome::Applied(won) = outcome else {
+                panic!("{name}: {outcome:?}");
+            };
+            assert_eq!(won.effect_key(), effect_key_of(name, Named::Cancelled, 1));
+            keys.push(won.effect_key());
+        }
+        tx.commit(()).await.unwrap();
+        assert_eq!(sorted(ids(&db, "named.cancelled").await), sorted(keys));
+    }
+
+    /// A claim on a pool and one in the caller's transaction: each win's
+    /// message carries its effect key.
+    pub(crate) async fn claims_write_the_effect_key(db: Db<DB>) {
+        let first: Vec<String> = LENGTHS.iter().map(|&n| name('a', n)).collect();
+        let second: Vec<String> = LENGTHS.iter().map(|&n| name('b', n)).collect();
+        setup(&db, &[first.clone(), second.clone()].concat()).await;
+        let n = LENGTHS.len() as u32;
+
+        // The rows come in key order: the first names, then the second.
+        let wins: Vec<Won<Named, String>> = Named::start().claim(&db.pool, n).await.unwrap();
+        let mut keys = Vec::new();
+        for won in &wins {
+            assert!(first.contains(won.key()), "{:?}", won.key());
+            assert_eq!(
+                won.effect_key(),
+                effect_key_of(won.key(), Named::Sending, 1)
+            );
+            keys.push(won.effect_key());
+        }
+        assert_eq!(keys.len(), first.len());
+        assert_shape(&keys, 1);
+        assert_eq!(
+            sorted(ids(&db, "named.sending").await),
+            sorted(keys.clone())
+        );
+
+        let mut tx = Tx::begin_with(&db.pool, DB::BEGIN_WRITE).await.unwrap();
+        let wins = Named::start().claim::<_, String>(&mut tx, n).await.unwrap();
+        for won in &wins {
+            assert!(second.contains(won.key()), "{:?}", won.key());
+            assert_eq!(
+                won.effect_key(),
+                effect_key_of(won.key(), Named::Sending, 1)
+            );
+            keys.push(won.effect_key());
+        }
+        assert_eq!(keys.len(), first.len() + second.len());
+        drop(wins);
+        tx.commit(()).await.unwrap();
+        assert_eq!(sorted(ids(&db, "named.sending").await), sorted(keys));
+    }
+
+    /// `finish_many`'s follow-ups, batched with one document (or array)
+    /// per batch and with values bound row by row, and `recover_many`'s:
+    /// each message carries the effect key of the follow-up's win, and
+    /// each effect ran with its row's.
+    pub(crate) async fn finish_many_writes_the_effect_key(db: Db<DB>)
+    where
+        Noted: stateguard::bounds::FollowUpValues<DB>,
+    {
+        let batched: Vec<String> = LENGTHS.iter().map(|&n| name('a', n)).collect();
+        let by_row: Vec<String> = LENGTHS.iter().map(|&n| name('b', n)).collect();
+        let recovered: Vec<String> = LENGTHS.iter().map(|&n| name('c', n)).collect();
+        setup(
+            &db,
+            &[batched.clone(), by_row.clone(), recovered.clone()].concat(),
+        )
+        .await;
+        // Keys of an even length are done, the others failed.
+        let done = |name: &String| name.len().is_multiple_of(2);
+        let (sent, failed): (Vec<String>, Vec<String>) =
+            batched.iter().cloned().partition(|name| done(name));
+        assert!(!sent.is_empty() && !failed.is_empty());
+
+        // One document (or array) per batch.
+        let wins = Named::start().apply_many(&db.pool, &batched).await.unwrap();
+        let wins: Vec<Won<Named, String>> = wins.into_iter().filter_map(Outcome::won).collect();
+        let rows = finish_many(&db.pool, wins, 4, |effect: Effect<Named, String>| {
+            assert_eq!(
+                effect.effect_key(),
+                effect_key_of(effect.key(), Named::Sending, 1)
+            );
+            let verdict = match done(effect.key()) {
+                true => Verdict::Done,
+                false => Verdict::Failed,
+            };
+            async move { verdict }
+        })
+        .await
+        .unwrap();
+        for row in &rows {
+            let finished = row.finished.as_ref().unwrap();
+            match done(&row.key) {
+                true => assert!(matches!(finished, Finished::Done { .. }), "{finished:?}"),
+                false => assert!(matches!(finished, Finished::Failed { .. }), "{finished:?}"),
+            }
+        }
+        assert_eq!(rows.len(), batched.len());
+        let sent_ids = ids(&db, "named.sent").await;
+        assert_shape(&sent_ids, 2);
+        assert_eq!(sorted(sent_ids), expected(&sent, Named::Sent, 2));
+        assert_eq!(
+            sorted(ids(&db, "named.failed").await),
+            expected(&failed, Named::Failed, 2)
+        );
+
+        // Values bound row by row.
+        let wins = Noted::start().apply_many(&db.pool, &by_row).await.unwrap();
+        let wins: Vec<Won<Noted, String>> = wins.into_iter().filter_map(Outcome::won).collect();
+        let rows = finish_many(&db.pool, wins, 4, |effect: Effect<Noted, String>| {
+            let verdict = match done(effect.key()) {
+                true => Noted::confirm(format!("{} characters", effect.key().len())).into(),
+                false => Verdict::Failed,
+            };
+            async move { verdict }
+        })
+        .await
+        .unwrap();
+        assert!(rows.iter().all(|row| row.finished.is_ok()), "{rows:?}");
+        let (sent, failed): (Vec<String>, Vec<String>) =
+            by_row.iter().cloned().partition(|name| done(name));
+        assert_eq!(
+            sorted(ids(&db, "noted.sent").await),
+            expected(&sent, Noted::Sent, 2)
+        );
+        assert_eq!(
+            sorted(ids(&db, "noted.failed").await),
+            expected(&failed, Noted::Failed, 2)
+        );
+
+        // Recovery of a batch whose claimer died.
+        let wins = Named::start()
+            .apply_many(&db.pool, &recovered)
+            .await
+            .unwrap();
+        assert!(wins.iter().all(Outcome::is_applied));
+        drop(wins);
+        backdate(&db).await;
+        let report = recover_many(
+            &db.pool,
+            Named::Sending,
+            100,
+            4,
+            |effect: Effect<Named, String>| {
+                assert_eq!(
+                    effect.effect_key(),
+                    effect_key_of(effect.key(), Named::Sending, 1)
+                );
+                let verdict = match done(effect.key()) {
+                    true => Verdict::Done,
+                    false => Verdict::Failed,
+                };
+                async move { verdict }
+            },
+        )
+        .await
+        .unwrap();
+        let sent_now = recovered.iter().filter(|name| done(name)).count();
+        assert_eq!(
+            (report.done, report.failed),
+            (sent_now, recovered.len() - sent_now),
+            "{report:?}"
+        );
+        let all_sent: Vec<String> = batched
+            .iter()
+            .chain(&recovered)
+            .filter(|name| done(name))
+            .cloned()
+            .collect();
+        assert_eq!(
+            sorted(ids(&db, "named.sent").await),
+            expected(&all_sent, Named::Sent, 2)
+        );
+        let all_failed: Vec<String> = batched
+            .iter()
+            .chain(&recovered)
+            .filter(|name| !done(name))
+            .cloned()
+            .collect();
+        assert_eq!(
+            sorted(ids(&db, "named.failed").await),
+            expected(&all_failed, Named::Failed, 2)
+        );
+    }
+}
+
+/// The effect keys of rows `names` in `state` at `occurrence`, sorted.
+fn expected<S: StateMachine>(names: &[String], state: S, occurrence: i64) -> Vec<String> {
+    sorted(
+        names
+            .iter()
+            .map(|name| effect_key_of(name, state, occurrence))
+            .collect(),
+    )
+}
+
+/// `keys`, sorted: the order in which a batch writes its messages is its
+/// own.
+fn sorted(mut keys: Vec<String>) -> Vec<String> {
+    keys.sort();
+    keys
 }
 
 /// The effect key of row `name` in `state` at `occurrence`, computed
 /// apart from the library by the documented rule: `long_keys.status:`,
 /// the key, the state and `:`, cut to 169 characters and followed by `~`,
 /// its SHA-256 in hex and `:` when longer than 235, then the occurrence.
-fn effect_key_of(name: &str, state: Named, occurrence: i64) -> String {
+fn effect_key_of<S: StateMachine>(name: &str, state: S, occurrence: i64) -> String {
     use sha2::Digest as _;
 
     let prefix = format!("long_keys.status:{name}:{}:", state.as_str());

@@ -39,6 +39,7 @@ backend_tests! {
         "faults_claim" => claim,
         "faults_finish" => finish,
         "faults_claim_tx" => claim_in_a_transaction,
+        "faults_claim_emit" => claim_that_emits,
         "faults_finish_then_recover" => finish_is_recovered,
         "faults_finish_many" => finish_many_is_recovered,
         "faults_recover" => recover_is_recovered,
@@ -62,6 +63,24 @@ pub(crate) type Rows = Vec<Option<(String, i64)>>;
 /// What a run of a call handed back: the keys it reported as won (moved
 /// by this call), or its error.
 pub(crate) type Reported = Result<BTreeSet<i64>, Failure>;
+
+/// `TransferStatus`'s table, whose `start` writes a message: its claim
+/// reads the candidates and moves them in one transaction of its own on
+/// every backend, PostgreSQL included, which binds each message's effect
+/// key beside its row's key.
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(
+    table = "transfers",
+    column = "status",
+    key = "id",
+    version = "version"
+)]
+pub(crate) enum Announced {
+    #[state(initial)]
+    #[transition(start -> Sending, emit("transfer.sending"))]
+    Pending,
+    Sending,
+}
 
 /// Keys `1..=6`: 1–4 can move, 5 and 6 stand elsewhere; key 9 has no row.
 pub(crate) const KEYS: [i64; 7] = [1, 2, 3, 4, 5, 6, 9];
@@ -196,6 +215,28 @@ where
             reset_transfers::<DB>,
             call,
             transfers::<DB>,
+        )
+        .await;
+    }
+
+    /// `claim` of a transition that emits a message: the candidates'
+    /// read, the move with its messages and the commit. Besides G10, no
+    /// row moves without its message, and no message is written without
+    /// its row's move.
+    pub(crate) async fn claim_that_emits(db: Db<DB>) {
+        let call = async |db: &Db<DB>| -> Reported {
+            let wins = Announced::start()
+                .within(DEADLINE)
+                .claim(&db.pool, 3)
+                .await?;
+            Ok(wins.iter().map(|won| *won.key()).collect())
+        };
+        matrix(
+            &db,
+            "claim that emits",
+            reset_announced::<DB>,
+            call,
+            announced::<DB>,
         )
         .await;
     }
@@ -621,6 +662,57 @@ async fn pending_transfers<DB: TestBackend>(db: &Db<DB>) {
         .await
         .unwrap();
     drop(conn);
+}
+
+/// [`reset_transfers`], and an empty outbox (made on first use).
+async fn reset_announced<DB: TestBackend>(db: &Db<DB>) {
+    reset_transfers(db).await;
+    let mut conn = db.pool.acquire().await.unwrap();
+    if DB::execute(&mut conn, "DELETE FROM stateguard_outbox", &[])
+        .await
+        .is_err()
+    {
+        for statement in stateguard::outbox::ddl(DB::DIALECT) {
+            DB::execute(&mut conn, statement, &[]).await.unwrap();
+        }
+    }
+}
+
+/// [`transfers`], after holding the outbox to the rows: each row the
+/// claim moved (now at version 1) has one message, whose id is its
+/// effect key, and there is no other message.
+async fn announced<DB: TestBackend>(db: &Db<DB>) -> Rows {
+    let rows = transfers(db).await;
+    let (count, of) = match DB::DIALECT {
+        stateguard::ddl::Dialect::Postgres => (
+            "SELECT CAST(COUNT(*) AS BIGINT) FROM stateguard_outbox",
+            "SELECT CAST(COUNT(*) AS BIGINT) FROM stateguard_outbox WHERE message_id = $1",
+        ),
+        stateguard::ddl::Dialect::Sqlite => (
+            "SELECT CAST(COUNT(*) AS BIGINT) FROM stateguard_outbox",
+            "SELECT CAST(COUNT(*) AS BIGINT) FROM stateguard_outbox WHERE message_id = ?1",
+        ),
+        _ => (
+            "SELECT CAST(COUNT(*) AS SIGNED) FROM stateguard_outbox",
+            "SELECT CAST(COUNT(*) AS SIGNED) FROM stateguard_outbox WHERE message_id = ?",
+        ),
+    };
+    let mut conn = db.pool.acquire().await.unwrap();
+    let mut moved = 0;
+    for (key, row) in KEYS.iter().zip(&rows) {
+        if !matches!(row, Some((_, 1))) {
+            continue;
+        }
+        moved += 1;
+        let id = format!("transfers.status:{key}:sending:1");
+        let (n,): (i64,) = DB::fetch_one(&mut conn, of, &[Bind::Text(&id)])
+            .await
+            .unwrap();
+        assert_eq!(n, 1, "transfer {key} moved with {n} messages");
+    }
+    let (all,): (i64,) = DB::fetch_one(&mut conn, count, &[]).await.unwrap();
+    assert_eq!(all, moved, "messages without their rows' moves");
+    rows
 }
 
 /// `transfers` rows 1–4 pending, 5 sending, 6 cancelled (the table made

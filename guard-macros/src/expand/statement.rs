@@ -114,6 +114,11 @@ pub(super) fn bind(slot: Slot) -> TokenStream {
         Slot::Reason => quote!(Reason),
         Slot::Details => quote!(Details),
         Slot::EffectKey => quote!(EffectKey),
+        Slot::EffectKeys => quote!(EffectKeys),
+        Slot::RowEffectKey(row) => {
+            let row = n(row);
+            quote!(RowEffectKey(#row))
+        }
         Slot::Tag => quote!(Tag),
     }
 }

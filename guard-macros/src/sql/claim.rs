@@ -1,7 +1,6 @@
 //! `claim` and `claim_older_than`: up to `n` rows in a source state, taken
 //! in the machine's order, skipping rows another claimer holds.
 
-use super::outbox::MessageId;
 use crate::dialect::Dialect;
 use crate::model::{Model, Transition};
 use crate::plan::{Col, Slot};
@@ -12,8 +11,9 @@ impl Dialect {
     /// `transition.claim(pool, n)`: up to `n` rows in a source state (and
     /// meeting the guard), in `order`, skipping rows another claimer holds.
     ///
-    /// PostgreSQL moves them in one statement and returns their keys,
-    /// versions and lease tokens in order: `WITH __sg_c AS MATERIALIZED
+    /// PostgreSQL moves them in one statement (unless the transition
+    /// emits a message, below) and returns their keys, versions and lease
+    /// tokens in order: `WITH __sg_c AS MATERIALIZED
     /// (SELECT k … ORDER BY o LIMIT $n FOR UPDATE SKIP LOCKED), moved AS
     /// (UPDATE … WHERE (k) IN (SELECT k FROM __sg_c) … RETURNING …) SELECT
     /// … FROM moved ORDER BY o`: the candidates are chosen once, whatever
@@ -22,6 +22,12 @@ impl Dialect {
     /// locking `SKIP LOCKED` one on MySQL), run in a short transaction
     /// that then moves them all with the `apply_many` statements.
     ///
+    /// A transition that emits a message claims on PostgreSQL as on
+    /// MySQL: each message's id is its row's effect key, which the
+    /// runtime computes from the row's key (`outcome.rs`) and so must
+    /// know before the move writes the message. The candidates' locking
+    /// `SELECT` names the keys, and `apply_many`'s statement moves the rows
+    /// with the effect keys bound beside them.
     pub fn claim_next(&self, model: &Model, transition: &Transition) -> String {
         self.claim_sql(model, transition, None)
     }
@@ -89,6 +95,9 @@ impl Dialect {
         match d {
             Dialect::Sqlite => returned,
             Dialect::MySql => format!("{returned} FOR UPDATE SKIP LOCKED"),
+            Dialect::Postgres if transition.emit.is_some() => {
+                format!("{returned} FOR UPDATE SKIP LOCKED")
+            }
             Dialect::Postgres => {
                 let target = &model.states[transition.target];
                 let lease = match &target.in_flight {
@@ -105,16 +114,6 @@ impl Dialect {
                     (0..model.key.len()).map(|i| format!("c{i}")).collect();
                 let order_aliases: Vec<String> =
                     (0..order.len()).map(|i| format!("o{i}")).collect();
-                // The message of each row moved, where the transition emits one.
-                let payload = d.payload_item(model, transition);
-                let outbox = d.outbox_cte(
-                    model,
-                    transition,
-                    "moved",
-                    &key_aliases,
-                    "v",
-                    MessageId::Columns,
-                );
                 if let Some(history) = &model.history {
                     // The candidates with the state each leaves, locked, then
                     // moved, then their history rows, in one statement.
@@ -136,8 +135,8 @@ impl Dialect {
                         "WITH __sg_old AS MATERIALIZED (SELECT {}, {} AS __sg_from FROM {table} \
                          WHERE {status}{guard} ORDER BY {order_by} LIMIT {limit} FOR UPDATE SKIP \
                          LOCKED), moved AS (UPDATE {table} SET {} FROM __sg_old WHERE {} RETURNING {}, {} AS \
-                         v, {lease} AS l, {}, __sg_old.__sg_from{payload}), __sg_log AS (INSERT \
-                         INTO {} ({columns}) SELECT {values} FROM moved){outbox} SELECT {}, {}, {} \
+                         v, {lease} AS l, {}, __sg_old.__sg_from), __sg_log AS (INSERT \
+                         INTO {} ({columns}) SELECT {values} FROM moved) SELECT {}, {}, {} \
                          FROM moved ORDER BY {}",
                         d.key_aliases(model, None, "__sg_k"),
                         d.status_read(&model.column),
@@ -158,7 +157,7 @@ impl Dialect {
                 format!(
                     "WITH __sg_c AS MATERIALIZED ({candidates} FOR UPDATE SKIP LOCKED), moved AS \
                      (UPDATE {table} SET {} WHERE ({keys}) IN (SELECT {keys} FROM __sg_c) AND \
-                     {status}{guard} RETURNING {}, {} AS v, {lease} AS l, {}{payload}){outbox} \
+                     {status}{guard} RETURNING {}, {} AS v, {lease} AS l, {}) \
                      SELECT {}, {}, {} FROM moved ORDER BY {}",
                     d.assignments(model, transition),
                     returned_keys,

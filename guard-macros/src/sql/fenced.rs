@@ -9,7 +9,10 @@
 //! array per key column, [`Slot::Keys`], and one per integer,
 //! [`Slot::Ints`]), and as one JSON document of rows
 //! `[key…, occurrence, token(, delay)]` on SQLite and MySQL
-//! ([`Slot::Keys`]`(0)`).
+//! ([`Slot::Keys`]`(0)`). A follow-up that emits a message reads each
+//! row's effect key up to its occurrence beside its key: one more array
+//! on PostgreSQL, the rows' last item on SQLite and MySQL
+//! ([`Slot::EffectKeys`]).
 //!
 //! A follow-up that binds values per row (`set(bank_ref = bind(String))`)
 //! takes its batch spelled out instead: [`ROWS`] rows of placeholders
@@ -20,12 +23,12 @@
 //! type). The runtime sends a batch in runs of [`ROWS`], the last one
 //! padded with rows that match nothing (a NULL token).
 
-use super::outbox::MessageId;
+use super::outbox::EFFECT;
 use crate::dialect::Dialect;
 use crate::model::{InFlight, Model, State, Transition};
 use crate::plan::{Col, Slot};
 
-use super::{Match, key_columns};
+use super::{MYSQL_KEY, Match, key_columns};
 
 /// The integers each row of a fenced batch carries after its key, in
 /// order: the occurrence and the lease token, and for a postponement the
@@ -37,15 +40,17 @@ const DELAY: &str = "__sg_d";
 /// ([`Dialect::cells_input`]).
 pub const ROWS: u8 = 64;
 
-/// Where a fenced statement takes its rows from.
+/// Where a fenced statement takes its rows from, and whether it reads
+/// each row's effect key up to its occurrence (`__sg_i.__sg_e`), for the
+/// messages of a follow-up that emits one.
 #[derive(Clone, Copy)]
 enum Input<'a> {
     /// One value per column (PostgreSQL) or one JSON document (SQLite,
     /// MySQL), carrying these integers after each key.
-    Batch(&'a [&'a str]),
+    Batch { ints: &'a [&'a str], effect: bool },
     /// [`ROWS`] rows of placeholders, each with this many values after its
     /// fence.
-    Cells(usize),
+    Cells { values: usize, effect: bool },
 }
 
 impl Dialect {
@@ -54,46 +59,59 @@ impl Dialect {
     /// `JSON_TABLE` over rows `[key…, int…]`. On SQLite and MySQL the
     /// document always carries the fence, which a statement that needs
     /// fewer integers does not read.
-    pub(super) fn fenced_input(self, model: &Model, ints: &[&str]) -> String {
+    ///
+    /// `effect`: with each row's effect key up to its occurrence,
+    /// `__sg_e` ([`Slot::EffectKeys`]): one more array on PostgreSQL; on
+    /// SQLite and MySQL the document that ends each row with it, read in
+    /// place of the keys' own, which must then name every integer the
+    /// document carries.
+    pub(super) fn fenced_input(self, model: &Model, ints: &[&str], effect: bool) -> String {
         let n = model.key.len();
-        let keys = (0..n).map(|i| format!("__sg_k{i}"));
+        let names: Vec<String> = (0..n)
+            .map(|i| format!("__sg_k{i}"))
+            .chain(ints.iter().map(|c| c.to_string()))
+            .chain(effect.then(|| EFFECT.to_owned()))
+            .collect();
+        let document = match effect {
+            true => Slot::EffectKeys.mark(),
+            false => Slot::Keys(0).mark(),
+        };
         match self {
             Dialect::Postgres => {
                 let arrays: Vec<String> = (0..n)
                     .map(|i| Slot::Keys(i as u8).mark())
                     .chain((0..ints.len()).map(|j| Slot::Ints(j as u8).mark()))
+                    .chain(effect.then(|| Slot::EffectKeys.mark()))
                     .collect();
-                let columns: Vec<String> = keys.chain(ints.iter().map(|c| c.to_string())).collect();
                 format!(
                     "unnest({}) AS __sg_i({})",
                     arrays.join(", "),
-                    columns.join(", ")
+                    names.join(", ")
                 )
             }
             Dialect::Sqlite => {
-                let columns: Vec<String> = keys
-                    .chain(ints.iter().map(|c| c.to_string()))
-                    .enumerate()
+                let columns: Vec<String> = (names.iter().enumerate())
                     .map(|(i, c)| format!("json_extract(value, '$[{i}]') AS {c}"))
                     .collect();
                 format!(
-                    "(SELECT {} FROM json_each({})) AS __sg_i",
+                    "(SELECT {} FROM json_each({document})) AS __sg_i",
                     columns.join(", "),
-                    Slot::Keys(0).mark()
                 )
             }
             Dialect::MySql => {
-                let columns: Vec<String> = (0..n)
-                    .map(|i| format!("__sg_k{i} VARCHAR(768) PATH '$[{i}]'"))
-                    .chain(
-                        ints.iter()
-                            .enumerate()
-                            .map(|(j, c)| format!("{c} BIGINT PATH '$[{}]'", n + j)),
-                    )
+                let columns: Vec<String> = (names.iter().enumerate())
+                    .map(|(i, c)| {
+                        let kind = match i {
+                            i if i < n => MYSQL_KEY,
+                            i if i < n + ints.len() => "BIGINT",
+                            // At most 235 characters (`outcome.rs`).
+                            _ => "VARCHAR(255)",
+                        };
+                        format!("{c} {kind} PATH '$[{i}]'")
+                    })
                     .collect();
                 format!(
-                    "JSON_TABLE({}, '$[*]' COLUMNS ({})) AS __sg_i",
-                    Slot::Keys(0).mark(),
+                    "JSON_TABLE({document}, '$[*]' COLUMNS ({})) AS __sg_i",
                     columns.join(", ")
                 )
             }
@@ -103,8 +121,10 @@ impl Dialect {
     /// [`ROWS`] rows of placeholders, `__sg_i(__sg_k0, …, __sg_o, __sg_t,
     /// __sg_v0, …)`: each row's key columns, occurrence, lease token and
     /// `values` values, one [`Slot::Row`] each, as a `UNION ALL` of
-    /// one-row `SELECT`s (which every dialect takes as a derived table).
-    fn cells_input(self, model: &Model, values: usize) -> String {
+    /// one-row `SELECT`s (which every dialect takes as a derived table);
+    /// `effect`, and its effect key up to its occurrence, `__sg_e`
+    /// ([`Slot::RowEffectKey`]).
+    fn cells_input(self, model: &Model, values: usize, effect: bool) -> String {
         let names: Vec<String> = (0..model.key.len())
             .map(|i| format!("__sg_k{i}"))
             .chain(FENCE.iter().map(|c| c.to_string()))
@@ -112,14 +132,13 @@ impl Dialect {
             .collect();
         let rows: Vec<String> = (0..ROWS)
             .map(|row| {
+                let named = |cell: String, name: &str| match row {
+                    0 => format!("{cell} AS {name}"),
+                    _ => cell,
+                };
                 let cells: Vec<String> = (names.iter().enumerate())
-                    .map(|(part, name)| {
-                        let cell = Slot::Row(row, part as u8).mark();
-                        match row {
-                            0 => format!("{cell} AS {name}"),
-                            _ => cell,
-                        }
-                    })
+                    .map(|(part, name)| named(Slot::Row(row, part as u8).mark(), name))
+                    .chain(effect.then(|| named(Slot::RowEffectKey(row).mark(), EFFECT)))
                     .collect();
                 format!("SELECT {}", cells.join(", "))
             })
@@ -129,8 +148,8 @@ impl Dialect {
 
     fn input(self, model: &Model, input: Input<'_>) -> String {
         match input {
-            Input::Batch(ints) => self.fenced_input(model, ints),
-            Input::Cells(values) => self.cells_input(model, values),
+            Input::Batch { ints, effect } => self.fenced_input(model, ints, effect),
+            Input::Cells { values, effect } => self.cells_input(model, values, effect),
         }
     }
 
@@ -202,7 +221,7 @@ impl Dialect {
         let assignments = format!("{} = {}", d.quote(&in_flight.since), d.now());
         format!(
             "{}{}",
-            d.fenced_update(model, state, in_flight, &assignments, Input::Batch(&FENCE)),
+            d.fenced_update(model, state, in_flight, &assignments, batch(&FENCE)),
             d.fenced_returning(model, Some(in_flight)),
         )
     }
@@ -230,7 +249,7 @@ impl Dialect {
         );
         let join = format!(
             "{} JOIN {table} ON {}",
-            d.fenced_input(model, &[]),
+            d.fenced_input(model, &[], false),
             d.many_match(model, Match::Exact)
         );
         match d {
@@ -248,7 +267,7 @@ impl Dialect {
             Dialect::Sqlite => format!("SELECT {columns} FROM {join}"),
             Dialect::MySql => format!(
                 "SELECT {columns} FROM {} STRAIGHT_JOIN {table} ON {} FOR UPDATE",
-                d.fenced_input(model, &[]),
+                d.fenced_input(model, &[], false),
                 d.many_match(model, Match::Exact)
             ),
         }
@@ -267,7 +286,10 @@ impl Dialect {
         transition: &Transition,
     ) -> String {
         let d = *self;
-        let input = follow_up_input(transition);
+        // PostgreSQL writes the messages from the moved rows, each with
+        // its effect key from the batch's rows.
+        let effect = d == Dialect::Postgres && transition.emit.is_some();
+        let input = follow_up_input(transition, effect);
         let update = d.fenced_update(
             model,
             state,
@@ -285,20 +307,17 @@ impl Dialect {
         // statement, from the moved rows, and returns their keys.
         let table = d.quote(&model.table);
         let aliases: Vec<String> = (0..model.key.len()).map(|i| format!("__sg_k{i}")).collect();
+        let effect = match effect {
+            true => format!(", __sg_i.{EFFECT} AS {EFFECT}"),
+            false => String::new(),
+        };
         let moved = format!(
-            "WITH __sg_moved AS ({update} RETURNING {}, {} AS __sg_v{})",
+            "WITH __sg_moved AS ({update} RETURNING {}, {} AS __sg_v{effect}{})",
             d.key_aliases(model, Some(&table), "__sg_k"),
             d.version_read(model.version.as_deref()),
             d.payload_item(model, transition),
         );
-        let outbox = d.outbox_cte(
-            model,
-            transition,
-            "__sg_moved",
-            &aliases,
-            "__sg_v",
-            MessageId::Columns,
-        );
+        let outbox = d.outbox_cte(model, transition, "__sg_moved", &aliases, "__sg_v", EFFECT);
         let log = match &model.history {
             Some(history) => {
                 let (columns, values) = d.history_row(
@@ -362,7 +381,7 @@ impl Dialect {
             return String::new();
         };
         let (columns, values) = d.history_columns(model, transition, true);
-        let rows = d.fenced_rows(model, state, in_flight, follow_up_input(transition));
+        let rows = d.fenced_rows(model, state, in_flight, follow_up_input(transition, false));
         from_rows(
             transition,
             format!(
@@ -382,10 +401,11 @@ impl Dialect {
         in_flight: &InFlight,
         transition: &Transition,
     ) -> String {
-        let from_where = self.fenced_rows(model, state, in_flight, follow_up_input(transition));
+        let input = follow_up_input(transition, true);
+        let from_where = self.fenced_rows(model, state, in_flight, input);
         from_rows(
             transition,
-            self.outbox_insert_from(model, transition, &from_where, MessageId::Columns),
+            self.outbox_insert_from(model, transition, &from_where, &format!("__sg_i.{EFFECT}")),
         )
     }
 
@@ -409,7 +429,7 @@ impl Dialect {
                 state,
                 in_flight,
                 &assignments,
-                Input::Batch(&[FENCE[0], FENCE[1], DELAY]),
+                batch(&[FENCE[0], FENCE[1], DELAY]),
             ),
             d.fenced_returning(model, None),
         )
@@ -441,7 +461,7 @@ impl Dialect {
         }
         format!(
             "UPDATE {} STRAIGHT_JOIN {} ON {} SET {} WHERE {} AND {}",
-            d.fenced_input(model, &[]),
+            d.fenced_input(model, &[], false),
             d.quote(&model.table),
             d.many_match(model, Match::Exact),
             d.take_over_assignments(in_flight),
@@ -451,12 +471,25 @@ impl Dialect {
     }
 }
 
+/// Rows of one value per column (one document), with these integers
+/// after each key, and no effect keys.
+fn batch<'a>(ints: &'a [&'a str]) -> Input<'a> {
+    Input::Batch {
+        ints,
+        effect: false,
+    }
+}
+
 /// Where a follow-up's batch statements take their rows: spelled out when
-/// it binds values per row, one document (or array per column) otherwise.
-fn follow_up_input(transition: &Transition) -> Input<'static> {
+/// it binds values per row, one document (or array per column) otherwise;
+/// `effect`, with each row's effect key up to its occurrence.
+fn follow_up_input(transition: &Transition, effect: bool) -> Input<'static> {
     match transition.set_binds() {
-        0 => Input::Batch(&FENCE),
-        values => Input::Cells(values),
+        0 => Input::Batch {
+            ints: &FENCE,
+            effect,
+        },
+        values => Input::Cells { values, effect },
     }
 }
 

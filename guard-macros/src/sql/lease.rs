@@ -2,7 +2,6 @@
 //! follow-ups' losing read, and recovery's listing and takeover of expired
 //! rows.
 
-use super::outbox::MessageId;
 use crate::dialect::Dialect;
 use crate::model::{InFlight, Model, State, Transition};
 use crate::plan::{Col, Slot};
@@ -68,7 +67,7 @@ impl Dialect {
             "__sg_moved",
             &aliases,
             "__sg_v",
-            MessageId::Bound,
+            &Slot::EffectKey.mark(),
         );
         let Some(history) = &model.history else {
             // One row per row moved, holding the tag.

@@ -1,12 +1,12 @@
 //! `apply_many`: a batch of keys bound as one value, moved in one
 //! statement, with the read of the rows it did not move.
 
-use super::outbox::MessageId;
+use super::outbox::EFFECT;
 use crate::dialect::Dialect;
 use crate::model::{Model, Transition};
 use crate::plan::{Col, Slot};
 
-use super::{Match, key_columns};
+use super::{MYSQL_KEY, Match, key_columns};
 
 impl Dialect {
     /// `apply_many`'s keys as rows, `__sg_i(__sg_k0, …)`: an array per key
@@ -48,7 +48,7 @@ impl Dialect {
                         } else {
                             format!("$[{i}]")
                         };
-                        format!("__sg_k{i} VARCHAR(768) PATH '{path}'")
+                        format!("__sg_k{i} {MYSQL_KEY} PATH '{path}'")
                     })
                     .collect();
                 format!(
@@ -184,10 +184,10 @@ impl Dialect {
         let outbox = d.outbox_cte(
             model,
             transition,
-            "__sg_moved",
+            &d.with_effect_keys(model, "__sg_moved", &aliases, by),
             &aliases,
             "__sg_v",
-            MessageId::Columns,
+            &format!("__sg_ek.{EFFECT}"),
         );
         match (d, &model.history) {
             // With a history table: the rows read and locked in key order
@@ -263,14 +263,16 @@ impl Dialect {
         format!(
             "INSERT INTO {} ({columns}) SELECT {values} {}",
             d.quote(history),
-            d.many_rows(model, transition),
+            d.many_rows(model, transition, false),
         )
     }
 
     /// SQLite and MySQL: `FROM … WHERE …`, the rows among the keys that
     /// `apply_many`'s update is about to move: in a source state, meeting
-    /// the guard.
-    pub(super) fn many_rows(self, model: &Model, transition: &Transition) -> String {
+    /// the guard; `effect`, with each row's effect key up to its
+    /// occurrence (`__sg_i.__sg_e`), the keys then coming from the
+    /// document that carries both ([`Slot::EffectKeys`]).
+    pub(super) fn many_rows(self, model: &Model, transition: &Transition, effect: bool) -> String {
         let d = self;
         let table = d.quote(&model.table);
         let status = d.in_sources_keyed(model, transition);
@@ -282,9 +284,12 @@ impl Dialect {
             Dialect::MySql => "STRAIGHT_JOIN",
             Dialect::Sqlite | Dialect::Postgres => "JOIN",
         };
+        let input = match effect {
+            true => d.fenced_input(model, &[], true),
+            false => d.many_input(model),
+        };
         format!(
-            "FROM {} {join} {table} ON {} WHERE {status}{guard}",
-            d.many_input(model),
+            "FROM {input} {join} {table} ON {} WHERE {status}{guard}",
             d.many_match(model, Match::Exact),
         )
     }

@@ -39,6 +39,12 @@ pub enum Match {
     ByValue,
 }
 
+/// MySQL: the type of a key column of a batch's rows read from JSON
+/// (`JSON_TABLE`): as long as the longest key InnoDB can index (3,072
+/// bytes), so that no key that a table can hold is cut short, and then
+/// found by none of its rows.
+const MYSQL_KEY: &str = "VARCHAR(3072)";
+
 /// `columns` as the result's key columns, `Key(0)`, `Key(1)`, …, joined.
 fn key_columns(columns: impl IntoIterator<Item = String>) -> String {
     columns

@@ -7,28 +7,29 @@ use crate::dialect::Dialect;
 use crate::model::{Assign, Emit, Model, Transition};
 use crate::plan::Slot;
 
-/// Where a statement's outbox rows take their message id, the win's
-/// effect key, from.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(super) enum MessageId {
-    /// The effect key up to its occurrence, bound ([`Slot::EffectKey`]),
-    /// then the occurrence the move writes: a statement that moves one
-    /// row the caller names, whose key the runtime knows.
-    Bound,
-    /// Built from the moved row's key columns: the statements that move a
-    /// batch of rows.
-    Columns,
-}
+use super::Match;
+
+/// The column of a batch's rows that holds each row's effect key up to
+/// its occurrence ([`Slot::EffectKeys`], [`Slot::RowEffectKey`]).
+pub(super) const EFFECT: &str = "__sg_e";
 
 /// The row a message is written for, as expressions: its key columns, its
-/// new occurrence and its payload (a JSON object), and where its message
-/// id comes from.
+/// new occurrence, its payload (a JSON object), and its effect key up to
+/// its occurrence.
+///
+/// **Architecture Invariant:** the effect key is never built here. The
+/// runtime computes it (`guard-runtime/src/outcome.rs`,
+/// `effect_key_prefix`, from the row's key and the transition's target,
+/// which is fixed per transition) and binds it: one row's as
+/// [`Slot::EffectKey`], a batch's as [`Slot::EffectKeys`] or
+/// [`Slot::RowEffectKey`] beside its keys. The statement only appends the
+/// occurrence the move writes, which it alone may know.
 #[derive(Clone, Copy)]
 struct Moved<'a> {
     keys: &'a [String],
     occurrence: &'a str,
     payload: &'a str,
-    message_id: MessageId,
+    prefix: &'a str,
 }
 
 impl Dialect {
@@ -143,35 +144,20 @@ impl Dialect {
 
     /// The outbox's columns and the values of `transition`'s message for
     /// the row `moved`: the message id, which is the win's effect key
-    /// (`table.column:key:state:occurrence`), the order key that keeps a
+    /// (its bound part, then the occurrence), the order key that keeps a
     /// row's messages in order (`table.column:key`), the occurrence, the
     /// topic, the payload as bytes, and the times.
-    fn outbox_row(
-        self,
-        model: &Model,
-        transition: &Transition,
-        emit: &Emit,
-        moved: Moved<'_>,
-    ) -> (String, String) {
+    fn outbox_row(self, model: &Model, emit: &Emit, moved: Moved<'_>) -> (String, String) {
         let d = self;
         let Moved {
             keys,
             occurrence,
             payload,
-            message_id,
+            prefix,
         } = moved;
+        let id = d.concat(&[prefix.to_owned(), d.as_text(occurrence)]);
         let row = format!("'{}.{}:'", model.table, model.column);
-        let key = d.key_text(keys);
-        let id = match message_id {
-            MessageId::Bound => d.concat(&[Slot::EffectKey.mark(), d.as_text(occurrence)]),
-            MessageId::Columns => d.concat(&[
-                row.clone(),
-                key.clone(),
-                format!("':{}:'", model.states[transition.target].db),
-                d.as_text(occurrence),
-            ]),
-        };
-        let order_key = d.concat(&[row, key]);
+        let order_key = d.concat(&[row, d.key_text(keys)]);
         let bytes = match d {
             Dialect::Postgres => format!("convert_to(CAST({payload} AS TEXT), 'UTF8')"),
             Dialect::Sqlite => format!("CAST({payload} AS BLOB)"),
@@ -201,9 +187,11 @@ impl Dialect {
     }
 
     /// PostgreSQL: `, __sg_out AS (INSERT INTO outbox … SELECT … FROM
-    /// moved)`, the message of each row the CTE `moved` returns, whose
-    /// key columns are `keys`, new occurrence `occurrence` and payload
-    /// `__sg_p`; empty for a transition that emits nothing.
+    /// moved)`, the message of each row that `moved` (a CTE, or a CTE
+    /// joined to the rows' effect keys) holds, whose key columns are
+    /// `keys`, new occurrence `occurrence`, payload `__sg_p` and effect key
+    /// up to its occurrence `prefix`; empty for a transition that emits
+    /// nothing.
     pub(super) fn outbox_cte(
         self,
         model: &Model,
@@ -211,7 +199,7 @@ impl Dialect {
         moved: &str,
         keys: &[String],
         occurrence: &str,
-        message_id: MessageId,
+        prefix: &str,
     ) -> String {
         let Some(emit) = &transition.emit else {
             return String::new();
@@ -220,9 +208,9 @@ impl Dialect {
             keys,
             occurrence,
             payload: "__sg_p",
-            message_id,
+            prefix,
         };
-        let (columns, values) = self.outbox_row(model, transition, emit, row);
+        let (columns, values) = self.outbox_row(model, emit, row);
         format!(
             ", __sg_out AS (INSERT INTO {} ({columns}) SELECT {values} FROM {moved})",
             self.quote(&model.outbox)
@@ -239,15 +227,15 @@ impl Dialect {
     }
 
     /// SQLite and MySQL: the message of `transition` for each row that
-    /// `from_where` (`FROM … WHERE …`) finds, inserted from it just before
-    /// the move, in one transaction with it. Empty for a transition that
-    /// emits nothing.
+    /// `from_where` (`FROM … WHERE …`) finds, whose effect key up to its
+    /// occurrence is `prefix`, inserted from it just before the move, in
+    /// one transaction with it. Empty for a transition that emits nothing.
     pub(super) fn outbox_insert_from(
         self,
         model: &Model,
         transition: &Transition,
         from_where: &str,
-        message_id: MessageId,
+        prefix: &str,
     ) -> String {
         let (Some(emit), false) = (&transition.emit, self == Dialect::Postgres) else {
             return String::new();
@@ -262,9 +250,9 @@ impl Dialect {
             keys: &keys,
             occurrence: &occurrence,
             payload: &payload,
-            message_id,
+            prefix,
         };
-        let (columns, values) = self.outbox_row(model, transition, emit, moved);
+        let (columns, values) = self.outbox_row(model, emit, moved);
         format!(
             "INSERT INTO {} ({columns}) SELECT {values} {from_where}",
             self.quote(&model.outbox),
@@ -289,7 +277,7 @@ impl Dialect {
                 ""
             },
         );
-        self.outbox_insert_from(model, transition, &from_where, MessageId::Bound)
+        self.outbox_insert_from(model, transition, &from_where, &Slot::EffectKey.mark())
     }
 
     /// SQLite and MySQL: the message of `update` (with `expecting`), as
@@ -301,13 +289,59 @@ impl Dialect {
 
     /// SQLite and MySQL: the messages of `apply_many`'s update, from the
     /// rows it is about to move, as [`Self::many_history_insert`] inserts
-    /// their history rows.
+    /// their history rows, each with its effect key from the batch's rows
+    /// ([`Slot::EffectKeys`]).
     pub fn many_outbox_insert(&self, model: &Model, transition: &Transition) -> String {
         self.outbox_insert_from(
             model,
             transition,
-            &self.many_rows(model, transition),
-            MessageId::Columns,
+            &self.many_rows(model, transition, true),
+            &format!("__sg_i.{EFFECT}"),
+        )
+    }
+
+    /// PostgreSQL: `moved`, a CTE of moved rows whose key columns are
+    /// `keys`, each joined to its effect key up to its occurrence
+    /// (`__sg_ek.`[`EFFECT`]), which the batch binds beside its keys: the
+    /// arrays of the keys and of the effect keys ([`Slot::EffectKeys`])
+    /// unnested side by side, matched to the moved row's key as the
+    /// statement matched the row (`by`). Each moved row's key is one of
+    /// the batch's distinct keys, so it finds its effect key once; a
+    /// `LEFT JOIN`, so that a row that found none would write a NULL
+    /// message id, which the outbox refuses (`NOT NULL`), failing the
+    /// statement rather than losing the message.
+    pub(super) fn with_effect_keys(
+        self,
+        model: &Model,
+        moved: &str,
+        keys: &[String],
+        by: Match,
+    ) -> String {
+        let n = model.key.len();
+        let arrays: Vec<String> = (0..n)
+            .map(|i| Slot::Keys(i as u8).mark())
+            .chain([Slot::EffectKeys.mark()])
+            .collect();
+        let columns: Vec<String> = (0..n)
+            .map(|i| format!("__sg_ek{i}"))
+            .chain([EFFECT.to_owned()])
+            .collect();
+        let on: Vec<String> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| {
+                let (k, v) = (format!("{moved}.{k}"), format!("__sg_ek.__sg_ek{i}"));
+                match by {
+                    Match::Exact => self.exact_eq(&k, &v),
+                    Match::ByValue => format!("{k} = {v}"),
+                }
+            })
+            .collect();
+        format!(
+            "{moved} LEFT JOIN unnest({}) AS __sg_ek({}) ON {}",
+            arrays.join(", "),
+            columns.join(", "),
+            on.join(" AND ")
         )
     }
 }

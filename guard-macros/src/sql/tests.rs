@@ -42,6 +42,16 @@ fn with_model_set(
     set: Vec<(String, crate::model::Assign)>,
     check: impl FnOnce(&Model),
 ) {
+    with_model_changed(version, set, |_| {}, check);
+}
+
+/// The model of [`with_model_set`], changed by `change`.
+fn with_model_changed(
+    version: Option<&str>,
+    set: Vec<(String, crate::model::Assign)>,
+    change: impl FnOnce(&mut Model),
+    check: impl FnOnce(&Model),
+) {
     let ident = |name: &str| Ident::new(name, Span::call_site());
     let (machine, pending, sending, sent) = (
         ident("Payout"),
@@ -103,6 +113,7 @@ fn with_model_set(
         ],
     };
     model.transitions[1].set.extend(set);
+    change(&mut model);
     check(&model);
 }
 
@@ -365,4 +376,117 @@ fn a_follow_up_without_values_takes_one_document() {
             );
         }
     });
+}
+
+/// Every statement that writes an outbox row takes its message id from
+/// an effect key the runtime binds (one row's, a batch's beside its keys,
+/// or a spelled-out row's), never from the row's columns: the message id
+/// is `effect_key()` however long the key. A PostgreSQL claim of a
+/// transition that emits only names its candidates, for `apply_many`'s
+/// statement to move them with their effect keys.
+#[test]
+fn every_message_id_is_a_bound_effect_key() -> Result<(), String> {
+    use crate::model::{Assign, Emit};
+    use crate::sql::Match;
+
+    let string: syn::Type = syn::parse_quote!(String);
+    let valued = || {
+        vec![(
+            "bank_ref".to_owned(),
+            Assign::Bind(Box::new(string.clone())),
+        )]
+    };
+    for (history, set) in [(false, Vec::new()), (true, Vec::new()), (false, valued())] {
+        let mut writers: Vec<(Dialect, String, String)> = Vec::new();
+        let mut claims: Vec<(Dialect, String)> = Vec::new();
+        let emit_all = |model: &mut Model| {
+            model.history = history.then(|| "payout_history".to_owned());
+            for t in &mut model.transitions {
+                t.emit = Some(Emit {
+                    topic: format!("payout.{}", t.name),
+                    payload: Vec::new(),
+                });
+            }
+        };
+        with_model_changed(Some("version"), set, emit_all, |model| {
+            let state = &model.states[1];
+            let Some(f) = &state.in_flight else { return };
+            let (start, confirm) = (&model.transitions[0], &model.transitions[1]);
+            for d in DIALECTS {
+                let mut add = |what: &str, marked: String| {
+                    writers.push((d, what.to_owned(), marked));
+                };
+                add("update", d.update_with_history(model, start, false));
+                add(
+                    "update expecting",
+                    d.update_with_history(model, start, true),
+                );
+                add("outbox insert", d.outbox_insert(model, start, false));
+                add("many update", d.many_update(model, start, Match::Exact));
+                add(
+                    "many update by value",
+                    d.many_update(model, start, Match::ByValue),
+                );
+                add("many outbox insert", d.many_outbox_insert(model, start));
+                add("follow-up", d.follow_up(model, state, f, confirm));
+                add(
+                    "follow-up outbox insert",
+                    d.follow_up_outbox_insert(model, state, f, confirm),
+                );
+                add("follow-up many", d.follow_up_many(model, state, f, confirm));
+                add(
+                    "follow-up many outbox insert",
+                    d.follow_up_many_outbox_insert(model, state, f, confirm),
+                );
+                claims.push((d, d.claim_next(model, start)));
+            }
+        });
+        let mut written = 0;
+        for (d, what, marked) in writers {
+            if !marked.contains("INSERT INTO \"stateguard_outbox\"")
+                && !marked.contains("INSERT INTO `stateguard_outbox`")
+            {
+                continue;
+            }
+            written += 1;
+            let statement = render(d, &marked)?;
+            let bound = statement.plan.iter().any(|slot| {
+                matches!(
+                    slot,
+                    Slot::EffectKey | Slot::EffectKeys | Slot::RowEffectKey(_)
+                )
+            });
+            assert!(
+                bound,
+                "{d:?} {what}: no effect key bound: {}",
+                statement.text
+            );
+            // No state is spelled into a message id.
+            for state in ["':sending:'", "':sent:'"] {
+                assert!(
+                    !statement.text.contains(state),
+                    "{d:?} {what}: {}",
+                    statement.text
+                );
+            }
+        }
+        // Each dialect writes the messages of the one-row moves, the
+        // batch and the batched follow-up somewhere.
+        assert!(written >= 3 * 4, "{written} statements write messages");
+        for (d, marked) in claims {
+            let statement = render(d, &marked)?;
+            assert!(
+                !statement.text.contains("stateguard_outbox"),
+                "{d:?}: {}",
+                statement.text
+            );
+            // The candidates' read: it moves nothing.
+            assert!(
+                statement.text.starts_with("SELECT "),
+                "{d:?}: {}",
+                statement.text
+            );
+        }
+    }
+    Ok(())
 }

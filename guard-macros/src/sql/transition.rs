@@ -2,7 +2,6 @@
 //! losing path's fresh reads and, on PostgreSQL with a history table, the
 //! move and its history row in one statement.
 
-use super::outbox::MessageId;
 use crate::dialect::Dialect;
 use crate::model::{Assign, InFlight, Model, Transition};
 use crate::plan::{Col, Slot};
@@ -224,7 +223,7 @@ impl Dialect {
             "__sg_moved",
             &aliases,
             "__sg_v",
-            MessageId::Bound,
+            &Slot::EffectKey.mark(),
         );
         let payload = d.payload_item(model, transition);
         // The final SELECT gives what `update` returns: the version and the

@@ -12,7 +12,7 @@ use crate::executor::Runner;
 use crate::executor::tx::{Savepoint, Tx};
 use crate::machine::ManySql;
 use crate::machine::key::{BatchKey, BindError, KeyShape};
-use crate::transition::bind::{self, Parts, Values};
+use crate::transition::bind::{self, Parts, Prefix, Values};
 use crate::transition::note::Note;
 use crate::transition::row::Read;
 use crate::transition::{Class, Names, Transition, classify};
@@ -22,7 +22,9 @@ use crate::transition::{Class, Names, Transition, classify};
 /// (`FOR UPDATE SKIP LOCKED`), MySQL 8 / MariaDB 10.6+ in a short
 /// transaction that skips locked rows, SQLite in a short `BEGIN IMMEDIATE`
 /// transaction (one writer at a time, so nothing to skip); on both, one
-/// `UPDATE` moves every row the claim took. Implemented for every backend;
+/// `UPDATE` moves every row the claim took. PostgreSQL claims the rows
+/// of a transition that emits a message as MySQL does, so that the
+/// messages' effect keys are bound beside the keys. Implemented for every backend;
 /// it cannot be implemented outside this crate.
 pub trait Batched: Backend + sealed::Sealed {
     /// Runs the claim.
@@ -113,8 +115,9 @@ pub(crate) type Claimed<'a, K> = BoxFuture<'a, Result<Vec<Took<K>>, Error>>;
 pub(crate) type Applied<'a, K> = BoxFuture<'a, Result<Vec<Found<K>>, Error>>;
 
 /// One transition as claims and batches run it, with no type of the
-/// machine's: its names, deadline and statements, and where a status text
-/// stands for it. The code that runs the statements is generic over the
+/// machine's: its names, deadline and statements, where a status text
+/// stands for it, and a row's effect key up to its occurrence, which its
+/// messages take (`emit(…)`). The code that runs the statements is generic over the
 /// backend and the key only; `claim` and `apply_many` turn what it found
 /// into wins and outcomes of the machine.
 #[doc(hidden)]
@@ -133,6 +136,7 @@ pub struct Batch<'a> {
     versioned: bool,
     leased: bool,
     classify: &'a (dyn Fn(&str) -> Result<Class, Error> + Sync),
+    effect: &'a Prefix,
 }
 
 impl<S: StateMachine> Transition<S> {
@@ -143,11 +147,13 @@ impl<S: StateMachine> Transition<S> {
     }
 
     /// This transition as claims and batches run it, placing status texts
-    /// with `classify` (from [`Transition::classifier`]).
-    pub(crate) fn batch(
+    /// with `classify` (from [`Transition::classifier`]) and computing
+    /// effect keys with `effect` (from [`Transition::effect_prefix`]).
+    pub(crate) fn batch<'a>(
         self,
-        classify: &(dyn Fn(&str) -> Result<Class, Error> + Sync),
-    ) -> Batch<'_> {
+        classify: &'a (dyn Fn(&str) -> Result<Class, Error> + Sync),
+        effect: &'a Prefix,
+    ) -> Batch<'a> {
         Batch {
             names: self.names(),
             deadline: self.deadline,
@@ -156,6 +162,7 @@ impl<S: StateMachine> Transition<S> {
             versioned: S::MACHINE.version().is_some(),
             leased: self.def.since_column().is_some(),
             classify,
+            effect,
         }
     }
 }
@@ -188,6 +195,11 @@ impl Batch<'_> {
     /// `[update, read]` of `apply_many`, comparing keys by value.
     pub(crate) fn by_value(&self) -> &'static [Sql; 2] {
         self.by_value
+    }
+
+    /// A row's effect key up to its occurrence, from its key's text.
+    pub(crate) fn effect(&self) -> &Prefix {
+        self.effect
     }
 
     /// Whether the machine has a version column.
@@ -227,12 +239,10 @@ impl Batch<'_> {
         self.names.db_error(source)
     }
 
-    #[cfg(any(feature = "sqlite", feature = "mysql"))]
     pub(crate) fn begin_error(&self, error: Error) -> Error {
         self.names.begin_error(error)
     }
 
-    #[cfg(any(feature = "sqlite", feature = "mysql"))]
     pub(crate) fn tx_error<DB: Backend>(&self, source: sqlx::Error) -> Error {
         self.names.tx_error::<DB>(source)
     }
@@ -267,6 +277,14 @@ pub struct Claim {
 }
 
 impl Claim {
+    /// Whether the claim's statement on `DB` moves the rows it takes (it
+    /// returns their new occurrence), or only names them (their keys),
+    /// for `apply_many`'s statements to move in the same transaction.
+    #[cfg(feature = "postgres")]
+    pub(crate) fn moves<DB: Backend>(self) -> bool {
+        DB::statement(self.sql).column(Column::Occurrence).is_some()
+    }
+
     /// The claim's statement as `DB` runs it, with the call's values, the
     /// age, the limit and the note bound as its plan takes them.
     pub(crate) fn prepared<DB: Backend>(

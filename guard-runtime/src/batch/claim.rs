@@ -80,7 +80,7 @@ macro_rules! batched {
     };
 }
 
-batched!("postgres", sqlx::Postgres, apply: run::returning, claim: one_statement);
+batched!("postgres", sqlx::Postgres, apply: run::returning, claim: postgres);
 // SQLite takes the write lock first: the candidates read are then the
 // rows the transaction moves.
 batched!(
@@ -110,9 +110,14 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
     /// `SKIP LOCKED` with a syntax error, [`Error::Database`]); SQLite, whose
     /// one writer makes skipping needless, reads the candidates in order
     /// and moves them with one `UPDATE … RETURNING` in a `BEGIN IMMEDIATE`
-    /// transaction. A claim into an in-flight state
-    /// stamps each row's lease, so a claimer that dies is recovered as
-    /// after [`apply`](Transition::apply).
+    /// transaction. A transition that emits a message (`emit(…)`) claims
+    /// on PostgreSQL as on MySQL, in a short transaction that locks the
+    /// candidates with `SKIP LOCKED` and moves them with `apply_many`'s
+    /// statement: each message's id is its row's
+    /// [`effect_key`](Won::effect_key), computed from the row's key and
+    /// bound beside it, so the keys are read first. A claim into an
+    /// in-flight state stamps each row's lease, so a claimer that dies is
+    /// recovered as after [`apply`](Transition::apply).
     ///
     /// A guard holds for every row claimed; rows that fail it stay. Index
     /// the status column together with the order columns, or each claim
@@ -137,11 +142,13 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
     /// transaction can no longer commit).
     ///
     /// A later statement that fails hides nothing: on a pool the claim's
-    /// statements on SQLite and MySQL run in one transaction of their own,
-    /// so a failure before its `COMMIT` leaves every row where it was, and
-    /// a `COMMIT` whose answer is lost is outcome-unknown; inside the
-    /// caller's transaction a failure after the move leaves it unable to
-    /// commit. PostgreSQL's claim is one statement.
+    /// statements on SQLite and MySQL (and on PostgreSQL, for a transition
+    /// that emits) run in one transaction of their own, so a failure
+    /// before its `COMMIT` leaves every row where it was, and a `COMMIT`
+    /// whose answer is lost is outcome-unknown; inside the caller's
+    /// transaction a failure after the move leaves it unable to commit.
+    /// PostgreSQL's claim of a transition that emits nothing is one
+    /// statement.
     ///
     /// ```
     /// # use stateguard::{Outcome, StateMachine, Won};
@@ -328,10 +335,10 @@ impl<S: StateMachine> Transition<S> {
         // known to be at most this old.
         let sent = LeasedAt(Some(std::time::Instant::now()));
         let span = telemetry::span!("stateguard.claim", S, E::Database, "UPDATE", self.name());
-        let classify = self.classifier();
+        let (classify, effect) = (self.classifier(), self.effect_prefix());
         let claim = <E::Database as Batched>::claim_rows::<E, S::KeyShape, K>(
             &mut executor,
-            self.batch(&classify),
+            self.batch(&classify, &effect),
             params,
             claim,
             limit,
@@ -375,6 +382,32 @@ impl<S: StateMachine> Transition<S> {
                 }
             }),
         }
+    }
+}
+
+#[cfg(feature = "postgres")]
+/// PostgreSQL: one statement that takes the rows and moves them; for a
+/// transition that emits a message, whose statement only names the rows
+/// it takes ([`Claim::moves`]), the candidates' locking read and the
+/// move in one transaction, as on MySQL: each message's id is its row's
+/// effect key, which is computed from the key (`outcome.rs`) and bound
+/// beside it, so the keys must be known before the move.
+async fn postgres<E, Sh, K>(
+    executor: &mut E,
+    transition: Batch<'_>,
+    params: &(dyn Parts<sqlx::Postgres> + Sync),
+    claim: Claim,
+    limit: u32,
+    note: &Note,
+) -> Result<Vec<Took<K>>, Error>
+where
+    E: BatchRunner<Database = sqlx::Postgres>,
+    Sh: KeyShape,
+    K: BatchKey<sqlx::Postgres, Sh>,
+{
+    match claim.moves::<sqlx::Postgres>() {
+        true => one_statement(executor, transition, params, claim, limit, note).await,
+        false => in_transaction(executor, "BEGIN", transition, params, claim, limit, note).await,
     }
 }
 
@@ -424,8 +457,8 @@ where
     }
 }
 
-#[cfg(any(feature = "sqlite", feature = "mysql"))]
-/// SQLite and MySQL: the candidates' `SELECT`, then one `UPDATE` for all
+/// SQLite and MySQL (and PostgreSQL, for a transition that emits a
+/// message): the candidates' `SELECT`, then one `UPDATE` for all
 /// of them, in one short transaction, tried again when the database rolls
 /// it back (a deadlock, a busy database). Inside the caller's transaction
 /// the statements run in it, and such an error is the caller's to retry
@@ -471,7 +504,6 @@ where
 
 /// How a claim moves the candidates it holds, inside its transaction: the
 /// winning statements of `apply_many`, once for all of them.
-#[cfg(any(feature = "sqlite", feature = "mysql"))]
 trait MoveHeld: Backend {
     fn move_held<'a, E, Sh, K>(
         executor: &'a mut E,
@@ -484,6 +516,28 @@ trait MoveHeld: Backend {
         E: Runner<Database = Self> + 'a,
         Sh: KeyShape,
         K: BatchKey<Self, Sh> + 'a;
+}
+
+/// PostgreSQL: one `UPDATE … RETURNING` (with its history rows and
+/// messages), of the rows the claim locked (`FOR UPDATE SKIP LOCKED`).
+#[cfg(feature = "postgres")]
+impl MoveHeld for sqlx::Postgres {
+    fn move_held<'a, E, Sh, K>(
+        executor: &'a mut E,
+        transition: Batch<'a>,
+        keys: &'a [&'a K],
+        params: &'a (dyn Parts<Self> + Sync),
+        note: &'a Note,
+    ) -> Applied<'a, K>
+    where
+        E: Runner<Database = Self> + 'a,
+        Sh: KeyShape,
+        K: BatchKey<Self, Sh> + 'a,
+    {
+        Box::pin(run::update_returning(
+            executor, transition, keys, params, note,
+        ))
+    }
 }
 
 /// SQLite: one `UPDATE … RETURNING` (after the history rows, where there
@@ -530,7 +584,6 @@ impl MoveHeld for sqlx::MySql {
     }
 }
 
-#[cfg(any(feature = "sqlite", feature = "mysql"))]
 /// One attempt of a claim in a transaction of its own.
 async fn claim_once<DB, Sh, K>(
     pool: &sqlx::Pool<DB>,
@@ -555,7 +608,6 @@ where
     Ok(claimed)
 }
 
-#[cfg(any(feature = "sqlite", feature = "mysql"))]
 /// The claim's statements inside a transaction: the candidates, then one
 /// move for all of them (per chunk of `APPLY_MANY_CHUNK`).
 async fn claim_in<DB, E, Sh, K>(

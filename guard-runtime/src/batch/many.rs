@@ -206,8 +206,8 @@ impl<S: StateMachine> Transition<S> {
             }
         };
         let mut outcomes: Vec<Outcome<S, K, E::Commit>> = Vec::with_capacity(distinct.len());
-        let classify = self.classifier();
-        let batch = self.batch(&classify);
+        let (classify, effect) = (self.classifier(), self.effect_prefix());
+        let batch = self.batch(&classify, &effect);
         // What earlier chunks moved: a later failure must not hide it.
         let mut seam = Seam::new(S::MACHINE.table(), self.name());
         for part in distinct.chunks(APPLY_MANY_CHUNK) {

@@ -17,7 +17,7 @@ use crate::executor::proven::Proven;
 use crate::executor::sealed::Run;
 use crate::executor::seam::Seam;
 use crate::executor::tx::Tx;
-use crate::machine::key::{BatchKey, DecodeKey, KeyShape, ManyKeys};
+use crate::machine::key::{BatchKey, DecodeKey, KeyShape, KeyText, ManyKeys};
 use crate::transition::Class;
 use crate::transition::bind::{self, Parts, Values};
 use crate::transition::note::Note;
@@ -41,8 +41,9 @@ where
     }
 }
 
-/// `sql` as `DB` runs it, with the batch's keys, the call's values and
-/// its note bound as the statement's plan takes them.
+/// `sql` as `DB` runs it, with the batch's keys (and their effect keys,
+/// for a statement that writes their messages), the call's values and its
+/// note bound as the statement's plan takes them.
 fn prepared<DB, Sh, K>(
     transition: Batch<'_>,
     sql: &Sql,
@@ -53,14 +54,16 @@ fn prepared<DB, Sh, K>(
 where
     DB: Backend,
     Sh: KeyShape,
-    K: ManyKeys<DB, Sh> + Sync,
+    K: ManyKeys<DB, Sh> + KeyText<Sh> + Sync,
 {
     let statement = DB::statement(sql);
+    let effects = bind::effect_keys::<Sh, K>(keys, &[], transition.effect());
     let keys = bind::batch(keys);
     let values = Values {
         keys: Some(&keys),
         values: Some(params),
         note: Some(note),
+        effects: Some(&effects),
         ..Values::NONE
     };
     let args = bind::arguments(statement, &values).map_err(|e| transition.keys_error(e))?;

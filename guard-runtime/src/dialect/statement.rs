@@ -47,6 +47,15 @@ pub enum Bind {
     /// [`Won::effect_key`](crate::Won::effect_key) begins: an outbox row's
     /// message id is this and the occurrence the move writes.
     EffectKey,
+    /// A batch's effect keys up to their occurrence, one per row in the
+    /// batch's order, each as [`Bind::EffectKey`]: a text array
+    /// (PostgreSQL), unnested beside the keys; on SQLite and MySQL the
+    /// batch's JSON document with each row's last (`[key…, int…,
+    /// prefix]`), which the statement reads in place of `Keys(0)`.
+    EffectKeys,
+    /// Row `row`'s effect key up to its occurrence, in a batch spelled
+    /// out row by row ([`Bind::Row`]).
+    RowEffectKey(u8),
     /// PostgreSQL: the statement's own [tag](Statement::tag), bound last,
     /// which its tag column checks: a statement run with the values of
     /// another call fails, and writes nothing.

@@ -138,25 +138,30 @@ where
 }
 
 /// The arguments of `statement` for `rows`: their keys, integers and
-/// values, and no note.
-fn arguments<DB, Sh, K>(
-    transition: Transition<impl StateMachine>,
+/// values, their effect keys on a win of `transition` (a follow-up's
+/// messages take them), and no note.
+fn arguments<S, DB, Sh, K>(
+    transition: Transition<S>,
     statement: Statement,
     rows: &Rows<'_, K, DB>,
 ) -> Result<DB::Args, Error>
 where
+    S: StateMachine,
     DB: Backend,
     Sh: KeyShape,
     K: BatchKey<DB, Sh>,
 {
+    let effect = transition.effect_prefix();
     let parts = bind::rows::<Sh, K>(&rows.keys, &rows.ints);
     let (keys, ints) = (parts.keys(), parts.ints());
-    let cells = bind::cells::<Sh, K, DB>(&rows.keys, &rows.ints, &rows.values);
+    let effects = bind::effect_keys::<Sh, K>(&rows.keys, &rows.ints, &effect);
+    let cells = bind::cells::<Sh, K, DB>(&rows.keys, &rows.ints, &rows.values, &effect);
     let values = Values {
         keys: Some(&keys),
         cells: Some(&cells),
         ints: Some(&ints),
         note: Some(&Note::NONE),
+        effects: Some(&effects),
         ..Values::NONE
     };
     bind::arguments(statement, &values).map_err(|e| transition.keys_error(e))
@@ -247,10 +252,10 @@ where
     E: Runner<Database = DB>,
     K: BatchKey<DB, S::KeyShape>,
 {
-    let args = arguments::<DB, S::KeyShape, K>(transition, update, run)?;
+    let args = arguments::<S, DB, S::KeyShape, K>(transition, update, run)?;
     let inserts = (inserts.iter())
         .map(|&insert| {
-            let args = arguments::<DB, S::KeyShape, K>(transition, insert, run)?;
+            let args = arguments::<S, DB, S::KeyShape, K>(transition, insert, run)?;
             Ok((insert.text(), args))
         })
         .collect::<Result<Vec<_>, Error>>()?;
@@ -285,7 +290,7 @@ where
 {
     let db_error = |e| transition.db_error(e);
     let read = DB::statement(in_flight.read_many_sql());
-    let args = arguments::<DB, S::KeyShape, K>(transition, read, rows)?;
+    let args = arguments::<S, DB, S::KeyShape, K>(transition, read, rows)?;
     let found = (executor.rows(read, args).await).map_err(|e| failed::<S, DB, E>(transition, e))?;
     found
         .iter()
@@ -347,7 +352,7 @@ where
         let retry = |e| names.tx_error::<DB>(e);
         let update = DB::statement(statement.sql);
         for run in mine.runs(update) {
-            let args = |sql| arguments::<DB, S::KeyShape, K>(transition, sql, &run);
+            let args = |sql| arguments::<S, DB, S::KeyShape, K>(transition, sql, &run);
             for insert in statement.inserts {
                 let insert = DB::statement(insert);
                 if insert.is_empty() {

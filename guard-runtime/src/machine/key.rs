@@ -178,6 +178,20 @@ pub trait ManyKeys<DB: Backend, Shape: KeyShape>: Sized {
     #[doc(hidden)]
     fn bind_ints(ints: &[i64], args: &mut <DB as Driver>::Args) -> Result<(), BindError>;
 
+    /// Adds what placeholder
+    /// [`Bind::EffectKeys`](crate::meta::Bind::EffectKeys) takes: the
+    /// effect keys up to their occurrence, `prefixes[i]` row `i`'s, as a
+    /// text array on PostgreSQL; on SQLite and MySQL every row as one
+    /// JSON document, [`Self::bind_rows`]' with each row's effect key
+    /// last, `[[key…, int…, prefix], …]`.
+    #[doc(hidden)]
+    fn bind_effect_keys(
+        keys: &[&Self],
+        ints: &[Vec<i64>],
+        prefixes: &[String],
+        args: &mut <DB as Driver>::Args,
+    ) -> Result<(), BindError>;
+
     /// Whether every value binds as a type whose equality is exact by
     /// value (PostgreSQL's integers and UUIDs), so that the batch needs no
     /// text comparison to match exactly.
@@ -322,14 +336,22 @@ fn json_keys<Sh: KeyShape, K: KeyText<Sh>>(
 #[cfg(any(feature = "sqlite", feature = "mysql"))]
 /// A fenced batch's rows as one JSON array, `[[key…, int…], …]`: each
 /// key as [`json_keys`] writes it, then integer `j` of the row,
-/// `ints[j][i]`, as a number.
+/// `ints[j][i]`, as a number; with `texts`, then row `i`'s text,
+/// `texts[i]`, as a string.
 fn json_rows<Sh: KeyShape, K: KeyText<Sh>>(
     keys: &[&K],
     ints: &[Vec<i64>],
+    texts: Option<&[String]>,
     parts: &[Part],
     numbers: bool,
 ) -> Result<String, BindError> {
     use fmt::Write;
+    let short = |what: &str, len: usize| {
+        BindError::Encode(sqlx::Error::Protocol(format!(
+            "a batch of {} rows with {len} {what} for one of them",
+            keys.len(),
+        )))
+    };
     let mut out = String::with_capacity(2 + keys.len() * (10 + 22 * ints.len()));
     out.push('[');
     for (i, key) in keys.iter().enumerate() {
@@ -339,14 +361,15 @@ fn json_rows<Sh: KeyShape, K: KeyText<Sh>>(
         out.push('[');
         json_key::<Sh, K>(&mut out, key, parts, numbers)?;
         for column in ints {
-            let value = column.get(i).ok_or_else(|| {
-                BindError::Encode(sqlx::Error::Protocol(format!(
-                    "a batch of {} rows with {} integers for one of them",
-                    keys.len(),
-                    column.len()
-                )))
-            })?;
+            let value = column
+                .get(i)
+                .ok_or_else(|| short("integers", column.len()))?;
             let _ = write!(out, ",{value}");
+        }
+        if let Some(texts) = texts {
+            let text = texts.get(i).ok_or_else(|| short("texts", texts.len()))?;
+            out.push(',');
+            json_string(&mut out, text);
         }
         out.push(']');
     }
@@ -453,7 +476,7 @@ macro_rules! json_many_keys {
                 args: &mut <$db as Driver>::Args,
             ) -> Result<(), BindError> {
                 let parts = json_parts(K::part_types(), $backend)?;
-                let json = json_rows::<Sh, K>(keys, ints, &parts, $numbers)?;
+                let json = json_rows::<Sh, K>(keys, ints, None, &parts, $numbers)?;
                 sqlx::Arguments::add(args, json)
                     .map_err(|e| BindError::Encode(sqlx::Error::Encode(e)))
             }
@@ -462,6 +485,18 @@ macro_rules! json_many_keys {
                 Err(BindError::Encode(sqlx::Error::Protocol(
                     concat!($backend, " carries a batch's integers in its rows' JSON").to_owned(),
                 )))
+            }
+
+            fn bind_effect_keys(
+                keys: &[&Self],
+                ints: &[Vec<i64>],
+                prefixes: &[String],
+                args: &mut <$db as Driver>::Args,
+            ) -> Result<(), BindError> {
+                let parts = json_parts(K::part_types(), $backend)?;
+                let json = json_rows::<Sh, K>(keys, ints, Some(prefixes), &parts, $numbers)?;
+                sqlx::Arguments::add(args, json)
+                    .map_err(|e| BindError::Encode(sqlx::Error::Encode(e)))
             }
         }
     };
@@ -487,6 +522,10 @@ mod postgres {
 
     fn ints(args: &mut <Postgres as Driver>::Args, ints: &[i64]) -> Result<(), BindError> {
         sqlx::Arguments::add(args, ints).map_err(|e| BindError::Encode(sqlx::Error::Encode(e)))
+    }
+
+    fn texts(args: &mut <Postgres as Driver>::Args, texts: &[String]) -> Result<(), BindError> {
+        sqlx::Arguments::add(args, texts).map_err(|e| BindError::Encode(sqlx::Error::Encode(e)))
     }
 
     /// `T` binds as a type whose equality is exact by value.
@@ -527,6 +566,15 @@ mod postgres {
             args: &mut <Postgres as Driver>::Args,
         ) -> Result<(), BindError> {
             ints(args, values)
+        }
+
+        fn bind_effect_keys(
+            _: &[&Self],
+            _: &[Vec<i64>],
+            prefixes: &[String],
+            args: &mut <Postgres as Driver>::Args,
+        ) -> Result<(), BindError> {
+            texts(args, prefixes)
         }
 
         fn by_value() -> bool {
@@ -572,6 +620,15 @@ mod postgres {
                     args: &mut <Postgres as Driver>::Args,
                 ) -> Result<(), BindError> {
                     ints(args, values)
+                }
+
+                fn bind_effect_keys(
+                    _: &[&Self],
+                    _: &[Vec<i64>],
+                    prefixes: &[String],
+                    args: &mut <Postgres as Driver>::Args,
+                ) -> Result<(), BindError> {
+                    texts(args, prefixes)
                 }
 
                 fn by_value() -> bool {

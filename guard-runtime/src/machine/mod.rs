@@ -575,9 +575,12 @@ impl<S: StateMachine> TransitionDef<S> {
     /// What [`Transition::claim`](crate::Transition::claim) runs: on
     /// PostgreSQL one statement that moves up to `$n` rows in a source state
     /// (`FOR UPDATE SKIP LOCKED`) and returns their keys, versions and lease
-    /// tokens in the machine's `order`; on SQLite and MySQL the candidates'
-    /// `SELECT` (`SKIP LOCKED` on MySQL), which a short transaction follows
-    /// with one `UPDATE` for all of them ([`Self::apply_many_sql`]).
+    /// tokens in the machine's `order`; on SQLite and MySQL, and on
+    /// PostgreSQL for a transition that emits a message, the candidates'
+    /// `SELECT` (`SKIP LOCKED` on MySQL and PostgreSQL), which a short
+    /// transaction follows with one `UPDATE` for all of them
+    /// ([`Self::apply_many_sql`]), whose messages take the effect keys
+    /// bound beside the keys.
     pub const fn claim_sql(&self) -> &Sql {
         &self.claim
     }

@@ -28,6 +28,16 @@ pub(crate) use super::cas::{
 };
 
 impl<S: StateMachine> Transition<S> {
+    /// A row's effect key up to its occurrence on a win of this
+    /// transition, from its key's text: [`effect_key_prefix`] with the
+    /// transition's target, the same whichever row it moves. What a move
+    /// binds for the message id of `emit(…)`, beside one key or each of a
+    /// batch's.
+    pub(crate) fn effect_prefix(self) -> impl Fn(&str) -> String + Sync {
+        let target = self.target();
+        move |key: &str| effect_key_prefix::<S>(key, target)
+    }
+
     /// [`Transition::apply`], binding `values` (a call's values,
     /// [`bind::values`]) into the `set` assignments that take values per
     /// call, and `note` into the history row.
@@ -46,8 +56,8 @@ impl<S: StateMachine> Transition<S> {
         let classify = |text: &str| classify(def, text);
         let raw = {
             let parts = bind::key::<S::KeyShape, K>(&key);
-            let target = def.target();
-            let effect = || effect_key_prefix::<S>(&key.key_text(), target);
+            let prefix = self.effect_prefix();
+            let effect = || prefix(&key.key_text());
             let call = Call {
                 key: &parts,
                 values,

@@ -10,8 +10,14 @@ use core::marker::PhantomData;
 use crate::dialect::Key;
 use crate::dialect::sealed::Driver;
 use crate::dialect::{Backend, Bind, Statement};
-use crate::machine::key::{BindError, KeyShape, ManyKeys, RowKey};
+use crate::machine::key::{BindError, KeyShape, KeyText, ManyKeys, RowKey};
 use crate::transition::note::Note;
+
+/// A row's effect key up to its occurrence, from its key's text: the
+/// transition's `effect_key_prefix` (`outcome.rs`) with its target, which
+/// is fixed per transition. What a batch binds beside its keys for the
+/// messages of `emit(…)`.
+pub(crate) type Prefix = dyn Fn(&str) -> String + Sync;
 
 /// Values a statement takes by position: a key's columns, a call's values,
 /// a batch's key columns. Public only in name, for the hidden methods of
@@ -114,6 +120,46 @@ impl<DB: Backend, Sh: KeyShape, K: ManyKeys<DB, Sh>> Parts<DB> for RowInts<'_, S
     }
 }
 
+/// A batch's effect keys up to their occurrence, [`Bind::EffectKeys`]:
+/// computed from each key's text when a statement binds them (one that
+/// writes the batch's messages), beside the keys and, in a fenced batch's
+/// JSON document, their integers.
+pub(crate) struct EffectKeys<'a, Sh, K> {
+    keys: &'a [&'a K],
+    ints: &'a [Vec<i64>],
+    prefix: &'a Prefix,
+    shape: PhantomData<Sh>,
+}
+
+/// The effect keys of a batch whose rows carry `ints` (none for
+/// `apply_many`'s).
+pub(crate) fn effect_keys<'a, Sh, K>(
+    keys: &'a [&'a K],
+    ints: &'a [Vec<i64>],
+    prefix: &'a Prefix,
+) -> EffectKeys<'a, Sh, K> {
+    EffectKeys {
+        keys,
+        ints,
+        prefix,
+        shape: PhantomData,
+    }
+}
+
+impl<DB, Sh, K> Parts<DB> for EffectKeys<'_, Sh, K>
+where
+    DB: Backend,
+    Sh: KeyShape,
+    K: ManyKeys<DB, Sh> + KeyText<Sh>,
+{
+    fn bind_part(&self, _: usize, args: &mut <DB as Driver>::Args) -> Result<(), BindError> {
+        let prefixes: Vec<String> = (self.keys.iter())
+            .map(|key| (self.prefix)(&key.key_text()))
+            .collect();
+        K::bind_effect_keys(self.keys, self.ints, &prefixes, args)
+    }
+}
+
 /// A batch spelled out row by row, [`Bind::Row`]: one run of a fenced
 /// batch (`finish_many`'s follow-ups that bind values per row).
 pub(crate) trait Cells<DB: Backend> {
@@ -124,29 +170,50 @@ pub(crate) trait Cells<DB: Backend> {
         part: usize,
         args: &mut <DB as Driver>::Args,
     ) -> Result<(), BindError>;
+
+    /// Adds row `row`'s effect key up to its occurrence to `args`
+    /// ([`Bind::RowEffectKey`]).
+    fn bind_effect(&self, row: usize, args: &mut <DB as Driver>::Args) -> Result<(), BindError>;
 }
 
 /// The rows of a fenced batch with each row's values: key `i`, integer
-/// `j` of it at `ints[j][i]` (the occurrence, the lease token), and its
-/// values.
+/// `j` of it at `ints[j][i]` (the occurrence, the lease token), its
+/// values, and its effect key up to its occurrence, from `prefix`.
 pub(crate) struct CellParts<'a, Sh, K, DB: Backend> {
     keys: &'a [&'a K],
     ints: &'a [Vec<i64>],
     values: &'a [&'a (dyn Parts<DB> + Sync)],
+    prefix: &'a Prefix,
     shape: PhantomData<Sh>,
 }
 
-/// A fenced batch's rows with their values.
+/// A fenced batch's rows with their values and effect keys.
 pub(crate) fn cells<'a, Sh, K, DB: Backend>(
     keys: &'a [&'a K],
     ints: &'a [Vec<i64>],
     values: &'a [&'a (dyn Parts<DB> + Sync)],
+    prefix: &'a Prefix,
 ) -> CellParts<'a, Sh, K, DB> {
     CellParts {
         keys,
         ints,
         values,
+        prefix,
         shape: PhantomData,
+    }
+}
+
+impl<Sh, K, DB: Backend> CellParts<'_, Sh, K, DB> {
+    /// The batch's row that row `row` of a statement binds: a row past
+    /// the batch's end (the statement takes a fixed number) repeats the
+    /// last one; and whether it is such a padding row.
+    fn row(&self, row: usize) -> Result<(usize, bool), BindError> {
+        match self.keys.len().checked_sub(1) {
+            Some(last) => Ok((row.min(last), row > last)),
+            None => Err(BindError::Encode(sqlx::Error::Protocol(
+                "a batch of no rows".to_owned(),
+            ))),
+        }
     }
 }
 
@@ -166,13 +233,7 @@ where
         part: usize,
         args: &mut <DB as Driver>::Args,
     ) -> Result<(), BindError> {
-        let Some(last) = self.keys.len().checked_sub(1) else {
-            return Err(BindError::Encode(sqlx::Error::Protocol(
-                "a batch of no rows".to_owned(),
-            )));
-        };
-        let padding = row > last;
-        let i = row.min(last);
+        let (i, padding) = self.row(row)?;
         let int = |j: usize| {
             (self.ints.get(j).and_then(|column| column.get(i)).copied()).ok_or_else(|| {
                 BindError::Encode(sqlx::Error::Protocol(format!(
@@ -198,6 +259,14 @@ where
             },
         }
     }
+
+    /// Row `row`'s effect key (a padding row's, the last row's: it
+    /// matches nothing, and writes no message).
+    fn bind_effect(&self, row: usize, args: &mut <DB as Driver>::Args) -> Result<(), BindError> {
+        let (i, _) = self.row(row)?;
+        let prefix = (self.prefix)(&self.keys[i].key_text());
+        DB::bind_text(args, Some(prefix)).map_err(BindError::Encode)
+    }
 }
 
 /// Everything one call may bind into its statements; each statement takes
@@ -218,6 +287,9 @@ pub(crate) struct Values<'a, DB: Backend> {
     /// The row's effect key up to its occurrence, computed only for a
     /// statement that binds it (one that writes an outbox row).
     pub(crate) effect: Option<&'a (dyn Fn() -> String + Sync)>,
+    /// A batch's effect keys up to their occurrence, likewise
+    /// ([`effect_keys`]).
+    pub(crate) effects: Option<&'a (dyn Parts<DB> + Sync)>,
 }
 
 impl<DB: Backend> Values<'_, DB> {
@@ -235,6 +307,7 @@ impl<DB: Backend> Values<'_, DB> {
         token: None,
         limit: None,
         effect: None,
+        effects: None,
     };
 }
 
@@ -280,6 +353,11 @@ pub(crate) fn arguments<DB: Backend>(
                 Some(effect) => {
                     DB::bind_text(&mut args, Some(effect())).map_err(BindError::Encode)?
                 }
+                None => return Err(missing(bind)),
+            },
+            Bind::EffectKeys => part(values.effects, 0, &mut args)?,
+            Bind::RowEffectKey(row) => match values.cells {
+                Some(cells) => cells.bind_effect(usize::from(row), &mut args)?,
                 None => return Err(missing(bind)),
             },
             Bind::Tag => bind_tag::<DB, _>(statement, &mut args).map_err(BindError::Encode)?,

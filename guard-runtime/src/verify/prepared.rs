@@ -138,7 +138,10 @@ pub(super) async fn prepared<S: StateMachine, DB: Backend>(
         let batch = statement.binds().iter().any(|b| {
             matches!(
                 b,
-                crate::dialect::Bind::Keys(_) | crate::dialect::Bind::Row(..)
+                crate::dialect::Bind::Keys(_)
+                    | crate::dialect::Bind::Row(..)
+                    | crate::dialect::Bind::EffectKeys
+                    | crate::dialect::Bind::RowEffectKey(_)
             )
         });
         if statement.is_empty() || (batch && dialect::<DB>() == Dialect::Postgres) {
