@@ -368,7 +368,8 @@ where
 
     /// A running key answers `InProgress` until its lease runs out; then a retry
     /// takes it over, and the first holder can no longer complete: its
-    /// transaction rolls back and only the retry's work commits.
+    /// transaction can no longer commit, even when the caller tries, and
+    /// only the retry's work commits.
     async fn a_running_key_is_busy_until_its_lease_runs_out(db: Db<DB>) {
         tables(&db).await;
         let lease = Duration::from_millis(200);
@@ -393,7 +394,10 @@ where
             }
             other => panic!("{other:?}"),
         }
-        drop(tx);
+        assert!(
+            matches!(tx.commit(()).await, Err(Error::RolledBack { .. })),
+            "work whose response could not be stored does not commit"
+        );
         let mut tx = Tx::begin(&db.pool).await.unwrap();
         insert_payout(&mut tx, 11).await;
         second

@@ -266,15 +266,16 @@ impl Ticket {
     /// the request holding the lease commits its work.
     ///
     /// One statement, in `tx`: nothing of it commits before `tx` does.
-    /// After any error, roll `tx` back (drop it): the work then did not
-    /// happen, and once the lease runs out a retry does it afresh. An
-    /// error whose outcome is unknown ([`Error::is_outcome_unknown`]) may
-    /// have stored the response in `tx`, which must then not commit.
+    /// After any error `tx` can no longer commit ([`Tx::commit`] answers
+    /// [`Error::RolledBack`]): the work then did not happen, and once the
+    /// lease runs out a retry does it afresh. Work committed without its
+    /// response would be done again by that retry, and an error whose
+    /// outcome is unknown ([`Error::is_outcome_unknown`]) may have stored
+    /// the response in a transaction that must not commit either.
     ///
     /// Deadline: [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE), or
     /// `ticket.complete(&mut tx, status, body).within(d)` ([`Call`]). Cut
-    /// off, [`Error::Timeout`] (`complete`, outcome unknown) and `tx` can
-    /// no longer commit: roll it back.
+    /// off, [`Error::Timeout`] (`complete`, outcome unknown).
     pub fn complete<'t, 'c, DB>(
         self,
         tx: &'t mut Tx<'c, DB>,
@@ -332,8 +333,11 @@ impl Ticket {
                 }
             };
             let completed = bounded(self.sql.table, "complete", deadline, &sent, work).await;
-            if let Err(Error::Timeout { .. }) = completed {
-                // The UPDATE may still run: the transaction must not commit.
+            if completed.is_err() {
+                // The work must not commit without its response (a retry
+                // would do it again), nor beside a response that may be
+                // stored (the UPDATE may still run after a timeout), nor
+                // after another request took the key over.
                 Run::abandoned(&mut tx);
             }
             completed
