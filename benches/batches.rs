@@ -694,7 +694,7 @@ async fn recovery_rounds(pool: &Pool<Postgres>) {
                 pool,
                 Flight::Sending,
                 EXPIRED as u32,
-                |_: stateguard::Effect<Flight, i64>| async { stateguard::Verdict::Done },
+                |_: stateguard::Effect<Flight, i64>| async { stateguard::Verdict::done() },
             )
             .await
             .unwrap();

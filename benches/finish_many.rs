@@ -299,7 +299,7 @@ where
             if !effect.is_zero() {
                 tokio::time::sleep(effect).await;
             }
-            Verdict::Done
+            Verdict::done()
         },
     )
     .await
@@ -371,7 +371,7 @@ where
                 if !effect.is_zero() {
                     tokio::time::sleep(effect).await;
                 }
-                Verdict::Done
+                Verdict::done()
             })
             .await
             .unwrap();
@@ -549,7 +549,7 @@ where
         "claim + finish per row",
     ));
     println!("{}: 20 ms effect done", DB::LABEL);
-    let effect = |_: Effect<Payout, i64>| async { Verdict::Done };
+    let effect = |_: Effect<Payout, i64>| async { Verdict::done() };
     let (ours, theirs) = alternating(
         ROUNDS,
         || {

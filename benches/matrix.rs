@@ -634,7 +634,10 @@ where
         &mut next,
         |id| async move {
             let won = Flight::send().apply(pool, id).await.unwrap().won().unwrap();
-            let finished = won.finish(pool, |_| async { Verdict::Done }).await.unwrap();
+            let finished = won
+                .finish(pool, |_| async { Verdict::done() })
+                .await
+                .unwrap();
             assert!(matches!(finished, stateguard::Finished::Done { .. }));
         },
         // On the pool, as the library runs them: the win (with MySQL's
@@ -681,12 +684,18 @@ where
                 .won()
                 .unwrap();
             assert_eq!(won.attempt(), Some(1));
-            let finished = won.finish(pool, |_| async { Verdict::Done }).await.unwrap();
+            let finished = won
+                .finish(pool, |_| async { Verdict::done() })
+                .await
+                .unwrap();
             assert!(matches!(finished, stateguard::Finished::Done { .. }));
         },
         |id| async move {
             let won = Flight::send().apply(pool, id).await.unwrap().won().unwrap();
-            let finished = won.finish(pool, |_| async { Verdict::Done }).await.unwrap();
+            let finished = won
+                .finish(pool, |_| async { Verdict::done() })
+                .await
+                .unwrap();
             assert!(matches!(finished, stateguard::Finished::Done { .. }));
         },
     )

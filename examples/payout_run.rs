@@ -113,7 +113,7 @@ struct Bank {
 }
 
 impl Bank {
-    async fn pay(&self, effect: Effect<Payout, i64>) -> Verdict {
+    async fn pay(&self, effect: Effect<Payout, i64>) -> Verdict<Payout> {
         if !self.latency.is_zero() {
             tokio::time::sleep(self.latency).await;
         }
@@ -122,7 +122,7 @@ impl Bank {
             .lock()
             .unwrap()
             .insert(effect.effect_key().to_owned());
-        Verdict::Done
+        Verdict::done()
     }
 }
 

@@ -373,7 +373,7 @@ pub use stateguard_runtime::{APPLY_MANY_CHUNK, Backend, Runner, key};
 pub mod bounds {
     pub use stateguard_runtime::{
         BatchKey, BatchRunner, Batched, DecodeKey, FollowUpValues, Key, KeyShape, KeyText, KeyType,
-        ManyKeys, MayRun, NoteSlot, Params, RowKey, Staged,
+        ManyKeys, MayRun, NoteSlot, Params, PlainDone, PlainFailed, RowKey, Staged,
     };
 }
 // Metadata, and what is generated from it.

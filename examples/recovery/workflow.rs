@@ -461,7 +461,7 @@ impl<DB: Store> Bank<DB> {
 
     /// Asks the bank to pay `effect`'s payout, with its effect key as the
     /// idempotency key.
-    pub async fn pay(&self, effect: Effect<PayoutStatus, i64>) -> Verdict {
+    pub async fn pay(&self, effect: Effect<PayoutStatus, i64>) -> Verdict<PayoutStatus> {
         tokio::time::sleep(self.latency).await;
         // The bank turns every fifth payout's first request away, before
         // moving money: the payout waits its backoff, and a later attempt,
@@ -475,7 +475,7 @@ impl<DB: Store> Bank<DB> {
         let answer = DB::bank_transfer(&self.pool, effect.effect_key(), *effect.key()).await;
         tokio::time::sleep(self.latency).await;
         match answer {
-            Ok(()) => Verdict::Done,
+            Ok(()) => Verdict::done(),
             // No answer, or an error: the money may or may not have moved.
             // Leave the row in flight; recovery asks again with the same key.
             Err(error) => {

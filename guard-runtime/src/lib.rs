@@ -50,7 +50,9 @@ pub use crate::effects::many::{FLUSH_AFTER, FinishedRow, finish_many};
 pub use crate::effects::recovery::{
     Recovered, SupersededRow, claim_expired, recover, recover_many, recover_within,
 };
-pub use crate::effects::verdict::{FollowUp, FollowUpValues, Retry, Verdict};
+pub use crate::effects::verdict::{
+    FollowUp, FollowUpValues, PlainDone, PlainFailed, Retry, Verdict,
+};
 pub use crate::error::{Error, ErrorKind};
 pub use crate::executor::Runner;
 pub use crate::executor::tx::{Begin, Savepoint, Staged, Tx};
@@ -358,7 +360,7 @@ pub mod __private {
     pub use crate::machine::{Machine, StateDef, TransitionDef};
     pub use crate::stores::schema::{StoreTexts, stores};
     /// The bounds the derive's impls name.
-    pub use crate::{FollowUpValues, KeyType, Params};
+    pub use crate::{FollowUpValues, KeyType, Params, PlainDone, PlainFailed};
 
     /// How `docs::mermaid` writes a label and a state's quoted
     /// description, for the test that draws arbitrary text with real

@@ -202,12 +202,14 @@ where
             Some("insufficient funds".to_owned())
         );
 
-        // `Verdict::Done` carries no reference: nothing is written, the row
-        // stays in flight for recovery.
+        // `Verdict::done()` does not compile for `Wire`, whose `confirm`
+        // binds a reference (tests/ui/in_flight/verdict-without-values.rs);
+        // the transition taken without its values carries none: nothing is
+        // written, the row stays in flight.
         let bare = wins
             .next()
             .unwrap()
-            .finish(&db.pool, |_: Effect<Wire, i64>| async { Verdict::Done })
+            .finish(&db.pool, |_: Effect<Wire, i64>| async { without_values() })
             .await;
         match bare {
             Err(FinishError::Unfinished(Error::FollowUpValues {
@@ -315,10 +317,12 @@ where
     i64: KeyColumn<DB>,
     String: Key<DB>,
 {
-    /// A bare `Verdict::Done` for a follow-up that binds values fails after
-    /// the effect, in `finish` and in recovery alike (which runs the same
-    /// code): the error names the constructor to return and never says
-    /// that recovery will finish the row, which stays in flight.
+    /// A verdict without the values its follow-up binds (the transition
+    /// taken from the metadata, not its constructor; `Verdict::done()`
+    /// does not compile here) fails after the effect, in `finish` and in
+    /// recovery alike (which runs the same code): the error names the
+    /// constructor to return and never says that recovery will finish the
+    /// row, which stays in flight.
     async fn a_bare_verdict_says_what_to_return_and_promises_nothing(db: Db<DB>) {
         db.transfers(1).await;
         let won = Wire::start()
@@ -328,7 +332,7 @@ where
             .won()
             .unwrap();
         let error = won
-            .finish(&db.pool, |_: Effect<Wire, i64>| async { Verdict::Done })
+            .finish(&db.pool, |_: Effect<Wire, i64>| async { without_values() })
             .await
             .unwrap_err();
         let text = error.to_string();
@@ -338,7 +342,6 @@ where
         );
         assert_eq!(error.error().kind(), stateguard::ErrorKind::Misuse);
         assert!(text.contains("`Wire::confirm(…).into()`"), "{text}");
-        assert!(text.contains("`Verdict::Done`"), "{text}");
         assert!(!text.contains("recovery will"), "{text}");
         assert!(!text.contains("recovery runs the effect again"), "{text}");
         assert_eq!(db.transfer(1).await.0, "sending");
@@ -346,7 +349,7 @@ where
         // Recovery runs the same code and fails the same way.
         db.backdate_leases().await;
         let report = recover(&db.pool, Wire::Sending, 10, |_: Effect<Wire, i64>| async {
-            Verdict::Done
+            without_values()
         })
         .await
         .unwrap();
@@ -358,6 +361,13 @@ where
         assert_eq!(db.transfer(1).await.0, "sending");
         assert_eq!(bank_ref(&db, 1).await, None);
     }
+}
+
+/// `Wire`'s `confirm` as its metadata holds it: without the reference it
+/// binds.
+fn without_values() -> Verdict<Wire> {
+    let confirm = Wire::MACHINE.transition("confirm").expect("declared");
+    confirm.transition().into()
 }
 
 /// The bank reference stored with transfer `id`.

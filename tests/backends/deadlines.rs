@@ -151,7 +151,7 @@ where
             DEADLINE,
             |_: Effect<_, i64>| async {
                 effects.fetch_add(1, Ordering::SeqCst);
-                Verdict::Done
+                Verdict::done()
             },
         )
         .await;
@@ -188,7 +188,7 @@ where
                 // Taken during the effect: the follow-up is the first write
                 // that meets it.
                 *held.lock().await = Some(Held::take(&db.pool).await);
-                Verdict::Failed
+                Verdict::failed()
             })
             .await
             .unwrap_err();
@@ -257,7 +257,7 @@ async fn a_killed_takeover_leaves_the_outcome_open<DB: Hold>(
         10,
         |_: Effect<_, i64>| async {
             effects.fetch_add(1, Ordering::SeqCst);
-            Verdict::Done
+            Verdict::done()
         },
     )
     .await;

@@ -205,7 +205,7 @@ where
         for (id, verdict, expected) in [
             (
                 1_i64,
-                Verdict::Done,
+                Verdict::done(),
                 Finished::Done {
                     state: TransferStatus::Sent,
                     occurrence: 2,
@@ -213,7 +213,7 @@ where
             ),
             (
                 2,
-                Verdict::Failed,
+                Verdict::failed(),
                 Finished::Failed {
                     state: TransferStatus::Failed,
                     occurrence: 2,
@@ -284,7 +284,7 @@ where
                 // Cancelled while the bank call was in flight.
                 let cancel = TransferStatus::cancel().apply(&pool, 1_i64).await.unwrap();
                 assert!(cancel.is_applied());
-                Verdict::Done
+                Verdict::done()
             })
             .await
             .unwrap();
@@ -318,7 +318,7 @@ where
                         let cancel = TransferStatus::cancel().apply(&pool, 2_i64).await.unwrap();
                         assert!(cancel.is_applied());
                     }
-                    Verdict::Done
+                    Verdict::done()
                 }
             },
         )
@@ -375,7 +375,7 @@ where
             10,
             |effect: Effect<_, i64>| {
                 keys.lock().unwrap().push(effect.effect_key().to_owned());
-                async { Verdict::Done }
+                async { Verdict::done() }
             },
         )
         .await
@@ -388,7 +388,7 @@ where
             &db.pool,
             TransferStatus::Sending,
             10,
-            |_: Effect<_, i64>| async { Verdict::Done },
+            |_: Effect<_, i64>| async { Verdict::done() },
         )
         .await
         .unwrap();
@@ -416,7 +416,7 @@ where
                     ROWS as u32,
                     |_: Effect<_, i64>| {
                         effects.fetch_add(1, Ordering::SeqCst);
-                        async { Verdict::Done }
+                        async { Verdict::done() }
                     },
                 )
                 .await
@@ -494,7 +494,7 @@ where
                 *second.lock().unwrap() = Some(won);
                 // Worker 1's call finally fails: that must not fail
                 // pass two.
-                Verdict::Failed
+                Verdict::failed()
             })
             .await
             .unwrap();
@@ -508,7 +508,7 @@ where
         assert_eq!(db.transfer(1).await, ("sending".to_owned(), 3));
         // Pass two finishes normally.
         let done = second
-            .finish(&db.pool, |_| async { Verdict::Done })
+            .finish(&db.pool, |_| async { Verdict::done() })
             .await
             .unwrap();
         assert!(
@@ -541,7 +541,7 @@ where
                     &db.pool,
                     TransferStatus::Sending,
                     10,
-                    |_: Effect<_, i64>| async { Verdict::Done },
+                    |_: Effect<_, i64>| async { Verdict::done() },
                 )
                 .await
                 .unwrap();
@@ -549,7 +549,7 @@ where
                 // The slow worker's call succeeds too (same key: the
                 // bank deduplicated it); its follow-up finds its own
                 // pass finished.
-                Verdict::Done
+                Verdict::done()
             })
             .await
             .unwrap();
@@ -601,7 +601,7 @@ where
         let refused = won
             .finish(&db.pool, |_| async {
                 ran.fetch_add(1, Ordering::SeqCst);
-                Verdict::Done
+                Verdict::done()
             })
             .await
             .unwrap_err();
@@ -636,7 +636,7 @@ where
         let refused = won
             .finish(&mut *tx, |_| async {
                 ran.fetch_add(1, Ordering::SeqCst);
-                Verdict::Done
+                Verdict::done()
             })
             .await
             .unwrap_err();
@@ -652,7 +652,7 @@ where
         let finished = won
             .finish(&db.pool, |_| async {
                 ran.fetch_add(1, Ordering::SeqCst);
-                Verdict::Done
+                Verdict::done()
             })
             .await
             .unwrap();
@@ -796,7 +796,7 @@ async fn recovery_finds_in_flight_rows_without_a_stamp() {
         10,
         |effect: Effect<_, i64>| {
             keys.lock().unwrap().push(effect.effect_key().to_owned());
-            async { Verdict::Done }
+            async { Verdict::done() }
         },
     )
     .await
@@ -842,7 +842,7 @@ async fn a_null_version_counts_as_zero() {
         1,
         |effect: Effect<_, i64>| {
             keys.lock().unwrap().push(effect.effect_key().to_owned());
-            async { Verdict::Done }
+            async { Verdict::done() }
         },
     )
     .await

@@ -288,7 +288,7 @@ where
             |effect: Effect<Wire, i64>| async move {
                 match *effect.key() {
                     4 => Wire::confirm("ref-4".to_owned()).into(),
-                    _ => Verdict::Failed,
+                    _ => Verdict::failed(),
                 }
             },
         )
@@ -362,14 +362,16 @@ where
             .won()
             .unwrap();
         let finished = won
-            .finish(&db.pool, |_: Effect<Logged, i64>| async { Verdict::Done })
+            .finish(&db.pool, |_: Effect<Logged, i64>| async { Verdict::done() })
             .await
             .unwrap();
         assert!(matches!(finished, Finished::Done { .. }), "{finished:?}");
         let claimed = Logged::start().claim::<_, i64>(&db.pool, 2).await.unwrap();
         for won in claimed {
             let finished = won
-                .finish(&db.pool, |_: Effect<Logged, i64>| async { Verdict::Failed })
+                .finish(&db.pool, |_: Effect<Logged, i64>| async {
+                    Verdict::failed()
+                })
                 .await
                 .unwrap();
             assert!(matches!(finished, Finished::Failed { .. }), "{finished:?}");

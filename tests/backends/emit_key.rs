@@ -215,7 +215,7 @@ where
             let finished = won
                 .finish(&db.pool, |effect: Effect<Named, String>| {
                     *seen.lock().unwrap() = effect.effect_key().to_owned();
-                    async { Verdict::Done }
+                    async { Verdict::done() }
                 })
                 .await
                 .unwrap();
@@ -257,7 +257,7 @@ where
                 seen.lock()
                     .unwrap()
                     .push((effect.key().clone(), effect.effect_key().to_owned()));
-                async { Verdict::Failed }
+                async { Verdict::failed() }
             },
         )
         .await
@@ -381,8 +381,8 @@ where
                 effect_key_of(effect.key(), Named::Sending, 1)
             );
             let verdict = match done(effect.key()) {
-                true => Verdict::Done,
-                false => Verdict::Failed,
+                true => Verdict::done(),
+                false => Verdict::failed(),
             };
             async move { verdict }
         })
@@ -410,7 +410,7 @@ where
         let rows = finish_many(&db.pool, wins, 4, |effect: Effect<Noted, String>| {
             let verdict = match done(effect.key()) {
                 true => Noted::confirm(format!("{} characters", effect.key().len())).into(),
-                false => Verdict::Failed,
+                false => Verdict::failed(),
             };
             async move { verdict }
         })
@@ -447,8 +447,8 @@ where
                     effect_key_of(effect.key(), Named::Sending, 1)
                 );
                 let verdict = match done(effect.key()) {
-                    true => Verdict::Done,
-                    false => Verdict::Failed,
+                    true => Verdict::done(),
+                    false => Verdict::failed(),
                 };
                 async move { verdict }
             },

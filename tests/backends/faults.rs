@@ -181,7 +181,7 @@ where
                 .expect("row 1 moved into sending");
             let done = won
                 .within(DEADLINE)
-                .finish(&db.pool, async |_effect| Verdict::Done)
+                .finish(&db.pool, async |_effect| Verdict::done())
                 .await;
             match done {
                 Ok(Finished::Done { .. } | Finished::Failed { .. }) => Ok(BTreeSet::from([1])),
@@ -396,10 +396,10 @@ pub(crate) async fn idempotency_row<DB: TestBackend>(db: &Db<DB>) -> Rows {
 struct Effects(Mutex<Vec<(i64, String)>>);
 
 impl Effects {
-    fn run(&self, effect: stateguard::Effect<TransferStatus, i64>) -> Verdict {
+    fn run(&self, effect: stateguard::Effect<TransferStatus, i64>) -> Verdict<TransferStatus> {
         let ran = (*effect.key(), effect.effect_key().to_owned());
         self.0.lock().unwrap().push(ran);
-        Verdict::Done
+        Verdict::done()
     }
 }
 

@@ -148,7 +148,7 @@ where
             let won = slot.lock().unwrap().take().expect("row 1 moved");
             let done = won
                 .within(DEADLINE)
-                .finish(&db.pool, async |_effect| Verdict::Done)
+                .finish(&db.pool, async |_effect| Verdict::done())
                 .await;
             match done {
                 Ok(Finished::Done { .. } | Finished::Failed { .. }) => Ok(BTreeSet::from([1])),

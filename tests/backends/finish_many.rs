@@ -280,7 +280,7 @@ where
                         calls.record(&effect);
                         async move {
                             tokio::task::yield_now().await;
-                            Verdict::Done
+                            Verdict::done()
                         }
                     })
                     .await
@@ -353,8 +353,8 @@ where
             8,
             |effect: Effect<Batched, i64>| async move {
                 match effect.key() % 3 {
-                    0 => Verdict::Done,
-                    1 => Verdict::Failed,
+                    0 => Verdict::done(),
+                    1 => Verdict::failed(),
                     _ => Retry::after(Duration::from_secs(3600))
                         .because("bank busy")
                         .into(),
@@ -451,7 +451,7 @@ where
             |effect: Effect<Referenced, i64>| async move {
                 let id = *effect.key();
                 match id % 5 {
-                    0 => Verdict::Failed,
+                    0 => Verdict::failed(),
                     _ => Referenced::confirm(bank_ref(id), fee(id), receipt(id)).into(),
                 }
             },
@@ -584,7 +584,7 @@ where
                 if *effect.key() <= 5 {
                     taken.notified().await;
                 }
-                Verdict::Done
+                Verdict::done()
             }
         });
         let thief = async {
@@ -645,7 +645,7 @@ where
         // The worker that took them over finishes them, under its lease.
         let rows = finish_many(&db.pool, taken_over, 4, |effect: Effect<Batched, i64>| {
             calls.record(&effect);
-            async { Verdict::Done }
+            async { Verdict::done() }
         })
         .await
         .unwrap();
@@ -690,7 +690,7 @@ where
         let calls = Calls::default();
         let rows = finish_many(&db.pool, wins, 4, |effect: Effect<Batched, i64>| {
             calls.record(&effect);
-            async { Verdict::Done }
+            async { Verdict::done() }
         })
         .await
         .unwrap();
@@ -728,7 +728,7 @@ where
                 if *effect.key() == 1 {
                     tokio::time::sleep(Duration::from_millis(450)).await;
                 }
-                Verdict::Done
+                Verdict::done()
             }
         });
         let thief = async {
@@ -789,7 +789,7 @@ where
         let ran = AtomicUsize::new(0);
         let effect = |_: Effect<Batched, i64>| {
             ran.fetch_add(1, Ordering::SeqCst);
-            async { Verdict::Done }
+            async { Verdict::done() }
         };
         let claim = || async { Batched::start().claim(&db.pool, 3).await.unwrap() };
         let mut wins: Vec<Won<Batched, i64>> = claim().await;
@@ -885,7 +885,7 @@ where
                         attempts.lock().unwrap().push(effect.attempt());
                         async {
                             tokio::time::sleep(Duration::from_millis(2)).await;
-                            Verdict::Done
+                            Verdict::done()
                         }
                     },
                 )
@@ -911,7 +911,7 @@ where
                 |effect: Effect<Batched, i64>| {
                     calls.record(&effect);
                     attempts.lock().unwrap().push(effect.attempt());
-                    async { Verdict::Done }
+                    async { Verdict::done() }
                 },
             )
             .await

@@ -148,7 +148,7 @@ where
         let finished = won
             .won()
             .unwrap()
-            .finish(&db.pool, |_: Effect<Logged, i64>| async { Verdict::Done })
+            .finish(&db.pool, |_: Effect<Logged, i64>| async { Verdict::done() })
             .await
             .unwrap();
         assert!(
@@ -231,7 +231,7 @@ where
             &db.pool,
             Logged::Sending,
             10,
-            |_: Effect<Logged, i64>| async { Verdict::Failed },
+            |_: Effect<Logged, i64>| async { Verdict::failed() },
         )
         .await
         .unwrap();
@@ -441,7 +441,7 @@ where
         );
         let second = claimed.next().unwrap();
         let finished = second
-            .finish(&db.pool, |_: Effect<Logged, i64>| async { Verdict::Done })
+            .finish(&db.pool, |_: Effect<Logged, i64>| async { Verdict::done() })
             .await
             .unwrap();
         assert!(

@@ -88,7 +88,7 @@ where
                         // Long enough for the others' leases to run out twice over.
                         tokio::time::sleep(Duration::from_millis(700)).await;
                     }
-                    Verdict::Done
+                    Verdict::done()
                 }
             },
         );
@@ -100,7 +100,7 @@ where
                 10,
                 |effect: Effect<_, i64>| {
                     seen.lock().unwrap().push(effect.effect_key().to_owned());
-                    async { Verdict::Done }
+                    async { Verdict::done() }
                 },
             )
             .await
@@ -143,7 +143,7 @@ where
         let late = stalled
             .finish(&db.pool, |_| async {
                 effects.fetch_add(1, Ordering::SeqCst);
-                Verdict::Failed
+                Verdict::failed()
             })
             .await
             .unwrap();
@@ -158,7 +158,7 @@ where
         let finished = holder
             .finish(&db.pool, |_| async {
                 effects.fetch_add(1, Ordering::SeqCst);
-                Verdict::Done
+                Verdict::done()
             })
             .await
             .unwrap();
@@ -196,7 +196,7 @@ where
                 assert_eq!(taken.len(), 1, "the backdated lease is taken over");
                 drop(taken);
                 // This worker's verdict: it must not move the row.
-                Verdict::Failed
+                Verdict::failed()
             })
             .await
             .unwrap();
@@ -223,7 +223,7 @@ where
         let finish = won.finish(&db.pool, |_| async {
             effects.fetch_add(1, Ordering::SeqCst);
             tokio::time::sleep(Duration::from_millis(2400)).await;
-            Verdict::Done
+            Verdict::done()
         });
         let sweep = async {
             let mut claimed = 0;
@@ -231,7 +231,7 @@ where
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 let report = recover(&db.pool, Renewed::Sending, 10, |_: Effect<_, i64>| async {
                     effects.fetch_add(1, Ordering::SeqCst);
-                    Verdict::Done
+                    Verdict::done()
                 })
                 .await
                 .unwrap();
@@ -276,7 +276,7 @@ where
         let error = won
             .finish(&db.pool, |_| async {
                 tokio::time::sleep(Duration::from_secs(30)).await;
-                Verdict::Done
+                Verdict::done()
             })
             .await
             .unwrap_err();
@@ -294,7 +294,7 @@ where
             10,
             |effect: Effect<_, i64>| {
                 seen.lock().unwrap().push(effect.effect_key().to_owned());
-                async { Verdict::Done }
+                async { Verdict::done() }
             },
         )
         .await
@@ -335,7 +335,7 @@ async fn postgres_a_held_lock_times_out_finish_and_recovery_skips_it() {
     let refused = won
         .finish(&db.pool, |_| async {
             effects.fetch_add(1, Ordering::SeqCst);
-            Verdict::Done
+            Verdict::done()
         })
         .await
         .unwrap_err();
@@ -370,7 +370,7 @@ async fn postgres_a_held_lock_times_out_finish_and_recovery_skips_it() {
         Duration::from_millis(300),
         |_: Effect<_, i64>| async {
             effects.fetch_add(1, Ordering::SeqCst);
-            Verdict::Done
+            Verdict::done()
         },
     )
     .await
@@ -389,7 +389,7 @@ async fn postgres_a_held_lock_times_out_finish_and_recovery_skips_it() {
         10,
         |_: Effect<_, i64>| {
             effects.fetch_add(1, Ordering::SeqCst);
-            async { Verdict::Done }
+            async { Verdict::done() }
         },
     )
     .await

@@ -248,7 +248,7 @@ where
     pub(crate) async fn recover_takes_at_most_its_limit(db: Db<DB>) {
         jobs(&db, "sending").await;
         let pass = recover(&db.pool, Job::Sending, LIMIT, |_: Effect<Job, i64>| async {
-            Verdict::Done
+            Verdict::done()
         })
         .await
         .unwrap();
@@ -260,7 +260,7 @@ where
     /// `recover_many` takes over and finishes `LIMIT` jobs.
     pub(crate) async fn recover_many_takes_at_most_its_limit(db: Db<DB>) {
         jobs(&db, "sending").await;
-        let effect = |_: Effect<Job, i64>| async { Verdict::Done };
+        let effect = |_: Effect<Job, i64>| async { Verdict::done() };
         let pass = recover_many(&db.pool, Job::Sending, LIMIT, 4, effect)
             .await
             .unwrap();

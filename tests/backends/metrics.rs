@@ -143,7 +143,7 @@ fn outcomes_attempts_and_recovery_are_counted() {
             &db.pool,
             TransferStatus::Sending,
             10,
-            |_: stateguard::Effect<_, i64>| async { stateguard::Verdict::Done },
+            |_: stateguard::Effect<_, i64>| async { stateguard::Verdict::done() },
         )
         .await
         .unwrap();

@@ -499,7 +499,7 @@ async fn transaction_pooling_finishes_each_effect_under_one_key() {
                 keys.entry(*effect.key())
                     .or_default()
                     .push(effect.effect_key().to_owned());
-                stateguard::Verdict::Done
+                stateguard::Verdict::done()
             }
         }
     };

@@ -352,7 +352,7 @@ async fn each_path_runs_its_fewest_statements() {
         .unwrap();
     let before = statements(&mut conn).await;
     let finished = won
-        .finish(&mut *conn, |_| async { stateguard::Verdict::Done })
+        .finish(&mut *conn, |_| async { stateguard::Verdict::done() })
         .await
         .unwrap();
     assert!(

@@ -128,7 +128,7 @@ where
         .finish(&pool, |_: Effect<TransferStatus, i64>| async {
             effects.fetch_add(1, Ordering::SeqCst);
             demote(&pool).await;
-            Verdict::Done
+            Verdict::done()
         })
         .await
         .map_err(Error::from);
@@ -146,7 +146,7 @@ where
         10,
         |_: Effect<TransferStatus, i64>| async {
             effects.fetch_add(1, Ordering::SeqCst);
-            Verdict::Done
+            Verdict::done()
         },
     )
     .await

@@ -193,7 +193,7 @@ where
         verdict: F,
     ) -> Recovered
     where
-        F: Fn(&Effect<Retried, i64>) -> Verdict + Sync,
+        F: Fn(&Effect<Retried, i64>) -> Verdict<Retried> + Sync,
     {
         let mut total = Recovered::default();
         for _ in 0..400 {
@@ -262,7 +262,7 @@ where
             let attempt = effect.attempt().unwrap();
             stamps.lock().unwrap().push(attempt);
             match attempt {
-                4 => Verdict::Done,
+                4 => Verdict::done(),
                 _ => Verdict::RetryLater,
             }
         })
@@ -431,7 +431,7 @@ where
         // Rows 2 and 3 are due soon; row 1 is not, whatever its lease.
         let report = Self::recover_until_settled(&db, &[2, 3], &calls, |effect| {
             assert_ne!(*effect.key(), 1, "row 1 is not due for an hour");
-            Verdict::Done
+            Verdict::done()
         })
         .await;
         assert_eq!(report.done, 2);
@@ -441,7 +441,7 @@ where
             &db.pool,
             Retried::Sending,
             16,
-            |_: Effect<Retried, i64>| async { Verdict::Done },
+            |_: Effect<Retried, i64>| async { Verdict::done() },
         )
         .await
         .unwrap();
@@ -478,7 +478,7 @@ where
                 .unwrap();
         }
         let verdict = |effect: &Effect<Retried, i64>| match effect.attempt() {
-            Some(3..) => Verdict::Done,
+            Some(3..) => Verdict::done(),
             _ => Verdict::RetryLater,
         };
         let racers = (0..8).map(|_| Self::recover_until_settled(&db, &rows, &calls, verdict));
@@ -534,7 +534,7 @@ where
             16,
             |effect: Effect<Retried, i64>| {
                 calls.record(&effect);
-                async { Verdict::Done }
+                async { Verdict::done() }
             },
         )
         .await
@@ -631,7 +631,7 @@ where
             &db.pool,
             TransferStatus::Sending,
             16,
-            |_: Effect<TransferStatus, i64>| async { Verdict::Done },
+            |_: Effect<TransferStatus, i64>| async { Verdict::done() },
         )
         .await
         .unwrap();

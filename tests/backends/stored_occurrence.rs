@@ -180,7 +180,9 @@ macro_rules! matrix {
             let finish = |won: Won<$machine, i64>| async move {
                 let id = *won.key();
                 let finished = won
-                    .finish(&db.pool, |_: Effect<$machine, i64>| async { Verdict::Done })
+                    .finish(&db.pool, |_: Effect<$machine, i64>| async {
+                        Verdict::done()
+                    })
                     .await
                     .unwrap();
                 let stored = db.transfer(id).await;
@@ -329,7 +331,7 @@ macro_rules! matrix {
                             .lock()
                             .unwrap()
                             .push((*effect.key(), effect.occurrence()));
-                        async { Verdict::Done }
+                        async { Verdict::done() }
                     },
                 )
                 .await

@@ -136,7 +136,7 @@ where
     let finished = keyed
         .won()
         .unwrap()
-        .finish(&db.pool, |_| async { stateguard::Verdict::Done })
+        .finish(&db.pool, |_| async { stateguard::Verdict::done() })
         .await
         .unwrap();
     assert!(
@@ -153,7 +153,7 @@ where
         &db.pool,
         TransferStatus::Sending,
         10,
-        |_: stateguard::Effect<_, i64>| async { stateguard::Verdict::Done },
+        |_: stateguard::Effect<_, i64>| async { stateguard::Verdict::done() },
     )
     .await
     .unwrap();

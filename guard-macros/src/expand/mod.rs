@@ -395,6 +395,31 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
         }
     };
 
+    // `Verdict::done()` and `Verdict::failed()` end a row without values:
+    // only for a machine where every in-flight state's follow-up of that
+    // kind binds none, so that a verdict without the values
+    // its follow-up writes is a compile error, not a failure after the
+    // effect ran.
+    let in_flight: Vec<_> = model
+        .states
+        .iter()
+        .filter_map(|s| s.in_flight.as_ref())
+        .collect();
+    let plain =
+        |follow_up: Option<usize>| follow_up.is_some_and(|i| model.transitions[i].binds() == 0);
+    let plain_done = in_flight.iter().all(|f| plain(Some(f.done))).then(|| {
+        quote! {
+            #[automatically_derived]
+            impl #private::PlainDone for #ident {}
+        }
+    });
+    let plain_failed = in_flight.iter().all(|f| plain(f.failed)).then(|| {
+        quote! {
+            #[automatically_derived]
+            impl #private::PlainFailed for #ident {}
+        }
+    });
+
     // `Display`, `FromStr` and the sqlx (and serde) impls over the database
     // strings, unless the enum has its own (`conversions = false`).
     let text = match input.attrs.conversions {
@@ -502,6 +527,8 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
         }
 
         #follow_up_values
+        #plain_done
+        #plain_failed
 
         #has_history
 
@@ -611,6 +638,12 @@ fn fallback(node: &DeriveInput) -> TokenStream {
                 ::core::unimplemented!()
             }
         }
+
+        #[automatically_derived]
+        impl #krate::__private::PlainDone for #ident {}
+
+        #[automatically_derived]
+        impl #krate::__private::PlainFailed for #ident {}
 
         impl #ident {
             #(#constructors)*

@@ -299,7 +299,7 @@ impl<S: StateMachine, K, C> Won<S, K, C> {
     ///     let finished = won
     ///         .finish(&pool, |effect| async move {
     ///             let _key = effect.effect_key(); // the bank's idempotency key
-    ///             Verdict::Done
+    ///             Verdict::done()
     ///         })
     ///         .await?;
     ///     assert!(matches!(finished, Finished::Done { state: TransferStatus::Sent, .. }));
@@ -317,7 +317,7 @@ impl<S: StateMachine, K, C> Won<S, K, C> {
         K: KeyText<S::KeyShape> + Clone + RowKey<E::Database, S::KeyShape>,
         S: FollowUpValues<E::Database>,
         F: FnOnce(Effect<S, K>) -> Fut,
-        Fut: Future<Output = Verdict>,
+        Fut: Future<Output = Verdict<S>>,
     {
         let in_flight = in_flight_def(self.state());
         let done = in_flight.as_ref().map_or("", |f| f.done().name());
@@ -377,7 +377,7 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
         K: KeyText<S::KeyShape> + Clone + RowKey<E::Database, S::KeyShape>,
         S: FollowUpValues<E::Database>,
         F: FnOnce(Effect<S, K>) -> Fut,
-        Fut: Future<Output = Verdict>,
+        Fut: Future<Output = Verdict<S>>,
     {
         let checked =
             in_flight.and_then(|in_flight| refuse_open_transaction(&executor).map(|()| in_flight));
@@ -541,7 +541,7 @@ pub(crate) async fn follow_up<S, K, E>(
     executor: &mut E,
     in_flight: &'static InFlightDef<S>,
     row: Leased<'_, S, K>,
-    verdict: Verdict,
+    verdict: Verdict<S>,
     step: &Step,
 ) -> Result<Finished<S>, Error>
 where

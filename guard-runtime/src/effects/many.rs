@@ -150,7 +150,7 @@ struct Row<K> {
 /// let wins: Vec<Won<PayoutStatus, i64>> = PayoutStatus::start().claim(&pool, 50).await?;
 /// let rows = stateguard::finish_many(&pool, wins, 32, |effect| async move {
 ///     let _key = effect.effect_key(); // the bank's idempotency key
-///     Verdict::Done
+///     Verdict::done()
 /// })
 /// .await?;
 /// assert_eq!(rows.len(), 3);
@@ -168,7 +168,7 @@ where
     S: FollowUpValues<DB>,
     K: KeyText<S::KeyShape> + Clone + BatchKey<DB, S::KeyShape>,
     F: Fn(Effect<S, K>) -> Fut,
-    Fut: Future<Output = Verdict>,
+    Fut: Future<Output = Verdict<S>>,
 {
     let Some(first) = wins.first() else {
         return Ok(Vec::new());
@@ -224,7 +224,7 @@ where
     S: FollowUpValues<DB>,
     K: KeyText<S::KeyShape> + Clone + BatchKey<DB, S::KeyShape>,
     F: Fn(Effect<S, K>) -> Fut,
-    Fut: Future<Output = Verdict>,
+    Fut: Future<Output = Verdict<S>>,
 {
     let in_flight = in_flight?;
     let state = wins[0].state();
@@ -477,9 +477,9 @@ where
     async fn run<F, Fut>(&self, runnable: Vec<usize>, concurrency: usize, effect: &F)
     where
         F: Fn(Effect<S, K>) -> Fut,
-        Fut: Future<Output = Verdict>,
+        Fut: Future<Output = Verdict<S>>,
     {
-        let buffer: Mutex<Vec<(usize, Verdict)>> = Mutex::new(Vec::new());
+        let buffer: Mutex<Vec<(usize, Verdict<S>)>> = Mutex::new(Vec::new());
         let oldest: Mutex<Option<Instant>> = Mutex::new(None);
         let finished = AtomicBool::new(runnable.is_empty());
         let (wake, room) = (Notify::new(), Notify::new());
@@ -624,9 +624,9 @@ where
 
     /// Writes the follow-ups of `verdicts`: one statement per follow-up
     /// for the rows that share it, one each for the rest.
-    async fn flush(&self, verdicts: Vec<(usize, Verdict)>) {
+    async fn flush(&self, verdicts: Vec<(usize, Verdict<S>)>) {
         let in_flight = self.in_flight;
-        let mut buckets: Vec<(usize, Bucket, Verdict)> = Vec::with_capacity(verdicts.len());
+        let mut buckets: Vec<(usize, Bucket, Verdict<S>)> = Vec::with_capacity(verdicts.len());
         for (i, verdict) in verdicts {
             match self.bucket(i, &verdict) {
                 Ok(Some(bucket)) => buckets.push((i, bucket, verdict)),
@@ -637,7 +637,7 @@ where
         // In key order, as the statements take them.
         buckets.sort_by(|a, b| self.rows[a.0].key.cmp(&self.rows[b.0].key));
         for f in [0, 1] {
-            let rows: Vec<(usize, &Verdict)> = buckets
+            let rows: Vec<(usize, &Verdict<S>)> = buckets
                 .iter()
                 .filter(|(_, b, _)| matches!(b, Bucket::FollowUp(g) if *g == f))
                 .map(|(i, _, verdict)| (*i, verdict))
@@ -719,7 +719,7 @@ where
 
     /// Which statement writes `verdict`'s follow-up; `None` for a verdict
     /// that writes nothing (a retry without `retry(…)`).
-    fn bucket(&self, i: usize, verdict: &Verdict) -> Result<Option<Bucket>, Error> {
+    fn bucket(&self, i: usize, verdict: &Verdict<S>) -> Result<Option<Bucket>, Error> {
         let in_flight = self.in_flight;
         let retry = match verdict {
             Verdict::RetryLater => None,
@@ -767,7 +767,7 @@ where
         failed: bool,
         indices: &[usize],
         moved: Result<Vec<Moved<S>>, Error>,
-        buckets: &[(usize, Bucket, Verdict)],
+        buckets: &[(usize, Bucket, Verdict<S>)],
     ) {
         let versioned = S::MACHINE.version().is_some();
         let target = transition.target();
@@ -842,7 +842,7 @@ where
         &self,
         indices: &[usize],
         moved: Result<Vec<Moved<S>>, Error>,
-        buckets: &[(usize, Bucket, Verdict)],
+        buckets: &[(usize, Bucket, Verdict<S>)],
     ) {
         let moved = match moved {
             Ok(moved) => moved,
@@ -880,7 +880,7 @@ where
 
     /// One row's follow-up in a statement of its own, as `finish` writes
     /// it.
-    async fn one(&self, i: usize, verdict: Verdict) {
+    async fn one(&self, i: usize, verdict: Verdict<S>) {
         let mut executor = self.pool;
         let step = Step::new(self.in_flight.done().name());
         let row = self.leased(i);
@@ -902,7 +902,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// The verdict row `i` brought to a flush.
-fn verdict_of(buckets: &[(usize, Bucket, Verdict)], i: usize) -> Verdict {
+fn verdict_of<S>(buckets: &[(usize, Bucket, Verdict<S>)], i: usize) -> Verdict<S> {
     buckets
         .iter()
         .find(|(j, _, _)| *j == i)

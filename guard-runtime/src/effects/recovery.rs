@@ -404,7 +404,7 @@ pub struct Recovered {
 /// // the same effect key, and finishes the row.
 /// let pass = stateguard::recover(&pool, TransferStatus::Sending, 10, |effect: Effect<_, i64>| async move {
 ///     let _key = effect.effect_key();
-///     Verdict::Done
+///     Verdict::done()
 /// })
 /// .await?;
 /// assert_eq!((pass.claimed, pass.done), (1, 1));
@@ -424,7 +424,7 @@ where
         + DecodeKey<E::Database, S::KeyShape>
         + RowKey<E::Database, S::KeyShape>,
     F: Fn(Effect<S, K>) -> Fut,
-    Fut: Future<Output = Verdict>,
+    Fut: Future<Output = Verdict<S>>,
 {
     recover_within(
         executor,
@@ -454,7 +454,7 @@ where
         + DecodeKey<E::Database, S::KeyShape>
         + RowKey<E::Database, S::KeyShape>,
     F: Fn(Effect<S, K>) -> Fut,
-    Fut: Future<Output = Verdict>,
+    Fut: Future<Output = Verdict<S>>,
 {
     let in_flight = in_flight_def(state);
     let done = in_flight.as_ref().map_or("", |f| f.done().name());
@@ -521,7 +521,7 @@ where
 /// // 16 at a time, and their follow-ups go to the database in batches.
 /// let pass = stateguard::recover_many(&pool, TransferStatus::Sending, 500, 16, |effect: Effect<_, i64>| async move {
 ///     let _key = effect.effect_key();
-///     Verdict::Done
+///     Verdict::done()
 /// })
 /// .await?;
 /// assert_eq!((pass.claimed, pass.done), (2, 2));
@@ -539,7 +539,7 @@ where
     S: FollowUpValues<DB> + KeyType<K>,
     K: KeyText<S::KeyShape> + Clone + BatchKey<DB, S::KeyShape>,
     F: Fn(Effect<S, K>) -> Fut,
-    Fut: Future<Output = Verdict>,
+    Fut: Future<Output = Verdict<S>>,
 {
     let in_flight = in_flight_def(state);
     let done = in_flight.as_ref().map_or("", |f| f.done().name());
@@ -731,7 +731,7 @@ where
         + DecodeKey<E::Database, S::KeyShape>
         + RowKey<E::Database, S::KeyShape>,
     F: Fn(Effect<S, K>) -> Fut,
-    Fut: Future<Output = Verdict>,
+    Fut: Future<Output = Verdict<S>>,
 {
     let in_flight = in_flight?;
     refuse_open_transaction(&executor)?;
@@ -852,7 +852,7 @@ where
     E: Runner<Commit = Committed>,
     K: KeyText<S::KeyShape> + Clone + RowKey<E::Database, S::KeyShape>,
     F: Fn(Effect<S, K>) -> Fut,
-    Fut: Future<Output = Verdict>,
+    Fut: Future<Output = Verdict<S>>,
 {
     let Taken {
         key,

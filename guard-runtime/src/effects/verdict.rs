@@ -1,8 +1,9 @@
 //! What an effect on an in-flight row decided, and the values its
 //! follow-up binds.
 
-use core::any::{Any, TypeId};
+use core::any::Any;
 use core::fmt;
+use core::marker::PhantomData;
 use std::sync::Arc;
 
 use crate::StateMachine;
@@ -13,31 +14,29 @@ use crate::machine::{InFlightDef, TransitionDef};
 use crate::transition::note::{Note, NoteSlot};
 use crate::transition::{Params, Transition};
 
-/// How an effect on an in-flight row ended.
+/// How an effect on an in-flight row of machine `S` ended.
 ///
-/// A follow-up that binds values per call
-/// (`#[transition(confirm -> Sent, set(bank_ref = bind(String)))]`) takes
-/// them from the verdict: return its constructor, converted,
-/// `PayoutStatus::confirm(receipt.id).into()`, and the statement that ends
-/// the row writes them. The crate documentation of `stateguard` (*Per-call values*) shows
-/// one end to end.
-#[derive(Debug, Clone)]
-pub enum Verdict {
-    /// It happened: run the state's `done` transition.
-    ///
-    /// Only for a `done` transition that binds no values: one with
-    /// `bind(Type)` values needs its constructor with them
-    /// (`PayoutStatus::confirm(bank_ref).into()`), and a bare `Done` ends
-    /// in [`Error::FollowUpValues`](crate::Error::FollowUpValues) after the
-    /// effect ran, leaving the row in flight, where recovery fails the same
-    /// way (the compiler does not catch it).
-    Done,
-    /// It will never happen (the far side refused for good): run the
-    /// state's `failed` transition.
-    ///
-    /// Only for a `failed` transition that binds no values, as with
-    /// [`Done`](Verdict::Done).
-    Failed,
+/// The effect returns one of:
+/// - [`Verdict::done()`]: it happened; the state's `done` transition ends
+///   the row.
+/// - [`Verdict::failed()`]: it will never happen; the state's `failed`
+///   transition ends the row.
+/// - The follow-up's constructor, converted: a `done` or `failed`
+///   transition that binds values per call
+///   (`#[transition(confirm -> Sent, set(bank_ref = bind(String)))]`)
+///   takes them from the verdict, `PayoutStatus::confirm(receipt.id).into()`,
+///   and one that writes a note takes it the same way,
+///   `PayoutStatus::fail().noted(Note::because("account closed")).into()`.
+/// - [`Verdict::RetryLater`], or a [`Retry`] with a wait or a reason of
+///   its own.
+///
+/// `Verdict::done()` compiles only for a machine whose in-flight states'
+/// `done` transitions bind no values, and `Verdict::failed()` only for one
+/// whose `failed` transitions bind none: a verdict cannot choose a
+/// follow-up without the values it writes, which would fail only after
+/// the effect ran, and again on every recovery. The crate documentation of `stateguard` (*Per-call values*)
+/// shows a follow-up with values end to end.
+pub enum Verdict<S> {
     /// It may not have happened and may be tried again (a timeout, a 503):
     /// leave the row in flight; recovery retries it with the same effect
     /// key once the lease runs out or, where the state declares
@@ -47,13 +46,85 @@ pub enum Verdict {
     /// [`RetryLater`](Verdict::RetryLater), with a reason or a time of its
     /// own: `Retry::after(wait).because("bank answered 503").into()`.
     Retry(Retry),
-    /// End the row with this follow-up, the state's `done` or `failed`
-    /// transition, and the values it binds: made with `.into()` from the
-    /// transition's constructor, or from it [noted](crate::Transition::noted)
-    /// (`PayoutStatus::fail().noted(Note::because("account closed")).into()`),
-    /// for the history row of the follow-up.
-    FollowUp(FollowUp),
+    /// End the row with a follow-up: [`Verdict::done()`],
+    /// [`Verdict::failed()`], or the state's `done` or `failed` transition
+    /// made with `.into()` from its constructor, with the values it binds
+    /// and the note it writes.
+    FollowUp(FollowUp<S>),
 }
+
+impl<S: StateMachine> Verdict<S> {
+    /// It happened: end the row with its state's `done` transition.
+    ///
+    /// Only for a machine whose in-flight states' `done` transitions bind
+    /// no values; where one does, return its constructor with them
+    /// (`PayoutStatus::confirm(bank_ref).into()`), and this is a compile
+    /// error ([`PlainDone`](crate::PlainDone)).
+    pub fn done() -> Verdict<S>
+    where
+        S: PlainDone,
+    {
+        Verdict::FollowUp(FollowUp::plain(Plain::Done))
+    }
+
+    /// It will never happen (the far side refused for good): end the row
+    /// with its state's `failed` transition.
+    ///
+    /// Only for a machine whose in-flight states' `failed` transitions
+    /// bind no values; where one does, return its constructor with them
+    /// (`PayoutStatus::decline(reason).into()`), and this is a compile
+    /// error ([`PlainFailed`](crate::PlainFailed)).
+    pub fn failed() -> Verdict<S>
+    where
+        S: PlainFailed,
+    {
+        Verdict::FollowUp(FollowUp::plain(Plain::Failed))
+    }
+}
+
+impl<S> Clone for Verdict<S> {
+    fn clone(&self) -> Self {
+        match self {
+            Verdict::RetryLater => Verdict::RetryLater,
+            Verdict::Retry(retry) => Verdict::Retry(retry.clone()),
+            Verdict::FollowUp(follow_up) => Verdict::FollowUp(follow_up.clone()),
+        }
+    }
+}
+
+impl<S> fmt::Debug for Verdict<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Verdict::RetryLater => f.write_str("RetryLater"),
+            Verdict::Retry(retry) => f.debug_tuple("Retry").field(retry).finish(),
+            Verdict::FollowUp(follow_up) => f.debug_tuple("FollowUp").field(follow_up).finish(),
+        }
+    }
+}
+
+/// Implemented by the derive for a machine whose in-flight states'
+/// `done` transitions bind no values: [`Verdict::done()`] can end its
+/// rows.
+#[diagnostic::on_unimplemented(
+    message = "`Verdict::done()` cannot end a row of `{Self}`: the `done` transition of one of \
+               its in-flight states binds values",
+    label = "this verdict would carry none of the values its follow-up writes",
+    note = "return that transition's constructor with its values instead, converted, as in \
+            `{Self}::confirm(bank_ref).into()`"
+)]
+pub trait PlainDone: StateMachine {}
+
+/// Implemented by the derive for a machine whose in-flight states'
+/// `failed` transitions bind no values: [`Verdict::failed()`] can end its
+/// rows.
+#[diagnostic::on_unimplemented(
+    message = "`Verdict::failed()` cannot end a row of `{Self}`: the `failed` transition of one \
+               of its in-flight states binds values",
+    label = "this verdict would carry none of the values its follow-up writes",
+    note = "return that transition's constructor with its values instead, converted, as in \
+            `{Self}::decline(reason).into()`"
+)]
+pub trait PlainFailed: StateMachine {}
 
 /// When, and why, an effect asks to be tried again: see
 /// [`Verdict::Retry`].
@@ -71,9 +142,12 @@ pub enum Verdict {
 /// use std::time::Duration;
 /// use stateguard::{Retry, Verdict};
 ///
-/// // The provider answered 429 with `Retry-After: 120`.
-/// let verdict: Verdict = Retry::after(Duration::from_secs(120)).because("rate limited").into();
-/// assert!(matches!(verdict, Verdict::Retry(_)));
+/// /// The provider answered 429 with `Retry-After: 120`.
+/// fn rate_limited<S>() -> Verdict<S> {
+///     Retry::after(Duration::from_secs(120)).because("rate limited").into()
+/// }
+/// # let verdict: Verdict<()> = rate_limited();
+/// # assert!(matches!(verdict, Verdict::Retry(r) if r.reason() == Some("rate limited")));
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Retry {
@@ -126,28 +200,50 @@ impl Retry {
     }
 }
 
-impl From<Retry> for Verdict {
-    fn from(retry: Retry) -> Verdict {
+impl<S> From<Retry> for Verdict<S> {
+    fn from(retry: Retry) -> Verdict<S> {
         Verdict::Retry(retry)
     }
 }
 
-/// A follow-up transition named by a [`Verdict`], with the values it binds.
+/// The follow-up a [`Verdict`] ends the row with, with the values it
+/// binds and the note it writes.
 ///
-/// Made from a transition constructor: `Verdict::from(PayoutStatus::confirm(bank_ref))`.
-#[derive(Clone)]
-pub struct FollowUp {
-    machine: TypeId,
-    machine_name: &'static str,
-    transition: &'static str,
+/// Made by [`Verdict::done()`] and [`Verdict::failed()`], or from a
+/// transition constructor: `Verdict::from(PayoutStatus::confirm(bank_ref))`.
+pub struct FollowUp<S> {
+    which: Which,
     values: Arc<Values>,
     note: Note,
+    machine: PhantomData<fn() -> S>,
 }
 
-impl FollowUp {
-    /// The name of the transition.
-    pub fn transition(&self) -> &'static str {
-        self.transition
+/// The follow-up a verdict names.
+#[derive(Debug, Clone, Copy)]
+enum Which {
+    /// The row's state's own `done` or `failed`, binding nothing.
+    Plain(Plain),
+    /// The transition of this name, which must be the state's `done` or
+    /// `failed`.
+    Named(&'static str),
+}
+
+/// [`Verdict::done()`] or [`Verdict::failed()`].
+#[derive(Debug, Clone, Copy)]
+enum Plain {
+    Done,
+    Failed,
+}
+
+impl<S> FollowUp<S> {
+    /// The transition the follow-up names: `None` for
+    /// [`Verdict::done()`] and [`Verdict::failed()`], which take the
+    /// in-flight state's own.
+    pub fn transition(&self) -> Option<&'static str> {
+        match self.which {
+            Which::Named(name) => Some(name),
+            Which::Plain(_) => None,
+        }
     }
 
     /// The note for the follow-up's history row ([`Note::NONE`] unless the
@@ -155,40 +251,49 @@ impl FollowUp {
     pub fn note(&self) -> &Note {
         &self.note
     }
+
+    /// The state's own `done` or `failed`, binding nothing.
+    fn plain(plain: Plain) -> FollowUp<S> {
+        FollowUp {
+            which: Which::Plain(plain),
+            values: Arc::new(()),
+            note: Note::NONE,
+            machine: PhantomData,
+        }
+    }
 }
 
-impl fmt::Debug for FollowUp {
+impl<S> Clone for FollowUp<S> {
+    fn clone(&self) -> Self {
+        FollowUp {
+            which: self.which,
+            values: Arc::clone(&self.values),
+            note: self.note.clone(),
+            machine: PhantomData,
+        }
+    }
+}
+
+impl<S> fmt::Debug for FollowUp<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FollowUp")
-            .field("machine", &self.machine_name)
-            .field("transition", &self.transition)
+            .field("machine", &core::any::type_name::<S>())
+            .field("transition", &self.which)
             .field("note", &self.note)
             .finish_non_exhaustive()
     }
 }
 
-impl FollowUp {
-    /// The verdict that ends the row with `transition` of machine `S`,
-    /// binding `values`, with `note` for its history row.
-    fn verdict<S: StateMachine, P: Send + Sync + 'static>(
-        transition: Transition<S>,
-        values: P,
-        note: Note,
-    ) -> Verdict {
+impl<S: StateMachine, P: Send + Sync + 'static, N: NoteSlot> From<Transition<S, P, N>>
+    for Verdict<S>
+{
+    fn from(transition: Transition<S, P, N>) -> Verdict<S> {
         Verdict::FollowUp(FollowUp {
-            machine: TypeId::of::<S>(),
-            machine_name: S::MACHINE.name(),
-            transition: transition.name(),
-            values: Arc::new(values),
-            note,
+            which: Which::Named(transition.name()),
+            values: Arc::new(transition.params),
+            note: transition.note.into_note_slot(),
+            machine: PhantomData,
         })
-    }
-}
-
-impl<S: StateMachine, P: Send + Sync + 'static, N: NoteSlot> From<Transition<S, P, N>> for Verdict {
-    fn from(transition: Transition<S, P, N>) -> Verdict {
-        let plain = transition.transition();
-        FollowUp::verdict(plain, transition.params, transition.note.into_note_slot())
     }
 }
 
@@ -241,7 +346,7 @@ pub(crate) struct Chosen<S: 'static> {
 impl<S: StateMachine> Chosen<S> {
     /// Which follow-up of `state` the verdict names, or why it names none.
     pub(crate) fn of(
-        verdict: Verdict,
+        verdict: Verdict<S>,
         in_flight: &'static InFlightDef<S>,
         state: S,
     ) -> Result<Option<Chosen<S>>, Error> {
@@ -254,45 +359,39 @@ impl<S: StateMachine> Chosen<S> {
             (Some(transition), Some(sql)) => Ok((transition, sql, true)),
             _ => Err(no_failed()),
         };
-        let ((transition, sql, is_failed), values, note): (_, Arc<Values>, _) = match verdict {
+        let follow_up = match verdict {
             Verdict::RetryLater | Verdict::Retry(_) => return Ok(None),
-            Verdict::Done => (done, Arc::new(()), Note::NONE),
-            Verdict::Failed => (failed()?, Arc::new(()), Note::NONE),
-            Verdict::FollowUp(follow_up) => {
-                let named = follow_up.machine == TypeId::of::<S>();
-                let chosen = if named && follow_up.transition == in_flight.done.name() {
-                    done
-                } else if named
-                    && in_flight
-                        .failed
-                        .is_some_and(|f| f.name() == follow_up.transition)
-                {
-                    failed()?
-                } else {
-                    return Err(Error::NotAFollowUp {
-                        machine: S::MACHINE.name(),
-                        state: state.as_str(),
-                        verdict: follow_up.transition,
-                    });
-                };
-                if follow_up.note != Note::NONE && S::MACHINE.history_table().is_none() {
-                    return Err(Error::NoHistory {
-                        machine: S::MACHINE.name(),
-                    });
-                }
-                // Before the follow-up is sent, as `apply` checks its own.
-                follow_up
-                    .note
-                    .checked(S::MACHINE.table(), chosen.0.name())?;
-                (chosen, follow_up.values, follow_up.note)
+            Verdict::FollowUp(follow_up) => follow_up,
+        };
+        let chosen = match follow_up.which {
+            Which::Plain(Plain::Done) => done,
+            Which::Plain(Plain::Failed) => failed()?,
+            Which::Named(name) if name == in_flight.done.name() => done,
+            Which::Named(name) if in_flight.failed.is_some_and(|f| f.name() == name) => failed()?,
+            Which::Named(name) => {
+                return Err(Error::NotAFollowUp {
+                    machine: S::MACHINE.name(),
+                    state: state.as_str(),
+                    verdict: name,
+                });
             }
         };
+        if follow_up.note != Note::NONE && S::MACHINE.history_table().is_none() {
+            return Err(Error::NoHistory {
+                machine: S::MACHINE.name(),
+            });
+        }
+        // Before the follow-up is sent, as `apply` checks its own.
+        follow_up
+            .note
+            .checked(S::MACHINE.table(), chosen.0.name())?;
+        let (transition, sql, failed) = chosen;
         Ok(Some(Chosen {
             transition,
             sql,
-            failed: is_failed,
-            values,
-            note,
+            failed,
+            values: follow_up.values,
+            note: follow_up.note,
         }))
     }
 

@@ -278,9 +278,10 @@ pub enum Error {
         state: &'static str,
     },
 
-    /// An effect reported [`Verdict::Failed`](crate::Verdict::Failed) for an
-    /// in-flight state that declares no `failed` transition. The row stays
-    /// in flight.
+    /// An in-flight state that declares no `failed` transition was asked
+    /// to fail: its attempts ran out. (A derived machine makes
+    /// [`Verdict::failed()`](crate::Verdict::failed) a compile error where
+    /// a state has no `failed` transition.) The row stays in flight.
     #[error(
         "the effect for state `{state}` of {machine} failed, but the state declares no \
          `failed = transition` in #[state(in_flight(...))]; the row stays in flight"
@@ -323,16 +324,20 @@ pub enum Error {
         verdict: &'static str,
     },
 
-    /// A verdict did not carry the values its follow-up binds: for a
-    /// follow-up with `bind(Type)` values, return its constructor
-    /// (`PayoutStatus::confirm(bank_ref).into()`), not `Verdict::Done`.
-    /// The row stays in flight, and recovery, which runs the same effect
-    /// code, fails the same way until that code returns the constructor.
+    /// A verdict did not carry the values its follow-up binds: it was
+    /// made from a transition without them (one that
+    /// [`available`](crate::StateMachine::available) listed, say), not
+    /// from the transition's constructor
+    /// (`PayoutStatus::confirm(bank_ref).into()`), which takes them. (A
+    /// derived machine makes [`Verdict::done()`](crate::Verdict::done)
+    /// a compile error where they are needed.) The row stays in flight,
+    /// and recovery, which runs the same effect code, fails the same way
+    /// until that code returns the constructor.
     #[error(
-        "the follow-up `{transition}` of {machine} binds values of type `{expects}`, which a bare \
-         `Verdict::Done` or `Verdict::Failed` does not carry: return \
-         `{machine}::{transition}(…).into()` with those values instead; the row stays in flight, \
-         and recovery runs the same code, so it fails the same way until the code is fixed"
+        "the follow-up `{transition}` of {machine} binds values of type `{expects}`, which the \
+         verdict does not carry: return `{machine}::{transition}(…).into()` with those values \
+         instead; the row stays in flight, and recovery runs the same code, so it fails the same \
+         way until the code is fixed"
     )]
     FollowUpValues {
         /// The machine.

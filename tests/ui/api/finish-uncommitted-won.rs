@@ -18,7 +18,7 @@ async fn send(pool: sqlx::SqlitePool) -> Result<(), Box<dyn std::error::Error>> 
     let mut tx = stateguard::Tx::begin(&pool).await?;
     if let Outcome::Applied(won) = TransferStatus::start().apply(&mut tx, 1_i64).await? {
         // The transaction has not committed: the effect must not run yet.
-        let _ = won.finish(&pool, |_| async { Verdict::Done }).await;
+        let _ = won.finish(&pool, |_| async { Verdict::done() }).await;
     }
     tx.commit(()).await?;
     Ok(())
