@@ -74,8 +74,9 @@ backend_tests! {
 
 /// Row keys around every edge: `long_keys.status:` and `:sending:` with
 /// 209 characters between them make 235, the longest prefix kept whole;
-/// 210 is the first shortened; 254 to 256 and 1,000 as the issue found.
-const LENGTHS: [usize; 6] = [209, 210, 254, 255, 256, 1000];
+/// 210 is the first shortened; 254 to 256 and 1,000 as the issue found;
+/// 3,000, whose order key is longer than MySQL's outbox column holds.
+const LENGTHS: [usize; 7] = [209, 210, 254, 255, 256, 1000, 3000];
 
 /// A row key of `len` characters, different for each `tag`.
 fn name(tag: char, len: usize) -> String {
@@ -112,7 +113,7 @@ fn statements<DB: TestBackend>() -> (&'static str, &'static str, &'static str) {
             "UPDATE long_keys SET sending_since = sending_since - INTERVAL '1 hour'",
         ),
         Dialect::MySql => (
-            "CREATE TABLE long_keys (name VARCHAR(1100) CHARACTER SET ascii COLLATE ascii_bin \
+            "CREATE TABLE long_keys (name VARCHAR(3072) CHARACTER SET ascii COLLATE ascii_bin \
              PRIMARY KEY, status VARCHAR(32) NOT NULL DEFAULT 'pending', version BIGINT NOT NULL \
              DEFAULT 0, sending_since DATETIME(3) NULL, note TEXT NULL)",
             "INSERT INTO long_keys (name) VALUES (?)",
@@ -152,17 +153,64 @@ async fn ids<DB: TestBackend>(db: &Db<DB>, topic: &str) -> Vec<String> {
              OFFSET ?2"
         }
     };
+    texts(db, sql, topic).await
+}
+
+/// The order keys of the messages with topic `topic`, in the order
+/// written.
+async fn order_keys<DB: TestBackend>(db: &Db<DB>, topic: &str) -> Vec<String> {
+    let sql = match DB::DIALECT {
+        Dialect::MySql => {
+            "SELECT CAST(order_key AS CHAR) FROM stateguard_outbox WHERE topic = ? ORDER BY seq \
+             LIMIT 1 OFFSET ?"
+        }
+        Dialect::Postgres => {
+            "SELECT order_key FROM stateguard_outbox WHERE topic = $1 ORDER BY seq LIMIT 1 \
+             OFFSET $2"
+        }
+        _ => {
+            "SELECT order_key FROM stateguard_outbox WHERE topic = ?1 ORDER BY seq LIMIT 1 \
+             OFFSET ?2"
+        }
+    };
+    texts(db, sql, topic).await
+}
+
+/// The text column `sql` reads of each message with topic `topic`.
+async fn texts<DB: TestBackend>(db: &Db<DB>, sql: &'static str, topic: &str) -> Vec<String> {
     let mut conn = db.pool.acquire().await.unwrap();
     let mut out = Vec::new();
     for i in 0.. {
         let binds = [common::Bind::Text(topic), common::Bind::Int(i)];
         match DB::fetch_optional::<(String,)>(&mut conn, sql, &binds).await {
-            Ok(Some((id,))) => out.push(id),
+            Ok(Some((text,))) => out.push(text),
             Ok(None) => break,
             Err(error) => panic!("{error}"),
         }
     }
     out
+}
+
+/// Asserts that the order keys of `names`' messages, in that order, are
+/// `long_keys.status:name`, except on MySQL, where one over 255
+/// characters is its first 169, `~` and a SHA-256 in hex: short enough
+/// for its column, and different for every row.
+fn assert_order_keys<DB: TestBackend>(order_keys: &[String], names: &[String]) {
+    assert_eq!(order_keys.len(), names.len());
+    for (order_key, name) in order_keys.iter().zip(names) {
+        let full = format!("long_keys.status:{name}");
+        match (DB::DIALECT, full.len() <= 255) {
+            (Dialect::MySql, false) => {
+                assert_eq!(order_key.len(), 234, "{order_key}");
+                assert_eq!(order_key[..169], full[..169]);
+                assert_eq!(order_key.as_bytes()[169], b'~', "{order_key}");
+                assert!(order_key[170..].bytes().all(|b| b.is_ascii_hexdigit()));
+            }
+            _ => assert_eq!(*order_key, full),
+        }
+    }
+    let distinct: std::collections::BTreeSet<&String> = order_keys.iter().collect();
+    assert_eq!(distinct.len(), order_keys.len(), "{order_keys:?}");
 }
 
 /// Asserts that each effect key is at most 255 characters, ends in the
@@ -224,6 +272,10 @@ where
         }
         let sent = ids(&db, "named.sent").await;
         assert_eq!(sent.len(), LENGTHS.len());
+        // A row's messages share its order key: both moves of each.
+        let order = order_keys(&db, "named.sending").await;
+        assert_order_keys::<DB>(&order, &started);
+        assert_eq!(order_keys(&db, "named.sent").await, order);
         assert_shape(&sent, 2);
         for (id, name) in sent.iter().zip(&started) {
             assert_eq!(*id, effect_key_of(name, Named::Sent, 2));

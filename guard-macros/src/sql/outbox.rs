@@ -69,6 +69,23 @@ impl Dialect {
         self.concat(&parts)
     }
 
+    /// The order key `full` (`table.column:key`, an expression over the
+    /// row's columns, which it repeats) as the outbox stores it. On MySQL,
+    /// whose column holds 255 characters, as the order keys `enqueue`
+    /// takes, one longer is its first 169 characters, `~` and the SHA-256
+    /// of the whole in hex (234 characters), as an effect key is
+    /// shortened, so that a long row key neither fails the move nor makes
+    /// two rows share an order; PostgreSQL and SQLite keep it whole.
+    fn order_key(self, full: String) -> String {
+        match self {
+            Dialect::MySql => format!(
+                "CASE WHEN CHAR_LENGTH({full}) <= 255 THEN {full} \
+                 ELSE CONCAT(LEFT({full}, 169), '~', SHA2({full}, 256)) END"
+            ),
+            Dialect::Postgres | Dialect::Sqlite => full,
+        }
+    }
+
     /// A JSON object of `(name, expression)` pairs.
     fn json_object(self, pairs: &[(String, String)]) -> String {
         let items: Vec<String> = pairs
@@ -157,7 +174,7 @@ impl Dialect {
         } = moved;
         let id = d.concat(&[prefix.to_owned(), d.as_text(occurrence)]);
         let row = format!("'{}.{}:'", model.table, model.column);
-        let order_key = d.concat(&[row, d.key_text(keys)]);
+        let order_key = d.order_key(d.concat(&[row, d.key_text(keys)]));
         let bytes = match d {
             Dialect::Postgres => format!("convert_to(CAST({payload} AS TEXT), 'UTF8')"),
             Dialect::Sqlite => format!("CAST({payload} AS BLOB)"),
