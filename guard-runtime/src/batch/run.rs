@@ -103,7 +103,7 @@ pub(crate) async fn returning<DB, E, Sh, K>(
 ) -> Result<Vec<Found<K>>, Error>
 where
     DB: Backend,
-    E: Run<Database = DB>,
+    E: Run<Db = DB>,
     Sh: KeyShape,
     K: BatchKey<DB, Sh>,
 {
@@ -131,7 +131,7 @@ async fn read_left<DB, E, Sh, K>(
 ) -> Result<(), Error>
 where
     DB: Backend,
-    E: Run<Database = DB>,
+    E: Run<Db = DB>,
     Sh: KeyShape,
     K: BatchKey<DB, Sh>,
 {
@@ -174,7 +174,7 @@ pub(crate) async fn update_returning<DB, Sh, K, E>(
 ) -> Result<Vec<Found<K>>, Error>
 where
     DB: Backend,
-    E: Run<Database = DB>,
+    E: Run<Db = DB>,
     Sh: KeyShape,
     K: BatchKey<DB, Sh>,
 {
@@ -268,7 +268,7 @@ pub(crate) async fn lock_and_update<DB, E, Sh, K>(
 ) -> Result<Vec<Found<K>>, Error>
 where
     DB: Backend,
-    E: Run<Database = DB>,
+    E: Run<Db = DB>,
     Sh: KeyShape,
     K: BatchKey<DB, Sh>,
 {
@@ -360,7 +360,7 @@ async fn read_leases<DB, E, Sh, K>(
 ) -> Result<(), Error>
 where
     DB: Backend,
-    E: Run<Database = DB>,
+    E: Run<Db = DB>,
     Sh: KeyShape,
     K: BatchKey<DB, Sh>,
 {

@@ -101,7 +101,7 @@ where
     E: Runner,
     K: RowKey<E::Database, S::KeyShape>,
 {
-    type DB<E> = <E as Run>::Database;
+    type DB<E> = <E as Run>::Db;
     let transition = chosen.transition.transition();
     let target = chosen.transition.target();
     let effect = || effect_key_prefix::<S>(&key.key_text(), target);
@@ -284,7 +284,7 @@ where
     E: Runner,
     K: RowKey<E::Database, S::KeyShape>,
 {
-    type DB<E> = <E as Run>::Database;
+    type DB<E> = <E as Run>::Db;
     let statement = <DB<E> as Driver>::statement(sql);
     let token = |read: Statement, row: Option<_>| {
         row.map(|row| {
@@ -374,7 +374,7 @@ where
     E: Runner,
     K: RowKey<E::Database, S::KeyShape>,
 {
-    type DB<E> = <E as Run>::Database;
+    type DB<E> = <E as Run>::Db;
     // Errors name the effect, which `done` names while it runs.
     let transition = in_flight.done().transition();
     let update = <DB<E> as Driver>::statement(postpone);

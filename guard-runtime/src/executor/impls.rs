@@ -185,7 +185,7 @@ macro_rules! on_connection {
 
         #[cfg(feature = $feature)]
         impl sealed::Run for &mut $conn {
-            type Database = $db;
+            type Db = $db;
             type Idle = Idle<$db>;
             const IS_TRANSACTION: bool = false;
 
@@ -195,6 +195,7 @@ macro_rules! on_connection {
         #[cfg(feature = $feature)]
         #[cfg_attr(docsrs, doc(cfg(feature = $feature)))]
         impl Runner for &mut $conn {
+            type Database = $db;
             type Commit = Committed;
             fn in_transaction(&self) -> bool {
                 Connection::is_in_transaction(&**self)
@@ -211,56 +212,54 @@ macro_rules! forwarded {
         fn execute(
             &mut self,
             sql: &'static str,
-            args: <Self::Database as Driver>::Args,
-        ) -> BoxFuture<'_, Result<<Self::Database as sqlx::Database>::QueryResult, sqlx::Error>> {
+            args: <Self::Db as Driver>::Args,
+        ) -> BoxFuture<'_, Result<<Self::Db as sqlx::Database>::QueryResult, sqlx::Error>> {
             let $this = self;
-            <Self::Database as OnConnection>::execute_on($conn, sql, args)
+            <Self::Db as OnConnection>::execute_on($conn, sql, args)
         }
 
         fn fetch_optional(
             &mut self,
             sql: &'static str,
-            args: <Self::Database as Driver>::Args,
-        ) -> BoxFuture<'_, Result<Option<<Self::Database as sqlx::Database>::Row>, sqlx::Error>> {
+            args: <Self::Db as Driver>::Args,
+        ) -> BoxFuture<'_, Result<Option<<Self::Db as sqlx::Database>::Row>, sqlx::Error>> {
             let $this = self;
-            <Self::Database as OnConnection>::fetch_optional_on($conn, sql, args)
+            <Self::Db as OnConnection>::fetch_optional_on($conn, sql, args)
         }
 
         fn fetch_all(
             &mut self,
             sql: &'static str,
-            args: <Self::Database as Driver>::Args,
-        ) -> BoxFuture<'_, Result<Vec<<Self::Database as sqlx::Database>::Row>, sqlx::Error>> {
+            args: <Self::Db as Driver>::Args,
+        ) -> BoxFuture<'_, Result<Vec<<Self::Db as sqlx::Database>::Row>, sqlx::Error>> {
             let $this = self;
-            <Self::Database as OnConnection>::fetch_all_on($conn, sql, args)
+            <Self::Db as OnConnection>::fetch_all_on($conn, sql, args)
         }
 
         fn execute_then_fetch(
             &mut self,
             sql: &'static str,
-            args: <Self::Database as Driver>::Args,
+            args: <Self::Db as Driver>::Args,
             then: &'static str,
-            then_args: <Self::Database as Driver>::Args,
-            when: When<Self::Database>,
-        ) -> BoxFuture<'_, Result<ExecutedThenFetched<Self::Database>, sqlx::Error>> {
+            then_args: <Self::Db as Driver>::Args,
+            when: When<Self::Db>,
+        ) -> BoxFuture<'_, Result<ExecutedThenFetched<Self::Db>, sqlx::Error>> {
             let $this = self;
-            <Self::Database as OnConnection>::execute_then_fetch_on(
+            <Self::Db as OnConnection>::execute_then_fetch_on(
                 $conn, sql, args, then, then_args, when,
             )
         }
 
         fn with_inserts(
             &mut self,
-            inserts: Inserts<Self::Database>,
+            inserts: Inserts<Self::Db>,
             update: &'static str,
-            args: <Self::Database as Driver>::Args,
+            args: <Self::Db as Driver>::Args,
             rows: bool,
-            then: Option<(&'static str, <Self::Database as Driver>::Args)>,
-        ) -> BoxFuture<'_, Result<WithInserts<Self::Database>, sqlx::Error>> {
+            then: Option<(&'static str, <Self::Db as Driver>::Args)>,
+        ) -> BoxFuture<'_, Result<WithInserts<Self::Db>, sqlx::Error>> {
             let $this = self;
-            <Self::Database as OnConnection>::with_inserts_on(
-                $conn, inserts, update, args, rows, then,
-            )
+            <Self::Db as OnConnection>::with_inserts_on($conn, inserts, update, args, rows, then)
         }
     };
 }
@@ -274,7 +273,7 @@ on_connection!("mysql", sqlx::MySql, sqlx::MySqlConnection);
 /// instead of going back to the pool, where every later statement on it
 /// would fail the same way.
 impl<DB: Backend> sealed::Run for &Pool<DB> {
-    type Database = DB;
+    type Db = DB;
     type Idle = Idle<DB>;
     const IS_TRANSACTION: bool = false;
 
@@ -374,6 +373,7 @@ impl<DB: Backend> sealed::Run for &Pool<DB> {
 }
 
 impl<DB: Backend> Runner for &Pool<DB> {
+    type Database = DB;
     type Commit = Committed;
     fn in_transaction(&self) -> bool {
         false
@@ -383,7 +383,7 @@ impl<DB: Backend> Runner for &Pool<DB> {
 /// A pooled connection, borrowed: `let mut conn = pool.acquire().await?;`
 /// and then `&mut conn`, as `&mut *conn` would be.
 impl<DB: Backend> sealed::Run for &mut PoolConnection<DB> {
-    type Database = DB;
+    type Db = DB;
     type Idle = Idle<DB>;
     const IS_TRANSACTION: bool = false;
 
@@ -391,6 +391,7 @@ impl<DB: Backend> sealed::Run for &mut PoolConnection<DB> {
 }
 
 impl<DB: Backend> Runner for &mut PoolConnection<DB> {
+    type Database = DB;
     type Commit = Committed;
     fn in_transaction(&self) -> bool {
         Connection::is_in_transaction(&***self)
@@ -407,7 +408,7 @@ pub struct Idle<DB: Backend> {
 
 #[diagnostic::do_not_recommend]
 impl<DB: Backend> sealed::Run for Idle<DB> {
-    type Database = DB;
+    type Db = DB;
     type Idle = Idle<DB>;
     const IS_TRANSACTION: bool = false;
 
@@ -428,7 +429,7 @@ impl<DB: Backend> sealed::Run for Idle<DB> {
 /// macro instead).
 macro_rules! in_transaction {
     () => {
-        type Database = DB;
+        type Db = DB;
         type Idle = Idle<DB>;
         const IS_TRANSACTION: bool = true;
 
@@ -510,6 +511,7 @@ impl<DB: Backend> sealed::Run for &mut Tx<'_, DB> {
 }
 
 impl<DB: Backend> Runner for &mut Tx<'_, DB> {
+    type Database = DB;
     type Commit = Uncommitted;
     fn in_transaction(&self) -> bool {
         true
@@ -521,6 +523,7 @@ impl<DB: Backend> sealed::Run for &mut Savepoint<'_, DB> {
 }
 
 impl<DB: Backend> Runner for &mut Savepoint<'_, DB> {
+    type Database = DB;
     type Commit = Uncommitted;
     fn in_transaction(&self) -> bool {
         true

@@ -129,7 +129,11 @@ pub(crate) use crate::dialect::connection::{ExecutedThenFetched, Inserts, When, 
     note = "a `sqlx::Transaction` you already hold becomes one with `stateguard::Tx::new(tx)`, \
             so that a win waits for its commit"
 )]
-pub trait Runner: sealed::Run {
+pub trait Runner: sealed::Run<Db = Self::Database> {
+    /// The database the statements run on: `Postgres`, `Sqlite` or
+    /// `MySql`.
+    type Database: crate::Backend;
+
     /// [`Committed`](crate::Committed) for a pool or connection, [`Uncommitted`](crate::Uncommitted) for a
     /// transaction: whether a win can run its effect at once.
     type Commit;
@@ -155,13 +159,15 @@ pub(crate) mod sealed {
                 `stateguard::Tx::new(tx)`, so that a win waits for its commit"
     )]
     pub trait Run: Send {
-        /// The database the statements run on.
-        type Database: Backend;
+        /// The database the statements run on:
+        /// [`Runner::Database`](super::Runner::Database), which each
+        /// runner's own is.
+        type Db: Backend;
 
         /// A pooled connection of this executor's database, out of any
         /// transaction (each statement commits on its own): what
         /// [`Run::try_idle`] hands out.
-        type Idle: Run<Database = Self::Database>;
+        type Idle: Run<Db = Self::Db>;
 
         /// Whether this executor is itself the caller's transaction, whose
         /// wins are uncommitted.
@@ -188,20 +194,20 @@ pub(crate) mod sealed {
         fn execute(
             &mut self,
             sql: &'static str,
-            args: <Self::Database as Driver>::Args,
-        ) -> BoxFuture<'_, Result<<Self::Database as sqlx::Database>::QueryResult, sqlx::Error>>;
+            args: <Self::Db as Driver>::Args,
+        ) -> BoxFuture<'_, Result<<Self::Db as sqlx::Database>::QueryResult, sqlx::Error>>;
 
         fn fetch_optional(
             &mut self,
             sql: &'static str,
-            args: <Self::Database as Driver>::Args,
-        ) -> BoxFuture<'_, Result<Option<<Self::Database as sqlx::Database>::Row>, sqlx::Error>>;
+            args: <Self::Db as Driver>::Args,
+        ) -> BoxFuture<'_, Result<Option<<Self::Db as sqlx::Database>::Row>, sqlx::Error>>;
 
         fn fetch_all(
             &mut self,
             sql: &'static str,
-            args: <Self::Database as Driver>::Args,
-        ) -> BoxFuture<'_, Result<Vec<<Self::Database as sqlx::Database>::Row>, sqlx::Error>>;
+            args: <Self::Db as Driver>::Args,
+        ) -> BoxFuture<'_, Result<Vec<<Self::Db as sqlx::Database>::Row>, sqlx::Error>>;
 
         /// Runs `sql`, then `then` on the same connection if `when` says
         /// so of the first one's result (MySQL reads a new lease token,
@@ -209,11 +215,11 @@ pub(crate) mod sealed {
         fn execute_then_fetch(
             &mut self,
             sql: &'static str,
-            args: <Self::Database as Driver>::Args,
+            args: <Self::Db as Driver>::Args,
             then: &'static str,
-            then_args: <Self::Database as Driver>::Args,
-            when: When<Self::Database>,
-        ) -> BoxFuture<'_, Result<ExecutedThenFetched<Self::Database>, sqlx::Error>>;
+            then_args: <Self::Db as Driver>::Args,
+            when: When<Self::Db>,
+        ) -> BoxFuture<'_, Result<ExecutedThenFetched<Self::Db>, sqlx::Error>>;
 
         /// Runs `inserts` (a history row's and an outbox row's `INSERT …
         /// SELECT`), then `update` (fetching its rows when `rows`), then
@@ -223,12 +229,12 @@ pub(crate) mod sealed {
         /// changed.
         fn with_inserts(
             &mut self,
-            inserts: Inserts<Self::Database>,
+            inserts: Inserts<Self::Db>,
             update: &'static str,
-            args: <Self::Database as Driver>::Args,
+            args: <Self::Db as Driver>::Args,
             rows: bool,
-            then: Option<(&'static str, <Self::Database as Driver>::Args)>,
-        ) -> BoxFuture<'_, Result<WithInserts<Self::Database>, sqlx::Error>>;
+            then: Option<(&'static str, <Self::Db as Driver>::Args)>,
+        ) -> BoxFuture<'_, Result<WithInserts<Self::Db>, sqlx::Error>>;
 
         /// The transaction or savepoint a win here belongs to; 0 outside
         /// one.

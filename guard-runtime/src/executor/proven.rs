@@ -21,8 +21,8 @@ use crate::dialect::sealed::Driver;
 use crate::dialect::{BoxFuture, Column, Statement};
 use crate::error::StatementMixUp;
 
-type Row<E> = <<E as Run>::Database as sqlx::Database>::Row;
-type Args<E> = <<E as Run>::Database as Driver>::Args;
+type Row<E> = <<E as Run>::Db as sqlx::Database>::Row;
+type Args<E> = <<E as Run>::Db as Driver>::Args;
 
 /// [`Run`]'s statements, with each row proven to be the statement's own.
 pub(crate) trait Proven: Run {
@@ -42,14 +42,14 @@ pub(crate) trait Proven: Run {
             let mut rows = rows
                 .await
                 .map_err(|error| raised(text, tag, error, multiplexed))?;
-            prove_rows::<Self::Database>(text, tag, &rows)?;
+            prove_rows::<Self::Db>(text, tag, &rows)?;
             if let Some(tag) = tag {
                 // A result that ends with a row of its own ends with it
                 // exactly once.
                 if let Some(end) = end {
                     let mut ends = Vec::new();
                     for (i, row) in rows.iter().enumerate() {
-                        if <Self::Database as Driver>::int_opt(row, end)?.is_some() {
+                        if <Self::Db as Driver>::int_opt(row, end)?.is_some() {
                             ends.push(i);
                         }
                     }
@@ -85,14 +85,14 @@ pub(crate) trait Proven: Run {
                 .map_err(|error| raised(text, tag, error, multiplexed))?;
             if let Some(tag) = tag {
                 match (&row, found) {
-                    (Some(row), _) => prove::<Self::Database>(text, tag, row)?,
+                    (Some(row), _) => prove::<Self::Db>(text, tag, row)?,
                     (None, Some(_)) => return Err(StatementMixUp::new(text, tag, None).into()),
                     (None, None) => {}
                 }
             }
             match (row, found) {
                 (Some(row), Some(found)) => {
-                    let found = <Self::Database as Driver>::int_opt(&row, found)?;
+                    let found = <Self::Db as Driver>::int_opt(&row, found)?;
                     Ok(found.is_some_and(|found| found != 0).then_some(row))
                 }
                 (row, _) => Ok(row),
@@ -107,7 +107,7 @@ pub(crate) trait Proven: Run {
         &mut self,
         update: Statement<B>,
         args: Args<Self>,
-        inserts: Inserts<Self::Database>,
+        inserts: Inserts<Self::Db>,
     ) -> BoxFuture<'_, Result<Vec<Row<Self>>, sqlx::Error>> {
         if inserts.is_empty() {
             return self.rows(update, args);
@@ -116,7 +116,7 @@ pub(crate) trait Proven: Run {
         let moved = self.with_inserts(inserts, text, args, true, None);
         Box::pin(async move {
             let moved = moved.await?;
-            prove_rows::<Self::Database>(text, tag, &moved.rows)?;
+            prove_rows::<Self::Db>(text, tag, &moved.rows)?;
             Ok(moved.rows)
         })
     }
@@ -136,7 +136,7 @@ pub(crate) trait Proven: Run {
             }
             None => {
                 let done = self.execute(statement.text(), args);
-                Box::pin(async move { Ok(<Self::Database as Driver>::rows_affected(&done.await?)) })
+                Box::pin(async move { Ok(<Self::Db as Driver>::rows_affected(&done.await?)) })
             }
         }
     }

@@ -91,14 +91,14 @@ async fn changed_on<E: crate::executor::sealed::Run>(
     fields: Fields<'_>,
 ) -> Result<u64, Error>
 where
-    E::Database: Backend,
+    E::Db: Backend,
 {
     use crate::executor::proven::Proven;
     let sent = Sent::default();
     let work = async {
         let db_error = |source| Error::store(table, call, source);
-        let statement = <E::Database as crate::dialect::sealed::Driver>::choose(sql);
-        let args = store_arguments::<E::Database>(statement, fields).map_err(db_error)?;
+        let statement = <E::Db as crate::dialect::sealed::Driver>::choose(sql);
+        let args = store_arguments::<E::Db>(statement, fields).map_err(db_error)?;
         sent.write();
         Proven::changed(executor, statement, args)
             .await

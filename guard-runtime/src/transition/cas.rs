@@ -326,7 +326,7 @@ impl Plan {
         update: Statement,
         call: &Call<'_, E::Database>,
     ) -> Result<Option<Moved>, StatementFailure> {
-        type DB<E> = <E as Run>::Database;
+        type DB<E> = <E as Run>::Db;
         let names = self.names;
         let failed = |e| StatementFailure::Failed(names.db_error(e));
         // One set of values for every statement of the move: each binds

@@ -146,7 +146,7 @@ impl Names {
         if !worth_retrying::<E>(&error) {
             return Err(self.db_error(error));
         }
-        let fresh = !<E::Database as Backend>::is_retryable(&error);
+        let fresh = !<E::Db as Backend>::is_retryable(&error);
         if executor.in_transaction() {
             return Err(Error::RetryTransaction {
                 table: self.table,
@@ -178,5 +178,5 @@ impl Names {
 /// demoted by a failover), which wrote nothing and whose connection the
 /// pool closed, so that the next attempt takes a fresh one.
 pub(super) fn worth_retrying<E: Run>(error: &sqlx::Error) -> bool {
-    <E::Database as Backend>::is_retryable(error) || (E::POOLED && crate::error::read_only(error))
+    <E::Db as Backend>::is_retryable(error) || (E::POOLED && crate::error::read_only(error))
 }

@@ -24,7 +24,7 @@ pub(super) async fn begin_on<DB, E>(
 ) -> Result<Begun, Error>
 where
     DB: Backend,
-    E: Run<Database = DB>,
+    E: Run<Db = DB>,
 {
     let db_error = |source| store_error(sql, "begin", source);
     let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
@@ -172,7 +172,7 @@ pub(super) async fn claim<DB, E>(
 ) -> Result<Claimed<<DB as sqlx::Database>::Row>, Error>
 where
     DB: Backend,
-    E: Run<Database = DB>,
+    E: Run<Db = DB>,
 {
     let db_error = |source| store_error(sql, "begin", source);
     let claim = DB::choose(&sql.claim);
@@ -209,7 +209,7 @@ pub(super) async fn read<DB, E>(
 ) -> Result<Option<(<DB as sqlx::Database>::Row, usize)>, Error>
 where
     DB: Backend,
-    E: Run<Database = DB>,
+    E: Run<Db = DB>,
 {
     let db_error = |source| store_error(sql, "begin", source);
     let read = DB::choose(&sql.read);

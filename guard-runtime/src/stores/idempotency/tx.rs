@@ -185,7 +185,7 @@ async fn alongside<DB, C>(
 ) -> Option<Result<Begun<Work<DB>>, Error>>
 where
     DB: Backend,
-    C: Run<Database = DB>,
+    C: Run<Db = DB>,
 {
     // `try_idle` skips the check the pool's `acquire` makes (the
     // transaction's side makes it, at the same time).
