@@ -197,7 +197,7 @@
 //!     cancel.expecting(seen.occurrence()).apply(&pool, 3_i64).await?,
 //!     Outcome::Stale { current: PayoutStatus::Cancelled, occurrence: seen.occurrence() + 1 },
 //! );
-//! # let _ = Verdict::RetryLater;
+//! # let _: Verdict<PayoutStatus> = Verdict::RetryLater;
 //! # Ok(())
 //! # }
 //! ```
@@ -372,8 +372,9 @@ pub use stateguard_runtime::{APPLY_MANY_CHUNK, Backend, Runner, key};
 /// nothing else needs to import.
 pub mod bounds {
     pub use stateguard_runtime::{
-        BatchKey, BatchRunner, Batched, DecodeKey, FollowUpValues, Key, KeyShape, KeyText, KeyType,
-        ManyKeys, MayRun, NoteSlot, Params, PlainDone, PlainFailed, RowKey, Staged,
+        BatchKey, BatchRunner, Batched, DecodeKey, EffectFn, EffectFnOnce, FollowUpValues, Key,
+        KeyShape, KeyText, KeyType, ManyKeys, MayRun, NoteSlot, Params, PlainDone, PlainFailed,
+        RowKey, Staged,
     };
 }
 // Metadata, and what is generated from it.

@@ -8,6 +8,7 @@ use tracing::Instrument;
 
 use crate::StateMachine;
 use crate::deadline::retry::Step;
+use crate::effects::effect_fn::EffectFnOnce;
 use crate::effects::lease::{self, Settled};
 use crate::effects::verdict::{Chosen, FollowUpValues, Retry, Verdict};
 use crate::error::{Error, ErrorKind};
@@ -306,7 +307,7 @@ impl<S: StateMachine, K, C> Won<S, K, C> {
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn finish<E, F, Fut>(
+    pub async fn finish<E, F>(
         self,
         executor: E,
         effect: F,
@@ -314,10 +315,9 @@ impl<S: StateMachine, K, C> Won<S, K, C> {
     where
         C: MayRun,
         E: Runner<Commit = Committed>,
-        K: KeyText<S::KeyShape> + Clone + RowKey<E::Database, S::KeyShape>,
+        K: RowKey<E::Database, S::KeyShape>,
         S: FollowUpValues<E::Database>,
-        F: FnOnce(Effect<S, K>) -> Fut,
-        Fut: Future<Output = Verdict<S>>,
+        F: EffectFnOnce<S, K>,
     {
         let in_flight = in_flight_def(self.state());
         let done = in_flight.as_ref().map_or("", |f| f.done().name());
@@ -366,7 +366,7 @@ impl<S: StateMachine, K, C> Won<S, K, C> {
 }
 
 impl<S: StateMachine, K> Won<S, K, Committed> {
-    async fn finish_traced<E, F, Fut>(
+    async fn finish_traced<E, F>(
         self,
         in_flight: Result<&'static InFlightDef<S>, Error>,
         mut executor: E,
@@ -374,10 +374,9 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
     ) -> Result<Finished<S>, FinishError<S, K>>
     where
         E: Runner<Commit = Committed>,
-        K: KeyText<S::KeyShape> + Clone + RowKey<E::Database, S::KeyShape>,
+        K: RowKey<E::Database, S::KeyShape>,
         S: FollowUpValues<E::Database>,
-        F: FnOnce(Effect<S, K>) -> Fut,
-        Fut: Future<Output = Verdict<S>>,
+        F: EffectFnOnce<S, K>,
     {
         let checked =
             in_flight.and_then(|in_flight| refuse_open_transaction(&executor).map(|()| in_flight));

@@ -10,7 +10,6 @@
 //! [`FLUSH_AFTER`], and renews every lease still in hand every third of
 //! the lease.
 
-use core::future::Future;
 use core::time::Duration;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -27,12 +26,13 @@ use crate::dialect::{Backend, Sql};
 use crate::effects::effect::{
     Effect, Finished, Leased, exhausted, follow_up, give_up_unreported, in_flight_def,
 };
+use crate::effects::effect_fn::EffectFn;
 use crate::effects::fenced::{self, Fenced, Moved, Rows};
 use crate::effects::lease::{self, Found};
 use crate::effects::verdict::{Chosen, FollowUpValues, Verdict};
 use crate::error::Error;
 use crate::machine::InFlightDef;
-use crate::machine::key::{BatchKey, KeyText};
+use crate::machine::key::BatchKey;
 use crate::outcome::{Committed, Won};
 use crate::telemetry;
 use crate::transition::Transition;
@@ -157,7 +157,7 @@ struct Row<K> {
 /// assert!(rows.iter().all(|row| matches!(row.finished, Ok(Finished::Done { .. }))));
 /// # Ok(()) }
 /// ```
-pub async fn finish_many<S, K, DB, F, Fut>(
+pub async fn finish_many<S, K, DB, F>(
     pool: &sqlx::Pool<DB>,
     wins: Vec<Won<S, K, Committed>>,
     concurrency: usize,
@@ -166,9 +166,8 @@ pub async fn finish_many<S, K, DB, F, Fut>(
 where
     DB: Backend,
     S: FollowUpValues<DB>,
-    K: KeyText<S::KeyShape> + Clone + BatchKey<DB, S::KeyShape>,
-    F: Fn(Effect<S, K>) -> Fut,
-    Fut: Future<Output = Verdict<S>>,
+    K: BatchKey<DB, S::KeyShape>,
+    F: EffectFn<S, K>,
 {
     let Some(first) = wins.first() else {
         return Ok(Vec::new());
@@ -212,7 +211,7 @@ where
     rows
 }
 
-async fn finish_many_traced<S, K, DB, F, Fut>(
+async fn finish_many_traced<S, K, DB, F>(
     pool: &sqlx::Pool<DB>,
     in_flight: Result<&'static InFlightDef<S>, Error>,
     wins: Vec<Won<S, K, Committed>>,
@@ -222,9 +221,8 @@ async fn finish_many_traced<S, K, DB, F, Fut>(
 where
     DB: Backend,
     S: FollowUpValues<DB>,
-    K: KeyText<S::KeyShape> + Clone + BatchKey<DB, S::KeyShape>,
-    F: Fn(Effect<S, K>) -> Fut,
-    Fut: Future<Output = Verdict<S>>,
+    K: BatchKey<DB, S::KeyShape>,
+    F: EffectFn<S, K>,
 {
     let in_flight = in_flight?;
     let state = wins[0].state();
@@ -366,7 +364,7 @@ impl<S, K, DB> Batch<'_, S, K, DB>
 where
     DB: Backend,
     S: FollowUpValues<DB>,
-    K: KeyText<S::KeyShape> + Clone + BatchKey<DB, S::KeyShape>,
+    K: BatchKey<DB, S::KeyShape>,
 {
     fn done(&self, i: usize) -> bool {
         lock(&self.results)[i].is_some()
@@ -474,10 +472,9 @@ where
     }
 
     /// Runs the effects of `runnable` and the database loop side by side.
-    async fn run<F, Fut>(&self, runnable: Vec<usize>, concurrency: usize, effect: &F)
+    async fn run<F>(&self, runnable: Vec<usize>, concurrency: usize, effect: &F)
     where
-        F: Fn(Effect<S, K>) -> Fut,
-        Fut: Future<Output = Verdict<S>>,
+        F: EffectFn<S, K>,
     {
         let buffer: Mutex<Vec<(usize, Verdict<S>)>> = Mutex::new(Vec::new());
         let oldest: Mutex<Option<Instant>> = Mutex::new(None);

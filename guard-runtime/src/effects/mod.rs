@@ -1,4 +1,5 @@
-//! After the win: the side effect only the winner runs (`effect.rs`), the
+//! After the win: the side effect only the winner runs (`effect.rs`; a
+//! closure that runs it is an `EffectFn`, `effect_fn.rs`), the
 //! lease an in-flight row is held by while it runs (`lease.rs`), what the
 //! effect decided and the follow-up that ends the state (`verdict.rs`),
 //! the effects of many wins under one heartbeat with batched follow-ups
@@ -16,6 +17,7 @@
 //! row over only once its lease has run out.
 
 pub(crate) mod effect;
+pub(crate) mod effect_fn;
 mod fenced;
 pub(crate) mod lease;
 pub(crate) mod many;

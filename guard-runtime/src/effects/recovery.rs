@@ -2,8 +2,6 @@
 //! running their effect again under the original effect key, and
 //! finishing them.
 
-use core::future::Future;
-
 use tracing::Instrument;
 
 use crate::StateMachine;
@@ -12,18 +10,19 @@ use crate::deadline::retry::Step;
 use crate::dialect::sealed::Driver;
 use crate::dialect::{Backend, Column, Statement};
 use crate::effects::effect::{
-    Effect, Finished, Leased, exhausted, follow_up, give_up_unreported, in_flight_def,
+    Finished, Leased, exhausted, follow_up, give_up_unreported, in_flight_def,
 };
+use crate::effects::effect_fn::EffectFn;
 use crate::effects::lease::{self, Stamped};
 use crate::effects::many::finish_many;
-use crate::effects::verdict::{FollowUpValues, Verdict};
+use crate::effects::verdict::FollowUpValues;
 use crate::error::Error;
 use crate::executor::proven::Proven;
 use crate::executor::seam::Seam;
 use crate::executor::{Runner, refuse_open_transaction};
 use crate::machine::InFlightDef;
 use crate::machine::key::KeyType;
-use crate::machine::key::{BatchKey, BindError, DecodeKey, KeyText, RowKey};
+use crate::machine::key::{BatchKey, BindError, DecodeKey, RowKey};
 use crate::outcome::{Committed, LeasedAt, Won};
 use crate::telemetry;
 use crate::transition::bind::{self, Values};
@@ -410,7 +409,7 @@ pub struct Recovered {
 /// assert_eq!((pass.claimed, pass.done), (1, 1));
 /// # Ok(()) }
 /// ```
-pub async fn recover<S, K, E, F, Fut>(
+pub async fn recover<S, K, E, F>(
     executor: E,
     state: S,
     limit: u32,
@@ -419,12 +418,8 @@ pub async fn recover<S, K, E, F, Fut>(
 where
     S: FollowUpValues<E::Database> + KeyType<K>,
     E: Runner<Commit = Committed>,
-    K: KeyText<S::KeyShape>
-        + Clone
-        + DecodeKey<E::Database, S::KeyShape>
-        + RowKey<E::Database, S::KeyShape>,
-    F: Fn(Effect<S, K>) -> Fut,
-    Fut: Future<Output = Verdict<S>>,
+    K: RowKey<E::Database, S::KeyShape> + DecodeKey<E::Database, S::KeyShape>,
+    F: EffectFn<S, K>,
 {
     recover_within(
         executor,
@@ -439,7 +434,7 @@ where
 /// [`recover`], with `deadline` for the listing and for each row
 /// (takeover, effect and follow-up) instead of
 /// [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE).
-pub async fn recover_within<S, K, E, F, Fut>(
+pub async fn recover_within<S, K, E, F>(
     executor: E,
     state: S,
     limit: u32,
@@ -449,12 +444,8 @@ pub async fn recover_within<S, K, E, F, Fut>(
 where
     S: FollowUpValues<E::Database> + KeyType<K>,
     E: Runner<Commit = Committed>,
-    K: KeyText<S::KeyShape>
-        + Clone
-        + DecodeKey<E::Database, S::KeyShape>
-        + RowKey<E::Database, S::KeyShape>,
-    F: Fn(Effect<S, K>) -> Fut,
-    Fut: Future<Output = Verdict<S>>,
+    K: RowKey<E::Database, S::KeyShape> + DecodeKey<E::Database, S::KeyShape>,
+    F: EffectFn<S, K>,
 {
     let in_flight = in_flight_def(state);
     let done = in_flight.as_ref().map_or("", |f| f.done().name());
@@ -527,7 +518,7 @@ where
 /// assert_eq!((pass.claimed, pass.done), (2, 2));
 /// # Ok(()) }
 /// ```
-pub async fn recover_many<S, K, DB, F, Fut>(
+pub async fn recover_many<S, K, DB, F>(
     pool: &sqlx::Pool<DB>,
     state: S,
     limit: u32,
@@ -537,9 +528,8 @@ pub async fn recover_many<S, K, DB, F, Fut>(
 where
     DB: Backend,
     S: FollowUpValues<DB> + KeyType<K>,
-    K: KeyText<S::KeyShape> + Clone + BatchKey<DB, S::KeyShape>,
-    F: Fn(Effect<S, K>) -> Fut,
-    Fut: Future<Output = Verdict<S>>,
+    K: BatchKey<DB, S::KeyShape>,
+    F: EffectFn<S, K>,
 {
     let in_flight = in_flight_def(state);
     let done = in_flight.as_ref().map_or("", |f| f.done().name());
@@ -715,7 +705,7 @@ where
     Ok(taken)
 }
 
-async fn recover_traced<S, K, E, F, Fut>(
+async fn recover_traced<S, K, E, F>(
     in_flight: Result<&'static InFlightDef<S>, Error>,
     mut executor: E,
     state: S,
@@ -726,12 +716,8 @@ async fn recover_traced<S, K, E, F, Fut>(
 where
     S: FollowUpValues<E::Database> + KeyType<K>,
     E: Runner<Commit = Committed>,
-    K: KeyText<S::KeyShape>
-        + Clone
-        + DecodeKey<E::Database, S::KeyShape>
-        + RowKey<E::Database, S::KeyShape>,
-    F: Fn(Effect<S, K>) -> Fut,
-    Fut: Future<Output = Verdict<S>>,
+    K: RowKey<E::Database, S::KeyShape> + DecodeKey<E::Database, S::KeyShape>,
+    F: EffectFn<S, K>,
 {
     let in_flight = in_flight?;
     refuse_open_transaction(&executor)?;
@@ -839,7 +825,7 @@ struct Taken<K> {
 /// lease if a third of it has gone by, so that its effect starts under a
 /// lease it still holds), runs its effect under a renewed lease, and
 /// finishes it.
-async fn recover_row<S, K, E, F, Fut>(
+async fn recover_row<S, K, E, F>(
     executor: &mut E,
     in_flight: &'static InFlightDef<S>,
     state: S,
@@ -850,9 +836,8 @@ async fn recover_row<S, K, E, F, Fut>(
 where
     S: FollowUpValues<E::Database> + KeyType<K>,
     E: Runner<Commit = Committed>,
-    K: KeyText<S::KeyShape> + Clone + RowKey<E::Database, S::KeyShape>,
-    F: Fn(Effect<S, K>) -> Fut,
-    Fut: Future<Output = Verdict<S>>,
+    K: RowKey<E::Database, S::KeyShape>,
+    F: EffectFn<S, K>,
 {
     let Taken {
         key,

@@ -83,10 +83,12 @@ pub trait KeyType<K> {}
     label = "the row key",
     note = "a machine with `key = \"id\"` takes one value; with `key = \"tenant_id, id\"` it takes \
             a tuple with one value per key column, in the order declared; every value must \
-            implement `sqlx::Encode` and `sqlx::Type` for the database, `Debug`, and `Display` \
-            (the effect key and the message id of `emit(…)` hold its text)"
+            implement `sqlx::Encode` and `sqlx::Type` for the database, `Clone`, `Debug`, and \
+            `Display` (the effect key and the message id of `emit(…)` hold its text)"
 )]
-pub trait RowKey<DB: Backend, Shape: KeyShape>: KeyText<Shape> + fmt::Debug + Send + Sync {
+pub trait RowKey<DB: Backend, Shape: KeyShape>:
+    KeyText<Shape> + Clone + fmt::Debug + Send + Sync
+{
     /// Adds the value of key column `n` to `args`, once.
     #[doc(hidden)]
     fn bind_part(&self, n: usize, args: &mut <DB as Driver>::Args) -> Result<(), sqlx::Error>;
@@ -650,7 +652,7 @@ fn no_column(n: usize) -> sqlx::Error {
     ))
 }
 
-impl<DB: Backend, T: Key<DB> + fmt::Debug + fmt::Display> RowKey<DB, shape::One> for T {
+impl<DB: Backend, T: Key<DB> + Clone + fmt::Debug + fmt::Display> RowKey<DB, shape::One> for T {
     fn bind_part(&self, n: usize, args: &mut <DB as Driver>::Args) -> Result<(), sqlx::Error> {
         match n {
             0 => sqlx::Arguments::add(args, self).map_err(sqlx::Error::Encode),
@@ -695,7 +697,7 @@ fn part(value: &dyn fmt::Display) -> String {
 
 macro_rules! tuple_keys {
     ($shape:ident: $($t:ident $i:tt),+) => {
-        impl<DB: Backend, $($t: Key<DB> + fmt::Debug + fmt::Display),+> RowKey<DB, shape::$shape>
+        impl<DB: Backend, $($t: Key<DB> + Clone + fmt::Debug + fmt::Display),+> RowKey<DB, shape::$shape>
             for ($($t,)+)
         {
             fn bind_part(
