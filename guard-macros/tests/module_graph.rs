@@ -78,6 +78,132 @@ fn guard_runtime_keeps_its_layers() {
     );
 }
 
+/// No two types or traits of the runtime share a name, wherever they
+/// live and whatever their visibility: a reader who meets `Found` or
+/// `Call` knows which one it is. Items in `#[cfg(test)]` modules, and
+/// inside functions, do not count.
+#[test]
+fn guard_runtime_names_each_type_once() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../guard-runtime/src");
+    let mut modules = BTreeMap::new();
+    read_modules(&root, &root, &mut modules);
+    let mut twice = names_twice(&modules);
+    // The sealed-trait idiom: a private `Sealed` per sealed family.
+    twice.remove("Sealed");
+    for name in STILL_TWICE {
+        assert!(
+            twice.remove(*name).is_some(),
+            "`{name}` is given once now: take it off STILL_TWICE"
+        );
+    }
+    assert!(twice.is_empty(), "type names given twice: {twice:#?}");
+}
+
+/// Names the runtime still gives twice, each to be renamed: the list
+/// only shrinks.
+const STILL_TWICE: &[&str] = &[
+    "Claim", "Claimed", "Identity", "Plan", "Row", "Values", "Watch",
+];
+
+/// A name given twice is found: the check can fail.
+#[test]
+fn a_name_given_twice_is_found() {
+    let modules = BTreeMap::from([
+        (
+            "a".to_owned(),
+            "pub struct Call; mod inner { pub(crate) type Moved = u8; }".to_owned(),
+        ),
+        (
+            "b".to_owned(),
+            "pub(crate) enum Call {} trait Moved {}".to_owned(),
+        ),
+        (
+            "c".to_owned(),
+            "#[cfg(test)] mod tests { struct Call; } fn f() { struct Call; }".to_owned(),
+        ),
+    ]);
+    let twice = names_twice(&modules);
+    assert_eq!(
+        twice,
+        BTreeMap::from([
+            ("Call".to_owned(), vec!["a".to_owned(), "b".to_owned()]),
+            (
+                "Moved".to_owned(),
+                vec!["a::inner".to_owned(), "b".to_owned()]
+            ),
+        ])
+    );
+}
+
+/// Each type or trait name that more than one item of `modules` gives,
+/// with the modules that give it.
+fn names_twice(modules: &BTreeMap<String, String>) -> BTreeMap<String, Vec<String>> {
+    let mut names = Names::default();
+    for (module, text) in modules {
+        let file = syn::parse_file(text).unwrap_or_else(|e| panic!("{module}: {e}"));
+        names.module = vec![module.clone()];
+        names.visit_file(&file);
+    }
+    names.found.retain(|_, modules| modules.len() > 1);
+    names.found
+}
+
+/// The names of the structs, enums, unions, type aliases and traits
+/// outside `#[cfg(test)]` modules and function bodies, by module.
+#[derive(Default)]
+struct Names {
+    module: Vec<String>,
+    found: BTreeMap<String, Vec<String>>,
+}
+
+impl Names {
+    fn add(&mut self, ident: &syn::Ident) {
+        let module = self.module.join("::");
+        self.found
+            .entry(ident.to_string())
+            .or_default()
+            .push(module);
+    }
+}
+
+impl<'ast> Visit<'ast> for Names {
+    fn visit_item_mod(&mut self, item: &'ast syn::ItemMod) {
+        let test_only = item.attrs.iter().any(|attr| {
+            attr.path().is_ident("cfg")
+                && attr
+                    .parse_args::<syn::Ident>()
+                    .is_ok_and(|ident| ident == "test")
+        });
+        if !test_only {
+            self.module.push(item.ident.to_string());
+            syn::visit::visit_item_mod(self, item);
+            self.module.pop();
+        }
+    }
+
+    fn visit_block(&mut self, _: &'ast syn::Block) {}
+
+    fn visit_item_struct(&mut self, item: &'ast syn::ItemStruct) {
+        self.add(&item.ident);
+    }
+
+    fn visit_item_enum(&mut self, item: &'ast syn::ItemEnum) {
+        self.add(&item.ident);
+    }
+
+    fn visit_item_union(&mut self, item: &'ast syn::ItemUnion) {
+        self.add(&item.ident);
+    }
+
+    fn visit_item_type(&mut self, item: &'ast syn::ItemType) {
+        self.add(&item.ident);
+    }
+
+    fn visit_item_trait(&mut self, item: &'ast syn::ItemTrait) {
+        self.add(&item.ident);
+    }
+}
+
 /// A use against the order is found: the check can fail.
 #[test]
 fn an_upward_use_is_found() {

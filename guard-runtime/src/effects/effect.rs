@@ -8,6 +8,7 @@ use tracing::Instrument;
 
 use crate::StateMachine;
 use crate::deadline::retry::Step;
+pub use crate::effects::effect_fn::Effect;
 use crate::effects::effect_fn::EffectFnOnce;
 use crate::effects::lease::{self, Settled};
 use crate::effects::verdict::{Chosen, FollowUpValues, Retry, Verdict};
@@ -18,63 +19,6 @@ use crate::machine::key::{KeyText, RowKey};
 use crate::outcome::{Committed, MayRun, Won};
 use crate::telemetry;
 use crate::transition::note::Note;
-
-/// What an effect is told: which row, which state, and the key to make the
-/// external call idempotent with.
-#[derive(Debug, Clone)]
-pub struct Effect<S: StateMachine, K> {
-    state: S,
-    key: K,
-    occurrence: i64,
-    effect_key: String,
-    attempt: Option<u32>,
-}
-
-impl<S: StateMachine, K> Effect<S, K> {
-    pub(crate) fn new(
-        state: S,
-        key: K,
-        occurrence: i64,
-        effect_key: String,
-        attempt: Option<u32>,
-    ) -> Self {
-        Effect {
-            state,
-            key,
-            occurrence,
-            effect_key,
-            attempt,
-        }
-    }
-
-    /// Which attempt at the effect this is, where the state counts them
-    /// (`retry(…)`): 1 for the win's own, then one more for each
-    /// recovery that took the row over. See [`Won::attempt`].
-    pub fn attempt(&self) -> Option<u32> {
-        self.attempt
-    }
-
-    /// The key of the row.
-    pub fn key(&self) -> &K {
-        &self.key
-    }
-
-    /// The state the win moved the row into.
-    pub fn state(&self) -> S {
-        self.state
-    }
-
-    /// See [`Won::occurrence`].
-    pub fn occurrence(&self) -> i64 {
-        self.occurrence
-    }
-
-    /// The idempotency key to send with the external call (an HTTP
-    /// `Idempotency-Key` header, a message id). See [`Won::effect_key`].
-    pub fn effect_key(&self) -> &str {
-        &self.effect_key
-    }
-}
 
 /// Why [`Won::finish`] did not finish the row.
 #[derive(Debug)]
@@ -499,13 +443,7 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
         let effect_key = self.effect_key();
         let attempt = self.attempt();
         let (state, key, occurrence) = self.into_parts();
-        Effect {
-            state,
-            key,
-            occurrence,
-            effect_key,
-            attempt,
-        }
+        Effect::new(state, key, occurrence, effect_key, attempt)
     }
 }
 

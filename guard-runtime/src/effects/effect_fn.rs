@@ -1,10 +1,10 @@
-//! What an effect is to the calls that run it: a closure from the row's
-//! [`Effect`] to a future of its [`Verdict`], named by one bound.
+//! What an effect is told ([`Effect`]), and what it is to the calls that
+//! run it: a closure from its `Effect` to a future of its [`Verdict`],
+//! named by one bound.
 
 use core::future::Future;
 
 use crate::StateMachine;
-use crate::effects::effect::Effect;
 use crate::effects::verdict::Verdict;
 
 /// The effect of one in-flight row of machine `S` with key `K`, for the
@@ -54,4 +54,61 @@ where
     Fut: Future<Output = Verdict<S>>,
 {
     type Future = Fut;
+}
+
+/// What an effect is told: which row, which state, and the key to make the
+/// external call idempotent with.
+#[derive(Debug, Clone)]
+pub struct Effect<S: StateMachine, K> {
+    state: S,
+    key: K,
+    occurrence: i64,
+    effect_key: String,
+    attempt: Option<u32>,
+}
+
+impl<S: StateMachine, K> Effect<S, K> {
+    pub(crate) fn new(
+        state: S,
+        key: K,
+        occurrence: i64,
+        effect_key: String,
+        attempt: Option<u32>,
+    ) -> Self {
+        Effect {
+            state,
+            key,
+            occurrence,
+            effect_key,
+            attempt,
+        }
+    }
+
+    /// Which attempt at the effect this is, where the state counts them
+    /// (`retry(…)`): 1 for the win's own, then one more for each
+    /// recovery that took the row over. See [`Won::attempt`].
+    pub fn attempt(&self) -> Option<u32> {
+        self.attempt
+    }
+
+    /// The key of the row.
+    pub fn key(&self) -> &K {
+        &self.key
+    }
+
+    /// The state the win moved the row into.
+    pub fn state(&self) -> S {
+        self.state
+    }
+
+    /// See [`Won::occurrence`].
+    pub fn occurrence(&self) -> i64 {
+        self.occurrence
+    }
+
+    /// The idempotency key to send with the external call (an HTTP
+    /// `Idempotency-Key` header, a message id). See [`Won::effect_key`].
+    pub fn effect_key(&self) -> &str {
+        &self.effect_key
+    }
 }

@@ -11,7 +11,7 @@
 use crate::StateMachine;
 use crate::dialect::sealed::Driver;
 use crate::dialect::{Backend, Bind, Column, Sql, Statement};
-use crate::effects::lease::Found;
+use crate::effects::lease::LeaseRow;
 use crate::error::Error;
 use crate::executor::Runner;
 use crate::executor::proven::Proven;
@@ -82,7 +82,7 @@ impl<'a, K, DB: Backend> Rows<'a, K, DB> {
 
 /// Each row's outcome, from whether it moved (with its new token) and, if
 /// not, how it was found.
-fn outcomes<S>(moved: Vec<Option<Option<i64>>>, found: Vec<Option<Found<S>>>) -> Vec<Moved<S>> {
+fn outcomes<S>(moved: Vec<Option<Option<i64>>>, found: Vec<Option<LeaseRow<S>>>) -> Vec<Moved<S>> {
     moved
         .into_iter()
         .zip(found)
@@ -98,7 +98,7 @@ pub(crate) enum Moved<S> {
     /// It moved (for a heartbeat: its lease renewed, with the new token).
     Yes(Option<i64>),
     /// It did not: the row as it is now, or `None` when it is gone.
-    No(Option<Found<S>>),
+    No(Option<LeaseRow<S>>),
 }
 
 /// A batch statement and the inserts that go before it on SQLite and
@@ -225,7 +225,7 @@ where
         }
     }
     let left: Vec<usize> = (0..rows.len()).filter(|&i| moved[i].is_none()).collect();
-    let mut found: Vec<Option<Found<S>>> = (0..rows.len()).map(|_| None).collect();
+    let mut found: Vec<Option<LeaseRow<S>>> = (0..rows.len()).map(|_| None).collect();
     if !left.is_empty() {
         let rest = rows.subset(left.iter().copied());
         for (key, row) in read::<S, K, DB, _>(&mut executor, in_flight, transition, &rest).await? {
@@ -281,7 +281,7 @@ async fn read<S, K, DB, E>(
     in_flight: &'static InFlightDef<S>,
     transition: Transition<S>,
     rows: &Rows<'_, K, DB>,
-) -> Result<Vec<(K, Found<S>)>, Error>
+) -> Result<Vec<(K, LeaseRow<S>)>, Error>
 where
     S: StateMachine,
     DB: Backend,
@@ -301,7 +301,7 @@ where
             let int = |column| row.int(column).map_err(db_error);
             Ok((
                 key,
-                Found {
+                LeaseRow {
                     current,
                     version: int(Column::Occurrence)?,
                     token: int(Column::Token)?,
@@ -333,7 +333,7 @@ where
         .within(deadline)
         .await
         .map_err(|e| names.begin_error(e))?;
-    let mut found: Vec<Option<Found<S>>> = (0..rows.len()).map(|_| None).collect();
+    let mut found: Vec<Option<LeaseRow<S>>> = (0..rows.len()).map(|_| None).collect();
     for (key, row) in read::<S, K, DB, _>(&mut &mut tx, in_flight, transition, rows).await? {
         if let Some(i) = crate::batch::batched::position(&rows.keys, &key) {
             found[i] = Some(row);

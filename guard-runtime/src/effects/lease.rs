@@ -171,7 +171,7 @@ where
                 continue;
             }
         };
-        let Some(Found {
+        let Some(LeaseRow {
             current,
             version,
             token,
@@ -184,7 +184,7 @@ where
         if current == transition.target() && (!versioned || version == occurrence + 1) {
             return Ok(Settled::Already(current));
         }
-        let found = Found {
+        let found = LeaseRow {
             current,
             version,
             token,
@@ -202,13 +202,13 @@ where
 }
 
 /// The row as a follow-up's losing path reads it.
-pub(crate) struct Found<S> {
+pub(crate) struct LeaseRow<S> {
     pub(crate) current: S,
     pub(crate) version: i64,
     pub(crate) token: i64,
 }
 
-impl<S: StateMachine> Found<S> {
+impl<S: StateMachine> LeaseRow<S> {
     /// Why a statement fenced on occurrence `occurrence` of `state` under
     /// `lease` matched nothing: the row left that occurrence, or another
     /// worker holds it now. `None` when it is still there under the lease
@@ -225,14 +225,14 @@ fn found<S: StateMachine, DB: Backend>(
     transition: Transition<S>,
     read: Statement,
     row: Option<DB::Row>,
-) -> Result<Option<Found<S>>, Error> {
+) -> Result<Option<LeaseRow<S>>, Error> {
     let Some(row) = row else {
         return Ok(None);
     };
     let row = Read::<DB>::new(read, &row);
     let current = transition.read_status(&row)?;
     let int = |column| row.int(column).map_err(|e| transition.db_error(e));
-    Ok(Some(Found {
+    Ok(Some(LeaseRow {
         current,
         version: int(Column::Occurrence)?,
         token: int(Column::Token)?,
@@ -246,7 +246,7 @@ pub(crate) async fn read<S, K, E>(
     in_flight: &'static InFlightDef<S>,
     transition: Transition<S>,
     key: &K,
-) -> Result<Option<Found<S>>, Error>
+) -> Result<Option<LeaseRow<S>>, Error>
 where
     S: StateMachine,
     E: Runner,

@@ -28,7 +28,7 @@ use crate::effects::effect::{
 };
 use crate::effects::effect_fn::EffectFn;
 use crate::effects::fenced::{self, Fenced, Moved, Rows};
-use crate::effects::lease::{self, Found};
+use crate::effects::lease::{self, LeaseRow};
 use crate::effects::verdict::{Chosen, FollowUpValues, Verdict};
 use crate::error::Error;
 use crate::machine::InFlightDef;
@@ -266,7 +266,7 @@ where
     if order.windows(2).any(|w| rows[w[0]].key == rows[w[1]].key) {
         return Err(refuse("the same row twice"));
     }
-    let batch = Batch {
+    let batch = Finishing {
         pool,
         in_flight,
         state,
@@ -336,10 +336,10 @@ fn timeout<S: StateMachine>(deadline: Duration, transition: &'static str) -> Err
 }
 
 /// Where a row ended, once it did.
-type Outcome<S> = Result<Finished<S>, Error>;
+type RowEnd<S> = Result<Finished<S>, Error>;
 
 /// One call's batch: its rows and what became of each.
-struct Batch<'a, S: 'static, K, DB: Backend> {
+struct Finishing<'a, S: 'static, K, DB: Backend> {
     pool: &'a sqlx::Pool<DB>,
     in_flight: &'static InFlightDef<S>,
     state: S,
@@ -347,7 +347,7 @@ struct Batch<'a, S: 'static, K, DB: Backend> {
     /// The rows' indices in key order.
     order: &'a [usize],
     deadline: Duration,
-    results: Mutex<Vec<Option<Outcome<S>>>>,
+    results: Mutex<Vec<Option<RowEnd<S>>>>,
 }
 
 /// A verdict's follow-up, as a flush groups them.
@@ -360,7 +360,7 @@ enum Bucket {
     Single,
 }
 
-impl<S, K, DB> Batch<'_, S, K, DB>
+impl<S, K, DB> Finishing<'_, S, K, DB>
 where
     DB: Backend,
     S: FollowUpValues<DB>,
@@ -375,7 +375,7 @@ where
         lock(&self.results)[i] = Some(finished);
     }
 
-    fn skipped(&self, i: usize, found: Option<Found<S>>) {
+    fn skipped(&self, i: usize, found: Option<LeaseRow<S>>) {
         let current = found.map(|found| found.current);
         self.settle(i, Ok(Finished::Skipped { current }));
     }

@@ -757,7 +757,7 @@ where
             &mut executor,
             in_flight,
             state,
-            Taken {
+            ExpiredRow {
                 key,
                 occurrence,
                 lease,
@@ -814,7 +814,7 @@ enum Row<S> {
 /// An expired row of a recovery pass: taken over already (`lease`, at
 /// `taken_at`, with the rest of the pass), or to be taken over just before
 /// its effect.
-struct Taken<K> {
+struct ExpiredRow<K> {
     key: K,
     occurrence: i64,
     lease: Option<Stamped>,
@@ -829,7 +829,7 @@ async fn recover_row<S, K, E, F>(
     executor: &mut E,
     in_flight: &'static InFlightDef<S>,
     state: S,
-    taken: Taken<K>,
+    taken: ExpiredRow<K>,
     effect: &F,
     step: &Step,
 ) -> Result<Row<S>, Error>
@@ -839,7 +839,7 @@ where
     K: RowKey<E::Database, S::KeyShape>,
     F: EffectFn<S, K>,
 {
-    let Taken {
+    let ExpiredRow {
         key,
         occurrence,
         lease,

@@ -212,7 +212,7 @@ impl<S> From<Retry> for Verdict<S> {
 /// Made by [`Verdict::done()`] and [`Verdict::failed()`], or from a
 /// transition constructor: `Verdict::from(PayoutStatus::confirm(bank_ref))`.
 pub struct FollowUp<S> {
-    which: Which,
+    which: Named,
     values: Arc<Values>,
     note: Note,
     machine: PhantomData<fn() -> S>,
@@ -220,7 +220,7 @@ pub struct FollowUp<S> {
 
 /// The follow-up a verdict names.
 #[derive(Debug, Clone, Copy)]
-enum Which {
+enum Named {
     /// The row's state's own `done` or `failed`, binding nothing.
     Plain(Plain),
     /// The transition of this name, which must be the state's `done` or
@@ -241,8 +241,8 @@ impl<S> FollowUp<S> {
     /// in-flight state's own.
     pub fn transition(&self) -> Option<&'static str> {
         match self.which {
-            Which::Named(name) => Some(name),
-            Which::Plain(_) => None,
+            Named::Named(name) => Some(name),
+            Named::Plain(_) => None,
         }
     }
 
@@ -255,7 +255,7 @@ impl<S> FollowUp<S> {
     /// The state's own `done` or `failed`, binding nothing.
     fn plain(plain: Plain) -> FollowUp<S> {
         FollowUp {
-            which: Which::Plain(plain),
+            which: Named::Plain(plain),
             values: Arc::new(()),
             note: Note::NONE,
             machine: PhantomData,
@@ -289,7 +289,7 @@ impl<S: StateMachine, P: Send + Sync + 'static, N: NoteSlot> From<Transition<S, 
 {
     fn from(transition: Transition<S, P, N>) -> Verdict<S> {
         Verdict::FollowUp(FollowUp {
-            which: Which::Named(transition.name()),
+            which: Named::Named(transition.name()),
             values: Arc::new(transition.params),
             note: transition.note.into_note_slot(),
             machine: PhantomData,
@@ -344,7 +344,7 @@ pub(crate) struct Chosen<S: 'static> {
 }
 
 impl<S: StateMachine> Chosen<S> {
-    /// Which follow-up of `state` the verdict names, or why it names none.
+    /// Named follow-up of `state` the verdict names, or why it names none.
     pub(crate) fn of(
         verdict: Verdict<S>,
         in_flight: &'static InFlightDef<S>,
@@ -364,11 +364,11 @@ impl<S: StateMachine> Chosen<S> {
             Verdict::FollowUp(follow_up) => follow_up,
         };
         let chosen = match follow_up.which {
-            Which::Plain(Plain::Done) => done,
-            Which::Plain(Plain::Failed) => failed()?,
-            Which::Named(name) if name == in_flight.done.name() => done,
-            Which::Named(name) if in_flight.failed.is_some_and(|f| f.name() == name) => failed()?,
-            Which::Named(name) => {
+            Named::Plain(Plain::Done) => done,
+            Named::Plain(Plain::Failed) => failed()?,
+            Named::Named(name) if name == in_flight.done.name() => done,
+            Named::Named(name) if in_flight.failed.is_some_and(|f| f.name() == name) => failed()?,
+            Named::Named(name) => {
                 return Err(Error::NotAFollowUp {
                     machine: S::MACHINE.name(),
                     state: state.as_str(),

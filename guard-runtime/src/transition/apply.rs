@@ -4,7 +4,7 @@
 //! The body runs on a core that knows neither the machine nor the types
 //! of the key and the values (`cas.rs`, [`Plan::run`]): it takes the
 //! statements and names of one transition ([`Plan`]), the call's values
-//! already erased for binding ([`Call`]), and returns what happened with
+//! already erased for binding ([`CallParts`]), and returns what happened with
 //! the status as the database wrote it ([`Raw`]).
 //! [`Transition::apply_with`] is the thin generic wrapper that turns that
 //! into an [`Outcome`], so that a binary carries one copy of the
@@ -24,7 +24,7 @@ use crate::transition::bind::{self, Parts};
 use crate::transition::row::Read;
 
 pub(crate) use super::cas::{
-    Call, Class, Left, Plan, Raw, key_arguments, outcome_label, status_of,
+    CallParts, Class, Left, Plan, Raw, key_arguments, outcome_label, status_of,
 };
 
 impl<S: StateMachine> Transition<S> {
@@ -58,7 +58,7 @@ impl<S: StateMachine> Transition<S> {
             let parts = bind::key::<S::KeyShape, K>(&key);
             let prefix = self.effect_prefix();
             let effect = || prefix(&key.key_text());
-            let call = Call {
+            let call = CallParts {
                 key: &parts,
                 values,
                 note,

@@ -1,5 +1,5 @@
 //! The compare-and-set core of `apply`: one transition's statements and
-//! names ([`Plan`]), a call's values erased for binding ([`Call`]), and
+//! names ([`Plan`]), a call's values erased for binding ([`CallParts`]), and
 //! what the attempt came to with the status as the database wrote it
 //! ([`Raw`]). It knows neither the machine nor the types of the key and
 //! the values, so a binary carries one copy per executor.
@@ -54,7 +54,7 @@ pub(crate) struct Plan {
 /// What one call of the core binds and how it reads a status, erased: the
 /// key's columns, the call's values, the note, the key as spans show it,
 /// and where a status text stands.
-pub(crate) struct Call<'a, DB: Backend> {
+pub(crate) struct CallParts<'a, DB: Backend> {
     pub(crate) key: &'a (dyn Parts<DB> + Sync),
     pub(crate) values: &'a (dyn Parts<DB> + Sync),
     pub(crate) note: &'a Note,
@@ -121,7 +121,7 @@ impl Plan {
     pub(crate) async fn run<E: Runner>(
         self,
         executor: &mut E,
-        call: &Call<'_, E::Database>,
+        call: &CallParts<'_, E::Database>,
     ) -> Result<Raw, Error> {
         let names = self.names;
         let span = telemetry::span!(
@@ -176,7 +176,7 @@ impl Plan {
     async fn watched<E: Runner>(
         &self,
         executor: &mut E,
-        call: &Call<'_, E::Database>,
+        call: &CallParts<'_, E::Database>,
         watch: Watch<'_>,
     ) -> Result<Raw, Error> {
         refuse_open_transaction(executor)?;
@@ -208,7 +208,7 @@ impl Plan {
             let Round::Done(changed) = changed? else {
                 continue;
             };
-            if let Some(Moved { occurrence, lease }) = changed {
+            if let Some(Changed { occurrence, lease }) = changed {
                 return Ok(Raw::Applied {
                     occurrence,
                     lease,
@@ -277,9 +277,9 @@ impl Plan {
         &self,
         executor: &mut E,
         update: Statement,
-        call: &Call<'_, E::Database>,
+        call: &CallParts<'_, E::Database>,
         attempts: u32,
-    ) -> Result<Round<Option<Moved>>, Error> {
+    ) -> Result<Round<Option<Changed>>, Error> {
         match self.compare_and_set(executor, update, call).await {
             Ok(changed) => Ok(Round::Done(changed)),
             Err(StatementFailure::Failed(error)) => Err(error),
@@ -297,7 +297,7 @@ impl Plan {
         &self,
         executor: &mut E,
         select: Statement,
-        call: &Call<'_, E::Database>,
+        call: &CallParts<'_, E::Database>,
         attempts: u32,
     ) -> Result<Round<Option<<E::Database as sqlx::Database>::Row>>, Error> {
         let values = Values {
@@ -324,8 +324,8 @@ impl Plan {
         &self,
         executor: &mut E,
         update: Statement,
-        call: &Call<'_, E::Database>,
-    ) -> Result<Option<Moved>, StatementFailure> {
+        call: &CallParts<'_, E::Database>,
+    ) -> Result<Option<Changed>, StatementFailure> {
         type DB<E> = <E as Run>::Db;
         let names = self.names;
         let failed = |e| StatementFailure::Failed(names.db_error(e));
@@ -377,7 +377,7 @@ impl Plan {
         // What the winning statement returned (`RETURNING [version][,
         // lease]`), or MySQL's read-back.
         let changed = |row: Option<Read<'_, DB<E>>>| {
-            let mut changed = Moved::default();
+            let mut changed = Changed::default();
             if let Some(row) = row {
                 if versioned {
                     changed.occurrence = row.int_or_zero(Column::Occurrence).map_err(failed)?;
@@ -486,7 +486,7 @@ impl Plan {
 /// What a winning compare-and-set changed: the row's new occurrence and,
 /// for a transition into an in-flight state, its lease token.
 #[derive(Default)]
-pub(crate) struct Moved {
+pub(crate) struct Changed {
     occurrence: i64,
     lease: i64,
 }

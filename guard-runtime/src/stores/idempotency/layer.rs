@@ -122,7 +122,7 @@ pub type Canonical = Arc<dyn Fn(&Parts, &[u8]) -> Result<Vec<u8>, String> + Send
 type Identity = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
 
 /// Which response statuses are stored and replayed.
-type Stores = Arc<dyn Fn(StatusCode) -> bool + Send + Sync>;
+type StoredStatus = Arc<dyn Fn(StatusCode) -> bool + Send + Sync>;
 
 /// The layer's own answers: one JSON shape, `{"error": "…", "code": "…"}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -233,7 +233,7 @@ pub struct Idempotent<DB: Backend> {
     identity: Option<Identity>,
     fingerprint: Fingerprint,
     stored_headers: Arc<[HeaderName]>,
-    stores: Stores,
+    stores: StoredStatus,
     wait: Option<Duration>,
     lease: Duration,
     body_limit: usize,
