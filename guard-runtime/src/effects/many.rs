@@ -59,7 +59,7 @@ pub struct FinishedRow<S, K> {
 }
 
 /// A win of the batch, as the loops hold it.
-struct Row<K> {
+struct WinRow<K> {
     key: K,
     occurrence: i64,
     /// The lease's token, renewed by the heartbeat.
@@ -242,13 +242,13 @@ where
         .iter()
         .map(|won| !won.lease_younger_than(third))
         .collect();
-    let rows: Vec<Row<K>> = wins
+    let rows: Vec<WinRow<K>> = wins
         .into_iter()
         .map(|won| {
             let (effect_key, attempt) = (won.effect_key(), won.attempt());
             let (token, deadline) = (won.lease(), won.deadline());
             let (_, key, occurrence) = won.into_parts();
-            Row {
+            WinRow {
                 key,
                 occurrence,
                 token: AtomicI64::new(token),
@@ -343,7 +343,7 @@ struct Finishing<'a, S: 'static, K, DB: Backend> {
     pool: &'a sqlx::Pool<DB>,
     in_flight: &'static InFlightDef<S>,
     state: S,
-    rows: &'a [Row<K>],
+    rows: &'a [WinRow<K>],
     /// The rows' indices in key order.
     order: &'a [usize],
     deadline: Duration,

@@ -767,8 +767,8 @@ where
             &step,
         );
         match tokio::time::timeout(deadline, row).await {
-            Ok(Ok(Row::Lost)) => report.lost += 1,
-            Ok(Ok(Row::Finished(effect_key, finished))) => {
+            Ok(Ok(RowEnded::Lost)) => report.lost += 1,
+            Ok(Ok(RowEnded::Finished(effect_key, finished))) => {
                 report.claimed += 1;
                 match finished {
                     Finished::Done { .. } => report.done += 1,
@@ -786,7 +786,7 @@ where
                     }
                 }
             }
-            Ok(Ok(Row::Unfinished(error))) => {
+            Ok(Ok(RowEnded::Unfinished(error))) => {
                 report.claimed += 1;
                 report.errors.push(error);
             }
@@ -801,7 +801,7 @@ where
 }
 
 /// How [`recover`] ended with one row.
-enum Row<S> {
+enum RowEnded<S> {
     /// Another recovery, or the owner, got to it first.
     Lost,
     /// Taken over; the effect ran (with this effect key) and the follow-up
@@ -832,7 +832,7 @@ async fn recover_row<S, K, E, F>(
     taken: ExpiredRow<K>,
     effect: &F,
     step: &Step,
-) -> Result<Row<S>, Error>
+) -> Result<RowEnded<S>, Error>
 where
     S: FollowUpValues<E::Database> + KeyType<K>,
     E: Runner<Commit = Committed>,
@@ -867,7 +867,7 @@ where
         attempt,
     }) = lease
     else {
-        return Ok(Row::Lost);
+        return Ok(RowEnded::Lost);
     };
     let won: Won<S, K, Committed> =
         Won::new(state, key.clone(), occurrence, lease, 0).at_attempt(attempt.unwrap_or(0));
@@ -883,8 +883,8 @@ where
     if let Some(attempts) = exhausted(in_flight, attempt) {
         let gave_up = give_up_unreported(executor, in_flight, &row, attempts, step).await;
         return Ok(match gave_up {
-            Ok(finished) => Row::Finished(effect_key, finished),
-            Err(error) => Row::Unfinished(error),
+            Ok(finished) => RowEnded::Finished(effect_key, finished),
+            Err(error) => RowEnded::Unfinished(error),
         });
     }
     tracing::info!(
@@ -904,7 +904,7 @@ where
     let row = Leased { lease, ..row };
     let finished = follow_up(executor, in_flight, row, verdict, step);
     match finished.await {
-        Ok(finished) => Ok(Row::Finished(effect_key, finished)),
-        Err(error) => Ok(Row::Unfinished(error)),
+        Ok(finished) => Ok(RowEnded::Finished(effect_key, finished)),
+        Err(error) => Ok(RowEnded::Unfinished(error)),
     }
 }

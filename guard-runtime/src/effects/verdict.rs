@@ -213,7 +213,7 @@ impl<S> From<Retry> for Verdict<S> {
 /// transition constructor: `Verdict::from(PayoutStatus::confirm(bank_ref))`.
 pub struct FollowUp<S> {
     which: Named,
-    values: Arc<Values>,
+    values: Arc<AnyValues>,
     note: Note,
     machine: PhantomData<fn() -> S>,
 }
@@ -317,18 +317,19 @@ pub trait FollowUpValues<DB: Backend>: StateMachine {
 }
 
 /// Values of any type, as a verdict carries them.
-type Values = dyn Any + Send + Sync;
+type AnyValues = dyn Any + Send + Sync;
 
 /// Binds value `n` of `values` into `args`: `None` when they are not of
 /// the declared type.
-type BindFn<DB> = fn(&Values, usize, &mut <DB as Driver>::Args) -> Option<Result<(), sqlx::Error>>;
+type BindFn<DB> =
+    fn(&AnyValues, usize, &mut <DB as Driver>::Args) -> Option<Result<(), sqlx::Error>>;
 
 /// How one follow-up binds its values: made by the derive for the types
 /// the transition declares.
 #[doc(hidden)]
 pub struct Binder<DB: Backend> {
     expects: &'static str,
-    fits: fn(&Values) -> bool,
+    fits: fn(&AnyValues) -> bool,
     bind: BindFn<DB>,
 }
 
@@ -338,7 +339,7 @@ pub(crate) struct Chosen<S: 'static> {
     pub(crate) transition: &'static TransitionDef<S>,
     pub(crate) sql: &'static crate::dialect::Sql,
     pub(crate) failed: bool,
-    values: Arc<Values>,
+    values: Arc<AnyValues>,
     /// For the follow-up's history row.
     pub(crate) note: Note,
 }
@@ -465,7 +466,7 @@ pub mod construct {
 
 /// A verdict's values of the declared types, [`Bind::Value`](crate::meta::Bind::Value).
 pub(crate) struct ChosenValues<'a, DB: Backend> {
-    values: &'a Values,
+    values: &'a AnyValues,
     binder: Binder<DB>,
 }
 

@@ -21,7 +21,7 @@ use crate::dialect::sealed::Driver;
 use crate::dialect::{BoxFuture, Column, Statement};
 use crate::error::StatementMixUp;
 
-type Row<E> = <<E as Run>::Db as sqlx::Database>::Row;
+type DbRow<E> = <<E as Run>::Db as sqlx::Database>::Row;
 type Args<E> = <<E as Run>::Db as Driver>::Args;
 
 /// [`Run`]'s statements, with each row proven to be the statement's own.
@@ -33,7 +33,7 @@ pub(crate) trait Proven: Run {
         &mut self,
         statement: Statement<B>,
         args: Args<Self>,
-    ) -> BoxFuture<'_, Result<Vec<Row<Self>>, sqlx::Error>> {
+    ) -> BoxFuture<'_, Result<Vec<DbRow<Self>>, sqlx::Error>> {
         let (text, tag) = (statement.text(), statement.tag());
         let end = statement.column(Column::End);
         let multiplexed = self.multiplexed();
@@ -74,7 +74,7 @@ pub(crate) trait Proven: Run {
         &mut self,
         statement: Statement<B>,
         args: Args<Self>,
-    ) -> BoxFuture<'_, Result<Option<Row<Self>>, sqlx::Error>> {
+    ) -> BoxFuture<'_, Result<Option<DbRow<Self>>, sqlx::Error>> {
         let (text, tag) = (statement.text(), statement.tag());
         let found = statement.column(Column::Found);
         let multiplexed = self.multiplexed();
@@ -108,7 +108,7 @@ pub(crate) trait Proven: Run {
         update: Statement<B>,
         args: Args<Self>,
         inserts: Inserts<Self::Db>,
-    ) -> BoxFuture<'_, Result<Vec<Row<Self>>, sqlx::Error>> {
+    ) -> BoxFuture<'_, Result<Vec<DbRow<Self>>, sqlx::Error>> {
         if inserts.is_empty() {
             return self.rows(update, args);
         }

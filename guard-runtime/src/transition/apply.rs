@@ -2,8 +2,8 @@
 //! loser why.
 //!
 //! The body runs on a core that knows neither the machine nor the types
-//! of the key and the values (`cas.rs`, [`Plan::run`]): it takes the
-//! statements and names of one transition ([`Plan`]), the call's values
+//! of the key and the values (`cas.rs`, [`CasPlan::run`]): it takes the
+//! statements and names of one transition ([`CasPlan`]), the call's values
 //! already erased for binding ([`CallParts`]), and returns what happened with
 //! the status as the database wrote it ([`Raw`]).
 //! [`Transition::apply_with`] is the thin generic wrapper that turns that
@@ -24,7 +24,7 @@ use crate::transition::bind::{self, Parts};
 use crate::transition::row::Read;
 
 pub(crate) use super::cas::{
-    CallParts, Class, Left, Plan, Raw, key_arguments, outcome_label, status_of,
+    CallParts, CasPlan, Class, Left, Raw, key_arguments, outcome_label, status_of,
 };
 
 impl<S: StateMachine> Transition<S> {
@@ -97,9 +97,9 @@ impl<S: StateMachine> Transition<S> {
     }
 
     /// What the core of `apply` needs of this transition.
-    fn plan(self) -> Plan {
+    fn plan(self) -> CasPlan {
         let (def, machine) = (self.def, S::MACHINE);
-        Plan {
+        CasPlan {
             names: self.names(),
             deadline: self.deadline,
             expected: self.expected,

@@ -1,5 +1,5 @@
 //! The compare-and-set core of `apply`: one transition's statements and
-//! names ([`Plan`]), a call's values erased for binding ([`CallParts`]), and
+//! names ([`CasPlan`]), a call's values erased for binding ([`CallParts`]), and
 //! what the attempt came to with the status as the database wrote it
 //! ([`Raw`]). It knows neither the machine nor the types of the key and
 //! the values, so a binary carries one copy per executor.
@@ -31,7 +31,7 @@ use crate::transition::row::Read;
 /// One transition's compare-and-set, with no type of the machine's: its
 /// names, deadline and expected occurrence, and its statements.
 #[derive(Clone, Copy)]
-pub(crate) struct Plan {
+pub(crate) struct CasPlan {
     pub(crate) names: Names,
     pub(crate) deadline: Duration,
     pub(crate) expected: Option<i64>,
@@ -116,7 +116,7 @@ impl Raw {
     }
 }
 
-impl Plan {
+impl CasPlan {
     /// The compare-and-set within its deadline, traced and counted.
     pub(crate) async fn run<E: Runner>(
         self,
@@ -135,7 +135,7 @@ impl Plan {
         telemetry::key(&span, call.shown);
         let writing = AtomicBool::new(false);
         let tries = AtomicU32::new(0);
-        let watch = Watch {
+        let watch = Progress {
             writing: &writing,
             tries: &tries,
             span: &span,
@@ -177,7 +177,7 @@ impl Plan {
         &self,
         executor: &mut E,
         call: &CallParts<'_, E::Database>,
-        watch: Watch<'_>,
+        watch: Progress<'_>,
     ) -> Result<Raw, Error> {
         refuse_open_transaction(executor)?;
         let names = self.names;
@@ -524,7 +524,7 @@ pub(crate) fn key_arguments<DB: Backend, Sh: KeyShape, K: RowKey<DB, Sh>>(
 /// in flight (a deadline that cuts it off leaves the outcome open), how
 /// many attempts it made, and its span.
 #[derive(Clone, Copy)]
-struct Watch<'a> {
+struct Progress<'a> {
     writing: &'a AtomicBool,
     tries: &'a AtomicU32,
     span: &'a tracing::Span,

@@ -14,7 +14,7 @@
 //! losing path is one fresh read. There is no read-then-write anywhere.
 //!
 //! **Architecture Invariant:** the body of `apply` knows neither the
-//! machine nor the types of the key and the values: `Plan::run`
+//! machine nor the types of the key and the values: `CasPlan::run`
 //! (`apply.rs`) takes the transition's statements and names, the values
 //! erased for binding, and a closure that places a status text, and is
 //! generic over the executor only. What is generic over the machine is a

@@ -164,7 +164,7 @@ impl SchemaProblem {
     }
 
     /// What makes two problems the same defect.
-    fn identity(&self) -> Identity<'_> {
+    fn identity(&self) -> ProblemId<'_> {
         (
             self.kind,
             &self.table,
@@ -181,7 +181,7 @@ impl SchemaProblem {
     }
 }
 
-type Identity<'a> = (
+type ProblemId<'a> = (
     SchemaProblemKind,
     &'a str,
     Option<&'a str>,

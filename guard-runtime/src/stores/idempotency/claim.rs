@@ -46,15 +46,15 @@ where
             true => match read(sql, executor, request).await? {
                 Some(found) => Some(found),
                 None => match claim(sql, executor, request, lease_ms, sent).await? {
-                    Claimed::New => return new(1),
-                    Claimed::Existing(row, at) => Some((row, at)),
-                    Claimed::Taken => None,
+                    KeyClaimed::New => return new(1),
+                    KeyClaimed::Existing(row, at) => Some((row, at)),
+                    KeyClaimed::Taken => None,
                 },
             },
             false => match claim(sql, executor, request, lease_ms, sent).await? {
-                Claimed::New => return new(1),
-                Claimed::Existing(row, at) => Some((row, at)),
-                Claimed::Taken => read(sql, executor, request).await?,
+                KeyClaimed::New => return new(1),
+                KeyClaimed::Existing(row, at) => Some((row, at)),
+                KeyClaimed::Taken => read(sql, executor, request).await?,
             },
         };
         // Gone between the statements (pruned, or inserted after a read
@@ -152,7 +152,7 @@ where
 }
 
 /// What `claim` found.
-pub(super) enum Claimed<Row> {
+pub(super) enum KeyClaimed<Row> {
     /// The key was new, and is this request's under lease 1.
     New,
     /// The key's row (PostgreSQL), and where `read`'s columns begin in
@@ -169,7 +169,7 @@ pub(super) async fn claim<DB, E>(
     request: &Request,
     lease_ms: i64,
     sent: &Sent,
-) -> Result<Claimed<<DB as sqlx::Database>::Row>, Error>
+) -> Result<KeyClaimed<<DB as sqlx::Database>::Row>, Error>
 where
     DB: Backend,
     E: Run<Db = DB>,
@@ -187,16 +187,16 @@ where
             .await
             .map_err(db_error)?;
         return Ok(match done {
-            1 => Claimed::New,
-            _ => Claimed::Taken,
+            1 => KeyClaimed::New,
+            _ => KeyClaimed::Taken,
         });
     }
     let row = Proven::row(executor, claim, args).await.map_err(db_error)?;
     let flag = claim.after_tag();
     Ok(match row {
-        Some(row) if DB::int(&row, flag).map_err(db_error)? == 1 => Claimed::New,
-        Some(row) => Claimed::Existing(row, flag + 1),
-        None => Claimed::Taken,
+        Some(row) if DB::int(&row, flag).map_err(db_error)? == 1 => KeyClaimed::New,
+        Some(row) => KeyClaimed::Existing(row, flag + 1),
+        None => KeyClaimed::Taken,
     })
 }
 

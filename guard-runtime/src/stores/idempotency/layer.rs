@@ -553,7 +553,7 @@ impl<DB: Backend> Idempotent<DB> {
         // From here on, every way out frees the key unless the response
         // committed: dropped (a panic, a dropped future), the claim frees
         // it in a task of its own.
-        let claim = Claim::new(ticket, self.pool.clone());
+        let claim = HeldKey::new(ticket, self.pool.clone());
         let slot: Slot<DB> = Arc::new(Mutex::new(Some(tx)));
         let mut parts = parts;
         parts.extensions.insert(slot.clone());
@@ -692,7 +692,7 @@ impl<DB: Backend> Idempotent<DB> {
     /// storing or committing fails (see the [module](self)).
     async fn settle(
         &self,
-        claim: Claim<DB>,
+        claim: HeldKey<DB>,
         tx: Option<Tx<'static, DB>>,
         response: Response,
     ) -> Response {
@@ -755,18 +755,18 @@ impl<DB: Backend> Idempotent<DB> {
 }
 
 /// A new key's claim, from the claim until its request settles. Dropped
-/// before [`kept`](Claim::kept) or [`free`](Claim::free) (the handler
+/// before [`kept`](HeldKey::kept) or [`free`](HeldKey::free) (the handler
 /// panicked, or the request's future was dropped), it frees the key in a
 /// task of its own.
-struct Claim<DB: Backend> {
+struct HeldKey<DB: Backend> {
     ticket: Ticket,
     pool: sqlx::Pool<DB>,
     settled: bool,
 }
 
-impl<DB: Backend> Claim<DB> {
+impl<DB: Backend> HeldKey<DB> {
     fn new(ticket: Ticket, pool: sqlx::Pool<DB>) -> Self {
-        Claim {
+        HeldKey {
             ticket,
             pool,
             settled: false,
@@ -796,7 +796,7 @@ impl<DB: Backend> Claim<DB> {
     }
 }
 
-impl<DB: Backend> Drop for Claim<DB> {
+impl<DB: Backend> Drop for HeldKey<DB> {
     fn drop(&mut self) {
         if self.settled {
             return;
