@@ -28,6 +28,13 @@ pub(crate) fn statement<F>(_sql: &'static str, run: F) -> F {
 }
 
 #[cfg(not(feature = "fault-injection"))]
+/// The statement's boxed future, as it is.
+#[inline(always)]
+pub(crate) fn boxed_statement<F>(_sql: &'static str, run: F) -> F {
+    run
+}
+
+#[cfg(not(feature = "fault-injection"))]
 /// `work`, as it is.
 #[inline(always)]
 pub(crate) fn carried<W>(work: W) -> W {
@@ -40,6 +47,8 @@ mod injected {
     use std::borrow::Cow;
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
+
+    use futures_util::future::Either;
 
     use crate::dialect::BoxFuture;
 
@@ -131,31 +140,35 @@ mod injected {
     }
 
     /// The statement `sql` whose future is `run`, as the plan in scope
-    /// (if any) says.
+    /// (if any) says: `run` itself, unboxed, when no plan is in scope, so
+    /// that a build with the hook (the benchmarks are one) pays only the
+    /// task-local lookup outside the fault matrix.
     pub(crate) fn statement<'c, T, F>(
         sql: &'static str,
         run: F,
-    ) -> BoxFuture<'c, Result<T, sqlx::Error>>
+    ) -> Either<F, BoxFuture<'c, Result<T, sqlx::Error>>>
     where
         T: Send + 'c,
         F: Future<Output = Result<T, sqlx::Error>> + Send + 'c,
     {
-        let fault = PLAN.try_with(|plan| (plan.next(sql), plan.hang)).ok();
-        Box::pin(async move {
+        let Ok((fault, hang)) = PLAN.try_with(|plan| (plan.next(sql), plan.hang)) else {
+            return Either::Left(run);
+        };
+        Either::Right(Box::pin(async move {
             match fault {
-                None | Some((None, _)) => run.await,
-                Some((Some(Fault::Refuse), _)) => {
+                None => run.await,
+                Some(Fault::Refuse) => {
                     drop(run);
                     Err(sqlx::Error::Database(Box::new(Refused { sql })))
                 }
-                Some((Some(Fault::Cut), _)) => {
+                Some(Fault::Cut) => {
                     run.await?;
                     Err(sqlx::Error::Io(std::io::Error::new(
                         std::io::ErrorKind::ConnectionReset,
                         "injected fault: the connection broke before the answer",
                     )))
                 }
-                Some((Some(Fault::Hang), hang)) => {
+                Some(Fault::Hang) => {
                     run.await?;
                     tokio::time::sleep(hang).await;
                     Err(sqlx::Error::Io(std::io::Error::new(
@@ -164,7 +177,18 @@ mod injected {
                     )))
                 }
             }
-        })
+        }))
+    }
+
+    /// [`statement`] for a future that is boxed already, and stays one.
+    pub(crate) fn boxed_statement<'c, T: Send + 'c>(
+        sql: &'static str,
+        run: BoxFuture<'c, Result<T, sqlx::Error>>,
+    ) -> BoxFuture<'c, Result<T, sqlx::Error>> {
+        match statement(sql, run) {
+            Either::Left(run) => run,
+            Either::Right(faulted) => faulted,
+        }
     }
 
     /// `work`, with the plan in scope (if any) carried into the task that

@@ -110,7 +110,7 @@ macro_rules! on_connection {
                 sql: &'static str,
                 args: <$db as Driver>::Args,
             ) -> BoxFuture<'c, Result<<$db as sqlx::Database>::QueryResult, sqlx::Error>> {
-                fault::statement(
+                fault::boxed_statement(
                     sql,
                     sqlx::Executor::execute(conn, sqlx::query_with(sql, args)),
                 )
@@ -121,7 +121,7 @@ macro_rules! on_connection {
                 sql: &'static str,
                 args: <$db as Driver>::Args,
             ) -> BoxFuture<'c, Result<Option<<$db as sqlx::Database>::Row>, sqlx::Error>> {
-                fault::statement(
+                fault::boxed_statement(
                     sql,
                     sqlx::Executor::fetch_optional(conn, sqlx::query_with(sql, args)),
                 )
@@ -132,7 +132,7 @@ macro_rules! on_connection {
                 sql: &'static str,
                 args: <$db as Driver>::Args,
             ) -> BoxFuture<'c, Result<Vec<<$db as sqlx::Database>::Row>, sqlx::Error>> {
-                fault::statement(
+                fault::boxed_statement(
                     sql,
                     sqlx::Executor::fetch_all(conn, sqlx::query_with(sql, args)),
                 )
