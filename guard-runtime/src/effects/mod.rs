@@ -4,7 +4,7 @@
 //! effect decided and the follow-up that ends the state (`verdict.rs`),
 //! the effects of many wins under one heartbeat with batched follow-ups
 //! (`many.rs`, on the fenced batch statements of `fenced.rs`), and the
-//! recovery of rows whose worker died (`recovery.rs`).
+//! recovery of rows whose worker died (`recovery/`).
 //!
 //! **Architecture Invariant:** an effect runs only from a committed
 //! `Won`, and its effect key is computed from the row as stored (the state
