@@ -47,7 +47,7 @@ pub use crate::deadline::retry::DEFAULT_DEADLINE;
 pub use crate::dialect::{Backend, Key};
 pub use crate::effects::effect::{Effect, FinishError, Finished};
 pub use crate::effects::effect_fn::{EffectFn, EffectFnOnce};
-pub use crate::effects::many::{FLUSH_AFTER, FinishedRow, finish_many};
+pub use crate::effects::finish_many::{FLUSH_AFTER, FinishedRow, finish_many};
 pub use crate::effects::recovery::{
     Recovered, SupersededRow, claim_expired, recover, recover_many, recover_within,
 };

@@ -3,7 +3,7 @@
 //! lease an in-flight row is held by while it runs (`lease.rs`), what the
 //! effect decided and the follow-up that ends the state (`verdict.rs`),
 //! the effects of many wins under one heartbeat with batched follow-ups
-//! (`many.rs`, on the fenced batch statements of `fenced.rs`), and the
+//! (`finish_many/`, on the fenced batch statements of `fenced.rs`), and the
 //! recovery of rows whose worker died (`recovery/`).
 //!
 //! **Architecture Invariant:** an effect runs only from a committed
@@ -19,7 +19,7 @@
 pub(crate) mod effect;
 pub(crate) mod effect_fn;
 mod fenced;
+pub(crate) mod finish_many;
 pub(crate) mod lease;
-pub(crate) mod many;
 pub(crate) mod recovery;
 pub(crate) mod verdict;
