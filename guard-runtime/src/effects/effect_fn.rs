@@ -86,7 +86,7 @@ impl<S: StateMachine, K> Effect<S, K> {
 
     /// Which attempt at the effect this is, where the state counts them
     /// (`retry(…)`): 1 for the win's own, then one more for each
-    /// recovery that took the row over. See [`Won::attempt`].
+    /// recovery that took the row over. See [`Won::attempt`](crate::Won::attempt).
     pub fn attempt(&self) -> Option<u32> {
         self.attempt
     }
@@ -101,13 +101,13 @@ impl<S: StateMachine, K> Effect<S, K> {
         self.state
     }
 
-    /// See [`Won::occurrence`].
+    /// See [`Won::occurrence`](crate::Won::occurrence).
     pub fn occurrence(&self) -> i64 {
         self.occurrence
     }
 
     /// The idempotency key to send with the external call (an HTTP
-    /// `Idempotency-Key` header, a message id). See [`Won::effect_key`].
+    /// `Idempotency-Key` header, a message id). See [`Won::effect_key`](crate::Won::effect_key).
     pub fn effect_key(&self) -> &str {
         &self.effect_key
     }

@@ -75,7 +75,7 @@ struct WinRow<K> {
 }
 
 /// Runs the effects of many committed wins of one in-flight state, at
-/// most `concurrency` at once, and finishes each row as its [`Verdict`]
+/// most `concurrency` at once, and finishes each row as its [`Verdict`](crate::Verdict)
 /// says, as [`Won::finish`] does one: one row per win, in the wins'
 /// order.
 ///

@@ -26,7 +26,7 @@ use crate::transition::row::Read;
 /// with it (the far side dedups) and finish the row. Taking over renews the
 /// lease, so concurrent recoveries do not take the same row; all of the
 /// batch's leases start now, so finish the batch within one lease or take
-/// smaller batches ([`recover`] renews each row's lease before its effect
+/// smaller batches ([`recover`](crate::recover) renews each row's lease before its effect
 /// when it has waited). On PostgreSQL and SQLite one statement lists and
 /// takes over the batch; MySQL lists, then claims each row.
 ///

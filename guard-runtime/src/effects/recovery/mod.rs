@@ -78,7 +78,7 @@ pub struct Recovered {
 
 /// Re-drives rows stuck in the in-flight `state`: takes over at most
 /// `limit` rows whose lease ran out, and for each in turn runs `effect` with
-/// the original effect key and finishes it as the [`Verdict`] says
+/// the original effect key and finishes it as the [`Verdict`](crate::Verdict) says
 /// ([`Won::finish`]).
 ///
 /// On PostgreSQL one statement lists and takes over the whole pass's rows

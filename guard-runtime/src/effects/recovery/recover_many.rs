@@ -24,7 +24,7 @@ use crate::transition::row::Read;
 use super::expired::{claim_on, limit_arguments, recovery_error};
 use super::{Recovered, SupersededRow};
 
-/// [`recover`] at a concurrency the caller sets: takes over at most
+/// [`recover`](crate::recover) at a concurrency the caller sets: takes over at most
 /// `limit` rows whose lease ran out (or whose next attempt is due), then
 /// runs their effects, at most `concurrency` at once, under one heartbeat
 /// per batch and with their follow-ups written a batch at a time
