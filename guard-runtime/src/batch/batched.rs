@@ -1,7 +1,7 @@
 //! The backends that can claim rows and apply a transition to many keys:
 //! the sealed [`Batched`] trait and what its methods pass around. The
-//! implementations, one per backend, are in `claim.rs`; `apply_many` and
-//! `claim` (in `many.rs` and `claim.rs`) call them.
+//! implementations, one per backend, are in `claim/backends.rs`; `apply_many` and
+//! `claim` (in `many.rs` and `claim/`) call them.
 
 use core::time::Duration;
 

@@ -5,8 +5,8 @@
 //! **Architecture Invariant:** the sealed [`Batched`] trait, and the
 //! `Batch`, `Claim`, `Found` and `Took` values its methods pass, live in
 //! `batched.rs`,
-//! which depends on neither `claim.rs` nor `many.rs`: `many.rs` calls it,
-//! `claim.rs` implements it per backend, and the statements both run are
+//! which depends on neither `claim/` nor `many.rs`: `many.rs` calls it,
+//! `claim/backends.rs` implements it per backend, and the statements both run are
 //! in `run.rs`.
 //!
 //! **Architecture Invariant:** what runs a batch's and a claim's
@@ -15,7 +15,7 @@
 //! statements, and a closure that places a status text) and the values
 //! erased for binding, and is generic over the backend and the key only.
 //! It reports status texts (`Found`) and moved rows (`Took`); the entry
-//! points in `many.rs` and `claim.rs` turn them into outcomes and wins.
+//! points in `many.rs` and `claim/` turn them into outcomes and wins.
 //!
 //! **Architecture Invariant:** a batch wins as one statement does: each
 //! key gets exactly one outcome, in input order, and a claimer never gets
