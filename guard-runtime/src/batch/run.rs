@@ -1,6 +1,6 @@
 //! What runs a batch's statements on each backend: one `UPDATE …
 //! RETURNING` where the dialect has it, a locking read and an update in a
-//! transaction on MySQL. The `Batched` impls in `claim.rs` call them, for
+//! transaction on MySQL. The `Batched` impls in `claim/backends.rs` call them, for
 //! `apply_many` and for the rows a claim took.
 
 // Each backend uses some of the helpers below; a build with fewer backends
