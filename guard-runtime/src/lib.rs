@@ -45,9 +45,10 @@ pub use crate::batch::many::APPLY_MANY_CHUNK;
 pub use crate::deadline::call::Call;
 pub use crate::deadline::retry::DEFAULT_DEADLINE;
 pub use crate::dialect::{Backend, Key};
-pub use crate::effects::effect::{Effect, FinishError, Finished};
+pub use crate::effects::effect_fn::Effect;
 pub use crate::effects::effect_fn::{EffectFn, EffectFnOnce};
 pub use crate::effects::finish_many::{FLUSH_AFTER, FinishedRow, finish_many};
+pub use crate::effects::finished::{FinishError, Finished};
 pub use crate::effects::recovery::{
     Recovered, SupersededRow, claim_expired, recover, recover_many, recover_within,
 };

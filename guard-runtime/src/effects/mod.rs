@@ -1,7 +1,8 @@
 //! After the win: the side effect only the winner runs (`effect.rs`; a
-//! closure that runs it is an `EffectFn`, `effect_fn.rs`), the
-//! lease an in-flight row is held by while it runs (`lease.rs`), what the
-//! effect decided and the follow-up that ends the state (`verdict.rs`),
+//! closure that runs it is an `EffectFn`, `effect_fn.rs`; how it ended,
+//! `finished.rs`), the lease an in-flight row is held by while it runs
+//! (`lease.rs`), what the effect decided (`verdict.rs`) and the follow-up
+//! that ends the state (`follow_up.rs`),
 //! the effects of many wins under one heartbeat with batched follow-ups
 //! (`finish_many/`, on the fenced batch statements of `fenced.rs`), and the
 //! recovery of rows whose worker died (`recovery/`).
@@ -20,6 +21,8 @@ pub(crate) mod effect;
 pub(crate) mod effect_fn;
 mod fenced;
 pub(crate) mod finish_many;
+pub(crate) mod finished;
+pub(crate) mod follow_up;
 pub(crate) mod lease;
 pub(crate) mod recovery;
 pub(crate) mod verdict;

@@ -11,7 +11,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::dialect::Backend;
-use crate::effects::effect::Effect;
+use crate::effects::effect_fn::Effect;
 use crate::effects::effect_fn::EffectFn;
 use crate::effects::fenced::Moved;
 use crate::effects::verdict::{FollowUpValues, Verdict};

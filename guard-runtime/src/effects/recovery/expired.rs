@@ -4,7 +4,7 @@ use crate::StateMachine;
 use crate::deadline::call::{Call, Sent, bounded};
 use crate::dialect::sealed::Driver;
 use crate::dialect::{Backend, Column, Statement};
-use crate::effects::effect::in_flight_def;
+use crate::effects::follow_up::in_flight_def;
 use crate::effects::lease::{self, Stamped};
 use crate::error::Error;
 use crate::executor::proven::Proven;

@@ -17,10 +17,9 @@ pub use self::recover_many::recover_many;
 use tracing::Instrument;
 
 use crate::deadline::retry::Step;
-use crate::effects::effect::{
-    Finished, Leased, exhausted, follow_up, give_up_unreported, in_flight_def,
-};
 use crate::effects::effect_fn::EffectFn;
+use crate::effects::finished::Finished;
+use crate::effects::follow_up::{Leased, exhausted, follow_up, give_up_unreported, in_flight_def};
 use crate::effects::lease::{self, Stamped};
 use crate::effects::verdict::FollowUpValues;
 use crate::error::Error;
