@@ -255,7 +255,7 @@ where
 
 /// One new-key request through `router`.
 async fn through(router: &axum::Router, id: usize) {
-    use tower_service::Service;
+    use stateguard::idempotency::layer::Service;
     let request = axum::http::Request::post("/payouts")
         .header("idempotency-key", format!("http-{id}"))
         .header("content-type", "application/json")

@@ -27,8 +27,8 @@ use axum::routing;
 use common::{Db, TestBackend};
 use stateguard::ddl::Dialect;
 use stateguard::idempotency;
+use stateguard::idempotency::layer::Service;
 use stateguard::idempotency::layer::{Idempotent, IdempotentTx};
-use tower_service::Service;
 
 mod sqlite {
     crate::backend_tests!(@in Sqlite, Tests:

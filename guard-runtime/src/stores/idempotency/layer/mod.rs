@@ -77,6 +77,13 @@ mod serve;
 
 pub use self::extract::IdempotentTx;
 pub use self::problem::Problem;
+// The tower traits the layer and its service implement, so that a router
+// wrapped in the layer can be driven (`router.call(request)` in a test)
+// without a dependency on `tower` of its own: axum does not re-export them.
+#[doc(no_inline)]
+pub use tower_layer::Layer;
+#[doc(no_inline)]
+pub use tower_service::Service;
 
 use std::future::Future;
 use std::pin::Pin;
