@@ -74,7 +74,7 @@ pub trait Batched: Backend + sealed::Sealed {
     note = "pass `&pool`, or a stateguard transaction: `let mut tx = \
             stateguard::Tx::begin(&pool).await?;` and then `&mut tx`"
 )]
-pub trait BatchRunner: Runner + sealed::SealedRunner {
+pub trait BatchRunner: Runner<Database: Batched> + sealed::SealedRunner {
     /// The pool, where the batch runs on one; `None` inside the caller's
     /// transaction.
     #[doc(hidden)]
@@ -82,21 +82,21 @@ pub trait BatchRunner: Runner + sealed::SealedRunner {
 }
 
 impl<DB: Backend> sealed::SealedRunner for &sqlx::Pool<DB> {}
-impl<DB: Backend> BatchRunner for &sqlx::Pool<DB> {
+impl<DB: Batched> BatchRunner for &sqlx::Pool<DB> {
     fn pool(&self) -> Option<&sqlx::Pool<DB>> {
         Some(self)
     }
 }
 
 impl<DB: Backend> sealed::SealedRunner for &mut Tx<'_, DB> {}
-impl<DB: Backend> BatchRunner for &mut Tx<'_, DB> {
+impl<DB: Batched> BatchRunner for &mut Tx<'_, DB> {
     fn pool(&self) -> Option<&sqlx::Pool<DB>> {
         None
     }
 }
 
 impl<DB: Backend> sealed::SealedRunner for &mut Savepoint<'_, DB> {}
-impl<DB: Backend> BatchRunner for &mut Savepoint<'_, DB> {
+impl<DB: Batched> BatchRunner for &mut Savepoint<'_, DB> {
     fn pool(&self) -> Option<&sqlx::Pool<DB>> {
         None
     }

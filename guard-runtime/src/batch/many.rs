@@ -100,7 +100,6 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
     ) -> Result<Vec<Outcome<S, K, E::Commit>>, Error>
     where
         E: BatchRunner,
-        E::Database: Batched,
         K: BatchKey<E::Database, S::KeyShape> + Clone,
         S: KeyType<K>,
         P: Params<E::Database>,
@@ -127,7 +126,6 @@ impl<S: StateMachine> Transition<S> {
     ) -> Result<Vec<Outcome<S, K, E::Commit>>, Error>
     where
         E: BatchRunner,
-        E::Database: Batched,
         K: BatchKey<E::Database, S::KeyShape> + Clone,
     {
         if self.expected().is_some() {
@@ -182,7 +180,6 @@ impl<S: StateMachine> Transition<S> {
     ) -> Result<Vec<Outcome<S, K, E::Commit>>, Error>
     where
         E: BatchRunner,
-        E::Database: Batched,
         K: BatchKey<E::Database, S::KeyShape> + Clone,
     {
         // The distinct keys, in key order; `slot[i]` is the distinct key of

@@ -123,7 +123,6 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
     ) -> Result<Vec<Won<S, K, E::Commit>>, Error>
     where
         E: BatchRunner,
-        E::Database: Batched,
         K: BatchKey<E::Database, S::KeyShape>,
         S: KeyType<K>,
         P: Params<E::Database>,
@@ -163,7 +162,6 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
     ) -> Result<Vec<Won<S, K, E::Commit>>, Error>
     where
         E: BatchRunner,
-        E::Database: Batched,
         K: BatchKey<E::Database, S::KeyShape>,
         S: KeyType<K>,
         P: Params<E::Database>,
@@ -183,7 +181,6 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
     ) -> Result<Vec<Won<S, K, E::Commit>>, Error>
     where
         E: BatchRunner,
-        E::Database: Batched,
         K: BatchKey<E::Database, S::KeyShape>,
         S: KeyType<K>,
         P: Params<E::Database>,
@@ -203,7 +200,6 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
     ) -> Result<Vec<Won<S, K, E::Commit>>, Error>
     where
         E: BatchRunner,
-        E::Database: Batched,
         K: BatchKey<E::Database, S::KeyShape>,
         P: Params<E::Database>,
     {
@@ -244,7 +240,6 @@ impl<S: StateMachine> Transition<S> {
     ) -> Result<Vec<Won<S, K, E::Commit>>, Error>
     where
         E: BatchRunner,
-        E::Database: Batched,
         K: BatchKey<E::Database, S::KeyShape>,
     {
         if self.expected().is_some() {
