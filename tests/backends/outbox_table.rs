@@ -12,7 +12,9 @@ use std::sync::Arc;
 use common::{Db, PayoutStatus, TestBackend};
 use stateguard::bounds::Key;
 use stateguard::ddl::Dialect;
-use stateguard::outbox::{self, Enqueued, JetStream, Message, Published, Publisher, Relay};
+use stateguard::outbox::{
+    self, Enqueued, JetStream, Message, MessageState, Published, Publisher, Relay,
+};
 use stateguard::{Error, Outcome, Tx};
 use tokio::sync::Barrier;
 
@@ -398,6 +400,20 @@ where
             outbox::enqueue(&mut tx, "1", message).await.unwrap();
         }
         tx.commit(()).await.unwrap();
+        // What `status` tells of the first message: (state, attempts, last error).
+        let status = |id: &'static str| {
+            let pool = db.pool.clone();
+            async move {
+                let status = outbox::status(&pool, id).await.unwrap()?;
+                let error = status.last_error().map(str::to_owned);
+                Some((status.state(), status.attempts(), error))
+            }
+        };
+        let down = || Some("the broker is down".to_owned());
+        assert_eq!(
+            status("payout:1:0").await,
+            Some((MessageState::Waiting, 0, None))
+        );
         let refusing = Relay::new(Refuse)
             .attempts(3)
             .retry(std::time::Duration::ZERO, std::time::Duration::ZERO);
@@ -406,10 +422,23 @@ where
             for _ in 0..4 {
                 let pass = refusing.pass(&db.pool).await.unwrap();
                 passes.push((pass.taken(), pass.retried(), pass.given_up()));
+                if passes.len() == 1 {
+                    let waiting = Some((MessageState::Waiting, 1, down()));
+                    assert_eq!(status("payout:1:0").await, waiting);
+                }
             }
             passes
         };
         assert_eq!(passes, [(1, 1, 0), (1, 1, 0), (1, 0, 1), (0, 0, 0)]);
+        assert_eq!(
+            status("payout:1:0").await,
+            Some((MessageState::Dead, 3, down()))
+        );
+        assert_eq!(
+            status("payout:1:1").await,
+            Some((MessageState::Waiting, 0, None))
+        );
+        assert_eq!(status("payout:7:0").await, None, "never written");
         let dead = outbox::dead_letters(&db.pool, 10).await.unwrap();
         assert_eq!(dead.len(), 1, "{dead:?}");
         assert_eq!(
@@ -431,6 +460,10 @@ where
             );
         }
         assert_eq!(*sent.lock().unwrap(), ["payout:1:0", "payout:1:1"]);
+        for id in ["payout:1:0", "payout:1:1"] {
+            let status = status(id).await.map(|(state, ..)| state);
+            assert_eq!(status, Some(MessageState::Published), "{id}");
+        }
     }
 
     /// Four relays race over 200 messages of 20 order keys, through one

@@ -50,7 +50,10 @@ mod store;
 #[cfg(feature = "nats")]
 pub use self::nats::{JetStream, JetStreamError};
 pub use self::relay::{Pass, Relay};
-pub use self::store::{DeadLetter, Enqueued, Outbox, ddl, dead_letters, enqueue, prune, requeue};
+pub use self::store::{
+    DeadLetter, Enqueued, MessageState, MessageStatus, Outbox, ddl, dead_letters, enqueue, prune,
+    requeue, status,
+};
 
 use std::future::Future;
 

@@ -195,6 +195,81 @@ pub fn requeue<'p, DB: Backend>(pool: &'p sqlx::Pool<DB>, message_id: &'p str) -
     DEFAULT.outbox().requeue(pool, message_id)
 }
 
+/// Where a message is: waiting for a relay, published, or given up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MessageState {
+    /// Committed and not yet published: due for a relay pass once its
+    /// next attempt's time has come (at once, unless a publish failed).
+    Waiting,
+    /// Taken by the broker.
+    Published,
+    /// Given up after its last attempt: a dead letter, which
+    /// [`requeue`] brings back.
+    Dead,
+}
+
+/// One message's state, as [`status`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessageStatus {
+    state: MessageState,
+    attempts: i64,
+    last_error: Option<String>,
+}
+
+impl MessageStatus {
+    /// Waiting, published or dead.
+    pub fn state(&self) -> MessageState {
+        self.state
+    }
+
+    /// How many publishes relays have tried.
+    pub fn attempts(&self) -> i64 {
+        self.attempts
+    }
+
+    /// Why the last attempt failed, as the publisher said; `None` before
+    /// any failed.
+    pub fn last_error(&self) -> Option<&str> {
+        self.last_error.as_deref()
+    }
+}
+
+/// The state of message `message_id`: `None` for an id that was never
+/// committed, or whose message was published and then
+/// [pruned](prune).
+///
+/// One read, on the pool. Deadline:
+/// [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE), or
+/// `outbox::status(&pool, id).within(d)` ([`Call`]).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let pool = sqlx::SqlitePool::connect("sqlite::memory:").await?;
+/// use stateguard::outbox::{self, Message, MessageState};
+/// use stateguard::Tx;
+///
+/// for statement in outbox::ddl(stateguard::ddl::Dialect::Sqlite) {
+///     sqlx::raw_sql(*statement).execute(&pool).await?;
+/// }
+/// let mut tx = Tx::begin(&pool).await?;
+/// let message = Message { id: "payout:42:1", topic: "payout.sent", payload: b"{}" };
+/// outbox::enqueue(&mut tx, "42", message).await?;
+/// tx.commit(()).await?;
+///
+/// let status = outbox::status(&pool, "payout:42:1").await?.expect("committed");
+/// assert_eq!((status.state(), status.attempts()), (MessageState::Waiting, 0));
+/// assert_eq!(outbox::status(&pool, "payout:7:1").await?, None);
+/// # Ok(()) }
+/// ```
+pub fn status<'p, DB: Backend>(
+    pool: &'p sqlx::Pool<DB>,
+    message_id: &'p str,
+) -> Call<'p, Option<MessageStatus>> {
+    DEFAULT.outbox().status(pool, message_id)
+}
+
 /// Removes up to `limit` messages published more than `window` ago,
 /// oldest first, and returns how many it removed: one bounded statement
 /// per call, as for [`idempotency::prune`](crate::stores::idempotency::prune).
@@ -266,6 +341,51 @@ impl Outbox {
                 Ok(letters)
             };
             bounded(sql.table, "dead_letters", deadline, &sent, work).await
+        })
+    }
+
+    /// [`status`], in this outbox's table.
+    pub fn status<'p, DB: Backend>(
+        &self,
+        pool: &'p sqlx::Pool<DB>,
+        message_id: &'p str,
+    ) -> Call<'p, Option<MessageStatus>> {
+        let sql = self.sql;
+        Call::new(move |deadline| async move {
+            use crate::executor::proven::Proven;
+            let sent = Sent::default();
+            let work = async {
+                let db_error = |source| Error::store(sql.table, "status", source);
+                let statement = DB::choose(&sql.status);
+                let fields = Fields {
+                    key: Some(message_id),
+                    ..Fields::default()
+                };
+                let args = store_arguments::<DB>(statement, fields).map_err(db_error)?;
+                let mut executor = pool;
+                let rows = Proven::rows(&mut executor, statement, args)
+                    .await
+                    .map_err(db_error)?;
+                let Some(row) = rows.first() else {
+                    return Ok(None);
+                };
+                let at = statement.after_tag();
+                let state = match DB::text_opt(row, at).map_err(db_error)?.as_deref() {
+                    Some("waiting") => MessageState::Waiting,
+                    Some("published") => MessageState::Published,
+                    Some("dead") => MessageState::Dead,
+                    other => {
+                        let text = format!("the outbox's status read returned state {other:?}");
+                        return Err(db_error(sqlx::Error::Protocol(text)));
+                    }
+                };
+                Ok(Some(MessageStatus {
+                    state,
+                    attempts: DB::int_opt(row, at + 1).map_err(db_error)?.unwrap_or(0),
+                    last_error: DB::text_opt(row, at + 2).map_err(db_error)?,
+                }))
+            };
+            bounded(sql.table, "status", deadline, &sent, work).await
         })
     }
 

@@ -29,8 +29,8 @@ pub struct StoreTexts {
     pub inbox_ddl: TableDdl,
     pub outbox_table: &'static str,
     /// `ENQUEUE`, `CLAIM`, `TAKEN`, `PUBLISHED`, `FAILED`, `DEAD`,
-    /// `REQUEUE`, `PRUNE`.
-    pub outbox: [[&'static str; 3]; 8],
+    /// `REQUEUE`, `PRUNE`, `STATUS`.
+    pub outbox: [[&'static str; 3]; 9],
     pub outbox_ddl: OutboxDdl,
 }
 
@@ -113,6 +113,9 @@ pub(crate) struct OutboxSql {
     /// Up to `$2` messages published more than `$1` milliseconds ago,
     /// oldest first, removed.
     pub(crate) prune: Sql<Statement<Field>>,
+    /// Message `$1`'s state (`published`, `dead` or `waiting`), attempts
+    /// and last error.
+    pub(crate) status: Sql<Statement<Field>>,
     pub(crate) ddl: OutboxDdl,
 }
 
@@ -337,6 +340,7 @@ pub const fn stores(texts: StoreTexts) -> Stores {
         dead,
         requeue,
         prune_published,
+        status,
     ] = texts.outbox;
     Stores {
         schema: texts.schema,
@@ -366,6 +370,7 @@ pub const fn stores(texts: StoreTexts) -> Stores {
             dead: sql(dead, [LIMIT_PG, LIMIT, LIMIT]),
             requeue: sql(requeue, [MESSAGE_PG, MESSAGE, MESSAGE]),
             prune: sql(prune_published, [PRUNE_PG, PRUNE, PRUNE]),
+            status: sql(status, [MESSAGE_PG, MESSAGE, MESSAGE]),
             ddl: texts.outbox_ddl,
         },
     }
@@ -564,6 +569,7 @@ mod tests {
             ("DEAD", &DEFAULT.outbox.dead),
             ("REQUEUE", &DEFAULT.outbox.requeue),
             ("OUTBOX PRUNE", &DEFAULT.outbox.prune),
+            ("STATUS", &DEFAULT.outbox.status),
         ] {
             crate::transition::bind::assert_plans_fit(name, sql);
         }
@@ -596,6 +602,7 @@ mod tests {
             (&DEFAULT.outbox.dead, &PAYMENTS.outbox.dead),
             (&DEFAULT.outbox.requeue, &PAYMENTS.outbox.requeue),
             (&DEFAULT.outbox.prune, &PAYMENTS.outbox.prune),
+            (&DEFAULT.outbox.status, &PAYMENTS.outbox.status),
         ];
         for (plain, schema) in pairs {
             for (dialect, quoted) in [

@@ -351,6 +351,20 @@ macro_rules! __stateguard_store_texts {
                 concat!("DELETE FROM ", $($my)* "stateguard_outbox WHERE published_at < UTC_TIMESTAMP(3) - INTERVAL \
             (? * 1000) MICROSECOND ORDER BY seq LIMIT ?"),
             ],
+            // STATUS: message $1's state (published, dead or waiting),
+            // attempts and last error.
+            [
+                concat!("SELECT ", $crate::__stateguard_store_tag!("0b7e2a33ddf49d24", [$($tag)*], "$2"), ", \
+               CASE WHEN published_at IS NOT NULL THEN 'published' WHEN dead_at IS NOT NULL THEN \
+               'dead' ELSE 'waiting' END, CAST(attempts AS BIGINT), last_error FROM ", $($pg)* "stateguard_outbox \
+               WHERE message_id = $1"),
+                concat!("SELECT CASE WHEN published_at IS NOT NULL THEN 'published' WHEN dead_at IS NOT \
+             NULL THEN 'dead' ELSE 'waiting' END, attempts, last_error FROM ", $($lite)* "stateguard_outbox \
+             WHERE message_id = ?1"),
+                concat!("SELECT CASE WHEN published_at IS NOT NULL THEN 'published' WHEN dead_at IS NOT \
+            NULL THEN 'dead' ELSE 'waiting' END, CAST(attempts AS SIGNED), last_error FROM ", $($my)* "stateguard_outbox \
+            WHERE message_id = ?"),
+            ],
             ],
             outbox_ddl: (
             [concat!("CREATE TABLE ", $($pg)* "stateguard_outbox (
