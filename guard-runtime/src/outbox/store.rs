@@ -126,10 +126,10 @@ impl Outbox {
             checked("order key", order_key)?;
             checked("topic", message.topic)?;
             let fields = Fields {
-                key: Some(message.id),
-                scope: Some(order_key),
+                message_id: Some(message.id),
+                order_key: Some(order_key),
                 topic: Some(message.topic),
-                body: Some(message.payload.to_vec()),
+                payload: Some(message.payload.to_vec()),
                 ..Fields::default()
             };
             let changed =
@@ -358,7 +358,7 @@ impl Outbox {
                 let db_error = |source| Error::store(sql.table, "status", source);
                 let statement = DB::choose(&sql.status);
                 let fields = Fields {
-                    key: Some(message_id),
+                    message_id: Some(message_id),
                     ..Fields::default()
                 };
                 let args = store_arguments::<DB>(statement, fields).map_err(db_error)?;
@@ -398,7 +398,7 @@ impl Outbox {
         let sql = self.sql;
         Call::new(move |deadline| async move {
             let fields = Fields {
-                key: Some(message_id),
+                message_id: Some(message_id),
                 ..Fields::default()
             };
             let changed =

@@ -157,8 +157,8 @@ impl Inbox {
             checked("inbox consumer", consumer)?;
             checked("message id", message_id)?;
             let fields = Fields {
-                scope: Some(consumer),
-                key: Some(message_id),
+                consumer: Some(consumer),
+                message_id: Some(message_id),
                 ..Fields::default()
             };
             let changed =

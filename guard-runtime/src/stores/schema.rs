@@ -356,7 +356,7 @@ pub const fn stores(texts: StoreTexts) -> Stores {
         },
         inbox: InboxSql {
             table: texts.inbox_table,
-            receive: sql(receive, [SCOPE_KEY_PG, SCOPE_KEY, SCOPE_KEY]),
+            receive: sql(receive, [RECEIVE_PG, RECEIVE, RECEIVE]),
             prune: sql(inbox_prune, [PRUNE_PG, PRUNE, PRUNE]),
             ddl: texts.inbox_ddl,
         },
@@ -426,7 +426,12 @@ const HELD: &[Field] = &[Field::Scope, Field::Key, Field::Lease];
 const HELD_PG: &[Field] = &[Field::Scope, Field::Key, Field::Lease, Field::Tag];
 const PRUNE: &[Field] = &[Field::Millis, Field::Limit];
 const PRUNE_PG: &[Field] = &[Field::Millis, Field::Limit, Field::Tag];
-const ENQUEUE: &[Field] = &[Field::Key, Field::Scope, Field::Topic, Field::Body];
+const ENQUEUE: &[Field] = &[
+    Field::MessageId,
+    Field::OrderKey,
+    Field::Topic,
+    Field::Payload,
+];
 const DUE: &[Field] = &[Field::Limit, Field::Millis, Field::Claim];
 const DUE_PG: &[Field] = &[Field::Limit, Field::Millis, Field::Claim, Field::Tag];
 const DUE_MYSQL: &[Field] = &[Field::Limit, Field::Claim, Field::Millis];
@@ -456,15 +461,17 @@ const FAILED_MYSQL: &[Field] = &[
     Field::Seq,
     Field::Lease,
 ];
-const MESSAGE: &[Field] = &[Field::Key];
+const MESSAGE: &[Field] = &[Field::MessageId];
+const RECEIVE: &[Field] = &[Field::Consumer, Field::MessageId];
+const RECEIVE_PG: &[Field] = &[Field::Consumer, Field::MessageId, Field::Tag];
 const LIMIT: &[Field] = &[Field::Limit];
 const LIMIT_PG: &[Field] = &[Field::Limit, Field::Tag];
-const MESSAGE_PG: &[Field] = &[Field::Key, Field::Tag];
+const MESSAGE_PG: &[Field] = &[Field::MessageId, Field::Tag];
 const ENQUEUE_PG: &[Field] = &[
-    Field::Key,
-    Field::Scope,
+    Field::MessageId,
+    Field::OrderKey,
     Field::Topic,
-    Field::Body,
+    Field::Payload,
     Field::Tag,
 ];
 

@@ -385,10 +385,20 @@ fn bind_tag<DB: Backend, B>(
 /// in the runtime, each with its plan beside its text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Field {
-    /// The key's scope; the inbox's consumer; the outbox's order key.
+    /// An idempotency key's scope.
     Scope,
-    /// The client's key; the inbox's and the outbox's message id.
+    /// The client's idempotency key.
     Key,
+    /// The inbox's consumer.
+    Consumer,
+    /// The inbox's or the outbox's message id.
+    MessageId,
+    /// The outbox message's order key.
+    OrderKey,
+    /// A table's name, as `verify` reads the catalog.
+    Table,
+    /// A table's schema (or database), as `verify` reads the catalog.
+    Schema,
     /// The outbox message's topic.
     Topic,
     /// The request's fingerprint.
@@ -399,8 +409,10 @@ pub(crate) enum Field {
     Millis,
     /// The response's status.
     Status,
-    /// The response's body; the outbox message's payload.
+    /// The response's body.
     Body,
+    /// The outbox message's payload.
+    Payload,
     /// The response's stored headers, as a JSON array of `[name, value]`
     /// pairs, or NULL.
     Headers,
@@ -427,6 +439,12 @@ pub(crate) enum Field {
 pub(crate) struct Fields<'a> {
     pub(crate) scope: Option<&'a str>,
     pub(crate) key: Option<&'a str>,
+    pub(crate) consumer: Option<&'a str>,
+    pub(crate) message_id: Option<&'a str>,
+    pub(crate) order_key: Option<&'a str>,
+    pub(crate) table: Option<&'a str>,
+    pub(crate) schema: Option<&'a str>,
+    pub(crate) payload: Option<Vec<u8>>,
     pub(crate) fingerprint: Option<&'a str>,
     pub(crate) topic: Option<&'a str>,
     pub(crate) lease: Option<i64>,
@@ -459,12 +477,20 @@ pub(crate) fn store_arguments<DB: Backend>(
         match field {
             Field::Scope => DB::bind_text(&mut args, Some(text(fields.scope)?))?,
             Field::Key => DB::bind_text(&mut args, Some(text(fields.key)?))?,
+            Field::Consumer => DB::bind_text(&mut args, Some(text(fields.consumer)?))?,
+            Field::MessageId => DB::bind_text(&mut args, Some(text(fields.message_id)?))?,
+            Field::OrderKey => DB::bind_text(&mut args, Some(text(fields.order_key)?))?,
+            Field::Table => DB::bind_text(&mut args, Some(text(fields.table)?))?,
+            Field::Schema => DB::bind_text(&mut args, Some(text(fields.schema)?))?,
             Field::Fingerprint => DB::bind_text(&mut args, Some(text(fields.fingerprint)?))?,
             Field::Topic => DB::bind_text(&mut args, Some(text(fields.topic)?))?,
             Field::Lease => DB::bind_int(&mut args, fields.lease.ok_or_else(missing)?)?,
             Field::Millis => DB::bind_int(&mut args, fields.millis.ok_or_else(missing)?)?,
             Field::Status => DB::bind_int(&mut args, fields.status.ok_or_else(missing)?)?,
             Field::Body => DB::bind_bytes(&mut args, fields.body.take().ok_or_else(missing)?)?,
+            Field::Payload => {
+                DB::bind_bytes(&mut args, fields.payload.take().ok_or_else(missing)?)?
+            }
             Field::Headers => DB::bind_text(&mut args, fields.headers.take().ok_or_else(missing)?)?,
             Field::Limit => DB::bind_int(&mut args, fields.limit.ok_or_else(missing)?)?,
             Field::Seq => DB::bind_int(&mut args, fields.seq.ok_or_else(missing)?)?,

@@ -45,11 +45,11 @@ static COLUMNS: Sql<Statement<Field>> = Sql {
              a JOIN pg_type AS t ON t.oid = a.atttypid WHERE a.attrelid = to_regclass($1) AND \
              a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum"
         ),
-        &[Field::Scope, Field::Tag],
+        &[Field::Table, Field::Tag],
     ),
     sqlite: Statement::new(
         "SELECT name, \"notnull\", NULL, NULL, type FROM pragma_table_info(?1, ?2) ORDER BY cid",
-        &[Field::Scope, Field::Key],
+        &[Field::Table, Field::Schema],
     ),
     mysql: Statement::new(
         "SELECT CAST(COLUMN_NAME AS CHAR), CAST(CASE WHEN IS_NULLABLE = 'NO' THEN 1 ELSE 0 END AS \
@@ -57,7 +57,7 @@ static COLUMNS: Sql<Statement<Field>> = Sql {
          CAST(COLUMN_TYPE AS CHAR) END, CAST(COLUMN_TYPE AS CHAR) FROM information_schema.COLUMNS \
          WHERE TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND TABLE_NAME = ? ORDER BY \
          ORDINAL_POSITION",
-        &[Field::Key, Field::Scope],
+        &[Field::Schema, Field::Table],
     ),
 };
 
@@ -72,20 +72,20 @@ static UNIQUE: Sql<Statement<Field>> = Sql {
              a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) WHERE i.indrelid = \
              to_regclass($1) AND i.indisunique AND i.indpred IS NULL GROUP BY i.indexrelid"
         ),
-        &[Field::Scope, Field::Tag],
+        &[Field::Table, Field::Tag],
     ),
     sqlite: Statement::new(
         "SELECT json_group_array(ii.name) FROM pragma_index_list(?1, ?2) AS il, \
          pragma_index_info(il.name, ?2) AS ii WHERE il.\"unique\" = 1 AND il.partial = 0 GROUP BY \
          il.name UNION ALL SELECT json_group_array(name) FROM pragma_table_info(?1, ?2) WHERE pk > \
          0 HAVING COUNT(*) > 0",
-        &[Field::Scope, Field::Key],
+        &[Field::Table, Field::Schema],
     ),
     mysql: Statement::new(
         "SELECT CAST(CONCAT('[', GROUP_CONCAT(JSON_QUOTE(COLUMN_NAME)), ']') AS CHAR) FROM \
          information_schema.STATISTICS WHERE TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) \
          AND TABLE_NAME = ? AND NON_UNIQUE = 0 GROUP BY INDEX_NAME",
-        &[Field::Key, Field::Scope],
+        &[Field::Schema, Field::Table],
     ),
 };
 
@@ -104,12 +104,12 @@ static ENFORCEMENT: Sql<Statement<Field>> = Sql {
             ", 'check', pg_get_constraintdef(c.oid) FROM pg_constraint AS c WHERE c.conrelid = \
              to_regclass($1) AND c.contype = 'c'"
         ),
-        &[Field::Scope, Field::Tag],
+        &[Field::Table, Field::Tag],
     ),
     sqlite: Statement::new(
         "SELECT CASE type WHEN 'trigger' THEN 'trigger' ELSE 'check' END, sql FROM sqlite_master \
          WHERE tbl_name = ?1 AND type IN ('trigger', 'table')",
-        &[Field::Scope],
+        &[Field::Table],
     ),
     mysql: Statement::new(
         "SELECT 'trigger', CAST(ACTION_STATEMENT AS CHAR) FROM information_schema.TRIGGERS WHERE \
@@ -119,7 +119,7 @@ static ENFORCEMENT: Sql<Statement<Field>> = Sql {
          cc ON cc.CONSTRAINT_SCHEMA = tc.CONSTRAINT_SCHEMA AND cc.CONSTRAINT_NAME = \
          tc.CONSTRAINT_NAME WHERE tc.CONSTRAINT_TYPE = 'CHECK' AND tc.TABLE_SCHEMA = \
          COALESCE(NULLIF(?, ''), DATABASE()) AND tc.TABLE_NAME = ?",
-        &[Field::Key, Field::Scope, Field::Key, Field::Scope],
+        &[Field::Schema, Field::Table, Field::Schema, Field::Table],
     ),
 };
 
@@ -171,8 +171,8 @@ async fn rows<DB: Backend>(
     let statement = DB::choose(sql);
     let (name, schema) = place::<DB>(table);
     let fields = Fields {
-        scope: Some(&name),
-        key: Some(&schema),
+        table: Some(&name),
+        schema: Some(&schema),
         ..Fields::default()
     };
     let args = store_arguments::<DB>(statement, fields)?;
