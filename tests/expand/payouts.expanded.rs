@@ -460,10 +460,6 @@ for PayoutStatus {
     }
 }
 #[automatically_derived]
-impl ::stateguard::__private::PlainDone for PayoutStatus {}
-#[automatically_derived]
-impl ::stateguard::__private::PlainFailed for PayoutStatus {}
-#[automatically_derived]
 impl ::stateguard::__private::KeyType<i64> for PayoutStatus {}
 #[allow(clippy::self_named_constructors)]
 impl PayoutStatus {

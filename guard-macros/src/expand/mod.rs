@@ -407,13 +407,15 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
         .collect();
     let plain =
         |follow_up: Option<usize>| follow_up.is_some_and(|i| model.transitions[i].binds() == 0);
-    let plain_done = in_flight.iter().all(|f| plain(Some(f.done))).then(|| {
+    // A machine without in-flight states has no follow-up to end: neither.
+    let any = !in_flight.is_empty();
+    let plain_done = (any && in_flight.iter().all(|f| plain(Some(f.done)))).then(|| {
         quote! {
             #[automatically_derived]
             impl #private::PlainDone for #ident {}
         }
     });
-    let plain_failed = in_flight.iter().all(|f| plain(f.failed)).then(|| {
+    let plain_failed = (any && in_flight.iter().all(|f| plain(f.failed))).then(|| {
         quote! {
             #[automatically_derived]
             impl #private::PlainFailed for #ident {}

@@ -102,24 +102,24 @@ impl<S> fmt::Debug for Verdict<S> {
     }
 }
 
-/// Implemented by the derive for a machine whose in-flight states'
+/// Implemented by the derive for a machine with in-flight states whose
 /// `done` transitions bind no values: [`Verdict::done()`] can end its
 /// rows.
 #[diagnostic::on_unimplemented(
-    message = "`Verdict::done()` cannot end a row of `{Self}`: the `done` transition of one of \
-               its in-flight states binds values",
+    message = "`Verdict::done()` cannot end a row of `{Self}`: it has no in-flight state, or the \
+               `done` transition of one binds values",
     label = "this verdict would carry none of the values its follow-up writes",
     note = "return that transition's constructor with its values instead, converted, as in \
             `{Self}::confirm(bank_ref).into()`"
 )]
 pub trait PlainDone: StateMachine {}
 
-/// Implemented by the derive for a machine whose in-flight states'
+/// Implemented by the derive for a machine with in-flight states whose
 /// `failed` transitions bind no values: [`Verdict::failed()`] can end its
 /// rows.
 #[diagnostic::on_unimplemented(
-    message = "`Verdict::failed()` cannot end a row of `{Self}`: the `failed` transition of one \
-               of its in-flight states binds values",
+    message = "`Verdict::failed()` cannot end a row of `{Self}`: it has no in-flight state, or \
+               the `failed` transition of one binds values",
     label = "this verdict would carry none of the values its follow-up writes",
     note = "return that transition's constructor with its values instead, converted, as in \
             `{Self}::decline(reason).into()`"
