@@ -109,6 +109,7 @@
 
 use core::fmt;
 
+use crate::dialect::{Backend, Sql};
 use crate::machine::{DdlText, StateMachine};
 
 /// The SQL dialect a [`Ddl`] is written in.
@@ -131,6 +132,15 @@ impl Dialect {
             Dialect::Sqlite => "sqlite",
             Dialect::MySql => "mysql",
         }
+    }
+
+    /// The dialect backend `DB` speaks.
+    pub(crate) fn of<DB: Backend>() -> Dialect {
+        DB::choose(&Sql {
+            postgres: Dialect::Postgres,
+            sqlite: Dialect::Sqlite,
+            mysql: Dialect::MySql,
+        })
     }
 }
 
