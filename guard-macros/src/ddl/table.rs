@@ -1,8 +1,75 @@
-//! The tables a machine's statements use, as `CREATE … IF NOT EXISTS`
-//! statements that make only what does not exist yet: the history table,
-//! which the enforcement migration makes.
+//! The machine's own table as `CREATE TABLE IF NOT EXISTS`, with every
+//! column its statements use, and its history table: the text the
+//! runtime's `stateguard::ddl::table` writes, built here, at expansion
+//! time, but for the types of the Rust types the machine declares
+//! (`key_type`, `bind(Type)`), which only sqlx knows, at run time.
+//!
+//! Every statement creates only what does not exist yet, so that the text
+//! can run twice, and so that the enforcement migration, which makes the
+//! history table with the same statements, runs after it.
+
+use quote::ToTokens;
 
 use crate::dialect::{Dialect, object_name};
+use crate::model::{Assign, Model};
+
+/// What a column holds, as the table text declares it.
+pub enum DeclaredType {
+    /// A type written here: `TIMESTAMPTZ`.
+    Sql(&'static str),
+    /// The Rust type numbered `n` in [`rust_types`], whose SQL type sqlx
+    /// names at run time; `written` is the type as the attribute wrote it,
+    /// and `key` says whether the column is a key column.
+    Rust { n: u16, written: String, key: bool },
+    /// Not known: the column is written without a type, and its note
+    /// says why.
+    Unknown,
+}
+
+/// One column of the machine's table.
+pub struct TableColumn {
+    /// Quoted.
+    pub name: String,
+    pub ty: DeclaredType,
+    /// What follows the type: ` NOT NULL DEFAULT 0`, or nothing.
+    pub rest: String,
+    /// For a column of [`DeclaredType::Unknown`], what the machine says
+    /// of it instead (`` `confirm` sets it to CURRENT_TIMESTAMP ``), for a
+    /// comment above it; empty otherwise.
+    pub note: String,
+}
+
+/// The machine's tables in one dialect, in pieces the runtime puts
+/// together once sqlx has named the Rust types.
+pub struct TableText {
+    /// `CREATE TABLE IF NOT EXISTS "payouts" (`
+    pub create: String,
+    pub columns: Vec<TableColumn>,
+    /// `PRIMARY KEY ("id")`
+    pub primary_key: String,
+    /// The history table and its index ([`history_table`]); empty
+    /// without one.
+    pub history: Vec<String>,
+}
+
+/// The Rust types the machine declares for columns of its table, each
+/// once, in the order [`DeclaredType::Rust`] numbers them: the key's
+/// (`key_type`), then each `bind(Type)` of a `set`, in declaration order.
+pub fn rust_types<'a>(model: &'a Model) -> Vec<&'a syn::Type> {
+    let mut types: Vec<&syn::Type> = Vec::new();
+    let set_binds = (model.transitions.iter())
+        .flat_map(|t| t.set.iter().filter_map(|(_, value)| value.bound()));
+    for ty in model.key_types.iter().flatten().copied().chain(set_binds) {
+        if !types.iter().any(|known| same_type(known, ty)) {
+            types.push(ty);
+        }
+    }
+    types
+}
+
+fn same_type(a: &syn::Type, b: &syn::Type) -> bool {
+    a.to_token_stream().to_string() == b.to_token_stream().to_string()
+}
 
 /// The text an integer column is declared with.
 pub fn integer(d: Dialect) -> &'static str {
@@ -31,6 +98,163 @@ pub fn time(d: Dialect) -> &'static str {
         Dialect::Sqlite => "TEXT",
         Dialect::MySql => "DATETIME(3)",
     }
+}
+
+/// The machine's tables in `d`.
+pub fn table(model: &Model, d: Dialect) -> TableText {
+    let types = rust_types(model);
+    let number = |ty: &syn::Type| types.iter().position(|known| same_type(known, ty));
+    let mut columns = Columns {
+        d,
+        list: Vec::new(),
+    };
+    for (i, key) in model.key.iter().enumerate() {
+        let declared = (model.key_types.as_ref())
+            .and_then(|key_types| Some((number(key_types[i])?, key_types[i])));
+        let (ty, note) = match declared {
+            Some((n, ty)) => (
+                DeclaredType::Rust {
+                    n: n as u16,
+                    written: written(ty),
+                    key: true,
+                },
+                String::new(),
+            ),
+            None => (
+                DeclaredType::Unknown,
+                "the machine does not declare its key's (key_type = \"…\")".to_owned(),
+            ),
+        };
+        columns.add(key, ty, " NOT NULL".to_owned(), note);
+    }
+    let initial = &model.states[model.initial].db;
+    columns.add(
+        &model.column,
+        DeclaredType::Sql(text(d)),
+        format!(" NOT NULL DEFAULT '{initial}'"),
+        String::new(),
+    );
+    if let Some(version) = &model.version {
+        let rest = " NOT NULL DEFAULT 0".to_owned();
+        columns.add(version, DeclaredType::Sql(integer(d)), rest, String::new());
+    }
+    for state in &model.states {
+        if let Some(since) = state.since_column() {
+            columns.add(
+                since,
+                DeclaredType::Sql(time(d)),
+                String::new(),
+                String::new(),
+            );
+        }
+        if let Some(retry) = state.in_flight.as_ref().and_then(|f| f.retry.as_ref()) {
+            let rest = " NOT NULL DEFAULT 0".to_owned();
+            columns.add(
+                &retry.attempts,
+                DeclaredType::Sql(integer(d)),
+                rest,
+                String::new(),
+            );
+            let next = &retry.next_attempt;
+            columns.add(
+                next,
+                DeclaredType::Sql(time(d)),
+                String::new(),
+                String::new(),
+            );
+        }
+    }
+    for transition in &model.transitions {
+        let name = syn::ext::IdentExt::unraw(transition.name).to_string();
+        for (column, value) in &transition.set {
+            let (ty, note) = match value {
+                Assign::Bind(ty) => (
+                    DeclaredType::Rust {
+                        n: number(ty).unwrap_or_default() as u16,
+                        written: written(ty),
+                        key: false,
+                    },
+                    String::new(),
+                ),
+                Assign::Expr(expr) => (
+                    DeclaredType::Unknown,
+                    format!("`{name}` sets it to {}", one_line(expr)),
+                ),
+            };
+            columns.add(column, ty, String::new(), note);
+        }
+    }
+    if model.order != model.key {
+        for column in &model.order {
+            let note = format!(
+                "claims take rows in its order (order = \"{}\")",
+                model.order.join(", ")
+            );
+            columns.add(column, DeclaredType::Unknown, String::new(), note);
+        }
+    }
+    for transition in &model.transitions {
+        let name = syn::ext::IdentExt::unraw(transition.name).to_string();
+        for column in transition.emit.iter().flat_map(|e| &e.payload) {
+            let note = format!("`{name}`'s message carries it");
+            columns.add(column, DeclaredType::Unknown, String::new(), note);
+        }
+    }
+    let keys: Vec<String> = model.key.iter().map(|k| d.quote(k)).collect();
+    TableText {
+        create: format!("CREATE TABLE IF NOT EXISTS {} (", d.quote(&model.table)),
+        columns: columns.list,
+        primary_key: format!("PRIMARY KEY ({})", keys.join(", ")),
+        history: match &model.history {
+            Some(history) => history_table(d, &model.table, &model.key, history),
+            None => Vec::new(),
+        },
+    }
+}
+
+/// The columns in the order first named, each once: a column named again
+/// keeps its place, and takes the type the later mention knows where the
+/// first did not.
+struct Columns {
+    d: Dialect,
+    list: Vec<TableColumn>,
+}
+
+impl Columns {
+    fn add(&mut self, name: &str, ty: DeclaredType, rest: String, note: String) {
+        let quoted = self.d.quote(name);
+        // Quoted names keep their case on PostgreSQL; SQLite and MySQL
+        // take two names that differ in case for one column.
+        let same = |c: &&mut TableColumn| match self.d {
+            Dialect::Postgres => c.name == quoted,
+            Dialect::Sqlite | Dialect::MySql => c.name.eq_ignore_ascii_case(&quoted),
+        };
+        match self.list.iter_mut().find(|c| same(c)) {
+            Some(known) => {
+                if matches!(known.ty, DeclaredType::Unknown) && !matches!(ty, DeclaredType::Unknown)
+                {
+                    (known.ty, known.note) = (ty, note);
+                }
+            }
+            None => self.list.push(TableColumn {
+                name: quoted,
+                ty,
+                rest,
+                note,
+            }),
+        }
+    }
+}
+
+/// A Rust type as the attribute wrote it, without the spaces tokens
+/// print with.
+fn written(ty: &syn::Type) -> String {
+    ty.to_token_stream().to_string().replace(' ', "")
+}
+
+/// `text` on one line, for a `--` comment, which ends at the line's end.
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// The history table (its key columns copied from the machine's table, so
