@@ -7,6 +7,7 @@
 //! cargo run --example migration                  # PostgreSQL
 //! cargo run --example migration sqlite           # or mysql (MySQL and MariaDB)
 //! cargo run --example migration postgres --down  # the matching down migration
+//! cargo run --example migration postgres --table # the payouts table itself
 //! ```
 //!
 //! The text goes into a migration file of its own, next to the one that
@@ -23,6 +24,11 @@
 //! enum gains a state or a transition, add a new migration holding the down
 //! text followed by the new up text: the names depend only on the table and
 //! the column, so that replaces the old rules with the new ones.
+//!
+//! `--table` prints the table the enforcement needs first, with every
+//! column the machine's statements use (`stateguard::ddl::table`): the
+//! start of the migration before this one, to edit where a comment asks
+//! for a type.
 
 use std::process::ExitCode;
 
@@ -33,17 +39,20 @@ mod status;
 
 use status::PayoutStatus;
 
-const USAGE: &str = "usage: cargo run --example migration [postgres|sqlite|mysql] [--down]";
+const USAGE: &str =
+    "usage: cargo run --example migration [postgres|sqlite|mysql] [--down | --table]";
 
 fn main() -> ExitCode {
     let mut dialect = Dialect::Postgres;
     let mut down = false;
+    let mut table = false;
     for arg in std::env::args().skip(1) {
         match arg.as_str() {
             "postgres" | "postgresql" => dialect = Dialect::Postgres,
             "sqlite" => dialect = Dialect::Sqlite,
             "mysql" | "mariadb" => dialect = Dialect::MySql,
             "--down" => down = true,
+            "--table" => table = true,
             "-h" | "--help" => {
                 println!("{USAGE}");
                 return ExitCode::SUCCESS;
@@ -53,6 +62,16 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         }
+    }
+    if table {
+        // The column types of `key_type` and `bind(Type)` are sqlx's, so
+        // the table is written for a backend's type, not a dialect.
+        match dialect {
+            Dialect::Postgres => print!("{}", ddl::table::<PayoutStatus, sqlx::Postgres>()),
+            Dialect::Sqlite => print!("{}", ddl::table::<PayoutStatus, sqlx::Sqlite>()),
+            _ => print!("{}", ddl::table::<PayoutStatus, sqlx::MySql>()),
+        }
+        return ExitCode::SUCCESS;
     }
     let ddl = ddl::generate::<PayoutStatus>(dialect);
     if down {

@@ -372,9 +372,9 @@ pub use stateguard_runtime::{APPLY_MANY_CHUNK, Backend, Runner, key};
 /// nothing else needs to import.
 pub mod bounds {
     pub use stateguard_runtime::{
-        BatchKey, BatchRunner, Batched, DecodeKey, EffectFn, EffectFnOnce, FollowUpValues, Key,
-        KeyShape, KeyText, KeyType, ManyKeys, MayRun, NoteSlot, Params, PlainDone, PlainFailed,
-        RowKey, Staged,
+        BatchKey, BatchRunner, Batched, ColumnTypes, DecodeKey, EffectFn, EffectFnOnce,
+        FollowUpValues, Key, KeyShape, KeyText, KeyType, ManyKeys, MayRun, NoteSlot, Params,
+        PlainDone, PlainFailed, RowKey, Staged,
     };
 }
 // Metadata, and what is generated from it.

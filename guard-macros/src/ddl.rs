@@ -4,6 +4,8 @@
 //! `stateguard::ddl` only picks the dialect's text. What each statement
 //! does, and why, is documented there.
 
+pub mod table;
+
 use crate::dialect::{Dialect, object_name};
 use crate::model::Model;
 
@@ -79,7 +81,7 @@ struct Gen<'a> {
 impl<'a> Gen<'a> {
     fn new(model: &'a Model, dialect: Dialect) -> Self {
         let table = model.table.as_str();
-        let (schema_prefix, bare_table) = split_schema(dialect, table);
+        let (schema_prefix, bare_table) = dialect.split_schema(table);
         let states = model.states.iter().map(|s| s.db.as_str()).collect();
         let allowed = (0..model.states.len())
             .filter_map(|source| {
@@ -261,40 +263,26 @@ impl<'a> Gen<'a> {
         text
     }
 
-    /// The history table (its key columns copied from the machine's table,
-    /// so they keep their types) and the triggers that keep it
-    /// append-only. The down migration drops the triggers and keeps the
-    /// table: its rows are the record.
+    /// The history table and its index (`table::history_table`), and the
+    /// triggers that keep it append-only. The down migration drops the
+    /// triggers and keeps the table: its rows are the record.
     fn history(&self, history: &str) -> (Vec<String>, Vec<String>) {
         let d = self.dialect;
         let h = d.quote(history);
-        let table = self.q(self.table);
-        let quoted_keys: Vec<String> = self.key.iter().map(|k| d.quote(k)).collect();
-        let keys = quoted_keys.join(", ");
-        let (schema_prefix, bare) = split_schema(d, history);
+        let (schema_prefix, bare) = d.split_schema(history);
         let object = |suffix: &str| {
             format!(
                 "{schema_prefix}{}",
                 d.quote(&object_name(bare, "history", suffix))
             )
         };
-        let index = d.quote(&object_name(bare, "history", "key"));
         let message = format!("stateguard: the history table {history} is append-only");
+        let mut up = table::history_table(d, self.table, self.key, history);
         match d {
             Dialect::Postgres => {
                 let function = object("append_only");
                 let trigger = d.quote(&object_name(bare, "history", "append_only"));
-                let up = vec![
-                    format!("CREATE TABLE {h} AS SELECT {keys} FROM {table} WITH NO DATA"),
-                    format!(
-                        "ALTER TABLE {h}\n    ADD COLUMN \"history_id\" BIGINT GENERATED ALWAYS AS \
-                         IDENTITY PRIMARY KEY,\n    ADD COLUMN \"transition\" TEXT NOT NULL,\n    \
-                         ADD COLUMN \"from_state\" TEXT NOT NULL,\n    ADD COLUMN \"to_state\" TEXT NOT \
-                         NULL,\n    ADD COLUMN \"occurrence\" BIGINT NOT NULL,\n    ADD COLUMN \
-                         \"moved_at\" TIMESTAMPTZ NOT NULL,\n    ADD COLUMN \"actor\" TEXT,\n    ADD \
-                         COLUMN \"reason\" TEXT,\n    ADD COLUMN \"details\" JSONB"
-                    ),
-                    format!("CREATE INDEX {index} ON {h} ({keys})"),
+                up.extend([
                     format!(
                         "CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS \
                          $$\nBEGIN\n    RAISE EXCEPTION '{message}' USING ERRCODE = '23001';\nEND\n$$"
@@ -303,7 +291,7 @@ impl<'a> Gen<'a> {
                         "CREATE TRIGGER {trigger}\nBEFORE UPDATE OR DELETE ON {h}\nFOR EACH ROW \
                          EXECUTE FUNCTION {function}()"
                     ),
-                ];
+                ]);
                 let down = vec![
                     format!("DROP TRIGGER IF EXISTS {trigger} ON {h}"),
                     format!("DROP FUNCTION IF EXISTS {function}()"),
@@ -314,16 +302,7 @@ impl<'a> Gen<'a> {
                 let no_update = object("no_update");
                 let no_delete = object("no_delete");
                 let h_bare = d.quote(bare);
-                let up = vec![
-                    format!(
-                        "CREATE TABLE {h} (\n    \"history_id\" INTEGER PRIMARY KEY AUTOINCREMENT,\n    \
-                         {},\n    \"transition\" TEXT NOT NULL,\n    \"from_state\" TEXT NOT NULL,\n    \
-                         \"to_state\" TEXT NOT NULL,\n    \"occurrence\" INTEGER NOT NULL,\n    \
-                         \"moved_at\" TEXT NOT NULL,\n    \"actor\" TEXT,\n    \"reason\" TEXT,\n    \
-                         \"details\" TEXT\n)",
-                        quoted_keys.join(",\n    ")
-                    ),
-                    format!("CREATE INDEX {schema_prefix}{index} ON {h_bare} ({keys})"),
+                up.extend([
                     format!(
                         "CREATE TRIGGER {no_update}\nBEFORE UPDATE ON {h_bare}\nBEGIN\n    SELECT \
                          RAISE(ABORT, '{message}');\nEND"
@@ -332,7 +311,7 @@ impl<'a> Gen<'a> {
                         "CREATE TRIGGER {no_delete}\nBEFORE DELETE ON {h_bare}\nBEGIN\n    SELECT \
                          RAISE(ABORT, '{message}');\nEND"
                     ),
-                ];
+                ]);
                 let down = vec![
                     format!("DROP TRIGGER IF EXISTS {no_delete}"),
                     format!("DROP TRIGGER IF EXISTS {no_update}"),
@@ -349,18 +328,7 @@ impl<'a> Gen<'a> {
                         .collect();
                     format!("SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '{text}'")
                 };
-                let up = vec![
-                    format!("CREATE TABLE {h} AS SELECT {keys} FROM {table} WHERE 1 = 0"),
-                    format!(
-                        "ALTER TABLE {h}\n    ADD COLUMN `history_id` BIGINT NOT NULL AUTO_INCREMENT \
-                         PRIMARY KEY FIRST,\n    ADD COLUMN `transition` VARCHAR(255) NOT NULL,\n    \
-                         ADD COLUMN `from_state` VARCHAR(255) NOT NULL,\n    ADD COLUMN `to_state` \
-                         VARCHAR(255) NOT NULL,\n    ADD COLUMN `occurrence` BIGINT NOT NULL,\n    \
-                         ADD COLUMN `moved_at` DATETIME(3) NOT NULL,\n    ADD COLUMN `actor` \
-                         VARCHAR(255) NULL,\n    ADD COLUMN `reason` TEXT NULL,\n    ADD COLUMN \
-                         `details` JSON NULL"
-                    ),
-                    format!("CREATE INDEX {index} ON {h} ({keys})"),
+                up.extend([
                     format!(
                         "CREATE TRIGGER {no_update}\nBEFORE UPDATE ON {h}\nFOR EACH ROW {}",
                         signal("UPDATE")
@@ -369,7 +337,7 @@ impl<'a> Gen<'a> {
                         "CREATE TRIGGER {no_delete}\nBEFORE DELETE ON {h}\nFOR EACH ROW {}",
                         signal("DELETE")
                     ),
-                ];
+                ]);
                 let down = vec![
                     format!("DROP TRIGGER IF EXISTS {no_delete}"),
                     format!("DROP TRIGGER IF EXISTS {no_update}"),
@@ -539,15 +507,6 @@ fn dollar_tag(body: &str) -> String {
         tag = format!("$stateguard_{n}$");
     }
     tag
-}
-
-/// `schema.table` as the quoted schema with its dot (empty without one)
-/// and the bare table name.
-fn split_schema(dialect: Dialect, name: &str) -> (String, &str) {
-    match name.split_once('.') {
-        Some((schema, bare)) => (format!("{}.", dialect.quote(schema)), bare),
-        None => (String::new(), name),
-    }
 }
 
 #[cfg(test)]

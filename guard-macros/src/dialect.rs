@@ -52,6 +52,16 @@ impl Dialect {
         }
     }
 
+    /// `schema.table` as the quoted schema with its dot (empty without
+    /// one) and the bare table name: the prefix of objects that live in
+    /// the table's schema, and the stem of their names.
+    pub fn split_schema(self, name: &str) -> (String, &str) {
+        match name.split_once('.') {
+            Some((schema, bare)) => (format!("{}.", self.quote(schema)), bare),
+            None => (String::new(), name),
+        }
+    }
+
     /// `value` as compared with state strings: its bytes on MySQL, where a
     /// `_ci`, accent-insensitive or PAD SPACE collation would take
     /// `'PENDING'`, `'pending '` or `'ÉTAT'` for `'pending'` or `'état'`.

@@ -12,6 +12,9 @@ pub struct Model<'a> {
     pub column: String,
     /// The key columns, in order: one, or several for a composite key.
     pub key: Vec<String>,
+    /// The Rust type of each key column, where `key_type = "…"` declares
+    /// it: the type itself for one column, a tuple's elements for several.
+    pub key_types: Option<Vec<&'a syn::Type>>,
     pub version: Option<String>,
     /// The columns `claim` takes rows in: `order = "…"`, by default the key.
     pub order: Vec<String>,

@@ -23,6 +23,10 @@
 //! `.down.sql`. Both are also available statement by statement. The text is
 //! deterministic: the same enum always gives the same bytes.
 //!
+//! The enforcement works on the machine's own table, which [`table`] writes
+//! too: every column the machine's statements use, as `CREATE TABLE IF
+//! NOT EXISTS`, safe to run twice, as the migration before this one.
+//!
 //! The text depends on the enum, so a migration made from it describes the
 //! enum at the time it was written. When states or transitions change,
 //! write a new migration holding the down migration followed by the new
@@ -107,8 +111,15 @@
 //! the column `NOT NULL`. Changing the status to or from NULL is not a
 //! transition, so the trigger rejects it.
 
+mod table;
+
+pub use self::table::{ColumnTypes, Table, table};
+#[doc(hidden)]
+pub use self::table::{SqlTypeFn, sql_type};
+
 use core::fmt;
 
+use crate::dialect::{Backend, Sql};
 use crate::machine::{DdlText, StateMachine};
 
 /// The SQL dialect a [`Ddl`] is written in.
@@ -131,6 +142,15 @@ impl Dialect {
             Dialect::Sqlite => "sqlite",
             Dialect::MySql => "mysql",
         }
+    }
+
+    /// The dialect backend `DB` speaks.
+    pub(crate) fn of<DB: Backend>() -> Dialect {
+        DB::choose(&Sql {
+            postgres: Dialect::Postgres,
+            sqlite: Dialect::Sqlite,
+            mysql: Dialect::MySql,
+        })
     }
 }
 

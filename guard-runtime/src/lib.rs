@@ -42,6 +42,7 @@ pub use crate::stores::{Stores, idempotency, inbox};
 
 pub use crate::batch::batched::{BatchRunner, Batched};
 pub use crate::batch::many::APPLY_MANY_CHUNK;
+pub use crate::ddl::ColumnTypes;
 pub use crate::deadline::call::Call;
 pub use crate::deadline::retry::DEFAULT_DEADLINE;
 pub use crate::dialect::{Backend, Key};
@@ -351,18 +352,21 @@ pub mod __private {
 
     pub use sqlx;
 
+    /// How the derive's `ColumnTypes` impl names each Rust type's SQL
+    /// type, for `ddl::table`.
+    pub use crate::ddl::{SqlTypeFn, sql_type};
     pub use crate::dialect::{Bind, Column};
     pub use crate::effects::verdict::Binder;
     pub use crate::effects::verdict::construct::binder;
     pub use crate::machine::construct::{
         DdlParts, InFlightParts, MachineParts, PerDialect, RetryParts, SetParts, StateParts,
-        TransitionParts, ddl, in_flight, machine, per_dialect, set_column, state, statement,
-        transition,
+        TableParts, TransitionParts, ddl, in_flight, machine, per_dialect, rust_typed, set_column,
+        state, statement, table_text, transition, typed, untyped,
     };
     pub use crate::machine::{Machine, StateDef, TransitionDef};
     pub use crate::stores::schema::{StoreTexts, stores};
     /// The bounds the derive's impls name.
-    pub use crate::{FollowUpValues, KeyType, Params, PlainDone, PlainFailed};
+    pub use crate::{ColumnTypes, FollowUpValues, KeyType, Params, PlainDone, PlainFailed};
 
     /// How `docs::mermaid` writes a label and a state's quoted
     /// description, for the test that draws arbitrary text with real

@@ -20,8 +20,9 @@
 //!   route idempotent in one line, what it answers, and its OpenAPI shape.
 //! - [The outbox](outbox): messages written with the move, `enqueue`,
 //!   the relay, and what each guarantee holds.
-//! - [DDL and diagrams](ddl): the migration that makes the database
-//!   refuse illegal transitions, and the drawings of the machine.
+//! - [DDL and diagrams](ddl): the machine's tables, the migration that
+//!   makes the database refuse illegal transitions, and the drawings of
+//!   the machine.
 //! - [Tracing and metrics](tracing): the spans and their fields, and the
 //!   `metrics` feature.
 //!

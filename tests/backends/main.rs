@@ -51,6 +51,7 @@ mod retry;
 mod session;
 mod store_schema;
 mod stored_occurrence;
+mod tables;
 mod tenant_keys;
 mod tracing;
 mod transactions;

@@ -74,6 +74,39 @@ pub enum TransferStatus {
     Cancelled,
 }
 
+/// A payout with every kind of column `stateguard::ddl::table` writes: a
+/// key of a declared type, a version, an in-flight state's `since` stamp
+/// and its `retry(…)` columns, a stamp of a state's own, a follow-up's
+/// `bind(String)` and a history table. Its tables are made by the text
+/// `ddl::table` generates, kept in `tests/ddl/every_column.*.table.sql`.
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(
+    table = "sg_table_payouts",
+    column = "status",
+    key = "id",
+    key_type = "i64",
+    version = "version",
+    history = "sg_table_payout_history"
+)]
+pub enum EveryColumn {
+    #[state(initial)]
+    #[transition(start -> Sending)]
+    Pending,
+    #[state(in_flight(
+        lease = "30s",
+        since = "sending_since",
+        done = confirm,
+        failed = fail,
+        retry(max = 3, backoff = "1s..1m", attempts = "attempts", next_attempt = "next_attempt_at")
+    ))]
+    #[transition(confirm -> Sent, set(bank_ref = bind(String)))]
+    #[transition(fail -> Failed)]
+    Sending,
+    #[state(since = "sent_at")]
+    Sent,
+    Failed,
+}
+
 /// Prints past libtest's output capture, so a skip is visible in a normal
 /// `cargo test` run.
 pub fn say(message: &str) {

@@ -426,6 +426,57 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     down_migration: "-- Removes what stateguard::ddl::mysql::<PayoutStatus>() created on payouts.status.\n\nDROP TRIGGER IF EXISTS `payouts_status_transitions`;\n\nALTER TABLE `payouts` DROP CONSTRAINT `payouts_status_states`;\n",
                 }),
             }),
+            table_text: __sg::per_dialect(__sg::PerDialect {
+                postgres: __sg::table_text(__sg::TableParts {
+                    create: "CREATE TABLE IF NOT EXISTS \"payouts\" (",
+                    columns: &[
+                        __sg::rust_typed("\"id\"", 0, "i64", true, " NOT NULL"),
+                        __sg::typed("\"status\"", "TEXT", " NOT NULL DEFAULT 'pending'"),
+                        __sg::untyped(
+                            "\"sent_at\"",
+                            "",
+                            "`confirm` sets it to CURRENT_TIMESTAMP",
+                        ),
+                        __sg::rust_typed("\"bank_ref\"", 1, "String", false, ""),
+                    ],
+                    primary_key: "PRIMARY KEY (\"id\")",
+                    history: &[],
+                }),
+                sqlite: __sg::table_text(__sg::TableParts {
+                    create: "CREATE TABLE IF NOT EXISTS \"payouts\" (",
+                    columns: &[
+                        __sg::rust_typed("\"id\"", 0, "i64", true, " NOT NULL"),
+                        __sg::typed("\"status\"", "TEXT", " NOT NULL DEFAULT 'pending'"),
+                        __sg::untyped(
+                            "\"sent_at\"",
+                            "",
+                            "`confirm` sets it to CURRENT_TIMESTAMP",
+                        ),
+                        __sg::rust_typed("\"bank_ref\"", 1, "String", false, ""),
+                    ],
+                    primary_key: "PRIMARY KEY (\"id\")",
+                    history: &[],
+                }),
+                mysql: __sg::table_text(__sg::TableParts {
+                    create: "CREATE TABLE IF NOT EXISTS `payouts` (",
+                    columns: &[
+                        __sg::rust_typed("`id`", 0, "i64", true, " NOT NULL"),
+                        __sg::typed(
+                            "`status`",
+                            "VARCHAR(255)",
+                            " NOT NULL DEFAULT 'pending'",
+                        ),
+                        __sg::untyped(
+                            "`sent_at`",
+                            "",
+                            "`confirm` sets it to CURRENT_TIMESTAMP",
+                        ),
+                        __sg::rust_typed("`bank_ref`", 1, "String", false, ""),
+                    ],
+                    primary_key: "PRIMARY KEY (`id`)",
+                    history: &[],
+                }),
+            }),
         });
         &__MACHINE
     };
@@ -458,6 +509,18 @@ for PayoutStatus {
         let _ = transition;
         ::stateguard::__private::binder::<__DB, ()>()
     }
+}
+#[automatically_derived]
+impl<__DB: ::stateguard::Backend> ::stateguard::__private::ColumnTypes<__DB>
+for PayoutStatus
+where
+    i64: ::stateguard::__private::sqlx::Type<__DB>,
+    String: ::stateguard::__private::sqlx::Type<__DB>,
+{
+    const COLUMN_TYPES: &'static [::stateguard::__private::SqlTypeFn] = &[
+        ::stateguard::__private::sql_type::<__DB, i64>,
+        ::stateguard::__private::sql_type::<__DB, String>,
+    ];
 }
 #[automatically_derived]
 impl ::stateguard::__private::KeyType<i64> for PayoutStatus {}

@@ -174,11 +174,22 @@ pub fn check<'a>(cx: &mut Ctxt, input: &'a Input<'a>) -> Option<Model<'a>> {
         Some(lit) => check_outbox(cx, lit, &table, history.as_deref())?,
         None => "stateguard_outbox".to_owned(),
     };
+    // A `key_type` that does not fit the key is refused where keys are
+    // bound (`KeyType`); the table text then leaves the key's type to the
+    // user.
+    let key_types = match (&input.attrs.key_type, key.len()) {
+        (Some(syn::Type::Tuple(tuple)), n) if tuple.elems.len() == n => {
+            Some(tuple.elems.iter().collect())
+        }
+        (Some(ty), 1) => Some(vec![ty]),
+        _ => None,
+    };
     Some(Model {
         ident: input.ident,
         table,
         column,
         key,
+        key_types,
         version,
         order,
         history,

@@ -18,7 +18,7 @@ mod statement;
 mod tests;
 
 use docs::constructor_doc;
-use statement::{ddl_per_dialect, sql_per_dialect};
+use statement::{ddl_per_dialect, sql_per_dialect, table_per_dialect};
 
 pub fn derive(node: &DeriveInput) -> TokenStream {
     let mut cx = Ctxt::default();
@@ -230,6 +230,7 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
     let outbox = &model.outbox;
     let fingerprint = crate::ddl::fingerprint(model);
     let ddl = ddl_per_dialect(&sg, model);
+    let table_text = table_per_dialect(&sg, model);
 
     let transition_defs = model
         .transitions
@@ -395,6 +396,23 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
         }
     };
 
+    // The SQL type sqlx gives each Rust type the machine declares for a
+    // column (`key_type`, `bind(Type)`), for `ddl::table`: on every
+    // backend that has one for each of them.
+    let rust_types: Vec<syn::Type> = (crate::ddl::table::rust_types(model).into_iter())
+        .map(lifetimes_named)
+        .collect();
+    let column_types = quote! {
+        #[automatically_derived]
+        impl<__DB: #krate::Backend> #private::ColumnTypes<__DB> for #ident
+        where
+            #(#rust_types: #private::sqlx::Type<__DB>,)*
+        {
+            const COLUMN_TYPES: &'static [#private::SqlTypeFn] =
+                &[#(#private::sql_type::<__DB, #rust_types>),*];
+        }
+    };
+
     // `Verdict::done()` and `Verdict::failed()` end a row without values:
     // only for a machine where every in-flight state's follow-up of that
     // kind binds none, so that a verdict without the values
@@ -508,6 +526,7 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
                         outbox: #outbox,
                         fingerprint: #fingerprint,
                         ddl: #ddl,
+                        table_text: #table_text,
                     });
                 &#machine_const
             };
@@ -529,6 +548,7 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
         }
 
         #follow_up_values
+        #column_types
         #plain_done
         #plain_failed
 
@@ -642,6 +662,11 @@ fn fallback(node: &DeriveInput) -> TokenStream {
         }
 
         #[automatically_derived]
+        impl<__DB: #krate::Backend> #krate::__private::ColumnTypes<__DB> for #ident {
+            const COLUMN_TYPES: &'static [#krate::__private::SqlTypeFn] = &[];
+        }
+
+        #[automatically_derived]
         impl #krate::__private::PlainDone for #ident {}
 
         #[automatically_derived]
@@ -651,6 +676,55 @@ fn fallback(node: &DeriveInput) -> TokenStream {
             #(#constructors)*
         }
     }
+}
+
+/// `ty` with each elided lifetime, and each `'_`, named `'static`: a type
+/// in a `where` clause names its lifetimes, and `bind(&str)` names none.
+fn lifetimes_named(ty: &syn::Type) -> syn::Type {
+    fn name(ty: &mut syn::Type) {
+        let named = |lifetime: &mut syn::Lifetime| {
+            if lifetime.ident == "_" {
+                *lifetime = syn::Lifetime::new("'static", lifetime.span());
+            }
+        };
+        match ty {
+            syn::Type::Reference(reference) => {
+                match &mut reference.lifetime {
+                    Some(lifetime) => named(lifetime),
+                    None => {
+                        let span = reference.and_token.span;
+                        reference.lifetime = Some(syn::Lifetime::new("'static", span));
+                    }
+                }
+                name(&mut reference.elem);
+            }
+            syn::Type::Path(path) => {
+                if let Some(qself) = &mut path.qself {
+                    name(&mut qself.ty);
+                }
+                for segment in &mut path.path.segments {
+                    if let syn::PathArguments::AngleBracketed(args) = &mut segment.arguments {
+                        for arg in &mut args.args {
+                            match arg {
+                                syn::GenericArgument::Type(ty) => name(ty),
+                                syn::GenericArgument::Lifetime(lifetime) => named(lifetime),
+                                _ => {}
+                            }
+                        }
+                    }
+                }
+            }
+            syn::Type::Tuple(tuple) => tuple.elems.iter_mut().for_each(name),
+            syn::Type::Array(array) => name(&mut array.elem),
+            syn::Type::Slice(slice) => name(&mut slice.elem),
+            syn::Type::Paren(paren) => name(&mut paren.elem),
+            syn::Type::Group(group) => name(&mut group.elem),
+            _ => {}
+        }
+    }
+    let mut ty = ty.clone();
+    name(&mut ty);
+    ty
 }
 
 /// `Some(value)` or `None`, as tokens of a constant.

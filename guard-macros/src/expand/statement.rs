@@ -5,6 +5,7 @@
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 
+use crate::ddl::table::{self, DeclaredType, TableColumn, TableText};
 use crate::ddl::{self, DdlText};
 use crate::dialect::{DIALECTS, Dialect};
 use crate::model::Model;
@@ -144,6 +145,45 @@ pub(super) fn ddl_per_dialect(private: &TokenStream, model: &Model) -> TokenStre
                 down: &[#(#down),*],
                 migration: #migration,
                 down_migration: #down_migration,
+            })
+        }
+    });
+    quote!(#private::per_dialect(#private::PerDialect { postgres: #pg, sqlite: #lite, mysql: #my }))
+}
+
+/// The machine's tables for `stateguard::ddl::table`, as literals per
+/// dialect, each column whose Rust type sqlx names at run time by its
+/// number among `ColumnTypes::COLUMN_TYPES`.
+pub(super) fn table_per_dialect(private: &TokenStream, model: &Model) -> TokenStream {
+    let [pg, lite, my] = DIALECTS.map(|d| {
+        let TableText {
+            create,
+            columns,
+            primary_key,
+            history,
+        } = table::table(model, d);
+        let columns = columns.iter().map(|column| {
+            let TableColumn {
+                name,
+                ty,
+                rest,
+                note,
+            } = column;
+            match ty {
+                DeclaredType::Sql(sql) => quote!(#private::typed(#name, #sql, #rest)),
+                DeclaredType::Rust { n, written, key } => {
+                    let n = proc_macro2::Literal::u16_unsuffixed(*n);
+                    quote!(#private::rust_typed(#name, #n, #written, #key, #rest))
+                }
+                DeclaredType::Unknown => quote!(#private::untyped(#name, #rest, #note)),
+            }
+        });
+        quote! {
+            #private::table_text(#private::TableParts {
+                create: #create,
+                columns: &[#(#columns),*],
+                primary_key: #primary_key,
+                history: &[#(#history),*],
             })
         }
     });

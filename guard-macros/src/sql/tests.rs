@@ -84,6 +84,7 @@ fn with_model_changed(
         table: "billing.payouts".to_owned(),
         column: "status".to_owned(),
         key: vec!["id".to_owned()],
+        key_types: None,
         order: vec!["id".to_owned()],
         history: None,
         outbox: "stateguard_outbox".to_owned(),

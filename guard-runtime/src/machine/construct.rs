@@ -9,8 +9,8 @@
 //! `const` built at compile time.
 
 use super::{
-    DdlText, InFlightDef, Machine, ManySql, RetryDef, SetColumn, Sql, StateDef, StateMachine,
-    TransitionDef,
+    DdlText, DeclaredType, InFlightDef, Machine, ManySql, RetryDef, SetColumn, Sql, StateDef,
+    StateMachine, TableColumn, TableText, TransitionDef,
 };
 use crate::dialect::{Bind, Column, Statement};
 
@@ -37,6 +37,7 @@ pub struct MachineParts<S: 'static> {
     pub outbox: &'static str,
     pub fingerprint: &'static str,
     pub ddl: Sql<DdlText>,
+    pub table_text: Sql<TableText>,
 }
 
 /// The machine, from its parts.
@@ -59,6 +60,7 @@ pub const fn machine<S: StateMachine>(parts: MachineParts<S>) -> Machine<S> {
         outbox,
         fingerprint,
         ddl,
+        table_text,
     } = parts;
     let history = match (history, history_read) {
         (Some(table), Some(read)) => Some((table, read)),
@@ -81,6 +83,7 @@ pub const fn machine<S: StateMachine>(parts: MachineParts<S>) -> Machine<S> {
         outbox,
         fingerprint,
         ddl,
+        table_text,
     }
 }
 
@@ -502,5 +505,72 @@ pub const fn ddl(parts: DdlParts) -> DdlText {
         down,
         migration,
         down_migration,
+    }
+}
+
+/// The machine's tables in one dialect.
+///
+/// Each field is the `TableText` field of the same name, documented
+/// there; the names make the generated code read as a description.
+#[allow(missing_docs)]
+pub struct TableParts {
+    pub create: &'static str,
+    pub columns: &'static [TableColumn],
+    pub primary_key: &'static str,
+    pub history: &'static [&'static str],
+}
+
+/// One dialect's tables, from their parts.
+pub const fn table_text(parts: TableParts) -> TableText {
+    let TableParts {
+        create,
+        columns,
+        primary_key,
+        history,
+    } = parts;
+    TableText {
+        create,
+        columns,
+        primary_key,
+        history,
+    }
+}
+
+/// A column of a type the derive wrote (`sql`), by its quoted name, with
+/// what follows the type (` NOT NULL DEFAULT 0`, or nothing).
+pub const fn typed(name: &'static str, sql: &'static str, rest: &'static str) -> TableColumn {
+    TableColumn {
+        name,
+        declared: DeclaredType::Sql(sql),
+        rest,
+        note: "",
+    }
+}
+
+/// A column of the Rust type numbered `n` among the machine's (`written`
+/// as the attribute wrote it), a key column or not.
+pub const fn rust_typed(
+    name: &'static str,
+    n: u16,
+    written: &'static str,
+    key: bool,
+    rest: &'static str,
+) -> TableColumn {
+    TableColumn {
+        name,
+        declared: DeclaredType::Rust { n, written, key },
+        rest,
+        note: "",
+    }
+}
+
+/// A column whose type is not known, with what follows the type and what
+/// the machine says of it instead.
+pub const fn untyped(name: &'static str, rest: &'static str, note: &'static str) -> TableColumn {
+    TableColumn {
+        name,
+        declared: DeclaredType::Unknown,
+        rest,
+        note,
     }
 }

@@ -34,6 +34,55 @@ pub struct DdlText {
     pub(crate) down_migration: &'static str,
 }
 
+/// The machine's own table and its history table in one dialect, as the
+/// derive writes them for `stateguard::ddl::table`: all but the SQL types
+/// of the Rust types the machine declares for columns, which sqlx names
+/// at run time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TableText {
+    /// `CREATE TABLE IF NOT EXISTS "payouts" (`
+    pub(crate) create: &'static str,
+    pub(crate) columns: &'static [TableColumn],
+    /// `PRIMARY KEY ("id")`
+    pub(crate) primary_key: &'static str,
+    /// The history table and its index, each created where missing.
+    pub(crate) history: &'static [&'static str],
+}
+
+/// One column of a [`TableText`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TableColumn {
+    /// Quoted.
+    pub(crate) name: &'static str,
+    pub(crate) declared: DeclaredType,
+    /// What follows the type: ` NOT NULL DEFAULT 0`, or nothing.
+    pub(crate) rest: &'static str,
+    /// For a column of [`DeclaredType::Unknown`], what the machine says
+    /// of it instead (`` `confirm` sets it to CURRENT_TIMESTAMP ``), for a
+    /// comment above it; empty otherwise.
+    pub(crate) note: &'static str,
+}
+
+/// What a column of a [`TableText`] is declared to hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeclaredType {
+    /// A type the derive wrote: `TIMESTAMPTZ`.
+    Sql(&'static str),
+    /// The SQL type sqlx gives the Rust type numbered `n` among the
+    /// machine's (`ColumnTypes::COLUMN_TYPES`), `written` as the attribute
+    /// wrote it, for a key column or another.
+    Rust {
+        /// Its number.
+        n: u16,
+        /// As written: `i64`, `String`.
+        written: &'static str,
+        /// Whether the column is a key column.
+        key: bool,
+    },
+    /// Not known: the column has no type, and its note says why.
+    Unknown,
+}
+
 /// The whole machine: where it lives and what it allows.
 #[derive(Debug)]
 pub struct Machine<S: 'static> {
@@ -58,6 +107,8 @@ pub struct Machine<S: 'static> {
     /// carries it.
     fingerprint: &'static str,
     pub(crate) ddl: Sql<DdlText>,
+    /// Its tables, as `stateguard::ddl::table` writes them.
+    pub(crate) table_text: Sql<TableText>,
 }
 
 impl<S: StateMachine> Machine<S> {

@@ -123,15 +123,6 @@ static ENFORCEMENT: Sql<Statement<Field>> = Sql {
     ),
 };
 
-/// Which dialect `DB` speaks.
-pub(super) fn dialect<DB: Backend>() -> Dialect {
-    DB::choose(&Sql {
-        postgres: Dialect::Postgres,
-        sqlite: Dialect::Sqlite,
-        mysql: Dialect::MySql,
-    })
-}
-
 /// `table` as each statement binds it: `(name, schema)`; on PostgreSQL
 /// the name is the quoted, qualified name `to_regclass` reads.
 fn place<DB: Backend>(table: &str) -> (String, String) {
@@ -139,7 +130,7 @@ fn place<DB: Backend>(table: &str) -> (String, String) {
         Some((schema, bare)) => (Some(schema), bare),
         None => (None, table),
     };
-    match dialect::<DB>() {
+    match Dialect::of::<DB>() {
         Dialect::Postgres => (
             table
                 .split('.')
@@ -156,7 +147,7 @@ fn place<DB: Backend>(table: &str) -> (String, String) {
 /// Whether two column names are the same column: exactly on PostgreSQL,
 /// whose quoted names keep their case, without regard to case elsewhere.
 pub(super) fn same<DB: Backend>(a: &str, b: &str) -> bool {
-    match dialect::<DB>() {
+    match Dialect::of::<DB>() {
         Dialect::Postgres => a == b,
         _ => a.eq_ignore_ascii_case(b),
     }
@@ -189,7 +180,7 @@ pub(super) async fn columns<DB: Backend>(
     for row in rows::<DB>(conn, &COLUMNS, table).await? {
         let labels = match DB::text_opt(&row, at + 3)? {
             None => None,
-            Some(text) if dialect::<DB>() == Dialect::MySql => Some(mysql_enum(&text)),
+            Some(text) if Dialect::of::<DB>() == Dialect::MySql => Some(mysql_enum(&text)),
             Some(json) => Some(serde_json::from_str(&json).map_err(|e| {
                 sqlx::Error::Protocol(format!("enum values {json:?} are not a JSON array: {e}"))
             })?),

@@ -9,7 +9,7 @@ mod problem;
 
 pub use self::problem::{SchemaProblem, SchemaProblemKind};
 
-use self::catalog::{columns, dialect, enforcement_texts, same, unique_sets};
+use self::catalog::{columns, enforcement_texts, same, unique_sets};
 use self::prepared::{Present, prepared};
 use self::problem::once;
 use crate::StateMachine;
@@ -61,7 +61,7 @@ async fn enforcement<S: StateMachine, DB: Backend>(
     let (table, status) = (machine.table(), machine.column());
     // SQLite's catalog of an attached database is that database's own
     // `sqlite_master`, which no bound value can name.
-    if dialect::<DB>() == Dialect::Sqlite && table.contains('.') {
+    if Dialect::of::<DB>() == Dialect::Sqlite && table.contains('.') {
         return Ok(Vec::new());
     }
     let (triggers, checks) = enforcement_texts::<DB>(conn, table).await?;
@@ -104,7 +104,7 @@ async fn enforcement<S: StateMachine, DB: Backend>(
             .iter()
             .all(|state| text.contains(&format!("'{}'", state.value().as_str())))
     };
-    let states_checked = match dialect::<DB>() {
+    let states_checked = match Dialect::of::<DB>() {
         // The states' triggers (`… NOT IN (…)`), or the table's own CHECK;
         // not the transitions trigger, which names states too.
         Dialect::Sqlite => triggers
@@ -313,7 +313,7 @@ impl<S: StateMachine> Machine<S> {
                     )),
                     Some(column)
                         if !fits(
-                            dialect::<DB>(),
+                            Dialect::of::<DB>(),
                             holds,
                             &column.type_name,
                             column.labels.is_some(),

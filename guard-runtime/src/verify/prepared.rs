@@ -1,7 +1,7 @@
 //! `verify`'s last step: every statement of the machine prepared
 //! (planned, not run), which finds what the catalog reads cannot see.
 
-use super::catalog::{dialect, same};
+use super::catalog::same;
 use super::problem::{SchemaProblem, SchemaProblemKind};
 use crate::StateMachine;
 use crate::ddl::Dialect;
@@ -144,7 +144,7 @@ pub(super) async fn prepared<S: StateMachine, DB: Backend>(
                     | crate::dialect::Bind::RowEffectKey(_)
             )
         });
-        if statement.is_empty() || (batch && dialect::<DB>() == Dialect::Postgres) {
+        if statement.is_empty() || (batch && Dialect::of::<DB>() == Dialect::Postgres) {
             continue;
         }
         let Err(error) = DB::prepare_on(conn, statement.text()).await else {
@@ -159,7 +159,7 @@ pub(super) async fn prepared<S: StateMachine, DB: Backend>(
             Home::History => machine.history_table().unwrap_or(machine.table()),
             Home::Outbox => machine.outbox_table(),
         };
-        let missing = missing_column(dialect::<DB>(), &message);
+        let missing = missing_column(Dialect::of::<DB>(), &message);
         failures.push((name, home, message, missing));
     }
     let lacks = |table: &str, column: &str| {

@@ -26,6 +26,13 @@ const NO_DDL: DdlText = construct::ddl(construct::DdlParts {
     down_migration: "",
 });
 
+const NO_TABLE: crate::machine::TableText = construct::table_text(construct::TableParts {
+    create: "",
+    columns: &[],
+    primary_key: "",
+    history: &[],
+});
+
 impl crate::StateMachine for Lone {
     const MACHINE: &'static Machine<Self> = &construct::machine(construct::MachineParts {
         name: "Lone",
@@ -60,6 +67,11 @@ impl crate::StateMachine for Lone {
             postgres: NO_DDL,
             sqlite: NO_DDL,
             mysql: NO_DDL,
+        }),
+        table_text: construct::per_dialect(construct::PerDialect {
+            postgres: NO_TABLE,
+            sqlite: NO_TABLE,
+            mysql: NO_TABLE,
         }),
     });
     type KeyShape = crate::machine::key::shape::One;
