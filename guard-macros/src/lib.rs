@@ -18,6 +18,7 @@ mod model;
 mod plan;
 mod sql;
 mod sqltext;
+mod stores;
 
 use proc_macro::TokenStream;
 use syn::{DeriveInput, parse_macro_input};
@@ -30,4 +31,21 @@ use syn::{DeriveInput, parse_macro_input};
 pub fn derive_state_machine(input: TokenStream) -> TokenStream {
     let input = parse_macro_input!(input as DeriveInput);
     expand::derive(&input).into()
+}
+
+/// The runtime's `Stores` of the library's own tables: `(krate)` for those
+/// the search path finds, `(krate, "schema")` for those in a schema. Used
+/// by the runtime and by `stateguard::stores!`; not an API.
+#[doc(hidden)]
+#[proc_macro]
+pub fn __store_statements(input: TokenStream) -> TokenStream {
+    stores::expand(input.into()).into()
+}
+
+/// The catalog reads of `Machine::verify`, `(krate)`. Used by the
+/// runtime; not an API.
+#[doc(hidden)]
+#[proc_macro]
+pub fn __catalog_statements(input: TokenStream) -> TokenStream {
+    stores::expand_catalog(input.into()).into()
 }

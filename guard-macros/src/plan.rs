@@ -93,9 +93,93 @@ pub enum Slot {
     /// Row `n`'s effect key up to its occurrence, in a batch spelled out
     /// row by row ([`Slot::Row`]).
     RowEffectKey(u8),
+    /// A value of a statement of the library's own tables, the stores'
+    /// and the catalog reads' (`stores/`).
+    Field(Field),
     /// PostgreSQL: the statement's own tag, bound last, which its tag
     /// column checks (see the module docs).
     Tag,
+}
+
+/// What one placeholder of a statement of the library's own tables
+/// binds: the runtime's `bind::Field`, variant for variant. The
+/// declaration order is the numbering order, after the machines' slots.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+pub enum Field {
+    /// An idempotency key's scope.
+    Scope,
+    /// The client's idempotency key.
+    Key,
+    /// The inbox's consumer.
+    Consumer,
+    /// The inbox's or the outbox's message id.
+    MessageId,
+    /// The outbox message's order key.
+    OrderKey,
+    /// A table's name, as `verify` reads the catalog.
+    Table,
+    /// A table's schema (or database), as `verify` reads the catalog.
+    Schema,
+    /// The outbox message's topic.
+    Topic,
+    /// The request's fingerprint.
+    Fingerprint,
+    /// The lease the caller holds.
+    Lease,
+    /// A number of milliseconds: a lease's length, a pruning window.
+    Millis,
+    /// The response's status.
+    Status,
+    /// The response's body.
+    Body,
+    /// The outbox message's payload.
+    Payload,
+    /// The response's stored headers.
+    Headers,
+    /// How many rows at most.
+    Limit,
+    /// An outbox message's place in the table.
+    Seq,
+    /// Outbox messages' places, as a JSON array.
+    Seqs,
+    /// The claim a relay's pass takes messages under.
+    Claim,
+    /// How many attempts a message may have.
+    Attempts,
+    /// Why a message failed.
+    Reason,
+}
+
+impl Field {
+    /// Every field, in declaration order: a marker names one by its place.
+    pub const ALL: [Field; 21] = [
+        Field::Scope,
+        Field::Key,
+        Field::Consumer,
+        Field::MessageId,
+        Field::OrderKey,
+        Field::Table,
+        Field::Schema,
+        Field::Topic,
+        Field::Fingerprint,
+        Field::Lease,
+        Field::Millis,
+        Field::Status,
+        Field::Body,
+        Field::Payload,
+        Field::Headers,
+        Field::Limit,
+        Field::Seq,
+        Field::Seqs,
+        Field::Claim,
+        Field::Attempts,
+        Field::Reason,
+    ];
+
+    /// The marker of this field's slot, as a statement builder writes it.
+    pub fn mark(self) -> String {
+        Slot::Field(self).mark()
+    }
 }
 
 /// What one column of a statement's result holds.
@@ -255,6 +339,7 @@ impl Slot {
             Slot::EffectKey => ('E', 0),
             Slot::EffectKeys => ('P', 0),
             Slot::RowEffectKey(n) => ('p', n),
+            Slot::Field(field) => ('S', field as u8),
             Slot::Tag => ('G', 0),
         };
         format!("{OPEN}{kind}{n}{CLOSE}")
@@ -284,6 +369,7 @@ impl Slot {
             'E' => Slot::EffectKey,
             'P' => Slot::EffectKeys,
             'p' => Slot::RowEffectKey(n),
+            'S' => Slot::Field(*Field::ALL.get(usize::from(n))?),
             'G' => Slot::Tag,
             _ => return None,
         })

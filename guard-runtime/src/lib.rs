@@ -364,9 +364,12 @@ pub mod __private {
         state, statement, table_text, transition, typed, untyped,
     };
     pub use crate::machine::{Machine, StateDef, TransitionDef};
-    pub use crate::stores::schema::{StoreTexts, stores};
+    pub use crate::stores::schema::{StoreParts, store_statement, stores};
+    pub use crate::transition::bind::Field;
     /// The bounds the derive's impls name.
     pub use crate::{ColumnTypes, FollowUpValues, KeyType, Params, PlainDone, PlainFailed};
+    /// The stores of a schema (`stores!`).
+    pub use stateguard_macros::__store_statements as store_statements;
 
     /// How `docs::mermaid` writes a label and a state's quoted
     /// description, for the test that draws arbitrary text with real

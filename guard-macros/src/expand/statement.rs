@@ -120,6 +120,12 @@ pub(super) fn bind(slot: Slot) -> TokenStream {
             let row = n(row);
             quote!(RowEffectKey(#row))
         }
+        // A machine's statement binds no store field; a store's plan is
+        // emitted by `stores/`.
+        Slot::Field(field) => {
+            let field = format_ident!("{field:?}");
+            quote!(#field)
+        }
         Slot::Tag => quote!(Tag),
     }
 }

@@ -75,7 +75,7 @@ impl Dialect {
     /// PostgreSQL's `CURRENT_TIMESTAMP` is the transaction's start, hence
     /// `statement_timestamp()`; MySQL's `UTC_TIMESTAMP()` and SQLite's
     /// `'now'` already are the statement's time.
-    pub(super) fn now(self) -> &'static str {
+    pub(crate) fn now(self) -> &'static str {
         match self {
             Dialect::Postgres => "statement_timestamp()",
             // Text with milliseconds, which sorts as it compares.
@@ -88,7 +88,7 @@ impl Dialect {
 
     /// The time `ms` (a placeholder for a number of milliseconds) ago, in
     /// the same form as [`Self::now`].
-    pub(super) fn ago(self, ms: &str) -> String {
+    pub(crate) fn ago(self, ms: &str) -> String {
         match self {
             Dialect::Postgres => {
                 format!("statement_timestamp() - CAST({ms} AS BIGINT) * INTERVAL '1 millisecond'")
@@ -103,7 +103,7 @@ impl Dialect {
 
     /// The time `ms` (a placeholder for a number of milliseconds) from
     /// now, in the same form as [`Self::now`].
-    pub(super) fn later(self, ms: &str) -> String {
+    pub(crate) fn later(self, ms: &str) -> String {
         match self {
             Dialect::Postgres => {
                 format!("statement_timestamp() + CAST({ms} AS BIGINT) * INTERVAL '1 millisecond'")

@@ -2,35 +2,35 @@
 //! path ([`Stores::search_path`]), or in a schema named at compile time
 //! ([`stores!`](crate::stores!)).
 //!
-//! Each statement's text is one literal, built by `concat!` from the
-//! pieces in [`__stateguard_store_texts!`](crate::__stateguard_store_texts)
-//! with the schema's quoted name before each table name: the schema is
-//! never formatted into a statement at run time, and a name that is not a
-//! plain identifier fails to compile.
+//! Each statement is one literal per dialect, written by the derive
+//! crate's `__store_statements!` through the same bind plans as a
+//! machine's statements (`guard-macros/src/stores/`), with the schema's
+//! quoted name before each table name: the schema is never formatted into
+//! a statement at run time, and a name that is not a plain identifier
+//! fails to compile.
 
 use crate::ddl::Dialect as DdlDialect;
 use crate::dialect::{Sql, Statement};
 use crate::transition::bind::Field;
 
-/// The texts of one schema's statements, as
-/// [`__stateguard_store_texts!`](crate::__stateguard_store_texts) writes
-/// them: per statement, the PostgreSQL, SQLite and MySQL texts.
+/// The stores of one schema, as `__store_statements!` writes them: each
+/// statement rendered per dialect with its plan, and each table's DDL.
 #[doc(hidden)]
 #[allow(missing_docs)]
-pub struct StoreTexts {
+pub struct StoreParts {
     pub schema: Option<&'static str>,
     pub idempotency_table: &'static str,
-    pub inbox_table: &'static str,
-    /// `READ`, `CLAIM`, `TAKE_OVER`, `COMPLETE`, `RELEASE`, `PRUNE`.
-    pub idempotency: [[&'static str; 3]; 6],
+    /// `read`, `claim`, `take_over`, `complete`, `release`, `prune`.
+    pub idempotency: [Sql<Statement<Field>>; 6],
     pub idempotency_ddl: TableDdl,
-    /// `RECEIVE`, `PRUNE`.
-    pub inbox: [[&'static str; 3]; 2],
+    pub inbox_table: &'static str,
+    /// `receive`, `prune`.
+    pub inbox: [Sql<Statement<Field>>; 2],
     pub inbox_ddl: TableDdl,
     pub outbox_table: &'static str,
-    /// `ENQUEUE`, `CLAIM`, `TAKEN`, `PUBLISHED`, `FAILED`, `DEAD`,
-    /// `REQUEUE`, `PRUNE`, `STATUS`.
-    pub outbox: [[&'static str; 3]; 9],
+    /// `enqueue`, `claim`, `taken`, `published`, `failed`, `dead`,
+    /// `requeue`, `prune`, `status`.
+    pub outbox: [Sql<Statement<Field>>; 9],
     pub outbox_ddl: OutboxDdl,
 }
 
@@ -306,31 +306,13 @@ impl core::fmt::Debug for Stores {
 }
 
 /// [`Stores::search_path`].
-pub(crate) static DEFAULT: Stores = stores(crate::__stateguard_store_texts! {
-    schema = None,
-    pg = [],
-    lite = [],
-    my = [],
-    tag = [],
-    idempotency = "stateguard_idempotency",
-    inbox = "stateguard_inbox",
-    outbox = "stateguard_outbox",
-});
+pub(crate) static DEFAULT: Stores = stateguard_macros::__store_statements!(crate);
 
-/// The stores of `texts`, with each statement's bind plan. Fails to
-/// compile (in the `static` it builds) when the schema is not a plain
-/// identifier.
+/// The stores of `parts`.
 #[doc(hidden)]
-pub const fn stores(texts: StoreTexts) -> Stores {
-    if let Some(schema) = texts.schema {
-        assert!(
-            plain_identifier(schema),
-            "stateguard::stores!: the schema must be 1 to 63 ASCII letters, digits and `_`, \
-             not starting with a digit"
-        );
-    }
-    let [read, claim, take_over, complete, release, prune] = texts.idempotency;
-    let [receive, inbox_prune] = texts.inbox;
+pub const fn stores(parts: StoreParts) -> Stores {
+    let [read, claim, take_over, complete, release, prune] = parts.idempotency;
+    let [receive, inbox_prune] = parts.inbox;
     let [
         enqueue,
         claim_due,
@@ -341,141 +323,45 @@ pub const fn stores(texts: StoreTexts) -> Stores {
         requeue,
         prune_published,
         status,
-    ] = texts.outbox;
+    ] = parts.outbox;
     Stores {
-        schema: texts.schema,
+        schema: parts.schema,
         idempotency: IdempotencySql {
-            table: texts.idempotency_table,
-            read: sql(read, [SCOPE_KEY_PG, SCOPE_KEY, SCOPE_KEY]),
-            claim: sql(claim, [CLAIM_PG, CLAIM, CLAIM]),
-            take_over: sql(take_over, [TAKE_OVER_PG, TAKE_OVER, TAKE_OVER_MYSQL]),
-            complete: sql(complete, [COMPLETE_PG, COMPLETE, COMPLETE_MYSQL]),
-            release: sql(release, [HELD_PG, HELD, HELD]),
-            prune: sql(prune, [PRUNE_PG, PRUNE, PRUNE]),
-            ddl: texts.idempotency_ddl,
+            table: parts.idempotency_table,
+            read,
+            claim,
+            take_over,
+            complete,
+            release,
+            prune,
+            ddl: parts.idempotency_ddl,
         },
         inbox: InboxSql {
-            table: texts.inbox_table,
-            receive: sql(receive, [RECEIVE_PG, RECEIVE, RECEIVE]),
-            prune: sql(inbox_prune, [PRUNE_PG, PRUNE, PRUNE]),
-            ddl: texts.inbox_ddl,
+            table: parts.inbox_table,
+            receive,
+            prune: inbox_prune,
+            ddl: parts.inbox_ddl,
         },
         outbox: OutboxSql {
-            table: texts.outbox_table,
-            enqueue: sql(enqueue, [ENQUEUE_PG, ENQUEUE, ENQUEUE]),
-            claim: sql(claim_due, [DUE_PG, DUE, DUE_MYSQL]),
-            taken: sql(taken, [TAKEN_PG, TAKEN, TAKEN]),
-            published: sql(published, [CLAIMED_PG, CLAIMED, CLAIMED]),
-            failed: sql(failed, [FAILED_PG, FAILED, FAILED_MYSQL]),
-            dead: sql(dead, [LIMIT_PG, LIMIT, LIMIT]),
-            requeue: sql(requeue, [MESSAGE_PG, MESSAGE, MESSAGE]),
-            prune: sql(prune_published, [PRUNE_PG, PRUNE, PRUNE]),
-            status: sql(status, [MESSAGE_PG, MESSAGE, MESSAGE]),
-            ddl: texts.outbox_ddl,
+            table: parts.outbox_table,
+            enqueue,
+            claim: claim_due,
+            taken,
+            published,
+            failed,
+            dead,
+            requeue,
+            prune: prune_published,
+            status,
+            ddl: parts.outbox_ddl,
         },
     }
 }
 
-// Each PostgreSQL statement binds its own tag last, which its tag column
-// checks (`Statement::tag`).
-const SCOPE_KEY: &[Field] = &[Field::Scope, Field::Key];
-const SCOPE_KEY_PG: &[Field] = &[Field::Scope, Field::Key, Field::Tag];
-const CLAIM: &[Field] = &[Field::Scope, Field::Key, Field::Fingerprint, Field::Millis];
-const CLAIM_PG: &[Field] = &[
-    Field::Scope,
-    Field::Key,
-    Field::Fingerprint,
-    Field::Millis,
-    Field::Tag,
-];
-const TAKE_OVER: &[Field] = &[Field::Scope, Field::Key, Field::Lease, Field::Millis];
-const TAKE_OVER_PG: &[Field] = &[
-    Field::Scope,
-    Field::Key,
-    Field::Lease,
-    Field::Millis,
-    Field::Tag,
-];
-const TAKE_OVER_MYSQL: &[Field] = &[Field::Millis, Field::Scope, Field::Key, Field::Lease];
-const COMPLETE: &[Field] = &[
-    Field::Scope,
-    Field::Key,
-    Field::Lease,
-    Field::Status,
-    Field::Body,
-    Field::Headers,
-];
-const COMPLETE_PG: &[Field] = &[
-    Field::Scope,
-    Field::Key,
-    Field::Lease,
-    Field::Status,
-    Field::Body,
-    Field::Headers,
-    Field::Tag,
-];
-const COMPLETE_MYSQL: &[Field] = &[
-    Field::Status,
-    Field::Body,
-    Field::Headers,
-    Field::Scope,
-    Field::Key,
-    Field::Lease,
-];
-const HELD: &[Field] = &[Field::Scope, Field::Key, Field::Lease];
-const HELD_PG: &[Field] = &[Field::Scope, Field::Key, Field::Lease, Field::Tag];
-const PRUNE: &[Field] = &[Field::Millis, Field::Limit];
-const PRUNE_PG: &[Field] = &[Field::Millis, Field::Limit, Field::Tag];
-const ENQUEUE: &[Field] = &[
-    Field::MessageId,
-    Field::OrderKey,
-    Field::Topic,
-    Field::Payload,
-];
-const DUE: &[Field] = &[Field::Limit, Field::Millis, Field::Claim];
-const DUE_PG: &[Field] = &[Field::Limit, Field::Millis, Field::Claim, Field::Tag];
-const DUE_MYSQL: &[Field] = &[Field::Limit, Field::Claim, Field::Millis];
-const TAKEN: &[Field] = &[Field::Claim];
-const TAKEN_PG: &[Field] = &[Field::Claim, Field::Tag];
-const CLAIMED: &[Field] = &[Field::Claim, Field::Seqs];
-const CLAIMED_PG: &[Field] = &[Field::Claim, Field::Seqs, Field::Tag];
-const FAILED: &[Field] = &[
-    Field::Seq,
-    Field::Lease,
-    Field::Reason,
-    Field::Millis,
-    Field::Attempts,
-];
-const FAILED_PG: &[Field] = &[
-    Field::Seq,
-    Field::Lease,
-    Field::Reason,
-    Field::Millis,
-    Field::Attempts,
-    Field::Tag,
-];
-const FAILED_MYSQL: &[Field] = &[
-    Field::Reason,
-    Field::Millis,
-    Field::Attempts,
-    Field::Seq,
-    Field::Lease,
-];
-const MESSAGE: &[Field] = &[Field::MessageId];
-const RECEIVE: &[Field] = &[Field::Consumer, Field::MessageId];
-const RECEIVE_PG: &[Field] = &[Field::Consumer, Field::MessageId, Field::Tag];
-const LIMIT: &[Field] = &[Field::Limit];
-const LIMIT_PG: &[Field] = &[Field::Limit, Field::Tag];
-const MESSAGE_PG: &[Field] = &[Field::MessageId, Field::Tag];
-const ENQUEUE_PG: &[Field] = &[
-    Field::MessageId,
-    Field::OrderKey,
-    Field::Topic,
-    Field::Payload,
-    Field::Tag,
-];
-
-const fn sql(
+/// One store statement in each dialect, with its plan: what
+/// `__store_statements!` writes for each.
+#[doc(hidden)]
+pub const fn store_statement(
     [postgres, sqlite, mysql]: [&'static str; 3],
     [pg_binds, lite_binds, my_binds]: [&'static [Field]; 3],
 ) -> Sql<Statement<Field>> {
@@ -484,24 +370,6 @@ const fn sql(
         sqlite: Statement::new(sqlite, lite_binds),
         mysql: Statement::new(mysql, my_binds),
     }
-}
-
-/// Whether `name` can stand quoted in every dialect without escaping, and
-/// unquoted in a PostgreSQL tag: what PostgreSQL takes as an identifier
-/// (at most 63 bytes) in ASCII.
-const fn plain_identifier(name: &str) -> bool {
-    let bytes = name.as_bytes();
-    if bytes.is_empty() || bytes.len() > 63 || bytes[0].is_ascii_digit() {
-        return false;
-    }
-    let mut i = 0;
-    while i < bytes.len() {
-        if !(bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
-            return false;
-        }
-        i += 1;
-    }
-    true
 }
 
 /// The fixed-table stores with their tables in schema `$schema`
@@ -537,16 +405,7 @@ const fn plain_identifier(name: &str) -> bool {
 #[macro_export]
 macro_rules! stores {
     (schema = $schema:literal $(,)?) => {
-        $crate::__private::stores($crate::__stateguard_store_texts! {
-            schema = ::core::option::Option::Some($schema),
-            pg = ["\"", $schema, "\".",],
-            lite = ["\"", $schema, "\".",],
-            my = ["`", $schema, "`.",],
-            tag = [" ", $schema,],
-            idempotency = ::core::concat!($schema, ".stateguard_idempotency"),
-            inbox = ::core::concat!($schema, ".stateguard_inbox"),
-            outbox = ::core::concat!($schema, ".stateguard_outbox"),
-        })
+        $crate::__private::store_statements!($crate, $schema)
     };
 }
 

@@ -380,11 +380,13 @@ fn bind_tag<DB: Backend, B>(
     }
 }
 
-/// What one placeholder of a fixed-table store's statement binds
-/// (`stores/`: the idempotency store, the inbox): their statements are written by hand
-/// in the runtime, each with its plan beside its text.
+/// What one placeholder of a statement of the library's own tables binds
+/// (the stores' and `verify`'s catalog reads): the derive crate writes
+/// their statements and plans (`guard-macros/src/stores/`) as it writes a
+/// machine's, and names these variants in them.
+#[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Field {
+pub enum Field {
     /// An idempotency key's scope.
     Scope,
     /// The client's idempotency key.
@@ -502,86 +504,6 @@ pub(crate) fn store_arguments<DB: Backend>(
         }
     }
     Ok(args)
-}
-
-/// How many values `text` takes outside quoted literals: the count of
-/// `?` for MySQL (`numbered` false), else the highest `$n` / `?n`. For the
-/// tests that hold each hand-written plan to its text.
-#[cfg(test)]
-pub(crate) fn placeholders(text: &str, sigil: char, numbered: bool) -> usize {
-    let mut count = 0;
-    let mut quoted = false;
-    for (at, c) in text.char_indices() {
-        match c {
-            '\'' => quoted = !quoted,
-            c if c == sigil && !quoted && !numbered => count += 1,
-            c if c == sigil && !quoted => {
-                let digits: String = text[at + 1..]
-                    .chars()
-                    .take_while(char::is_ascii_digit)
-                    .collect();
-                count = count.max(digits.parse().unwrap_or(0));
-            }
-            _ => {}
-        }
-    }
-    count
-}
-
-/// Fails unless each dialect's plan of `sql` has one entry per value its
-/// text takes.
-#[cfg(test)]
-pub(crate) fn assert_plans_fit(name: &str, sql: &crate::dialect::Sql<Statement<Field>>) {
-    let [pg, lite, my] = [sql.postgres, sql.sqlite, sql.mysql];
-    for (dialect, statement, sigil, numbered) in [
-        ("postgres", pg, '$', true),
-        ("sqlite", lite, '?', true),
-        ("mysql", my, '?', false),
-    ] {
-        assert_eq!(
-            placeholders(statement.text(), sigil, numbered),
-            statement.binds().len(),
-            "{name} on {dialect}: {}",
-            statement.text()
-        );
-        crate::dialect::assert_clock(name, dialect, statement.text());
-    }
-    assert_tagged(name, pg);
-    assert_eq!((lite.tag(), my.tag()), (None, None), "{name}");
-}
-
-/// Fails unless the PostgreSQL statement `pg` of a fixed-table store
-/// returns its tag column first, binds its tag last, and the tag is the
-/// digest of its text (with `stateguard` in each of the tag's places), so
-/// that editing the text without a new tag fails here.
-#[cfg(test)]
-fn assert_tagged(name: &str, pg: Statement<Field>) {
-    let Some(tag) = pg.tag() else {
-        panic!("{name} on postgres has no tag: {}", pg.text());
-    };
-    let text = pg.text();
-    let bound = format!("${}", pg.binds().len());
-    assert_eq!(
-        pg.binds().last(),
-        Some(&Field::Tag),
-        "{name}: the tag is not bound last"
-    );
-    let column = format!(
-        "CASE WHEN {bound}::text = '{tag}' THEN '{tag}'::text ELSE CAST(concat('stateguard \
-         mix-up: ran {tag} with ', {bound}::text) AS INTEGER)::text END"
-    );
-    let first = ["SELECT ", "RETURNING "]
-        .iter()
-        .filter_map(|clause| text.find(&format!("{clause}{column}")))
-        .count();
-    assert!(
-        first > 0,
-        "{name}: the tag column is not the first column: {text}"
-    );
-    let mut digest = fnv::FnvHasher::default();
-    core::hash::Hasher::write(&mut digest, text.replace(tag, "stateguard").as_bytes());
-    let digest = format!("stateguard {:016x}", core::hash::Hasher::finish(&digest));
-    assert_eq!(tag, digest, "{name}: the tag does not name this text");
 }
 
 /// A plan that names a value the call does not supply: a statement of

@@ -20,108 +20,18 @@ pub(super) struct ColumnInfo {
     pub(super) type_name: String,
 }
 
-// Each PostgreSQL statement binds its own tag last, as every statement of
-// the library does (`Statement::tag`); the tests hold each tag to its text.
-macro_rules! tag {
-    ($hex:literal, $bound:literal) => {
-        $crate::__stateguard_store_tag!($hex, [], $bound)
-    };
-}
-
-/// A table's columns: name, `NOT NULL` (1 or 0), most characters, enum
-/// values as a JSON array, type. PostgreSQL: `$1` the table as a quoted
-/// name; SQLite: `?1` the table, `?2` the schema (`main`); MySQL: the
-/// schema (empty for the connection's database), then the table.
-static COLUMNS: Sql<Statement<Field>> = Sql {
-    postgres: Statement::new(
-        concat!(
-            "SELECT ",
-            tag!("c6e92b16858df147", "$2"),
-            ", a.attname::text, CAST(CASE WHEN a.attnotnull THEN 1 ELSE 0 END AS BIGINT), \
-             CAST(CASE WHEN t.typname IN ('varchar', 'bpchar') AND a.atttypmod > 4 THEN \
-             a.atttypmod - 4 END AS BIGINT), CASE WHEN t.typtype = 'e' THEN (SELECT \
-             json_agg(e.enumlabel::text ORDER BY e.enumsortorder)::text FROM pg_enum AS e WHERE \
-             e.enumtypid = t.oid) END, format_type(a.atttypid, a.atttypmod) FROM pg_attribute AS \
-             a JOIN pg_type AS t ON t.oid = a.atttypid WHERE a.attrelid = to_regclass($1) AND \
-             a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum"
-        ),
-        &[Field::Table, Field::Tag],
-    ),
-    sqlite: Statement::new(
-        "SELECT name, \"notnull\", NULL, NULL, type FROM pragma_table_info(?1, ?2) ORDER BY cid",
-        &[Field::Table, Field::Schema],
-    ),
-    mysql: Statement::new(
-        "SELECT CAST(COLUMN_NAME AS CHAR), CAST(CASE WHEN IS_NULLABLE = 'NO' THEN 1 ELSE 0 END AS \
-         SIGNED), CAST(CHARACTER_MAXIMUM_LENGTH AS SIGNED), CASE WHEN DATA_TYPE = 'enum' THEN \
-         CAST(COLUMN_TYPE AS CHAR) END, CAST(COLUMN_TYPE AS CHAR) FROM information_schema.COLUMNS \
-         WHERE TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND TABLE_NAME = ? ORDER BY \
-         ORDINAL_POSITION",
-        &[Field::Schema, Field::Table],
-    ),
-};
-
-/// The column sets of a table's unique indexes (and primary key), each a
-/// JSON array of names; binds as [`COLUMNS`].
-static UNIQUE: Sql<Statement<Field>> = Sql {
-    postgres: Statement::new(
-        concat!(
-            "SELECT ",
-            tag!("a580aef95e55b521", "$2"),
-            ", json_agg(a.attname::text)::text FROM pg_index AS i JOIN pg_attribute AS a ON \
-             a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) WHERE i.indrelid = \
-             to_regclass($1) AND i.indisunique AND i.indpred IS NULL GROUP BY i.indexrelid"
-        ),
-        &[Field::Table, Field::Tag],
-    ),
-    sqlite: Statement::new(
-        "SELECT json_group_array(ii.name) FROM pragma_index_list(?1, ?2) AS il, \
-         pragma_index_info(il.name, ?2) AS ii WHERE il.\"unique\" = 1 AND il.partial = 0 GROUP BY \
-         il.name UNION ALL SELECT json_group_array(name) FROM pragma_table_info(?1, ?2) WHERE pk > \
-         0 HAVING COUNT(*) > 0",
-        &[Field::Table, Field::Schema],
-    ),
-    mysql: Statement::new(
-        "SELECT CAST(CONCAT('[', GROUP_CONCAT(JSON_QUOTE(COLUMN_NAME)), ']') AS CHAR) FROM \
-         information_schema.STATISTICS WHERE TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) \
-         AND TABLE_NAME = ? AND NON_UNIQUE = 0 GROUP BY INDEX_NAME",
-        &[Field::Schema, Field::Table],
-    ),
-};
-
-/// The definitions that enforce a table's states and transitions: each
-/// trigger's body (`trigger`) and each CHECK constraint's clause
-/// (`check`; on SQLite, whose checks live in the table's `CREATE TABLE`,
-/// that text). Binds as [`COLUMNS`], MySQL's twice.
-static ENFORCEMENT: Sql<Statement<Field>> = Sql {
-    postgres: Statement::new(
-        concat!(
-            "SELECT ",
-            tag!("8c2a44ad9171acb2", "$2"),
-            ", 'trigger', p.prosrc FROM pg_trigger AS t JOIN pg_proc AS p ON p.oid = t.tgfoid \
-             WHERE t.tgrelid = to_regclass($1) AND NOT t.tgisinternal UNION ALL SELECT ",
-            tag!("8c2a44ad9171acb2", "$2"),
-            ", 'check', pg_get_constraintdef(c.oid) FROM pg_constraint AS c WHERE c.conrelid = \
-             to_regclass($1) AND c.contype = 'c'"
-        ),
-        &[Field::Table, Field::Tag],
-    ),
-    sqlite: Statement::new(
-        "SELECT CASE type WHEN 'trigger' THEN 'trigger' ELSE 'check' END, sql FROM sqlite_master \
-         WHERE tbl_name = ?1 AND type IN ('trigger', 'table')",
-        &[Field::Table],
-    ),
-    mysql: Statement::new(
-        "SELECT 'trigger', CAST(ACTION_STATEMENT AS CHAR) FROM information_schema.TRIGGERS WHERE \
-         EVENT_OBJECT_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND EVENT_OBJECT_TABLE = ? \
-         UNION ALL SELECT 'check', CAST(cc.CHECK_CLAUSE AS CHAR) FROM \
-         information_schema.TABLE_CONSTRAINTS AS tc JOIN information_schema.CHECK_CONSTRAINTS AS \
-         cc ON cc.CONSTRAINT_SCHEMA = tc.CONSTRAINT_SCHEMA AND cc.CONSTRAINT_NAME = \
-         tc.CONSTRAINT_NAME WHERE tc.CONSTRAINT_TYPE = 'CHECK' AND tc.TABLE_SCHEMA = \
-         COALESCE(NULLIF(?, ''), DATABASE()) AND tc.TABLE_NAME = ?",
-        &[Field::Schema, Field::Table, Field::Schema, Field::Table],
-    ),
-};
+/// The catalog reads, written by the derive crate through the same bind
+/// plans as every statement (`guard-macros/src/stores/catalog.rs`), which
+/// says what each returns:
+/// - `COLUMNS`: a table's columns (name, `NOT NULL`, most characters,
+///   enum values, type);
+/// - `UNIQUE`: the column sets of its unique indexes and primary key;
+/// - `ENFORCEMENT`: the trigger bodies and CHECK clauses that enforce its
+///   states.
+static CATALOG: [Sql<Statement<Field>>; 3] = stateguard_macros::__catalog_statements!(crate);
+static COLUMNS: &Sql<Statement<Field>> = &CATALOG[0];
+static UNIQUE: &Sql<Statement<Field>> = &CATALOG[1];
+static ENFORCEMENT: &Sql<Statement<Field>> = &CATALOG[2];
 
 /// `table` as each statement binds it: `(name, schema)`; on PostgreSQL
 /// the name is the quoted, qualified name `to_regclass` reads.
@@ -175,9 +85,9 @@ pub(super) async fn columns<DB: Backend>(
     conn: &mut PoolConnection<DB>,
     table: &str,
 ) -> Result<Vec<ColumnInfo>, sqlx::Error> {
-    let at = DB::choose(&COLUMNS).after_tag();
+    let at = DB::choose(COLUMNS).after_tag();
     let mut out = Vec::new();
-    for row in rows::<DB>(conn, &COLUMNS, table).await? {
+    for row in rows::<DB>(conn, COLUMNS, table).await? {
         let labels = match DB::text_opt(&row, at + 3)? {
             None => None,
             Some(text) if Dialect::of::<DB>() == Dialect::MySql => Some(mysql_enum(&text)),
@@ -230,9 +140,9 @@ pub(super) async fn unique_sets<DB: Backend>(
     conn: &mut PoolConnection<DB>,
     table: &str,
 ) -> Result<Vec<Vec<String>>, sqlx::Error> {
-    let at = DB::choose(&UNIQUE).after_tag();
+    let at = DB::choose(UNIQUE).after_tag();
     let mut out = Vec::new();
-    for row in rows::<DB>(conn, &UNIQUE, table).await? {
+    for row in rows::<DB>(conn, UNIQUE, table).await? {
         let json = DB::text_opt(&row, at)?.unwrap_or_default();
         out.push(serde_json::from_str(&json).map_err(|e| {
             sqlx::Error::Protocol(format!("index columns {json:?} are not a JSON array: {e}"))
@@ -247,9 +157,9 @@ pub(super) async fn enforcement_texts<DB: Backend>(
     conn: &mut PoolConnection<DB>,
     table: &str,
 ) -> Result<(Vec<String>, Vec<String>), sqlx::Error> {
-    let at = DB::choose(&ENFORCEMENT).after_tag();
+    let at = DB::choose(ENFORCEMENT).after_tag();
     let (mut triggers, mut checks) = (Vec::new(), Vec::new());
-    for row in rows::<DB>(conn, &ENFORCEMENT, table).await? {
+    for row in rows::<DB>(conn, ENFORCEMENT, table).await? {
         let text = DB::text_opt(&row, at + 1)?.unwrap_or_default();
         match DB::text_opt(&row, at)?.as_deref() {
             Some("trigger") => triggers.push(text),
@@ -268,16 +178,5 @@ mod tests {
         assert_eq!(mysql_enum("enum('pending','sent')"), ["pending", "sent"]);
         assert_eq!(mysql_enum("enum('it''s','a,b')"), ["it's", "a,b"]);
         assert!(mysql_enum("varchar(32)").is_empty());
-    }
-
-    #[test]
-    fn every_statement_is_tagged_and_planned() {
-        for (name, sql) in [
-            ("VERIFY COLUMNS", &super::COLUMNS),
-            ("VERIFY UNIQUE", &super::UNIQUE),
-            ("VERIFY ENFORCEMENT", &super::ENFORCEMENT),
-        ] {
-            crate::transition::bind::assert_plans_fit(name, sql);
-        }
     }
 }
