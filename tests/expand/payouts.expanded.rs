@@ -41,8 +41,6 @@ impl ::stateguard::StateMachine for PayoutStatus {
             __sg::transition(__sg::TransitionParts {
                 name: "start",
                 sources: &[PayoutStatus::Pending],
-                target: PayoutStatus::Sending,
-                set: &[],
                 update: __sg::sql! {
                     "UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING CASE WHEN $2::text = 'stateguard 494b64a4c7b54d33' THEN 'stateguard 494b64a4c7b54d33'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 494b64a4c7b54d33 with ', $2::text) AS INTEGER)::text END"
                     on postgres, binds = [Key(0), Tag], reads = [Tag];
@@ -51,8 +49,6 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     "UPDATE `payouts` SET `status` = 'sending' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('pending') AND CAST(`status` AS BINARY) IN ('pending') AND (amount_cents <= 95000)"
                     on mysql, binds = [Key(0), Key(0)];
                 },
-                update_expecting: None,
-                read_back: None,
                 guard: Some("amount_cents <= 95000"),
                 guarded_select: Some(
                     __sg::sql! {
@@ -87,12 +83,6 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     "SELECT `id` FROM `payouts` WHERE `status` IN ('pending') AND CAST(`status` AS BINARY) IN ('pending') AND (amount_cents <= 95000) ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
                     on mysql, binds = [Limit], reads = [Key(0)];
                 },
-                claim_older: None,
-                history_insert: None,
-                history_insert_expecting: None,
-                emit: None,
-                outbox_insert: None,
-                outbox_insert_expecting: None,
                 many_update: __sg::sql! {
                     "UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING CASE WHEN $2::text = 'stateguard 5439a7f824cfda39' THEN 'stateguard 5439a7f824cfda39'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 5439a7f824cfda39 with ', $2::text) AS INTEGER)::text END, \"payouts\".\"id\""
                     on postgres, binds = [Keys(0), Tag], reads = [Tag, Key(0)];
@@ -112,9 +102,6 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     on mysql, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
                     Meets];
                 },
-                many_lease_read: None,
-                many_history_insert: None,
-                many_outbox_insert: None,
                 many_update_by_value: __sg::sql! {
                     "UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING CASE WHEN $2::text = 'stateguard 655f23d5c85b9419' THEN 'stateguard 655f23d5c85b9419'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 655f23d5c85b9419 with ', $2::text) AS INTEGER)::text END, \"payouts\".\"id\""
                     on postgres, binds = [Keys(0), Tag], reads = [Tag, Key(0)];
@@ -125,12 +112,11 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     Occurrence, Meets, End];
                 },
                 available_bit: Some(0u8),
+                ..__sg::TransitionParts::of(PayoutStatus::Sending)
             }),
             __sg::transition(__sg::TransitionParts {
                 name: "cancel",
                 sources: &[PayoutStatus::Pending, PayoutStatus::Sending],
-                target: PayoutStatus::Cancelled,
-                set: &[],
                 update: __sg::sql! {
                     "UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('pending', 'sending') RETURNING CASE WHEN $2::text = 'stateguard 425baf609737e2a1' THEN 'stateguard 425baf609737e2a1'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 425baf609737e2a1 with ', $2::text) AS INTEGER)::text END"
                     on postgres, binds = [Key(0), Tag], reads = [Tag];
@@ -139,11 +125,6 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     "UPDATE `payouts` SET `status` = 'cancelled' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('pending', 'sending') AND CAST(`status` AS BINARY) IN ('pending', 'sending')"
                     on mysql, binds = [Key(0), Key(0)];
                 },
-                update_expecting: None,
-                read_back: None,
-                guard: None,
-                guarded_select: None,
-                guarded_select_in_transaction: None,
                 claim: __sg::sql! {
                     "WITH __sg_c AS MATERIALIZED (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending', 'sending') ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED), moved AS (UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE (\"id\") IN (SELECT \"id\" FROM __sg_c) AND \"status\" IN ('pending', 'sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT CASE WHEN $2::text = 'stateguard bd1c59c4979ac6c1' THEN 'stateguard bd1c59c4979ac6c1'::text ELSE CAST(concat('stateguard mix-up: ran stateguard bd1c59c4979ac6c1 with ', $2::text) AS INTEGER)::text END, c0, v, l FROM moved ORDER BY o0"
                     on postgres, binds = [Limit, Tag], reads = [Tag, Key(0), Occurrence,
@@ -153,12 +134,6 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     "SELECT `id` FROM `payouts` WHERE `status` IN ('pending', 'sending') AND CAST(`status` AS BINARY) IN ('pending', 'sending') ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
                     on mysql, binds = [Limit], reads = [Key(0)];
                 },
-                claim_older: None,
-                history_insert: None,
-                history_insert_expecting: None,
-                emit: None,
-                outbox_insert: None,
-                outbox_insert_expecting: None,
                 many_update: __sg::sql! {
                     "UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('pending', 'sending') RETURNING CASE WHEN $2::text = 'stateguard 1384e5b485f4d90d' THEN 'stateguard 1384e5b485f4d90d'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 1384e5b485f4d90d with ', $2::text) AS INTEGER)::text END, \"payouts\".\"id\""
                     on postgres, binds = [Keys(0), Tag], reads = [Tag, Key(0)];
@@ -178,9 +153,6 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     on mysql, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
                     Meets];
                 },
-                many_lease_read: None,
-                many_history_insert: None,
-                many_outbox_insert: None,
                 many_update_by_value: __sg::sql! {
                     "UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('pending', 'sending') RETURNING CASE WHEN $2::text = 'stateguard 6ac8633defe685dd' THEN 'stateguard 6ac8633defe685dd'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 6ac8633defe685dd with ', $2::text) AS INTEGER)::text END, \"payouts\".\"id\""
                     on postgres, binds = [Keys(0), Tag], reads = [Tag, Key(0)];
@@ -190,12 +162,11 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     on postgres, binds = [Keys(0), Tag], reads = [Tag, Key(0), Status,
                     Occurrence, Meets, End];
                 },
-                available_bit: None,
+                ..__sg::TransitionParts::of(PayoutStatus::Cancelled)
             }),
             __sg::transition(__sg::TransitionParts {
                 name: "confirm",
                 sources: &[PayoutStatus::Sending],
-                target: PayoutStatus::Sent,
                 set: &[
                     __sg::set_column(__sg::SetParts {
                         column: "sent_at",
@@ -214,11 +185,6 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     "UPDATE `payouts` SET `sent_at` = (CURRENT_TIMESTAMP), `bank_ref` = ?, `status` = 'sent' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending')"
                     on mysql, binds = [Value(0), Key(0), Key(0)];
                 },
-                update_expecting: None,
-                read_back: None,
-                guard: None,
-                guarded_select: None,
-                guarded_select_in_transaction: None,
                 claim: __sg::sql! {
                     "WITH __sg_c AS MATERIALIZED (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT $2 FOR UPDATE SKIP LOCKED), moved AS (UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $1 WHERE (\"id\") IN (SELECT \"id\" FROM __sg_c) AND \"status\" IN ('sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT CASE WHEN $3::text = 'stateguard 9e0cfbb30c512ec0' THEN 'stateguard 9e0cfbb30c512ec0'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 9e0cfbb30c512ec0 with ', $3::text) AS INTEGER)::text END, c0, v, l FROM moved ORDER BY o0"
                     on postgres, binds = [Value(0), Limit, Tag], reads = [Tag, Key(0),
@@ -228,12 +194,6 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     "SELECT `id` FROM `payouts` WHERE `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending') ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
                     on mysql, binds = [Limit], reads = [Key(0)];
                 },
-                claim_older: None,
-                history_insert: None,
-                history_insert_expecting: None,
-                emit: None,
-                outbox_insert: None,
-                outbox_insert_expecting: None,
                 many_update: __sg::sql! {
                     "UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $2 WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('sending') RETURNING CASE WHEN $3::text = 'stateguard f70e9e72c9126767' THEN 'stateguard f70e9e72c9126767'::text ELSE CAST(concat('stateguard mix-up: ran stateguard f70e9e72c9126767 with ', $3::text) AS INTEGER)::text END, \"payouts\".\"id\""
                     on postgres, binds = [Keys(0), Value(0), Tag], reads = [Tag, Key(0)];
@@ -253,9 +213,6 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     on mysql, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
                     Meets];
                 },
-                many_lease_read: None,
-                many_history_insert: None,
-                many_outbox_insert: None,
                 many_update_by_value: __sg::sql! {
                     "UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $2 WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('sending') RETURNING CASE WHEN $3::text = 'stateguard 998b61f024ddf5d3' THEN 'stateguard 998b61f024ddf5d3'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 998b61f024ddf5d3 with ', $3::text) AS INTEGER)::text END, \"payouts\".\"id\""
                     on postgres, binds = [Keys(0), Value(0), Tag], reads = [Tag, Key(0)];
@@ -265,13 +222,11 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     on postgres, binds = [Keys(0), Tag], reads = [Tag, Key(0), Status,
                     Occurrence, Meets, End];
                 },
-                available_bit: None,
+                ..__sg::TransitionParts::of(PayoutStatus::Sent)
             }),
             __sg::transition(__sg::TransitionParts {
                 name: "fail",
                 sources: &[PayoutStatus::Sending],
-                target: PayoutStatus::Failed,
-                set: &[],
                 update: __sg::sql! {
                     "UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"id\" = $1 AND CAST(\"id\" AS TEXT) COLLATE \"C\" = CAST($1 AS TEXT) AND \"status\" IN ('sending') RETURNING CASE WHEN $2::text = 'stateguard c65b6cfcb4aec2bc' THEN 'stateguard c65b6cfcb4aec2bc'::text ELSE CAST(concat('stateguard mix-up: ran stateguard c65b6cfcb4aec2bc with ', $2::text) AS INTEGER)::text END"
                     on postgres, binds = [Key(0), Tag], reads = [Tag];
@@ -280,11 +235,6 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     "UPDATE `payouts` SET `status` = 'failed' WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY) AND `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending')"
                     on mysql, binds = [Key(0), Key(0)];
                 },
-                update_expecting: None,
-                read_back: None,
-                guard: None,
-                guarded_select: None,
-                guarded_select_in_transaction: None,
                 claim: __sg::sql! {
                     "WITH __sg_c AS MATERIALIZED (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED), moved AS (UPDATE \"payouts\" SET \"status\" = 'failed' WHERE (\"id\") IN (SELECT \"id\" FROM __sg_c) AND \"status\" IN ('sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT CASE WHEN $2::text = 'stateguard 238dd298d21850fd' THEN 'stateguard 238dd298d21850fd'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 238dd298d21850fd with ', $2::text) AS INTEGER)::text END, c0, v, l FROM moved ORDER BY o0"
                     on postgres, binds = [Limit, Tag], reads = [Tag, Key(0), Occurrence,
@@ -294,12 +244,6 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     "SELECT `id` FROM `payouts` WHERE `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending') ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
                     on mysql, binds = [Limit], reads = [Key(0)];
                 },
-                claim_older: None,
-                history_insert: None,
-                history_insert_expecting: None,
-                emit: None,
-                outbox_insert: None,
-                outbox_insert_expecting: None,
                 many_update: __sg::sql! {
                     "UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"payouts\".\"id\" = ANY($1) AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" IN (SELECT CAST(__sg_k0 AS TEXT) COLLATE \"C\" FROM unnest($1) AS __sg_i(__sg_k0)) AND \"status\" IN ('sending') RETURNING CASE WHEN $2::text = 'stateguard 3e3f42dff2cb3874' THEN 'stateguard 3e3f42dff2cb3874'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 3e3f42dff2cb3874 with ', $2::text) AS INTEGER)::text END, \"payouts\".\"id\""
                     on postgres, binds = [Keys(0), Tag], reads = [Tag, Key(0)];
@@ -319,9 +263,6 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     on mysql, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
                     Meets];
                 },
-                many_lease_read: None,
-                many_history_insert: None,
-                many_outbox_insert: None,
                 many_update_by_value: __sg::sql! {
                     "UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('sending') RETURNING CASE WHEN $2::text = 'stateguard 81f8872ec6bf1ed4' THEN 'stateguard 81f8872ec6bf1ed4'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 81f8872ec6bf1ed4 with ', $2::text) AS INTEGER)::text END, \"payouts\".\"id\""
                     on postgres, binds = [Keys(0), Tag], reads = [Tag, Key(0)];
@@ -331,7 +272,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     on postgres, binds = [Keys(0), Tag], reads = [Tag, Key(0), Status,
                     Occurrence, Meets, End];
                 },
-                available_bit: None,
+                ..__sg::TransitionParts::of(PayoutStatus::Failed)
             }),
         ];
         static __MACHINE: __sg::Machine<PayoutStatus> = __sg::machine(__sg::MachineParts {
@@ -504,12 +445,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
 }
 #[automatically_derived]
 impl<__DB: ::stateguard::Backend> ::stateguard::__private::FollowUpValues<__DB>
-for PayoutStatus {
-    fn follow_up_values(transition: usize) -> ::stateguard::__private::Binder<__DB> {
-        let _ = transition;
-        ::stateguard::__private::binder::<__DB, ()>()
-    }
-}
+for PayoutStatus {}
 #[automatically_derived]
 impl<__DB: ::stateguard::Backend> ::stateguard::__private::ColumnTypes<__DB>
 for PayoutStatus

@@ -284,33 +284,42 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
                 let written = value.written();
                 quote!(#sg::set_column(#sg::SetParts { column: #col, expr: #written }))
             });
+            let fields = present(
+                &option(None),
+                [
+                    ("name", quote!(#name)),
+                    ("sources", quote!(&[#(#ident::#sources),*])),
+                    ("set", quote!(&[#(#set),*])),
+                    ("update", update),
+                    ("update_expecting", update_expecting),
+                    ("read_back", read_back),
+                    ("guard", guard),
+                    ("guarded_select", guarded_select),
+                    (
+                        "guarded_select_in_transaction",
+                        guarded_select_in_transaction,
+                    ),
+                    ("claim", claim),
+                    ("claim_older", claim_older),
+                    ("history_insert", history_insert),
+                    ("history_insert_expecting", history_insert_expecting),
+                    ("emit", emit),
+                    ("outbox_insert", outbox_insert),
+                    ("outbox_insert_expecting", outbox_insert_expecting),
+                    ("many_update", many_update),
+                    ("many_read", many_read),
+                    ("many_lease_read", many_lease_read),
+                    ("many_history_insert", many_history_insert),
+                    ("many_outbox_insert", many_outbox_insert),
+                    ("many_update_by_value", many_update_by_value),
+                    ("many_read_by_value", many_read_by_value),
+                    ("available_bit", available_bit),
+                ],
+            );
             quote! {
                 #sg::transition(#sg::TransitionParts {
-                    name: #name,
-                    sources: &[#(#ident::#sources),*],
-                    target: #ident::#target,
-                    set: &[#(#set),*],
-                    update: #update,
-                    update_expecting: #update_expecting,
-                    read_back: #read_back,
-                    guard: #guard,
-                    guarded_select: #guarded_select,
-                    guarded_select_in_transaction: #guarded_select_in_transaction,
-                    claim: #claim,
-                    claim_older: #claim_older,
-                    history_insert: #history_insert,
-                    history_insert_expecting: #history_insert_expecting,
-                    emit: #emit,
-                    outbox_insert: #outbox_insert,
-                    outbox_insert_expecting: #outbox_insert_expecting,
-                    many_update: #many_update,
-                    many_read: #many_read,
-                    many_lease_read: #many_lease_read,
-                    many_history_insert: #many_history_insert,
-                    many_outbox_insert: #many_outbox_insert,
-                    many_update_by_value: #many_update_by_value,
-                    many_read_by_value: #many_read_by_value,
-                    available_bit: #available_bit,
+                    #fields
+                    ..#sg::TransitionParts::of(#ident::#target)
                 })
             }
         });
@@ -374,25 +383,25 @@ fn expand(input: &Input, model: &Model) -> TokenStream {
         })
         .collect();
     let follow_up_types2 = follow_up_types.iter();
-    let no_values = quote!(#private::binder::<__DB, ()>());
-    let binders = match follow_ups.is_empty() {
-        true => quote!(let _ = transition; #no_values),
-        false => quote! {
-            match transition {
-                #(#follow_up_indexes => #private::binder::<__DB, #follow_up_types2>(),)*
-                _ => #no_values,
+    // A machine without such follow-ups keeps the trait's default: none
+    // binds values.
+    let binders = (!follow_ups.is_empty()).then(|| {
+        quote! {
+            fn follow_up_values(transition: usize) -> #private::Binder<__DB> {
+                match transition {
+                    #(#follow_up_indexes => #private::binder::<__DB, #follow_up_types2>(),)*
+                    _ => #private::binder::<__DB, ()>(),
+                }
             }
-        },
-    };
+        }
+    });
     let follow_up_values = quote! {
         #[automatically_derived]
         impl<__DB: #krate::Backend> #private::FollowUpValues<__DB> for #ident
         where
             #(#follow_up_types: #private::Params<__DB>,)*
         {
-            fn follow_up_values(transition: usize) -> #private::Binder<__DB> {
-                #binders
-            }
+            #binders
         }
     };
 
@@ -728,6 +737,20 @@ fn lifetimes_named(ty: &syn::Type) -> syn::Type {
 }
 
 /// `Some(value)` or `None`, as tokens of a constant.
+/// A struct literal's fields, each that is not `none` nor an empty list:
+/// the `..` default after them supplies the rest.
+fn present<const N: usize>(none: &TokenStream, fields: [(&str, TokenStream); N]) -> TokenStream {
+    let none = none.to_string();
+    fields
+        .into_iter()
+        .filter(|(_, value)| ![none.as_str(), "& []"].contains(&value.to_string().as_str()))
+        .map(|(name, value)| {
+            let name = format_ident!("{name}");
+            quote!(#name: #value,)
+        })
+        .collect()
+}
+
 fn option(value: Option<impl ToTokens>) -> TokenStream {
     match value {
         Some(value) => quote!(::core::option::Option::Some(#value)),

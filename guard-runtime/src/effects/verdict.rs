@@ -311,9 +311,14 @@ impl<S: StateMachine, P: Send + Sync + 'static, N: NoteSlot> From<Transition<S, 
 )]
 pub trait FollowUpValues<DB: Backend>: StateMachine {
     /// How the follow-up at position `transition` among the machine's
-    /// transitions binds its values.
+    /// transitions binds its values: by default, as one that binds none
+    /// (what the derive leaves for a machine none of whose follow-ups
+    /// binds values).
     #[doc(hidden)]
-    fn follow_up_values(transition: usize) -> Binder<DB>;
+    fn follow_up_values(transition: usize) -> Binder<DB> {
+        let _ = transition;
+        construct::binder::<DB, ()>()
+    }
 }
 
 /// Values of any type, as a verdict carries them.

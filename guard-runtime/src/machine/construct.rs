@@ -306,6 +306,42 @@ pub struct TransitionParts<S: 'static> {
     pub available_bit: Option<u8>,
 }
 
+impl<S: 'static> TransitionParts<S> {
+    /// The parts of a transition into `target` with nothing else: no
+    /// statements, no guard, no history, no outbox. The derive names every
+    /// statement the transition has, and what else it has, before `..`
+    /// this, and leaves out each that is `None`.
+    pub const fn of(target: S) -> Self {
+        TransitionParts {
+            name: "",
+            sources: &[],
+            target,
+            set: &[],
+            update: NONE,
+            update_expecting: None,
+            read_back: None,
+            guard: None,
+            guarded_select: None,
+            guarded_select_in_transaction: None,
+            claim: NONE,
+            claim_older: None,
+            history_insert: None,
+            history_insert_expecting: None,
+            emit: None,
+            outbox_insert: None,
+            outbox_insert_expecting: None,
+            many_update: NONE,
+            many_read: NONE,
+            many_lease_read: None,
+            many_history_insert: None,
+            many_outbox_insert: None,
+            many_update_by_value: NONE,
+            many_read_by_value: NONE,
+            available_bit: None,
+        }
+    }
+}
+
 /// One transition, from its parts.
 pub const fn transition<S: StateMachine>(parts: TransitionParts<S>) -> TransitionDef<S> {
     let TransitionParts {
