@@ -360,8 +360,8 @@ pub use stateguard_runtime::{
 pub use stateguard_runtime::{Begin, Savepoint, Tx};
 // Effects, in-flight states and their recovery.
 pub use stateguard_runtime::{
-    Effect, FLUSH_AFTER, FinishError, Finished, FinishedRow, FollowUp, Recovered, Retry,
-    SupersededRow, Verdict, claim_expired, finish_many, recover, recover_many, recover_within,
+    Effect, FLUSH_AFTER, FinishError, Finished, FinishedRow, FollowUp, Recover, Recovered, Retry,
+    SupersededRow, Verdict, claim_expired, finish_many, recover, recover_many,
 };
 // What `apply` runs on.
 pub use stateguard_runtime::{APPLY_MANY_CHUNK, Backend, Runner, key};

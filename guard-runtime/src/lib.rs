@@ -51,7 +51,7 @@ pub use crate::effects::effect_fn::{EffectFn, EffectFnOnce};
 pub use crate::effects::finish_many::{FLUSH_AFTER, FinishedRow, finish_many};
 pub use crate::effects::finished::{FinishError, Finished};
 pub use crate::effects::recovery::{
-    Recovered, SupersededRow, claim_expired, recover, recover_many, recover_within,
+    Recover, Recovered, SupersededRow, claim_expired, recover, recover_many,
 };
 pub use crate::effects::verdict::{
     FollowUp, FollowUpValues, PlainDone, PlainFailed, Retry, Verdict,

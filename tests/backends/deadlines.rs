@@ -15,7 +15,7 @@ use sqlx::Pool;
 use sqlx::pool::PoolConnection;
 use stateguard::bounds::{Batched, ManyKeys};
 use stateguard::key::shape::One;
-use stateguard::{Effect, Error, FinishError, StateMachine, Verdict, recover, recover_within};
+use stateguard::{Effect, Error, FinishError, StateMachine, Verdict, recover};
 
 /// The `transfers` table with a lease long enough that no renewal runs
 /// while a test waits on a lock.
@@ -144,16 +144,16 @@ where
         db.backdate_leases().await;
         let held = Held::take(&db.pool).await;
         let effects = AtomicUsize::new(0);
-        let pass = recover_within(
+        let pass = recover(
             &db.pool,
             TransferStatus::Sending,
             10,
-            DEADLINE,
             |_: Effect<_, i64>| async {
                 effects.fetch_add(1, Ordering::SeqCst);
                 Verdict::done()
             },
         )
+        .within(DEADLINE)
         .await;
         let errors = match pass {
             Err(error) => vec![error],

@@ -363,16 +363,16 @@ async fn postgres_a_held_lock_times_out_finish_and_recovery_skips_it() {
             .is_applied()
     );
     outlive_the_lease().await;
-    let report = stateguard::recover_within(
+    let report = stateguard::recover(
         &db.pool,
         TransferStatus::Sending,
         10,
-        Duration::from_millis(300),
         |_: Effect<_, i64>| async {
             effects.fetch_add(1, Ordering::SeqCst);
             Verdict::done()
         },
     )
+    .within(Duration::from_millis(300))
     .await
     .unwrap();
     assert_eq!((report.claimed, report.done), (1, 1), "{report:?}");

@@ -14,6 +14,10 @@ pub use self::expired::claim_expired;
 use self::expired::{RECOVER, claim_one, list_expired, recovery_error, take_over};
 pub use self::recover_many::recover_many;
 
+use core::future::{Future, IntoFuture};
+use core::marker::PhantomData;
+use core::pin::Pin;
+
 use tracing::Instrument;
 
 use crate::deadline::retry::Step;
@@ -103,8 +107,8 @@ pub struct Recovered {
 /// there before the column was) count as expired.
 ///
 /// Listing, and each row (takeover, effect and follow-up), keep
-/// [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE); [`recover_within`]
-/// takes another. A row cut off by it is an [`Error::Timeout`] in
+/// [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE); `.within(d)` on the
+/// [`Recover`] it returns sets another. A row cut off by it is an [`Error::Timeout`] in
 /// [`Recovered::errors`] and stays in flight for a later pass. Every such
 /// timeout names the statement it cut off (`take_over`, `renew`, or the
 /// row's follow-up: `done` while the effect runs); the listing's, named
@@ -148,32 +152,124 @@ pub struct Recovered {
 /// assert_eq!((pass.claimed, pass.done), (1, 1));
 /// # Ok(()) }
 /// ```
-pub async fn recover<S, K, E, F>(
+pub fn recover<'a, S, K, E, F>(
     executor: E,
     state: S,
     limit: u32,
     effect: F,
-) -> Result<Recovered, Error>
+) -> Recover<'a, S, K, E, F>
 where
     S: FollowUpValues<E::Database> + KeyType<K>,
-    E: Runner<Commit = Committed>,
+    E: Runner<Commit = Committed> + 'a,
     K: RowKey<E::Database, S::KeyShape> + DecodeKey<E::Database, S::KeyShape>,
     F: EffectFn<S, K>,
 {
-    recover_within(
+    Recover {
         executor,
         state,
         limit,
-        crate::deadline::retry::DEFAULT_DEADLINE,
         effect,
-    )
-    .await
+        deadline: crate::deadline::retry::DEFAULT_DEADLINE,
+        key: PhantomData,
+    }
 }
 
-/// [`recover`], with `deadline` for the listing and for each row
-/// (takeover, effect and follow-up) instead of
-/// [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE).
-pub async fn recover_within<S, K, E, F>(
+/// A recovery pass about to run: what [`recover`] returns. Await it for
+/// its report; it keeps [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE) for
+/// the listing and for each row (takeover, effect and follow-up) unless
+/// [`Recover::within`] sets another first, as every call's `.within(d)`
+/// does. It runs as one boxed future, so the effect and the future it
+/// returns are `Send`, as a task's are.
+///
+/// ```no_run
+/// # use stateguard::{Effect, StateMachine, Verdict};
+/// # #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+/// # #[state_machine(table = "transfers", column = "status", key = "id")]
+/// # enum TransferStatus {
+/// #     #[state(initial)]
+/// #     #[transition(start -> Sending)]
+/// #     Pending,
+/// #     #[state(in_flight(lease = "30s", since = "sending_since", done = confirm, failed = fail))]
+/// #     #[transition(confirm -> Sent)]
+/// #     #[transition(fail -> Failed)]
+/// #     Sending,
+/// #     Sent,
+/// #     Failed,
+/// # }
+/// # async fn pass(pool: sqlx::PgPool) -> Result<(), stateguard::Error> {
+/// use std::time::Duration;
+///
+/// let pass = stateguard::recover(&pool, TransferStatus::Sending, 100, |effect: Effect<_, i64>| async move {
+///     let _key = effect.effect_key();
+///     Verdict::done()
+/// })
+/// .within(Duration::from_secs(5))
+/// .await?;
+/// # let _ = pass;
+/// # Ok(()) }
+/// ```
+#[must_use = "a recovery pass runs only when awaited"]
+pub struct Recover<'a, S, K, E, F> {
+    executor: E,
+    state: S,
+    limit: u32,
+    effect: F,
+    deadline: core::time::Duration,
+    key: PhantomData<KeyFor<'a, K>>,
+}
+
+impl<S, K, E, F> Recover<'_, S, K, E, F> {
+    /// The same pass, keeping `deadline` for the listing and for each row
+    /// instead of [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE).
+    pub fn within(self, deadline: core::time::Duration) -> Self {
+        Recover { deadline, ..self }
+    }
+
+    /// The deadline the pass keeps.
+    pub fn deadline(&self) -> core::time::Duration {
+        self.deadline
+    }
+}
+
+impl<S: core::fmt::Debug, K, E, F> core::fmt::Debug for Recover<'_, S, K, E, F> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Recover")
+            .field("state", &self.state)
+            .field("limit", &self.limit)
+            .field("deadline", &self.deadline)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a, S, K, E, F> IntoFuture for Recover<'a, S, K, E, F>
+where
+    S: FollowUpValues<E::Database> + KeyType<K>,
+    E: Runner<Commit = Committed> + 'a,
+    K: RowKey<E::Database, S::KeyShape> + DecodeKey<E::Database, S::KeyShape> + 'a,
+    F: EffectFn<S, K, Future: Send> + Send + Sync + 'a,
+{
+    type Output = Result<Recovered, Error>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Result<Recovered, Error>> + Send + 'a>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        let Recover {
+            executor,
+            state,
+            limit,
+            effect,
+            deadline,
+            key: _,
+        } = self;
+        Box::pin(recover_pass(executor, state, limit, deadline, effect))
+    }
+}
+
+/// A [`Recover`]'s key type and the lifetime of what it borrows, which
+/// its future keeps.
+type KeyFor<'a, K> = (fn() -> K, &'a ());
+
+/// The pass of [`recover`], within `deadline`.
+async fn recover_pass<S, K, E, F>(
     executor: E,
     state: S,
     limit: u32,
