@@ -108,8 +108,8 @@ where
 }
 
 /// The failover happens while the effect runs: the follow-up meets a stale
-/// connection, lands on a fresh one, and the row is finished; recovery
-/// finds nothing to run again.
+/// connection, lands on a fresh one, and the row is finished; recovery,
+/// through a pool gone stale again, finds nothing to run again.
 async fn a_follow_up_after_a_failover_lands<DB: TestBackend>(db: Db<DB>)
 where
     i64: KeyColumn<DB>,
@@ -140,6 +140,9 @@ where
         }
     );
     db.backdate_leases().await;
+    // Recovery meets a pool whose every connection is stale: its listing
+    // (PostgreSQL's takeover) wrote nothing there, and lands on a fresh one.
+    demote(&pool).await;
     let report = stateguard::recover(
         &pool,
         TransferStatus::Sending,

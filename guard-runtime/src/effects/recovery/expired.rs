@@ -2,6 +2,7 @@
 
 use crate::StateMachine;
 use crate::deadline::call::{Call, Sent, bounded};
+use crate::deadline::retry::MAX_ATTEMPTS;
 use crate::dialect::sealed::Driver;
 use crate::dialect::{Backend, Column, Statement};
 use crate::effects::follow_up::in_flight_def;
@@ -151,8 +152,22 @@ where
         return Ok(None);
     }
     let db_error = |source| recovery_error(state, source);
-    let args = limit_arguments::<E::Database>(take_over, limit).map_err(db_error)?;
-    let rows = match executor.rows(take_over, args).await {
+    let mut attempt = 1;
+    let rows = loop {
+        let args = limit_arguments::<E::Database>(take_over, limit).map_err(db_error)?;
+        match executor.rows(take_over, args).await {
+            // A read-only server (a standby, a primary demoted by a
+            // failover) wrote nothing, and on a pool its connection is
+            // closed: a fresh one may reach the new primary.
+            Err(error)
+                if E::POOLED && crate::error::read_only(&error) && attempt < MAX_ATTEMPTS =>
+            {
+                attempt += 1;
+            }
+            done => break done,
+        }
+    };
+    let rows = match rows {
         Ok(rows) => rows,
         // A serialization failure or busy database: a later pass sees the
         // rows again, as a row-by-row claim would.
