@@ -1,5 +1,5 @@
 //! What a backend runs on one of its connections: the statements every
-//! executor reaches through it (`executor/impls.rs`), and what they
+//! executor reaches through it (`executor/impls/`), and what they
 //! return.
 
 use super::BoxFuture;

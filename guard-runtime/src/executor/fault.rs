@@ -12,7 +12,7 @@
 //!
 //! **Architecture Invariant:** every statement the library sends on a
 //! connection, a transaction's `BEGIN` and `COMMIT` included, goes
-//! through `statement`: `executor/impls.rs` (the statements of
+//! through `statement`: `executor/impls/` (the statements of
 //! `OnConnection` and of a move with its inserts), `executor/tx/` (begin
 //! and commit), and `executor/task.rs` carries the plan into the task it
 //! spawns.

@@ -10,7 +10,7 @@
 //! (a bare connection inside a transaction is refused,
 //! [`refuse_open_transaction`]), and its wins are `Uncommitted` until the
 //! commit. A `BEGIN` is never abandoned half-way ([`task`]), and a pool
-//! connection that met a read-only server is not kept (`impls.rs`).
+//! connection that met a read-only server is not kept (`impls/pool.rs`).
 
 pub mod fault;
 mod impls;
