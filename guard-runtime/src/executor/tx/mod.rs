@@ -14,16 +14,18 @@
 //! `outcome_known` is false only for a `COMMIT` cut off in flight.
 
 mod begin;
+mod health;
+mod savepoint;
 mod staged;
 
 use core::ops::{Deref, DerefMut};
 use core::sync::atomic::{AtomicU64, Ordering};
 use core::time::Duration;
 
-use sqlx::Connection;
-
 pub use self::begin::Begin;
 pub(crate) use self::begin::begin_in_task;
+pub(crate) use self::health::Health;
+pub use self::savepoint::Savepoint;
 pub use self::staged::Staged;
 use self::staged::sealed;
 use crate::StateMachine;
@@ -47,67 +49,6 @@ fn timed_out(statement: &'static str, deadline: Duration, outcome_known: bool) -
         transition: statement,
         deadline,
         outcome_known,
-    }
-}
-
-/// What the library has seen of a transaction's health.
-#[derive(Debug, Default)]
-pub(crate) struct Health {
-    /// A statement of this transaction failed in a way that the database
-    /// answers by rolling the whole transaction back (a MySQL deadlock).
-    rolled_back: bool,
-    /// The last statement on the connection was the library's own, and it
-    /// succeeded: the transaction was open and not aborted then, and
-    /// nothing has run since. Cleared when the caller takes the connection
-    /// (`&mut *tx`), which is how its own statements run, and around
-    /// savepoints.
-    verified: bool,
-    /// The transaction runs on a connection of a pool that
-    /// `pooler::check` found multiplexed
-    /// ([`Run::multiplexed`](crate::executor::sealed::Run::multiplexed)).
-    pub(crate) multiplexed: bool,
-}
-
-impl Health {
-    /// Records a failed statement. After a serialization failure, deadlock
-    /// or busy database the library answers [`Error::RetryTransaction`],
-    /// and MySQL has already rolled the whole transaction back: either way
-    /// the transaction must not commit.
-    pub(crate) fn failed<DB: Backend>(&mut self, error: &sqlx::Error) {
-        self.verified = false;
-        if DB::is_retryable(error) {
-            self.rolled_back = true;
-        }
-    }
-
-    /// Records a statement of the library's that succeeded.
-    pub(crate) fn succeeded(&mut self) {
-        self.verified = true;
-    }
-
-    /// A statement was cut off and may still complete on the server: what
-    /// the transaction holds is unknown, so it must not commit.
-    pub(crate) fn abandon(&mut self) {
-        self.rolled_back = true;
-    }
-
-    /// Whether the transaction can no longer commit.
-    pub(crate) fn rolled_back(&self) -> bool {
-        self.rolled_back
-    }
-
-    /// Refuses a statement of the library's in a transaction that can no
-    /// longer commit, before anything is sent: the database or sqlx may
-    /// have rolled it back already (a MySQL deadlock, a `SAVEPOINT` cut
-    /// off on PostgreSQL), and the statement would run outside it and
-    /// commit on its own.
-    pub(crate) fn refuse(&self) -> Result<(), sqlx::Error> {
-        match self.rolled_back {
-            true => Err(sqlx::Error::InvalidArgument(
-                crate::error::REFUSED.to_owned(),
-            )),
-            false => Ok(()),
-        }
     }
 }
 
@@ -376,110 +317,6 @@ impl<S: StateMachine, K> Won<S, K, Uncommitted> {
     }
 }
 
-/// A savepoint inside a [`Tx`] (or inside another savepoint).
-///
-/// Wins inside it are its own: [`Savepoint::release`] hands them to the
-/// enclosing transaction, and [`Savepoint::rollback`] (or dropping it)
-/// rolls its work back and leaves them unable to commit.
-///
-/// Its calls keep the deadline of the transaction or savepoint it was
-/// opened in, unless [`Savepoint::within`] says otherwise. A call cut off
-/// by it ends in [`Error::Timeout`] with `outcome_known: true`, and leaves
-/// the whole transaction unable to commit ([`Tx::commit`] answers
-/// [`Error::RolledBack`]): nothing of it commits.
-pub struct Savepoint<'t, DB: Backend> {
-    inner: sqlx::Transaction<'t, DB>,
-    health: &'t mut Health,
-    scope: u64,
-    parent: u64,
-    deadline: Duration,
-}
-
-impl<'t, DB: Backend> Savepoint<'t, DB> {
-    async fn open(
-        conn: &'t mut DB::Connection,
-        health: &'t mut Health,
-        parent: u64,
-        deadline: Duration,
-    ) -> Result<Self, Error> {
-        // Nothing to open in a transaction that can no longer commit: the
-        // `SAVEPOINT` would run outside it.
-        if health.rolled_back {
-            return Err(Error::RolledBack { source: None });
-        }
-        health.verified = false;
-        let begin = crate::executor::fault::statement("SAVEPOINT", conn.begin());
-        let inner = match tokio::time::timeout(deadline, begin).await {
-            Ok(begun) => begun.map_err(|source| Error::Begin { source })?,
-            Err(_) => {
-                // The `SAVEPOINT` may run yet, and what sqlx rolls back
-                // for it may be more than the savepoint.
-                health.abandon();
-                return Err(timed_out("SAVEPOINT", deadline, true));
-            }
-        };
-        Ok(Savepoint {
-            inner,
-            health,
-            scope: next_scope(),
-            parent,
-            deadline,
-        })
-    }
-
-    /// The same savepoint, whose later calls ([`Savepoint::release`],
-    /// [`Savepoint::savepoint`], [`Savepoint::rollback`]) keep `deadline`
-    /// instead of the enclosing transaction's.
-    pub fn within(mut self, deadline: Duration) -> Self {
-        self.deadline = deadline;
-        self
-    }
-
-    /// The deadline the savepoint's own calls keep.
-    pub fn deadline(&self) -> Duration {
-        self.deadline
-    }
-
-    /// Opens a savepoint inside this one, keeping this one's deadline; cut
-    /// off, as [`Tx::savepoint`].
-    pub async fn savepoint(&mut self) -> Result<Savepoint<'_, DB>, Error> {
-        let deadline = self.deadline;
-        Savepoint::open(&mut *self.inner, &mut *self.health, self.scope, deadline).await
-    }
-
-    /// Releases the savepoint and hands its wins to the enclosing
-    /// transaction or savepoint `parent`: they commit with it.
-    ///
-    /// Each win must have been won in this savepoint (or released into it);
-    /// otherwise nothing is released and the error is
-    /// [`Error::ForeignWin`].
-    ///
-    /// The `RELEASE SAVEPOINT` keeps the savepoint's deadline. Cut off, it
-    /// ends in [`Error::Timeout`] with `outcome_known: true`, the wins are
-    /// gone, and the transaction can no longer commit ([`Tx::commit`]
-    /// answers [`Error::RolledBack`]).
-    pub async fn release<T: Staged + sealed::Convert>(self, staged: T) -> Result<T, Error> {
-        if !staged.all_in(self.scope) {
-            return Err(Error::ForeignWin);
-        }
-        self.health.verified = false;
-        let deadline = self.deadline;
-        let release = crate::executor::fault::statement("RELEASE SAVEPOINT", self.inner.commit());
-        match tokio::time::timeout(deadline, release).await {
-            Ok(released) => released.map_err(|source| Error::Commit { source })?,
-            Err(_) => {
-                self.health.abandon();
-                return Err(timed_out("RELEASE SAVEPOINT", deadline, true));
-            }
-        }
-        Ok(staged.rescope(self.parent))
-    }
-
-    pub(crate) fn parts(&mut self) -> (&mut DB::Connection, &mut Health) {
-        (&mut self.inner, &mut *self.health)
-    }
-}
-
 fn depth<DB: Backend>(conn: &DB::Connection) -> usize {
     <DB::TransactionManager as sqlx_core::transaction::TransactionManager>::get_transaction_depth(
         conn,
@@ -558,16 +395,6 @@ impl<DB: Backend> core::fmt::Debug for Tx<'_, DB> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Tx")
             .field("scope", &self.scope)
-            .field("deadline", &self.deadline)
-            .finish()
-    }
-}
-
-impl<DB: Backend> core::fmt::Debug for Savepoint<'_, DB> {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("Savepoint")
-            .field("scope", &self.scope)
-            .field("parent", &self.parent)
             .field("deadline", &self.deadline)
             .finish()
     }
