@@ -2,7 +2,7 @@
 //! loser why.
 //!
 //! The body runs on a core that knows neither the machine nor the types
-//! of the key and the values (`cas.rs`, [`CasPlan::run`]): it takes the
+//! of the key and the values (`cas/`, [`CasPlan::run`]): it takes the
 //! statements and names of one transition ([`CasPlan`]), the call's values
 //! already erased for binding ([`CallParts`]), and returns what happened with
 //! the status as the database wrote it ([`Raw`]).
