@@ -1,24 +1,27 @@
 use super::*;
 use crate::plan::Field;
 
-fn rendered(builders: &[fn(Dialect, &Place) -> String], place: &Place) -> Vec<[Rendered; 3]> {
+type Statements = Vec<[Rendered; 3]>;
+
+fn rendered(
+    builders: &[fn(Dialect, &Place) -> String],
+    place: &Place,
+) -> Result<Statements, String> {
     builders
         .iter()
         .map(|build| {
-            DIALECTS.map(|d| match plan::render(d, &build(d, place)) {
-                Ok(rendered) => rendered,
-                Err(message) => panic!("{message}"),
-            })
+            let [pg, lite, my] = DIALECTS.map(|d| plan::render(d, &build(d, place)));
+            Ok([pg?, lite?, my?])
         })
         .collect()
 }
 
-fn every(place: &Place) -> Vec<[Rendered; 3]> {
-    let mut all = rendered(&idempotency::STATEMENTS, place);
-    all.extend(rendered(&inbox::STATEMENTS, place));
-    all.extend(rendered(&outbox::STATEMENTS, place));
-    all.extend(rendered(&catalog::STATEMENTS, place));
-    all
+fn every(place: &Place) -> Result<Statements, String> {
+    let mut all = rendered(&idempotency::STATEMENTS, place)?;
+    all.extend(rendered(&inbox::STATEMENTS, place)?);
+    all.extend(rendered(&outbox::STATEMENTS, place)?);
+    all.extend(rendered(&catalog::STATEMENTS, place)?);
+    Ok(all)
 }
 
 const PLAIN: Place = Place { schema: None };
@@ -32,8 +35,8 @@ fn payments() -> Place {
 /// Every PostgreSQL statement binds its tag last and returns it first;
 /// the other dialects have none.
 #[test]
-fn postgres_statements_are_tagged_and_bind_their_tag_last() {
-    for [pg, lite, my] in every(&PLAIN) {
+fn postgres_statements_are_tagged_and_bind_their_tag_last() -> Result<(), String> {
+    for [pg, lite, my] in every(&PLAIN)? {
         let tag = pg.tag.as_deref().unwrap_or_default();
         assert_eq!(pg.plan.last(), Some(&Slot::Tag), "{}", pg.text);
         let column = plan::tag_column(tag, &format!("${}", pg.plan.len()));
@@ -46,13 +49,14 @@ fn postgres_statements_are_tagged_and_bind_their_tag_last() {
         assert!(!lite.plan.contains(&Slot::Tag) && !my.plan.contains(&Slot::Tag));
         assert_eq!((lite.tag, my.tag), (None, None));
     }
+    Ok(())
 }
 
 /// MySQL's plan follows its text, where a value comes before the key
 /// it updates: no hand-written order.
 #[test]
-fn mysql_binds_in_text_order() {
-    let statements = rendered(&idempotency::STATEMENTS, &PLAIN);
+fn mysql_binds_in_text_order() -> Result<(), String> {
+    let statements = rendered(&idempotency::STATEMENTS, &PLAIN)?;
     let [_, _, take_over] = &statements[2];
     assert_eq!(
         take_over.plan,
@@ -71,13 +75,14 @@ fn mysql_binds_in_text_order() {
         ]
         .map(Slot::Field)
     );
+    Ok(())
 }
 
 /// A schema's statement is the plain one with the quoted schema before
 /// each table name, under a tag of its own.
 #[test]
-fn a_schema_names_every_table_and_gets_its_own_tags() {
-    let (plain, schema) = (every(&PLAIN), every(&payments()));
+fn a_schema_names_every_table_and_gets_its_own_tags() -> Result<(), String> {
+    let (plain, schema) = (every(&PLAIN)?, every(&payments())?);
     for (plain, schema) in plain.iter().zip(&schema) {
         for (i, quoted) in ["\"payments\".", "\"payments\".", "`payments`."]
             .iter()
@@ -97,6 +102,7 @@ fn a_schema_names_every_table_and_gets_its_own_tags() {
             assert_eq!(schema.plan, plain.plan);
         }
     }
+    Ok(())
 }
 
 #[test]

@@ -55,6 +55,21 @@ pub trait Batched: Backend + sealed::Sealed {
         E: BatchRunner<Database = Self> + 'a,
         Sh: KeyShape,
         K: BatchKey<Self, Sh> + 'a;
+
+    /// Moves the rows a claim holds, inside its transaction: the winning
+    /// statements of `apply_many`, once for all of them.
+    #[doc(hidden)]
+    fn move_held<'a, E, Sh, K>(
+        executor: &'a mut E,
+        transition: Batch<'a>,
+        keys: &'a [&'a K],
+        values: &'a (dyn Parts<Self> + Sync),
+        note: &'a Note,
+    ) -> Applied<'a, K>
+    where
+        E: Runner<Database = Self> + 'a,
+        Sh: KeyShape,
+        K: BatchKey<Self, Sh> + 'a;
 }
 
 /// What claims, sweeps and [`apply_many`](Transition::apply_many) run on:

@@ -29,7 +29,10 @@ use crate::transition::row::Read;
 /// keys, and the one that claims rows (with the `BEGIN` of its
 /// transaction, where it runs one).
 macro_rules! batched {
-    ($feature:literal, $db:ty, apply: $apply:path, claim: $claim:path $(, begin: $begin:literal)?) => {
+    (
+        $feature:literal, $db:ty, apply: $apply:path, claim: $claim:path,
+        move_held: $move_held:path $(, begin: $begin:literal)?
+    ) => {
         #[cfg(feature = $feature)]
         impl sealed::Sealed for $db {}
 
@@ -65,20 +68,45 @@ macro_rules! batched {
             {
                 Box::pin($claim(executor, $($begin,)? transition, params, claim, limit, note))
             }
+
+            fn move_held<'a, E, Sh, K>(
+                executor: &'a mut E,
+                transition: Batch<'a>,
+                keys: &'a [&'a K],
+                params: &'a (dyn Parts<Self> + Sync),
+                note: &'a Note,
+            ) -> Applied<'a, K>
+            where
+                E: Runner<Database = Self> + 'a,
+                Sh: KeyShape,
+                K: BatchKey<Self, Sh> + 'a,
+            {
+                Box::pin($move_held(executor, transition, keys, params, note))
+            }
         }
     };
 }
 
-batched!("postgres", sqlx::Postgres, apply: run::returning, claim: postgres);
+// The rows a claim holds move as `apply_many`'s do, once for all of them:
+// PostgreSQL and SQLite in one `UPDATE … RETURNING` (with its history rows
+// and messages; SQLite behind the write lock the claim took first), MySQL
+// by the locked rows' read, the history rows, one `UPDATE` and the
+// leases' read, for the rows `SKIP LOCKED` handed to this claim.
+batched!(
+    "postgres", sqlx::Postgres,
+    apply: run::returning, claim: postgres, move_held: run::update_returning
+);
 // SQLite takes the write lock first: the candidates read are then the
 // rows the transaction moves.
 batched!(
     "sqlite", sqlx::Sqlite,
-    apply: run::returning, claim: in_transaction, begin: "BEGIN IMMEDIATE"
+    apply: run::returning, claim: in_transaction, move_held: run::update_returning,
+    begin: "BEGIN IMMEDIATE"
 );
 batched!(
     "mysql", sqlx::MySql,
-    apply: run::in_transaction, claim: in_transaction, begin: "BEGIN"
+    apply: run::in_transaction, claim: in_transaction, move_held: run::lock_and_update,
+    begin: "BEGIN"
 );
 
 #[cfg(feature = "postgres")]
@@ -169,7 +197,7 @@ async fn in_transaction<DB, E, Sh, K>(
     note: &Note,
 ) -> Result<Vec<Took<K>>, Error>
 where
-    DB: MoveHeld,
+    DB: Batched,
     E: BatchRunner<Database = DB>,
     Sh: KeyShape,
     K: BatchKey<DB, Sh>,
@@ -198,63 +226,6 @@ where
     }
 }
 
-/// How a claim moves the candidates it holds, inside its transaction: the
-/// winning statements of `apply_many`, once for all of them.
-trait MoveHeld: Backend {
-    fn move_held<'a, E, Sh, K>(
-        executor: &'a mut E,
-        transition: Batch<'a>,
-        keys: &'a [&'a K],
-        params: &'a (dyn Parts<Self> + Sync),
-        note: &'a Note,
-    ) -> Applied<'a, K>
-    where
-        E: Runner<Database = Self> + 'a,
-        Sh: KeyShape,
-        K: BatchKey<Self, Sh> + 'a;
-}
-
-/// The `MoveHeld` impl of one backend: the batch statement runner that
-/// moves the held rows.
-macro_rules! move_held {
-    ($(#[$doc:meta])* $feature:literal, $db:ty, $run:path) => {
-        $(#[$doc])*
-        #[cfg(feature = $feature)]
-        impl MoveHeld for $db {
-            fn move_held<'a, E, Sh, K>(
-                executor: &'a mut E,
-                transition: Batch<'a>,
-                keys: &'a [&'a K],
-                params: &'a (dyn Parts<Self> + Sync),
-                note: &'a Note,
-            ) -> Applied<'a, K>
-            where
-                E: Runner<Database = Self> + 'a,
-                Sh: KeyShape,
-                K: BatchKey<Self, Sh> + 'a,
-            {
-                Box::pin($run(executor, transition, keys, params, note))
-            }
-        }
-    };
-}
-
-move_held!(
-    /// PostgreSQL: one `UPDATE … RETURNING` (with its history rows and
-    /// messages), of the rows the claim locked (`FOR UPDATE SKIP LOCKED`).
-    "postgres", sqlx::Postgres, run::update_returning
-);
-move_held!(
-    /// SQLite: one `UPDATE … RETURNING` (after the history rows, where
-    /// there are any), behind the write lock the claim took first.
-    "sqlite", sqlx::Sqlite, run::update_returning
-);
-move_held!(
-    /// MySQL: the locked rows' read, the history rows, one `UPDATE` and
-    /// the leases' read, for the rows `SKIP LOCKED` handed to this claim.
-    "mysql", sqlx::MySql, run::lock_and_update
-);
-
 /// One attempt of a claim in a transaction of its own.
 async fn claim_once<DB, Sh, K>(
     pool: &sqlx::Pool<DB>,
@@ -266,7 +237,7 @@ async fn claim_once<DB, Sh, K>(
     note: &Note,
 ) -> Result<Vec<Took<K>>, Error>
 where
-    DB: MoveHeld,
+    DB: Batched,
     Sh: KeyShape,
     K: BatchKey<DB, Sh>,
 {
@@ -290,7 +261,7 @@ async fn claim_in<DB, E, Sh, K>(
     note: &Note,
 ) -> Result<Vec<Took<K>>, Error>
 where
-    DB: MoveHeld,
+    DB: Batched,
     E: Runner<Database = DB>,
     Sh: KeyShape,
     K: BatchKey<DB, Sh>,
