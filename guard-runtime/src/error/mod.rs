@@ -2,7 +2,7 @@
 //! about it ([`Error::kind`]).
 //!
 //! **Architecture Invariant:** every variant is placed in exactly one
-//! [`ErrorKind`], and a test in `kind/tests.rs` holds the placement of
+//! [`ErrorKind`], and a test in `kind/tests/` holds the placement of
 //! each; a new variant is sorted there before it is returned anywhere.
 //!
 //! **Architecture Invariant:** what a database's error means (a lost
