@@ -6,6 +6,7 @@
 use core::time::Duration;
 
 use crate::StateMachine;
+use crate::deadline::call::Sent;
 use crate::dialect::{Backend, BoxFuture, Column, Sql, Statement};
 use crate::error::Error;
 use crate::executor::Runner;
@@ -152,6 +153,9 @@ pub struct Batch<'a> {
     leased: bool,
     classify: &'a (dyn Fn(&str) -> Result<Class, Error> + Sync),
     effect: &'a Prefix,
+    /// Whether a statement that may write has gone out: a call cut off
+    /// before it (waiting for a connection or a `BEGIN`) changed nothing.
+    sent: &'a Sent,
 }
 
 impl<S: StateMachine> Transition<S> {
@@ -168,6 +172,7 @@ impl<S: StateMachine> Transition<S> {
         self,
         classify: &'a (dyn Fn(&str) -> Result<Class, Error> + Sync),
         effect: &'a Prefix,
+        sent: &'a Sent,
     ) -> Batch<'a> {
         Batch {
             names: self.names(),
@@ -178,6 +183,7 @@ impl<S: StateMachine> Transition<S> {
             leased: self.def.since_column().is_some(),
             classify,
             effect,
+            sent,
         }
     }
 }
@@ -187,6 +193,11 @@ impl<S: StateMachine> Transition<S> {
     allow(dead_code)
 )]
 impl Batch<'_> {
+    /// From now on a statement that may write is in flight.
+    pub(crate) fn sending(&self) {
+        self.sent.write();
+    }
+
     /// The transition's name.
     pub(crate) fn name(&self) -> &'static str {
         self.names.transition

@@ -13,6 +13,7 @@ use tracing::Instrument;
 
 use crate::StateMachine;
 use crate::batch::batched::{Batch, BatchRunner, Batched, Found};
+use crate::deadline::call::Sent;
 use crate::deadline::retry::{MAX_ATTEMPTS, backoff};
 use crate::error::Error;
 use crate::executor::seam::Seam;
@@ -204,7 +205,8 @@ impl<S: StateMachine> Transition<S> {
         };
         let mut outcomes: Vec<Outcome<S, K, E::Commit>> = Vec::with_capacity(distinct.len());
         let (classify, effect) = (self.classifier(), self.effect_prefix());
-        let batch = self.batch(&classify, &effect);
+        let sent = Sent::default();
+        let batch = self.batch(&classify, &effect, &sent);
         // What earlier chunks moved: a later failure must not hide it.
         let mut seam = Seam::new(S::MACHINE.table(), self.name());
         for part in distinct.chunks(APPLY_MANY_CHUNK) {

@@ -97,7 +97,8 @@ impl Sent {
         self.0.store(true, Ordering::Relaxed);
     }
 
-    fn any(&self) -> bool {
+    /// Whether a write may have gone out.
+    pub(crate) fn any(&self) -> bool {
         self.0.load(Ordering::Relaxed)
     }
 }

@@ -158,6 +158,7 @@ where
         let (sql, args) = claim
             .prepared::<DB>(params, limit, note)
             .map_err(|e| transition.db_error(e))?;
+        transition.sending();
         let rows = match executor.rows(sql, args).await {
             Ok(rows) => rows,
             Err(error) => {
@@ -266,6 +267,8 @@ where
     Sh: KeyShape,
     K: BatchKey<DB, Sh>,
 {
+    // In the claim's transaction (after its `BEGIN`) or the caller's.
+    transition.sending();
     // The candidates.
     let (select, args) = claim
         .prepared::<DB>(params, limit, note)

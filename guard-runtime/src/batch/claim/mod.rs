@@ -22,6 +22,7 @@ use tracing::Instrument;
 
 use crate::StateMachine;
 use crate::batch::batched::{BatchRunner, Batched, Claim};
+use crate::deadline::call::Sent;
 use crate::error::Error;
 use crate::machine::key::BatchKey;
 use crate::machine::key::KeyType;
@@ -272,9 +273,13 @@ impl<S: StateMachine> Transition<S> {
         let sent = LeasedAt(Some(std::time::Instant::now()));
         let span = telemetry::span!("stateguard.claim", S, E::Database, "UPDATE", self.name());
         let (classify, effect) = (self.classifier(), self.effect_prefix());
+        // Cut off before a statement that may write went out (waiting for
+        // a connection or behind SQLite's `BEGIN IMMEDIATE`), the claim
+        // changed nothing.
+        let sending = Sent::default();
         let claim = <E::Database as Batched>::claim_rows::<E, S::KeyShape, K>(
             &mut executor,
-            self.batch(&classify, &effect),
+            self.batch(&classify, &effect, &sending),
             params,
             claim,
             limit,
@@ -314,7 +319,7 @@ impl<S: StateMachine> Transition<S> {
                     table: S::MACHINE.table(),
                     transition: self.name(),
                     deadline: self.deadline(),
-                    outcome_known: false,
+                    outcome_known: !sending.any(),
                 }
             }),
         }
