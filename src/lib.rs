@@ -385,6 +385,8 @@ pub use stateguard_runtime::{Stores, idempotency, inbox, stores};
 // And at the way out: messages, and the publishers that hand them to a
 // broker.
 pub use stateguard_runtime::outbox;
+// The loops that run it all: claims, effects, recovery.
+pub use stateguard_runtime::worker;
 
 pub mod guide;
 

@@ -52,6 +52,7 @@ const ON: &[(&str, &str, &[&str])] = &[
     ("stores", "transition", &["ddl"]),
     ("outbox", "transition", &["stores", "ddl"]),
     ("verify", "transition", &["ddl"]),
+    ("worker", "effects", &[]),
 ];
 
 #[test]

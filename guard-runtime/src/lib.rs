@@ -29,6 +29,7 @@ mod stores;
 pub mod telemetry;
 mod transition;
 mod verify;
+pub mod worker;
 
 // Public modules that live in their concept's folder, at their short paths.
 pub use crate::machine::key;

@@ -12,6 +12,8 @@
 //!   for the commit.
 //! - [Claims, sweeps and batches](batches): `claim`, `claim_older_than`,
 //!   `claim_timed_out` and `apply_many`.
+//! - [Running workers](workers): the `Worker` that claims, runs effects
+//!   and recovers on its own, and its shutdown.
 //! - [History and notes](history): the history table, `history`, and
 //!   notes on every way of moving a row.
 //! - [Idempotency keys and the inbox](front_doors): `begin_tx`,
@@ -45,6 +47,9 @@ pub mod transactions {}
 
 #[doc = include_str!("batches.md")]
 pub mod batches {}
+
+#[doc = include_str!("workers.md")]
+pub mod workers {}
 
 #[doc = include_str!("history.md")]
 pub mod history {}

@@ -58,3 +58,4 @@ mod transactions;
 mod transitions;
 mod tx_deadline;
 mod verify;
+mod worker;

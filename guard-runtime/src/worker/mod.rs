@@ -1,0 +1,321 @@
+//! A worker that runs itself: the loops a deployment needs for the
+//! machines it is given, on one pool, until a shutdown signal.
+//!
+//! For each machine given with [`Worker::effects`], one loop claims up to
+//! a batch of rows with the claiming transition (`pending → sending`),
+//! runs their effects with [`finish_many`], and, when a claim comes back
+//! empty, runs [`recover_many`] for the in-flight state: rows whose lease
+//! ran out (a worker that died) and rows whose retry is due. With nothing
+//! to do either way, it waits, longer each time it finds nothing
+//! ([`Poll`]), and starts again at once when it finds work.
+//!
+//! Any number of workers, in any number of processes, may run on the same
+//! tables at once: claims skip the rows another holds, and every row's
+//! effect runs under its lease and its effect key, as `finish_many` runs
+//! it.
+//!
+//! **Architecture Invariant:** the worker owns loops, not guarantees:
+//! every row it moves goes through the calls a caller would make
+//! ([`Transition::claim`], [`finish_many`], [`recover_many`]), so that
+//! what those promise holds for it unchanged.
+
+use core::future::Future;
+use core::marker::PhantomData;
+use core::time::Duration;
+
+use futures_util::future::join_all;
+use sqlx::Pool;
+use tokio::sync::watch;
+
+use crate::batch::batched::Batched;
+use crate::dialect::BoxFuture;
+use crate::effects::effect_fn::EffectFn;
+use crate::effects::finish_many::finish_many;
+use crate::effects::follow_up::in_flight_def;
+use crate::effects::recovery::recover_many;
+use crate::effects::verdict::FollowUpValues;
+use crate::error::Error;
+use crate::machine::key::{BatchKey, KeyType};
+use crate::transition::Transition;
+
+mod report;
+
+pub use self::report::{LoopReport, WorkerReport};
+
+/// How long an idle loop waits before it looks for work again: `min`
+/// after a look that found work or after the first idle one, doubling with
+/// each look that finds nothing, up to `max`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Poll {
+    min: Duration,
+    max: Duration,
+}
+
+impl Poll {
+    /// Waits from `min` up to `max` (at least `min`).
+    pub fn new(min: Duration, max: Duration) -> Self {
+        Poll {
+            min,
+            max: max.max(min),
+        }
+    }
+}
+
+impl Default for Poll {
+    /// From 50 ms up to 1 s.
+    fn default() -> Self {
+        Poll::new(Duration::from_millis(50), Duration::from_secs(1))
+    }
+}
+
+/// The loops of one deployment on one pool: build it with
+/// [`Worker::effects`] for each machine, then [`Worker::run`] it until a
+/// shutdown signal.
+///
+/// ```no_run
+/// # use stateguard::{Effect, StateMachine, Verdict};
+/// # #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+/// # #[state_machine(table = "payouts", column = "status", key = "id", key_type = "i64")]
+/// # enum Payout {
+/// #     #[state(initial)]
+/// #     #[transition(start -> Sending)]
+/// #     Pending,
+/// #     #[state(in_flight(lease = "30s", since = "sending_since", done = confirm, failed = fail))]
+/// #     #[transition(confirm -> Sent)]
+/// #     #[transition(fail -> Failed)]
+/// #     Sending,
+/// #     Sent,
+/// #     Failed,
+/// # }
+/// # async fn serve(pool: sqlx::PgPool) -> Result<(), stateguard::Error> {
+/// use std::time::Duration;
+/// use stateguard::worker::Worker;
+///
+/// // Any future: `tokio::signal::ctrl_c()` in a service, a channel here.
+/// let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
+/// let report = Worker::new(pool)
+///     .effects(Payout::start(), 250, 32, |effect: Effect<Payout, i64>| async move {
+///         // Call the bank with `effect.effect_key()` as its idempotency key.
+///         let _key = effect.effect_key();
+///         Verdict::done()
+///     })
+///     .drain_within(Duration::from_secs(30))
+///     .run(async {
+///         let _ = stopped.await;
+///     })
+///     .await?;
+/// println!("{report:?}");
+/// # Ok(()) }
+/// ```
+#[must_use = "a worker does nothing until it runs"]
+pub struct Worker<DB: Batched> {
+    pool: Pool<DB>,
+    loops: Vec<Box<dyn Loop<DB>>>,
+    drain: Duration,
+    poll: Poll,
+}
+
+impl<DB: Batched> core::fmt::Debug for Worker<DB> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Worker")
+            .field("loops", &self.loops.len())
+            .field("drain", &self.drain)
+            .field("poll", &self.poll)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<DB: Batched> Worker<DB> {
+    /// A worker with no loops yet on `pool`, which drains for 30 s after
+    /// its shutdown signal and polls as [`Poll::default`] says.
+    pub fn new(pool: Pool<DB>) -> Self {
+        Worker {
+            pool,
+            loops: Vec::new(),
+            drain: Duration::from_secs(30),
+            poll: Poll::default(),
+        }
+    }
+
+    /// A loop for one machine: it claims up to `batch` rows at a time with
+    /// `claim`, a transition into an in-flight state, and runs `effect` for
+    /// them at most `concurrency` at a time ([`finish_many`]); when a claim
+    /// comes back empty, it recovers the in-flight state's rows whose lease
+    /// ran out or whose retry is due ([`recover_many`]), with the same
+    /// effect. A `claim` into a state that is not in flight is
+    /// [`Error::NotInFlight`] from [`Worker::run`], before any loop starts.
+    pub fn effects<S, K, F>(
+        mut self,
+        claim: Transition<S>,
+        batch: u32,
+        concurrency: usize,
+        effect: F,
+    ) -> Self
+    where
+        S: FollowUpValues<DB> + KeyType<K>,
+        K: BatchKey<DB, S::KeyShape> + Send + Sync + 'static,
+        F: EffectFn<S, K, Future: Send> + Send + Sync + 'static,
+    {
+        self.loops.push(Box::new(EffectsLoop {
+            claim,
+            batch,
+            concurrency,
+            effect,
+            key: PhantomData,
+        }));
+        self
+    }
+
+    /// After the shutdown signal, how long running effects may take to
+    /// finish and write their follow-ups; at the deadline the worker stops
+    /// waiting, and what still runs is left to its lease.
+    pub fn drain_within(self, drain: Duration) -> Self {
+        Worker { drain, ..self }
+    }
+
+    /// How idle loops poll for work.
+    pub fn poll(self, poll: Poll) -> Self {
+        Worker { poll, ..self }
+    }
+
+    /// Runs every loop until `shutdown` completes, then drains:
+    ///
+    /// - each loop stops claiming and recovering at once;
+    /// - effects already running finish, and their follow-ups are written,
+    ///   within [`Worker::drain_within`];
+    /// - effects still running at that deadline are left to their lease:
+    ///   recovery runs them again, under the same effect key, once it runs
+    ///   out.
+    ///
+    /// A loop's errors (a lost connection, a timeout) are counted in its
+    /// report and the loop goes on after its poll wait; a misuse found
+    /// before the start ([`Error::NotInFlight`]) is returned at once.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<WorkerReport, Error> {
+        for lp in &self.loops {
+            lp.check()?;
+        }
+        let (stop, stopped) = watch::channel(false);
+        let Worker {
+            pool,
+            loops,
+            drain,
+            poll,
+        } = self;
+        let running = join_all(
+            loops
+                .into_iter()
+                .map(|lp| lp.run(pool.clone(), stopped.clone(), poll)),
+        );
+        tokio::pin!(running);
+        tokio::pin!(shutdown);
+        let loops = tokio::select! {
+            loops = &mut running => loops,
+            () = &mut shutdown => {
+                // Nobody may be listening any more: that is fine.
+                let _ = stop.send(true);
+                match tokio::time::timeout(drain, &mut running).await {
+                    Ok(loops) => loops,
+                    Err(_) => {
+                        return Ok(WorkerReport {
+                            loops: Vec::new(),
+                            drained: false,
+                        });
+                    }
+                }
+            }
+        };
+        Ok(WorkerReport {
+            loops,
+            drained: true,
+        })
+    }
+}
+
+/// One loop of a worker, its machine's types erased.
+trait Loop<DB: Batched>: Send {
+    /// Whether the loop can run at all.
+    fn check(&self) -> Result<(), Error>;
+
+    /// Runs until `stopped` turns true.
+    fn run(
+        self: Box<Self>,
+        pool: Pool<DB>,
+        stopped: watch::Receiver<bool>,
+        poll: Poll,
+    ) -> BoxFuture<'static, LoopReport>;
+}
+
+/// [`Worker::effects`]' loop.
+struct EffectsLoop<S: 'static, K, F> {
+    claim: Transition<S>,
+    batch: u32,
+    concurrency: usize,
+    effect: F,
+    key: PhantomData<fn() -> K>,
+}
+
+impl<DB, S, K, F> Loop<DB> for EffectsLoop<S, K, F>
+where
+    DB: Batched,
+    S: FollowUpValues<DB> + KeyType<K>,
+    K: BatchKey<DB, S::KeyShape> + Send + Sync + 'static,
+    F: EffectFn<S, K, Future: Send> + Send + Sync + 'static,
+{
+    fn check(&self) -> Result<(), Error> {
+        in_flight_def(self.claim.target()).map(|_| ())
+    }
+
+    fn run(
+        self: Box<Self>,
+        pool: Pool<DB>,
+        mut stopped: watch::Receiver<bool>,
+        poll: Poll,
+    ) -> BoxFuture<'static, LoopReport> {
+        Box::pin(async move {
+            let EffectsLoop {
+                claim,
+                batch,
+                concurrency,
+                effect,
+                key: _,
+            } = *self;
+            let in_flight = claim.target();
+            let mut report = LoopReport::new(S::MACHINE.name(), claim.name());
+            let mut wait = poll.min;
+            while !*stopped.borrow() {
+                let mut found = false;
+                match claim.claim::<_, K>(&pool, batch).await {
+                    Ok(wins) if !wins.is_empty() => {
+                        found = true;
+                        report.claimed += wins.len();
+                        let rows = finish_many(&pool, wins, concurrency, &effect).await;
+                        report.finished(rows);
+                    }
+                    Ok(_) => {}
+                    Err(error) => report.error(error),
+                }
+                // Nothing claimed, and not stopping: rows left by a dead
+                // worker, or waiting for their retry.
+                if !found && !*stopped.borrow() {
+                    match recover_many(&pool, in_flight, batch, concurrency, &effect).await {
+                        Ok(pass) => {
+                            found = pass.claimed > 0;
+                            report.recovered(pass);
+                        }
+                        Err(error) => report.error(error),
+                    }
+                }
+                if found {
+                    wait = poll.min;
+                    continue;
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(wait) => {}
+                    _ = stopped.changed() => {}
+                }
+                wait = (wait * 2).min(poll.max);
+            }
+            report
+        })
+    }
+}

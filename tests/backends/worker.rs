@@ -1,0 +1,340 @@
+//! `Worker`: the claim, effect and recovery loops run by the library, many
+//! workers at once, and their shutdown.
+
+use crate::common;
+use crate::common::KeyColumn;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{Bind, Db, TestBackend};
+use stateguard::bounds::{Batched, ManyKeys};
+use stateguard::ddl::Dialect;
+use stateguard::key::shape::One;
+use stateguard::worker::{Poll, Worker, WorkerReport};
+use stateguard::{Effect, Error, StateMachine, Verdict};
+
+/// The common `transfers` table's machine with a lease no loaded machine
+/// outlives by accident: a test that wants a lease gone backdates it.
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(
+    table = "transfers",
+    column = "status",
+    key = "id",
+    version = "version"
+)]
+enum TransferStatus {
+    #[state(initial)]
+    #[transition(start -> Sending)]
+    #[transition(cancel -> Cancelled)]
+    Pending,
+    #[state(in_flight(lease = "30s", since = "sending_since", done = confirm, failed = fail))]
+    #[transition(confirm -> Sent, set(sent_at = "CURRENT_TIMESTAMP"))]
+    #[transition(fail -> Failed)]
+    Sending,
+    Sent,
+    Failed,
+    Cancelled,
+}
+
+/// Each effect key's runs.
+#[derive(Default)]
+struct Calls(Mutex<HashMap<String, u32>>);
+
+impl Calls {
+    fn record(&self, effect: &Effect<TransferStatus, i64>) {
+        *self
+            .0
+            .lock()
+            .unwrap()
+            .entry(effect.effect_key().to_owned())
+            .or_default() += 1;
+    }
+
+    fn counts(&self) -> HashMap<String, u32> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+/// How many transfers are in `status`.
+async fn count<DB: TestBackend>(db: &Db<DB>, status: &str) -> i64 {
+    let sql = match DB::DIALECT {
+        Dialect::Postgres => "SELECT COUNT(*)::BIGINT FROM transfers WHERE status = $1",
+        Dialect::Sqlite => "SELECT COUNT(*) FROM transfers WHERE status = ?1",
+        _ => "SELECT CAST(COUNT(*) AS SIGNED) FROM transfers WHERE status = ?",
+    };
+    let mut conn = db.pool.acquire().await.expect("a connection");
+    let (n,): (i64,) = DB::fetch_one(&mut conn, sql, &[Bind::Text(status)])
+        .await
+        .expect("count transfers");
+    n
+}
+
+/// Resolves once `n` transfers are `sent`; fails the test after two
+/// minutes without, rather than waiting for ever.
+async fn all_sent<DB: TestBackend>(db: &Db<DB>, n: i64) {
+    let sent = async {
+        while count(db, "sent").await < n {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    if tokio::time::timeout(Duration::from_secs(120), sent)
+        .await
+        .is_err()
+    {
+        panic!(
+            "{} of {n} transfers sent after two minutes",
+            count(db, "sent").await
+        );
+    }
+}
+
+/// `signal`, or a failed test after two minutes without it.
+async fn bounded(signal: impl std::future::Future<Output = ()>) {
+    if tokio::time::timeout(Duration::from_secs(120), signal)
+        .await
+        .is_err()
+    {
+        panic!("no effect started within two minutes");
+    }
+}
+
+/// A poll quick enough for a test: from 5 ms up to 50 ms.
+fn quick() -> Poll {
+    Poll::new(Duration::from_millis(5), Duration::from_millis(50))
+}
+
+backend_tests! {
+    "worker_drain" => workers_finish_every_row_once (flavor = "multi_thread", worker_threads = 4),
+    "worker_recover" => a_dead_workers_rows_are_recovered,
+    "worker_shutdown" => shutdown_stops_claiming_and_finishes_what_runs,
+    "worker_cut_off" => effects_past_the_drain_are_left_to_their_lease,
+    "worker_refused" => a_claim_out_of_flight_is_refused_before_any_loop,
+}
+
+/// Three workers on one table: every row is claimed by one of them, its
+/// effect runs once, and every worker drains when told to.
+async fn workers_finish_every_row_once<DB: TestBackend + Batched>(db: Db<DB>)
+where
+    i64: KeyColumn<DB> + ManyKeys<DB, One>,
+{
+    const ROWS: i64 = 600;
+    db.transfers(ROWS).await;
+    let calls = Arc::new(Calls::default());
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut workers = Vec::new();
+    for _ in 0..3 {
+        let (pool, calls, mut stopped) = (db.pool.clone(), calls.clone(), stopped.clone());
+        workers.push(tokio::spawn(async move {
+            Worker::new(pool)
+                .effects(
+                    TransferStatus::start(),
+                    50,
+                    8,
+                    move |effect: Effect<TransferStatus, i64>| {
+                        calls.record(&effect);
+                        async move {
+                            tokio::task::yield_now().await;
+                            Verdict::done()
+                        }
+                    },
+                )
+                .poll(quick())
+                .run(async move {
+                    let _ = stopped.wait_for(|stop| *stop).await;
+                })
+                .await
+        }));
+    }
+    all_sent(&db, ROWS).await;
+    stop.send(true).unwrap();
+    let mut claimed = 0;
+    for worker in workers {
+        let report: WorkerReport = worker.await.unwrap().unwrap();
+        assert!(report.drained);
+        let [lp] = &report.loops[..] else {
+            panic!("one loop: {report:?}");
+        };
+        assert_eq!(lp.errors, 0, "{lp:?}");
+        claimed += lp.claimed + lp.recovered;
+    }
+    assert_eq!(claimed, ROWS as usize, "each row claimed once");
+    let counts = calls.counts();
+    assert_eq!(counts.len(), ROWS as usize, "one effect key per row");
+    assert!(counts.values().all(|&n| n == 1), "an effect ran twice");
+    assert_eq!(count(&db, "sending").await, 0);
+}
+
+/// Rows a dead worker left in flight: once their lease runs out, a worker
+/// with nothing to claim takes them over and runs their effect again,
+/// under the effect key the first attempt had.
+async fn a_dead_workers_rows_are_recovered<DB: TestBackend + Batched>(db: Db<DB>)
+where
+    i64: KeyColumn<DB> + ManyKeys<DB, One>,
+{
+    db.transfers(3).await;
+    let mut keys = Vec::new();
+    for id in 1..=3_i64 {
+        let won = TransferStatus::start().apply(&db.pool, id).await.unwrap();
+        let won = won.won().expect("pending");
+        keys.push(won.effect_key().to_owned());
+        drop(won); // the worker dies before its effect
+    }
+    db.backdate_leases().await;
+    let calls = Arc::new(Calls::default());
+    let recorded = calls.clone();
+    let report = Worker::new(db.pool.clone())
+        .effects(
+            TransferStatus::start(),
+            10,
+            4,
+            move |effect: Effect<TransferStatus, i64>| {
+                recorded.record(&effect);
+                async { Verdict::done() }
+            },
+        )
+        .poll(quick())
+        .run(all_sent(&db, 3))
+        .await
+        .unwrap();
+    let [lp] = &report.loops[..] else {
+        panic!("one loop: {report:?}");
+    };
+    assert_eq!((lp.claimed, lp.recovered, lp.done), (0, 3, 3), "{lp:?}");
+    let mut ran: Vec<String> = calls.counts().into_keys().collect();
+    ran.sort();
+    keys.sort();
+    assert_eq!(
+        ran, keys,
+        "recovery runs the effect under the first attempt's key"
+    );
+}
+
+/// The shutdown signal arrives while effects run: the worker claims no
+/// more rows, lets the running effects finish and their follow-ups land,
+/// and leaves nothing in flight.
+async fn shutdown_stops_claiming_and_finishes_what_runs<DB: TestBackend + Batched>(db: Db<DB>)
+where
+    i64: KeyColumn<DB> + ManyKeys<DB, One>,
+{
+    const ROWS: i64 = 40;
+    db.transfers(ROWS).await;
+    let calls = Arc::new(Calls::default());
+    let started = Arc::new(tokio::sync::Notify::new());
+    let (recorded, first) = (calls.clone(), started.clone());
+    let report = Worker::new(db.pool.clone())
+        .effects(
+            TransferStatus::start(),
+            10,
+            10,
+            move |effect: Effect<TransferStatus, i64>| {
+                recorded.record(&effect);
+                first.notify_one();
+                async {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    Verdict::done()
+                }
+            },
+        )
+        .poll(quick())
+        .drain_within(Duration::from_secs(10))
+        .run(async move { bounded(started.notified()).await })
+        .await
+        .unwrap();
+    assert!(report.drained);
+    let [lp] = &report.loops[..] else {
+        panic!("one loop: {report:?}");
+    };
+    assert_eq!(
+        lp.claimed, 10,
+        "one batch, then no claim after the signal: {lp:?}"
+    );
+    assert_eq!(lp.done, 10, "{lp:?}");
+    assert_eq!(count(&db, "sent").await, 10);
+    assert_eq!(count(&db, "sending").await, 0, "nothing left in flight");
+    assert_eq!(count(&db, "pending").await, ROWS - 10);
+    assert!(calls.counts().values().all(|&n| n == 1));
+}
+
+/// Effects still running when the drain runs out are left to their lease:
+/// the worker returns, its rows stay in flight, and another worker
+/// recovers them once the lease has run out (backdated here), under the
+/// same effect keys.
+async fn effects_past_the_drain_are_left_to_their_lease<DB: TestBackend + Batched>(db: Db<DB>)
+where
+    i64: KeyColumn<DB> + ManyKeys<DB, One>,
+{
+    db.transfers(2).await;
+    let calls = Arc::new(Calls::default());
+    let started = Arc::new(tokio::sync::Notify::new());
+    let (recorded, first) = (calls.clone(), started.clone());
+    let report = Worker::new(db.pool.clone())
+        .effects(
+            TransferStatus::start(),
+            10,
+            10,
+            move |effect: Effect<TransferStatus, i64>| {
+                recorded.record(&effect);
+                first.notify_one();
+                async {
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                    Verdict::done()
+                }
+            },
+        )
+        .poll(quick())
+        .drain_within(Duration::from_millis(100))
+        .run(async move { bounded(started.notified()).await })
+        .await
+        .unwrap();
+    assert!(!report.drained, "{report:?}");
+    assert_eq!(
+        count(&db, "sending").await,
+        2,
+        "left in flight, to the lease"
+    );
+    db.backdate_leases().await;
+    let first_keys: Vec<String> = calls.counts().into_keys().collect();
+    let recorded = calls.clone();
+    Worker::new(db.pool.clone())
+        .effects(
+            TransferStatus::start(),
+            10,
+            10,
+            move |effect: Effect<TransferStatus, i64>| {
+                recorded.record(&effect);
+                async { Verdict::done() }
+            },
+        )
+        .poll(quick())
+        .run(all_sent(&db, 2))
+        .await
+        .unwrap();
+    let counts = calls.counts();
+    assert_eq!(counts.len(), 2, "the same two effect keys: {counts:?}");
+    for key in first_keys {
+        assert_eq!(counts[&key], 2, "cut off once, recovered once: {key}");
+    }
+}
+
+/// A claim into a state that is not in flight has no effect to run: the
+/// worker says so before any loop starts, and moves no row.
+async fn a_claim_out_of_flight_is_refused_before_any_loop<DB: TestBackend + Batched>(db: Db<DB>)
+where
+    i64: KeyColumn<DB> + ManyKeys<DB, One>,
+{
+    db.transfers(1).await;
+    let error = Worker::new(db.pool.clone())
+        .effects(
+            TransferStatus::cancel(),
+            10,
+            1,
+            |_: Effect<TransferStatus, i64>| async { Verdict::done() },
+        )
+        .run(std::future::pending())
+        .await
+        .unwrap_err();
+    assert!(matches!(error, Error::NotInFlight { .. }), "{error:?}");
+    assert_eq!(count(&db, "pending").await, 1);
+}
