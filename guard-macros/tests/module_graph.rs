@@ -52,7 +52,7 @@ const ON: &[(&str, &str, &[&str])] = &[
     ("stores", "transition", &["ddl"]),
     ("outbox", "transition", &["stores", "ddl"]),
     ("verify", "transition", &["ddl"]),
-    ("worker", "effects", &[]),
+    ("worker", "effects", &["stores", "outbox"]),
 ];
 
 #[test]

@@ -12,8 +12,9 @@ use common::{Bind, Db, TestBackend};
 use stateguard::bounds::{Batched, ManyKeys};
 use stateguard::ddl::Dialect;
 use stateguard::key::shape::One;
-use stateguard::worker::{Poll, Worker, WorkerReport};
-use stateguard::{Effect, Error, StateMachine, Verdict};
+use stateguard::outbox::{self, Message, Published, Publisher, Relay};
+use stateguard::worker::{Poll, Prune, Worker, WorkerReport};
+use stateguard::{Effect, Error, StateMachine, Tx, Verdict};
 
 /// The common `transfers` table's machine with a lease no loaded machine
 /// outlives by accident: a test that wants a lease gone backdates it.
@@ -96,7 +97,7 @@ async fn bounded(signal: impl std::future::Future<Output = ()>) {
         .await
         .is_err()
     {
-        panic!("no effect started within two minutes");
+        panic!("the signal did not come within two minutes");
     }
 }
 
@@ -111,6 +112,7 @@ backend_tests! {
     "worker_shutdown" => shutdown_stops_claiming_and_finishes_what_runs,
     "worker_cut_off" => effects_past_the_drain_are_left_to_their_lease,
     "worker_refused" => a_claim_out_of_flight_is_refused_before_any_loop,
+    "worker_relay" => the_relay_and_prune_loops_empty_the_outbox,
 }
 
 /// Three workers on one table: every row is claimed by one of them, its
@@ -337,4 +339,79 @@ where
         .unwrap_err();
     assert!(matches!(error, Error::NotInFlight { .. }), "{error:?}");
     assert_eq!(count(&db, "pending").await, 1);
+}
+
+/// A publisher that accepts every message and records its id.
+struct Record(Arc<Mutex<Vec<String>>>);
+
+impl Publisher for Record {
+    type Error = std::convert::Infallible;
+
+    async fn publish(&self, message: Message<'_>) -> Result<Published, Self::Error> {
+        self.0.lock().unwrap().push(message.id.to_owned());
+        Ok(Published::new(false))
+    }
+}
+
+/// How many messages the outbox table holds.
+async fn outbox_rows<DB: TestBackend>(db: &Db<DB>) -> i64 {
+    let sql = match DB::DIALECT {
+        Dialect::Postgres => "SELECT COUNT(*)::BIGINT FROM stateguard_outbox",
+        Dialect::Sqlite => "SELECT COUNT(*) FROM stateguard_outbox",
+        _ => "SELECT CAST(COUNT(*) AS SIGNED) FROM stateguard_outbox",
+    };
+    let mut conn = db.pool.acquire().await.expect("a connection");
+    let (n,): (i64,) = DB::fetch_one(&mut conn, sql, &[])
+        .await
+        .expect("count messages");
+    n
+}
+
+/// A worker's relay publishes every waiting message once, and its prune
+/// loop removes them once published: the outbox ends empty.
+async fn the_relay_and_prune_loops_empty_the_outbox<DB: TestBackend + Batched>(db: Db<DB>)
+where
+    i64: KeyColumn<DB> + ManyKeys<DB, One>,
+{
+    const MESSAGES: usize = 30;
+    {
+        let mut conn = db.pool.acquire().await.unwrap();
+        for statement in outbox::ddl(DB::DIALECT) {
+            DB::execute(&mut conn, statement, &[]).await.unwrap();
+        }
+    }
+    let mut tx = Tx::begin(&db.pool).await.unwrap();
+    for i in 0..MESSAGES {
+        let id = format!("payout:{i}:sent:1");
+        let message = Message {
+            id: &id,
+            topic: "payout.sent",
+            payload: b"{}",
+        };
+        outbox::enqueue(&mut tx, &format!("{}", i % 4), message)
+            .await
+            .unwrap();
+    }
+    tx.commit(()).await.unwrap();
+    let published = Arc::new(Mutex::new(Vec::new()));
+    let report = Worker::new(db.pool.clone())
+        .relay(Relay::new(Record(published.clone())).batch(7))
+        .prune(Prune::every(Duration::from_millis(10)).outbox(Duration::ZERO))
+        .poll(quick())
+        .run(bounded(async {
+            while outbox_rows(&db).await > 0 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }))
+        .await
+        .unwrap();
+    let [relay, prune] = &report.loops[..] else {
+        panic!("two loops: {report:?}");
+    };
+    assert_eq!((relay.done, relay.errors), (MESSAGES, 0), "{relay:?}");
+    assert_eq!((prune.done, prune.errors), (MESSAGES, 0), "{prune:?}");
+    let mut ids = published.lock().unwrap().clone();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), MESSAGES, "each message published once");
 }

@@ -193,6 +193,11 @@ impl<P: Publisher> Relay<P> {
         self
     }
 
+    /// The outbox table, as errors and reports name it.
+    pub(crate) fn table(&self) -> &'static str {
+        self.outbox.sql.table
+    }
+
     /// Takes up to a batch of due messages, publishes them, and marks
     /// them.
     ///

@@ -36,11 +36,15 @@ use crate::effects::recovery::recover_many;
 use crate::effects::verdict::FollowUpValues;
 use crate::error::Error;
 use crate::machine::key::{BatchKey, KeyType};
+use crate::outbox::{Publisher, Relay};
 use crate::transition::Transition;
 
 mod report;
+mod stores;
 
 pub use self::report::{LoopReport, WorkerReport};
+pub use self::stores::Prune;
+use self::stores::{PruneLoop, RelayLoop};
 
 /// How long an idle loop waits before it looks for work again: `min`
 /// after a look that found work or after the first idle one, doubling with
@@ -163,6 +167,22 @@ impl<DB: Batched> Worker<DB> {
             effect,
             key: PhantomData,
         }));
+        self
+    }
+
+    /// A loop that relays the outbox through `relay`: a pass
+    /// ([`Relay::pass`]) right after one that took messages, and after the
+    /// poll wait after one that took none. Any number of relays may run
+    /// on the same outbox.
+    pub fn relay<P: Publisher + 'static>(mut self, relay: Relay<P>) -> Self {
+        self.loops.push(Box::new(RelayLoop { relay }));
+        self
+    }
+
+    /// A loop that prunes the stores' tables as `prune` says, a round
+    /// every [`Prune::every`].
+    pub fn prune(mut self, prune: Prune) -> Self {
+        self.loops.push(Box::new(PruneLoop { prune }));
         self
     }
 
@@ -305,17 +325,28 @@ where
                         Err(error) => report.error(error),
                     }
                 }
-                if found {
-                    wait = poll.min;
-                    continue;
-                }
-                tokio::select! {
-                    () = tokio::time::sleep(wait) => {}
-                    _ = stopped.changed() => {}
-                }
-                wait = (wait * 2).min(poll.max);
+                wait = idle(found, wait, poll, &mut stopped).await;
             }
             report
         })
     }
+}
+
+/// After a look for work: at once, and the next wait the least, if it
+/// found some; otherwise after `wait` (or the stop), and the next wait
+/// twice as long, up to the most.
+async fn idle(
+    found: bool,
+    wait: Duration,
+    poll: Poll,
+    stopped: &mut watch::Receiver<bool>,
+) -> Duration {
+    if found {
+        return poll.min;
+    }
+    tokio::select! {
+        () = tokio::time::sleep(wait) => {}
+        _ = stopped.changed() => {}
+    }
+    (wait * 2).min(poll.max)
 }
