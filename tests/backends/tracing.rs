@@ -92,6 +92,57 @@ static RECORD_KEYS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 backend_tests! {
     "tracing_spans" => one_span_per_call_with_its_outcome,
+    "tracing_worker" => a_worker_loop_holds_the_spans_of_its_calls,
+}
+
+/// A worker's loop runs in a `stateguard.worker` span naming its machine
+/// and claiming transition, and its claims open their spans inside it.
+async fn a_worker_loop_holds_the_spans_of_its_calls<DB: TestBackend + Batched>(db: Db<DB>)
+where
+    i64: KeyColumn<DB> + stateguard::bounds::ManyKeys<DB, stateguard::key::shape::One>,
+{
+    let _serial = RECORD_KEYS.lock().await;
+    db.transfers(2).await;
+    let capture = Capture::default();
+    let _default = tracing::subscriber::set_default(capture.clone());
+    tracing::callsite::rebuild_interest_cache();
+    let ran = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(tokio::sync::Notify::new());
+    let (counter, all) = (ran.clone(), done.clone());
+    let report = stateguard::worker::Worker::new(db.pool.clone())
+        .effects(
+            TransferStatus::start(),
+            10,
+            2,
+            move |_: stateguard::Effect<TransferStatus, i64>| {
+                if counter.fetch_add(1, Ordering::SeqCst) + 1 == 2 {
+                    all.notify_one();
+                }
+                async { stateguard::Verdict::done() }
+            },
+        )
+        .run(async move {
+            let waited = tokio::time::timeout(std::time::Duration::from_secs(120), done.notified());
+            waited.await.expect("both effects ran within two minutes");
+        })
+        .await
+        .unwrap();
+    assert!(report.drained);
+    let seen = capture.seen.lock().unwrap();
+    let worker = seen
+        .spans
+        .iter()
+        .position(|(name, fields, _)| {
+            *name == "stateguard.worker"
+                && fields.get("stateguard.machine").map(String::as_str) == Some("TransferStatus")
+                && fields.get("stateguard.transition").map(String::as_str) == Some("start")
+        })
+        .expect("a stateguard.worker span naming the machine and its claim");
+    let inside = seen
+        .spans
+        .iter()
+        .any(|(name, _, parent)| *name == "stateguard.claim" && *parent == Some(worker as u64 + 1));
+    assert!(inside, "the claims' spans open inside the loop's");
 }
 
 async fn one_span_per_call_with_its_outcome<DB: TestBackend + Batched>(db: Db<DB>)

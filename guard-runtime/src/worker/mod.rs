@@ -26,6 +26,7 @@ use core::time::Duration;
 use futures_util::future::join_all;
 use sqlx::Pool;
 use tokio::sync::watch;
+use tracing::Instrument;
 
 use crate::batch::batched::Batched;
 use crate::dialect::BoxFuture;
@@ -291,45 +292,60 @@ where
         mut stopped: watch::Receiver<bool>,
         poll: Poll,
     ) -> BoxFuture<'static, LoopReport> {
-        Box::pin(async move {
-            let EffectsLoop {
-                claim,
-                batch,
-                concurrency,
-                effect,
-                key: _,
-            } = *self;
-            let in_flight = claim.target();
-            let mut report = LoopReport::new(S::MACHINE.name(), claim.name());
-            let mut wait = poll.min;
-            while !*stopped.borrow() {
-                let mut found = false;
-                match claim.claim::<_, K>(&pool, batch).await {
-                    Ok(wins) if !wins.is_empty() => {
-                        found = true;
-                        report.claimed += wins.len();
-                        let rows = finish_many(&pool, wins, concurrency, &effect).await;
-                        report.finished(rows);
-                    }
-                    Ok(_) => {}
-                    Err(error) => report.error(error),
-                }
-                // Nothing claimed, and not stopping: rows left by a dead
-                // worker, or waiting for their retry.
-                if !found && !*stopped.borrow() {
-                    match recover_many(&pool, in_flight, batch, concurrency, &effect).await {
-                        Ok(pass) => {
-                            found = pass.claimed > 0;
-                            report.recovered(pass);
+        let span = loop_span(S::MACHINE.name(), self.claim.name());
+        Box::pin(Instrument::instrument(
+            async move {
+                let EffectsLoop {
+                    claim,
+                    batch,
+                    concurrency,
+                    effect,
+                    key: _,
+                } = *self;
+                let in_flight = claim.target();
+                let mut report = LoopReport::new(S::MACHINE.name(), claim.name());
+                let mut wait = poll.min;
+                while !*stopped.borrow() {
+                    let mut found = false;
+                    match claim.claim::<_, K>(&pool, batch).await {
+                        Ok(wins) if !wins.is_empty() => {
+                            found = true;
+                            report.claimed += wins.len();
+                            let rows = finish_many(&pool, wins, concurrency, &effect).await;
+                            report.finished(rows);
                         }
+                        Ok(_) => {}
                         Err(error) => report.error(error),
                     }
+                    // Nothing claimed, and not stopping: rows left by a dead
+                    // worker, or waiting for their retry.
+                    if !found && !*stopped.borrow() {
+                        match recover_many(&pool, in_flight, batch, concurrency, &effect).await {
+                            Ok(pass) => {
+                                found = pass.claimed > 0;
+                                report.recovered(pass);
+                            }
+                            Err(error) => report.error(error),
+                        }
+                    }
+                    wait = idle(found, wait, poll, &mut stopped).await;
                 }
-                wait = idle(found, wait, poll, &mut stopped).await;
-            }
-            report
-        })
+                report
+            },
+            span,
+        ))
     }
+}
+
+/// The span a loop runs in, from start to stop: the spans of the calls it
+/// makes (`stateguard.claim`, `stateguard.finish_many`,
+/// `stateguard.recover`, `stateguard.relay`) nest in it.
+fn loop_span(machine: &'static str, name: &'static str) -> tracing::Span {
+    tracing::info_span!(
+        "stateguard.worker",
+        stateguard.machine = machine,
+        stateguard.transition = name
+    )
 }
 
 /// After a look for work: at once, and the next wait the least, if it

@@ -8,7 +8,9 @@ use sqlx::Pool;
 use tokio::sync::watch;
 
 use super::report::LoopReport;
-use super::{Loop, Poll, idle};
+use tracing::Instrument;
+
+use super::{Loop, Poll, idle, loop_span};
 use crate::batch::batched::Batched;
 use crate::dialect::BoxFuture;
 use crate::error::Error;
@@ -31,29 +33,33 @@ impl<DB: Batched, P: Publisher + 'static> Loop<DB> for RelayLoop<P> {
         mut stopped: watch::Receiver<bool>,
         poll: Poll,
     ) -> BoxFuture<'static, LoopReport> {
-        Box::pin(async move {
-            let relay = self.relay;
-            let mut report = LoopReport::new(relay.table(), "relay");
-            let mut wait = poll.min;
-            while !*stopped.borrow() {
-                let found = match relay.pass(&pool).await {
-                    Ok(pass) => {
-                        report.claimed += pass.taken();
-                        report.done += pass.published();
-                        report.retry_later += pass.retried();
-                        report.failed += pass.given_up();
-                        report.superseded += pass.lost();
-                        pass.taken() > 0
-                    }
-                    Err(error) => {
-                        report.error(error);
-                        false
-                    }
-                };
-                wait = idle(found, wait, poll, &mut stopped).await;
-            }
-            report
-        })
+        let span = loop_span(self.relay.table(), "relay");
+        Box::pin(Instrument::instrument(
+            async move {
+                let relay = self.relay;
+                let mut report = LoopReport::new(relay.table(), "relay");
+                let mut wait = poll.min;
+                while !*stopped.borrow() {
+                    let found = match relay.pass(&pool).await {
+                        Ok(pass) => {
+                            report.claimed += pass.taken();
+                            report.done += pass.published();
+                            report.retry_later += pass.retried();
+                            report.failed += pass.given_up();
+                            report.superseded += pass.lost();
+                            pass.taken() > 0
+                        }
+                        Err(error) => {
+                            report.error(error);
+                            false
+                        }
+                    };
+                    wait = idle(found, wait, poll, &mut stopped).await;
+                }
+                report
+            },
+            span,
+        ))
     }
 }
 
@@ -197,16 +203,19 @@ impl<DB: Batched> Loop<DB> for PruneLoop {
         mut stopped: watch::Receiver<bool>,
         _: Poll,
     ) -> BoxFuture<'static, LoopReport> {
-        Box::pin(async move {
-            let mut report = LoopReport::new("stores", "prune");
-            while !*stopped.borrow() {
-                self.round(&pool, &mut report).await;
-                tokio::select! {
-                    () = tokio::time::sleep(self.prune.every) => {}
-                    _ = stopped.changed() => {}
+        Box::pin(Instrument::instrument(
+            async move {
+                let mut report = LoopReport::new("stores", "prune");
+                while !*stopped.borrow() {
+                    self.round(&pool, &mut report).await;
+                    tokio::select! {
+                        () = tokio::time::sleep(self.prune.every) => {}
+                        _ = stopped.changed() => {}
+                    }
                 }
-            }
-            report
-        })
+                report
+            },
+            loop_span("stores", "prune"),
+        ))
     }
 }
