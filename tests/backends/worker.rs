@@ -113,6 +113,7 @@ backend_tests! {
     "worker_cut_off" => effects_past_the_drain_are_left_to_their_lease,
     "worker_refused" => a_claim_out_of_flight_is_refused_before_any_loop,
     "worker_relay" => the_relay_and_prune_loops_empty_the_outbox,
+    "worker_health" => health_tells_each_loops_last_success_and_failures,
 }
 
 /// Three workers on one table: every row is claimed by one of them, its
@@ -414,4 +415,62 @@ where
     ids.sort();
     ids.dedup();
     assert_eq!(ids.len(), MESSAGES, "each message published once");
+}
+
+/// The health handle, taken before the run, tells while it runs when each
+/// loop last looked for work without an error, and the failures since: a
+/// relay whose outbox table is missing fails each pass and says why, and
+/// the machine's loop beside it stays healthy.
+async fn health_tells_each_loops_last_success_and_failures<DB: TestBackend + Batched>(db: Db<DB>)
+where
+    i64: KeyColumn<DB> + ManyKeys<DB, One>,
+{
+    db.transfers(1).await;
+    let published = Arc::new(Mutex::new(Vec::new()));
+    let worker = Worker::new(db.pool.clone())
+        .effects(
+            TransferStatus::start(),
+            10,
+            1,
+            |_: Effect<TransferStatus, i64>| async { Verdict::done() },
+        )
+        .relay(Relay::new(Record(published)))
+        .poll(quick());
+    let health = worker.health();
+    let before = health.loops();
+    assert_eq!(before.len(), 2);
+    assert!(before.iter().all(|lp| lp.last_success.is_none()));
+    assert!(!health.is_healthy(Duration::from_secs(60)));
+    let watched = health.clone();
+    let report = worker
+        .run(bounded(async move {
+            loop {
+                let loops = watched.loops();
+                if loops[0].last_success.is_some() && loops[1].failures_in_a_row >= 2 {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }))
+        .await
+        .unwrap();
+    assert!(report.drained);
+    let [effects, relay] = &health.loops()[..] else {
+        panic!("two loops");
+    };
+    assert_eq!(
+        (effects.machine, effects.transition),
+        ("TransferStatus", "start")
+    );
+    assert_eq!(effects.failures_in_a_row, 0, "{effects:?}");
+    assert!(effects.last_success.is_some());
+    assert_eq!(
+        (relay.machine, relay.transition),
+        ("stateguard_outbox", "relay")
+    );
+    assert!(relay.last_success.is_none(), "{relay:?}");
+    assert!(relay.failures_in_a_row >= 2, "{relay:?}");
+    let why = relay.last_error.as_deref().unwrap_or_default();
+    assert!(why.contains("stateguard_outbox"), "{why}");
+    assert!(!health.is_healthy(Duration::from_secs(60)));
 }

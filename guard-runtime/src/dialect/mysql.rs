@@ -48,7 +48,7 @@ impl Driver for MySql {
             // would succeed and commit nothing of what came before.
             // MariaDB says whether a transaction is open; MySQL 8 does not
             // know the variable (1193), and there only the library's own
-            // statements are watched (see `tx::Health`).
+            // statements are watched (see `tx::TxHealth`).
             let open = sqlx::query_scalar::<_, i64>("SELECT CAST(@@in_transaction AS SIGNED)")
                 .fetch_one(conn)
                 .await;

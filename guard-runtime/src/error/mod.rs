@@ -675,7 +675,7 @@ pub(crate) fn mix_up(source: sqlx::Error) -> Result<Error, sqlx::Error> {
 }
 
 /// The error of a statement that a transaction which can no longer commit
-/// did not send (`tx::Health::refuse`), which [`Error::kind`] sorts with
+/// did not send (`tx::TxHealth::refuse`), which [`Error::kind`] sorts with
 /// [`Error::RolledBack`].
 pub(crate) const REFUSED: &str = "not sent: the transaction was rolled back or a statement of it \
                                   was cut off, so it can no longer commit; roll it back and retry \

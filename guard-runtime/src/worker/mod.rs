@@ -40,9 +40,12 @@ use crate::machine::key::{BatchKey, KeyType};
 use crate::outbox::{Publisher, Relay};
 use crate::transition::Transition;
 
+mod health;
 mod report;
 mod stores;
 
+use self::health::Beat;
+pub use self::health::{Health, LoopHealth};
 pub use self::report::{LoopReport, WorkerReport};
 pub use self::stores::Prune;
 use self::stores::{PruneLoop, RelayLoop};
@@ -118,6 +121,7 @@ pub struct Worker<DB: Batched> {
     loops: Vec<Box<dyn Loop<DB>>>,
     drain: Duration,
     poll: Poll,
+    health: Health,
 }
 
 impl<DB: Batched> core::fmt::Debug for Worker<DB> {
@@ -139,7 +143,14 @@ impl<DB: Batched> Worker<DB> {
             loops: Vec::new(),
             drain: Duration::from_secs(30),
             poll: Poll::default(),
+            health: Health::default(),
         }
+    }
+
+    /// The loops' health, readable while the worker runs (see [`Health`]):
+    /// take it before [`Worker::run`], which consumes the worker.
+    pub fn health(&self) -> Health {
+        self.health.clone()
     }
 
     /// A loop for one machine: it claims up to `batch` rows at a time with
@@ -161,11 +172,13 @@ impl<DB: Batched> Worker<DB> {
         K: BatchKey<DB, S::KeyShape> + Send + Sync + 'static,
         F: EffectFn<S, K, Future: Send> + Send + Sync + 'static,
     {
+        let beat = self.health.add(S::MACHINE.name(), claim.name());
         self.loops.push(Box::new(EffectsLoop {
             claim,
             batch,
             concurrency,
             effect,
+            beat,
             key: PhantomData,
         }));
         self
@@ -176,14 +189,16 @@ impl<DB: Batched> Worker<DB> {
     /// poll wait after one that took none. Any number of relays may run
     /// on the same outbox.
     pub fn relay<P: Publisher + 'static>(mut self, relay: Relay<P>) -> Self {
-        self.loops.push(Box::new(RelayLoop { relay }));
+        let beat = self.health.add(relay.table(), "relay");
+        self.loops.push(Box::new(RelayLoop { relay, beat }));
         self
     }
 
     /// A loop that prunes the stores' tables as `prune` says, a round
     /// every [`Prune::every`].
     pub fn prune(mut self, prune: Prune) -> Self {
-        self.loops.push(Box::new(PruneLoop { prune }));
+        let beat = self.health.add("stores", "prune");
+        self.loops.push(Box::new(PruneLoop { prune, beat }));
         self
     }
 
@@ -221,6 +236,7 @@ impl<DB: Batched> Worker<DB> {
             loops,
             drain,
             poll,
+            health: _,
         } = self;
         let running = join_all(
             loops
@@ -272,6 +288,7 @@ struct EffectsLoop<S: 'static, K, F> {
     batch: u32,
     concurrency: usize,
     effect: F,
+    beat: Beat,
     key: PhantomData<fn() -> K>,
 }
 
@@ -300,6 +317,7 @@ where
                     batch,
                     concurrency,
                     effect,
+                    beat,
                     key: _,
                 } = *self;
                 let in_flight = claim.target();
@@ -309,23 +327,31 @@ where
                     let mut found = false;
                     match claim.claim::<_, K>(&pool, batch).await {
                         Ok(wins) if !wins.is_empty() => {
+                            beat.ok();
                             found = true;
                             report.claimed += wins.len();
                             let rows = finish_many(&pool, wins, concurrency, &effect).await;
                             report.finished(rows);
                         }
-                        Ok(_) => {}
-                        Err(error) => report.error(error),
+                        Ok(_) => beat.ok(),
+                        Err(error) => {
+                            beat.failed(&error);
+                            report.error(error);
+                        }
                     }
                     // Nothing claimed, and not stopping: rows left by a dead
                     // worker, or waiting for their retry.
                     if !found && !*stopped.borrow() {
                         match recover_many(&pool, in_flight, batch, concurrency, &effect).await {
                             Ok(pass) => {
+                                beat.ok();
                                 found = pass.claimed > 0;
                                 report.recovered(pass);
                             }
-                            Err(error) => report.error(error),
+                            Err(error) => {
+                                beat.failed(&error);
+                                report.error(error);
+                            }
                         }
                     }
                     wait = idle(found, wait, poll, &mut stopped).await;

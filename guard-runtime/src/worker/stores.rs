@@ -10,6 +10,7 @@ use tokio::sync::watch;
 use super::report::LoopReport;
 use tracing::Instrument;
 
+use super::health::Beat;
 use super::{Loop, Poll, idle, loop_span};
 use crate::batch::batched::Batched;
 use crate::dialect::BoxFuture;
@@ -20,6 +21,7 @@ use crate::stores::Stores;
 /// [`Worker::relay`](super::Worker::relay)'s loop.
 pub(super) struct RelayLoop<P> {
     pub(super) relay: Relay<P>,
+    pub(super) beat: Beat,
 }
 
 impl<DB: Batched, P: Publisher + 'static> Loop<DB> for RelayLoop<P> {
@@ -36,12 +38,13 @@ impl<DB: Batched, P: Publisher + 'static> Loop<DB> for RelayLoop<P> {
         let span = loop_span(self.relay.table(), "relay");
         Box::pin(Instrument::instrument(
             async move {
-                let relay = self.relay;
+                let RelayLoop { relay, beat } = *self;
                 let mut report = LoopReport::new(relay.table(), "relay");
                 let mut wait = poll.min;
                 while !*stopped.borrow() {
                     let found = match relay.pass(&pool).await {
                         Ok(pass) => {
+                            beat.ok();
                             report.claimed += pass.taken();
                             report.done += pass.published();
                             report.retry_later += pass.retried();
@@ -50,6 +53,7 @@ impl<DB: Batched, P: Publisher + 'static> Loop<DB> for RelayLoop<P> {
                             pass.taken() > 0
                         }
                         Err(error) => {
+                            beat.failed(&error);
                             report.error(error);
                             false
                         }
@@ -152,12 +156,14 @@ impl Prune {
 /// [`Worker::prune`](super::Worker::prune)'s loop.
 pub(super) struct PruneLoop {
     pub(super) prune: Prune,
+    pub(super) beat: Beat,
 }
 
 impl PruneLoop {
     /// One round: each table with a window, until a statement removes
     /// fewer than the limit.
     async fn round<DB: Batched>(&self, pool: &Pool<DB>, report: &mut LoopReport) {
+        let mut failed = false;
         let Prune {
             stores,
             idempotency_keys,
@@ -183,11 +189,16 @@ impl PruneLoop {
                         }
                     }
                     Err(error) => {
+                        self.beat.failed(&error);
                         report.error(error);
+                        failed = true;
                         break;
                     }
                 }
             }
+        }
+        if !failed {
+            self.beat.ok();
         }
     }
 }

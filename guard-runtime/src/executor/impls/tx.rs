@@ -119,7 +119,10 @@ impl<DB: Backend> Runner for &mut Savepoint<'_, DB> {
 /// `run` on the connection of a transaction or savepoint, unless it can no
 /// longer commit; its error, if any, recorded in the transaction's health.
 fn guarded<'a, DB: Backend, T: Send + 'a>(
-    (conn, health): (&'a mut DB::Connection, &'a mut crate::executor::tx::Health),
+    (conn, health): (
+        &'a mut DB::Connection,
+        &'a mut crate::executor::tx::TxHealth,
+    ),
     run: impl FnOnce(&'a mut DB::Connection) -> BoxFuture<'a, Result<T, sqlx::Error>> + Send + 'a,
 ) -> BoxFuture<'a, Result<T, sqlx::Error>> {
     Box::pin(async move {
@@ -131,7 +134,7 @@ fn guarded<'a, DB: Backend, T: Send + 'a>(
 
 /// `result`, after recording its error in the transaction's health.
 fn recorded<DB: Backend, T>(
-    health: &mut crate::executor::tx::Health,
+    health: &mut crate::executor::tx::TxHealth,
     result: Result<T, sqlx::Error>,
 ) -> Result<T, sqlx::Error> {
     match &result {

@@ -5,7 +5,7 @@ use crate::dialect::Backend;
 
 /// What the library has seen of a transaction's health.
 #[derive(Debug, Default)]
-pub(crate) struct Health {
+pub(crate) struct TxHealth {
     /// A statement of this transaction failed in a way that the database
     /// answers by rolling the whole transaction back (a MySQL deadlock).
     pub(super) rolled_back: bool,
@@ -21,7 +21,7 @@ pub(crate) struct Health {
     pub(crate) multiplexed: bool,
 }
 
-impl Health {
+impl TxHealth {
     /// Records a failed statement. After a serialization failure, deadlock
     /// or busy database the library answers [`Error::RetryTransaction`],
     /// and MySQL has already rolled the whole transaction back: either way

@@ -24,7 +24,7 @@ use core::time::Duration;
 
 pub use self::begin::Begin;
 pub(crate) use self::begin::begin_in_task;
-pub(crate) use self::health::Health;
+pub(crate) use self::health::TxHealth;
 pub use self::savepoint::Savepoint;
 pub use self::staged::Staged;
 use self::staged::sealed;
@@ -97,7 +97,7 @@ fn timed_out(statement: &'static str, deadline: Duration, outcome_known: bool) -
 pub struct Tx<'c, DB: Backend> {
     inner: sqlx::Transaction<'c, DB>,
     scope: u64,
-    health: Health,
+    health: TxHealth,
     deadline: Duration,
 }
 
@@ -186,7 +186,7 @@ impl<'c, DB: Backend> Tx<'c, DB> {
         Ok(Tx {
             inner,
             scope: next_scope(),
-            health: Health::default(),
+            health: TxHealth::default(),
             deadline: DEFAULT_DEADLINE,
         })
     }
@@ -303,7 +303,7 @@ impl<'c, DB: Backend> Tx<'c, DB> {
         Ok(staged.into_committed())
     }
 
-    pub(crate) fn parts(&mut self) -> (&mut DB::Connection, &mut Health) {
+    pub(crate) fn parts(&mut self) -> (&mut DB::Connection, &mut TxHealth) {
         (&mut self.inner, &mut self.health)
     }
 }
@@ -354,7 +354,7 @@ macro_rules! scoped {
                 self.scope
             }
 
-            pub(crate) fn health(&self) -> &Health {
+            pub(crate) fn health(&self) -> &TxHealth {
                 &self.health
             }
         }

@@ -6,7 +6,7 @@ use core::time::Duration;
 use sqlx::Connection;
 
 use super::staged::sealed;
-use super::{Health, Staged, next_scope, timed_out};
+use super::{Staged, TxHealth, next_scope, timed_out};
 use crate::dialect::Backend;
 use crate::error::Error;
 
@@ -23,7 +23,7 @@ use crate::error::Error;
 /// [`Error::RolledBack`]): nothing of it commits.
 pub struct Savepoint<'t, DB: Backend> {
     pub(super) inner: sqlx::Transaction<'t, DB>,
-    pub(super) health: &'t mut Health,
+    pub(super) health: &'t mut TxHealth,
     pub(super) scope: u64,
     pub(super) parent: u64,
     pub(super) deadline: Duration,
@@ -32,7 +32,7 @@ pub struct Savepoint<'t, DB: Backend> {
 impl<'t, DB: Backend> Savepoint<'t, DB> {
     pub(super) async fn open(
         conn: &'t mut DB::Connection,
-        health: &'t mut Health,
+        health: &'t mut TxHealth,
         parent: u64,
         deadline: Duration,
     ) -> Result<Self, Error> {
@@ -109,7 +109,7 @@ impl<'t, DB: Backend> Savepoint<'t, DB> {
         Ok(staged.rescope(self.parent))
     }
 
-    pub(crate) fn parts(&mut self) -> (&mut DB::Connection, &mut Health) {
+    pub(crate) fn parts(&mut self) -> (&mut DB::Connection, &mut TxHealth) {
         (&mut self.inner, &mut *self.health)
     }
 }
