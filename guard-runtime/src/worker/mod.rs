@@ -226,6 +226,14 @@ impl<DB: Batched> Worker<DB> {
     /// A loop's errors (a lost connection, a timeout) are counted in its
     /// report and the loop goes on after its poll wait; a misuse found
     /// before the start ([`Error::NotInFlight`]) is returned at once.
+    ///
+    /// The loops hand their wins to nobody: every row a claim or a
+    /// recovery moved is run by the loop itself. A statement that fails
+    /// after one that committed (a claim that moved rows, then failed to
+    /// read them back; a follow-up that failed after its effect ran)
+    /// leaves those rows in flight under their lease, counted in the
+    /// report's errors, and a later recovery pass, of this worker or
+    /// another, runs their effects under the same effect keys.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<WorkerReport, Error> {
         for lp in &self.loops {
             lp.check()?;
