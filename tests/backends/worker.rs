@@ -214,6 +214,41 @@ where
     );
 }
 
+/// A worker over `transfers` in batches of 10, whose effects each take
+/// `effect_time`, told to stop as soon as the first one starts, with
+/// `drain` to finish.
+async fn stop_at_the_first_effect<DB: TestBackend + Batched>(
+    db: &Db<DB>,
+    calls: &Arc<Calls>,
+    effect_time: Duration,
+    drain: Duration,
+) -> WorkerReport
+where
+    i64: KeyColumn<DB> + ManyKeys<DB, One>,
+{
+    let started = Arc::new(tokio::sync::Notify::new());
+    let (recorded, first) = (calls.clone(), started.clone());
+    Worker::new(db.pool.clone())
+        .effects(
+            TransferStatus::start(),
+            10,
+            10,
+            move |effect: Effect<TransferStatus, i64>| {
+                recorded.record(&effect);
+                first.notify_one();
+                async move {
+                    tokio::time::sleep(effect_time).await;
+                    Verdict::done()
+                }
+            },
+        )
+        .poll(quick())
+        .drain_within(drain)
+        .run(async move { bounded(started.notified()).await })
+        .await
+        .unwrap()
+}
+
 /// The shutdown signal arrives while effects run: the worker claims no
 /// more rows, lets the running effects finish and their follow-ups land,
 /// and leaves nothing in flight.
@@ -224,27 +259,13 @@ where
     const ROWS: i64 = 40;
     db.transfers(ROWS).await;
     let calls = Arc::new(Calls::default());
-    let started = Arc::new(tokio::sync::Notify::new());
-    let (recorded, first) = (calls.clone(), started.clone());
-    let report = Worker::new(db.pool.clone())
-        .effects(
-            TransferStatus::start(),
-            10,
-            10,
-            move |effect: Effect<TransferStatus, i64>| {
-                recorded.record(&effect);
-                first.notify_one();
-                async {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    Verdict::done()
-                }
-            },
-        )
-        .poll(quick())
-        .drain_within(Duration::from_secs(10))
-        .run(async move { bounded(started.notified()).await })
-        .await
-        .unwrap();
+    let report = stop_at_the_first_effect(
+        &db,
+        &calls,
+        Duration::from_millis(100),
+        Duration::from_secs(10),
+    )
+    .await;
     assert!(report.drained);
     let [lp] = &report.loops[..] else {
         panic!("one loop: {report:?}");
@@ -270,27 +291,13 @@ where
 {
     db.transfers(2).await;
     let calls = Arc::new(Calls::default());
-    let started = Arc::new(tokio::sync::Notify::new());
-    let (recorded, first) = (calls.clone(), started.clone());
-    let report = Worker::new(db.pool.clone())
-        .effects(
-            TransferStatus::start(),
-            10,
-            10,
-            move |effect: Effect<TransferStatus, i64>| {
-                recorded.record(&effect);
-                first.notify_one();
-                async {
-                    tokio::time::sleep(Duration::from_secs(30)).await;
-                    Verdict::done()
-                }
-            },
-        )
-        .poll(quick())
-        .drain_within(Duration::from_millis(100))
-        .run(async move { bounded(started.notified()).await })
-        .await
-        .unwrap();
+    let report = stop_at_the_first_effect(
+        &db,
+        &calls,
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+    )
+    .await;
     assert!(!report.drained, "{report:?}");
     assert_eq!(
         count(&db, "sending").await,
