@@ -186,21 +186,7 @@ where
     }
     db.backdate_leases().await;
     let calls = Arc::new(Calls::default());
-    let recorded = calls.clone();
-    let report = Worker::new(db.pool.clone())
-        .effects(
-            TransferStatus::start(),
-            10,
-            4,
-            move |effect: Effect<TransferStatus, i64>| {
-                recorded.record(&effect);
-                async { Verdict::done() }
-            },
-        )
-        .poll(quick())
-        .run(all_sent(&db, 3))
-        .await
-        .unwrap();
+    let report = until_sent(&db, &calls, 3).await;
     let [lp] = &report.loops[..] else {
         panic!("one loop: {report:?}");
     };
@@ -212,6 +198,33 @@ where
         ran, keys,
         "recovery runs the effect under the first attempt's key"
     );
+}
+
+/// A worker over `transfers` whose effects record their keys in `calls`
+/// and succeed, run until `n` transfers are sent.
+async fn until_sent<DB: TestBackend + Batched>(
+    db: &Db<DB>,
+    calls: &Arc<Calls>,
+    n: i64,
+) -> WorkerReport
+where
+    i64: KeyColumn<DB> + ManyKeys<DB, One>,
+{
+    let recorded = calls.clone();
+    Worker::new(db.pool.clone())
+        .effects(
+            TransferStatus::start(),
+            10,
+            4,
+            move |effect: Effect<TransferStatus, i64>| {
+                recorded.record(&effect);
+                async { Verdict::done() }
+            },
+        )
+        .poll(quick())
+        .run(all_sent(db, n))
+        .await
+        .unwrap()
 }
 
 /// A worker over `transfers` in batches of 10, whose effects each take
@@ -306,21 +319,7 @@ where
     );
     db.backdate_leases().await;
     let first_keys: Vec<String> = calls.counts().into_keys().collect();
-    let recorded = calls.clone();
-    Worker::new(db.pool.clone())
-        .effects(
-            TransferStatus::start(),
-            10,
-            10,
-            move |effect: Effect<TransferStatus, i64>| {
-                recorded.record(&effect);
-                async { Verdict::done() }
-            },
-        )
-        .poll(quick())
-        .run(all_sent(&db, 2))
-        .await
-        .unwrap();
+    until_sent(&db, &calls, 2).await;
     let counts = calls.counts();
     assert_eq!(counts.len(), 2, "the same two effect keys: {counts:?}");
     for key in first_keys {
