@@ -976,6 +976,7 @@ async fn sqlite_batches_are_driven_by_their_keys() {
     let statements = [
         ("apply_many", start.apply_many_sql().update().sqlite(), true),
         ("renew_many", in_flight.renew_many_sql().sqlite(), true),
+        ("release_many", in_flight.release_many_sql().sqlite(), true),
         (
             "done_many",
             in_flight.follow_up_many_sql()[0].sqlite(),

@@ -28,7 +28,7 @@ use stateguard::{
     version = "version",
     history = "retried_history"
 )]
-enum Retried {
+pub(crate) enum Retried {
     #[state(initial)]
     #[transition(start -> Sending)]
     Pending,
@@ -61,7 +61,7 @@ backend_tests! {
 }
 
 /// The `retried` table with `n` pending rows, and its history table.
-async fn setup<DB: TestBackend>(db: &Db<DB>, n: i64) {
+pub(crate) async fn setup<DB: TestBackend>(db: &Db<DB>, n: i64) {
     let create = match DB::DIALECT {
         Dialect::Postgres => {
             "CREATE TABLE retried (

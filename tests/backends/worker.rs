@@ -111,6 +111,8 @@ backend_tests! {
     "worker_recover" => a_dead_workers_rows_are_recovered,
     "worker_shutdown" => shutdown_stops_claiming_and_finishes_what_runs,
     "worker_cut_off" => effects_past_the_drain_are_left_to_their_lease,
+    "worker_release" => unstarted_claims_are_released_to_another_worker_at_once,
+    "worker_release_attempt" => a_released_row_keeps_its_attempt,
     "worker_refused" => a_claim_out_of_flight_is_refused_before_any_loop,
     "worker_relay" => the_relay_and_prune_loops_empty_the_outbox,
     "worker_health" => health_tells_each_loops_last_success_and_failures,
@@ -228,12 +230,12 @@ where
 }
 
 /// A worker over `transfers` in batches of 10, whose effects each take
-/// `effect_time`, told to stop as soon as the first one starts, with
-/// `drain` to finish.
+/// `effect_time`, at most `concurrency` at once, told to stop as soon as
+/// the first one starts, with `drain` to finish.
 async fn stop_at_the_first_effect<DB: TestBackend + Batched>(
     db: &Db<DB>,
     calls: &Arc<Calls>,
-    effect_time: Duration,
+    (effect_time, concurrency): (Duration, usize),
     drain: Duration,
 ) -> WorkerReport
 where
@@ -245,7 +247,7 @@ where
         .effects(
             TransferStatus::start(),
             10,
-            10,
+            concurrency,
             move |effect: Effect<TransferStatus, i64>| {
                 recorded.record(&effect);
                 first.notify_one();
@@ -275,7 +277,7 @@ where
     let report = stop_at_the_first_effect(
         &db,
         &calls,
-        Duration::from_millis(100),
+        (Duration::from_millis(100), 10),
         Duration::from_secs(10),
     )
     .await;
@@ -307,7 +309,7 @@ where
     let report = stop_at_the_first_effect(
         &db,
         &calls,
-        Duration::from_secs(30),
+        (Duration::from_secs(30), 10),
         Duration::from_millis(100),
     )
     .await;
@@ -325,6 +327,105 @@ where
     for key in first_keys {
         assert_eq!(counts[&key], 2, "cut off once, recovered once: {key}");
     }
+}
+
+/// Claims whose effect had not started when the signal came are released:
+/// the worker finishes the two effects that run, and ends the leases of
+/// the other eight of its batch, so that another worker's recovery takes
+/// them at once, with their 30 s leases nowhere near their end, and runs
+/// each once, under the effect key of its claim.
+async fn unstarted_claims_are_released_to_another_worker_at_once<DB: TestBackend + Batched>(
+    db: Db<DB>,
+) where
+    i64: KeyColumn<DB> + ManyKeys<DB, One>,
+{
+    db.transfers(20).await;
+    let calls = Arc::new(Calls::default());
+    let report = stop_at_the_first_effect(
+        &db,
+        &calls,
+        (Duration::from_millis(100), 2),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert!(report.drained);
+    let [lp] = &report.loops[..] else {
+        panic!("one loop: {report:?}");
+    };
+    assert_eq!(
+        (lp.claimed, lp.done, lp.released, lp.errors),
+        (10, 2, 8, 0),
+        "{lp:?}"
+    );
+    assert_eq!(count(&db, "sending").await, 8, "released, still in flight");
+    let recorded = calls.clone();
+    let pass = stateguard::recover_many(
+        &db.pool,
+        TransferStatus::Sending,
+        20,
+        4,
+        move |effect: Effect<TransferStatus, i64>| {
+            recorded.record(&effect);
+            async { Verdict::done() }
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!((pass.claimed, pass.done), (8, 8), "{pass:?}");
+    assert_eq!(count(&db, "sent").await, 10);
+    assert_eq!(count(&db, "pending").await, 10, "no claim after the signal");
+    let counts = calls.counts();
+    assert_eq!(counts.len(), 10, "one effect key per claimed row");
+    assert!(counts.values().all(|&n| n == 1), "{counts:?}");
+}
+
+/// A released row gives back the attempt its claim counted: its effect
+/// never ran, so the takeover that runs it counts it as the first.
+async fn a_released_row_keeps_its_attempt<DB: TestBackend + Batched>(db: Db<DB>)
+where
+    i64: KeyColumn<DB> + ManyKeys<DB, One>,
+{
+    use crate::retry::Retried;
+    crate::retry::setup(&db, 6).await;
+    let started = Arc::new(tokio::sync::Notify::new());
+    let first = started.clone();
+    let report = Worker::new(db.pool.clone())
+        .effects(Retried::start(), 6, 1, move |_: Effect<Retried, i64>| {
+            first.notify_one();
+            async {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                Verdict::done()
+            }
+        })
+        .poll(quick())
+        .run(async move { bounded(started.notified()).await })
+        .await
+        .unwrap();
+    let [lp] = &report.loops[..] else {
+        panic!("one loop: {report:?}");
+    };
+    assert_eq!((lp.claimed, lp.done, lp.released), (6, 1, 5), "{lp:?}");
+    let attempts = Arc::new(Mutex::new(Vec::new()));
+    let seen = attempts.clone();
+    let pass = stateguard::recover_many(
+        &db.pool,
+        Retried::Sending,
+        10,
+        5,
+        move |effect: Effect<Retried, i64>| {
+            seen.lock().unwrap().push(effect.attempt());
+            async { Verdict::done() }
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!((pass.claimed, pass.done), (5, 5), "{pass:?}");
+    let attempts = attempts.lock().unwrap().clone();
+    assert_eq!(
+        attempts,
+        vec![Some(1); 5],
+        "the first attempt, not the second"
+    );
 }
 
 /// A claim into a state that is not in flight has no effect to run: the

@@ -157,6 +157,7 @@ impl Gen<'_> {
             None => (self.option(None), self.option(None)),
         };
         let renew_many = self.sql(|d| d.renew_many(model, state, f));
+        let release_many = self.sql(|d| d.release_many(model, state, f));
         let expired_locked = self.sql(|d| d.expired_locked(model, state, f));
         let take_over_keyed = self.sql(|d| d.take_over_keyed(model, state, f));
         let read_many = self.sql(|d| d.read_many(model, f));
@@ -203,6 +204,7 @@ impl Gen<'_> {
                 done_outbox_insert: #done_outbox_insert,
                 failed_outbox_insert: #failed_outbox_insert,
                 renew_many: #renew_many,
+                release_many: #release_many,
                 expired_locked: #expired_locked,
                 take_over_keyed: #take_over_keyed,
                 read_many: #read_many,

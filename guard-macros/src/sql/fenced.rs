@@ -226,6 +226,30 @@ impl Dialect {
         )
     }
 
+    /// The release of held rows whose effect never started (a worker
+    /// shutting down): each row's lease is ended now, its `since` set a
+    /// second past the lease's length, so that recovery takes it at once;
+    /// where the state counts attempts, the attempt the claim counted is
+    /// given back, so that the takeover counts it again. Returns the
+    /// released rows' keys (PostgreSQL, SQLite).
+    pub fn release_many(&self, model: &Model, state: &State, in_flight: &InFlight) -> String {
+        let d = *self;
+        let mut assignments = format!(
+            "{} = {}",
+            d.quote(&in_flight.since),
+            d.lease_expiry(in_flight.lease_ms.saturating_add(1000))
+        );
+        if let Some(retry) = &in_flight.retry {
+            let attempts = d.quote(&retry.attempts);
+            assignments.push_str(&format!(", {attempts} = {attempts} - 1"));
+        }
+        format!(
+            "{}{}",
+            d.fenced_update(model, state, in_flight, &assignments, batch(&FENCE)),
+            d.fenced_returning(model, None),
+        )
+    }
+
     /// The rows of a batch as they are: key, status, version and lease
     /// token (and the attempts, where the state counts them), which tell a
     /// row still held from one finished, superseded or taken over. PostgreSQL ends the result with a row of its own

@@ -88,6 +88,8 @@ pub struct InFlightDef<S: 'static> {
     pub(super) messages: [Sql; 2],
     /// The batch heartbeat of `finish_many`.
     pub(super) renew_many: Sql,
+    /// The release of a batch's rows whose effect never started.
+    pub(super) release_many: Sql,
     /// MySQL: expired rows, locked, for a takeover in one transaction.
     pub(super) expired_locked: Sql,
     /// MySQL: the takeover of the rows `expired_locked` locked.
@@ -240,6 +242,15 @@ impl<S> InFlightDef<S> {
     /// heartbeat of [`finish_many`](crate::finish_many).
     pub const fn renew_many_sql(&self) -> &Sql {
         &self.renew_many
+    }
+
+    /// `UPDATE … SET since = ` a second past the lease `FROM` a batch of
+    /// rows `WHERE` each is still in its occurrence under its lease
+    /// `RETURNING key`: the release of held rows whose effect never
+    /// started, which recovery may take over at once. Where the state
+    /// counts attempts, it gives back the attempt the claim counted.
+    pub const fn release_many_sql(&self) -> &Sql {
+        &self.release_many
     }
 
     /// MySQL: [`expired_sql`](Self::expired_sql) `FOR UPDATE SKIP

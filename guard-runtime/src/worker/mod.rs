@@ -3,11 +3,12 @@
 //!
 //! For each machine given with [`Worker::effects`], one loop claims up to
 //! a batch of rows with the claiming transition (`pending → sending`),
-//! runs their effects with [`finish_many`], and, when a claim comes back
-//! empty, runs [`recover_many`] for the in-flight state: rows whose lease
-//! ran out (a worker that died) and rows whose retry is due. With nothing
-//! to do either way, it waits, longer each time it finds nothing
-//! ([`Poll`]), and starts again at once when it finds work.
+//! runs their effects with [`finish_many`](crate::finish_many), and,
+//! when a claim comes back empty, runs
+//! [`recover_many`](crate::recover_many) for the in-flight state: rows
+//! whose lease ran out (a worker that died) and rows whose retry is due.
+//! With nothing to do either way, it waits, longer each time it finds
+//! nothing ([`Poll`]), and starts again at once when it finds work.
 //!
 //! Any number of workers, in any number of processes, may run on the same
 //! tables at once: claims skip the rows another holds, and every row's
@@ -16,8 +17,9 @@
 //!
 //! **Architecture Invariant:** the worker owns loops, not guarantees:
 //! every row it moves goes through the calls a caller would make
-//! ([`Transition::claim`], [`finish_many`], [`recover_many`]), so that
-//! what those promise holds for it unchanged.
+//! ([`Transition::claim`], [`finish_many`](crate::finish_many),
+//! [`recover_many`](crate::recover_many)), so that what those promise
+//! holds for it unchanged.
 
 use core::future::Future;
 use core::marker::PhantomData;
@@ -31,9 +33,9 @@ use tracing::Instrument;
 use crate::batch::batched::Batched;
 use crate::dialect::BoxFuture;
 use crate::effects::effect_fn::EffectFn;
-use crate::effects::finish_many::finish_many;
+use crate::effects::finish_many::finish_many_until;
 use crate::effects::follow_up::in_flight_def;
-use crate::effects::recovery::recover_many;
+use crate::effects::recovery::recover_many_until;
 use crate::effects::verdict::FollowUpValues;
 use crate::error::Error;
 use crate::machine::key::{BatchKey, KeyType};
@@ -155,9 +157,11 @@ impl<DB: Batched> Worker<DB> {
 
     /// A loop for one machine: it claims up to `batch` rows at a time with
     /// `claim`, a transition into an in-flight state, and runs `effect` for
-    /// them at most `concurrency` at a time ([`finish_many`]); when a claim
+    /// them at most `concurrency` at a time
+    /// ([`finish_many`](crate::finish_many)); when a claim
     /// comes back empty, it recovers the in-flight state's rows whose lease
-    /// ran out or whose retry is due ([`recover_many`]), with the same
+    /// ran out or whose retry is due
+    /// ([`recover_many`](crate::recover_many)), with the same
     /// effect. A `claim` into a state that is not in flight is
     /// [`Error::NotInFlight`] from [`Worker::run`], before any loop starts.
     pub fn effects<S, K, F>(
@@ -217,6 +221,10 @@ impl<DB: Batched> Worker<DB> {
     /// Runs every loop until `shutdown` completes, then drains:
     ///
     /// - each loop stops claiming and recovering at once;
+    /// - rows claimed or taken over whose effect has not started are
+    ///   released: their leases end now, in one statement, so that another
+    ///   worker's recovery takes them at its next look, under the same
+    ///   effect keys ([`LoopReport::released`]);
     /// - effects already running finish, and their follow-ups are written,
     ///   within [`Worker::drain_within`];
     /// - effects still running at that deadline are left to their lease:
@@ -338,7 +346,9 @@ where
                             beat.ok();
                             found = true;
                             report.claimed += wins.len();
-                            let rows = finish_many(&pool, wins, concurrency, &effect).await;
+                            let stop = Some(stopped.clone());
+                            let rows =
+                                finish_many_until(&pool, wins, concurrency, &effect, stop).await;
                             report.finished(rows);
                         }
                         Ok(_) => beat.ok(),
@@ -350,11 +360,15 @@ where
                     // Nothing claimed, and not stopping: rows left by a dead
                     // worker, or waiting for their retry.
                     if !found && !*stopped.borrow() {
-                        match recover_many(&pool, in_flight, batch, concurrency, &effect).await {
-                            Ok(pass) => {
+                        let stop = Some(stopped.clone());
+                        let pass =
+                            recover_many_until(&pool, in_flight, batch, concurrency, &effect, stop);
+                        match pass.await {
+                            Ok((pass, unstarted)) => {
                                 beat.ok();
                                 found = pass.claimed > 0;
                                 report.recovered(pass);
+                                report.unstarted(unstarted);
                             }
                             Err(error) => {
                                 beat.failed(&error);

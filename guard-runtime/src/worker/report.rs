@@ -1,7 +1,7 @@
 //! What a worker's loops did, as [`Worker::run`](super::Worker::run)
 //! returns it.
 
-use crate::effects::finish_many::FinishedRow;
+use crate::effects::finish_many::{FinishedRow, Unstarted};
 use crate::effects::finished::Finished;
 use crate::effects::recovery::Recovered;
 use crate::error::Error;
@@ -39,6 +39,11 @@ pub struct LoopReport {
     /// Rows that left the in-flight state some other way while their
     /// effect ran, or whose lease another worker took over.
     pub superseded: usize,
+    /// Rows claimed or recovered whose effect had not started when the
+    /// shutdown signal came: released, their leases ended so that
+    /// another worker's recovery takes them at once, under the same
+    /// effect keys.
+    pub released: usize,
     /// Errors met: rows left in flight for a later recovery, and claims or
     /// recoveries that failed. The loop went on after each.
     pub errors: usize,
@@ -57,15 +62,20 @@ impl LoopReport {
             failed: 0,
             retry_later: 0,
             superseded: 0,
+            released: 0,
             errors: 0,
             last_error: None,
         }
     }
 
     /// Counts the rows of a [`finish_many`](crate::finish_many).
-    pub(super) fn finished<S, K>(&mut self, rows: Result<Vec<FinishedRow<S, K>>, Error>) {
+    pub(super) fn finished<S, K>(
+        &mut self,
+        rows: Result<(Vec<FinishedRow<S, K>>, Unstarted), Error>,
+    ) {
         match rows {
-            Ok(rows) => {
+            Ok((rows, unstarted)) => {
+                self.unstarted(unstarted);
                 for row in rows {
                     match row.finished {
                         Ok(Finished::Done { .. }) => self.done += 1,
@@ -77,6 +87,15 @@ impl LoopReport {
                 }
             }
             Err(error) => self.error(error),
+        }
+    }
+
+    /// Counts the rows a stop left unstarted: released, or, where the
+    /// release failed, left to their leases (one error).
+    pub(super) fn unstarted(&mut self, unstarted: Unstarted) {
+        self.released += unstarted.released;
+        if let Some(error) = unstarted.error {
+            self.error(error);
         }
     }
 

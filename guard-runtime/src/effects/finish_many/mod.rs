@@ -16,11 +16,13 @@
 
 mod flush;
 mod pump;
+mod release;
 
 use core::time::Duration;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
+use tokio::sync::watch;
 use tracing::Instrument;
 
 use crate::StateMachine;
@@ -73,6 +75,27 @@ struct WinRow<K> {
     in_hand: AtomicBool,
     /// Its effect has started.
     started: AtomicBool,
+    /// Its effect never started: the batch was told to stop first.
+    unstarted: AtomicBool,
+}
+
+/// A signal that tells a batch to start no more effects (a worker's
+/// shutdown): `None`, or a flag that turns true once. The rows whose
+/// effect had not started are released ([`Unstarted`]).
+pub(crate) type Stop = Option<watch::Receiver<bool>>;
+
+/// The rows of a stopped batch whose effect never started: released
+/// (their leases ended, so that recovery takes them at once), or, when
+/// the release failed, left to their leases.
+#[derive(Debug, Default)]
+pub(crate) struct Unstarted {
+    /// Rows released.
+    pub(crate) released: usize,
+    /// Rows whose release failed or may not have committed: they wait out
+    /// their leases, as after a crash.
+    pub(crate) left: usize,
+    /// Why the release failed.
+    pub(crate) error: Option<Error>,
 }
 
 /// Runs the effects of many committed wins of one in-flight state, at
@@ -170,18 +193,39 @@ where
     K: BatchKey<DB, S::KeyShape>,
     F: EffectFn<S, K>,
 {
+    finish_many_until(pool, wins, concurrency, effect, None)
+        .await
+        .map(|(rows, _)| rows)
+}
+
+/// [`finish_many`], told by `stop` to start no more effects: the rows
+/// whose effect had not started are released, left out of the rows
+/// returned, and counted in [`Unstarted`].
+pub(crate) async fn finish_many_until<S, K, DB, F>(
+    pool: &sqlx::Pool<DB>,
+    wins: Vec<Won<S, K, Committed>>,
+    concurrency: usize,
+    effect: F,
+    stop: Stop,
+) -> Result<(Vec<FinishedRow<S, K>>, Unstarted), Error>
+where
+    DB: Backend,
+    S: FollowUpValues<DB>,
+    K: BatchKey<DB, S::KeyShape>,
+    F: EffectFn<S, K>,
+{
     let Some(first) = wins.first() else {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), Unstarted::default()));
     };
     let state = first.state();
     let in_flight = in_flight_def(state);
     let done = in_flight.as_ref().map_or("", |f| f.done().name());
     let span = telemetry::span!("stateguard.finish_many", S, DB, "UPDATE", done);
-    let rows = finish_many_traced(pool, in_flight, wins, concurrency, &effect)
+    let rows = finish_many_traced(pool, in_flight, wins, concurrency, &effect, stop)
         .instrument(span.clone())
         .await;
     match &rows {
-        Ok(rows) => {
+        Ok((rows, _)) => {
             let mut counts: Vec<(&'static str, u64)> = Vec::with_capacity(8);
             for row in rows {
                 let label = match &row.finished {
@@ -218,7 +262,8 @@ async fn finish_many_traced<S, K, DB, F>(
     wins: Vec<Won<S, K, Committed>>,
     concurrency: usize,
     effect: &F,
-) -> Result<Vec<FinishedRow<S, K>>, Error>
+    stop: Stop,
+) -> Result<(Vec<FinishedRow<S, K>>, Unstarted), Error>
 where
     DB: Backend,
     S: FollowUpValues<DB>,
@@ -258,6 +303,7 @@ where
                 deadline,
                 in_hand: AtomicBool::new(true),
                 started: AtomicBool::new(false),
+                unstarted: AtomicBool::new(false),
             }
         })
         .collect();
@@ -275,6 +321,7 @@ where
         order: &order,
         deadline,
         results: Mutex::new((0..rows.len()).map(|_| None).collect()),
+        unstarted: Mutex::new(Unstarted::default()),
     };
     // The leases that may have run out are renewed first, in one
     // statement; a row taken over meanwhile is skipped.
@@ -309,20 +356,26 @@ where
         }
     }
     let runnable: Vec<usize> = (0..rows.len()).filter(|&i| !batch.done(i)).collect();
-    batch.run(runnable, concurrency, effect).await;
+    batch.run(runnable, concurrency, effect, stop).await;
     let results = batch
         .results
         .into_inner()
         .unwrap_or_else(|e| e.into_inner());
-    Ok(rows
+    let unstarted = batch
+        .unstarted
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner());
+    let rows = rows
         .into_iter()
         .zip(results)
+        .filter(|(row, _)| !row.unstarted.load(Ordering::Relaxed))
         .map(|(row, finished)| FinishedRow {
             key: row.key,
             effect_key: row.effect_key,
             finished: finished.unwrap_or_else(|| Err(timeout::<S>(deadline, "done"))),
         })
-        .collect())
+        .collect();
+    Ok((rows, unstarted))
 }
 
 /// The error of a row whose effect or follow-up a deadline cut off: it
@@ -349,6 +402,8 @@ struct Finishing<'a, S: 'static, K, DB: Backend> {
     order: &'a [usize],
     deadline: Duration,
     results: Mutex<Vec<Option<RowEnd<S>>>>,
+    /// The rows a stop left unstarted, once released.
+    unstarted: Mutex<Unstarted>,
 }
 
 /// A verdict's follow-up, as a flush groups them.

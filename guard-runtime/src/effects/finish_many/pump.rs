@@ -18,7 +18,7 @@ use crate::effects::verdict::{FollowUpValues, Verdict};
 use crate::machine::key::BatchKey;
 use crate::telemetry;
 
-use super::{FLUSH_AFTER, Finishing, lock, timeout};
+use super::{FLUSH_AFTER, Finishing, Stop, lock, timeout};
 
 impl<S, K, DB> Finishing<'_, S, K, DB>
 where
@@ -27,13 +27,22 @@ where
     K: BatchKey<DB, S::KeyShape>,
 {
     /// Runs the effects of `runnable` and the database loop side by side.
-    pub(super) async fn run<F>(&self, runnable: Vec<usize>, concurrency: usize, effect: &F)
-    where
+    /// Once `stop` turns true, no effect starts: the rows not yet started
+    /// go to the database loop, which releases them.
+    pub(super) async fn run<F>(
+        &self,
+        runnable: Vec<usize>,
+        concurrency: usize,
+        effect: &F,
+        mut stop: Stop,
+    ) where
         F: EffectFn<S, K>,
     {
         let buffer: Mutex<Vec<(usize, Verdict<S>)>> = Mutex::new(Vec::new());
         let oldest: Mutex<Option<Instant>> = Mutex::new(None);
         let finished = AtomicBool::new(runnable.is_empty());
+        // Rows a stop left unstarted, for the database loop to release.
+        let release: Mutex<Vec<usize>> = Mutex::new(Vec::new());
         let (wake, room) = (Notify::new(), Notify::new());
         let done_name = self.in_flight.done().name();
         // The whole batch's verdicts in one statement, as a batch
@@ -46,6 +55,15 @@ where
             let mut running = FuturesUnordered::new();
             let mut completed = 0_usize;
             loop {
+                if stopped(&stop) {
+                    let rest: Vec<usize> = queue.by_ref().filter(|&i| !self.done(i)).collect();
+                    if !rest.is_empty() {
+                        lock(&release).extend(rest);
+                        wake.notify_one();
+                    }
+                    // Nothing is left to start: no need to hear it again.
+                    stop = None;
+                }
                 // Start effects while there is room: at most `concurrency`
                 // at once, and none while the buffer waits to be written.
                 while running.len() < concurrency && lock(&buffer).len() < flush_rows {
@@ -73,10 +91,17 @@ where
                     if queue.peek().is_none() {
                         break;
                     }
-                    room.notified().await;
+                    tokio::select! {
+                        () = room.notified() => {}
+                        () = stopping(&mut stop) => {}
+                    }
                     continue;
                 }
-                let Some((i, verdict)) = running.next().await else {
+                let next = tokio::select! {
+                    next = running.next() => next,
+                    () = stopping(&mut stop) => continue,
+                };
+                let Some((i, verdict)) = next else {
                     continue;
                 };
                 match verdict {
@@ -104,6 +129,13 @@ where
             let mut beat_at = Instant::now() + period;
             loop {
                 let waiting = lock(&buffer).len();
+                let unstarted = core::mem::take(&mut *lock(&release));
+                if !unstarted.is_empty() {
+                    // Before anything else: another worker may take them
+                    // at once.
+                    self.release(&unstarted).await;
+                    continue;
+                }
                 if finished.load(Ordering::Relaxed) && waiting == 0 {
                     break;
                 }
@@ -172,5 +204,23 @@ where
                 "renewing a batch's leases failed; trying again at the next tick"
             ),
         }
+    }
+}
+
+/// Whether `stop` says to start no more effects.
+fn stopped(stop: &Stop) -> bool {
+    stop.as_ref().is_some_and(|stop| *stop.borrow())
+}
+
+/// Completes when `stop` turns true; never without one, nor once its
+/// sender is gone.
+async fn stopping(stop: &mut Stop) {
+    match stop {
+        Some(stop) => {
+            if stop.wait_for(|stopped| *stopped).await.is_err() {
+                core::future::pending::<()>().await;
+            }
+        }
+        None => core::future::pending().await,
     }
 }

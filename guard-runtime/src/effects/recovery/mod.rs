@@ -13,6 +13,7 @@ mod recover_many;
 pub use self::expired::claim_expired;
 use self::expired::{RECOVER, claim_one, list_expired, recovery_error, take_over};
 pub use self::recover_many::recover_many;
+pub(crate) use self::recover_many::recover_many_until;
 
 use core::future::{Future, IntoFuture};
 use core::marker::PhantomData;

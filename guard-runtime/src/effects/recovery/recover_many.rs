@@ -7,7 +7,7 @@ use crate::StateMachine;
 use crate::deadline::call::{Sent, bounded};
 use crate::dialect::{Backend, Column};
 use crate::effects::effect_fn::EffectFn;
-use crate::effects::finish_many::finish_many;
+use crate::effects::finish_many::{Stop, Unstarted, finish_many_until};
 use crate::effects::finished::Finished;
 use crate::effects::follow_up::in_flight_def;
 use crate::effects::lease::{self};
@@ -90,6 +90,28 @@ where
     K: BatchKey<DB, S::KeyShape>,
     F: EffectFn<S, K>,
 {
+    recover_many_until(pool, state, limit, concurrency, effect, None)
+        .await
+        .map(|(report, _)| report)
+}
+
+/// [`recover_many`], told by `stop` to start no more effects: the rows
+/// taken over whose effect had not started are released again, counted in
+/// [`Unstarted`] and nowhere in the report.
+pub(crate) async fn recover_many_until<S, K, DB, F>(
+    pool: &sqlx::Pool<DB>,
+    state: S,
+    limit: u32,
+    concurrency: usize,
+    effect: F,
+    stop: Stop,
+) -> Result<(Recovered, Unstarted), Error>
+where
+    DB: Backend,
+    S: FollowUpValues<DB> + KeyType<K>,
+    K: BatchKey<DB, S::KeyShape>,
+    F: EffectFn<S, K>,
+{
     let in_flight = in_flight_def(state);
     let done = in_flight.as_ref().map_or("", |f| f.done().name());
     let span = telemetry::span!("stateguard.recover", S, DB, "UPDATE", done);
@@ -107,7 +129,9 @@ where
             lost,
             ..Recovered::default()
         };
-        for row in finish_many(pool, taken, concurrency, effect).await? {
+        let (rows, unstarted) = finish_many_until(pool, taken, concurrency, effect, stop).await?;
+        report.claimed -= unstarted.released + unstarted.left;
+        for row in rows {
             match row.finished {
                 Ok(Finished::Done { .. }) => report.done += 1,
                 Ok(Finished::Failed { .. }) => report.failed += 1,
@@ -123,12 +147,12 @@ where
                 Err(error) => report.errors.push(error),
             }
         }
-        Ok(report)
+        Ok((report, unstarted))
     }
     .instrument(span.clone())
     .await;
     match &report {
-        Ok(report) => {
+        Ok((report, _)) => {
             span.record("stateguard.outcome", "recovered");
             span.record("stateguard.rows", report.claimed);
             telemetry::recovered(S::MACHINE.name(), state.as_str(), report);
