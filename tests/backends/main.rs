@@ -58,4 +58,5 @@ mod transactions;
 mod transitions;
 mod tx_deadline;
 mod verify;
+mod wake;
 mod worker;

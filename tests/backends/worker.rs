@@ -25,7 +25,7 @@ use stateguard::{Effect, Error, StateMachine, Tx, Verdict};
     key = "id",
     version = "version"
 )]
-enum TransferStatus {
+pub(crate) enum TransferStatus {
     #[state(initial)]
     #[transition(start -> Sending)]
     #[transition(cancel -> Cancelled)]
@@ -450,7 +450,7 @@ where
 }
 
 /// A publisher that accepts every message and records its id.
-struct Record(Arc<Mutex<Vec<String>>>);
+pub(crate) struct Record(pub(crate) Arc<Mutex<Vec<String>>>);
 
 impl Publisher for Record {
     type Error = std::convert::Infallible;

@@ -24,10 +24,11 @@
 use core::future::Future;
 use core::marker::PhantomData;
 use core::time::Duration;
+use std::sync::Arc;
 
 use futures_util::future::join_all;
 use sqlx::Pool;
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use tracing::Instrument;
 
 use crate::batch::batched::Batched;
@@ -45,12 +46,15 @@ use crate::transition::Transition;
 mod health;
 mod report;
 mod stores;
+mod wake;
 
 use self::health::Beat;
 pub use self::health::{Health, LoopHealth};
 pub use self::report::{LoopReport, WorkerReport};
 pub use self::stores::Prune;
 use self::stores::{PruneLoop, RelayLoop};
+pub use self::wake::{CHANNEL, WakeUps};
+use self::wake::{Listen, Wakes};
 
 /// How long an idle loop waits before it looks for work again: `min`
 /// after a look that found work or after the first idle one, doubling with
@@ -124,6 +128,8 @@ pub struct Worker<DB: Batched> {
     drain: Duration,
     poll: Poll,
     health: Health,
+    /// PostgreSQL: what listens for wake-ups, with [`Worker::listen`].
+    listen: Option<Listen>,
 }
 
 impl<DB: Batched> core::fmt::Debug for Worker<DB> {
@@ -132,6 +138,7 @@ impl<DB: Batched> core::fmt::Debug for Worker<DB> {
             .field("loops", &self.loops.len())
             .field("drain", &self.drain)
             .field("poll", &self.poll)
+            .field("listen", &self.listen.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -146,6 +153,7 @@ impl<DB: Batched> Worker<DB> {
             drain: Duration::from_secs(30),
             poll: Poll::default(),
             health: Health::default(),
+            listen: None,
         }
     }
 
@@ -217,7 +225,31 @@ impl<DB: Batched> Worker<DB> {
     pub fn poll(self, poll: Poll) -> Self {
         Worker { poll, ..self }
     }
+}
 
+#[cfg(feature = "postgres")]
+impl Worker<sqlx::Postgres> {
+    /// Listens for wake-ups ([`CHANNEL`]) on a connection of its own from
+    /// the pool, held while the worker runs: a loop whose table a
+    /// notification names looks for work at once instead of at its next
+    /// poll. The notifications come from the triggers [`WakeUps`] writes,
+    /// which must be in the database.
+    ///
+    /// Polling goes on beside it, so a notification lost (the connection
+    /// dropped, a trigger missing) delays work until the next poll and
+    /// never loses it; a connection dropped is opened again, and every
+    /// loop woken then. `LISTEN` needs a session: through PgBouncer,
+    /// give the worker a pool in session mode.
+    pub fn listen(self) -> Self {
+        let listen = wake::listen(self.pool.clone());
+        Worker {
+            listen: Some(listen),
+            ..self
+        }
+    }
+}
+
+impl<DB: Batched> Worker<DB> {
     /// Runs every loop until `shutdown` completes, then drains:
     ///
     /// - each loop stops claiming and recovering at once;
@@ -253,12 +285,29 @@ impl<DB: Batched> Worker<DB> {
             drain,
             poll,
             health: _,
+            listen,
         } = self;
-        let running = join_all(
-            loops
-                .into_iter()
-                .map(|lp| lp.run(pool.clone(), stopped.clone(), poll)),
-        );
+        let mut wakes: Wakes = Vec::new();
+        let loops = loops.into_iter().map(|lp| {
+            let wake = Arc::new(Notify::new());
+            if let Some(table) = lp.table() {
+                wakes.push((wake::bare(table), wake.clone()));
+            }
+            let at = At {
+                pool: pool.clone(),
+                stopped: stopped.clone(),
+                poll,
+                wake,
+            };
+            lp.run(at)
+        });
+        let loops = join_all(loops.collect::<Vec<_>>());
+        let listening = async {
+            if let Some(listen) = listen {
+                listen(wakes, stopped.clone(), poll).await;
+            }
+        };
+        let running = async { tokio::join!(loops, listening).0 };
         tokio::pin!(running);
         tokio::pin!(shutdown);
         let loops = tokio::select! {
@@ -284,18 +333,25 @@ impl<DB: Batched> Worker<DB> {
     }
 }
 
+/// What a loop runs with: the pool, the stop, the poll, and the handle
+/// that wakes it early.
+struct At<DB: Batched> {
+    pool: Pool<DB>,
+    stopped: watch::Receiver<bool>,
+    poll: Poll,
+    wake: Arc<Notify>,
+}
+
 /// One loop of a worker, its machine's types erased.
 trait Loop<DB: Batched>: Send {
     /// Whether the loop can run at all.
     fn check(&self) -> Result<(), Error>;
 
-    /// Runs until `stopped` turns true.
-    fn run(
-        self: Box<Self>,
-        pool: Pool<DB>,
-        stopped: watch::Receiver<bool>,
-        poll: Poll,
-    ) -> BoxFuture<'static, LoopReport>;
+    /// The table whose wake-ups start the loop early, if any.
+    fn table(&self) -> Option<&'static str>;
+
+    /// Runs until `at.stopped` turns true.
+    fn run(self: Box<Self>, at: At<DB>) -> BoxFuture<'static, LoopReport>;
 }
 
 /// [`Worker::effects`]' loop.
@@ -319,12 +375,11 @@ where
         in_flight_def(self.claim.target()).map(|_| ())
     }
 
-    fn run(
-        self: Box<Self>,
-        pool: Pool<DB>,
-        mut stopped: watch::Receiver<bool>,
-        poll: Poll,
-    ) -> BoxFuture<'static, LoopReport> {
+    fn table(&self) -> Option<&'static str> {
+        Some(S::MACHINE.table())
+    }
+
+    fn run(self: Box<Self>, mut at: At<DB>) -> BoxFuture<'static, LoopReport> {
         let span = loop_span(S::MACHINE.name(), self.claim.name());
         Box::pin(Instrument::instrument(
             async move {
@@ -338,7 +393,8 @@ where
                 } = *self;
                 let in_flight = claim.target();
                 let mut report = LoopReport::new(S::MACHINE.name(), claim.name());
-                let mut wait = poll.min;
+                let (pool, stopped) = (at.pool.clone(), at.stopped.clone());
+                let mut wait = at.poll.min;
                 while !*stopped.borrow() {
                     let mut found = false;
                     match claim.claim::<_, K>(&pool, batch).await {
@@ -376,7 +432,7 @@ where
                             }
                         }
                     }
-                    wait = idle(found, wait, poll, &mut stopped).await;
+                    wait = idle(found, wait, &mut at).await;
                 }
                 report
             },
@@ -397,20 +453,17 @@ fn loop_span(machine: &'static str, name: &'static str) -> tracing::Span {
 }
 
 /// After a look for work: at once, and the next wait the least, if it
-/// found some; otherwise after `wait` (or the stop), and the next wait
-/// twice as long, up to the most.
-async fn idle(
-    found: bool,
-    wait: Duration,
-    poll: Poll,
-    stopped: &mut watch::Receiver<bool>,
-) -> Duration {
+/// found some; otherwise after `wait`, the stop or a wake-up, and the
+/// next wait twice as long (the least after a wake-up), up to the most.
+async fn idle<DB: Batched>(found: bool, wait: Duration, at: &mut At<DB>) -> Duration {
+    let poll = at.poll;
     if found {
         return poll.min;
     }
     tokio::select! {
         () = tokio::time::sleep(wait) => {}
-        _ = stopped.changed() => {}
+        _ = at.stopped.changed() => {}
+        () = at.wake.notified() => return poll.min,
     }
     (wait * 2).min(poll.max)
 }

@@ -5,13 +5,12 @@
 use core::time::Duration;
 
 use sqlx::Pool;
-use tokio::sync::watch;
 
 use super::report::LoopReport;
 use tracing::Instrument;
 
 use super::health::Beat;
-use super::{Loop, Poll, idle, loop_span};
+use super::{At, Loop, idle, loop_span};
 use crate::batch::batched::Batched;
 use crate::dialect::BoxFuture;
 use crate::error::Error;
@@ -29,20 +28,19 @@ impl<DB: Batched, P: Publisher + 'static> Loop<DB> for RelayLoop<P> {
         Ok(())
     }
 
-    fn run(
-        self: Box<Self>,
-        pool: Pool<DB>,
-        mut stopped: watch::Receiver<bool>,
-        poll: Poll,
-    ) -> BoxFuture<'static, LoopReport> {
+    fn table(&self) -> Option<&'static str> {
+        Some(self.relay.table())
+    }
+
+    fn run(self: Box<Self>, mut at: At<DB>) -> BoxFuture<'static, LoopReport> {
         let span = loop_span(self.relay.table(), "relay");
         Box::pin(Instrument::instrument(
             async move {
                 let RelayLoop { relay, beat } = *self;
                 let mut report = LoopReport::new(relay.table(), "relay");
-                let mut wait = poll.min;
-                while !*stopped.borrow() {
-                    let found = match relay.pass(&pool).await {
+                let mut wait = at.poll.min;
+                while !*at.stopped.borrow() {
+                    let found = match relay.pass(&at.pool).await {
                         Ok(pass) => {
                             beat.ok();
                             report.claimed += pass.taken();
@@ -58,7 +56,7 @@ impl<DB: Batched, P: Publisher + 'static> Loop<DB> for RelayLoop<P> {
                             false
                         }
                     };
-                    wait = idle(found, wait, poll, &mut stopped).await;
+                    wait = idle(found, wait, &mut at).await;
                 }
                 report
             },
@@ -208,12 +206,14 @@ impl<DB: Batched> Loop<DB> for PruneLoop {
         Ok(())
     }
 
-    fn run(
-        self: Box<Self>,
-        pool: Pool<DB>,
-        mut stopped: watch::Receiver<bool>,
-        _: Poll,
-    ) -> BoxFuture<'static, LoopReport> {
+    fn table(&self) -> Option<&'static str> {
+        None
+    }
+
+    fn run(self: Box<Self>, at: At<DB>) -> BoxFuture<'static, LoopReport> {
+        let At {
+            pool, mut stopped, ..
+        } = at;
         Box::pin(Instrument::instrument(
             async move {
                 let mut report = LoopReport::new("stores", "prune");
