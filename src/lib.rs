@@ -387,6 +387,9 @@ pub use stateguard_runtime::{Stores, idempotency, inbox, stores};
 pub use stateguard_runtime::outbox;
 // The loops that run it all: claims, effects, recovery.
 pub use stateguard_runtime::worker;
+// The caller's side of an idempotent HTTP call, as an effect (feature
+// `reqwest`).
+pub use stateguard_runtime::http;
 
 pub mod guide;
 

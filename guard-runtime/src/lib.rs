@@ -31,6 +31,44 @@ mod transition;
 mod verify;
 pub mod worker;
 
+pub mod http {
+    //! The caller's side of an idempotent HTTP call, as a ready effect
+    //! (feature `reqwest`): [`HttpEffect`] sends the request an effect's row
+    //! makes, with its effect key as the `Idempotency-Key`, and turns the
+    //! answer into a [`Verdict`](crate::Verdict).
+    //!
+    //! A client that pays twice most often did one of two things: it made a
+    //! new key for each attempt, or it sent a body that changed between
+    //! attempts (a timestamp, a field order). Here the key is the effect key,
+    //! the same on every retry and every recovery of the row's occurrence,
+    //! and the body is built from the row by a function of the effect, so
+    //! every attempt sends the same bytes, provided the function reads
+    //! nothing else (no clock, no random, no map with a random order).
+    //!
+    //! The answers, as [`HttpEffect`] reads them:
+    //!
+    //! | answer | verdict |
+    //! | --- | --- |
+    //! | 2xx | [`Answers::done`], given the response: `Verdict::done()` by default, or the `done` transition with a value read from the body |
+    //! | 409 | retry later: the first attempt with this key is still running |
+    //! | 429 or 503 with `Retry-After` | retry at that time (seconds, or an HTTP date) |
+    //! | 429, 503 without it, other 5xx | retry later, with the same key |
+    //! | no answer: a timeout, a connection refused or cut | retry later, with the same key |
+    //! | 422 | failed, logged at `error`: the far side saw the key with other parameters, so the body changed between attempts |
+    //! | other 4xx | failed, with the body as the reason ([`Answers::failed`]) |
+    //! | anything else (1xx, an unfollowed 3xx) | retry later, logged at `warn` |
+    //!
+    //! A retry later waits for the state's `retry(…)` backoff, or its lease
+    //! without one. [`Answers::answer`] sees every response first and may
+    //! decide it otherwise.
+    //!
+    //! Feature `reqwest`; without it the module is empty.
+
+    #[cfg(feature = "reqwest")]
+    #[doc(inline)]
+    pub use crate::effects::http::*;
+}
+
 // Public modules that live in their concept's folder, at their short paths.
 pub use crate::machine::key;
 

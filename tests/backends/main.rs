@@ -29,6 +29,7 @@ mod finish_many;
 mod front_deadlines;
 mod guards;
 mod history;
+mod http_effect;
 mod idempotency;
 mod keys;
 mod layer;

@@ -4,8 +4,10 @@
 //! (`lease.rs`), what the effect decided (`verdict.rs`) and the follow-up
 //! that ends the state (`follow_up.rs`),
 //! the effects of many wins under one heartbeat with batched follow-ups
-//! (`finish_many/`, on the fenced batch statements of `fenced.rs`), and the
-//! recovery of rows whose worker died (`recovery/`).
+//! (`finish_many/`, on the fenced batch statements of `fenced.rs`), the
+//! recovery of rows whose worker died (`recovery/`), and a ready effect
+//! that calls an HTTP endpoint with the effect key (`http.rs`, feature
+//! `reqwest`).
 //!
 //! **Architecture Invariant:** an effect runs only from a committed
 //! `Won`, and its effect key is computed from the row as stored (the state
@@ -23,6 +25,8 @@ mod fenced;
 pub(crate) mod finish_many;
 pub(crate) mod finished;
 pub(crate) mod follow_up;
+#[cfg(feature = "reqwest")]
+pub(crate) mod http;
 pub(crate) mod lease;
 pub(crate) mod recovery;
 pub(crate) mod verdict;
