@@ -18,7 +18,9 @@
 //! marker table (it refuses tables of the same names it did not create);
 //! on SQLite in a file in a temporary directory, removed after the run.
 //! The workers finish their payouts as batches (`finish_many`,
-//! `recover_many`); `--one-by-one` finishes each on its own. Only `--reset` drops the example's own schema (PostgreSQL) or tables
+//! `recover_many`); `--one-by-one` finishes each on its own, and
+//! `--worker` runs the library's `Worker` instead of the example's loop.
+//! Only `--reset` drops the example's own schema (PostgreSQL) or tables
 //! (MySQL and MariaDB) first. The workflow itself is in `workflow.rs`,
 //! shared with the crash test that SIGKILLs real processes.
 
@@ -36,7 +38,7 @@ const PAYOUTS: i64 = 50;
 const WORKERS: usize = 4;
 const BANK_LATENCY: Duration = Duration::from_millis(1);
 
-const USAGE: &str = "usage: recovery [--reset] [--one-by-one]";
+const USAGE: &str = "usage: recovery [--reset] [--one-by-one | --worker]";
 
 /// The example's tables on MySQL and MariaDB, dropped by `--reset`.
 const TABLES: [&str; 6] = [
@@ -52,12 +54,14 @@ const TABLES: [&str; 6] = [
 async fn main() -> Result<(), BoxError> {
     let mut reset = false;
     // The workers finish their payouts as batches (`finish_many`,
-    // `recover_many`), or with `--one-by-one` each on its own.
+    // `recover_many`), with `--one-by-one` each on its own, or with
+    // `--worker` through the library's `Worker`.
     let mut finishing = Finishing::Batched { concurrency: 4 };
     for arg in std::env::args().skip(1) {
         match arg.as_str() {
             "--reset" => reset = true,
             "--one-by-one" => finishing = Finishing::OneByOne,
+            "--worker" => finishing = Finishing::Worker { concurrency: 4 },
             "--help" | "-h" => {
                 println!("{USAGE}");
                 return Ok(());

@@ -65,6 +65,10 @@ pub enum Finishing {
     /// `finish_many` and `recover_many`: the bank calls at this
     /// concurrency, one heartbeat and one follow-up statement per batch.
     Batched { concurrency: usize },
+    /// The library's own loops: a `Worker` that claims, runs the bank
+    /// calls at this concurrency, and recovers when a claim comes back
+    /// empty, until every payout is finished.
+    Worker { concurrency: usize },
 }
 
 /// How long a row may stay in `sending` before recovery takes it over.
@@ -454,6 +458,16 @@ pub struct Bank<DB: Store> {
     latency: Duration,
 }
 
+// By hand: a derive would ask `DB: Clone`.
+impl<DB: Store> Clone for Bank<DB> {
+    fn clone(&self) -> Self {
+        Bank {
+            pool: self.pool.clone(),
+            latency: self.latency,
+        }
+    }
+}
+
 impl<DB: Store> Bank<DB> {
     pub fn new(pool: Pool<DB>, latency: Duration) -> Self {
         Bank { pool, latency }
@@ -521,6 +535,9 @@ where
         + sqlx::Type<DB>
         + stateguard::bounds::ManyKeys<DB, stateguard::key::shape::One>,
 {
+    if let Finishing::Worker { concurrency } = finishing {
+        return run_library_worker(pool, bank, concurrency).await;
+    }
     let mut worked = Worked::default();
     loop {
         // Rows whose worker died: the same occurrence, hence the same
@@ -531,7 +548,7 @@ where
             Finishing::OneByOne => {
                 stateguard::recover(pool, PayoutStatus::Sending, RECOVER_BATCH, pay).await?
             }
-            Finishing::Batched { concurrency } => {
+            Finishing::Batched { concurrency } | Finishing::Worker { concurrency } => {
                 let state = PayoutStatus::Sending;
                 stateguard::recover_many(pool, state, RECOVER_BATCH, concurrency, pay).await?
             }
@@ -555,7 +572,7 @@ where
                     }
                     finished
                 }
-                Finishing::Batched { concurrency } => {
+                Finishing::Batched { concurrency } | Finishing::Worker { concurrency } => {
                     let rows = stateguard::finish_many(pool, claimed, concurrency, pay).await?;
                     rows.into_iter()
                         .map(|row| row.finished)
@@ -589,4 +606,50 @@ where
         // run out soon.
         tokio::time::sleep(lease() / 4).await;
     }
+}
+
+/// [`Finishing::Worker`]: the same loop, run by `stateguard::worker`,
+/// until no payout is left unfinished.
+async fn run_library_worker<DB: Store>(
+    pool: &Pool<DB>,
+    bank: &Bank<DB>,
+    concurrency: usize,
+) -> Result<Worked, BoxError>
+where
+    i64: for<'q> sqlx::Encode<'q, DB>
+        + for<'r> sqlx::Decode<'r, DB>
+        + sqlx::Type<DB>
+        + stateguard::bounds::ManyKeys<DB, stateguard::key::shape::One>,
+{
+    let bank = bank.clone();
+    let finished = async {
+        while DB::unfinished(pool).await.unwrap_or(1) > 0 {
+            tokio::time::sleep(lease() / 4).await;
+        }
+    };
+    let report = stateguard::worker::Worker::new(pool.clone())
+        .effects(
+            PayoutStatus::start(),
+            CLAIM_BATCH,
+            concurrency,
+            move |effect: Effect<PayoutStatus, i64>| {
+                let bank = bank.clone();
+                async move { bank.pay(effect).await }
+            },
+        )
+        .poll(stateguard::worker::Poll::new(
+            Duration::from_millis(5),
+            lease() / 4,
+        ))
+        .run(finished)
+        .await?;
+    let mut worked = Worked::default();
+    for lp in report.loops {
+        worked.started += lp.claimed;
+        worked.recovered += lp.recovered;
+        worked.sent += lp.done;
+        worked.failed += lp.failed;
+        worked.retry_later += lp.retry_later;
+    }
+    Ok(worked)
 }

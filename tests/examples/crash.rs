@@ -2,13 +2,15 @@
 //! workflow (`examples/recovery/workflow.rs`, which claims pending payouts
 //! a batch at a time) is SIGKILLed at random moments, often in the middle
 //! of a claimed batch, at least 100 times per backend, and a last one is
-//! let run to completion. Every other child finishes its payouts one by
-//! one (`Won::finish`, `recover`), the others as batches (`finish_many`,
-//! `recover_many`, whose follow-ups wait for the batch). Every payout must
-//! end `sent` with its money moved exactly once, and every kill may have
-//! cost at most the bank calls whose answers were not yet written: one for
-//! a child that finishes one by one, a batch's (at most
-//! `RECOVER_BATCH`) for one that batches.
+//! let run to completion. The children take turns: one finishes its
+//! payouts one by one (`Won::finish`, `recover`), the next as batches
+//! (`finish_many`, `recover_many`, whose follow-ups wait for the batch),
+//! the next runs the library's `Worker` (a third of the kills, at least
+//! 32), and the last child is a `Worker` too. Every payout must end `sent`
+//! with its money moved exactly once, and every kill may have cost at most
+//! the bank calls whose answers were not yet written: one for a child that
+//! finishes one by one, a batch's (at most `RECOVER_BATCH`) for one that
+//! batches or runs a `Worker`.
 //!
 //! How it runs: the parent tests (`crash_sqlite`, `crash_postgres`,
 //! `crash_mysql`) re-execute this test binary with `--exact
@@ -46,8 +48,9 @@ use workflow::{Bank, Finishing, Store, Tally};
 const CHILD_ENV: &str = "STATEGUARD_CRASH_CHILD";
 /// The SQLite file or the server's URL the child connects to.
 const CHILD_DB_ENV: &str = "STATEGUARD_CRASH_DB";
-/// Set for every other child: it finishes its payouts as batches
-/// (`finish_many`, `recover_many`), the others one by one.
+/// How the child finishes its payouts: `batched` (`finish_many`,
+/// `recover_many`), `worker` (`stateguard::worker::Worker`), or, unset,
+/// one by one. The children take turns.
 const CHILD_BATCHED_ENV: &str = "STATEGUARD_CRASH_BATCHED";
 /// The batched children's bank calls at once.
 const BATCH_CONCURRENCY: usize = 4;
@@ -174,11 +177,14 @@ where
 {
     println!("{READY}");
     let bank = Bank::new(pool.clone(), BANK_LATENCY);
-    let finishing = match std::env::var(CHILD_BATCHED_ENV).is_ok() {
-        true => Finishing::Batched {
+    let finishing = match std::env::var(CHILD_BATCHED_ENV).as_deref() {
+        Ok("worker") => Finishing::Worker {
             concurrency: BATCH_CONCURRENCY,
         },
-        false => Finishing::OneByOne,
+        Ok(_) => Finishing::Batched {
+            concurrency: BATCH_CONCURRENCY,
+        },
+        Err(_) => Finishing::OneByOne,
     };
     let worked = workflow::run_worker(&pool, &bank, finishing)
         .await
@@ -189,6 +195,14 @@ where
     );
 }
 
+/// How a child finishes its payouts, as [`CHILD_BATCHED_ENV`] tells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    OneByOne,
+    Batched,
+    Worker,
+}
+
 /// A child process, killed and reaped if the parent panics.
 struct ChildProcess {
     child: Child,
@@ -196,11 +210,17 @@ struct ChildProcess {
 }
 
 impl ChildProcess {
-    fn spawn(backend: &str, target: &str, batched: bool) -> Self {
+    fn spawn(backend: &str, target: &str, finishing: Mode) -> Self {
         let exe = std::env::current_exe().expect("path of the test binary");
         let mut command = Command::new(exe);
-        if batched {
-            command.env(CHILD_BATCHED_ENV, "1");
+        match finishing {
+            Mode::OneByOne => {}
+            Mode::Batched => {
+                command.env(CHILD_BATCHED_ENV, "batched");
+            }
+            Mode::Worker => {
+                command.env(CHILD_BATCHED_ENV, "worker");
+            }
         }
         let mut child = command
             .args(["--exact", CHILD_TEST, "--nocapture", "--test-threads=1"])
@@ -318,7 +338,7 @@ where
     let started = Instant::now();
     let mut kills = 0;
     let mut spawned = 0;
-    let (mut owed, mut batched_kills) = (0_i64, 0);
+    let (mut owed, mut batched_kills, mut worker_kills) = (0_i64, 0, 0);
     while kills < KILLS && started.elapsed() < KILL_PHASE_BUDGET {
         let tally = DB::tally(pool).await.expect("tally");
         if tally.pending < LOW_WATER {
@@ -327,8 +347,8 @@ where
                 .expect("top up");
             last_id += TOP_UP;
         }
-        let batched = spawned % 2 == 1;
-        let mut child = ChildProcess::spawn(backend, target, batched);
+        let mode = [Mode::OneByOne, Mode::Batched, Mode::Worker][spawned % 3];
+        let mut child = ChildProcess::spawn(backend, target, mode);
         spawned += 1;
         child.wait_ready();
         std::thread::sleep(kill_delay());
@@ -336,17 +356,22 @@ where
             kills += 1;
             // What the kill may cost: the bank calls whose answers were
             // not yet written.
-            owed += match batched {
-                true => i64::from(workflow::RECOVER_BATCH),
-                false => 1,
+            owed += match mode {
+                Mode::OneByOne => 1,
+                // A batch of a recovery, or a worker's claim or recovery.
+                Mode::Batched | Mode::Worker => {
+                    i64::from(workflow::RECOVER_BATCH.max(workflow::CLAIM_BATCH))
+                }
             };
-            batched_kills += usize::from(batched);
+            batched_kills += usize::from(mode == Mode::Batched);
+            worker_kills += usize::from(mode == Mode::Worker);
         }
     }
     let kill_phase = started.elapsed();
 
     let before: Tally = DB::tally(pool).await.expect("tally");
-    let mut last = ChildProcess::spawn(backend, target, true);
+    // The last child is a `Worker`: it must see every payout through.
+    let mut last = ChildProcess::spawn(backend, target, Mode::Worker);
     last.wait_ready();
     let final_started = Instant::now();
     let output = last.finish();
@@ -354,7 +379,8 @@ where
     let after: Tally = DB::tally(pool).await.expect("tally");
 
     say(&format!(
-        "crash test on {backend}: {kills} kills ({batched_kills} batching) of {spawned} children \
+        "crash test on {backend}: {kills} kills ({batched_kills} batching, {worker_kills} workers) \
+         of {spawned} children \
          in {kill_phase:.2?}\n  \
          payouts {}, sent {}, bank raw calls {}, distinct transfers {}, repeated calls {}, \
          refusals retried {}\n  \
@@ -401,8 +427,12 @@ where
          batch), at most {owed} owed: {after:?}"
     );
     assert!(
-        batched_kills >= KILLS / 2 - 1,
+        batched_kills >= KILLS / 3 - 1,
         "too few kills of batching children"
+    );
+    assert!(
+        worker_kills >= KILLS / 3 - 1,
+        "too few kills of children running a `Worker`"
     );
     // Every payout's history reads pending -> sending -> sent, with no
     // gap and no duplicate, however often its worker was killed.
