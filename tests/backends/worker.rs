@@ -113,6 +113,7 @@ backend_tests! {
     "worker_cut_off" => effects_past_the_drain_are_left_to_their_lease,
     "worker_release" => unstarted_claims_are_released_to_another_worker_at_once,
     "worker_release_attempt" => a_released_row_keeps_its_attempt,
+    "worker_drain_5000" => a_shutdown_mid_run_hands_every_unstarted_claim_over (flavor = "multi_thread", worker_threads = 4),
     "worker_refused" => a_claim_out_of_flight_is_refused_before_any_loop,
     "worker_relay" => the_relay_and_prune_loops_empty_the_outbox,
     "worker_health" => health_tells_each_loops_last_success_and_failures,
@@ -377,6 +378,82 @@ async fn unstarted_claims_are_released_to_another_worker_at_once<DB: TestBackend
     let counts = calls.counts();
     assert_eq!(counts.len(), 10, "one effect key per claimed row");
     assert!(counts.values().all(|&n| n == 1), "{counts:?}");
+}
+
+/// A shutdown in the middle of a run of 5,000 payouts: the worker
+/// finishes the effects it started, releases every other row it claimed,
+/// and leaves no row held: a recovery pass right after it takes over every
+/// row still in `sending` (their 30 s leases are nowhere near their end),
+/// and a second worker finishes the run. No effect runs twice.
+async fn a_shutdown_mid_run_hands_every_unstarted_claim_over<DB: TestBackend + Batched>(db: Db<DB>)
+where
+    i64: KeyColumn<DB> + ManyKeys<DB, One>,
+{
+    const ROWS: i64 = 5_000;
+    db.transfers(ROWS).await;
+    let calls = Arc::new(Calls::default());
+    let (recorded, counted) = (calls.clone(), calls.clone());
+    let report = Worker::new(db.pool.clone())
+        .effects(
+            TransferStatus::start(),
+            250,
+            16,
+            move |effect: Effect<TransferStatus, i64>| {
+                recorded.record(&effect);
+                async {
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    Verdict::done()
+                }
+            },
+        )
+        .poll(quick())
+        .drain_within(Duration::from_secs(30))
+        .run(bounded(async move {
+            // Halfway through the fifth batch of 250.
+            while counted.counts().len() < 1_125 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }))
+        .await
+        .unwrap();
+    let stopped = std::time::Instant::now();
+    assert!(report.drained, "{report:?}");
+    let [lp] = &report.loops[..] else {
+        panic!("one loop: {report:?}");
+    };
+    assert_eq!(lp.errors, 0, "{lp:?}");
+    assert!(lp.released > 0, "a batch was under way: {lp:?}");
+    let in_flight = count(&db, "sending").await;
+    assert_eq!(in_flight as usize, lp.released, "{lp:?}");
+    // Every row still in flight was released: a recovery takes them all
+    // at once.
+    let recorded = calls.clone();
+    let pass = stateguard::recover_many(
+        &db.pool,
+        TransferStatus::Sending,
+        ROWS as u32,
+        64,
+        move |effect: Effect<TransferStatus, i64>| {
+            recorded.record(&effect);
+            async { Verdict::done() }
+        },
+    )
+    .await
+    .unwrap();
+    eprintln!(
+        "{} rows released at shutdown, all taken over {:?} after the worker returned",
+        lp.released,
+        stopped.elapsed()
+    );
+    assert_eq!(
+        (pass.claimed, pass.done),
+        (lp.released, lp.released),
+        "{pass:?}"
+    );
+    until_sent(&db, &calls, ROWS).await;
+    let counts = calls.counts();
+    assert_eq!(counts.len(), ROWS as usize, "one effect key per row");
+    assert!(counts.values().all(|&n| n == 1), "an effect ran twice");
 }
 
 /// A released row gives back the attempt its claim counted: its effect
