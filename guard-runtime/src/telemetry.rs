@@ -26,7 +26,16 @@
 //! - `stateguard_relayed_total` (counter; `table`, `result`: `published`,
 //!   `duplicate`, `retried`, `given_up`, `lost`): what each outbox relay
 //!   pass did with the messages it took (a duplicate is also counted as
-//!   published).
+//!   published);
+//! - `stateguard_worker_looks_total` (counter; `machine`, `loop`,
+//!   `found`: `true` or `false`): each look of a worker's loop for work
+//!   (the machine's name and its claiming transition, or the outbox
+//!   table and `relay`);
+//! - `stateguard_worker_errors_total` (counter; `machine`, `loop`): the
+//!   errors a worker's loop met and went on after;
+//! - `stateguard_worker_released_total` (counter; `machine`, `loop`): the
+//!   rows a worker's loop released at shutdown, their effects never
+//!   started.
 
 use core::fmt;
 use core::sync::atomic::{AtomicBool, Ordering};
@@ -183,3 +192,41 @@ pub(crate) fn relayed(table: &'static str, pass: &crate::outbox::Pass) {
 
 #[cfg(not(feature = "metrics"))]
 pub(crate) fn relayed(_: &'static str, _: &crate::outbox::Pass) {}
+
+/// Counts a look of a worker's loop for work.
+#[cfg(feature = "metrics")]
+pub(crate) fn worker_look(machine: &'static str, name: &'static str, found: bool) {
+    let found = if found { "true" } else { "false" };
+    metrics::counter!(
+        "stateguard_worker_looks_total",
+        "machine" => machine,
+        "loop" => name,
+        "found" => found,
+    )
+    .increment(1);
+}
+
+#[cfg(not(feature = "metrics"))]
+pub(crate) fn worker_look(_: &'static str, _: &'static str, _: bool) {}
+
+/// Counts an error a worker's loop met.
+#[cfg(feature = "metrics")]
+pub(crate) fn worker_error(machine: &'static str, name: &'static str) {
+    metrics::counter!("stateguard_worker_errors_total", "machine" => machine, "loop" => name)
+        .increment(1);
+}
+
+#[cfg(not(feature = "metrics"))]
+pub(crate) fn worker_error(_: &'static str, _: &'static str) {}
+
+/// Counts the rows a worker's loop released at shutdown.
+#[cfg(feature = "metrics")]
+pub(crate) fn worker_released(machine: &'static str, name: &'static str, n: usize) {
+    if n > 0 {
+        metrics::counter!("stateguard_worker_released_total", "machine" => machine, "loop" => name)
+            .increment(n as u64);
+    }
+}
+
+#[cfg(not(feature = "metrics"))]
+pub(crate) fn worker_released(_: &'static str, _: &'static str, _: usize) {}

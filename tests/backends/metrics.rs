@@ -347,3 +347,73 @@ fn attempts_at_an_effect_and_giving_up_are_counted() {
         [1.0]
     );
 }
+
+/// A worker's loop counts its looks for work, found or not, and the rows
+/// it released at shutdown.
+#[test]
+fn a_workers_looks_and_releases_are_counted() {
+    use stateguard::worker::{Poll, Worker};
+    use stateguard::{Effect, Verdict};
+    use std::time::Duration;
+
+    let seen = Seen::default();
+    recorded(&seen, async {
+        let Some(db) = open!(Sqlite, "metrics_worker") else {
+            return;
+        };
+        db.transfers(1).await;
+        sqlx::raw_sql("DELETE FROM transfers")
+            .execute(&db.pool)
+            .await
+            .unwrap();
+        let quick = Poll::new(Duration::from_millis(1), Duration::from_millis(5));
+        let no_op = |_: Effect<TransferStatus, i64>| async { Verdict::done() };
+        // Nothing to do: idle looks.
+        Worker::new(db.pool.clone())
+            .effects(TransferStatus::start(), 5, 1, no_op)
+            .poll(quick)
+            .run(tokio::time::sleep(Duration::from_millis(50)))
+            .await
+            .unwrap();
+        sqlx::raw_sql("INSERT INTO transfers (id) VALUES (1), (2), (3), (4), (5)")
+            .execute(&db.pool)
+            .await
+            .unwrap();
+        // One batch of five, one effect at a time, stopped at the first.
+        let started = std::sync::Arc::new(tokio::sync::Notify::new());
+        let first = started.clone();
+        let report = Worker::new(db.pool.clone())
+            .effects(
+                TransferStatus::start(),
+                5,
+                1,
+                move |_: Effect<TransferStatus, i64>| {
+                    first.notify_one();
+                    async {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        Verdict::done()
+                    }
+                },
+            )
+            .poll(quick)
+            .run(async move { started.notified().await })
+            .await
+            .unwrap();
+        assert_eq!(report.loops[0].released, 4, "{report:?}");
+    });
+    let looks = |found: &str| {
+        seen.get(&format!(
+            "stateguard_worker_looks_total{{found={found},loop=start,machine=TransferStatus}}"
+        ))
+    };
+    assert!(
+        looks("false").first().is_some_and(|n| *n >= 1.0),
+        "{:?}",
+        looks("false")
+    );
+    assert_eq!(looks("true"), [1.0]);
+    assert_eq!(
+        seen.get("stateguard_worker_released_total{loop=start,machine=TransferStatus}"),
+        [4.0]
+    );
+}

@@ -5,6 +5,7 @@ use crate::common;
 use crate::common::KeyColumn;
 
 use std::collections::HashMap;
+use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -13,7 +14,7 @@ use stateguard::bounds::{Batched, ManyKeys};
 use stateguard::ddl::Dialect;
 use stateguard::key::shape::One;
 use stateguard::outbox::{self, Message, Published, Publisher, Relay};
-use stateguard::worker::{Poll, Prune, Worker, WorkerReport};
+use stateguard::worker::{Poll, Prune, Rate, Worker, WorkerReport};
 use stateguard::{Effect, Error, StateMachine, Tx, Verdict};
 
 /// The common `transfers` table's machine with a lease no loaded machine
@@ -113,6 +114,7 @@ backend_tests! {
     "worker_cut_off" => effects_past_the_drain_are_left_to_their_lease,
     "worker_release" => unstarted_claims_are_released_to_another_worker_at_once,
     "worker_release_attempt" => a_released_row_keeps_its_attempt,
+    "worker_rate" => a_rate_spaces_the_effects_starts,
     "worker_drain_5000" => a_shutdown_mid_run_hands_every_unstarted_claim_over (flavor = "multi_thread", worker_threads = 4),
     "worker_refused" => a_claim_out_of_flight_is_refused_before_any_loop,
     "worker_relay" => the_relay_and_prune_loops_empty_the_outbox,
@@ -454,6 +456,41 @@ where
     let counts = calls.counts();
     assert_eq!(counts.len(), ROWS as usize, "one effect key per row");
     assert!(counts.values().all(|&n| n == 1), "an effect ran twice");
+}
+
+/// A `Rate` of 50 calls a second holds 20 effects, which a concurrency
+/// of 20 would start at once, to one every 20 ms: start `i` comes `i`
+/// turns after the first.
+async fn a_rate_spaces_the_effects_starts<DB: TestBackend + Batched>(db: Db<DB>)
+where
+    i64: KeyColumn<DB> + ManyKeys<DB, One>,
+{
+    db.transfers(20).await;
+    let starts = Arc::new(Mutex::new(Vec::new()));
+    let seen = starts.clone();
+    let rate = Rate::new(NonZeroU32::new(50).unwrap(), Duration::from_secs(1));
+    let effect = move |_: Effect<TransferStatus, i64>| {
+        seen.lock().unwrap().push(std::time::Instant::now());
+        async { Verdict::done() }
+    };
+    let report = Worker::new(db.pool.clone())
+        .effects(TransferStatus::start(), 20, 20, rate.limit(effect))
+        .poll(quick())
+        .run(all_sent(&db, 20))
+        .await
+        .unwrap();
+    assert_eq!(report.loops[0].done, 20, "{report:?}");
+    let starts = starts.lock().unwrap().clone();
+    assert_eq!(starts.len(), 20);
+    // Turn `i` comes `i` turns after the first was due; a start may come
+    // late (a busy runtime), which only shortens the gap to the next, and
+    // the first is measured from its own start, at most a little late.
+    let turn = Duration::from_millis(20);
+    for (i, start) in starts.iter().enumerate() {
+        let due = turn * i as u32;
+        let earliest = due - Duration::from_millis(10).min(due);
+        assert!(*start - starts[0] >= earliest, "start {i}: {starts:?}");
+    }
 }
 
 /// A released row gives back the attempt its claim counted: its effect

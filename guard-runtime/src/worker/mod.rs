@@ -44,12 +44,14 @@ use crate::outbox::{Publisher, Relay};
 use crate::transition::Transition;
 
 mod health;
+mod rate;
 mod report;
 mod stores;
 mod wake;
 
 use self::health::Beat;
 pub use self::health::{Health, LoopHealth};
+pub use self::rate::Rate;
 pub use self::report::{LoopReport, WorkerReport};
 pub use self::stores::Prune;
 use self::stores::{PruneLoop, RelayLoop};
@@ -432,6 +434,7 @@ where
                             }
                         }
                     }
+                    report.looked(found);
                     wait = idle(found, wait, &mut at).await;
                 }
                 report

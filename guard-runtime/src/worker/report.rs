@@ -5,6 +5,7 @@ use crate::effects::finish_many::{FinishedRow, Unstarted};
 use crate::effects::finished::Finished;
 use crate::effects::recovery::Recovered;
 use crate::error::Error;
+use crate::telemetry;
 
 /// What [`Worker::run`](super::Worker::run) did, loop by loop.
 #[derive(Debug)]
@@ -94,6 +95,7 @@ impl LoopReport {
     /// release failed, left to their leases (one error).
     pub(super) fn unstarted(&mut self, unstarted: Unstarted) {
         self.released += unstarted.released;
+        telemetry::worker_released(self.machine, self.transition, unstarted.released);
         if let Some(error) = unstarted.error {
             self.error(error);
         }
@@ -111,6 +113,11 @@ impl LoopReport {
         }
     }
 
+    /// Counts a look for work, which found some or not.
+    pub(super) fn looked(&self, found: bool) {
+        telemetry::worker_look(self.machine, self.transition, found);
+    }
+
     /// Counts an error, and says it in the log.
     pub(super) fn error(&mut self, error: Error) {
         tracing::warn!(
@@ -120,6 +127,7 @@ impl LoopReport {
             "a worker's loop met an error; it goes on"
         );
         self.errors += 1;
+        telemetry::worker_error(self.machine, self.transition);
         self.last_error = Some(error);
     }
 }

@@ -56,6 +56,7 @@ impl<DB: Batched, P: Publisher + 'static> Loop<DB> for RelayLoop<P> {
                             false
                         }
                     };
+                    report.looked(found);
                     wait = idle(found, wait, &mut at).await;
                 }
                 report
