@@ -1,10 +1,11 @@
-//! A nightly payout run at the database's speed: payouts move
-//! `pending → sending → sent` through `claim` (a batch of rows per
-//! statement) and `finish_many` (the bank calls at a bounded concurrency,
-//! one heartbeat and one follow-up statement per batch, each row still
-//! fenced by its lease), against a fake bank that answers after a set
-//! latency and moves money once per idempotency key. Prints rows per
-//! second.
+//! A nightly payout run at the database's speed: `--workers` instances of
+//! the library's `Worker` move payouts `pending → sending → sent`, each
+//! claiming a batch of rows per statement and running the bank calls at a
+//! bounded concurrency (`finish_many`: one heartbeat and one follow-up
+//! statement per batch, each row still fenced by its lease), against a
+//! fake bank that answers after a set latency and moves money once per
+//! idempotency key. The run ends when every payout is sent, and the
+//! workers drain. Prints rows per second.
 //!
 //! ```text
 //! cargo run --release --example payout_run                      # 100,000 payouts on embedded SQLite
@@ -27,7 +28,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use sqlx::{MySql, Pool, Postgres, Sqlite};
-use stateguard::{Effect, Finished, StateMachine, Verdict};
+use stateguard::worker::{Poll, Worker};
+use stateguard::{Effect, StateMachine, Verdict};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -309,39 +311,55 @@ where
         plan.rows, plan.workers, plan.claim, plan.concurrency, plan.latency
     );
     let started = Instant::now();
+    // Every worker stops once every payout of the run is sent.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut workers = Vec::new();
     for _ in 0..plan.workers {
-        let (pool, bank) = (pool.clone(), bank.clone());
-        workers.push(tokio::spawn(async move {
-            let mut sent = 0_u64;
-            loop {
-                let wins = Payout::start().claim(&pool, plan.claim).await?;
-                if wins.is_empty() {
-                    return Ok::<_, BoxError>(sent);
-                }
-                let rows =
-                    stateguard::finish_many(&pool, wins, plan.concurrency, |e| bank.pay(e)).await?;
-                for row in rows {
-                    match row.finished {
-                        Ok(Finished::Done { .. }) => sent += 1,
-                        // Left in flight: a recovery pass would finish it,
-                        // with the same idempotency key.
-                        other => eprintln!("payout {}: {other:?}", row.key),
-                    }
-                }
-            }
-        }));
+        let bank = bank.clone();
+        let mut stopped = stopped.clone();
+        let worker = Worker::new(pool.clone())
+            .effects(
+                Payout::start(),
+                plan.claim,
+                plan.concurrency,
+                move |effect: Effect<Payout, i64>| {
+                    let bank = bank.clone();
+                    async move { bank.pay(effect).await }
+                },
+            )
+            .poll(Poll::new(
+                Duration::from_millis(1),
+                Duration::from_millis(50),
+            ));
+        workers.push(tokio::spawn(worker.run(async move {
+            let _ = stopped.wait_for(|stop| *stop).await;
+        })));
     }
+    let stored = loop {
+        let (stored,): (i64,) = sqlx::query_as(DB::SENT)
+            .bind(first)
+            .bind(last)
+            .fetch_one(&pool)
+            .await?;
+        if stored == plan.rows {
+            break stored;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let elapsed = started.elapsed();
+    stop.send(true)?;
     let mut sent = 0;
     for worker in workers {
-        sent += worker.await??;
+        let report = worker.await??;
+        for lp in report.loops {
+            sent += lp.done;
+            if let Some(error) = lp.last_error {
+                // Left in flight: the worker's recovery finished it, with
+                // the same idempotency key.
+                eprintln!("{} errors, the last: {error}", lp.errors);
+            }
+        }
     }
-    let elapsed = started.elapsed();
-    let (stored,): (i64,) = sqlx::query_as(DB::SENT)
-        .bind(first)
-        .bind(last)
-        .fetch_one(&pool)
-        .await?;
     let transfers = bank.transfers.lock().unwrap().len();
     let calls = *bank.calls.lock().unwrap();
     println!("  payouts sent:          {sent} ({stored} stored as sent)");
