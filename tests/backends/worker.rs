@@ -115,6 +115,7 @@ backend_tests! {
     "worker_release" => unstarted_claims_are_released_to_another_worker_at_once,
     "worker_release_attempt" => a_released_row_keeps_its_attempt,
     "worker_rate" => a_rate_spaces_the_effects_starts,
+    "worker_busy_recovery" => a_busy_loop_still_recovers_due_rows,
     "worker_drain_5000" => a_shutdown_mid_run_hands_every_unstarted_claim_over (flavor = "multi_thread", worker_threads = 4),
     "worker_refused" => a_claim_out_of_flight_is_refused_before_any_loop,
     "worker_relay" => the_relay_and_prune_loops_empty_the_outbox,
@@ -491,6 +492,54 @@ where
         let earliest = due - Duration::from_millis(10).min(due);
         assert!(*start - starts[0] >= earliest, "start {i}: {starts:?}");
     }
+}
+
+/// Rows a dead worker left in flight are recovered while new work keeps
+/// every claim full: the loop looks for them once per longest poll wait,
+/// not only once the pending rows run out.
+async fn a_busy_loop_still_recovers_due_rows<DB: TestBackend + Batched>(db: Db<DB>)
+where
+    i64: KeyColumn<DB> + ManyKeys<DB, One>,
+{
+    const ROWS: i64 = 400;
+    db.transfers(ROWS).await;
+    for id in 1..=2_i64 {
+        let won = TransferStatus::start().apply(&db.pool, id).await.unwrap();
+        drop(won.won().expect("pending")); // its worker dies
+    }
+    db.backdate_leases().await;
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let seen = order.clone();
+    let report = Worker::new(db.pool.clone())
+        .effects(
+            TransferStatus::start(),
+            10,
+            10,
+            move |effect: Effect<TransferStatus, i64>| {
+                seen.lock().unwrap().push(*effect.key());
+                async {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    Verdict::done()
+                }
+            },
+        )
+        .poll(Poll::new(
+            Duration::from_millis(5),
+            Duration::from_millis(50),
+        ))
+        .run(all_sent(&db, ROWS))
+        .await
+        .unwrap();
+    assert_eq!(report.loops[0].recovered, 2, "{report:?}");
+    let order = order.lock().unwrap().clone();
+    let last = |id: i64| order.iter().position(|k| *k == id).unwrap();
+    // Of the 398 claimed, far fewer than all ran before the two recovered.
+    assert!(
+        last(1).max(last(2)) < 200,
+        "recovered after {} of {} effects",
+        last(1).max(last(2)),
+        order.len()
+    );
 }
 
 /// A released row gives back the attempt its claim counted: its effect

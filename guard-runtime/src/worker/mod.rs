@@ -4,7 +4,8 @@
 //! For each machine given with [`Worker::effects`], one loop claims up to
 //! a batch of rows with the claiming transition (`pending → sending`),
 //! runs their effects with [`finish_many`](crate::finish_many), and,
-//! when a claim comes back empty, runs
+//! when a claim comes back empty (and at least once per longest poll wait
+//! while claims keep coming back full), runs
 //! [`recover_many`](crate::recover_many) for the in-flight state: rows
 //! whose lease ran out (a worker that died) and rows whose retry is due.
 //! With nothing to do either way, it waits, longer each time it finds
@@ -169,8 +170,9 @@ impl<DB: Batched> Worker<DB> {
     /// `claim`, a transition into an in-flight state, and runs `effect` for
     /// them at most `concurrency` at a time
     /// ([`finish_many`](crate::finish_many)); when a claim
-    /// comes back empty, it recovers the in-flight state's rows whose lease
-    /// ran out or whose retry is due
+    /// comes back empty, and at least once per [`Poll`]'s longest wait
+    /// while claims keep coming back full, it recovers the in-flight
+    /// state's rows whose lease ran out or whose retry is due
     /// ([`recover_many`](crate::recover_many)), with the same
     /// effect. A `claim` into a state that is not in flight is
     /// [`Error::NotInFlight`] from [`Worker::run`], before any loop starts.
@@ -397,6 +399,11 @@ where
                 let mut report = LoopReport::new(S::MACHINE.name(), claim.name());
                 let (pool, stopped) = (at.pool.clone(), at.stopped.clone());
                 let mut wait = at.poll.min;
+                // When recovery last looked: a loop whose claims keep
+                // coming back full looks at least once per longest poll
+                // wait, so that retries come due and dead workers' rows
+                // are not starved by new work.
+                let mut recovered_at = tokio::time::Instant::now();
                 while !*stopped.borrow() {
                     let mut found = false;
                     match claim.claim::<_, K>(&pool, batch).await {
@@ -415,16 +422,19 @@ where
                             report.error(error);
                         }
                     }
-                    // Nothing claimed, and not stopping: rows left by a dead
-                    // worker, or waiting for their retry.
-                    if !found && !*stopped.borrow() {
+                    // Nothing claimed, or no recovery for a while, and not
+                    // stopping: rows left by a dead worker, or waiting for
+                    // their retry.
+                    let due = !found || recovered_at.elapsed() >= at.poll.max;
+                    if due && !*stopped.borrow() {
+                        recovered_at = tokio::time::Instant::now();
                         let stop = Some(stopped.clone());
                         let pass =
                             recover_many_until(&pool, in_flight, batch, concurrency, &effect, stop);
                         match pass.await {
                             Ok((pass, unstarted)) => {
                                 beat.ok();
-                                found = pass.claimed > 0;
+                                found |= pass.claimed > 0;
                                 report.recovered(pass);
                                 report.unstarted(unstarted);
                             }
