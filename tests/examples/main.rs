@@ -9,6 +9,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod bank_crash;
 mod crash;
 mod outbox_crash;
 mod outbox_loop;
