@@ -222,6 +222,9 @@ pub enum Col {
     Reason,
     /// A history row's details, as text.
     Details,
+    /// How long, in milliseconds, the oldest row recovery may take over
+    /// has been due (-1 when none is).
+    Behind,
 }
 
 /// Marks a slot in a statement under construction: control characters
@@ -253,6 +256,7 @@ impl Col {
             Col::Actor => ('a', 0),
             Col::Reason => ('r', 0),
             Col::Details => ('d', 0),
+            Col::Behind => ('b', 0),
         };
         format!("{COLUMN}{kind}{n}{COLUMN_END}{expr}")
     }
@@ -279,6 +283,7 @@ impl Col {
             'a' => Col::Actor,
             'r' => Col::Reason,
             'd' => Col::Details,
+            'b' => Col::Behind,
             _ => return None,
         })
     }

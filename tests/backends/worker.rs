@@ -116,6 +116,7 @@ backend_tests! {
     "worker_release_attempt" => a_released_row_keeps_its_attempt,
     "worker_rate" => a_rate_spaces_the_effects_starts,
     "worker_busy_recovery" => a_busy_loop_still_recovers_due_rows,
+    "worker_behind" => health_tells_how_far_behind_recovery_is,
     "worker_drain_5000" => a_shutdown_mid_run_hands_every_unstarted_claim_over (flavor = "multi_thread", worker_threads = 4),
     "worker_refused" => a_claim_out_of_flight_is_refused_before_any_loop,
     "worker_relay" => the_relay_and_prune_loops_empty_the_outbox,
@@ -540,6 +541,63 @@ where
         last(1).max(last(2)),
         order.len()
     );
+}
+
+/// Ten rows whose leases ran out an hour ago, recovered two at a time:
+/// while they wait, the loop's health says recovery is about an hour
+/// behind; once they are done, that it is not behind at all.
+async fn health_tells_how_far_behind_recovery_is<DB: TestBackend + Batched>(db: Db<DB>)
+where
+    i64: KeyColumn<DB> + ManyKeys<DB, One>,
+{
+    db.transfers(10).await;
+    for id in 1..=10_i64 {
+        let won = TransferStatus::start().apply(&db.pool, id).await.unwrap();
+        drop(won.won().expect("pending")); // its worker dies
+    }
+    db.backdate_leases().await;
+    let worker = Worker::new(db.pool.clone())
+        .effects(
+            TransferStatus::start(),
+            2,
+            2,
+            |_: Effect<TransferStatus, i64>| async {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                Verdict::done()
+            },
+        )
+        .poll(quick());
+    let health = worker.health();
+    let watched = health.clone();
+    let seen = Arc::new(Mutex::new(None));
+    let noted = seen.clone();
+    let db_ = &db;
+    worker
+        .run(bounded(async move {
+            loop {
+                let behind = watched.loops()[0].behind;
+                if let Some(behind) = behind {
+                    noted.lock().unwrap().get_or_insert(behind);
+                }
+                if behind.is_none() && count(db_, "sent").await == 10 {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }))
+        .await
+        .unwrap();
+    let behind = seen
+        .lock()
+        .unwrap()
+        .expect("recovery was behind while rows waited");
+    // Due since the lease (30 s) ran out, an hour after it began.
+    let hour = Duration::from_secs(3600);
+    assert!(
+        behind >= hour - Duration::from_secs(60) && behind <= hour,
+        "{behind:?}"
+    );
+    assert_eq!(health.loops()[0].behind, None);
 }
 
 /// A released row gives back the attempt its claim counted: its effect

@@ -158,6 +158,7 @@ impl Gen<'_> {
         };
         let renew_many = self.sql(|d| d.renew_many(model, state, f));
         let release_many = self.sql(|d| d.release_many(model, state, f));
+        let behind = self.sql(|d| d.behind(model, state, f));
         let expired_locked = self.sql(|d| d.expired_locked(model, state, f));
         let take_over_keyed = self.sql(|d| d.take_over_keyed(model, state, f));
         let read_many = self.sql(|d| d.read_many(model, f));
@@ -205,6 +206,7 @@ impl Gen<'_> {
                 failed_outbox_insert: #failed_outbox_insert,
                 renew_many: #renew_many,
                 release_many: #release_many,
+                behind: #behind,
                 expired_locked: #expired_locked,
                 take_over_keyed: #take_over_keyed,
                 read_many: #read_many,

@@ -76,6 +76,7 @@ pub(super) fn column(col: Col) -> TokenStream {
         Col::To => quote!(To),
         Col::At => quote!(At),
         Col::AtMicros => quote!(AtMicros),
+        Col::Behind => quote!(Behind),
         Col::Actor => quote!(Actor),
         Col::Reason => quote!(Reason),
         Col::Details => quote!(Details),

@@ -303,6 +303,32 @@ impl Dialect {
         )
     }
 
+    /// How far behind recovery is: how long, in milliseconds, the oldest
+    /// row of the state that recovery may take over ([`Self::due`]) has
+    /// been due, from when its lease ran out or its next attempt came, or
+    /// -1 when no row is ([`Col::Behind`]). A row with neither stamp is
+    /// due from now.
+    pub fn behind(&self, model: &Model, state: &State, in_flight: &InFlight) -> String {
+        let d = *self;
+        let lease_end = d.after_ms(&d.quote(&in_flight.since), in_flight.lease_ms);
+        let due_at = match &in_flight.retry {
+            None => format!("COALESCE({lease_end}, {})", d.now()),
+            Some(retry) => format!(
+                "COALESCE({}, {lease_end}, {})",
+                d.quote(&retry.next_attempt),
+                d.now()
+            ),
+        };
+        let age = format!("COALESCE({}, -1)", d.ms_since(&format!("MIN({due_at})")));
+        format!(
+            "SELECT {} FROM {} WHERE {} AND {}",
+            Col::Behind.of(&age),
+            d.quote(&model.table),
+            d.status_is(&d.quote(&model.column), &format!("= '{}'", state.db)),
+            d.due(in_flight),
+        )
+    }
+
     /// `, attempts` as the attempt a takeover counted ([`Col::Attempt`]),
     /// where the state counts attempts; empty otherwise.
     pub(super) fn attempt_column(self, in_flight: &InFlight) -> String {

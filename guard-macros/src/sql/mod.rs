@@ -266,6 +266,40 @@ impl Dialect {
 
     /// The time in `column` as microseconds since the Unix epoch, UTC: a
     /// `TIMESTAMPTZ`, SQLite's UTC text, a `DATETIME(3)` written in UTC.
+    /// `expr`, a time as [`Self::now`] writes one, `ms` milliseconds
+    /// later.
+    pub(super) fn after_ms(self, expr: &str, ms: u64) -> String {
+        match self {
+            Dialect::Postgres => format!("({expr} + INTERVAL '{ms} milliseconds')"),
+            Dialect::Sqlite => format!(
+                "strftime('%Y-%m-%d %H:%M:%f', {expr}, '+{}.{:03} seconds')",
+                ms / 1000,
+                ms % 1000
+            ),
+            Dialect::MySql => format!("({expr} + INTERVAL {} MICROSECOND)", ms * 1000),
+        }
+    }
+
+    /// The milliseconds from `expr`, a time as [`Self::now`] writes one,
+    /// to now, as an integer.
+    pub(super) fn ms_since(self, expr: &str) -> String {
+        match self {
+            Dialect::Postgres => {
+                format!(
+                    "CAST(EXTRACT(EPOCH FROM (statement_timestamp() - {expr})) * 1000 AS BIGINT)"
+                )
+            }
+            Dialect::Sqlite => {
+                format!("CAST(ROUND((julianday('now') - julianday({expr})) * 86400000) AS INTEGER)")
+            }
+            Dialect::MySql => {
+                format!(
+                    "CAST(TIMESTAMPDIFF(MICROSECOND, {expr}, UTC_TIMESTAMP(3)) / 1000 AS SIGNED)"
+                )
+            }
+        }
+    }
+
     pub(super) fn epoch_micros(self, column: &str) -> String {
         let c = self.quote(column);
         match self {

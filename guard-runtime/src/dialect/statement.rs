@@ -105,6 +105,9 @@ pub enum Column {
     At,
     /// A history row's time, in microseconds since the Unix epoch (UTC).
     AtMicros,
+    /// How long, in milliseconds, the oldest row recovery may take over
+    /// has been due, or -1 when none is.
+    Behind,
     /// A history row's actor.
     Actor,
     /// A history row's reason.

@@ -90,6 +90,8 @@ pub struct InFlightDef<S: 'static> {
     pub(super) renew_many: Sql,
     /// The release of a batch's rows whose effect never started.
     pub(super) release_many: Sql,
+    /// How long the oldest row recovery may take over has been due.
+    pub(super) behind: Sql,
     /// MySQL: expired rows, locked, for a takeover in one transaction.
     pub(super) expired_locked: Sql,
     /// MySQL: the takeover of the rows `expired_locked` locked.
@@ -251,6 +253,14 @@ impl<S> InFlightDef<S> {
     /// counts attempts, it gives back the attempt the claim counted.
     pub const fn release_many_sql(&self) -> &Sql {
         &self.release_many
+    }
+
+    /// `SELECT` how long, in milliseconds, the oldest row of the state
+    /// that recovery may take over (its lease run out, or its next attempt
+    /// come) has been due, or -1 when none is: what a worker's health
+    /// reports as how far behind it is.
+    pub const fn behind_sql(&self) -> &Sql {
+        &self.behind
     }
 
     /// MySQL: [`expired_sql`](Self::expired_sql) `FOR UPDATE SKIP

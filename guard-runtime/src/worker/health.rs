@@ -32,6 +32,12 @@ pub struct LoopHealth {
     pub failures_in_a_row: u32,
     /// The last error, as its message says it.
     pub last_error: Option<String>,
+    /// How far behind the loop's recovery is, as its last look found it:
+    /// how long the oldest row it may take over (its lease run out, or
+    /// its next attempt come) has been due; `None` when no row was due,
+    /// and for loops that recover nothing (a relay, pruning). Rows still
+    /// to claim carry no time the library knows, so they do not count.
+    pub behind: Option<Duration>,
 }
 
 impl Health {
@@ -60,6 +66,7 @@ impl Health {
             last_success: None,
             failures_in_a_row: 0,
             last_error: None,
+            behind: None,
         });
         Beat {
             health: self.clone(),
@@ -89,6 +96,11 @@ impl Beat {
             lp.last_success = Some(Instant::now());
             lp.failures_in_a_row = 0;
         });
+    }
+
+    /// How far behind the loop's recovery was at its last look.
+    pub(super) fn behind(&self, behind: Option<Duration>) {
+        self.health.update(self.index, |lp| lp.behind = behind);
     }
 
     /// A look that ended in `error`.

@@ -437,6 +437,11 @@ where
                                 found |= pass.claimed > 0;
                                 report.recovered(pass);
                                 report.unstarted(unstarted);
+                                // How far behind recovery is now: a
+                                // failure to tell leaves the last answer.
+                                if let Ok(behind) = behind(&pool, in_flight).await {
+                                    beat.behind(behind);
+                                }
                             }
                             Err(error) => {
                                 beat.failed(&error);
@@ -452,6 +457,37 @@ where
             span,
         ))
     }
+}
+
+/// How long the oldest row of `state` that recovery may take over has
+/// been due, or `None` when none is.
+async fn behind<S, DB>(pool: &Pool<DB>, state: S) -> Result<Option<Duration>, Error>
+where
+    S: crate::StateMachine,
+    DB: Batched,
+{
+    use crate::dialect::Column;
+    use crate::dialect::sealed::Driver;
+    use crate::executor::proven::Proven;
+    let in_flight = in_flight_def(state)?;
+    let statement = <DB as Driver>::statement(in_flight.behind_sql());
+    let error = |source| Error::Database {
+        table: S::MACHINE.table(),
+        transition: "behind",
+        source,
+    };
+    let args =
+        crate::transition::bind::arguments::<DB>(statement, &crate::transition::bind::Values::NONE)
+            .map_err(|e| error(e.into_sqlx()))?;
+    let mut executor = pool;
+    let rows = (&mut executor).rows(statement, args).await.map_err(error)?;
+    let Some(row) = rows.first() else {
+        return Ok(None);
+    };
+    let ms = crate::transition::row::Read::<DB>::new(statement, row)
+        .int(Column::Behind)
+        .map_err(error)?;
+    Ok(u64::try_from(ms).ok().map(Duration::from_millis))
 }
 
 /// The span a loop runs in, from start to stop: the spans of the calls it
