@@ -88,7 +88,7 @@ pub fn router(pool: SqlitePool, faults: bool) -> Router {
                     logged,
                 )),
         )
-        .with_state(pool)
+        .with_state(faults)
 }
 
 /// Logs the request, then answers it as the attempt's turn says (with
@@ -151,7 +151,11 @@ async fn logged(
 
 /// Books the transfer in the key's transaction; the layer stores the
 /// answer in it too.
-async fn book(mut tx: IdempotentTx<sqlx::Sqlite>, body: Bytes) -> (StatusCode, String) {
+async fn book(
+    State(faults): State<bool>,
+    mut tx: IdempotentTx<sqlx::Sqlite>,
+    body: Bytes,
+) -> (StatusCode, String) {
     let Ok(transfer) = serde_json::from_slice::<serde_json::Value>(&body) else {
         return (StatusCode::BAD_REQUEST, "the body is not JSON".to_owned());
     };
@@ -162,9 +166,11 @@ async fn book(mut tx: IdempotentTx<sqlx::Sqlite>, body: Bytes) -> (StatusCode, S
             "payout and amount are required".to_owned(),
         );
     };
-    // A bank takes a moment; a crash meanwhile rolls the booking and the
-    // key's claim back together, and the caller's retry books it.
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    if faults {
+        // A slow bank: a crash meanwhile rolls the booking and the key's
+        // claim back together, and the caller's retry books it.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let booked = sqlx::query("INSERT INTO ledger (payout, amount) VALUES (?, ?)")
         .bind(payout)
         .bind(amount)

@@ -7,10 +7,17 @@
 //! idempotency key. The run ends when every payout is sent, and the
 //! workers drain. Prints rows per second.
 //!
+//! With `--bank-url`, the workers pay through `http::HttpEffect` instead,
+//! each payout's effect key as its `Idempotency-Key`, against a bank of
+//! its own: `cargo run --example bank` (a service behind the library's
+//! idempotency layer) prints the URL to give.
+//!
 //! ```text
 //! cargo run --release --example payout_run                      # 100,000 payouts on embedded SQLite
 //! cargo run --release --example payout_run -- --latency-ms 20   # a bank that takes 20 ms
 //! cargo run --release --example payout_run -- --rows 20000 --workers 8 --claim 250 --concurrency 32
+//! cargo run --example bank -- --port 8080 --db /tmp/bank.db &
+//! cargo run --release --example payout_run -- --rows 2000 --bank-url http://127.0.0.1:8080/transfers
 //! DATABASE_URL=postgres://postgres@127.0.0.1:5432/test cargo run --release --example payout_run
 //! DATABASE_URL=mysql://root@127.0.0.1:3306/test cargo run --release --example payout_run
 //! ```
@@ -28,6 +35,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use sqlx::{MySql, Pool, Postgres, Sqlite};
+use stateguard::http::HttpEffect;
 use stateguard::worker::{Poll, Worker};
 use stateguard::{Effect, StateMachine, Verdict};
 
@@ -54,7 +62,7 @@ enum Payout {
 }
 
 const USAGE: &str = "usage: payout_run [--rows N] [--latency-ms MS] [--workers N] [--claim N] \
-                     [--concurrency N]";
+                     [--concurrency N] [--bank-url URL]";
 
 /// What the run is asked to do.
 #[derive(Debug, Clone, Copy)]
@@ -64,6 +72,8 @@ struct Plan {
     workers: usize,
     claim: u32,
     concurrency: usize,
+    /// Pay through this bank over HTTP, instead of the fake one.
+    bank_url: Option<&'static str>,
 }
 
 impl Plan {
@@ -74,6 +84,7 @@ impl Plan {
             workers: 8,
             claim: 250,
             concurrency: 32,
+            bank_url: None,
         };
         let mut args = std::env::args().skip(1);
         while let Some(flag) = args.next() {
@@ -91,6 +102,11 @@ impl Plan {
                     .filter(|n| *n > 0 || what == "--latency-ms")
                     .ok_or_else(|| format!("{what} takes a positive number, got {value:?}").into())
             };
+            if flag == "--bank-url" {
+                // Lives for the run.
+                plan.bank_url = Some(Box::leak(value.into_boxed_str()));
+                continue;
+            }
             match flag.as_str() {
                 "--rows" => plan.rows = i64::try_from(number("--rows")?.min(10_000_000))?,
                 "--latency-ms" => plan.latency = Duration::from_millis(number("--latency-ms")?),
@@ -314,11 +330,26 @@ where
     // Every worker stops once every payout of the run is sent.
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut workers = Vec::new();
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()?;
     for _ in 0..plan.workers {
         let bank = bank.clone();
         let mut stopped = stopped.clone();
-        let worker = Worker::new(pool.clone())
-            .effects(
+        let worker = Worker::new(pool.clone());
+        let worker = match plan.bank_url {
+            // The bank over HTTP: the effect key as the Idempotency-Key,
+            // the body made from the row alone.
+            Some(url) => {
+                let client = client.clone();
+                let pay = HttpEffect::new(move |effect: &Effect<Payout, i64>| {
+                    client
+                        .post(url)
+                        .json(&serde_json::json!({ "payout": effect.key(), "amount": 100 }))
+                });
+                worker.effects(Payout::start(), plan.claim, plan.concurrency, pay.effect())
+            }
+            None => worker.effects(
                 Payout::start(),
                 plan.claim,
                 plan.concurrency,
@@ -326,11 +357,12 @@ where
                     let bank = bank.clone();
                     async move { bank.pay(effect).await }
                 },
-            )
-            .poll(Poll::new(
-                Duration::from_millis(1),
-                Duration::from_millis(50),
-            ));
+            ),
+        }
+        .poll(Poll::new(
+            Duration::from_millis(1),
+            Duration::from_millis(50),
+        ));
         workers.push(tokio::spawn(worker.run(async move {
             let _ = stopped.wait_for(|stop| *stop).await;
         })));
@@ -359,6 +391,18 @@ where
                 eprintln!("{} errors, the last: {error}", lp.errors);
             }
         }
+    }
+    if let Some(url) = plan.bank_url {
+        println!("  payouts sent:          {sent} ({stored} stored as sent), paid at {url}");
+        println!(
+            "  elapsed:               {:.2} s, {:.0} payouts/s",
+            elapsed.as_secs_f64(),
+            sent as f64 / elapsed.as_secs_f64()
+        );
+        return match stored == plan.rows {
+            true => Ok(()),
+            false => Err(format!("expected {} payouts sent, got {stored}", plan.rows).into()),
+        };
     }
     let transfers = bank.transfers.lock().unwrap().len();
     let calls = *bank.calls.lock().unwrap();
