@@ -82,7 +82,11 @@ pub fn router(pool: SqlitePool, faults: bool) -> Router {
         .route(
             "/transfers",
             axum::routing::post(book)
-                .layer(Idempotent::new(pool.clone(), "POST /transfers"))
+                // A booking takes milliseconds: a crash mid-request holds
+                // its key for two seconds, not the default minute.
+                .layer(
+                    Idempotent::new(pool.clone(), "POST /transfers").lease(Duration::from_secs(2)),
+                )
                 .layer(axum::middleware::from_fn_with_state(
                     (pool.clone(), faults),
                     logged,

@@ -50,7 +50,7 @@ pub mod http {
     //! | answer | verdict |
     //! | --- | --- |
     //! | 2xx | [`Answers::done`], given the response: `Verdict::done()` by default, or the `done` transition with a value read from the body |
-    //! | 409 | retry later: the first attempt with this key is still running |
+    //! | 409 | retry later (at its `Retry-After`, if it has one): the first attempt with this key is still running; a far side that crashed mid-request holds the key until its own lease ends, so give the state a `retry(…)` whose attempts outlast it |
     //! | 429 or 503 with `Retry-After` | retry at that time (seconds, or an HTTP date) |
     //! | 429, 503 without it, other 5xx | retry later, with the same key |
     //! | no answer: a timeout, a connection refused or cut | retry later, with the same key |

@@ -3,9 +3,9 @@
 //! answered late after booking, then 409, then 503 with `Retry-After`,
 //! then 500, then replayed), SIGKILLed again and again and started anew
 //! on the same port while a `Worker` pays 30 payouts through
-//! `http::HttpEffect`. Every payout must be booked once, under one key,
-//! and every attempt the bank saw for a key must carry the same bytes,
-//! across the kills.
+//! `http::HttpEffect`, its payouts on SQLite, PostgreSQL or MariaDB.
+//! Every payout must be booked once, under one key, and every attempt the
+//! bank saw for a key must carry the same bytes, across the kills.
 //!
 //! The parent test re-executes this test binary with `--exact
 //! bank_crash::bank_child` and `STATEGUARD_BANK_CHILD=<port>:<file>`;
@@ -19,8 +19,11 @@ mod bank;
 use std::process::Stdio;
 use std::time::Duration;
 
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
+use crate::common::{self, Bind, Db, TestBackend};
+use stateguard::bounds::{Batched, ManyKeys};
+use stateguard::ddl::Dialect;
 use stateguard::http::HttpEffect;
+use stateguard::key::shape::One;
 use stateguard::worker::{Poll, Worker};
 use stateguard::{Effect, StateMachine};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -32,6 +35,8 @@ const READY: &str = "bank-child-ready";
 const PAYOUTS: i64 = 30;
 const KILLS: usize = 12;
 
+/// A wire whose attempts outlast the bank's two-second hold on a key that
+/// a crash left in progress (409 meanwhile).
 #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
 #[state_machine(table = "wires", column = "status", key = "id", key_type = "i64")]
 enum Wire {
@@ -43,7 +48,7 @@ enum Wire {
         since = "sending_since",
         done = confirm,
         failed = fail,
-        retry(max = 40, backoff = "20ms..100ms", attempts = "attempts", next_attempt = "next_attempt_at")
+        retry(max = 40, backoff = "50ms..1s", attempts = "attempts", next_attempt = "next_attempt_at")
     ))]
     #[transition(confirm -> Sent)]
     #[transition(fail -> Failed)]
@@ -118,11 +123,57 @@ async fn start_bank(port: u16, file: &std::path::Path) -> Child {
     child
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_killed_bank_still_books_each_payout_once() {
-    if std::env::var(CHILD_ENV).is_ok() {
-        return;
-    }
+backend_tests! {
+    "bank_crash" => a_killed_bank_still_books_each_payout_once (flavor = "multi_thread", worker_threads = 4),
+}
+
+/// The `wires` table with `PAYOUTS` pending rows.
+async fn wires<DB: TestBackend>(db: &Db<DB>) {
+    let (create, insert) = match DB::DIALECT {
+        Dialect::Postgres => (
+            "CREATE TABLE wires (id BIGINT PRIMARY KEY, status TEXT NOT NULL,
+                sending_since TIMESTAMPTZ, attempts INT NOT NULL DEFAULT 0,
+                next_attempt_at TIMESTAMPTZ)",
+            "INSERT INTO wires (id, status) SELECT g, 'pending' FROM generate_series(1, $1) g",
+        ),
+        Dialect::Sqlite => (
+            "CREATE TABLE wires (id INTEGER PRIMARY KEY, status TEXT NOT NULL,
+                sending_since TEXT, attempts INTEGER NOT NULL DEFAULT 0, next_attempt_at TEXT)",
+            "WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < ?1)
+             INSERT INTO wires (id, status) SELECT i, 'pending' FROM s",
+        ),
+        _ => (
+            "CREATE TABLE wires (id BIGINT PRIMARY KEY, status VARCHAR(32) NOT NULL,
+                sending_since DATETIME(3) NULL, attempts INT NOT NULL DEFAULT 0,
+                next_attempt_at DATETIME(3) NULL)",
+            "INSERT INTO wires (id, status)
+             WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < ?)
+             SELECT i, 'pending' FROM s",
+        ),
+    };
+    let mut conn = db.pool.acquire().await.unwrap();
+    DB::execute(&mut conn, create, &[]).await.unwrap();
+    DB::execute(&mut conn, insert, &[Bind::Int(PAYOUTS)])
+        .await
+        .unwrap();
+}
+
+/// How many wires are `sent`.
+async fn sent<DB: TestBackend>(pool: &sqlx::Pool<DB>) -> i64 {
+    let sql = match DB::DIALECT {
+        Dialect::Postgres => "SELECT COUNT(*)::BIGINT FROM wires WHERE status = 'sent'",
+        Dialect::Sqlite => "SELECT COUNT(*) FROM wires WHERE status = 'sent'",
+        _ => "SELECT CAST(COUNT(*) AS SIGNED) FROM wires WHERE status = 'sent'",
+    };
+    let mut conn = pool.acquire().await.unwrap();
+    let (n,): (i64,) = DB::fetch_one(&mut conn, sql, &[]).await.unwrap();
+    n
+}
+
+async fn a_killed_bank_still_books_each_payout_once<DB: TestBackend + Batched>(db: Db<DB>)
+where
+    i64: common::KeyColumn<DB> + ManyKeys<DB, One>,
+{
     let dir = tempfile::tempdir().unwrap();
     let bank_file = dir.path().join("bank.db");
     let port = {
@@ -131,25 +182,7 @@ async fn a_killed_bank_still_books_each_payout_once() {
     };
     let mut bank = start_bank(port, &bank_file).await;
 
-    let options = SqliteConnectOptions::new()
-        .filename(dir.path().join("payouts.db"))
-        .create_if_missing(true)
-        .journal_mode(SqliteJournalMode::Wal)
-        .busy_timeout(Duration::from_secs(30));
-    let pool = SqlitePoolOptions::new()
-        .max_connections(4)
-        .connect_with(options)
-        .await
-        .unwrap();
-    sqlx::raw_sql(
-        "CREATE TABLE wires (id INTEGER PRIMARY KEY, status TEXT NOT NULL DEFAULT 'pending', \
-         sending_since TEXT, attempts INTEGER NOT NULL DEFAULT 0, next_attempt_at TEXT); \
-         WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < 30) \
-         INSERT INTO wires (id) SELECT i FROM s",
-    )
-    .execute(&pool)
-    .await
-    .unwrap();
+    wires(&db).await;
 
     let client = reqwest::Client::builder()
         .timeout(Duration::from_millis(500))
@@ -161,22 +194,14 @@ async fn a_killed_bank_still_books_each_payout_once() {
             .post(&url)
             .json(&serde_json::json!({ "payout": effect.key(), "amount": 100 }))
     });
-    let watch = pool.clone();
+    let watched = db.pool.clone();
     let all_sent = async move {
-        loop {
-            let (sent,): (i64,) =
-                sqlx::query_as("SELECT COUNT(*) FROM wires WHERE status = 'sent'")
-                    .fetch_one(&watch)
-                    .await
-                    .unwrap();
-            if sent == PAYOUTS {
-                return;
-            }
+        while sent(&watched).await < PAYOUTS {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     };
     let worker = tokio::spawn(
-        Worker::new(pool.clone())
+        Worker::new(db.pool.clone())
             .effects(Wire::start(), 10, 10, pay.effect())
             .poll(Poll::new(
                 Duration::from_millis(5),

@@ -186,14 +186,19 @@ where
             return self.answers.done(response).await;
         }
         let retry = |reason: String| Retry::later().because(reason).into();
+        let asked = || response.headers().get(RETRY_AFTER).and_then(retry_after);
         match status {
-            StatusCode::CONFLICT => retry(format!("{status}: the first attempt is still running")),
-            StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => {
-                match response.headers().get(RETRY_AFTER).and_then(retry_after) {
-                    Some(at) => at.because(status.to_string()).into(),
-                    None => retry(status.to_string()),
+            StatusCode::CONFLICT => {
+                let reason = format!("{status}: the first attempt is still running");
+                match asked() {
+                    Some(at) => at.because(reason).into(),
+                    None => retry(reason),
                 }
             }
+            StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => match asked() {
+                Some(at) => at.because(status.to_string()).into(),
+                None => retry(status.to_string()),
+            },
             _ if status.is_server_error() => retry(status.to_string()),
             _ if status.is_client_error() => {
                 let body = response.bytes().await.unwrap_or_default();
