@@ -255,7 +255,7 @@ async fn main() {
     support::on_postgres(POSTGRES, |pool| async move {
         sqlx::raw_sql(CREATE).execute(&pool).await.unwrap();
         for statement in WakeUps::new().machine::<Payout>().statements() {
-            sqlx::raw_sql(sqlx::AssertSqlSafe(statement.clone()))
+            sqlx::raw_sql(*statement)
                 .execute(&pool)
                 .await
                 .unwrap();

@@ -72,10 +72,7 @@ async fn a_notification_starts_the_effect_before_the_poll() {
     db.transfers(0).await;
     let ddl = WakeUps::new().machine::<TransferStatus>();
     for statement in ddl.statements() {
-        sqlx::raw_sql(sqlx::AssertSqlSafe(statement.clone()))
-            .execute(&db.pool)
-            .await
-            .unwrap();
+        sqlx::raw_sql(*statement).execute(&db.pool).await.unwrap();
     }
     let minute = Duration::from_secs(60);
     let (started, mut effects) = mpsc::unbounded_channel();
@@ -137,10 +134,7 @@ async fn a_cut_listening_connection_listens_again() {
     };
     db.transfers(0).await;
     for statement in WakeUps::new().machine::<TransferStatus>().statements() {
-        sqlx::raw_sql(sqlx::AssertSqlSafe(statement.clone()))
-            .execute(&db.pool)
-            .await
-            .unwrap();
+        sqlx::raw_sql(*statement).execute(&db.pool).await.unwrap();
     }
     let minute = Duration::from_secs(60);
     let (started, mut effects) = mpsc::unbounded_channel();
@@ -179,11 +173,8 @@ async fn an_outbox_write_wakes_the_relay() {
     for statement in stateguard::outbox::ddl(stateguard::ddl::Dialect::Postgres) {
         sqlx::raw_sql(*statement).execute(&db.pool).await.unwrap();
     }
-    for statement in WakeUps::new().outbox("stateguard_outbox").statements() {
-        sqlx::raw_sql(sqlx::AssertSqlSafe(statement.clone()))
-            .execute(&db.pool)
-            .await
-            .unwrap();
+    for statement in WakeUps::new().outbox().statements() {
+        sqlx::raw_sql(*statement).execute(&db.pool).await.unwrap();
     }
     let minute = Duration::from_secs(60);
     let published = Arc::new(Mutex::new(Vec::new()));

@@ -159,6 +159,7 @@ impl Gen<'_> {
         let renew_many = self.sql(|d| d.renew_many(model, state, f));
         let release_many = self.sql(|d| d.release_many(model, state, f));
         let behind = self.sql(|d| d.behind(model, state, f));
+        let wake_up = crate::ddl::wake_up(model, state);
         let expired_locked = self.sql(|d| d.expired_locked(model, state, f));
         let take_over_keyed = self.sql(|d| d.take_over_keyed(model, state, f));
         let read_many = self.sql(|d| d.read_many(model, f));
@@ -207,6 +208,7 @@ impl Gen<'_> {
                 renew_many: #renew_many,
                 release_many: #release_many,
                 behind: #behind,
+                wake_up: #wake_up,
                 expired_locked: #expired_locked,
                 take_over_keyed: #take_over_keyed,
                 read_many: #read_many,

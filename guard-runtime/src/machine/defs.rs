@@ -92,6 +92,8 @@ pub struct InFlightDef<S: 'static> {
     pub(super) release_many: Sql,
     /// How long the oldest row recovery may take over has been due.
     pub(super) behind: Sql,
+    /// PostgreSQL: the trigger that wakes listening workers.
+    pub(super) wake_up: &'static str,
     /// MySQL: expired rows, locked, for a takeover in one transaction.
     pub(super) expired_locked: Sql,
     /// MySQL: the takeover of the rows `expired_locked` locked.
@@ -261,6 +263,15 @@ impl<S> InFlightDef<S> {
     /// reports as how far behind it is.
     pub const fn behind_sql(&self) -> &Sql {
         &self.behind
+    }
+
+    /// PostgreSQL: `CREATE OR REPLACE TRIGGER` that notifies listening
+    /// workers when a row is inserted into, or moves into, a state a
+    /// transition into this one takes rows from (what
+    /// [`WakeUps`](crate::worker::WakeUps) collects); empty when no
+    /// transition leads here.
+    pub const fn wake_up_sql(&self) -> &'static str {
+        self.wake_up
     }
 
     /// MySQL: [`expired_sql`](Self::expired_sql) `FOR UPDATE SKIP

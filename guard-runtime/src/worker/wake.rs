@@ -30,11 +30,18 @@ BEGIN
 END
 $stateguard$";
 
+/// The trigger on the outbox table, `stateguard_outbox`.
+const OUTBOX: &str = "CREATE OR REPLACE TRIGGER \"stateguard_outbox_stateguard_wake\"
+    AFTER INSERT ON \"stateguard_outbox\"
+    FOR EACH STATEMENT EXECUTE FUNCTION stateguard_wake()";
+
 /// The PostgreSQL triggers that wake listening workers
-/// ([`Worker::listen`](super::Worker::listen)): one function, and a
-/// trigger on each machine's table for the states its claims take rows
-/// from, and on the outbox table for every insert. Every statement can
-/// run twice (`CREATE OR REPLACE`); run them with the migrations.
+/// ([`Worker::listen`](super::Worker::listen)): one function, a trigger on
+/// each machine's table for the states its claims take rows from
+/// (written by the derive, with the machine's other statements), and one
+/// on the outbox table for every insert. Every statement can run twice
+/// (`CREATE OR REPLACE`, PostgreSQL 14 or later); run them with the
+/// migrations.
 ///
 /// Its `Display` is the whole text, each statement followed by `;`.
 ///
@@ -56,14 +63,14 @@ $stateguard$";
 ///     Failed,
 /// }
 ///
-/// let ddl = WakeUps::new().machine::<PayoutStatus>().outbox("stateguard_outbox");
+/// let ddl = WakeUps::new().machine::<PayoutStatus>().outbox();
 /// assert_eq!(ddl.statements().len(), 3);
 /// assert!(ddl.statements()[1].contains(r#"WHEN (NEW."status" IN ('pending'))"#));
 /// ```
 #[must_use = "the wake-up triggers do nothing until they are run"]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WakeUps {
-    statements: Vec<String>,
+    statements: Vec<&'static str>,
 }
 
 impl Default for WakeUps {
@@ -76,62 +83,33 @@ impl WakeUps {
     /// The function the triggers run, and no trigger yet.
     pub fn new() -> Self {
         WakeUps {
-            statements: vec![FUNCTION.to_owned()],
+            statements: vec![FUNCTION],
         }
     }
 
-    /// A trigger on `T`'s table that notifies when a row is inserted into,
-    /// or moves into, a state that one of `T`'s transitions into an
+    /// The triggers on `T`'s table that notify when a row is inserted
+    /// into, or moves into, a state that one of `T`'s transitions into an
     /// in-flight state takes rows from (`pending` for `start: Pending ->
     /// Sending`). A machine without such a transition adds nothing.
     pub fn machine<T: StateMachine>(mut self) -> Self {
-        let machine = T::MACHINE;
-        let mut claimable: Vec<&'static str> = Vec::new();
-        for transition in machine.transitions() {
-            let into_flight = machine
-                .state(transition.target())
-                .is_some_and(|state| state.in_flight().is_some());
-            if !into_flight {
-                continue;
-            }
-            for source in transition.sources() {
-                if let Some(state) = machine.state(*source)
-                    && !claimable.contains(&state.db_str())
-                {
-                    claimable.push(state.db_str());
-                }
-            }
-        }
-        if claimable.is_empty() {
-            return self;
-        }
-        let states: Vec<String> = claimable.iter().map(|s| literal(s)).collect();
-        let column = ident(machine.column());
-        self.statements.push(format!(
-            "CREATE OR REPLACE TRIGGER {}\n    AFTER INSERT OR UPDATE OF {column} ON {}\n    \
-             FOR EACH ROW WHEN (NEW.{column} IN ({}))\n    EXECUTE FUNCTION stateguard_wake()",
-            ident(&format!("{}_stateguard_wake", bare(machine.table()))),
-            qualified(machine.table()),
-            states.join(", "),
-        ));
+        let triggers = (T::MACHINE.states().iter())
+            .filter_map(|state| state.in_flight())
+            .map(|in_flight| in_flight.wake_up_sql())
+            .filter(|trigger| !trigger.is_empty());
+        self.statements.extend(triggers);
         self
     }
 
-    /// A trigger on the outbox table `table` (`stateguard_outbox`, or
-    /// `billing.stateguard_outbox` for `stores!(schema = "billing")`) that
+    /// The trigger on the outbox table, `stateguard_outbox`, that
     /// notifies after every statement that inserts messages.
-    pub fn outbox(mut self, table: &str) -> Self {
-        self.statements.push(format!(
-            "CREATE OR REPLACE TRIGGER {}\n    AFTER INSERT ON {}\n    \
-             FOR EACH STATEMENT EXECUTE FUNCTION stateguard_wake()",
-            ident(&format!("{}_stateguard_wake", bare(table))),
-            qualified(table),
-        ));
+    pub fn outbox(mut self) -> Self {
+        self.statements.push(OUTBOX);
         self
     }
 
-    /// The statements, without a trailing `;`, in the order to run them.
-    pub fn statements(&self) -> &[String] {
+    /// The statements, without a trailing `;`, in the order to run them:
+    /// `sqlx::raw_sql(statement)` runs each as it is.
+    pub fn statements(&self) -> &[&'static str] {
         &self.statements
     }
 }
@@ -153,22 +131,6 @@ impl fmt::Display for WakeUps {
 /// or quotes.
 pub(super) fn bare(table: &str) -> &str {
     table.rsplit('.').next().unwrap_or(table).trim_matches('"')
-}
-
-/// `name` as one quoted identifier.
-fn ident(name: &str) -> String {
-    format!("\"{}\"", name.trim_matches('"').replace('"', "\"\""))
-}
-
-/// `table`, schema-qualified or not, each part quoted.
-fn qualified(table: &str) -> String {
-    let parts: Vec<String> = table.split('.').map(ident).collect();
-    parts.join(".")
-}
-
-/// `text` as a string literal.
-fn literal(text: &str) -> String {
-    format!("'{}'", text.replace('\'', "''"))
 }
 
 /// Each loop's table and the handle that wakes it.
