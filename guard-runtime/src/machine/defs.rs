@@ -267,9 +267,8 @@ impl<S> InFlightDef<S> {
 
     /// PostgreSQL: `CREATE OR REPLACE TRIGGER` that notifies listening
     /// workers when a row is inserted into, or moves into, a state a
-    /// transition into this one takes rows from (what
-    /// [`WakeUps`](crate::worker::WakeUps) collects); empty when no
-    /// transition leads here.
+    /// transition into this one takes rows from (what a worker's
+    /// `WakeUps` collects); empty when no transition leads here.
     pub const fn wake_up_sql(&self) -> &'static str {
         self.wake_up
     }
