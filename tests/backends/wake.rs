@@ -163,6 +163,11 @@ async fn a_cut_listening_connection_listens_again() {
     assert_eq!(report.loops[0].done, 2, "{report:?}");
 }
 
+/// The test's own schema as a store's, so that the outbox trigger is the
+/// one a schema's outbox gets; the relay reads the same table through the
+/// search path.
+static WAKE_OUTBOX: stateguard::Stores = stateguard::stores!(schema = "sg_wake_outbox");
+
 /// A message committed to the outbox wakes the relay loop of a worker
 /// that polls once a minute: it is published long before that.
 #[tokio::test]
@@ -173,7 +178,9 @@ async fn an_outbox_write_wakes_the_relay() {
     for statement in stateguard::outbox::ddl(stateguard::ddl::Dialect::Postgres) {
         sqlx::raw_sql(*statement).execute(&db.pool).await.unwrap();
     }
-    for statement in WakeUps::new().outbox().statements() {
+    let trigger = WakeUps::new().outbox(WAKE_OUTBOX.outbox());
+    assert!(trigger.statements()[1].contains(r#"ON "sg_wake_outbox".stateguard_outbox"#));
+    for statement in trigger.statements() {
         sqlx::raw_sql(*statement).execute(&db.pool).await.unwrap();
     }
     let minute = Duration::from_secs(60);

@@ -191,6 +191,7 @@ fn stores(krate: &TokenStream, place: &Place) -> Result<TokenStream, String> {
         ddl(|d| inbox::ddl(d, place)),
         ddl(|d| outbox::ddl(d, place)),
     );
+    let outbox_wake_up = outbox::wake_up(place);
     Ok(quote! {
         #krate::__private::stores(#krate::__private::StoreParts {
             schema: #schema,
@@ -203,6 +204,7 @@ fn stores(krate: &TokenStream, place: &Place) -> Result<TokenStream, String> {
             outbox_table: #outbox_table,
             outbox: #outbox,
             outbox_ddl: #outbox_ddl,
+            outbox_wake_up: #outbox_wake_up,
         })
     })
 }

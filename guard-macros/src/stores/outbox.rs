@@ -214,6 +214,18 @@ fn status(d: Dialect, at: &Place) -> String {
     )
 }
 
+/// PostgreSQL: the trigger that wakes listening workers after every
+/// statement that inserts messages (`stateguard::worker::WakeUps`); it
+/// runs `stateguard_wake()`, which the runtime creates.
+pub(super) fn wake_up(at: &Place) -> String {
+    let d = Dialect::Postgres;
+    format!(
+        "CREATE OR REPLACE TRIGGER \"stateguard_outbox_stateguard_wake\"\n    AFTER INSERT ON {}\n    \
+         FOR EACH STATEMENT EXECUTE FUNCTION stateguard_wake()",
+        at.table(d, TABLE)
+    )
+}
+
 /// The table and its indexes.
 pub(super) fn ddl(d: Dialect, at: &Place) -> Vec<String> {
     let table = at.table(d, TABLE);

@@ -32,6 +32,8 @@ pub struct StoreParts {
     /// `requeue`, `prune`, `status`.
     pub outbox: [Sql<Statement<Field>>; 9],
     pub outbox_ddl: OutboxDdl,
+    /// PostgreSQL: the trigger that wakes listening workers.
+    pub outbox_wake_up: &'static str,
 }
 
 /// The idempotency store's statements and table in one schema.
@@ -117,6 +119,8 @@ pub(crate) struct OutboxSql {
     /// and last error.
     pub(crate) status: Sql<Statement<Field>>,
     pub(crate) ddl: OutboxDdl,
+    /// PostgreSQL: the trigger that wakes listening workers.
+    pub(crate) wake_up: &'static str,
 }
 
 /// The fixed-table stores, the idempotency keys' and the inbox's, with
@@ -238,6 +242,14 @@ pub struct Outbox {
     pub(crate) sql: &'static OutboxSql,
 }
 
+impl Default for Outbox {
+    /// The outbox in no schema: the table `stateguard_outbox`, as
+    /// `outbox::ddl` creates it.
+    fn default() -> Self {
+        DEFAULT.outbox()
+    }
+}
+
 impl Outbox {
     /// The table, as errors name it: `stateguard_outbox`, or
     /// `payments.stateguard_outbox` in the schema `payments`.
@@ -250,6 +262,13 @@ impl Outbox {
     /// once, in a migration (the schema must exist).
     pub const fn ddl(&self, dialect: DdlDialect) -> &'static [&'static str] {
         pick(&self.sql.ddl, dialect)
+    }
+
+    /// PostgreSQL: the trigger that notifies listening workers after every
+    /// statement that inserts messages into this outbox; what
+    /// `worker::WakeUps::outbox` collects.
+    pub const fn wake_up(&self) -> &'static str {
+        self.sql.wake_up
     }
 }
 
@@ -354,6 +373,7 @@ pub const fn stores(parts: StoreParts) -> Stores {
             prune: prune_published,
             status,
             ddl: parts.outbox_ddl,
+            wake_up: parts.outbox_wake_up,
         },
     }
 }

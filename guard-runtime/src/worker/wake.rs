@@ -14,6 +14,7 @@ use std::sync::Arc;
 use tokio::sync::{Notify, watch};
 
 use crate::StateMachine;
+use crate::outbox::Outbox;
 
 /// The channel the wake-up triggers notify, with the table's name as the
 /// payload.
@@ -29,11 +30,6 @@ BEGIN
     RETURN NULL;
 END
 $stateguard$";
-
-/// The trigger on the outbox table, `stateguard_outbox`.
-const OUTBOX: &str = "CREATE OR REPLACE TRIGGER \"stateguard_outbox_stateguard_wake\"
-    AFTER INSERT ON \"stateguard_outbox\"
-    FOR EACH STATEMENT EXECUTE FUNCTION stateguard_wake()";
 
 /// The PostgreSQL triggers that wake listening workers
 /// ([`Worker::listen`](super::Worker::listen)): one function, a trigger on
@@ -63,7 +59,7 @@ const OUTBOX: &str = "CREATE OR REPLACE TRIGGER \"stateguard_outbox_stateguard_w
 ///     Failed,
 /// }
 ///
-/// let ddl = WakeUps::new().machine::<PayoutStatus>().outbox();
+/// let ddl = WakeUps::new().machine::<PayoutStatus>().outbox(Default::default());
 /// assert_eq!(ddl.statements().len(), 3);
 /// assert!(ddl.statements()[1].contains(r#"WHEN (NEW."status" IN ('pending'))"#));
 /// ```
@@ -100,10 +96,11 @@ impl WakeUps {
         self
     }
 
-    /// The trigger on the outbox table, `stateguard_outbox`, that
-    /// notifies after every statement that inserts messages.
-    pub fn outbox(mut self) -> Self {
-        self.statements.push(OUTBOX);
+    /// The trigger on `outbox`'s table that notifies after every statement
+    /// that inserts messages: `Outbox::default()` for `stateguard_outbox`,
+    /// or a schema's ([`Stores::outbox`](crate::Stores::outbox)).
+    pub fn outbox(mut self, outbox: Outbox) -> Self {
+        self.statements.push(outbox.wake_up());
         self
     }
 
