@@ -123,10 +123,8 @@ async fn workers(pool: &PgPool) {
             .effects(Payout::start(), BATCH, 50, |_: Effect<Payout, i64>| async {
                 Verdict::done()
             })
-            .poll(Poll::new(
-                Duration::from_millis(1),
-                Duration::from_millis(5),
-            ))
+            // Busy loops recover once per longest wait: the default's 1 s.
+            .poll(Poll::new(Duration::from_millis(1), Duration::from_secs(1)))
             .run(async move {
                 let _ = stopped.wait_for(|stop| *stop).await;
             })
