@@ -16,6 +16,7 @@ use stateguard::key::shape::One;
 use stateguard::outbox::{self, Message, Published, Publisher, Relay};
 use stateguard::worker::{Poll, Prune, Rate, Worker, WorkerReport};
 use stateguard::{Effect, Error, StateMachine, Tx, Verdict};
+use stateguard_runtime::fault::{Fault, Plan};
 
 /// The common `transfers` table's machine with a lease no loaded machine
 /// outlives by accident: a test that wants a lease gone backdates it.
@@ -114,6 +115,7 @@ backend_tests! {
     "worker_cut_off" => effects_past_the_drain_are_left_to_their_lease,
     "worker_release" => unstarted_claims_are_released_to_another_worker_at_once,
     "worker_release_attempt" => a_released_row_keeps_its_attempt,
+    "worker_release_fails" => a_failed_release_leaves_rows_to_recovery,
     "worker_rate" => a_rate_spaces_the_effects_starts,
     "worker_busy_recovery" => a_busy_loop_still_recovers_due_rows,
     "worker_behind" => health_tells_how_far_behind_recovery_is,
@@ -382,6 +384,87 @@ async fn unstarted_claims_are_released_to_another_worker_at_once<DB: TestBackend
     let counts = calls.counts();
     assert_eq!(counts.len(), 10, "one effect key per claimed row");
     assert!(counts.values().all(|&n| n == 1), "{counts:?}");
+}
+
+/// G10 for the release at shutdown, whose statement the fault hook fails
+/// three ways: refused, cut off after it ran, and left without an answer.
+/// The loop counts the error and reports no row released, since it cannot
+/// vouch for any; the eight rows stay in flight, still leased or released,
+/// and a recovery once their leases are over runs each of them once,
+/// under the effect key of its claim. Nothing is lost and nothing runs
+/// twice, whichever way the statement failed.
+async fn a_failed_release_leaves_rows_to_recovery<DB: TestBackend + Batched>(db: Db<DB>)
+where
+    i64: KeyColumn<DB> + ManyKeys<DB, One>,
+{
+    let release = TransferStatus::MACHINE
+        .state(TransferStatus::Sending)
+        .and_then(|state| state.in_flight())
+        .expect("an in-flight state")
+        .release_many_sql();
+    let text = match DB::DIALECT {
+        Dialect::Postgres => release.postgres(),
+        Dialect::Sqlite => release.sqlite(),
+        _ => release.mysql(),
+    };
+    db.transfers(20).await;
+    for fault in [Fault::Refuse, Fault::Cut, Fault::Hang] {
+        db.execute("DELETE FROM transfers", &[])
+            .await
+            .expect("emptied");
+        db.execute(DB::SEED_TRANSFERS, &[Bind::Int(20)])
+            .await
+            .expect("seeded");
+        let calls = Arc::new(Calls::default());
+        let plan = Plan::fail_text(text, fault, Duration::from_millis(800));
+        let report = plan
+            .run(stop_at_the_first_effect(
+                &db,
+                &calls,
+                (Duration::from_millis(100), 2),
+                Duration::from_secs(10),
+            ))
+            .await;
+        assert!(plan.sent().contains(&text), "{fault:?}: the release ran");
+        let [lp] = &report.loops[..] else {
+            panic!("one loop: {report:?}");
+        };
+        assert_eq!(
+            (lp.claimed, lp.done, lp.released),
+            (10, 2, 0),
+            "{fault:?}: {lp:?}"
+        );
+        assert!(
+            lp.errors >= 1,
+            "{fault:?}: the failed release counts: {lp:?}"
+        );
+        assert_eq!(count(&db, "sending").await, 8, "{fault:?}: still in flight");
+        db.execute(DB::BACKDATE_LEASES, &[])
+            .await
+            .expect("leases over");
+        let recorded = calls.clone();
+        let pass = stateguard::recover_many(
+            &db.pool,
+            TransferStatus::Sending,
+            20,
+            4,
+            move |effect: Effect<TransferStatus, i64>| {
+                recorded.record(&effect);
+                async { Verdict::done() }
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!((pass.claimed, pass.done), (8, 8), "{fault:?}: {pass:?}");
+        assert_eq!(count(&db, "sent").await, 10, "{fault:?}");
+        let counts = calls.counts();
+        assert_eq!(
+            counts.len(),
+            10,
+            "{fault:?}: one effect key per claimed row"
+        );
+        assert!(counts.values().all(|&n| n == 1), "{fault:?}: {counts:?}");
+    }
 }
 
 /// A shutdown in the middle of a run of 5,000 payouts: the worker

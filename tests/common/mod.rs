@@ -726,7 +726,7 @@ impl<DB: TestBackend> Db<DB> {
     }
 
     /// Runs a helper statement on a connection of the pool.
-    async fn execute(&self, sql: &'static str, binds: &[Bind<'_>]) -> sqlx::Result<()> {
+    pub async fn execute(&self, sql: &'static str, binds: &[Bind<'_>]) -> sqlx::Result<()> {
         let mut conn = self.pool.acquire().await?;
         DB::execute(&mut conn, sql, binds).await
     }
@@ -852,7 +852,7 @@ pub struct Abandoned {
 pub async fn abandon_at_every_poll<S, F, A, AF>(mut start: S, mut after: A)
 where
     S: FnMut(i64) -> F,
-    F: std::future::Future,
+    F: std::future::IntoFuture,
     A: FnMut(Abandoned) -> AF,
     AF: std::future::Future<Output = ()>,
 {
@@ -871,7 +871,7 @@ where
                 // The connection `after` used is back in the pool, idle.
                 tokio::time::sleep(Duration::from_millis(2)).await;
                 {
-                    let mut future = std::pin::pin!(start(round));
+                    let mut future = std::pin::pin!(start(round).into_future());
                     for _ in 0..polls {
                         if future.as_mut().poll(&mut cx).is_ready() {
                             finished += 1;

@@ -75,6 +75,7 @@ mod injected {
     #[derive(Debug)]
     pub struct Plan {
         fault: Option<(usize, Fault)>,
+        text: Option<(&'static str, Fault)>,
         onward: bool,
         hang: Duration,
         sent: Mutex<Vec<&'static str>>,
@@ -85,6 +86,7 @@ mod injected {
         pub fn count() -> Arc<Plan> {
             Arc::new(Plan {
                 fault: None,
+                text: None,
                 onward: false,
                 hang: Duration::ZERO,
                 sent: Mutex::new(Vec::new()),
@@ -96,6 +98,7 @@ mod injected {
         pub fn fail(index: usize, fault: Fault, hang: Duration) -> Arc<Plan> {
             Arc::new(Plan {
                 fault: Some((index, fault)),
+                text: None,
                 onward: false,
                 hang,
                 sent: Mutex::new(Vec::new()),
@@ -109,7 +112,21 @@ mod injected {
         pub fn fail_from(index: usize, fault: Fault, hang: Duration) -> Arc<Plan> {
             Arc::new(Plan {
                 fault: Some((index, fault)),
+                text: None,
                 onward: true,
+                hang,
+                sent: Mutex::new(Vec::new()),
+            })
+        }
+
+        /// Fails every statement whose text is `sql` with `fault`, at
+        /// whatever index it is sent: for a statement a loop sends at a
+        /// point no count can name beforehand.
+        pub fn fail_text(sql: &'static str, fault: Fault, hang: Duration) -> Arc<Plan> {
+            Arc::new(Plan {
+                fault: None,
+                text: Some((sql, fault)),
+                onward: false,
                 hang,
                 sent: Mutex::new(Vec::new()),
             })
@@ -132,8 +149,9 @@ mod injected {
             let mut sent = self.sent.lock().ok()?;
             let index = sent.len();
             sent.push(sql);
-            match self.fault {
-                Some((at, fault)) if at == index || (self.onward && index > at) => Some(fault),
+            match (self.fault, self.text) {
+                (Some((at, fault)), _) if at == index || (self.onward && index > at) => Some(fault),
+                (_, Some((text, fault))) if text == sql => Some(fault),
                 _ => None,
             }
         }

@@ -43,7 +43,11 @@ pub struct LoopReport {
     /// Rows claimed or recovered whose effect had not started when the
     /// shutdown signal came: released, their leases ended so that
     /// another worker's recovery takes them at once, under the same
-    /// effect keys.
+    /// effect keys. A release that failed counts no row here and one
+    /// error: its rows wait out their leases, or, if the statement ran
+    /// and only its answer was lost, were released all the same. Either
+    /// way they stay in flight for recovery, and none of their effects
+    /// ran.
     pub released: usize,
     /// Errors met: rows left in flight for a later recovery, and claims or
     /// recoveries that failed. The loop went on after each.
