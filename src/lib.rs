@@ -72,7 +72,7 @@
 //! - `#[state_machine(table = "…", column = "…", key = "…")]` on the enum: the
 //!   table (`table` or `schema.table`), the status column and the key column
 //!   (or up to four, `key = "tenant_id, id"`: `apply` then takes a tuple,
-//!   `(tenant_id, id)`; see [`RowKey`](bounds::RowKey)).
+//!   `(tenant_id, id)`; see [`KeyOf`](bounds::KeyOf)).
 //!   Optional: `version = "…"` (an integer column every transition
 //!   increments, the occurrence in effect keys; required when the machine has
 //!   a cycle), `history = "…"` (a table every move appends a row to, in
@@ -372,8 +372,8 @@ pub use stateguard_runtime::{APPLY_MANY_CHUNK, Backend, Runner, key};
 /// nothing else needs to import.
 pub mod bounds {
     pub use stateguard_runtime::{
-        BatchKey, BatchRunner, Batched, ColumnTypes, DecodeKey, EffectFn, EffectFnOnce,
-        FollowUpValues, Key, KeyShape, KeyText, KeyType, ManyKeys, MayRun, NoteSlot, Params,
+        BatchKey, BatchRunner, Batchable, Batched, ColumnTypes, DecodeKey, EffectFn, EffectFnOnce,
+        FollowUpValues, Key, KeyOf, KeyShape, KeyText, KeyType, ManyKeys, MayRun, NoteSlot, Params,
         PlainDone, PlainFailed, RowKey, Staged,
     };
 }

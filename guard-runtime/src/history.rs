@@ -9,7 +9,7 @@ use crate::dialect::sealed::Driver;
 use crate::error::Error;
 use crate::executor::Runner;
 use crate::executor::proven::Proven;
-use crate::machine::key::{KeyType, RowKey};
+use crate::machine::key::{KeyOf, RowKey};
 use crate::machine::{Machine, TransitionDef};
 use crate::transition::note::Note;
 use crate::transition::row::Read;
@@ -95,8 +95,7 @@ impl<S: StateMachine> Machine<S> {
     pub fn history<'a, E, K>(&'static self, executor: E, key: K) -> Call<'a, Vec<HistoryRow<S>>>
     where
         E: Runner + 'a,
-        K: RowKey<E::Database, S::KeyShape> + 'a,
-        S: KeyType<K>,
+        K: KeyOf<S, E::Database> + 'a,
     {
         Call::new(move |deadline| async move {
             let read = self.read_history(executor, key);

@@ -99,7 +99,9 @@ pub use crate::error::{Error, ErrorKind};
 pub use crate::executor::Runner;
 pub use crate::executor::tx::{Begin, Savepoint, Staged, Tx};
 pub use crate::history::{HasHistory, HistoryRow, Noted};
-pub use crate::machine::key::{BatchKey, DecodeKey, KeyShape, KeyText, KeyType, ManyKeys, RowKey};
+pub use crate::machine::key::{
+    BatchKey, Batchable, DecodeKey, KeyOf, KeyShape, KeyText, KeyType, ManyKeys, RowKey,
+};
 pub use crate::machine::{HasVersion, StateMachine, UnknownState};
 pub use crate::outcome::{Committed, Current, MayRun, Outcome, Uncommitted, Won};
 pub use crate::transition::available::{Available, Choice, GuardNow};

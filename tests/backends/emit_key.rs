@@ -12,7 +12,7 @@ use crate::common;
 use std::marker::PhantomData;
 
 use common::{Db, TestBackend};
-use stateguard::bounds::{BatchKey, Batched, Key};
+use stateguard::bounds::{Batchable, Batched, Key};
 use stateguard::ddl::Dialect;
 use stateguard::{
     Effect, Finished, Outcome, StateMachine, Tx, Verdict, Won, finish_many, outbox, recover,
@@ -228,7 +228,7 @@ pub(crate) struct Tests<DB>(PhantomData<DB>);
 
 impl<DB: TestBackend + Batched> Tests<DB>
 where
-    String: Key<DB> + BatchKey<DB, stateguard::key::shape::One>,
+    String: Key<DB> + Batchable<DB, stateguard::key::shape::One>,
 {
     /// `apply`, `apply` with `expecting`, `finish`'s follow-up and
     /// recovery's each write the win's effect key as the message id.

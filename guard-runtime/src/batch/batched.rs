@@ -12,7 +12,7 @@ use crate::error::Error;
 use crate::executor::Runner;
 use crate::executor::tx::{Savepoint, Tx};
 use crate::machine::ManySql;
-use crate::machine::key::{BatchKey, BindError, KeyShape};
+use crate::machine::key::{Batchable, BindError, KeyShape};
 use crate::transition::bind::{self, Parts, Prefix, Values};
 use crate::transition::note::Note;
 use crate::transition::row::Read;
@@ -41,7 +41,7 @@ pub trait Batched: Backend + sealed::Sealed {
     where
         E: BatchRunner<Database = Self> + 'a,
         Sh: KeyShape,
-        K: BatchKey<Self, Sh> + 'a;
+        K: Batchable<Self, Sh> + 'a;
 
     /// Runs one chunk of `apply_many`.
     #[doc(hidden)]
@@ -55,7 +55,7 @@ pub trait Batched: Backend + sealed::Sealed {
     where
         E: BatchRunner<Database = Self> + 'a,
         Sh: KeyShape,
-        K: BatchKey<Self, Sh> + 'a;
+        K: Batchable<Self, Sh> + 'a;
 
     /// Moves the rows a claim holds, inside its transaction: the winning
     /// statements of `apply_many`, once for all of them.
@@ -70,7 +70,7 @@ pub trait Batched: Backend + sealed::Sealed {
     where
         E: Runner<Database = Self> + 'a,
         Sh: KeyShape,
-        K: BatchKey<Self, Sh> + 'a;
+        K: Batchable<Self, Sh> + 'a;
 }
 
 /// What claims, sweeps and [`apply_many`](Transition::apply_many) run on:

@@ -13,11 +13,12 @@ use tracing::Instrument;
 
 use crate::StateMachine;
 use crate::batch::batched::{Batch, BatchRunner, Batched, Found};
+use crate::deadline::call::Call;
 use crate::deadline::call::Sent;
 use crate::deadline::retry::{MAX_ATTEMPTS, backoff};
 use crate::error::Error;
 use crate::executor::seam::Seam;
-use crate::machine::key::{BatchKey, KeyShape, KeyType};
+use crate::machine::key::{BatchKey, Batchable, KeyShape};
 use crate::outcome::{Outcome, Won};
 use crate::telemetry;
 #[allow(unused_imports)] // in the docs
@@ -94,26 +95,27 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
     /// assert_eq!(outcomes[2], Outcome::NotFound);
     /// # Ok(()) }
     /// ```
-    pub async fn apply_many<E, K>(
+    pub fn apply_many<'a, E, K>(
         self,
         executor: E,
-        keys: &[K],
-    ) -> Result<Vec<Outcome<S, K, E::Commit>>, Error>
+        keys: &'a [K],
+    ) -> Call<'a, Vec<Outcome<S, K, E::Commit>>>
     where
-        E: BatchRunner,
-        K: BatchKey<E::Database, S::KeyShape> + Clone,
-        S: KeyType<K>,
-        P: Params<E::Database>,
+        E: BatchRunner + 'a,
+        K: BatchKey<S, E::Database> + 'a,
+        P: Params<E::Database> + 'a,
     {
-        self.recorded()?;
-        self.transition()
-            .apply_many_with(
-                executor,
-                keys,
-                &bind::values(&self.params),
-                self.note_or_none(),
-            )
-            .await
+        self.call(move |this| async move {
+            this.recorded()?;
+            this.transition()
+                .apply_many_with(
+                    executor,
+                    keys,
+                    &bind::values(&this.params),
+                    this.note_or_none(),
+                )
+                .await
+        })
     }
 }
 
@@ -127,7 +129,7 @@ impl<S: StateMachine> Transition<S> {
     ) -> Result<Vec<Outcome<S, K, E::Commit>>, Error>
     where
         E: BatchRunner,
-        K: BatchKey<E::Database, S::KeyShape> + Clone,
+        K: BatchKey<S, E::Database>,
     {
         if self.expected().is_some() {
             return Err(Error::ExpectingMany {
@@ -181,7 +183,7 @@ impl<S: StateMachine> Transition<S> {
     ) -> Result<Vec<Outcome<S, K, E::Commit>>, Error>
     where
         E: BatchRunner,
-        K: BatchKey<E::Database, S::KeyShape> + Clone,
+        K: BatchKey<S, E::Database>,
     {
         // The distinct keys, in key order; `slot[i]` is the distinct key of
         // input `i`. Keys given sorted and distinct are their own order.
@@ -308,7 +310,7 @@ where
     DB: Batched,
     E: BatchRunner<Database = DB>,
     Sh: KeyShape,
-    K: BatchKey<DB, Sh>,
+    K: Batchable<DB, Sh>,
 {
     let mut attempts = 0;
     loop {

@@ -17,7 +17,7 @@ use crate::executor::proven::Proven;
 use crate::executor::sealed::Run;
 use crate::executor::seam::Seam;
 use crate::executor::tx::Tx;
-use crate::machine::key::{BatchKey, DecodeKey, KeyShape, KeyText, ManyKeys};
+use crate::machine::key::{Batchable, DecodeKey, KeyShape, KeyText, ManyKeys};
 use crate::transition::Class;
 use crate::transition::bind::{self, Parts, Values};
 use crate::transition::note::Note;
@@ -105,7 +105,7 @@ where
     DB: Backend,
     E: Run<Db = DB>,
     Sh: KeyShape,
-    K: BatchKey<DB, Sh>,
+    K: Batchable<DB, Sh>,
 {
     let mut found = update_returning(executor, transition, keys, params, note).await?;
     // Committed on a pool, waiting in the caller's transaction: a failure
@@ -133,7 +133,7 @@ where
     DB: Backend,
     E: Run<Db = DB>,
     Sh: KeyShape,
-    K: BatchKey<DB, Sh>,
+    K: Batchable<DB, Sh>,
 {
     let [_, read] = statements::<DB, Sh, K>(transition);
     let db_error = |e| transition.db_error(e);
@@ -176,7 +176,7 @@ where
     DB: Backend,
     E: Run<Db = DB>,
     Sh: KeyShape,
-    K: BatchKey<DB, Sh>,
+    K: Batchable<DB, Sh>,
 {
     let many = transition.many();
     let inserts: Vec<&Sql> = [many.history_insert(), many.outbox_insert()]
@@ -238,7 +238,7 @@ where
     DB: Backend,
     E: BatchRunner<Database = DB>,
     Sh: KeyShape,
-    K: BatchKey<DB, Sh>,
+    K: Batchable<DB, Sh>,
 {
     // Inside the caller's transaction, its statements run there.
     let Some(pool) = executor.pool().cloned() else {
@@ -270,7 +270,7 @@ where
     DB: Backend,
     E: Run<Db = DB>,
     Sh: KeyShape,
-    K: BatchKey<DB, Sh>,
+    K: Batchable<DB, Sh>,
 {
     let many = transition.many();
     let (update, read) = (many.update(), many.read());
@@ -362,7 +362,7 @@ where
     DB: Backend,
     E: Run<Db = DB>,
     Sh: KeyShape,
-    K: BatchKey<DB, Sh>,
+    K: Batchable<DB, Sh>,
 {
     let lease_read = transition.many().lease_read();
     if DB::sql(lease_read).is_empty() {

@@ -1,6 +1,6 @@
-//! [`Call`]: a call of the front doors (the idempotency store, the inbox),
-//! of recovery's claim and of a history read, about to run, and the
-//! deadline it keeps.
+//! [`Call`]: a call about to run (a transition's apply and claims, the
+//! front doors' calls, recovery's claim, the reads), and the deadline it
+//! keeps.
 
 use core::future::{Future, IntoFuture};
 use core::pin::Pin;
@@ -13,8 +13,10 @@ use crate::error::Error;
 /// The boxed future a [`Call`] runs.
 type Running<'a, T> = Pin<Box<dyn Future<Output = Result<T, Error>> + Send + 'a>>;
 
-/// A call about to run: what `idempotency::begin` and its siblings,
-/// `inbox::receive`,
+/// A call about to run: what [`Transition::apply`](crate::Transition::apply),
+/// [`apply_many`](crate::Transition::apply_many), the claims
+/// ([`claim`](crate::Transition::claim) and its siblings),
+/// `idempotency::begin` and its siblings, `inbox::receive`,
 /// [`claim_expired`](crate::claim_expired),
 /// [`Machine::history`](crate::meta::Machine::history) and
 /// [`Machine::load`](crate::meta::Machine::load) return. Await it

@@ -2,8 +2,6 @@
 //! for in-flight states, with the follow-up that ends them
 //! (`follow_up.rs`); how a finish ended is in `finished.rs`.
 
-use core::future::Future;
-
 use tracing::Instrument;
 
 use crate::StateMachine;
@@ -26,15 +24,15 @@ impl<S: StateMachine, K, C> Won<S, K, C> {
     ///
     /// Only a committed `Won` runs it ([`MayRun`]), so an effect can
     /// neither run for an attempt that lost nor before the transaction
-    /// that won commits.
-    pub async fn run<F, Fut>(self, effect: F) -> Fut::Output
+    /// that won commits. Returns what `effect` returns, its future for an
+    /// `async` effect: `won.run(|effect| async move { … }).await`.
+    pub fn run<F, Fut>(self, effect: F) -> Fut
     where
         C: MayRun,
         K: KeyText<S::KeyShape>,
         F: FnOnce(Effect<S, K>) -> Fut,
-        Fut: Future,
     {
-        effect(self.into_committed().into_effect()).await
+        effect(self.into_committed().into_effect())
     }
 
     /// For a win into an in-flight state: runs the effect, then the state's

@@ -17,7 +17,7 @@ use crate::executor::Runner;
 use crate::executor::proven::Proven;
 use crate::executor::tx::Tx;
 use crate::machine::InFlightDef;
-use crate::machine::key::{BatchKey, KeyShape};
+use crate::machine::key::{BatchKey, Batchable, KeyShape};
 use crate::transition::Transition;
 use crate::transition::bind::{self, Parts, Values};
 use crate::transition::note::Note;
@@ -124,7 +124,7 @@ pub(crate) async fn run<S, K, DB>(
 where
     S: StateMachine,
     DB: Backend,
-    K: BatchKey<DB, S::KeyShape>,
+    K: BatchKey<S, DB>,
 {
     match <DB as Driver>::RETURNING {
         true => returning(pool, in_flight, transition, statement, rows, deadline).await,
@@ -149,7 +149,7 @@ where
     S: StateMachine,
     DB: Backend,
     Sh: KeyShape,
-    K: BatchKey<DB, Sh>,
+    K: Batchable<DB, Sh>,
 {
     let effect = transition.effect_prefix();
     let parts = bind::rows::<Sh, K>(&rows.keys, &rows.ints);
@@ -182,7 +182,7 @@ async fn returning<S, K, DB>(
 where
     S: StateMachine,
     DB: Backend,
-    K: BatchKey<DB, S::KeyShape>,
+    K: BatchKey<S, DB>,
 {
     let mut executor = pool;
     let db_error = |e| transition.db_error(e);
@@ -250,7 +250,7 @@ where
     S: StateMachine,
     DB: Backend,
     E: Runner<Database = DB>,
-    K: BatchKey<DB, S::KeyShape>,
+    K: BatchKey<S, DB>,
 {
     let args = arguments::<S, DB, S::KeyShape, K>(transition, update, run)?;
     let inserts = (inserts.iter())
@@ -286,7 +286,7 @@ where
     S: StateMachine,
     DB: Backend,
     E: Runner<Database = DB>,
-    K: BatchKey<DB, S::KeyShape>,
+    K: BatchKey<S, DB>,
 {
     let db_error = |e| transition.db_error(e);
     let read = DB::statement(in_flight.read_many_sql());
@@ -326,7 +326,7 @@ async fn locked<S, K, DB>(
 where
     S: StateMachine,
     DB: Backend,
-    K: BatchKey<DB, S::KeyShape>,
+    K: BatchKey<S, DB>,
 {
     let names = transition.names();
     let mut tx = Tx::begin(pool)

@@ -40,8 +40,7 @@ pub trait StateMachine: Copy + Eq + Debug + Send + Sync + 'static {
     fn history<'a, E, K>(executor: E, key: K) -> crate::Call<'a, Vec<crate::HistoryRow<Self>>>
     where
         E: crate::Runner + 'a,
-        K: crate::machine::key::RowKey<E::Database, Self::KeyShape> + 'a,
-        Self: crate::machine::key::KeyType<K>,
+        K: crate::KeyOf<Self, E::Database> + 'a,
     {
         Self::MACHINE.history(executor, key)
     }
@@ -53,8 +52,7 @@ pub trait StateMachine: Copy + Eq + Debug + Send + Sync + 'static {
     fn available<'a, E, K>(executor: E, key: K) -> crate::Call<'a, Option<crate::Available<Self>>>
     where
         E: crate::Runner + 'a,
-        K: crate::machine::key::RowKey<E::Database, Self::KeyShape> + 'a,
-        Self: crate::machine::key::KeyType<K>,
+        K: crate::KeyOf<Self, E::Database> + 'a,
     {
         Self::MACHINE.available(executor, key)
     }

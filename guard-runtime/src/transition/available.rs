@@ -5,7 +5,7 @@ use crate::StateMachine;
 use crate::dialect::Column;
 use crate::error::Error;
 use crate::executor::Runner;
-use crate::machine::key::{KeyType, RowKey};
+use crate::machine::key::KeyOf;
 use crate::machine::{Machine, TransitionDef};
 use crate::outcome::Current;
 
@@ -145,8 +145,7 @@ impl<S: StateMachine> Machine<S> {
     ) -> crate::Call<'a, Option<Available<S>>>
     where
         E: Runner + 'a,
-        K: RowKey<E::Database, S::KeyShape> + 'a,
-        S: KeyType<K>,
+        K: KeyOf<S, E::Database> + 'a,
     {
         self.read_row(
             executor,

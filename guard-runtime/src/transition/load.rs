@@ -8,7 +8,7 @@ use crate::error::Error;
 use crate::executor::Runner;
 use crate::executor::proven::Proven;
 use crate::machine::Machine;
-use crate::machine::key::{KeyType, RowKey};
+use crate::machine::key::{KeyOf, RowKey};
 use crate::outcome::Current;
 use crate::transition::row::Read;
 
@@ -26,8 +26,7 @@ impl<S: StateMachine> Machine<S> {
     pub fn load<'a, E, K>(&'static self, executor: E, key: K) -> crate::Call<'a, Option<Current<S>>>
     where
         E: Runner + 'a,
-        K: RowKey<E::Database, S::KeyShape> + 'a,
-        S: KeyType<K>,
+        K: KeyOf<S, E::Database> + 'a,
     {
         // A locking read inside a transaction, as the losing path's.
         let select = self.select_for(executor.in_transaction());

@@ -30,13 +30,14 @@
 use core::fmt;
 use core::time::Duration;
 
+use crate::deadline::call::Call;
 use crate::deadline::retry::DEFAULT_DEADLINE;
 
 pub use self::bind::Params;
 use crate::StateMachine;
 use crate::error::Error;
 use crate::executor::Runner;
-use crate::machine::key::{KeyType, RowKey};
+use crate::machine::key::KeyOf;
 use crate::machine::{HasVersion, InFlightDef, TransitionDef};
 use crate::outcome::Outcome;
 
@@ -271,22 +272,33 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
     /// assert_eq!(replay, Outcome::AlreadyInState(PayoutStatus::Sending));
     /// # Ok(()) }
     /// ```
-    pub async fn apply<E, K>(
-        self,
-        mut executor: E,
-        key: K,
-    ) -> Result<Outcome<S, K, E::Commit>, Error>
+    pub fn apply<'a, E, K>(self, mut executor: E, key: K) -> Call<'a, Outcome<S, K, E::Commit>>
     where
-        E: Runner,
-        K: RowKey<E::Database, S::KeyShape>,
-        S: KeyType<K>,
-        P: Params<E::Database>,
+        E: Runner + 'a,
+        K: KeyOf<S, E::Database> + 'a,
+        P: Params<E::Database> + 'a,
     {
-        self.recorded()?;
-        let values = bind::values(&self.params);
-        self.transition()
-            .apply_with(&mut executor, key, &values, self.note_or_none())
-            .await
+        self.call(move |this| async move {
+            this.recorded()?;
+            let values = bind::values(&this.params);
+            this.transition()
+                .apply_with(&mut executor, key, &values, this.note_or_none())
+                .await
+        })
+    }
+
+    /// The call `run` makes of this transition: a [`Call`] that starts
+    /// with the transition's deadline, and hands `run` the transition with
+    /// the deadline the call ends up keeping (a `.within(d)` on the call
+    /// sets both).
+    pub(crate) fn call<'a, T, F, Fut>(self, run: F) -> Call<'a, T>
+    where
+        Self: Send + 'a,
+        F: FnOnce(Self) -> Fut + Send + 'a,
+        Fut: Future<Output = Result<T, Error>> + Send + 'a,
+    {
+        let deadline = self.deadline;
+        Call::new(move |deadline| run(self.within(deadline))).within(deadline)
     }
 }
 

@@ -185,7 +185,7 @@ impl<DB: Batched> Worker<DB> {
     ) -> Self
     where
         S: FollowUpValues<DB> + KeyType<K>,
-        K: BatchKey<DB, S::KeyShape> + Send + Sync + 'static,
+        K: BatchKey<S, DB> + Send + Sync + 'static,
         F: EffectFn<S, K, Future: Send> + Send + Sync + 'static,
     {
         let beat = self.health.add(S::MACHINE.name(), claim.name());
@@ -372,7 +372,7 @@ impl<DB, S, K, F> Loop<DB> for EffectsLoop<S, K, F>
 where
     DB: Batched,
     S: FollowUpValues<DB> + KeyType<K>,
-    K: BatchKey<DB, S::KeyShape> + Send + Sync + 'static,
+    K: BatchKey<S, DB> + Send + Sync + 'static,
     F: EffectFn<S, K, Future: Send> + Send + Sync + 'static,
 {
     fn check(&self) -> Result<(), Error> {

@@ -18,7 +18,7 @@ use crate::error::Error;
 use crate::executor::Runner;
 use crate::executor::proven::Proven;
 use crate::executor::tx::Tx;
-use crate::machine::key::{BatchKey, DecodeKey, KeyShape, RowKey};
+use crate::machine::key::{Batchable, DecodeKey, KeyShape, RowKey};
 #[allow(unused_imports)] // in the docs
 use crate::transition::Bound;
 use crate::transition::bind::Parts;
@@ -48,7 +48,7 @@ macro_rules! batched {
             where
                 E: BatchRunner<Database = Self> + 'a,
                 Sh: KeyShape,
-                K: BatchKey<Self, Sh> + 'a,
+                K: Batchable<Self, Sh> + 'a,
             {
                 Box::pin($apply(executor, transition, keys, params, note))
             }
@@ -64,7 +64,7 @@ macro_rules! batched {
             where
                 E: BatchRunner<Database = Self> + 'a,
                 Sh: KeyShape,
-                K: BatchKey<Self, Sh> + 'a,
+                K: Batchable<Self, Sh> + 'a,
             {
                 Box::pin($claim(executor, $($begin,)? transition, params, claim, limit, note))
             }
@@ -79,7 +79,7 @@ macro_rules! batched {
             where
                 E: Runner<Database = Self> + 'a,
                 Sh: KeyShape,
-                K: BatchKey<Self, Sh> + 'a,
+                K: Batchable<Self, Sh> + 'a,
             {
                 Box::pin($move_held(executor, transition, keys, params, note))
             }
@@ -127,7 +127,7 @@ async fn postgres<E, Sh, K>(
 where
     E: BatchRunner<Database = sqlx::Postgres>,
     Sh: KeyShape,
-    K: BatchKey<sqlx::Postgres, Sh>,
+    K: Batchable<sqlx::Postgres, Sh>,
 {
     match claim.moves::<sqlx::Postgres>() {
         true => one_statement(executor, transition, params, claim, limit, note).await,
@@ -201,7 +201,7 @@ where
     DB: Batched,
     E: BatchRunner<Database = DB>,
     Sh: KeyShape,
-    K: BatchKey<DB, Sh>,
+    K: Batchable<DB, Sh>,
 {
     let Some(pool) = executor.pool().cloned() else {
         return claim_in(executor, transition, params, claim, limit, note).await;
@@ -240,7 +240,7 @@ async fn claim_once<DB, Sh, K>(
 where
     DB: Batched,
     Sh: KeyShape,
-    K: BatchKey<DB, Sh>,
+    K: Batchable<DB, Sh>,
 {
     let mut tx = Tx::begin_with(pool, begin)
         .within(transition.deadline())
@@ -265,7 +265,7 @@ where
     DB: Batched,
     E: Runner<Database = DB>,
     Sh: KeyShape,
-    K: BatchKey<DB, Sh>,
+    K: Batchable<DB, Sh>,
 {
     // In the claim's transaction (after its `BEGIN`) or the caller's.
     transition.sending();

@@ -22,10 +22,10 @@ use tracing::Instrument;
 
 use crate::StateMachine;
 use crate::batch::batched::{BatchRunner, Batched, Claim};
+use crate::deadline::call::Call;
 use crate::deadline::call::Sent;
 use crate::error::Error;
-use crate::machine::key::BatchKey;
-use crate::machine::key::KeyType;
+use crate::machine::key::{BatchKey, KeyType};
 use crate::outcome::{LeasedAt, Won};
 use crate::telemetry;
 #[allow(unused_imports)] // in the docs
@@ -117,18 +117,14 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
     /// assert_eq!(rest.len(), 1);
     /// # Ok(()) }
     /// ```
-    pub async fn claim<E, K>(
-        self,
-        executor: E,
-        limit: u32,
-    ) -> Result<Vec<Won<S, K, E::Commit>>, Error>
+    pub fn claim<'a, E, K>(self, executor: E, limit: u32) -> Call<'a, Vec<Won<S, K, E::Commit>>>
     where
-        E: BatchRunner,
-        K: BatchKey<E::Database, S::KeyShape>,
+        E: BatchRunner + 'a,
+        K: BatchKey<S, E::Database> + 'a,
         S: KeyType<K>,
-        P: Params<E::Database>,
+        P: Params<E::Database> + 'a,
     {
-        self.claim_aged(executor, None, limit).await
+        self.claim_aged(executor, None, limit)
     }
 
     /// [`claim`](Transition::claim) for rows that have sat in a source
@@ -155,19 +151,19 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
     ///
     /// Deadline, and what a statement that fails after the move tells
     /// the caller: as for [`claim`](Transition::claim).
-    pub async fn claim_older_than<E, K>(
+    pub fn claim_older_than<'a, E, K>(
         self,
         executor: E,
         age: Duration,
         limit: u32,
-    ) -> Result<Vec<Won<S, K, E::Commit>>, Error>
+    ) -> Call<'a, Vec<Won<S, K, E::Commit>>>
     where
-        E: BatchRunner,
-        K: BatchKey<E::Database, S::KeyShape>,
+        E: BatchRunner + 'a,
+        K: BatchKey<S, E::Database> + 'a,
         S: KeyType<K>,
-        P: Params<E::Database>,
+        P: Params<E::Database> + 'a,
     {
-        self.claim_aged(executor, Some(age), limit).await
+        self.claim_aged(executor, Some(age), limit)
     }
 
     /// [`claim_older_than`](Transition::claim_older_than) with the
@@ -175,45 +171,49 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
     /// if they differ); [`Error::NoTimeout`] when none declares one.
     /// Deadline, and what a statement that fails after the move tells
     /// the caller: as for [`claim`](Transition::claim).
-    pub async fn claim_timed_out<E, K>(
+    pub fn claim_timed_out<'a, E, K>(
         self,
         executor: E,
         limit: u32,
-    ) -> Result<Vec<Won<S, K, E::Commit>>, Error>
+    ) -> Call<'a, Vec<Won<S, K, E::Commit>>>
     where
-        E: BatchRunner,
-        K: BatchKey<E::Database, S::KeyShape>,
+        E: BatchRunner + 'a,
+        K: BatchKey<S, E::Database> + 'a,
         S: KeyType<K>,
-        P: Params<E::Database>,
+        P: Params<E::Database> + 'a,
     {
-        // A noted call on a machine without history is refused first.
-        self.recorded()?;
-        let age = self.transition().timeout()?;
-        self.claim_aged(executor, Some(age), limit).await
+        self.call(move |this| async move {
+            // A noted call on a machine without history is refused first.
+            this.recorded()?;
+            let age = this.transition().timeout()?;
+            this.claim_aged(executor, Some(age), limit).await
+        })
     }
 
     /// The one body of the three claims: rows older than `age` when given.
-    async fn claim_aged<E, K>(
+    fn claim_aged<'a, E, K>(
         self,
         executor: E,
         age: Option<Duration>,
         limit: u32,
-    ) -> Result<Vec<Won<S, K, E::Commit>>, Error>
+    ) -> Call<'a, Vec<Won<S, K, E::Commit>>>
     where
-        E: BatchRunner,
-        K: BatchKey<E::Database, S::KeyShape>,
-        P: Params<E::Database>,
+        E: BatchRunner + 'a,
+        K: BatchKey<S, E::Database> + 'a,
+        P: Params<E::Database> + 'a,
     {
-        self.recorded()?;
-        self.transition()
-            .claim_with(
-                executor,
-                &bind::values(&self.params),
-                age,
-                limit,
-                self.note_or_none(),
-            )
-            .await
+        self.call(move |this| async move {
+            this.recorded()?;
+            this.transition()
+                .claim_with(
+                    executor,
+                    &bind::values(&this.params),
+                    age,
+                    limit,
+                    this.note_or_none(),
+                )
+                .await
+        })
     }
 }
 
@@ -241,7 +241,7 @@ impl<S: StateMachine> Transition<S> {
     ) -> Result<Vec<Won<S, K, E::Commit>>, Error>
     where
         E: BatchRunner,
-        K: BatchKey<E::Database, S::KeyShape>,
+        K: BatchKey<S, E::Database>,
     {
         if self.expected().is_some() {
             return Err(Error::ExpectingMany {

@@ -23,7 +23,7 @@ impl<S, K, DB> Finishing<'_, S, K, DB>
 where
     DB: Backend,
     S: FollowUpValues<DB>,
-    K: BatchKey<DB, S::KeyShape>,
+    K: BatchKey<S, DB>,
 {
     /// Writes the follow-ups of `verdicts`: one statement per follow-up
     /// for the rows that share it, one each for the rest.

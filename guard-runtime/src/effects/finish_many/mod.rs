@@ -190,7 +190,7 @@ pub async fn finish_many<S, K, DB, F>(
 where
     DB: Backend,
     S: FollowUpValues<DB>,
-    K: BatchKey<DB, S::KeyShape>,
+    K: BatchKey<S, DB>,
     F: EffectFn<S, K>,
 {
     finish_many_until(pool, wins, concurrency, effect, None)
@@ -211,7 +211,7 @@ pub(crate) async fn finish_many_until<S, K, DB, F>(
 where
     DB: Backend,
     S: FollowUpValues<DB>,
-    K: BatchKey<DB, S::KeyShape>,
+    K: BatchKey<S, DB>,
     F: EffectFn<S, K>,
 {
     let Some(first) = wins.first() else {
@@ -267,7 +267,7 @@ async fn finish_many_traced<S, K, DB, F>(
 where
     DB: Backend,
     S: FollowUpValues<DB>,
-    K: BatchKey<DB, S::KeyShape>,
+    K: BatchKey<S, DB>,
     F: EffectFn<S, K>,
 {
     let in_flight = in_flight?;
@@ -420,7 +420,7 @@ impl<S, K, DB> Finishing<'_, S, K, DB>
 where
     DB: Backend,
     S: FollowUpValues<DB>,
-    K: BatchKey<DB, S::KeyShape>,
+    K: BatchKey<S, DB>,
 {
     fn done(&self, i: usize) -> bool {
         lock(&self.results)[i].is_some()

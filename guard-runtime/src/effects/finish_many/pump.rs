@@ -24,7 +24,7 @@ impl<S, K, DB> Finishing<'_, S, K, DB>
 where
     DB: Backend,
     S: FollowUpValues<DB>,
-    K: BatchKey<DB, S::KeyShape>,
+    K: BatchKey<S, DB>,
 {
     /// Runs the effects of `runnable` and the database loop side by side.
     /// Once `stop` turns true, no effect starts: the rows not yet started

@@ -16,7 +16,7 @@ impl<S, K, DB> Finishing<'_, S, K, DB>
 where
     DB: Backend,
     S: FollowUpValues<DB>,
-    K: BatchKey<DB, S::KeyShape>,
+    K: BatchKey<S, DB>,
 {
     /// Releases `indices`, rows whose effect never started: each row still
     /// held ends its lease now (and gives back the attempt its claim

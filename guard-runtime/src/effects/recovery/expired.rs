@@ -12,8 +12,7 @@ use crate::executor::proven::Proven;
 use crate::executor::seam::Seam;
 use crate::executor::{Runner, refuse_open_transaction};
 use crate::machine::InFlightDef;
-use crate::machine::key::KeyType;
-use crate::machine::key::{BindError, DecodeKey, RowKey};
+use crate::machine::key::{BindError, DecodeKey, KeyOf, KeyType, RowKey};
 use crate::outcome::{Committed, LeasedAt, Won};
 use crate::transition::bind::{self, Values};
 use crate::transition::row::Read;
@@ -53,7 +52,7 @@ pub fn claim_expired<'a, S, K, E>(
 where
     S: StateMachine + KeyType<K>,
     E: Runner<Commit = Committed> + 'a,
-    K: DecodeKey<E::Database, S::KeyShape> + RowKey<E::Database, S::KeyShape> + 'a,
+    K: KeyOf<S, E::Database> + DecodeKey<E::Database, S::KeyShape> + 'a,
 {
     Call::new(move |deadline| async move {
         let sent = Sent::default();

@@ -30,8 +30,7 @@ use crate::effects::verdict::FollowUpValues;
 use crate::error::Error;
 use crate::executor::{Runner, refuse_open_transaction};
 use crate::machine::InFlightDef;
-use crate::machine::key::KeyType;
-use crate::machine::key::{DecodeKey, RowKey};
+use crate::machine::key::{DecodeKey, KeyOf, KeyType};
 use crate::outcome::{Committed, Won};
 use crate::telemetry;
 
@@ -162,7 +161,7 @@ pub fn recover<'a, S, K, E, F>(
 where
     S: FollowUpValues<E::Database> + KeyType<K>,
     E: Runner<Commit = Committed> + 'a,
-    K: RowKey<E::Database, S::KeyShape> + DecodeKey<E::Database, S::KeyShape>,
+    K: KeyOf<S, E::Database> + DecodeKey<E::Database, S::KeyShape>,
     F: EffectFn<S, K>,
 {
     Recover {
@@ -244,9 +243,9 @@ impl<S: core::fmt::Debug, K, E, F> core::fmt::Debug for Recover<'_, S, K, E, F> 
 
 impl<'a, S, K, E, F> IntoFuture for Recover<'a, S, K, E, F>
 where
-    S: FollowUpValues<E::Database> + KeyType<K>,
+    S: FollowUpValues<E::Database>,
     E: Runner<Commit = Committed> + 'a,
-    K: RowKey<E::Database, S::KeyShape> + DecodeKey<E::Database, S::KeyShape> + 'a,
+    K: KeyOf<S, E::Database> + DecodeKey<E::Database, S::KeyShape> + 'a,
     F: EffectFn<S, K, Future: Send> + Send + Sync + 'a,
 {
     type Output = Result<Recovered, Error>;
@@ -278,9 +277,9 @@ async fn recover_pass<S, K, E, F>(
     effect: F,
 ) -> Result<Recovered, Error>
 where
-    S: FollowUpValues<E::Database> + KeyType<K>,
+    S: FollowUpValues<E::Database>,
     E: Runner<Commit = Committed>,
-    K: RowKey<E::Database, S::KeyShape> + DecodeKey<E::Database, S::KeyShape>,
+    K: KeyOf<S, E::Database> + DecodeKey<E::Database, S::KeyShape>,
     F: EffectFn<S, K>,
 {
     let in_flight = in_flight_def(state);
@@ -311,9 +310,9 @@ async fn recover_traced<S, K, E, F>(
     effect: F,
 ) -> Result<Recovered, Error>
 where
-    S: FollowUpValues<E::Database> + KeyType<K>,
+    S: FollowUpValues<E::Database>,
     E: Runner<Commit = Committed>,
-    K: RowKey<E::Database, S::KeyShape> + DecodeKey<E::Database, S::KeyShape>,
+    K: KeyOf<S, E::Database> + DecodeKey<E::Database, S::KeyShape>,
     F: EffectFn<S, K>,
 {
     let in_flight = in_flight?;
@@ -431,9 +430,9 @@ async fn recover_row<S, K, E, F>(
     step: &Step,
 ) -> Result<RowEnded<S>, Error>
 where
-    S: FollowUpValues<E::Database> + KeyType<K>,
+    S: FollowUpValues<E::Database>,
     E: Runner<Commit = Committed>,
-    K: RowKey<E::Database, S::KeyShape>,
+    K: KeyOf<S, E::Database>,
     F: EffectFn<S, K>,
 {
     let ExpiredRow {

@@ -15,8 +15,7 @@ use crate::effects::verdict::FollowUpValues;
 use crate::error::Error;
 use crate::executor::proven::Proven;
 use crate::machine::InFlightDef;
-use crate::machine::key::BatchKey;
-use crate::machine::key::KeyType;
+use crate::machine::key::{BatchKey, KeyType};
 use crate::outcome::{Committed, LeasedAt, Won};
 use crate::telemetry;
 use crate::transition::bind::{self, Values};
@@ -87,7 +86,7 @@ pub async fn recover_many<S, K, DB, F>(
 where
     DB: Backend,
     S: FollowUpValues<DB> + KeyType<K>,
-    K: BatchKey<DB, S::KeyShape>,
+    K: BatchKey<S, DB>,
     F: EffectFn<S, K>,
 {
     recover_many_until(pool, state, limit, concurrency, effect, None)
@@ -108,8 +107,8 @@ pub(crate) async fn recover_many_until<S, K, DB, F>(
 ) -> Result<(Recovered, Unstarted), Error>
 where
     DB: Backend,
-    S: FollowUpValues<DB> + KeyType<K>,
-    K: BatchKey<DB, S::KeyShape>,
+    S: FollowUpValues<DB>,
+    K: BatchKey<S, DB>,
     F: EffectFn<S, K>,
 {
     let in_flight = in_flight_def(state);
@@ -177,7 +176,7 @@ async fn take_over_batch<S, K, DB>(
 where
     S: StateMachine,
     DB: Backend,
-    K: BatchKey<DB, S::KeyShape>,
+    K: BatchKey<S, DB>,
 {
     let deadline = crate::deadline::retry::DEFAULT_DEADLINE;
     let in_flight = in_flight_def(state)?;
@@ -215,7 +214,7 @@ async fn take_over_locked<S, K, DB>(
 where
     S: StateMachine,
     DB: Backend,
-    K: BatchKey<DB, S::KeyShape>,
+    K: BatchKey<S, DB>,
 {
     // A deadlock or busy database rolled the transaction back: the caller
     // tries it again whole.

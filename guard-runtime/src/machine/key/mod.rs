@@ -14,6 +14,7 @@ use core::fmt;
 
 use crate::dialect::sealed::Driver;
 use crate::dialect::{Backend, Key};
+use crate::machine::StateMachine;
 
 /// The number of key columns, as a type.
 pub mod shape {
@@ -203,25 +204,68 @@ pub trait ManyKeys<DB: Backend, Shape: KeyShape>: Sized {
     }
 }
 
-/// A key that [`claim`](crate::Transition::claim),
-/// [`apply_many`](crate::Transition::apply_many) and the sweeps can take
-/// for a machine of shape `Shape` on `DB`: bound as one row's key
-/// ([`RowKey`]), read back from a row ([`DecodeKey`]), sent as a batch
-/// ([`ManyKeys`]), ordered (a batch locks its rows in key order) and shared
-/// across tasks. One name for the bound every batch entry point spells;
-/// implemented for every type that meets it.
+/// A key of machine `S`'s rows on `DB`: the one bound every call that
+/// takes or returns one row's key spells (`apply`, `load`, `available`,
+/// `history`, `finish`, and with [`DecodeKey`] `recover` and
+/// `claim_expired`). It holds for every [`RowKey`] of the machine's
+/// [`KeyShape`] that the machine's [`KeyType`] accepts: of the declared
+/// `key_type` alone when there is one, so that an integer literal
+/// (`apply(&pool, 42)`) takes that type, and of any bindable type when there
+/// is none. Implemented for every type that meets it; never by hand.
 #[diagnostic::on_unimplemented(
-    message = "`{Self}` cannot be a batch key of this machine on `{DB}`",
-    note = "claims and batches bind, read back and order their keys: the key must be an \
-            owned `RowKey + DecodeKey + ManyKeys + Ord + Send + Sync` (`i64`, `String`, a tuple \
-            of them for several key columns)"
+    message = "`{Self}` is not a key of `{S}` on `{DB}`",
+    label = "the row key",
+    note = "a machine with `key = \"id\"` takes one value; with `key = \"tenant_id, id\"` it takes \
+            a tuple with one value per key column, in the order declared; a machine that \
+            declares `key_type = \"…\"` takes that type alone"
 )]
-pub trait BatchKey<DB: Backend, Shape: KeyShape>:
+pub trait KeyOf<S: StateMachine, DB: Backend>: RowKey<DB, S::KeyShape> {}
+
+impl<K, S, DB> KeyOf<S, DB> for K
+where
+    S: StateMachine + KeyType<K>,
+    DB: Backend,
+    K: RowKey<DB, S::KeyShape>,
+{
+}
+
+/// A key that [`claim`](crate::Transition::claim),
+/// [`apply_many`](crate::Transition::apply_many), [`finish_many`](crate::finish_many)
+/// and [`recover_many`](crate::recover_many) take or return for machine
+/// `S` on `DB`: a [`KeyOf`] the machine that is also read back from a row
+/// ([`DecodeKey`]), sent as a batch ([`ManyKeys`]), ordered (a batch locks
+/// its rows in key order) and shared across tasks. One name for the bound
+/// every batch entry point spells; implemented for every type that meets
+/// it.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a batch key of `{S}` on `{DB}`",
+    note = "claims and batches bind, read back and order their keys: the key must be the \
+            machine's key type, owned, and `DecodeKey + ManyKeys + Ord + Send + Sync` (`i64`, \
+            `String`, a tuple of them for several key columns)"
+)]
+pub trait BatchKey<S: StateMachine, DB: Backend>:
+    KeyOf<S, DB> + Batchable<DB, S::KeyShape>
+{
+}
+
+impl<K, S, DB> BatchKey<S, DB> for K
+where
+    S: StateMachine + KeyType<K>,
+    DB: Backend,
+    K: Batchable<DB, S::KeyShape>,
+{
+}
+
+/// What [`BatchKey`] asks of a key of shape `Shape`, whichever machine it
+/// keys: the bound of the batch statements, which know a machine only by
+/// its shape.
+#[doc(hidden)]
+pub trait Batchable<DB: Backend, Shape: KeyShape>:
     RowKey<DB, Shape> + DecodeKey<DB, Shape> + ManyKeys<DB, Shape> + Ord + Send + Sync
 {
 }
 
-impl<DB, Shape, K> BatchKey<DB, Shape> for K
+impl<DB, Shape, K> Batchable<DB, Shape> for K
 where
     DB: Backend,
     Shape: KeyShape,
