@@ -103,6 +103,33 @@ async fn bounded(signal: impl std::future::Future<Output = ()>) {
     }
 }
 
+/// A recovery pass over `transfers` in `sending`, of at most `limit` rows,
+/// `concurrency` effects at once, whose effects record their keys in
+/// `calls` and succeed.
+async fn recover_recorded<DB: TestBackend + Batched>(
+    db: &Db<DB>,
+    calls: &Arc<Calls>,
+    limit: u32,
+    concurrency: usize,
+) -> stateguard::Recovered
+where
+    i64: KeyColumn<DB> + ManyKeys<DB, One>,
+{
+    let recorded = calls.clone();
+    stateguard::recover_many(
+        &db.pool,
+        TransferStatus::Sending,
+        limit,
+        concurrency,
+        move |effect: Effect<TransferStatus, i64>| {
+            recorded.record(&effect);
+            async { Verdict::done() }
+        },
+    )
+    .await
+    .unwrap()
+}
+
 /// A poll quick enough for a test: from 5 ms up to 50 ms.
 fn quick() -> Poll {
     Poll::new(Duration::from_millis(5), Duration::from_millis(50))
@@ -365,19 +392,7 @@ async fn unstarted_claims_are_released_to_another_worker_at_once<DB: TestBackend
         "{lp:?}"
     );
     assert_eq!(count(&db, "sending").await, 8, "released, still in flight");
-    let recorded = calls.clone();
-    let pass = stateguard::recover_many(
-        &db.pool,
-        TransferStatus::Sending,
-        20,
-        4,
-        move |effect: Effect<TransferStatus, i64>| {
-            recorded.record(&effect);
-            async { Verdict::done() }
-        },
-    )
-    .await
-    .unwrap();
+    let pass = recover_recorded(&db, &calls, 20, 4).await;
     assert_eq!((pass.claimed, pass.done), (8, 8), "{pass:?}");
     assert_eq!(count(&db, "sent").await, 10);
     assert_eq!(count(&db, "pending").await, 10, "no claim after the signal");
@@ -442,19 +457,7 @@ where
         db.execute(DB::BACKDATE_LEASES, &[])
             .await
             .expect("leases over");
-        let recorded = calls.clone();
-        let pass = stateguard::recover_many(
-            &db.pool,
-            TransferStatus::Sending,
-            20,
-            4,
-            move |effect: Effect<TransferStatus, i64>| {
-                recorded.record(&effect);
-                async { Verdict::done() }
-            },
-        )
-        .await
-        .unwrap();
+        let pass = recover_recorded(&db, &calls, 20, 4).await;
         assert_eq!((pass.claimed, pass.done), (8, 8), "{fault:?}: {pass:?}");
         assert_eq!(count(&db, "sent").await, 10, "{fault:?}");
         let counts = calls.counts();
@@ -514,19 +517,7 @@ where
     assert_eq!(in_flight as usize, lp.released, "{lp:?}");
     // Every row still in flight was released: a recovery takes them all
     // at once.
-    let recorded = calls.clone();
-    let pass = stateguard::recover_many(
-        &db.pool,
-        TransferStatus::Sending,
-        ROWS as u32,
-        64,
-        move |effect: Effect<TransferStatus, i64>| {
-            recorded.record(&effect);
-            async { Verdict::done() }
-        },
-    )
-    .await
-    .unwrap();
+    let pass = recover_recorded(&db, &calls, ROWS as u32, 64).await;
     eprintln!(
         "{} rows released at shutdown, all taken over {:?} after the worker returned",
         lp.released,
