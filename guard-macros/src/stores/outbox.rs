@@ -66,14 +66,20 @@ fn taken_columns(d: Dialect, alias: &str) -> String {
 /// order key, leased for a number of milliseconds under the relay's
 /// claim: as [`taken_columns`] (MySQL returns nothing; `taken` reads
 /// them).
+///
+/// The cost is the batch's, not the backlog's: the live messages are
+/// walked in order through an index that holds no published one, and a
+/// message is its key's head when it is the first entry of its key in the
+/// index of unpublished messages (one index entry read, where a `NOT
+/// EXISTS` over earlier messages read every entry of the key on MySQL).
 fn claim(d: Dialect, at: &Place) -> String {
     let table = at.table(d, TABLE);
     let now = d.now();
     let due = format!(
         "SELECT d.seq FROM {table} AS d WHERE d.published_at IS NULL AND d.dead_at IS NULL AND \
          d.next_attempt_at <= {now} AND (d.locked_until IS NULL OR d.locked_until < {now}) AND \
-         NOT EXISTS (SELECT 1 FROM {table} AS e WHERE e.order_key = d.order_key AND e.seq < \
-         d.seq AND e.published_at IS NULL) ORDER BY d.seq LIMIT {}",
+         d.seq = (SELECT e.seq FROM {table} AS e WHERE e.order_key = d.order_key AND \
+         e.published_at IS NULL ORDER BY e.seq LIMIT 1) ORDER BY d.seq LIMIT {}",
         Field::Limit.mark(),
     );
     let (claim, until) = (Field::Claim.mark(), d.later(&Field::Millis.mark()));
@@ -236,10 +242,17 @@ pub(super) fn ddl(d: Dialect, at: &Place) -> Vec<String> {
             at.indexed(d, TABLE)
         )
     };
-    let order = index("stateguard_outbox_order", "(order_key, seq)");
+    // Both hold unpublished messages alone, so that a claim costs its
+    // batch and not the backlog: the claim walks the live messages in
+    // order (`next`), and asks of each whether an earlier one of its key
+    // waits (`pending`, which keeps dead messages: they block their key).
+    let order = index(
+        "stateguard_outbox_pending",
+        "(order_key, seq) WHERE published_at IS NULL",
+    );
     let due = index(
-        "stateguard_outbox_due",
-        "(next_attempt_at) WHERE published_at IS NULL AND dead_at IS NULL",
+        "stateguard_outbox_next",
+        "(seq) WHERE published_at IS NULL AND dead_at IS NULL",
     );
     match d {
         Dialect::Postgres => vec![
@@ -306,8 +319,8 @@ pub(super) fn ddl(d: Dialect, at: &Place) -> Vec<String> {
     published_at DATETIME(3) NULL,
     dead_at DATETIME(3) NULL,
     UNIQUE KEY stateguard_outbox_message_id (message_id),
-    KEY stateguard_outbox_order (order_key, seq),
-    KEY stateguard_outbox_due (published_at, dead_at, next_attempt_at),
+    KEY stateguard_outbox_pending (published_at, order_key, seq),
+    KEY stateguard_outbox_next (published_at, dead_at, seq),
     KEY stateguard_outbox_claim (claim)
 )"
         )],
