@@ -625,9 +625,95 @@ where
     println!("{}: bank references done", DB::LABEL);
 }
 
+/// PostgreSQL at 1, 2 and 8 workers: `claim` + `finish_many` against the
+/// loop by hand, and against `claim` + a per-row `finish`, by the same
+/// number of workers (`cargo bench --bench finish_many -- workers`).
+async fn by_workers(p: &sqlx::PgPool) {
+    execute(p, <sqlx::Postgres as Bench>::CREATE, None).await;
+    let (rows, few) = <sqlx::Postgres as Bench>::ROWS;
+    let pending = <sqlx::Postgres as Bench>::PENDING;
+    for (n, label, per_row_label) in [
+        (
+            1,
+            "claim + finish_many, no-op effect, 1 worker, concurrency 32",
+            "claim + finish per row, the same 1 worker",
+        ),
+        (
+            2,
+            "claim + finish_many, no-op effect, 2 workers, concurrency 32",
+            "claim + finish per row, the same 2 workers",
+        ),
+        (
+            8,
+            "claim + finish_many, no-op effect, 8 workers, concurrency 32",
+            "claim + finish per row, the same 8 workers",
+        ),
+    ] {
+        let ours = || {
+            timed(p, pending, rows, async move {
+                workers(p, n, |wins| batched(p, wins, Duration::ZERO)).await
+            })
+        };
+        let hand = || {
+            timed(p, pending, rows, async move {
+                futures_util::future::join_all((0..n).map(|_| hand_worker(p)))
+                    .await
+                    .into_iter()
+                    .sum()
+            })
+        };
+        let (a, b) = alternating(ROUNDS, ours, hand).await;
+        measured(row(
+            "PostgreSQL",
+            label,
+            a,
+            b,
+            "the loop by hand (SKIP LOCKED, one UPDATE … FROM unnest per batch)",
+        ));
+        let ours = || {
+            timed(p, pending, few, async move {
+                workers(p, n, |wins| batched(p, wins, Duration::ZERO)).await
+            })
+        };
+        let per_row_run = || {
+            timed(p, pending, few, async move {
+                workers(p, n, |wins| per_row(p, wins, Duration::ZERO)).await
+            })
+        };
+        let (a, b) = alternating(ROUNDS, ours, per_row_run).await;
+        measured(row("PostgreSQL", label, a, b, per_row_label));
+    }
+}
+
+/// Prints the cases measured, as a table.
+fn print_measured(started: Instant) {
+    let rows = std::mem::take(&mut *MEASURED.lock().unwrap());
+    println!();
+    println!("| backend | case | baseline | ours (rows/s) | baseline (rows/s) | ratio / paired |");
+    println!("| --- | --- | --- | ---: | ---: | ---: |");
+    for r in &rows {
+        println!(
+            "| {} | {} | {} | {:.0} | {:.0} | {:.2} / {:.2} |",
+            r.backend,
+            r.case,
+            r.against,
+            r.ours,
+            r.theirs,
+            r.ours / r.theirs,
+            r.paired
+        );
+    }
+    println!("total {:.1} s", started.elapsed().as_secs_f64());
+}
+
 #[tokio::main]
 async fn main() {
     let started = Instant::now();
+    if std::env::args().any(|arg| arg == "workers") {
+        support::on_postgres(POSTGRES, |pool| async move { by_workers(&pool).await }).await;
+        print_measured(started);
+        return;
+    }
     support::on_sqlite(10, cases).await;
     support::on_postgres(POSTGRES, |pool| async move {
         cases(pool.clone()).await;
@@ -660,21 +746,5 @@ async fn main() {
     })
     .await;
     support::on_mysql(MYSQL, cases).await;
-    let rows = std::mem::take(&mut *MEASURED.lock().unwrap());
-    println!();
-    println!("| backend | case | baseline | ours (rows/s) | baseline (rows/s) | ratio / paired |");
-    println!("| --- | --- | --- | ---: | ---: | ---: |");
-    for r in &rows {
-        println!(
-            "| {} | {} | {} | {:.0} | {:.0} | {:.2} / {:.2} |",
-            r.backend,
-            r.case,
-            r.against,
-            r.ours,
-            r.theirs,
-            r.ours / r.theirs,
-            r.paired
-        );
-    }
-    println!("total {:.1} s", started.elapsed().as_secs_f64());
+    print_measured(started);
 }

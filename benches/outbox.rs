@@ -24,6 +24,9 @@ use stateguard::outbox::{JetStream, Relay};
 #[allow(dead_code)]
 mod support;
 
+#[path = "outbox/backlog.rs"]
+mod backlog;
+
 const PLACE: support::Place = support::Place {
     name: "stateguard_outbox_bench",
     fresh: [
@@ -47,9 +50,9 @@ const SEED: &str = "INSERT INTO stateguard_outbox (message_id, order_key, topic,
 /// The hand-written relay's claim: the library's, without its tag.
 const CLAIM: &str = "WITH due AS (SELECT d.seq FROM stateguard_outbox AS d WHERE \
     d.published_at IS NULL AND d.dead_at IS NULL AND d.next_attempt_at <= now() AND \
-    (d.locked_until IS NULL OR d.locked_until < now()) AND NOT EXISTS (SELECT 1 FROM \
-    stateguard_outbox AS e WHERE e.order_key = d.order_key AND e.seq < d.seq AND \
-    e.published_at IS NULL) ORDER BY d.seq LIMIT $1 FOR UPDATE OF d SKIP LOCKED) \
+    (d.locked_until IS NULL OR d.locked_until < now()) AND d.seq = (SELECT e.seq FROM \
+    stateguard_outbox AS e WHERE e.order_key = d.order_key AND e.published_at IS NULL ORDER BY \
+    e.seq LIMIT 1) ORDER BY d.seq LIMIT $1 FOR UPDATE OF d SKIP LOCKED) \
     UPDATE stateguard_outbox AS o SET lease = o.lease + 1, attempts = o.attempts + 1, \
     locked_until = now() + INTERVAL '30 seconds' FROM due WHERE o.seq = due.seq \
     RETURNING o.seq, o.lease, o.message_id, o.topic, o.payload";
@@ -63,18 +66,41 @@ const MARK_MANY: &str = "UPDATE stateguard_outbox AS o SET published_at = now(),
     = NULL FROM unnest(CAST($1 AS BIGINT[]), CAST($2 AS BIGINT[])) AS m(seq, lease) WHERE \
     o.seq = m.seq AND o.lease = m.lease AND o.published_at IS NULL";
 
+/// The claim of a hand relay that keeps no order: the due messages by
+/// seq, whatever their keys.
+const CLAIM_UNORDERED: &str = "WITH due AS (SELECT d.seq FROM stateguard_outbox AS d WHERE \
+    d.published_at IS NULL AND d.dead_at IS NULL AND d.next_attempt_at <= now() AND \
+    (d.locked_until IS NULL OR d.locked_until < now()) ORDER BY d.seq LIMIT $1 FOR UPDATE OF d \
+    SKIP LOCKED) UPDATE stateguard_outbox AS o SET lease = o.lease + 1, attempts = o.attempts + \
+    1, locked_until = now() + INTERVAL '30 seconds' FROM due WHERE o.seq = due.seq RETURNING \
+    o.seq, o.lease, o.message_id, o.topic, o.payload";
+
 /// Drains the outbox by hand, publishing a whole batch at once and
 /// marking it in one statement.
 async fn by_hand_batched(pool: &sqlx::PgPool, context: &jetstream::Context, batch: i64) {
-    loop {
-        let rows = sqlx::query(CLAIM)
+    by_hand_batched_until(pool, context, CLAIM, batch, i64::MAX).await;
+}
+
+/// Relays by hand with `claim`, a batch at a time, until `until`
+/// messages are relayed or none is due; returns how many were.
+async fn by_hand_batched_until(
+    pool: &sqlx::PgPool,
+    context: &jetstream::Context,
+    claim: &'static str,
+    batch: i64,
+    until: i64,
+) -> i64 {
+    let mut relayed = 0;
+    while relayed < until {
+        let rows = sqlx::query(claim)
             .bind(batch)
             .fetch_all(pool)
             .await
             .unwrap();
         if rows.is_empty() {
-            return;
+            return relayed;
         }
+        relayed += rows.len() as i64;
         let publishes = rows.iter().map(|row| {
             let (id, topic): (String, String) = (row.get(2), row.get(3));
             let payload: Vec<u8> = row.get(4);
@@ -100,6 +126,7 @@ async fn by_hand_batched(pool: &sqlx::PgPool, context: &jetstream::Context, batc
             .unwrap();
         assert_eq!(done.rows_affected(), seqs.len() as u64);
     }
+    relayed
 }
 
 /// Drains the outbox by hand, one batch of `batch` at a time.
@@ -142,6 +169,10 @@ async fn main() {
         println!("skipped, because STATEGUARD_NATS_URL is not set");
         return;
     };
+    if std::env::args().any(|arg| arg == "backlog") {
+        backlog::run(&nats).await;
+        return;
+    }
     let url = nats.clone();
     support::on_postgres(PLACE, |pool| async move {
         let nats = url;

@@ -1,0 +1,252 @@
+//! `cargo bench --bench outbox -- backlog`: the relay with work waiting.
+//! Before each round the outbox holds a backlog of 2,000, 20,000 or
+//! 200,000 due messages of 100 order keys; one relay then relays 2,000 of
+//! them in batches of 100 to JetStream. Three ways in rotation, on
+//! PostgreSQL: the library's `Relay`; by hand, keeping per-key order (the
+//! library's claim without its tag, the batch published at once and
+//! marked in one statement); and by hand without order (the due messages
+//! by seq, whatever their keys, published and marked the same way).
+//! Messages per second, median of the rounds, and the paired ratios. Then
+//! the library alone on SQLite and MariaDB at the same backlogs.
+
+use std::time::Instant;
+
+use async_nats::jetstream;
+use stateguard::outbox::{JetStream, Relay};
+
+use super::{CLAIM, CLAIM_UNORDERED, PLACE, SEED, by_hand_batched_until, fresh_stream, support};
+
+/// How many messages a round relays.
+const RELAYED: i64 = 2_000;
+/// The relays' batch.
+const BATCH: u32 = 100;
+/// The due messages waiting when a round starts.
+const BACKLOGS: [i64; 3] = [2_000, 20_000, 200_000];
+const ROUNDS: usize = 4;
+
+/// Relays with the library until `RELAYED` messages are relayed.
+async fn library<DB: stateguard::Backend>(relay: &Relay<JetStream>, pool: &sqlx::Pool<DB>) {
+    let mut relayed = 0;
+    while relayed < RELAYED {
+        let taken = relay.pass(pool).await.unwrap().taken();
+        assert!(taken > 0, "the backlog ran dry after {relayed}");
+        relayed += taken as i64;
+    }
+}
+
+/// Only one way, many rounds at a backlog of 20,000, for a profiler:
+/// `STATEGUARD_BACKLOG_ONLY=library` (or `ordered`).
+async fn only(way: &str, context: &jetstream::Context) {
+    support::on_postgres(PLACE, |pool| async move {
+        for statement in stateguard::outbox::ddl(stateguard::ddl::Dialect::Postgres) {
+            sqlx::raw_sql(*statement).execute(&pool).await.unwrap();
+        }
+        let relay = Relay::new(JetStream::new(context.clone())).batch(BATCH);
+        let mut spent = std::time::Duration::ZERO;
+        for round in 0..20 {
+            sqlx::query("TRUNCATE stateguard_outbox")
+                .execute(&pool)
+                .await
+                .unwrap();
+            sqlx::query(SEED)
+                .bind(format!("o{round}-"))
+                .bind(20_000_i64)
+                .execute(&pool)
+                .await
+                .unwrap();
+            sqlx::query("ANALYZE stateguard_outbox")
+                .execute(&pool)
+                .await
+                .unwrap();
+            let started = Instant::now();
+            match way {
+                "library" => library(&relay, &pool).await,
+                _ => {
+                    by_hand_batched_until(&pool, context, CLAIM, BATCH.into(), RELAYED).await;
+                }
+            }
+            spent += started.elapsed();
+        }
+        println!(
+            "{way}: {:.0} messages/s",
+            20.0 * RELAYED as f64 / spent.as_secs_f64()
+        );
+    })
+    .await;
+}
+
+pub async fn run(nats: &str) {
+    if let Ok(way) = std::env::var("STATEGUARD_BACKLOG_ONLY") {
+        let client = async_nats::connect(nats).await.unwrap();
+        let context = jetstream::new(client);
+        fresh_stream(&context).await;
+        only(&way, &context).await;
+        return;
+    }
+    let client = async_nats::connect(nats).await.unwrap();
+    let context = jetstream::new(client);
+    fresh_stream(&context).await;
+    let context = &context;
+    support::on_postgres(PLACE, |pool| async move {
+        for statement in stateguard::outbox::ddl(stateguard::ddl::Dialect::Postgres) {
+            sqlx::raw_sql(*statement).execute(&pool).await.unwrap();
+        }
+        println!(
+            "PostgreSQL to JetStream, {RELAYED} messages relayed in batches of {BATCH} from a \
+             backlog: messages per second, median of {ROUNDS} rounds"
+        );
+        println!(
+            "| due | `Relay` | by hand, per-key order | ratio (paired) | by hand, no order | \
+             ratio (paired) |"
+        );
+        println!("| ---: | ---: | ---: | ---: | ---: | ---: |");
+        let relay = Relay::new(JetStream::new(context.clone())).batch(BATCH);
+        let mut round_id = 0;
+        for backlog in BACKLOGS {
+            let mut rates: [Vec<f64>; 3] = Default::default();
+            for round in 0..ROUNDS {
+                for turn in 0..3 {
+                    let way = (turn + round) % 3;
+                    round_id += 1;
+                    for sql in ["TRUNCATE stateguard_outbox", "ANALYZE stateguard_outbox"] {
+                        sqlx::query(sql).execute(&pool).await.unwrap();
+                    }
+                    sqlx::query(SEED)
+                        .bind(format!("b{round_id}-"))
+                        .bind(backlog)
+                        .execute(&pool)
+                        .await
+                        .unwrap();
+                    sqlx::query("ANALYZE stateguard_outbox")
+                        .execute(&pool)
+                        .await
+                        .unwrap();
+                    let started = Instant::now();
+                    match way {
+                        0 => library(&relay, &pool).await,
+                        1 => {
+                            let n =
+                                by_hand_batched_until(&pool, context, CLAIM, BATCH.into(), RELAYED)
+                                    .await;
+                            assert!(n >= RELAYED, "ran dry after {n}");
+                        }
+                        _ => {
+                            let n = by_hand_batched_until(
+                                &pool,
+                                context,
+                                CLAIM_UNORDERED,
+                                BATCH.into(),
+                                RELAYED,
+                            )
+                            .await;
+                            assert!(n >= RELAYED, "ran dry after {n}");
+                        }
+                    }
+                    rates[way].push(RELAYED as f64 / started.elapsed().as_secs_f64());
+                }
+            }
+            let paired = |other: usize| {
+                let ratios: Vec<f64> = rates[0]
+                    .iter()
+                    .zip(&rates[other])
+                    .map(|(a, b)| a / b)
+                    .collect();
+                support::median(ratios)
+            };
+            let [ours, ordered, unordered] = rates.clone().map(support::median);
+            println!(
+                "| {backlog} | {ours:.0} | {ordered:.0} | {:.3} ({:.3}) | {unordered:.0} | {:.3} \
+                 ({:.3}) |",
+                ours / ordered,
+                paired(1),
+                ours / unordered,
+                paired(2)
+            );
+        }
+    })
+    .await;
+    println!(
+        "\nThe library's relay alone, the same load: messages per second, median of {ROUNDS} rounds"
+    );
+    println!("| due | SQLite | MariaDB |");
+    println!("| ---: | ---: | ---: |");
+    let mut sqlite = Vec::new();
+    {
+        let sqlite = &mut sqlite;
+        support::on_sqlite(4, |pool| async move {
+            for statement in stateguard::outbox::ddl(stateguard::ddl::Dialect::Sqlite) {
+                sqlx::raw_sql(*statement).execute(&pool).await.unwrap();
+            }
+            for backlog in BACKLOGS {
+                let empty = "DELETE FROM stateguard_outbox";
+                sqlite.push(rounds(&pool, context, backlog, empty, SQLITE_SEED).await);
+            }
+        })
+        .await;
+    }
+    let place = support::Place {
+        fresh: [
+            "DROP DATABASE IF EXISTS stateguard_outbox_bench",
+            "CREATE DATABASE stateguard_outbox_bench",
+        ],
+        drop: "DROP DATABASE stateguard_outbox_bench",
+        ..PLACE
+    };
+    let sqlite = &sqlite;
+    support::on_mysql(place, |pool| async move {
+        for statement in stateguard::outbox::ddl(stateguard::ddl::Dialect::MySql) {
+            sqlx::raw_sql(*statement).execute(&pool).await.unwrap();
+        }
+        for (i, backlog) in BACKLOGS.into_iter().enumerate() {
+            let empty = "TRUNCATE stateguard_outbox";
+            let rate = rounds(&pool, context, backlog, empty, MYSQL_SEED).await;
+            println!("| {backlog} | {:.0} | {rate:.0} |", sqlite[i]);
+        }
+    })
+    .await;
+    context.delete_stream(PLACE.name).await.unwrap();
+}
+
+/// Due messages on SQLite: `?1` the ids' prefix, `?2` how many.
+const SQLITE_SEED: &str = "WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE \
+    i < ?2) INSERT INTO stateguard_outbox (message_id, order_key, topic, payload, created_at, \
+    next_attempt_at) SELECT ?1 || i, CAST(i % 100 AS TEXT), 'stateguard_outbox_bench.m', \
+    CAST('{}' AS BLOB), strftime('%Y-%m-%d %H:%M:%f', 'now'), strftime('%Y-%m-%d %H:%M:%f', \
+    'now') FROM g";
+
+/// Due messages on MariaDB, from its sequence engine.
+const MYSQL_SEED: &str = "INSERT INTO stateguard_outbox (message_id, order_key, topic, payload, \
+    created_at, next_attempt_at) SELECT CONCAT(?, seq), CAST(seq % 100 AS CHAR), \
+    'stateguard_outbox_bench.m', CAST('{}' AS BINARY), UTC_TIMESTAMP(3), UTC_TIMESTAMP(3) FROM \
+    seq_1_to_200000 WHERE seq <= ?";
+
+/// The library's rate over `ROUNDS` rounds at `backlog`, median.
+async fn rounds<DB: stateguard::Backend>(
+    pool: &sqlx::Pool<DB>,
+    context: &jetstream::Context,
+    backlog: i64,
+    empty: &'static str,
+    seed: &'static str,
+) -> f64
+where
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    DB::Arguments: sqlx::IntoArguments<DB>,
+    String: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    i64: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    let relay = Relay::new(JetStream::new(context.clone())).batch(BATCH);
+    let mut rates = Vec::new();
+    for round in 0..ROUNDS {
+        sqlx::query(empty).execute(pool).await.unwrap();
+        sqlx::query(seed)
+            .bind(format!("x{backlog}-{round}-"))
+            .bind(backlog)
+            .execute(pool)
+            .await
+            .unwrap();
+        let started = Instant::now();
+        library(&relay, pool).await;
+        rates.push(RELAYED as f64 / started.elapsed().as_secs_f64());
+    }
+    support::median(rates)
+}
