@@ -385,8 +385,8 @@ where
 /// effects at `CONCURRENCY`; one update of the batch, each row checked by
 /// its version and token.
 const HAND_CLAIM: &str = "UPDATE fm_payouts SET status = 'sending', sending_since = \
-    statement_timestamp(), version = version + 1 WHERE id IN (SELECT id FROM fm_payouts WHERE \
-    status = 'pending' ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED) AND status = 'pending' \
+    statement_timestamp(), version = version + 1 WHERE id = ANY (ARRAY(SELECT id FROM fm_payouts \
+    WHERE status = 'pending' ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED)) AND status = 'pending' \
     RETURNING id, version, CAST(EXTRACT(EPOCH FROM sending_since) * 1000000 AS BIGINT)";
 const HAND_DONE: &str = "UPDATE fm_payouts SET status = 'sent', version = fm_payouts.version + 1 \
     FROM unnest($1::BIGINT[], $2::BIGINT[], $3::BIGINT[]) AS b(id, version, token) WHERE \

@@ -75,7 +75,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     },
                 ),
                 claim: __sg::sql! {
-                    "WITH __sg_c AS MATERIALIZED (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending') AND (amount_cents <= 95000) ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED), moved AS (UPDATE \"payouts\" SET \"status\" = 'sending' WHERE (\"id\") IN (SELECT \"id\" FROM __sg_c) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT CASE WHEN $2::text = 'stateguard 119c64b337f9f86c' THEN 'stateguard 119c64b337f9f86c'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 119c64b337f9f86c with ', $2::text) AS INTEGER)::text END, c0, v, l FROM moved ORDER BY o0"
+                    "WITH __sg_c AS MATERIALIZED (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending') AND (amount_cents <= 95000) ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED), moved AS (UPDATE \"payouts\" SET \"status\" = 'sending' WHERE \"id\" = ANY (ARRAY(SELECT \"id\" FROM __sg_c)) AND \"status\" IN ('pending') AND (amount_cents <= 95000) RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT CASE WHEN $2::text = 'stateguard 8b660d1d86007b99' THEN 'stateguard 8b660d1d86007b99'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 8b660d1d86007b99 with ', $2::text) AS INTEGER)::text END, c0, v, l FROM moved ORDER BY o0"
                     on postgres, binds = [Limit, Tag], reads = [Tag, Key(0), Occurrence,
                     Token];
                     "SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending') AND (amount_cents <= 95000) ORDER BY \"id\" LIMIT ?1"
@@ -126,7 +126,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     on mysql, binds = [Key(0), Key(0)];
                 },
                 claim: __sg::sql! {
-                    "WITH __sg_c AS MATERIALIZED (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending', 'sending') ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED), moved AS (UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE (\"id\") IN (SELECT \"id\" FROM __sg_c) AND \"status\" IN ('pending', 'sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT CASE WHEN $2::text = 'stateguard bd1c59c4979ac6c1' THEN 'stateguard bd1c59c4979ac6c1'::text ELSE CAST(concat('stateguard mix-up: ran stateguard bd1c59c4979ac6c1 with ', $2::text) AS INTEGER)::text END, c0, v, l FROM moved ORDER BY o0"
+                    "WITH __sg_c AS MATERIALIZED (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending', 'sending') ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED), moved AS (UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"id\" = ANY (ARRAY(SELECT \"id\" FROM __sg_c)) AND \"status\" IN ('pending', 'sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT CASE WHEN $2::text = 'stateguard 7741f0a7e549114a' THEN 'stateguard 7741f0a7e549114a'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 7741f0a7e549114a with ', $2::text) AS INTEGER)::text END, c0, v, l FROM moved ORDER BY o0"
                     on postgres, binds = [Limit, Tag], reads = [Tag, Key(0), Occurrence,
                     Token];
                     "SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('pending', 'sending') ORDER BY \"id\" LIMIT ?1"
@@ -186,7 +186,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     on mysql, binds = [Value(0), Key(0), Key(0)];
                 },
                 claim: __sg::sql! {
-                    "WITH __sg_c AS MATERIALIZED (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT $2 FOR UPDATE SKIP LOCKED), moved AS (UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $1 WHERE (\"id\") IN (SELECT \"id\" FROM __sg_c) AND \"status\" IN ('sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT CASE WHEN $3::text = 'stateguard 9e0cfbb30c512ec0' THEN 'stateguard 9e0cfbb30c512ec0'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 9e0cfbb30c512ec0 with ', $3::text) AS INTEGER)::text END, c0, v, l FROM moved ORDER BY o0"
+                    "WITH __sg_c AS MATERIALIZED (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT $2 FOR UPDATE SKIP LOCKED), moved AS (UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $1 WHERE \"id\" = ANY (ARRAY(SELECT \"id\" FROM __sg_c)) AND \"status\" IN ('sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT CASE WHEN $3::text = 'stateguard d8a1954a98659d8d' THEN 'stateguard d8a1954a98659d8d'::text ELSE CAST(concat('stateguard mix-up: ran stateguard d8a1954a98659d8d with ', $3::text) AS INTEGER)::text END, c0, v, l FROM moved ORDER BY o0"
                     on postgres, binds = [Value(0), Limit, Tag], reads = [Tag, Key(0),
                     Occurrence, Token];
                     "SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT ?1"
@@ -236,7 +236,7 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     on mysql, binds = [Key(0), Key(0)];
                 },
                 claim: __sg::sql! {
-                    "WITH __sg_c AS MATERIALIZED (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED), moved AS (UPDATE \"payouts\" SET \"status\" = 'failed' WHERE (\"id\") IN (SELECT \"id\" FROM __sg_c) AND \"status\" IN ('sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT CASE WHEN $2::text = 'stateguard 238dd298d21850fd' THEN 'stateguard 238dd298d21850fd'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 238dd298d21850fd with ', $2::text) AS INTEGER)::text END, c0, v, l FROM moved ORDER BY o0"
+                    "WITH __sg_c AS MATERIALIZED (SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT $1 FOR UPDATE SKIP LOCKED), moved AS (UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"id\" = ANY (ARRAY(SELECT \"id\" FROM __sg_c)) AND \"status\" IN ('sending') RETURNING \"id\" AS c0, CAST(0 AS BIGINT) AS v, CAST(0 AS BIGINT) AS l, \"id\" AS o0) SELECT CASE WHEN $2::text = 'stateguard eaccc119305c8768' THEN 'stateguard eaccc119305c8768'::text ELSE CAST(concat('stateguard mix-up: ran stateguard eaccc119305c8768 with ', $2::text) AS INTEGER)::text END, c0, v, l FROM moved ORDER BY o0"
                     on postgres, binds = [Limit, Tag], reads = [Tag, Key(0), Occurrence,
                     Token];
                     "SELECT \"id\" FROM \"payouts\" WHERE \"status\" IN ('sending') ORDER BY \"id\" LIMIT ?1"

@@ -112,6 +112,11 @@ impl Dialect {
                     .collect();
                 let key_aliases: Vec<String> =
                     (0..model.key.len()).map(|i| format!("c{i}")).collect();
+                // One key column: the candidates as one array, which the
+                // key's index serves. As an `IN` list or a join, the
+                // planner may hash the candidates and scan the whole table
+                // for them, which costs the table's size, not the batch's.
+                let single = model.key.len() == 1;
                 let order_aliases: Vec<String> =
                     (0..order.len()).map(|i| format!("o{i}")).collect();
                 if let Some(history) = &model.history {
@@ -141,7 +146,14 @@ impl Dialect {
                         d.key_aliases(model, None, "__sg_k"),
                         d.status_read(&model.column),
                         d.assignments(model, transition),
-                        d.join_old(model),
+                        match single {
+                            true => format!(
+                                "{} AND {table}.{keys} = ANY (ARRAY(SELECT __sg_k0 FROM \
+                                 __sg_old))",
+                                d.join_old(model)
+                            ),
+                            false => d.join_old(model),
+                        },
                         returned_keys,
                         d.version_read(model.version.as_deref()),
                         returned_order.join(", "),
@@ -154,11 +166,14 @@ impl Dialect {
                             .join(", "),
                     );
                 }
+                let chosen = match single {
+                    true => format!("{keys} = ANY (ARRAY(SELECT {keys} FROM __sg_c))"),
+                    false => format!("({keys}) IN (SELECT {keys} FROM __sg_c)"),
+                };
                 format!(
                     "WITH __sg_c AS MATERIALIZED ({candidates} FOR UPDATE SKIP LOCKED), moved AS \
-                     (UPDATE {table} SET {} WHERE ({keys}) IN (SELECT {keys} FROM __sg_c) AND \
-                     {status}{guard} RETURNING {}, {} AS v, {lease} AS l, {}) \
-                     SELECT {}, {}, {} FROM moved ORDER BY {}",
+                     (UPDATE {table} SET {} WHERE {chosen} AND {status}{guard} RETURNING {}, {} \
+                     AS v, {lease} AS l, {}) SELECT {}, {}, {} FROM moved ORDER BY {}",
                     d.assignments(model, transition),
                     returned_keys,
                     d.version_read(model.version.as_deref()),
