@@ -37,7 +37,7 @@ use stateguard::{
 
 mod support;
 
-use support::median;
+use support::{alternating, median};
 
 #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
 #[state_machine(
@@ -431,27 +431,6 @@ async fn hand_worker(pool: &sqlx::PgPool) -> usize {
     }
 }
 
-/// `(a, b)` rates of `rounds` alternating rounds (ABBA…).
-async fn alternating<A, B, FA, FB>(rounds: usize, a: A, b: B) -> (Vec<f64>, Vec<f64>)
-where
-    A: Fn() -> FA,
-    B: Fn() -> FB,
-    FA: Future<Output = f64>,
-    FB: Future<Output = f64>,
-{
-    let (mut xs, mut ys) = (Vec::new(), Vec::new());
-    for round in 0..rounds {
-        if round % 2 == 0 {
-            xs.push(a().await);
-            ys.push(b().await);
-        } else {
-            ys.push(b().await);
-            xs.push(a().await);
-        }
-    }
-    (xs, ys)
-}
-
 fn row(
     backend: &'static str,
     case: &'static str,
@@ -459,7 +438,7 @@ fn row(
     theirs: Vec<f64>,
     against: &'static str,
 ) -> Row {
-    let paired = median(ours.iter().zip(&theirs).map(|(a, b)| a / b).collect());
+    let paired = support::paired(&ours, &theirs);
     Row {
         backend,
         case,

@@ -32,6 +32,7 @@
 
 use std::time::{Duration, Instant};
 
+#[allow(dead_code)]
 mod support;
 
 /// The bench's own schema (PostgreSQL) and database (MySQL).

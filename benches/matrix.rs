@@ -30,6 +30,7 @@
 
 use std::time::{Duration, Instant};
 
+#[allow(dead_code)]
 mod support;
 
 // `apply_many`, `claim`, the recovery pass and history, whose cases print

@@ -219,14 +219,7 @@ async fn main() {
                     rates[way].push(MESSAGES as f64 / started.elapsed().as_secs_f64());
                 }
             }
-            let paired = |other: usize| {
-                let ratios: Vec<f64> = rates[0]
-                    .iter()
-                    .zip(&rates[other])
-                    .map(|(a, b)| a / b)
-                    .collect();
-                support::median(ratios)
-            };
+            let paired = |other: usize| support::paired(&rates[0], &rates[other]);
             let [ours, one, many] = rates.clone().map(support::median);
             println!(
                 "| {batch} | {ours:.0} | {one:.0} | {:.3} ({:.3}) | {many:.0} | {:.3} ({:.3}) |",

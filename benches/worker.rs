@@ -174,27 +174,6 @@ async fn claim_then_mark(pool: &PgPool) {
     futures_util::future::join_all((0..WORKERS).map(|_| task())).await;
 }
 
-/// `(a, b)` rates of `ROUNDS` alternating rounds (ABBA…).
-async fn alternating<A, B, FA, FB>(a: A, b: B) -> (Vec<f64>, Vec<f64>)
-where
-    A: Fn() -> FA,
-    B: Fn() -> FB,
-    FA: Future<Output = f64>,
-    FB: Future<Output = f64>,
-{
-    let (mut xs, mut ys) = (Vec::new(), Vec::new());
-    for round in 0..ROUNDS {
-        if round % 2 == 0 {
-            xs.push(a().await);
-            ys.push(b().await);
-        } else {
-            ys.push(b().await);
-            xs.push(a().await);
-        }
-    }
-    (xs, ys)
-}
-
 /// 0 to 100 ms, at random.
 fn pause() -> Duration {
     let random = std::collections::hash_map::RandomState::new()
@@ -265,7 +244,7 @@ async fn main() {
             ("the same, candidates in `IN (…)`", 1),
             ("claim, then mark, by hand (two statements per batch of 50)", 2),
         ] {
-            let (ours, theirs) = alternating(
+            let (ours, theirs) = support::alternating(ROUNDS,
                 || timed(&p, workers(&p)),
                 || async {
                     match baseline {

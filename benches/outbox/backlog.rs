@@ -34,6 +34,25 @@ async fn library<DB: stateguard::Backend>(relay: &Relay<JetStream>, pool: &sqlx:
     }
 }
 
+/// The outbox emptied, then `n` due messages whose ids start with
+/// `prefix`, its statistics read anew, as autovacuum would after such a
+/// change.
+async fn seeded(pool: &sqlx::PgPool, prefix: String, n: i64) {
+    for sql in ["TRUNCATE stateguard_outbox", "ANALYZE stateguard_outbox"] {
+        sqlx::query(sql).execute(pool).await.unwrap();
+    }
+    sqlx::query(SEED)
+        .bind(prefix)
+        .bind(n)
+        .execute(pool)
+        .await
+        .unwrap();
+    sqlx::query("ANALYZE stateguard_outbox")
+        .execute(pool)
+        .await
+        .unwrap();
+}
+
 /// Only one way, many rounds at a backlog of 20,000, for a profiler:
 /// `STATEGUARD_BACKLOG_ONLY=library` (or `ordered`).
 async fn only(way: &str, context: &jetstream::Context) {
@@ -44,20 +63,7 @@ async fn only(way: &str, context: &jetstream::Context) {
         let relay = Relay::new(JetStream::new(context.clone())).batch(BATCH);
         let mut spent = std::time::Duration::ZERO;
         for round in 0..20 {
-            sqlx::query("TRUNCATE stateguard_outbox")
-                .execute(&pool)
-                .await
-                .unwrap();
-            sqlx::query(SEED)
-                .bind(format!("o{round}-"))
-                .bind(20_000_i64)
-                .execute(&pool)
-                .await
-                .unwrap();
-            sqlx::query("ANALYZE stateguard_outbox")
-                .execute(&pool)
-                .await
-                .unwrap();
+            seeded(&pool, format!("o{round}-"), 20_000).await;
             let started = Instant::now();
             match way {
                 "library" => library(&relay, &pool).await,
@@ -108,51 +114,20 @@ pub async fn run(nats: &str) {
                 for turn in 0..3 {
                     let way = (turn + round) % 3;
                     round_id += 1;
-                    for sql in ["TRUNCATE stateguard_outbox", "ANALYZE stateguard_outbox"] {
-                        sqlx::query(sql).execute(&pool).await.unwrap();
-                    }
-                    sqlx::query(SEED)
-                        .bind(format!("b{round_id}-"))
-                        .bind(backlog)
-                        .execute(&pool)
-                        .await
-                        .unwrap();
-                    sqlx::query("ANALYZE stateguard_outbox")
-                        .execute(&pool)
-                        .await
-                        .unwrap();
+                    seeded(&pool, format!("b{round_id}-"), backlog).await;
                     let started = Instant::now();
-                    match way {
-                        0 => library(&relay, &pool).await,
-                        1 => {
-                            let n =
-                                by_hand_batched_until(&pool, context, CLAIM, BATCH.into(), RELAYED)
-                                    .await;
-                            assert!(n >= RELAYED, "ran dry after {n}");
-                        }
-                        _ => {
-                            let n = by_hand_batched_until(
-                                &pool,
-                                context,
-                                CLAIM_UNORDERED,
-                                BATCH.into(),
-                                RELAYED,
-                            )
+                    if way == 0 {
+                        library(&relay, &pool).await;
+                    } else {
+                        let claim = [CLAIM, CLAIM_UNORDERED][way - 1];
+                        let n = by_hand_batched_until(&pool, context, claim, BATCH.into(), RELAYED)
                             .await;
-                            assert!(n >= RELAYED, "ran dry after {n}");
-                        }
+                        assert!(n >= RELAYED, "ran dry after {n}");
                     }
                     rates[way].push(RELAYED as f64 / started.elapsed().as_secs_f64());
                 }
             }
-            let paired = |other: usize| {
-                let ratios: Vec<f64> = rates[0]
-                    .iter()
-                    .zip(&rates[other])
-                    .map(|(a, b)| a / b)
-                    .collect();
-                support::median(ratios)
-            };
+            let paired = |other: usize| support::paired(&rates[0], &rates[other]);
             let [ours, ordered, unordered] = rates.clone().map(support::median);
             println!(
                 "| {backlog} | {ours:.0} | {ordered:.0} | {:.3} ({:.3}) | {unordered:.0} | {:.3} \

@@ -33,6 +33,35 @@ pub fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
+/// The median of the per-round ratios of `ours` to `theirs`: the paired
+/// ratio, which the machine's drift between rounds moves less than the
+/// ratio of the medians.
+pub fn paired(ours: &[f64], theirs: &[f64]) -> f64 {
+    median(ours.iter().zip(theirs).map(|(a, b)| a / b).collect())
+}
+
+/// The rates of `rounds` rounds of `a` and of `b`, which goes first
+/// alternating (ABBA…), so that the machine's drift falls on both alike.
+pub async fn alternating<A, B, FA, FB>(rounds: usize, a: A, b: B) -> (Vec<f64>, Vec<f64>)
+where
+    A: Fn() -> FA,
+    B: Fn() -> FB,
+    FA: Future<Output = f64>,
+    FB: Future<Output = f64>,
+{
+    let (mut xs, mut ys) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        if round % 2 == 0 {
+            xs.push(a().await);
+            ys.push(b().await);
+        } else {
+            ys.push(b().await);
+            xs.push(a().await);
+        }
+    }
+    (xs, ys)
+}
+
 /// Runs `bench` on a pool of `connections` on a SQLite file (WAL,
 /// `synchronous = NORMAL`) in a temporary directory, removed afterwards.
 pub async fn on_sqlite<F, Fut>(connections: u32, bench: F)
