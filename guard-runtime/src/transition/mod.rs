@@ -224,8 +224,9 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
     /// [`Uncommitted`](crate::Uncommitted) until the transaction commits
     /// through [`Tx::commit`](crate::Tx::commit).
     ///
-    /// The call keeps a deadline ([`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE), or
-    /// [`Transition::within`]): a lock held elsewhere, or retries that do
+    /// The call keeps a deadline ([`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE),
+    /// [`Transition::within`], or `.within(d)` on the [`Call`] it returns):
+    /// a lock held elsewhere, or retries that do
     /// not settle, end in [`Error::Timeout`]. If time ran out while the
     /// `UPDATE` was in flight, the change may still commit without a win
     /// (`outcome_known: false`); inside a [`Tx`](crate::Tx) the transaction

@@ -79,7 +79,8 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
     /// transaction again.
     ///
     /// Deadline: the transition's ([`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE),
-    /// or [`Transition::within`]) for the whole claim, and each `Won` keeps
+    /// [`Transition::within`], or `.within(d)` on the [`Call`] it returns)
+    /// for the whole claim, and each `Won` keeps
     /// it for [`Won::finish`]; cut off, [`Error::Timeout`] (and the caller's
     /// transaction can no longer commit).
     ///
