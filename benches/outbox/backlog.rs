@@ -14,7 +14,10 @@ use std::time::Instant;
 use async_nats::jetstream;
 use stateguard::outbox::{JetStream, Relay};
 
-use super::{CLAIM, CLAIM_UNORDERED, PLACE, SEED, by_hand_batched_until, fresh_stream, support};
+use super::{
+    CLAIM, CLAIM_UNORDERED, MYSQL_SEED, PLACE, SEED, SQLITE_SEED, by_hand_batched_until,
+    fresh_stream, library_rounds, relay_until, support,
+};
 
 /// How many messages a round relays.
 const RELAYED: i64 = 2_000;
@@ -26,12 +29,8 @@ const ROUNDS: usize = 4;
 
 /// Relays with the library until `RELAYED` messages are relayed.
 async fn library<DB: stateguard::Backend>(relay: &Relay<JetStream>, pool: &sqlx::Pool<DB>) {
-    let mut relayed = 0;
-    while relayed < RELAYED {
-        let taken = relay.pass(pool).await.unwrap().taken();
-        assert!(taken > 0, "the backlog ran dry after {relayed}");
-        relayed += taken as i64;
-    }
+    let relayed = relay_until(relay, pool, Some(RELAYED)).await;
+    assert!(relayed >= RELAYED, "the backlog ran dry after {relayed}");
 }
 
 /// The outbox emptied, then `n` due messages whose ids start with
@@ -154,7 +153,11 @@ pub async fn run(nats: &str) {
             }
             for backlog in BACKLOGS {
                 let empty = "DELETE FROM stateguard_outbox";
-                sqlite.push(rounds(&pool, context, backlog, empty, SQLITE_SEED).await);
+                let relay = Relay::new(JetStream::new(context.clone())).batch(BATCH);
+                let (prefix, seeds) = (format!("x{backlog}-"), [empty, SQLITE_SEED]);
+                sqlite.push(
+                    library_rounds(&pool, &relay, seeds, &prefix, backlog, Some(RELAYED)).await,
+                );
             }
         })
         .await;
@@ -174,54 +177,12 @@ pub async fn run(nats: &str) {
         }
         for (i, backlog) in BACKLOGS.into_iter().enumerate() {
             let empty = "TRUNCATE stateguard_outbox";
-            let rate = rounds(&pool, context, backlog, empty, MYSQL_SEED).await;
+            let relay = Relay::new(JetStream::new(context.clone())).batch(BATCH);
+            let (prefix, seeds) = (format!("x{backlog}-"), [empty, MYSQL_SEED]);
+            let rate = library_rounds(&pool, &relay, seeds, &prefix, backlog, Some(RELAYED)).await;
             println!("| {backlog} | {:.0} | {rate:.0} |", sqlite[i]);
         }
     })
     .await;
     context.delete_stream(PLACE.name).await.unwrap();
-}
-
-/// Due messages on SQLite: `?1` the ids' prefix, `?2` how many.
-const SQLITE_SEED: &str = "WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE \
-    i < ?2) INSERT INTO stateguard_outbox (message_id, order_key, topic, payload, created_at, \
-    next_attempt_at) SELECT ?1 || i, CAST(i % 100 AS TEXT), 'stateguard_outbox_bench.m', \
-    CAST('{}' AS BLOB), strftime('%Y-%m-%d %H:%M:%f', 'now'), strftime('%Y-%m-%d %H:%M:%f', \
-    'now') FROM g";
-
-/// Due messages on MariaDB, from its sequence engine.
-const MYSQL_SEED: &str = "INSERT INTO stateguard_outbox (message_id, order_key, topic, payload, \
-    created_at, next_attempt_at) SELECT CONCAT(?, seq), CAST(seq % 100 AS CHAR), \
-    'stateguard_outbox_bench.m', CAST('{}' AS BINARY), UTC_TIMESTAMP(3), UTC_TIMESTAMP(3) FROM \
-    seq_1_to_200000 WHERE seq <= ?";
-
-/// The library's rate over `ROUNDS` rounds at `backlog`, median.
-async fn rounds<DB: stateguard::Backend>(
-    pool: &sqlx::Pool<DB>,
-    context: &jetstream::Context,
-    backlog: i64,
-    empty: &'static str,
-    seed: &'static str,
-) -> f64
-where
-    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
-    DB::Arguments: sqlx::IntoArguments<DB>,
-    String: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-    i64: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-{
-    let relay = Relay::new(JetStream::new(context.clone())).batch(BATCH);
-    let mut rates = Vec::new();
-    for round in 0..ROUNDS {
-        sqlx::query(empty).execute(pool).await.unwrap();
-        sqlx::query(seed)
-            .bind(format!("x{backlog}-{round}-"))
-            .bind(backlog)
-            .execute(pool)
-            .await
-            .unwrap();
-        let started = Instant::now();
-        library(&relay, pool).await;
-        rates.push(RELAYED as f64 / started.elapsed().as_secs_f64());
-    }
-    support::median(rates)
 }
