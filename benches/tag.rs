@@ -1,5 +1,5 @@
 //! What the PostgreSQL statement tag costs on the winning path, measured
-//! finely: one row's compare-and-set, 40 rounds of 250 calls, four ways
+//! finely: one row's compare-and-set, 40 rounds of 250 calls, six ways
 //! in rotation so that the machine's drift falls on each alike:
 //!
 //! - the statement without its tag, by hand (`execute`, the command's
@@ -7,7 +7,11 @@
 //!   rows;
 //! - the tagged statement, by hand, its row fetched and its tag checked;
 //! - the tagged statement, by hand, run with `execute`;
-//! - `Transition::apply`.
+//! - `Transition::apply`;
+//! - on a second pool of the same server, which `pooler::check` found
+//!   dedicated and was asked to run untagged (`untagged_if_dedicated`):
+//!   the untagged statement by hand again, and `Transition::apply`,
+//!   whose ratio is taken against that hand statement on its own pool.
 //!
 //! Once with the WAL flushed at each commit, as a server runs by default,
 //! and once with `synchronous_commit = off`, where the flush no longer
@@ -48,11 +52,17 @@ enum Plain {
 
 const CALLS: i64 = 250;
 const ROUNDS: usize = 40;
-const WAYS: [&str; 4] = [
-    "untagged, execute (baseline)",
-    "tagged, rows fetched, tag checked",
-    "tagged, execute",
-    "Transition::apply",
+/// Each way, and the way its ratio is taken against: the untagged
+/// statement by hand on the same pool. Two pools on one server can differ
+/// by more than the tag (where the scheduler puts each backend), so the
+/// untagged pool's `apply` is measured against a hand statement there.
+const WAYS: [(&str, usize); 6] = [
+    ("untagged, execute (baseline)", 0),
+    ("tagged, rows fetched, tag checked", 0),
+    ("tagged, execute", 0),
+    ("Transition::apply", 0),
+    ("untagged pool: untagged, execute (its baseline)", 4),
+    ("untagged pool: Transition::apply", 4),
 ];
 
 #[path = "batches.rs"]
@@ -62,7 +72,24 @@ mod batches;
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     support::on_postgres(PLACE, |pool| async move {
-        let rows = 2 * 4 * ROUNDS as i64 * CALLS;
+        let rows = 2 * WAYS.len() as i64 * ROUNDS as i64 * CALLS;
+        // A second pool of one connection on the same server and schema,
+        // whose moves run untagged.
+        let untagged_pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(1)
+            .min_connections(1)
+            .test_before_acquire(false)
+            .connect_with((*pool.connect_options()).clone())
+            .await
+            .unwrap();
+        let pooling = stateguard::pooler::check(&untagged_pool)
+            .untagged_if_dedicated()
+            .await
+            .unwrap();
+        assert!(matches!(
+            pooling,
+            stateguard::pooler::Pooling::Dedicated { .. }
+        ));
         pool.execute("CREATE TABLE t_plain (id BIGINT PRIMARY KEY, status TEXT NOT NULL)")
             .await
             .unwrap();
@@ -86,52 +113,70 @@ async fn main() {
             ("synchronous_commit = off", "SET synchronous_commit = off"),
         ] {
             pool.execute(set).await.unwrap();
+            untagged_pool.execute(set).await.unwrap();
             let mut rates = vec![Vec::new(); WAYS.len()];
-            for round in 0..ROUNDS {
-                for turn in 0..WAYS.len() {
-                    let way = (turn + round) % WAYS.len();
-                    let from = next;
-                    next += CALLS;
-                    let started = Instant::now();
-                    for id in from..from + CALLS {
-                        match way {
-                            0 => {
-                                let done = sqlx::query(untagged).bind(id).execute(&pool).await;
-                                assert_eq!(done.unwrap().rows_affected(), 1);
-                            }
-                            1 => {
-                                let rows = sqlx::query(tagged)
-                                    .bind(id)
-                                    .bind(tag)
-                                    .fetch_all(&pool)
-                                    .await;
-                                let rows = rows.unwrap();
-                                assert_eq!(rows.len(), 1);
-                                assert_eq!(rows[0].try_get::<&str, _>(0).unwrap(), tag);
-                            }
-                            2 => {
-                                let done =
-                                    sqlx::query(tagged).bind(id).bind(tag).execute(&pool).await;
-                                assert_eq!(done.unwrap().rows_affected(), 1);
-                            }
-                            _ => {
-                                let won = Plain::advance().apply(&pool, id).await.unwrap();
-                                assert!(won.is_applied());
+            // The ways of one pool in rotation, then the other's: the first
+            // statements after a switch of pools run at another speed, so
+            // no way follows a switch more often than another of its pool.
+            for ways in [0..4, 4..WAYS.len()] {
+                for round in 0..ROUNDS {
+                    for turn in 0..ways.len() {
+                        let way = ways.start + (turn + round) % ways.len();
+                        let from = next;
+                        next += CALLS;
+                        let started = Instant::now();
+                        for id in from..from + CALLS {
+                            match way {
+                                0 => {
+                                    let done = sqlx::query(untagged).bind(id).execute(&pool).await;
+                                    assert_eq!(done.unwrap().rows_affected(), 1);
+                                }
+                                1 => {
+                                    let rows = sqlx::query(tagged)
+                                        .bind(id)
+                                        .bind(tag)
+                                        .fetch_all(&pool)
+                                        .await;
+                                    let rows = rows.unwrap();
+                                    assert_eq!(rows.len(), 1);
+                                    assert_eq!(rows[0].try_get::<&str, _>(0).unwrap(), tag);
+                                }
+                                2 => {
+                                    let done =
+                                        sqlx::query(tagged).bind(id).bind(tag).execute(&pool).await;
+                                    assert_eq!(done.unwrap().rows_affected(), 1);
+                                }
+                                3 => {
+                                    let won = Plain::advance().apply(&pool, id).await.unwrap();
+                                    assert!(won.is_applied());
+                                }
+                                4 => {
+                                    let done = sqlx::query(untagged)
+                                        .bind(id)
+                                        .execute(&untagged_pool)
+                                        .await;
+                                    assert_eq!(done.unwrap().rows_affected(), 1);
+                                }
+                                _ => {
+                                    let won =
+                                        Plain::advance().apply(&untagged_pool, id).await.unwrap();
+                                    assert!(won.is_applied());
+                                }
                             }
                         }
+                        rates[way].push(CALLS as f64 / started.elapsed().as_secs_f64());
                     }
-                    rates[way].push(CALLS as f64 / started.elapsed().as_secs_f64());
                 }
             }
             println!("\nPostgreSQL, {setting}: calls per second, median of {ROUNDS} rounds");
             println!("| way | calls/s | ratio | paired |");
             println!("| --- | ---: | ---: | ---: |");
-            let base = support::median(rates[0].clone());
-            for (way, name) in WAYS.iter().enumerate() {
+            for (way, &(name, against)) in WAYS.iter().enumerate() {
+                let base = support::median(rates[against].clone());
                 let rate = support::median(rates[way].clone());
                 let paired: Vec<f64> = rates[way]
                     .iter()
-                    .zip(&rates[0])
+                    .zip(&rates[against])
                     .map(|(a, b)| a / b)
                     .collect();
                 println!(

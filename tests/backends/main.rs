@@ -58,6 +58,7 @@ mod tracing;
 mod transactions;
 mod transitions;
 mod tx_deadline;
+mod untagged;
 mod verify;
 mod wake;
 mod worker;

@@ -210,6 +210,34 @@ impl<B> Statement<B> {
         tag_in(self.text)
     }
 
+    /// The statement without its tag, where its tag is all it returns: a
+    /// write that ends in ` RETURNING` and its tag column, and binds its
+    /// tag last, as PostgreSQL's moves do. The text is the tagged text
+    /// up to that ` RETURNING`, the plan the same less its last value, and
+    /// it returns nothing: its rows changed are the command's own count.
+    ///
+    /// Only a pool that `pooler::check` found dedicated, at its caller's
+    /// request (`Check::untagged_if_dedicated`), runs it.
+    pub(crate) fn untagged(&self) -> Option<Statement<B>> {
+        let tag = self.tag()?;
+        let (Some(last), [Column::Tag]) = (self.binds.len().checked_sub(1), self.returns) else {
+            return None;
+        };
+        // The tag column checks the value bound last (`$n`, n the number
+        // of values), which nothing else in the text reads.
+        let bound = format!("${}", last + 1);
+        let column = format!(
+            " RETURNING CASE WHEN {bound}::text = '{tag}' THEN '{tag}'::text ELSE \
+             CAST(concat('stateguard mix-up: ran {tag} with ', {bound}::text) AS INTEGER)::text END"
+        );
+        let text = self.text.strip_suffix(column.as_str())?;
+        (!text.contains(&bound)).then_some(Statement {
+            text,
+            binds: &self.binds[..last],
+            returns: &[],
+        })
+    }
+
     /// Where the columns of the statement's own result begin: after its
     /// tag, if it has one. For the stores' statements, read by position.
     pub(crate) fn after_tag(&self) -> usize {
@@ -242,7 +270,59 @@ impl<B> PartialEq<Statement<B>> for &str {
 
 #[cfg(test)]
 mod tests {
-    use super::tag_in;
+    use super::{Bind, Column, Statement, tag_in};
+
+    const TAGGED: &str = "UPDATE t SET s = 'b' WHERE id = $1 RETURNING CASE WHEN $2::text = \
+        'stateguard 0123456789abcdef' THEN 'stateguard 0123456789abcdef'::text ELSE \
+        CAST(concat('stateguard mix-up: ran stateguard 0123456789abcdef with ', $2::text) \
+        AS INTEGER)::text END";
+
+    #[test]
+    fn a_write_that_returns_its_tag_alone_runs_untagged() {
+        let tagged = Statement::returning(TAGGED, &[Bind::Key(0), Bind::Tag], &[Column::Tag]);
+        let bare = tagged.untagged().expect("untagged");
+        assert_eq!(bare.text(), "UPDATE t SET s = 'b' WHERE id = $1");
+        assert_eq!(bare.binds(), &[Bind::Key(0)]);
+        assert_eq!(bare.returns(), &[]);
+        assert_eq!(bare.tag(), None);
+    }
+
+    #[test]
+    fn no_untagged_form_where_the_tag_is_not_all_it_returns() {
+        // It returns more than its tag.
+        let more = Statement::returning(
+            TAGGED,
+            &[Bind::Key(0), Bind::Tag],
+            &[Column::Tag, Column::Occurrence],
+        );
+        assert_eq!(more.untagged(), None);
+        // The tag column reads another value than the last.
+        let other = Statement::returning(
+            TAGGED,
+            &[Bind::Key(0), Bind::Tag, Bind::Limit],
+            &[Column::Tag],
+        );
+        assert_eq!(other.untagged(), None);
+        // The tag is not at the end.
+        let select = Statement::<Bind>::returning(
+            "SELECT 'stateguard 0123456789abcdef'::text, s FROM t",
+            &[],
+            &[Column::Tag],
+        );
+        assert_eq!(select.untagged(), None);
+        // The value checked is read elsewhere too.
+        let read = TAGGED.replace("WHERE id = $1", "WHERE id = $1 AND note = $2");
+        let read = Statement::returning(
+            Box::leak(read.into_boxed_str()),
+            &[Bind::Key(0), Bind::Tag],
+            &[Column::Tag],
+        );
+        assert_eq!(read.untagged(), None);
+        // No tag at all.
+        let plain =
+            Statement::returning("UPDATE t SET s = 'b' WHERE id = ?1", &[Bind::Key(0)], &[]);
+        assert_eq!(plain.untagged(), None);
+    }
 
     #[test]
     fn the_tag_is_found_in_the_text() {

@@ -261,6 +261,15 @@ pub(crate) mod sealed {
         fn multiplexed(&self) -> bool {
             false
         }
+
+        /// Whether this executor's writes that return nothing but their
+        /// tag run without it (`Proven::counted`): its pool is one that
+        /// `pooler::check` found dedicated, at the caller's request
+        /// (`Check::untagged_if_dedicated`), and never multiplexed; or a
+        /// transaction begun on one, or a connection such a pool had idle.
+        fn untagged(&self) -> bool {
+            false
+        }
     }
 }
 

@@ -121,6 +121,17 @@ pub(crate) trait Proven: Run {
         })
     }
 
+    /// The statement to count the rows of with [`changed`](Proven::changed):
+    /// `statement`, or on an executor whose writes run untagged
+    /// ([`Run::untagged`]) its untagged form where it has one
+    /// ([`Statement::untagged`]). Bind the one it returns.
+    fn counted<B: Copy>(&self, statement: Statement<B>) -> Statement<B> {
+        match self.untagged() {
+            true => statement.untagged().unwrap_or(statement),
+            false => statement,
+        }
+    }
+
     /// How many rows `statement` changed: its tagged rows where it has a
     /// tag (one per row changed), the command's own count where it has
     /// none.

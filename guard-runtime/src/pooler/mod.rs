@@ -204,6 +204,42 @@
 //! [`Tx::begin`](crate::Tx::begin) of it. A pool whose connect options
 //! are replaced (`Pool::set_connect_options`) needs the check again.
 //!
+//! # Untagged moves on a dedicated pool
+//!
+//! A tag costs a move that returns nothing else a returned row and one
+//! value more: on a quiet server a few percent of a single-row `apply`
+//! (BENCHMARKS.md, "The tag alone"). Where nothing can stand between the
+//! pool and PostgreSQL (a direct connection to a server you run), that
+//! buys nothing. [`Check::untagged_if_dedicated`] lets the caller say so:
+//! when the check finds the pool dedicated, the moves on it that return
+//! nothing but their tag (`apply` of a machine without a version column
+//! or a history table, into a state that is not in flight, emitting no
+//! message) run their `UPDATE` as a hand-written one would, and count the
+//! command's rows. Every other statement keeps its tag: reads, claims,
+//! moves that return a version or a lease or write other rows, follow-ups,
+//! the stores.
+//!
+//! What it gives up is the mix-up guarantee of those moves, and only on
+//! that pool: were a pooler multiplexing it after all, an untagged move
+//! could count another client's command as its own win, or run with
+//! another call's values. The check proves multiplexing when it sees it,
+//! not its absence ([below](#the-probe)); so opt in only for a pool whose
+//! URL names the server itself, and check again when that can change. A
+//! later check that finds the pool multiplexed tags its moves again, and a
+//! pool whose connect options are replaced (`Pool::set_connect_options`)
+//! is tagged until checked anew. A transaction begun on the pool, and a
+//! connection it had idle, run untagged with it; a connection the caller
+//! acquires does not.
+//!
+//! ```no_run
+//! # async fn start(pool: sqlx::PgPool) -> Result<(), stateguard::Error> {
+//! use stateguard::pooler;
+//!
+//! // Refuses a multiplexed pool, and runs untagged moves on a dedicated one.
+//! pooler::check(&pool).untagged_if_dedicated().await?;
+//! # Ok(()) }
+//! ```
+//!
 //! # The probe
 //!
 //! A direct connection, and a client connection under session pooling, is

@@ -37,6 +37,7 @@ pub fn check(pool: &PgPool) -> Check<'_> {
         pool,
         deadline: DEFAULT_DEADLINE,
         acknowledged: None,
+        untagged: false,
     }
 }
 
@@ -48,6 +49,7 @@ pub struct Check<'a> {
     pool: &'a PgPool,
     deadline: Duration,
     acknowledged: Option<Acknowledgement>,
+    untagged: bool,
 }
 
 impl<'a> Check<'a> {
@@ -68,6 +70,35 @@ impl<'a> Check<'a> {
         }
     }
 
+    /// The same check, which, when it finds the pool
+    /// [`Dedicated`](Pooling::Dedicated), has the library's moves on it run
+    /// without their tags from then on: a move that returns nothing but
+    /// its tag (`apply` of a machine without a version column or a history
+    /// table, into a state that is not in flight, emitting no message)
+    /// sends its `UPDATE` alone, as a hand-written one would, and counts
+    /// the command's rows. See
+    /// [untagged moves](crate::pooler#untagged-moves-on-a-dedicated-pool)
+    /// for what that gives up.
+    ///
+    /// A multiplexed pool is not changed by it: its moves stay tagged, and
+    /// a later check that finds the pool multiplexed tags them again.
+    ///
+    /// ```no_run
+    /// # async fn start(pool: sqlx::PgPool) -> Result<(), stateguard::Error> {
+    /// use stateguard::pooler::{self, Pooling};
+    ///
+    /// // A direct connection: Ok(Pooling::Dedicated { .. }), and moves untagged.
+    /// let pooling = pooler::check(&pool).untagged_if_dedicated().await?;
+    /// assert!(matches!(pooling, Pooling::Dedicated { .. }));
+    /// # Ok(()) }
+    /// ```
+    pub fn untagged_if_dedicated(self) -> Self {
+        Check {
+            untagged: true,
+            ..self
+        }
+    }
+
     /// The deadline the check keeps.
     pub fn deadline(&self) -> Duration {
         self.deadline
@@ -84,6 +115,7 @@ impl<'a> IntoFuture for Check<'a> {
                 pool,
                 deadline,
                 acknowledged,
+                untagged,
             } = self;
             let seen = match tokio::time::timeout(deadline, probe(pool)).await {
                 Err(_) => {
@@ -98,8 +130,10 @@ impl<'a> IntoFuture for Check<'a> {
                 Ok(Err(source)) => return Err(Error::PoolerCheck { source }),
                 Ok(Ok(seen)) => seen,
             };
-            if seen.is_some() {
-                crate::executor::marked::mark(pool);
+            match seen {
+                Some(_) => crate::executor::marked::mark(pool),
+                None if untagged => crate::executor::marked::mark_untagged(pool),
+                None => {}
             }
             match (seen, acknowledged) {
                 (None, _) => Ok(Pooling::Dedicated { rounds: ROUNDS }),

@@ -26,11 +26,16 @@ impl<DB: Backend> sealed::Run for &Pool<DB> {
         Some(Idle {
             conn: Pool::try_acquire(self)?,
             multiplexed: self.multiplexed(),
+            untagged: self.untagged(),
         })
     }
 
     fn multiplexed(&self) -> bool {
         crate::executor::marked::marked(self)
+    }
+
+    fn untagged(&self) -> bool {
+        crate::executor::marked::untagged(self)
     }
 
     fn execute(
@@ -142,11 +147,12 @@ impl<DB: Backend> Runner for &mut PoolConnection<DB> {
 }
 
 /// A pooled connection, owned: what a pool's `try_idle` hands out, with
-/// whether its pool was found multiplexed. Not a `Runner`: only the
+/// what the pooler check found of its pool. Not a `Runner`: only the
 /// library runs statements on it.
 pub struct Idle<DB: Backend> {
     conn: PoolConnection<DB>,
     multiplexed: bool,
+    untagged: bool,
 }
 
 #[diagnostic::do_not_recommend]
@@ -161,6 +167,10 @@ impl<DB: Backend> sealed::Run for Idle<DB> {
 
     fn multiplexed(&self) -> bool {
         self.multiplexed
+    }
+
+    fn untagged(&self) -> bool {
+        self.untagged
     }
 
     forwarded!(|this| &mut *this.conn);

@@ -86,6 +86,10 @@ macro_rules! in_transaction {
         fn multiplexed(&self) -> bool {
             self.health().multiplexed
         }
+
+        fn untagged(&self) -> bool {
+            self.health().untagged
+        }
     };
 }
 

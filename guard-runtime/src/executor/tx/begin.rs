@@ -80,6 +80,7 @@ pub(crate) async fn begin_in_task<DB: Backend>(
     deadline: Duration,
 ) -> Result<Tx<'static, DB>, Error> {
     let multiplexed = crate::executor::marked::marked(pool);
+    let untagged = crate::executor::marked::untagged(pool);
     let pool = pool.clone();
     let begin = async move {
         match statement {
@@ -108,5 +109,6 @@ pub(crate) async fn begin_in_task<DB: Backend>(
         .map_err(|source| Error::Begin { source })?;
     let mut tx = Tx::new(inner)?.within(deadline);
     tx.health.multiplexed = multiplexed;
+    tx.health.untagged = untagged;
     Ok(tx)
 }

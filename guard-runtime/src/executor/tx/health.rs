@@ -19,6 +19,9 @@ pub(crate) struct TxHealth {
     /// `pooler::check` found multiplexed
     /// ([`Run::multiplexed`](crate::executor::sealed::Run::multiplexed)).
     pub(crate) multiplexed: bool,
+    /// The transaction runs on a connection of a pool whose writes run
+    /// untagged ([`Run::untagged`](crate::executor::sealed::Run::untagged)).
+    pub(crate) untagged: bool,
 }
 
 impl TxHealth {

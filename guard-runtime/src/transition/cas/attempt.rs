@@ -88,7 +88,6 @@ impl CasPlan {
             bind::arguments::<DB<E>>(statement, &values)
                 .map_err(|e| StatementFailure::Failed(names.keys_error(e)))
         };
-        let args = arguments(update)?;
         // With a history table or a message to emit on SQLite and MySQL,
         // the history row's and the outbox row's inserts, run just before
         // the move in one transaction with it.
@@ -103,13 +102,20 @@ impl CasPlan {
             })
             .filter(|insert| !insert.is_empty())
             .collect();
+        let (versioned, leased) = (self.versioned, self.leased);
+        // A move that returns nothing but its tag runs untagged where the
+        // caller asked for that on a pool the check found dedicated.
+        let update = match inserts.is_empty() && !versioned && !leased {
+            true => executor.counted(update),
+            false => update,
+        };
+        let args = arguments(update)?;
         let (statement, update) = (update, update.text());
         let read_back = <DB<E> as Driver>::statement(self.read_back);
         let retryable = |error: sqlx::Error| match worth_retrying::<E>(&error) {
             true => StatementFailure::Retryable(error),
             false => StatementFailure::Failed(names.db_error(error)),
         };
-        let (versioned, leased) = (self.versioned, self.leased);
         // MySQL's read back after the move: a failure there hides a move
         // that happened, which `Seam` turns into what the caller is told.
         let read_result = |executor: &mut E, done: &_, row: Result<_, sqlx::Error>| {
@@ -173,7 +179,8 @@ impl CasPlan {
             }
             (moved.updated, changed)
         } else if !versioned && !leased {
-            // Counted by its tagged rows on PostgreSQL (`Proven::changed`).
+            // Counted by its tagged rows on PostgreSQL (`Proven::changed`),
+            // or untagged by the command's count (`Proven::counted`).
             let done = executor.changed(statement, args).await.map_err(retryable)?;
             (done, changed(None)?)
         } else if <DB<E> as Driver>::RETURNING {
