@@ -27,6 +27,8 @@
 //!   the machine.
 //! - [Tracing and metrics](tracing): the spans and their fields, and the
 //!   `metrics` feature.
+//! - [Seeing the machines](seeing): the state diagram in each machine's
+//!   rustdoc, and the same drawing at run time.
 //!
 //! The crate documentation has the attributes and the backends; the pooler guide is [`pooler`](crate::pooler).
 
@@ -68,3 +70,6 @@ pub mod ddl {}
 
 #[doc = include_str!("tracing.md")]
 pub mod tracing {}
+
+#[doc = include_str!("seeing.md")]
+pub mod seeing {}

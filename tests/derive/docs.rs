@@ -23,7 +23,7 @@ use stateguard::{StateMachine, docs};
     key = "order_id",
     version = "version"
 )]
-enum OrderStatus {
+pub(crate) enum OrderStatus {
     #[state(initial)]
     #[transition(submit -> Submitted, set(submitted_at = "CURRENT_TIMESTAMP"))]
     #[transition(expire -> Abandoned)]
@@ -89,7 +89,7 @@ enum OrderStatus {
 /// backtick (inside a string literal: a bare one is refused) and a line break.
 #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
 #[state_machine(table = "awkward", column = "status", key = "id")]
-enum Awkward {
+pub(crate) enum Awkward {
     #[state(initial)]
     #[transition(begin -> State, set(log = "log || '|begin|'"))]
     #[transition(classify -> Class)]
@@ -117,7 +117,7 @@ enum Awkward {
 /// ASCII. Every one must be drawn exactly as written.
 #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
 #[state_machine(table = "breaker", column = "status", key = "id", version = "version")]
-enum Breaker {
+pub(crate) enum Breaker {
     #[state(initial, rename = "on-hold: customer")]
     #[transition(pay_half -> Half)]
     #[transition(close -> Closed, guard = "amount_cents <= 100000 AND note <> '**x** <y> 50%'")]
@@ -569,21 +569,21 @@ fn awkward_names_are_escaped() {
 // ---------------------------------------------------------------------------
 // Mermaid, drawn by real Mermaid
 
-fn require_mermaid() -> bool {
+pub(crate) fn require_mermaid() -> bool {
     std::env::var("STATEGUARD_REQUIRE_MERMAID").is_ok_and(|v| v == "1")
 }
 
 /// Why real Mermaid cannot run here, if it cannot: it needs Node.js, the
-/// npm packages of `tools/mermaid-check` (`npm ci` there) and Chromium.
-fn mermaid_missing() -> Option<String> {
+/// npm packages of `tools/browser-check` (`npm ci` there) and Chromium.
+pub(crate) fn mermaid_missing() -> Option<String> {
     match Command::new("node").arg("--version").output() {
         Ok(output) if output.status.success() => {}
         Ok(output) => return Some(format!("`node --version` failed: {}", output.status)),
         Err(e) => return Some(format!("Node.js cannot run: {e}")),
     }
-    if !root("tools/mermaid-check/node_modules/mermaid").is_dir() {
+    if !root("tools/browser-check/node_modules/mermaid").is_dir() {
         return Some(
-            "the mermaid package is not installed (`npm ci` in tools/mermaid-check)".into(),
+            "the mermaid package is not installed (`npm ci` in tools/browser-check)".into(),
         );
     }
     let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
@@ -596,7 +596,7 @@ fn mermaid_missing() -> Option<String> {
 }
 
 /// A JSON string.
-fn json(text: &str) -> String {
+pub(crate) fn json(text: &str) -> String {
     let mut out = String::from("\"");
     for c in text.chars() {
         match c {
@@ -610,7 +610,7 @@ fn json(text: &str) -> String {
     out
 }
 
-/// One diagram for `check.mjs --expect`: where it is from, its source, and
+/// One diagram for `mermaid.mjs --expect`: where it is from, its source, and
 /// the texts it must draw as written.
 fn expectation(where_: &str, source: &str, texts: &[String]) -> String {
     let texts: Vec<String> = texts.iter().map(|t| json(t)).collect();
@@ -635,14 +635,14 @@ fn names<T: StateMachine>() -> Vec<String> {
     names
 }
 
-/// Runs `check.mjs --expect` over `diagrams`; its output, and whether it
+/// Runs `mermaid.mjs --expect` over `diagrams`; its output, and whether it
 /// passed.
 fn draw_with_mermaid(diagrams: &[String]) -> (bool, String) {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("expect.json");
     std::fs::write(&file, format!("[{}]", diagrams.join(",\n"))).unwrap();
     let output = Command::new("node")
-        .arg(root("tools/mermaid-check/check.mjs"))
+        .arg(root("tools/browser-check/mermaid.mjs"))
         .arg("--expect")
         .arg(&file)
         .output()

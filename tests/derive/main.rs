@@ -13,6 +13,7 @@ mod status;
 
 mod compile_errors;
 mod ddl;
+mod diagram;
 mod docs;
 mod expand;
 mod metadata;

@@ -2,7 +2,7 @@
 // Chromium and fails on any parse or render error. Diagrams come from
 // `.mmd` files and from the ```mermaid blocks of Markdown files:
 //
-//   node check.mjs ../../docs/*.mmd ../../README.md
+//   node mermaid.mjs ../../docs/*.mmd ../../README.md
 //
 // With `--expect FILE`, FILE is JSON, `[{ "where": …, "source": …,
 // "texts": [...] }]`, and each diagram must also draw every one of its
@@ -40,7 +40,7 @@ if (process.argv[2] === "--expect") {
 } else {
   const files = process.argv.slice(2);
   if (files.length === 0) {
-    console.error("usage: node check.mjs FILE... | node check.mjs --expect FILE");
+    console.error("usage: node mermaid.mjs FILE... | node mermaid.mjs --expect FILE");
     process.exit(2);
   }
   all = files.flatMap(diagrams);

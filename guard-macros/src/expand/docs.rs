@@ -1,8 +1,94 @@
-//! The rustdoc of the generated transition constructors.
+//! The rustdoc of the generated items: the machine's diagram, and each
+//! transition constructor's text.
 
 use quote::ToTokens;
+use stateguard_diagram as diagram;
+use syn::ext::IdentExt;
 
 use crate::model::Model;
+
+/// The rustdoc of the constructors' `impl` block: the machine's state
+/// diagram, drawn as `stateguard::docs::svg` draws it at run time, in a
+/// `<div>` on one line, which Markdown passes through whole.
+pub(super) fn diagram_doc(model: &Model) -> String {
+    let names: Vec<String> = model
+        .states
+        .iter()
+        .map(|s| s.ident.unraw().to_string())
+        .collect();
+    let transitions: Vec<String> = model
+        .transitions
+        .iter()
+        .map(|t| t.name.unraw().to_string())
+        .collect();
+    let leases: Vec<Option<String>> = model
+        .states
+        .iter()
+        .map(|s| s.in_flight.as_ref().map(|f| lease(f.lease_ms)))
+        .collect();
+    let role = |i: usize| {
+        let in_flight = model.states.iter().filter_map(|s| s.in_flight.as_ref());
+        for f in in_flight {
+            if f.done == i {
+                return diagram::Role::Done;
+            }
+            if f.failed == Some(i) {
+                return diagram::Role::Failed;
+            }
+        }
+        diagram::Role::Move
+    };
+    let name = model.ident.unraw().to_string();
+    let machine = diagram::Machine {
+        name: &name,
+        states: model
+            .states
+            .iter()
+            .enumerate()
+            .map(|(i, s)| diagram::State {
+                name: &names[i],
+                db: &s.db,
+                initial: i == model.initial,
+                in_flight: s.in_flight.as_ref().map(|f| diagram::InFlight {
+                    lease: leases[i].as_deref().unwrap_or_default(),
+                    attempts: f.retry.as_ref().map(|r| r.max),
+                }),
+            })
+            .collect(),
+        transitions: model
+            .transitions
+            .iter()
+            .enumerate()
+            .map(|(i, t)| diagram::Transition {
+                name: &transitions[i],
+                guard: t.guard.as_ref().map(|g| g.text.as_str()),
+                sources: t.sources.clone(),
+                target: t.target,
+                role: role(i),
+            })
+            .collect(),
+    };
+    format!(
+        "<div class=\"stateguard-diagram\">{}</div>",
+        diagram::svg(&machine)
+    )
+}
+
+/// A lease in the attribute's own syntax (`150ms`, `30s`, `5m`, `1h`), as
+/// `stateguard::docs` writes it.
+fn lease(ms: u64) -> String {
+    for (unit, scale) in [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1_000),
+    ] {
+        if ms.is_multiple_of(scale) {
+            return format!("{}{unit}", ms / scale);
+        }
+    }
+    format!("{ms}ms")
+}
 
 /// The rustdoc of a transition constructor: sources, target, columns.
 pub(super) fn constructor_doc(model: &Model, i: usize) -> String {

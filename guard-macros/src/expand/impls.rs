@@ -7,7 +7,7 @@ use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 
 use super::Gen;
-use super::docs::constructor_doc;
+use super::docs::{constructor_doc, diagram_doc};
 
 impl Gen<'_> {
     /// The transition constructors, one per transition, in an inherent
@@ -16,6 +16,7 @@ impl Gen<'_> {
         let (model, krate, private, ident) =
             (self.model, &self.krate, &self.private, self.model.ident);
         let vis = &self.input.original.vis;
+        let diagram = diagram_doc(model);
         let constructors = model.transitions.iter().enumerate().map(|(i, t)| {
             let fn_name = t.name;
             let doc = constructor_doc(model, i);
@@ -56,6 +57,7 @@ impl Gen<'_> {
             // impls and is phasing it out elsewhere. A transition may share the
             // enum's name (`Hold::hold()`), which clippy would flag in the
             // user's crate.
+            #[doc = #diagram]
             #[allow(clippy::self_named_constructors)]
             impl #ident {
                 #(#constructors)*

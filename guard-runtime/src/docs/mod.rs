@@ -1,5 +1,9 @@
-//! Transition docs generated from a machine: Mermaid, Graphviz DOT and
-//! Markdown.
+//! Transition docs generated from a machine: an SVG drawing, Mermaid,
+//! Graphviz DOT and Markdown.
+//!
+//! The derive also puts the drawing ([`svg`]) into each machine's rustdoc,
+//! above its transition constructors, so that `cargo doc` and docs.rs show
+//! the machine with no script and nothing to install.
 //!
 //! Each renderer reads only [`StateMachine::MACHINE`], so the diagram can
 //! never disagree with the enum. The output is deterministic: states in
@@ -81,6 +85,7 @@ mod diff;
 mod dot;
 mod markdown;
 pub(crate) mod mermaid;
+mod svg;
 
 pub use self::checked_in::{
     assert_fresh, assert_fresh_diagram, assert_fresh_file, assert_fresh_section,
@@ -88,6 +93,7 @@ pub use self::checked_in::{
 pub use self::dot::dot;
 pub use self::markdown::{history_markdown, markdown};
 pub use self::mermaid::{mermaid, mermaid_block};
+pub use self::svg::svg;
 
 // ---------------------------------------------------------------------------
 // Shared helpers

@@ -1,0 +1,609 @@
+//! Where everything goes: a layered layout, top to bottom.
+//!
+//! 1. Edges that lead back up are found by a depth-first walk from the
+//!    initial state, in declaration order, and laid out as if reversed.
+//! 2. Each state sits one layer below the lowest state with an edge into
+//!    it; an edge that spans several layers passes a point in each layer
+//!    between ("dummy" nodes), so that it is laid out like a chain of short
+//!    edges.
+//! 3. Each layer is ordered by the mean position of its neighbours, sweeping
+//!    down and up, keeping the order with the fewest crossings.
+//! 4. Each node is placed over (or under) its neighbours, as near as its
+//!    layer's order and spacing allow.
+//!
+//! Text is measured as a monospace font draws it: every character 0.62 of
+//! the font's size wide, characters of East Asian scripts and emoji twice
+//! that.
+
+use crate::Machine;
+
+/// The font sizes, in pixels: a state's name, its database string, its
+/// in-flight line, an edge's label.
+pub(crate) const NAME_PX: f64 = 14.0;
+pub(crate) const DB_PX: f64 = 12.0;
+pub(crate) const BADGE_PX: f64 = 11.0;
+pub(crate) const LABEL_PX: f64 = 12.0;
+
+/// Space around the drawing, between the nodes of a layer, between
+/// layers, and inside a box.
+const MARGIN: f64 = 16.0;
+const NODE_GAP: f64 = 36.0;
+const DUMMY_GAP: f64 = 14.0;
+const LAYER_GAP: f64 = 72.0;
+const PAD_X: f64 = 14.0;
+/// Room above the first layer for the initial state's dot.
+const TOP: f64 = 34.0;
+/// A box: its height, and with an in-flight line.
+const BOX_H: f64 = 46.0;
+const BOX_H_IN_FLIGHT: f64 = 62.0;
+/// A self-loop: how far it reaches out of its box, and where its label
+/// starts.
+const LOOP_OUT: f64 = 30.0;
+const LOOP_STEP: f64 = 12.0;
+/// A label's height.
+pub(crate) const LABEL_H: f64 = 17.0;
+
+/// The width of `text` in a monospace font of `px` pixels.
+pub(crate) fn text_width(text: &str, px: f64) -> f64 {
+    let units: f64 = text.chars().map(|c| if wide(c) { 2.0 } else { 1.0 }).sum();
+    units * px * 0.62
+}
+
+/// Whether a monospace font draws `c` two cells wide: East Asian scripts
+/// and emoji.
+fn wide(c: char) -> bool {
+    matches!(u32::from(c), 0x1100..=0x115F | 0x2E80..=0xA4CF | 0xAC00..=0xD7A3 | 0xF900..=0xFAFF
+        | 0xFE30..=0xFE4F | 0xFF00..=0xFF60 | 0xFFE0..=0xFFE6 | 0x1F300..=0x1FAFF | 0x20000..=0x3FFFD)
+}
+
+/// The texts of a state's box: its name, its database string, and its
+/// in-flight line.
+pub(crate) fn box_lines(machine: &Machine, state: usize) -> (String, String, Option<String>) {
+    let s = &machine.states[state];
+    let badge = s.in_flight.as_ref().map(|f| match f.attempts {
+        Some(n) => format!("in flight · lease {} · {n} attempts", f.lease),
+        None => format!("in flight · lease {}", f.lease),
+    });
+    (s.name.to_owned(), format!("'{}'", s.db), badge)
+}
+
+/// An edge's label: its transition's name, and its guard in brackets.
+pub(crate) fn edge_label(machine: &Machine, transition: usize) -> String {
+    let t = &machine.transitions[transition];
+    match t.guard {
+        Some(guard) => format!("{} [{guard}]", t.name),
+        None => t.name.to_owned(),
+    }
+}
+
+/// A rectangle.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct Rect {
+    pub x: f64,
+    pub y: f64,
+    pub w: f64,
+    pub h: f64,
+}
+
+impl Rect {
+    fn overlaps(&self, other: &Rect) -> bool {
+        self.x < other.x + other.w
+            && other.x < self.x + self.w
+            && self.y < other.y + other.h
+            && other.y < self.y + self.h
+    }
+}
+
+/// One edge as drawn: from one source to the target.
+#[derive(Debug, Clone)]
+pub(crate) struct Edge {
+    /// The transition it draws.
+    pub transition: usize,
+    /// What it passes through, from its source to its target: a path of
+    /// cubic segments whose tangents are vertical at every point.
+    pub points: Vec<(f64, f64)>,
+    /// Where its label's box goes.
+    pub label: Rect,
+    /// Whether it leaves and enters the same state: `points` then holds the
+    /// loop's start, its two control points and its end.
+    pub self_loop: bool,
+}
+
+/// Where everything goes.
+#[derive(Debug, Clone)]
+pub(crate) struct Layout {
+    pub width: f64,
+    pub height: f64,
+    /// Each state's box, in declaration order.
+    pub boxes: Vec<Rect>,
+    pub edges: Vec<Edge>,
+    /// Where the legend's line goes.
+    pub legend_y: f64,
+}
+
+/// A node of the layered graph: a state, or a point an edge passes.
+#[derive(Debug, Clone, Copy)]
+struct Node {
+    layer: usize,
+    /// Extent left and right of its centre.
+    left: f64,
+    right: f64,
+    dummy: bool,
+}
+
+/// An edge between two states, before it is drawn.
+#[derive(Debug, Clone)]
+struct Arc {
+    transition: usize,
+    from: usize,
+    to: usize,
+    /// Laid out from `to` to `from`.
+    reversed: bool,
+    /// The nodes it passes, in layout order (top to bottom).
+    chain: Vec<usize>,
+}
+
+pub(crate) fn layout(machine: &Machine) -> Layout {
+    let n = machine.states.len();
+    let mut arcs: Vec<Arc> = Vec::new();
+    let mut loops: Vec<(usize, usize)> = Vec::new();
+    for (t, transition) in machine.transitions.iter().enumerate() {
+        for &from in &transition.sources {
+            if from == transition.target {
+                loops.push((t, from));
+            } else {
+                arcs.push(Arc {
+                    transition: t,
+                    from,
+                    to: transition.target,
+                    reversed: false,
+                    chain: Vec::new(),
+                });
+            }
+        }
+    }
+    let discovered = reverse_back_edges(machine, &mut arcs);
+    let layers = layer(n, &arcs);
+
+    // The nodes: every state, then the points of edges spanning layers.
+    let mut nodes: Vec<Node> = (0..n)
+        .map(|s| {
+            let w = box_width(machine, s);
+            let looped = loops.iter().filter(|(_, at)| *at == s).count();
+            let widest = loops
+                .iter()
+                .filter(|(_, at)| *at == s)
+                .map(|(t, _)| text_width(&edge_label(machine, *t), LABEL_PX))
+                .fold(0.0, f64::max);
+            let reach = match looped {
+                0 => 0.0,
+                k => LOOP_OUT + LOOP_STEP * (k - 1) as f64 + 6.0 + widest,
+            };
+            Node {
+                layer: layers[s],
+                left: w / 2.0,
+                right: w / 2.0 + reach,
+                dummy: false,
+            }
+        })
+        .collect();
+    for arc in &mut arcs {
+        let (top, bottom) = match arc.reversed {
+            true => (arc.to, arc.from),
+            false => (arc.from, arc.to),
+        };
+        arc.chain.push(top);
+        for layer in layers[top] + 1..layers[bottom] {
+            arc.chain.push(nodes.len());
+            nodes.push(Node {
+                layer,
+                left: 6.0,
+                right: 6.0,
+                dummy: true,
+            });
+        }
+        arc.chain.push(bottom);
+    }
+    let depth = layers.iter().copied().max().unwrap_or(0) + 1;
+    let mut up: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
+    let mut down: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
+    for arc in &arcs {
+        for pair in arc.chain.windows(2) {
+            down[pair[0]].push(pair[1]);
+            up[pair[1]].push(pair[0]);
+        }
+    }
+    let order = order(&nodes, depth, &discovered, &up, &down);
+    let xs = place(&nodes, &order, &up, &down);
+
+    // Heights: a layer is as tall as its tallest box.
+    let mut layer_h = vec![BOX_H; depth];
+    for (s, state) in machine.states.iter().enumerate() {
+        if state.in_flight.is_some() {
+            layer_h[layers[s]] = BOX_H_IN_FLIGHT;
+        }
+    }
+    let mut layer_top = vec![MARGIN + TOP; depth];
+    for l in 1..depth {
+        layer_top[l] = layer_top[l - 1] + layer_h[l - 1] + LAYER_GAP;
+    }
+    let boxes: Vec<Rect> = (0..n)
+        .map(|s| Rect {
+            x: xs[s] - nodes[s].left,
+            y: layer_top[layers[s]],
+            w: nodes[s].left * 2.0,
+            h: layer_h[layers[s]],
+        })
+        .collect();
+    let bottom_of = |node: usize| layer_top[nodes[node].layer] + layer_h[nodes[node].layer];
+    let top_of = |node: usize| layer_top[nodes[node].layer];
+
+    // Ports: where each edge meets a box, spread along its side in the
+    // order of where the edges go.
+    let mut bottom_ports: Vec<Vec<(f64, usize)>> = vec![Vec::new(); n];
+    let mut top_ports: Vec<Vec<(f64, usize)>> = vec![Vec::new(); n];
+    for (a, arc) in arcs.iter().enumerate() {
+        let (first, last) = (arc.chain[0], arc.chain[arc.chain.len() - 1]);
+        let (after_first, before_last) = (arc.chain[1], arc.chain[arc.chain.len() - 2]);
+        bottom_ports[first].push((xs[after_first], a));
+        top_ports[last].push((xs[before_last], a));
+    }
+    let mut port_x = vec![(0.0, 0.0); arcs.len()];
+    for (s, ports) in bottom_ports.iter_mut().enumerate() {
+        ports.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        for (i, &(_, a)) in ports.iter().enumerate() {
+            port_x[a].0 = spread(&boxes[s], i, ports.len());
+        }
+    }
+    for (s, ports) in top_ports.iter_mut().enumerate() {
+        ports.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        for (i, &(_, a)) in ports.iter().enumerate() {
+            port_x[a].1 = spread(&boxes[s], i, ports.len());
+        }
+    }
+
+    let mut edges = Vec::new();
+    let mut labels: Vec<Rect> = Vec::new();
+    for (a, arc) in arcs.iter().enumerate() {
+        // Top to bottom, then turned round for an edge that leads up.
+        let mut points = vec![(port_x[a].0, bottom_of(arc.chain[0]))];
+        for &dummy in &arc.chain[1..arc.chain.len() - 1] {
+            points.push((xs[dummy], top_of(dummy)));
+            points.push((xs[dummy], bottom_of(dummy)));
+        }
+        points.push((port_x[a].1, top_of(arc.chain[arc.chain.len() - 1])));
+        if arc.reversed {
+            points.reverse();
+        }
+        let text = edge_label(machine, arc.transition);
+        let (w, h) = (text_width(&text, LABEL_PX) + 8.0, LABEL_H);
+        // The first gap the edge crosses from its source; a label that
+        // would cover another tries further along.
+        let (p, q) = (points[0], points[1]);
+        let candidates = [0.5, 0.3, 0.7, 0.15, 0.85];
+        let at = |t: f64| {
+            let (x, y) = cubic(p, q, t);
+            Rect {
+                x: x - w / 2.0,
+                y: y - h / 2.0,
+                w,
+                h,
+            }
+        };
+        let label = candidates
+            .iter()
+            .map(|&t| at(t))
+            .find(|r| !labels.iter().chain(&boxes).any(|o| o.overlaps(r)))
+            .unwrap_or_else(|| at(0.5));
+        labels.push(label);
+        edges.push(Edge {
+            transition: arc.transition,
+            points,
+            label,
+            self_loop: false,
+        });
+    }
+    let mut seen = vec![0usize; n];
+    for &(t, s) in &loops {
+        let b = boxes[s];
+        let k = seen[s] as f64;
+        seen[s] += 1;
+        let (right, cy) = (b.x + b.w, b.y + b.h / 2.0);
+        let out = LOOP_OUT + LOOP_STEP * k;
+        let spread = 9.0 + 3.0 * k;
+        let points = vec![
+            (right, cy - spread),
+            (right + out, cy - spread - 14.0),
+            (right + out, cy + spread + 14.0),
+            (right, cy + spread),
+        ];
+        let text = edge_label(machine, t);
+        let w = text_width(&text, LABEL_PX) + 8.0;
+        let label = Rect {
+            x: right + out + 2.0,
+            y: cy - LABEL_H / 2.0 + (k - (seen_total(&loops, s) - 1.0) / 2.0) * LABEL_H,
+            w,
+            h: LABEL_H,
+        };
+        edges.push(Edge {
+            transition: t,
+            points,
+            label,
+            self_loop: true,
+        });
+    }
+
+    let mut width = nodes
+        .iter()
+        .zip(&xs)
+        .map(|(node, x)| x + node.right)
+        .fold(0.0, f64::max);
+    for edge in &edges {
+        width = width.max(edge.label.x + edge.label.w);
+    }
+    let height = layer_top[depth - 1] + layer_h[depth - 1];
+    Layout {
+        width: width + MARGIN,
+        height: height + MARGIN + 28.0,
+        boxes,
+        edges,
+        legend_y: height + MARGIN + 12.0,
+    }
+}
+
+/// How many self-loops `state` has.
+fn seen_total(loops: &[(usize, usize)], state: usize) -> f64 {
+    loops.iter().filter(|(_, s)| *s == state).count() as f64
+}
+
+/// The point at `t` of the segment from `p` to `q` whose tangents are
+/// vertical at both ends.
+pub(crate) fn cubic(p: (f64, f64), q: (f64, f64), t: f64) -> (f64, f64) {
+    let mid = (p.1 + q.1) / 2.0;
+    let (c1, c2) = ((p.0, mid), (q.0, mid));
+    let u = 1.0 - t;
+    let x = u * u * u * p.0 + 3.0 * u * u * t * c1.0 + 3.0 * u * t * t * c2.0 + t * t * t * q.0;
+    let y = u * u * u * p.1 + 3.0 * u * u * t * c1.1 + 3.0 * u * t * t * c2.1 + t * t * t * q.1;
+    (x, y)
+}
+
+/// The `i`th of `count` ports along a box's side, kept off its corners.
+fn spread(b: &Rect, i: usize, count: usize) -> f64 {
+    let inner = (b.w * 0.6).min(24.0 * count as f64);
+    let start = b.x + (b.w - inner) / 2.0;
+    start + inner * (i as f64 + 0.5) / count as f64
+}
+
+/// A state's box width: its widest line, padded.
+fn box_width(machine: &Machine, state: usize) -> f64 {
+    let (name, db, badge) = box_lines(machine, state);
+    let widest = text_width(&name, NAME_PX)
+        .max(text_width(&db, DB_PX))
+        .max(badge.map_or(0.0, |b| text_width(&b, BADGE_PX)));
+    (widest + 2.0 * PAD_X).max(84.0)
+}
+
+/// Marks the edges that lead back up as reversed, walking depth first from
+/// the initial states, then from every state not reached, in declaration
+/// order. Returns the states in the order the walk found them.
+fn reverse_back_edges(machine: &Machine, arcs: &mut [Arc]) -> Vec<usize> {
+    let n = machine.states.len();
+    let mut out: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for (a, arc) in arcs.iter().enumerate() {
+        out[arc.from].push(a);
+    }
+    // 0: not seen, 1: on the walk's path, 2: done.
+    let mut mark = vec![0u8; n];
+    let mut discovered = Vec::with_capacity(n);
+    let roots = (0..n)
+        .filter(|&s| machine.states[s].initial)
+        .chain(0..n)
+        .collect::<Vec<_>>();
+    for root in roots {
+        if mark[root] != 0 {
+            continue;
+        }
+        mark[root] = 1;
+        discovered.push(root);
+        let mut stack = vec![(root, 0usize)];
+        while let Some((state, next)) = stack.last_mut() {
+            let state = *state;
+            let Some(&a) = out[state].get(*next) else {
+                mark[state] = 2;
+                stack.pop();
+                continue;
+            };
+            *next += 1;
+            let to = arcs[a].to;
+            match mark[to] {
+                0 => {
+                    mark[to] = 1;
+                    discovered.push(to);
+                    stack.push((to, 0));
+                }
+                1 => arcs[a].reversed = true,
+                _ => {}
+            }
+        }
+    }
+    discovered
+}
+
+/// Each state's layer: one below the lowest state with an edge into it,
+/// the edges that lead back up counted the other way.
+fn layer(n: usize, arcs: &[Arc]) -> Vec<usize> {
+    let mut layers = vec![0usize; n];
+    let mut indegree = vec![0usize; n];
+    let mut out: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for arc in arcs {
+        let (from, to) = match arc.reversed {
+            true => (arc.to, arc.from),
+            false => (arc.from, arc.to),
+        };
+        out[from].push(to);
+        indegree[to] += 1;
+    }
+    let mut ready: Vec<usize> = (0..n).filter(|&s| indegree[s] == 0).collect();
+    ready.reverse();
+    while let Some(s) = ready.pop() {
+        for &to in &out[s] {
+            layers[to] = layers[to].max(layers[s] + 1);
+            indegree[to] -= 1;
+            if indegree[to] == 0 {
+                ready.push(to);
+            }
+        }
+    }
+    layers
+}
+
+/// Each layer's nodes, left to right: first as the walk found the states,
+/// then by the mean position of their neighbours, sweeping down and up,
+/// keeping the order with the fewest crossings.
+fn order(
+    nodes: &[Node],
+    depth: usize,
+    discovered: &[usize],
+    up: &[Vec<usize>],
+    down: &[Vec<usize>],
+) -> Vec<Vec<usize>> {
+    let mut rank = vec![usize::MAX; nodes.len()];
+    for (i, &s) in discovered.iter().enumerate() {
+        rank[s] = i;
+    }
+    let mut order: Vec<Vec<usize>> = vec![Vec::new(); depth];
+    for (node, n) in nodes.iter().enumerate() {
+        order[n.layer].push(node);
+    }
+    let mut position = vec![0.0; nodes.len()];
+    // The first order: states as found, each point under its edge's
+    // first node.
+    for layer in &mut order {
+        let mut keyed: Vec<(f64, usize)> = layer
+            .iter()
+            .map(|&node| {
+                let key = match nodes[node].dummy {
+                    true => mean(&up[node], &position).unwrap_or(0.0),
+                    false => rank[node] as f64,
+                };
+                (key, node)
+            })
+            .collect();
+        keyed.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        *layer = keyed.into_iter().map(|(_, node)| node).collect();
+        for (i, &node) in layer.iter().enumerate() {
+            position[node] = i as f64;
+        }
+    }
+    let mut best = order.clone();
+    let mut fewest = crossings(&order, down, &position);
+    for sweep in 0..8 {
+        let layers: Vec<usize> = match sweep % 2 {
+            0 => (1..depth).collect(),
+            _ => (0..depth.saturating_sub(1)).rev().collect(),
+        };
+        for l in layers {
+            let neighbours = match sweep % 2 {
+                0 => up,
+                _ => down,
+            };
+            let mut keyed: Vec<(f64, usize)> = order[l]
+                .iter()
+                .map(|&node| {
+                    let key = mean(&neighbours[node], &position).unwrap_or(position[node]);
+                    (key, node)
+                })
+                .collect();
+            keyed.sort_by(|a, b| a.0.total_cmp(&b.0));
+            order[l] = keyed.into_iter().map(|(_, node)| node).collect();
+            for (i, &node) in order[l].iter().enumerate() {
+                position[node] = i as f64;
+            }
+        }
+        let now = crossings(&order, down, &position);
+        if now < fewest {
+            fewest = now;
+            best = order.clone();
+        }
+    }
+    best
+}
+
+/// The mean of `position` over `of`, if it names any node.
+fn mean(of: &[usize], position: &[f64]) -> Option<f64> {
+    (!of.is_empty()).then(|| of.iter().map(|&n| position[n]).sum::<f64>() / of.len() as f64)
+}
+
+/// How many pairs of edges between adjacent layers cross.
+fn crossings(order: &[Vec<usize>], down: &[Vec<usize>], position: &[f64]) -> usize {
+    let mut count = 0;
+    for layer in order {
+        let edges: Vec<(f64, f64)> = layer
+            .iter()
+            .flat_map(|&node| down[node].iter().map(move |&to| (node, to)))
+            .map(|(from, to)| (position[from], position[to]))
+            .collect();
+        for (i, a) in edges.iter().enumerate() {
+            for b in &edges[i + 1..] {
+                if (a.0 - b.0) * (a.1 - b.1) < 0.0 {
+                    count += 1;
+                }
+            }
+        }
+    }
+    count
+}
+
+/// Each node's centre: packed left to right in its layer's order, then
+/// moved towards its neighbours, sweeping down and up, as far as the
+/// spacing allows.
+fn place(nodes: &[Node], order: &[Vec<usize>], up: &[Vec<usize>], down: &[Vec<usize>]) -> Vec<f64> {
+    let gap = |a: usize, b: usize| match nodes[a].dummy || nodes[b].dummy {
+        true => DUMMY_GAP,
+        false => NODE_GAP,
+    };
+    let separation = |a: usize, b: usize| nodes[a].right + gap(a, b) + nodes[b].left;
+    let mut x = vec![0.0; nodes.len()];
+    for layer in order {
+        let mut at = 0.0;
+        for (i, &node) in layer.iter().enumerate() {
+            at = match i {
+                0 => nodes[node].left,
+                _ => at + separation(layer[i - 1], node),
+            };
+            x[node] = at;
+        }
+    }
+    for sweep in 0..12 {
+        let (layers, neighbours): (Vec<usize>, _) = match sweep % 2 {
+            0 => ((1..order.len()).collect(), up),
+            _ => ((0..order.len().saturating_sub(1)).rev().collect(), down),
+        };
+        for l in layers {
+            let layer = &order[l];
+            let desired: Vec<f64> = layer
+                .iter()
+                .map(|&node| mean(&neighbours[node], &x).unwrap_or(x[node]))
+                .collect();
+            // Two placements that keep the spacing, one pushed right and
+            // one pushed left; their mean keeps it too.
+            let mut right = desired.clone();
+            for i in 1..layer.len() {
+                right[i] = right[i].max(right[i - 1] + separation(layer[i - 1], layer[i]));
+            }
+            let mut left = desired.clone();
+            for i in (0..layer.len().saturating_sub(1)).rev() {
+                left[i] = left[i].min(left[i + 1] - separation(layer[i], layer[i + 1]));
+            }
+            for (i, &node) in layer.iter().enumerate() {
+                x[node] = (right[i] + left[i]) / 2.0;
+            }
+        }
+    }
+    let shift = nodes
+        .iter()
+        .zip(&x)
+        .map(|(node, x)| x - node.left)
+        .fold(f64::INFINITY, f64::min);
+    x.iter().map(|x| x - shift + MARGIN).collect()
+}
