@@ -262,39 +262,81 @@ pub(crate) fn layout(machine: &Machine) -> Layout {
         }
     }
 
+    // Each edge's path, top to bottom, then turned round for an edge that
+    // leads up.
+    let paths: Vec<Vec<(f64, f64)>> = arcs
+        .iter()
+        .enumerate()
+        .map(|(a, arc)| {
+            let mut points = vec![(port_x[a].0, bottom_of(arc.chain[0]))];
+            for &dummy in &arc.chain[1..arc.chain.len() - 1] {
+                points.push((xs[dummy], top_of(dummy)));
+                points.push((xs[dummy], bottom_of(dummy)));
+            }
+            points.push((port_x[a].1, top_of(arc.chain[arc.chain.len() - 1])));
+            if arc.reversed {
+                points.reverse();
+            }
+            points
+        })
+        .collect();
+    // Points along every path, so that a label can keep off other edges.
+    let samples: Vec<Vec<(f64, f64)>> = paths
+        .iter()
+        .map(|points| {
+            points
+                .windows(2)
+                .flat_map(|pair| {
+                    (0..=16).map(move |i| cubic(pair[0], pair[1], f64::from(i) / 16.0))
+                })
+                .collect()
+        })
+        .collect();
     let mut edges = Vec::new();
     let mut labels: Vec<Rect> = Vec::new();
-    for (a, arc) in arcs.iter().enumerate() {
-        // Top to bottom, then turned round for an edge that leads up.
-        let mut points = vec![(port_x[a].0, bottom_of(arc.chain[0]))];
-        for &dummy in &arc.chain[1..arc.chain.len() - 1] {
-            points.push((xs[dummy], top_of(dummy)));
-            points.push((xs[dummy], bottom_of(dummy)));
-        }
-        points.push((port_x[a].1, top_of(arc.chain[arc.chain.len() - 1])));
-        if arc.reversed {
-            points.reverse();
-        }
+    for (a, (arc, points)) in arcs.iter().zip(paths).enumerate() {
         let text = edge_label(machine, arc.transition);
         let (w, h) = (text_width(&text, LABEL_PX) + 8.0, LABEL_H);
-        // The first gap the edge crosses from its source; a label that
-        // would cover another tries further along.
+        // Along the first gap the edge crosses from its source: on the
+        // edge, or beside it. A label may not cover a box or another
+        // label, and covers as little of the other edges as it can;
+        // the earlier places are preferred.
         let (p, q) = (points[0], points[1]);
-        let candidates = [0.5, 0.3, 0.7, 0.15, 0.85];
-        let at = |t: f64| {
+        let mut places = Vec::new();
+        for t in [0.5, 0.3, 0.7, 0.15, 0.85] {
             let (x, y) = cubic(p, q, t);
-            Rect {
-                x: x - w / 2.0,
-                y: y - h / 2.0,
-                w,
-                h,
+            for left in [x - w / 2.0, x + 5.0, x - w - 5.0] {
+                places.push(Rect {
+                    x: left,
+                    y: y - h / 2.0,
+                    w,
+                    h,
+                });
             }
+        }
+        let cost = |(i, r): (usize, &Rect)| {
+            let outside = usize::from(r.x < MARGIN / 2.0);
+            let hard = outside
+                + labels
+                    .iter()
+                    .chain(&boxes)
+                    .filter(|o| o.overlaps(r))
+                    .count();
+            let covered = samples
+                .iter()
+                .enumerate()
+                .filter(|&(other, _)| other != a)
+                .flat_map(|(_, points)| points)
+                .filter(|&&(x, y)| x > r.x && x < r.x + r.w && y > r.y && y < r.y + r.h)
+                .count();
+            hard as f64 * 1000.0 + covered as f64 + i as f64 * 0.25
         };
-        let label = candidates
+        let label = places
             .iter()
-            .map(|&t| at(t))
-            .find(|r| !labels.iter().chain(&boxes).any(|o| o.overlaps(r)))
-            .unwrap_or_else(|| at(0.5));
+            .enumerate()
+            .min_by(|a, b| cost(*a).total_cmp(&cost(*b)))
+            .map(|(_, r)| *r)
+            .unwrap_or_default();
         labels.push(label);
         edges.push(Edge {
             transition: arc.transition,
