@@ -11,6 +11,9 @@ mod case;
 mod check;
 mod ctxt;
 mod ddl;
+/// The state diagram, drawn into each machine's rustdoc: the runtime's
+/// `docs/diagram/`, whose files this folder links to.
+mod diagram;
 mod dialect;
 mod expand;
 mod ident;

@@ -2,9 +2,9 @@
 //! transition constructor's text.
 
 use quote::ToTokens;
-use stateguard_diagram as diagram;
 use syn::ext::IdentExt;
 
+use crate::diagram;
 use crate::model::Model;
 
 /// The rustdoc of the constructors' `impl` block: the machine's state
@@ -39,7 +39,7 @@ pub(super) fn diagram_doc(model: &Model) -> String {
         diagram::Role::Move
     };
     let name = model.ident.unraw().to_string();
-    let machine = diagram::Machine {
+    let machine = diagram::Diagram {
         name: &name,
         states: model
             .states
@@ -59,7 +59,7 @@ pub(super) fn diagram_doc(model: &Model) -> String {
             .transitions
             .iter()
             .enumerate()
-            .map(|(i, t)| diagram::Transition {
+            .map(|(i, t)| diagram::Arrow {
                 name: &transitions[i],
                 guard: t.guard.as_ref().map(|g| g.text.as_str()),
                 sources: t.sources.clone(),

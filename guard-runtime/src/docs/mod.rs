@@ -81,6 +81,8 @@ pub const DIAGRAM_END: &str = "<!-- stateguard:diagram:end -->";
 pub const BLESS_VAR: &str = "STATEGUARD_BLESS";
 
 mod checked_in;
+/// The drawing's layout and SVG, which the derive shares.
+mod diagram;
 mod diff;
 mod dot;
 mod markdown;

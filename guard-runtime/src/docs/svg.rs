@@ -1,8 +1,7 @@
 //! The machine's state diagram as SVG: the drawing the derive puts into
 //! the machine's rustdoc, drawn from its metadata.
 
-use stateguard_diagram as diagram;
-
+use super::diagram;
 use super::lease;
 use crate::machine::StateMachine;
 
@@ -57,7 +56,7 @@ pub fn svg<T: StateMachine>() -> String {
         diagram::Role::Move
     };
     let index = |state: T| super::index_of(states, state);
-    let drawn = diagram::Machine {
+    let drawn = diagram::Diagram {
         name: core::any::type_name::<T>()
             .rsplit("::")
             .next()
@@ -78,7 +77,7 @@ pub fn svg<T: StateMachine>() -> String {
         transitions: machine
             .transitions()
             .iter()
-            .map(|t| diagram::Transition {
+            .map(|t| diagram::Arrow {
                 name: t.name(),
                 guard: t.guard(),
                 sources: t.sources().iter().map(|&s| index(s)).collect(),

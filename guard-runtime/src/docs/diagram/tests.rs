@@ -1,5 +1,5 @@
-use crate::layout::{Rect, layout};
-use crate::{InFlight, Machine, Role, State, Transition, svg};
+use super::layout::{Rect, layout};
+use super::{Arrow, Diagram, InFlight, Role, State, svg};
 
 fn state<'a>(name: &'a str, db: &'a str) -> State<'a> {
     State {
@@ -9,18 +9,18 @@ fn state<'a>(name: &'a str, db: &'a str) -> State<'a> {
     }
 }
 
-fn move_<'a>(name: &'a str, sources: &[usize], target: usize) -> Transition<'a> {
-    Transition {
+fn move_<'a>(name: &'a str, sources: &[usize], target: usize) -> Arrow<'a> {
+    Arrow {
         name,
         sources: sources.to_vec(),
         target,
-        ..Transition::default()
+        ..Arrow::default()
     }
 }
 
 /// The payout machine: a guard, an in-flight state with retries and its
 /// two follow-ups, a move out of it, and a retry that leads back up.
-fn payouts() -> Machine<'static> {
+fn payouts() -> Diagram<'static> {
     let mut states = vec![
         state("Pending", "pending"),
         state("Sending", "sending"),
@@ -43,7 +43,7 @@ fn payouts() -> Machine<'static> {
     transitions[0].guard = Some("amount_cents <= 95000");
     transitions[1].role = Role::Done;
     transitions[2].role = Role::Failed;
-    Machine {
+    Diagram {
         name: "PayoutStatus",
         states,
         transitions,
@@ -53,7 +53,7 @@ fn payouts() -> Machine<'static> {
 /// Names that break naive drawings: markup, quotes, entities, spaces at
 /// the ends and in runs, a line break, wide characters, and a state that
 /// moves to itself.
-fn awkward() -> Machine<'static> {
+fn awkward() -> Diagram<'static> {
     let mut states = vec![
         state("Start", "<script>alert(1)</script> & <b>x</b> &amp;"),
         state("Café", "\"><img src=x onerror=alert(1)>"),
@@ -68,7 +68,7 @@ fn awkward() -> Machine<'static> {
         move_("wide", &[0, 2], 3),
     ];
     transitions[3].guard = Some("a < b AND c <> 'x'");
-    Machine {
+    Diagram {
         name: "Awkward",
         states,
         transitions,
@@ -219,7 +219,7 @@ fn an_edge_over_several_layers_goes_around_the_layers_between() {
         state("D", "d"),
     ];
     states[0].initial = true;
-    let machine = Machine {
+    let machine = Diagram {
         name: "Chain",
         states,
         transitions: vec![
@@ -241,4 +241,25 @@ fn an_edge_over_several_layers_goes_around_the_layers_between() {
             "through {box_:?}"
         );
     }
+}
+
+#[test]
+fn a_door_is_drawn_on_one_line() {
+    let machine = Diagram {
+        name: "Door",
+        states: vec![
+            State {
+                name: "Closed",
+                db: "closed",
+                initial: true,
+                ..State::default()
+            },
+            state("Open", "open"),
+        ],
+        transitions: vec![move_("open", &[0], 1), move_("close", &[1], 0)],
+    };
+    let drawn = svg(&machine);
+    assert!(drawn.starts_with("<svg "));
+    assert!(drawn.contains(">Closed</text>") && drawn.contains(">close</text>"));
+    assert!(!drawn.contains('\n'));
 }

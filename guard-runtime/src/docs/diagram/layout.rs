@@ -15,7 +15,7 @@
 //! the font's size wide, characters of East Asian scripts and emoji twice
 //! that.
 
-use crate::Machine;
+use super::Diagram;
 
 /// The font sizes, in pixels: a state's name, its database string, its
 /// in-flight line, an edge's label.
@@ -58,7 +58,7 @@ fn wide(c: char) -> bool {
 
 /// The texts of a state's box: its name, its database string, and its
 /// in-flight line.
-pub(crate) fn box_lines(machine: &Machine, state: usize) -> (String, String, Option<String>) {
+pub(crate) fn box_lines(machine: &Diagram, state: usize) -> (String, String, Option<String>) {
     let s = &machine.states[state];
     let badge = s.in_flight.as_ref().map(|f| match f.attempts {
         Some(n) => format!("in flight · lease {} · {n} attempts", f.lease),
@@ -68,7 +68,7 @@ pub(crate) fn box_lines(machine: &Machine, state: usize) -> (String, String, Opt
 }
 
 /// An edge's label: its transition's name, and its guard in brackets.
-pub(crate) fn edge_label(machine: &Machine, transition: usize) -> String {
+pub(crate) fn edge_label(machine: &Diagram, transition: usize) -> String {
     let t = &machine.transitions[transition];
     match t.guard {
         Some(guard) => format!("{} [{guard}]", t.name),
@@ -143,7 +143,7 @@ struct Arc {
     chain: Vec<usize>,
 }
 
-pub(crate) fn layout(machine: &Machine) -> Layout {
+pub(crate) fn layout(machine: &Diagram) -> Layout {
     let n = machine.states.len();
     let mut arcs: Vec<Arc> = Vec::new();
     let mut loops: Vec<(usize, usize)> = Vec::new();
@@ -417,7 +417,7 @@ fn spread(b: &Rect, i: usize, count: usize) -> f64 {
 }
 
 /// A state's box width: its widest line, padded.
-fn box_width(machine: &Machine, state: usize) -> f64 {
+fn box_width(machine: &Diagram, state: usize) -> f64 {
     let (name, db, badge) = box_lines(machine, state);
     let widest = text_width(&name, NAME_PX)
         .max(text_width(&db, DB_PX))
@@ -428,7 +428,7 @@ fn box_width(machine: &Machine, state: usize) -> f64 {
 /// Marks the edges that lead back up as reversed, walking depth first from
 /// the initial states, then from every state not reached, in declaration
 /// order. Returns the states in the order the walk found them.
-fn reverse_back_edges(machine: &Machine, arcs: &mut [Arc]) -> Vec<usize> {
+fn reverse_back_edges(machine: &Diagram, arcs: &mut [Arc]) -> Vec<usize> {
     let n = machine.states.len();
     let mut out: Vec<Vec<usize>> = vec![Vec::new(); n];
     for (a, arc) in arcs.iter().enumerate() {

@@ -3,8 +3,8 @@
 
 use core::fmt::Write as _;
 
-use crate::layout::{self, BADGE_PX, DB_PX, LABEL_H, LABEL_PX, Layout, NAME_PX};
-use crate::{Machine, Role};
+use super::layout::{self, BADGE_PX, DB_PX, LABEL_H, LABEL_PX, Layout, NAME_PX};
+use super::{Diagram, Role};
 
 /// The font of every text: a monospace one, whose widths `layout` knows.
 const FONT: &str = "ui-monospace,SFMono-Regular,Menlo,Consolas,'DejaVu Sans Mono',monospace";
@@ -19,7 +19,7 @@ const DONE: &str = "#1a7f37";
 const FAILED: &str = "#cf222e";
 const LEGEND: &str = "#8c959f";
 
-pub(crate) fn draw(machine: &Machine, layout: &Layout) -> String {
+pub(crate) fn draw(machine: &Diagram, layout: &Layout) -> String {
     let mut out = String::new();
     let items = legend_items(machine);
     let legend_width: f64 = items
@@ -223,7 +223,7 @@ const LEGEND_X: f64 = 16.0;
 const LEGEND_GAP: f64 = 18.0;
 
 /// The legend: what the marks mean, those the machine uses.
-fn legend_items(machine: &Machine) -> Vec<(&'static str, &'static str)> {
+fn legend_items(machine: &Diagram) -> Vec<(&'static str, &'static str)> {
     let mut items = vec![("● initial", LEGEND), ("double border: final", LEGEND)];
     if machine.states.iter().any(|s| s.in_flight.is_some()) {
         items.push(("dashed: in flight", IN_FLIGHT));

@@ -1,9 +1,12 @@
-//! The state diagram of a stateguard machine, laid out and drawn as SVG.
+//! The state diagram of a machine, laid out and drawn as SVG.
 //!
-//! One drawing, two callers: the derive (`stateguard-macros`) puts it into
-//! each machine's rustdoc at compile time, and the runtime
-//! (`stateguard::docs::svg`) draws the same from the machine's metadata.
-//! Both describe the machine as a [`Machine`] and call [`svg`].
+//! One drawing, two callers, one source: the derive puts it into each
+//! machine's rustdoc at compile time, and `docs::svg` draws the same at
+//! run time. The runtime owns these files (`guard-runtime/src/docs/diagram/`);
+//! `guard-macros/src/diagram/` links to each of them, as the sub-crates
+//! link the licence texts, so that each crate ships them and neither
+//! depends on the other. They use nothing but `core` and `alloc`. Both
+//! callers describe the machine as a [`Diagram`] and call [`svg`].
 //!
 //! The layout is layered, top to bottom: each state sits one layer below
 //! the lowest state that moves into it, with the moves that lead back up
@@ -12,63 +15,62 @@
 //! (`layout.rs`). The drawing (`draw.rs`) is one `<svg>` element with
 //! every style inline: no script, no stylesheet, no `id`, so that it can be
 //! pasted into any page, and on one line, so that Markdown keeps it whole.
-//!
-//! Depend on `stateguard`; this crate's API follows the derive's needs.
 
 mod draw;
 mod layout;
 
-/// A machine, as the diagram needs it.
+/// A machine, as the drawing needs it.
 #[derive(Debug, Clone, Default)]
-pub struct Machine<'a> {
+pub(crate) struct Diagram<'a> {
     /// The enum's name, for the drawing's title.
-    pub name: &'a str,
+    pub(crate) name: &'a str,
     /// The states, in declaration order.
-    pub states: Vec<State<'a>>,
+    pub(crate) states: Vec<State<'a>>,
     /// The transitions, in declaration order.
-    pub transitions: Vec<Transition<'a>>,
+    pub(crate) transitions: Vec<Arrow<'a>>,
 }
 
 /// One state.
 #[derive(Debug, Clone, Default)]
-pub struct State<'a> {
+pub(crate) struct State<'a> {
     /// The variant, as written.
-    pub name: &'a str,
+    pub(crate) name: &'a str,
     /// The string the database holds.
-    pub db: &'a str,
+    pub(crate) db: &'a str,
     /// Whether rows start here.
-    pub initial: bool,
+    pub(crate) initial: bool,
     /// What the state's in-flight declaration says, if it has one.
-    pub in_flight: Option<InFlight<'a>>,
+    pub(crate) in_flight: Option<InFlight<'a>>,
 }
 
 /// An in-flight state's lease and retries.
 #[derive(Debug, Clone, Default)]
-pub struct InFlight<'a> {
+pub(crate) struct InFlight<'a> {
     /// The lease, in the attribute's syntax (`30s`).
-    pub lease: &'a str,
+    pub(crate) lease: &'a str,
     /// How many attempts its effect gets, where it declares `retry(…)`.
-    pub attempts: Option<u32>,
+    pub(crate) attempts: Option<u32>,
 }
 
-/// One transition: an edge from each of its sources to its target.
+/// One transition, as drawn: an arrow from each of its sources to its
+/// target.
 #[derive(Debug, Clone, Default)]
-pub struct Transition<'a> {
+pub(crate) struct Arrow<'a> {
     /// The transition's name.
-    pub name: &'a str,
+    pub(crate) name: &'a str,
     /// Its guard's SQL, if it has one.
-    pub guard: Option<&'a str>,
+    pub(crate) guard: Option<&'a str>,
     /// The indexes of its source states.
-    pub sources: Vec<usize>,
+    pub(crate) sources: Vec<usize>,
     /// The index of its target state.
-    pub target: usize,
+    pub(crate) target: usize,
     /// Whether it is an in-flight state's follow-up.
-    pub role: Role,
+    pub(crate) role: Role,
 }
 
 /// What a transition is to the in-flight states it leaves.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Role {
+pub(crate) enum Role {
     /// A move that callers make.
     #[default]
     Move,
@@ -86,29 +88,9 @@ pub enum Role {
 /// state, whose lease and attempts are written in it. Each edge carries
 /// its transition's name, with its guard in brackets; the `done` and
 /// `failed` follow-ups are drawn green and red. A legend below says so.
-///
-/// ```
-/// use stateguard_diagram::{Machine, State, Transition, svg};
-///
-/// let machine = Machine {
-///     name: "Door",
-///     states: vec![
-///         State { name: "Closed", db: "closed", initial: true, ..State::default() },
-///         State { name: "Open", db: "open", ..State::default() },
-///     ],
-///     transitions: vec![
-///         Transition { name: "open", sources: vec![0], target: 1, ..Transition::default() },
-///         Transition { name: "close", sources: vec![1], target: 0, ..Transition::default() },
-///     ],
-/// };
-/// let drawn = svg(&machine);
-/// assert!(drawn.starts_with("<svg "));
-/// assert!(drawn.contains(">Closed</text>") && drawn.contains(">close</text>"));
-/// assert!(!drawn.contains('\n'));
-/// ```
 #[must_use]
-pub fn svg(machine: &Machine) -> String {
-    draw::draw(machine, &layout::layout(machine))
+pub(crate) fn svg(diagram: &Diagram) -> String {
+    draw::draw(diagram, &layout::layout(diagram))
 }
 
 #[cfg(test)]
