@@ -26,17 +26,12 @@ pub(super) fn diagram_doc(model: &Model) -> String {
         .iter()
         .map(|s| s.in_flight.as_ref().map(|f| lease(f.lease_ms)))
         .collect();
-    let role = |i: usize| {
-        let in_flight = model.states.iter().filter_map(|s| s.in_flight.as_ref());
-        for f in in_flight {
-            if f.done == i {
-                return diagram::Role::Done;
-            }
-            if f.failed == Some(i) {
-                return diagram::Role::Failed;
-            }
-        }
-        diagram::Role::Move
+    // What transition `t` is to its source `s`: a follow-up of it, if it
+    // is in flight, or a move.
+    let role = |t: usize, s: usize| match &model.states[s].in_flight {
+        Some(f) if f.done == t => diagram::Role::Done,
+        Some(f) if f.failed == Some(t) => diagram::Role::Failed,
+        _ => diagram::Role::Move,
     };
     let name = model.ident.unraw().to_string();
     let machine = diagram::Diagram {
@@ -62,9 +57,8 @@ pub(super) fn diagram_doc(model: &Model) -> String {
             .map(|(i, t)| diagram::Arrow {
                 name: &transitions[i],
                 guard: t.guard.as_ref().map(|g| g.text.as_str()),
-                sources: t.sources.clone(),
+                sources: t.sources.iter().map(|&s| (s, role(i, s))).collect(),
                 target: t.target,
-                role: role(i),
             })
             .collect(),
     };

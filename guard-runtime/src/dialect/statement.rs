@@ -219,23 +219,51 @@ impl<B> Statement<B> {
     /// Only a pool that `pooler::check` found dedicated, at its caller's
     /// request (`Check::untagged_if_dedicated`), runs it.
     pub(crate) fn untagged(&self) -> Option<Statement<B>> {
-        let tag = self.tag()?;
-        let (Some(last), [Column::Tag]) = (self.binds.len().checked_sub(1), self.returns) else {
+        if !self.may_run_untagged() {
             return None;
-        };
-        // The tag column checks the value bound last (`$n`, n the number
-        // of values), which nothing else in the text reads.
-        let bound = format!("${}", last + 1);
-        let column = format!(
-            " RETURNING CASE WHEN {bound}::text = '{tag}' THEN '{tag}'::text ELSE \
-             CAST(concat('stateguard mix-up: ran {tag} with ', {bound}::text) AS INTEGER)::text END"
-        );
-        let text = self.text.strip_suffix(column.as_str())?;
-        (!text.contains(&bound)).then_some(Statement {
+        }
+        let tag = self.tag()?;
+        let last = self.binds.len().checked_sub(1)?;
+        // ` RETURNING CASE WHEN $n::text = 'tag' THEN 'tag'::text ELSE
+        // CAST(concat('stateguard mix-up: ran tag with ', $n::text) AS
+        // INTEGER)::text END`, read piece by piece: the tag column checks
+        // the value bound last (`$n`, n the number of values), which
+        // nothing else in the text reads.
+        let at = self.text.rfind(" RETURNING CASE WHEN $")?;
+        let (text, column) = self.text.split_at(at);
+        let n = (last + 1).to_string();
+        let rest = column
+            .strip_prefix(" RETURNING CASE WHEN $")?
+            .strip_prefix(n.as_str())?;
+        let rest = rest.strip_prefix("::text = '")?.strip_prefix(tag)?;
+        let rest = rest.strip_prefix("' THEN '")?.strip_prefix(tag)?;
+        let rest = rest.strip_prefix("'::text ELSE CAST(concat('stateguard mix-up: ran ")?;
+        let rest = rest.strip_prefix(tag)?.strip_prefix(" with ', $")?;
+        let rest = rest.strip_prefix(n.as_str())?;
+        if rest != "::text) AS INTEGER)::text END" {
+            return None;
+        }
+        let reads_it = text.match_indices('$').any(|(i, _)| {
+            let digits = &text[i + 1..];
+            let end = digits
+                .find(|c: char| !c.is_ascii_digit())
+                .unwrap_or(digits.len());
+            digits[..end] == n
+        });
+        (!reads_it).then_some(Statement {
             text,
             binds: &self.binds[..last],
             returns: &[],
         })
+    }
+
+    /// Whether the statement may have an untagged form
+    /// ([`Self::untagged`]): it returns its tag alone, and its text ends
+    /// as a tag column does. Cheap: no executor is asked, nothing is
+    /// parsed.
+    pub(crate) fn may_run_untagged(&self) -> bool {
+        matches!(self.returns, [Column::Tag])
+            && self.text.ends_with("::text) AS INTEGER)::text END")
     }
 
     /// Where the columns of the statement's own result begin: after its

@@ -23,7 +23,7 @@ use crate::machine::StateMachine;
 /// use stateguard::StateMachine;
 ///
 /// #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
-/// #[state_machine(table = "doors", column = "status", key = "id")]
+/// #[state_machine(table = "doors", column = "status", key = "id", version = "version")]
 /// enum Door {
 ///     #[state(initial)]
 ///     #[transition(open -> Open)]
@@ -44,16 +44,12 @@ pub fn svg<T: StateMachine>() -> String {
         .iter()
         .map(|s| s.in_flight().map(|f| lease(f.lease())))
         .collect();
-    let role = |name: &str| {
-        for f in states.iter().filter_map(|s| s.in_flight()) {
-            if f.done().name() == name {
-                return diagram::Role::Done;
-            }
-            if f.failed().is_some_and(|failed| failed.name() == name) {
-                return diagram::Role::Failed;
-            }
-        }
-        diagram::Role::Move
+    // What transition `name` is to its source `state`: a follow-up of it,
+    // if it is in flight, or a move.
+    let role = |name: &str, state: T| match states[super::index_of(states, state)].in_flight() {
+        Some(f) if f.done().name() == name => diagram::Role::Done,
+        Some(f) if f.failed().is_some_and(|failed| failed.name() == name) => diagram::Role::Failed,
+        _ => diagram::Role::Move,
     };
     let index = |state: T| super::index_of(states, state);
     let drawn = diagram::Diagram {
@@ -80,9 +76,12 @@ pub fn svg<T: StateMachine>() -> String {
             .map(|t| diagram::Arrow {
                 name: t.name(),
                 guard: t.guard(),
-                sources: t.sources().iter().map(|&s| index(s)).collect(),
+                sources: t
+                    .sources()
+                    .iter()
+                    .map(|&s| (index(s), role(t.name(), s)))
+                    .collect(),
                 target: index(t.target()),
-                role: role(t.name()),
             })
             .collect(),
     };

@@ -15,7 +15,7 @@
 
 use std::any::Any;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, RwLock};
 
 use sqlx::{Database, Pool};
 
@@ -23,14 +23,14 @@ use sqlx::{Database, Pool};
 /// connect options of each, kept alive.
 struct Marks {
     any: AtomicBool,
-    pools: Mutex<Vec<Arc<dyn Any + Send + Sync>>>,
+    pools: RwLock<Vec<Arc<dyn Any + Send + Sync>>>,
 }
 
 impl Marks {
     const fn new() -> Self {
         Marks {
             any: AtomicBool::new(false),
-            pools: Mutex::new(Vec::new()),
+            pools: RwLock::new(Vec::new()),
         }
     }
 
@@ -39,7 +39,7 @@ impl Marks {
         let options = pool.connect_options();
         let mut pools = self
             .pools
-            .lock()
+            .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         if !pools.iter().any(|kept| same(kept, &options)) {
             pools.push(options);
@@ -54,7 +54,7 @@ impl Marks {
         let options = pool.connect_options();
         let pools = self
             .pools
-            .lock()
+            .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         pools.iter().any(|kept| same(kept, &options))
     }
@@ -112,7 +112,7 @@ mod tests {
         assert!(marked(&pool));
         assert!(marked(&pool.clone()));
         assert!(!marked(&other));
-        let kept = MULTIPLEXED.pools.lock().expect("list");
+        let kept = MULTIPLEXED.pools.read().expect("list");
         let copies = kept
             .iter()
             .filter(|kept| same(kept, &pool.connect_options()))

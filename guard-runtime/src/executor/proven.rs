@@ -126,7 +126,9 @@ pub(crate) trait Proven: Run {
     /// ([`Run::untagged`]) its untagged form where it has one
     /// ([`Statement::untagged`]). Bind the one it returns.
     fn counted<B: Copy>(&self, statement: Statement<B>) -> Statement<B> {
-        match self.untagged() {
+        // The statement first, which costs nothing; then the executor,
+        // which costs an atomic load until a pool is marked.
+        match statement.may_run_untagged() && self.untagged() {
             true => statement.untagged().unwrap_or(statement),
             false => statement,
         }

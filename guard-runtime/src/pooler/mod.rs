@@ -225,9 +225,10 @@
 //! another call's values. The check proves multiplexing when it sees it,
 //! not its absence ([below](#the-probe)); so opt in only for a pool whose
 //! URL names the server itself, and check again when that can change. A
-//! later check that finds the pool multiplexed tags its moves again, and a
-//! pool whose connect options are replaced (`Pool::set_connect_options`)
-//! is tagged until checked anew. A transaction begun on the pool, and a
+//! later check that finds the pool multiplexed tags its moves again (for
+//! good: a pool once found multiplexed stays tagged), and a pool whose
+//! connect options are replaced (`Pool::set_connect_options`) is tagged
+//! until checked anew. A transaction begun on the pool, and a
 //! connection it had idle, run untagged with it; a connection the caller
 //! acquires does not.
 //!

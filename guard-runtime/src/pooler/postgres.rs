@@ -81,7 +81,9 @@ impl<'a> Check<'a> {
     /// for what that gives up.
     ///
     /// A multiplexed pool is not changed by it: its moves stay tagged, and
-    /// a later check that finds the pool multiplexed tags them again.
+    /// a later check that finds the pool multiplexed tags them again. A
+    /// pool that any check has found multiplexed stays tagged for the life
+    /// of the process, even if a later check finds it dedicated.
     ///
     /// ```no_run
     /// # async fn start(pool: sqlx::PgPool) -> Result<(), stateguard::Error> {

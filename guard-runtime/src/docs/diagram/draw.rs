@@ -38,8 +38,7 @@ pub(crate) fn draw(machine: &Diagram, layout: &Layout) -> String {
     );
     let _ = write!(out, "<title>{}</title>", escape(&title));
     for edge in &layout.edges {
-        let t = &machine.transitions[edge.transition];
-        let colour = match t.role {
+        let colour = match edge.role {
             Role::Move => MOVE,
             Role::Done => DONE,
             Role::Failed => FAILED,
@@ -47,46 +46,22 @@ pub(crate) fn draw(machine: &Diagram, layout: &Layout) -> String {
         let mut d = String::new();
         let p = edge.points[0];
         let _ = write!(d, "M{} {}", n(p.0), n(p.1));
-        let end = match edge.self_loop {
-            true => {
-                let [_, c1, c2, q] = [
-                    edge.points[0],
-                    edge.points[1],
-                    edge.points[2],
-                    edge.points[3],
-                ];
-                let _ = write!(
-                    d,
-                    " C{} {} {} {} {} {}",
-                    n(c1.0),
-                    n(c1.1),
-                    n(c2.0),
-                    n(c2.1),
-                    n(q.0),
-                    n(q.1)
-                );
-                (c2, q)
-            }
-            false => {
-                let mut last = (p, p);
-                for pair in edge.points.windows(2) {
-                    let (a, b) = (pair[0], pair[1]);
-                    let mid = (a.1 + b.1) / 2.0;
-                    let _ = write!(
-                        d,
-                        " C{} {} {} {} {} {}",
-                        n(a.0),
-                        n(mid),
-                        n(b.0),
-                        n(mid),
-                        n(b.0),
-                        n(b.1)
-                    );
-                    last = ((b.0, mid), b);
-                }
-                last
-            }
-        };
+        let mut end = (p, p);
+        for pair in edge.points.windows(2) {
+            let (a, b) = (pair[0], pair[1]);
+            let mid = (a.1 + b.1) / 2.0;
+            let _ = write!(
+                d,
+                " C{} {} {} {} {} {}",
+                n(a.0),
+                n(mid),
+                n(b.0),
+                n(mid),
+                n(b.0),
+                n(b.1)
+            );
+            end = ((b.0, mid), b);
+        }
         let _ = write!(
             out,
             "<path d=\"{d}\" fill=\"none\" stroke=\"{colour}\" stroke-width=\"1.4\"></path>"
@@ -99,10 +74,9 @@ pub(crate) fn draw(machine: &Diagram, layout: &Layout) -> String {
     }
     // Labels over the edges, each on a box that hides the lines beneath.
     for edge in &layout.edges {
-        let t = &machine.transitions[edge.transition];
         let r = edge.label;
         let text = layout::edge_label(machine, edge.transition);
-        let colour = match t.role {
+        let colour = match edge.role {
             Role::Move => INK,
             Role::Done => DONE,
             Role::Failed => FAILED,
@@ -127,10 +101,7 @@ pub(crate) fn draw(machine: &Diagram, layout: &Layout) -> String {
     }
     for (s, state) in machine.states.iter().enumerate() {
         let b = layout.boxes[s];
-        let terminal = !machine
-            .transitions
-            .iter()
-            .any(|t| t.sources.contains(&s) && t.target != s);
+        let terminal = terminal(machine, s);
         let (stroke, dash) = match state.in_flight {
             Some(_) => (IN_FLIGHT, " stroke-dasharray=\"6 3\""),
             None => (INK, ""),
@@ -224,11 +195,19 @@ const LEGEND_GAP: f64 = 18.0;
 
 /// The legend: what the marks mean, those the machine uses.
 fn legend_items(machine: &Diagram) -> Vec<(&'static str, &'static str)> {
-    let mut items = vec![("● initial", LEGEND), ("double border: final", LEGEND)];
+    let mut items = vec![("● initial", LEGEND)];
+    if (0..machine.states.len()).any(|s| terminal(machine, s)) {
+        items.push(("double border: final", LEGEND));
+    }
     if machine.states.iter().any(|s| s.in_flight.is_some()) {
         items.push(("dashed: in flight", IN_FLIGHT));
     }
-    let roles = |role| machine.transitions.iter().any(|t| t.role == role);
+    let roles = |role| {
+        machine
+            .transitions
+            .iter()
+            .any(|t| t.sources.iter().any(|&(_, r)| r == role))
+    };
     if roles(Role::Done) {
         items.push(("→ done follow-up", DONE));
     }
@@ -236,6 +215,14 @@ fn legend_items(machine: &Diagram) -> Vec<(&'static str, &'static str)> {
         items.push(("→ failed follow-up", FAILED));
     }
     items
+}
+
+/// Whether no transition leaves `state`.
+fn terminal(machine: &Diagram, state: usize) -> bool {
+    !machine
+        .transitions
+        .iter()
+        .any(|t| t.target != state && t.sources.iter().any(|&(s, _)| s == state))
 }
 
 /// The triangle of an arrow that ends at `tip`, coming from `from`.

@@ -15,7 +15,7 @@
 //! the font's size wide, characters of East Asian scripts and emoji twice
 //! that.
 
-use super::Diagram;
+use super::{Diagram, Role, shown};
 
 /// The font sizes, in pixels: a state's name, its database string, its
 /// in-flight line, an edge's label.
@@ -36,10 +36,6 @@ const TOP: f64 = 34.0;
 /// A box: its height, and with an in-flight line.
 const BOX_H: f64 = 46.0;
 const BOX_H_IN_FLIGHT: f64 = 62.0;
-/// A self-loop: how far it reaches out of its box, and where its label
-/// starts.
-const LOOP_OUT: f64 = 30.0;
-const LOOP_STEP: f64 = 12.0;
 /// A label's height.
 pub(crate) const LABEL_H: f64 = 17.0;
 
@@ -64,15 +60,15 @@ pub(crate) fn box_lines(machine: &Diagram, state: usize) -> (String, String, Opt
         Some(n) => format!("in flight · lease {} · {n} attempts", f.lease),
         None => format!("in flight · lease {}", f.lease),
     });
-    (s.name.to_owned(), format!("'{}'", s.db), badge)
+    (shown(s.name), format!("'{}'", shown(s.db)), badge)
 }
 
 /// An edge's label: its transition's name, and its guard in brackets.
 pub(crate) fn edge_label(machine: &Diagram, transition: usize) -> String {
     let t = &machine.transitions[transition];
     match t.guard {
-        Some(guard) => format!("{} [{guard}]", t.name),
-        None => t.name.to_owned(),
+        Some(guard) => format!("{} [{}]", shown(t.name), shown(guard)),
+        None => shown(t.name),
     }
 }
 
@@ -104,9 +100,8 @@ pub(crate) struct Edge {
     pub points: Vec<(f64, f64)>,
     /// Where its label's box goes.
     pub label: Rect,
-    /// Whether it leaves and enters the same state: `points` then holds the
-    /// loop's start, its two control points and its end.
-    pub self_loop: bool,
+    /// What its transition is to the state it leaves.
+    pub role: Role,
 }
 
 /// Where everything goes.
@@ -135,6 +130,7 @@ struct Node {
 #[derive(Debug, Clone)]
 struct Arc {
     transition: usize,
+    role: Role,
     from: usize,
     to: usize,
     /// Laid out from `to` to `from`.
@@ -145,15 +141,15 @@ struct Arc {
 
 pub(crate) fn layout(machine: &Diagram) -> Layout {
     let n = machine.states.len();
+    // No transition leads from a state to itself: the derive refuses one
+    // (`check/graph.rs`), so such an edge is not drawn.
     let mut arcs: Vec<Arc> = Vec::new();
-    let mut loops: Vec<(usize, usize)> = Vec::new();
     for (t, transition) in machine.transitions.iter().enumerate() {
-        for &from in &transition.sources {
-            if from == transition.target {
-                loops.push((t, from));
-            } else {
+        for &(from, role) in &transition.sources {
+            if from != transition.target {
                 arcs.push(Arc {
                     transition: t,
+                    role,
                     from,
                     to: transition.target,
                     reversed: false,
@@ -169,20 +165,10 @@ pub(crate) fn layout(machine: &Diagram) -> Layout {
     let mut nodes: Vec<Node> = (0..n)
         .map(|s| {
             let w = box_width(machine, s);
-            let looped = loops.iter().filter(|(_, at)| *at == s).count();
-            let widest = loops
-                .iter()
-                .filter(|(_, at)| *at == s)
-                .map(|(t, _)| text_width(&edge_label(machine, *t), LABEL_PX))
-                .fold(0.0, f64::max);
-            let reach = match looped {
-                0 => 0.0,
-                k => LOOP_OUT + LOOP_STEP * (k - 1) as f64 + 6.0 + widest,
-            };
             Node {
                 layer: layers[s],
                 left: w / 2.0,
-                right: w / 2.0 + reach,
+                right: w / 2.0,
                 dummy: false,
             }
         })
@@ -314,67 +300,49 @@ pub(crate) fn layout(machine: &Diagram) -> Layout {
                 });
             }
         }
-        let cost = |(i, r): (usize, &Rect)| {
-            let outside = usize::from(r.x < MARGIN / 2.0);
+        // Only the points near the places can be covered.
+        let near = Rect {
+            x: p.0.min(q.0) - w - 6.0,
+            y: p.1.min(q.1) - h,
+            w: (p.0 - q.0).abs() + 2.0 * w + 12.0,
+            h: (p.1 - q.1).abs() + 2.0 * h,
+        };
+        let inside =
+            |r: &Rect, &(x, y): &(f64, f64)| x > r.x && x < r.x + r.w && y > r.y && y < r.y + r.h;
+        let nearby: Vec<(f64, f64)> = samples
+            .iter()
+            .enumerate()
+            .filter(|&(other, _)| other != a)
+            .flat_map(|(_, points)| points.iter().copied())
+            .filter(|point| inside(&near, point))
+            .collect();
+        let mut label = places[0];
+        let mut best = f64::INFINITY;
+        for (i, place) in places.iter().enumerate() {
+            let outside = usize::from(place.x < MARGIN / 2.0);
             let hard = outside
                 + labels
                     .iter()
                     .chain(&boxes)
-                    .filter(|o| o.overlaps(r))
+                    .filter(|o| o.overlaps(place))
                     .count();
-            let covered = samples
-                .iter()
-                .enumerate()
-                .filter(|&(other, _)| other != a)
-                .flat_map(|(_, points)| points)
-                .filter(|&&(x, y)| x > r.x && x < r.x + r.w && y > r.y && y < r.y + r.h)
-                .count();
-            hard as f64 * 1000.0 + covered as f64 + i as f64 * 0.25
-        };
-        let label = places
-            .iter()
-            .enumerate()
-            .min_by(|a, b| cost(*a).total_cmp(&cost(*b)))
-            .map(|(_, r)| *r)
-            .unwrap_or_default();
+            let covered = nearby.iter().filter(|point| inside(place, point)).count();
+            let cost = hard as f64 * 1000.0 + covered as f64 + i as f64 * 0.25;
+            if cost < best {
+                (best, label) = (cost, *place);
+            }
+            if hard == 0 && covered == 0 {
+                break;
+            }
+        }
         labels.push(label);
         edges.push(Edge {
             transition: arc.transition,
+            role: arc.role,
             points,
             label,
-            self_loop: false,
         });
     }
-    let mut seen = vec![0usize; n];
-    for &(t, s) in &loops {
-        let b = boxes[s];
-        let k = seen[s] as f64;
-        seen[s] += 1;
-        let (right, cy) = (b.x + b.w, b.y + b.h / 2.0);
-        let out = LOOP_OUT + LOOP_STEP * k;
-        let spread = 9.0 + 3.0 * k;
-        let points = vec![
-            (right, cy - spread),
-            (right + out, cy - spread - 14.0),
-            (right + out, cy + spread + 14.0),
-            (right, cy + spread),
-        ];
-        let text = edge_label(machine, t);
-        let w = text_width(&text, LABEL_PX) + 8.0;
-        let label = Rect {
-            x: right + out + 2.0,
-            y: cy - LABEL_H / 2.0 + (k - (seen_total(&loops, s) - 1.0) / 2.0) * LABEL_H,
-            w,
-            h: LABEL_H,
-        };
-        edges.push(Edge {
-            transition: t,
-            points,
-            label,
-            self_loop: true,
-        });
-    }
-
     let mut width = nodes
         .iter()
         .zip(&xs)
@@ -391,11 +359,6 @@ pub(crate) fn layout(machine: &Diagram) -> Layout {
         edges,
         legend_y: height + MARGIN + 12.0,
     }
-}
-
-/// How many self-loops `state` has.
-fn seen_total(loops: &[(usize, usize)], state: usize) -> f64 {
-    loops.iter().filter(|(_, s)| *s == state).count() as f64
 }
 
 /// The point at `t` of the segment from `p` to `q` whose tangents are

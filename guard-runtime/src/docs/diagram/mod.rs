@@ -60,24 +60,45 @@ pub(crate) struct Arrow<'a> {
     pub(crate) name: &'a str,
     /// Its guard's SQL, if it has one.
     pub(crate) guard: Option<&'a str>,
-    /// The indexes of its source states.
-    pub(crate) sources: Vec<usize>,
+    /// The indexes of its source states, each with what the transition is
+    /// to it: the follow-up of an in-flight source, or a move.
+    pub(crate) sources: Vec<(usize, Role)>,
     /// The index of its target state.
     pub(crate) target: usize,
-    /// Whether it is an in-flight state's follow-up.
-    pub(crate) role: Role,
 }
 
-/// What a transition is to the in-flight states it leaves.
+/// What a transition is to one state it leaves.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) enum Role {
     /// A move that callers make.
     #[default]
     Move,
-    /// The follow-up that an effect's `Verdict::done` runs.
+    /// The in-flight state's follow-up that an effect's `Verdict::done`
+    /// runs.
     Done,
-    /// The follow-up that an effect's `Verdict::failed` runs.
+    /// The in-flight state's follow-up that an effect's `Verdict::failed`
+    /// runs.
     Failed,
+}
+
+/// `text` as the drawing shows it: every character XML 1.0 cannot hold
+/// (control characters, U+FFFE, U+FFFF), and DEL, written as Rust escapes
+/// it, `\n` or `\u{1b}`, so that a name reads as written in its source.
+/// What is measured is what is drawn.
+pub(crate) fn shown(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 || c == '\u{7f}' || c == '\u{fffe}' || c == '\u{ffff}' => {
+                out.push_str(&format!("\\u{{{:x}}}", c as u32));
+            }
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// The machine's state diagram: one `<svg>` element, on one line.

@@ -12,7 +12,7 @@ fn state<'a>(name: &'a str, db: &'a str) -> State<'a> {
 fn move_<'a>(name: &'a str, sources: &[usize], target: usize) -> Arrow<'a> {
     Arrow {
         name,
-        sources: sources.to_vec(),
+        sources: sources.iter().map(|&s| (s, Role::Move)).collect(),
         target,
         ..Arrow::default()
     }
@@ -41,8 +41,8 @@ fn payouts() -> Diagram<'static> {
         move_("retry", &[3], 1),
     ];
     transitions[0].guard = Some("amount_cents <= 95000");
-    transitions[1].role = Role::Done;
-    transitions[2].role = Role::Failed;
+    transitions[1].sources[0].1 = Role::Done;
+    transitions[2].sources[0].1 = Role::Failed;
     Diagram {
         name: "PayoutStatus",
         states,
@@ -51,8 +51,7 @@ fn payouts() -> Diagram<'static> {
 }
 
 /// Names that break naive drawings: markup, quotes, entities, spaces at
-/// the ends and in runs, a line break, wide characters, and a state that
-/// moves to itself.
+/// the ends and in runs, a line break, and wide characters.
 fn awkward() -> Diagram<'static> {
     let mut states = vec![
         state("Start", "<script>alert(1)</script> & <b>x</b> &amp;"),
@@ -64,10 +63,9 @@ fn awkward() -> Diagram<'static> {
     let mut transitions = vec![
         move_("go", &[0], 1),
         move_("go_on", &[1], 2),
-        move_("again", &[2], 2),
         move_("wide", &[0, 2], 3),
     ];
-    transitions[3].guard = Some("a < b AND c <> 'x'");
+    transitions[2].guard = Some("a < b AND c <> 'x'\nOR d");
     Diagram {
         name: "Awkward",
         states,
@@ -96,7 +94,7 @@ fn every_state_and_transition_is_drawn_as_written() {
         }
         for t in &machine.transitions {
             let label = match t.guard {
-                Some(guard) => format!("{} [{guard}]", t.name),
+                Some(guard) => format!("{} [{}]", t.name, guard.replace('\n', "\\n")),
                 None => t.name.to_owned(),
             };
             let edges = t.sources.len();
@@ -193,19 +191,61 @@ fn moves_lead_down_and_retries_lead_back_up() {
 }
 
 #[test]
-fn a_state_that_moves_to_itself_has_a_loop_beside_it() {
+fn a_follow_up_is_coloured_only_where_it_leaves_its_in_flight_state() {
+    // `cancel` is Sending's `failed` follow-up, and a caller's move from
+    // Pending.
+    let mut machine = payouts();
+    machine.transitions[3].sources[1].1 = Role::Failed;
+    let laid = layout(&machine);
+    let cancels: Vec<_> = laid.edges.iter().filter(|e| e.transition == 3).collect();
+    assert_eq!(cancels.len(), 2);
+    let from = |edge: &&super::layout::Edge| edge.points[0].1;
+    let (pending, sending) = match from(&cancels[0]) < from(&cancels[1]) {
+        true => (cancels[0], cancels[1]),
+        false => (cancels[1], cancels[0]),
+    };
+    assert_eq!(pending.role, Role::Move);
+    assert_eq!(sending.role, Role::Failed);
+}
+
+#[test]
+fn the_legend_names_only_the_marks_the_machine_uses() {
+    let drawn = svg(&payouts());
+    for mark in [
+        "initial",
+        "final",
+        "in flight",
+        "done follow-up",
+        "failed follow-up",
+    ] {
+        assert!(drawn.contains(mark), "{mark}");
+    }
+    // A cycle with no final state and nothing in flight.
+    let mut states = vec![state("On", "on"), state("Off", "off")];
+    states[0].initial = true;
+    let machine = Diagram {
+        name: "Switch",
+        states,
+        transitions: vec![move_("off", &[0], 1), move_("on", &[1], 0)],
+    };
+    let drawn = svg(&machine);
+    assert!(drawn.contains("● initial"));
+    for mark in ["final", "in flight", "follow-up"] {
+        assert!(!drawn.contains(mark), "{mark}");
+    }
+}
+
+#[test]
+fn a_line_break_is_measured_as_it_is_drawn() {
     let machine = awkward();
     let laid = layout(&machine);
-    let again = laid
-        .edges
-        .iter()
-        .find(|e| e.transition == 2)
-        .expect("again");
-    assert!(again.self_loop);
-    let b = laid.boxes[2];
-    assert!(again.points.iter().all(|p| p.0 >= b.x + b.w));
-    assert!(again.label.x >= b.x + b.w);
-    assert!(again.label.x + again.label.w <= laid.width);
+    let wide = &laid.boxes[3];
+    // `'中文 😀 — ok\nnext'`: the escape's two characters count.
+    let shown = "'中文 😀 — ok\\nnext'";
+    assert!(wide.w >= super::layout::text_width(shown, 12.0));
+    let label = laid.edges.iter().find(|e| e.transition == 2).expect("wide");
+    let text = "wide [a < b AND c <> 'x'\\nOR d]";
+    assert!(label.label.w >= super::layout::text_width(text, 12.0));
 }
 
 #[test]
