@@ -5,9 +5,10 @@
 //! kept as text.
 
 use std::path::Path;
-use std::process::Command;
 
-use crate::docs::{Awkward, Breaker, OrderStatus, json, mermaid_missing, require_mermaid};
+use crate::docs::{
+    Awkward, Breaker, OrderStatus, browser_check, json, mermaid_missing, require_mermaid,
+};
 use crate::status::PayoutStatus;
 use stateguard::{StateMachine, docs};
 
@@ -147,21 +148,7 @@ fn chromium_draws_every_name_as_written() {
         expectation::<Awkward>("Awkward"),
         expectation::<Breaker>("Breaker"),
     ];
-    let dir = tempfile::tempdir().expect("a temporary folder");
-    let file = dir.path().join("expect.json");
-    std::fs::write(&file, format!("[{}]", drawings.join(",\n"))).expect("write");
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let output = Command::new("node")
-        .arg(root.join("tools/browser-check/diagram.mjs"))
-        .arg("--expect")
-        .arg(&file)
-        .output()
-        .expect("run node");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert!(output.status.success(), "{text}");
+    let (passed, text) = browser_check("diagram.mjs", &drawings);
+    assert!(passed, "{text}");
     assert_eq!(text.matches("ok    ").count(), drawings.len(), "{text}");
 }

@@ -638,11 +638,17 @@ fn names<T: StateMachine>() -> Vec<String> {
 /// Runs `mermaid.mjs --expect` over `diagrams`; its output, and whether it
 /// passed.
 fn draw_with_mermaid(diagrams: &[String]) -> (bool, String) {
+    browser_check("mermaid.mjs", diagrams)
+}
+
+/// Runs the check `script` of `tools/browser-check` with `--expect` over
+/// `items` (JSON objects); its output, and whether it passed.
+pub(crate) fn browser_check(script: &str, items: &[String]) -> (bool, String) {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("expect.json");
-    std::fs::write(&file, format!("[{}]", diagrams.join(",\n"))).unwrap();
+    std::fs::write(&file, format!("[{}]", items.join(",\n"))).unwrap();
     let output = Command::new("node")
-        .arg(root("tools/browser-check/mermaid.mjs"))
+        .arg(root(&format!("tools/browser-check/{script}")))
         .arg("--expect")
         .arg(&file)
         .output()

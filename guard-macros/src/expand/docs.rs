@@ -24,7 +24,11 @@ pub(super) fn diagram_doc(model: &Model) -> String {
     let leases: Vec<Option<String>> = model
         .states
         .iter()
-        .map(|s| s.in_flight.as_ref().map(|f| lease(f.lease_ms)))
+        .map(|s| {
+            s.in_flight
+                .as_ref()
+                .map(|f| diagram::lease(u128::from(f.lease_ms)))
+        })
         .collect();
     // What transition `t` is to its source `s`: a follow-up of it, if it
     // is in flight, or a move.
@@ -66,22 +70,6 @@ pub(super) fn diagram_doc(model: &Model) -> String {
         "<div class=\"stateguard-diagram\">{}</div>",
         diagram::svg(&machine)
     )
-}
-
-/// A lease in the attribute's own syntax (`150ms`, `30s`, `5m`, `1h`), as
-/// `stateguard::docs` writes it.
-fn lease(ms: u64) -> String {
-    for (unit, scale) in [
-        ("d", 86_400_000),
-        ("h", 3_600_000),
-        ("m", 60_000),
-        ("s", 1_000),
-    ] {
-        if ms.is_multiple_of(scale) {
-            return format!("{}{unit}", ms / scale);
-        }
-    }
-    format!("{ms}ms")
 }
 
 /// The rustdoc of a transition constructor: sources, target, columns.

@@ -114,18 +114,7 @@ fn variant<S: StateMachine>(state: S) -> &'static str {
 
 /// A lease in the attribute's own syntax: `150ms`, `30s`, `5m`, `1h`.
 fn lease(lease: core::time::Duration) -> String {
-    let ms = lease.as_millis();
-    for (unit, scale) in [
-        ("d", 86_400_000),
-        ("h", 3_600_000),
-        ("m", 60_000),
-        ("s", 1_000),
-    ] {
-        if ms.is_multiple_of(scale) {
-            return format!("{}{unit}", ms / scale);
-        }
-    }
-    format!("{ms}ms")
+    diagram::lease(lease.as_millis())
 }
 
 /// An edge's label: the transition's name, and its guard in brackets, as

@@ -12,12 +12,13 @@
 //! the lowest state that moves into it, with the moves that lead back up
 //! (a retry, a reopen) set aside first; states are ordered within their
 //! layers to cross few edges, and placed over the states they come from
-//! (`layout.rs`). The drawing (`draw.rs`) is one `<svg>` element with
+//! (`layout.rs`, `rank.rs`). The drawing (`draw.rs`) is one `<svg>` element with
 //! every style inline: no script, no stylesheet, no `id`, so that it can be
 //! pasted into any page, and on one line, so that Markdown keeps it whole.
 
 mod draw;
 mod layout;
+mod rank;
 
 /// A machine, as the drawing needs it.
 #[derive(Debug, Clone, Default)]
@@ -79,6 +80,23 @@ pub(crate) enum Role {
     /// The in-flight state's follow-up that an effect's `Verdict::failed`
     /// runs.
     Failed,
+}
+
+/// A lease of `ms` milliseconds in the attribute's own syntax: `150ms`,
+/// `30s`, `5m`, `1h`, `2d`. The drawing writes it so, and so do the other
+/// formats of `docs`.
+pub(crate) fn lease(ms: u128) -> String {
+    for (unit, scale) in [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1_000),
+    ] {
+        if ms.is_multiple_of(scale) {
+            return format!("{}{unit}", ms / scale);
+        }
+    }
+    format!("{ms}ms")
 }
 
 /// `text` as the drawing shows it: every character XML 1.0 cannot hold

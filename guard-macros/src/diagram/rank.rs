@@ -1,0 +1,1 @@
+../../../guard-runtime/src/docs/diagram/rank.rs
