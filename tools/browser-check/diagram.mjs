@@ -1,7 +1,7 @@
 // Draws the library's SVG state diagrams in headless Chromium and checks
-// what a reader sees: each drawing has a size, every text in it is drawn
-// inside it, every name the machine has is drawn as written, and nothing
-// in it runs (no dialog opens, the console logs no error).
+// what a reader sees: each drawing parses as XML, has a size, draws every
+// text in it inside it and every name the machine has as written, and
+// nothing in it runs (no dialog opens, the console logs no error).
 //
 //   node diagram.mjs --expect FILE
 //       FILE is JSON, `[{ "where": …, "svg": …, "texts": [...] }]`: each
@@ -59,6 +59,13 @@ try {
       }
       if (svgs.length !== 1) return { error: `${svgs.length} diagrams in the page, not 1` };
       const svg = svgs[0];
+      // The drawing as written in the page parses as XML too.
+      const source = svg.parentElement.matches("div.stateguard-diagram")
+        ? svg.parentElement.innerHTML
+        : svg.outerHTML;
+      const parsed = new DOMParser().parseFromString(source, "image/svg+xml");
+      const broken = parsed.getElementsByTagName("parsererror");
+      if (broken.length > 0) return { error: `not XML: ${broken[0].textContent}` };
       const box = svg.getBoundingClientRect();
       if (box.width < 50 || box.height < 50) return { error: `drawn ${box.width}×${box.height}` };
       const drawn = [...svg.querySelectorAll("text")];
