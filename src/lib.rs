@@ -356,6 +356,8 @@ pub use stateguard_runtime::{
     GuardNow, HasHistory, HasVersion, HistoryRow, Note, Noted, Outcome, SchemaProblem,
     SchemaProblemKind, StateMachine, Transition, Uncommitted, UnknownState, Won,
 };
+// What an operator sees: how many rows are in each state.
+pub use stateguard_runtime::{COUNT_CAP, StateCount};
 // Transactions whose wins wait for the commit.
 pub use stateguard_runtime::{Begin, Savepoint, Tx};
 // Effects, in-flight states and their recovery.

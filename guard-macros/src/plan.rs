@@ -225,6 +225,9 @@ pub enum Col {
     /// How long, in milliseconds, the oldest row recovery may take over
     /// has been due (-1 when none is).
     Behind,
+    /// How many rows are in state `n` (declaration order), counted up to
+    /// one past the cap.
+    Count(u8),
 }
 
 /// Marks a slot in a statement under construction: control characters
@@ -257,6 +260,7 @@ impl Col {
             Col::Reason => ('r', 0),
             Col::Details => ('d', 0),
             Col::Behind => ('b', 0),
+            Col::Count(n) => ('C', n),
         };
         format!("{COLUMN}{kind}{n}{COLUMN_END}{expr}")
     }
@@ -284,6 +288,7 @@ impl Col {
             'r' => Col::Reason,
             'd' => Col::Details,
             'b' => Col::Behind,
+            'C' => Col::Count(n),
             _ => return None,
         })
     }

@@ -105,6 +105,7 @@ pub use crate::machine::key::{
 pub use crate::machine::{HasVersion, StateMachine, UnknownState};
 pub use crate::outcome::{Committed, Current, MayRun, Outcome, Uncommitted, Won};
 pub use crate::transition::available::{Available, Choice, GuardNow};
+pub use crate::transition::counts::{COUNT_CAP, StateCount};
 pub use crate::transition::note::{Note, NoteSlot};
 pub use crate::transition::{Bound, Params, Transition};
 pub use crate::verify::{SchemaProblem, SchemaProblemKind};
@@ -118,6 +119,7 @@ pub mod meta {
     pub use crate::machine::{
         InFlightDef, Machine, ManySql, RetryDef, SetColumn, StateDef, TransitionDef,
     };
+    pub use crate::transition::counts::COUNT_CAP;
 }
 
 /// A statement in generated code, kept only where its backend's feature

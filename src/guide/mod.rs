@@ -28,7 +28,8 @@
 //! - [Tracing and metrics](tracing): the spans and their fields, and the
 //!   `metrics` feature.
 //! - [Seeing the machines](seeing): the state diagram in each machine's
-//!   rustdoc, and the same drawing at run time.
+//!   rustdoc, the count of rows in each state, and the same drawing at
+//!   run time.
 //!
 //! The crate documentation has the attributes and the backends; the pooler guide is [`pooler`](crate::pooler).
 

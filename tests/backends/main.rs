@@ -17,6 +17,7 @@ mod binds;
 mod claim;
 mod claim_tx;
 mod consumer;
+mod counts;
 mod deadlines;
 mod effects;
 mod emit;

@@ -428,3 +428,19 @@ mod own_conversions {
         );
     }
 }
+
+/// `Machine::counts` stops each state's count one past the runtime's
+/// `COUNT_CAP`, in every dialect: the derive writes the limit, the runtime
+/// reads what it means.
+#[test]
+fn counts_stop_one_past_the_cap() {
+    let limit = format!("LIMIT {}", stateguard::COUNT_CAP + 1);
+    let machine = crate::status::PayoutStatus::MACHINE;
+    for text in machine.counts_sql().statements().map(|s| s.text()) {
+        assert_eq!(
+            text.matches(&limit).count(),
+            machine.states().len(),
+            "{text}"
+        );
+    }
+}

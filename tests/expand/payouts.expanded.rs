@@ -314,6 +314,15 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 "SELECT CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST((CASE WHEN (amount_cents <= 95000) THEN 1 ELSE 0 END) AS SIGNED) FROM `payouts` WHERE `id` = ? AND CAST(`id` AS BINARY) = CAST(? AS BINARY)"
                 on mysql, binds = [Key(0), Key(0)], reads = [Status, Occurrence, Meets];
             },
+            counts: __sg::sql! {
+                "SELECT CASE WHEN $1::text = 'stateguard 71831f2242b94f45' THEN 'stateguard 71831f2242b94f45'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 71831f2242b94f45 with ', $1::text) AS INTEGER)::text END, (SELECT COUNT(*) FROM (SELECT 1 FROM \"payouts\" WHERE \"status\" = 'pending' LIMIT 10001) AS __sg_n0), (SELECT COUNT(*) FROM (SELECT 1 FROM \"payouts\" WHERE \"status\" = 'sending' LIMIT 10001) AS __sg_n1), (SELECT COUNT(*) FROM (SELECT 1 FROM \"payouts\" WHERE \"status\" = 'sent' LIMIT 10001) AS __sg_n2), (SELECT COUNT(*) FROM (SELECT 1 FROM \"payouts\" WHERE \"status\" = 'failed' LIMIT 10001) AS __sg_n3), (SELECT COUNT(*) FROM (SELECT 1 FROM \"payouts\" WHERE \"status\" = 'cancelled' LIMIT 10001) AS __sg_n4)"
+                on postgres, binds = [Tag], reads = [Tag, Count(0), Count(1), Count(2),
+                Count(3), Count(4)];
+                "SELECT (SELECT COUNT(*) FROM (SELECT 1 FROM \"payouts\" WHERE \"status\" = 'pending' LIMIT 10001) AS __sg_n0), (SELECT COUNT(*) FROM (SELECT 1 FROM \"payouts\" WHERE \"status\" = 'sending' LIMIT 10001) AS __sg_n1), (SELECT COUNT(*) FROM (SELECT 1 FROM \"payouts\" WHERE \"status\" = 'sent' LIMIT 10001) AS __sg_n2), (SELECT COUNT(*) FROM (SELECT 1 FROM \"payouts\" WHERE \"status\" = 'failed' LIMIT 10001) AS __sg_n3), (SELECT COUNT(*) FROM (SELECT 1 FROM \"payouts\" WHERE \"status\" = 'cancelled' LIMIT 10001) AS __sg_n4)"
+                on sqlite, reads = [Count(0), Count(1), Count(2), Count(3), Count(4)];
+                "SELECT (SELECT COUNT(*) FROM (SELECT 1 FROM `payouts` WHERE `status` = 'pending' AND CAST(`status` AS BINARY) = 'pending' LIMIT 10001) AS __sg_n0), (SELECT COUNT(*) FROM (SELECT 1 FROM `payouts` WHERE `status` = 'sending' AND CAST(`status` AS BINARY) = 'sending' LIMIT 10001) AS __sg_n1), (SELECT COUNT(*) FROM (SELECT 1 FROM `payouts` WHERE `status` = 'sent' AND CAST(`status` AS BINARY) = 'sent' LIMIT 10001) AS __sg_n2), (SELECT COUNT(*) FROM (SELECT 1 FROM `payouts` WHERE `status` = 'failed' AND CAST(`status` AS BINARY) = 'failed' LIMIT 10001) AS __sg_n3), (SELECT COUNT(*) FROM (SELECT 1 FROM `payouts` WHERE `status` = 'cancelled' AND CAST(`status` AS BINARY) = 'cancelled' LIMIT 10001) AS __sg_n4)"
+                on mysql, reads = [Count(0), Count(1), Count(2), Count(3), Count(4)];
+            },
             outbox: "stateguard_outbox",
             fingerprint: "c3462c94cb3cdd93",
             ddl: __sg::per_dialect(__sg::PerDialect {

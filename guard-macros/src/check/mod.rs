@@ -37,6 +37,16 @@ pub fn check<'a>(cx: &mut Ctxt, input: &'a Input<'a>) -> Option<Model<'a>> {
             "a StateMachine enum cannot have generic parameters",
         );
     }
+    // `Machine::counts` reads one column per state, numbered by a byte.
+    if let Some(extra) = input.variants.get(usize::from(u8::MAX) + 1) {
+        cx.error(
+            extra.ident,
+            format!(
+                "a StateMachine has at most {} states",
+                usize::from(u8::MAX) + 1
+            ),
+        );
+    }
     for variant in &input.variants {
         if !matches!(variant.original.fields, syn::Fields::Unit) {
             cx.error(

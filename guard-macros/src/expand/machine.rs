@@ -36,6 +36,7 @@ impl Gen<'_> {
         let history = self.option(model.history.as_ref().map(|table| quote!(#table)));
         let history_read = self.sql_if_any(|d| d.history_read(model));
         let available = self.sql(|d| d.available(model));
+        let counts = self.sql(|d| d.counts(model));
         let outbox = &model.outbox;
         let fingerprint = crate::ddl::fingerprint(model);
         let ddl = ddl_per_dialect(sg, model);
@@ -80,6 +81,7 @@ impl Gen<'_> {
                         history: #history,
                         history_read: #history_read,
                         available: #available,
+                        counts: #counts,
                         outbox: #outbox,
                         fingerprint: #fingerprint,
                         ddl: #ddl,

@@ -80,6 +80,10 @@ pub(super) fn column(col: Col) -> TokenStream {
         Col::Actor => quote!(Actor),
         Col::Reason => quote!(Reason),
         Col::Details => quote!(Details),
+        Col::Count(n) => {
+            let n = proc_macro2::Literal::u8_unsuffixed(n);
+            quote!(Count(#n))
+        }
     }
 }
 

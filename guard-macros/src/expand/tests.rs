@@ -104,3 +104,22 @@ fn an_invalid_enum_expands_to_its_errors_and_stubs() {
     // The stubs keep uses of the enum from adding errors of their own.
     assert!(text.contains("const fn go"), "{text}");
 }
+
+#[test]
+fn a_machine_of_more_states_than_a_count_column_index_holds_is_refused() {
+    let variants = (1..257).map(|i| quote::format_ident!("S{i}"));
+    let input: syn::DeriveInput = syn::parse_quote! {
+        #[state_machine(table = "t", column = "status", key = "id")]
+        enum Many {
+            #[state(initial)]
+            #[transition(go -> S1)]
+            S0,
+            #(#variants,)*
+        }
+    };
+    let text = super::derive(&input).to_string();
+    assert!(
+        text.contains("a StateMachine has at most 256 states"),
+        "{text}"
+    );
+}

@@ -61,6 +61,7 @@ fn transition_name(transition: &Transition) -> String {
 }
 
 mod claim;
+mod counts;
 mod fenced;
 mod history;
 mod lease;

@@ -114,6 +114,9 @@ pub enum Column {
     Reason,
     /// A history row's details, as text.
     Details,
+    /// How many rows are in state `n` (in declaration order), counted up
+    /// to one past [`COUNT_CAP`](crate::meta::COUNT_CAP).
+    Count(u8),
 }
 
 /// One statement as one dialect runs it: the text, fixed at compile time,

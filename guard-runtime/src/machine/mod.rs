@@ -103,6 +103,8 @@ pub struct Machine<S: 'static> {
     history: Option<(&'static str, Sql)>,
     /// The read of [`Machine::available`].
     available: Sql,
+    /// The read of [`Machine::counts`].
+    counts: Sql,
     /// The table `emit(…)` writes to.
     outbox: &'static str,
     /// What the enforcement DDL enforces, as its transitions trigger
@@ -184,6 +186,13 @@ impl<S: StateMachine> Machine<S> {
     /// [`TransitionDef::available_bit`] for each.
     pub const fn available_sql(&self) -> &Sql {
         &self.available
+    }
+
+    /// What [`Machine::counts`] runs: one row, the rows of each state in
+    /// declaration order ([`Column::Count`](crate::meta::Column::Count)),
+    /// each counted up to one past [`COUNT_CAP`](crate::meta::COUNT_CAP).
+    pub const fn counts_sql(&self) -> &Sql {
+        &self.counts
     }
 
     /// The outbox table the transitions that `emit(…)` write their

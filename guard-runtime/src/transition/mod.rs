@@ -45,6 +45,7 @@ mod apply;
 pub(crate) mod available;
 pub(crate) mod bind;
 mod cas;
+pub(crate) mod counts;
 mod failure;
 mod load;
 pub(crate) mod note;

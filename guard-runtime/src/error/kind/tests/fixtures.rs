@@ -61,6 +61,11 @@ impl crate::StateMachine for Lone {
             sqlite: NONE,
             mysql: NONE,
         }),
+        counts: construct::per_dialect(construct::PerDialect {
+            postgres: NONE,
+            sqlite: NONE,
+            mysql: NONE,
+        }),
         outbox: "stateguard_outbox",
         fingerprint: "",
         ddl: construct::per_dialect(construct::PerDialect {
