@@ -38,6 +38,16 @@ const PLACE: support::Place = support::Place {
     delay: Duration::ZERO,
 };
 
+/// [`PLACE`] on MySQL and MariaDB, where a schema is a database.
+const MYSQL_PLACE: support::Place = support::Place {
+    fresh: [
+        "DROP DATABASE IF EXISTS stateguard_outbox_bench",
+        "CREATE DATABASE stateguard_outbox_bench",
+    ],
+    drop: "DROP DATABASE stateguard_outbox_bench",
+    ..PLACE
+};
+
 const MESSAGES: i64 = 2_000;
 const ROUNDS: usize = 6;
 
@@ -269,15 +279,7 @@ async fn library_alone(nats: &str) {
         .await;
     })
     .await;
-    let place = support::Place {
-        fresh: [
-            "DROP DATABASE IF EXISTS stateguard_outbox_bench",
-            "CREATE DATABASE stateguard_outbox_bench",
-        ],
-        drop: "DROP DATABASE stateguard_outbox_bench",
-        ..PLACE
-    };
-    support::on_mysql(place, |pool| async move {
+    support::on_mysql(MYSQL_PLACE, |pool| async move {
         drain_rounds(
             "MariaDB",
             &pool,

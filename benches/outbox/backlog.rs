@@ -15,8 +15,8 @@ use async_nats::jetstream;
 use stateguard::outbox::{JetStream, Relay};
 
 use super::{
-    CLAIM, CLAIM_UNORDERED, MYSQL_SEED, PLACE, SEED, SQLITE_SEED, by_hand_batched_until,
-    fresh_stream, library_rounds, relay_until, support,
+    CLAIM, CLAIM_UNORDERED, MYSQL_PLACE, MYSQL_SEED, PLACE, SEED, SQLITE_SEED,
+    by_hand_batched_until, fresh_stream, library_rounds, relay_until, support,
 };
 
 /// How many messages a round relays.
@@ -162,16 +162,8 @@ pub async fn run(nats: &str) {
         })
         .await;
     }
-    let place = support::Place {
-        fresh: [
-            "DROP DATABASE IF EXISTS stateguard_outbox_bench",
-            "CREATE DATABASE stateguard_outbox_bench",
-        ],
-        drop: "DROP DATABASE stateguard_outbox_bench",
-        ..PLACE
-    };
     let sqlite = &sqlite;
-    support::on_mysql(place, |pool| async move {
+    support::on_mysql(MYSQL_PLACE, |pool| async move {
         for statement in stateguard::outbox::ddl(stateguard::ddl::Dialect::MySql) {
             sqlx::raw_sql(*statement).execute(&pool).await.unwrap();
         }

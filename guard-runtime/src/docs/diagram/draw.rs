@@ -149,29 +149,11 @@ pub(crate) fn draw(machine: &Diagram, layout: &Layout) -> String {
             );
         }
         let (name, db, badge) = layout::box_lines(machine, s);
-        let cx = n(b.x + b.w / 2.0);
-        let _ = write!(
-            out,
-            "<text x=\"{cx}\" y=\"{}\" text-anchor=\"middle\" font-size=\"{NAME_PX}\" \
-             font-weight=\"bold\" fill=\"{INK}\">{}</text>",
-            n(b.y + 19.0),
-            escape(&name)
-        );
-        let _ = write!(
-            out,
-            "<text x=\"{cx}\" y=\"{}\" text-anchor=\"middle\" font-size=\"{DB_PX}\" \
-             fill=\"{MUTED}\">{}</text>",
-            n(b.y + 35.0),
-            escape(&db)
-        );
+        let cx = b.x + b.w / 2.0;
+        centred(&mut out, cx, b.y + 19.0, NAME_PX, INK, true, &name);
+        centred(&mut out, cx, b.y + 35.0, DB_PX, MUTED, false, &db);
         if let Some(badge) = badge {
-            let _ = write!(
-                out,
-                "<text x=\"{cx}\" y=\"{}\" text-anchor=\"middle\" font-size=\"{BADGE_PX}\" \
-                 fill=\"{IN_FLIGHT}\">{}</text>",
-                n(b.y + 51.0),
-                escape(&badge)
-            );
+            centred(&mut out, cx, b.y + 51.0, BADGE_PX, IN_FLIGHT, false, &badge);
         }
     }
     let mut x = LEGEND_X;
@@ -187,6 +169,20 @@ pub(crate) fn draw(machine: &Diagram, layout: &Layout) -> String {
     }
     out.push_str("</svg>");
     out
+}
+
+/// One line of a box: `text`, escaped, centred on `x` with its baseline at
+/// `y`.
+fn centred(out: &mut String, x: f64, y: f64, px: f64, fill: &str, bold: bool, text: &str) {
+    let weight = if bold { " font-weight=\"bold\"" } else { "" };
+    let _ = write!(
+        out,
+        "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" font-size=\"{px}\"{weight} \
+         fill=\"{fill}\">{}</text>",
+        n(x),
+        n(y),
+        escape(text)
+    );
 }
 
 /// Where the legend starts, and the space after each of its items.
