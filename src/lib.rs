@@ -374,9 +374,9 @@ pub use stateguard_runtime::{APPLY_MANY_CHUNK, Backend, Runner, key};
 /// nothing else needs to import.
 pub mod bounds {
     pub use stateguard_runtime::{
-        BatchKey, BatchRunner, Batchable, Batched, ColumnTypes, DecodeKey, EffectFn, EffectFnOnce,
-        FollowUpValues, Key, KeyOf, KeyShape, KeyText, KeyType, ManyKeys, MayRun, NoteSlot, Params,
-        PlainDone, PlainFailed, RowKey, Staged,
+        BatchKey, BatchRunner, Batchable, Batched, Binds, Claimable, ColumnTypes, DecodeKey,
+        EffectFn, EffectFnOnce, FinishFn, FinishFnOnce, FollowUpValues, Key, KeyOf, KeyShape,
+        KeyText, KeyType, ManyKeys, MayRun, NoteSlot, PlainDone, PlainFailed, RowKey, Staged,
     };
 }
 // Metadata, and what is generated from it.

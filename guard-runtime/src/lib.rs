@@ -85,13 +85,12 @@ pub use crate::ddl::ColumnTypes;
 pub use crate::deadline::call::Call;
 pub use crate::deadline::retry::DEFAULT_DEADLINE;
 pub use crate::dialect::{Backend, Key};
+pub use crate::effects::calls::{FinishFn, FinishFnOnce, finish_many, recover, recover_many};
 pub use crate::effects::effect_fn::Effect;
 pub use crate::effects::effect_fn::{EffectFn, EffectFnOnce};
-pub use crate::effects::finish_many::{FLUSH_AFTER, FinishedRow, finish_many};
+pub use crate::effects::finish_many::{FLUSH_AFTER, FinishedRow};
 pub use crate::effects::finished::{FinishError, Finished};
-pub use crate::effects::recovery::{
-    Recover, Recovered, SupersededRow, claim_expired, recover, recover_many,
-};
+pub use crate::effects::recovery::{Recover, Recovered, SupersededRow, claim_expired};
 pub use crate::effects::verdict::{
     FollowUp, FollowUpValues, PlainDone, PlainFailed, Retry, Verdict,
 };
@@ -100,14 +99,14 @@ pub use crate::executor::Runner;
 pub use crate::executor::tx::{Begin, Savepoint, Staged, Tx};
 pub use crate::history::{HasHistory, HistoryRow, Noted};
 pub use crate::machine::key::{
-    BatchKey, Batchable, DecodeKey, KeyOf, KeyShape, KeyText, KeyType, ManyKeys, RowKey,
+    BatchKey, Batchable, Claimable, DecodeKey, KeyOf, KeyShape, KeyText, KeyType, ManyKeys, RowKey,
 };
 pub use crate::machine::{HasVersion, StateMachine, UnknownState};
 pub use crate::outcome::{Committed, Current, MayRun, Outcome, Uncommitted, Won};
 pub use crate::transition::available::{Available, Choice, GuardNow};
 pub use crate::transition::counts::{COUNT_CAP, StateCount};
 pub use crate::transition::note::{Note, NoteSlot};
-pub use crate::transition::{Bound, Params, Transition};
+pub use crate::transition::{Binds, Bound, Transition};
 pub use crate::verify::{SchemaProblem, SchemaProblemKind};
 
 /// What a derived machine knows about itself, read through
@@ -410,7 +409,7 @@ pub mod __private {
     pub use crate::stores::schema::{StoreParts, store_statement, stores};
     pub use crate::transition::bind::Field;
     /// The bounds the derive's impls name.
-    pub use crate::{ColumnTypes, FollowUpValues, KeyType, Params, PlainDone, PlainFailed};
+    pub use crate::{Binds, ColumnTypes, FollowUpValues, KeyType, PlainDone, PlainFailed};
     /// The stores of a schema (`stores!`).
     pub use stateguard_macros::__store_statements as store_statements;
 

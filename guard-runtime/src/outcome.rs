@@ -15,7 +15,7 @@ use crate::machine::key::KeyText;
 /// on a pool or connection, [`Uncommitted`] inside a transaction).
 #[must_use = "only `Outcome::Applied` may run the side effect; match on the outcome"]
 #[derive(Debug, PartialEq, Eq)]
-pub enum Outcome<S: StateMachine, K, C = Committed> {
+pub enum Outcome<S, K, C = Committed> {
     /// This attempt changed the row. It holds the [`Won`] token.
     Applied(Won<S, K, C>),
     /// The row already is in the target state: a replay, or another attempt
@@ -101,10 +101,9 @@ impl<S: Copy> Current<S> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Committed {}
 
-/// What a [`Won`]'s commit marker must be for its effect to run
-/// ([`Won::run`], [`Won::finish`]): [`Committed`], and nothing else. The
-/// bound is there so that calling either on an [`Uncommitted`] win says
-/// to commit first.
+/// A [`Won`] whose effect may run: a [`Committed`] one, and nothing else.
+/// [`Won::run`] and [`Won::finish`] on an [`Uncommitted`] win ask for it,
+/// so that the mistake is one compile error that says to commit first.
 #[diagnostic::on_unimplemented(
     message = "this win is `Uncommitted`: its effect cannot run before the transaction that won \
                commits",
@@ -112,13 +111,23 @@ pub enum Committed {}
     note = "commit first, and run the effect on the win the commit hands back: \
             `let won = tx.commit(won).await?;` (or `won.commit(tx)`), then `won.finish(&pool, effect)`"
 )]
-pub trait MayRun: may_run::Sealed {}
+pub trait MayRun<S: StateMachine, K>: may_run::Sealed {
+    /// The same win, marked [`Committed`], which it already is.
+    #[doc(hidden)]
+    fn committed(self) -> Won<S, K, Committed>;
+}
 
-impl MayRun for Committed {}
+impl<S: StateMachine, K> MayRun<S, K> for Won<S, K, Committed> {
+    fn committed(self) -> Won<S, K, Committed> {
+        self
+    }
+}
 
 mod may_run {
+    use super::{Committed, StateMachine, Won};
+
     pub trait Sealed {}
-    impl Sealed for super::Committed {}
+    impl<S: StateMachine, K> Sealed for Won<S, K, Committed> {}
 }
 
 /// Marks a [`Won`] obtained inside a transaction that has not committed
@@ -135,7 +144,7 @@ pub enum Uncommitted {}
 /// runs once per win.
 #[must_use = "the winning attempt is the one that must run the side effect"]
 #[derive(PartialEq, Eq)]
-pub struct Won<S: StateMachine, K, C = Committed> {
+pub struct Won<S, K, C = Committed> {
     state: S,
     key: K,
     occurrence: i64,
@@ -169,26 +178,6 @@ impl PartialEq for LeasedAt {
 }
 
 impl Eq for LeasedAt {}
-
-impl<S: StateMachine, K, C> Won<S, K, C> {
-    /// The same win, marked [`Committed`], which `C` can only be.
-    pub(crate) fn into_committed(self) -> Won<S, K, Committed>
-    where
-        C: MayRun,
-    {
-        Won {
-            state: self.state,
-            key: self.key,
-            occurrence: self.occurrence,
-            lease: self.lease,
-            scope: self.scope,
-            deadline: self.deadline,
-            leased_at: self.leased_at,
-            attempt: self.attempt,
-            commit: PhantomData,
-        }
-    }
-}
 
 impl<S: StateMachine, K, C> Won<S, K, C> {
     pub(crate) fn new(state: S, key: K, occurrence: i64, lease: i64, scope: u64) -> Self {
@@ -309,7 +298,7 @@ impl<S: StateMachine, K: KeyText<S::KeyShape>, C> Won<S, K, C> {
     }
 }
 
-impl<S: StateMachine, K: fmt::Debug, C> fmt::Debug for Won<S, K, C> {
+impl<S: fmt::Debug, K: fmt::Debug, C> fmt::Debug for Won<S, K, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Won")
             .field("state", &self.state)

@@ -89,7 +89,7 @@ struct Tests<DB>(PhantomData<DB>);
 
 impl<DB: TestBackend> Tests<DB>
 where
-    i64: KeyColumn<DB>,
+    i64: KeyColumn<DB> + stateguard::bounds::ManyKeys<DB, stateguard::key::shape::One>,
     String: Key<DB>,
 {
     /// The values go into the one compare-and-set; a replay with other values
@@ -314,7 +314,7 @@ where
 
 impl<DB: TestBackend> Tests<DB>
 where
-    i64: KeyColumn<DB>,
+    i64: KeyColumn<DB> + stateguard::bounds::ManyKeys<DB, stateguard::key::shape::One>,
     String: Key<DB>,
 {
     /// A verdict without the values its follow-up binds (the transition

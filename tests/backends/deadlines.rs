@@ -230,7 +230,7 @@ async fn a_killed_takeover_leaves_the_outcome_open<DB: Hold>(
     pid: &'static str,
     kill: &'static str,
 ) where
-    i64: KeyColumn<DB>,
+    i64: KeyColumn<DB> + stateguard::bounds::ManyKeys<DB, stateguard::key::shape::One>,
 {
     db.transfers(1).await;
     let won = TransferStatus::start()

@@ -68,7 +68,7 @@ pub(crate) struct Tests<DB>(PhantomData<DB>);
 
 impl<DB: TestBackend> Tests<DB>
 where
-    i64: KeyColumn<DB>,
+    i64: KeyColumn<DB> + stateguard::bounds::ManyKeys<DB, stateguard::key::shape::One>,
     // The bare connection under a transaction (`&mut *tx`), which the
     // refusal tests pass on purpose.
     for<'c> &'c mut DB::Connection: Runner<Database = DB, Commit = Committed>,

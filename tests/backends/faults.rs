@@ -407,7 +407,7 @@ impl Effects {
 /// into `sending` by `apply`: their wins.
 async fn moved<DB: TestBackend>(db: &Db<DB>, n: i64) -> Vec<Won<TransferStatus, i64>>
 where
-    i64: KeyColumn<DB>,
+    i64: KeyColumn<DB> + stateguard::bounds::ManyKeys<DB, stateguard::key::shape::One>,
 {
     pending_transfers(db).await;
     let mut wins = Vec::new();
@@ -422,7 +422,7 @@ where
 /// worker that died leaves them: no win to hand a call.
 async fn expired<DB: TestBackend>(db: &Db<DB>) -> Vec<Won<TransferStatus, i64>>
 where
-    i64: KeyColumn<DB>,
+    i64: KeyColumn<DB> + stateguard::bounds::ManyKeys<DB, stateguard::key::shape::One>,
 {
     drop(moved(db, 3).await);
     db.backdate_leases().await;
@@ -442,7 +442,7 @@ async fn recovered<DB: TestBackend>(
     setup: impl AsyncFn(&Db<DB>) -> Vec<Won<TransferStatus, i64>>,
     call: impl AsyncFn(&Db<DB>, Vec<Won<TransferStatus, i64>>, &Effects),
 ) where
-    i64: KeyColumn<DB>,
+    i64: KeyColumn<DB> + stateguard::bounds::ManyKeys<DB, stateguard::key::shape::One>,
 {
     let wins = setup(db).await;
     let counting = Plan::count();

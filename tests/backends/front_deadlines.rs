@@ -292,7 +292,7 @@ where
 /// (outcome unknown); MySQL's listing is a read (outcome known).
 async fn a_claim_of_expired_rows_without_an_answer_times_out<DB: Proxied>(db: Db<DB>)
 where
-    i64: Key<DB>,
+    i64: Key<DB> + stateguard::bounds::ManyKeys<DB, stateguard::key::shape::One>,
     for<'r> i64: sqlx::Decode<'r, DB> + sqlx::Type<DB>,
 {
     expired_transfer(&db).await;
@@ -308,7 +308,7 @@ where
 /// The rows `claim_expired` takes over keep its deadline for `finish`.
 async fn claimed_rows_keep_the_claims_deadline<DB: TestBackend>(db: Db<DB>)
 where
-    i64: Key<DB>,
+    i64: Key<DB> + stateguard::bounds::ManyKeys<DB, stateguard::key::shape::One>,
     for<'r> i64: sqlx::Decode<'r, DB> + sqlx::Type<DB>,
 {
     expired_transfer(&db).await;

@@ -57,7 +57,7 @@ async fn outlive_the_lease() {
 /// the row.
 async fn loose_text_key<DB: TestBackend>(pool: &Pool<DB>, loose: &str, stored: &str)
 where
-    String: KeyColumn<DB>,
+    String: KeyColumn<DB> + stateguard::bounds::ManyKeys<DB, stateguard::key::shape::One>,
 {
     let outcome = AccountStatus::open()
         .apply(pool, String::from(loose))
@@ -91,7 +91,7 @@ where
 async fn loose_integer_key<DB: TestBackend>(pool: &Pool<DB>, loose: &str)
 where
     String: Key<DB>,
-    i64: KeyColumn<DB>,
+    i64: KeyColumn<DB> + stateguard::bounds::ManyKeys<DB, stateguard::key::shape::One>,
 {
     let outcome = PayoutStatus::start()
         .apply(pool, String::from(loose))
@@ -230,7 +230,7 @@ async fn postgres_keys_match_exactly_under_a_nondeterministic_collation() {
 /// row whose lease is still fresh, and recovery leaves it alone.
 async fn lease_starts_at_the_statement<DB: TestBackend>(db: Db<DB>)
 where
-    i64: KeyColumn<DB>,
+    i64: KeyColumn<DB> + stateguard::bounds::ManyKeys<DB, stateguard::key::shape::One>,
 {
     #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
     #[state_machine(
@@ -454,7 +454,13 @@ async fn batches_and_apply_name_the_same_rows<DB, K>(
     keys: &[K],
 ) where
     DB: TestBackend + stateguard::bounds::Batched,
-    K: KeyColumn<DB> + ManyKeys<DB, shape::One> + std::fmt::Debug + std::fmt::Display + Ord + Clone,
+    K: KeyColumn<DB>
+        + ManyKeys<DB, shape::One>
+        + std::fmt::Debug
+        + std::fmt::Display
+        + Ord
+        + Clone
+        + 'static,
 {
     let mut conn = db.pool.acquire().await.unwrap();
     for statement in statements {

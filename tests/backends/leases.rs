@@ -54,7 +54,7 @@ struct Tests<DB>(PhantomData<DB>);
 
 impl<DB: TestBackend> Tests<DB>
 where
-    i64: KeyColumn<DB>,
+    i64: KeyColumn<DB> + stateguard::bounds::ManyKeys<DB, stateguard::key::shape::One>,
 {
     /// A recovery pass whose first effect runs long: the rows waiting behind it
     /// (taken over with the pass on PostgreSQL, listed on SQLite and MySQL) see

@@ -112,7 +112,7 @@ where
 /// through a pool gone stale again, finds nothing to run again.
 async fn a_follow_up_after_a_failover_lands<DB: TestBackend>(db: Db<DB>)
 where
-    i64: KeyColumn<DB>,
+    i64: KeyColumn<DB> + stateguard::bounds::ManyKeys<DB, stateguard::key::shape::One>,
     TransferStatus: stateguard::bounds::FollowUpValues<DB>,
 {
     db.transfers(1).await;

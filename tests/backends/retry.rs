@@ -182,7 +182,7 @@ pub(crate) struct Tests<DB>(PhantomData<DB>);
 
 impl<DB: TestBackend> Tests<DB>
 where
-    i64: KeyColumn<DB>,
+    i64: KeyColumn<DB> + stateguard::bounds::ManyKeys<DB, stateguard::key::shape::One>,
 {
     /// Recovery passes until row `id` leaves `sending`, each effect told by
     /// `verdict`; the passes' reports added up.

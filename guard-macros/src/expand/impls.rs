@@ -108,7 +108,7 @@ impl Gen<'_> {
             #[automatically_derived]
             impl<__DB: #krate::Backend> #private::FollowUpValues<__DB> for #ident
             where
-                #(#follow_up_types: #private::Params<__DB>,)*
+                #(__DB: #private::Binds<#follow_up_types>,)*
             {
                 #binders
             }

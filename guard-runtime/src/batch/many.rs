@@ -25,13 +25,13 @@ use crate::telemetry;
 use crate::transition::Bound;
 use crate::transition::bind::{self, Parts};
 use crate::transition::note::{Note, NoteSlot};
-use crate::transition::{Class, Params, Transition};
+use crate::transition::{Binds, Class, Transition};
 
 /// Keys sent in one statement; a longer batch is split into chunks of
 /// this many distinct keys, each moved by statements of its own.
 pub const APPLY_MANY_CHUNK: usize = 10_000;
 
-impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
+impl<S: StateMachine, P: Send + Sync + 'static, N: NoteSlot> Transition<S, P, N> {
     /// Applies this transition to every key of `keys`: one outcome per key,
     /// in input order. `Applied(Won)` for each row it moved (committed; one
     /// win at most per row, a repeated key's later occurrences are
@@ -101,9 +101,8 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
         keys: &'a [K],
     ) -> Call<'a, Vec<Outcome<S, K, E::Commit>>>
     where
-        E: BatchRunner + 'a,
+        E: BatchRunner<Database: Binds<P>> + 'a,
         K: BatchKey<S, E::Database> + 'a,
-        P: Params<E::Database> + 'a,
     {
         self.call(move |this| async move {
             this.recorded()?;

@@ -16,110 +16,32 @@ use crate::error::Error;
 use crate::executor::{Runner, refuse_open_transaction};
 use crate::machine::InFlightDef;
 use crate::machine::key::{KeyText, RowKey};
-use crate::outcome::{Committed, MayRun, Won};
+use crate::outcome::{Committed, MayRun, Uncommitted, Won};
 use crate::telemetry;
 
-impl<S: StateMachine, K, C> Won<S, K, C> {
+impl<S: StateMachine, K> Won<S, K, Committed> {
     /// Runs the side effect this win guards, once.
     ///
-    /// Only a committed `Won` runs it ([`MayRun`]), so an effect can
-    /// neither run for an attempt that lost nor before the transaction
-    /// that won commits. Returns what `effect` returns, its future for an
-    /// `async` effect: `won.run(|effect| async move { … }).await`.
+    /// Only a committed `Won` runs it, so an effect can neither run for an
+    /// attempt that lost nor before the transaction that won commits (on
+    /// an [`Uncommitted`] win this is a compile error that says to commit
+    /// first). Returns what `effect` returns, its future for an `async`
+    /// effect: `won.run(|effect| async move { … }).await`.
     pub fn run<F, Fut>(self, effect: F) -> Fut
     where
-        C: MayRun,
         K: KeyText<S::KeyShape>,
         F: FnOnce(Effect<S, K>) -> Fut,
     {
-        effect(self.into_committed().into_effect())
+        effect(self.into_effect())
     }
 
-    /// For a win into an in-flight state: runs the effect, then the state's
-    /// `done` transition, or its `failed` transition, as the effect's
-    /// [`Verdict`](crate::Verdict) says.
-    ///
-    /// A crash anywhere in between leaves the row in flight; once its lease
-    /// runs out, [`recover`](crate::recover) runs the effect again with the same effect key
-    /// and finishes it. Before the effect the lease is renewed, unless the
-    /// win stamped it less than a third of its length ago (then no one can
-    /// have taken it over, and the effect starts at once); while the effect
-    /// runs, the lease is renewed every third of its length, so an effect
-    /// may outlast it as long as this worker lives. A worker whose lease was taken over all the same (it
-    /// stalled past its lease) gets [`Finished::Skipped`] if that happened
-    /// before its effect (which then does not run), or
-    /// [`Finished::LeaseLost`] if it happened during it; either way its
-    /// verdict does not move the row.
-    ///
-    /// A call that cannot finish (the state is not in flight, or `executor`
-    /// is a connection inside a transaction) is refused before the effect
-    /// runs, and [`FinishError::Refused`] hands the win back: its effect can
-    /// still run.
-    ///
-    /// The call keeps the win's deadline ([`Won::within`]; by default the
-    /// deadline of the transition that won, [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE)),
-    /// the effect included. Cut off before the effect, it is refused with
-    /// [`Error::Timeout`]: named `renew` and with its outcome unknown when
-    /// the lease's renewal was in flight (it may still commit, and the win
-    /// handed back then holds a lease the row no longer has: finishing it
-    /// again ends in [`Finished::Skipped`], and recovery takes the row over
-    /// once the new lease runs out). Cut off in the effect or the
-    /// follow-up, it ends in [`FinishError::Unfinished`] with an
-    /// [`Error::Timeout`] whose outcome is unknown, naming the follow-up
-    /// under way (`done` while the effect runs), and the row stays in
-    /// flight for recovery.
-    ///
-    /// Whatever statement fails (the renewal, the follow-up, its history
-    /// or outbox rows, the read that tells why a follow-up moved nothing),
-    /// the row is either finished, with [`Finished`] saying how, or left in
-    /// flight, and recovery runs the effect again under the same effect
-    /// key and finishes it: an error after the effect ran is
-    /// [`FinishError::Unfinished`], never a finish the caller is not told
-    /// of.
-    ///
-    /// ```
-    /// use stateguard::{Finished, StateMachine, Verdict};
-    ///
-    /// #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
-    /// #[state_machine(table = "transfers", column = "status", key = "id")]
-    /// enum TransferStatus {
-    ///     #[state(initial)]
-    ///     #[transition(start -> Sending)]
-    ///     Pending,
-    ///     #[state(in_flight(lease = "30s", since = "sending_since", done = confirm, failed = fail))]
-    ///     #[transition(confirm -> Sent)]
-    ///     #[transition(fail -> Failed)]
-    ///     Sending,
-    ///     Sent,
-    ///     Failed,
-    /// }
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let pool = sqlx::SqlitePool::connect("sqlite::memory:").await?;
-    /// # sqlx::query("CREATE TABLE transfers (id INTEGER PRIMARY KEY, status TEXT NOT NULL, sending_since TEXT)")
-    /// #     .execute(&pool).await?;
-    /// # sqlx::query("INSERT INTO transfers (id, status) VALUES (1, 'pending')")
-    /// #     .execute(&pool).await?;
-    /// let outcome = TransferStatus::start().apply(&pool, 1_i64).await?;
-    /// if let Some(won) = outcome.won() {
-    ///     // The effect runs once, under the row's lease; its verdict moves the row.
-    ///     let finished = won
-    ///         .finish(&pool, |effect| async move {
-    ///             let _key = effect.effect_key(); // the bank's idempotency key
-    ///             Verdict::done()
-    ///         })
-    ///         .await?;
-    ///     assert!(matches!(finished, Finished::Done { state: TransferStatus::Sent, .. }));
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn finish<E, F>(
+    /// [`Won::finish`], with the bounds its effect stands for.
+    pub(crate) async fn finish_on<E, F>(
         self,
         executor: E,
         effect: F,
     ) -> Result<Finished<S>, FinishError<S, K>>
     where
-        C: MayRun,
         E: Runner<Commit = Committed>,
         K: RowKey<E::Database, S::KeyShape>,
         S: FollowUpValues<E::Database>,
@@ -134,7 +56,6 @@ impl<S: StateMachine, K, C> Won<S, K, C> {
             telemetry::effect_attempt(S::MACHINE.name(), self.state().as_str(), attempt);
         }
         let finished = self
-            .into_committed()
             .finish_traced(in_flight, executor, effect)
             .instrument(span.clone())
             .await;
@@ -168,6 +89,33 @@ impl<S: StateMachine, K, C> Won<S, K, C> {
             _ => {}
         }
         finished
+    }
+}
+
+/// [`Won::run`] and [`Won::finish`] on a win whose transaction has not
+/// committed: there only to say, in one compile error, to commit first.
+impl<S: StateMachine, K> Won<S, K, Uncommitted> {
+    #[doc(hidden)]
+    pub fn run<F, Fut>(self, effect: F) -> Fut
+    where
+        Self: MayRun<S, K>,
+        K: KeyText<S::KeyShape>,
+        F: FnOnce(Effect<S, K>) -> Fut,
+    {
+        effect(self.committed().into_effect())
+    }
+
+    #[doc(hidden)]
+    pub fn finish<E, F>(
+        self,
+        executor: E,
+        effect: F,
+    ) -> core::future::Pending<Result<Finished<S>, FinishError<S, K>>>
+    where
+        Self: MayRun<S, K>,
+    {
+        let _ = (self, executor, effect);
+        core::future::pending()
     }
 }
 

@@ -1,28 +1,30 @@
-//! What an effect is told ([`Effect`]), and what it is to the calls that
-//! run it: a closure from its `Effect` to a future of its [`Verdict`],
-//! named by one bound.
+//! What an effect is told ([`Effect`]), and its shape: a closure from its
+//! `Effect` to a future of its [`Verdict`] ([`EffectFn`],
+//! [`EffectFnOnce`]). `calls.rs` adds what the database asks of the
+//! machine and its key; [`Visit`] hands a body those bounds.
 
 use core::future::Future;
 
 use crate::StateMachine;
-use crate::effects::verdict::Verdict;
+use crate::dialect::Backend;
+use crate::effects::verdict::{FollowUpValues, Verdict};
+use crate::machine::key::{BatchKey, KeyType};
 
-/// The effect of one in-flight row of machine `S` with key `K`, for the
-/// calls that run it on many rows ([`finish_many`](crate::finish_many),
-/// [`recover`](crate::recover), [`recover_many`](crate::recover_many)):
-/// any `Fn(Effect<S, K>) -> impl Future<Output = Verdict<S>>`, such as
-/// `|effect| async move { … }`.
+/// The shape of the effect of one in-flight row of machine `S` with key
+/// `K`, run once per row: any `Fn(Effect<S, K>) -> impl Future<Output =
+/// Verdict<S>>`, such as `|effect| async move { … }`.
 ///
 /// A blanket impl covers every such closure or function; nothing else
-/// implements it. It is the effect's one bound in those calls'
-/// signatures, as axum's `Handler` is a handler's, and the closure's
-/// parameter is still inferred.
+/// implements it. The calls that run an effect name it through
+/// [`FinishFn`](crate::FinishFn), which adds what the database asks of the machine and its
+/// key; code that wraps an effect before any database is known (a
+/// worker's `Rate::limit`) names this one.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not an effect of `{S}`'s rows",
     label = "an effect takes an `Effect<{S}, {K}>` and returns a future of a `Verdict<{S}>`",
     note = "write it as `|effect| async move {{ …; Verdict::done() }}`"
 )]
-pub trait EffectFn<S: StateMachine, K>: Fn(Effect<S, K>) -> Self::Future {
+pub trait EffectFn<S, K>: Fn(Effect<S, K>) -> Self::Future {
     /// What the effect returns: a future of its verdict.
     type Future: Future<Output = Verdict<S>>;
 }
@@ -35,15 +37,16 @@ where
     type Future = Fut;
 }
 
-/// The effect of one win, for [`Won::finish`](crate::Won::finish), which
-/// runs it once: any `FnOnce(Effect<S, K>) -> impl Future<Output =
-/// Verdict<S>>`, such as `|effect| async move { … }`. See [`EffectFn`].
+/// The shape of the effect of one win, run once: any `FnOnce(Effect<S, K>)
+/// -> impl Future<Output = Verdict<S>>`, such as `|effect| async move { …
+/// }`. [`Won::finish`](crate::Won::finish) names it through
+/// [`FinishFnOnce`](crate::FinishFnOnce). See [`EffectFn`].
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not an effect of `{S}`'s rows",
     label = "an effect takes an `Effect<{S}, {K}>` and returns a future of a `Verdict<{S}>`",
     note = "write it as `|effect| async move {{ …; Verdict::done() }}`"
 )]
-pub trait EffectFnOnce<S: StateMachine, K>: FnOnce(Effect<S, K>) -> Self::Future {
+pub trait EffectFnOnce<S, K>: FnOnce(Effect<S, K>) -> Self::Future {
     /// What the effect returns: a future of its verdict.
     type Future: Future<Output = Verdict<S>>;
 }
@@ -56,10 +59,24 @@ where
     type Future = Fut;
 }
 
+/// A body that needs what [`FinishFn`](crate::FinishFn) stands for: `visit` runs with
+/// those bounds in scope.
+#[doc(hidden)]
+pub trait Visit<S, K, DB: Backend> {
+    /// What the body returns.
+    type Output;
+
+    /// The body.
+    fn visit(self) -> Self::Output
+    where
+        S: FollowUpValues<DB> + KeyType<K>,
+        K: BatchKey<S, DB>;
+}
+
 /// What an effect is told: which row, which state, and the key to make the
 /// external call idempotent with.
 #[derive(Debug, Clone)]
-pub struct Effect<S: StateMachine, K> {
+pub struct Effect<S, K> {
     state: S,
     key: K,
     occurrence: i64,

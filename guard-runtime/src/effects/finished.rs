@@ -9,7 +9,7 @@ use crate::outcome::{Committed, Won};
 
 /// Why [`Won::finish`] did not finish the row.
 #[derive(Debug)]
-pub enum FinishError<S: StateMachine, K> {
+pub enum FinishError<S, K> {
     /// Refused before the effect ran: the win comes back, and its effect
     /// can still run (with [`Won::run`], or `finish` on a fitting
     /// executor).

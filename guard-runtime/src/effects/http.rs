@@ -154,12 +154,16 @@ where
             row: PhantomData,
         }
     }
+}
 
+impl<S, K, B, A> HttpEffect<S, K, B, A>
+where
+    S: StateMachine,
+    B: Fn(&Effect<S, K>) -> RequestBuilder,
+    A: Answers<S>,
+{
     /// Sends the request of `effect`'s row and reads its answer.
-    pub async fn call(&self, effect: &Effect<S, K>) -> Verdict<S>
-    where
-        A: Answers<S>,
-    {
+    pub async fn call(&self, effect: &Effect<S, K>) -> Verdict<S> {
         let request = (self.build)(effect).header(IDEMPOTENCY_KEY, effect.effect_key());
         match request.send().await {
             Ok(response) => self.read(response).await,
@@ -231,10 +235,8 @@ where
     /// [`finish_many`](crate::finish_many) and the rest take one.
     pub fn effect(self) -> impl Fn(Effect<S, K>) -> BoxFuture<'static, Verdict<S>> + Send + Sync
     where
-        S: Send + 'static,
-        K: Send + Sync + 'static,
-        B: Send + Sync + 'static,
-        A: Answers<S>,
+        Self: Send + Sync + 'static,
+        Effect<S, K>: Send + Sync + 'static,
     {
         let this = Arc::new(self);
         move |effect| {

@@ -19,6 +19,7 @@
 //! row no longer has, and its follow-up matches nothing. Recovery takes a
 //! row over only once its lease has run out.
 
+pub(crate) mod calls;
 pub(crate) mod effect;
 pub(crate) mod effect_fn;
 mod fenced;

@@ -12,7 +12,7 @@ use crate::dialect::sealed::Driver;
 use crate::error::Error;
 use crate::machine::{InFlightDef, TransitionDef};
 use crate::transition::note::{Note, NoteSlot};
-use crate::transition::{Params, Transition};
+use crate::transition::{Binds, Transition};
 
 /// How an effect on an in-flight row of machine `S` ended.
 ///
@@ -457,14 +457,16 @@ impl<S: StateMachine> Chosen<S> {
 
 #[doc(hidden)]
 pub mod construct {
-    use super::{Backend, Binder, Params};
+    use super::{Binder, Binds};
 
     /// The binder a follow-up with values of type `P` gets.
-    pub fn binder<DB: Backend, P: Params<DB> + 'static>() -> Binder<DB> {
+    pub fn binder<DB: Binds<P>, P: 'static>() -> Binder<DB> {
         Binder {
             expects: core::any::type_name::<P>(),
             fits: |values| values.is::<P>(),
-            bind: |values, n, args| Some(values.downcast_ref::<P>()?.bind_range(args, n..n + 1)),
+            bind: |values, n, args| {
+                Some(DB::bind_range(values.downcast_ref::<P>()?, args, n..n + 1))
+            },
         }
     }
 }

@@ -33,7 +33,7 @@ use core::time::Duration;
 use crate::deadline::call::Call;
 use crate::deadline::retry::DEFAULT_DEADLINE;
 
-pub use self::bind::Params;
+pub use self::bind::Binds;
 use crate::StateMachine;
 use crate::error::Error;
 use crate::executor::Runner;
@@ -204,7 +204,9 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
             (None, _) => Ok(()),
         }
     }
+}
 
+impl<S: StateMachine, P: Send + Sync + 'static, N: NoteSlot> Transition<S, P, N> {
     /// Runs the compare-and-set on the row whose key is `key`.
     ///
     /// One `UPDATE … WHERE key = ? AND status IN (sources)` on the winning
@@ -276,9 +278,8 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
     /// ```
     pub fn apply<'a, E, K>(self, mut executor: E, key: K) -> Call<'a, Outcome<S, K, E::Commit>>
     where
-        E: Runner + 'a,
+        E: Runner<Database: Binds<P>> + 'a,
         K: KeyOf<S, E::Database> + 'a,
-        P: Params<E::Database> + 'a,
     {
         self.call(move |this| async move {
             this.recorded()?;

@@ -34,7 +34,8 @@ use tracing::Instrument;
 
 use crate::batch::batched::Batched;
 use crate::dialect::BoxFuture;
-use crate::effects::effect_fn::EffectFn;
+use crate::effects::calls::FinishFn;
+use crate::effects::effect_fn::{EffectFn, Visit};
 use crate::effects::finish_many::finish_many_until;
 use crate::effects::follow_up::in_flight_def;
 use crate::effects::recovery::recover_many_until;
@@ -184,19 +185,18 @@ impl<DB: Batched> Worker<DB> {
         effect: F,
     ) -> Self
     where
-        S: FollowUpValues<DB> + KeyType<K>,
-        K: BatchKey<S, DB> + Send + Sync + 'static,
-        F: EffectFn<S, K, Future: Send> + Send + Sync + 'static,
+        K: 'static,
+        F: FinishFn<S, K, DB, Future: Send> + Send + Sync + 'static,
     {
-        let beat = self.health.add(S::MACHINE.name(), claim.name());
-        self.loops.push(Box::new(EffectsLoop {
+        let effects = F::visit(NewEffectsLoop {
             claim,
             batch,
             concurrency,
             effect,
-            beat,
+            health: &self.health,
             key: PhantomData,
-        }));
+        });
+        self.loops.push(effects);
         self
     }
 
@@ -356,6 +356,42 @@ trait Loop<DB: Batched>: Send {
 
     /// Runs until `at.stopped` turns true.
     fn run(self: Box<Self>, at: At<DB>) -> BoxFuture<'static, LoopReport>;
+}
+
+/// What [`Worker::effects`] makes its loop of, with the bounds
+/// [`FinishFn`] stands for.
+struct NewEffectsLoop<'h, S: 'static, K, F> {
+    claim: Transition<S>,
+    batch: u32,
+    concurrency: usize,
+    effect: F,
+    health: &'h Health,
+    key: PhantomData<fn() -> K>,
+}
+
+impl<DB, S, K, F> Visit<S, K, DB> for NewEffectsLoop<'_, S, K, F>
+where
+    DB: Batched,
+    K: 'static,
+    F: EffectFn<S, K, Future: Send> + Send + Sync + 'static,
+{
+    type Output = Box<dyn Loop<DB>>;
+
+    fn visit(self) -> Box<dyn Loop<DB>>
+    where
+        S: FollowUpValues<DB> + KeyType<K>,
+        K: BatchKey<S, DB>,
+    {
+        let beat = self.health.add(S::MACHINE.name(), self.claim.name());
+        Box::new(EffectsLoop {
+            claim: self.claim,
+            batch: self.batch,
+            concurrency: self.concurrency,
+            effect: self.effect,
+            beat,
+            key: PhantomData,
+        })
+    }
 }
 
 /// [`Worker::effects`]' loop.

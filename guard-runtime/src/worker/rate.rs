@@ -8,7 +8,6 @@ use std::sync::{Arc, Mutex};
 
 use tokio::time::Instant;
 
-use crate::StateMachine;
 use crate::dialect::BoxFuture;
 use crate::effects::effect_fn::{Effect, EffectFn};
 use crate::effects::verdict::Verdict;
@@ -80,8 +79,7 @@ impl Rate {
         effect: F,
     ) -> impl Fn(Effect<S, K>) -> BoxFuture<'static, Verdict<S>> + Send + Sync + 'static
     where
-        S: StateMachine + Send + 'static,
-        K: Send + 'static,
+        Effect<S, K>: Send + 'static,
         F: EffectFn<S, K, Future: Send + 'static> + Send + Sync + 'static,
     {
         let (rate, effect) = (self.clone(), Arc::new(effect));

@@ -16,6 +16,7 @@
 
 mod backends;
 
+use core::marker::PhantomData;
 use core::time::Duration;
 
 use tracing::Instrument;
@@ -25,16 +26,16 @@ use crate::batch::batched::{BatchRunner, Batched, Claim};
 use crate::deadline::call::Call;
 use crate::deadline::call::Sent;
 use crate::error::Error;
-use crate::machine::key::{BatchKey, KeyType};
+use crate::machine::key::{BatchKey, ClaimVisit, Claimable, KeyFor};
 use crate::outcome::{LeasedAt, Won};
 use crate::telemetry;
 #[allow(unused_imports)] // in the docs
 use crate::transition::Bound;
 use crate::transition::bind::{self, Parts};
 use crate::transition::note::{Note, NoteSlot};
-use crate::transition::{Params, Transition};
+use crate::transition::{Binds, Transition};
 
-impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
+impl<S: StateMachine, P: Send + Sync + 'static, N: NoteSlot> Transition<S, P, N> {
     /// Moves up to `limit` rows from this transition's source states to its
     /// target, oldest first in the machine's `order` (`#[state_machine(…,
     /// order = "created_at")]`, by default the key), and returns one
@@ -120,12 +121,10 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
     /// ```
     pub fn claim<'a, E, K>(self, executor: E, limit: u32) -> Call<'a, Vec<Won<S, K, E::Commit>>>
     where
-        E: BatchRunner + 'a,
-        K: BatchKey<S, E::Database> + 'a,
-        S: KeyType<K>,
-        P: Params<E::Database> + 'a,
+        E: BatchRunner<Database: Binds<P>> + 'a,
+        S: Claimable<K, E::Database>,
     {
-        self.claim_aged(executor, None, limit)
+        S::visit(ClaimAged::new(self, executor, Age::Any, limit))
     }
 
     /// [`claim`](Transition::claim) for rows that have sat in a source
@@ -159,12 +158,10 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
         limit: u32,
     ) -> Call<'a, Vec<Won<S, K, E::Commit>>>
     where
-        E: BatchRunner + 'a,
-        K: BatchKey<S, E::Database> + 'a,
-        S: KeyType<K>,
-        P: Params<E::Database> + 'a,
+        E: BatchRunner<Database: Binds<P>> + 'a,
+        S: Claimable<K, E::Database>,
     {
-        self.claim_aged(executor, Some(age), limit)
+        S::visit(ClaimAged::new(self, executor, Age::Older(age), limit))
     }
 
     /// [`claim_older_than`](Transition::claim_older_than) with the
@@ -178,33 +175,31 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
         limit: u32,
     ) -> Call<'a, Vec<Won<S, K, E::Commit>>>
     where
-        E: BatchRunner + 'a,
-        K: BatchKey<S, E::Database> + 'a,
-        S: KeyType<K>,
-        P: Params<E::Database> + 'a,
+        E: BatchRunner<Database: Binds<P>> + 'a,
+        S: Claimable<K, E::Database>,
     {
-        self.call(move |this| async move {
-            // A noted call on a machine without history is refused first.
-            this.recorded()?;
-            let age = this.transition().timeout()?;
-            this.claim_aged(executor, Some(age), limit).await
-        })
+        S::visit(ClaimAged::new(self, executor, Age::TimedOut, limit))
     }
 
     /// The one body of the three claims: rows older than `age` when given.
     fn claim_aged<'a, E, K>(
         self,
         executor: E,
-        age: Option<Duration>,
+        age: Age,
         limit: u32,
     ) -> Call<'a, Vec<Won<S, K, E::Commit>>>
     where
-        E: BatchRunner + 'a,
-        K: BatchKey<S, E::Database> + 'a,
-        P: Params<E::Database> + 'a,
+        E: BatchRunner<Database: Binds<P>> + 'a,
+        K: BatchKey<S, E::Database>,
     {
         self.call(move |this| async move {
+            // A noted call on a machine without history is refused first.
             this.recorded()?;
+            let age = match age {
+                Age::Any => None,
+                Age::Older(age) => Some(age),
+                Age::TimedOut => Some(this.transition().timeout()?),
+            };
             this.transition()
                 .claim_with(
                     executor,
@@ -215,6 +210,62 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
                 )
                 .await
         })
+    }
+}
+
+/// Which rows of the source states a claim takes.
+#[derive(Debug, Clone, Copy)]
+enum Age {
+    /// Any.
+    Any,
+    /// Those that have sat there for longer than this.
+    Older(Duration),
+    /// Those past their state's timeout.
+    TimedOut,
+}
+
+/// A claim, waiting for [`Claimable`] to vouch for its key.
+struct ClaimAged<'a, S: 'static, P, N, E, K> {
+    transition: Transition<S, P, N>,
+    executor: E,
+    age: Age,
+    limit: u32,
+    call: PhantomData<KeyFor<'a, K>>,
+}
+
+impl<S: 'static, P, N, E, K> ClaimAged<'_, S, P, N, E, K> {
+    fn new(transition: Transition<S, P, N>, executor: E, age: Age, limit: u32) -> Self {
+        ClaimAged {
+            transition,
+            executor,
+            age,
+            limit,
+            call: PhantomData,
+        }
+    }
+}
+
+impl<'a, S, P, N, E, K> ClaimVisit<S, K, E::Database> for ClaimAged<'a, S, P, N, E, K>
+where
+    S: StateMachine,
+    P: Send + Sync + 'static,
+    N: NoteSlot,
+    E: BatchRunner<Database: Binds<P>> + 'a,
+{
+    type Output = Call<'a, Vec<Won<S, K, E::Commit>>>;
+
+    fn visit(self) -> Self::Output
+    where
+        K: BatchKey<S, E::Database>,
+    {
+        let ClaimAged {
+            transition,
+            executor,
+            age,
+            limit,
+            call: _,
+        } = self;
+        transition.claim_aged(executor, age, limit)
     }
 }
 

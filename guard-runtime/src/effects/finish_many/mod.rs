@@ -42,11 +42,11 @@ use crate::telemetry;
 use crate::transition::Transition;
 use crate::transition::bind::Parts;
 
-/// How long [`finish_many`] lets a verdict wait at most for others to
+/// How long [`finish_many`](crate::finish_many) lets a verdict wait at most for others to
 /// share its follow-up's statement.
 pub const FLUSH_AFTER: Duration = Duration::from_millis(20);
 
-/// One row of [`finish_many`]: its key, the effect key its effect ran
+/// One row of [`finish_many`](crate::finish_many): its key, the effect key its effect ran
 /// with, and where it ended, or why it is still in flight.
 #[derive(Debug)]
 #[non_exhaustive]
@@ -86,9 +86,12 @@ pub(crate) type Stop = Option<watch::Receiver<bool>>;
 
 /// The rows of a stopped batch whose effect never started: released
 /// (their leases ended, so that recovery takes them at once), or, when
-/// the release failed, left to their leases.
+/// the release failed, left to their leases. Public only because
+/// [`FinishFn`]'s hidden methods return it; nothing outside the crate can
+/// name or read it.
+#[doc(hidden)]
 #[derive(Debug, Default)]
-pub(crate) struct Unstarted {
+pub struct Unstarted {
     /// Rows released.
     pub(crate) released: usize,
     /// Rows whose release failed or may not have committed: they wait out
@@ -98,107 +101,7 @@ pub(crate) struct Unstarted {
     pub(crate) error: Option<Error>,
 }
 
-/// Runs the effects of many committed wins of one in-flight state, at
-/// most `concurrency` at once, and finishes each row as its [`Verdict`](crate::Verdict)
-/// says, as [`Won::finish`] does one: one row per win, in the wins'
-/// order.
-///
-/// What it sends:
-/// - **One heartbeat per batch.** Wins whose lease was stamped a third of
-///   its length ago or more are renewed before their effects, in one
-///   statement (a row another worker took over meanwhile is
-///   [`Finished::Skipped`], and its effect does not run); while effects
-///   run, every lease still in hand is renewed every third of the lease,
-///   in one statement.
-/// - **Batched follow-ups.** Verdicts are collected, and each follow-up
-///   (`done`, `failed`, and with `retry(…)` the postponement) is written
-///   for all of them in one statement, each row fenced by its own
-///   occurrence and lease token: a row another worker took over is
-///   [`Finished::LeaseLost`], one that moved on otherwise
-///   [`Finished::Superseded`]. The buffer is written when no effect is
-///   left to run, or when its oldest verdict has waited [`FLUSH_AFTER`]:
-///   quick effects share one statement per follow-up for the whole batch,
-///   slow ones one per [`FLUSH_AFTER`].
-/// - **Per-row values.** A follow-up that binds values per row
-///   (`PayoutStatus::confirm(bank_ref)`) takes each row's values in the
-///   same statement, bound as [`Won::finish`] binds them, so any type the
-///   transition declares travels unchanged: such a statement takes 64
-///   rows, and a larger buffer is written in runs of 64 that commit
-///   together.
-/// - Rows whose verdict carries a note, or whose attempts ran out, are
-///   finished one statement each, as [`Won::finish`] finishes them.
-///
-/// The guarantee is [`Won::finish`]'s: an effect runs again only when its
-/// row's follow-up did not commit, and always with the same effect key.
-/// A crash re-runs at most the effects whose verdicts were not yet
-/// written: those running (at most `concurrency`), those that ended in
-/// the last [`FLUSH_AFTER`], and those of a flush under way; never more
-/// than the batch.
-///
-/// Effects run in this task, interleaved, not spawned: an effect that
-/// blocks the thread holds up the others and the heartbeat.
-///
-/// Refused before any effect runs: wins of a state that is not in flight
-/// ([`Error::NotInFlight`]); of more than one state, the same row twice,
-/// or a `concurrency` of 0 ([`Error::BatchOfWins`]); a first heartbeat
-/// that failed (its rows stay in flight, for recovery once their leases
-/// run out). Deadlines: each effect keeps its win's deadline
-/// ([`Won::within`]), and each statement the shortest of them; a row
-/// whose effect or follow-up was cut off is an [`Error::Timeout`] in its
-/// [`FinishedRow`], and stays in flight.
-///
-/// ```
-/// use stateguard::{Finished, StateMachine, Verdict, Won};
-///
-/// #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
-/// #[state_machine(table = "payouts", column = "status", key = "id")]
-/// enum PayoutStatus {
-///     #[state(initial)]
-///     #[transition(start -> Sending)]
-///     Pending,
-///     #[state(in_flight(lease = "30s", since = "sending_since", done = confirm, failed = fail))]
-///     #[transition(confirm -> Sent)]
-///     #[transition(fail -> Failed)]
-///     Sending,
-///     Sent,
-///     Failed,
-/// }
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// # let pool = sqlx::SqlitePool::connect("sqlite::memory:").await?;
-/// # sqlx::query("CREATE TABLE payouts (id INTEGER PRIMARY KEY, status TEXT NOT NULL, sending_since TEXT)")
-/// #     .execute(&pool).await?;
-/// # sqlx::query("INSERT INTO payouts (id, status) VALUES (1, 'pending'), (2, 'pending'), (3, 'pending')")
-/// #     .execute(&pool).await?;
-/// // Claim a batch, then send every payout of it, 32 at a time.
-/// let wins: Vec<Won<PayoutStatus, i64>> = PayoutStatus::start().claim(&pool, 50).await?;
-/// let rows = stateguard::finish_many(&pool, wins, 32, |effect| async move {
-///     let _key = effect.effect_key(); // the bank's idempotency key
-///     Verdict::done()
-/// })
-/// .await?;
-/// assert_eq!(rows.len(), 3);
-/// assert!(rows.iter().all(|row| matches!(row.finished, Ok(Finished::Done { .. }))));
-/// # Ok(()) }
-/// ```
-pub async fn finish_many<S, K, DB, F>(
-    pool: &sqlx::Pool<DB>,
-    wins: Vec<Won<S, K, Committed>>,
-    concurrency: usize,
-    effect: F,
-) -> Result<Vec<FinishedRow<S, K>>, Error>
-where
-    DB: Backend,
-    S: FollowUpValues<DB>,
-    K: BatchKey<S, DB>,
-    F: EffectFn<S, K>,
-{
-    finish_many_until(pool, wins, concurrency, effect, None)
-        .await
-        .map(|(rows, _)| rows)
-}
-
-/// [`finish_many`], told by `stop` to start no more effects: the rows
+/// [`finish_many`](crate::finish_many), told by `stop` to start no more effects: the rows
 /// whose effect had not started are released, left out of the rows
 /// returned, and counted in [`Unstarted`].
 pub(crate) async fn finish_many_until<S, K, DB, F>(

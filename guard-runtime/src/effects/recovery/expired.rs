@@ -1,5 +1,7 @@
 //! Listing and taking over the rows whose lease ran out.
 
+use core::marker::PhantomData;
+
 use crate::StateMachine;
 use crate::deadline::call::{Call, Sent, bounded};
 use crate::deadline::retry::MAX_ATTEMPTS;
@@ -12,7 +14,7 @@ use crate::executor::proven::Proven;
 use crate::executor::seam::Seam;
 use crate::executor::{Runner, refuse_open_transaction};
 use crate::machine::InFlightDef;
-use crate::machine::key::{BindError, DecodeKey, KeyOf, KeyType, RowKey};
+use crate::machine::key::{BatchKey, BindError, ClaimVisit, Claimable, DecodeKey, KeyFor, RowKey};
 use crate::outcome::{Committed, LeasedAt, Won};
 use crate::transition::bind::{self, Values};
 use crate::transition::row::Read;
@@ -45,25 +47,58 @@ use crate::transition::row::Read;
 /// takeover was sent: rows taken over without a `Won` wait for a later
 /// pass, their lease renewed.
 pub fn claim_expired<'a, S, K, E>(
-    mut executor: E,
+    executor: E,
     state: S,
     limit: u32,
 ) -> Call<'a, Vec<Won<S, K, Committed>>>
 where
-    S: StateMachine + KeyType<K>,
     E: Runner<Commit = Committed> + 'a,
-    K: KeyOf<S, E::Database> + DecodeKey<E::Database, S::KeyShape> + 'a,
+    S: Claimable<K, E::Database>,
 {
-    Call::new(move |deadline| async move {
-        let sent = Sent::default();
-        let claim = claim_on(&mut executor, state, limit, &sent, CLAIM_EXPIRED);
-        let (claimed, _lost) =
-            bounded(S::MACHINE.table(), CLAIM_EXPIRED, deadline, &sent, claim).await?;
-        Ok(claimed
-            .into_iter()
-            .map(|won| won.within(deadline))
-            .collect())
+    S::visit(ClaimExpired {
+        executor,
+        state,
+        limit,
+        call: PhantomData,
     })
+}
+
+/// A [`claim_expired`], waiting for [`Claimable`] to vouch for its key.
+struct ClaimExpired<'a, S, K, E> {
+    executor: E,
+    state: S,
+    limit: u32,
+    call: PhantomData<KeyFor<'a, K>>,
+}
+
+impl<'a, S, K, E> ClaimVisit<S, K, E::Database> for ClaimExpired<'a, S, K, E>
+where
+    S: StateMachine,
+    E: Runner<Commit = Committed> + 'a,
+{
+    type Output = Call<'a, Vec<Won<S, K, Committed>>>;
+
+    fn visit(self) -> Self::Output
+    where
+        K: BatchKey<S, E::Database>,
+    {
+        let ClaimExpired {
+            mut executor,
+            state,
+            limit,
+            call: _,
+        } = self;
+        Call::new(move |deadline| async move {
+            let sent = Sent::default();
+            let claim = claim_on(&mut executor, state, limit, &sent, CLAIM_EXPIRED);
+            let (claimed, _lost) =
+                bounded(S::MACHINE.table(), CLAIM_EXPIRED, deadline, &sent, claim).await?;
+            Ok(claimed
+                .into_iter()
+                .map(|won| won.within(deadline))
+                .collect())
+        })
+    }
 }
 
 /// What [`Error::Timeout`] names a [`claim_expired`] cut off by its

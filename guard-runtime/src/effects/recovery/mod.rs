@@ -3,7 +3,7 @@
 //! finishing them.
 //!
 //! `expired.rs` lists and takes over expired rows ([`claim_expired`]),
-//! this file re-drives them one at a time ([`recover`]), and
+//! this file re-drives them one at a time ([`recover`](crate::recover)), and
 //! `recover_many.rs` re-drives a batch on [`finish_many`] under one
 //! heartbeat.
 
@@ -12,17 +12,16 @@ mod recover_many;
 
 pub use self::expired::claim_expired;
 use self::expired::{RECOVER, claim_one, list_expired, recovery_error, take_over};
-pub use self::recover_many::recover_many;
 pub(crate) use self::recover_many::recover_many_until;
 
-use core::future::{Future, IntoFuture};
+use core::future::Future;
 use core::marker::PhantomData;
 use core::pin::Pin;
 
 use tracing::Instrument;
 
 use crate::deadline::retry::Step;
-use crate::effects::effect_fn::EffectFn;
+use crate::effects::effect_fn::{EffectFn, Visit};
 use crate::effects::finished::Finished;
 use crate::effects::follow_up::{Leased, exhausted, follow_up, give_up_unreported, in_flight_def};
 use crate::effects::lease::{self, Stamped};
@@ -30,11 +29,11 @@ use crate::effects::verdict::FollowUpValues;
 use crate::error::Error;
 use crate::executor::{Runner, refuse_open_transaction};
 use crate::machine::InFlightDef;
-use crate::machine::key::{DecodeKey, KeyOf, KeyType};
+use crate::machine::key::{BatchKey, DecodeKey, KeyFor, KeyOf, KeyType};
 use crate::outcome::{Committed, Won};
 use crate::telemetry;
 
-/// A row that [`recover`] ran the effect for, but that had left the
+/// A row that [`recover`](crate::recover) ran the effect for, but that had left the
 /// in-flight state some other way before the follow-up could finish it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -46,7 +45,7 @@ pub struct SupersededRow {
     pub current: &'static str,
 }
 
-/// What one [`recover`] pass did.
+/// What one [`recover`](crate::recover) pass did.
 #[must_use = "a pass records per-row failures in `errors` instead of returning them"]
 #[derive(Debug, Default)]
 #[non_exhaustive]
@@ -79,102 +78,7 @@ pub struct Recovered {
     pub errors: Vec<Error>,
 }
 
-/// Re-drives rows stuck in the in-flight `state`: takes over at most
-/// `limit` rows whose lease ran out, and for each in turn runs `effect` with
-/// the original effect key and finishes it as the [`Verdict`](crate::Verdict) says
-/// ([`Won::finish`]).
-///
-/// On PostgreSQL one statement lists and takes over the whole pass's rows
-/// (`FOR UPDATE SKIP LOCKED`, so concurrent passes take different rows),
-/// and on SQLite too (its one writer leaves nothing to skip); a row that
-/// has waited a third of its lease for the effects before it renews its
-/// lease before its own effect, and one whose lease another recovery took
-/// meanwhile is counted in [`Recovered::lost`]. On MySQL the pass lists
-/// the rows, then takes each over just before its effect. Each row's lease is renewed while its effect runs.
-///
-/// The effects run one after another; on a pool, [`recover_many`] runs
-/// them at a concurrency the caller sets, under one heartbeat per batch,
-/// and writes their follow-ups a batch at a time.
-///
-/// Listing the rows failing ends the pass with an error (on PostgreSQL
-/// and SQLite, rows the listing took over but could not read back end it
-/// with [`Error::Unreported`], and wait for a later pass); a failure on
-/// one row is recorded in [`Recovered::errors`] and the pass goes on. A row
-/// whose takeover, effect or follow-up failed stays in flight, and the
-/// next pass runs its effect again under the same effect key: no row is
-/// finished without its verdict, and none is left for good. Rows
-/// whose `since` column is NULL (inserted straight into the state, or
-/// there before the column was) count as expired.
-///
-/// Listing, and each row (takeover, effect and follow-up), keep
-/// [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE); `.within(d)` on the
-/// [`Recover`] it returns sets another. A row cut off by it is an [`Error::Timeout`] in
-/// [`Recovered::errors`] and stays in flight for a later pass. Every such
-/// timeout names the statement it cut off (`take_over`, `renew`, or the
-/// row's follow-up: `done` while the effect runs); the listing's, named
-/// `recover`, changed nothing, and all the others may still commit
-/// ([`Error::is_outcome_unknown`]), PostgreSQL's `take_over` of the
-/// whole pass included, which ends the pass.
-///
-/// ```
-/// use stateguard::{Effect, StateMachine, Verdict};
-///
-/// #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
-/// #[state_machine(table = "transfers", column = "status", key = "id")]
-/// enum TransferStatus {
-///     #[state(initial)]
-///     #[transition(start -> Sending)]
-///     Pending,
-///     #[state(in_flight(lease = "30s", since = "sending_since", done = confirm, failed = fail))]
-///     #[transition(confirm -> Sent)]
-///     #[transition(fail -> Failed)]
-///     Sending,
-///     Sent,
-///     Failed,
-/// }
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// # let pool = sqlx::SqlitePool::connect("sqlite::memory:").await?;
-/// # sqlx::query("CREATE TABLE transfers (id INTEGER PRIMARY KEY, status TEXT NOT NULL, sending_since TEXT)")
-/// #     .execute(&pool).await?;
-/// # sqlx::query("INSERT INTO transfers (id, status) VALUES (1, 'pending')")
-/// #     .execute(&pool).await?;
-/// // A worker won the row, then died before its effect: the row is in flight.
-/// let _lost = TransferStatus::start().apply(&pool, 1_i64).await?;
-/// # sqlx::query("UPDATE transfers SET sending_since = '2000-01-01 00:00:00.000'").execute(&pool).await?;
-/// // Once its lease has run out, a recovery pass runs the effect again, with
-/// // the same effect key, and finishes the row.
-/// let pass = stateguard::recover(&pool, TransferStatus::Sending, 10, |effect: Effect<_, i64>| async move {
-///     let _key = effect.effect_key();
-///     Verdict::done()
-/// })
-/// .await?;
-/// assert_eq!((pass.claimed, pass.done), (1, 1));
-/// # Ok(()) }
-/// ```
-pub fn recover<'a, S, K, E, F>(
-    executor: E,
-    state: S,
-    limit: u32,
-    effect: F,
-) -> Recover<'a, S, K, E, F>
-where
-    S: FollowUpValues<E::Database> + KeyType<K>,
-    E: Runner<Commit = Committed> + 'a,
-    K: KeyOf<S, E::Database> + DecodeKey<E::Database, S::KeyShape>,
-    F: EffectFn<S, K>,
-{
-    Recover {
-        executor,
-        state,
-        limit,
-        effect,
-        deadline: crate::deadline::retry::DEFAULT_DEADLINE,
-        key: PhantomData,
-    }
-}
-
-/// A recovery pass about to run: what [`recover`] returns. Await it for
+/// A recovery pass about to run: what [`recover`](crate::recover) returns. Await it for
 /// its report; it keeps [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE) for
 /// the listing and for each row (takeover, effect and follow-up) unless
 /// [`Recover::within`] sets another first, as every call's `.within(d)`
@@ -219,6 +123,18 @@ pub struct Recover<'a, S, K, E, F> {
 }
 
 impl<S, K, E, F> Recover<'_, S, K, E, F> {
+    /// The pass of [`recover`](crate::recover), with the default deadline.
+    pub(crate) fn new(executor: E, state: S, limit: u32, effect: F) -> Self {
+        Recover {
+            executor,
+            state,
+            limit,
+            effect,
+            deadline: crate::deadline::retry::DEFAULT_DEADLINE,
+            key: PhantomData,
+        }
+    }
+
     /// The same pass, keeping `deadline` for the listing and for each row
     /// instead of [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE).
     pub fn within(self, deadline: core::time::Duration) -> Self {
@@ -241,17 +157,19 @@ impl<S: core::fmt::Debug, K, E, F> core::fmt::Debug for Recover<'_, S, K, E, F> 
     }
 }
 
-impl<'a, S, K, E, F> IntoFuture for Recover<'a, S, K, E, F>
+impl<'a, S, K, E, F> Visit<S, K, E::Database> for Recover<'a, S, K, E, F>
 where
-    S: FollowUpValues<E::Database>,
+    K: 'a,
     E: Runner<Commit = Committed> + 'a,
-    K: KeyOf<S, E::Database> + DecodeKey<E::Database, S::KeyShape> + 'a,
     F: EffectFn<S, K, Future: Send> + Send + Sync + 'a,
 {
-    type Output = Result<Recovered, Error>;
-    type IntoFuture = Pin<Box<dyn Future<Output = Result<Recovered, Error>> + Send + 'a>>;
+    type Output = Pin<Box<dyn Future<Output = Result<Recovered, Error>> + Send + 'a>>;
 
-    fn into_future(self) -> Self::IntoFuture {
+    fn visit(self) -> Self::Output
+    where
+        S: FollowUpValues<E::Database> + KeyType<K>,
+        K: BatchKey<S, E::Database>,
+    {
         let Recover {
             executor,
             state,
@@ -264,11 +182,7 @@ where
     }
 }
 
-/// A [`Recover`]'s key type and the lifetime of what it borrows, which
-/// its future keeps.
-type KeyFor<'a, K> = (fn() -> K, &'a ());
-
-/// The pass of [`recover`], within `deadline`.
+/// The pass of [`recover`](crate::recover), within `deadline`.
 async fn recover_pass<S, K, E, F>(
     executor: E,
     state: S,
@@ -396,7 +310,7 @@ where
     Ok(report)
 }
 
-/// How [`recover`] ended with one row.
+/// How [`recover`](crate::recover) ended with one row.
 enum RowEnded<S> {
     /// Another recovery, or the owner, got to it first.
     Lost,

@@ -15,7 +15,7 @@ use crate::effects::verdict::FollowUpValues;
 use crate::error::Error;
 use crate::executor::proven::Proven;
 use crate::machine::InFlightDef;
-use crate::machine::key::{BatchKey, KeyType};
+use crate::machine::key::BatchKey;
 use crate::outcome::{Committed, LeasedAt, Won};
 use crate::telemetry;
 use crate::transition::bind::{self, Values};
@@ -23,76 +23,6 @@ use crate::transition::row::Read;
 
 use super::expired::{claim_on, limit_arguments, recovery_error};
 use super::{Recovered, SupersededRow};
-
-/// [`recover`](crate::recover) at a concurrency the caller sets: takes over at most
-/// `limit` rows whose lease ran out (or whose next attempt is due), then
-/// runs their effects, at most `concurrency` at once, under one heartbeat
-/// per batch and with their follow-ups written a batch at a time
-/// ([`finish_many`](crate::finish_many)), each row fenced by its own lease.
-///
-/// The rows waiting for their turn keep their leases (the batch's
-/// heartbeat renews every row still in hand), so no other pass takes one
-/// over, and no attempt is counted twice. PostgreSQL and SQLite take the
-/// rows over in one statement; MySQL lists them, then takes each over.
-///
-/// Deadline: [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE) for the
-/// takeover, and for each row's effect and for each statement of the
-/// batch. Rows whose effect or follow-up failed or was cut off are in
-/// [`Recovered::errors`] and stay in flight for a later pass. Refused as
-/// [`finish_many`](crate::finish_many) refuses (a `concurrency` of 0 is
-/// [`Error::BatchOfWins`]).
-///
-/// ```
-/// use stateguard::{Effect, StateMachine, Verdict};
-///
-/// #[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
-/// #[state_machine(table = "transfers", column = "status", key = "id")]
-/// enum TransferStatus {
-///     #[state(initial)]
-///     #[transition(start -> Sending)]
-///     Pending,
-///     #[state(in_flight(lease = "30s", since = "sending_since", done = confirm, failed = fail))]
-///     #[transition(confirm -> Sent)]
-///     #[transition(fail -> Failed)]
-///     Sending,
-///     Sent,
-///     Failed,
-/// }
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// # let pool = sqlx::SqlitePool::connect("sqlite::memory:").await?;
-/// # sqlx::query("CREATE TABLE transfers (id INTEGER PRIMARY KEY, status TEXT NOT NULL, sending_since TEXT)")
-/// #     .execute(&pool).await?;
-/// # sqlx::query("INSERT INTO transfers (id, status, sending_since) VALUES \
-/// #     (1, 'sending', '2000-01-01 00:00:00.000'), (2, 'sending', '2000-01-01 00:00:00.000')")
-/// #     .execute(&pool).await?;
-/// // Rows whose workers died: each effect runs again with its effect key,
-/// // 16 at a time, and their follow-ups go to the database in batches.
-/// let pass = stateguard::recover_many(&pool, TransferStatus::Sending, 500, 16, |effect: Effect<_, i64>| async move {
-///     let _key = effect.effect_key();
-///     Verdict::done()
-/// })
-/// .await?;
-/// assert_eq!((pass.claimed, pass.done), (2, 2));
-/// # Ok(()) }
-/// ```
-pub async fn recover_many<S, K, DB, F>(
-    pool: &sqlx::Pool<DB>,
-    state: S,
-    limit: u32,
-    concurrency: usize,
-    effect: F,
-) -> Result<Recovered, Error>
-where
-    DB: Backend,
-    S: FollowUpValues<DB> + KeyType<K>,
-    K: BatchKey<S, DB>,
-    F: EffectFn<S, K>,
-{
-    recover_many_until(pool, state, limit, concurrency, effect, None)
-        .await
-        .map(|(report, _)| report)
-}
 
 /// [`recover_many`], told by `stop` to start no more effects: the rows
 /// taken over whose effect had not started are released again, counted in

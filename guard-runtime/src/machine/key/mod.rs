@@ -256,12 +256,59 @@ where
 {
 }
 
+/// Machine `S` on `DB`, whose claims and takeovers hand back wins keyed by
+/// `K`: the one bound of the calls that return keys
+/// ([`claim`](crate::Transition::claim), `claim_older_than`,
+/// `claim_timed_out`, [`claim_expired`](crate::claim_expired)). It holds
+/// when `K` is the machine's key type ([`KeyType`]) and a [`BatchKey`] of
+/// it on `DB`. Where the machine declares `key_type`, it tells the call
+/// `K`, so `let wins = PayoutStatus::start().claim(&pool, 10).await?`
+/// needs no annotation. Implemented for every machine that meets it;
+/// never by hand.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}`'s rows cannot be claimed as keys of type `{K}` on `{DB}`",
+    label = "claimed here",
+    note = "claims bind, read back and order their keys: `{K}` must be the machine's key type, \
+            owned, and `DecodeKey + ManyKeys + Ord + Send + Sync` (`i64`, `String`, a tuple of \
+            them for several key columns); a machine without `key_type` needs the type named, \
+            `claim::<_, i64>` or on the variable the wins go into"
+)]
+pub trait Claimable<K, DB: Backend>: StateMachine + KeyType<K> {
+    /// Hands `visit` the bound on `K` this trait stands for.
+    #[doc(hidden)]
+    fn visit<V: ClaimVisit<Self, K, DB>>(visit: V) -> V::Output;
+}
+
+impl<S, K, DB> Claimable<K, DB> for S
+where
+    S: StateMachine + KeyType<K>,
+    K: BatchKey<S, DB>,
+    DB: Backend,
+{
+    fn visit<V: ClaimVisit<S, K, DB>>(visit: V) -> V::Output {
+        visit.visit()
+    }
+}
+
+/// A body that needs what [`Claimable`] stands for: `visit` runs with the
+/// bound on `K` in scope.
+#[doc(hidden)]
+pub trait ClaimVisit<S: StateMachine, K, DB: Backend> {
+    /// What the body returns.
+    type Output;
+
+    /// The body.
+    fn visit(self) -> Self::Output
+    where
+        K: BatchKey<S, DB>;
+}
+
 /// What [`BatchKey`] asks of a key of shape `Shape`, whichever machine it
 /// keys: the bound of the batch statements, which know a machine only by
 /// its shape.
 #[doc(hidden)]
 pub trait Batchable<DB: Backend, Shape: KeyShape>:
-    RowKey<DB, Shape> + DecodeKey<DB, Shape> + ManyKeys<DB, Shape> + Ord + Send + Sync
+    RowKey<DB, Shape> + DecodeKey<DB, Shape> + ManyKeys<DB, Shape> + Ord + Send + Sync + 'static
 {
 }
 
@@ -269,9 +316,13 @@ impl<DB, Shape, K> Batchable<DB, Shape> for K
 where
     DB: Backend,
     Shape: KeyShape,
-    K: RowKey<DB, Shape> + DecodeKey<DB, Shape> + ManyKeys<DB, Shape> + Ord + Send + Sync,
+    K: RowKey<DB, Shape> + DecodeKey<DB, Shape> + ManyKeys<DB, Shape> + Ord + Send + Sync + 'static,
 {
 }
+
+/// The key type a call returns its wins keyed by, and the lifetime of
+/// what the call borrows, which its future keeps.
+pub(crate) type KeyFor<'a, K> = (fn() -> K, &'a ());
 
 /// Why a statement's values could not be bound.
 #[doc(hidden)]

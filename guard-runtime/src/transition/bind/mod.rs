@@ -55,9 +55,9 @@ pub(crate) fn values<P>(values: &P) -> ValueParts<'_, P> {
     ValueParts(values)
 }
 
-impl<DB: Backend, P: Params<DB>> Parts<DB> for ValueParts<'_, P> {
+impl<DB: Binds<P>, P: Sync> Parts<DB> for ValueParts<'_, P> {
     fn bind_part(&self, n: usize, args: &mut <DB as Driver>::Args) -> Result<(), BindError> {
-        self.0.bind_range(args, n..n + 1).map_err(BindError::Encode)
+        DB::bind_range(self.0, args, n..n + 1).map_err(BindError::Encode)
     }
 }
 
@@ -393,34 +393,30 @@ fn missing(bind: Bind) -> BindError {
     )))
 }
 
-/// The values a transition binds into its `set(column = bind(Type))`
-/// assignments: `()` for none, or a tuple of them in declaration order.
-/// Implemented for every tuple of up to six bindable values.
+/// A database that binds a transition's values `P` into its
+/// `set(column = bind(Type))` assignments: `()` for none, or a tuple of them
+/// in declaration order, each a [`Key`] of the database. Implemented for
+/// every tuple of up to six such values; never by hand.
 #[diagnostic::on_unimplemented(
-    message = "`{Self}` cannot be bound into a transition's statement on `{DB}`",
+    message = "`{P}` cannot be bound into a transition's statement on `{Self}`",
     label = "the values of this transition's `bind(Type)` items",
     note = "every `bind(Type)` type must implement `sqlx::Encode` and `sqlx::Type` for the \
             database, and be `Send + Sync` (at most six values per transition)"
 )]
-pub trait Params<DB: Backend>: Send + Sync {
-    /// Adds the values to `args`, in order.
-    #[doc(hidden)]
-    fn bind(&self, args: &mut <DB as Driver>::Args) -> Result<(), sqlx::Error> {
-        self.bind_range(args, 0..usize::MAX)
-    }
-
-    /// Adds the values at positions `range` to `args`, in order.
+pub trait Binds<P>: Backend {
+    /// Adds the values at positions `range` of `values` to `args`, in
+    /// order.
     #[doc(hidden)]
     fn bind_range(
-        &self,
-        args: &mut <DB as Driver>::Args,
+        values: &P,
+        args: &mut <Self as Driver>::Args,
         range: core::ops::Range<usize>,
     ) -> Result<(), sqlx::Error>;
 }
 
-impl<DB: Backend> Params<DB> for () {
+impl<DB: Backend> Binds<()> for DB {
     fn bind_range(
-        &self,
+        _: &(),
         _: &mut <DB as Driver>::Args,
         _: core::ops::Range<usize>,
     ) -> Result<(), sqlx::Error> {
@@ -428,16 +424,16 @@ impl<DB: Backend> Params<DB> for () {
     }
 }
 
-macro_rules! params_tuple {
+macro_rules! binds_tuple {
     ($($t:ident),+) => {
-        impl<DB: Backend, $($t: Key<DB>),+> Params<DB> for ($($t,)+) {
+        impl<DB: Backend, $($t: Key<DB>),+> Binds<($($t,)+)> for DB {
             #[allow(non_snake_case)]
             fn bind_range(
-                &self,
+                values: &($($t,)+),
                 args: &mut <DB as Driver>::Args,
                 range: core::ops::Range<usize>,
             ) -> Result<(), sqlx::Error> {
-                let ($($t,)+) = self;
+                let ($($t,)+) = values;
                 let mut i = 0;
                 $(
                     if range.contains(&i) {
@@ -452,9 +448,9 @@ macro_rules! params_tuple {
     };
 }
 
-params_tuple!(A);
-params_tuple!(A, B);
-params_tuple!(A, B, C);
-params_tuple!(A, B, C, D);
-params_tuple!(A, B, C, D, E);
-params_tuple!(A, B, C, D, E, F);
+binds_tuple!(A);
+binds_tuple!(A, B);
+binds_tuple!(A, B, C);
+binds_tuple!(A, B, C, D);
+binds_tuple!(A, B, C, D, E);
+binds_tuple!(A, B, C, D, E, F);
