@@ -353,7 +353,7 @@ pub use stateguard_macros::StateMachine;
 // Transitions and what they return.
 pub use stateguard_runtime::{
     Available, Bound, Call, Choice, Committed, Current, DEFAULT_DEADLINE, Error, ErrorKind,
-    GuardNow, HasHistory, HasVersion, HistoryRow, Note, Noted, Outcome, SchemaProblem,
+    GuardNow, HasHistory, HasVersion, HistoryRow, Misuse, Note, Noted, Outcome, SchemaProblem,
     SchemaProblemKind, StateMachine, Transition, Uncommitted, UnknownState, Won,
 };
 // What an operator sees: how many rows are in each state.

@@ -7,6 +7,7 @@ use crate::deadline::call::{Call, Sent, bounded};
 use crate::dialect::Column;
 use crate::dialect::sealed::Driver;
 use crate::error::Error;
+use crate::error::Misuse;
 use crate::executor::Runner;
 use crate::executor::proven::Proven;
 use crate::machine::key::{KeyOf, RowKey};
@@ -56,7 +57,7 @@ impl<S: StateMachine> Machine<S> {
     /// [`HistoryRow`] per move. States and transition names are parsed; a
     /// string that is no state or transition of this machine is an error,
     /// not a guess, and so are details that are not JSON
-    /// ([`Error::HistoryDetails`]). [`Error::NoHistory`] for a machine
+    /// ([`Error::HistoryDetails`]). [`Misuse::NoHistory`](crate::Misuse::NoHistory) for a machine
     /// without a history table.
     ///
     /// Deadline: [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE), or
@@ -114,9 +115,9 @@ impl<S: StateMachine> Machine<S> {
         K: RowKey<E::Database, S::KeyShape>,
     {
         let Some(sql) = self.history_sql() else {
-            return Err(Error::NoHistory {
+            return Err(Error::Misuse(Misuse::NoHistory {
                 machine: self.name(),
-            });
+            }));
         };
         let error = |source| Error::database(self.table(), "history", source);
         let read = <E::Database as Driver>::statement(sql);
@@ -233,7 +234,7 @@ pub type Noted<S, P = ()> = Transition<S, P, Note>;
 /// ```
 ///
 /// Implemented by hand on a machine without one, it lets a noted call
-/// compile, and the call is refused with [`Error::NoHistory`].
+/// compile, and the call is refused with [`Misuse::NoHistory`](crate::Misuse::NoHistory).
 pub trait HasHistory: StateMachine {}
 
 impl<S: HasHistory, P> Transition<S, P> {

@@ -94,7 +94,7 @@ pub use crate::effects::recovery::{Recover, Recovered, SupersededRow, claim_expi
 pub use crate::effects::verdict::{
     FollowUp, FollowUpValues, PlainDone, PlainFailed, Retry, Verdict,
 };
-pub use crate::error::{Error, ErrorKind};
+pub use crate::error::{Error, ErrorKind, Misuse};
 pub use crate::executor::Runner;
 pub use crate::executor::tx::{Begin, Savepoint, Staged, Tx};
 pub use crate::history::{HasHistory, HistoryRow, Noted};

@@ -212,11 +212,11 @@ where
             .finish(&db.pool, |_: Effect<Wire, i64>| async { without_values() })
             .await;
         match bare {
-            Err(FinishError::Unfinished(Error::FollowUpValues {
+            Err(FinishError::Unfinished(Error::Misuse(stateguard::Misuse::FollowUpValues {
                 transition,
                 expects,
                 ..
-            })) => {
+            }))) => {
                 assert_eq!(transition, "confirm");
                 assert!(expects.contains("String"), "{expects}");
             }
@@ -234,7 +234,11 @@ where
             })
             .await;
         match wrong {
-            Err(FinishError::Unfinished(Error::NotAFollowUp { verdict, state, .. })) => {
+            Err(FinishError::Unfinished(Error::Misuse(stateguard::Misuse::NotAFollowUp {
+                verdict,
+                state,
+                ..
+            }))) => {
                 assert_eq!((verdict, state), ("start", "sending"));
             }
             other => panic!("expected a refused verdict, got {other:?}"),
@@ -337,7 +341,10 @@ where
             .unwrap_err();
         let text = error.to_string();
         assert!(
-            matches!(error.error(), Error::FollowUpValues { .. }),
+            matches!(
+                error.error(),
+                Error::Misuse(stateguard::Misuse::FollowUpValues { .. })
+            ),
             "{error:?}"
         );
         assert_eq!(error.error().kind(), stateguard::ErrorKind::Misuse);
@@ -355,7 +362,10 @@ where
         .unwrap();
         assert_eq!((report.claimed, report.done), (1, 0), "{report:?}");
         assert!(
-            matches!(report.errors[..], [Error::FollowUpValues { .. }]),
+            matches!(
+                report.errors[..],
+                [Error::Misuse(stateguard::Misuse::FollowUpValues { .. })]
+            ),
             "{report:?}"
         );
         assert_eq!(db.transfer(1).await.0, "sending");

@@ -172,7 +172,7 @@ where
                 .expecting(0)
                 .claim::<_, i64>(&db.pool, 1)
                 .await,
-            Err(Error::ExpectingMany { .. })
+            Err(Error::Misuse(stateguard::Misuse::ExpectingMany { .. }))
         ));
     }
 
@@ -290,11 +290,11 @@ where
             Sweep::start()
                 .claim_older_than::<_, i64>(&db.pool, day, 10)
                 .await,
-            Err(Error::NoSinceColumn { .. })
+            Err(Error::Misuse(stateguard::Misuse::NoSinceColumn { .. }))
         ));
         assert!(matches!(
             Queue::start().claim_timed_out::<_, i64>(&db.pool, 10).await,
-            Err(Error::NoTimeout { .. })
+            Err(Error::Misuse(stateguard::Misuse::NoTimeout { .. }))
         ));
     }
 }

@@ -443,7 +443,13 @@ where
             .apply(&mut *tx, 1_i64)
             .await
             .unwrap_err();
-        assert!(matches!(error, Error::ConnectionInTransaction), "{error:?}");
+        assert!(
+            matches!(
+                error,
+                Error::Misuse(stateguard::Misuse::ConnectionInTransaction)
+            ),
+            "{error:?}"
+        );
         assert!(error.to_string().contains("&mut tx"), "{error}");
         tx.rollback().await.unwrap();
         assert_eq!(db.transfer(1).await, ("pending".to_owned(), 0));
@@ -457,7 +463,10 @@ where
         // taken for a transaction whose commit hands out wins.
         let error = stateguard::Tx::new(savepoint).unwrap_err();
         assert!(
-            matches!(error, Error::NestedTransaction { depth: 2 }),
+            matches!(
+                error,
+                Error::Misuse(stateguard::Misuse::NestedTransaction { depth: 2 })
+            ),
             "{error:?}"
         );
         tx.rollback().await.unwrap();
@@ -574,10 +583,10 @@ where
         assert!(
             matches!(
                 error,
-                Error::NotInFlight {
+                Error::Misuse(stateguard::Misuse::NotInFlight {
                     state: "pending",
                     ..
-                }
+                })
             ),
             "{error:?}"
         );
@@ -608,10 +617,10 @@ where
         assert!(
             matches!(
                 refused.error(),
-                Error::NotInFlight {
+                Error::Misuse(stateguard::Misuse::NotInFlight {
                     state: "failed",
                     ..
-                }
+                })
             ),
             "{refused:?}"
         );
@@ -641,7 +650,10 @@ where
             .await
             .unwrap_err();
         assert!(
-            matches!(refused.error(), Error::ConnectionInTransaction),
+            matches!(
+                refused.error(),
+                Error::Misuse(stateguard::Misuse::ConnectionInTransaction)
+            ),
             "{refused:?}"
         );
         assert!(refused.to_string().contains("handed back"), "{refused}");

@@ -171,7 +171,10 @@ where
         assert!(begin.is_transient());
 
         let misuse = Unaudited::history(&db.pool, 2_i64).await.unwrap_err();
-        assert!(matches!(misuse, Error::NoHistory { .. }), "{misuse:?}");
+        assert!(
+            matches!(misuse, Error::Misuse(stateguard::Misuse::NoHistory { .. })),
+            "{misuse:?}"
+        );
         assert!(misuse.is_misuse() && !misuse.is_transient());
     }
 }

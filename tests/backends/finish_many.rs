@@ -795,7 +795,10 @@ where
         let mut wins: Vec<Won<Batched, i64>> = claim().await;
         let refused = finish_many(&db.pool, wins, 0, effect).await;
         assert!(
-            matches!(refused, Err(Error::BatchOfWins { .. })),
+            matches!(
+                refused,
+                Err(Error::Misuse(stateguard::Misuse::BatchOfWins { .. }))
+            ),
             "{refused:?}"
         );
         assert_eq!(refused.unwrap_err().kind(), stateguard::ErrorKind::Misuse);
@@ -807,7 +810,10 @@ where
         };
         let refused = finish_many(&db.pool, vec![sent], 4, effect).await;
         assert!(
-            matches!(refused, Err(Error::NotInFlight { .. })),
+            matches!(
+                refused,
+                Err(Error::Misuse(stateguard::Misuse::NotInFlight { .. }))
+            ),
             "{refused:?}"
         );
         // Rows 1 and 2, taken over after their leases, beside row 3's win.
@@ -837,7 +843,10 @@ where
         wins.push(mixed);
         let refused = finish_many(&db.pool, wins, 4, effect).await;
         assert!(
-            matches!(refused, Err(Error::BatchOfWins { .. })),
+            matches!(
+                refused,
+                Err(Error::Misuse(stateguard::Misuse::BatchOfWins { .. }))
+            ),
             "{refused:?}"
         );
         assert_eq!(ran.load(Ordering::SeqCst), 0);

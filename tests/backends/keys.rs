@@ -393,7 +393,7 @@ async fn batch_keys_json_cannot_carry_are_refused<DB: TestBackend + stateguard::
         .await
         .unwrap_err();
     match &error {
-        Error::BatchKey { key, reason, .. } => {
+        Error::Misuse(stateguard::Misuse::BatchKey { key, reason, .. }) => {
             assert_eq!(key, "po_42");
             assert!(reason.contains("`Display` text"), "{reason}");
         }
@@ -404,7 +404,7 @@ async fn batch_keys_json_cannot_carry_are_refused<DB: TestBackend + stateguard::
         .await
         .unwrap_err();
     match &error {
-        Error::BatchKey { key, reason, .. } => {
+        Error::Misuse(stateguard::Misuse::BatchKey { key, reason, .. }) => {
             assert!(reason.contains("binds as"), "{reason}");
             assert!(key.contains("BLOB") || key.contains("BINARY"), "{key}");
         }

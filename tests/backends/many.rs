@@ -145,7 +145,7 @@ where
                 .expecting(1)
                 .apply_many(&db.pool, &keys)
                 .await,
-            Err(Error::ExpectingMany { .. })
+            Err(Error::Misuse(stateguard::Misuse::ExpectingMany { .. }))
         ));
 
         // A guard refuses odd ids, with their real state.

@@ -207,7 +207,13 @@ where
             .apply(&db.pool, 1_i64)
             .await
             .unwrap_err();
-        assert!(matches!(error, Error::NoVersionColumn { .. }), "{error:?}");
+        assert!(
+            matches!(
+                error,
+                Error::Misuse(stateguard::Misuse::NoVersionColumn { .. })
+            ),
+            "{error:?}"
+        );
         assert!(error.to_string().contains("version"), "{error}");
         assert!(error.is_misuse(), "{error:?}");
         assert_eq!(db.transfer(1).await.0, "sending");

@@ -618,7 +618,10 @@ where
             })
             .await;
         match finished {
-            Err(FinishError::Unfinished(Error::RetryNotDeclared { state, .. })) => {
+            Err(FinishError::Unfinished(Error::Misuse(stateguard::Misuse::RetryNotDeclared {
+                state,
+                ..
+            }))) => {
                 assert_eq!(state, "sending");
             }
             other => panic!("expected RetryNotDeclared, got {other:?}"),

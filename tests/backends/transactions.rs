@@ -87,7 +87,10 @@ where
             .unwrap());
         savepoint.rollback().await.unwrap();
         let error = tx.commit((first, second)).await.unwrap_err();
-        assert!(matches!(error, Error::ForeignWin), "{error:?}");
+        assert!(
+            matches!(error, Error::Misuse(stateguard::Misuse::ForeignWin)),
+            "{error:?}"
+        );
         // Nothing was committed: the transaction rolled back whole.
         assert_eq!(db.transfer(1).await, ("pending".to_owned(), 0));
         assert_eq!(db.transfer(2).await, ("pending".to_owned(), 0));
@@ -137,7 +140,10 @@ where
         let first = won(TransferStatus::start().apply(&mut tx, 1_i64).await.unwrap());
         let savepoint = tx.savepoint().await.unwrap();
         let error = savepoint.release(first).await.unwrap_err();
-        assert!(matches!(error, Error::ForeignWin), "{error:?}");
+        assert!(
+            matches!(error, Error::Misuse(stateguard::Misuse::ForeignWin)),
+            "{error:?}"
+        );
     }
 
     /// `tx.rollback()`, then the win offered to a fresh transaction: it
@@ -149,7 +155,10 @@ where
         tx.rollback().await.unwrap();
         let other = Tx::begin(&db.pool).await.unwrap();
         let error = staged.commit(other).await.unwrap_err();
-        assert!(matches!(error, Error::ForeignWin), "{error:?}");
+        assert!(
+            matches!(error, Error::Misuse(stateguard::Misuse::ForeignWin)),
+            "{error:?}"
+        );
         assert!(
             error.to_string().contains("nothing was committed"),
             "{error}"

@@ -740,7 +740,10 @@ where
         .run(std::future::pending())
         .await
         .unwrap_err();
-    assert!(matches!(error, Error::NotInFlight { .. }), "{error:?}");
+    assert!(
+        matches!(error, Error::Misuse(stateguard::Misuse::NotInFlight { .. })),
+        "{error:?}"
+    );
     assert_eq!(count(&db, "pending").await, 1);
 }
 

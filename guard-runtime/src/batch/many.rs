@@ -9,6 +9,7 @@
     allow(unused_imports)
 )]
 
+use crate::error::Misuse;
 use tracing::Instrument;
 
 use crate::StateMachine;
@@ -54,7 +55,7 @@ impl<S: StateMachine, P: Send + Sync + 'static, N: NoteSlot> Transition<S, P, N>
     /// did not move. MySQL, which has no `UPDATE … RETURNING`, reads and
     /// locks the rows, updates those in a source state and reads their
     /// leases, in one transaction. [`expecting`](Transition::expecting)
-    /// names one row: it is [`Error::ExpectingMany`]. Inside the caller's
+    /// names one row: it is [`Misuse::ExpectingMany`](crate::Misuse::ExpectingMany). Inside the caller's
     /// transaction (`&mut tx`, see [`BatchRunner`]) the chunks run there,
     /// the wins are [`Uncommitted`](crate::Uncommitted) until the commit,
     /// and a deadlock is [`Error::RetryTransaction`]. Every row gets the
@@ -131,11 +132,11 @@ impl<S: StateMachine> Transition<S> {
         K: BatchKey<S, E::Database>,
     {
         if self.expected().is_some() {
-            return Err(Error::ExpectingMany {
+            return Err(Error::Misuse(Misuse::ExpectingMany {
                 table: S::MACHINE.table(),
                 transition: self.name(),
                 call: "apply_many",
-            });
+            }));
         }
         let span = telemetry::span!(
             "stateguard.apply_many",

@@ -278,8 +278,8 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
 /// blocks the thread holds up the others and the heartbeat.
 ///
 /// Refused before any effect runs: wins of a state that is not in flight
-/// ([`Error::NotInFlight`]); of more than one state, the same row twice,
-/// or a `concurrency` of 0 ([`Error::BatchOfWins`]); a first heartbeat
+/// ([`Misuse::NotInFlight`](crate::Misuse::NotInFlight)); of more than one state, the same row twice,
+/// or a `concurrency` of 0 ([`Misuse::BatchOfWins`](crate::Misuse::BatchOfWins)); a first heartbeat
 /// that failed (its rows stay in flight, for recovery once their leases
 /// run out). Deadlines: each effect keeps its win's deadline
 /// ([`Won::within`]), and each statement the shortest of them; a row
@@ -352,7 +352,7 @@ where
 /// batch. Rows whose effect or follow-up failed or was cut off are in
 /// [`Recovered::errors`] and stay in flight for a later pass. Refused as
 /// [`finish_many`](crate::finish_many) refuses (a `concurrency` of 0 is
-/// [`Error::BatchOfWins`]).
+/// [`Misuse::BatchOfWins`](crate::Misuse::BatchOfWins)).
 ///
 /// ```
 /// use stateguard::{Effect, StateMachine, Verdict};

@@ -23,7 +23,7 @@ pub enum FinishError<S, K> {
     /// and the row was not finished: it stays in flight until recovery
     /// runs the effect again with the same effect key and finishes it. An
     /// error of kind [`Misuse`](ErrorKind::Misuse) (a verdict the state
-    /// cannot take, such as [`Error::FollowUpValues`]) fails recovery the
+    /// cannot take, such as [`Misuse::FollowUpValues`](crate::Misuse::FollowUpValues)) fails recovery the
     /// same way until the effect's code is fixed.
     Unfinished(Error),
 }

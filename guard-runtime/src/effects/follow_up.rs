@@ -8,6 +8,7 @@ use crate::effects::finished::Finished;
 use crate::effects::lease::{self, Settled};
 use crate::effects::verdict::{Chosen, FollowUpValues, Retry, Verdict};
 use crate::error::Error;
+use crate::error::Misuse;
 use crate::executor::Runner;
 use crate::machine::InFlightDef;
 use crate::machine::key::RowKey;
@@ -19,10 +20,10 @@ pub(crate) fn in_flight_def<S: StateMachine>(state: S) -> Result<&'static InFlig
     S::MACHINE
         .state(state)
         .and_then(|s| s.in_flight())
-        .ok_or(Error::NotInFlight {
+        .ok_or(Error::Misuse(Misuse::NotInFlight {
             machine: S::MACHINE.name(),
             state: state.as_str(),
-        })
+        }))
 }
 
 /// A row of an in-flight state under a lease this worker holds, as a
@@ -68,10 +69,10 @@ where
         // Without `retry(…)`, the lease says when: a time of the effect's
         // own has nowhere to go.
         if retry.wait().is_some() {
-            return Err(Error::RetryNotDeclared {
+            return Err(Error::Misuse(Misuse::RetryNotDeclared {
                 machine: S::MACHINE.name(),
                 state: row.state.as_str(),
-            });
+            }));
         }
         return Ok(Finished::RetryLater);
     };

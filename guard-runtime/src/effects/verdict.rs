@@ -10,6 +10,7 @@ use crate::StateMachine;
 use crate::dialect::Backend;
 use crate::dialect::sealed::Driver;
 use crate::error::Error;
+use crate::error::Misuse;
 use crate::machine::{InFlightDef, TransitionDef};
 use crate::transition::note::{Note, NoteSlot};
 use crate::transition::{Binds, Transition};
@@ -136,7 +137,7 @@ pub trait PlainFailed: StateMachine {}
 /// instead of starting attempt `max + 1`; the reason goes into that
 /// follow-up's history row. A state without `retry(…)` is retried once
 /// its lease runs out, so it refuses a time of its own
-/// ([`Error::RetryNotDeclared`]).
+/// ([`Misuse::RetryNotDeclared`](crate::Misuse::RetryNotDeclared)).
 ///
 /// ```
 /// use std::time::Duration;
@@ -356,9 +357,11 @@ impl<S: StateMachine> Chosen<S> {
         in_flight: &'static InFlightDef<S>,
         state: S,
     ) -> Result<Option<Chosen<S>>, Error> {
-        let no_failed = || Error::NoFailedTransition {
-            machine: S::MACHINE.name(),
-            state: state.as_str(),
+        let no_failed = || {
+            Error::Misuse(Misuse::NoFailedTransition {
+                machine: S::MACHINE.name(),
+                state: state.as_str(),
+            })
         };
         let done = (in_flight.done, in_flight.done_sql(), false);
         let failed = || match (in_flight.failed, in_flight.failed_sql()) {
@@ -375,17 +378,17 @@ impl<S: StateMachine> Chosen<S> {
             Named::Named(name) if name == in_flight.done.name() => done,
             Named::Named(name) if in_flight.failed.is_some_and(|f| f.name() == name) => failed()?,
             Named::Named(name) => {
-                return Err(Error::NotAFollowUp {
+                return Err(Error::Misuse(Misuse::NotAFollowUp {
                     machine: S::MACHINE.name(),
                     state: state.as_str(),
                     verdict: name,
-                });
+                }));
             }
         };
         if follow_up.note != Note::NONE && S::MACHINE.history_table().is_none() {
-            return Err(Error::NoHistory {
+            return Err(Error::Misuse(Misuse::NoHistory {
                 machine: S::MACHINE.name(),
-            });
+            }));
         }
         // Before the follow-up is sent, as `apply` checks its own.
         follow_up
@@ -410,10 +413,10 @@ impl<S: StateMachine> Chosen<S> {
         note: Note,
     ) -> Result<Chosen<S>, Error> {
         let (Some(transition), Some(sql)) = (in_flight.failed, in_flight.failed_sql()) else {
-            return Err(Error::NoFailedTransition {
+            return Err(Error::Misuse(Misuse::NoFailedTransition {
                 machine: S::MACHINE.name(),
                 state: state.as_str(),
-            });
+            }));
         };
         Ok(Chosen {
             transition,
@@ -446,11 +449,11 @@ impl<S: StateMachine> Chosen<S> {
                 values: &*self.values,
                 binder,
             }),
-            false => Err(Error::FollowUpValues {
+            false => Err(Error::Misuse(Misuse::FollowUpValues {
                 machine: S::MACHINE.name(),
                 transition: self.transition.name(),
                 expects: binder.expects,
-            }),
+            })),
         }
     }
 }

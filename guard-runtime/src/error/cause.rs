@@ -67,6 +67,6 @@ mod tests {
             source: sqlx::Error::PoolTimedOut,
         };
         assert!(!refused.is_outcome_unknown());
-        assert!(!Error::ConnectionInTransaction.is_outcome_unknown());
+        assert!(!Error::Misuse(crate::error::Misuse::ConnectionInTransaction).is_outcome_unknown());
     }
 }

@@ -104,23 +104,7 @@ impl Error {
                     ErrorKind::Database
                 }
             }
-            Error::NoVersionColumn { .. }
-            | Error::ForeignWin
-            | Error::ConnectionInTransaction
-            | Error::NestedTransaction { .. }
-            | Error::NotInFlight { .. }
-            | Error::NoFailedTransition { .. }
-            | Error::RetryNotDeclared { .. }
-            | Error::NotAFollowUp { .. }
-            | Error::FollowUpValues { .. }
-            | Error::BatchOfWins { .. }
-            | Error::ExpectingMany { .. }
-            // A key the batch's JSON cannot carry is so by its type (a
-            // UUID, a float, a date, …), not by its value: use `apply`.
-            | Error::BatchKey { .. }
-            | Error::NoSinceColumn { .. }
-            | Error::NoTimeout { .. }
-            | Error::NoHistory { .. } => ErrorKind::Misuse,
+            Error::Misuse(_) => ErrorKind::Misuse,
             Error::BadKey { .. }
             | Error::UnknownState(_)
             | Error::NullStatus { .. }

@@ -20,6 +20,7 @@ pub(crate) mod seam;
 pub(crate) mod task;
 pub(crate) mod tx;
 
+use crate::error::Misuse;
 #[allow(unused_imports)]
 use crate::executor::tx::{Savepoint, Tx};
 
@@ -107,7 +108,7 @@ pub(crate) use crate::dialect::connection::{ExecutedThenFetched, Inserts, When, 
 /// Inside a transaction, pass the [`Tx`](crate::Tx) itself (`&mut tx`), not
 /// the connection under it (`&mut *tx`): only then can the win wait for
 /// the commit. `apply` refuses a connection that sqlx knows is inside a
-/// transaction ([`Error::ConnectionInTransaction`](crate::Error::ConnectionInTransaction)),
+/// transaction ([`Misuse::ConnectionInTransaction`](crate::Misuse::ConnectionInTransaction)),
 /// and a plain `sqlx::Transaction` is not a `Runner`: wrap it with
 /// [`Tx::new`](crate::Tx::new), so that its wins are tied to it. A
 /// transaction opened with a raw `BEGIN` statement, or a savepoint made with
@@ -278,7 +279,7 @@ pub(crate) mod sealed {
 /// and for a transaction that can no longer commit.
 pub(crate) fn refuse_open_transaction<E: Runner>(executor: &E) -> Result<(), crate::Error> {
     if !E::IS_TRANSACTION && executor.in_transaction() {
-        return Err(crate::Error::ConnectionInTransaction);
+        return Err(crate::Error::Misuse(Misuse::ConnectionInTransaction));
     }
     if executor.rolled_back() {
         return Err(crate::Error::RolledBack { source: None });

@@ -91,7 +91,7 @@ pub trait StateMachine: Copy + Eq + Debug + Send + Sync + 'static {
 ///
 /// Implemented by hand on a machine without one, it lets an expecting
 /// call compile, and the call is refused with
-/// [`Error::NoVersionColumn`](crate::Error::NoVersionColumn).
+/// [`Misuse::NoVersionColumn`](crate::Misuse::NoVersionColumn).
 pub trait HasVersion: StateMachine {}
 
 /// A status string that is not a state of the machine.

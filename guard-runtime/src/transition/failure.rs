@@ -6,6 +6,7 @@ use crate::StateMachine;
 use crate::deadline::retry::{MAX_ATTEMPTS, backoff};
 use crate::dialect::Backend;
 use crate::error::Error;
+use crate::error::Misuse;
 use crate::executor::Runner;
 use crate::executor::sealed::Run;
 use crate::machine::key::BindError;
@@ -65,12 +66,12 @@ impl Names {
     /// A batch's keys that could not be bound.
     pub(crate) fn keys_error(self, error: BindError) -> Error {
         match error {
-            BindError::Key { key, reason } => Error::BatchKey {
+            BindError::Key { key, reason } => Error::Misuse(Misuse::BatchKey {
                 table: self.table,
                 transition: self.transition,
                 key,
                 reason,
-            },
+            }),
             BindError::Encode(source) => self.db_error(source),
         }
     }

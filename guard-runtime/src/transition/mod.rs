@@ -27,6 +27,7 @@
 //! the other way round. `Note` lives here, not with history, so that the
 //! compare-and-set need not depend on the module that reads notes back.
 
+use crate::error::Misuse;
 use core::fmt;
 use core::time::Duration;
 
@@ -189,7 +190,7 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
         self.note.note_slot().unwrap_or(&Note::NONE)
     }
 
-    /// [`Error::NoHistory`](crate::Error::NoHistory) for a noted call on a
+    /// [`Misuse::NoHistory`](crate::Misuse::NoHistory) for a noted call on a
     /// machine without a history table to record the note in (one that
     /// implements [`HasHistory`](crate::HasHistory) by hand), and
     /// [`Error::NoteDetails`](crate::Error::NoteDetails) for a note whose
@@ -197,9 +198,9 @@ impl<S: StateMachine, P, N: NoteSlot> Transition<S, P, N> {
     /// sends anything.
     pub(crate) fn recorded(&self) -> Result<(), Error> {
         match (self.note.note_slot(), S::MACHINE.history_table()) {
-            (Some(_), None) => Err(Error::NoHistory {
+            (Some(_), None) => Err(Error::Misuse(Misuse::NoHistory {
                 machine: S::MACHINE.name(),
-            }),
+            })),
             (Some(note), Some(_)) => note.checked(S::MACHINE.table(), self.def.name()),
             (None, _) => Ok(()),
         }

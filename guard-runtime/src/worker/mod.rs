@@ -176,7 +176,7 @@ impl<DB: Batched> Worker<DB> {
     /// state's rows whose lease ran out or whose retry is due
     /// ([`recover_many`](crate::recover_many)), with the same
     /// effect. A `claim` into a state that is not in flight is
-    /// [`Error::NotInFlight`] from [`Worker::run`], before any loop starts.
+    /// [`Misuse::NotInFlight`](crate::Misuse::NotInFlight) from [`Worker::run`], before any loop starts.
     pub fn effects<S, K, F>(
         mut self,
         claim: Transition<S>,
@@ -269,7 +269,7 @@ impl<DB: Batched> Worker<DB> {
     ///
     /// A loop's errors (a lost connection, a timeout) are counted in its
     /// report and the loop goes on after its poll wait; a misuse found
-    /// before the start ([`Error::NotInFlight`]) is returned at once.
+    /// before the start ([`Misuse::NotInFlight`](crate::Misuse::NotInFlight)) is returned at once.
     ///
     /// The loops hand their wins to nobody: every row a claim or a
     /// recovery moved is run by the loop itself. A statement that fails

@@ -16,6 +16,7 @@
 
 mod backends;
 
+use crate::error::Misuse;
 use core::marker::PhantomData;
 use core::time::Duration;
 
@@ -66,7 +67,7 @@ impl<S: StateMachine, P: Send + Sync + 'static, N: NoteSlot> Transition<S, P, N>
     /// the status column together with the order columns, or each claim
     /// scans the table. An empty result means no row was free to claim.
     /// [`expecting`](Transition::expecting) names one row's occurrence and
-    /// has no meaning here: it is [`Error::ExpectingMany`].
+    /// has no meaning here: it is [`Misuse::ExpectingMany`](crate::Misuse::ExpectingMany).
     ///
     /// Every row claimed gets the same values (a [`Bound`]); noted
     /// ([`Transition::noted`]), every row's history row records the note.
@@ -131,7 +132,7 @@ impl<S: StateMachine, P: Send + Sync + 'static, N: NoteSlot> Transition<S, P, N>
     /// state for longer than `age`, by the database's clock: the state
     /// timeout. Every source state must stamp the same `since` column
     /// (`#[state(since = "…")]`, or an in-flight state's), or it is
-    /// [`Error::NoSinceColumn`]. A NULL stamp is never old: give the column
+    /// [`Misuse::NoSinceColumn`](crate::Misuse::NoSinceColumn). A NULL stamp is never old: give the column
     /// a default, so that inserted rows carry one.
     ///
     /// ```text
@@ -166,7 +167,7 @@ impl<S: StateMachine, P: Send + Sync + 'static, N: NoteSlot> Transition<S, P, N>
 
     /// [`claim_older_than`](Transition::claim_older_than) with the
     /// `#[state(timeout = "…")]` its source states declare (the shortest,
-    /// if they differ); [`Error::NoTimeout`] when none declares one.
+    /// if they differ); [`Misuse::NoTimeout`](crate::Misuse::NoTimeout) when none declares one.
     /// Deadline, and what a statement that fails after the move tells
     /// the caller: as for [`claim`](Transition::claim).
     pub fn claim_timed_out<'a, E, K>(
@@ -277,10 +278,10 @@ impl<S: StateMachine> Transition<S> {
             .iter()
             .filter_map(|&s| S::MACHINE.state(s)?.timeout())
             .min();
-        timeout.ok_or(Error::NoTimeout {
+        timeout.ok_or(Error::Misuse(Misuse::NoTimeout {
             machine: S::MACHINE.name(),
             transition: self.name(),
-        })
+        }))
     }
 
     pub(crate) async fn claim_with<E, K>(
@@ -296,11 +297,11 @@ impl<S: StateMachine> Transition<S> {
         K: BatchKey<S, E::Database>,
     {
         if self.expected().is_some() {
-            return Err(Error::ExpectingMany {
+            return Err(Error::Misuse(Misuse::ExpectingMany {
                 table: S::MACHINE.table(),
                 transition: self.name(),
                 call: "claim",
-            });
+            }));
         }
         let claim = match older_than {
             None => Claim {
@@ -313,10 +314,10 @@ impl<S: StateMachine> Transition<S> {
                     older_than: Some(i64::try_from(age.as_millis()).unwrap_or(i64::MAX)),
                 },
                 None => {
-                    return Err(Error::NoSinceColumn {
+                    return Err(Error::Misuse(Misuse::NoSinceColumn {
                         machine: S::MACHINE.name(),
                         transition: self.name(),
-                    });
+                    }));
                 }
             },
         };

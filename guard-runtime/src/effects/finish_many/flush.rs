@@ -1,6 +1,7 @@
 //! What a flush of `finish_many` writes: each buffered verdict's
 //! follow-up, one statement per follow-up kind and batch.
 
+use crate::error::Misuse;
 use std::sync::atomic::Ordering;
 
 use crate::StateMachine;
@@ -144,10 +145,10 @@ where
         let Some(def) = in_flight.retry() else {
             // Without `retry(…)`, the lease says when.
             return match wait {
-                Some(_) => Err(Error::RetryNotDeclared {
+                Some(_) => Err(Error::Misuse(Misuse::RetryNotDeclared {
                     machine: S::MACHINE.name(),
                     state: self.state.as_str(),
-                }),
+                })),
                 None => Ok(None),
             };
         };

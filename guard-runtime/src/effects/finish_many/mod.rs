@@ -35,6 +35,7 @@ use crate::effects::follow_up::{Leased, exhausted, give_up_unreported, in_flight
 use crate::effects::lease::{self, LeaseRow};
 use crate::effects::verdict::FollowUpValues;
 use crate::error::Error;
+use crate::error::Misuse;
 use crate::machine::InFlightDef;
 use crate::machine::key::BatchKey;
 use crate::outcome::{Committed, Won};
@@ -175,9 +176,11 @@ where
 {
     let in_flight = in_flight?;
     let state = wins[0].state();
-    let refuse = |reason| Error::BatchOfWins {
-        machine: S::MACHINE.name(),
-        reason,
+    let refuse = |reason| {
+        Error::Misuse(Misuse::BatchOfWins {
+            machine: S::MACHINE.name(),
+            reason,
+        })
     };
     if concurrency == 0 {
         return Err(refuse("a concurrency of 0 runs no effect"));

@@ -1,6 +1,7 @@
 //! A recovery pass that re-drives its rows as one batch, on
 //! [`finish_many`].
 
+use crate::error::Misuse;
 use tracing::Instrument;
 
 use crate::StateMachine;
@@ -47,10 +48,10 @@ where
     let report = async {
         in_flight?;
         if concurrency == 0 {
-            return Err(Error::BatchOfWins {
+            return Err(Error::Misuse(Misuse::BatchOfWins {
                 machine: S::MACHINE.name(),
                 reason: "a concurrency of 0 runs no effect",
-            });
+            }));
         }
         let (taken, lost) = take_over_batch::<S, K, DB>(pool, state, limit).await?;
         let mut report = Recovered {

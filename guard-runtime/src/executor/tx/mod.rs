@@ -18,6 +18,7 @@ mod health;
 mod savepoint;
 mod staged;
 
+use crate::error::Misuse;
 use core::ops::{Deref, DerefMut};
 use core::sync::atomic::{AtomicU64, Ordering};
 use core::time::Duration;
@@ -172,7 +173,7 @@ impl<'c, DB: Backend> Tx<'c, DB> {
 
     /// Wraps a transaction begun through sqlx. It must be an outermost
     /// transaction: a nested one is a savepoint, whose commit commits
-    /// nothing yet ([`Error::NestedTransaction`]). Its calls keep
+    /// nothing yet ([`Misuse::NestedTransaction`](crate::Misuse::NestedTransaction)). Its calls keep
     /// [`DEFAULT_DEADLINE`] unless [`Tx::within`] says otherwise.
     ///
     /// On a pool, prefer [`Tx::begin`]: sqlx 0.9's own `begin`, dropped
@@ -181,7 +182,7 @@ impl<'c, DB: Backend> Tx<'c, DB> {
     pub fn new(inner: sqlx::Transaction<'c, DB>) -> Result<Self, Error> {
         let depth = depth::<DB>(&inner);
         if depth != 1 {
-            return Err(Error::NestedTransaction { depth });
+            return Err(Error::Misuse(Misuse::NestedTransaction { depth }));
         }
         Ok(Tx {
             inner,
@@ -232,7 +233,7 @@ impl<'c, DB: Backend> Tx<'c, DB> {
     /// `Vec` or an `Option` of them, or `()`. Each must have been won in
     /// this transaction (or in a savepoint of it that was released);
     /// otherwise nothing is committed and the error is
-    /// [`Error::ForeignWin`].
+    /// [`Misuse::ForeignWin`](crate::Misuse::ForeignWin).
     ///
     /// Before `COMMIT`, the transaction is checked to be still open and not
     /// aborted: PostgreSQL answers the `COMMIT` of an aborted transaction
@@ -265,7 +266,7 @@ impl<'c, DB: Backend> Tx<'c, DB> {
     ) -> Result<T::Committed, Error> {
         if !staged.all_in(self.scope) {
             // Dropping `self` rolls the transaction back.
-            return Err(Error::ForeignWin);
+            return Err(Error::Misuse(Misuse::ForeignWin));
         }
         if self.health.rolled_back {
             // Dropped, not rolled back here: a statement cut off by a

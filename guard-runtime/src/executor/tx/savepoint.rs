@@ -9,6 +9,7 @@ use super::staged::sealed;
 use super::{Staged, TxHealth, next_scope, timed_out};
 use crate::dialect::Backend;
 use crate::error::Error;
+use crate::error::Misuse;
 
 /// A savepoint inside a [`Tx`](crate::Tx) (or inside another savepoint).
 ///
@@ -86,7 +87,7 @@ impl<'t, DB: Backend> Savepoint<'t, DB> {
     ///
     /// Each win must have been won in this savepoint (or released into it);
     /// otherwise nothing is released and the error is
-    /// [`Error::ForeignWin`].
+    /// [`Misuse::ForeignWin`](crate::Misuse::ForeignWin).
     ///
     /// The `RELEASE SAVEPOINT` keeps the savepoint's deadline. Cut off, it
     /// ends in [`Error::Timeout`] with `outcome_known: true`, the wins are
@@ -94,7 +95,7 @@ impl<'t, DB: Backend> Savepoint<'t, DB> {
     /// answers [`Error::RolledBack`]).
     pub async fn release<T: Staged + sealed::Convert>(self, staged: T) -> Result<T, Error> {
         if !staged.all_in(self.scope) {
-            return Err(Error::ForeignWin);
+            return Err(Error::Misuse(Misuse::ForeignWin));
         }
         self.health.verified = false;
         let deadline = self.deadline;

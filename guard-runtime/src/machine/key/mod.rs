@@ -139,7 +139,7 @@ pub trait KeyText<Shape: KeyShape> {
 /// SQLite, as its text on MySQL (compared as bytes, like every key). A
 /// value that binds as bytes (`uuid::Uuid` on both: use
 /// `uuid::fmt::Hyphenated` and a text column), a float or a date cannot
-/// travel in a batch; the call is then [`Error::BatchKey`](crate::Error::BatchKey)
+/// travel in a batch; the call is then [`Misuse::BatchKey`](crate::Misuse::BatchKey)
 /// before any statement runs.
 #[diagnostic::on_unimplemented(
     message = "a slice of `{Self}` cannot be bound as the keys of `apply_many` on `{DB}`",

@@ -4,6 +4,7 @@
 //! ([`Raw`]). It knows neither the machine nor the types of the key and
 //! the values, so a binary carries one copy per executor.
 
+use crate::error::Misuse;
 use core::fmt;
 use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use core::time::Duration;
@@ -188,10 +189,10 @@ impl CasPlan {
             // Only a hand-written `HasVersion` gets here: the derive
             // implements it only with a version column.
             (Some(_), None) => {
-                return Err(Error::NoVersionColumn {
+                return Err(Error::Misuse(Misuse::NoVersionColumn {
                     machine: names.machine,
                     transition: names.transition,
-                });
+                }));
             }
         };
         let update = <E::Database as Driver>::statement(update);

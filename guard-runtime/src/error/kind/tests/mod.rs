@@ -159,50 +159,50 @@ fn every_variant() -> Vec<(String, Error, ErrorKind)> {
     add("Timeout, nothing in flight", timeout(true), Transient);
     add("Timeout, UPDATE in flight", timeout(false), OutcomeUnknown);
     let misuse = [
-        Error::NoVersionColumn {
+        Error::Misuse(crate::error::Misuse::NoVersionColumn {
             machine,
             transition,
-        },
-        Error::ForeignWin,
-        Error::ConnectionInTransaction,
-        Error::NestedTransaction { depth: 2 },
-        Error::NotInFlight { machine, state },
-        Error::NoFailedTransition { machine, state },
-        Error::RetryNotDeclared { machine, state },
-        Error::NotAFollowUp {
+        }),
+        Error::Misuse(crate::error::Misuse::ForeignWin),
+        Error::Misuse(crate::error::Misuse::ConnectionInTransaction),
+        Error::Misuse(crate::error::Misuse::NestedTransaction { depth: 2 }),
+        Error::Misuse(crate::error::Misuse::NotInFlight { machine, state }),
+        Error::Misuse(crate::error::Misuse::NoFailedTransition { machine, state }),
+        Error::Misuse(crate::error::Misuse::RetryNotDeclared { machine, state }),
+        Error::Misuse(crate::error::Misuse::NotAFollowUp {
             machine,
             state,
             verdict: "start",
-        },
-        Error::FollowUpValues {
+        }),
+        Error::Misuse(crate::error::Misuse::FollowUpValues {
             machine,
             transition,
             expects: "String",
-        },
-        Error::ExpectingMany {
+        }),
+        Error::Misuse(crate::error::Misuse::ExpectingMany {
             table,
             transition,
             call: "claim",
-        },
-        Error::BatchOfWins {
+        }),
+        Error::Misuse(crate::error::Misuse::BatchOfWins {
             machine,
             reason: "the same row twice",
-        },
-        Error::BatchKey {
+        }),
+        Error::Misuse(crate::error::Misuse::BatchKey {
             table,
             transition,
             key: "BYTEA".into(),
             reason: "binds as bytes".into(),
-        },
-        Error::NoSinceColumn {
+        }),
+        Error::Misuse(crate::error::Misuse::NoSinceColumn {
             machine,
             transition,
-        },
-        Error::NoTimeout {
+        }),
+        Error::Misuse(crate::error::Misuse::NoTimeout {
             machine,
             transition,
-        },
-        Error::NoHistory { machine },
+        }),
+        Error::Misuse(crate::error::Misuse::NoHistory { machine }),
     ];
     for error in misuse {
         add("misuse", error, Misuse);
@@ -345,27 +345,27 @@ fn variant(error: &Error) -> usize {
         Error::RetryTransaction { .. } => 2,
         Error::Contention { .. } => 3,
         Error::Timeout { .. } => 4,
-        Error::NoVersionColumn { .. } => 5,
+        Error::Misuse(crate::error::Misuse::NoVersionColumn { .. }) => 5,
         Error::AmbiguousKey { .. } => 6,
         Error::Commit { .. } => 7,
         Error::RolledBack { .. } => 8,
         Error::Begin { .. } => 9,
-        Error::ForeignWin => 10,
-        Error::ConnectionInTransaction => 11,
-        Error::NestedTransaction { .. } => 12,
+        Error::Misuse(crate::error::Misuse::ForeignWin) => 10,
+        Error::Misuse(crate::error::Misuse::ConnectionInTransaction) => 11,
+        Error::Misuse(crate::error::Misuse::NestedTransaction { .. }) => 12,
         Error::NullStatus { .. } => 13,
-        Error::NotInFlight { .. } => 14,
-        Error::NoFailedTransition { .. } => 15,
-        Error::NotAFollowUp { .. } => 16,
-        Error::FollowUpValues { .. } => 17,
-        Error::ExpectingMany { .. } => 18,
-        Error::BatchKey { .. } => 19,
+        Error::Misuse(crate::error::Misuse::NotInFlight { .. }) => 14,
+        Error::Misuse(crate::error::Misuse::NoFailedTransition { .. }) => 15,
+        Error::Misuse(crate::error::Misuse::NotAFollowUp { .. }) => 16,
+        Error::Misuse(crate::error::Misuse::FollowUpValues { .. }) => 17,
+        Error::Misuse(crate::error::Misuse::ExpectingMany { .. }) => 18,
+        Error::Misuse(crate::error::Misuse::BatchKey { .. }) => 19,
         Error::BadKey { .. } => 20,
         Error::IdempotencyLeaseLost { .. } => 21,
         Error::Store { .. } => 22,
-        Error::NoSinceColumn { .. } => 23,
-        Error::NoTimeout { .. } => 24,
-        Error::NoHistory { .. } => 25,
+        Error::Misuse(crate::error::Misuse::NoSinceColumn { .. }) => 23,
+        Error::Misuse(crate::error::Misuse::NoTimeout { .. }) => 24,
+        Error::Misuse(crate::error::Misuse::NoHistory { .. }) => 25,
         Error::UnknownTransition { .. } => 26,
         Error::RowVanished { .. } => 27,
         Error::Recovery { .. } => 28,
@@ -374,8 +374,8 @@ fn variant(error: &Error) -> usize {
         Error::Multiplexed { .. } => 31,
         Error::PoolerCheck { .. } => 32,
         Error::StatementMixUp(_) => 33,
-        Error::RetryNotDeclared { .. } => 34,
-        Error::BatchOfWins { .. } => 35,
+        Error::Misuse(crate::error::Misuse::RetryNotDeclared { .. }) => 34,
+        Error::Misuse(crate::error::Misuse::BatchOfWins { .. }) => 35,
         Error::Unreported { .. } => 36,
         Error::NoteDetails { .. } => 37,
     }
