@@ -372,6 +372,33 @@ pub use stateguard_runtime::{APPLY_MANY_CHUNK, Backend, Runner, key};
 /// bounds of the library's signatures, which code generic over the
 /// database names in its own `where` clauses (`i64: bounds::Key<DB>`), and
 /// nothing else needs to import.
+///
+/// Each entry point spells at most two: where it runs, and what it runs.
+/// Code of one's own that wraps one needs no more:
+///
+/// ```
+/// use stateguard::bounds::{Claimable, FinishFn};
+/// use stateguard::{Backend, Error, Recovered, Transition, Won};
+///
+/// // A sweep of any machine's in-flight state, on any database: the one
+/// // bound on the effect says it fits the machine, its key and `DB`.
+/// async fn sweep<S, K, DB, F>(pool: &sqlx::Pool<DB>, state: S, effect: F) -> Result<Recovered, Error>
+/// where
+///     DB: Backend,
+///     F: FinishFn<S, K, DB>,
+/// {
+///     stateguard::recover_many(pool, state, 100, 8, effect).await
+/// }
+///
+/// // A claim of any machine, on any database that can run one.
+/// async fn take<S, K, DB>(pool: &sqlx::Pool<DB>, claim: Transition<S>) -> Result<Vec<Won<S, K>>, Error>
+/// where
+///     DB: stateguard::bounds::Batched,
+///     S: Claimable<K, DB>,
+/// {
+///     claim.claim(pool, 50).await
+/// }
+/// ```
 pub mod bounds {
     pub use stateguard_runtime::{
         BatchKey, BatchRunner, Batchable, Batched, Binds, Claimable, ColumnTypes, DecodeKey,
