@@ -41,6 +41,11 @@
 
 use crate::dialect::Dialect;
 
+mod columns;
+
+pub use self::columns::Col;
+use self::columns::{COLUMN, columns};
+
 /// What one placeholder binds. The declaration order is the numbering
 /// order of the numbered dialects.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
@@ -182,152 +187,10 @@ impl Field {
     }
 }
 
-/// What one column of a statement's result holds.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Col {
-    /// The statement's tag, PostgreSQL's first column: see the module
-    /// docs.
-    Tag,
-    /// Key column `n` of the row.
-    Key(u8),
-    /// Whether the read found the row (1, or NULL): a PostgreSQL read of
-    /// one row returns a row either way.
-    Found,
-    /// 1 in the row that ends a PostgreSQL batch read, NULL in the rest:
-    /// the read returns that row whatever the keys find.
-    End,
-    /// The status, as text.
-    Status,
-    /// The row's occurrence (its version column, 0 without one).
-    Occurrence,
-    /// Whether the row meets the transition's guard (1 or 0).
-    Meets,
-    /// The row's lease token.
-    Token,
-    /// The attempt of the effect a takeover starts.
-    Attempt,
-    /// A history row's transition.
-    Transition,
-    /// A history row's state left.
-    From,
-    /// A history row's state entered.
-    To,
-    /// A history row's time, as text.
-    At,
-    /// A history row's time, in microseconds since the Unix epoch (UTC).
-    AtMicros,
-    /// A history row's actor.
-    Actor,
-    /// A history row's reason.
-    Reason,
-    /// A history row's details, as text.
-    Details,
-    /// How long, in milliseconds, the oldest row recovery may take over
-    /// has been due (-1 when none is).
-    Behind,
-    /// How many rows are in state `n` (declaration order), counted up to
-    /// one past the cap.
-    Count(u8),
-}
-
 /// Marks a slot in a statement under construction: control characters
 /// that no validated name, fragment or literal contains.
 const OPEN: char = '\u{1}';
 const CLOSE: char = '\u{2}';
-/// Marks a result column, likewise.
-const COLUMN: char = '\u{3}';
-const COLUMN_END: char = '\u{4}';
-
-impl Col {
-    /// `expr` as the result column that holds this.
-    pub fn of(self, expr: &str) -> String {
-        let (kind, n) = match self {
-            Col::Tag => ('g', 0),
-            Col::Found => ('f', 0),
-            Col::End => ('E', 0),
-            Col::Key(n) => ('k', n),
-            Col::Status => ('s', 0),
-            Col::Occurrence => ('v', 0),
-            Col::Meets => ('m', 0),
-            Col::Token => ('t', 0),
-            Col::Attempt => ('n', 0),
-            Col::Transition => ('T', 0),
-            Col::From => ('F', 0),
-            Col::To => ('O', 0),
-            Col::At => ('A', 0),
-            Col::AtMicros => ('u', 0),
-            Col::Actor => ('a', 0),
-            Col::Reason => ('r', 0),
-            Col::Details => ('d', 0),
-            Col::Behind => ('b', 0),
-            Col::Count(n) => ('C', n),
-        };
-        format!("{COLUMN}{kind}{n}{COLUMN_END}{expr}")
-    }
-
-    fn parse(marker: &str) -> Option<Col> {
-        let mut chars = marker.chars();
-        let kind = chars.next()?;
-        let n: u8 = chars.as_str().parse().ok()?;
-        Some(match kind {
-            'g' => Col::Tag,
-            'f' => Col::Found,
-            'E' => Col::End,
-            'k' => Col::Key(n),
-            's' => Col::Status,
-            'v' => Col::Occurrence,
-            'm' => Col::Meets,
-            't' => Col::Token,
-            'n' => Col::Attempt,
-            'T' => Col::Transition,
-            'F' => Col::From,
-            'O' => Col::To,
-            'A' => Col::At,
-            'u' => Col::AtMicros,
-            'a' => Col::Actor,
-            'r' => Col::Reason,
-            'd' => Col::Details,
-            'b' => Col::Behind,
-            'C' => Col::Count(n),
-            _ => return None,
-        })
-    }
-}
-
-/// The result columns marked in `text`, in order, and the text without
-/// their markers.
-fn columns(text: &str) -> Result<(String, Vec<Col>), String> {
-    let mut out = String::with_capacity(text.len());
-    let mut columns = Vec::new();
-    let mut rest = text;
-    while let Some(open) = rest.find(COLUMN) {
-        let close = rest[open..]
-            .find(COLUMN_END)
-            .map(|at| open + at)
-            .ok_or_else(|| format!("an unclosed column marker in {text:?}"))?;
-        let column = Col::parse(&rest[open + 1..close])
-            .ok_or_else(|| format!("an unknown column marker in {text:?}"))?;
-        if columns.contains(&column) {
-            return Err(format!("column {column:?} twice in {text:?}"));
-        }
-        out.push_str(&rest[..open]);
-        columns.push(column);
-        rest = &rest[close + 1..];
-    }
-    out.push_str(rest);
-    // The tag comes first, where a row of any statement has a column; the
-    // runtime decodes a key from the columns right after it.
-    let tagged = usize::from(columns.first() == Some(&Col::Tag));
-    if columns.iter().skip(tagged).any(|c| *c == Col::Tag) {
-        return Err(format!("the tag not first in {text:?}"));
-    }
-    let keys = columns.iter().filter(|c| matches!(c, Col::Key(_))).count();
-    let first = (0..keys).map(|i| Col::Key(i as u8));
-    if !columns.iter().skip(tagged).take(keys).copied().eq(first) {
-        return Err(format!("key columns not first and in order in {text:?}"));
-    }
-    Ok((out, columns))
-}
 
 impl Slot {
     /// The marker that stands for this slot until [`render`].
