@@ -13,7 +13,7 @@ use crate::transition::bind::{Fields, store_arguments};
 use super::{Request, held, store_error};
 
 #[cfg(doc)]
-use super::{Begun, begin};
+use super::{Begun, Stored, begin};
 
 /// The lease on a key that [`begin`] gave this request. Dropping it
 /// without [`complete`](Ticket::complete) or [`release`](Ticket::release)
