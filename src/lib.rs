@@ -419,6 +419,9 @@ pub use stateguard_runtime::worker;
 // The caller's side of an idempotent HTTP call, as an effect (feature
 // `reqwest`).
 pub use stateguard_runtime::http;
+// The operators' console: an axum router to mount (feature `console`).
+#[cfg(feature = "console")]
+pub use stateguard_runtime::console;
 
 pub mod guide;
 

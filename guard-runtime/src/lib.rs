@@ -13,6 +13,8 @@
 )]
 
 mod batch;
+#[cfg(feature = "console")]
+pub mod console;
 pub mod ddl;
 mod deadline;
 mod dialect;

@@ -16,6 +16,7 @@ mod bad_input;
 mod binds;
 mod claim;
 mod claim_tx;
+mod console;
 mod consumer;
 mod counts;
 mod deadlines;
