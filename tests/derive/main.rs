@@ -17,4 +17,5 @@ mod diagram;
 mod docs;
 mod expand;
 mod metadata;
+mod send;
 mod serde_strings;

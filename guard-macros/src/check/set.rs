@@ -10,7 +10,7 @@ use crate::model::{Assign, Guard};
 use crate::sqltext;
 
 /// The most `bind(Type)` values one transition takes: the runtime's
-/// `Params` is implemented for tuples up to this length.
+/// `Binds` is implemented for tuples of values up to this length.
 const MAX_BINDS: usize = 6;
 
 /// `guard = "…"`: one SQL condition, through the same allow-list as `set`

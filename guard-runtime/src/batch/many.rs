@@ -9,7 +9,6 @@
     allow(unused_imports)
 )]
 
-use crate::error::Misuse;
 use tracing::Instrument;
 
 use crate::StateMachine;
@@ -17,7 +16,7 @@ use crate::batch::batched::{Batch, BatchRunner, Batched, Found};
 use crate::deadline::call::Call;
 use crate::deadline::call::Sent;
 use crate::deadline::retry::{MAX_ATTEMPTS, backoff};
-use crate::error::Error;
+use crate::error::{Error, Misuse};
 use crate::executor::seam::Seam;
 use crate::machine::key::{BatchKey, Batchable, KeyShape};
 use crate::outcome::{Outcome, Won};

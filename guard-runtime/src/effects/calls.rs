@@ -11,7 +11,7 @@ use core::pin::Pin;
 use crate::StateMachine;
 use crate::dialect::Backend;
 use crate::effects::effect_fn::{EffectFn, EffectFnOnce, Visit};
-use crate::effects::finish_many::{FinishedRow, Stop, Unstarted, finish_many_until};
+use crate::effects::finish_many::{FinishedRow, finish_many_until};
 use crate::effects::finished::{FinishError, Finished};
 use crate::effects::recovery::{Recover, Recovered, recover_many_until};
 use crate::effects::verdict::FollowUpValues;
@@ -41,20 +41,17 @@ use crate::outcome::{Committed, Won};
             machine's key type, owned, and `DecodeKey + ManyKeys + Ord` (`i64`, `String`, a \
             tuple of them), and every follow-up `bind(Type)` must encode on the database"
 )]
-pub trait FinishFn<S, K, DB: Backend>: EffectFn<S, K> {
-    /// [`finish_many`](crate::finish_many)'s body, which `stop` tells to
-    /// start no more effects.
+pub trait FinishFn<S, K, DB: Backend>: EffectFn<S, K, Future: Send> + Send + Sync {
+    /// [`finish_many`](crate::finish_many)'s body.
     #[doc(hidden)]
     fn finish_many(
         self,
         pool: &sqlx::Pool<DB>,
         wins: Vec<Won<S, K, Committed>>,
         concurrency: usize,
-        stop: Stop,
-    ) -> impl Future<Output = Result<(Vec<FinishedRow<S, K>>, Unstarted), Error>>;
+    ) -> impl Future<Output = Result<Vec<FinishedRow<S, K>>, Error>> + Send;
 
-    /// [`recover_many`](crate::recover_many)'s body, which `stop` tells to
-    /// start no more effects.
+    /// [`recover_many`](crate::recover_many)'s body.
     #[doc(hidden)]
     fn recover_many(
         self,
@@ -62,8 +59,7 @@ pub trait FinishFn<S, K, DB: Backend>: EffectFn<S, K> {
         state: S,
         limit: u32,
         concurrency: usize,
-        stop: Stop,
-    ) -> impl Future<Output = Result<(Recovered, Unstarted), Error>>;
+    ) -> impl Future<Output = Result<Recovered, Error>> + Send;
 
     /// Hands `visit` the bounds this trait stands for, for a body whose
     /// result has a name (a boxed future, a worker's loop).
@@ -76,27 +72,27 @@ where
     S: FollowUpValues<DB> + KeyType<K>,
     K: BatchKey<S, DB>,
     DB: Backend,
-    F: EffectFn<S, K>,
+    F: EffectFn<S, K, Future: Send> + Send + Sync,
 {
-    fn finish_many(
+    async fn finish_many(
         self,
         pool: &sqlx::Pool<DB>,
         wins: Vec<Won<S, K, Committed>>,
         concurrency: usize,
-        stop: Stop,
-    ) -> impl Future<Output = Result<(Vec<FinishedRow<S, K>>, Unstarted), Error>> {
-        finish_many_until(pool, wins, concurrency, self, stop)
+    ) -> Result<Vec<FinishedRow<S, K>>, Error> {
+        let (rows, _) = finish_many_until(pool, wins, concurrency, self, None).await?;
+        Ok(rows)
     }
 
-    fn recover_many(
+    async fn recover_many(
         self,
         pool: &sqlx::Pool<DB>,
         state: S,
         limit: u32,
         concurrency: usize,
-        stop: Stop,
-    ) -> impl Future<Output = Result<(Recovered, Unstarted), Error>> {
-        recover_many_until(pool, state, limit, concurrency, self, stop)
+    ) -> Result<Recovered, Error> {
+        let (report, _) = recover_many_until(pool, state, limit, concurrency, self, None).await?;
+        Ok(report)
     }
 
     fn visit<V: Visit<S, K, DB>>(visit: V) -> V::Output {
@@ -114,14 +110,14 @@ where
     note = "write it as `|effect| async move {{ …; Verdict::done() }}`; every follow-up \
             `bind(Type)` must encode on the database"
 )]
-pub trait FinishFnOnce<S, K, DB: Backend>: EffectFnOnce<S, K> {
+pub trait FinishFnOnce<S, K, DB: Backend>: EffectFnOnce<S, K, Future: Send> + Send {
     /// [`Won::finish`](crate::Won::finish)'s body.
     #[doc(hidden)]
     fn finish<E>(
         self,
         won: Won<S, K, Committed>,
         executor: E,
-    ) -> impl Future<Output = Result<Finished<S>, FinishError<S, K>>>
+    ) -> impl Future<Output = Result<Finished<S>, FinishError<S, K>>> + Send
     where
         E: Runner<Database = DB, Commit = Committed>;
 }
@@ -131,13 +127,13 @@ where
     S: FollowUpValues<DB>,
     K: RowKey<DB, S::KeyShape>,
     DB: Backend,
-    F: EffectFnOnce<S, K>,
+    F: EffectFnOnce<S, K, Future: Send> + Send,
 {
     fn finish<E>(
         self,
         won: Won<S, K, Committed>,
         executor: E,
-    ) -> impl Future<Output = Result<Finished<S>, FinishError<S, K>>>
+    ) -> impl Future<Output = Result<Finished<S>, FinishError<S, K>>> + Send
     where
         E: Runner<Database = DB, Commit = Committed>,
     {
@@ -228,7 +224,7 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
         self,
         executor: E,
         effect: F,
-    ) -> impl Future<Output = Result<Finished<S>, FinishError<S, K>>>
+    ) -> impl Future<Output = Result<Finished<S>, FinishError<S, K>>> + Send
     where
         E: Runner<Commit = Committed>,
         F: FinishFnOnce<S, K, E::Database>,
@@ -320,20 +316,17 @@ impl<S: StateMachine, K> Won<S, K, Committed> {
 /// assert!(rows.iter().all(|row| matches!(row.finished, Ok(Finished::Done { .. }))));
 /// # Ok(()) }
 /// ```
-pub async fn finish_many<S, K, DB, F>(
+pub fn finish_many<S, K, DB, F>(
     pool: &sqlx::Pool<DB>,
     wins: Vec<Won<S, K, Committed>>,
     concurrency: usize,
     effect: F,
-) -> Result<Vec<FinishedRow<S, K>>, Error>
+) -> impl Future<Output = Result<Vec<FinishedRow<S, K>>, Error>> + Send
 where
     DB: Backend,
     F: FinishFn<S, K, DB>,
 {
-    effect
-        .finish_many(pool, wins, concurrency, None)
-        .await
-        .map(|(rows, _)| rows)
+    effect.finish_many(pool, wins, concurrency)
 }
 
 /// [`recover`](crate::recover) at a concurrency the caller sets: takes over at most
@@ -388,21 +381,18 @@ where
 /// assert_eq!((pass.claimed, pass.done), (2, 2));
 /// # Ok(()) }
 /// ```
-pub async fn recover_many<S, K, DB, F>(
+pub fn recover_many<S, K, DB, F>(
     pool: &sqlx::Pool<DB>,
     state: S,
     limit: u32,
     concurrency: usize,
     effect: F,
-) -> Result<Recovered, Error>
+) -> impl Future<Output = Result<Recovered, Error>> + Send
 where
     DB: Backend,
     F: FinishFn<S, K, DB>,
 {
-    effect
-        .recover_many(pool, state, limit, concurrency, None)
-        .await
-        .map(|(report, _)| report)
+    effect.recover_many(pool, state, limit, concurrency)
 }
 
 /// Re-drives rows stuck in the in-flight `state`: takes over at most
@@ -495,7 +485,7 @@ impl<'a, S, K, E, F> IntoFuture for Recover<'a, S, K, E, F>
 where
     K: 'a,
     E: Runner<Commit = Committed> + 'a,
-    F: FinishFn<S, K, E::Database, Future: Send> + Send + Sync + 'a,
+    F: FinishFn<S, K, E::Database> + 'a,
 {
     type Output = Result<Recovered, Error>;
     type IntoFuture = Pin<Box<dyn Future<Output = Result<Recovered, Error>> + Send + 'a>>;

@@ -27,7 +27,6 @@
 //! the other way round. `Note` lives here, not with history, so that the
 //! compare-and-set need not depend on the module that reads notes back.
 
-use crate::error::Misuse;
 use core::fmt;
 use core::time::Duration;
 
@@ -36,7 +35,7 @@ use crate::deadline::retry::DEFAULT_DEADLINE;
 
 pub use self::bind::Binds;
 use crate::StateMachine;
-use crate::error::Error;
+use crate::error::{Error, Misuse};
 use crate::executor::Runner;
 use crate::machine::key::KeyOf;
 use crate::machine::{HasVersion, InFlightDef, TransitionDef};

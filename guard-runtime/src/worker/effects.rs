@@ -27,7 +27,7 @@ use crate::transition::Transition;
 use super::Worker;
 
 /// What [`Worker::effects`] makes its loop of, with the bounds
-/// [`FinishFn`] stands for.
+/// [`FinishFn`](crate::FinishFn) stands for.
 pub(super) struct NewEffectsLoop<'h, S: 'static, K, F> {
     pub(super) claim: Transition<S>,
     pub(super) batch: u32,

@@ -180,7 +180,7 @@ impl<DB: Batched> Worker<DB> {
     ) -> Self
     where
         K: 'static,
-        F: FinishFn<S, K, DB, Future: Send> + Send + Sync + 'static,
+        F: FinishFn<S, K, DB> + 'static,
     {
         let effects = F::visit(NewEffectsLoop {
             claim,

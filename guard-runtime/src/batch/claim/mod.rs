@@ -16,7 +16,6 @@
 
 mod backends;
 
-use crate::error::Misuse;
 use core::marker::PhantomData;
 use core::time::Duration;
 
@@ -26,7 +25,7 @@ use crate::StateMachine;
 use crate::batch::batched::{BatchRunner, Batched, Claim};
 use crate::deadline::call::Call;
 use crate::deadline::call::Sent;
-use crate::error::Error;
+use crate::error::{Error, Misuse};
 use crate::machine::key::{BatchKey, ClaimVisit, Claimable, KeyFor};
 use crate::outcome::{LeasedAt, Won};
 use crate::telemetry;

@@ -1,7 +1,6 @@
 //! What a flush of `finish_many` writes: each buffered verdict's
 //! follow-up, one statement per follow-up kind and batch.
 
-use crate::error::Misuse;
 use std::sync::atomic::Ordering;
 
 use crate::StateMachine;
@@ -12,7 +11,7 @@ use crate::effects::finished::Finished;
 use crate::effects::follow_up::follow_up;
 use crate::effects::lease::{self};
 use crate::effects::verdict::{Chosen, FollowUpValues, Verdict};
-use crate::error::Error;
+use crate::error::{Error, Misuse};
 use crate::machine::key::BatchKey;
 use crate::transition::Transition;
 use crate::transition::bind::Parts;

@@ -34,8 +34,7 @@ use crate::effects::finished::Finished;
 use crate::effects::follow_up::{Leased, exhausted, give_up_unreported, in_flight_def};
 use crate::effects::lease::{self, LeaseRow};
 use crate::effects::verdict::FollowUpValues;
-use crate::error::Error;
-use crate::error::Misuse;
+use crate::error::{Error, Misuse};
 use crate::machine::InFlightDef;
 use crate::machine::key::BatchKey;
 use crate::outcome::{Committed, Won};
@@ -87,12 +86,9 @@ pub(crate) type Stop = Option<watch::Receiver<bool>>;
 
 /// The rows of a stopped batch whose effect never started: released
 /// (their leases ended, so that recovery takes them at once), or, when
-/// the release failed, left to their leases. Public only because
-/// [`FinishFn`]'s hidden methods return it; nothing outside the crate can
-/// name or read it.
-#[doc(hidden)]
+/// the release failed, left to their leases.
 #[derive(Debug, Default)]
-pub struct Unstarted {
+pub(crate) struct Unstarted {
     /// Rows released.
     pub(crate) released: usize,
     /// Rows whose release failed or may not have committed: they wait out

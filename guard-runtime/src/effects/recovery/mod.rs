@@ -4,7 +4,7 @@
 //!
 //! `expired.rs` lists and takes over expired rows ([`claim_expired`]),
 //! this file re-drives them one at a time ([`recover`](crate::recover)), and
-//! `recover_many.rs` re-drives a batch on [`finish_many`] under one
+//! `recover_many.rs` re-drives a batch on [`finish_many`](crate::finish_many) under one
 //! heartbeat.
 
 mod expired;

@@ -1,7 +1,6 @@
 //! A recovery pass that re-drives its rows as one batch, on
-//! [`finish_many`].
+//! [`finish_many`](crate::finish_many).
 
-use crate::error::Misuse;
 use tracing::Instrument;
 
 use crate::StateMachine;
@@ -13,7 +12,7 @@ use crate::effects::finished::Finished;
 use crate::effects::follow_up::in_flight_def;
 use crate::effects::lease::{self};
 use crate::effects::verdict::FollowUpValues;
-use crate::error::Error;
+use crate::error::{Error, Misuse};
 use crate::executor::proven::Proven;
 use crate::machine::InFlightDef;
 use crate::machine::key::BatchKey;
@@ -25,7 +24,7 @@ use crate::transition::row::Read;
 use super::expired::{claim_on, limit_arguments, recovery_error};
 use super::{Recovered, SupersededRow};
 
-/// [`recover_many`], told by `stop` to start no more effects: the rows
+/// [`recover_many`](crate::recover_many), told by `stop` to start no more effects: the rows
 /// taken over whose effect had not started are released again, counted in
 /// [`Unstarted`] and nowhere in the report.
 pub(crate) async fn recover_many_until<S, K, DB, F>(
@@ -94,7 +93,7 @@ where
     report
 }
 
-/// [`recover_many`]'s takeover, within [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE):
+/// [`recover_many`](crate::recover_many)'s takeover, within [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE):
 /// PostgreSQL's and SQLite's one statement; on MySQL the expired rows
 /// locked (`SKIP LOCKED`), taken over by one update and read back, in one
 /// short transaction, tried again when the database rolls it back. The

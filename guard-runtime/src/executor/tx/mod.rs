@@ -18,7 +18,6 @@ mod health;
 mod savepoint;
 mod staged;
 
-use crate::error::Misuse;
 use core::ops::{Deref, DerefMut};
 use core::sync::atomic::{AtomicU64, Ordering};
 use core::time::Duration;
@@ -32,7 +31,7 @@ use self::staged::sealed;
 use crate::StateMachine;
 use crate::deadline::retry::DEFAULT_DEADLINE;
 use crate::dialect::Backend;
-use crate::error::Error;
+use crate::error::{Error, Misuse};
 use crate::outcome::{Committed, Uncommitted, Won};
 
 /// Scope numbers; 0 belongs to committed wins.

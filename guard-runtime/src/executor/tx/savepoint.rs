@@ -8,8 +8,7 @@ use sqlx::Connection;
 use super::staged::sealed;
 use super::{Staged, TxHealth, next_scope, timed_out};
 use crate::dialect::Backend;
-use crate::error::Error;
-use crate::error::Misuse;
+use crate::error::{Error, Misuse};
 
 /// A savepoint inside a [`Tx`](crate::Tx) (or inside another savepoint).
 ///

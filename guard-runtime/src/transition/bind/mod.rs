@@ -401,7 +401,7 @@ fn missing(bind: Bind) -> BindError {
     message = "`{P}` cannot be bound into a transition's statement on `{Self}`",
     label = "the values of this transition's `bind(Type)` items",
     note = "every `bind(Type)` type must implement `sqlx::Encode` and `sqlx::Type` for the \
-            database, and be `Send + Sync` (at most six values per transition)"
+            database (at most six values per transition)"
 )]
 pub trait Binds<P>: Backend {
     /// Adds the values at positions `range` of `values` to `args`, in

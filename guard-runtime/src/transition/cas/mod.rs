@@ -4,7 +4,6 @@
 //! ([`Raw`]). It knows neither the machine nor the types of the key and
 //! the values, so a binary carries one copy per executor.
 
-use crate::error::Misuse;
 use core::fmt;
 use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use core::time::Duration;
@@ -18,7 +17,7 @@ use crate::transition::note::Note;
 use crate::StateMachine;
 use crate::dialect::sealed::Driver;
 use crate::dialect::{Backend, Column, Sql, Statement};
-use crate::error::Error;
+use crate::error::{Error, Misuse};
 use crate::executor::{Runner, refuse_open_transaction};
 use crate::machine::key::{BindError, KeyShape, RowKey};
 use crate::outcome::{LeasedAt, Outcome};
