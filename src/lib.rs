@@ -420,7 +420,6 @@ pub use stateguard_runtime::worker;
 // `reqwest`).
 pub use stateguard_runtime::http;
 // The operators' console: an axum router to mount (feature `console`).
-#[cfg(feature = "console")]
 pub use stateguard_runtime::console;
 
 pub mod guide;

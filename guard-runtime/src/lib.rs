@@ -13,7 +13,6 @@
 )]
 
 mod batch;
-#[cfg(feature = "console")]
 pub mod console;
 pub mod ddl;
 mod deadline;
