@@ -356,8 +356,8 @@ pub use stateguard_runtime::{
     GuardNow, HasHistory, HasVersion, HistoryRow, Misuse, Note, Noted, Outcome, SchemaProblem,
     SchemaProblemKind, StateMachine, Transition, Uncommitted, UnknownState, Won,
 };
-// What an operator sees: how many rows are in each state.
-pub use stateguard_runtime::{COUNT_CAP, StateCount};
+// What an operator sees: how many rows are in each state, and which.
+pub use stateguard_runtime::{COUNT_CAP, InState, PAGE_ROWS, RowsPage, StateCount};
 // Transactions whose wins wait for the commit.
 pub use stateguard_runtime::{Begin, Savepoint, Tx};
 // Effects, in-flight states and their recovery.
@@ -403,7 +403,8 @@ pub mod bounds {
     pub use stateguard_runtime::{
         BatchKey, BatchRunner, Batchable, Batched, Binds, Claimable, ColumnTypes, DecodeKey,
         EffectFn, EffectFnOnce, FinishFn, FinishFnOnce, FollowUpValues, Key, KeyOf, KeyShape,
-        KeyText, KeyType, ManyKeys, MayRun, NoteSlot, PlainDone, PlainFailed, RowKey, Staged,
+        KeyText, KeyType, ManyKeys, MayRun, NoteSlot, ParseKey, PlainDone, PlainFailed, RowKey,
+        Staged,
     };
 }
 // Metadata, and what is generated from it.

@@ -77,6 +77,8 @@ pub enum Slot {
     Token,
     /// How many rows at most.
     Limit,
+    /// The state a read is of, as the database stores it.
+    State,
     /// The note's actor.
     Actor,
     /// The note's reason.
@@ -206,6 +208,7 @@ impl Slot {
             Slot::Expected => ('e', 0),
             Slot::Token => ('t', 0),
             Slot::Limit => ('l', 0),
+            Slot::State => ('s', 0),
             Slot::Actor => ('a', 0),
             Slot::Reason => ('r', 0),
             Slot::Details => ('d', 0),
@@ -236,6 +239,7 @@ impl Slot {
             'e' => Slot::Expected,
             't' => Slot::Token,
             'l' => Slot::Limit,
+            's' => Slot::State,
             'a' => Slot::Actor,
             'r' => Slot::Reason,
             'd' => Slot::Details,

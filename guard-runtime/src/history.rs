@@ -236,13 +236,10 @@ pub type Noted<S, P = ()> = Transition<S, P, Note>;
 /// compile, and the call is refused with [`Misuse::NoHistory`](crate::Misuse::NoHistory).
 pub trait HasHistory: StateMachine {}
 
-impl<S: HasHistory, P> Transition<S, P> {
-    /// This transition, with `note` recorded in the history row of the
-    /// move it makes (`actor`, `reason`, `details`); with values, as
-    /// `PayoutStatus::confirm(bank_ref).noted(note)`, or from a verdict's
-    /// follow-up. Only a machine with a history table ([`HasHistory`])
-    /// takes a note.
-    pub fn noted(self, note: Note) -> Noted<S, P> {
+impl<S: StateMachine, P> Transition<S, P> {
+    /// [`Transition::noted`] for a machine not known to keep a history:
+    /// the move is refused with [`Misuse::NoHistory`] if it keeps none.
+    pub(crate) fn with_note(self, note: Note) -> Noted<S, P> {
         Transition {
             def: self.def,
             deadline: self.deadline,
@@ -250,5 +247,16 @@ impl<S: HasHistory, P> Transition<S, P> {
             params: self.params,
             note,
         }
+    }
+}
+
+impl<S: HasHistory, P> Transition<S, P> {
+    /// This transition, with `note` recorded in the history row of the
+    /// move it makes (`actor`, `reason`, `details`); with values, as
+    /// `PayoutStatus::confirm(bank_ref).noted(note)`, or from a verdict's
+    /// follow-up. Only a machine with a history table ([`HasHistory`])
+    /// takes a note.
+    pub fn noted(self, note: Note) -> Noted<S, P> {
+        self.with_note(note)
     }
 }

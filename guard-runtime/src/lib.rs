@@ -100,13 +100,15 @@ pub use crate::executor::Runner;
 pub use crate::executor::tx::{Begin, Savepoint, Staged, Tx};
 pub use crate::history::{HasHistory, HistoryRow, Noted};
 pub use crate::machine::key::{
-    BatchKey, Batchable, Claimable, DecodeKey, KeyOf, KeyShape, KeyText, KeyType, ManyKeys, RowKey,
+    BatchKey, Batchable, Claimable, DecodeKey, KeyOf, KeyShape, KeyText, KeyType, ManyKeys,
+    ParseKey, RowKey,
 };
 pub use crate::machine::{HasVersion, StateMachine, UnknownState};
 pub use crate::outcome::{Committed, Current, MayRun, Outcome, Uncommitted, Won};
 pub use crate::transition::available::{Available, Choice, GuardNow};
 pub use crate::transition::counts::{COUNT_CAP, StateCount};
 pub use crate::transition::note::{Note, NoteSlot};
+pub use crate::transition::rows::{InState, PAGE_ROWS, RowsPage};
 pub use crate::transition::{Binds, Bound, Transition};
 pub use crate::verify::{SchemaProblem, SchemaProblemKind};
 
@@ -403,8 +405,8 @@ pub mod __private {
     pub use crate::effects::verdict::construct::binder;
     pub use crate::machine::construct::{
         DdlParts, InFlightParts, MachineParts, PerDialect, RetryParts, SetParts, StateParts,
-        TableParts, TransitionParts, ddl, in_flight, machine, per_dialect, rust_typed, set_column,
-        state, statement, table_text, transition, typed, untyped,
+        TableParts, TransitionParts, ddl, in_flight, machine, per_dialect, placeholder, rust_typed,
+        set_column, state, statement, table_text, transition, typed, untyped,
     };
     pub use crate::machine::{Machine, StateDef, TransitionDef};
     pub use crate::stores::schema::{StoreParts, store_statement, stores};

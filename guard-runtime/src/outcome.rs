@@ -310,7 +310,7 @@ impl<S: fmt::Debug, K: fmt::Debug, C> fmt::Debug for Won<S, K, C> {
 }
 
 /// The effect key of one win: [`effect_key_prefix`] and the occurrence.
-fn effect_key<S: StateMachine>(key: &str, state: S, occurrence: i64) -> String {
+pub(crate) fn effect_key<S: StateMachine>(key: &str, state: S, occurrence: i64) -> String {
     let mut effect_key = effect_key_prefix::<S>(key, state);
     effect_key.push_str(&occurrence.to_string());
     effect_key

@@ -323,6 +323,23 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 "SELECT (SELECT COUNT(*) FROM (SELECT 1 FROM `payouts` WHERE `status` = 'pending' AND CAST(`status` AS BINARY) = 'pending' LIMIT 10001) AS __sg_n0), (SELECT COUNT(*) FROM (SELECT 1 FROM `payouts` WHERE `status` = 'sending' AND CAST(`status` AS BINARY) = 'sending' LIMIT 10001) AS __sg_n1), (SELECT COUNT(*) FROM (SELECT 1 FROM `payouts` WHERE `status` = 'sent' AND CAST(`status` AS BINARY) = 'sent' LIMIT 10001) AS __sg_n2), (SELECT COUNT(*) FROM (SELECT 1 FROM `payouts` WHERE `status` = 'failed' AND CAST(`status` AS BINARY) = 'failed' LIMIT 10001) AS __sg_n3), (SELECT COUNT(*) FROM (SELECT 1 FROM `payouts` WHERE `status` = 'cancelled' AND CAST(`status` AS BINARY) = 'cancelled' LIMIT 10001) AS __sg_n4)"
                 on mysql, reads = [Count(0), Count(1), Count(2), Count(3), Count(4)];
             },
+            rows: __sg::sql! {
+                "SELECT CASE WHEN $3::text = 'stateguard bdfe08eac1d7a3cb' THEN 'stateguard bdfe08eac1d7a3cb'::text ELSE CAST(concat('stateguard mix-up: ran stateguard bdfe08eac1d7a3cb with ', $3::text) AS INTEGER)::text END, __sg_t.\"id\", CAST(NULL AS BIGINT) FROM \"payouts\" AS __sg_t WHERE __sg_t.\"status\"::text = $2 ORDER BY __sg_t.\"id\" LIMIT $1"
+                on postgres, binds = [Limit, State, Tag], reads = [Tag, Key(0), Age];
+                "SELECT __sg_t.\"id\", CAST(NULL AS INTEGER) FROM \"payouts\" AS __sg_t WHERE __sg_t.\"status\" = ?2 ORDER BY __sg_t.\"id\" LIMIT ?1"
+                on sqlite, binds = [Limit, State], reads = [Key(0), Age];
+                "SELECT __sg_t.`id`, CAST(NULL AS SIGNED) FROM `payouts` AS __sg_t WHERE __sg_t.`status` = ? AND CAST(__sg_t.`status` AS BINARY) = ? ORDER BY __sg_t.`id` LIMIT ?"
+                on mysql, binds = [State, State, Limit], reads = [Key(0), Age];
+            },
+            rows_after: __sg::sql! {
+                "SELECT CASE WHEN $4::text = 'stateguard 302a5eff90ff9fb2' THEN 'stateguard 302a5eff90ff9fb2'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 302a5eff90ff9fb2 with ', $4::text) AS INTEGER)::text END, __sg_t.\"id\", CAST(NULL AS BIGINT) FROM \"payouts\" AS __sg_t WHERE __sg_t.\"status\"::text = $3 AND (__sg_t.\"id\") > ($1) ORDER BY __sg_t.\"id\" LIMIT $2"
+                on postgres, binds = [Key(0), Limit, State, Tag], reads = [Tag, Key(0),
+                Age];
+                "SELECT __sg_t.\"id\", CAST(NULL AS INTEGER) FROM \"payouts\" AS __sg_t WHERE __sg_t.\"status\" = ?3 AND (__sg_t.\"id\") > (?1) ORDER BY __sg_t.\"id\" LIMIT ?2"
+                on sqlite, binds = [Key(0), Limit, State], reads = [Key(0), Age];
+                "SELECT __sg_t.`id`, CAST(NULL AS SIGNED) FROM `payouts` AS __sg_t WHERE __sg_t.`status` = ? AND CAST(__sg_t.`status` AS BINARY) = ? AND (__sg_t.`id`) > (?) ORDER BY __sg_t.`id` LIMIT ?"
+                on mysql, binds = [State, State, Key(0), Limit], reads = [Key(0), Age];
+            },
             outbox: "stateguard_outbox",
             fingerprint: "c3462c94cb3cdd93",
             ddl: __sg::per_dialect(__sg::PerDialect {

@@ -45,28 +45,75 @@ pub(super) fn fallback(node: &DeriveInput) -> TokenStream {
             constructors.push((transition.name, set.chain(guard).collect()));
         }
     }
-    let constructors = constructors.iter().map(|(name, params)| {
+    // A placeholder machine whose transitions the constructors return, as
+    // the real ones do, so that a constructor evaluated in a `const` is
+    // no second error. It needs a value of the enum: the first unit
+    // variant. An enum without one has an error of its own, and its
+    // constructors stay bodiless.
+    let unit = data
+        .variants
+        .iter()
+        .find(|variant| matches!(variant.fields, syn::Fields::Unit));
+    let machine = match unit {
+        Some(variant) => {
+            let (state, name) = (&variant.ident, ident.to_string());
+            let transitions = constructors.iter().map(|(name, _)| {
+                let name = name.to_string();
+                quote! {
+                    #krate::__private::transition(#krate::__private::TransitionParts {
+                        name: #name,
+                        ..#krate::__private::TransitionParts::of(#ident::#state)
+                    })
+                }
+            });
+            let n = constructors.len();
+            quote! {{
+                static __TRANSITIONS: [#krate::__private::TransitionDef<#ident>; #n] = [
+                    #(#transitions),*
+                ];
+                static __MACHINE: #krate::__private::Machine<#ident> =
+                    #krate::__private::placeholder(#name, #ident::#state, &__TRANSITIONS);
+                &__MACHINE
+            }}
+        }
+        None => quote!(::core::unimplemented!()),
+    };
+    let constructors = constructors.iter().enumerate().map(|(i, (name, params))| {
+        let transition = match unit {
+            Some(_) => quote! {
+                <Self as #krate::StateMachine>::MACHINE.transitions()[#i].transition()
+            },
+            None => quote!(::core::unimplemented!()),
+        };
         if params.is_empty() {
             return quote! {
                 #vis const fn #name() -> #krate::Transition<Self> {
-                    ::core::unimplemented!()
+                    #transition
                 }
             };
         }
         // A name declared twice is an error reported already; the
         // parameters stay apart.
-        let names = params.iter().enumerate().map(|(i, (name, _))| {
-            match params[..i].iter().any(|(earlier, _)| earlier == name) {
-                true => format_ident!("{}_{}", name, i),
-                false => name.clone(),
-            }
-        });
+        let names: Vec<_> = params
+            .iter()
+            .enumerate()
+            .map(
+                |(i, (name, _))| match params[..i].iter().any(|(earlier, _)| earlier == name) {
+                    true => format_ident!("{}_{}", name, i),
+                    false => name.clone(),
+                },
+            )
+            .collect();
         let types = params.iter().map(|(_, ty)| ty);
         let types2 = params.iter().map(|(_, ty)| ty);
+        let body = match unit {
+            Some(_) => quote!(#krate::__private::bound(#transition, (#(#names,)*))),
+            None => quote!(::core::unimplemented!()),
+        };
         quote! {
             #[allow(unused_variables)]
             #vis fn #name(#(#names: #types),*) -> #krate::Bound<Self, (#(#types2,)*)> {
-                ::core::unimplemented!()
+                #body
             }
         }
     });
@@ -75,7 +122,7 @@ pub(super) fn fallback(node: &DeriveInput) -> TokenStream {
         impl #krate::StateMachine for #ident {
             type KeyShape = #krate::key::shape::One;
 
-            const MACHINE: &'static #krate::__private::Machine<Self> = ::core::unimplemented!();
+            const MACHINE: &'static #krate::__private::Machine<Self> = #machine;
 
             fn as_str(self) -> &'static str {
                 ::core::unimplemented!()

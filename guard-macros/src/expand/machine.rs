@@ -37,6 +37,8 @@ impl Gen<'_> {
         let history_read = self.sql_if_any(|d| d.history_read(model));
         let available = self.sql(|d| d.available(model));
         let counts = self.sql(|d| d.counts(model));
+        let rows = self.sql(|d| d.rows(model, false));
+        let rows_after = self.sql(|d| d.rows(model, true));
         let outbox = &model.outbox;
         let fingerprint = crate::ddl::fingerprint(model);
         let ddl = ddl_per_dialect(sg, model);
@@ -82,6 +84,8 @@ impl Gen<'_> {
                         history_read: #history_read,
                         available: #available,
                         counts: #counts,
+                        rows: #rows,
+                        rows_after: #rows_after,
                         outbox: #outbox,
                         fingerprint: #fingerprint,
                         ddl: #ddl,

@@ -84,6 +84,7 @@ pub(super) fn column(col: Col) -> TokenStream {
             let n = proc_macro2::Literal::u8_unsuffixed(n);
             quote!(Count(#n))
         }
+        Col::Age => quote!(Age),
     }
 }
 
@@ -116,6 +117,7 @@ pub(super) fn bind(slot: Slot) -> TokenStream {
         Slot::Expected => quote!(Expected),
         Slot::Token => quote!(Token),
         Slot::Limit => quote!(Limit),
+        Slot::State => quote!(State),
         Slot::Actor => quote!(Actor),
         Slot::Reason => quote!(Reason),
         Slot::Details => quote!(Details),

@@ -53,6 +53,9 @@ pub enum Col {
     /// How many rows are in state `n` (declaration order), counted up to
     /// one past the cap.
     Count(u8),
+    /// How long, in milliseconds, a row has been in its state (NULL where
+    /// the machine does not know).
+    Age,
 }
 
 impl Col {
@@ -78,6 +81,7 @@ impl Col {
             Col::Details => ('d', 0),
             Col::Behind => ('b', 0),
             Col::Count(n) => ('C', n),
+            Col::Age => ('e', 0),
         };
         format!("{COLUMN}{kind}{n}{COLUMN_END}{expr}")
     }
@@ -106,6 +110,7 @@ impl Col {
             'd' => Col::Details,
             'b' => Col::Behind,
             'C' => Col::Count(n),
+            'e' => Col::Age,
             _ => return None,
         })
     }

@@ -144,6 +144,7 @@ fn every_slot_survives_its_marker() {
         Slot::Expected,
         Slot::Token,
         Slot::Limit,
+        Slot::State,
         Slot::Actor,
         Slot::Reason,
         Slot::Details,

@@ -1,9 +1,9 @@
-//! The read of how many rows are in each state: what an operator's
-//! overview shows.
+//! What an operator's console reads: how many rows are in each state,
+//! and the rows of one state, page by page.
 
 use crate::dialect::Dialect;
 use crate::model::Model;
-use crate::plan::Col;
+use crate::plan::{Col, Slot};
 
 /// How far each state is counted: a state with more rows reads as
 /// `COUNT_CAP` and more.
@@ -34,5 +34,86 @@ impl Dialect {
             })
             .collect();
         format!("SELECT {}", counts.join(", "))
+    }
+}
+
+impl Dialect {
+    /// `SELECT <key>, <age> FROM t WHERE <status> = $state [AND (<key>) >
+    /// ($key)] ORDER BY <key> LIMIT $limit`: the rows of the state bound
+    /// as a value, in key order, from the first (`after` false) or after
+    /// the key bound ([`Slot::Key`]), so that each page is a range of the
+    /// key's index however deep it is. Each row's [`Col::Age`] is the
+    /// milliseconds since its state's `since` stamp, or else since the
+    /// history's last move into its state, or NULL.
+    pub fn rows(self, model: &Model, after: bool) -> String {
+        let d = self;
+        let table = d.quote(&model.table);
+        let column = d.quote(&model.column);
+        let keys: Vec<String> = (model.key.iter())
+            .map(|k| format!("__sg_t.{}", d.quote(k)))
+            .collect();
+        let select_keys = keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| Col::Key(i as u8).of(k))
+            .collect::<Vec<_>>()
+            .join(", ");
+        // A state's own stamp, where it has one.
+        let stamped: Vec<String> = model
+            .states
+            .iter()
+            .filter_map(|state| {
+                let since = state.since_column()?;
+                Some(format!(
+                    "WHEN {} THEN {}",
+                    d.status_is(&format!("__sg_t.{column}"), &format!("= '{}'", state.db)),
+                    d.ms_since(&format!("__sg_t.{}", d.quote(since))),
+                ))
+            })
+            .collect();
+        let mut ages = Vec::new();
+        if !stamped.is_empty() {
+            ages.push(format!("CASE {} END", stamped.join(" ")));
+        }
+        if let Some(history) = &model.history {
+            let same_key = model
+                .key
+                .iter()
+                .map(|k| format!("__sg_h.{q} = __sg_t.{q}", q = d.quote(k)))
+                .collect::<Vec<_>>()
+                .join(" AND ");
+            ages.push(format!(
+                "(SELECT {} FROM {} AS __sg_h WHERE {same_key} AND __sg_h.{} = {})",
+                d.ms_since(&format!("MAX(__sg_h.{})", d.quote("moved_at"))),
+                d.quote(history),
+                d.quote("to_state"),
+                d.status_text(&format!("__sg_t.{column}")),
+            ));
+        }
+        let age = match ages.len() {
+            0 => d.int64("NULL"),
+            1 => ages.remove(0),
+            _ => format!("COALESCE({})", ages.join(", ")),
+        };
+        // The state is bound as text: PostgreSQL compares an enum column's
+        // text, which a text or varchar column's index still serves.
+        let state = format!("= {}", Slot::State.mark());
+        let mut filter = match d {
+            Dialect::Postgres => format!("{} {state}", d.status_text(&format!("__sg_t.{column}"))),
+            Dialect::Sqlite | Dialect::MySql => d.status_is(&format!("__sg_t.{column}"), &state),
+        };
+        if after {
+            let bound = (0..keys.len())
+                .map(|i| Slot::Key(i as u8).mark())
+                .collect::<Vec<_>>()
+                .join(", ");
+            filter = format!("{filter} AND ({}) > ({bound})", keys.join(", "));
+        }
+        format!(
+            "SELECT {select_keys}, {} FROM {table} AS __sg_t WHERE {filter} ORDER BY {} LIMIT {}",
+            Col::Age.of(&age),
+            keys.join(", "),
+            Slot::Limit.mark(),
+        )
     }
 }

@@ -265,8 +265,6 @@ impl Dialect {
         }
     }
 
-    /// The time in `column` as microseconds since the Unix epoch, UTC: a
-    /// `TIMESTAMPTZ`, SQLite's UTC text, a `DATETIME(3)` written in UTC.
     /// `expr`, a time as [`Self::now`] writes one, `ms` milliseconds
     /// later.
     pub(super) fn after_ms(self, expr: &str, ms: u64) -> String {
@@ -301,6 +299,8 @@ impl Dialect {
         }
     }
 
+    /// The time in `column` as microseconds since the Unix epoch, UTC: a
+    /// `TIMESTAMPTZ`, SQLite's UTC text, a `DATETIME(3)` written in UTC.
     pub(super) fn epoch_micros(self, column: &str) -> String {
         let c = self.quote(column);
         match self {
@@ -315,7 +315,12 @@ impl Dialect {
     /// The status read as text even from a PostgreSQL enum or a MySQL
     /// ENUM column.
     pub(super) fn status_read(self, column: &str) -> String {
-        let column = self.quote(column);
+        self.status_text(&self.quote(column))
+    }
+
+    /// [`Self::status_read`] of a column already quoted (and qualified).
+    pub(super) fn status_text(self, column: &str) -> String {
+        let column = column.to_owned();
         match self {
             Dialect::Postgres => format!("{column}::text"),
             Dialect::Sqlite => column,

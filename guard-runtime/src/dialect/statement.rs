@@ -37,6 +37,8 @@ pub enum Bind {
     Token,
     /// How many rows at most.
     Limit,
+    /// The state a read is of, as the database stores it.
+    State,
     /// The note's actor.
     Actor,
     /// The note's reason.
@@ -117,6 +119,10 @@ pub enum Column {
     /// How many rows are in state `n` (in declaration order), counted up
     /// to one past [`COUNT_CAP`](crate::meta::COUNT_CAP).
     Count(u8),
+    /// How long, in milliseconds, a row has been in its state: since its
+    /// `since` column's stamp, or else since the history's last move into
+    /// it; NULL where the machine has neither.
+    Age,
 }
 
 /// One statement as one dialect runs it: the text, fixed at compile time,

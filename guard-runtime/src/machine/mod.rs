@@ -107,6 +107,9 @@ pub struct Machine<S: 'static> {
     available: Sql,
     /// The read of [`Machine::counts`].
     counts: Sql,
+    /// The reads of [`Machine::rows`]: the first page, and the page after
+    /// a key.
+    rows: [Sql; 2],
     /// The table `emit(…)` writes to.
     outbox: &'static str,
     /// What the enforcement DDL enforces, as its transitions trigger
@@ -195,6 +198,15 @@ impl<S: StateMachine> Machine<S> {
     /// each counted up to one past [`COUNT_CAP`](crate::meta::COUNT_CAP).
     pub const fn counts_sql(&self) -> &Sql {
         &self.counts
+    }
+
+    /// What [`Machine::rows`] runs: the keys of the rows in the state
+    /// bound ([`Bind::State`](crate::meta::Bind::State)), in key order, with
+    /// their [`Column::Age`](crate::meta::Column::Age), up to
+    /// [`Bind::Limit`](crate::meta::Bind::Limit) rows; `after` binds a key
+    /// ([`Bind::Key`](crate::meta::Bind::Key)) the rows follow.
+    pub const fn rows_sql(&self, after: bool) -> &Sql {
+        &self.rows[after as usize]
     }
 
     /// The outbox table the transitions that `emit(…)` write their

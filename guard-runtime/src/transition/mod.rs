@@ -50,6 +50,7 @@ mod failure;
 mod load;
 pub(crate) mod note;
 pub(crate) mod row;
+pub(crate) mod rows;
 
 pub(crate) use self::apply::{Class, classify, key_arguments, outcome_label};
 pub(crate) use self::failure::Names;

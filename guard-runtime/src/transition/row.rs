@@ -47,6 +47,11 @@ impl<'r, DB: Backend> Read<'r, DB> {
         DB::int_opt(self.row, self.at(column)?).map(Option::unwrap_or_default)
     }
 
+    /// `column` as an integer, or NULL.
+    pub(crate) fn int_opt(&self, column: Column) -> Result<Option<i64>, sqlx::Error> {
+        DB::int_opt(self.row, self.at(column)?)
+    }
+
     /// `column` as text, or NULL.
     pub(crate) fn text(&self, column: Column) -> Result<Option<String>, sqlx::Error> {
         DB::text_opt(self.row, self.at(column)?)

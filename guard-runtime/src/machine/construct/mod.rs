@@ -42,6 +42,8 @@ pub struct MachineParts<S: 'static> {
     pub history_read: Option<Sql>,
     pub available: Sql,
     pub counts: Sql,
+    pub rows: Sql,
+    pub rows_after: Sql,
     pub outbox: &'static str,
     pub fingerprint: &'static str,
     pub ddl: Sql<DdlText>,
@@ -66,6 +68,8 @@ pub const fn machine<S: StateMachine>(parts: MachineParts<S>) -> Machine<S> {
         history_read,
         available,
         counts,
+        rows,
+        rows_after,
         outbox,
         fingerprint,
         ddl,
@@ -90,11 +94,71 @@ pub const fn machine<S: StateMachine>(parts: MachineParts<S>) -> Machine<S> {
         history,
         available,
         counts,
+        rows: [rows, rows_after],
         outbox,
         fingerprint,
         ddl,
         table_text,
     }
+}
+
+/// The machine after a derive error: its name, a state and its
+/// transitions (each a [`TransitionParts::of`] with its name), and nothing
+/// else. The derive's fallback gives it to `MACHINE`, so that a constructor
+/// evaluated in a `const` still has a transition to return and the user
+/// sees the derive's error alone. Nothing reads it: the crate does not
+/// compile.
+pub const fn placeholder<S: StateMachine>(
+    name: &'static str,
+    initial: S,
+    transitions: &'static [TransitionDef<S>],
+) -> Machine<S> {
+    const DDL: DdlText = DdlText {
+        constraint: "",
+        trigger: "",
+        check_clause: "",
+        up: &[],
+        down: &[],
+        migration: "",
+        down_migration: "",
+    };
+    const TABLE: TableText = TableText {
+        create: "",
+        columns: &[],
+        primary_key: "",
+        history: &[],
+    };
+    machine(MachineParts {
+        name,
+        table: "",
+        column: "",
+        key: "",
+        key_columns: &[],
+        version: None,
+        initial,
+        states: &[],
+        transitions,
+        select: NONE,
+        select_in_transaction: NONE,
+        history: None,
+        history_read: None,
+        available: NONE,
+        counts: NONE,
+        rows: NONE,
+        rows_after: NONE,
+        outbox: "",
+        fingerprint: "",
+        ddl: Sql {
+            postgres: DDL,
+            sqlite: DDL,
+            mysql: DDL,
+        },
+        table_text: Sql {
+            postgres: TABLE,
+            sqlite: TABLE,
+            mysql: TABLE,
+        },
+    })
 }
 
 /// One variant of the enum.

@@ -354,6 +354,8 @@ impl BindError {
 
 #[cfg(any(feature = "sqlite", feature = "mysql"))]
 mod json;
+mod parse;
+pub use self::parse::ParseKey;
 #[cfg(feature = "postgres")]
 mod postgres;
 

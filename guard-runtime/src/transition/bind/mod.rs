@@ -289,6 +289,8 @@ pub(crate) struct Values<'a, DB: Backend> {
     pub(crate) expected: Option<i64>,
     pub(crate) token: Option<i64>,
     pub(crate) limit: Option<i64>,
+    /// The state a read is of, as stored.
+    pub(crate) state: Option<&'static str>,
     /// The row's effect key up to its occurrence, computed only for a
     /// statement that binds it (one that writes an outbox row).
     pub(crate) effect: Option<&'a (dyn Fn() -> String + Sync)>,
@@ -311,6 +313,7 @@ impl<DB: Backend> Values<'_, DB> {
         expected: None,
         token: None,
         limit: None,
+        state: None,
         effect: None,
         effects: None,
     };
@@ -351,6 +354,12 @@ pub(crate) fn arguments<DB: Backend>(
             Bind::Expected => int(values.expected, &mut args)?,
             Bind::Token => int(values.token, &mut args)?,
             Bind::Limit => int(values.limit, &mut args)?,
+            Bind::State => match values.state {
+                Some(state) => {
+                    DB::bind_text(&mut args, Some(state.to_owned())).map_err(BindError::Encode)?
+                }
+                None => return Err(missing(bind)),
+            },
             Bind::Actor => note(Note::actor, &mut args)?,
             Bind::Reason => note(Note::reason, &mut args)?,
             Bind::Details => note(Note::detail_json, &mut args)?,

@@ -66,6 +66,16 @@ impl crate::StateMachine for Lone {
             sqlite: NONE,
             mysql: NONE,
         }),
+        rows: construct::per_dialect(construct::PerDialect {
+            postgres: NONE,
+            sqlite: NONE,
+            mysql: NONE,
+        }),
+        rows_after: construct::per_dialect(construct::PerDialect {
+            postgres: NONE,
+            sqlite: NONE,
+            mysql: NONE,
+        }),
         outbox: "stateguard_outbox",
         fingerprint: "",
         ddl: construct::per_dialect(construct::PerDialect {
