@@ -13,6 +13,7 @@ use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 use sqlx::Pool;
 use stateguard::bounds::Key;
+use stateguard::console::{Console, ConsoleKey, Operator};
 use stateguard::idempotency;
 use stateguard::idempotency::layer::{IDEMPOTENT_REPLAYED, Idempotent, IdempotentTx};
 use stateguard::inbox::{self, Received};
@@ -83,6 +84,10 @@ pub struct App<DB: sqlx::Database> {
     /// How long a request owns its key before a retry may take it over.
     pub lease: std::time::Duration,
     pub crash: Option<CrashPoint>,
+    /// The operators' console's password (`OPS_PASSWORD`): the console is
+    /// at `/ops` behind HTTP Basic authentication with it, and not served
+    /// without one.
+    pub ops_password: Option<String>,
 }
 
 impl<DB: sqlx::Database> App<DB> {
@@ -97,6 +102,7 @@ impl<DB: sqlx::Database> App<DB> {
             pool,
             lease,
             crash: CrashPoint::from_env(),
+            ops_password: std::env::var("OPS_PASSWORD").ok().filter(|p| !p.is_empty()),
         }
     }
 }
@@ -221,7 +227,7 @@ where
     DB: ApiBackend,
     for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
     DB::Arguments: sqlx::IntoArguments<DB>,
-    String: Key<DB> + for<'r> sqlx::Decode<'r, DB>,
+    String: Key<DB> + for<'r> sqlx::Decode<'r, DB> + ConsoleKey<PayoutStatus, DB>,
     i64: for<'q> sqlx::Encode<'q, DB> + for<'r> sqlx::Decode<'r, DB> + sqlx::Type<DB>,
     usize: sqlx::ColumnIndex<DB::Row>,
 {
@@ -232,7 +238,15 @@ where
         .store_headers([header::LOCATION, header::CONTENT_TYPE])
         .store_when(|status| status.is_success());
     let crash = app.crash;
-    Router::new()
+    let ops = app.ops_password.clone().map(|password| {
+        let console = Console::new(app.pool.clone()).machine::<PayoutStatus, String>();
+        console
+            .router()
+            .layer(axum::middleware::from_fn(move |request, next| {
+                operator(password.clone(), request, next)
+            }))
+    });
+    let routes = Router::new()
         .route(
             "/payouts",
             post(create_payout::<DB>)
@@ -243,7 +257,55 @@ where
         )
         .route("/payouts/{id}", get(read_payout::<DB>))
         .route("/webhooks/bank", post(bank_webhook::<DB>))
-        .with_state(Arc::new(app))
+        .with_state(Arc::new(app));
+    match ops {
+        Some(ops) => routes.nest("/ops", ops),
+        None => routes,
+    }
+}
+
+/// The console's door: HTTP Basic authentication with the password
+/// given, whose user name becomes the console's operator. A browser asks
+/// for both.
+async fn operator(
+    password: String,
+    mut request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    use base64::Engine;
+    let given = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Basic "))
+        .and_then(|encoded| {
+            base64::engine::general_purpose::STANDARD
+                .decode(encoded)
+                .ok()
+        })
+        .and_then(|decoded| String::from_utf8(decoded).ok());
+    let user = given.as_deref().and_then(|given| {
+        let (user, typed) = given.split_once(':')?;
+        let same = typed.len() == password.len()
+            && typed
+                .bytes()
+                .zip(password.bytes())
+                .fold(0, |acc, (a, b)| acc | (a ^ b))
+                == 0;
+        (same && !user.is_empty()).then(|| user.to_owned())
+    });
+    match user {
+        Some(user) => {
+            request.extensions_mut().insert(Operator::new(user));
+            next.run(request).await
+        }
+        None => (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Basic realm=\"ops\"")],
+            "the console needs a user name and the OPS_PASSWORD\n",
+        )
+            .into_response(),
+    }
 }
 
 /// `POST /payouts`'s body.

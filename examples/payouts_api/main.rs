@@ -11,7 +11,11 @@
 //! ```
 //!
 //! It listens on `127.0.0.1:3000` (`ADDR` changes it); a request owns its
-//! `Idempotency-Key` for 60 s (`IDEMPOTENCY_LEASE_MS` changes it).
+//! `Idempotency-Key` for 60 s (`IDEMPOTENCY_LEASE_MS` changes it). With
+//! `OPS_PASSWORD` set, the operators' console is at `/ops`, behind HTTP
+//! Basic authentication with that password (any user name, which the
+//! console records as the operator); without it, the console is not
+//! served.
 //!
 //! Its data: four tables, `api_payouts`, `stateguard_idempotency`,
 //! `stateguard_inbox` and `stateguard_outbox`, in the database `DATABASE_URL` names (on PostgreSQL
@@ -110,6 +114,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         false => println!("created tables: {}", created.join(", ")),
     }
     println!("listening on http://{}", listener.local_addr()?);
+    match std::env::var("OPS_PASSWORD").is_ok_and(|p| !p.is_empty()) {
+        true => println!("the console: http://{}/ops", listener.local_addr()?),
+        false => println!("no console: set OPS_PASSWORD to serve it at /ops"),
+    }
     axum::serve(listener, router).await?;
     Ok(())
 }

@@ -1,17 +1,34 @@
-//! The operators' console, served for real and read over HTTP: the
-//! overview shows each machine's diagram and the rows in each state, which
-//! match the table's own `COUNT(*)`; a machine whose rows cannot be read
-//! shows why, escaped, and the page still answers.
+//! The operators' console, served for real and read over HTTP:
+//! - the overview shows each machine's diagram and the rows in each
+//!   state, which match the table's own `COUNT(*)`; a machine whose rows
+//!   cannot be read shows why, escaped, and the page still answers;
+//! - a state's page lists its rows in key order, page by page, as SQL
+//!   finds them, with their age where the machine keeps one;
+//! - a row's page shows its state, occurrence, effect key, buttons and
+//!   history, every value escaped;
+//! - with actions on, a press moves the row and the history names the
+//!   operator; a press from a stale page is `Stale` and moves nothing; a
+//!   press from another site, or without the page's token or an operator,
+//!   is refused; with actions off no page has a form and a POST is 405;
+//! - in headless Chromium (`tools/browser-check/console.mjs`), an operator
+//!   follows the links, presses a button and meets a stale page, and no
+//!   script runs from a hostile note.
+
+use std::net::SocketAddr;
 
 use crate::common;
 
-use common::{Db, PayoutStatus, TestBackend};
-use stateguard::StateMachine;
+use common::{Bind, Db, EveryColumn, PayoutStatus, TestBackend};
 use stateguard::bounds::Key;
-use stateguard::console::Console;
+use stateguard::console::{Console, ConsoleKey, Operator};
+use stateguard::ddl::Dialect;
+use stateguard::{Note, StateMachine};
 
 crate::backend_tests! {
     "console_overview" => the_overview_counts_what_the_table_holds,
+    "console_pages" => the_pages_show_what_the_tables_hold,
+    "console_actions" => a_press_moves_the_row_once_and_names_the_operator,
+    "console_browser" => an_operator_uses_the_console_in_chromium,
 }
 
 /// A machine whose table does not exist.
@@ -26,7 +43,7 @@ enum Missing {
 
 async fn the_overview_counts_what_the_table_holds<DB: TestBackend>(db: Db<DB>)
 where
-    i64: Key<DB>,
+    i64: Key<DB> + ConsoleKey<PayoutStatus, DB> + ConsoleKey<Missing, DB>,
 {
     db.seed(12).await;
     for id in 1..=5 {
@@ -39,8 +56,8 @@ where
     let router: axum::Router = axum::Router::new().nest(
         "/ops",
         Console::new(db.pool.clone())
-            .machine::<PayoutStatus>()
-            .machine::<Missing>()
+            .machine::<PayoutStatus, i64>()
+            .machine::<Missing, i64>()
             .router(),
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -90,7 +107,7 @@ where
     // that could be read.
     assert_eq!(page.matches("<table class=\"counts\">").count(), 1);
 
-    // Only the overview is served: no route answers a write.
+    // Without actions, no route answers a write.
     let client = reqwest::Client::new();
     let post = client
         .post(format!("http://{address}/ops"))
@@ -99,4 +116,454 @@ where
         .expect("POST /ops");
     assert_eq!(post.status(), 405);
     server.abort();
+}
+
+/// `EveryColumn`'s tables (with its history table), and rows `1..=n`, all
+/// pending.
+async fn every_column<DB: TestBackend>(db: &Db<DB>, n: i64)
+where
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+{
+    let mut conn = db.pool.acquire().await.unwrap();
+    sqlx::raw_sql(crate::tables::golden::<DB>())
+        .execute(&mut *conn)
+        .await
+        .expect("EveryColumn's tables");
+    let insert = match DB::DIALECT {
+        Dialect::Postgres => "INSERT INTO sg_table_payouts (id) VALUES ($1)",
+        _ => "INSERT INTO sg_table_payouts (id) VALUES (?)",
+    };
+    for id in 1..=n {
+        db.execute(insert, &[Bind::Int(id)]).await.expect("insert");
+    }
+}
+
+/// The console served on a free port; its address and the server's task.
+async fn serve(router: axum::Router) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let address = listener.local_addr().expect("address");
+    let server = tokio::spawn(async move {
+        axum::serve(listener, router).await.expect("serve");
+    });
+    (address, server)
+}
+
+/// A GET's status and body.
+async fn get(url: &str) -> (u16, String) {
+    let response = reqwest::get(url).await.expect("GET");
+    let status = response.status().as_u16();
+    (status, response.text().await.expect("body"))
+}
+
+/// The keys a state page lists, in order.
+fn listed(page: &str) -> Vec<i64> {
+    page.split("<tr data-key=\"")
+        .skip(1)
+        .map(|rest| rest.split('"').next().unwrap().parse().expect("a key"))
+        .collect()
+}
+
+/// The status of row `id` of `EveryColumn`'s table, as SQL reads it.
+async fn status_of<DB: TestBackend>(db: &Db<DB>, id: i64) -> Option<String> {
+    let read = match DB::DIALECT {
+        Dialect::Postgres => "SELECT status FROM sg_table_payouts WHERE id = $1",
+        _ => "SELECT status FROM sg_table_payouts WHERE id = ?",
+    };
+    match db.fetch_one::<(String,)>(read, &[Bind::Int(id)]).await {
+        Ok((status,)) => Some(status),
+        Err(sqlx::Error::RowNotFound) => None,
+        Err(error) => panic!("read status: {error}"),
+    }
+}
+
+/// The ids in `status`, in key order, as SQL finds them.
+async fn ids_in<DB: TestBackend>(db: &Db<DB>, status: &str) -> Vec<i64> {
+    let mut ids = Vec::new();
+    for id in 1..=57_i64 {
+        if status_of(db, id).await.as_deref() == Some(status) {
+            ids.push(id);
+        }
+    }
+    ids
+}
+
+async fn the_pages_show_what_the_tables_hold<DB: TestBackend>(db: Db<DB>)
+where
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    i64: Key<DB> + ConsoleKey<EveryColumn, DB>,
+{
+    every_column(&db, 57).await;
+    for id in [3_i64, 9, 30] {
+        let won = EveryColumn::start().apply(&db.pool, id).await.unwrap();
+        assert!(won.is_applied());
+    }
+    // A note that tries to be markup.
+    let hostile = "<script>alert(1)</script>\"><img src=x onerror=alert(2)>";
+    let failed = EveryColumn::fail()
+        .noted(Note::by(hostile).because(hostile))
+        .apply(&db.pool, 9_i64)
+        .await
+        .unwrap();
+    assert!(failed.is_applied());
+
+    let router = axum::Router::new().nest(
+        "/ops",
+        Console::new(db.pool.clone())
+            .machine::<EveryColumn, i64>()
+            .router(),
+    );
+    let (address, server) = serve(router).await;
+    let base = format!("http://{address}/ops/EveryColumn");
+
+    // The pending rows, 50 to a page, in key order, as SQL finds them.
+    let (status, first) = get(&format!("{base}/states/pending")).await;
+    assert_eq!(status, 200, "{first}");
+    let pending = ids_in(&db, "pending").await;
+    assert_eq!(pending.len(), 54);
+    assert_eq!(listed(&first), pending[..50], "{first}");
+    let next = first
+        .split("class=\"next\" href=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("a link to the next page");
+    assert!(
+        next.starts_with("/ops/EveryColumn/states/pending?after="),
+        "{next}"
+    );
+    let (_, second) = get(&format!("http://{address}{}", next.replace("&amp;", "&"))).await;
+    assert_eq!(listed(&second), pending[50..], "{second}");
+    assert!(
+        !second.contains("class=\"next\""),
+        "the last page has no next"
+    );
+    // An in-flight row's age is its stamp's; a state no row is in is empty.
+    let (_, sending) = get(&format!("{base}/states/sending")).await;
+    assert_eq!(listed(&sending), [3, 30]);
+    assert!(
+        !sending.contains("unknown"),
+        "the stamp gives the age: {sending}"
+    );
+    // A state without a stamp of its own takes the history's last move in.
+    let (_, failed_page) = get(&format!("{base}/states/failed")).await;
+    assert_eq!(listed(&failed_page), [9]);
+    assert!(
+        !failed_page.contains("unknown"),
+        "the history gives the age: {failed_page}"
+    );
+    // Pending rows have neither.
+    assert!(first.contains("unknown"), "{first}");
+    let (_, sent) = get(&format!("{base}/states/sent")).await;
+    assert!(sent.contains("No rows."), "{sent}");
+
+    // A row: its state, occurrence, effect key, choices and history.
+    let (status, row) = get(&format!("{base}/rows/3")).await;
+    assert_eq!(status, 200, "{row}");
+    assert!(row.contains("data-state=\"sending\""), "{row}");
+    assert!(row.contains("<dd class=\"occurrence\">1</dd>"), "{row}");
+    let won_key = "sg_table_payouts.status:3:sending:1";
+    assert!(row.contains(won_key), "the effect key: {row}");
+    assert!(row.contains("data-transition=\"fail\""), "{row}");
+    assert!(
+        row.contains("takes values the console cannot supply"),
+        "confirm binds: {row}"
+    );
+    assert!(!row.contains("<form"), "actions are off: {row}");
+    // The hostile note is text: escaped, never markup.
+    let (_, noted) = get(&format!("{base}/rows/9")).await;
+    assert!(
+        noted.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+        "{noted}"
+    );
+    assert!(!noted.contains("<script>"), "{noted}");
+    assert!(!noted.contains("<img"), "{noted}");
+
+    // A key that is not one, a row that is not there, a state and a
+    // machine that do not exist: each says why, with its status.
+    let (status, page) = get(&format!("{base}/rows/abc")).await;
+    assert_eq!(status, 400, "{page}");
+    assert!(page.contains("`abc` is not a key"), "{page}");
+    let (status, page) = get(&format!("{base}/rows/999")).await;
+    assert_eq!(status, 404, "{page}");
+    let (status, page) = get(&format!("{base}/states/%3Cb%3E")).await;
+    assert_eq!(status, 404, "{page}");
+    assert!(page.contains("no state `&lt;b&gt;`"), "{page}");
+    let (status, _) = get(&format!("http://{address}/ops/Nothing/rows/1")).await;
+    assert_eq!(status, 404);
+
+    // Without actions, a POST made by hand is refused, and moves nothing.
+    let post = reqwest::Client::new()
+        .post(format!("{base}/rows/1"))
+        .header("origin", format!("http://{address}"))
+        .form(&[("transition", "start"), ("occurrence", "0")])
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(post.status(), 405);
+    assert_eq!(status_of(&db, 1).await.as_deref(), Some("pending"));
+    server.abort();
+}
+
+/// A press of `transition` on row `id` at `occurrence`, from `origin`,
+/// with `token` (the cookie and the form's, or none).
+async fn press(
+    address: SocketAddr,
+    id: i64,
+    transition: &str,
+    occurrence: i64,
+    origin: &str,
+    token: Option<&str>,
+) -> (u16, String) {
+    let mut request = reqwest::Client::new()
+        .post(format!("http://{address}/ops/EveryColumn/rows/{id}"))
+        .header("origin", origin);
+    let mut form = vec![
+        ("transition", transition.to_owned()),
+        ("occurrence", occurrence.to_string()),
+        ("reason", "customer asked".to_owned()),
+    ];
+    if let Some(token) = token {
+        request = request.header("cookie", format!("stateguard_console={token}"));
+        form.push(("token", token.to_owned()));
+    }
+    let response = request.form(&form).send().await.expect("POST");
+    let status = response.status().as_u16();
+    (status, response.text().await.expect("body"))
+}
+
+async fn a_press_moves_the_row_once_and_names_the_operator<DB: TestBackend>(db: Db<DB>)
+where
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    i64: Key<DB> + ConsoleKey<EveryColumn, DB>,
+{
+    every_column(&db, 3).await;
+    let console = Console::new(db.pool.clone())
+        .machine::<EveryColumn, i64>()
+        .actions();
+    let router = axum::Router::new().nest(
+        "/ops",
+        console
+            .router()
+            .layer(axum::Extension(Operator::new("alice"))),
+    );
+    let (address, server) = serve(router).await;
+    let origin = format!("http://{address}");
+
+    // The page hands out its token as a cookie, and a form per button.
+    let response = reqwest::get(format!("{origin}/ops/EveryColumn/rows/1"))
+        .await
+        .expect("GET");
+    let cookie = response.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    assert!(cookie.contains("Path=/ops"), "{cookie}");
+    let token = cookie
+        .strip_prefix("stateguard_console=")
+        .and_then(|rest| rest.split(';').next())
+        .expect("the token")
+        .to_owned();
+    let page = response.text().await.unwrap();
+    assert!(page.contains("<form method=\"post\""), "{page}");
+    assert!(
+        page.contains(&format!("name=\"token\" value=\"{token}\"")),
+        "{page}"
+    );
+
+    // A press moves the row; the page shows it, the history names alice.
+    let (status, page) = press(address, 1, "start", 0, &origin, Some(&token)).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("data-said=\"moved\""), "{page}");
+    assert!(page.contains("data-state=\"sending\""), "{page}");
+    assert!(
+        page.contains("<span class=\"actor\">alice</span>"),
+        "{page}"
+    );
+    assert!(page.contains("customer asked"), "{page}");
+    assert_eq!(status_of(&db, 1).await.as_deref(), Some("sending"));
+    let history = EveryColumn::MACHINE.history(&db.pool, 1_i64).await.unwrap();
+    assert_eq!(history.len(), 1);
+    assert_eq!(history[0].actor.as_deref(), Some("alice"));
+
+    // The same press again, from the page it came from: the row moved on.
+    let (status, page) = press(address, 1, "start", 0, &origin, Some(&token)).await;
+    assert_eq!(status, 409, "{page}");
+    assert!(page.contains("data-said=\"stale\""), "{page}");
+    assert_eq!(
+        EveryColumn::MACHINE
+            .history(&db.pool, 1_i64)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+
+    // A row moved by someone else after the page was read: Stale, unchanged.
+    let moved = EveryColumn::start().apply(&db.pool, 2_i64).await.unwrap();
+    assert!(moved.is_applied());
+    let (status, page) = press(address, 2, "start", 0, &origin, Some(&token)).await;
+    assert_eq!(status, 409, "{page}");
+    assert!(page.contains("Stale"), "{page}");
+    let (status, page) = press(address, 2, "fail", 0, &origin, Some(&token)).await;
+    assert_eq!(
+        status, 409,
+        "a stale page cannot fail the row either: {page}"
+    );
+    assert_eq!(status_of(&db, 2).await.as_deref(), Some("sending"));
+
+    // From another site, without the page's token, or with a value the
+    // console cannot supply: refused, and row 3 stays pending.
+    let (status, page) = press(address, 3, "start", 0, "http://evil.example", Some(&token)).await;
+    assert_eq!(status, 403, "{page}");
+    let (status, page) = press(address, 3, "start", 0, &origin, None).await;
+    assert_eq!(status, 403, "{page}");
+    let (status, page) = press(address, 3, "confirm", 0, &origin, Some(&token)).await;
+    assert_eq!(status, 400, "{page}");
+    assert_eq!(status_of(&db, 3).await.as_deref(), Some("pending"));
+
+    // Without an operator, refused too.
+    let anonymous = axum::Router::new().nest(
+        "/ops",
+        Console::new(db.pool.clone())
+            .machine::<EveryColumn, i64>()
+            .actions()
+            .router(),
+    );
+    let (other, other_server) = serve(anonymous).await;
+    let (status, page) = press(
+        other,
+        3,
+        "start",
+        0,
+        &format!("http://{other}"),
+        Some(&token),
+    )
+    .await;
+    assert_eq!(status, 403, "{page}");
+    assert!(page.contains("no operator"), "{page}");
+    assert_eq!(status_of(&db, 3).await.as_deref(), Some("pending"));
+    other_server.abort();
+    server.abort();
+}
+
+async fn an_operator_uses_the_console_in_chromium<DB: TestBackend>(db: Db<DB>)
+where
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    i64: Key<DB> + ConsoleKey<EveryColumn, DB>,
+{
+    if let Some(why) = common::browser_missing() {
+        assert!(
+            !common::require_browser(),
+            "{why}, but STATEGUARD_REQUIRE_BROWSER=1"
+        );
+        common::say(&format!("skipped `console_browser`: {why}"));
+        return;
+    }
+    every_column(&db, 12).await;
+    let hostile = "<script>alert(1)</script>\"><img src=x onerror=alert(2)>";
+    let noted = EveryColumn::start()
+        .noted(Note::by(hostile).because(hostile))
+        .apply(&db.pool, 9_i64)
+        .await
+        .unwrap();
+    assert!(noted.is_applied());
+    // What the overview must show, as SQL counts it now.
+    let pending = ids_in(&db, "pending").await;
+    let sending = ids_in(&db, "sending").await;
+
+    let console = Console::new(db.pool.clone())
+        .machine::<EveryColumn, i64>()
+        .actions();
+    let router = axum::Router::new().nest(
+        "/ops",
+        console
+            .router()
+            .layer(axum::Extension(Operator::new("alice"))),
+    );
+    let (address, server) = serve(router).await;
+    let dir = tempfile::tempdir().unwrap();
+    let expect = dir.path().join("expect.json");
+    let run = serde_json::json!([{
+        "base": format!("http://{address}/ops"),
+        "machine": "EveryColumn",
+        "state": "pending",
+        "hostile_row": 9,
+        "press_row": 1,
+        "stale_row": 2,
+        "transition": "start",
+    }]);
+    std::fs::write(&expect, run.to_string()).unwrap();
+    let output = tokio::process::Command::new("node")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tools/browser-check/console.mjs"
+        ))
+        .arg("--expect")
+        .arg(&expect)
+        .output()
+        .await
+        .expect("run node");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}{stderr}");
+    let seen: serde_json::Value =
+        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}{stderr}"));
+    server.abort();
+
+    // Nothing ran: no dialog, no console error, no page error; one page
+    // answered with an error status, the stale press's 409.
+    assert_eq!(seen["trouble"], serde_json::json!([]), "{seen}");
+    assert_eq!(seen["statuses"], serde_json::json!([409]), "{seen}");
+    // The overview: the diagram drawn, the counts SQL finds.
+    assert_eq!(seen["overview_status"], 200, "{seen}");
+    assert!(
+        seen["diagram"]["width"].as_f64().unwrap_or(0.0) > 50.0,
+        "{seen}"
+    );
+    assert_eq!(seen["counts"]["pending"], pending.len(), "{seen}");
+    assert_eq!(seen["counts"]["sending"], sending.len(), "{seen}");
+    assert_eq!(seen["counts"]["sent"], 0, "{seen}");
+    // The state's page, by its link: its rows, in key order.
+    let listed: Vec<String> = pending.iter().map(i64::to_string).collect();
+    assert_eq!(seen["state_rows"], serde_json::json!(listed), "{seen}");
+    // The hostile note is drawn as the text it is.
+    assert_eq!(
+        seen["hostile"]["actors"],
+        serde_json::json!([hostile]),
+        "{seen}"
+    );
+    assert_eq!(
+        seen["hostile"]["reasons"],
+        serde_json::json!([hostile]),
+        "{seen}"
+    );
+    assert_eq!(seen["hostile"]["scripts"], 0, "{seen}");
+    assert_eq!(seen["hostile"]["images"], 0, "{seen}");
+    // The press moved the row, and the page after it says so.
+    assert_eq!(seen["pressed"]["said"], "moved", "{seen}");
+    assert_eq!(seen["pressed"]["state"], "sending", "{seen}");
+    assert_eq!(
+        seen["pressed"]["actors"],
+        serde_json::json!(["alice"]),
+        "{seen}"
+    );
+    assert_eq!(
+        seen["pressed"]["reasons"],
+        serde_json::json!(["pressed in Chromium"]),
+        "{seen}"
+    );
+    assert_eq!(status_of(&db, 1).await.as_deref(), Some("sending"));
+    // Of two pages of one row, the first moved it; the second was stale,
+    // and moved nothing: one move in the history.
+    assert_eq!(seen["first"], "moved", "{seen}");
+    assert_eq!(seen["stale"]["said"], "stale", "{seen}");
+    assert_eq!(status_of(&db, 2).await.as_deref(), Some("sending"));
+    let history = EveryColumn::MACHINE.history(&db.pool, 2_i64).await.unwrap();
+    assert_eq!(history.len(), 1, "{history:?}");
+    assert_eq!(history[0].actor.as_deref(), Some("alice"));
 }

@@ -21,7 +21,7 @@ backend_tests! {
 }
 
 /// The golden file of `EveryColumn`'s tables for `DB`.
-fn golden<DB: TestBackend>() -> &'static str {
+pub(crate) fn golden<DB: TestBackend>() -> &'static str {
     match DB::DIALECT {
         Dialect::Postgres => include_str!("../ddl/every_column.postgres.table.sql"),
         Dialect::Sqlite => include_str!("../ddl/every_column.sqlite.table.sql"),

@@ -134,6 +134,39 @@ pub fn tag_column(statement: &stateguard::meta::Statement) -> String {
     )
 }
 
+/// Whether the browser checks must run (`STATEGUARD_REQUIRE_BROWSER=1`, as
+/// CI sets it): then a missing browser fails them instead of skipping.
+pub fn require_browser() -> bool {
+    std::env::var("STATEGUARD_REQUIRE_BROWSER").is_ok_and(|v| v == "1")
+}
+
+/// Why the checks in headless Chromium cannot run here, if they cannot:
+/// they need Node.js, the npm packages of `tools/browser-check` (`npm ci`
+/// there) and Chromium (`CHROMIUM`, or `/usr/bin/chromium`).
+pub fn browser_missing() -> Option<String> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    match std::process::Command::new("node").arg("--version").output() {
+        Ok(output) if output.status.success() => {}
+        Ok(output) => return Some(format!("`node --version` failed: {}", output.status)),
+        Err(e) => return Some(format!("Node.js cannot run: {e}")),
+    }
+    if !root
+        .join("tools/browser-check/node_modules/playwright-core")
+        .is_dir()
+    {
+        return Some(
+            "the playwright-core package is not installed (`npm ci` in tools/browser-check)".into(),
+        );
+    }
+    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    if !std::path::Path::new(&chromium).exists() {
+        return Some(format!(
+            "no Chromium at {chromium} (apt-get install chromium)"
+        ));
+    }
+    None
+}
+
 /// The server URL in `var`, or `None` after saying why the test is skipped.
 pub fn server_url(var: &str, test: &str) -> Option<String> {
     match std::env::var(var) {
@@ -732,7 +765,11 @@ impl<DB: TestBackend> Db<DB> {
     }
 
     /// The first row of a helper statement on a connection of the pool.
-    async fn fetch_one<O: AnyRow>(&self, sql: &'static str, binds: &[Bind<'_>]) -> sqlx::Result<O> {
+    pub async fn fetch_one<O: AnyRow>(
+        &self,
+        sql: &'static str,
+        binds: &[Bind<'_>],
+    ) -> sqlx::Result<O> {
         let mut conn = self.pool.acquire().await?;
         DB::fetch_one(&mut conn, sql, binds).await
     }

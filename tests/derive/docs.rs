@@ -576,21 +576,13 @@ pub(crate) fn require_mermaid() -> bool {
 /// Why real Mermaid cannot run here, if it cannot: it needs Node.js, the
 /// npm packages of `tools/browser-check` (`npm ci` there) and Chromium.
 pub(crate) fn mermaid_missing() -> Option<String> {
-    match Command::new("node").arg("--version").output() {
-        Ok(output) if output.status.success() => {}
-        Ok(output) => return Some(format!("`node --version` failed: {}", output.status)),
-        Err(e) => return Some(format!("Node.js cannot run: {e}")),
+    if let Some(why) = crate::common::browser_missing() {
+        return Some(why);
     }
     if !root("tools/browser-check/node_modules/mermaid").is_dir() {
         return Some(
             "the mermaid package is not installed (`npm ci` in tools/browser-check)".into(),
         );
-    }
-    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
-    if !Path::new(&chromium).exists() {
-        return Some(format!(
-            "no Chromium at {chromium} (apt-get install chromium)"
-        ));
     }
     None
 }

@@ -14,13 +14,18 @@ use std::sync::Arc;
 use app::{ApiBackend, App, PayoutView};
 use common::{Db, TestBackend};
 use reqwest::StatusCode;
+use stateguard::console::ConsoleKey;
 use tokio::sync::{Barrier, Semaphore};
 
 backend_tests! {
     "api_race" => racing_posts_create_one_payout (flavor = "multi_thread", worker_threads = 4),
     "api_refusals" => mismatches_and_bad_input_write_nothing (flavor = "multi_thread", worker_threads = 2),
     "api_webhooks" => a_webhook_storm_applies_each_payout_once (flavor = "multi_thread", worker_threads = 4),
+    "api_console" => the_console_is_behind_the_password (flavor = "multi_thread", worker_threads = 2),
 }
+
+/// The console's password in these tests.
+const OPS_PASSWORD: &str = "correct horse";
 
 /// The service on `127.0.0.1:0`, and its base URL.
 async fn serve<DB>(db: &Db<DB>) -> String
@@ -28,7 +33,7 @@ where
     DB: ApiBackend + TestBackend,
     for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
     DB::Arguments: sqlx::IntoArguments<DB>,
-    String: KeyColumn<DB>,
+    String: KeyColumn<DB> + ConsoleKey<app::PayoutStatus, DB>,
     i64: for<'q> sqlx::Encode<'q, DB> + for<'r> sqlx::Decode<'r, DB> + sqlx::Type<DB>,
     usize: sqlx::ColumnIndex<DB::Row>,
 {
@@ -48,6 +53,7 @@ where
         pool: db.pool.clone(),
         lease: stateguard::idempotency::DEFAULT_LEASE,
         crash: None,
+        ops_password: Some(OPS_PASSWORD.to_owned()),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -114,7 +120,7 @@ where
     DB: ApiBackend + TestBackend,
     for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
     DB::Arguments: sqlx::IntoArguments<DB>,
-    String: KeyColumn<DB>,
+    String: KeyColumn<DB> + ConsoleKey<app::PayoutStatus, DB>,
     i64: for<'q> sqlx::Encode<'q, DB> + for<'r> sqlx::Decode<'r, DB> + sqlx::Type<DB>,
     usize: sqlx::ColumnIndex<DB::Row>,
 {
@@ -184,7 +190,7 @@ where
     DB: ApiBackend + TestBackend,
     for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
     DB::Arguments: sqlx::IntoArguments<DB>,
-    String: KeyColumn<DB>,
+    String: KeyColumn<DB> + ConsoleKey<app::PayoutStatus, DB>,
     i64: for<'q> sqlx::Encode<'q, DB> + for<'r> sqlx::Decode<'r, DB> + sqlx::Type<DB>,
     usize: sqlx::ColumnIndex<DB::Row>,
 {
@@ -259,7 +265,7 @@ where
     DB: ApiBackend + TestBackend,
     for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
     DB::Arguments: sqlx::IntoArguments<DB>,
-    String: KeyColumn<DB>,
+    String: KeyColumn<DB> + ConsoleKey<app::PayoutStatus, DB>,
     i64: for<'q> sqlx::Encode<'q, DB> + for<'r> sqlx::Decode<'r, DB> + sqlx::Type<DB>,
     usize: sqlx::ColumnIndex<DB::Row>,
 {
@@ -385,4 +391,60 @@ where
     // One `payout.paid` or `payout.failed` per payout: the one move each
     // made, however many events raced.
     assert_eq!(count(&db, "moved").await, PAYOUTS as i64);
+}
+
+/// The console is at `/ops`, behind the password: without it, or with
+/// another, 401 and a prompt; with it, the overview counts the payout the
+/// API created and its state's page lists it.
+async fn the_console_is_behind_the_password<DB>(db: Db<DB>)
+where
+    DB: ApiBackend + TestBackend,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    DB::Arguments: sqlx::IntoArguments<DB>,
+    String: KeyColumn<DB> + ConsoleKey<app::PayoutStatus, DB>,
+    i64: for<'q> sqlx::Encode<'q, DB> + for<'r> sqlx::Decode<'r, DB> + sqlx::Type<DB>,
+    usize: sqlx::ColumnIndex<DB::Row>,
+{
+    let base = serve(&db).await;
+    let client = reqwest::Client::new();
+    let created = post(&client, &base, Some("console-1"), BODY).await;
+    assert_eq!(created.status(), StatusCode::CREATED);
+    let payout: PayoutView = created.json().await.unwrap();
+
+    let refused = client.get(format!("{base}/ops")).send().await.unwrap();
+    assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+    assert!(refused.headers().contains_key("www-authenticate"));
+    let wrong = client
+        .get(format!("{base}/ops"))
+        .basic_auth("alice", Some("battery staple"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+
+    let overview = client
+        .get(format!("{base}/ops"))
+        .basic_auth("alice", Some(OPS_PASSWORD))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(overview.status(), StatusCode::OK);
+    let page = overview.text().await.unwrap();
+    assert!(
+        page.contains("data-state=\"pending\" data-rows=\"1\""),
+        "{page}"
+    );
+    let pending = client
+        .get(format!("{base}/ops/PayoutStatus/states/pending"))
+        .basic_auth("alice", Some(OPS_PASSWORD))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        pending.contains(&format!("data-key=\"{}\"", payout.id)),
+        "{pending}"
+    );
 }

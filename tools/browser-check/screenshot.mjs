@@ -6,7 +6,8 @@
 // PAGE is an HTML file or a URL; SELECTORS, separated by `|`, name the
 // elements to take: the picture holds all of them, with a margin of the
 // page around. CHROMIUM names the browser (default
-// /usr/bin/chromium).
+// /usr/bin/chromium); CREDENTIALS (`user:password`) answers a page behind
+// HTTP Basic authentication.
 
 import { pathToFileURL } from "node:url";
 import { resolve } from "node:path";
@@ -23,9 +24,12 @@ const browser = await chromium.launch({
   args: ["--no-sandbox"],
 });
 try {
+  const credentials = process.env.CREDENTIALS;
+  const [username, password] = credentials ? credentials.split(/:(.*)/s) : [];
   const page = await browser.newPage({
     viewport: { width: Number(width || 1000), height: 900 },
     deviceScaleFactor: 2,
+    ...(credentials ? { httpCredentials: { username, password } } : {}),
   });
   await page.goto(url);
   // Page coordinates: the page is not scrolled.

@@ -1,0 +1,348 @@
+//! The console's HTML: every page's markup, every value in it escaped by
+//! `maud`, and the links between pages.
+
+use core::time::Duration;
+
+use axum::extract::{FromRequestParts, OriginalUri};
+use axum::http::request::Parts;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use maud::{DOCTYPE, Markup, PreEscaped, html};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+
+use super::shown::{Count, PageError, Pressed, RowPage, Shown, StatePage};
+use super::token::Token;
+use crate::dialect::Backend;
+use crate::error::Error;
+use crate::transition::counts::COUNT_CAP;
+
+/// What a URL's segment or query value escapes: all but the unreserved
+/// characters, so that a key's `/` stays inside its segment.
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
+/// `text` as one URL segment or query value.
+fn escape(text: &str) -> String {
+    utf8_percent_encode(text, SEGMENT).to_string()
+}
+
+/// Where the console is mounted (`/ops`), from the request's full path and
+/// the path the router saw, so that links work under any prefix.
+pub(super) struct Base(pub(super) String);
+
+impl<T: Send + Sync> FromRequestParts<T> for Base {
+    type Rejection = core::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, state: &T) -> Result<Self, Self::Rejection> {
+        let seen = parts.uri.path().to_owned();
+        let full = match OriginalUri::from_request_parts(parts, state).await {
+            Ok(OriginalUri(uri)) => uri.path().to_owned(),
+            Err(never) => match never {},
+        };
+        let base = match seen.as_str() {
+            "/" => full.trim_end_matches('/'),
+            _ => full.strip_suffix(seen.as_str()).unwrap_or(""),
+        };
+        Ok(Base(base.to_owned()))
+    }
+}
+
+impl Base {
+    fn machine(&self, machine: &str) -> String {
+        format!("{}/{}", self.0, escape(machine))
+    }
+
+    fn state(&self, machine: &str, state: &str) -> String {
+        format!("{}/states/{}", self.machine(machine), escape(state))
+    }
+
+    pub(super) fn row(&self, machine: &str, key: &str) -> String {
+        format!("{}/rows/{}", self.machine(machine), escape(key))
+    }
+
+    pub(super) fn home(&self) -> String {
+        format!("{}/", self.0)
+    }
+}
+
+/// One machine's part of the overview.
+pub(super) fn section<DB: Backend>(
+    base: &Base,
+    machine: &dyn Shown<DB>,
+    counts: Result<Vec<Count>, Error>,
+) -> Markup {
+    html! {
+        section.machine data-machine=(machine.name()) {
+            h2 { (machine.name()) }
+            p.table { "Table " code { (machine.table()) } }
+            div.diagram { (PreEscaped(machine.svg())) }
+            @match counts {
+                Ok(counts) => {
+                    table.counts {
+                        thead { tr { th { "state" } th { "stored as" } th.rows { "rows" } } }
+                        tbody {
+                            @for count in counts {
+                                tr data-state=(count.db) data-rows=(count.rows) data-more=(count.more) {
+                                    td { a href=(base.state(machine.name(), count.db)) { (count.variant) } }
+                                    td { code { (count.db) } }
+                                    td.rows {
+                                        (count.rows)
+                                        @if count.more { "+" }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    p.cap { "Each state is counted up to " (COUNT_CAP) " rows." }
+                }
+                Err(error) => {
+                    p.error role="alert" { "The rows could not be counted: " (error) }
+                }
+            }
+        }
+    }
+}
+
+pub(super) fn state_page<DB: Backend>(
+    base: &Base,
+    machine: &dyn Shown<DB>,
+    shown: &StatePage,
+    later: bool,
+) -> Response {
+    let name = machine.name();
+    let next = match (shown.more, shown.rows.last()) {
+        (true, Some((key, _))) => Some(format!(
+            "{}?after={}",
+            base.state(name, shown.db),
+            escape(key)
+        )),
+        _ => None,
+    };
+    let body = html! {
+        p { a href=(base.home()) { "Overview" } " › " (name) " › " (shown.variant) }
+        p.table { "Rows stored as " code { (shown.db) } ", in key order" @if later { ", after the page before" } "." }
+        @if shown.rows.is_empty() {
+            p.empty { "No rows." }
+        } @else {
+            table.rows {
+                thead { tr { th { "key" } th.rows { "in this state for" } } }
+                tbody {
+                    @for (key, age) in &shown.rows {
+                        tr data-key=(key) {
+                            td { a href=(base.row(name, key)) { code { (key) } } }
+                            td.rows { (age_text(*age)) }
+                        }
+                    }
+                }
+            }
+        }
+        @if let Some(next) = next { p { a.next href=(next) { "Next page" } } }
+    };
+    page(StatusCode::OK, shown.variant, base, body, None)
+}
+
+/// How long, in a few words.
+fn age_text(age: Option<Duration>) -> String {
+    let Some(age) = age else {
+        return "unknown".to_owned();
+    };
+    let s = age.as_secs();
+    match s {
+        0..60 => format!("{s} s"),
+        60..3600 => format!("{} min {} s", s / 60, s % 60),
+        3600..86400 => format!("{} h {} min", s / 3600, s % 3600 / 60),
+        _ => format!("{} d {} h", s / 86400, s % 86400 / 3600),
+    }
+}
+
+/// A row's page, with `said` above it: what a press did.
+pub(super) fn row_page<DB: Backend>(
+    base: &Base,
+    machine: &dyn Shown<DB>,
+    row: &RowPage,
+    token: Option<&Token>,
+    said: Option<(StatusCode, &Pressed)>,
+) -> Response {
+    let name = machine.name();
+    let action = base.row(name, &row.key);
+    let body = html! {
+        p {
+            a href=(base.home()) { "Overview" } " › " (name) " › "
+            a href=(base.state(name, row.db)) { (row.variant) } " › " code { (row.key) }
+        }
+        @if let Some((_, pressed)) = said { (said_text(pressed)) }
+        dl.row {
+            dt { "state" } dd.state data-state=(row.db) { (row.variant) " (" code { (row.db) } ")" }
+            dt { "occurrence" } dd.occurrence { (row.occurrence) }
+            @if let Some(key) = &row.effect_key {
+                dt { "effect key" } dd.effect-key { code { (key) } }
+            }
+        }
+        h2 { "Transitions from here" }
+        @if row.choices.is_empty() {
+            p.empty { "None: the state is terminal." }
+        } @else {
+            ul.choices {
+                @for choice in &row.choices {
+                    li data-transition=(choice.name) {
+                        @match (token, choice.blocked) {
+                            (Some(token), None) => {
+                                form method="post" action=(action) {
+                                    input type="hidden" name="transition" value=(choice.name);
+                                    input type="hidden" name="occurrence" value=(row.occurrence);
+                                    input type="hidden" name="token" value=(token.value());
+                                    input type="text" name="reason" placeholder="reason" aria-label={ "reason for " (choice.name) };
+                                    " "
+                                    button type="submit" { (choice.name) " → " (choice.target) }
+                                }
+                            }
+                            (_, blocked) => {
+                                code { (choice.name) } " → " (choice.target)
+                                @if let Some(why) = blocked { span.why { " (" (why) ")" } }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        h2 { "History" }
+        @match &row.history {
+            None => { p.empty { "The machine keeps no history table." } }
+            Some(Err(error)) => { p.error role="alert" { "The history could not be read: " (error) } }
+            Some(Ok(steps)) if steps.is_empty() => { p.empty { "No moves recorded." } }
+            Some(Ok(steps)) => {
+                ol.history {
+                    @for step in steps {
+                        li data-occurrence=(step.occurrence) {
+                            time { (step.at) } " "
+                            code { (step.transition) } ": " (step.from) " → " (step.to)
+                            " (occurrence " (step.occurrence) ")"
+                            @if let Some(actor) = &step.actor { " by " span.actor { (actor) } }
+                            @if let Some(reason) = &step.reason { ": " span.reason { (reason) } }
+                            @if let Some(details) = &step.details { " " code.details { (details) } }
+                        }
+                    }
+                }
+            }
+        }
+        @if !row.versioned || !row.kept {
+            p.cap { "Buttons need a machine with a version column and a history table." }
+        }
+    };
+    let status = said.map_or(StatusCode::OK, |(status, _)| status);
+    page(status, &row.key, base, body, token)
+}
+
+/// What a press did, in words.
+fn said_text(pressed: &Pressed) -> Markup {
+    let (class, text) = match pressed {
+        Pressed::Moved(to) => ("moved", format!("Moved to {to}.")),
+        Pressed::Stale(now, occurrence) => (
+            "stale",
+            format!(
+                "Stale: the row moved on since the page was loaded; it is {now} at occurrence \
+                 {occurrence}. Nothing changed."
+            ),
+        ),
+        Pressed::AlreadyThere(state) => (
+            "already",
+            format!("The row already is {state}. Nothing changed."),
+        ),
+        Pressed::Conflict(state) => (
+            "conflict",
+            format!(
+                "The row is {state}, which the transition does not start from. Nothing changed."
+            ),
+        ),
+        Pressed::Refused(state) => (
+            "refused",
+            format!("The row ({state}) does not meet the transition's guard. Nothing changed."),
+        ),
+    };
+    html! { p.said role="status" data-said=(class) { (text) } }
+}
+
+/// A page that says what could not be shown, with its status.
+pub(super) fn problem(base: &Base, problem: PageError) -> Response {
+    let (status, title, text) = match problem {
+        PageError::BadRequest(text) => (StatusCode::BAD_REQUEST, "Bad request", text),
+        PageError::NotFound(text) => (StatusCode::NOT_FOUND, "Not found", text),
+        PageError::Forbidden(text) => (StatusCode::FORBIDDEN, "Forbidden", text),
+        PageError::Database(error) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "The database did not answer",
+            error.to_string(),
+        ),
+    };
+    let body = html! {
+        p { a href=(base.home()) { "Overview" } }
+        p.error role="alert" { (text) }
+    };
+    page(status, title, base, body, None)
+}
+
+/// A whole page: its title, a small style sheet, and `body`; with
+/// `token`, the cookie that carries it.
+pub(super) fn page(
+    status: StatusCode,
+    title: &str,
+    base: &Base,
+    body: Markup,
+    token: Option<&Token>,
+) -> Response {
+    let markup = html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · stateguard" }
+                // No request for a favicon the console does not serve.
+                link rel="icon" href="data:,";
+                style { (PreEscaped(STYLE)) }
+            }
+            body {
+                header { h1 { "stateguard · " (title) } }
+                main { (body) }
+            }
+        }
+    };
+    let mut response = (
+        status,
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-store"),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            (header::REFERRER_POLICY, "same-origin"),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; \
+                 frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
+            ),
+        ],
+        markup.into_string(),
+    )
+        .into_response();
+    // The cookie is hex and a path of the router's: always a header value.
+    if let Some(cookie) = token.and_then(|token| token.cookie(&base.0))
+        && let Ok(value) = HeaderValue::from_str(&cookie)
+    {
+        response.headers_mut().append(header::SET_COOKIE, value);
+    }
+    response
+}
+
+/// The console's looks: system fonts, a table per machine.
+const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:0;color:#1f2328}\
+header{background:#1f2328;color:#fff;padding:.6rem 1.2rem}header h1{font-size:1.1rem;margin:0}\
+main{padding:1rem 1.2rem}section.machine{margin-bottom:2.5rem}\
+.diagram svg{max-width:100%;height:auto}table{border-collapse:collapse;margin-top:.8rem}\
+th,td{border-bottom:1px solid #d0d7de;padding:.3rem .8rem;text-align:left}\
+td.rows,th.rows{text-align:right}.error{color:#b42318}.cap,.why,.empty{color:#57606a;font-size:.85rem}\
+dl.row{display:grid;grid-template-columns:max-content auto;gap:.3rem 1rem}dd{margin:0}\
+ul.choices{list-style:none;padding:0}ul.choices li{margin:.4rem 0}\
+.said{padding:.5rem .8rem;border-radius:4px;background:#ddf4ff}.said[data-said=stale],\
+.said[data-said=conflict],.said[data-said=refused]{background:#fff8c5}ol.history li{margin:.3rem 0}";
