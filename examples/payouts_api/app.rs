@@ -266,7 +266,8 @@ where
 
 /// The console's door: HTTP Basic authentication with the password
 /// given, whose user name becomes the console's operator. A browser asks
-/// for both.
+/// for both. One shared password lets anyone who has it type any name:
+/// a real service names the operator from its own login.
 async fn operator(
     password: String,
     mut request: axum::extract::Request,

@@ -10,6 +10,8 @@
 //!   operator; a press from a stale page is `Stale` and moves nothing; a
 //!   press from another site, or without the page's token or an operator,
 //!   is refused; with actions off no page has a form and a POST is 405;
+//! - the outbox's dead letters are listed on the overview, and with
+//!   actions on a press requeues one, once;
 //! - in headless Chromium (`tools/browser-check/console.mjs`), an operator
 //!   follows the links, presses a button and meets a stale page, and no
 //!   script runs from a hostile note.
@@ -19,16 +21,18 @@ use std::net::SocketAddr;
 use crate::common;
 
 use common::{Bind, Db, EveryColumn, PayoutStatus, TestBackend};
-use stateguard::bounds::Key;
+use stateguard::bounds::{FollowUpValues, Key};
 use stateguard::console::{Console, ConsoleKey, Operator};
 use stateguard::ddl::Dialect;
-use stateguard::{Note, StateMachine};
+use stateguard::outbox::{self, Message, MessageState, Outbox, Relay};
+use stateguard::{Effect, Finished, Note, Retry, StateMachine, Tx};
 
 crate::backend_tests! {
     "console_overview" => the_overview_counts_what_the_table_holds,
     "console_pages" => the_pages_show_what_the_tables_hold,
     "console_actions" => a_press_moves_the_row_once_and_names_the_operator,
     "console_browser" => an_operator_uses_the_console_in_chromium,
+    "console_outbox" => dead_letters_are_listed_and_requeued,
 }
 
 /// A machine whose table does not exist.
@@ -193,11 +197,27 @@ async fn the_pages_show_what_the_tables_hold<DB: TestBackend>(db: Db<DB>)
 where
     for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
     i64: Key<DB> + ConsoleKey<EveryColumn, DB>,
+    EveryColumn: FollowUpValues<DB>,
 {
     every_column(&db, 57).await;
-    for id in [3_i64, 9, 30] {
-        let won = EveryColumn::start().apply(&db.pool, id).await.unwrap();
-        assert!(won.is_applied());
+    let started = EveryColumn::start().apply(&db.pool, 9_i64).await.unwrap();
+    assert!(started.is_applied());
+    // Row 3's effect asks to be tried again in a minute, row 30's at once:
+    // recovery may take row 30 over now, and row 3 waits.
+    for (id, wait) in [(3_i64, 60), (30, 0)] {
+        let won = EveryColumn::start()
+            .apply(&db.pool, id)
+            .await
+            .unwrap()
+            .won()
+            .expect("a win");
+        let later = won
+            .finish(&db.pool, move |_: Effect<EveryColumn, i64>| async move {
+                Retry::after(std::time::Duration::from_secs(wait)).into()
+            })
+            .await
+            .unwrap();
+        assert_eq!(later, Finished::RetryLater);
     }
     // A note that tries to be markup.
     let hostile = "<script>alert(1)</script>\"><img src=x onerror=alert(2)>";
@@ -216,6 +236,27 @@ where
     );
     let (address, server) = serve(router).await;
     let base = format!("http://{address}/ops/EveryColumn");
+
+    // The overview: of the in-flight state, the row due for recovery and
+    // the row waiting for its retry, as `Machine::counts` reads them.
+    let (status, overview) = get(&format!("http://{address}/ops")).await;
+    assert_eq!(status, 200, "{overview}");
+    assert!(overview.contains("data-due=\"1\""), "{overview}");
+    assert!(overview.contains("data-waiting=\"1\""), "{overview}");
+    let counts = EveryColumn::MACHINE.counts(&db.pool).await.unwrap();
+    let sending = counts
+        .iter()
+        .find(|c| c.state == EveryColumn::Sending)
+        .expect("sending");
+    assert_eq!(
+        (sending.rows, sending.due, sending.waiting),
+        (2, Some(1), Some(1))
+    );
+    let pending = counts
+        .iter()
+        .find(|c| c.state == EveryColumn::Pending)
+        .expect("pending");
+    assert_eq!((pending.due, pending.waiting), (None, None));
 
     // The pending rows, 50 to a page, in key order, as SQL finds them.
     let (status, first) = get(&format!("{base}/states/pending")).await;
@@ -270,6 +311,7 @@ where
         "confirm binds: {row}"
     );
     assert!(!row.contains("<form"), "actions are off: {row}");
+    assert!(row.contains("<a href=\"/ops\">Overview</a>"), "{row}");
     // The hostile note is text: escaped, never markup.
     let (_, noted) = get(&format!("{base}/rows/9")).await;
     assert!(
@@ -303,6 +345,22 @@ where
     assert_eq!(post.status(), 405);
     assert_eq!(status_of(&db, 1).await.as_deref(), Some("pending"));
     server.abort();
+
+    // Mounted at the root, the links start there.
+    let root: axum::Router = Console::new(db.pool.clone())
+        .machine::<EveryColumn, i64>()
+        .router();
+    let (address, server) = serve(root).await;
+    let (status, page) = get(&format!("http://{address}/")).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page.contains("href=\"/EveryColumn/states/pending\""),
+        "{page}"
+    );
+    let (status, row) = get(&format!("http://{address}/EveryColumn/rows/1")).await;
+    assert_eq!(status, 200, "{row}");
+    assert!(row.contains("<a href=\"/\">Overview</a>"), "{row}");
+    server.abort();
 }
 
 /// A press of `transition` on row `id` at `occurrence`, from `origin`,
@@ -315,9 +373,15 @@ async fn press(
     origin: &str,
     token: Option<&str>,
 ) -> (u16, String) {
-    let mut request = reqwest::Client::new()
-        .post(format!("http://{address}/ops/EveryColumn/rows/{id}"))
-        .header("origin", origin);
+    let mut request =
+        reqwest::Client::new().post(format!("http://{address}/ops/EveryColumn/rows/{id}"));
+    // An origin, or a browser's word that the page is of the same origin,
+    // or neither.
+    request = match origin {
+        "" => request,
+        "same-origin" => request.header("sec-fetch-site", "same-origin"),
+        origin => request.header("origin", origin),
+    };
     let mut form = vec![
         ("transition", transition.to_owned()),
         ("occurrence", occurrence.to_string()),
@@ -359,7 +423,7 @@ where
         .unwrap()
         .to_owned();
     assert!(
-        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Lax"),
         "{cookie}"
     );
     assert!(cookie.contains("Path=/ops"), "{cookie}");
@@ -448,6 +512,51 @@ where
     assert!(page.contains("no operator"), "{page}");
     assert_eq!(status_of(&db, 3).await.as_deref(), Some("pending"));
     other_server.abort();
+
+    // Without an `Origin`: refused, unless the browser says the page is of
+    // the same origin.
+    let (status, page) = press(address, 3, "start", 0, "", Some(&token)).await;
+    assert_eq!(status, 403, "{page}");
+    assert!(page.contains("names no origin"), "{page}");
+    let (status, page) = press(address, 3, "start", 0, "same-origin", Some(&token)).await;
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(status_of(&db, 3).await.as_deref(), Some("sending"));
+    server.abort();
+
+    // With the console's origin named, only that origin presses: not the
+    // host the request was sent to (a name that resolves to it).
+    let named = Console::new(db.pool.clone())
+        .machine::<EveryColumn, i64>()
+        .actions()
+        .origin("https://ops.example.com");
+    let router = axum::Router::new().nest(
+        "/ops",
+        named
+            .router()
+            .layer(axum::Extension(Operator::new("alice"))),
+    );
+    let (address, server) = serve(router).await;
+    let (status, page) = press(
+        address,
+        3,
+        "fail",
+        1,
+        &format!("http://{address}"),
+        Some(&token),
+    )
+    .await;
+    assert_eq!(status, 403, "{page}");
+    let (status, page) = press(
+        address,
+        3,
+        "fail",
+        1,
+        "https://ops.example.com",
+        Some(&token),
+    )
+    .await;
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(status_of(&db, 3).await.as_deref(), Some("failed"));
     server.abort();
 }
 
@@ -531,6 +640,10 @@ where
     // The state's page, by its link: its rows, in key order.
     let listed: Vec<String> = pending.iter().map(i64::to_string).collect();
     assert_eq!(seen["state_rows"], serde_json::json!(listed), "{seen}");
+    assert_eq!(
+        seen["home_status"], 200,
+        "the link back to the overview: {seen}"
+    );
     // The hostile note is drawn as the text it is.
     assert_eq!(
         seen["hostile"]["actors"],
@@ -566,4 +679,136 @@ where
     let history = EveryColumn::MACHINE.history(&db.pool, 2_i64).await.unwrap();
     assert_eq!(history.len(), 1, "{history:?}");
     assert_eq!(history[0].actor.as_deref(), Some("alice"));
+}
+
+/// A POST of `form` to the overview, from `origin`, with `token` as the
+/// cookie and in the form.
+async fn post_overview(
+    address: SocketAddr,
+    origin: &str,
+    token: Option<&str>,
+    form: &[(&str, &str)],
+) -> (u16, String) {
+    let mut form: Vec<(&str, &str)> = form.to_vec();
+    let mut request = reqwest::Client::new()
+        .post(format!("http://{address}/ops"))
+        .header("origin", origin);
+    if let Some(token) = token {
+        request = request.header("cookie", format!("stateguard_console={token}"));
+        form.push(("token", token));
+    }
+    let response = request.form(&form).send().await.expect("POST");
+    let status = response.status().as_u16();
+    (status, response.text().await.expect("body"))
+}
+
+async fn dead_letters_are_listed_and_requeued<DB: TestBackend>(db: Db<DB>)
+where
+    i64: Key<DB> + ConsoleKey<PayoutStatus, DB>,
+{
+    crate::outbox_table::table(&db).await;
+    let enqueue = |id: &'static str| {
+        let pool = db.pool.clone();
+        async move {
+            let mut tx = Tx::begin(&pool).await.unwrap();
+            let message = Message {
+                id,
+                topic: "payout.sent",
+                payload: b"{}",
+            };
+            outbox::enqueue(&mut tx, "1", message).await.unwrap();
+            tx.commit(()).await.unwrap();
+        }
+    };
+    // One message the relay gives up on at its first failure, one waiting.
+    enqueue("payout:1:1").await;
+    let relay = Relay::new(crate::outbox_table::Refuse).attempts(1);
+    assert_eq!(relay.pass(&db.pool).await.unwrap().given_up(), 1);
+    enqueue("payout:2:1").await;
+
+    // Read-only: the dead letter is listed, with no button, and a POST is
+    // refused.
+    let reading = Console::new(db.pool.clone())
+        .machine::<PayoutStatus, i64>()
+        .outbox(Outbox::default());
+    let (address, server) = serve(axum::Router::new().nest("/ops", reading.router())).await;
+    let (status, page) = get(&format!("http://{address}/ops")).await;
+    assert_eq!(status, 200, "{page}");
+    let outbox_part = page
+        .split("<section class=\"outbox\"")
+        .nth(1)
+        .expect("{page}");
+    assert!(
+        outbox_part.contains("data-message=\"payout:1:1\""),
+        "{outbox_part}"
+    );
+    assert!(
+        !outbox_part.contains("payout:2:1"),
+        "a waiting message is no dead letter"
+    );
+    assert!(outbox_part.contains("the broker is down"), "{outbox_part}");
+    assert!(!outbox_part.contains("<form"), "{outbox_part}");
+    let origin = format!("http://{address}");
+    let (status, _) = post_overview(address, &origin, None, &[("requeue", "payout:1:1")]).await;
+    assert_eq!(status, 405);
+    server.abort();
+
+    // With actions: a button; a press from elsewhere is refused; one from
+    // the page requeues the message once.
+    let acting = Console::new(db.pool.clone())
+        .machine::<PayoutStatus, i64>()
+        .outbox(Outbox::default())
+        .actions();
+    let router = axum::Router::new().nest(
+        "/ops",
+        acting
+            .router()
+            .layer(axum::Extension(Operator::new("alice"))),
+    );
+    let (address, server) = serve(router).await;
+    let origin = format!("http://{address}");
+    let response = reqwest::get(format!("{origin}/ops")).await.expect("GET");
+    let cookie = response.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let token = cookie
+        .strip_prefix("stateguard_console=")
+        .and_then(|rest| rest.split(';').next())
+        .expect("the token")
+        .to_owned();
+    let page = response.text().await.unwrap();
+    assert!(
+        page.contains("name=\"requeue\" value=\"payout:1:1\""),
+        "{page}"
+    );
+    assert!(
+        page.contains("action=\"/ops\""),
+        "the form posts to the overview: {page}"
+    );
+    let dead = || async {
+        outbox::status(&db.pool, "payout:1:1")
+            .await
+            .unwrap()
+            .unwrap()
+    };
+    let requeue = [("requeue", "payout:1:1")];
+    let (status, _) = post_overview(address, "http://evil.example", Some(&token), &requeue).await;
+    assert_eq!(status, 403);
+    assert_eq!(dead().await.state(), MessageState::Dead);
+    let (status, page) = post_overview(address, &origin, Some(&token), &requeue).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("data-said=\"requeued\""), "{page}");
+    assert!(
+        !page.contains("data-message=\"payout:1:1\""),
+        "no longer dead: {page}"
+    );
+    assert_eq!(
+        (dead().await.state(), dead().await.attempts()),
+        (MessageState::Waiting, 0)
+    );
+    let (status, page) = post_overview(address, &origin, Some(&token), &requeue).await;
+    assert_eq!(status, 409, "{page}");
+    assert!(page.contains("data-said=\"not-dead\""), "{page}");
+    server.abort();
 }

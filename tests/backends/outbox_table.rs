@@ -33,7 +33,7 @@ backend_tests! {
 }
 
 /// The outbox table, from its DDL.
-async fn table<DB: TestBackend>(db: &Db<DB>) {
+pub(crate) async fn table<DB: TestBackend>(db: &Db<DB>) {
     let mut conn = db.pool.acquire().await.unwrap();
     for statement in outbox::ddl(DB::DIALECT) {
         DB::execute(&mut conn, statement, &[]).await.unwrap();
@@ -600,7 +600,7 @@ where
 }
 
 /// A publisher that refuses every message, as a broker that is down.
-struct Refuse;
+pub(crate) struct Refuse;
 
 impl Publisher for Refuse {
     type Error = std::io::Error;

@@ -332,12 +332,12 @@ impl ::stateguard::StateMachine for PayoutStatus {
                 on mysql, binds = [State, State, Limit], reads = [Key(0), Age];
             },
             rows_after: __sg::sql! {
-                "SELECT CASE WHEN $4::text = 'stateguard 302a5eff90ff9fb2' THEN 'stateguard 302a5eff90ff9fb2'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 302a5eff90ff9fb2 with ', $4::text) AS INTEGER)::text END, __sg_t.\"id\", CAST(NULL AS BIGINT) FROM \"payouts\" AS __sg_t WHERE __sg_t.\"status\"::text = $3 AND (__sg_t.\"id\") > ($1) ORDER BY __sg_t.\"id\" LIMIT $2"
+                "SELECT CASE WHEN $4::text = 'stateguard ed726fc0044b6355' THEN 'stateguard ed726fc0044b6355'::text ELSE CAST(concat('stateguard mix-up: ran stateguard ed726fc0044b6355 with ', $4::text) AS INTEGER)::text END, __sg_t.\"id\", CAST(NULL AS BIGINT) FROM \"payouts\" AS __sg_t WHERE __sg_t.\"status\"::text = $3 AND ((__sg_t.\"id\") > ($1)) ORDER BY __sg_t.\"id\" LIMIT $2"
                 on postgres, binds = [Key(0), Limit, State, Tag], reads = [Tag, Key(0),
                 Age];
-                "SELECT __sg_t.\"id\", CAST(NULL AS INTEGER) FROM \"payouts\" AS __sg_t WHERE __sg_t.\"status\" = ?3 AND (__sg_t.\"id\") > (?1) ORDER BY __sg_t.\"id\" LIMIT ?2"
+                "SELECT __sg_t.\"id\", CAST(NULL AS INTEGER) FROM \"payouts\" AS __sg_t WHERE __sg_t.\"status\" = ?3 AND ((__sg_t.\"id\") > (?1)) ORDER BY __sg_t.\"id\" LIMIT ?2"
                 on sqlite, binds = [Key(0), Limit, State], reads = [Key(0), Age];
-                "SELECT __sg_t.`id`, CAST(NULL AS SIGNED) FROM `payouts` AS __sg_t WHERE __sg_t.`status` = ? AND CAST(__sg_t.`status` AS BINARY) = ? AND (__sg_t.`id`) > (?) ORDER BY __sg_t.`id` LIMIT ?"
+                "SELECT __sg_t.`id`, CAST(NULL AS SIGNED) FROM `payouts` AS __sg_t WHERE __sg_t.`status` = ? AND CAST(__sg_t.`status` AS BINARY) = ? AND ((__sg_t.`id`) > (?)) ORDER BY __sg_t.`id` LIMIT ?"
                 on mysql, binds = [State, State, Key(0), Limit], reads = [Key(0), Age];
             },
             outbox: "stateguard_outbox",

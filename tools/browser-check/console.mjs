@@ -87,6 +87,13 @@ try {
     [...document.querySelectorAll("tr[data-key]")].map((tr) => tr.dataset.key),
   );
 
+  // And back, by the link every page has.
+  const [home] = await Promise.all([
+    overview.page.waitForNavigation(),
+    overview.page.getByRole("link", { name: "Overview" }).click(),
+  ]);
+  seen.home_status = home.status();
+
   // The hostile note, as text.
   const hostile = await open(row(run.hostile_row));
   seen.hostile_status = hostile.status;

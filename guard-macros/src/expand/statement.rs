@@ -85,6 +85,14 @@ pub(super) fn column(col: Col) -> TokenStream {
             quote!(Count(#n))
         }
         Col::Age => quote!(Age),
+        Col::Due(n) => {
+            let n = proc_macro2::Literal::u8_unsuffixed(n);
+            quote!(Due(#n))
+        }
+        Col::Waiting(n) => {
+            let n = proc_macro2::Literal::u8_unsuffixed(n);
+            quote!(Waiting(#n))
+        }
     }
 }
 

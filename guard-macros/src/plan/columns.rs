@@ -56,6 +56,12 @@ pub enum Col {
     /// How long, in milliseconds, a row has been in its state (NULL where
     /// the machine does not know).
     Age,
+    /// How many rows of in-flight state `n` recovery may take over now,
+    /// counted up to one past the cap.
+    Due(u8),
+    /// How many rows of in-flight state `n` wait for their next attempt,
+    /// counted up to one past the cap.
+    Waiting(u8),
 }
 
 impl Col {
@@ -82,6 +88,8 @@ impl Col {
             Col::Behind => ('b', 0),
             Col::Count(n) => ('C', n),
             Col::Age => ('e', 0),
+            Col::Due(n) => ('D', n),
+            Col::Waiting(n) => ('W', n),
         };
         format!("{COLUMN}{kind}{n}{COLUMN_END}{expr}")
     }
@@ -111,6 +119,8 @@ impl Col {
             'b' => Col::Behind,
             'C' => Col::Count(n),
             'e' => Col::Age,
+            'D' => Col::Due(n),
+            'W' => Col::Waiting(n),
             _ => return None,
         })
     }

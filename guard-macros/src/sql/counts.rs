@@ -15,24 +15,38 @@ impl Dialect {
     /// ([`Col::Count`]), each counted up to one past [`COUNT_CAP`], so that
     /// the read stops there however large the table. With an index on the
     /// status column each count reads at most that many index entries.
+    ///
+    /// An in-flight state adds the rows recovery may take over now
+    /// ([`Col::Due`]), and one that counts attempts the rows waiting for
+    /// their next attempt ([`Col::Waiting`]), each counted the same way.
     pub fn counts(self, model: &Model) -> String {
         let column = self.quote(&model.column);
         let table = self.quote(&model.table);
-        let counts: Vec<String> = model
-            .states
-            .iter()
-            .enumerate()
-            .map(|(i, state)| {
-                let test = self.status_is(&column, &format!("= '{}'", state.db));
-                let count = format!(
-                    "(SELECT COUNT(*) FROM (SELECT 1 FROM {table} WHERE {test} LIMIT {}) AS __sg_n{i})",
+        let mut counts: Vec<String> = Vec::new();
+        for (i, state) in model.states.iter().enumerate() {
+            let test = self.status_is(&column, &format!("= '{}'", state.db));
+            let count = |name: &str, filter: &str| {
+                format!(
+                    "(SELECT COUNT(*) FROM (SELECT 1 FROM {table} WHERE {test}{filter} LIMIT {}) \
+                     AS __sg_{name}{i})",
                     COUNT_CAP + 1
-                );
-                // The derive refuses a machine of more states than a column
-                // index holds (`check`).
-                Col::Count(u8::try_from(i).unwrap_or(u8::MAX)).of(&count)
-            })
-            .collect();
+                )
+            };
+            // The derive refuses a machine of more states than a column
+            // index holds (`check`).
+            let n = u8::try_from(i).unwrap_or(u8::MAX);
+            counts.push(Col::Count(n).of(&count("n", "")));
+            let Some(in_flight) = &state.in_flight else {
+                continue;
+            };
+            let due = format!(" AND {}", self.due(in_flight));
+            counts.push(Col::Due(n).of(&count("d", &due)));
+            if let Some(retry) = &in_flight.retry {
+                let next = self.quote(&retry.next_attempt);
+                let waiting = format!(" AND {next} > {}", self.now());
+                counts.push(Col::Waiting(n).of(&count("w", &waiting)));
+            }
+        }
         format!("SELECT {}", counts.join(", "))
     }
 }
@@ -41,10 +55,13 @@ impl Dialect {
     /// `SELECT <key>, <age> FROM t WHERE <status> = $state [AND (<key>) >
     /// ($key)] ORDER BY <key> LIMIT $limit`: the rows of the state bound
     /// as a value, in key order, from the first (`after` false) or after
-    /// the key bound ([`Slot::Key`]), so that each page is a range of the
-    /// key's index however deep it is. Each row's [`Col::Age`] is the
-    /// milliseconds since its state's `since` stamp, or else since the
-    /// history's last move into its state, or NULL.
+    /// the key bound ([`Slot::Key`]). With an index on the status and the
+    /// key columns each page is one range of it, however deep; MySQL,
+    /// which serves a row-value comparison poorly, compares column by
+    /// column (`a > ? OR (a = ? AND b > ?)`). Each row's [`Col::Age`] is
+    /// the milliseconds since the history's last move into its state, or
+    /// else since its state's `since` stamp (an in-flight state's is its
+    /// lease's, stamped again by each takeover), or NULL.
     pub fn rows(self, model: &Model, after: bool) -> String {
         let d = self;
         let table = d.quote(&model.table);
@@ -72,9 +89,6 @@ impl Dialect {
             })
             .collect();
         let mut ages = Vec::new();
-        if !stamped.is_empty() {
-            ages.push(format!("CASE {} END", stamped.join(" ")));
-        }
         if let Some(history) = &model.history {
             let same_key = model
                 .key
@@ -82,13 +96,22 @@ impl Dialect {
                 .map(|k| format!("__sg_h.{q} = __sg_t.{q}", q = d.quote(k)))
                 .collect::<Vec<_>>()
                 .join(" AND ");
+            // MySQL compares the bytes: a cast's collation may not meet
+            // the history column's (error 1267), and statuses are exact.
+            let to_state = format!("__sg_h.{}", d.quote("to_state"));
+            let status = d.status_text(&format!("__sg_t.{column}"));
+            let same_state = match d {
+                Dialect::MySql => format!("{} = {}", d.bytes(&to_state), d.bytes(&status)),
+                Dialect::Postgres | Dialect::Sqlite => format!("{to_state} = {status}"),
+            };
             ages.push(format!(
-                "(SELECT {} FROM {} AS __sg_h WHERE {same_key} AND __sg_h.{} = {})",
+                "(SELECT {} FROM {} AS __sg_h WHERE {same_key} AND {same_state})",
                 d.ms_since(&format!("MAX(__sg_h.{})", d.quote("moved_at"))),
                 d.quote(history),
-                d.quote("to_state"),
-                d.status_text(&format!("__sg_t.{column}")),
             ));
+        }
+        if !stamped.is_empty() {
+            ages.push(format!("CASE {} END", stamped.join(" ")));
         }
         let age = match ages.len() {
             0 => d.int64("NULL"),
@@ -103,11 +126,18 @@ impl Dialect {
             Dialect::Sqlite | Dialect::MySql => d.status_is(&format!("__sg_t.{column}"), &state),
         };
         if after {
-            let bound = (0..keys.len())
-                .map(|i| Slot::Key(i as u8).mark())
-                .collect::<Vec<_>>()
-                .join(", ");
-            filter = format!("{filter} AND ({}) > ({bound})", keys.join(", "));
+            let bound: Vec<String> = (0..keys.len()).map(|i| Slot::Key(i as u8).mark()).collect();
+            let later = match (d, keys.len()) {
+                (Dialect::MySql, 2..) => (0..keys.len())
+                    .map(|i| {
+                        let equal = (0..i).map(|j| format!("{} = {} AND ", keys[j], bound[j]));
+                        format!("({}{} > {})", equal.collect::<String>(), keys[i], bound[i])
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" OR "),
+                _ => format!("({}) > ({})", keys.join(", "), bound.join(", ")),
+            };
+            filter = format!("{filter} AND ({later})");
         }
         format!(
             "SELECT {select_keys}, {} FROM {table} AS __sg_t WHERE {filter} ORDER BY {} LIMIT {}",

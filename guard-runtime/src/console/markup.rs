@@ -13,8 +13,10 @@ use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use super::shown::{Count, PageError, Pressed, RowPage, Shown, StatePage};
 use super::token::Token;
 use crate::dialect::Backend;
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
+use crate::outbox::DeadLetter;
 use crate::transition::counts::COUNT_CAP;
+use crate::transition::rows::PAGE_ROWS;
 
 /// What a URL's segment or query value escapes: all but the unreserved
 /// characters, so that a key's `/` stays inside its segment.
@@ -30,11 +32,20 @@ fn escape(text: &str) -> String {
 }
 
 /// Where the console is mounted (`/ops`), from the request's full path and
-/// the path the router saw, so that links work under any prefix.
-pub(super) struct Base(pub(super) String);
+/// the path the router saw, so that links work under any prefix: the
+/// prefix of every link, and the overview's own path as the request
+/// reached it (`/ops`, or `/ops/` for a router nested at `/ops/`).
+///
+/// The prefix goes into links and into the cookie's `Path`, so it may hold
+/// only what a path segment holds unescaped (letters, digits, `-._~`,
+/// `%XX`) and `/`: a mount under any other text is refused, with why.
+pub(super) struct Base {
+    pub(super) path: String,
+    home: String,
+}
 
 impl<T: Send + Sync> FromRequestParts<T> for Base {
-    type Rejection = core::convert::Infallible;
+    type Rejection = (StatusCode, String);
 
     async fn from_request_parts(parts: &mut Parts, state: &T) -> Result<Self, Self::Rejection> {
         let seen = parts.uri.path().to_owned();
@@ -42,17 +53,37 @@ impl<T: Send + Sync> FromRequestParts<T> for Base {
             Ok(OriginalUri(uri)) => uri.path().to_owned(),
             Err(never) => match never {},
         };
-        let base = match seen.as_str() {
-            "/" => full.trim_end_matches('/'),
-            _ => full.strip_suffix(seen.as_str()).unwrap_or(""),
+        let refuse = |why: String| (StatusCode::INTERNAL_SERVER_ERROR, why);
+        let (path, home) = match seen.as_str() {
+            "/" => (full.trim_end_matches('/').to_owned(), full.clone()),
+            _ => match full.strip_suffix(seen.as_str()) {
+                Some(path) => (path.to_owned(), path.to_owned()),
+                None => {
+                    return Err(refuse(format!(
+                        "the console cannot tell where it is mounted: `{full}` does not end in \
+                         `{seen}`"
+                    )));
+                }
+            },
         };
-        Ok(Base(base.to_owned()))
+        let plain = |c: char| c.is_ascii_alphanumeric() || "-._~%/".contains(c);
+        if !path.chars().all(plain) || path.contains("//") {
+            return Err(refuse(format!(
+                "the console is mounted under `{path}`, which its links and cookie cannot \
+                 carry: mount it under letters, digits and `-._~/`"
+            )));
+        }
+        let home = match home.as_str() {
+            "" => "/".to_owned(),
+            _ => home,
+        };
+        Ok(Base { path, home })
     }
 }
 
 impl Base {
     fn machine(&self, machine: &str) -> String {
-        format!("{}/{}", self.0, escape(machine))
+        format!("{}/{}", self.path, escape(machine))
     }
 
     fn state(&self, machine: &str, state: &str) -> String {
@@ -63,8 +94,10 @@ impl Base {
         format!("{}/rows/{}", self.machine(machine), escape(key))
     }
 
+    /// The overview: the mount path as the router takes it (`/ops`, which
+    /// axum routes to a router nested at `/ops`), or `/` at the root.
     pub(super) fn home(&self) -> String {
-        format!("{}/", self.0)
+        self.home.clone()
     }
 }
 
@@ -82,7 +115,12 @@ pub(super) fn section<DB: Backend>(
             @match counts {
                 Ok(counts) => {
                     table.counts {
-                        thead { tr { th { "state" } th { "stored as" } th.rows { "rows" } } }
+                        thead {
+                            tr {
+                                th { "state" } th { "stored as" } th.rows { "rows" }
+                                th.rows { "due for recovery" } th.rows { "waiting for a retry" }
+                            }
+                        }
                         tbody {
                             @for count in counts {
                                 tr data-state=(count.db) data-rows=(count.rows) data-more=(count.more) {
@@ -92,11 +130,16 @@ pub(super) fn section<DB: Backend>(
                                         (count.rows)
                                         @if count.more { "+" }
                                     }
+                                    td.rows.due data-due=[count.due] { (capped(count.due)) }
+                                    td.rows.waiting data-waiting=[count.waiting] { (capped(count.waiting)) }
                                 }
                             }
                         }
                     }
-                    p.cap { "Each state is counted up to " (COUNT_CAP) " rows." }
+                    p.cap {
+                        "Each state is counted up to " (COUNT_CAP) " rows. An in-flight state's "
+                        "rows due for recovery are past their lease, or their next attempt is due."
+                    }
                 }
                 Err(error) => {
                     p.error role="alert" { "The rows could not be counted: " (error) }
@@ -142,6 +185,16 @@ pub(super) fn state_page<DB: Backend>(
         @if let Some(next) = next { p { a.next href=(next) { "Next page" } } }
     };
     page(StatusCode::OK, shown.variant, base, body, None)
+}
+
+/// A count up to [`COUNT_CAP`], which reads as that many or more; blank
+/// where the state has none.
+fn capped(count: Option<u64>) -> String {
+    match count {
+        None => String::new(),
+        Some(COUNT_CAP) => format!("{COUNT_CAP}+"),
+        Some(n) => n.to_string(),
+    }
 }
 
 /// How long, in a few words.
@@ -262,7 +315,62 @@ fn said_text(pressed: &Pressed) -> Markup {
             format!("The row ({state}) does not meet the transition's guard. Nothing changed."),
         ),
     };
+    said(class, text)
+}
+
+/// What an action did, above the page: `class` names it for tests and
+/// looks.
+pub(super) fn said(class: &str, text: String) -> Markup {
     html! { p.said role="status" data-said=(class) { (text) } }
+}
+
+/// The outbox's part of the overview: its dead letters, each with a
+/// requeue button where `token` is (actions on).
+pub(super) fn dead_letters(
+    base: &Base,
+    table: &str,
+    letters: Result<Vec<DeadLetter>, Error>,
+    token: Option<&Token>,
+) -> Markup {
+    html! {
+        section.outbox data-outbox=(table) {
+            h2 { "Outbox" }
+            p.table { "Table " code { (table) } }
+            @match letters {
+                Err(error) => {
+                    p.error role="alert" { "The dead letters could not be read: " (error) }
+                }
+                Ok(letters) if letters.is_empty() => {
+                    p.empty { "No dead letters: no message the relay gave up on." }
+                }
+                Ok(letters) => {
+                    table.dead {
+                        thead { tr { th { "message" } th { "topic" } th.rows { "attempts" } th { "last error" } th {} } }
+                        tbody {
+                            @for letter in &letters {
+                                tr data-message=(letter.id()) {
+                                    td { code { (letter.id()) } }
+                                    td { code { (letter.topic()) } }
+                                    td.rows { (letter.attempts()) }
+                                    td.last-error { (letter.last_error().unwrap_or("")) }
+                                    td {
+                                        @if let Some(token) = token {
+                                            form method="post" action=(base.home()) {
+                                                input type="hidden" name="requeue" value=(letter.id());
+                                                input type="hidden" name="token" value=(token.value());
+                                                button type="submit" { "Requeue" }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    p.cap { "The oldest " (PAGE_ROWS) " dead letters at most." }
+                }
+            }
+        }
+    }
 }
 
 /// A page that says what could not be shown, with its status.
@@ -271,11 +379,29 @@ pub(super) fn problem(base: &Base, problem: PageError) -> Response {
         PageError::BadRequest(text) => (StatusCode::BAD_REQUEST, "Bad request", text),
         PageError::NotFound(text) => (StatusCode::NOT_FOUND, "Not found", text),
         PageError::Forbidden(text) => (StatusCode::FORBIDDEN, "Forbidden", text),
-        PageError::Database(error) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "The database did not answer",
-            error.to_string(),
-        ),
+        PageError::Internal(text) => (StatusCode::INTERNAL_SERVER_ERROR, "Console error", text),
+        PageError::Database(error) => match error.kind() {
+            _ if matches!(error, Error::Timeout { .. }) => (
+                StatusCode::GATEWAY_TIMEOUT,
+                "The database did not answer in time",
+                error.to_string(),
+            ),
+            ErrorKind::OutcomeUnknown => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "Outcome unknown",
+                format!("{error}; whether it changed anything is unknown: reload the page"),
+            ),
+            ErrorKind::Transient => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Try again",
+                format!("{error}; nothing changed"),
+            ),
+            _ => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "The database answered with an error",
+                error.to_string(),
+            ),
+        },
     };
     let body = html! {
         p { a href=(base.home()) { "Overview" } }
@@ -326,11 +452,16 @@ pub(super) fn page(
         markup.into_string(),
     )
         .into_response();
-    // The cookie is hex and a path of the router's: always a header value.
-    if let Some(cookie) = token.and_then(|token| token.cookie(&base.0))
-        && let Ok(value) = HeaderValue::from_str(&cookie)
-    {
-        response.headers_mut().append(header::SET_COOKIE, value);
+    if let Some(cookie) = token.and_then(|token| token.cookie(&base.path)) {
+        // Hex, and a path `Base` checked: a header value, or a page that
+        // says so instead of forms that could not be pressed.
+        match HeaderValue::from_str(&cookie) {
+            Ok(value) => response.headers_mut().append(header::SET_COOKIE, value),
+            Err(_) => {
+                let why = format!("the console's cookie is no header value: {cookie:?}");
+                return (StatusCode::INTERNAL_SERVER_ERROR, why).into_response();
+            }
+        };
     }
     response
 }

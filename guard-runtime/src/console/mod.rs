@@ -26,9 +26,12 @@
 //!
 //! **Architecture Invariant:** every page is server-rendered HTML that
 //! works without JavaScript, every value in it is escaped by the
-//! templates (`maud`), no SQL is built from a request, and every page runs
-//! at most two statements the derive wrote, each bounded by
-//! [`PAGE_DEADLINE`] and a row limit.
+//! templates (`maud`), no SQL is built from a request, and every read is
+//! a statement the derive (or the stores) wrote, bounded by
+//! [`PAGE_DEADLINE`]: the overview runs one per machine and one for the
+//! outbox, a state's page one, a row's page two (its row, its history),
+//! a press the move and then the row's page. Every read but the history
+//! stops at a row limit; a row's history is read whole.
 //!
 //! [`Machine::counts`]: crate::meta::Machine::counts
 //! [`Machine::rows`]: crate::meta::Machine::rows

@@ -4,19 +4,21 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::extract::{Form, Path, Query, State};
+use axum::extract::{Form, OriginalUri, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use axum::routing::get;
 use axum::{Extension, Router};
-use maud::html;
+use maud::{Markup, html};
 use sqlx::Pool;
 
-use super::markup::{Base, page, problem, row_page, section, state_page};
-use super::shown::{ConsoleKey, Listed, PageError, Press, Pressed, Shown};
-use super::token::{self, Operator, cookie, same_origin, same_token};
+use super::markup::{Base, dead_letters, page, problem, row_page, said, section, state_page};
+use super::shown::{ConsoleKey, Listed, PAGE_DEADLINE, PageError, Press, Pressed, Shown};
+use super::token::{self, Operator, Origins, admit};
 use crate::StateMachine;
 use crate::dialect::Backend;
+use crate::outbox::Outbox;
+use crate::transition::rows::PAGE_ROWS;
 
 /// The console for the machines on one pool. [`Console::machine`] adds a
 /// machine; [`Console::actions`] turns on the buttons that move rows;
@@ -47,6 +49,8 @@ pub struct Console<DB: Backend> {
     pub(super) pool: Pool<DB>,
     pub(super) machines: Vec<Arc<dyn Shown<DB>>>,
     pub(super) actions: bool,
+    pub(super) outbox: Option<Outbox>,
+    pub(super) origins: Vec<String>,
 }
 
 impl<DB: Backend> core::fmt::Debug for Console<DB> {
@@ -54,6 +58,7 @@ impl<DB: Backend> core::fmt::Debug for Console<DB> {
         f.debug_struct("Console")
             .field("machines", &self.machines.len())
             .field("actions", &self.actions)
+            .field("outbox", &self.outbox.map(|outbox| outbox.table()))
             .finish_non_exhaustive()
     }
 }
@@ -66,6 +71,8 @@ impl<DB: Backend> Console<DB> {
             pool,
             machines: Vec::new(),
             actions: false,
+            outbox: None,
+            origins: Vec::new(),
         }
     }
 
@@ -73,6 +80,20 @@ impl<DB: Backend> Console<DB> {
     /// type its URLs are read as).
     pub fn machine<S: StateMachine, K: ConsoleKey<S, DB>>(mut self) -> Self {
         self.machines.push(Arc::new(Listed::<S, K>::new()));
+        self
+    }
+
+    /// The console, showing `outbox` too (`Outbox::default()`, or a
+    /// schema's, [`Stores::outbox`](crate::Stores::outbox)): the overview
+    /// lists its dead letters, the messages a relay gave up on, up to
+    /// [`PAGE_ROWS`](crate::PAGE_ROWS), oldest first, each with its topic,
+    /// attempts and last error. With [`actions`](Console::actions) each has
+    /// a button that [requeues](crate::outbox::requeue) it for the next relay
+    /// pass, logged (`tracing`, at `info`) with the [`Operator`].
+    ///
+    /// [`Operator`]: super::Operator
+    pub fn outbox(mut self, outbox: Outbox) -> Self {
+        self.outbox = Some(outbox);
         self
     }
 
@@ -86,14 +107,29 @@ impl<DB: Backend> Console<DB> {
     /// service's authentication put in the request, and the reason typed.
     ///
     /// A press is a `POST` of a form that carries a token also set as a
-    /// `SameSite=Strict` cookie, from a page of the same origin (its
-    /// `Origin`, or else its `Sec-Fetch-Site`): a request from another
-    /// site is refused with 403, as is one without an [`Operator`].
+    /// `SameSite=Lax` cookie, from a page of the console's origin (its
+    /// `Origin` names the host the request was sent to, or one named with
+    /// [`Console::origin`]; without an `Origin`, its `Sec-Fetch-Site` says
+    /// `same-origin`): a request from another site is refused with 403,
+    /// as is one without an [`Operator`].
     /// Without this call no page has a form, and every `POST` is 405.
     ///
     /// [`Operator`]: super::Operator
     pub fn actions(mut self) -> Self {
         self.actions = true;
+        self
+    }
+
+    /// The console, taking presses only from pages of `origin`, exactly
+    /// as a browser sends it (`https://ops.example.com`; call again for
+    /// more), in place of a page of the host the request was sent to.
+    /// Name it where a proxy rewrites the `Host` the console sees, and
+    /// where the service's authentication comes with the network (a VPN,
+    /// an address allowlist) rather than with credentials the browser
+    /// holds, so that a page of another name that resolves to the console
+    /// (DNS rebinding) cannot press.
+    pub fn origin(mut self, origin: impl Into<String>) -> Self {
+        self.origins.push(origin.into());
         self
     }
 
@@ -106,8 +142,13 @@ impl<DB: Backend> Console<DB> {
             true => row.post(press::<DB>),
             false => row,
         };
+        let overview = get(overview::<DB>);
+        let overview = match actions {
+            true => overview.post(requeue::<DB>),
+            false => overview,
+        };
         Router::new()
-            .route("/", get(overview::<DB>))
+            .route("/", overview)
             .route("/{machine}/states/{state}", get(state::<DB>))
             .route("/{machine}/rows/{key}", row)
             .with_state(shared)
@@ -122,20 +163,118 @@ impl<DB: Backend> Console<DB> {
     }
 }
 
-/// `GET /`: each machine, its diagram, and the rows in each state.
-async fn overview<DB: Backend>(State(console): State<Arc<Console<DB>>>, base: Base) -> Response {
+/// `GET /`: each machine, its diagram, and the rows in each state; the
+/// outbox's dead letters.
+async fn overview<DB: Backend>(
+    State(console): State<Arc<Console<DB>>>,
+    base: Base,
+    headers: HeaderMap,
+) -> Response {
+    overview_page(&console, &base, &headers, None).await
+}
+
+/// The overview, with `said` above it: what a requeue did.
+async fn overview_page<DB: Backend>(
+    console: &Console<DB>,
+    base: &Base,
+    headers: &HeaderMap,
+    said_: Option<(StatusCode, Markup)>,
+) -> Response {
     let mut sections = Vec::with_capacity(console.machines.len());
     for machine in &console.machines {
         let counts = machine.counts(&console.pool).await;
-        sections.push(section(&base, machine.as_ref(), counts));
+        sections.push(section(base, machine.as_ref(), counts));
     }
+    // A token only where a form needs one: a requeue button.
+    let token = match (console.outbox, console.actions) {
+        (Some(_), true) => match token::token(headers) {
+            Ok(token) => Some(token),
+            Err(why) => return problem(base, PageError::Internal(why)),
+        },
+        _ => None,
+    };
+    let outbox = match console.outbox {
+        Some(outbox) => {
+            let letters = outbox
+                .dead_letters(&console.pool, PAGE_ROWS as u32)
+                .within(PAGE_DEADLINE)
+                .await;
+            Some(dead_letters(base, outbox.table(), letters, token.as_ref()))
+        }
+        None => None,
+    };
+    let (status, said_) = match said_ {
+        Some((status, said_)) => (status, Some(said_)),
+        None => (StatusCode::OK, None),
+    };
     page(
-        StatusCode::OK,
+        status,
         "Overview",
-        &base,
-        html! { @for section in sections { (section) } },
-        None,
+        base,
+        html! {
+            @if let Some(said_) = said_ { (said_) }
+            @for section in sections { (section) }
+            @if let Some(outbox) = outbox { (outbox) }
+        },
+        token.as_ref(),
     )
+}
+
+/// `POST /`: a dead letter's requeue button pressed. The form names the
+/// message and carries the token.
+async fn requeue<DB: Backend>(
+    State(console): State<Arc<Console<DB>>>,
+    base: Base,
+    OriginalUri(uri): OriginalUri,
+    headers: HeaderMap,
+    operator: Option<Extension<Operator>>,
+    Form(form): Form<HashMap<String, String>>,
+) -> Response {
+    let origins = Origins {
+        named: &console.origins,
+        authority: uri.authority().map(|a| a.as_str()),
+    };
+    let operator = match admit(&headers, &origins, &form, operator.map(|Extension(op)| op)) {
+        Ok(operator) => operator,
+        Err(why) => return problem(&base, PageError::Forbidden(why)),
+    };
+    let Some(outbox) = console.outbox else {
+        return problem(
+            &base,
+            PageError::NotFound("the console shows no outbox".to_owned()),
+        );
+    };
+    let Some(id) = form.get("requeue").filter(|id| !id.is_empty()) else {
+        return problem(
+            &base,
+            PageError::BadRequest("the press names no message to requeue".to_owned()),
+        );
+    };
+    let requeued = match outbox
+        .requeue(&console.pool, id)
+        .within(PAGE_DEADLINE)
+        .await
+    {
+        Ok(requeued) => requeued,
+        Err(error) => return problem(&base, PageError::Database(error)),
+    };
+    let said_ = match requeued {
+        true => {
+            tracing::info!(
+                operator = operator.name(),
+                message_id = id.as_str(),
+                outbox = outbox.table(),
+                "a dead letter requeued from the console"
+            );
+            let text = format!("Requeued `{id}`: due at once, for the next relay pass.");
+            (StatusCode::OK, said("requeued", text))
+        }
+        false => {
+            let text = format!("`{id}` is not a dead letter (any more). Nothing changed.");
+            (StatusCode::CONFLICT, said("not-dead", text))
+        }
+    };
+    overview_page(&console, &base, &headers, Some(said_)).await
 }
 
 /// `GET /{machine}/states/{state}?after={key}`: a page of the rows in a
@@ -175,7 +314,7 @@ async fn row<DB: Backend>(
     let token = match console.actions.then(|| token::token(&headers)) {
         None => None,
         Some(Ok(token)) => Some(token),
-        Some(Err(why)) => return problem(&base, PageError::Forbidden(why)),
+        Some(Err(why)) => return problem(&base, PageError::Internal(why)),
     };
     match shown.row(&console.pool, &key).await {
         Ok(row) => row_page(&base, shown, &row, token.as_ref(), None),
@@ -189,25 +328,19 @@ async fn press<DB: Backend>(
     State(console): State<Arc<Console<DB>>>,
     base: Base,
     Path((machine, key)): Path<(String, String)>,
+    OriginalUri(uri): OriginalUri,
     headers: HeaderMap,
     operator: Option<Extension<Operator>>,
     Form(form): Form<HashMap<String, String>>,
 ) -> Response {
     let forbidden = |why: String| problem(&base, PageError::Forbidden(why));
-    if let Err(why) = same_origin(&headers) {
-        return forbidden(why);
-    }
-    let held = cookie(&headers);
-    let sent = form.get("token");
-    match (held, sent) {
-        (Some(held), Some(sent)) if same_token(&held, sent) => {}
-        _ => return forbidden("the press carries no token of the console's page".to_owned()),
-    }
-    let Some(Extension(operator)) = operator else {
-        return forbidden(
-            "no operator: the service's authentication puts a `console::Operator` in the request"
-                .to_owned(),
-        );
+    let origins = Origins {
+        named: &console.origins,
+        authority: uri.authority().map(|a| a.as_str()),
+    };
+    let operator = match admit(&headers, &origins, &form, operator.map(|Extension(op)| op)) {
+        Ok(operator) => operator,
+        Err(why) => return forbidden(why),
     };
     let Some(shown) = console.find(&machine) else {
         return problem(
@@ -248,7 +381,7 @@ async fn press<DB: Backend>(
     // The row as it is now, with what the press did above it.
     let token = match token::token(&headers) {
         Ok(token) => token,
-        Err(why) => return forbidden(why),
+        Err(why) => return problem(&base, PageError::Internal(why)),
     };
     match shown.row(&console.pool, &key).await {
         Ok(row) => row_page(&base, shown, &row, Some(&token), Some((status, &pressed))),

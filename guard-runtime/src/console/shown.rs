@@ -52,6 +52,8 @@ pub(super) enum PageError {
     NotFound(String),
     /// A press the console does not take from this request: 403.
     Forbidden(String),
+    /// The console itself failed (no random token could be drawn): 500.
+    Internal(String),
     /// The read failed: its error.
     Database(Error),
 }
@@ -68,6 +70,10 @@ pub(super) struct Count {
     pub(super) db: &'static str,
     pub(super) rows: u64,
     pub(super) more: bool,
+    /// In flight: the rows recovery may take over now.
+    pub(super) due: Option<u64>,
+    /// In flight with retries: the rows waiting for their next attempt.
+    pub(super) waiting: Option<u64>,
 }
 
 /// A page of one state's rows.
@@ -264,6 +270,8 @@ impl<DB: Backend, S: StateMachine, K: ConsoleKey<S, DB>> Shown<DB> for Listed<S,
                     db: count.state.as_str(),
                     rows: count.rows,
                     more: count.more,
+                    due: count.due,
+                    waiting: count.waiting,
                 })
                 .collect())
         })

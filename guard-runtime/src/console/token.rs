@@ -2,6 +2,8 @@
 //! authentication named, a page of the console's own origin, and the
 //! token that page carries, also set as a cookie.
 
+use std::collections::HashMap;
+
 use axum::http::{HeaderMap, header};
 
 /// Who pressed a button: the identity the service's own authentication
@@ -68,7 +70,7 @@ impl Token {
         };
         self.fresh.then(|| {
             format!(
-                "{COOKIE}={}; Path={path}; HttpOnly; SameSite=Strict",
+                "{COOKIE}={}; Path={path}; HttpOnly; SameSite=Lax",
                 self.value
             )
         })
@@ -92,7 +94,7 @@ pub(super) fn token(headers: &HeaderMap) -> Result<Token, String> {
 
 /// The token in the request's cookie, if it holds one of the console's
 /// shape.
-pub(super) fn cookie(headers: &HeaderMap) -> Option<String> {
+fn cookie(headers: &HeaderMap) -> Option<String> {
     headers
         .get_all(header::COOKIE)
         .iter()
@@ -104,16 +106,35 @@ pub(super) fn cookie(headers: &HeaderMap) -> Option<String> {
         .filter(|value| value.len() == 64 && value.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
-/// Whether the request comes from a page of the same origin: its
-/// `Origin` names the host it was sent to, or, without one, its
-/// `Sec-Fetch-Site` says `same-origin`. A request with neither is
-/// refused.
-pub(super) fn same_origin(headers: &HeaderMap) -> Result<(), String> {
+/// Where a press may come from: the origins the service named
+/// ([`Console::origin`](super::Console::origin)), or else the host the
+/// request was sent to.
+pub(super) struct Origins<'a> {
+    /// The origins named, exactly as a browser sends them
+    /// (`https://ops.example.com`); empty for none.
+    pub(super) named: &'a [String],
+    /// The request's own authority, where its URI carries one (HTTP/2),
+    /// for a request without a `Host` header.
+    pub(super) authority: Option<&'a str>,
+}
+
+/// Whether the request comes from a page of the console's origin: its
+/// `Origin` is one the service named, or, where it named none, names the
+/// host the request was sent to (its `Host`, or its URI's authority);
+/// without an `Origin`, its `Sec-Fetch-Site` says `same-origin`. A
+/// request with neither is refused.
+fn same_origin(headers: &HeaderMap, origins: &Origins<'_>) -> Result<(), String> {
     let text = |name| headers.get(name).and_then(|v| v.to_str().ok());
     if let Some(origin) = text(header::ORIGIN) {
-        let host = text(header::HOST).unwrap_or_default();
-        let authority = origin.split_once("://").map_or("", |(_, rest)| rest);
-        return match !host.is_empty() && authority == host {
+        let allowed = match origins.named {
+            [] => {
+                let host = text(header::HOST).or(origins.authority).unwrap_or_default();
+                let authority = origin.split_once("://").map_or("", |(_, rest)| rest);
+                !host.is_empty() && authority.eq_ignore_ascii_case(host)
+            }
+            named => named.iter().any(|named| named == origin),
+        };
+        return match allowed {
             true => Ok(()),
             false => Err(format!(
                 "the press came from `{origin}`, not from the console's own origin"
@@ -129,10 +150,31 @@ pub(super) fn same_origin(headers: &HeaderMap) -> Result<(), String> {
 
 /// Whether two tokens are the same, in time that does not depend on
 /// where they differ.
-pub(super) fn same_token(a: &str, b: &str) -> bool {
+fn same_token(a: &str, b: &str) -> bool {
     a.len() == b.len()
         && a.bytes()
             .zip(b.bytes())
             .fold(0, |acc, (x, y)| acc | (x ^ y))
             == 0
+}
+
+/// The operator of a press whose request came from the console's own
+/// page: of the same origin, with the token its cookie holds in its form
+/// (`token`), and named by the service's authentication; or why the
+/// console does not take it.
+pub(super) fn admit(
+    headers: &HeaderMap,
+    origins: &Origins<'_>,
+    form: &HashMap<String, String>,
+    operator: Option<Operator>,
+) -> Result<Operator, String> {
+    same_origin(headers, origins)?;
+    match (cookie(headers), form.get("token")) {
+        (Some(held), Some(sent)) if same_token(&held, sent) => {}
+        _ => return Err("the press carries no token of the console's page".to_owned()),
+    }
+    operator.ok_or_else(|| {
+        "no operator: the service's authentication puts a `console::Operator` in the request"
+            .to_owned()
+    })
 }

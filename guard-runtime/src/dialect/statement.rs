@@ -123,6 +123,13 @@ pub enum Column {
     /// `since` column's stamp, or else since the history's last move into
     /// it; NULL where the machine has neither.
     Age,
+    /// How many rows of in-flight state `n` recovery may take over now
+    /// (past their lease, or their next attempt due), counted up to one
+    /// past [`COUNT_CAP`](crate::meta::COUNT_CAP).
+    Due(u8),
+    /// How many rows of in-flight state `n` wait for their next attempt,
+    /// counted up to one past [`COUNT_CAP`](crate::meta::COUNT_CAP).
+    Waiting(u8),
 }
 
 /// One statement as one dialect runs it: the text, fixed at compile time,

@@ -27,11 +27,22 @@ pub struct StateCount<S> {
     pub rows: u64,
     /// Whether it holds more than [`COUNT_CAP`] rows.
     pub more: bool,
+    /// For an in-flight state, how many of its rows recovery may take
+    /// over now: past their lease, or, where it counts attempts, whose
+    /// next attempt is due. Up to [`COUNT_CAP`], which reads as that many
+    /// or more; `None` for another state.
+    pub due: Option<u64>,
+    /// For an in-flight state that counts attempts (`retry(…)`), how many
+    /// of its rows wait for their next attempt, up to [`COUNT_CAP`];
+    /// `None` for another state.
+    pub waiting: Option<u64>,
 }
 
 impl<S: StateMachine> Machine<S> {
-    /// How many rows are in each state, in declaration order: one
-    /// statement, whose count of each state stops one past [`COUNT_CAP`],
+    /// How many rows are in each state, in declaration order, and of an
+    /// in-flight state how many recovery may take over now and how many
+    /// wait for their next attempt ([`StateCount`]): one
+    /// statement, whose every count stops one past [`COUNT_CAP`],
     /// so that a table of millions of rows costs the read no more than a
     /// few thousand rows a state. With an index on the status column each
     /// count reads index entries only; without one, a state with few rows
@@ -103,12 +114,26 @@ impl<S: StateMachine> Machine<S> {
                         "state {i} has no count column"
                     )))
                 })?;
-                let counted = row.int(Column::Count(n)).map_err(error)?;
-                let counted = u64::try_from(counted).unwrap_or_default();
+                let count = |column| -> Result<u64, Error> {
+                    let counted = row.int(column).map_err(error)?;
+                    Ok(u64::try_from(counted).unwrap_or_default())
+                };
+                let counted = count(Column::Count(n))?;
+                let in_flight = state.in_flight();
+                let due = match in_flight {
+                    Some(_) => Some(count(Column::Due(n))?.min(COUNT_CAP)),
+                    None => None,
+                };
+                let waiting = match in_flight.and_then(|f| f.retry()) {
+                    Some(_) => Some(count(Column::Waiting(n))?.min(COUNT_CAP)),
+                    None => None,
+                };
                 Ok(StateCount {
                     state: state.value(),
                     rows: counted.min(COUNT_CAP),
                     more: counted > COUNT_CAP,
+                    due,
+                    waiting,
                 })
             })
             .collect()
