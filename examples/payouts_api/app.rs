@@ -239,7 +239,9 @@ where
         .store_when(|status| status.is_success());
     let crash = app.crash;
     let ops = app.ops_password.clone().map(|password| {
-        let console = Console::new(app.pool.clone()).machine::<PayoutStatus, String>();
+        let console = Console::new(app.pool.clone())
+            .machine::<PayoutStatus, String>()
+            .outbox(outbox::Outbox::default());
         console
             .router()
             .layer(axum::middleware::from_fn(move |request, next| {

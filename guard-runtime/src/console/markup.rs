@@ -101,7 +101,9 @@ impl Base {
     }
 }
 
-/// One machine's part of the overview.
+/// One machine's part of the overview: its diagram, and beside it the
+/// rows in each state, with the in-flight columns where it has such a
+/// state.
 pub(super) fn section<DB: Backend>(
     base: &Base,
     machine: &dyn Shown<DB>,
@@ -111,38 +113,57 @@ pub(super) fn section<DB: Backend>(
         section.machine data-machine=(machine.name()) {
             h2 { (machine.name()) }
             p.table { "Table " code { (machine.table()) } }
-            div.diagram { (PreEscaped(machine.svg())) }
-            @match counts {
-                Ok(counts) => {
-                    table.counts {
-                        thead {
-                            tr {
-                                th { "state" } th { "stored as" } th.rows { "rows" }
-                                th.rows { "due for recovery" } th.rows { "waiting for a retry" }
-                            }
-                        }
-                        tbody {
-                            @for count in counts {
-                                tr data-state=(count.db) data-rows=(count.rows) data-more=(count.more) {
-                                    td { a href=(base.state(machine.name(), count.db)) { (count.variant) } }
-                                    td { code { (count.db) } }
-                                    td.rows {
-                                        (count.rows)
-                                        @if count.more { "+" }
-                                    }
-                                    td.rows.due data-due=[count.due] { (capped(count.due)) }
-                                    td.rows.waiting data-waiting=[count.waiting] { (capped(count.waiting)) }
-                                }
-                            }
-                        }
-                    }
-                    p.cap {
-                        "Each state is counted up to " (COUNT_CAP) " rows. An in-flight state's "
-                        "rows due for recovery are past their lease, or their next attempt is due."
+            div.beside {
+                div.diagram { (PreEscaped(machine.svg())) }
+                @match counts {
+                    Ok(counts) => { (count_table(base, machine.name(), &counts)) }
+                    Err(error) => {
+                        p.error role="alert" { "The rows could not be counted: " (error) }
                     }
                 }
-                Err(error) => {
-                    p.error role="alert" { "The rows could not be counted: " (error) }
+            }
+        }
+    }
+}
+
+/// The rows in each state of machine `name`.
+fn count_table(base: &Base, name: &str, counts: &[Count]) -> Markup {
+    let flying = counts.iter().any(|count| count.due.is_some());
+    let retrying = counts.iter().any(|count| count.waiting.is_some());
+    html! {
+        div {
+            table.counts {
+                thead {
+                    tr {
+                        th { "state" } th { "stored as" } th.rows { "rows" }
+                        @if flying { th.rows { "due for recovery" } }
+                        @if retrying { th.rows { "waiting for a retry" } }
+                    }
+                }
+                tbody {
+                    @for count in counts {
+                        tr data-state=(count.db) data-rows=(count.rows) data-more=(count.more) {
+                            td { a href=(base.state(name, count.db)) { (count.variant) } }
+                            td { code { (count.db) } }
+                            td.rows {
+                                (count.rows)
+                                @if count.more { "+" }
+                            }
+                            @if flying {
+                                td.rows.due data-due=[count.due] { (capped(count.due)) }
+                            }
+                            @if retrying {
+                                td.rows.waiting data-waiting=[count.waiting] { (capped(count.waiting)) }
+                            }
+                        }
+                    }
+                }
+            }
+            p.cap {
+                "Each state is counted up to " (COUNT_CAP) " rows."
+                @if flying {
+                    " An in-flight state's rows due for recovery are past their lease, or their "
+                    "next attempt is due."
                 }
             }
         }
@@ -470,6 +491,7 @@ pub(super) fn page(
 const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:0;color:#1f2328}\
 header{background:#1f2328;color:#fff;padding:.6rem 1.2rem}header h1{font-size:1.1rem;margin:0}\
 main{padding:1rem 1.2rem}section.machine{margin-bottom:2.5rem}\
+.beside{display:flex;flex-wrap:wrap;gap:1rem 2.5rem;align-items:flex-start}\
 .diagram svg{max-width:100%;height:auto}table{border-collapse:collapse;margin-top:.8rem}\
 th,td{border-bottom:1px solid #d0d7de;padding:.3rem .8rem;text-align:left}\
 td.rows,th.rows{text-align:right}.error{color:#b42318}.cap,.why,.empty{color:#57606a;font-size:.85rem}\
