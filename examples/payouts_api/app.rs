@@ -18,7 +18,7 @@ use stateguard::idempotency;
 use stateguard::idempotency::layer::{IDEMPOTENT_REPLAYED, Idempotent, IdempotentTx};
 use stateguard::inbox::{self, Received};
 use stateguard::outbox::{self, Message};
-use stateguard::{Backend, Error, Outcome, StateMachine, Tx};
+use stateguard::{Backend, Error, Outcome, StateMachine, Stores, Tx};
 
 /// A payout: created `pending`, then `paid` or `failed` as the bank's
 /// first valid webhook says. Each move announces itself through the
@@ -241,7 +241,7 @@ where
     let ops = app.ops_password.clone().map(|password| {
         let console = Console::new(app.pool.clone())
             .machine::<PayoutStatus, String>()
-            .outbox(outbox::Outbox::default());
+            .stores(Stores::search_path());
         console
             .router()
             .layer(axum::middleware::from_fn(move |request, next| {

@@ -53,7 +53,7 @@ const ON: &[(&str, &str, &[&str])] = &[
     ("outbox", "transition", &["stores", "ddl"]),
     ("verify", "transition", &["ddl"]),
     ("worker", "effects", &["stores", "outbox"]),
-    ("console", "effects", &["docs", "outbox"]),
+    ("console", "effects", &["docs", "stores", "outbox"]),
 ];
 
 #[test]

@@ -24,8 +24,9 @@ use common::{Bind, Db, EveryColumn, PayoutStatus, TestBackend};
 use stateguard::bounds::{FollowUpValues, Key};
 use stateguard::console::{Console, ConsoleKey, Operator};
 use stateguard::ddl::Dialect;
-use stateguard::outbox::{self, Message, MessageState, Outbox, Relay};
-use stateguard::{Effect, Finished, Note, Retry, StateMachine, Tx};
+use stateguard::idempotency::{self, Request};
+use stateguard::outbox::{self, Message, MessageState, Relay};
+use stateguard::{Effect, Finished, Note, Retry, StateMachine, Stores, Tx};
 
 crate::backend_tests! {
     "console_overview" => the_overview_counts_what_the_table_holds,
@@ -725,12 +726,37 @@ where
     let relay = Relay::new(crate::outbox_table::Refuse).attempts(1);
     assert_eq!(relay.pass(&db.pool).await.unwrap().given_up(), 1);
     enqueue("payout:2:1").await;
+    // Two idempotency keys begun, one of them completed: one running.
+    let mut conn = db.pool.acquire().await.unwrap();
+    for statement in idempotency::ddl(DB::DIALECT) {
+        DB::execute(&mut conn, statement, &[]).await.unwrap();
+    }
+    drop(conn);
+    for key in ["k1", "k2"] {
+        let request = Request::new("console", key, "fingerprint").unwrap();
+        let begun = idempotency::begin(&db.pool, &request, idempotency::DEFAULT_LEASE)
+            .await
+            .unwrap();
+        let idempotency::Begun::New(ticket) = begun else {
+            panic!("{key} is new");
+        };
+        if key == "k2" {
+            let mut tx = Tx::begin(&db.pool).await.unwrap();
+            ticket
+                .complete(&mut tx, 200, b"done".to_vec())
+                .await
+                .unwrap();
+            tx.commit(()).await.unwrap();
+        }
+    }
+    assert_eq!(idempotency::running(&db.pool).await.unwrap(), 1);
+    assert_eq!(outbox::backlog(&db.pool).await.unwrap(), 1);
 
     // Read-only: the dead letter is listed, with no button, and a POST is
     // refused.
     let reading = Console::new(db.pool.clone())
         .machine::<PayoutStatus, i64>()
-        .outbox(Outbox::default());
+        .stores(Stores::search_path());
     let (address, server) = serve(axum::Router::new().nest("/ops", reading.router())).await;
     let (status, page) = get(&format!("http://{address}/ops")).await;
     assert_eq!(status, 200, "{page}");
@@ -747,6 +773,13 @@ where
         "a waiting message is no dead letter"
     );
     assert!(outbox_part.contains("the broker is down"), "{outbox_part}");
+    let backlog = "<p class=\"backlog\"><strong data-count=\"1\">1</strong>";
+    assert!(
+        outbox_part.contains(backlog),
+        "one message waits: {outbox_part}"
+    );
+    let running = "<p class=\"running\"><strong data-count=\"1\">1</strong>";
+    assert!(page.contains(running), "one key runs: {page}");
     assert!(!outbox_part.contains("<form"), "{outbox_part}");
     let origin = format!("http://{address}");
     let (status, _) = post_overview(address, &origin, None, &[("requeue", "payout:1:1")]).await;
@@ -757,7 +790,7 @@ where
     // the page requeues the message once.
     let acting = Console::new(db.pool.clone())
         .machine::<PayoutStatus, i64>()
-        .outbox(Outbox::default())
+        .stores(Stores::search_path())
         .actions();
     let router = axum::Router::new().nest(
         "/ops",
@@ -803,6 +836,8 @@ where
         !page.contains("data-message=\"payout:1:1\""),
         "no longer dead: {page}"
     );
+    let backlog = "<p class=\"backlog\"><strong data-count=\"2\">2</strong>";
+    assert!(page.contains(backlog), "both messages wait: {page}");
     assert_eq!(
         (dead().await.state(), dead().await.attempts()),
         (MessageState::Waiting, 0)

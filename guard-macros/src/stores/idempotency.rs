@@ -7,8 +7,8 @@ use crate::plan::{Field, TAG};
 
 pub(super) const TABLE: &str = "stateguard_idempotency";
 
-pub(super) const STATEMENTS: [fn(Dialect, &Place) -> String; 6] =
-    [read, claim, take_over, complete, release, prune];
+pub(super) const STATEMENTS: [fn(Dialect, &Place) -> String; 7] =
+    [read, claim, take_over, complete, release, prune, running];
 
 /// `scope = … AND idem_key = …`: one key's row.
 fn keyed() -> String {
@@ -169,6 +169,12 @@ fn prune(d: Dialect, at: &Place) -> String {
         }
         Dialect::MySql => format!("DELETE FROM {table} WHERE {due}"),
     }
+}
+
+/// How many keys are running, counted up to a number of rows: one past
+/// the most a caller shows.
+fn running(d: Dialect, at: &Place) -> String {
+    super::count(d, &at.table(d, TABLE), "state = 'running'")
 }
 
 /// The table and its index.

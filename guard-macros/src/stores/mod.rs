@@ -66,6 +66,21 @@ fn tag(d: Dialect) -> String {
     }
 }
 
+/// `SELECT COUNT(*)` of the rows of `table` where `filter` holds, up to
+/// the limit bound: a count that stops there however large the table.
+fn count(d: Dialect, table: &str, filter: &str) -> String {
+    let n = match d {
+        Dialect::Postgres => "CAST(COUNT(*) AS BIGINT)",
+        Dialect::Sqlite => "COUNT(*)",
+        Dialect::MySql => "CAST(COUNT(*) AS SIGNED)",
+    };
+    format!(
+        "SELECT {}{n} FROM (SELECT 1 FROM {table} WHERE {filter} LIMIT {}) AS __sg_n",
+        tag(d),
+        crate::plan::Field::Limit.mark(),
+    )
+}
+
 /// The statements of one store, each as `build` writes it per dialect.
 fn statements(
     krate: &TokenStream,

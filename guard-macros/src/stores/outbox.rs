@@ -7,8 +7,8 @@ use crate::plan::Field;
 
 pub(super) const TABLE: &str = "stateguard_outbox";
 
-pub(super) const STATEMENTS: [fn(Dialect, &Place) -> String; 9] = [
-    enqueue, claim, taken, published, failed, dead, requeue, prune, status,
+pub(super) const STATEMENTS: [fn(Dialect, &Place) -> String; 10] = [
+    enqueue, claim, taken, published, failed, dead, requeue, prune, status, backlog,
 ];
 
 /// The integer type a count is read as; SQLite's needs no cast.
@@ -220,6 +220,16 @@ fn status(d: Dialect, at: &Place) -> String {
         int(d, "attempts"),
         at.table(d, TABLE),
         Field::MessageId.mark(),
+    )
+}
+
+/// How many messages wait to be published (neither published nor given
+/// up), counted up to a number of rows.
+fn backlog(d: Dialect, at: &Place) -> String {
+    super::count(
+        d,
+        &at.table(d, TABLE),
+        "published_at IS NULL AND dead_at IS NULL",
     )
 }
 

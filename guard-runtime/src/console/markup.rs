@@ -345,19 +345,31 @@ pub(super) fn said(class: &str, text: String) -> Markup {
     html! { p.said role="status" data-said=(class) { (text) } }
 }
 
-/// The outbox's part of the overview: its dead letters, each with a
-/// requeue button where `token` is (actions on).
-pub(super) fn dead_letters(
-    base: &Base,
-    table: &str,
-    letters: Result<Vec<DeadLetter>, Error>,
-    token: Option<&Token>,
-) -> Markup {
+/// What the overview read of the stores' tables.
+pub(super) struct StoresSeen {
+    pub(super) outbox: &'static str,
+    pub(super) backlog: Result<u64, Error>,
+    pub(super) letters: Result<Vec<DeadLetter>, Error>,
+    pub(super) keys: &'static str,
+    pub(super) running: Result<u64, Error>,
+}
+
+/// The stores' part of the overview: the outbox's backlog and dead
+/// letters, each dead letter with a requeue button where `token` is
+/// (actions on), and the idempotency keys running.
+pub(super) fn stores_section(base: &Base, seen: StoresSeen, token: Option<&Token>) -> Markup {
+    let count = |counted: Result<u64, Error>, what: &str| match counted {
+        Ok(n) => html! { strong data-count=(n) { (capped(Some(n))) } " " (what) },
+        Err(error) => {
+            html! { span.error role="alert" { (what) " could not be counted: " (error) } }
+        }
+    };
     html! {
-        section.outbox data-outbox=(table) {
+        section.outbox data-outbox=(seen.outbox) {
             h2 { "Outbox" }
-            p.table { "Table " code { (table) } }
-            @match letters {
+            p.table { "Table " code { (seen.outbox) } }
+            p.backlog { (count(seen.backlog, "messages waiting to be published")) }
+            @match seen.letters {
                 Err(error) => {
                     p.error role="alert" { "The dead letters could not be read: " (error) }
                 }
@@ -366,7 +378,7 @@ pub(super) fn dead_letters(
                 }
                 Ok(letters) => {
                     table.dead {
-                        thead { tr { th { "message" } th { "topic" } th.rows { "attempts" } th { "last error" } th {} } }
+                        thead { tr { th { "dead letter" } th { "topic" } th.rows { "attempts" } th { "last error" } th {} } }
                         tbody {
                             @for letter in &letters {
                                 tr data-message=(letter.id()) {
@@ -390,6 +402,11 @@ pub(super) fn dead_letters(
                     p.cap { "The oldest " (PAGE_ROWS) " dead letters at most." }
                 }
             }
+        }
+        section.keys data-keys=(seen.keys) {
+            h2 { "Idempotency keys" }
+            p.table { "Table " code { (seen.keys) } }
+            p.running { (count(seen.running, "keys running: begun, and not yet completed or released")) }
         }
     }
 }

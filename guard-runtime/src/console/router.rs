@@ -12,12 +12,14 @@ use axum::{Extension, Router};
 use maud::{Markup, html};
 use sqlx::Pool;
 
-use super::markup::{Base, dead_letters, page, problem, row_page, said, section, state_page};
+use super::markup::{
+    Base, StoresSeen, page, problem, row_page, said, section, state_page, stores_section,
+};
 use super::shown::{ConsoleKey, Listed, PAGE_DEADLINE, PageError, Press, Pressed, Shown};
 use super::token::{self, Operator, Origins, admit};
 use crate::StateMachine;
 use crate::dialect::Backend;
-use crate::outbox::Outbox;
+use crate::stores::Stores;
 use crate::transition::rows::PAGE_ROWS;
 
 /// The console for the machines on one pool. [`Console::machine`] adds a
@@ -49,7 +51,7 @@ pub struct Console<DB: Backend> {
     pub(super) pool: Pool<DB>,
     pub(super) machines: Vec<Arc<dyn Shown<DB>>>,
     pub(super) actions: bool,
-    pub(super) outbox: Option<Outbox>,
+    pub(super) stores: Option<&'static Stores>,
     pub(super) origins: Vec<String>,
 }
 
@@ -58,7 +60,7 @@ impl<DB: Backend> core::fmt::Debug for Console<DB> {
         f.debug_struct("Console")
             .field("machines", &self.machines.len())
             .field("actions", &self.actions)
-            .field("outbox", &self.outbox.map(|outbox| outbox.table()))
+            .field("stores", &self.stores.map(|stores| stores.schema()))
             .finish_non_exhaustive()
     }
 }
@@ -71,7 +73,7 @@ impl<DB: Backend> Console<DB> {
             pool,
             machines: Vec::new(),
             actions: false,
-            outbox: None,
+            stores: None,
             origins: Vec::new(),
         }
     }
@@ -83,17 +85,22 @@ impl<DB: Backend> Console<DB> {
         self
     }
 
-    /// The console, showing `outbox` too (`Outbox::default()`, or a
-    /// schema's, [`Stores::outbox`](crate::Stores::outbox)): the overview
-    /// lists its dead letters, the messages a relay gave up on, up to
+    /// The console, showing the stores' tables too
+    /// ([`Stores::search_path`], or a schema's, [`stores!`](crate::stores!)):
+    /// the overview says how many messages wait in the outbox
+    /// ([`outbox::backlog`](crate::outbox::backlog)) and how many
+    /// idempotency keys are running
+    /// ([`idempotency::running`](crate::idempotency::running)), and lists
+    /// the outbox's dead letters, the messages a relay gave up on, up to
     /// [`PAGE_ROWS`](crate::PAGE_ROWS), oldest first, each with its topic,
-    /// attempts and last error. With [`actions`](Console::actions) each has
-    /// a button that [requeues](crate::outbox::requeue) it for the next relay
-    /// pass, logged (`tracing`, at `info`) with the [`Operator`].
+    /// attempts and last error. With [`actions`](Console::actions) each
+    /// dead letter has a button that [requeues](crate::outbox::requeue) it
+    /// for the next relay pass, logged (`tracing`, at `info`) with the
+    /// [`Operator`].
     ///
     /// [`Operator`]: super::Operator
-    pub fn outbox(mut self, outbox: Outbox) -> Self {
-        self.outbox = Some(outbox);
+    pub fn stores(mut self, stores: &'static Stores) -> Self {
+        self.stores = Some(stores);
         self
     }
 
@@ -186,20 +193,27 @@ async fn overview_page<DB: Backend>(
         sections.push(section(base, machine.as_ref(), counts));
     }
     // A token only where a form needs one: a requeue button.
-    let token = match (console.outbox, console.actions) {
+    let token = match (console.stores, console.actions) {
         (Some(_), true) => match token::token(headers) {
             Ok(token) => Some(token),
             Err(why) => return problem(base, PageError::Internal(why)),
         },
         _ => None,
     };
-    let outbox = match console.outbox {
-        Some(outbox) => {
-            let letters = outbox
-                .dead_letters(&console.pool, PAGE_ROWS as u32)
-                .within(PAGE_DEADLINE)
-                .await;
-            Some(dead_letters(base, outbox.table(), letters, token.as_ref()))
+    let outbox = match console.stores {
+        Some(stores) => {
+            let (outbox, keys) = (stores.outbox(), stores.idempotency());
+            let pool = &console.pool;
+            let seen = StoresSeen {
+                outbox: outbox.table(),
+                backlog: outbox.backlog(pool).within(PAGE_DEADLINE).await,
+                letters: (outbox.dead_letters(pool, PAGE_ROWS as u32))
+                    .within(PAGE_DEADLINE)
+                    .await,
+                keys: keys.table(),
+                running: keys.running(pool).within(PAGE_DEADLINE).await,
+            };
+            Some(stores_section(base, seen, token.as_ref()))
         }
         None => None,
     };
@@ -238,7 +252,7 @@ async fn requeue<DB: Backend>(
         Ok(operator) => operator,
         Err(why) => return problem(&base, PageError::Forbidden(why)),
     };
-    let Some(outbox) = console.outbox else {
+    let Some(outbox) = console.stores.map(Stores::outbox) else {
         return problem(
             &base,
             PageError::NotFound("the console shows no outbox".to_owned()),

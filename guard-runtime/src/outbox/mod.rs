@@ -51,8 +51,8 @@ mod store;
 pub use self::nats::{JetStream, JetStreamError};
 pub use self::relay::{Pass, Relay};
 pub use self::store::{
-    DeadLetter, Enqueued, MessageState, MessageStatus, Outbox, ddl, dead_letters, enqueue, prune,
-    requeue, status,
+    DeadLetter, Enqueued, MessageState, MessageStatus, Outbox, backlog, ddl, dead_letters, enqueue,
+    prune, requeue, status,
 };
 
 use std::future::Future;

@@ -183,6 +183,17 @@ pub fn dead_letters<DB: Backend>(pool: &sqlx::Pool<DB>, limit: u32) -> Call<'_, 
     DEFAULT.outbox().dead_letters(pool, limit)
 }
 
+/// How many messages wait to be published: committed, neither published
+/// nor given up, due now or later. One statement that counts up to
+/// [`COUNT_CAP`](crate::COUNT_CAP), which reads as that many or more.
+///
+/// Deadline: [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE), or
+/// `outbox::backlog(&pool).within(d)` ([`Call`]); cut off,
+/// [`Error::Timeout`] (`backlog`, outcome known: it only reads).
+pub fn backlog<DB: Backend>(pool: &sqlx::Pool<DB>) -> Call<'_, u64> {
+    DEFAULT.outbox().backlog(pool)
+}
+
 /// Brings the given-up message `message_id` back: due at once, with no
 /// attempts, for the next relay pass. `true` if there was such a dead
 /// letter; `false` for a message that is not one (never written, waiting,
@@ -303,6 +314,14 @@ impl Outbox {
     ) -> Call<'p, u64> {
         let sql = self.sql;
         crate::stores::idempotency::prune_table::<DB>(pool, &sql.prune, sql.table, window, limit)
+    }
+
+    /// [`backlog`], of this outbox's table.
+    pub fn backlog<'p, DB: Backend>(&self, pool: &'p sqlx::Pool<DB>) -> Call<'p, u64> {
+        let sql = self.sql;
+        Call::new(move |deadline| {
+            crate::stores::counted_on_pool(pool, sql.table, "backlog", deadline, &sql.backlog)
+        })
     }
 
     /// [`dead_letters`], of this outbox's table.

@@ -106,3 +106,39 @@ where
     };
     bounded(table, call, deadline, &sent, work).await
 }
+
+/// Runs a count of a fixed-table store on `pool` within `deadline`: the
+/// rows `sql` counts, up to [`COUNT_CAP`](crate::COUNT_CAP), which reads as
+/// that many or more. The outbox's backlog, the idempotency keys running.
+pub(crate) async fn counted_on_pool<DB: Backend>(
+    pool: &sqlx::Pool<DB>,
+    table: &'static str,
+    call: &'static str,
+    deadline: Duration,
+    sql: &'static Sql<Statement<Field>>,
+) -> Result<u64, Error> {
+    use crate::executor::proven::Proven;
+    use crate::transition::counts::COUNT_CAP;
+    let sent = Sent::default();
+    let work = async {
+        let db_error = |source| Error::store(table, call, source);
+        let statement = <DB as crate::dialect::sealed::Driver>::choose(sql);
+        let fields = Fields {
+            limit: Some(i64::try_from(COUNT_CAP).unwrap_or(i64::MAX)),
+            ..Fields::default()
+        };
+        let args = store_arguments::<DB>(statement, fields).map_err(db_error)?;
+        let mut executor = pool;
+        let rows = Proven::rows(&mut executor, statement, args)
+            .await
+            .map_err(db_error)?;
+        // A count answers one row: none is another statement's answer.
+        let Some(row) = rows.first() else {
+            let none = sqlx::Error::Protocol(format!("no count from {}", statement.text()));
+            return Err(db_error(none));
+        };
+        let counted = DB::int_opt(row, statement.after_tag()).map_err(db_error)?;
+        Ok(u64::try_from(counted.unwrap_or(0)).unwrap_or(0))
+    };
+    bounded(table, call, deadline, &sent, work).await
+}

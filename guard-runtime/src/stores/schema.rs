@@ -20,8 +20,9 @@ use crate::transition::bind::Field;
 pub struct StoreParts {
     pub schema: Option<&'static str>,
     pub idempotency_table: &'static str,
-    /// `read`, `claim`, `take_over`, `complete`, `release`, `prune`.
-    pub idempotency: [Sql<Statement<Field>>; 6],
+    /// `read`, `claim`, `take_over`, `complete`, `release`, `prune`,
+    /// `running`.
+    pub idempotency: [Sql<Statement<Field>>; 7],
     pub idempotency_ddl: TableDdl,
     pub inbox_table: &'static str,
     /// `receive`, `prune`.
@@ -29,8 +30,8 @@ pub struct StoreParts {
     pub inbox_ddl: TableDdl,
     pub outbox_table: &'static str,
     /// `enqueue`, `claim`, `taken`, `published`, `failed`, `dead`,
-    /// `requeue`, `prune`, `status`.
-    pub outbox: [Sql<Statement<Field>>; 9],
+    /// `requeue`, `prune`, `status`, `backlog`.
+    pub outbox: [Sql<Statement<Field>>; 10],
     pub outbox_ddl: OutboxDdl,
     /// PostgreSQL: the trigger that wakes listening workers.
     pub outbox_wake_up: &'static str,
@@ -72,6 +73,8 @@ pub(crate) struct IdempotencySql {
     /// Up to `$2` keys created more than `$1` milliseconds ago that no
     /// lease holds, oldest first, removed.
     pub(crate) prune: Sql<Statement<Field>>,
+    /// How many keys are running, up to `$1` rows.
+    pub(crate) running: Sql<Statement<Field>>,
     pub(crate) ddl: TableDdl,
 }
 
@@ -118,6 +121,8 @@ pub(crate) struct OutboxSql {
     /// Message `$1`'s state (`published`, `dead` or `waiting`), attempts
     /// and last error.
     pub(crate) status: Sql<Statement<Field>>,
+    /// How many messages wait to be published, up to `$1` rows.
+    pub(crate) backlog: Sql<Statement<Field>>,
     pub(crate) ddl: OutboxDdl,
     /// PostgreSQL: the trigger that wakes listening workers.
     pub(crate) wake_up: &'static str,
@@ -330,7 +335,7 @@ pub(crate) static DEFAULT: Stores = stateguard_macros::__store_statements!(crate
 /// The stores of `parts`.
 #[doc(hidden)]
 pub const fn stores(parts: StoreParts) -> Stores {
-    let [read, claim, take_over, complete, release, prune] = parts.idempotency;
+    let [read, claim, take_over, complete, release, prune, running] = parts.idempotency;
     let [receive, inbox_prune] = parts.inbox;
     let [
         enqueue,
@@ -342,6 +347,7 @@ pub const fn stores(parts: StoreParts) -> Stores {
         requeue,
         prune_published,
         status,
+        backlog,
     ] = parts.outbox;
     Stores {
         schema: parts.schema,
@@ -353,6 +359,7 @@ pub const fn stores(parts: StoreParts) -> Stores {
             complete,
             release,
             prune,
+            running,
             ddl: parts.idempotency_ddl,
         },
         inbox: InboxSql {
@@ -372,6 +379,7 @@ pub const fn stores(parts: StoreParts) -> Stores {
             requeue,
             prune: prune_published,
             status,
+            backlog,
             ddl: parts.outbox_ddl,
             wake_up: parts.outbox_wake_up,
         },

@@ -319,6 +319,18 @@ where
     DEFAULT.idempotency().prune(pool, window, limit)
 }
 
+/// How many keys are running: begun, and neither completed nor released
+/// (a key whose lease ran out is running until a retry takes it over or
+/// [`prune`] removes it). One statement that counts up to
+/// [`COUNT_CAP`](crate::COUNT_CAP), which reads as that many or more.
+///
+/// Deadline: [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE), or
+/// `idempotency::running(&pool).within(d)` ([`Call`]); cut off,
+/// [`Error::Timeout`] (`running`, outcome known: it only reads).
+pub fn running<DB: Backend>(pool: &sqlx::Pool<DB>) -> Call<'_, u64> {
+    DEFAULT.idempotency().running(pool)
+}
+
 /// The statements that create the store's table and its index in
 /// `dialect`, without trailing `;`. Run them once, in a migration. A
 /// [`Store`] in a schema has its own ([`Store::ddl`]).

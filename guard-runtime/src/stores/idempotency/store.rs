@@ -41,4 +41,12 @@ impl Store {
     {
         prune_table::<DB>(pool, &self.sql.prune, self.sql.table, window, limit)
     }
+
+    /// [`running`](crate::idempotency::running), of this store's table.
+    pub fn running<'p, DB: Backend>(&self, pool: &'p sqlx::Pool<DB>) -> Call<'p, u64> {
+        let sql = self.sql;
+        Call::new(move |deadline| {
+            crate::stores::counted_on_pool(pool, sql.table, "running", deadline, &sql.running)
+        })
+    }
 }
