@@ -9,6 +9,7 @@ use std::marker::PhantomData;
 
 use common::{Db, TestBackend};
 use stateguard::bounds::{Batched, Key, ManyKeys};
+use stateguard::console::{Console, ConsoleKey};
 use stateguard::{Effect, Finished, Outcome, StateMachine, claim_expired, recover};
 
 /// Transfers of many tenants, each numbering its own from 1.
@@ -45,6 +46,7 @@ backend_tests! {
         "tenant_recovery" => recovery_and_follow_ups_carry_every_key_part,
         "tenant_ddl" => the_database_enforces_a_machine_with_a_composite_key,
         "tenant_claims" => claims_take_composite_keys_in_order,
+        "tenant_pages" => pages_of_composite_keys_skip_and_repeat_nothing,
     }
 }
 
@@ -78,7 +80,7 @@ impl<DB: TestBackend + Batched> Tests<DB>
 where
     i64: KeyColumn<DB>,
     String: KeyColumn<DB>,
-    TenantKey: ManyKeys<DB, stateguard::key::shape::Two>,
+    TenantKey: ManyKeys<DB, stateguard::key::shape::Two> + ConsoleKey<TenantTransfer, DB>,
 {
     async fn a_tenant_never_moves_another_tenants_row(db: Db<DB>) {
         tenants(&db).await;
@@ -434,6 +436,82 @@ where
                 "{finished:?} {key:?}"
             );
         }
+    }
+
+    async fn pages_of_composite_keys_skip_and_repeat_nothing(db: Db<DB>) {
+        tenants(&db).await;
+        // A tenant whose name holds the key text's separator and escape.
+        let insert = match DB::DIALECT {
+            stateguard::ddl::Dialect::Postgres => {
+                "INSERT INTO tenant_transfers (tenant_id, id) VALUES ($1, $2)"
+            }
+            _ => "INSERT INTO tenant_transfers (tenant_id, id) VALUES (?, ?)",
+        };
+        for id in 1..=50 {
+            let binds = [common::Bind::Text("a/b%"), common::Bind::Int(id)];
+            db.execute(insert, &binds).await.unwrap();
+        }
+        // Every pending row once, across the pages, whatever the order of
+        // the tenants' names in the database's collation.
+        let pending = TenantTransfer::Pending;
+        let first = TenantTransfer::MACHINE
+            .rows::<_, TenantKey>(&db.pool, pending, None)
+            .await
+            .unwrap();
+        assert_eq!((first.rows.len(), first.more), (50, true));
+        let last = first.rows.last().unwrap().key.clone();
+        let second = TenantTransfer::MACHINE
+            .rows(&db.pool, pending, Some(last))
+            .await
+            .unwrap();
+        assert_eq!((second.rows.len(), second.more), (4, false));
+        let mut seen: Vec<TenantKey> = (first.rows.into_iter())
+            .chain(second.rows)
+            .map(|row| row.key)
+            .collect();
+        seen.sort();
+        let mut all: Vec<TenantKey> = (1..=50).map(|id| key("a/b%", id)).collect();
+        all.extend([
+            key("acme", 1),
+            key("acme", 2),
+            key("globex", 1),
+            key("globex", 3),
+        ]);
+        all.sort();
+        assert_eq!(seen, all);
+
+        // The console reads the key back from its text in the URL.
+        let text = stateguard::bounds::KeyText::key_text(&key("a/b%", 7));
+        assert_eq!(text, "a%2Fb%25/7");
+        let router = axum::Router::new().nest(
+            "/ops",
+            Console::new(db.pool.clone())
+                .machine::<TenantTransfer, TenantKey>()
+                .router(),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move { axum::serve(listener, router).await });
+        let url = format!("http://{address}/ops/TenantTransfer/rows/a%252Fb%2525%2F7");
+        let response = reqwest::get(url).await.unwrap();
+        assert_eq!(response.status(), 200);
+        let page = response.text().await.unwrap();
+        assert!(page.contains("<code>a%2Fb%25/7</code>"), "{page}");
+        assert!(page.contains("data-state=\"pending\""), "{page}");
+        // A key of one part is no key of this machine: 400, and why.
+        let url = format!("http://{address}/ops/TenantTransfer/rows/7");
+        let response = reqwest::get(url).await.unwrap();
+        assert_eq!(response.status(), 400);
+        let page = response.text().await.unwrap();
+        assert!(page.contains("not a key of 2 values"), "{page}");
+        // The state's page links each row by its key's text, escaped.
+        let url = format!("http://{address}/ops/TenantTransfer/states/pending");
+        let page = reqwest::get(url).await.unwrap().text().await.unwrap();
+        assert!(
+            page.contains("href=\"/ops/TenantTransfer/rows/a%252Fb%2525%2F7\""),
+            "{page}"
+        );
+        server.abort();
     }
 }
 
