@@ -307,6 +307,35 @@ where
     let won_key = "sg_table_payouts.status:3:sending:1";
     assert!(row.contains(won_key), "the effect key: {row}");
     assert!(row.contains("data-transition=\"fail\""), "{row}");
+    // Its attempts, and its next attempt, asked for in a minute.
+    assert!(row.contains("data-attempts=\"1\">1 of at most 3"), "{row}");
+    assert!(row.contains("<dd class=\"next-attempt\">in "), "{row}");
+    let (_, due) = get(&format!("{base}/rows/30")).await;
+    assert!(due.contains("<dd class=\"next-attempt\">due now"), "{due}");
+    // As `Machine::available` reads them.
+    let waiting = EveryColumn::MACHINE
+        .available(&db.pool, 3_i64)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(waiting.attempts(), Some(1));
+    let next = waiting.next_attempt_in().expect("a next attempt");
+    assert!(next > std::time::Duration::from_secs(50), "{next:?}");
+    let overdue = EveryColumn::MACHINE
+        .available(&db.pool, 30_i64)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(overdue.next_attempt_in(), Some(std::time::Duration::ZERO));
+    let pending = EveryColumn::MACHINE
+        .available(&db.pool, 1_i64)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (pending.attempts(), pending.next_attempt_in()),
+        (None, None)
+    );
     assert!(
         row.contains("takes values the console cannot supply"),
         "confirm binds: {row}"

@@ -93,6 +93,7 @@ pub(super) fn column(col: Col) -> TokenStream {
             let n = proc_macro2::Literal::u8_unsuffixed(n);
             quote!(Waiting(#n))
         }
+        Col::NextIn => quote!(NextIn),
     }
 }
 

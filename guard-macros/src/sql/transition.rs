@@ -345,12 +345,37 @@ impl Dialect {
             true => "0".to_owned(),
             false => terms.join(" + "),
         };
+        let mut columns = vec![
+            (Col::Status, self.status_read(&model.column)),
+            (Col::Occurrence, self.version_read(model.version.as_deref())),
+            (Col::Meets, self.int64(&format!("({mask})"))),
+        ];
+        // In a state that counts attempts: how many, and how long until
+        // the next is due.
+        let retrying: Vec<(&crate::model::State, &crate::model::Retry)> = model
+            .states
+            .iter()
+            .filter_map(|s| Some((s, s.in_flight.as_ref()?.retry.as_ref()?)))
+            .collect();
+        if !retrying.is_empty() {
+            let column = self.quote(&model.column);
+            let case = |value: &dyn Fn(&crate::model::Retry) -> String| {
+                let arms: Vec<String> = (retrying.iter())
+                    .map(|(state, retry)| {
+                        let test = self.status_is(&column, &format!("= '{}'", state.db));
+                        format!("WHEN {test} THEN {}", value(retry))
+                    })
+                    .collect();
+                format!("CASE {} END", arms.join(" "))
+            };
+            let attempts = case(&|retry| self.int64(&self.quote(&retry.attempts)));
+            let next =
+                case(&|retry| format!("0 - {}", self.ms_since(&self.quote(&retry.next_attempt))));
+            columns.push((Col::Attempt, attempts));
+            columns.push((Col::NextIn, self.int64(&next)));
+        }
         self.one_row(
-            vec![
-                (Col::Status, self.status_read(&model.column)),
-                (Col::Occurrence, self.version_read(model.version.as_deref())),
-                (Col::Meets, self.int64(&format!("({mask})"))),
-            ],
+            columns,
             &format!(
                 "FROM {} WHERE {}",
                 self.quote(&model.table),

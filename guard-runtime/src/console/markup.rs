@@ -254,6 +254,15 @@ pub(super) fn row_page<DB: Backend>(
             @if let Some(key) = &row.effect_key {
                 dt { "effect key" } dd.effect-key { code { (key) } }
             }
+            @if let Some((attempts, most)) = row.attempts {
+                dt { "attempts" } dd.attempts data-attempts=(attempts) { (attempts) " of at most " (most) }
+            }
+            @if let Some(next) = row.next_attempt_in {
+                dt { "next attempt" }
+                dd.next-attempt {
+                    @if next.is_zero() { "due now" } @else { "in " (age_text(Some(next))) }
+                }
+            }
         }
         h2 { "Transitions from here" }
         @if row.choices.is_empty() {

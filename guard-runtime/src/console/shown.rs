@@ -96,6 +96,10 @@ pub(super) struct RowPage {
     /// Whether the machine keeps a history: a press is noted there.
     pub(super) kept: bool,
     pub(super) effect_key: Option<String>,
+    /// In a state that counts attempts: how many, of how many at most.
+    pub(super) attempts: Option<(i64, u32)>,
+    /// In such a state: how long until the next attempt, where one is set.
+    pub(super) next_attempt_in: Option<Duration>,
     pub(super) choices: Vec<Button>,
     /// The history, oldest first, or why it could not be read; `None`
     /// without a history table.
@@ -343,9 +347,12 @@ impl<DB: Backend, S: StateMachine, K: ConsoleKey<S, DB>> Shown<DB> for Listed<S,
                 ),
             };
             let in_flight = S::MACHINE.state(state).and_then(|s| s.in_flight());
+            let most = in_flight.and_then(|f| f.retry()).map(|r| r.max_attempts());
             Ok(RowPage {
                 effect_key: in_flight
                     .map(|_| effect_key::<S>(&text, state, available.occurrence())),
+                attempts: available.attempts().zip(most),
+                next_attempt_in: available.next_attempt_in(),
                 key: text,
                 variant: variant(state),
                 db: state.as_str(),

@@ -130,6 +130,9 @@ pub enum Column {
     /// How many rows of in-flight state `n` wait for their next attempt,
     /// counted up to one past [`COUNT_CAP`](crate::meta::COUNT_CAP).
     Waiting(u8),
+    /// How many milliseconds until the row's next attempt is due, by the
+    /// database's clock: negative when overdue, NULL when none is set.
+    NextIn,
 }
 
 /// One statement as one dialect runs it: the text, fixed at compile time,

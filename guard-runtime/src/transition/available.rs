@@ -79,6 +79,8 @@ impl<S: StateMachine> Choice<S> {
 pub struct Available<S: 'static> {
     current: Current<S>,
     choices: Vec<Choice<S>>,
+    attempts: Option<i64>,
+    next_in: Option<i64>,
 }
 
 impl<S: StateMachine> Available<S> {
@@ -112,6 +114,23 @@ impl<S: StateMachine> Available<S> {
             .iter()
             .filter(|c| c.allowed())
             .map(Choice::name)
+    }
+
+    /// In an in-flight state that counts attempts (`retry(…)`), how many
+    /// times the row's effect was started there; `None` elsewhere.
+    pub fn attempts(&self) -> Option<i64> {
+        self.attempts
+    }
+
+    /// In an in-flight state that counts attempts, how long until the
+    /// row's next attempt is due, by the database's clock: zero when it
+    /// is due already; `None` where no next attempt is set (the effect has
+    /// not asked to be tried again) or the state counts none.
+    pub fn next_attempt_in(&self) -> Option<core::time::Duration> {
+        let ms = self.next_in?;
+        Some(core::time::Duration::from_millis(
+            u64::try_from(ms).unwrap_or(0),
+        ))
     }
 
     /// The choice named `name`, if the row's state allows it at all.
@@ -170,7 +189,19 @@ impl<S: StateMachine> Machine<S> {
                         Choice { transition, guard }
                     })
                     .collect();
-                Ok(Available { current, choices })
+                let optional = |column| match row.has(column) {
+                    true => row.int_opt(column),
+                    false => Ok(None),
+                };
+                let error = |source| Error::database(self.table(), "available", source);
+                let attempts = optional(Column::Attempt).map_err(error)?;
+                let next_in = optional(Column::NextIn).map_err(error)?;
+                Ok(Available {
+                    current,
+                    choices,
+                    attempts,
+                    next_in,
+                })
             },
         )
     }

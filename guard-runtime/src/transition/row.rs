@@ -47,6 +47,11 @@ impl<'r, DB: Backend> Read<'r, DB> {
         DB::int_opt(self.row, self.at(column)?).map(Option::unwrap_or_default)
     }
 
+    /// Whether the statement returns `column`.
+    pub(crate) fn has(&self, column: Column) -> bool {
+        self.statement.column(column).is_some()
+    }
+
     /// `column` as an integer, or NULL.
     pub(crate) fn int_opt(&self, column: Column) -> Result<Option<i64>, sqlx::Error> {
         DB::int_opt(self.row, self.at(column)?)
