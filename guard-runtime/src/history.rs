@@ -9,11 +9,12 @@ use crate::dialect::sealed::Driver;
 use crate::error::{Error, Misuse};
 use crate::executor::Runner;
 use crate::executor::proven::Proven;
-use crate::machine::key::{KeyOf, RowKey};
+use crate::machine::key::{BindError, KeyOf, RowKey};
 use crate::machine::{Machine, TransitionDef};
+use crate::transition::Transition;
+use crate::transition::bind::{self, Values};
 use crate::transition::note::Note;
 use crate::transition::row::Read;
-use crate::transition::{Transition, key_arguments};
 
 /// One move of a row, as its history table records it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,16 +99,42 @@ impl<S: StateMachine> Machine<S> {
         K: KeyOf<S, E::Database> + 'a,
     {
         Call::new(move |deadline| async move {
-            let read = self.read_history(executor, key);
+            let read = self.read_history(executor, key, i64::MAX);
             bounded(self.table(), "history", deadline, &Sent::default(), read).await
         })
     }
 
-    /// [`Machine::history`], without its deadline.
+    /// The `limit` latest moves of the row whose key is `key`, oldest
+    /// first: [`Machine::history`] for a page that must stay bounded
+    /// however many times a row has moved. One statement, which reads at
+    /// most `limit` rows with the history table's index on the key.
+    ///
+    /// Deadline: [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE), or
+    /// `.within(d)` ([`Call`]); cut off, [`Error::Timeout`] (`history`,
+    /// outcome known: it only reads).
+    pub fn recent_history<'a, E, K>(
+        &'static self,
+        executor: E,
+        key: K,
+        limit: u32,
+    ) -> Call<'a, Vec<HistoryRow<S>>>
+    where
+        E: Runner + 'a,
+        K: KeyOf<S, E::Database> + 'a,
+    {
+        Call::new(move |deadline| async move {
+            let read = self.read_history(executor, key, i64::from(limit));
+            bounded(self.table(), "history", deadline, &Sent::default(), read).await
+        })
+    }
+
+    /// The `limit` latest moves of the row, oldest first, without a
+    /// deadline.
     async fn read_history<E, K>(
         &'static self,
         mut executor: E,
         key: K,
+        limit: i64,
     ) -> Result<Vec<HistoryRow<S>>, Error>
     where
         E: Runner,
@@ -120,8 +147,18 @@ impl<S: StateMachine> Machine<S> {
         };
         let error = |source| Error::database(self.table(), "history", source);
         let read = <E::Database as Driver>::statement(sql);
-        let args = key_arguments::<E::Database, S::KeyShape, K>(read, &key).map_err(error)?;
-        let rows = executor.rows(read, args).await.map_err(error)?;
+        let key = bind::key::<S::KeyShape, K>(&key);
+        let values = Values {
+            key: Some(&key),
+            limit: Some(limit),
+            ..Values::NONE
+        };
+        let args = bind::arguments::<E::Database>(read, &values)
+            .map_err(|e| error(BindError::into_sqlx(e)))?;
+        let mut rows = executor.rows(read, args).await.map_err(error)?;
+        // Read newest first, so that a limit keeps the latest; told oldest
+        // first.
+        rows.reverse();
         rows.iter()
             .enumerate()
             .map(|(index, row)| {

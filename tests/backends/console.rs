@@ -588,6 +588,20 @@ where
     assert_eq!(status, 200, "{page}");
     assert_eq!(status_of(&db, 3).await.as_deref(), Some("failed"));
     server.abort();
+
+    // Row 3's history, oldest first; its latest move alone, bounded.
+    let names = |rows: Vec<stateguard::HistoryRow<EveryColumn>>| {
+        rows.iter()
+            .map(|row| row.transition.name())
+            .collect::<Vec<_>>()
+    };
+    let all = EveryColumn::MACHINE.history(&db.pool, 3_i64).await.unwrap();
+    assert_eq!(names(all), ["start", "fail"]);
+    let latest = EveryColumn::MACHINE
+        .recent_history(&db.pool, 3_i64, 1)
+        .await
+        .unwrap();
+    assert_eq!(names(latest), ["fail"]);
 }
 
 async fn an_operator_uses_the_console_in_chromium<DB: TestBackend>(db: Db<DB>)

@@ -141,8 +141,9 @@ impl Dialect {
         )
     }
 
-    /// A machine's history, oldest first: transition, from, to, occurrence
-    /// and the time as text, for the key `$1`….
+    /// A machine's history, newest first, up to a number of rows:
+    /// transition, from, to, occurrence and the time as text, for the key
+    /// `$1`…. The runtime turns it oldest first.
     pub fn history_read(&self, model: &Model) -> String {
         let d = *self;
         let Some(history) = &model.history else {
@@ -154,7 +155,7 @@ impl Dialect {
         };
         format!(
             "SELECT {}, {}, {}, {}, CAST({} AS {text}), {}, {}, {}, CAST({} AS {text}) FROM {} \
-             WHERE {} ORDER BY {}",
+             WHERE {} ORDER BY {} DESC LIMIT {}",
             Col::Transition.of(&d.quote("transition")),
             Col::From.of(&d.quote("from_state")),
             Col::To.of(&d.quote("to_state")),
@@ -167,6 +168,7 @@ impl Dialect {
             d.quote(history),
             d.key_match(&model.key),
             d.quote("history_id"),
+            Slot::Limit.mark(),
         )
     }
 }

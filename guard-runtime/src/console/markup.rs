@@ -297,6 +297,9 @@ pub(super) fn row_page<DB: Backend>(
             Some(Err(error)) => { p.error role="alert" { "The history could not be read: " (error) } }
             Some(Ok(steps)) if steps.is_empty() => { p.empty { "No moves recorded." } }
             Some(Ok(steps)) => {
+                @if steps.len() == PAGE_ROWS {
+                    p.cap { "The latest " (PAGE_ROWS) " moves." }
+                }
                 ol.history {
                     @for step in steps {
                         li data-occurrence=(step.occurrence) {

@@ -30,8 +30,10 @@
 //! a statement the derive (or the stores) wrote, bounded by
 //! [`PAGE_DEADLINE`]: the overview runs one per machine and one for the
 //! outbox, a state's page one, a row's page two (its row, its history),
-//! a press the move and then the row's page. Every read but the history
-//! stops at a row limit; a row's history is read whole.
+//! a press the move and then the row's page. Every read stops at a row
+//! limit: a count at [`COUNT_CAP`](crate::COUNT_CAP), a list at
+//! [`PAGE_ROWS`](crate::PAGE_ROWS), a row's history at its latest
+//! [`PAGE_ROWS`](crate::PAGE_ROWS) moves.
 //!
 //! [`Machine::counts`]: crate::meta::Machine::counts
 //! [`Machine::rows`]: crate::meta::Machine::rows

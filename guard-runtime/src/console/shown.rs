@@ -14,6 +14,7 @@ use crate::outcome::effect_key;
 use crate::transition::Transition;
 use crate::transition::available::GuardNow;
 use crate::transition::note::Note;
+use crate::transition::rows::PAGE_ROWS;
 use crate::{Outcome, StateMachine};
 
 /// How long each read of a page may take before the page shows its
@@ -327,7 +328,7 @@ impl<DB: Backend, S: StateMachine, K: ConsoleKey<S, DB>> Shown<DB> for Listed<S,
                 None => None,
                 Some(_) => Some(
                     S::MACHINE
-                        .history(pool, parsed)
+                        .recent_history(pool, parsed, PAGE_ROWS as u32)
                         .within(PAGE_DEADLINE)
                         .await
                         .map(|rows| {
