@@ -34,6 +34,7 @@ crate::backend_tests! {
     "console_actions" => a_press_moves_the_row_once_and_names_the_operator,
     "console_browser" => an_operator_uses_the_console_in_chromium,
     "console_outbox" => dead_letters_are_listed_and_requeued,
+    "console_unread" => a_press_whose_row_cannot_be_read_again_still_says_it_moved,
 }
 
 /// A machine whose table does not exist.
@@ -889,4 +890,55 @@ where
     assert_eq!(status, 409, "{page}");
     assert!(page.contains("data-said=\"not-dead\""), "{page}");
     server.abort();
+}
+
+/// G10: a press is the move, then a read of the row. The read fails here
+/// (the fault matrix's hook refuses the row's read), after the move
+/// committed: the page says the row moved, and why it shows no more.
+async fn a_press_whose_row_cannot_be_read_again_still_says_it_moved<DB: TestBackend>(db: Db<DB>)
+where
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    i64: Key<DB> + ConsoleKey<EveryColumn, DB>,
+{
+    use stateguard_runtime::fault::{Fault, Plan};
+    use tower::ServiceExt;
+
+    every_column(&db, 1).await;
+    let router: axum::Router = Console::new(db.pool.clone())
+        .machine::<EveryColumn, i64>()
+        .actions()
+        .router()
+        .layer(axum::Extension(Operator::new("alice")));
+    let token = "ab".repeat(32);
+    let request = axum::http::Request::post("/EveryColumn/rows/1")
+        .header("host", "ops.example.com")
+        .header("origin", "https://ops.example.com")
+        .header("cookie", format!("stateguard_console={token}"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(axum::body::Body::from(format!(
+            "transition=start&occurrence=0&token={token}"
+        )))
+        .unwrap();
+    let read = EveryColumn::MACHINE.available_sql();
+    let read = match DB::DIALECT {
+        Dialect::Postgres => read.postgres(),
+        Dialect::Sqlite => read.sqlite(),
+        _ => read.mysql(),
+    };
+    let plan = Plan::fail_text(read, Fault::Refuse, std::time::Duration::ZERO);
+    // The router in this task, so that the plan reaches its statements.
+    let response = plan.run(router.oneshot(request)).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    let page = String::from_utf8(body.to_vec()).unwrap();
+    assert!(page.contains("data-said=\"moved\""), "{page}");
+    assert!(page.contains("The row could not be read again"), "{page}");
+    assert!(
+        plan.sent().contains(&read),
+        "the read was sent, and refused"
+    );
+    // The move committed.
+    assert_eq!(status_of(&db, 1).await.as_deref(), Some("sending"));
 }

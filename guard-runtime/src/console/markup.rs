@@ -423,6 +423,29 @@ pub(super) fn stores_section(base: &Base, seen: StoresSeen, token: Option<&Token
     }
 }
 
+/// What a press did, where the row could not be read again after it:
+/// the move stands, and the page says so beside the read's error.
+pub(super) fn unread(
+    base: &Base,
+    status: StatusCode,
+    pressed: &Pressed,
+    error: PageError,
+) -> Response {
+    let why = match error {
+        PageError::Database(error) => error.to_string(),
+        PageError::BadRequest(why)
+        | PageError::NotFound(why)
+        | PageError::Forbidden(why)
+        | PageError::Internal(why) => why,
+    };
+    let body = html! {
+        p { a href=(base.home()) { "Overview" } }
+        (said_text(pressed))
+        p.error role="alert" { "The row could not be read again: " (why) }
+    };
+    page(status, "Pressed", base, body, None)
+}
+
 /// A page that says what could not be shown, with its status.
 pub(super) fn problem(base: &Base, problem: PageError) -> Response {
     let (status, title, text) = match problem {

@@ -13,7 +13,7 @@ use maud::{Markup, html};
 use sqlx::Pool;
 
 use super::markup::{
-    Base, StoresSeen, page, problem, row_page, said, section, state_page, stores_section,
+    Base, StoresSeen, page, problem, row_page, said, section, state_page, stores_section, unread,
 };
 use super::shown::{ConsoleKey, Listed, PAGE_DEADLINE, PageError, Press, Pressed, Shown};
 use super::token::{self, Operator, Origins, admit};
@@ -120,6 +120,11 @@ impl<DB: Backend> Console<DB> {
     /// `same-origin`): a request from another site is refused with 403,
     /// as is one without an [`Operator`].
     /// Without this call no page has a form, and every `POST` is 405.
+    ///
+    /// A press is the move, then a read of the row for the page that
+    /// answers it. If that read fails, the page still says what the move
+    /// did, with the read's error beside it: a move that committed is
+    /// never shown as a failure.
     ///
     /// [`Operator`]: super::Operator
     pub fn actions(mut self) -> Self {
@@ -397,8 +402,9 @@ async fn press<DB: Backend>(
         Ok(token) => token,
         Err(why) => return problem(&base, PageError::Internal(why)),
     };
+    // The move is done: a read that fails now must not hide it.
     match shown.row(&console.pool, &key).await {
         Ok(row) => row_page(&base, shown, &row, Some(&token), Some((status, &pressed))),
-        Err(error) => problem(&base, error),
+        Err(error) => unread(&base, status, &pressed, error),
     }
 }
