@@ -156,6 +156,17 @@ async fn serve(router: axum::Router) -> (SocketAddr, tokio::task::JoinHandle<()>
     (address, server)
 }
 
+/// The console at `/ops`, with the service's authentication naming
+/// alice the operator, served on a free port.
+async fn serve_as_alice<DB: TestBackend>(
+    console: Console<DB>,
+) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let router = console
+        .router()
+        .layer(axum::Extension(Operator::new("alice")));
+    serve(axum::Router::new().nest("/ops", router)).await
+}
+
 /// A GET's status and body.
 async fn get(url: &str) -> (u16, String) {
     let response = reqwest::get(url).await.expect("GET");
@@ -436,13 +447,7 @@ where
     let console = Console::new(db.pool.clone())
         .machine::<EveryColumn, i64>()
         .actions();
-    let router = axum::Router::new().nest(
-        "/ops",
-        console
-            .router()
-            .layer(axum::Extension(Operator::new("alice"))),
-    );
-    let (address, server) = serve(router).await;
+    let (address, server) = serve_as_alice(console).await;
     let origin = format!("http://{address}");
 
     // The page hands out its token as a cookie, and a form per button.
@@ -560,13 +565,7 @@ where
         .machine::<EveryColumn, i64>()
         .actions()
         .origin("https://ops.example.com");
-    let router = axum::Router::new().nest(
-        "/ops",
-        named
-            .router()
-            .layer(axum::Extension(Operator::new("alice"))),
-    );
-    let (address, server) = serve(router).await;
+    let (address, server) = serve_as_alice(named).await;
     let (status, page) = press(
         address,
         3,
@@ -633,13 +632,7 @@ where
     let console = Console::new(db.pool.clone())
         .machine::<EveryColumn, i64>()
         .actions();
-    let router = axum::Router::new().nest(
-        "/ops",
-        console
-            .router()
-            .layer(axum::Extension(Operator::new("alice"))),
-    );
-    let (address, server) = serve(router).await;
+    let (address, server) = serve_as_alice(console).await;
     let dir = tempfile::tempdir().unwrap();
     let expect = dir.path().join("expect.json");
     let run = serde_json::json!([{
@@ -836,13 +829,7 @@ where
         .machine::<PayoutStatus, i64>()
         .stores(Stores::search_path())
         .actions();
-    let router = axum::Router::new().nest(
-        "/ops",
-        acting
-            .router()
-            .layer(axum::Extension(Operator::new("alice"))),
-    );
-    let (address, server) = serve(router).await;
+    let (address, server) = serve_as_alice(acting).await;
     let origin = format!("http://{address}");
     let response = reqwest::get(format!("{origin}/ops")).await.expect("GET");
     let cookie = response.headers()["set-cookie"]

@@ -3,13 +3,11 @@
 
 use core::time::Duration;
 
-use axum::extract::{FromRequestParts, OriginalUri};
-use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use maud::{DOCTYPE, Markup, PreEscaped, html};
-use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 
+use super::base::Base;
 use super::shown::{Count, PageError, Pressed, RowPage, Shown, StatePage};
 use super::token::Token;
 use crate::dialect::Backend;
@@ -17,89 +15,6 @@ use crate::error::{Error, ErrorKind};
 use crate::outbox::DeadLetter;
 use crate::transition::counts::COUNT_CAP;
 use crate::transition::rows::PAGE_ROWS;
-
-/// What a URL's segment or query value escapes: all but the unreserved
-/// characters, so that a key's `/` stays inside its segment.
-const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'_')
-    .remove(b'.')
-    .remove(b'~');
-
-/// `text` as one URL segment or query value.
-fn escape(text: &str) -> String {
-    utf8_percent_encode(text, SEGMENT).to_string()
-}
-
-/// Where the console is mounted (`/ops`), from the request's full path and
-/// the path the router saw, so that links work under any prefix: the
-/// prefix of every link, and the overview's own path as the request
-/// reached it (`/ops`, or `/ops/` for a router nested at `/ops/`).
-///
-/// The prefix goes into links and into the cookie's `Path`, so it may hold
-/// only what a path segment holds unescaped (letters, digits, `-._~`,
-/// `%XX`) and `/`: a mount under any other text is refused, with why.
-pub(super) struct Base {
-    pub(super) path: String,
-    home: String,
-}
-
-impl<T: Send + Sync> FromRequestParts<T> for Base {
-    type Rejection = (StatusCode, String);
-
-    async fn from_request_parts(parts: &mut Parts, state: &T) -> Result<Self, Self::Rejection> {
-        let seen = parts.uri.path().to_owned();
-        let full = match OriginalUri::from_request_parts(parts, state).await {
-            Ok(OriginalUri(uri)) => uri.path().to_owned(),
-            Err(never) => match never {},
-        };
-        let refuse = |why: String| (StatusCode::INTERNAL_SERVER_ERROR, why);
-        let (path, home) = match seen.as_str() {
-            "/" => (full.trim_end_matches('/').to_owned(), full.clone()),
-            _ => match full.strip_suffix(seen.as_str()) {
-                Some(path) => (path.to_owned(), path.to_owned()),
-                None => {
-                    return Err(refuse(format!(
-                        "the console cannot tell where it is mounted: `{full}` does not end in \
-                         `{seen}`"
-                    )));
-                }
-            },
-        };
-        let plain = |c: char| c.is_ascii_alphanumeric() || "-._~%/".contains(c);
-        if !path.chars().all(plain) || path.contains("//") {
-            return Err(refuse(format!(
-                "the console is mounted under `{path}`, which its links and cookie cannot \
-                 carry: mount it under letters, digits and `-._~/`"
-            )));
-        }
-        let home = match home.as_str() {
-            "" => "/".to_owned(),
-            _ => home,
-        };
-        Ok(Base { path, home })
-    }
-}
-
-impl Base {
-    fn machine(&self, machine: &str) -> String {
-        format!("{}/{}", self.path, escape(machine))
-    }
-
-    fn state(&self, machine: &str, state: &str) -> String {
-        format!("{}/states/{}", self.machine(machine), escape(state))
-    }
-
-    pub(super) fn row(&self, machine: &str, key: &str) -> String {
-        format!("{}/rows/{}", self.machine(machine), escape(key))
-    }
-
-    /// The overview: the mount path as the router takes it (`/ops`, which
-    /// axum routes to a router nested at `/ops`), or `/` at the root.
-    pub(super) fn home(&self) -> String {
-        self.home.clone()
-    }
-}
 
 /// One machine's part of the overview: its diagram, and beside it the
 /// rows in each state, with the in-flight columns where it has such a
@@ -178,11 +93,7 @@ pub(super) fn state_page<DB: Backend>(
 ) -> Response {
     let name = machine.name();
     let next = match (shown.more, shown.rows.last()) {
-        (true, Some((key, _))) => Some(format!(
-            "{}?after={}",
-            base.state(name, shown.db),
-            escape(key)
-        )),
+        (true, Some((key, _))) => Some(base.state_after(name, shown.db, key)),
         _ => None,
     };
     let body = html! {

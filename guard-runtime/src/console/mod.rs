@@ -43,6 +43,8 @@
 //! Feature `console`; without it the module is empty.
 
 #[cfg(feature = "console")]
+mod base;
+#[cfg(feature = "console")]
 mod markup;
 #[cfg(feature = "console")]
 mod router;

@@ -12,8 +12,9 @@ use axum::{Extension, Router};
 use maud::{Markup, html};
 use sqlx::Pool;
 
+use super::base::Base;
 use super::markup::{
-    Base, StoresSeen, page, problem, row_page, said, section, state_page, stores_section, unread,
+    StoresSeen, page, problem, row_page, said, section, state_page, stores_section, unread,
 };
 use super::shown::{ConsoleKey, Listed, PAGE_DEADLINE, PageError, Press, Pressed, Shown};
 use super::token::{self, Operator, Origins, admit};
