@@ -400,7 +400,7 @@ pub mod __private {
     /// How the derive's `ColumnTypes` impl names each Rust type's SQL
     /// type, for `ddl::table`.
     pub use crate::ddl::{SqlTypeFn, sql_type};
-    pub use crate::dialect::{Bind, Column};
+    pub use crate::dialect::{Bind, Column, Sql};
     pub use crate::effects::verdict::Binder;
     pub use crate::effects::verdict::construct::binder;
     pub use crate::machine::construct::{

@@ -9,6 +9,20 @@ impl ::stateguard::StateMachine for PayoutStatus {
     const MACHINE: &'static ::stateguard::__private::Machine<Self> = {
         use ::stateguard::__private as __sg;
         use ::core::option::Option::{None, Some};
+        const __MANY_READ: __sg::Sql = __sg::sql! {
+            "SELECT CASE WHEN $2::text = 'stateguard 417daec845b30554' THEN 'stateguard 417daec845b30554'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 417daec845b30554 with ', $2::text) AS INTEGER)::text END, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT), CAST(NULL AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT) UNION ALL SELECT CASE WHEN $2::text = 'stateguard 417daec845b30554' THEN 'stateguard 417daec845b30554'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 417daec845b30554 with ', $2::text) AS INTEGER)::text END, NULL, NULL, NULL, NULL, 1"
+            on postgres, binds = [Keys(0), Tag], reads = [Tag, Key(0), Status,
+            Occurrence, Meets, End];
+            "SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(1 AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)"
+            on sqlite, binds = [Keys(0)], reads = [Key(0), Status, Occurrence, Meets];
+            "SELECT `payouts`.`id`, CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(1 AS SIGNED) FROM JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(3072) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) FOR UPDATE"
+            on mysql, binds = [Keys(0)], reads = [Key(0), Status, Occurrence, Meets];
+        };
+        const __MANY_READ_BY_VALUE: __sg::Sql = __sg::sql! {
+            "SELECT CASE WHEN $2::text = 'stateguard 03345b8b6a196bb3' THEN 'stateguard 03345b8b6a196bb3'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 03345b8b6a196bb3 with ', $2::text) AS INTEGER)::text END, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT), CAST(NULL AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 UNION ALL SELECT CASE WHEN $2::text = 'stateguard 03345b8b6a196bb3' THEN 'stateguard 03345b8b6a196bb3'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 03345b8b6a196bb3 with ', $2::text) AS INTEGER)::text END, NULL, NULL, NULL, NULL, 1"
+            on postgres, binds = [Keys(0), Tag], reads = [Tag, Key(0), Status,
+            Occurrence, Meets, End];
+        };
         static __STATES: [__sg::StateDef<PayoutStatus>; 5] = [
             __sg::state(__sg::StateParts {
                 variant: "Pending",
@@ -142,26 +156,12 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     "UPDATE JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(3072) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) SET `status` = 'cancelled' WHERE `status` IN ('pending', 'sending') AND CAST(`status` AS BINARY) IN ('pending', 'sending')"
                     on mysql, binds = [Keys(0)];
                 },
-                many_read: __sg::sql! {
-                    "SELECT CASE WHEN $2::text = 'stateguard 417daec845b30554' THEN 'stateguard 417daec845b30554'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 417daec845b30554 with ', $2::text) AS INTEGER)::text END, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT), CAST(NULL AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT) UNION ALL SELECT CASE WHEN $2::text = 'stateguard 417daec845b30554' THEN 'stateguard 417daec845b30554'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 417daec845b30554 with ', $2::text) AS INTEGER)::text END, NULL, NULL, NULL, NULL, 1"
-                    on postgres, binds = [Keys(0), Tag], reads = [Tag, Key(0), Status,
-                    Occurrence, Meets, End];
-                    "SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(1 AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)"
-                    on sqlite, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
-                    Meets];
-                    "SELECT `payouts`.`id`, CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(1 AS SIGNED) FROM JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(3072) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) FOR UPDATE"
-                    on mysql, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
-                    Meets];
-                },
+                many_read: __MANY_READ,
                 many_update_by_value: __sg::sql! {
                     "UPDATE \"payouts\" SET \"status\" = 'cancelled' WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('pending', 'sending') RETURNING CASE WHEN $2::text = 'stateguard 6ac8633defe685dd' THEN 'stateguard 6ac8633defe685dd'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 6ac8633defe685dd with ', $2::text) AS INTEGER)::text END, \"payouts\".\"id\""
                     on postgres, binds = [Keys(0), Tag], reads = [Tag, Key(0)];
                 },
-                many_read_by_value: __sg::sql! {
-                    "SELECT CASE WHEN $2::text = 'stateguard 03345b8b6a196bb3' THEN 'stateguard 03345b8b6a196bb3'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 03345b8b6a196bb3 with ', $2::text) AS INTEGER)::text END, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT), CAST(NULL AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 UNION ALL SELECT CASE WHEN $2::text = 'stateguard 03345b8b6a196bb3' THEN 'stateguard 03345b8b6a196bb3'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 03345b8b6a196bb3 with ', $2::text) AS INTEGER)::text END, NULL, NULL, NULL, NULL, 1"
-                    on postgres, binds = [Keys(0), Tag], reads = [Tag, Key(0), Status,
-                    Occurrence, Meets, End];
-                },
+                many_read_by_value: __MANY_READ_BY_VALUE,
                 ..__sg::TransitionParts::of(PayoutStatus::Cancelled)
             }),
             __sg::transition(__sg::TransitionParts {
@@ -202,26 +202,12 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     "UPDATE JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(3072) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) SET `sent_at` = (CURRENT_TIMESTAMP), `bank_ref` = ?, `status` = 'sent' WHERE `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending')"
                     on mysql, binds = [Keys(0), Value(0)];
                 },
-                many_read: __sg::sql! {
-                    "SELECT CASE WHEN $2::text = 'stateguard 417daec845b30554' THEN 'stateguard 417daec845b30554'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 417daec845b30554 with ', $2::text) AS INTEGER)::text END, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT), CAST(NULL AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT) UNION ALL SELECT CASE WHEN $2::text = 'stateguard 417daec845b30554' THEN 'stateguard 417daec845b30554'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 417daec845b30554 with ', $2::text) AS INTEGER)::text END, NULL, NULL, NULL, NULL, 1"
-                    on postgres, binds = [Keys(0), Tag], reads = [Tag, Key(0), Status,
-                    Occurrence, Meets, End];
-                    "SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(1 AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)"
-                    on sqlite, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
-                    Meets];
-                    "SELECT `payouts`.`id`, CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(1 AS SIGNED) FROM JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(3072) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) FOR UPDATE"
-                    on mysql, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
-                    Meets];
-                },
+                many_read: __MANY_READ,
                 many_update_by_value: __sg::sql! {
                     "UPDATE \"payouts\" SET \"status\" = 'sent', \"sent_at\" = (CURRENT_TIMESTAMP), \"bank_ref\" = $2 WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('sending') RETURNING CASE WHEN $3::text = 'stateguard 998b61f024ddf5d3' THEN 'stateguard 998b61f024ddf5d3'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 998b61f024ddf5d3 with ', $3::text) AS INTEGER)::text END, \"payouts\".\"id\""
                     on postgres, binds = [Keys(0), Value(0), Tag], reads = [Tag, Key(0)];
                 },
-                many_read_by_value: __sg::sql! {
-                    "SELECT CASE WHEN $2::text = 'stateguard 03345b8b6a196bb3' THEN 'stateguard 03345b8b6a196bb3'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 03345b8b6a196bb3 with ', $2::text) AS INTEGER)::text END, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT), CAST(NULL AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 UNION ALL SELECT CASE WHEN $2::text = 'stateguard 03345b8b6a196bb3' THEN 'stateguard 03345b8b6a196bb3'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 03345b8b6a196bb3 with ', $2::text) AS INTEGER)::text END, NULL, NULL, NULL, NULL, 1"
-                    on postgres, binds = [Keys(0), Tag], reads = [Tag, Key(0), Status,
-                    Occurrence, Meets, End];
-                },
+                many_read_by_value: __MANY_READ_BY_VALUE,
                 ..__sg::TransitionParts::of(PayoutStatus::Sent)
             }),
             __sg::transition(__sg::TransitionParts {
@@ -252,26 +238,12 @@ impl ::stateguard::StateMachine for PayoutStatus {
                     "UPDATE JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(3072) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) SET `status` = 'failed' WHERE `status` IN ('sending') AND CAST(`status` AS BINARY) IN ('sending')"
                     on mysql, binds = [Keys(0)];
                 },
-                many_read: __sg::sql! {
-                    "SELECT CASE WHEN $2::text = 'stateguard 417daec845b30554' THEN 'stateguard 417daec845b30554'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 417daec845b30554 with ', $2::text) AS INTEGER)::text END, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT), CAST(NULL AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS TEXT) COLLATE \"C\" = CAST(__sg_i.__sg_k0 AS TEXT) UNION ALL SELECT CASE WHEN $2::text = 'stateguard 417daec845b30554' THEN 'stateguard 417daec845b30554'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 417daec845b30554 with ', $2::text) AS INTEGER)::text END, NULL, NULL, NULL, NULL, 1"
-                    on postgres, binds = [Keys(0), Tag], reads = [Tag, Key(0), Status,
-                    Occurrence, Meets, End];
-                    "SELECT \"payouts\".\"id\", \"status\", CAST(0 AS INTEGER), CAST(1 AS INTEGER) FROM (SELECT value AS __sg_k0 FROM json_each(?1)) AS __sg_i JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 AND CAST(\"payouts\".\"id\" AS BLOB) = CAST(__sg_i.__sg_k0 AS BLOB)"
-                    on sqlite, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
-                    Meets];
-                    "SELECT `payouts`.`id`, CAST(`status` AS CHAR), CAST(0 AS SIGNED), CAST(1 AS SIGNED) FROM JSON_TABLE(?, '$[*]' COLUMNS (__sg_k0 VARCHAR(3072) PATH '$')) AS __sg_i STRAIGHT_JOIN `payouts` ON `payouts`.`id` = __sg_i.__sg_k0 AND CAST(`payouts`.`id` AS BINARY) = CAST(__sg_i.__sg_k0 AS BINARY) FOR UPDATE"
-                    on mysql, binds = [Keys(0)], reads = [Key(0), Status, Occurrence,
-                    Meets];
-                },
+                many_read: __MANY_READ,
                 many_update_by_value: __sg::sql! {
                     "UPDATE \"payouts\" SET \"status\" = 'failed' WHERE \"payouts\".\"id\" = ANY($1) AND \"status\" IN ('sending') RETURNING CASE WHEN $2::text = 'stateguard 81f8872ec6bf1ed4' THEN 'stateguard 81f8872ec6bf1ed4'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 81f8872ec6bf1ed4 with ', $2::text) AS INTEGER)::text END, \"payouts\".\"id\""
                     on postgres, binds = [Keys(0), Tag], reads = [Tag, Key(0)];
                 },
-                many_read_by_value: __sg::sql! {
-                    "SELECT CASE WHEN $2::text = 'stateguard 03345b8b6a196bb3' THEN 'stateguard 03345b8b6a196bb3'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 03345b8b6a196bb3 with ', $2::text) AS INTEGER)::text END, \"payouts\".\"id\", \"status\"::text, CAST(0 AS BIGINT), CAST(1 AS BIGINT), CAST(NULL AS BIGINT) FROM unnest($1) AS __sg_i(__sg_k0) JOIN \"payouts\" ON \"payouts\".\"id\" = __sg_i.__sg_k0 UNION ALL SELECT CASE WHEN $2::text = 'stateguard 03345b8b6a196bb3' THEN 'stateguard 03345b8b6a196bb3'::text ELSE CAST(concat('stateguard mix-up: ran stateguard 03345b8b6a196bb3 with ', $2::text) AS INTEGER)::text END, NULL, NULL, NULL, NULL, 1"
-                    on postgres, binds = [Keys(0), Tag], reads = [Tag, Key(0), Status,
-                    Occurrence, Meets, End];
-                },
+                many_read_by_value: __MANY_READ_BY_VALUE,
                 ..__sg::TransitionParts::of(PayoutStatus::Failed)
             }),
         ];

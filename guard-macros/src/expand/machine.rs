@@ -44,6 +44,18 @@ impl Gen<'_> {
         let ddl = ddl_per_dialect(sg, model);
         let table_text = table_per_dialect(sg, model);
 
+        // `apply_many`'s reads of an unguarded transition depend on the
+        // machine alone: one constant each, which every such transition
+        // names.
+        let unguarded = model.transitions.iter().find(|t| t.guard.is_none());
+        let unguarded_reads = unguarded.map(|t| {
+            let read = self.sql(|d| d.many_read(model, t, Match::Exact));
+            let by_value = self.sql(|d| d.many_read(model, t, Match::ByValue));
+            quote! {
+                const __MANY_READ: #sg::Sql = #read;
+                const __MANY_READ_BY_VALUE: #sg::Sql = #by_value;
+            }
+        });
         let states = (model.states.iter().enumerate()).map(|(i, state)| self.state(i, state));
         let transitions = (model.transitions.iter())
             .zip(model.available_bits())
@@ -59,6 +71,7 @@ impl Gen<'_> {
         quote! {
             {
                 #prelude
+                #unguarded_reads
                 // Statics, not constants: the metadata exists once in the
                 // binary, and every use reads it there instead of a copy.
                 static #states_const: [#sg::StateDef<#ident>; #n_states] = [
@@ -286,9 +299,9 @@ impl Gen<'_> {
                 .then(|| self.sql(|d| d.claim_older(model, t))),
         );
         let many_update = self.sql(|d| d.many_update(model, t, Match::Exact));
-        let many_read = self.sql(|d| d.many_read(model, t, Match::Exact));
+        let many_read = self.many_read(t, Match::Exact);
         let many_update_by_value = self.sql(|d| d.many_update(model, t, Match::ByValue));
-        let many_read_by_value = self.sql(|d| d.many_read(model, t, Match::ByValue));
+        let many_read_by_value = self.many_read(t, Match::ByValue);
         let many_lease_read = self.sql_if_any(|d| d.many_lease(model, t));
         let many_history_insert = self.sql_if_any(|d| d.many_history_insert(model, t));
         let many_outbox_insert = self.sql_if_any(|d| d.many_outbox_insert(model, t));
@@ -341,6 +354,17 @@ impl Gen<'_> {
                 #fields
                 ..#sg::TransitionParts::of(#ident::#target)
             })
+        }
+    }
+
+    /// `apply_many`'s read for `t`, matching keys `by`: its own statement
+    /// if `t` is guarded, else the name of the constant `machine` writes,
+    /// whose text is the same for every unguarded transition.
+    fn many_read(&self, t: &Transition, by: Match) -> TokenStream {
+        match (&t.guard, by) {
+            (Some(_), _) => self.sql(|d| d.many_read(self.model, t, by)),
+            (None, Match::Exact) => quote!(__MANY_READ),
+            (None, Match::ByValue) => quote!(__MANY_READ_BY_VALUE),
         }
     }
 }
