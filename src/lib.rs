@@ -112,8 +112,9 @@
 //!   may be tried again: its attempts are counted in `attempts`, the next
 //!   is due at `next_attempt` after a backoff that doubles from the first
 //!   wait to the longest (`ms`, `s`, `m`, `h`), and the attempt past `max`
-//!   ends the row in its `failed` follow-up (see the
-//!   [effects chapter](crate::guide::effects));
+//!   ends the row in its `failed` follow-up; an optional `last_error =
+//!   "…"` names a text column that keeps the reason the last retry gave
+//!   (see the [effects chapter](crate::guide::effects));
 //!   `supersedes_effect` on a transition out of an in-flight state other
 //!   than its `done` and `failed`: such a move may happen while the effect
 //!   runs (a payout `cancelled` during its bank call, whose verdict then

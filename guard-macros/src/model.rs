@@ -138,6 +138,9 @@ pub struct Retry {
     pub attempts: String,
     /// The timestamp column holding when the next attempt is due.
     pub next_attempt: String,
+    /// The text column holding the reason the last retry gave
+    /// (`Retry::because`), NULL when it gave none.
+    pub last_error: Option<String>,
 }
 
 pub struct Transition<'a> {

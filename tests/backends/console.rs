@@ -215,8 +215,10 @@ where
     every_column(&db, 57).await;
     let started = EveryColumn::start().apply(&db.pool, 9_i64).await.unwrap();
     assert!(started.is_applied());
-    // Row 3's effect asks to be tried again in a minute, row 30's at once:
-    // recovery may take row 30 over now, and row 3 waits.
+    // A note, and a retry's reason, that try to be markup.
+    let hostile = "<script>alert(1)</script>\"><img src=x onerror=alert(2)>";
+    // Row 3's effect asks to be tried again in a minute, with a reason,
+    // row 30's at once: recovery may take row 30 over now, and row 3 waits.
     for (id, wait) in [(3_i64, 60), (30, 0)] {
         let won = EveryColumn::start()
             .apply(&db.pool, id)
@@ -226,14 +228,16 @@ where
             .expect("a win");
         let later = won
             .finish(&db.pool, move |_: Effect<EveryColumn, i64>| async move {
-                Retry::after(std::time::Duration::from_secs(wait)).into()
+                let retry = Retry::after(std::time::Duration::from_secs(wait));
+                match id {
+                    3 => retry.because(hostile).into(),
+                    _ => retry.into(),
+                }
             })
             .await
             .unwrap();
         assert_eq!(later, Finished::RetryLater);
     }
-    // A note that tries to be markup.
-    let hostile = "<script>alert(1)</script>\"><img src=x onerror=alert(2)>";
     let failed = EveryColumn::fail()
         .noted(Note::by(hostile).because(hostile))
         .apply(&db.pool, 9_i64)
@@ -322,8 +326,15 @@ where
     // Its attempts, and its next attempt, asked for in a minute.
     assert!(row.contains("data-attempts=\"1\">1 of at most 3"), "{row}");
     assert!(row.contains("<dd class=\"next-attempt\">in "), "{row}");
+    // Its last error, escaped; row 30's retry gave none.
+    assert!(
+        row.contains("<dd class=\"last-error\">&lt;script&gt;alert(1)&lt;/script&gt;"),
+        "{row}"
+    );
+    assert!(!row.contains("<script>") && !row.contains("<img"), "{row}");
     let (_, due) = get(&format!("{base}/rows/30")).await;
     assert!(due.contains("<dd class=\"next-attempt\">due now"), "{due}");
+    assert!(!due.contains("last error"), "{due}");
     // As `Machine::available` reads them.
     let waiting = EveryColumn::MACHINE
         .available(&db.pool, 3_i64)
@@ -331,6 +342,7 @@ where
         .unwrap()
         .unwrap();
     assert_eq!(waiting.attempts(), Some(1));
+    assert_eq!(waiting.last_error(), Some(hostile));
     let next = waiting.next_attempt_in().expect("a next attempt");
     assert!(next > std::time::Duration::from_secs(50), "{next:?}");
     let overdue = EveryColumn::MACHINE
@@ -339,6 +351,7 @@ where
         .unwrap()
         .unwrap();
     assert_eq!(overdue.next_attempt_in(), Some(std::time::Duration::ZERO));
+    assert_eq!(overdue.last_error(), None);
     let pending = EveryColumn::MACHINE
         .available(&db.pool, 1_i64)
         .await

@@ -37,7 +37,13 @@ pub(crate) enum Retried {
         since = "sending_since",
         done = confirm,
         failed = fail,
-        retry(max = 4, backoff = "40ms..160ms", attempts = "attempts", next_attempt = "next_attempt_at")
+        retry(
+            max = 4,
+            backoff = "40ms..160ms",
+            attempts = "attempts",
+            next_attempt = "next_attempt_at",
+            last_error = "last_error"
+        )
     ))]
     #[transition(confirm -> Sent)]
     #[transition(fail -> Failed)]
@@ -57,6 +63,7 @@ backend_tests! {
         "retry_unreported" => a_takeover_past_the_last_attempt_gives_up_without_the_effect,
         "retry_undeclared" => a_time_of_its_own_needs_retry_declared,
         "retry_verify" => verify_checks_the_retry_columns,
+        "retry_last_error" => the_last_retry_keeps_its_reason,
     }
 }
 
@@ -70,7 +77,8 @@ pub(crate) async fn setup<DB: TestBackend>(db: &Db<DB>, n: i64) {
                 version BIGINT NOT NULL DEFAULT 0,
                 sending_since TIMESTAMPTZ,
                 attempts INT NOT NULL DEFAULT 0,
-                next_attempt_at TIMESTAMPTZ
+                next_attempt_at TIMESTAMPTZ,
+                last_error TEXT
             )"
         }
         Dialect::Sqlite => {
@@ -80,7 +88,8 @@ pub(crate) async fn setup<DB: TestBackend>(db: &Db<DB>, n: i64) {
                 version INTEGER NOT NULL DEFAULT 0,
                 sending_since TEXT,
                 attempts INTEGER NOT NULL DEFAULT 0,
-                next_attempt_at TEXT
+                next_attempt_at TEXT,
+                last_error TEXT
             )"
         }
         _ => {
@@ -90,7 +99,8 @@ pub(crate) async fn setup<DB: TestBackend>(db: &Db<DB>, n: i64) {
                 version BIGINT NOT NULL DEFAULT 0,
                 sending_since DATETIME(3) NULL,
                 attempts INT NOT NULL DEFAULT 0,
-                next_attempt_at DATETIME(3) NULL
+                next_attempt_at DATETIME(3) NULL,
+                last_error TEXT NULL
             )"
         }
     };
@@ -180,7 +190,7 @@ fn least_wait_micros(attempt: u32) -> i64 {
 
 pub(crate) struct Tests<DB>(PhantomData<DB>);
 
-impl<DB: TestBackend> Tests<DB>
+impl<DB: TestBackend + stateguard::bounds::Batched> Tests<DB>
 where
     i64: KeyColumn<DB> + stateguard::bounds::ManyKeys<DB, stateguard::key::shape::One>,
 {
@@ -565,6 +575,7 @@ where
         for drop in [
             "ALTER TABLE retried DROP COLUMN next_attempt_at",
             "ALTER TABLE retried DROP COLUMN attempts",
+            "ALTER TABLE retried DROP COLUMN last_error",
         ] {
             DB::execute(&mut conn, drop, &[]).await.unwrap();
         }
@@ -572,6 +583,7 @@ where
         let named: Vec<_> = problems.iter().filter_map(|p| p.column()).collect();
         assert!(named.contains(&"attempts"), "{problems:?}");
         assert!(named.contains(&"next_attempt_at"), "{problems:?}");
+        assert!(named.contains(&"last_error"), "{problems:?}");
         let text = problems
             .iter()
             .map(ToString::to_string)
@@ -581,6 +593,83 @@ where
             text.contains("a retry's attempts column, missing"),
             "{text}"
         );
+    }
+
+    /// The reason a retry gives (`Retry::because`) is kept in the
+    /// `last_error` column: written with the retry, NULL after a retry
+    /// that gives none, told by `available`, and cleared by the move into
+    /// the state. In one `finish_many` batch each row keeps its own,
+    /// beside rows that give none; so does each row recovery retries.
+    async fn the_last_retry_keeps_its_reason(db: Db<DB>) {
+        setup(&db, 6).await;
+        // A reason an earlier occurrence left goes with the move in.
+        let mut conn = db.pool.acquire().await.unwrap();
+        DB::execute(&mut conn, "UPDATE retried SET last_error = 'stale'", &[])
+            .await
+            .unwrap();
+        drop(conn);
+        let wins = Retried::start().claim(&db.pool, 6).await.unwrap();
+        assert_eq!(wins.len(), 6);
+        for id in 1..=6 {
+            assert_eq!(last_error(&db, id).await, None, "row {id}");
+        }
+        let reason = |id: i64, round: u8| format!("bank <b>{id}</b> said \"503\" ({round})");
+        // Round one: even rows give a reason, odd ones none.
+        let rows = stateguard::finish_many(&db.pool, wins, 4, |effect: Effect<Retried, i64>| {
+            let id = *effect.key();
+            async move {
+                match id % 2 {
+                    0 => Retry::later().because(reason(id, 1)).into(),
+                    _ => Verdict::RetryLater,
+                }
+            }
+        })
+        .await
+        .unwrap();
+        for row in rows {
+            assert!(matches!(row.finished, Ok(Finished::RetryLater)), "{row:?}");
+        }
+        for id in 1..=6 {
+            let kept = (id % 2 == 0).then(|| reason(id, 1));
+            assert_eq!(last_error(&db, id).await, kept, "row {id}");
+            let available = Retried::available(&db.pool, id).await.unwrap().unwrap();
+            assert_eq!(available.last_error(), kept.as_deref(), "row {id}");
+        }
+        // Round two, through recovery: the other way round.
+        let calls = Calls::default();
+        let mut retried = Vec::new();
+        for _ in 0..200 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let pass = recover(
+                &db.pool,
+                Retried::Sending,
+                6,
+                |effect: Effect<Retried, i64>| {
+                    calls.record(&effect);
+                    let id = *effect.key();
+                    async move {
+                        match id % 2 {
+                            1 => Retry::later().because(reason(id, 2)).into(),
+                            _ => Verdict::RetryLater,
+                        }
+                    }
+                },
+            )
+            .await
+            .unwrap();
+            assert!(pass.errors.is_empty(), "{:?}", pass.errors);
+            retried.extend(calls.0.lock().unwrap().drain(..).map(|(id, ..)| id));
+            retried.sort_unstable();
+            retried.dedup();
+            if retried.len() == 6 {
+                break;
+            }
+        }
+        assert_eq!(retried, [1, 2, 3, 4, 5, 6]);
+        for id in 1..=6 {
+            let kept = (id % 2 == 1).then(|| reason(id, 2));
+            assert_eq!(last_error(&db, id).await, kept, "row {id}");
+        }
     }
 
     /// Moves the lease an hour into the past.
@@ -640,6 +729,19 @@ where
         .unwrap();
         assert_eq!((pass.claimed, pass.done), (1, 1));
     }
+}
+
+/// The row's `last_error` column.
+async fn last_error<DB: TestBackend>(db: &Db<DB>, id: i64) -> Option<String> {
+    let read = match DB::DIALECT {
+        Dialect::Postgres => "SELECT last_error FROM retried WHERE id = $1",
+        _ => "SELECT last_error FROM retried WHERE id = ?",
+    };
+    let mut conn = db.pool.acquire().await.unwrap();
+    let (text,): (Option<String>,) = DB::fetch_one(&mut conn, read, &[Bind::Int(id)])
+        .await
+        .unwrap();
+    text
 }
 
 async fn db_insert<DB: TestBackend>(db: &Db<DB>, id: i64) {

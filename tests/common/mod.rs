@@ -97,7 +97,13 @@ pub enum EveryColumn {
         since = "sending_since",
         done = confirm,
         failed = fail,
-        retry(max = 3, backoff = "1s..1m", attempts = "attempts", next_attempt = "next_attempt_at")
+        retry(
+            max = 3,
+            backoff = "1s..1m",
+            attempts = "attempts",
+            next_attempt = "next_attempt_at",
+            last_error = "last_error"
+        )
     ))]
     #[transition(confirm -> Sent, set(bank_ref = bind(String)))]
     #[transition(fail -> Failed)]

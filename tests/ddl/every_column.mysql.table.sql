@@ -9,6 +9,7 @@ CREATE TABLE IF NOT EXISTS `sg_table_payouts` (
     `sending_since` DATETIME(3),
     `attempts` BIGINT NOT NULL DEFAULT 0,
     `next_attempt_at` DATETIME(3),
+    `last_error` TEXT,
     `sent_at` DATETIME(3),
     -- stateguard: sqlx gives String the type VARCHAR, which MySQL declares with a length: 255 is a choice
     `bank_ref` VARCHAR(255),

@@ -9,6 +9,7 @@ CREATE TABLE IF NOT EXISTS "sg_table_payouts" (
     "sending_since" TIMESTAMPTZ,
     "attempts" BIGINT NOT NULL DEFAULT 0,
     "next_attempt_at" TIMESTAMPTZ,
+    "last_error" TEXT,
     "sent_at" TIMESTAMPTZ,
     "bank_ref" TEXT,
     PRIMARY KEY ("id")

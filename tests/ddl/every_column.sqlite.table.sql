@@ -9,6 +9,7 @@ CREATE TABLE IF NOT EXISTS "sg_table_payouts" (
     "sending_since" TEXT,
     "attempts" INTEGER NOT NULL DEFAULT 0,
     "next_attempt_at" TEXT,
+    "last_error" TEXT,
     "sent_at" TEXT,
     "bank_ref" TEXT,
     PRIMARY KEY ("id")

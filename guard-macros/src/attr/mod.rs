@@ -95,6 +95,8 @@ pub struct RetryAttr {
     pub backoff: Option<LitStr>,
     pub attempts: Option<LitStr>,
     pub next_attempt: Option<LitStr>,
+    /// `last_error = "column"`: where the reason of the last retry goes.
+    pub last_error: Option<LitStr>,
 }
 
 /// `#[transition(name -> Target, set(column = "expr", …))]`

@@ -121,6 +121,7 @@ fn retry(cx: &mut Ctxt, token: Ident, meta: &syn::meta::ParseNestedMeta) -> syn:
     let mut backoff = Attr::none("backoff");
     let mut attempts = Attr::none("attempts");
     let mut next_attempt = Attr::none("next_attempt");
+    let mut last_error = Attr::none("last_error");
     meta.parse_nested_meta(|inner| {
         // max = 8
         if inner.path.is_ident("max") {
@@ -134,10 +135,14 @@ fn retry(cx: &mut Ctxt, token: Ident, meta: &syn::meta::ParseNestedMeta) -> syn:
         // next_attempt = "next_attempt_at"
         } else if inner.path.is_ident("next_attempt") {
             next_attempt.set_lit(cx, inner.value()?.parse::<LitStr>()?);
+        // last_error = "last_error"
+        } else if inner.path.is_ident("last_error") {
+            last_error.set_lit(cx, inner.value()?.parse::<LitStr>()?);
         } else {
             return Err(inner.error(
                 "unknown retry option; expected `max = n`, `backoff = \"…..…\"`, \
-                 `attempts = \"column\"` or `next_attempt = \"column\"`",
+                 `attempts = \"column\"`, `next_attempt = \"column\"` or \
+                 `last_error = \"column\"`",
             ));
         }
         Ok(())
@@ -148,5 +153,6 @@ fn retry(cx: &mut Ctxt, token: Ident, meta: &syn::meta::ParseNestedMeta) -> syn:
         backoff: backoff.get(),
         attempts: attempts.get(),
         next_attempt: next_attempt.get(),
+        last_error: last_error.get(),
     })
 }

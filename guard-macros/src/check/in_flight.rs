@@ -233,7 +233,8 @@ pub(super) fn check_superseding(cx: &mut Ctxt, input: &Input) {
     }
 }
 
-/// `retry(max = 8, backoff = "2s..1h", attempts = "…", next_attempt = "…")`
+/// `retry(max = 8, backoff = "2s..1h", attempts = "…", next_attempt = "…",
+/// last_error = "…")`, the last optional.
 fn check_retry<'a>(
     cx: &mut Ctxt,
     retry: &'a RetryAttr,
@@ -278,21 +279,16 @@ fn check_retry<'a>(
             }
         },
     };
-    let mut column = |lit: &'a Option<LitStr>, what: &str, purpose: &str| {
-        let Some(lit) = lit else {
-            cx.error(
-                &retry.token,
-                format!("missing `{what} = \"…\"`: the {purpose}"),
-            );
-            return None;
-        };
+    // `None` for a column left out; `Some(None)` for one that is wrong.
+    let mut column = |lit: &'a Option<LitStr>, what: &str| {
+        let lit = lit.as_ref()?;
         let value = lit.value();
         if let Err(why) = ident::check_ident(&value) {
             cx.error(
                 lit,
                 format!("{what} {value:?} is not a valid SQL identifier: it {why}"),
             );
-            return None;
+            return Some(None);
         }
         if reserved.iter().any(|(r, _)| r.eq_ignore_ascii_case(&value))
             || since_columns.iter().any(|c| c.eq_ignore_ascii_case(&value))
@@ -304,7 +300,7 @@ fn check_retry<'a>(
                      version or a `since` column"
                 ),
             );
-            return None;
+            return Some(None);
         }
         if let Some(first) = seen.iter().find(|f| f.value().eq_ignore_ascii_case(&value)) {
             cx.duplicate(
@@ -314,21 +310,38 @@ fn check_retry<'a>(
                 first,
                 "also used here",
             );
-            return None;
+            return Some(None);
         }
         seen.push(lit);
-        Some(value)
+        Some(Some(value))
     };
-    let attempts = column(
-        &retry.attempts,
+    let attempts = column(&retry.attempts, "attempts");
+    let next_attempt = column(&retry.next_attempt, "next_attempt");
+    let last_error = column(&retry.last_error, "last_error");
+    let mut required = |found: Option<Option<String>>, what: &str, purpose: &str| {
+        if found.is_none() {
+            cx.error(
+                &retry.token,
+                format!("missing `{what} = \"…\"`: the {purpose}"),
+            );
+        }
+        found.flatten()
+    };
+    let attempts = required(
+        attempts,
         "attempts",
         "integer column that counts the effect's attempts",
     );
-    let next_attempt = column(
-        &retry.next_attempt,
+    let next_attempt = required(
+        next_attempt,
         "next_attempt",
         "timestamp column that says when the next attempt is due",
     );
+    // Left out, it is `None`; written wrong, the error is told.
+    let last_error = match last_error {
+        Some(None) => return None,
+        found => found.flatten(),
+    };
     let ((backoff_min_ms, backoff_max_ms), max) = (backoff?, max?);
     Some(Retry {
         max,
@@ -336,6 +349,7 @@ fn check_retry<'a>(
         backoff_max_ms,
         attempts: attempts?,
         next_attempt: next_attempt?,
+        last_error,
     })
 }
 

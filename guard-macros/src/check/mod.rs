@@ -97,7 +97,13 @@ pub fn check<'a>(cx: &mut Ctxt, input: &'a Input<'a>) -> Option<Model<'a>> {
                     "stateguard writes when the next attempt is due in this column itself",
                 )
             });
-            attempts.into_iter().chain(next)
+            let last_error = r.last_error.as_ref().map(|lit| {
+                (
+                    lit.value(),
+                    "stateguard writes the reason of the last retry in this column itself",
+                )
+            });
+            attempts.into_iter().chain(next).chain(last_error)
         })
         .collect();
     reserved.extend(retry_columns.iter().map(|(c, why)| (c.as_str(), *why)));

@@ -162,6 +162,15 @@ pub fn table(model: &Model, d: Dialect) -> TableText {
                 String::new(),
                 String::new(),
             );
+            if let Some(last_error) = &retry.last_error {
+                // A reason of any length: TEXT on every dialect.
+                columns.add(
+                    last_error,
+                    DeclaredType::Sql("TEXT"),
+                    String::new(),
+                    String::new(),
+                );
+            }
         }
     }
     for transition in &model.transitions {

@@ -252,7 +252,9 @@ impl Gen<'_> {
             backoff_max_ms,
             attempts,
             next_attempt,
+            last_error,
         } = retry;
+        let last_error = self.option(last_error.as_ref().map(|column| quote!(#column)));
         let postpone = self.sql(|d| d.postpone(model, state, f));
         let postpone_many = self.sql(|d| d.postpone_many(model, state, f));
         quote! {
@@ -262,6 +264,7 @@ impl Gen<'_> {
                 backoff_max_ms: #backoff_max_ms,
                 attempts: #attempts,
                 next_attempt: #next_attempt,
+                last_error: #last_error,
                 postpone: #postpone,
                 postpone_many: #postpone_many,
             }

@@ -441,11 +441,16 @@ impl Dialect {
         let Some(retry) = &in_flight.retry else {
             return String::new();
         };
-        let assignments = format!(
+        let mut assignments = format!(
             "{} = {}",
             d.quote(&retry.next_attempt),
             d.later(&format!("__sg_i.{DELAY}"))
         );
+        // A batch postpones only retries without a reason (`finish_many`
+        // writes the rest one row each).
+        if let Some(last_error) = &retry.last_error {
+            assignments.push_str(&format!(", {} = NULL", d.quote(last_error)));
+        }
         format!(
             "{}{}",
             d.fenced_update(

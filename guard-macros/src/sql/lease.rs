@@ -387,8 +387,14 @@ impl Dialect {
         let Some(retry) = &in_flight.retry else {
             return String::new();
         };
+        // Where the state keeps it, the reason this retry gave (NULL for
+        // none), as a note's reason is bound.
+        let last_error = match &retry.last_error {
+            Some(column) => format!(", {} = {}", d.quote(column), Slot::Reason.mark()),
+            None => String::new(),
+        };
         format!(
-            "UPDATE {} SET {} = {} WHERE {}",
+            "UPDATE {} SET {} = {}{last_error} WHERE {}",
             d.quote(&model.table),
             d.quote(&retry.next_attempt),
             d.later(&Slot::Delay.mark()),

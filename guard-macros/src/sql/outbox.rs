@@ -147,7 +147,7 @@ impl Dialect {
                 if same(&retry.attempts) {
                     return "1".to_owned();
                 }
-                if same(&retry.next_attempt) {
+                if same(&retry.next_attempt) || retry.last_error.as_deref().is_some_and(same) {
                     return "NULL".to_owned();
                 }
             }

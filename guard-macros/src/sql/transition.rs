@@ -49,13 +49,16 @@ impl Dialect {
             assignments.push_str(&format!(", {} = {}", d.quote(since), d.now()));
         }
         // Entering a state that counts its effect's attempts starts the
-        // first one.
+        // first one, with no retry's reason yet.
         if let Some(retry) = target.in_flight.as_ref().and_then(|f| f.retry.as_ref()) {
             assignments.push_str(&format!(
                 ", {} = 1, {} = NULL",
                 d.quote(&retry.attempts),
                 d.quote(&retry.next_attempt)
             ));
+            if let Some(last_error) = &retry.last_error {
+                assignments.push_str(&format!(", {} = NULL", d.quote(last_error)));
+            }
         }
         if let Some(version) = &model.version {
             let v = d.quote(version);
@@ -373,6 +376,14 @@ impl Dialect {
                 case(&|retry| format!("0 - {}", self.ms_since(&self.quote(&retry.next_attempt))));
             columns.push((Col::Attempt, attempts));
             columns.push((Col::NextIn, self.int64(&next)));
+            // And the reason the last retry gave, where a state keeps it.
+            if retrying.iter().any(|(_, retry)| retry.last_error.is_some()) {
+                let reason = case(&|retry| match &retry.last_error {
+                    Some(column) => self.status_read(column),
+                    None => self.status_text("NULL"),
+                });
+                columns.push((Col::Reason, reason));
+            }
         }
         self.one_row(
             columns,

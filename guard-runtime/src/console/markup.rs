@@ -174,6 +174,9 @@ pub(super) fn row_page<DB: Backend>(
                     @if next.is_zero() { "due now" } @else { "in " (age_text(Some(next))) }
                 }
             }
+            @if let Some(error) = &row.last_error {
+                dt { "last error" } dd.last-error { (error) }
+            }
         }
         h2 { "Transitions from here" }
         @if row.choices.is_empty() {

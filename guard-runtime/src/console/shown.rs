@@ -101,6 +101,8 @@ pub(super) struct RowPage {
     pub(super) attempts: Option<(i64, u32)>,
     /// In such a state: how long until the next attempt, where one is set.
     pub(super) next_attempt_in: Option<Duration>,
+    /// Where the state keeps it: the reason the last retry gave.
+    pub(super) last_error: Option<String>,
     pub(super) choices: Vec<Button>,
     /// The history, oldest first, or why it could not be read; `None`
     /// without a history table.
@@ -354,6 +356,7 @@ impl<DB: Backend, S: StateMachine, K: ConsoleKey<S, DB>> Shown<DB> for Listed<S,
                     .map(|_| effect_key::<S>(&text, state, available.occurrence())),
                 attempts: available.attempts().zip(most),
                 next_attempt_in: available.next_attempt_in(),
+                last_error: available.last_error().map(str::to_owned),
                 key: text,
                 variant: variant(state),
                 db: state.as_str(),

@@ -95,6 +95,7 @@ where
         row.occurrence,
         row.lease,
         wait,
+        retry.reason(),
     );
     Ok(match postponed.await? {
         Settled::Applied(_) | Settled::Already(_) => Finished::RetryLater,

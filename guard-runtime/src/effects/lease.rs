@@ -25,6 +25,7 @@ use crate::machine::key::{BindError, RowKey};
 use crate::machine::{InFlightDef, RetryDef};
 use crate::outcome::effect_key_prefix;
 use crate::transition::bind::{self, Values};
+use crate::transition::note::Note;
 use crate::transition::row::Read;
 use crate::transition::{Transition, key_arguments};
 
@@ -356,8 +357,9 @@ pub(crate) const POSTPONE: &str = "retry_later";
 /// Sets when the row's next attempt is due, `wait` from now by the
 /// database's clock, only while the row is still in occurrence
 /// `occurrence` of `state` under the lease `lease`: from then on recovery
-/// takes it over at that time, not when the lease runs out.
-/// [`Settled::Applied`] with `state` when it did.
+/// takes it over at that time, not when the lease runs out. Where the
+/// state keeps the last retry's reason, `reason` is written with it (NULL
+/// for none). [`Settled::Applied`] with `state` when it did.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn postpone<S, K, E>(
     executor: &mut E,
@@ -368,6 +370,7 @@ pub(crate) async fn postpone<S, K, E>(
     occurrence: i64,
     lease: i64,
     wait: core::time::Duration,
+    reason: Option<&str>,
 ) -> Result<Settled<S>, Error>
 where
     S: StateMachine,
@@ -380,11 +383,18 @@ where
     let update = <DB<E> as Driver>::statement(postpone);
     let read = <DB<E> as Driver>::statement(in_flight.follow_up_read_sql());
     let key_parts = bind::key(key);
+    // The reason goes where the state keeps the last one (`last_error`),
+    // bound as a note's reason is.
+    let note = match reason {
+        Some(reason) => Note::NONE.because(reason),
+        None => Note::NONE,
+    };
     let values = Values {
         key: Some(&key_parts),
         expected: Some(occurrence),
         token: Some(lease),
         delay: Some(i64::try_from(wait.as_millis()).unwrap_or(i64::MAX)),
+        note: Some(&note),
         ..Values::NONE
     };
     let arguments = |statement| {

@@ -123,6 +123,7 @@ pub struct RetryDef {
     pub(crate) backoff_max_ms: u64,
     pub(crate) attempts: &'static str,
     pub(crate) next_attempt: &'static str,
+    pub(crate) last_error: Option<&'static str>,
     pub(crate) postpone: Sql,
     pub(crate) postpone_many: Sql,
 }
@@ -151,8 +152,15 @@ impl RetryDef {
         self.next_attempt
     }
 
-    /// `UPDATE … SET next_attempt = now + $delay WHERE` the caller holds
-    /// the lease.
+    /// The text column holding the reason the last retry gave
+    /// ([`Retry::because`](crate::Retry::because)), where the state
+    /// declares one (`last_error = "…"`).
+    pub const fn last_error_column(&self) -> Option<&'static str> {
+        self.last_error
+    }
+
+    /// `UPDATE … SET next_attempt = now + $delay[, last_error = $reason]
+    /// WHERE` the caller holds the lease.
     pub const fn postpone_sql(&self) -> &Sql {
         &self.postpone
     }

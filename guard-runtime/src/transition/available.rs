@@ -81,6 +81,7 @@ pub struct Available<S: 'static> {
     choices: Vec<Choice<S>>,
     attempts: Option<i64>,
     next_in: Option<i64>,
+    last_error: Option<String>,
 }
 
 impl<S: StateMachine> Available<S> {
@@ -131,6 +132,14 @@ impl<S: StateMachine> Available<S> {
         Some(core::time::Duration::from_millis(
             u64::try_from(ms).unwrap_or(0),
         ))
+    }
+
+    /// In an in-flight state that keeps it (`retry(…, last_error =
+    /// "…")`), the reason the row's last retry of this occurrence gave
+    /// ([`Retry::because`](crate::Retry::because)); `None` where it gave
+    /// none, no retry was asked for yet, or the state keeps no reason.
+    pub fn last_error(&self) -> Option<&str> {
+        self.last_error.as_deref()
     }
 
     /// The choice named `name`, if the row's state allows it at all.
@@ -196,11 +205,16 @@ impl<S: StateMachine> Machine<S> {
                 let error = |source| Error::database(self.table(), "available", source);
                 let attempts = optional(Column::Attempt).map_err(error)?;
                 let next_in = optional(Column::NextIn).map_err(error)?;
+                let last_error = match row.has(Column::Reason) {
+                    true => row.text(Column::Reason).map_err(error)?,
+                    false => None,
+                };
                 Ok(Available {
                     current,
                     choices,
                     attempts,
                     next_in,
+                    last_error,
                 })
             },
         )

@@ -291,6 +291,9 @@ impl<S: StateMachine> Machine<S> {
                     used.push((attempts, "a retry's attempts column", Holds::Integer));
                     let next = retry.next_attempt_column();
                     used.push((next, "a retry's next_attempt column", Holds::Time));
+                    if let Some(last_error) = retry.last_error_column() {
+                        used.push((last_error, "a retry's last_error column", Holds::Text));
+                    }
                 }
             }
             for transition in self.transitions() {

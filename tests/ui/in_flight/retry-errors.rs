@@ -23,7 +23,8 @@ pub enum BadValues {
     #[transition(start -> Sending)]
     Pending,
     #[state(in_flight(lease = "30s", since = "sending_since", done = confirm, failed = fail,
-        retry(max = 0, backoff = "2s", attempts = "bad name", next_attempt = "sending_since")))]
+        retry(max = 0, backoff = "2s", attempts = "bad name", next_attempt = "sending_since",
+            last_error = "status")))]
     #[transition(confirm -> Sent)]
     #[transition(fail -> Failed)]
     Sending,
@@ -40,7 +41,8 @@ pub enum Overlaps {
     #[transition(start -> Sending)]
     Pending,
     #[state(in_flight(lease = "30s", since = "sending_since", done = confirm, failed = fail,
-        retry(max = 1001, backoff = "1h..2s", attempts = "tries", next_attempt = "TRIES")))]
+        retry(max = 1001, backoff = "1h..2s", attempts = "tries", next_attempt = "TRIES",
+            last_error = "Tries")))]
     #[transition(confirm -> Sent)]
     #[transition(fail -> Failed)]
     Sending,
@@ -56,8 +58,9 @@ pub enum SetsAttempts {
     #[transition(start -> Sending, set(attempts = "0"))]
     Pending,
     #[state(in_flight(lease = "30s", since = "sending_since", done = confirm, failed = fail,
-        retry(max = 8, backoff = "2s..1h", attempts = "attempts", next_attempt = "retry_at")))]
-    #[transition(confirm -> Sent)]
+        retry(max = 8, backoff = "2s..1h", attempts = "attempts", next_attempt = "retry_at",
+            last_error = "why")))]
+    #[transition(confirm -> Sent, set(why = "NULL"))]
     #[transition(fail -> Failed, set(retry_at = "NULL"))]
     Sending,
     Sent,

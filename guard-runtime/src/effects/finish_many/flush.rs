@@ -152,7 +152,11 @@ where
             };
         };
         let attempt = self.rows[i].attempt.unwrap_or(1);
-        if attempt >= def.max_attempts() {
+        // A reason to keep (`last_error`) is written one row at a time:
+        // the batch statement writes none.
+        let reason = retry.and_then(|retry| retry.reason());
+        if attempt >= def.max_attempts() || (reason.is_some() && def.last_error_column().is_some())
+        {
             return Ok(Some(Bucket::Single));
         }
         let wait = wait.unwrap_or_else(|| crate::effects::lease::wait_after(def, attempt));

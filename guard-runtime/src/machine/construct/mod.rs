@@ -264,6 +264,7 @@ pub struct RetryParts {
     pub backoff_max_ms: u64,
     pub attempts: &'static str,
     pub next_attempt: &'static str,
+    pub last_error: Option<&'static str>,
     pub postpone: Sql,
     pub postpone_many: Sql,
 }
@@ -340,6 +341,7 @@ pub const fn in_flight<S>(parts: InFlightParts<S>) -> InFlightDef<S> {
                 backoff_max_ms,
                 attempts,
                 next_attempt,
+                last_error,
                 postpone,
                 postpone_many,
             }) => Some(RetryDef {
@@ -348,6 +350,7 @@ pub const fn in_flight<S>(parts: InFlightParts<S>) -> InFlightDef<S> {
                 backoff_max_ms,
                 attempts,
                 next_attempt,
+                last_error,
                 postpone,
                 postpone_many,
             }),
