@@ -238,6 +238,17 @@ where
             .unwrap();
         assert_eq!(later, Finished::RetryLater);
     }
+    // Row 12 ends in `failed` after its third and last attempt: it gave
+    // up, where row 9 failed on its first.
+    let started = EveryColumn::start().apply(&db.pool, 12_i64).await.unwrap();
+    assert!(started.is_applied());
+    let last_attempt = match DB::DIALECT {
+        Dialect::Postgres => "UPDATE sg_table_payouts SET attempts = 3 WHERE id = $1",
+        _ => "UPDATE sg_table_payouts SET attempts = 3 WHERE id = ?",
+    };
+    db.execute(last_attempt, &[Bind::Int(12)]).await.unwrap();
+    let gave_up = EveryColumn::fail().apply(&db.pool, 12_i64).await.unwrap();
+    assert!(gave_up.is_applied());
     let failed = EveryColumn::fail()
         .noted(Note::by(hostile).because(hostile))
         .apply(&db.pool, 9_i64)
@@ -260,26 +271,30 @@ where
     assert_eq!(status, 200, "{overview}");
     assert!(overview.contains("data-due=\"1\""), "{overview}");
     assert!(overview.contains("data-waiting=\"1\""), "{overview}");
+    assert!(overview.contains("data-gave-up=\"1\""), "{overview}");
     let counts = EveryColumn::MACHINE.counts(&db.pool).await.unwrap();
     let sending = counts
         .iter()
         .find(|c| c.state == EveryColumn::Sending)
         .expect("sending");
     assert_eq!(
-        (sending.rows, sending.due, sending.waiting),
-        (2, Some(1), Some(1))
+        (sending.rows, sending.due, sending.waiting, sending.gave_up),
+        (2, Some(1), Some(1), Some(1))
     );
     let pending = counts
         .iter()
         .find(|c| c.state == EveryColumn::Pending)
         .expect("pending");
-    assert_eq!((pending.due, pending.waiting), (None, None));
+    assert_eq!(
+        (pending.due, pending.waiting, pending.gave_up),
+        (None, None, None)
+    );
 
     // The pending rows, 50 to a page, in key order, as SQL finds them.
     let (status, first) = get(&format!("{base}/states/pending")).await;
     assert_eq!(status, 200, "{first}");
     let pending = ids_in(&db, "pending").await;
-    assert_eq!(pending.len(), 54);
+    assert_eq!(pending.len(), 53);
     assert_eq!(listed(&first), pending[..50], "{first}");
     let next = first
         .split("class=\"next\" href=\"")
@@ -305,7 +320,7 @@ where
     );
     // A state without a stamp of its own takes the history's last move in.
     let (_, failed_page) = get(&format!("{base}/states/failed")).await;
-    assert_eq!(listed(&failed_page), [9]);
+    assert_eq!(listed(&failed_page), [9, 12]);
     assert!(
         !failed_page.contains("unknown"),
         "the history gives the age: {failed_page}"

@@ -93,6 +93,10 @@ pub(super) fn column(col: Col) -> TokenStream {
             let n = proc_macro2::Literal::u8_unsuffixed(n);
             quote!(Waiting(#n))
         }
+        Col::GaveUp(n) => {
+            let n = proc_macro2::Literal::u8_unsuffixed(n);
+            quote!(GaveUp(#n))
+        }
         Col::NextIn => quote!(NextIn),
     }
 }

@@ -62,6 +62,9 @@ pub enum Col {
     /// How many rows of in-flight state `n` wait for their next attempt,
     /// counted up to one past the cap.
     Waiting(u8),
+    /// How many rows of in-flight state `n`'s `failed` follow-up's state
+    /// used every attempt, counted up to one past the cap.
+    GaveUp(u8),
     /// How many milliseconds until the row's next attempt is due
     /// (negative: overdue; NULL: none set).
     NextIn,
@@ -93,6 +96,7 @@ impl Col {
             Col::Age => ('e', 0),
             Col::Due(n) => ('D', n),
             Col::Waiting(n) => ('W', n),
+            Col::GaveUp(n) => ('G', n),
             Col::NextIn => ('x', 0),
         };
         format!("{COLUMN}{kind}{n}{COLUMN_END}{expr}")
@@ -125,6 +129,7 @@ impl Col {
             'e' => Col::Age,
             'D' => Col::Due(n),
             'W' => Col::Waiting(n),
+            'G' => Col::GaveUp(n),
             'x' => Col::NextIn,
             _ => return None,
         })

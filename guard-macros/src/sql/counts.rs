@@ -18,20 +18,23 @@ impl Dialect {
     ///
     /// An in-flight state adds the rows recovery may take over now
     /// ([`Col::Due`]), and one that counts attempts the rows waiting for
-    /// their next attempt ([`Col::Waiting`]), each counted the same way.
+    /// their next attempt ([`Col::Waiting`]) and the rows of its `failed`
+    /// follow-up's state whose attempts ran out ([`Col::GaveUp`]), each
+    /// counted the same way.
     pub fn counts(self, model: &Model) -> String {
         let column = self.quote(&model.column);
         let table = self.quote(&model.table);
         let mut counts: Vec<String> = Vec::new();
         for (i, state) in model.states.iter().enumerate() {
             let test = self.status_is(&column, &format!("= '{}'", state.db));
-            let count = |name: &str, filter: &str| {
+            let count_in = |test: &str, name: &str, filter: &str| {
                 format!(
                     "(SELECT COUNT(*) FROM (SELECT 1 FROM {table} WHERE {test}{filter} LIMIT {}) \
                      AS __sg_{name}{i})",
                     COUNT_CAP + 1
                 )
             };
+            let count = |name: &str, filter: &str| count_in(&test, name, filter);
             // The derive refuses a machine of more states than a column
             // index holds (`check`).
             let n = u8::try_from(i).unwrap_or(u8::MAX);
@@ -45,6 +48,15 @@ impl Dialect {
                 let next = self.quote(&retry.next_attempt);
                 let waiting = format!(" AND {next} > {}", self.now());
                 counts.push(Col::Waiting(n).of(&count("w", &waiting)));
+                // A row that gave up keeps its attempts in the state its
+                // `failed` follow-up leads to: `max`, or one more where a
+                // takeover counted an attempt that could not start.
+                if let Some(failed) = in_flight.failed {
+                    let target = &model.states[model.transitions[failed].target];
+                    let test = self.status_is(&column, &format!("= '{}'", target.db));
+                    let ran_out = format!(" AND {} >= {}", self.quote(&retry.attempts), retry.max);
+                    counts.push(Col::GaveUp(n).of(&count_in(&test, "g", &ran_out)));
+                }
             }
         }
         format!("SELECT {}", counts.join(", "))

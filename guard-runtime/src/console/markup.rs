@@ -45,6 +45,7 @@ pub(super) fn section<DB: Backend>(
 fn count_table(base: &Base, name: &str, counts: &[Count]) -> Markup {
     let flying = counts.iter().any(|count| count.due.is_some());
     let retrying = counts.iter().any(|count| count.waiting.is_some());
+    let giving_up = counts.iter().any(|count| count.gave_up.is_some());
     html! {
         div {
             table.counts {
@@ -53,6 +54,7 @@ fn count_table(base: &Base, name: &str, counts: &[Count]) -> Markup {
                         th { "state" } th { "stored as" } th.rows { "rows" }
                         @if flying { th.rows { "due for recovery" } }
                         @if retrying { th.rows { "waiting for a retry" } }
+                        @if giving_up { th.rows { "gave up" } }
                     }
                 }
                 tbody {
@@ -70,6 +72,9 @@ fn count_table(base: &Base, name: &str, counts: &[Count]) -> Markup {
                             @if retrying {
                                 td.rows.waiting data-waiting=[count.waiting] { (capped(count.waiting)) }
                             }
+                            @if giving_up {
+                                td.rows.gave-up data-gave-up=[count.gave_up] { (capped(count.gave_up)) }
+                            }
                         }
                     }
                 }
@@ -79,6 +84,10 @@ fn count_table(base: &Base, name: &str, counts: &[Count]) -> Markup {
                 @if flying {
                     " An in-flight state's rows due for recovery are past their lease, or their "
                     "next attempt is due."
+                }
+                @if giving_up {
+                    " Those that gave up are in its failed follow-up's state after their last "
+                    "attempt; their history says why."
                 }
             }
         }

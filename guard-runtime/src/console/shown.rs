@@ -75,6 +75,9 @@ pub(super) struct Count {
     pub(super) due: Option<u64>,
     /// In flight with retries: the rows waiting for their next attempt.
     pub(super) waiting: Option<u64>,
+    /// In flight with retries and a `failed` follow-up: the rows that
+    /// ended there after their last attempt.
+    pub(super) gave_up: Option<u64>,
 }
 
 /// A page of one state's rows.
@@ -279,6 +282,7 @@ impl<DB: Backend, S: StateMachine, K: ConsoleKey<S, DB>> Shown<DB> for Listed<S,
                     more: count.more,
                     due: count.due,
                     waiting: count.waiting,
+                    gave_up: count.gave_up,
                 })
                 .collect())
         })

@@ -130,6 +130,11 @@ pub enum Column {
     /// How many rows of in-flight state `n` wait for their next attempt,
     /// counted up to one past [`COUNT_CAP`](crate::meta::COUNT_CAP).
     Waiting(u8),
+    /// How many rows ended in the state in-flight state `n`'s `failed`
+    /// follow-up leads to after its last attempt (they gave up, or failed
+    /// on that attempt), counted up to one past
+    /// [`COUNT_CAP`](crate::meta::COUNT_CAP).
+    GaveUp(u8),
     /// How many milliseconds until the row's next attempt is due, by the
     /// database's clock: negative when overdue, NULL when none is set.
     NextIn,

@@ -36,12 +36,17 @@ pub struct StateCount<S> {
     /// of its rows wait for their next attempt, up to [`COUNT_CAP`];
     /// `None` for another state.
     pub waiting: Option<u64>,
+    /// For an in-flight state that counts attempts and has a `failed`
+    /// follow-up, how many rows are in that follow-up's state after their
+    /// last attempt: they gave up (or their effect failed on that
+    /// attempt). Up to [`COUNT_CAP`]; `None` for another state.
+    pub gave_up: Option<u64>,
 }
 
 impl<S: StateMachine> Machine<S> {
     /// How many rows are in each state, in declaration order, and of an
-    /// in-flight state how many recovery may take over now and how many
-    /// wait for their next attempt ([`StateCount`]): one
+    /// in-flight state how many recovery may take over now, how many
+    /// wait for their next attempt and how many gave up ([`StateCount`]): one
     /// statement, whose every count stops one past [`COUNT_CAP`],
     /// so that a table of millions of rows costs the read no more than a
     /// few thousand rows a state. With an index on the status column each
@@ -124,9 +129,14 @@ impl<S: StateMachine> Machine<S> {
                     Some(_) => Some(count(Column::Due(n))?.min(COUNT_CAP)),
                     None => None,
                 };
-                let waiting = match in_flight.and_then(|f| f.retry()) {
+                let retry = in_flight.and_then(|f| f.retry());
+                let waiting = match retry {
                     Some(_) => Some(count(Column::Waiting(n))?.min(COUNT_CAP)),
                     None => None,
+                };
+                let gave_up = match (retry, in_flight.and_then(|f| f.failed())) {
+                    (Some(_), Some(_)) => Some(count(Column::GaveUp(n))?.min(COUNT_CAP)),
+                    _ => None,
                 };
                 Ok(StateCount {
                     state: state.value(),
@@ -134,6 +144,7 @@ impl<S: StateMachine> Machine<S> {
                     more: counted > COUNT_CAP,
                     due,
                     waiting,
+                    gave_up,
                 })
             })
             .collect()
