@@ -193,11 +193,11 @@ async fn overview_page<DB: Backend>(
     headers: &HeaderMap,
     said_: Option<(StatusCode, Markup)>,
 ) -> Response {
-    let mut sections = Vec::with_capacity(console.machines.len());
-    for machine in &console.machines {
-        let counts = machine.counts(&console.pool).await;
-        sections.push(section(base, machine.as_ref(), counts));
-    }
+    // Every read of the page at once, so that the page answers within one
+    // `PAGE_DEADLINE`, however many machines and stores it shows.
+    let counted = futures_util::future::join_all(
+        (console.machines.iter()).map(|machine| machine.counts(&console.pool)),
+    );
     // A token only where a form needs one: a requeue button.
     let token = match (console.stores, console.actions) {
         (Some(_), true) => match token::token(headers) {
@@ -206,23 +206,28 @@ async fn overview_page<DB: Backend>(
         },
         _ => None,
     };
-    let outbox = match console.stores {
-        Some(stores) => {
-            let (outbox, keys) = (stores.outbox(), stores.idempotency());
-            let pool = &console.pool;
-            let seen = StoresSeen {
-                outbox: outbox.table(),
-                backlog: outbox.backlog(pool).within(PAGE_DEADLINE).await,
-                letters: (outbox.dead_letters(pool, PAGE_ROWS as u32))
-                    .within(PAGE_DEADLINE)
-                    .await,
-                keys: keys.table(),
-                running: keys.running(pool).within(PAGE_DEADLINE).await,
-            };
-            Some(stores_section(base, seen, token.as_ref()))
-        }
-        None => None,
+    let stores = async {
+        let stores = console.stores?;
+        let (outbox, keys) = (stores.outbox(), stores.idempotency());
+        let pool = &console.pool;
+        let (backlog, letters, running) = tokio::join!(
+            outbox.backlog(pool).within(PAGE_DEADLINE),
+            (outbox.dead_letters(pool, PAGE_ROWS as u32)).within(PAGE_DEADLINE),
+            keys.running(pool).within(PAGE_DEADLINE),
+        );
+        Some(StoresSeen {
+            outbox: outbox.table(),
+            backlog,
+            letters,
+            keys: keys.table(),
+            running,
+        })
     };
+    let (counted, seen) = tokio::join!(counted, stores);
+    let sections = (console.machines.iter())
+        .zip(counted)
+        .map(|(machine, counts)| section(base, machine.as_ref(), counts));
+    let outbox = seen.map(|seen| stores_section(base, seen, token.as_ref()));
     let (status, said_) = match said_ {
         Some((status, said_)) => (status, Some(said_)),
         None => (StatusCode::OK, None),
