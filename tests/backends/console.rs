@@ -314,6 +314,33 @@ where
     // An in-flight row's age is its stamp's; a state no row is in is empty.
     let (_, sending) = get(&format!("{base}/states/sending")).await;
     assert_eq!(listed(&sending), [3, 30]);
+    // Each in-flight row's attempts and last error: row 3's escaped.
+    assert!(
+        sending.contains("<td class=\"last-error\">&lt;script&gt;alert(1)&lt;/script&gt;"),
+        "{sending}"
+    );
+    assert_eq!(
+        sending
+            .matches("<td class=\"rows attempts\">1</td>")
+            .count(),
+        2,
+        "{sending}"
+    );
+    assert!(!sending.contains("<script>"), "{sending}");
+    let page = EveryColumn::MACHINE
+        .rows(&db.pool, EveryColumn::Sending, None)
+        .await
+        .unwrap();
+    let listed_rows: Vec<_> = (page.rows.iter())
+        .map(|row| (row.key, row.attempts, row.last_error.as_deref()))
+        .collect();
+    assert_eq!(
+        listed_rows,
+        [(3, Some(1), Some(hostile)), (30, Some(1), None)]
+    );
+    // A state that counts no attempts has neither column.
+    let (_, pending_page) = get(&format!("{base}/states/pending")).await;
+    assert!(!pending_page.contains("attempts"), "{pending_page}");
     assert!(
         !sending.contains("unknown"),
         "the stamp gives the age: {sending}"

@@ -151,8 +151,14 @@ impl Dialect {
             };
             filter = format!("{filter} AND ({later})");
         }
+        // In a state that counts attempts, each row's, and the last
+        // retry's reason where the state keeps it.
+        let retry_columns: String = (d.retry_columns(model, "__sg_t.", None).into_iter())
+            .map(|(col, expr)| format!(", {}", col.of(&expr)))
+            .collect();
         format!(
-            "SELECT {select_keys}, {} FROM {table} AS __sg_t WHERE {filter} ORDER BY {} LIMIT {}",
+            "SELECT {select_keys}, {}{retry_columns} FROM {table} AS __sg_t WHERE {filter} ORDER BY \
+             {} LIMIT {}",
             Col::Age.of(&age),
             keys.join(", "),
             Slot::Limit.mark(),

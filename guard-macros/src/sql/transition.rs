@@ -353,38 +353,12 @@ impl Dialect {
             (Col::Occurrence, self.version_read(model.version.as_deref())),
             (Col::Meets, self.int64(&format!("({mask})"))),
         ];
-        // In a state that counts attempts: how many, and how long until
-        // the next is due.
-        let retrying: Vec<(&crate::model::State, &crate::model::Retry)> = model
-            .states
-            .iter()
-            .filter_map(|s| Some((s, s.in_flight.as_ref()?.retry.as_ref()?)))
-            .collect();
-        if !retrying.is_empty() {
-            let column = self.quote(&model.column);
-            let case = |value: &dyn Fn(&crate::model::Retry) -> String| {
-                let arms: Vec<String> = (retrying.iter())
-                    .map(|(state, retry)| {
-                        let test = self.status_is(&column, &format!("= '{}'", state.db));
-                        format!("WHEN {test} THEN {}", value(retry))
-                    })
-                    .collect();
-                format!("CASE {} END", arms.join(" "))
-            };
-            let attempts = case(&|retry| self.int64(&self.quote(&retry.attempts)));
-            let next =
-                case(&|retry| format!("0 - {}", self.ms_since(&self.quote(&retry.next_attempt))));
-            columns.push((Col::Attempt, attempts));
-            columns.push((Col::NextIn, self.int64(&next)));
-            // And the reason the last retry gave, where a state keeps it.
-            if retrying.iter().any(|(_, retry)| retry.last_error.is_some()) {
-                let reason = case(&|retry| match &retry.last_error {
-                    Some(column) => self.status_read(column),
-                    None => self.status_text("NULL"),
-                });
-                columns.push((Col::Reason, reason));
-            }
-        }
+        // In a state that counts attempts: how many, how long until the
+        // next is due, and the last retry's reason where it is kept.
+        let next_in = |retry: &crate::model::Retry| {
+            format!("0 - {}", self.ms_since(&self.quote(&retry.next_attempt)))
+        };
+        columns.extend(self.retry_columns(model, "", Some(&next_in)));
         self.one_row(
             columns,
             &format!(
@@ -393,6 +367,52 @@ impl Dialect {
                 self.key_match(&model.key),
             ),
         )
+    }
+
+    /// Of a machine with states that count attempts (`retry(…)`), each
+    /// row's attempts ([`Col::Attempt`]), `next_in`'s value where given
+    /// ([`Col::NextIn`]) and, where a state keeps it, the last retry's
+    /// reason ([`Col::Reason`]): each a `CASE` on the row's status, NULL
+    /// in a state that does not count them. The row's columns are those
+    /// of `alias` (`"__sg_t."`, or `""`). Nothing for another machine.
+    pub(super) fn retry_columns(
+        self,
+        model: &Model,
+        alias: &str,
+        next_in: Option<&dyn Fn(&crate::model::Retry) -> String>,
+    ) -> Vec<(Col, String)> {
+        let retrying: Vec<(&crate::model::State, &crate::model::Retry)> = model
+            .states
+            .iter()
+            .filter_map(|s| Some((s, s.in_flight.as_ref()?.retry.as_ref()?)))
+            .collect();
+        if retrying.is_empty() {
+            return Vec::new();
+        }
+        let column = format!("{alias}{}", self.quote(&model.column));
+        let case = |value: &dyn Fn(&crate::model::Retry) -> String| {
+            let arms: Vec<String> = (retrying.iter())
+                .map(|(state, retry)| {
+                    let test = self.status_is(&column, &format!("= '{}'", state.db));
+                    format!("WHEN {test} THEN {}", value(retry))
+                })
+                .collect();
+            format!("CASE {} END", arms.join(" "))
+        };
+        let attempts =
+            case(&|retry| self.int64(&format!("{alias}{}", self.quote(&retry.attempts))));
+        let mut columns = vec![(Col::Attempt, attempts)];
+        if let Some(next_in) = next_in {
+            columns.push((Col::NextIn, self.int64(&case(next_in))));
+        }
+        if retrying.iter().any(|(_, retry)| retry.last_error.is_some()) {
+            let reason = case(&|retry| match &retry.last_error {
+                Some(kept) => self.status_text(&format!("{alias}{}", self.quote(kept))),
+                None => self.status_text("NULL"),
+            });
+            columns.push((Col::Reason, reason));
+        }
+        columns
     }
 
     /// The losing read of a guarded transition: the status, the version

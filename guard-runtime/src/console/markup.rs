@@ -102,9 +102,10 @@ pub(super) fn state_page<DB: Backend>(
 ) -> Response {
     let name = machine.name();
     let next = match (shown.more, shown.rows.last()) {
-        (true, Some((key, _))) => Some(base.state_after(name, shown.db, key)),
+        (true, Some(last)) => Some(base.state_after(name, shown.db, &last.key)),
         _ => None,
     };
+    let (retrying, keeps_error) = shown.retrying;
     let body = html! {
         p { a href=(base.home()) { "Overview" } " › " (name) " › " (shown.variant) }
         p.table { "Rows stored as " code { (shown.db) } ", in key order" @if later { ", after the page before" } "." }
@@ -112,12 +113,22 @@ pub(super) fn state_page<DB: Backend>(
             p.empty { "No rows." }
         } @else {
             table.rows {
-                thead { tr { th { "key" } th.rows { "in this state for" } } }
+                thead {
+                    tr {
+                        th { "key" } th.rows { "in this state for" }
+                        @if retrying { th.rows { "attempts" } }
+                        @if keeps_error { th { "last error" } }
+                    }
+                }
                 tbody {
-                    @for (key, age) in &shown.rows {
-                        tr data-key=(key) {
-                            td { a href=(base.row(name, key)) { code { (key) } } }
-                            td.rows { (age_text(*age)) }
+                    @for row in &shown.rows {
+                        tr data-key=(row.key) {
+                            td { a href=(base.row(name, &row.key)) { code { (row.key) } } }
+                            td.rows { (age_text(row.age)) }
+                            @if retrying { td.rows.attempts { (row.attempts.unwrap_or_default()) } }
+                            @if keeps_error {
+                                td.last-error { (row.last_error.as_deref().unwrap_or("")) }
+                            }
                         }
                     }
                 }

@@ -84,9 +84,19 @@ pub(super) struct Count {
 pub(super) struct StatePage {
     pub(super) variant: &'static str,
     pub(super) db: &'static str,
-    /// Each row's key text and age.
-    pub(super) rows: Vec<(String, Option<Duration>)>,
+    pub(super) rows: Vec<StateRow>,
     pub(super) more: bool,
+    /// Whether the state counts attempts, and whether it keeps the last
+    /// retry's reason: which columns the page has.
+    pub(super) retrying: (bool, bool),
+}
+
+/// One row of a state's page.
+pub(super) struct StateRow {
+    pub(super) key: String,
+    pub(super) age: Option<Duration>,
+    pub(super) attempts: Option<i64>,
+    pub(super) last_error: Option<String>,
 }
 
 /// One row, as its page shows it.
@@ -301,15 +311,27 @@ impl<DB: Backend, S: StateMachine, K: ConsoleKey<S, DB>> Shown<DB> for Listed<S,
                 .rows(pool, state, after)
                 .within(PAGE_DEADLINE)
                 .await?;
+            let retry = (S::MACHINE.state(state))
+                .and_then(|s| s.in_flight())
+                .and_then(|f| f.retry());
             Ok(StatePage {
                 variant: variant(state),
                 db: state.as_str(),
                 rows: page
                     .rows
                     .into_iter()
-                    .map(|row| (row.key.key_text(), row.age))
+                    .map(|row| StateRow {
+                        key: row.key.key_text(),
+                        age: row.age,
+                        attempts: row.attempts,
+                        last_error: row.last_error,
+                    })
                     .collect(),
                 more: page.more,
+                retrying: (
+                    retry.is_some(),
+                    retry.is_some_and(|r| r.last_error_column().is_some()),
+                ),
             })
         })
     }

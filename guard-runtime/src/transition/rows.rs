@@ -41,6 +41,12 @@ pub struct InState<K> {
     /// into it; `None` where the machine keeps neither, or the row has no
     /// stamp.
     pub age: Option<Duration>,
+    /// In an in-flight state that counts attempts (`retry(…)`), how many
+    /// times the row's effect was started there; `None` elsewhere.
+    pub attempts: Option<i64>,
+    /// In such a state that keeps it (`last_error = "…"`), the reason the
+    /// row's last retry gave; `None` where it gave none, or elsewhere.
+    pub last_error: Option<String>,
 }
 
 impl<S: StateMachine> Machine<S> {
@@ -127,10 +133,20 @@ impl<S: StateMachine> Machine<S> {
                 let row = Read::<E::Database>::new(read, row);
                 let key = row.key::<K, S::KeyShape>().map_err(error)?;
                 let age = row.int_opt(Column::Age).map_err(error)?;
+                let attempts = match row.has(Column::Attempt) {
+                    true => row.int_opt(Column::Attempt).map_err(error)?,
+                    false => None,
+                };
+                let last_error = match row.has(Column::Reason) {
+                    true => row.text(Column::Reason).map_err(error)?,
+                    false => None,
+                };
                 Ok(InState {
                     key,
                     // A stamp ahead of the database's clock reads as new.
                     age: age.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
+                    attempts,
+                    last_error,
                 })
             })
             .collect::<Result<_, Error>>()?;
