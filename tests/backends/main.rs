@@ -29,6 +29,7 @@ mod faults_history;
 mod faults_stores;
 mod finish_many;
 mod front_deadlines;
+mod galera;
 mod guards;
 mod history;
 mod http_effect;

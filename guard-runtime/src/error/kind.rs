@@ -234,13 +234,21 @@ mod tests;
 /// retry the whole transaction, and whether the change may have been
 /// applied.
 impl Error {
-    /// True when the caller must roll back and retry its whole transaction.
+    /// True when the caller must roll back and retry its whole transaction:
+    /// it was rolled back, or its `COMMIT` was refused for a deadlock or a
+    /// serialization failure (on a Galera cluster, a certification
+    /// failure).
     pub fn is_retry_transaction(&self) -> bool {
         match self {
             Error::RetryTransaction { .. } | Error::RolledBack { .. } => true,
             // A statement not sent in a transaction that can no longer
             // commit (`apply` says `RolledBack` itself).
             Error::Database { source, .. } | Error::Store { source, .. } => refused(source),
+            // A `COMMIT` the database refused for a deadlock or a
+            // serialization failure rolled the transaction back: a
+            // multi-primary cluster (Galera) certifies a transaction only
+            // there, and answers 1213 for one that lost to another node's.
+            Error::Commit { source } => retryable(source),
             _ => false,
         }
     }
@@ -250,7 +258,9 @@ impl Error {
     /// begin, for a deadlock or a busy database.
     pub(crate) fn retries_whole<DB: crate::Backend>(&self) -> bool {
         match self {
-            Error::Begin { source } | Error::Database { source, .. } => DB::is_retryable(source),
+            Error::Begin { source } | Error::Database { source, .. } | Error::Commit { source } => {
+                DB::is_retryable(source)
+            }
             other => other.is_retry_transaction(),
         }
     }

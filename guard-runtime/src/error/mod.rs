@@ -175,7 +175,12 @@ pub enum Error {
     /// The caller's transaction failed to commit, so the wins in it cannot
     /// run their effects. If the connection was lost during `COMMIT`, the
     /// transaction may have committed all the same; an in-flight state's
-    /// lease and [`recover`](crate::recover) cover that case.
+    /// lease and [`recover`](crate::recover) cover that case. A `COMMIT`
+    /// refused for a deadlock or a serialization failure rolled back
+    /// ([`is_retry_transaction`](Error::is_retry_transaction)): so does a
+    /// MariaDB Galera cluster's certification failure (1213), which a
+    /// multi-primary cluster reports only at `COMMIT`. The library's own
+    /// transactions (claims, batches, sweeps) run again after one.
     #[error("the transaction did not commit, so its wins may not run their effects: {source}")]
     Commit {
         /// The database's error.

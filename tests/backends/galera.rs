@@ -1,0 +1,316 @@
+//! A multi-primary MariaDB Galera cluster of three nodes, every one taking
+//! writes: the races run with their attempts spread over the nodes, one
+//! pool per node. There a compare-and-set wins on each node that runs it,
+//! and the losers learn at `COMMIT`, which the cluster refuses with 1213
+//! (a certification failure); `FOR UPDATE SKIP LOCKED` sees only its own
+//! node's locks. Exactly one attempt per row must still win, and no
+//! certification failure of a transaction the library runs itself may
+//! reach the caller.
+//!
+//! `tools/galera/cluster.sh start DIR` starts the cluster (`.ci/run` does,
+//! and sets `STATEGUARD_GALERA=1`); without that variable these tests
+//! skip.
+
+use crate::common;
+
+use std::collections::HashMap;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
+use sqlx::{Connection, MySqlConnection};
+use stateguard::{Outcome, StateMachine};
+use tokio::sync::Barrier;
+
+/// The nodes' SQL ports, as `tools/galera/cluster.sh` starts them.
+const NODES: [u16; 3] = [3407, 3408, 3409];
+
+/// A transfer that moves once, with a version and a history, so that
+/// every win writes two tables in one transaction.
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(
+    table = "galera_transfers",
+    column = "status",
+    key = "id",
+    key_type = "i64",
+    version = "version",
+    history = "galera_transfer_history"
+)]
+enum Transfer {
+    #[state(initial)]
+    #[transition(send -> Sent)]
+    Pending,
+    Sent,
+}
+
+const TABLES: [&str; 2] = [
+    "CREATE TABLE galera_transfers (
+        id BIGINT PRIMARY KEY,
+        status VARCHAR(16) NOT NULL DEFAULT 'pending',
+        version BIGINT NOT NULL DEFAULT 0
+    )",
+    "CREATE TABLE galera_transfer_history (
+        history_id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+        id BIGINT NOT NULL,
+        transition VARCHAR(255) NOT NULL,
+        from_state VARCHAR(255) NOT NULL,
+        to_state VARCHAR(255) NOT NULL,
+        occurrence BIGINT NOT NULL,
+        moved_at DATETIME(3) NOT NULL,
+        actor VARCHAR(255) NULL,
+        reason TEXT NULL,
+        details JSON NULL,
+        INDEX galera_transfer_history_key (id)
+    )",
+];
+
+/// The cluster, one pool per node, on database `sg_galera_<test>` made
+/// anew with `Transfer`'s tables and `rows` pending rows; `None` (a
+/// printed skip) without `STATEGUARD_GALERA=1`.
+macro_rules! on_cluster {
+    ($test:ident, $rows:expr) => {
+        crate::galera::open(
+            stringify!($test),
+            concat!(
+                "DROP DATABASE IF EXISTS sg_galera_",
+                stringify!($test),
+                "; CREATE DATABASE sg_galera_",
+                stringify!($test)
+            ),
+            $rows,
+        )
+    };
+}
+
+/// One test on the cluster at a time, so that the conflicts each reports
+/// are its own.
+static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// See [`on_cluster!`].
+async fn open(test: &str, fresh: &'static str, rows: i64) -> Option<Vec<MySqlPool>> {
+    if std::env::var("STATEGUARD_GALERA").as_deref() != Ok("1") {
+        common::say(&format!(
+            "skipped `{test}`: STATEGUARD_GALERA is not 1 (tools/galera/cluster.sh starts the \
+             cluster)"
+        ));
+        return None;
+    }
+    let url = |port: u16| format!("mysql://root@127.0.0.1:{port}/test");
+    let mut admin = MySqlConnection::connect(&url(NODES[0]))
+        .await
+        .expect("Galera node 1");
+    sqlx::raw_sql(fresh)
+        .execute(&mut admin)
+        .await
+        .expect("database");
+    admin.close().await.expect("close");
+    let mut pools = Vec::new();
+    for port in NODES {
+        let options = MySqlConnectOptions::from_str(&url(port))
+            .expect("URL")
+            .database(&format!("sg_galera_{test}"));
+        let pool = MySqlPoolOptions::new()
+            .max_connections(8)
+            .acquire_timeout(Duration::from_secs(60))
+            .connect_with(options)
+            .await
+            .expect("Galera pool");
+        pools.push(pool);
+    }
+    let first = &pools[0];
+    for table in TABLES {
+        sqlx::query(table).execute(first).await.expect("table");
+    }
+    for statement in stateguard::ddl::generate::<Transfer>(stateguard::ddl::Dialect::MySql).up() {
+        sqlx::query(statement)
+            .execute(first)
+            .await
+            .expect("enforcement");
+    }
+    sqlx::query(
+        "INSERT INTO galera_transfers (id)
+         WITH RECURSIVE n (id) AS (SELECT 1 UNION ALL SELECT id + 1 FROM n WHERE id < ?)
+         SELECT id FROM n",
+    )
+    .bind(rows)
+    .execute(first)
+    .await
+    .expect("rows");
+    Some(pools)
+}
+
+/// The certification failures and brute-force aborts the nodes have
+/// counted so far, all nodes together.
+async fn conflicts(pools: &[MySqlPool]) -> (i64, i64) {
+    let mut total = (0, 0);
+    for pool in pools {
+        let rows: Vec<(String, String)> = sqlx::query_as(
+            "SELECT VARIABLE_NAME, VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS
+             WHERE VARIABLE_NAME IN ('WSREP_LOCAL_CERT_FAILURES', 'WSREP_LOCAL_BF_ABORTS')",
+        )
+        .fetch_all(pool)
+        .await
+        .expect("wsrep status");
+        for (name, value) in rows {
+            let value: i64 = value.parse().unwrap_or_default();
+            match name.as_str() {
+                "WSREP_LOCAL_CERT_FAILURES" => total.0 += value,
+                _ => total.1 += value,
+            }
+        }
+    }
+    total
+}
+
+/// What node 1 holds once it has applied every write the cluster
+/// certified (`wsrep_sync_wait`): each row's status and version, and its
+/// history rows.
+async fn settled(pools: &[MySqlPool]) -> (HashMap<i64, (String, i64)>, HashMap<i64, i64>) {
+    let mut conn = pools[0].acquire().await.expect("connection");
+    sqlx::query("SET SESSION wsrep_sync_wait = 1")
+        .execute(&mut *conn)
+        .await
+        .expect("sync wait");
+    let rows: Vec<(i64, String, i64)> =
+        sqlx::query_as("SELECT id, status, version FROM galera_transfers")
+            .fetch_all(&mut *conn)
+            .await
+            .expect("rows");
+    let history: Vec<(i64, i64)> = sqlx::query_as(
+        "SELECT id, CAST(COUNT(*) AS SIGNED) FROM galera_transfer_history GROUP BY id",
+    )
+    .fetch_all(&mut *conn)
+    .await
+    .expect("history");
+    let rows = rows.into_iter().map(|(id, s, v)| (id, (s, v))).collect();
+    (rows, history.into_iter().collect())
+}
+
+const ROWS: i64 = 100;
+const ATTEMPTS_PER_ROW: usize = 32;
+
+/// 32 attempts of `send` on each of 100 rows, spread over the three nodes
+/// and released at once: one `Applied` per row, the rest
+/// `AlreadyInState`, no error; each row moved once, with one history row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn galera_apply_race() {
+    let _turn = TURN.lock().await;
+    let Some(pools) = on_cluster!(galera_apply_race, ROWS).await else {
+        return;
+    };
+    let before = conflicts(&pools).await;
+    let attempts = ROWS as usize * ATTEMPTS_PER_ROW;
+    let barrier = Arc::new(Barrier::new(attempts));
+    let mut tasks = Vec::with_capacity(attempts);
+    for id in 1..=ROWS {
+        for attempt in 0..ATTEMPTS_PER_ROW {
+            let pool = pools[attempt % NODES.len()].clone();
+            let barrier = barrier.clone();
+            tasks.push(tokio::spawn(async move {
+                barrier.wait().await;
+                (id, Transfer::send().apply(&pool, id).await)
+            }));
+        }
+    }
+    let mut applied = vec![0_usize; ROWS as usize + 1];
+    let mut already = 0;
+    for task in tasks {
+        let (id, outcome) = task.await.expect("attempt");
+        match outcome {
+            Ok(Outcome::Applied(won)) => {
+                assert_eq!(won.occurrence(), 1, "row {id}");
+                applied[id as usize] += 1;
+            }
+            Ok(Outcome::AlreadyInState(current)) => {
+                assert_eq!(current, Transfer::Sent, "row {id}");
+                already += 1;
+            }
+            other => panic!("row {id}: {other:?}"),
+        }
+    }
+    assert!(applied[1..].iter().all(|&n| n == 1), "{applied:?}");
+    assert_eq!(already, attempts - ROWS as usize);
+    let (rows, history) = settled(&pools).await;
+    for id in 1..=ROWS {
+        assert_eq!(rows[&id], ("sent".to_owned(), 1), "row {id}");
+        assert_eq!(history.get(&id), Some(&1), "row {id}'s history");
+    }
+    let after = conflicts(&pools).await;
+    common::say(&format!(
+        "galera apply race: {ROWS} wins of {attempts} attempts over 3 nodes; the cluster \
+         counted {} certification failures and {} brute-force aborts, none reached the caller",
+        after.0 - before.0,
+        after.1 - before.1
+    ));
+}
+
+const CLAIM_ROWS: i64 = 300;
+const CLAIMERS_PER_NODE: usize = 3;
+
+/// Nine claimers, three on each node, claim 300 rows ten at a time until
+/// every row is claimed. Each node's `SKIP LOCKED` sees only its own
+/// locks, so two nodes may pick the same row; certification lets one of
+/// them commit and the claim retries the other. Every row is claimed by
+/// exactly one claimer, and no claim returns an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn galera_claims_spread_over_nodes() {
+    let _turn = TURN.lock().await;
+    let Some(pools) = on_cluster!(galera_claims_spread_over_nodes, CLAIM_ROWS).await else {
+        return;
+    };
+    let before = conflicts(&pools).await;
+    let mut tasks = Vec::new();
+    for (node, pool) in pools.iter().enumerate() {
+        for _ in 0..CLAIMERS_PER_NODE {
+            let pool = pool.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut mine = Vec::new();
+                let mut calls = 0;
+                let mut empty = 0;
+                // A claimer stops after a few empty claims in a row: the
+                // rows are gone, or held by claimers that will commit.
+                while empty < 5 {
+                    calls += 1;
+                    let wins = Transfer::send()
+                        .claim(&pool, 10)
+                        .await
+                        .unwrap_or_else(|e| panic!("claim on node {}: {e}", node + 1));
+                    if wins.is_empty() {
+                        empty += 1;
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    } else {
+                        empty = 0;
+                    }
+                    mine.extend(wins.iter().map(|won| *won.key()));
+                }
+                (mine, calls)
+            }));
+        }
+    }
+    let mut claimed: HashMap<i64, usize> = HashMap::new();
+    let mut calls = 0;
+    for task in tasks {
+        let (mine, made) = task.await.expect("claimer");
+        calls += made;
+        for id in mine {
+            *claimed.entry(id).or_default() += 1;
+        }
+    }
+    let twice: Vec<_> = claimed.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "rows claimed twice: {twice:?}");
+    assert_eq!(claimed.len(), CLAIM_ROWS as usize, "every row claimed");
+    let (rows, history) = settled(&pools).await;
+    for id in 1..=CLAIM_ROWS {
+        assert_eq!(rows[&id], ("sent".to_owned(), 1), "row {id}");
+        assert_eq!(history.get(&id), Some(&1), "row {id}'s history");
+    }
+    let after = conflicts(&pools).await;
+    common::say(&format!(
+        "galera claims: {CLAIM_ROWS} rows in {calls} claim calls by 9 claimers over 3 nodes; \
+         the cluster counted {} certification failures and {} brute-force aborts, none reached \
+         the caller",
+        after.0 - before.0,
+        after.1 - before.1
+    ));
+}
