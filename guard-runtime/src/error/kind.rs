@@ -243,7 +243,13 @@ impl Error {
             Error::RetryTransaction { .. } | Error::RolledBack { .. } => true,
             // A statement not sent in a transaction that can no longer
             // commit (`apply` says `RolledBack` itself).
-            Error::Database { source, .. } | Error::Store { source, .. } => refused(source),
+            Error::Database { source, .. } => refused(source),
+            // A store's statement in the caller's transaction that hit a
+            // deadlock or a serialization failure ended that transaction
+            // (a Galera node aborts a local transaction that conflicts
+            // with a replicated one); in autocommit, the call is the
+            // whole transaction.
+            Error::Store { source, .. } => refused(source) || retryable(source),
             // A `COMMIT` the database refused for a deadlock or a
             // serialization failure rolled the transaction back: a
             // multi-primary cluster (Galera) certifies a transaction only

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::deadline::call::Sent;
+use crate::deadline::retry::{MAX_ATTEMPTS, backoff};
 use crate::dialect::Backend;
 use crate::dialect::connection::read_back_failed;
 use crate::error::Error;
@@ -176,22 +177,36 @@ where
 {
     let db_error = |source| store_error(sql, "begin", source);
     let claim = DB::choose(&sql.claim);
-    let fields = Fields {
-        millis: Some(lease_ms),
-        ..keyed(request)
+    // In autocommit the statement is its own transaction: one the
+    // database rolled back for a deadlock, or a Galera cluster refused
+    // for a conflict with another node's, runs again.
+    let mut attempts = 0;
+    let row = loop {
+        attempts += 1;
+        let fields = Fields {
+            millis: Some(lease_ms),
+            ..keyed(request)
+        };
+        let args = store_arguments::<DB>(claim, fields).map_err(db_error)?;
+        sent.write();
+        let ran = match DB::RETURNING {
+            false => Proven::changed(executor, claim, args).await.map(Err),
+            true => Proven::row(executor, claim, args).await.map(Ok),
+        };
+        match ran {
+            Err(error) if DB::is_retryable(&error) && attempts < MAX_ATTEMPTS => {
+                tokio::time::sleep(backoff(attempts)).await;
+            }
+            Err(error) => return Err(db_error(error)),
+            Ok(Err(changed)) => {
+                return Ok(match changed {
+                    1 => KeyClaimed::New,
+                    _ => KeyClaimed::Taken,
+                });
+            }
+            Ok(Ok(row)) => break row,
+        }
     };
-    let args = store_arguments::<DB>(claim, fields).map_err(db_error)?;
-    sent.write();
-    if !DB::RETURNING {
-        let done = Proven::changed(executor, claim, args)
-            .await
-            .map_err(db_error)?;
-        return Ok(match done {
-            1 => KeyClaimed::New,
-            _ => KeyClaimed::Taken,
-        });
-    }
-    let row = Proven::row(executor, claim, args).await.map_err(db_error)?;
     let flag = claim.after_tag();
     Ok(match row {
         Some(row) if DB::int(&row, flag).map_err(db_error)? == 1 => KeyClaimed::New,
