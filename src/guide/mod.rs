@@ -30,6 +30,8 @@
 //! - [Seeing the machines](seeing): the state diagram in each machine's
 //!   rustdoc, the count of rows in each state, and the same drawing at
 //!   run time.
+//! - [Beyond one server](beyond): replicas and failover, poolers, a
+//!   multi-primary Galera cluster, and the distributed engines.
 //!
 //! The crate documentation has the attributes and the backends; the pooler guide is [`pooler`](crate::pooler).
 
@@ -74,3 +76,6 @@ pub mod tracing {}
 
 #[doc = include_str!("seeing.md")]
 pub mod seeing {}
+
+#[doc = include_str!("beyond.md")]
+pub mod beyond {}
