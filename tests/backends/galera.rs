@@ -14,6 +14,7 @@
 use crate::common;
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -200,6 +201,39 @@ async fn conflicts(pools: &[MySqlPool]) -> (i64, i64) {
     total
 }
 
+/// Runs `each` `per` times for every one of `items` items, the k-th time
+/// on node k mod 3, all released at once: each run's item, node (from 0)
+/// and answer.
+async fn spread<T, F, Fut>(
+    pools: &[MySqlPool],
+    items: usize,
+    per: usize,
+    each: F,
+) -> Vec<(usize, usize, T)>
+where
+    F: Fn(MySqlPool, usize) -> Fut,
+    Fut: Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    let barrier = Arc::new(Barrier::new(items * per));
+    let mut tasks = Vec::with_capacity(items * per);
+    for item in 0..items {
+        for attempt in 0..per {
+            let node = attempt % NODES.len();
+            let (run, barrier) = (each(pools[node].clone(), item), barrier.clone());
+            tasks.push(tokio::spawn(async move {
+                barrier.wait().await;
+                (item, node, run.await)
+            }));
+        }
+    }
+    let mut ran = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        ran.push(task.await.expect("a run"));
+    }
+    ran
+}
+
 /// What node 1 holds once it has applied every write the cluster
 /// certified (`wsrep_sync_wait`): each row's status and version, and its
 /// history rows.
@@ -238,27 +272,20 @@ async fn galera_apply_race() {
     };
     let before = conflicts(&pools).await;
     let attempts = ROWS as usize * ATTEMPTS_PER_ROW;
-    let barrier = Arc::new(Barrier::new(attempts));
-    let mut tasks = Vec::with_capacity(attempts);
-    for id in 1..=ROWS {
-        for attempt in 0..ATTEMPTS_PER_ROW {
-            let pool = pools[attempt % NODES.len()].clone();
-            let barrier = barrier.clone();
-            tasks.push(tokio::spawn(async move {
-                barrier.wait().await;
-                (
-                    id,
-                    attempt % NODES.len(),
-                    Transfer::send().apply(&pool, id).await,
-                )
-            }));
-        }
-    }
+    let ran = spread(
+        &pools,
+        ROWS as usize,
+        ATTEMPTS_PER_ROW,
+        |pool, row| async move {
+            let id = row as i64 + 1;
+            (id, Transfer::send().apply(&pool, id).await)
+        },
+    )
+    .await;
     let mut applied = vec![0_usize; ROWS as usize + 1];
     let mut winners = vec![Vec::new(); ROWS as usize + 1];
     let mut already = 0;
-    for task in tasks {
-        let (id, node, outcome) = task.await.expect("attempt");
+    for (_, node, (id, outcome)) in ran {
         match outcome {
             Ok(Outcome::Applied(won)) => {
                 assert_eq!(won.occurrence(), 1, "row {id}");
@@ -383,40 +410,29 @@ async fn galera_idempotency_keys() {
     }
     let before = conflicts(&pools).await;
     let tries = KEYS * TRIES_PER_KEY;
-    let barrier = Arc::new(Barrier::new(tries));
-    let mut tasks = Vec::with_capacity(tries);
-    for key in 0..KEYS {
-        for attempt in 0..TRIES_PER_KEY {
-            let pool = pools[attempt % NODES.len()].clone();
-            let barrier = barrier.clone();
-            tasks.push(tokio::spawn(async move {
-                let request =
-                    Request::new("galera:POST /payouts", format!("key-{key}"), "body").unwrap();
-                barrier.wait().await;
-                let begun = idempotency::begin_tx(&pool, &request, idempotency::DEFAULT_LEASE)
+    let ran = spread(&pools, KEYS, TRIES_PER_KEY, |pool, key| async move {
+        let request = Request::new("galera:POST /payouts", format!("key-{key}"), "body").unwrap();
+        let begun = idempotency::begin_tx(&pool, &request, idempotency::DEFAULT_LEASE)
+            .await
+            .unwrap_or_else(|e| panic!("key {key}: {e}"));
+        match begun {
+            Begun::New(Work { ticket, mut tx }) => {
+                ticket
+                    .complete(&mut tx, 201, b"done".to_vec())
                     .await
                     .unwrap_or_else(|e| panic!("key {key}: {e}"));
-                let new = match begun {
-                    Begun::New(Work { ticket, mut tx }) => {
-                        ticket
-                            .complete(&mut tx, 201, b"done".to_vec())
-                            .await
-                            .unwrap_or_else(|e| panic!("key {key}: {e}"));
-                        tx.commit(())
-                            .await
-                            .unwrap_or_else(|e| panic!("key {key}: {e}"));
-                        true
-                    }
-                    Begun::Replay(_) | Begun::InProgress => false,
-                    Begun::Mismatch => panic!("key {key}: mismatch"),
-                };
-                (key, new)
-            }));
+                tx.commit(())
+                    .await
+                    .unwrap_or_else(|e| panic!("key {key}: {e}"));
+                true
+            }
+            Begun::Replay(_) | Begun::InProgress => false,
+            Begun::Mismatch => panic!("key {key}: mismatch"),
         }
-    }
+    })
+    .await;
     let mut new = vec![0_usize; KEYS];
-    for task in tasks {
-        let (key, was_new) = task.await.expect("request");
+    for (key, _, was_new) in ran {
         new[key] += usize::from(was_new);
     }
     assert!(new.iter().all(|&n| n == 1), "{new:?}");
@@ -449,39 +465,30 @@ async fn galera_inbox() {
             .expect("inbox");
     }
     let tries = KEYS * TRIES_PER_KEY;
-    let barrier = Arc::new(Barrier::new(tries));
-    let mut tasks = Vec::with_capacity(tries);
-    for message in 0..KEYS {
-        for attempt in 0..TRIES_PER_KEY {
-            let pool = pools[attempt % NODES.len()].clone();
-            let barrier = barrier.clone();
-            tasks.push(tokio::spawn(async move {
-                let id = format!("evt_{message}");
-                barrier.wait().await;
-                let mut retried = 0;
-                loop {
-                    let mut tx = Tx::begin(&pool).await.expect("begin");
-                    let received = match inbox::receive(&mut tx, "galera", &id).await {
-                        Ok(received) => received,
-                        Err(e) if e.is_retry_transaction() => {
-                            retried += 1;
-                            continue;
-                        }
-                        Err(e) => panic!("{id}: {e}"),
-                    };
-                    match tx.commit(()).await {
-                        Ok(()) => return (message, received == Received::First, retried),
-                        Err(e) if e.is_retry_transaction() => retried += 1,
-                        Err(e) => panic!("{id}: {e}"),
-                    }
+    let ran = spread(&pools, KEYS, TRIES_PER_KEY, |pool, message| async move {
+        let id = format!("evt_{message}");
+        let mut retried = 0;
+        loop {
+            let mut tx = Tx::begin(&pool).await.expect("begin");
+            let received = match inbox::receive(&mut tx, "galera", &id).await {
+                Ok(received) => received,
+                Err(e) if e.is_retry_transaction() => {
+                    retried += 1;
+                    continue;
                 }
-            }));
+                Err(e) => panic!("{id}: {e}"),
+            };
+            match tx.commit(()).await {
+                Ok(()) => return (received == Received::First, retried),
+                Err(e) if e.is_retry_transaction() => retried += 1,
+                Err(e) => panic!("{id}: {e}"),
+            }
         }
-    }
+    })
+    .await;
     let mut first = vec![0_usize; KEYS];
     let mut retried = 0;
-    for task in tasks {
-        let (message, was_first, again) = task.await.expect("delivery");
+    for (message, _, (was_first, again)) in ran {
         first[message] += usize::from(was_first);
         retried += again;
     }

@@ -198,17 +198,10 @@ impl<S: StateMachine> Machine<S> {
                         Choice { transition, guard }
                     })
                     .collect();
-                let optional = |column| match row.has(column) {
-                    true => row.int_opt(column),
-                    false => Ok(None),
-                };
                 let error = |source| Error::database(self.table(), "available", source);
-                let attempts = optional(Column::Attempt).map_err(error)?;
-                let next_in = optional(Column::NextIn).map_err(error)?;
-                let last_error = match row.has(Column::Reason) {
-                    true => row.text(Column::Reason).map_err(error)?,
-                    false => None,
-                };
+                let attempts = row.int_if(Column::Attempt).map_err(error)?;
+                let next_in = row.int_if(Column::NextIn).map_err(error)?;
+                let last_error = row.text_if(Column::Reason).map_err(error)?;
                 Ok(Available {
                     current,
                     choices,

@@ -47,9 +47,22 @@ impl<'r, DB: Backend> Read<'r, DB> {
         DB::int_opt(self.row, self.at(column)?).map(Option::unwrap_or_default)
     }
 
-    /// Whether the statement returns `column`.
-    pub(crate) fn has(&self, column: Column) -> bool {
-        self.statement.column(column).is_some()
+    /// `column` as an integer, or NULL; `None` too where the statement
+    /// does not return it (a machine without what it holds).
+    pub(crate) fn int_if(&self, column: Column) -> Result<Option<i64>, sqlx::Error> {
+        match self.statement.column(column) {
+            Some(at) => DB::int_opt(self.row, at),
+            None => Ok(None),
+        }
+    }
+
+    /// `column` as text, or NULL; `None` too where the statement does not
+    /// return it.
+    pub(crate) fn text_if(&self, column: Column) -> Result<Option<String>, sqlx::Error> {
+        match self.statement.column(column) {
+            Some(at) => DB::text_opt(self.row, at),
+            None => Ok(None),
+        }
     }
 
     /// `column` as an integer, or NULL.

@@ -133,14 +133,8 @@ impl<S: StateMachine> Machine<S> {
                 let row = Read::<E::Database>::new(read, row);
                 let key = row.key::<K, S::KeyShape>().map_err(error)?;
                 let age = row.int_opt(Column::Age).map_err(error)?;
-                let attempts = match row.has(Column::Attempt) {
-                    true => row.int_opt(Column::Attempt).map_err(error)?,
-                    false => None,
-                };
-                let last_error = match row.has(Column::Reason) {
-                    true => row.text(Column::Reason).map_err(error)?,
-                    false => None,
-                };
+                let attempts = row.int_if(Column::Attempt).map_err(error)?;
+                let last_error = row.text_if(Column::Reason).map_err(error)?;
                 Ok(InState {
                     key,
                     // A stamp ahead of the database's clock reads as new.
