@@ -20,6 +20,12 @@
 //! schema `stateguard_tag`. `cargo bench --bench tag`; the matrix
 //! (`cargo bench --bench matrix`) has the same comparison among its rows,
 //! at 20 rounds.
+//!
+//! `STATEGUARD_TAG_COUNT=<way>:<calls>` runs one way alone for that many
+//! calls, with the WAL flushed, and no table of rates: the mode to run
+//! under `valgrind --tool=callgrind`, which counts the client's
+//! instructions, not the server's. Two counts of one way at different
+//! numbers of calls give its instructions per call, set-up cancelled.
 
 use std::time::{Duration, Instant};
 
@@ -107,6 +113,21 @@ async fn main() {
         let at = tagged.find("'stateguard ").unwrap() + 1;
         let tag = &tagged[at..at + "stateguard 0123456789abcdef".len()];
         let untagged = batches::untagged(tagged);
+        if let Ok(count) = std::env::var("STATEGUARD_TAG_COUNT") {
+            let (way, calls) = count
+                .split_once(':')
+                .expect("STATEGUARD_TAG_COUNT=<way>:<calls>");
+            let (way, calls): (usize, i64) = (way.parse().unwrap(), calls.parse().unwrap());
+            assert!(
+                way < WAYS.len() && calls <= rows,
+                "no such way, or too many calls"
+            );
+            for id in 1..=calls {
+                run_way(way, id, &pool, &untagged_pool, tagged, untagged, tag).await;
+            }
+            println!("{}: {calls} calls", WAYS[way].0);
+            return;
+        }
         let mut next = 1;
         for (setting, set) in [
             ("WAL flushed at each commit", "SET synchronous_commit = on"),
@@ -126,43 +147,7 @@ async fn main() {
                         next += CALLS;
                         let started = Instant::now();
                         for id in from..from + CALLS {
-                            match way {
-                                0 => {
-                                    let done = sqlx::query(untagged).bind(id).execute(&pool).await;
-                                    assert_eq!(done.unwrap().rows_affected(), 1);
-                                }
-                                1 => {
-                                    let rows = sqlx::query(tagged)
-                                        .bind(id)
-                                        .bind(tag)
-                                        .fetch_all(&pool)
-                                        .await;
-                                    let rows = rows.unwrap();
-                                    assert_eq!(rows.len(), 1);
-                                    assert_eq!(rows[0].try_get::<&str, _>(0).unwrap(), tag);
-                                }
-                                2 => {
-                                    let done =
-                                        sqlx::query(tagged).bind(id).bind(tag).execute(&pool).await;
-                                    assert_eq!(done.unwrap().rows_affected(), 1);
-                                }
-                                3 => {
-                                    let won = Plain::advance().apply(&pool, id).await.unwrap();
-                                    assert!(won.is_applied());
-                                }
-                                4 => {
-                                    let done = sqlx::query(untagged)
-                                        .bind(id)
-                                        .execute(&untagged_pool)
-                                        .await;
-                                    assert_eq!(done.unwrap().rows_affected(), 1);
-                                }
-                                _ => {
-                                    let won =
-                                        Plain::advance().apply(&untagged_pool, id).await.unwrap();
-                                    assert!(won.is_applied());
-                                }
-                            }
+                            run_way(way, id, &pool, &untagged_pool, tagged, untagged, tag).await;
                         }
                         rates[way].push(CALLS as f64 / started.elapsed().as_secs_f64());
                     }
@@ -188,4 +173,44 @@ async fn main() {
         }
     })
     .await;
+}
+
+/// One call of `way` on the row `id`, checked.
+async fn run_way(
+    way: usize,
+    id: i64,
+    pool: &sqlx::PgPool,
+    untagged_pool: &sqlx::PgPool,
+    tagged: &'static str,
+    untagged: &'static str,
+    tag: &str,
+) {
+    match way {
+        0 => {
+            let done = sqlx::query(untagged).bind(id).execute(pool).await;
+            assert_eq!(done.unwrap().rows_affected(), 1);
+        }
+        1 => {
+            let rows = sqlx::query(tagged).bind(id).bind(tag).fetch_all(pool).await;
+            let rows = rows.unwrap();
+            assert_eq!(rows.len(), 1);
+            assert_eq!(rows[0].try_get::<&str, _>(0).unwrap(), tag);
+        }
+        2 => {
+            let done = sqlx::query(tagged).bind(id).bind(tag).execute(pool).await;
+            assert_eq!(done.unwrap().rows_affected(), 1);
+        }
+        3 => {
+            let won = Plain::advance().apply(pool, id).await.unwrap();
+            assert!(won.is_applied());
+        }
+        4 => {
+            let done = sqlx::query(untagged).bind(id).execute(untagged_pool).await;
+            assert_eq!(done.unwrap().rows_affected(), 1);
+        }
+        _ => {
+            let won = Plain::advance().apply(untagged_pool, id).await.unwrap();
+            assert!(won.is_applied());
+        }
+    }
 }
