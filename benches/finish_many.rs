@@ -24,6 +24,12 @@
 //! `STATEGUARD_POSTGRES_URL`, MariaDB/MySQL with `STATEGUARD_MYSQL_URL`.
 //!
 //! Run with `cargo bench --bench finish_many`.
+//!
+//! `STATEGUARD_FM_COUNT=<ours|hand>:<rows>` runs one worker of one way
+//! alone over that many rows on PostgreSQL, and prints nothing else: the
+//! mode to run under `valgrind --tool=callgrind`, which counts the
+//! client's instructions. Two counts at different numbers of rows give
+//! the instructions per row, set-up cancelled.
 
 use std::time::{Duration, Instant};
 
@@ -688,6 +694,30 @@ fn print_measured(started: Instant) {
 #[tokio::main]
 async fn main() {
     let started = Instant::now();
+    if let Ok(count) = std::env::var("STATEGUARD_FM_COUNT") {
+        let (way, rows) = count
+            .split_once(':')
+            .expect("STATEGUARD_FM_COUNT=<ours|hand>:<rows>");
+        let rows: i64 = rows.parse().unwrap();
+        let way = way.to_owned();
+        support::on_postgres(POSTGRES, |p| async move {
+            let p = &p;
+            execute(p, <sqlx::Postgres as Bench>::CREATE, None).await;
+            let pending = <sqlx::Postgres as Bench>::PENDING;
+            let rate = match way.as_str() {
+                "ours" => {
+                    timed(p, pending, rows, async move {
+                        workers(p, 1, |wins| batched(p, wins, Duration::ZERO)).await
+                    })
+                    .await
+                }
+                _ => timed(p, pending, rows, hand_worker(p)).await,
+            };
+            println!("{way}: {rows} rows, {rate:.0} rows/s");
+        })
+        .await;
+        return;
+    }
     if std::env::args().any(|arg| arg == "workers") {
         support::on_postgres(POSTGRES, |pool| async move { by_workers(&pool).await }).await;
         print_measured(started);

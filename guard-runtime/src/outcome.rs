@@ -312,7 +312,7 @@ impl<S: fmt::Debug, K: fmt::Debug, C> fmt::Debug for Won<S, K, C> {
 /// The effect key of one win: [`effect_key_prefix`] and the occurrence.
 pub(crate) fn effect_key<S: StateMachine>(key: &str, state: S, occurrence: i64) -> String {
     let mut effect_key = effect_key_prefix::<S>(key, state);
-    effect_key.push_str(&occurrence.to_string());
+    effect_key.push_str(itoa::Buffer::new().format(occurrence));
     effect_key
 }
 
@@ -329,12 +329,12 @@ pub(crate) fn effect_key<S: StateMachine>(key: &str, state: S, occurrence: i64) 
 /// know (`guard-macros/src/sql/outbox.rs`), so the message id is the
 /// effect key on every path.
 pub(crate) fn effect_key_prefix<S: StateMachine>(key: &str, state: S) -> String {
-    let full = format!(
-        "{}.{}:{key}:{}:",
-        S::MACHINE.table(),
-        S::MACHINE.column(),
-        state.as_str()
-    );
+    let (table, column, state) = (S::MACHINE.table(), S::MACHINE.column(), state.as_str());
+    // One allocation, with room for the occurrence: a batch makes one key
+    // a row.
+    let parts = [table, ".", column, ":", key, ":", state, ":"];
+    let mut full = String::with_capacity(parts.iter().map(|part| part.len()).sum::<usize>() + 20);
+    parts.into_iter().for_each(|part| full.push_str(part));
     shorten(full)
 }
 
@@ -367,7 +367,7 @@ fn shorten(full: String) -> String {
     while !full.is_char_boundary(cut) {
         cut -= 1;
     }
-    let mut short = String::with_capacity(PREFIX_LIMIT);
+    let mut short = String::with_capacity(EFFECT_KEY_LIMIT);
     short.push_str(&full[..cut]);
     short.push('~');
     for byte in sha2::Sha256::digest(full.as_bytes()) {

@@ -116,6 +116,10 @@ pub(crate) mod sealed {
 
         fn text_opt(row: &Self::Row, index: usize) -> Result<Option<String>, sqlx::Error>;
 
+        /// Whether column `index` of `row` holds `expected`, read in
+        /// place: a statement's tag, checked on every row it returns.
+        fn text_is(row: &Self::Row, index: usize, expected: &str) -> bool;
+
         fn int(row: &Self::Row, index: usize) -> Result<i64, sqlx::Error>;
 
         fn int_opt(row: &Self::Row, index: usize) -> Result<Option<i64>, sqlx::Error>;
@@ -148,6 +152,14 @@ macro_rules! row_access {
     ($row:ty) => {
         fn text_opt(row: &$row, index: usize) -> Result<Option<String>, sqlx::Error> {
             sqlx::Row::try_get(row, index)
+        }
+
+        fn text_is(row: &$row, index: usize, expected: &str) -> bool {
+            // Unchecked: no column type is asked for. A column of another
+            // type whose bytes are not the text fails to decode, or
+            // differs, and is not `expected` either way.
+            let found = sqlx::Row::try_get_unchecked::<Option<&str>, _>(row, index);
+            matches!(found, Ok(Some(found)) if found == expected)
         }
 
         fn int(row: &$row, index: usize) -> Result<i64, sqlx::Error> {

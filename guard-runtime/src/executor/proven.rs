@@ -210,10 +210,11 @@ pub(crate) fn prove<DB: Driver>(
     tag: &'static str,
     row: &DB::Row,
 ) -> Result<(), sqlx::Error> {
-    match DB::text_opt(row, 0) {
-        Ok(Some(found)) if found == tag => Ok(()),
-        found => Err(StatementMixUp::new(text, tag, found.ok().flatten()).into()),
+    if DB::text_is(row, 0, tag) {
+        return Ok(());
     }
+    let found = DB::text_opt(row, 0).ok().flatten();
+    Err(StatementMixUp::new(text, tag, found).into())
 }
 
 /// [`prove`] for each of `rows`, the rows of `statement`.
