@@ -25,7 +25,7 @@ const RELAYED: i64 = 2_000;
 const BATCH: u32 = 100;
 /// The due messages waiting when a round starts.
 const BACKLOGS: [i64; 3] = [2_000, 20_000, 200_000];
-const ROUNDS: usize = 4;
+const ROUNDS: usize = 6;
 
 /// Relays with the library until `RELAYED` messages are relayed.
 async fn library<DB: stateguard::Backend>(relay: &Relay<JetStream>, pool: &sqlx::Pool<DB>) {
@@ -53,7 +53,9 @@ async fn seeded(pool: &sqlx::PgPool, prefix: String, n: i64) {
 }
 
 /// Only one way, many rounds at a backlog of 20,000, for a profiler:
-/// `STATEGUARD_BACKLOG_ONLY=library` (or `ordered`).
+/// `STATEGUARD_BACKLOG_ONLY=library` (or `ordered`), 20 rounds or
+/// `STATEGUARD_BACKLOG_ROUNDS`; under callgrind, two counts at different
+/// rounds give the client's instructions per message.
 async fn only(way: &str, context: &jetstream::Context) {
     support::on_postgres(PLACE, |pool| async move {
         for statement in stateguard::outbox::ddl(stateguard::ddl::Dialect::Postgres) {
@@ -61,7 +63,9 @@ async fn only(way: &str, context: &jetstream::Context) {
         }
         let relay = Relay::new(JetStream::new(context.clone())).batch(BATCH);
         let mut spent = std::time::Duration::ZERO;
-        for round in 0..20 {
+        let rounds: u32 =
+            std::env::var("STATEGUARD_BACKLOG_ROUNDS").map_or(20, |n| n.parse().unwrap());
+        for round in 0..rounds {
             seeded(&pool, format!("o{round}-"), 20_000).await;
             let started = Instant::now();
             match way {
@@ -74,7 +78,7 @@ async fn only(way: &str, context: &jetstream::Context) {
         }
         println!(
             "{way}: {:.0} messages/s",
-            20.0 * RELAYED as f64 / spent.as_secs_f64()
+            f64::from(rounds) * RELAYED as f64 / spent.as_secs_f64()
         );
     })
     .await;

@@ -262,8 +262,9 @@ impl<P: Publisher> Relay<P> {
         let mut executor = pool;
         let (returned, rows) = self.claim(pool, claim, lease_ms, &mut seam).await?;
         let mut messages = Vec::with_capacity(rows.len());
+        let at = returned.after_tag();
         for row in &rows {
-            let message = read::<DB>(returned, row)
+            let message = read::<DB>(at, row)
                 .map_err(|e| seam.failed(&mut executor, Error::store(sql.table, CLAIM, e)))?;
             messages.push(message);
         }
@@ -478,9 +479,9 @@ const PASS: &str = "relay pass";
 /// What [`Error::Store`] and [`Error::Timeout`] name the claim.
 const CLAIM: &str = "relay claim";
 
-/// A taken message from `row` of `statement`'s result.
-fn read<DB: Backend>(statement: Statement<Field>, row: &DB::Row) -> Result<Taken, sqlx::Error> {
-    let at = statement.after_tag();
+/// A taken message from `row` of the claim's result, whose own columns
+/// begin `at` (after its tag).
+fn read<DB: Backend>(at: usize, row: &DB::Row) -> Result<Taken, sqlx::Error> {
     let int = |i: usize| {
         DB::int_opt(row, at + i)?
             .ok_or_else(|| sqlx::Error::Protocol(format!("the outbox's column {i} is NULL")))
