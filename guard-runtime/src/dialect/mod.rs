@@ -114,6 +114,16 @@ pub(crate) mod sealed {
         /// the whole database.
         const EMBEDDED: bool;
 
+        /// Whether a transaction the library runs prepares its statements
+        /// before its `BEGIN` (MySQL and MariaDB). On a MariaDB Galera
+        /// cluster, a transaction that a replicated one aborted while its
+        /// connection prepared a statement (its first use there) has been
+        /// seen to answer that statement and its `COMMIT` as if nothing
+        /// had happened: two callers were told of a win of which one
+        /// committed. Prepared first, every statement after the first
+        /// write is an execution, whose abort the server reports.
+        const PREPARES_FIRST: bool;
+
         fn text_opt(row: &Self::Row, index: usize) -> Result<Option<String>, sqlx::Error>;
 
         /// Whether column `index` of `row` holds `expected`, read in

@@ -13,6 +13,7 @@ impl Driver for MySql {
     const SYSTEM: &'static str = "mysql";
 
     const EMBEDDED: bool = false;
+    const PREPARES_FIRST: bool = true;
 
     fn choose<T: Copy>(sql: &Sql<T>) -> T {
         sql.mysql

@@ -13,6 +13,7 @@ impl Driver for Postgres {
     const SYSTEM: &'static str = "postgresql";
 
     const EMBEDDED: bool = false;
+    const PREPARES_FIRST: bool = false;
 
     fn choose<T: Copy>(sql: &Sql<T>) -> T {
         sql.postgres

@@ -13,6 +13,7 @@ impl Driver for Sqlite {
     const SYSTEM: &'static str = "sqlite";
 
     const EMBEDDED: bool = true;
+    const PREPARES_FIRST: bool = false;
 
     fn choose<T: Copy>(sql: &Sql<T>) -> T {
         sql.sqlite

@@ -19,7 +19,19 @@ use crate::outcome::Committed;
 /// possibly inside a transaction, where `begin` makes a savepoint).
 macro_rules! inserts_then_move {
     ($db:ty, $conn:expr, $inserts:expr, $update:expr, $args:expr, $rows:expr, $then:expr) => {{
-        let mut tx = fault::statement("BEGIN", sqlx::Connection::begin($conn)).await?;
+        let conn = $conn;
+        if <$db as Driver>::PREPARES_FIRST {
+            // Every statement the transaction may send after its first
+            // write, prepared (or found in the connection's cache) first.
+            let then: Option<&'static str> = $then.as_ref().map(|(sql, _)| *sql);
+            let later = ($inserts.iter().skip(1).map(|(insert, _)| *insert))
+                .chain([$update, <$db as Driver>::LAST_ID])
+                .chain(then);
+            for sql in later {
+                <$db as OnConnection>::prepare_on(&mut *conn, sql).await?;
+            }
+        }
+        let mut tx = fault::statement("BEGIN", sqlx::Connection::begin(conn)).await?;
         let mut inserted = Vec::new();
         for (insert, insert_args) in $inserts {
             let done = fault::statement(
