@@ -237,6 +237,19 @@ pub(crate) mod sealed {
             then: Option<(&'static str, <Self::Db as Driver>::Args)>,
         ) -> BoxFuture<'_, Result<WithInserts<Self::Db>, sqlx::Error>>;
 
+        /// In a transaction on a database that wants it
+        /// ([`Driver::PREPARES_FIRST`]), prepares `statements` on its
+        /// connection (or finds them in the connection's cache): called
+        /// before the transaction's first write, so that every statement
+        /// after it is an execution. Nothing elsewhere.
+        fn prepare_first(
+            &mut self,
+            statements: Vec<&'static str>,
+        ) -> BoxFuture<'_, Result<(), sqlx::Error>> {
+            let _ = statements;
+            Box::pin(async { Ok(()) })
+        }
+
         /// The transaction or savepoint a win here belongs to; 0 outside
         /// one.
         fn scope(&self) -> u64 {

@@ -246,6 +246,25 @@ where
         .within(transition.deadline())
         .await
         .map_err(|e| transition.begin_error(e))?;
+    if DB::PREPARES_FIRST {
+        // Before the candidates' locking read, every statement the claim
+        // may send after it (`Driver::PREPARES_FIRST`).
+        let many = transition.many();
+        let statements = [
+            claim.sql,
+            many.read(),
+            many.history_insert(),
+            many.outbox_insert(),
+        ]
+        .into_iter()
+        .chain([many.update(), many.lease_read()])
+        .map(|sql| DB::sql(sql))
+        .filter(|text| !text.is_empty())
+        .collect();
+        crate::executor::sealed::Run::prepare_first(&mut &mut tx, statements)
+            .await
+            .map_err(|e| transition.tx_error::<DB>(e))?;
+    }
     let claimed = claim_in(&mut &mut tx, transition, params, claim, limit, note).await?;
     tx.commit(()).await?;
     Ok(claimed)

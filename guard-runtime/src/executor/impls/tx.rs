@@ -5,6 +5,7 @@ use super::Idle;
 use crate::executor::tx::{Savepoint, Tx};
 
 use crate::dialect::connection::{ExecutedThenFetched, Inserts, When, WithInserts};
+use crate::dialect::sealed::Driver;
 use crate::dialect::{Backend, BoxFuture};
 use crate::executor::{Runner, sealed};
 use crate::outcome::Uncommitted;
@@ -68,6 +69,23 @@ macro_rules! in_transaction {
         ) -> BoxFuture<'_, Result<WithInserts<DB>, sqlx::Error>> {
             guarded::<DB, _>(self.parts(), move |conn| {
                 DB::with_inserts_on(conn, inserts, update, args, rows, then)
+            })
+        }
+
+        fn prepare_first(
+            &mut self,
+            statements: Vec<&'static str>,
+        ) -> BoxFuture<'_, Result<(), sqlx::Error>> {
+            if !<DB as Driver>::PREPARES_FIRST {
+                return Box::pin(async { Ok(()) });
+            }
+            guarded::<DB, _>(self.parts(), move |conn| {
+                Box::pin(async move {
+                    for sql in statements {
+                        DB::prepare_on(&mut *conn, sql).await?;
+                    }
+                    Ok(())
+                })
             })
         }
 
