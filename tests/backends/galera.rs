@@ -69,18 +69,21 @@ const TABLES: [&str; 2] = [
     )",
 ];
 
-/// The cluster, one pool per node, on a database of this run's own
-/// (`sg_galera_<test>_<run>`) with `Transfer`'s tables and `rows` pending
-/// rows; `None` (a printed skip) without `STATEGUARD_GALERA=1`.
-///
-/// No database name is made twice: a node may keep a dropped table's
-/// definition and its triggers under the name (seen as a doubled win
-/// reported after some sixty `DROP DATABASE` and `CREATE DATABASE` of the
-/// same names, and as "Trigger … has an error in its body"), so each run
-/// makes a new one and drops those of runs before it.
+/// The cluster, one pool per node, on database `sg_galera_<test>` made
+/// anew with `Transfer`'s tables and `rows` pending rows; `None` (a
+/// printed skip) without `STATEGUARD_GALERA=1`.
 macro_rules! on_cluster {
     ($test:ident, $rows:expr) => {
-        crate::galera::open(stringify!($test), $rows)
+        crate::galera::open(
+            stringify!($test),
+            concat!(
+                "DROP DATABASE IF EXISTS sg_galera_",
+                stringify!($test),
+                "; CREATE DATABASE sg_galera_",
+                stringify!($test)
+            ),
+            $rows,
+        )
     };
 }
 
@@ -89,7 +92,7 @@ macro_rules! on_cluster {
 static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// See [`on_cluster!`].
-async fn open(test: &str, rows: i64) -> Option<Vec<MySqlPool>> {
+async fn open(test: &str, fresh: &'static str, rows: i64) -> Option<Vec<MySqlPool>> {
     if std::env::var("STATEGUARD_GALERA").as_deref() != Ok("1") {
         common::say(&format!(
             "skipped `{test}`: STATEGUARD_GALERA is not 1 (tools/galera/cluster.sh starts the \
@@ -101,26 +104,7 @@ async fn open(test: &str, rows: i64) -> Option<Vec<MySqlPool>> {
     let mut admin = MySqlConnection::connect(&url(NODES[0]))
         .await
         .expect("Galera node 1");
-    let prefix = format!("sg_galera_{test}_");
-    let earlier: Vec<(String,)> = sqlx::query_as(
-        "SELECT SCHEMA_NAME FROM information_schema.SCHEMATA WHERE SCHEMA_NAME LIKE CONCAT(?, '%')",
-    )
-    .bind(prefix.replace('_', "\\_"))
-    .fetch_all(&mut admin)
-    .await
-    .expect("earlier databases");
-    for (name,) in earlier {
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP DATABASE `{name}`")))
-            .execute(&mut admin)
-            .await
-            .expect("drop an earlier run's database");
-    }
-    let run = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_micros();
-    let database = format!("{prefix}{run}");
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE `{database}`")))
+    sqlx::raw_sql(fresh)
         .execute(&mut admin)
         .await
         .expect("database");
@@ -139,7 +123,7 @@ async fn open(test: &str, rows: i64) -> Option<Vec<MySqlPool>> {
         node.close().await.expect("close");
         let options = MySqlConnectOptions::from_str(&url(port))
             .expect("URL")
-            .database(&database);
+            .database(&format!("sg_galera_{test}"));
         let pool = MySqlPoolOptions::new()
             .max_connections(8)
             .acquire_timeout(Duration::from_secs(60))

@@ -15,7 +15,11 @@
 //! through `statement`: `executor/impls/` (the statements of
 //! `OnConnection` and of a move with its inserts), `executor/tx/` (begin
 //! and commit), and `executor/task.rs` carries the plan into the task it
-//! spawns.
+//! spawns. A statement's prepare is part of the statement, as sqlx sends
+//! it within the statement's first execution on a connection: the
+//! prepares that MySQL's transactions send before their first write
+//! (`Driver::PREPARES_FIRST`) are not counted apart, and a failure there
+//! comes before anything of the transaction was written.
 
 #[cfg(feature = "fault-injection")]
 pub use self::injected::*;

@@ -227,7 +227,9 @@ pub(crate) mod sealed {
         /// `then`, on one connection in one transaction, or in a savepoint
         /// inside the caller's: the move and its rows stand or fall
         /// together, and each insert must write as many rows as the move
-        /// changed.
+        /// changed. Where [`Driver::PREPARES_FIRST`], every statement
+        /// after the first insert is prepared before the `BEGIN`: a
+        /// failure there writes nothing.
         fn with_inserts(
             &mut self,
             inserts: Inserts<Self::Db>,
