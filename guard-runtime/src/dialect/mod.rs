@@ -115,7 +115,10 @@ pub(crate) mod sealed {
         const EMBEDDED: bool;
 
         /// Whether a transaction the library runs prepares its statements
-        /// before its `BEGIN` (MySQL and MariaDB). On a MariaDB Galera
+        /// before its first write (MySQL and MariaDB): a move with its
+        /// inserts before its `BEGIN`, a claim before its locking read
+        /// ([`Run::prepare_first`](crate::executor::sealed::Run::prepare_first)).
+        /// On a MariaDB Galera
         /// cluster, a transaction that a replicated one aborted while its
         /// connection prepared a statement (its first use there) has been
         /// seen to answer that statement and its `COMMIT` as if nothing
