@@ -117,7 +117,7 @@ pub(crate) mod sealed {
         /// Whether a transaction the library runs prepares its statements
         /// before its first write (MySQL and MariaDB): a move with its
         /// inserts before its `BEGIN`, a claim before its locking read
-        /// ([`Run::prepare_first`](crate::executor::sealed::Run::prepare_first)).
+        /// (the executors' `Run::prepare_first`).
         /// On a MariaDB Galera
         /// cluster, a transaction that a replicated one aborted while its
         /// connection prepared a statement (its first use there) has been
