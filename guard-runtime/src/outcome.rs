@@ -334,7 +334,7 @@ pub(crate) fn effect_key_prefix<S: StateMachine>(key: &str, state: S) -> String 
     // a row.
     let parts = [table, ".", column, ":", key, ":", state, ":"];
     let mut full = String::with_capacity(parts.iter().map(|part| part.len()).sum::<usize>() + 20);
-    parts.into_iter().for_each(|part| full.push_str(part));
+    full.extend(parts);
     shorten(full)
 }
 

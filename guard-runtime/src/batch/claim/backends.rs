@@ -255,9 +255,10 @@ where
             many.read(),
             many.history_insert(),
             many.outbox_insert(),
+            many.update(),
+            many.lease_read(),
         ]
         .into_iter()
-        .chain([many.update(), many.lease_read()])
         .map(|sql| DB::sql(sql))
         .filter(|text| !text.is_empty())
         .collect();
