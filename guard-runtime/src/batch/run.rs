@@ -242,15 +242,48 @@ where
 {
     // Inside the caller's transaction, its statements run there.
     let Some(pool) = executor.pool().cloned() else {
+        prepare_first(executor, transition, None).await?;
         return lock_and_update(executor, transition, keys, params, note).await;
     };
     let mut tx = Tx::begin(&pool)
         .within(transition.deadline())
         .await
         .map_err(|e| transition.begin_error(e))?;
+    prepare_first(&mut &mut tx, transition, None).await?;
     let found = lock_and_update(&mut &mut tx, transition, keys, params, note).await?;
     tx.commit(()).await?;
     Ok(found)
+}
+
+/// Where the database wants it (`Driver::PREPARES_FIRST`), prepares every
+/// statement of [`lock_and_update`] (after `first`, a statement to run
+/// before them) on `tx`'s connection, or finds them in its cache: called
+/// before the transaction's first write and its locking read, so that a
+/// Galera node's abort of the transaction is never met by a
+/// `COM_STMT_PREPARE`. A failure writes nothing (inside a transaction it
+/// leaves the transaction unable to commit), and is returned as the
+/// batch's own errors are.
+pub(crate) async fn prepare_first<DB, E>(
+    tx: &mut E,
+    transition: Batch<'_>,
+    first: Option<&Sql>,
+) -> Result<(), Error>
+where
+    DB: Backend,
+    E: Run<Db = DB>,
+{
+    if !DB::PREPARES_FIRST {
+        return Ok(());
+    }
+    let statements = first
+        .into_iter()
+        .chain(transition.many().in_transaction())
+        .map(|sql| DB::sql(sql))
+        .filter(|text| !text.is_empty())
+        .collect();
+    tx.prepare_first(statements)
+        .await
+        .map_err(|e| transition.tx_error::<DB>(e))
 }
 
 #[cfg(feature = "mysql")]

@@ -333,6 +333,17 @@ where
         .within(deadline)
         .await
         .map_err(|e| names.begin_error(e))?;
+    // Before the locking read, every statement the transaction may send
+    // (`Driver::PREPARES_FIRST`).
+    let statements = [in_flight.read_many_sql(), statement.sql]
+        .into_iter()
+        .chain(statement.inserts)
+        .map(|sql| DB::sql(sql))
+        .filter(|text| !text.is_empty())
+        .collect();
+    crate::executor::sealed::Run::prepare_first(&mut &mut tx, statements)
+        .await
+        .map_err(|e| names.tx_error::<DB>(e))?;
     let mut found: Vec<Option<LeaseRow<S>>> = (0..rows.len()).map(|_| None).collect();
     for (key, row) in read::<S, K, DB, _>(&mut &mut tx, in_flight, transition, rows).await? {
         if let Some(i) = crate::batch::batched::position(&rows.keys, &key) {

@@ -45,4 +45,17 @@ impl ManySql {
     pub const fn outbox_insert(&self) -> &Sql {
         &self.outbox_insert
     }
+
+    /// Every statement MySQL's batch may send in its transaction, in the
+    /// order it sends them: the locking read, the inserts, the update and
+    /// the leases' read (some empty for a given machine).
+    pub(crate) const fn in_transaction(&self) -> [&Sql; 5] {
+        [
+            &self.read,
+            &self.history_insert,
+            &self.outbox_insert,
+            &self.update,
+            &self.lease_read,
+        ]
+    }
 }

@@ -204,6 +204,7 @@ where
     K: Batchable<DB, Sh>,
 {
     let Some(pool) = executor.pool().cloned() else {
+        crate::batch::run::prepare_first(executor, transition, Some(claim.sql)).await?;
         return claim_in(executor, transition, params, claim, limit, note).await;
     };
     let mut attempts = 0;
@@ -246,26 +247,9 @@ where
         .within(transition.deadline())
         .await
         .map_err(|e| transition.begin_error(e))?;
-    if DB::PREPARES_FIRST {
-        // Before the candidates' locking read, every statement the claim
-        // may send after it (`Driver::PREPARES_FIRST`).
-        let many = transition.many();
-        let statements = [
-            claim.sql,
-            many.read(),
-            many.history_insert(),
-            many.outbox_insert(),
-            many.update(),
-            many.lease_read(),
-        ]
-        .into_iter()
-        .map(|sql| DB::sql(sql))
-        .filter(|text| !text.is_empty())
-        .collect();
-        crate::executor::sealed::Run::prepare_first(&mut &mut tx, statements)
-            .await
-            .map_err(|e| transition.tx_error::<DB>(e))?;
-    }
+    // Before the candidates' locking read, every statement the claim may
+    // send after it.
+    crate::batch::run::prepare_first(&mut &mut tx, transition, Some(claim.sql)).await?;
     let claimed = claim_in(&mut &mut tx, transition, params, claim, limit, note).await?;
     tx.commit(()).await?;
     Ok(claimed)

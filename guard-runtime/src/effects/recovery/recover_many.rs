@@ -160,6 +160,20 @@ where
     let mut tx = crate::executor::tx::Tx::begin(pool)
         .within(deadline)
         .await?;
+    // Before the locking read, every statement the takeover sends
+    // (`Driver::PREPARES_FIRST`).
+    let statements = [
+        in_flight.expired_locked_sql(),
+        in_flight.take_over_keyed_sql(),
+        in_flight.read_many_sql(),
+    ]
+    .into_iter()
+    .map(|sql| DB::sql(sql))
+    .filter(|text| !text.is_empty())
+    .collect();
+    crate::executor::sealed::Run::prepare_first(&mut &mut tx, statements)
+        .await
+        .map_err(tx_error)?;
     let locked = DB::statement(in_flight.expired_locked_sql());
     let args = limit_arguments::<DB>(locked, limit).map_err(db_error)?;
     let rows = (&mut tx).rows(locked, args).await.map_err(tx_error)?;

@@ -64,6 +64,14 @@ impl Store {
     /// the error is [`Error::Unreported`], whose outcome is unknown, and the
     /// key runs under a lease nobody holds until it runs out.
     ///
+    /// On MySQL and MariaDB the transaction prepares
+    /// [`Ticket::complete`]'s statement before it is handed over, so that
+    /// nothing is prepared after the work's writes (a Galera node can
+    /// lose its abort of the transaction to a prepare). A prepare that
+    /// fails is met as a transaction that cannot begin: the claim is
+    /// released, and the error is [`Error::Store`] (`begin_tx`), or
+    /// [`Error::Unreported`] when the claim stays.
+    ///
     /// Deadline: [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE) for the whole
     /// call, claim, `BEGIN` and the waits for their connections, or
     /// `idempotency::begin_tx(&pool, &request, lease).within(d)` ([`Call`]);
@@ -233,6 +241,18 @@ async fn started<DB>(
 where
     DB: Backend,
 {
+    // `complete` runs in the work's transaction, after the caller's
+    // writes: prepared before them (`Driver::PREPARES_FIRST`).
+    let tx = match tx {
+        Ok(mut tx) => {
+            let complete = DB::choose(&ticket.sql.complete).text();
+            match Run::prepare_first(&mut &mut tx, vec![complete]).await {
+                Ok(()) => Ok(tx),
+                Err(source) => Err(super::store_error(ticket.sql, BEGIN_TX, source)),
+            }
+        }
+        Err(error) => Err(error),
+    };
     match tx {
         Ok(tx) => Ok(Begun::New(Work { ticket, tx })),
         Err(error) => {
