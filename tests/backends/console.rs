@@ -441,6 +441,11 @@ where
         .expect("POST");
     assert_eq!(post.status(), 405);
     assert_eq!(status_of(&db, 1).await.as_deref(), Some("pending"));
+    // Nor does a page say that a press moved the row, whatever its URL
+    // says.
+    let (status, row) = get(&format!("{base}/rows/1?moved=Sending")).await;
+    assert_eq!(status, 200, "{row}");
+    assert!(!row.contains("data-said=\""), "{row}");
     server.abort();
 
     // Mounted at the root, the links start there.
@@ -470,8 +475,7 @@ async fn press(
     origin: &str,
     token: Option<&str>,
 ) -> (u16, String) {
-    let mut request =
-        reqwest::Client::new().post(format!("http://{address}/ops/EveryColumn/rows/{id}"));
+    let mut request = no_redirect().post(format!("http://{address}/ops/EveryColumn/rows/{id}"));
     // An origin, or a browser's word that the page is of the same origin,
     // or neither.
     request = match origin {
@@ -489,8 +493,13 @@ async fn press(
         form.push(("token", token.to_owned()));
     }
     let response = request.form(&form).send().await.expect("POST");
-    let status = response.status().as_u16();
-    (status, response.text().await.expect("body"))
+    see_other(
+        address,
+        response,
+        token,
+        &format!("/ops/EveryColumn/rows/{id}?moved="),
+    )
+    .await
 }
 
 async fn a_press_moves_the_row_once_and_names_the_operator<DB: TestBackend>(db: Db<DB>)
@@ -530,9 +539,10 @@ where
         "{page}"
     );
 
-    // A press moves the row; the page shows it, the history names alice.
+    // A press moves the row and redirects to its page, which shows it;
+    // the history names alice.
     let (status, page) = press(address, 1, "start", 0, &origin, Some(&token)).await;
-    assert_eq!(status, 200, "{page}");
+    assert_eq!(status, 303, "{page}");
     assert!(page.contains("data-said=\"moved\""), "{page}");
     assert!(page.contains("data-state=\"sending\""), "{page}");
     assert!(
@@ -610,7 +620,7 @@ where
     assert_eq!(status, 403, "{page}");
     assert!(page.contains("names no origin"), "{page}");
     let (status, page) = press(address, 3, "start", 0, "same-origin", Some(&token)).await;
-    assert_eq!(status, 200, "{page}");
+    assert_eq!(status, 303, "{page}");
     assert_eq!(status_of(&db, 3).await.as_deref(), Some("sending"));
     server.abort();
 
@@ -640,7 +650,7 @@ where
         Some(&token),
     )
     .await;
-    assert_eq!(status, 200, "{page}");
+    assert_eq!(status, 303, "{page}");
     assert_eq!(status_of(&db, 3).await.as_deref(), Some("failed"));
     server.abort();
 
@@ -754,6 +764,21 @@ where
     assert_eq!(seen["pressed"]["said"], "moved", "{seen}");
     assert_eq!(seen["pressed"]["state"], "sending", "{seen}");
     assert_eq!(
+        seen["pressed"]["path"], "/ops/EveryColumn/rows/1?moved=Sending",
+        "{seen}"
+    );
+    // Reloaded, the page reads the row again, and the history still holds
+    // one move.
+    assert_eq!(seen["reloaded"]["status"], 200, "{seen}");
+    assert_eq!(seen["reloaded"]["said"], "moved", "{seen}");
+    assert_eq!(
+        seen["reloaded"]["actors"],
+        serde_json::json!(["alice"]),
+        "{seen}"
+    );
+    let history = EveryColumn::MACHINE.history(&db.pool, 1_i64).await.unwrap();
+    assert_eq!(history.len(), 1, "{history:?}");
+    assert_eq!(
         seen["pressed"]["actors"],
         serde_json::json!(["alice"]),
         "{seen}"
@@ -774,6 +799,14 @@ where
     assert_eq!(history[0].actor.as_deref(), Some("alice"));
 }
 
+/// A client that hands back a redirect as it came.
+fn no_redirect() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client")
+}
+
 /// A POST of `form` to the overview, from `origin`, with `token` as the
 /// cookie and in the form.
 async fn post_overview(
@@ -783,7 +816,7 @@ async fn post_overview(
     form: &[(&str, &str)],
 ) -> (u16, String) {
     let mut form: Vec<(&str, &str)> = form.to_vec();
-    let mut request = reqwest::Client::new()
+    let mut request = no_redirect()
         .post(format!("http://{address}/ops"))
         .header("origin", origin);
     if let Some(token) = token {
@@ -791,8 +824,31 @@ async fn post_overview(
         form.push(("token", token));
     }
     let response = request.form(&form).send().await.expect("POST");
+    see_other(address, response, token, "/ops?requeued=").await
+}
+
+/// A POST's answer: its status and page, or for `303 See Other` (which
+/// must lead to a path starting with `then`) the status and the page it
+/// leads to, fetched as the browser would, with `token` as the cookie.
+async fn see_other(
+    address: SocketAddr,
+    response: reqwest::Response,
+    token: Option<&str>,
+    then: &str,
+) -> (u16, String) {
     let status = response.status().as_u16();
-    (status, response.text().await.expect("body"))
+    if status != 303 {
+        return (status, response.text().await.expect("body"));
+    }
+    let location = response.headers()["location"].to_str().unwrap().to_owned();
+    assert!(location.starts_with(then), "{location}");
+    let mut request = reqwest::Client::new().get(format!("http://{address}{location}"));
+    if let Some(token) = token {
+        request = request.header("cookie", format!("stateguard_console={token}"));
+    }
+    let page = request.send().await.expect("GET");
+    assert_eq!(page.status(), 200);
+    (status, page.text().await.expect("body"))
 }
 
 async fn dead_letters_are_listed_and_requeued<DB: TestBackend>(db: Db<DB>)
@@ -916,7 +972,7 @@ where
     assert_eq!(status, 403);
     assert_eq!(dead().await.state(), MessageState::Dead);
     let (status, page) = post_overview(address, &origin, Some(&token), &requeue).await;
-    assert_eq!(status, 200, "{page}");
+    assert_eq!(status, 303, "{page}");
     assert!(page.contains("data-said=\"requeued\""), "{page}");
     assert!(
         !page.contains("data-message=\"payout:1:1\""),
@@ -934,9 +990,10 @@ where
     server.abort();
 }
 
-/// G10: a press is the move, then a read of the row. The read fails here
-/// (the fault matrix's hook refuses the row's read), after the move
-/// committed: the page says the row moved, and why it shows no more.
+/// G10: a press is the move, then a redirect to the row's page, which
+/// reads the row. The read fails here (the fault matrix's hook refuses
+/// the row's read), after the move committed: the page says the row
+/// moved, and why it shows no more.
 async fn a_press_whose_row_cannot_be_read_again_still_says_it_moved<DB: TestBackend>(db: Db<DB>)
 where
     for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
@@ -967,6 +1024,16 @@ where
         Dialect::Sqlite => read.sqlite(),
         _ => read.mysql(),
     };
+    // The press redirects to the row's page, which says it moved.
+    let response = router.clone().oneshot(request).await.unwrap();
+    assert_eq!(response.status(), 303);
+    let location = response.headers()["location"].to_str().unwrap().to_owned();
+    assert_eq!(location, "/EveryColumn/rows/1?moved=Sending");
+    let request = axum::http::Request::get(location.as_str())
+        .header("host", "ops.example.com")
+        .header("cookie", format!("stateguard_console={token}"))
+        .body(axum::body::Body::empty())
+        .unwrap();
     let plan = Plan::fail_text(read, Fault::Refuse, std::time::Duration::ZERO);
     // The router in this task, so that the plan reaches its statements.
     let response = plan.run(router.oneshot(request)).await.unwrap();

@@ -109,12 +109,19 @@ try {
   const form = press.page.locator(`li[data-transition="${run.transition}"] form`);
   await form.locator('input[name="reason"]').fill("pressed in Chromium");
   await Promise.all([press.page.waitForNavigation(), form.locator("button").click()]);
-  seen.pressed = await press.page.evaluate(() => ({
-    said: document.querySelector("[data-said]")?.dataset.said ?? null,
-    state: document.querySelector("dd.state")?.dataset.state ?? null,
-    actors: [...document.querySelectorAll(".actor")].map((e) => e.textContent),
-    reasons: [...document.querySelectorAll(".reason")].map((e) => e.textContent),
-  }));
+  const pressed = () =>
+    press.page.evaluate(() => ({
+      said: document.querySelector("[data-said]")?.dataset.said ?? null,
+      state: document.querySelector("dd.state")?.dataset.state ?? null,
+      actors: [...document.querySelectorAll(".actor")].map((e) => e.textContent),
+      reasons: [...document.querySelectorAll(".reason")].map((e) => e.textContent),
+      path: location.pathname + location.search,
+    }));
+  seen.pressed = await pressed();
+  // The press redirected to the row's page: reloading it reads the row
+  // again and presses nothing.
+  const reloaded = await press.page.reload();
+  seen.reloaded = { status: reloaded.status(), ...(await pressed()) };
 
   // Two pages of one row; the first presses, then the second, stale.
   const first = await open(row(run.stale_row));

@@ -86,6 +86,18 @@ impl Base {
         format!("{}/rows/{}", self.machine(machine), escape(key))
     }
 
+    /// A row's page after a press moved it to the state whose variant is
+    /// `to`, which the page says above the row.
+    pub(super) fn row_moved(&self, machine: &str, key: &str, to: &str) -> String {
+        format!("{}?moved={}", self.row(machine, key), escape(to))
+    }
+
+    /// The overview after the dead letter `id` was requeued, which the
+    /// page says above the rest.
+    pub(super) fn requeued(&self, id: &str) -> String {
+        format!("{}?requeued={}", self.home, escape(id))
+    }
+
     /// The overview: the mount path as the router takes it (`/ops`, which
     /// axum routes to a router nested at `/ops`), or `/` at the root.
     pub(super) fn home(&self) -> String {

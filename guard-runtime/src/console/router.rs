@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use axum::extract::{Form, OriginalUri, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::Response;
+use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 use axum::{Extension, Router};
 use maud::{Markup, html};
@@ -176,14 +176,22 @@ impl<DB: Backend> Console<DB> {
     }
 }
 
-/// `GET /`: each machine, its diagram, and the rows in each state; the
-/// outbox's dead letters.
+/// `GET /[?requeued={id}]`: each machine, its diagram, and the rows in
+/// each state; the outbox's dead letters. After a requeue (which
+/// redirects here), what it did above the rest.
 async fn overview<DB: Backend>(
     State(console): State<Arc<Console<DB>>>,
     base: Base,
     headers: HeaderMap,
+    Query(query): Query<HashMap<String, String>>,
 ) -> Response {
-    overview_page(&console, &base, &headers, None).await
+    let requeued = (query.get("requeued"))
+        .filter(|_| console.actions && console.stores.is_some())
+        .map(|id| {
+            let text = format!("Requeued `{id}`: due at once, for the next relay pass.");
+            (StatusCode::OK, said("requeued", text))
+        });
+    overview_page(&console, &base, &headers, requeued).await
 }
 
 /// The overview, with `said` above it: what a requeue did.
@@ -246,7 +254,9 @@ async fn overview_page<DB: Backend>(
 }
 
 /// `POST /`: a dead letter's requeue button pressed. The form names the
-/// message and carries the token.
+/// message and carries the token. A requeue redirects to the overview
+/// (`303 See Other`), so that reloading the page does not press again;
+/// anything else answers with the page and what went wrong.
 async fn requeue<DB: Backend>(
     State(console): State<Arc<Console<DB>>>,
     base: Base,
@@ -283,22 +293,17 @@ async fn requeue<DB: Backend>(
         Ok(requeued) => requeued,
         Err(error) => return problem(&base, PageError::Database(error)),
     };
-    let said_ = match requeued {
-        true => {
-            tracing::info!(
-                operator = operator.name(),
-                message_id = id.as_str(),
-                outbox = outbox.table(),
-                "a dead letter requeued from the console"
-            );
-            let text = format!("Requeued `{id}`: due at once, for the next relay pass.");
-            (StatusCode::OK, said("requeued", text))
-        }
-        false => {
-            let text = format!("`{id}` is not a dead letter (any more). Nothing changed.");
-            (StatusCode::CONFLICT, said("not-dead", text))
-        }
-    };
+    if requeued {
+        tracing::info!(
+            operator = operator.name(),
+            message_id = id.as_str(),
+            outbox = outbox.table(),
+            "a dead letter requeued from the console"
+        );
+        return Redirect::to(&base.requeued(id)).into_response();
+    }
+    let text = format!("`{id}` is not a dead letter (any more). Nothing changed.");
+    let said_ = (StatusCode::CONFLICT, said("not-dead", text));
     overview_page(&console, &base, &headers, Some(said_)).await
 }
 
@@ -323,12 +328,14 @@ async fn state<DB: Backend>(
     }
 }
 
-/// `GET /{machine}/rows/{key}`: one row.
+/// `GET /{machine}/rows/{key}[?moved={state}]`: one row. After a press
+/// that moved it (which redirects here), what it did above the row.
 async fn row<DB: Backend>(
     State(console): State<Arc<Console<DB>>>,
     base: Base,
     Path((machine, key)): Path<(String, String)>,
     headers: HeaderMap,
+    Query(query): Query<HashMap<String, String>>,
 ) -> Response {
     let Some(shown) = console.find(&machine) else {
         return problem(
@@ -341,14 +348,26 @@ async fn row<DB: Backend>(
         Some(Ok(token)) => Some(token),
         Some(Err(why)) => return problem(&base, PageError::Internal(why)),
     };
-    match shown.row(&console.pool, &key).await {
-        Ok(row) => row_page(&base, shown, &row, token.as_ref(), None),
-        Err(error) => problem(&base, error),
+    // Only a state of the machine's own, and only where buttons are on.
+    let moved = (query.get("moved"))
+        .filter(|_| console.actions)
+        .and_then(|to| shown.variant(to))
+        .map(Pressed::Moved);
+    let said_ = moved.as_ref().map(|pressed| (StatusCode::OK, pressed));
+    match (shown.row(&console.pool, &key).await, said_) {
+        (Ok(row), said_) => row_page(&base, shown, &row, token.as_ref(), said_),
+        // The move is done: a read that fails now must not hide it.
+        (Err(error), Some((status, pressed))) => unread(&base, status, pressed, error),
+        (Err(error), None) => problem(&base, error),
     }
 }
 
 /// `POST /{machine}/rows/{key}`: a button pressed. The form names the
-/// transition, the occurrence the page showed, the token and a reason.
+/// transition, the occurrence the page showed, the token and a reason. A
+/// press that moved the row redirects to the row's page (`303 See
+/// Other`), which says so, so that reloading the page does not press
+/// again; any other answer is the row's page with what the press found
+/// (`409 Conflict` for a stale page, a conflict or a refusal).
 async fn press<DB: Backend>(
     State(console): State<Arc<Console<DB>>>,
     base: Base,
@@ -400,7 +419,10 @@ async fn press<DB: Backend>(
         Err(error) => return problem(&base, error),
     };
     let status = match pressed {
-        Pressed::Moved(_) | Pressed::AlreadyThere(_) => StatusCode::OK,
+        Pressed::Moved(to) => {
+            return Redirect::to(&base.row_moved(shown.name(), &key, to)).into_response();
+        }
+        Pressed::AlreadyThere(_) => StatusCode::OK,
         Pressed::Stale(..) | Pressed::Conflict(_) | Pressed::Refused(_) => StatusCode::CONFLICT,
     };
     // The row as it is now, with what the press did above it.

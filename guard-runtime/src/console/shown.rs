@@ -175,6 +175,9 @@ pub(super) trait Shown<DB: Backend>: Send + Sync {
     /// Its diagram, as SVG.
     fn svg(&self) -> &str;
 
+    /// The name of its state whose variant is written `name`, if any.
+    fn variant(&self, name: &str) -> Option<&'static str>;
+
     /// The rows in each state, up to [`COUNT_CAP`](crate::COUNT_CAP).
     fn counts<'a>(&'a self, pool: &'a Pool<DB>) -> BoxFuture<'a, Result<Vec<Count>, Error>>;
 
@@ -274,6 +277,12 @@ impl<DB: Backend, S: StateMachine, K: ConsoleKey<S, DB>> Shown<DB> for Listed<S,
 
     fn table(&self) -> &'static str {
         S::MACHINE.table()
+    }
+
+    fn variant(&self, name: &str) -> Option<&'static str> {
+        (S::MACHINE.states().iter())
+            .map(|state| state.variant())
+            .find(|variant| *variant == name)
     }
 
     fn svg(&self) -> &str {
