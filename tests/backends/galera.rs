@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 use sqlx::{Connection, MySqlConnection};
-use stateguard::{Outcome, StateMachine};
+use stateguard::{Effect, Finished, Outcome, StateMachine, Verdict, Won};
 use tokio::sync::Barrier;
 
 /// The nodes' SQL ports, as `tools/galera/cluster.sh` starts them.
@@ -48,7 +48,31 @@ enum Transfer {
     Sent,
 }
 
-const TABLES: [&str; 2] = [
+/// A payout whose effect runs once its row is claimed, finished a batch
+/// at a time; a row whose worker died is taken over once its lease runs
+/// out.
+#[derive(StateMachine, Debug, Clone, Copy, PartialEq, Eq)]
+#[state_machine(
+    table = "galera_payouts",
+    column = "status",
+    key = "id",
+    key_type = "i64",
+    version = "version",
+    history = "galera_payout_history"
+)]
+enum Payout {
+    #[state(initial)]
+    #[transition(send -> Sending)]
+    Pending,
+    #[state(in_flight(lease = "1s", since = "sending_since", done = confirm, failed = fail))]
+    #[transition(confirm -> Sent)]
+    #[transition(fail -> Failed)]
+    Sending,
+    Sent,
+    Failed,
+}
+
+const TABLES: [&str; 4] = [
     "CREATE TABLE galera_transfers (
         id BIGINT PRIMARY KEY,
         status VARCHAR(16) NOT NULL DEFAULT 'pending',
@@ -66,6 +90,25 @@ const TABLES: [&str; 2] = [
         reason TEXT NULL,
         details JSON NULL,
         INDEX galera_transfer_history_key (id)
+    )",
+    "CREATE TABLE galera_payouts (
+        id BIGINT PRIMARY KEY,
+        status VARCHAR(16) NOT NULL DEFAULT 'pending',
+        version BIGINT NOT NULL DEFAULT 0,
+        sending_since DATETIME(3) NULL
+    )",
+    "CREATE TABLE galera_payout_history (
+        history_id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+        id BIGINT NOT NULL,
+        transition VARCHAR(255) NOT NULL,
+        from_state VARCHAR(255) NOT NULL,
+        to_state VARCHAR(255) NOT NULL,
+        occurrence BIGINT NOT NULL,
+        moved_at DATETIME(3) NOT NULL,
+        actor VARCHAR(255) NULL,
+        reason TEXT NULL,
+        details JSON NULL,
+        INDEX galera_payout_history_key (id)
     )",
 ];
 
@@ -137,8 +180,10 @@ async fn open(test: &str, fresh: &'static str, rows: i64) -> Option<Vec<MySqlPoo
         sqlx::query(table).execute(first).await.expect("table");
     }
     let enforce = std::env::var("STATEGUARD_GALERA_NO_TRIGGERS").is_err();
-    for statement in stateguard::ddl::generate::<Transfer>(stateguard::ddl::Dialect::MySql)
-        .up()
+    let dialect = stateguard::ddl::Dialect::MySql;
+    let payouts = stateguard::ddl::generate::<Payout>(dialect);
+    for statement in (stateguard::ddl::generate::<Transfer>(dialect).up())
+        .chain(payouts.up())
         .filter(|_| enforce)
     {
         sqlx::query(statement)
@@ -147,15 +192,20 @@ async fn open(test: &str, fresh: &'static str, rows: i64) -> Option<Vec<MySqlPoo
             .expect("enforcement");
     }
     if rows > 0 {
-        sqlx::query(
+        for insert in [
             "INSERT INTO galera_transfers (id)
-         WITH RECURSIVE n (id) AS (SELECT 1 UNION ALL SELECT id + 1 FROM n WHERE id < ?)
-         SELECT id FROM n",
-        )
-        .bind(rows)
-        .execute(first)
-        .await
-        .expect("rows");
+             WITH RECURSIVE n (id) AS (SELECT 1 UNION ALL SELECT id + 1 FROM n WHERE id < ?)
+             SELECT id FROM n",
+            "INSERT INTO galera_payouts (id)
+             WITH RECURSIVE n (id) AS (SELECT 1 UNION ALL SELECT id + 1 FROM n WHERE id < ?)
+             SELECT id FROM n",
+        ] {
+            sqlx::query(insert)
+                .bind(rows)
+                .execute(first)
+                .await
+                .expect("rows");
+        }
     }
     // Each node applies the tables, the triggers and the rows before the
     // test starts: a read that waits for what the cluster has certified.
@@ -165,11 +215,13 @@ async fn open(test: &str, fresh: &'static str, rows: i64) -> Option<Vec<MySqlPoo
             .execute(&mut *conn)
             .await
             .expect("sync wait");
-        let (count,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM galera_transfers")
-            .fetch_one(&mut *conn)
-            .await
-            .expect("rows on every node");
-        assert_eq!(count, rows);
+        let (count,): (i64,) = sqlx::query_as(
+            "SELECT (SELECT COUNT(*) FROM galera_transfers) + (SELECT COUNT(*) FROM galera_payouts)",
+        )
+        .fetch_one(&mut *conn)
+        .await
+        .expect("rows on every node");
+        assert_eq!(count, 2 * rows);
         sqlx::query("SET SESSION wsrep_sync_wait = 0")
             .execute(&mut *conn)
             .await
@@ -179,7 +231,7 @@ async fn open(test: &str, fresh: &'static str, rows: i64) -> Option<Vec<MySqlPoo
     Some(pools)
 }
 
-/// Opens both tables on every connection of every node's pool at once,
+/// Opens the tables on every connection of every node's pool at once,
 /// each for a moment, before the test starts: the node then holds as many
 /// copies of each table (and of its triggers) as its pool can use, loaded
 /// while no transaction holds a lock. A node loads a table's triggers
@@ -195,7 +247,9 @@ async fn warm(pools: &[MySqlPool]) {
             opening.push(tokio::spawn(async move {
                 sqlx::query(
                     "SELECT SLEEP(0.2) FROM (SELECT COUNT(*) AS n FROM galera_transfers) AS t, \
-                     (SELECT COUNT(*) AS n FROM galera_transfer_history) AS h",
+                     (SELECT COUNT(*) AS n FROM galera_transfer_history) AS h, \
+                     (SELECT COUNT(*) AS n FROM galera_payouts) AS p, \
+                     (SELECT COUNT(*) AS n FROM galera_payout_history) AS ph",
                 )
                 .execute(&pool)
                 .await
@@ -592,5 +646,146 @@ async fn galera_inbox() {
     common::say(&format!(
         "galera inbox: {KEYS} first of {tries} deliveries over 3 nodes; {retried} transactions \
          the cluster refused at COMMIT were retried by their consumer"
+    ));
+}
+
+/// The effect runs per effect key, all nodes' workers together.
+type Runs = Arc<std::sync::Mutex<HashMap<String, usize>>>;
+
+/// Finishes `wins` with `finish_many`, recording each effect's key in
+/// `runs`: how many rows moved on to `Sent`. Any other answer fails.
+async fn finish_all(pool: &MySqlPool, wins: Vec<Won<Payout, i64>>, runs: &Runs) -> usize {
+    let record = runs.clone();
+    let rows = stateguard::finish_many(pool, wins, 8, move |effect: Effect<Payout, i64>| {
+        *record
+            .lock()
+            .expect("runs")
+            .entry(effect.effect_key().to_owned())
+            .or_default() += 1;
+        async { Verdict::done() }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("finish_many: {e}"));
+    let mut sent = 0;
+    for row in rows {
+        match row.finished {
+            Ok(Finished::Done {
+                state: Payout::Sent,
+                occurrence: 2,
+            }) => sent += 1,
+            other => panic!("row {} finished as {other:?}", row.key),
+        }
+    }
+    sent
+}
+
+/// Nine workers, three on each node, claim 300 payouts ten at a time;
+/// every other claim's worker dies before its effect, leaving its rows
+/// in flight. Once their leases have run out, nine recoverers, three on
+/// each node, take them over (`claim_expired`). Every batch is finished
+/// with `finish_many` on the node that holds it. Each row's effect runs
+/// once, under one effect key; each row is `Sent` with two history
+/// rows; no call returns an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn galera_finish_and_recover() {
+    let _turn = TURN.lock().await;
+    let Some(pools) = on_cluster!(galera_finish_and_recover, CLAIM_ROWS).await else {
+        return;
+    };
+    let before = conflicts(&pools).await;
+    let runs: Runs = Arc::default();
+    let mut workers = Vec::new();
+    for (node, pool) in pools.iter().enumerate() {
+        for _ in 0..CLAIMERS_PER_NODE {
+            let (pool, runs) = (pool.clone(), runs.clone());
+            workers.push(tokio::spawn(async move {
+                let (mut sent, mut left, mut calls, mut empty) = (0, 0, 0, 0);
+                while empty < 5 {
+                    calls += 1;
+                    let wins: Vec<Won<Payout, i64>> = Payout::send()
+                        .claim(&pool, 10)
+                        .await
+                        .unwrap_or_else(|e| panic!("claim on node {}: {e}", node + 1));
+                    if wins.is_empty() {
+                        empty += 1;
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    }
+                    empty = 0;
+                    match calls % 2 {
+                        // The worker dies before the effect.
+                        0 => left += wins.len(),
+                        _ => sent += finish_all(&pool, wins, &runs).await,
+                    }
+                }
+                (sent, left)
+            }));
+        }
+    }
+    let (mut sent, mut left) = (0, 0);
+    for worker in workers {
+        let (finished, dropped) = worker.await.expect("worker");
+        sent += finished;
+        left += dropped;
+    }
+    assert_eq!(sent + left, CLAIM_ROWS as usize, "every row claimed once");
+    // The dead workers' leases run out.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut recoverers = Vec::new();
+    for (node, pool) in pools.iter().enumerate() {
+        for _ in 0..CLAIMERS_PER_NODE {
+            let (pool, runs) = (pool.clone(), runs.clone());
+            recoverers.push(tokio::spawn(async move {
+                let (mut sent, mut empty) = (0, 0);
+                while empty < 5 {
+                    let wins: Vec<Won<Payout, i64>> =
+                        stateguard::claim_expired(&pool, Payout::Sending, 10)
+                            .await
+                            .unwrap_or_else(|e| panic!("claim_expired on node {}: {e}", node + 1));
+                    if wins.is_empty() {
+                        empty += 1;
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    }
+                    empty = 0;
+                    sent += finish_all(&pool, wins, &runs).await;
+                }
+                sent
+            }));
+        }
+    }
+    let mut recovered = 0;
+    for recoverer in recoverers {
+        recovered += recoverer.await.expect("recoverer");
+    }
+    assert_eq!(recovered, left, "every row left in flight taken over once");
+    let runs = runs.lock().expect("runs").clone();
+    assert_eq!(runs.len(), CLAIM_ROWS as usize, "one effect key per row");
+    let twice: Vec<_> = runs.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "effects run twice: {twice:?}");
+    let mut conn = pools[0].acquire().await.expect("connection");
+    sqlx::query("SET SESSION wsrep_sync_wait = 1")
+        .execute(&mut *conn)
+        .await
+        .expect("sync wait");
+    let (rows, chained): (i64, i64) = sqlx::query_as(
+        "SELECT
+           (SELECT CAST(COUNT(*) AS SIGNED) FROM galera_payouts
+            WHERE status = 'sent' AND version = 2),
+           (SELECT CAST(COUNT(*) AS SIGNED) FROM (SELECT id FROM galera_payout_history
+            GROUP BY id HAVING COUNT(*) = 2 AND MIN(occurrence) = 1 AND MAX(occurrence) = 2) c)",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .expect("rows");
+    assert_eq!((rows, chained), (CLAIM_ROWS, CLAIM_ROWS));
+    let after = conflicts(&pools).await;
+    common::say(&format!(
+        "galera finish and recover: {CLAIM_ROWS} effects, one per row, over 3 nodes ({sent} \
+         finished by their claimer, {recovered} taken over after their worker died); the \
+         cluster counted {} certification failures and {} brute-force aborts, none reached \
+         the caller",
+        after.0 - before.0,
+        after.1 - before.1
     ));
 }
