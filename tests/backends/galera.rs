@@ -342,6 +342,39 @@ async fn settled(pools: &[MySqlPool]) -> (HashMap<i64, (String, i64)>, HashMap<i
     (rows, history.into_iter().collect())
 }
 
+/// Tallies the answers of a race over rows `1..=ROWS`, each `(row, node,
+/// outcome)`: every row `Applied` (occurrence 1) to exactly one attempt
+/// and `AlreadyInState(Sent)` to the rest, and moved once in the
+/// database, with one history row. How many answered `AlreadyInState`.
+async fn moved_once(
+    pools: &[MySqlPool],
+    answers: impl Iterator<Item = (i64, usize, stateguard::Outcome<Transfer, i64>)>,
+) -> usize {
+    let mut winners = vec![Vec::new(); ROWS as usize + 1];
+    let mut already = 0;
+    for (id, node, outcome) in answers {
+        match outcome {
+            Outcome::Applied(won) => {
+                assert_eq!(won.occurrence(), 1, "row {id}");
+                winners[id as usize].push(node + 1);
+            }
+            Outcome::AlreadyInState(current) => {
+                assert_eq!(current, Transfer::Sent, "row {id}");
+                already += 1;
+            }
+            other => panic!("row {id}: {other:?}"),
+        }
+    }
+    let (rows, history) = settled(pools).await;
+    for id in 1..=ROWS {
+        assert_eq!(rows[&id], ("sent".to_owned(), 1), "row {id}");
+        assert_eq!(history.get(&id), Some(&1), "row {id}'s history");
+        let won = &winners[id as usize];
+        assert_eq!(won.len(), 1, "row {id}: won on nodes {won:?}");
+    }
+    already
+}
+
 const ROWS: i64 = 100;
 const ATTEMPTS_PER_ROW: usize = 32;
 
@@ -366,33 +399,14 @@ async fn galera_apply_race() {
         },
     )
     .await;
-    let mut applied = vec![0_usize; ROWS as usize + 1];
-    let mut winners = vec![Vec::new(); ROWS as usize + 1];
-    let mut already = 0;
-    for (_, node, (id, outcome)) in ran {
-        match outcome {
-            Ok(Outcome::Applied(won)) => {
-                assert_eq!(won.occurrence(), 1, "row {id}");
-                applied[id as usize] += 1;
-                winners[id as usize].push(node + 1);
-            }
-            Ok(Outcome::AlreadyInState(current)) => {
-                assert_eq!(current, Transfer::Sent, "row {id}");
-                already += 1;
-            }
-            other => panic!("row {id}: {other:?}"),
-        }
-    }
-    let (rows, history) = settled(&pools).await;
-    for id in 1..=ROWS {
-        assert_eq!(rows[&id], ("sent".to_owned(), 1), "row {id}");
-        assert_eq!(history.get(&id), Some(&1), "row {id}'s history");
-        assert_eq!(
-            applied[id as usize], 1,
-            "row {id}: won on nodes {:?}",
-            winners[id as usize]
-        );
-    }
+    let answers = ran.into_iter().map(|(_, node, (id, outcome))| {
+        (
+            id,
+            node,
+            outcome.unwrap_or_else(|e| panic!("row {id}: {e}")),
+        )
+    });
+    let already = moved_once(&pools, answers).await;
     assert_eq!(already, attempts - ROWS as usize);
     let after = conflicts(&pools).await;
     common::say(&format!(
@@ -433,29 +447,9 @@ async fn galera_apply_many_race() {
         },
     )
     .await;
-    let mut applied = vec![0_usize; ROWS as usize + 1];
-    let mut already = 0;
-    for (_, _, outcomes) in ran {
-        for (id, outcome) in outcomes {
-            match outcome {
-                Outcome::Applied(won) => {
-                    assert_eq!(won.occurrence(), 1, "row {id}");
-                    applied[id as usize] += 1;
-                }
-                Outcome::AlreadyInState(current) => {
-                    assert_eq!(current, Transfer::Sent, "row {id}");
-                    already += 1;
-                }
-                other => panic!("row {id}: {other:?}"),
-            }
-        }
-    }
-    let (rows, history) = settled(&pools).await;
-    for id in 1..=ROWS {
-        assert_eq!(rows[&id], ("sent".to_owned(), 1), "row {id}");
-        assert_eq!(history.get(&id), Some(&1), "row {id}'s history");
-        assert_eq!(applied[id as usize], 1, "row {id}");
-    }
+    let answers = (ran.into_iter())
+        .flat_map(|(_, node, outcomes)| outcomes.into_iter().map(move |(id, o)| (id, node, o)));
+    let already = moved_once(&pools, answers).await;
     let outcomes = ROWS as usize * ATTEMPTS_PER_ROW;
     assert_eq!(already, outcomes - ROWS as usize);
     let after = conflicts(&pools).await;
