@@ -375,6 +375,66 @@ async fn moved_once(
     already
 }
 
+/// Runs `work` three times on each node (its index from 0, and its pool),
+/// all at once: what each run returned.
+async fn on_every_node<T, F, Fut>(pools: &[MySqlPool], work: F) -> Vec<T>
+where
+    F: Fn(usize, MySqlPool) -> Fut,
+    Fut: Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    let mut tasks = Vec::new();
+    for (node, pool) in pools.iter().enumerate() {
+        for _ in 0..CLAIMERS_PER_NODE {
+            tasks.push(tokio::spawn(work(node, pool.clone())));
+        }
+    }
+    let mut done = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        done.push(task.await.expect("a worker"));
+    }
+    done
+}
+
+/// A store's tables (`ddl`), made on node 1.
+async fn store(pools: &[MySqlPool], ddl: &[&'static str]) {
+    for statement in ddl {
+        sqlx::raw_sql(*statement)
+            .execute(&pools[0])
+            .await
+            .unwrap_or_else(|e| panic!("{statement}: {e}"));
+    }
+}
+
+/// A worker's calls that take rows or messages: it stops after five
+/// that took none in a row, pausing after each (the rows are gone, or
+/// held by workers that will commit).
+#[derive(Default)]
+struct Drain {
+    /// The calls made so far.
+    calls: usize,
+    empty: usize,
+}
+
+impl Drain {
+    /// Whether to call again.
+    fn more(&self) -> bool {
+        self.empty < 5
+    }
+
+    /// A call took `taken`.
+    async fn took(&mut self, taken: usize) {
+        self.calls += 1;
+        match taken {
+            0 => {
+                self.empty += 1;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            _ => self.empty = 0,
+        }
+    }
+}
+
 const ROWS: i64 = 100;
 const ATTEMPTS_PER_ROW: usize = 32;
 
@@ -478,38 +538,22 @@ async fn galera_claims_spread_over_nodes() {
         return;
     };
     let before = conflicts(&pools).await;
-    let mut tasks = Vec::new();
-    for (node, pool) in pools.iter().enumerate() {
-        for _ in 0..CLAIMERS_PER_NODE {
-            let pool = pool.clone();
-            tasks.push(tokio::spawn(async move {
-                let mut mine = Vec::new();
-                let mut calls = 0;
-                let mut empty = 0;
-                // A claimer stops after a few empty claims in a row: the
-                // rows are gone, or held by claimers that will commit.
-                while empty < 5 {
-                    calls += 1;
-                    let wins = Transfer::send()
-                        .claim(&pool, 10)
-                        .await
-                        .unwrap_or_else(|e| panic!("claim on node {}: {e}", node + 1));
-                    if wins.is_empty() {
-                        empty += 1;
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                    } else {
-                        empty = 0;
-                    }
-                    mine.extend(wins.iter().map(|won| *won.key()));
-                }
-                (mine, calls)
-            }));
+    let claimers = on_every_node(&pools, |node, pool| async move {
+        let (mut mine, mut drain) = (Vec::new(), Drain::default());
+        while drain.more() {
+            let wins = Transfer::send()
+                .claim(&pool, 10)
+                .await
+                .unwrap_or_else(|e| panic!("claim on node {}: {e}", node + 1));
+            mine.extend(wins.iter().map(|won| *won.key()));
+            drain.took(wins.len()).await;
         }
-    }
+        (mine, drain.calls)
+    })
+    .await;
     let mut claimed: HashMap<i64, usize> = HashMap::new();
     let mut calls = 0;
-    for task in tasks {
-        let (mine, made) = task.await.expect("claimer");
+    for (mine, made) in claimers {
         calls += made;
         for id in mine {
             *claimed.entry(id).or_default() += 1;
@@ -546,12 +590,7 @@ async fn galera_idempotency_keys() {
     let Some(pools) = on_cluster!(galera_idempotency_keys, 0).await else {
         return;
     };
-    for statement in idempotency::ddl(stateguard::ddl::Dialect::MySql) {
-        sqlx::raw_sql(*statement)
-            .execute(&pools[0])
-            .await
-            .expect("store");
-    }
+    store(&pools, idempotency::ddl(stateguard::ddl::Dialect::MySql)).await;
     let before = conflicts(&pools).await;
     let tries = KEYS * TRIES_PER_KEY;
     let ran = spread(&pools, KEYS, TRIES_PER_KEY, |pool, key| async move {
@@ -602,12 +641,7 @@ async fn galera_inbox() {
     let Some(pools) = on_cluster!(galera_inbox, 0).await else {
         return;
     };
-    for statement in inbox::ddl(stateguard::ddl::Dialect::MySql) {
-        sqlx::raw_sql(*statement)
-            .execute(&pools[0])
-            .await
-            .expect("inbox");
-    }
+    store(&pools, inbox::ddl(stateguard::ddl::Dialect::MySql)).await;
     let tries = KEYS * TRIES_PER_KEY;
     let ran = spread(&pools, KEYS, TRIES_PER_KEY, |pool, message| async move {
         let id = format!("evt_{message}");
@@ -688,70 +722,56 @@ async fn galera_finish_and_recover() {
     };
     let before = conflicts(&pools).await;
     let runs: Runs = Arc::default();
-    let mut workers = Vec::new();
-    for (node, pool) in pools.iter().enumerate() {
-        for _ in 0..CLAIMERS_PER_NODE {
-            let (pool, runs) = (pool.clone(), runs.clone());
-            workers.push(tokio::spawn(async move {
-                let (mut sent, mut left, mut calls, mut empty) = (0, 0, 0, 0);
-                while empty < 5 {
-                    calls += 1;
-                    let wins: Vec<Won<Payout, i64>> = Payout::send()
-                        .claim(&pool, 10)
-                        .await
-                        .unwrap_or_else(|e| panic!("claim on node {}: {e}", node + 1));
-                    if wins.is_empty() {
-                        empty += 1;
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                        continue;
-                    }
-                    empty = 0;
-                    match calls % 2 {
-                        // The worker dies before the effect.
-                        0 => left += wins.len(),
-                        _ => sent += finish_all(&pool, wins, &runs).await,
-                    }
+    let workers = on_every_node(&pools, |node, pool| {
+        let runs = runs.clone();
+        async move {
+            let (mut sent, mut left, mut drain) = (0, 0, Drain::default());
+            while drain.more() {
+                let wins: Vec<Won<Payout, i64>> = Payout::send()
+                    .claim(&pool, 10)
+                    .await
+                    .unwrap_or_else(|e| panic!("claim on node {}: {e}", node + 1));
+                let taken = wins.len();
+                match (taken, drain.calls % 2) {
+                    (0, _) => {}
+                    // The worker dies before the effect.
+                    (_, 1) => left += taken,
+                    _ => sent += finish_all(&pool, wins, &runs).await,
                 }
-                (sent, left)
-            }));
+                drain.took(taken).await;
+            }
+            (sent, left)
         }
-    }
+    })
+    .await;
     let (mut sent, mut left) = (0, 0);
-    for worker in workers {
-        let (finished, dropped) = worker.await.expect("worker");
+    for (finished, dropped) in workers {
         sent += finished;
         left += dropped;
     }
     assert_eq!(sent + left, CLAIM_ROWS as usize, "every row claimed once");
     // The dead workers' leases run out.
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let mut recoverers = Vec::new();
-    for (node, pool) in pools.iter().enumerate() {
-        for _ in 0..CLAIMERS_PER_NODE {
-            let (pool, runs) = (pool.clone(), runs.clone());
-            recoverers.push(tokio::spawn(async move {
-                let (mut sent, mut empty) = (0, 0);
-                while empty < 5 {
-                    let wins: Vec<Won<Payout, i64>> =
-                        stateguard::claim_expired(&pool, Payout::Sending, 10)
-                            .await
-                            .unwrap_or_else(|e| panic!("claim_expired on node {}: {e}", node + 1));
-                    if wins.is_empty() {
-                        empty += 1;
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                        continue;
-                    }
-                    empty = 0;
+    let recoverers = on_every_node(&pools, |node, pool| {
+        let runs = runs.clone();
+        async move {
+            let (mut sent, mut drain) = (0, Drain::default());
+            while drain.more() {
+                let wins: Vec<Won<Payout, i64>> =
+                    stateguard::claim_expired(&pool, Payout::Sending, 10)
+                        .await
+                        .unwrap_or_else(|e| panic!("claim_expired on node {}: {e}", node + 1));
+                let taken = wins.len();
+                if taken > 0 {
                     sent += finish_all(&pool, wins, &runs).await;
                 }
-                sent
-            }));
+                drain.took(taken).await;
+            }
+            sent
         }
-    }
-    let mut recovered = 0;
-    for recoverer in recoverers {
-        recovered += recoverer.await.expect("recoverer");
-    }
+    })
+    .await;
+    let recovered: usize = recoverers.into_iter().sum();
     assert_eq!(recovered, left, "every row left in flight taken over once");
     let runs = runs.lock().expect("runs").clone();
     assert_eq!(runs.len(), CLAIM_ROWS as usize, "one effect key per row");
@@ -818,12 +838,7 @@ async fn galera_outbox_relay() {
     let Some(pools) = on_cluster!(galera_outbox_relay, 0).await else {
         return;
     };
-    for statement in outbox::ddl(stateguard::ddl::Dialect::MySql) {
-        sqlx::raw_sql(*statement)
-            .execute(&pools[0])
-            .await
-            .expect("outbox");
-    }
+    store(&pools, outbox::ddl(stateguard::ddl::Dialect::MySql)).await;
     let mut enqueued: HashMap<String, Vec<String>> = HashMap::new();
     let mut tx = Tx::begin(&pools[0]).await.expect("begin");
     for n in 0..MESSAGES {
@@ -842,35 +857,22 @@ async fn galera_outbox_relay() {
     tx.commit(()).await.expect("commit");
     let before = conflicts(&pools).await;
     let record = Record::default();
-    let mut relays = Vec::new();
-    for (node, pool) in pools.iter().enumerate() {
-        for _ in 0..CLAIMERS_PER_NODE {
-            let (pool, record) = (pool.clone(), record.clone());
-            relays.push(tokio::spawn(async move {
-                let relay = Relay::new(record).batch(10);
-                let (mut passes, mut empty) = (0, 0);
-                while empty < 5 {
-                    passes += 1;
-                    let pass = relay
-                        .pass(&pool)
-                        .await
-                        .unwrap_or_else(|e| panic!("relay on node {}: {e}", node + 1));
-                    match pass.taken() {
-                        0 => {
-                            empty += 1;
-                            tokio::time::sleep(Duration::from_millis(20)).await;
-                        }
-                        _ => empty = 0,
-                    }
-                }
-                passes
-            }));
+    let relays = on_every_node(&pools, |node, pool| {
+        let relay = Relay::new(record.clone()).batch(10);
+        async move {
+            let mut drain = Drain::default();
+            while drain.more() {
+                let pass = relay
+                    .pass(&pool)
+                    .await
+                    .unwrap_or_else(|e| panic!("relay on node {}: {e}", node + 1));
+                drain.took(pass.taken()).await;
+            }
+            drain.calls
         }
-    }
-    let mut passes = 0;
-    for relay in relays {
-        passes += relay.await.expect("relay");
-    }
+    })
+    .await;
+    let passes: usize = relays.into_iter().sum();
     let published = record.0.lock().expect("record").clone();
     let mut times: HashMap<&str, usize> = HashMap::new();
     for id in &published {

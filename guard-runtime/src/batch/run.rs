@@ -275,12 +275,7 @@ where
     if !DB::PREPARES_FIRST {
         return Ok(());
     }
-    let statements = first
-        .into_iter()
-        .chain(transition.many().in_transaction())
-        .map(|sql| DB::sql(sql))
-        .filter(|text| !text.is_empty())
-        .collect();
+    let statements = DB::texts(first.into_iter().chain(transition.many().in_transaction()));
     tx.prepare_first(statements)
         .await
         .map_err(|e| transition.tx_error::<DB>(e))

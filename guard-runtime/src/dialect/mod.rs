@@ -68,6 +68,16 @@ pub(crate) mod sealed {
             Self::statement(sql).text()
         }
 
+        /// The dialect's texts of `statements`, leaving out those it does
+        /// without (an empty text): what a transaction prepares first
+        /// ([`Driver::PREPARES_FIRST`]).
+        fn texts<'s>(statements: impl IntoIterator<Item = &'s Sql>) -> Vec<&'static str> {
+            (statements.into_iter())
+                .map(Self::sql)
+                .filter(|text| !text.is_empty())
+                .collect()
+        }
+
         fn rows_affected(result: &Self::QueryResult) -> u64;
 
         /// The value an `UPDATE … SET v = LAST_INSERT_ID(v + 1)` stored, as

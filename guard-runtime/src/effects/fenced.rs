@@ -335,12 +335,11 @@ where
         .map_err(|e| names.begin_error(e))?;
     // Before the locking read, every statement the transaction may send
     // (`Driver::PREPARES_FIRST`).
-    let statements = [in_flight.read_many_sql(), statement.sql]
-        .into_iter()
-        .chain(statement.inserts)
-        .map(|sql| DB::sql(sql))
-        .filter(|text| !text.is_empty())
-        .collect();
+    let statements = DB::texts(
+        [in_flight.read_many_sql(), statement.sql]
+            .into_iter()
+            .chain(statement.inserts),
+    );
     crate::executor::sealed::Run::prepare_first(&mut &mut tx, statements)
         .await
         .map_err(|e| names.tx_error::<DB>(e))?;

@@ -162,15 +162,11 @@ where
         .await?;
     // Before the locking read, every statement the takeover sends
     // (`Driver::PREPARES_FIRST`).
-    let statements = [
+    let statements = DB::texts([
         in_flight.expired_locked_sql(),
         in_flight.take_over_keyed_sql(),
         in_flight.read_many_sql(),
-    ]
-    .into_iter()
-    .map(|sql| DB::sql(sql))
-    .filter(|text| !text.is_empty())
-    .collect();
+    ]);
     crate::executor::sealed::Run::prepare_first(&mut &mut tx, statements)
         .await
         .map_err(tx_error)?;
